@@ -1,0 +1,329 @@
+"""The preflight's data at its boundaries: options in, results out (schema ``ddp-lsp-preflight/1``).
+
+Stdlib only. The language server imports this module to read cached reports and to validate
+``ddp-lsp.runPreflight`` arguments, so it must never import torch (or anything heavy). The JSON
+shape is documented in ``docs/preflight.md``; a change that renames or removes a field needs a
+new schema id, adding an optional field does not.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+SCHEMA_ID = "ddp-lsp-preflight/1"
+
+#: JSON-compatible scalar or nested value of a probe's measurement.
+JsonValue = Any
+
+
+class Status(str, enum.Enum):
+    """Outcome of one probe. ``skip`` always carries a reason in ``message``."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+BACKENDS = ("nccl", "gloo")
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one probe found, self-contained enough to show in a hover without the rest."""
+
+    id: str
+    title: str
+    status: Status
+    message: str
+    values: Mapping[str, JsonValue] = field(default_factory=dict)
+    fix: str | None = None
+    references: tuple[str, ...] = ()
+    duration_s: float = 0.0
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "status": self.status.value,
+            "message": self.message,
+            "values": dict(self.values),
+            "fix": self.fix,
+            "references": list(self.references),
+            "duration_s": round(self.duration_s, 4),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JsonValue]) -> ProbeResult:
+        return cls(
+            id=str(data["id"]),
+            title=str(data.get("title", data["id"])),
+            status=Status(str(data["status"])),
+            message=str(data.get("message", "")),
+            values=dict(data.get("values") or {}),
+            fix=None if data.get("fix") is None else str(data["fix"]),
+            references=tuple(str(r) for r in data.get("references") or ()),
+            duration_s=float(data.get("duration_s") or 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class PreflightOptions:
+    """What the user asked for; validated here so the CLI and the server share one set of rules.
+
+    ``world_size`` is the number of local ranks the probes spawn (default: the GPU count with
+    NCCL, 2 with gloo). ``num_workers`` and ``batch_bytes`` describe the user's DataLoader so
+    that /dev/shm and CPU needs can be computed; ``params`` feeds the feasibility estimate.
+    """
+
+    world_size: int | None = None
+    backend: str | None = None
+    quick: bool = False
+    strict: bool = False
+    probes: tuple[str, ...] = ()
+    num_workers: int | None = None
+    batch_bytes: int | None = None
+    params: int | None = None
+    grad_bytes_per_param: int = 4
+    bucket_cap_mb: float = 25.0
+    handshake_timeout_s: float = 10.0
+    timeout_scale: float = 1.0
+    torchrun: bool = False
+
+    def __post_init__(self) -> None:
+        if self.world_size is not None and not (1 <= self.world_size <= 1024):
+            raise ValueError(f"world_size must be between 1 and 1024, got {self.world_size}")
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.num_workers is not None and not (0 <= self.num_workers <= 4096):
+            raise ValueError(f"num_workers must be between 0 and 4096, got {self.num_workers}")
+        if self.batch_bytes is not None and not (0 <= self.batch_bytes <= 1 << 44):
+            raise ValueError(f"batch_bytes out of range: {self.batch_bytes}")
+        if self.params is not None and not (1 <= self.params <= 10**13):
+            raise ValueError(f"params must be between 1 and 1e13, got {self.params}")
+        if self.grad_bytes_per_param not in (1, 2, 4, 8):
+            raise ValueError("grad_bytes_per_param must be 1, 2, 4 or 8")
+        for name in ("bucket_cap_mb", "handshake_timeout_s", "timeout_scale"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        if self.handshake_timeout_s > 3600 or self.timeout_scale > 100:
+            raise ValueError("timeouts are capped at an hour (timeout_scale at 100)")
+        for probe_id in self.probes:
+            if not _is_probe_id(probe_id):
+                raise ValueError(f"not a probe id: {probe_id!r}")
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "quick": self.quick,
+            "strict": self.strict,
+            "probes": list(self.probes),
+            "num_workers": self.num_workers,
+            "batch_bytes": self.batch_bytes,
+            "params": self.params,
+            "grad_bytes_per_param": self.grad_bytes_per_param,
+            "bucket_cap_mb": self.bucket_cap_mb,
+            "handshake_timeout_s": self.handshake_timeout_s,
+            "timeout_scale": self.timeout_scale,
+            "torchrun": self.torchrun,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JsonValue]) -> PreflightOptions:
+        """Build options from untrusted input (LSP command arguments): unknown keys and wrong
+        types raise ``ValueError`` with a message fit for ``window/showMessage``."""
+        if not isinstance(data, Mapping):
+            raise ValueError("preflight options must be an object")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown preflight option(s): {', '.join(unknown)}")
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if value is None:
+                continue
+            if key in ("quick", "strict", "torchrun"):
+                if not isinstance(value, bool):
+                    raise ValueError(f"{key} must be true or false")
+                kwargs[key] = value
+            elif key in ("world_size", "num_workers", "batch_bytes", "params", "grad_bytes_per_param"):
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ValueError(f"{key} must be an integer")
+                kwargs[key] = value
+            elif key in ("bucket_cap_mb", "handshake_timeout_s", "timeout_scale"):
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ValueError(f"{key} must be a number")
+                kwargs[key] = float(value)
+            elif key == "backend":
+                if not isinstance(value, str):
+                    raise ValueError("backend must be a string")
+                kwargs[key] = value
+            elif key == "probes":
+                if isinstance(value, str) or not isinstance(value, Sequence):
+                    raise ValueError("probes must be a list of probe ids")
+                if not all(isinstance(p, str) for p in value):
+                    raise ValueError("probes must be a list of probe ids")
+                kwargs[key] = tuple(value)
+        return cls(**kwargs)
+
+    def to_argv(self) -> list[str]:
+        """The runner's command line for these options (see ``ddp_lsp.preflight.runner``)."""
+        argv: list[str] = []
+        if self.world_size is not None:
+            argv += ["--world-size", str(self.world_size)]
+        if self.backend is not None:
+            argv += ["--backend", self.backend]
+        if self.quick:
+            argv.append("--quick")
+        if self.strict:
+            argv.append("--strict")
+        for probe_id in self.probes:
+            argv += ["--probe", probe_id]
+        if self.num_workers is not None:
+            argv += ["--num-workers", str(self.num_workers)]
+        if self.batch_bytes is not None:
+            argv += ["--batch-bytes", str(self.batch_bytes)]
+        if self.params is not None:
+            argv += ["--params", str(self.params)]
+        if self.grad_bytes_per_param != 4:
+            argv += ["--grad-bytes", str(self.grad_bytes_per_param)]
+        if self.bucket_cap_mb != 25.0:
+            argv += ["--bucket-cap-mb", repr(self.bucket_cap_mb)]
+        if self.handshake_timeout_s != 10.0:
+            argv += ["--handshake-timeout", repr(self.handshake_timeout_s)]
+        if self.timeout_scale != 1.0:
+            argv += ["--timeout-scale", repr(self.timeout_scale)]
+        if self.torchrun:
+            argv.append("--torchrun")
+        return argv
+
+
+def _is_probe_id(text: str) -> bool:
+    parts = text.split(".")
+    return (
+        isinstance(text, str)
+        and 0 < len(text) <= 64
+        and all(p and p.replace("_", "").isalnum() and p.isascii() for p in parts)
+    )
+
+
+@dataclass(frozen=True)
+class Summary:
+    passed: int = 0
+    warned: int = 0
+    failed: int = 0
+    skipped: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"pass": self.passed, "warn": self.warned, "fail": self.failed, "skip": self.skipped}
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    """A whole preflight run on one host; ``nodes`` holds the other hosts' reports after a
+    multi-node run under torchrun (rank 0's report is the top level)."""
+
+    host: str
+    python: str
+    python_version: str
+    platform: str
+    created: str
+    duration_s: float
+    probes: tuple[ProbeResult, ...]
+    torch: str | None = None
+    cuda: str | None = None
+    nccl: str | None = None
+    driver: str | None = None
+    gpus: tuple[str, ...] = ()
+    backend: str | None = None
+    world_size: int | None = None
+    options: Mapping[str, JsonValue] = field(default_factory=dict)
+    error: str | None = None
+    node_rank: int | None = None
+    nodes: tuple[PreflightReport, ...] = ()
+    schema: str = SCHEMA_ID
+
+    @property
+    def summary(self) -> Summary:
+        counts = {status: 0 for status in Status}
+        for probe in self.probes:
+            counts[probe.status] += 1
+        return Summary(
+            counts[Status.PASS], counts[Status.WARN], counts[Status.FAIL], counts[Status.SKIP]
+        )
+
+    def probe(self, probe_id: str) -> ProbeResult | None:
+        for probe in self.probes:
+            if probe.id == probe_id:
+                return probe
+        return None
+
+    def exit_code(self, strict: bool = False) -> int:
+        """0: no failure; 1: a probe failed (or warned, with ``strict``); 2: preflight error."""
+        if self.error is not None:
+            return 2
+        bad = {Status.FAIL, Status.WARN} if strict else {Status.FAIL}
+        reports = (self, *self.nodes)
+        return 1 if any(p.status in bad for r in reports for p in r.probes) else 0
+
+    def with_probes(self, probes: Sequence[ProbeResult]) -> PreflightReport:
+        return replace(self, probes=tuple(probes))
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "schema": self.schema,
+            "host": self.host,
+            "python": self.python,
+            "python_version": self.python_version,
+            "platform": self.platform,
+            "created": self.created,
+            "duration_s": round(self.duration_s, 3),
+            "env": {
+                "torch": self.torch,
+                "cuda": self.cuda,
+                "nccl": self.nccl,
+                "driver": self.driver,
+                "gpus": list(self.gpus),
+            },
+            "backend": self.backend,
+            "world_size": self.world_size,
+            "options": dict(self.options),
+            "error": self.error,
+            "node_rank": self.node_rank,
+            "summary": self.summary.to_json(),
+            "probes": [p.to_json() for p in self.probes],
+            "nodes": [n.to_json() for n in self.nodes],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JsonValue]) -> PreflightReport:
+        schema = data.get("schema")
+        if schema != SCHEMA_ID:
+            raise ValueError(f"unsupported preflight schema {schema!r} (expected {SCHEMA_ID})")
+        env = data.get("env") or {}
+        return cls(
+            host=str(data["host"]),
+            python=str(data.get("python", "")),
+            python_version=str(data.get("python_version", "")),
+            platform=str(data.get("platform", "")),
+            created=str(data["created"]),
+            duration_s=float(data.get("duration_s") or 0.0),
+            probes=tuple(ProbeResult.from_json(p) for p in data.get("probes") or ()),
+            torch=env.get("torch"),
+            cuda=env.get("cuda"),
+            nccl=env.get("nccl"),
+            driver=env.get("driver"),
+            gpus=tuple(env.get("gpus") or ()),
+            backend=data.get("backend"),
+            world_size=data.get("world_size"),
+            options=dict(data.get("options") or {}),
+            error=data.get("error"),
+            node_rank=data.get("node_rank"),
+            nodes=tuple(cls.from_json(n) for n in data.get("nodes") or ()),
+        )
