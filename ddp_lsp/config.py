@@ -1,0 +1,257 @@
+"""Settings: ``[tool.ddp-lsp]`` in the nearest pyproject.toml, plus editor settings.
+
+Every key is validated; a wrong one raises :class:`ConfigError` with a message that names the
+key, the file and what was expected. Front ends decide what to do with it: the CLI exits 2, the
+server shows the message and keeps the defaults.
+
+Keys (kebab-case in pyproject.toml; the editor may also send camelCase):
+
+``select``              rule ids or prefixes to enable (default ``["DDP"]``: everything)
+``ignore``              rule ids or prefixes to disable (wins over ``select``)
+``severity``            table of rule id -> ``error | warning | information | hint``
+``rank-guard-names``    extra names that hold the rank (``my_rank``) or test for rank 0
+                        (``is_leader``); names starting with ``is_``/``am_`` or mentioning
+                        main/master/leader/zero/chief/primary are taken as rank-0 predicates
+``assume-distributed``  treat every file as distributed code (default false)
+``exclude``             glob patterns of paths the CLI and workspace scans skip
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+from typing import Any
+
+from ddp_lsp.core.ranks import DEFAULT_PREDICATES, DEFAULT_RANK_NAMES, RankModel
+from ddp_lsp.core.types import Severity
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+SECTION = "ddp-lsp"
+DEFAULT_EXCLUDE = (
+    ".git",
+    ".hg",
+    ".venv",
+    "venv",
+    "env",
+    ".tox",
+    ".nox",
+    "__pycache__",
+    "node_modules",
+    "build",
+    "dist",
+    "site-packages",
+    ".mypy_cache",
+    ".ruff_cache",
+)
+_SELECTOR = re.compile(r"^DDP\d{0,3}$")
+_PREDICATE_HINT = re.compile(r"^(is|am)_|main|master|leader|zero|chief|primary", re.IGNORECASE)
+
+
+class ConfigError(ValueError):
+    """An invalid setting; the message names the key and where it came from."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    select: tuple[str, ...] = ("DDP",)
+    ignore: tuple[str, ...] = ()
+    severity: tuple[tuple[str, Severity], ...] = ()
+    rank_guard_names: tuple[str, ...] = ()
+    assume_distributed: bool = False
+    exclude: tuple[str, ...] = ()
+    source: str = field(default="defaults", compare=False)
+
+    # -- what the core needs -------------------------------------------------------------------
+
+    def enabled(self, rule_id: str) -> bool:
+        if rule_id == "DDP000":
+            return not _matches(rule_id, self.ignore)
+        return _matches(rule_id, self.select) and not _best_ignore(rule_id, self)
+
+    def severity_for(self, rule_id: str, default: Severity) -> Severity:
+        for rid, sev in self.severity:
+            if rid == rule_id:
+                return sev
+        return default
+
+    @property
+    def rank_model(self) -> RankModel:
+        names = {n for n in self.rank_guard_names if not _PREDICATE_HINT.search(n)}
+        predicates = {n for n in self.rank_guard_names if _PREDICATE_HINT.search(n)}
+        return RankModel(DEFAULT_RANK_NAMES | names, DEFAULT_PREDICATES | predicates)
+
+    def is_excluded(self, path: PurePath, root: PurePath | None = None) -> bool:
+        parts = path.parts
+        if any(p in DEFAULT_EXCLUDE for p in parts[:-1]):
+            return True
+        rel = path
+        if root is not None:
+            try:
+                rel = path.relative_to(root)
+            except ValueError:
+                rel = path
+        text = rel.as_posix()
+        for pattern in self.exclude:
+            pat = pattern.rstrip("/")
+            if fnmatch.fnmatch(text, pat) or fnmatch.fnmatch(text, f"{pat}/*"):
+                return True
+            if fnmatch.fnmatch(path.name, pat) or any(fnmatch.fnmatch(p, pat) for p in rel.parts):
+                return True
+        return False
+
+    # -- building ------------------------------------------------------------------------------
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], source: str = "settings") -> Settings:
+        return cls().merged(data, source)
+
+    def merged(self, data: Mapping[str, Any], source: str = "settings") -> Settings:
+        """These settings overridden by ``data`` (validated; unknown keys are errors)."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{source}: expected a table of settings, got {_type(data)}")
+        values: dict[str, Any] = {
+            "select": self.select,
+            "ignore": self.ignore,
+            "severity": self.severity,
+            "rank_guard_names": self.rank_guard_names,
+            "assume_distributed": self.assume_distributed,
+            "exclude": self.exclude,
+        }
+        for raw_key, value in data.items():
+            key = _normalise_key(str(raw_key))
+            where = f"{source}: {raw_key!r}"
+            if key in ("select", "ignore"):
+                values[key] = _selectors(value, where)
+            elif key == "extend_select":
+                values["select"] = values["select"] + _selectors(value, where)
+            elif key == "severity":
+                values["severity"] = _severities(value, where)
+            elif key == "rank_guard_names":
+                values["rank_guard_names"] = _identifiers(value, where)
+            elif key == "assume_distributed":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{where} must be true or false, got {value!r}")
+                values["assume_distributed"] = value
+            elif key == "exclude":
+                values["exclude"] = _strings(value, where)
+            elif key in _IGNORED_EDITOR_KEYS:
+                continue
+            else:
+                raise ConfigError(
+                    f"{source}: unknown key {raw_key!r}; expected one of "
+                    "select, ignore, severity, rank-guard-names, assume-distributed, exclude"
+                )
+        return Settings(source=source, **values)
+
+    @classmethod
+    def load(cls, start: Path) -> Settings:
+        """Settings for a file or directory: the nearest pyproject.toml with [tool.ddp-lsp]."""
+        path = find_pyproject(start)
+        if path is None:
+            return cls()
+        return cls.from_pyproject(path)
+
+    @classmethod
+    def from_pyproject(cls, path: Path) -> Settings:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        table = data.get("tool", {}).get(SECTION)
+        if table is None:
+            return cls(source=str(path))
+        return cls.from_mapping(table, f"{path} [tool.{SECTION}]")
+
+
+# Editor-only settings the server reads elsewhere (they are not analysis settings).
+_IGNORED_EDITOR_KEYS = frozenset({"enable", "interpreter", "preflight", "trace", "server"})
+
+
+def find_pyproject(start: Path) -> Path | None:
+    here = start if start.is_dir() else start.parent
+    here = here.resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                text = candidate.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if f"[tool.{SECTION}" in text or f'[tool."{SECTION}"' in text:
+                return candidate
+    return None
+
+
+def _normalise_key(key: str) -> str:
+    key = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+    return key.replace("-", "_")
+
+
+def _type(value: object) -> str:
+    return type(value).__name__
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _selectors(value: Any, where: str) -> tuple[str, ...]:
+    items = tuple(v.strip().upper() for v in _strings(value, where))
+    for item in items:
+        if not _SELECTOR.match(item):
+            raise ConfigError(
+                f"{where}: {item!r} is not a rule id or prefix (expected e.g. DDP201 or DDP2)"
+            )
+    return items
+
+
+def _identifiers(value: Any, where: str) -> tuple[str, ...]:
+    items = _strings(value, where)
+    for item in items:
+        if not item.isidentifier():
+            raise ConfigError(f"{where}: {item!r} is not a Python identifier")
+    return items
+
+
+def _severities(value: Any, where: str) -> tuple[tuple[str, Severity], ...]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a table of rule id = severity, got {value!r}")
+    out: list[tuple[str, Severity]] = []
+    for rid, sev in value.items():
+        rule_id = str(rid).upper()
+        if not re.match(r"^DDP\d{3}$", rule_id):
+            raise ConfigError(f"{where}: {rid!r} is not a rule id (expected e.g. DDP201)")
+        if not isinstance(sev, str):
+            raise ConfigError(f"{where}.{rid} must be a string, got {sev!r}")
+        try:
+            out.append((rule_id, Severity.parse(sev)))
+        except ValueError as exc:
+            raise ConfigError(f"{where}.{rid}: {exc}") from None
+    return tuple(out)
+
+
+def _matches(rule_id: str, selectors: tuple[str, ...]) -> bool:
+    return any(rule_id.startswith(s) for s in selectors)
+
+
+def _best_ignore(rule_id: str, settings: Settings) -> bool:
+    """``ignore`` wins unless ``select`` names the rule more specifically (ruff's habit)."""
+    ign = [s for s in settings.ignore if rule_id.startswith(s)]
+    if not ign:
+        return False
+    sel = [s for s in settings.select if rule_id.startswith(s)]
+    return max(map(len, ign)) >= max(map(len, sel), default=0)

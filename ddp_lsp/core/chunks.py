@@ -1,0 +1,256 @@
+"""Split a module's lines into chunks that can be parsed and analysed on their own.
+
+A chunk is a top-level ``def``/``class``/compound statement (decorators included), a run of
+module-level simple statements, or, inside a top-level class, one method (the class line, its
+docstring, its attributes and its first method stay together). Each chunk is parsed and
+summarised once and cached by its text, so an edit inside one function re-parses that
+function only.
+
+The splitter is a deterministic state machine over lines. Its state at every chunk start is
+recorded; after an edit the machine re-runs from the chunk before the edit and stops as soon as
+it reaches an old chunk start, past the edit, in the same state: from there on, the old
+chunks are exactly what a fresh split would give. That is what makes incremental analysis
+equal a full analysis of the same text.
+
+The lexer here only tracks what decides statement boundaries: open brackets, strings (triple
+quoted ones span lines), backslash continuations and comments. It never raises; on broken
+code it still yields chunks, and the parser reports the error inside the chunk that has it.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass, replace
+
+_INTEREST = re.compile(r"[#'\"\\()\[\]{}]")
+_FIRST_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CLASS_NAME = re.compile(r"class\s+([A-Za-z_][A-Za-z0-9_]*)")
+
+# Statements that continue the compound statement above them at the same indent.
+_CONTINUATIONS = frozenset({"else", "elif", "except", "finally"})
+_COMPOUND = frozenset({"def", "class", "async", "if", "for", "while", "with", "try", "match"})
+# At column 0 these can never be inside an open bracket in valid code, so when we meet one
+# with brackets still open the bracket was never closed (the user is typing): start afresh.
+_RESYNC_WORDS = frozenset({"def", "class", "async", "import", "from"})
+# Runs of module-level simple statements are cut where a line's hash says so (content-defined
+# chunking, as in rsync): the cut points move with the text, not with line numbers.
+_RUN_SPLIT_MODULUS = 8
+
+
+@dataclass(frozen=True)
+class State:
+    """Everything the splitter remembers between lines."""
+
+    depth: int = 0
+    quote: str | None = None  # the open string delimiter carried to the next line
+    cont: bool = False  # the previous line ended with a backslash continuation
+    top_kind: str | None = None  # "simple" | "compound" | "decorator" (last top-level stmt)
+    cls: str | None = None  # name of the top-level class being split at its methods
+    cls_indent: str | None = None  # indent of that class's body
+    member_seen: bool = False  # the class's first method has been seen (stays with header)
+    member_decorator: bool = False  # the last member line was a decorator
+
+    @property
+    def clean(self) -> bool:
+        return self.depth == 0 and self.quote is None and not self.cont
+
+
+INITIAL = State()
+
+
+@dataclass(frozen=True)
+class ChunkStart:
+    line: int
+    state: State  # the splitter state just before this line
+    member_of: str | None  # class name when the chunk is a method split out of its class
+
+
+def _find_close(line: str, start: int, delim: str) -> int:
+    """Index just after the closing ``delim`` in ``line`` from ``start``, or -1."""
+    pos = start
+    while True:
+        k = line.find(delim, pos)
+        if k < 0:
+            return -1
+        backslashes = 0
+        b = k - 1
+        while b >= start and line[b] == "\\":
+            backslashes += 1
+            b -= 1
+        if backslashes % 2 == 0:
+            return k + len(delim)
+        pos = k + 1
+
+
+def scan_line(line: str, depth: int, quote: str | None) -> tuple[int, str | None, bool]:
+    """Lex one line; return (bracket depth, open quote, backslash continuation) after it."""
+    i = 0
+    if quote is not None:
+        i = _find_close(line, 0, quote)
+        if i < 0:
+            return depth, quote, False
+    while True:
+        m = _INTEREST.search(line, i)
+        if m is None:
+            return depth, None, False
+        c = m.group()
+        j = m.start()
+        if c == "#":
+            return depth, None, False
+        if c == "\\":
+            if line[j + 1 :].strip() == "":
+                return depth, None, True
+            i = j + 2
+            continue
+        if c in "([{":
+            depth += 1
+            i = j + 1
+            continue
+        if c in ")]}":
+            depth = depth - 1 if depth > 0 else 0
+            i = j + 1
+            continue
+        delim = line[j : j + 3] if line[j : j + 3] == c * 3 else c
+        k = _find_close(line, j + len(delim), delim)
+        if k < 0:
+            if len(delim) == 3 or line.rstrip("\r\n").endswith("\\"):
+                return depth, delim, False
+            return depth, None, False  # unterminated string: a syntax error, ends at EOL
+        i = k
+
+
+def step(state: State, line: str) -> tuple[State, bool, bool]:
+    """Feed one line; return (new state, line starts a chunk, chunk is a class member)."""
+    if not state.clean:
+        if state.quote is None and state.depth > 0 and line[:1].isalpha():
+            m = _FIRST_WORD.match(line)
+            if m is not None and m.group() in _RESYNC_WORDS:
+                return step(replace(state, depth=0, cont=False), line)
+        depth, quote, cont = scan_line(line, state.depth, state.quote)
+        return replace(state, depth=depth, quote=quote, cont=cont), False, False
+
+    text = line.lstrip(" \t")
+    if not text or text[0] in "#\r\n":
+        return state, False, False  # blank or comment line: belongs to the chunk above
+    depth, quote, cont = scan_line(line, 0, None)
+    indent = line[: len(line) - len(text)]
+
+    if not indent:
+        m = _FIRST_WORD.match(text)
+        word = m.group() if m else ""
+        if word in _CONTINUATIONS:
+            new = replace(
+                state, depth=depth, quote=quote, cont=cont, top_kind="compound",
+                cls=None, cls_indent=None, member_seen=False, member_decorator=False,
+            )
+            return new, False, False
+        if text.startswith("@"):
+            kind = "decorator"
+        elif word in _COMPOUND and (word != "match" or text.rstrip().endswith(":")):
+            kind = "compound"
+        else:
+            kind = "simple"
+        boundary = state.top_kind != "decorator"
+        if (
+            boundary
+            and kind == "simple"
+            and state.top_kind == "simple"
+            and zlib.crc32(text.encode("utf-8", "surrogatepass")) % _RUN_SPLIT_MODULUS != 0
+        ):
+            boundary = False
+        m2 = _CLASS_NAME.match(text) if word == "class" else None
+        cls = m2.group(1) if m2 else None
+        new = State(depth, quote, cont, kind, cls, None, False, False)
+        return new, boundary, False
+
+    # An indented line at a clean statement start.
+    if state.cls is None:
+        return replace(state, depth=depth, quote=quote, cont=cont), False, False
+    cls_indent = state.cls_indent if state.cls_indent is not None else indent
+    boundary = False
+    member_seen = state.member_seen
+    member_decorator = state.member_decorator
+    if indent == cls_indent:
+        is_member = text.startswith(("def ", "def\t", "async ", "@"))
+        if is_member:
+            if state.member_decorator:
+                boundary = False
+            elif state.member_seen:
+                boundary = True
+            member_seen = True
+            member_decorator = text.startswith("@")
+        else:
+            member_decorator = False
+    new = replace(
+        state, depth=depth, quote=quote, cont=cont, cls_indent=cls_indent,
+        member_seen=member_seen, member_decorator=member_decorator,
+    )
+    return new, boundary, boundary
+
+
+def split(lines: list[str], start: int = 0, state: State = INITIAL) -> list[ChunkStart]:
+    """Chunk starts for ``lines[start:]`` beginning in ``state`` (line ``start`` is a start)."""
+    starts = [ChunkStart(start, state, None)]
+    for i in range(start, len(lines)):
+        before = state
+        state, boundary, member = step(state, lines[i])
+        if boundary and i != start:
+            starts.append(ChunkStart(i, before, before.cls if member else None))
+    return starts
+
+
+@dataclass(frozen=True)
+class Resplit:
+    """New chunk starts, and which of them differ from the old ones.
+
+    ``starts[:lo]`` are the old ``[:lo]`` unchanged; ``starts[hi_new:]`` are the old
+    ``[hi_old:]`` moved by the edit's line delta (same text, same parse); only
+    ``starts[lo:hi_new]`` need their text re-read and maybe re-parsed.
+    """
+
+    starts: list[ChunkStart]
+    lo: int
+    hi_new: int
+    hi_old: int
+
+
+def resplit(
+    lines: list[str],
+    old: list[ChunkStart],
+    first_changed: int,
+    last_changed: int,
+    delta: int,
+) -> Resplit:
+    """Chunk starts after an edit, re-running the splitter only where it can differ.
+
+    ``lines`` is the new text; lines ``first_changed..last_changed`` (new numbering) were
+    replaced, and every old line after the edit moved by ``delta``.
+    """
+    # Restart from the chunk before the one holding the edit: the edited first line may have
+    # stopped being a chunk start, merging into its predecessor.
+    k = 0
+    for idx, cs in enumerate(old):
+        if cs.line <= first_changed:
+            k = idx
+        else:
+            break
+    k = max(k - 1, 0)
+    restart = old[k]
+    # Old starts strictly after the edited region, by their new line number.
+    tail = {cs.line + delta: j for j, cs in enumerate(old) if cs.line + delta > last_changed}
+    new_starts = list(old[: k + 1])
+    state = restart.state
+    start = restart.line
+    for i in range(start, len(lines)):
+        if i > last_changed and i != start:
+            j = tail.get(i)
+            if j is not None and old[j].state == state:
+                hi_new = len(new_starts)
+                new_starts.extend(replace(cs, line=cs.line + delta) for cs in old[j:])
+                return Resplit(new_starts, k, hi_new, j)
+        before = state
+        state, boundary, member = step(state, lines[i])
+        if boundary and i != start:
+            new_starts.append(ChunkStart(i, before, before.cls if member else None))
+    return Resplit(new_starts, k, len(new_starts), len(old))

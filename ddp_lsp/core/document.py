@@ -1,0 +1,237 @@
+"""The incremental document: text -> chunks -> cached parses and facts.
+
+``Document.apply_edit`` replaces a range of text (0-based line, code-point column) and re-splits
+only around it (see :mod:`ddp_lsp.core.chunks`); chunks whose text did not change keep their
+parse, their facts and their cached findings. Parsing uses Python's ``ast`` (about ten times
+faster than libcst here and with exact positions for free); a chunk that ``ast`` rejects is
+checked with libcst, whose grammar follows newer Pythons, so code valid in a newer Python than
+the one running the server is skipped instead of reported as a syntax error.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from dataclasses import dataclass, field
+
+from ddp_lsp.core import chunks as C
+from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, ModuleFacts, extract, merge
+from ddp_lsp.core.ranks import RankModel
+from ddp_lsp.core.types import Pos
+
+_LINE_SPLIT = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")
+_MEMBER_PREFIX = "if 1:\n"
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings, on ``\\n``, ``\\r\\n`` and ``\\r`` only (as Python and LSP do).
+
+    There is always a last element: ``""`` when the text ends with a line break.
+    """
+    parts = _LINE_SPLIT.split(text)
+    return parts if parts else [""]
+
+
+@dataclass(frozen=True)
+class SyntaxProblem:
+    line: int  # chunk-relative, 0-based
+    col: int  # code points
+    message: str
+
+
+@dataclass(eq=False)
+class ParsedChunk:
+    """One chunk's parse and everything derived from it alone; shared while its text is equal."""
+
+    text: str
+    member_of: str | None
+    tree: ast.Module | None
+    body: list[ast.stmt]
+    line_base: int  # add to (ast lineno - 1) to get the chunk-relative line
+    problem: SyntaxProblem | None
+    newer_syntax: bool  # ast rejected it but a newer grammar accepts it: not analysed
+    facts: ChunkFacts
+    lines: list[str]
+    # Findings cached per (module facts, analysis settings); see engine.analyze.
+    results: dict[object, object] = field(default_factory=dict)
+    index: object | None = None  # the shared traversal, built on first use (engine)
+
+
+def parse_chunk(text: str, member_of: str | None, ranks: RankModel) -> ParsedChunk:
+    lines = split_lines(text)
+    src = _MEMBER_PREFIX + text if member_of is not None else text
+    line_base = -1 if member_of is not None else 0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning for "\d" and friends
+            tree = ast.parse(src)
+    except SyntaxError as exc:
+        return _broken(text, member_of, lines, line_base, exc)
+    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
+        problem = SyntaxProblem(0, 0, _problem_message(exc))
+        return ParsedChunk(text, member_of, None, [], line_base, problem, False, EMPTY_FACTS, lines)
+    body: list[ast.stmt] = tree.body
+    if member_of is not None:
+        head = tree.body[0]
+        assert isinstance(head, ast.If)
+        body = head.body
+        tree = ast.Module(body=body, type_ignores=[])
+    try:
+        facts = extract(tree, member_of, ranks)
+    except RecursionError:
+        facts = EMPTY_FACTS
+    return ParsedChunk(text, member_of, tree, body, line_base, None, False, facts, lines)
+
+
+def _broken(
+    text: str, member_of: str | None, lines: list[str], line_base: int, exc: SyntaxError
+) -> ParsedChunk:
+    if _newer_grammar_accepts(text, member_of):
+        return ParsedChunk(text, member_of, None, [], line_base, None, True, EMPTY_FACTS, lines)
+    line = max((exc.lineno or 1) - 1 + line_base, 0)
+    line = min(line, max(len(lines) - 1, 0))
+    col = max((exc.offset or 1) - 1, 0)
+    col = min(col, len(lines[line].rstrip("\r\n"))) if lines else 0
+    problem = SyntaxProblem(line, col, _problem_message(exc))
+    return ParsedChunk(text, member_of, None, [], line_base, problem, False, EMPTY_FACTS, lines)
+
+
+def _problem_message(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"syntax error: {exc.msg}"
+    if isinstance(exc, ValueError) and "null" in str(exc).lower():
+        return "syntax error: source contains NUL bytes"
+    if isinstance(exc, (RecursionError, MemoryError)):
+        return "syntax error: too deeply nested to parse"
+    return f"syntax error: {exc}"
+
+
+def _newer_grammar_accepts(text: str, member_of: str | None) -> bool:
+    import libcst  # imported on first broken chunk only: it costs ~0.1 s to import
+
+    src = text if member_of is None else _MEMBER_PREFIX + text
+    try:
+        libcst.parse_module(src)
+    except Exception:  # libcst raises ParserSyntaxError, and others on odd input
+        return False
+    return True
+
+
+class Document:
+    """A module's text kept as chunks, each with a cached parse; edits re-parse locally."""
+
+    def __init__(self, text: str, ranks: RankModel | None = None) -> None:
+        self.ranks = ranks or RankModel()
+        self._lines = split_lines(text)
+        self._starts = C.split(self._lines)
+        self._parsed = [self._parse(i, {}) for i in range(len(self._starts))]
+        self._facts: ModuleFacts | None = None
+        self._facts_assume: bool | None = None
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        return "".join(self._lines)
+
+    @property
+    def lines(self) -> list[str]:
+        return self._lines
+
+    @property
+    def line_count(self) -> int:
+        return len(self._lines)
+
+    @property
+    def newline(self) -> str:
+        first = self._lines[0]
+        if first.endswith("\r\n"):
+            return "\r\n"
+        if first.endswith("\r"):
+            return "\r"
+        return "\n"
+
+    def chunks(self) -> list[tuple[int, ParsedChunk]]:
+        """(start line, parsed chunk) in document order."""
+        return [(cs.line, pc) for cs, pc in zip(self._starts, self._parsed)]
+
+    def module_facts(self, assume_distributed: bool = False) -> ModuleFacts:
+        if self._facts is None or self._facts_assume != assume_distributed:
+            self._facts = merge((pc.facts for pc in self._parsed), assume_distributed)
+            self._facts_assume = assume_distributed
+        return self._facts
+
+    # -- editing -------------------------------------------------------------------------------
+
+    def set_text(self, text: str) -> None:
+        """Replace everything (keeps the parses of chunks whose text is unchanged)."""
+        end = Pos(len(self._lines) - 1, len(self._lines[-1]))
+        self.apply_edit(Pos(0, 0), end, text)
+
+    def apply_edit(self, start: Pos, end: Pos, text: str) -> None:
+        """Replace ``start..end`` (code-point columns; clamped to the text) by ``text``."""
+        lines = self._lines
+        start = self.clamp(start)
+        end = self.clamp(end)
+        if end < start:
+            start, end = end, start
+        l0, l1 = start.line, end.line
+        prefix = lines[l0][: start.col]
+        if l0 > 0 and lines[l0 - 1].endswith("\r"):
+            # A lone CR before the edit could pair with an inserted LF into one CRLF break.
+            l0 -= 1
+            prefix = lines[l0] + prefix
+        new_lines = split_lines(prefix + text + lines[l1][end.col :])
+        if l1 < len(lines) - 1:
+            # The segment ends with line l1's own break; the "" after it is not a line.
+            new_lines.pop()
+        lines[l0 : l1 + 1] = new_lines
+        delta = len(new_lines) - (l1 - l0 + 1)
+        self._reindex(l0, l0 + len(new_lines) - 1, delta)
+
+    def clamp(self, pos: Pos) -> Pos:
+        if pos.line < 0:
+            return Pos(0, 0)
+        if pos.line >= len(self._lines):
+            last = len(self._lines) - 1
+            return Pos(last, len(self._lines[last]))
+        line = self._lines[pos.line]
+        body = len(line.rstrip("\r\n"))
+        return Pos(pos.line, min(max(pos.col, 0), body))
+
+    def reconfigure(self, ranks: RankModel) -> None:
+        """New rank names change facts: re-derive every chunk's facts (parses are reused)."""
+        if ranks == self.ranks:
+            return
+        self.ranks = ranks
+        self._parsed = [
+            parse_chunk(pc.text, pc.member_of, ranks) for pc in self._parsed
+        ]
+        self._facts = None
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _chunk_text(self, i: int, starts: list[C.ChunkStart]) -> str:
+        lo = starts[i].line
+        hi = starts[i + 1].line if i + 1 < len(starts) else len(self._lines)
+        return "".join(self._lines[lo:hi])
+
+    def _parse(self, i: int, reuse: dict[tuple[str, str | None], ParsedChunk]) -> ParsedChunk:
+        text = self._chunk_text(i, self._starts)
+        member_of = self._starts[i].member_of
+        hit = reuse.get((text, member_of))
+        if hit is not None:
+            return hit
+        return parse_chunk(text, member_of, self.ranks)
+
+    def _reindex(self, first_changed: int, last_changed: int, delta: int) -> None:
+        old_parsed = self._parsed
+        r = C.resplit(self._lines, self._starts, first_changed, last_changed, delta)
+        self._starts = r.starts
+        reuse = {(pc.text, pc.member_of): pc for pc in old_parsed[r.lo : r.hi_old]}
+        middle = [self._parse(i, reuse) for i in range(r.lo, r.hi_new)]
+        old_middle_facts = [pc.facts for pc in old_parsed[r.lo : r.hi_old]]
+        self._parsed = old_parsed[: r.lo] + middle + old_parsed[r.hi_old :]
+        if [pc.facts for pc in middle] != old_middle_facts:
+            self._facts = None

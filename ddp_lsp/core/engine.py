@@ -1,0 +1,182 @@
+"""analyze(source | Document, settings) -> findings.
+
+Per chunk, every enabled rule runs over the chunk's tree with the module facts; the result is
+cached on the chunk under (module facts, settings, machine facts), so after an edit only the
+edited chunk runs its rules, unless the edit changed what the module knows (a new import, a new
+DDP-wrapped name), in which case every chunk re-runs its rules without re-parsing. A rule that
+raises is logged with its id and skipped; the others' findings still arrive.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ddp_lsp.config import Settings
+from ddp_lsp.core import fixes as F
+from ddp_lsp.core import names as N
+from ddp_lsp.core.document import Document, ParsedChunk
+from ddp_lsp.core.facts import ModuleFacts
+from ddp_lsp.core.registry import SYNTAX_ERROR, all_rules
+from ddp_lsp.core.rule import ChunkContext, Rule
+from ddp_lsp.core.suppress import is_suppressed
+from ddp_lsp.core.types import (
+    AnalysisResult,
+    Finding,
+    Fix,
+    InternalError,
+    Pos,
+    Span,
+)
+
+log = logging.getLogger("ddp_lsp.engine")
+_CACHE_KEYS_PER_CHUNK = 2
+
+
+def analyze(
+    source: str | Document,
+    settings: Settings | None = None,
+    machine: object | None = None,
+    rules: Sequence[Rule] | None = None,
+) -> AnalysisResult:
+    """Findings for a module, sorted by position, suppressions and settings applied."""
+    settings = settings or Settings()
+    ranks = settings.rank_model
+    if isinstance(source, Document):
+        doc = source
+        doc.reconfigure(ranks)
+    else:
+        doc = Document(source, ranks)
+    rules = all_rules() if rules is None else rules
+    facts = doc.module_facts(settings.assume_distributed)
+    rank_model = ranks.with_extra(facts.rank_vars, facts.rank_predicates)
+    key = (facts, ranks, machine, tuple(id(r) for r in rules))
+
+    raw: list[Finding] = []
+    errors: list[InternalError] = []
+    for start, chunk in doc.chunks():
+        if chunk.problem is not None:
+            p = chunk.problem
+            raw.append(
+                Finding(
+                    rule_id=SYNTAX_ERROR.id,
+                    span=Span(Pos(start + p.line, p.col), Pos(start + p.line, p.col)),
+                    message=p.message,
+                    severity=SYNTAX_ERROR.severity,
+                    name=SYNTAX_ERROR.name,
+                )
+            )
+            continue
+        if chunk.tree is None or not facts.distributed:
+            continue
+        cached = chunk.results.get(key)
+        if cached is None:
+            cached = _run_rules(chunk, facts, settings, rank_model, machine, rules)
+            if len(chunk.results) >= _CACHE_KEYS_PER_CHUNK:
+                chunk.results.clear()
+            chunk.results[key] = cached
+        found, errs = cached  # type: ignore[misc]
+        raw.extend(f.shifted(start) for f in found)
+        errors.extend(replace(e, line=e.line + start) for e in errs)
+
+    lines = doc.lines
+    out: list[Finding] = []
+    import_line: int | None = None
+    for f in raw:
+        if not settings.enabled(f.rule_id):
+            continue
+        if is_suppressed(f.rule_id, lines, f.span.start.line, f.span.end.line):
+            continue
+        sev = settings.severity_for(f.rule_id, f.severity)
+        if sev != f.severity:
+            f = replace(f, severity=sev)
+        if any(fix.imports for fix in f.fixes):
+            if import_line is None:
+                import_line = _import_line(doc)
+            f = replace(f, fixes=tuple(_with_imports(fix, facts, import_line, doc.newline) for fix in f.fixes))
+        if doc.newline != "\n" and f.fixes:
+            f = replace(f, fixes=tuple(_newlines(fix, doc.newline) for fix in f.fixes))
+        out.append(f)
+    out.sort(key=lambda x: (x.span.start, x.rule_id))
+    return AnalysisResult(tuple(out), tuple(errors))
+
+
+def _run_rules(
+    chunk: ParsedChunk,
+    facts: ModuleFacts,
+    settings: Settings,
+    ranks: object,
+    machine: object | None,
+    rules: Sequence[Rule],
+) -> tuple[tuple[Finding, ...], tuple[InternalError, ...]]:
+    ctx = ChunkContext(chunk, facts, settings, ranks, machine)  # type: ignore[arg-type]
+    found: list[Finding] = []
+    errors: list[InternalError] = []
+    for rule in rules:
+        try:
+            found.extend(rule.check(ctx))
+        except Exception as exc:  # one rule's crash is one rule's loss
+            log.exception("rule %s failed", rule.meta.id)
+            errors.append(InternalError(rule.meta.id, f"{type(exc).__name__}: {exc}"))
+    return tuple(found), tuple(errors)
+
+
+def _import_line(doc: Document) -> int:
+    head = []
+    for start, chunk in doc.chunks()[:4]:
+        head.append((start, chunk.tree, chunk.line_base))
+    line = F.import_insertion_line(head)
+    if line == 0:
+        # Never above a shebang, an encoding line or the file's leading comments.
+        lines = doc.lines
+        while line < len(lines) - 1 and lines[line].lstrip().startswith("#"):
+            line += 1
+    return line
+
+
+def _with_imports(fix: Fix, facts: ModuleFacts, line: int, newline: str) -> Fix:
+    if not fix.imports:
+        return fix
+
+    def present(stmt: str) -> bool:
+        try:
+            node = ast.parse(stmt).body[0]
+        except SyntaxError:
+            return False
+        assert isinstance(node, (ast.Import, ast.ImportFrom))
+        return all(facts.aliases.get(name) == qual for name, qual in N.import_bindings(node))
+
+    edit = F.import_edit(fix.imports, present, line, newline)
+    if edit is None:
+        return replace(fix, imports=())
+    return replace(fix, edits=(*fix.edits, edit))
+
+
+def _newlines(fix: Fix, newline: str) -> Fix:
+    edits = tuple(
+        replace(e, text=e.text.replace("\r\n", "\n").replace("\n", newline)) if "\n" in e.text else e
+        for e in fix.edits
+    )
+    return replace(fix, edits=edits)
+
+
+def fix_text(
+    text: str,
+    settings: Settings | None = None,
+    unsafe: bool = False,
+    machine: object | None = None,
+) -> tuple[str, int]:
+    """Apply every safe (or, with ``unsafe``, every preferred) fix; (new text, fixes applied)."""
+    settings = settings or Settings()
+    doc = Document(text, settings.rank_model)
+
+    def run(current: str) -> Sequence[Finding]:
+        doc.set_text(current)
+        return analyze(doc, settings, machine).findings
+
+    def choose(f: Finding) -> Fix | None:
+        return f.preferred_fix if unsafe else f.safe_fix
+
+    return F.fix_all(text, run, choose)

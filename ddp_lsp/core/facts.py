@@ -1,0 +1,624 @@
+"""What each chunk tells the rest of its module, and the module-wide facts merged from them.
+
+Two layers, so that incremental analysis stays cheap:
+
+- :class:`ChunkFacts` is *raw* and local: the imports a chunk makes, what it assigns from which
+  call (``model = DDP(...)`` records the callee spelling ``"DDP"``), which helper functions it
+  defines and calls, which calls sit under a rank-0 guard. It is computed once per chunk text
+  without knowing the rest of the module.
+- :class:`ModuleFacts` is *derived*: aliases resolved, ``model`` known to be DDP-wrapped in
+  ``main`` and therefore in ``train`` (which ``main`` calls with it), ``sync_metrics`` known to
+  perform a collective. Rules see only this. It changes rarely while a user types, and a
+  chunk's findings are reused while it is unchanged.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from ddp_lsp.core import names as N
+from ddp_lsp.core.ranks import Polarity, RankModel
+
+# Kinds of values the rules care about.
+DDP = "ddp"
+FSDP = "fsdp"
+SCALER = "scaler"
+OPTIMIZER = "optimizer"
+SAMPLER = "sampler"
+LOADER = "loader"
+RANK = "rank"
+
+# Function properties.
+COLLECTIVE = "collective"
+UNSCALES = "unscale"
+NO_SYNC = "no_sync"
+RANK_PREDICATE = "rank_predicate"
+GUARDS_ITSELF = "guards_itself"
+ONLY_CALLED_GUARDED = "only_called_guarded"
+INITS_PG = "init_process_group"
+DESTROYS_PG = "destroy_process_group"
+TRANSITIVE_PROPS = frozenset({COLLECTIVE, UNSCALES, NO_SYNC})
+
+# Callables that return their (first) argument's kind unchanged.
+_TRANSPARENT = frozenset({"torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
+# Well-known wrappers that perform collectives (receiver name, method).
+WRAPPER_COLLECTIVES = frozenset(
+    {
+        ("accelerator", "wait_for_everyone"),
+        ("accelerator", "gather"),
+        ("accelerator", "gather_for_metrics"),
+        ("accelerator", "reduce"),
+        ("accelerator", "pad_across_processes"),
+        ("fabric", "barrier"),
+        ("fabric", "all_reduce"),
+        ("fabric", "all_gather"),
+        ("fabric", "broadcast"),
+        ("comm", "synchronize"),
+        ("comm", "all_gather"),
+        ("comm", "reduce_dict"),
+        ("comm", "bcast"),
+        ("comm", "allreduce"),
+        ("comm", "Barrier"),
+        ("comm", "barrier"),
+        ("comm", "Allreduce"),
+        ("comm", "Bcast"),
+        ("comm", "allgather"),
+        ("xm", "rendezvous"),
+    }
+)
+
+
+@dataclass(frozen=True)
+class Binding:
+    scope: str  # "" module, "train" function, "Trainer.step" method, "Trainer" for self.x
+    path: str  # "model", "self.model"
+    source: tuple[str, ...]  # callee spellings outer -> inner ("torch.compile", "DDP")
+
+
+@dataclass(frozen=True)
+class CallSite:
+    caller: str
+    callee: str  # "helper" or "Trainer.method"
+    args: tuple[tuple[int | str, str], ...]  # (position or keyword, argument path)
+    guarded: bool  # under a rank-0 guard
+
+
+@dataclass(frozen=True)
+class FunctionInfo:
+    qualname: str
+    cls: str | None
+    params: tuple[str, ...]
+    calls: frozenset[str]  # dotted callee spellings ("dist.all_reduce", "helper", "Trainer.m")
+    props: frozenset[str]  # syntactic: unscale, no_sync, rank_predicate, guards_itself
+    line: int  # 0-based, relative to the chunk
+
+
+@dataclass(frozen=True)
+class ChunkFacts:
+    imports: tuple[tuple[str, str], ...] = ()
+    env_markers: bool = False  # "LOCAL_RANK"/"RANK" read from the environment, init_process_group
+    bindings: tuple[Binding, ...] = ()
+    functions: tuple[FunctionInfo, ...] = ()
+    call_sites: tuple[CallSite, ...] = ()
+    loads: frozenset[str] = frozenset()
+
+
+EMPTY_FACTS = ChunkFacts()
+
+
+def extract(tree: ast.Module, member_of: str | None, ranks: RankModel) -> ChunkFacts:
+    """Raw facts of one chunk (``member_of``: the class its methods belong to)."""
+    x = _Extractor(ranks)
+    if member_of is not None:
+        x.class_stack.append(member_of)
+    x.block(tree.body, scope="", guarded=False)
+    return ChunkFacts(
+        imports=tuple(x.imports),
+        env_markers=x.env_markers,
+        bindings=tuple(x.bindings),
+        functions=tuple(x.functions),
+        call_sites=tuple(x.call_sites),
+        loads=frozenset(x.loads),
+    )
+
+
+class _Extractor:
+    def __init__(self, ranks: RankModel) -> None:
+        self.ranks = ranks
+        self.imports: list[tuple[str, str]] = []
+        self.env_markers = False
+        self.bindings: list[Binding] = []
+        self.functions: list[FunctionInfo] = []
+        self.call_sites: list[CallSite] = []
+        self.loads: set[str] = set()
+        self.class_stack: list[str] = []
+        self._calls: list[set[str]] = []  # per open function
+        self._props: list[set[str]] = []
+
+    # -- statements ----------------------------------------------------------------------------
+
+    def block(self, body: list[ast.stmt], scope: str, guarded: bool) -> None:
+        for stmt in body:
+            self.stmt(stmt, scope, guarded)
+            # `if not is_main_process(): return` guards the rest of the block.
+            if (
+                not guarded
+                and isinstance(stmt, ast.If)
+                and stmt.body
+                and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise))
+                and self.ranks.guard(stmt.test) is Polarity.NONZERO
+            ):
+                guarded = True
+
+    def stmt(self, s: ast.stmt, scope: str, guarded: bool) -> None:
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self.function(s, scope)
+            return
+        if isinstance(s, ast.ClassDef):
+            for d in s.decorator_list:
+                self.expr(d, scope, guarded)
+            for b in s.bases:
+                self.expr(b, scope, guarded)
+            self.class_stack.append(s.name)
+            self.block(s.body, scope, guarded)
+            self.class_stack.pop()
+            return
+        if isinstance(s, (ast.Import, ast.ImportFrom)):
+            self.imports.extend(N.import_bindings(s))
+            return
+        if isinstance(s, ast.If):
+            pol = self.ranks.guard(s.test)
+            self.expr(s.test, scope, guarded)
+            self.block(s.body, scope, guarded or pol is Polarity.ZERO)
+            self.block(s.orelse, scope, guarded or pol is Polarity.NONZERO)
+            return
+        if isinstance(s, (ast.Assign, ast.AnnAssign)):
+            value = s.value
+            targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+            if value is not None:
+                for t in targets:
+                    self.bind(t, value, scope)
+            if isinstance(s, ast.AnnAssign):
+                self.annotation(s.target, s.annotation, scope)
+        for child in ast.iter_child_nodes(s):
+            if isinstance(child, ast.stmt):
+                continue
+            if isinstance(child, ast.expr):
+                self.expr(child, scope, guarded)
+            else:  # withitem, excepthandler, match_case, arguments, keyword...
+                for sub in ast.iter_child_nodes(child):
+                    if isinstance(sub, ast.expr):
+                        self.expr(sub, scope, guarded)
+                if isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                    self.block(child.body, scope, guarded)
+        for name in ("body", "orelse", "finalbody"):
+            sub = getattr(s, name, None)
+            if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
+                self.block(sub, scope, guarded)
+
+    def function(self, f: ast.FunctionDef | ast.AsyncFunctionDef, scope: str) -> None:
+        cls = self.class_stack[-1] if self.class_stack and not scope else None
+        if cls is not None:
+            qual = f"{cls}.{f.name}"
+        elif scope:
+            qual = f"{scope}.{f.name}"
+        else:
+            qual = f.name
+        for d in f.decorator_list:
+            self.expr(d, scope, False)
+        params = [a.arg for a in (*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs)]
+        for a in (*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs):
+            if a.annotation is not None:
+                src = N.dotted(a.annotation)
+                if src:
+                    self.bindings.append(Binding(qual, a.arg, (src,)))
+            if a.arg in self.ranks.names:
+                self.bindings.append(Binding(qual, a.arg, ("=rank",)))
+        self._calls.append(set())
+        self._props.append(set())
+        saved_classes = self.class_stack
+        self.class_stack = [cls] if cls else []
+        body_guarded = _guards_itself(f.body, self.ranks)
+        self.block(f.body, qual, body_guarded)
+        self.class_stack = saved_classes
+        calls = self._calls.pop()
+        props = self._props.pop()
+        if body_guarded:
+            props.add(GUARDS_ITSELF)
+        if _is_rank_predicate(f, self.ranks):
+            props.add(RANK_PREDICATE)
+        self.functions.append(
+            FunctionInfo(qual, cls, tuple(params), frozenset(calls), frozenset(props), f.lineno - 1)
+        )
+
+    # -- expressions ---------------------------------------------------------------------------
+
+    def expr(self, e: ast.AST, scope: str, guarded: bool) -> None:
+        for node in ast.walk(e):
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Load):
+                    self.loads.add(node.id)
+            elif isinstance(node, ast.Call):
+                self.call(node, scope, guarded)
+            elif isinstance(node, ast.Attribute):
+                if node.attr in ("no_sync", "require_backward_grad_sync", "accumulate"):
+                    if node.attr != "accumulate" or (N.dotted(node.value) or "").endswith(
+                        "accelerator"
+                    ):
+                        self._prop(NO_SYNC)
+            elif isinstance(node, ast.Constant):
+                if isinstance(node.value, str) and node.value in N.RANK_ENV_VARS:
+                    self.env_markers = True
+            elif isinstance(node, ast.Lambda):
+                pass
+
+    def _prop(self, prop: str) -> None:
+        if self._props:
+            self._props[-1].add(prop)
+
+    def call(self, c: ast.Call, scope: str, guarded: bool) -> None:
+        name = N.dotted(c.func)
+        if name is None:
+            return
+        last = name.rsplit(".", 1)[-1]
+        if last == "unscale_":
+            self._prop(UNSCALES)
+        elif last == "init_process_group":
+            self.env_markers = True
+        callee = name
+        if name.startswith("self.") and name.count(".") == 1 and self.class_stack:
+            callee = f"{self.class_stack[-1]}.{last}"
+        if self._calls:
+            self._calls[-1].add(callee)
+        if "." not in name or callee != name:
+            args: list[tuple[int | str, str]] = []
+            for i, a in enumerate(c.args):
+                p = _path(a)
+                if p:
+                    args.append((i, p))
+            for kw in c.keywords:
+                p = _path(kw.value) if kw.arg else None
+                if p and kw.arg:
+                    args.append((kw.arg, p))
+            self.call_sites.append(CallSite(scope, callee, tuple(args), guarded))
+
+    def bind(self, target: ast.AST, value: ast.AST, scope: str) -> None:
+        path = _path(target)
+        if path is None:
+            return
+        b_scope = scope
+        if path.startswith("self.") and self.class_stack:
+            b_scope = self.class_stack[-1]
+        if self.ranks.is_rank_expr(value):
+            self.bindings.append(Binding(b_scope, path, ("=rank",)))
+            return
+        chain = _call_chain(value)
+        if chain:
+            self.bindings.append(Binding(b_scope, path, chain))
+        elif isinstance(value, (ast.Name, ast.Attribute)):
+            src = _path(value)
+            if src:
+                self.bindings.append(Binding(b_scope, path, ("=alias", src)))
+
+    def annotation(self, target: ast.AST, ann: ast.AST, scope: str) -> None:
+        path = _path(target)
+        src = N.dotted(ann)
+        if path and src:
+            b_scope = self.class_stack[-1] if path.startswith("self.") and self.class_stack else scope
+            self.bindings.append(Binding(b_scope, path, (src,)))
+
+
+def _path(e: ast.AST) -> str | None:
+    """``name`` or ``self.attr``: the places a fact can be attached to."""
+    if isinstance(e, ast.Name):
+        return e.id
+    if (
+        isinstance(e, ast.Attribute)
+        and isinstance(e.value, ast.Name)
+        and e.value.id in ("self", "args", "cfg", "config")
+    ):
+        return f"{e.value.id}.{e.attr}"
+    return None
+
+
+def path_of(e: ast.AST) -> str | None:
+    return _path(e)
+
+
+def _call_chain(value: ast.AST) -> tuple[str, ...]:
+    chain: list[str] = []
+    node = value
+    while isinstance(node, ast.Call):
+        name = N.dotted(node.func)
+        if name is None:
+            break
+        chain.append(name)
+        if not node.args:
+            break
+        node = node.args[0]
+    return tuple(chain)
+
+
+def _guards_itself(body: list[ast.stmt], ranks: RankModel) -> bool:
+    """A body that does its work only on rank 0 (``save_on_master``)."""
+    stmts = [s for s in body if not _is_docstring(s)]
+    if not stmts:
+        return False
+    first = stmts[0]
+    if isinstance(first, ast.If):
+        pol = ranks.guard(first.test)
+        if pol is Polarity.ZERO and len(stmts) == 1 and not first.orelse:
+            return True
+        if (
+            pol is Polarity.NONZERO
+            and first.body
+            and isinstance(first.body[-1], (ast.Return, ast.Raise))
+        ):
+            return True
+    return False
+
+
+def _is_docstring(s: ast.stmt) -> bool:
+    return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(
+        s.value.value, str
+    )
+
+
+def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankModel) -> bool:
+    returns = [n for n in ast.walk(f) if isinstance(n, ast.Return) and n.value is not None]
+    if not returns:
+        return False
+    return all(ranks.guard(r.value) is Polarity.ZERO for r in returns if r.value is not None)
+
+
+# -- module facts -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModuleFacts:
+    """Facts of a whole module, derived from its chunks. Hashable: it keys the findings cache."""
+
+    aliases: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    distributed: bool = False
+    kinds: Mapping[tuple[str, str], str] = field(default_factory=dict, compare=False, hash=False)
+    func_props: Mapping[str, frozenset[str]] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+    func_params: Mapping[str, tuple[str, ...]] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+    rank_predicates: frozenset[str] = frozenset()
+    rank_vars: frozenset[str] = frozenset()
+    names_used: frozenset[str] = frozenset()
+    key: tuple[object, ...] = ()
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ModuleFacts) and self.key == other.key
+
+    def resolve(self, dotted_name: str) -> str | None:
+        return N.resolve(dotted_name, self.aliases)
+
+    def qualname(self, expr: ast.AST) -> str | None:
+        return N.qualname(expr, self.aliases)
+
+    def kind(self, path: str, scope: str, cls: str | None) -> str | None:
+        """What ``path`` (``model``, ``self.scaler``) holds in function ``scope``."""
+        if path.startswith("self."):
+            if cls is None:
+                return None
+            return self.kinds.get((cls, path))
+        s = scope
+        while True:
+            k = self.kinds.get((s, path))
+            if k is not None:
+                return k
+            if not s:
+                return None
+            s = s.rpartition(".")[0] if "." in s else ""
+
+    def names_of_kind(self, kind: str, scope: str, cls: str | None) -> list[str]:
+        """Every path visible in ``scope`` (its own, enclosing and module level) of a kind."""
+        visible = {scope, ""}
+        s = scope
+        while "." in s:
+            s = s.rpartition(".")[0]
+            visible.add(s)
+        if cls:
+            visible.add(cls)
+        out = []
+        for (sc, path), k in self.kinds.items():
+            if k == kind and sc in visible and (not path.startswith("self.") or sc == cls):
+                out.append(path)
+        return sorted(set(out))
+
+    def props(self, qualname: str) -> frozenset[str]:
+        return self.func_props.get(qualname, frozenset())
+
+    def callee_props(self, callee: str, cls: str | None) -> frozenset[str]:
+        """Properties of the function a call spelled ``callee`` reaches in this module."""
+        if callee.startswith("self.") and cls:
+            return self.props(f"{cls}.{callee[5:]}")
+        return self.props(callee)
+
+
+def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> ModuleFacts:
+    chunk_list = list(chunks)
+    aliases: dict[str, str] = {}
+    for cf in chunk_list:
+        for name, qual in cf.imports:
+            aliases.setdefault(name, qual)
+    distributed = assume_distributed or any(cf.env_markers for cf in chunk_list) or any(
+        N.is_distributed_import(q) for q in aliases.values()
+    )
+
+    functions: dict[str, FunctionInfo] = {}
+    for cf in chunk_list:
+        for fi in cf.functions:
+            functions.setdefault(fi.qualname, fi)
+
+    # Kinds from bindings (aliases of aliases resolved in a second pass).
+    kinds: dict[tuple[str, str], str] = {}
+    alias_bindings: list[tuple[str, str, str]] = []
+    for cf in chunk_list:
+        for b in cf.bindings:
+            if b.source[0] == "=alias":
+                alias_bindings.append((b.scope, b.path, b.source[1]))
+                continue
+            k = _kind_of_source(b.source, aliases)
+            if k is not None:
+                kinds.setdefault((b.scope, b.path), k)
+
+    facts = ModuleFacts(aliases=aliases, kinds=kinds)
+    call_sites = [cs for cf in chunk_list for cs in cf.call_sites]
+    # Propagate kinds: `y = x` and parameters from their call sites, to a bounded fixed point.
+    for _ in range(6):
+        changed = False
+        for scope, path, src in alias_bindings:
+            if (scope, path) in kinds:
+                continue
+            cls = scope.split(".", 1)[0] if scope in functions and functions[scope].cls else None
+            k = facts.kind(src, scope, cls)
+            if k is not None:
+                kinds[(scope, path)] = k
+                changed = True
+        for cs in call_sites:
+            target = functions.get(cs.callee)
+            if target is None:
+                continue
+            caller_cls = functions[cs.caller].cls if cs.caller in functions else None
+            for pos, arg_path in cs.args:
+                if isinstance(pos, int):
+                    params = target.params[1:] if target.cls else target.params
+                    if pos >= len(params):
+                        continue
+                    param = params[pos]
+                else:
+                    if pos not in target.params:
+                        continue
+                    param = pos
+                if (target.qualname, param) in kinds:
+                    continue
+                k = facts.kind(arg_path, cs.caller, caller_cls)
+                if k is not None:
+                    kinds[(target.qualname, param)] = k
+                    changed = True
+        if not changed:
+            break
+
+    # Function properties: syntactic ones, collectives by resolved name, then transitively.
+    func_props: dict[str, set[str]] = {}
+    for q, fi in functions.items():
+        props = set(fi.props)
+        for callee in fi.calls:
+            if is_collective_call(callee, aliases):
+                props.add(COLLECTIVE)
+            qual = N.resolve(callee, aliases)
+            if qual == N.INIT_PROCESS_GROUP:
+                props.add(INITS_PG)
+            elif qual == N.DESTROY_PROCESS_GROUP:
+                props.add(DESTROYS_PG)
+        func_props[q] = props
+    for _ in range(len(functions) + 1):
+        changed = False
+        for q, fi in functions.items():
+            for callee in fi.calls:
+                inherited = func_props.get(callee)
+                if inherited is None:
+                    continue
+                new = (inherited & TRANSITIVE_PROPS) - func_props[q]
+                if new:
+                    func_props[q] |= new
+                    changed = True
+        if not changed:
+            break
+    sites_by_callee: dict[str, list[bool]] = {}
+    for cs in call_sites:
+        sites_by_callee.setdefault(cs.callee, []).append(
+            cs.guarded or GUARDS_ITSELF in func_props.get(cs.caller, ())
+        )
+    for q, guards in sites_by_callee.items():
+        if q in func_props and guards and all(guards):
+            func_props[q].add(ONLY_CALLED_GUARDED)
+
+    rank_predicates = frozenset(
+        q.rsplit(".", 1)[-1] for q, p in func_props.items() if RANK_PREDICATE in p
+    )
+    rank_vars = frozenset(path for (_, path), k in kinds.items() if k == RANK)
+    names_used = frozenset().union(*(cf.loads for cf in chunk_list)) if chunk_list else frozenset()
+    frozen_props = {q: frozenset(p) for q, p in func_props.items()}
+    params = {q: fi.params for q, fi in functions.items()}
+    key = (
+        tuple(sorted(aliases.items())),
+        distributed,
+        tuple(sorted(kinds.items())),
+        tuple(sorted((q, tuple(sorted(p))) for q, p in frozen_props.items())),
+        tuple(sorted(params.items())),
+        rank_predicates,
+        rank_vars,
+        names_used,
+    )
+    return ModuleFacts(
+        aliases=aliases,
+        distributed=distributed,
+        kinds=kinds,
+        func_props=frozen_props,
+        func_params=params,
+        rank_predicates=rank_predicates,
+        rank_vars=rank_vars,
+        names_used=names_used,
+        key=key,
+    )
+
+
+def _kind_of_source(source: tuple[str, ...], aliases: Mapping[str, str]) -> str | None:
+    if source[0] == "=rank":
+        return RANK
+    for spelled in source:
+        qual = N.resolve(spelled, aliases)
+        if qual is None:
+            return None
+        kind = kind_of_qualname(qual)
+        if kind is not None:
+            return kind
+        if qual not in _TRANSPARENT:
+            return None
+    return None
+
+
+def kind_of_qualname(qual: str) -> str | None:
+    if qual == N.DDP:
+        return DDP
+    if qual == N.FSDP:
+        return FSDP
+    if qual in N.GRAD_SCALERS:
+        return SCALER
+    if qual == N.DISTRIBUTED_SAMPLER:
+        return SAMPLER
+    if qual == N.DATALOADER:
+        return LOADER
+    if N.is_optimizer_class(qual):
+        return OPTIMIZER
+    return None
+
+
+def is_collective_call(callee: str, aliases: Mapping[str, str]) -> bool:
+    qual = N.resolve(callee, aliases)
+    if qual is not None and qual in N.COLLECTIVES:
+        return True
+    parts = callee.rsplit(".", 2)
+    if len(parts) >= 2:
+        receiver, method = parts[-2], parts[-1]
+        if (receiver, method) in WRAPPER_COLLECTIVES:
+            return True
+    return False
+
+
+def iter_functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node

@@ -1,0 +1,138 @@
+"""Applying fixes to text: single fixes, fix-all, and the imports fixes need.
+
+Fix-all applies every chosen fix whose edits do not overlap an already accepted one, then
+re-analyses and repeats (a fix can only be judged against the text it was computed for), up to
+a bound; the result is a fixed point, so running it again changes nothing (idempotence).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable, Sequence
+
+from ddp_lsp.core.types import Edit, Finding, Fix, Pos, Span
+
+MAX_PASSES = 10
+
+
+def _offsets(lines: Sequence[str]) -> list[int]:
+    out = [0]
+    for line in lines:
+        out.append(out[-1] + len(line))
+    return out
+
+
+def _offset(pos: Pos, lines: Sequence[str], starts: list[int]) -> int:
+    if pos.line >= len(lines):
+        return starts[-1]
+    body = len(lines[pos.line].rstrip("\r\n"))
+    return starts[pos.line] + min(pos.col, body if pos.col <= body else len(lines[pos.line]))
+
+
+def apply_edits(text: str, edits: Iterable[Edit]) -> str:
+    """Apply non-overlapping edits (positions refer to ``text``); identical edits apply once."""
+    from ddp_lsp.core.document import split_lines
+
+    lines = split_lines(text)
+    starts = _offsets(lines)
+    resolved = sorted(
+        {(_offset(e.span.start, lines, starts), _offset(e.span.end, lines, starts), e.text) for e in edits},
+        key=lambda t: (t[0], t[1]),
+    )
+    out: list[str] = []
+    cursor = 0
+    for a, b, new in resolved:
+        if a < cursor:
+            raise ValueError("overlapping edits")
+        out.append(text[cursor:a])
+        out.append(new)
+        cursor = b
+    out.append(text[cursor:])
+    return "".join(out)
+
+
+def _ranges(fix: Fix) -> list[tuple[Pos, Pos]]:
+    return [(e.span.start, e.span.end) for e in fix.edits]
+
+
+def _overlaps(a: tuple[Pos, Pos], b: tuple[Pos, Pos]) -> bool:
+    # Two insertions at the same point conflict too (their order would be arbitrary).
+    if a[0] == a[1] and b[0] == b[1]:
+        return a[0] == b[0]
+    return a[0] < b[1] and b[0] < a[1] or (a[0] == a[1] and b[0] <= a[0] < b[1]) or (
+        b[0] == b[1] and a[0] <= b[0] < a[1]
+    )
+
+
+def select_non_overlapping(fixes: Iterable[Fix]) -> list[Fix]:
+    accepted: list[Fix] = []
+    taken: list[tuple[Pos, Pos]] = []
+    taken_edits: set[Edit] = set()
+    for fix in fixes:
+        ranges = [r for e, r in zip(fix.edits, _ranges(fix)) if e not in taken_edits]
+        if any(_overlaps(r, t) for r in ranges for t in taken):
+            continue
+        accepted.append(fix)
+        for e in fix.edits:
+            if e not in taken_edits:
+                taken_edits.add(e)
+                taken.append((e.span.start, e.span.end))
+    return accepted
+
+
+def fix_all(
+    text: str,
+    analyze: Callable[[str], Sequence[Finding]],
+    choose: Callable[[Finding], Fix | None],
+) -> tuple[str, int]:
+    """Apply fixes until none applies; returns (new text, number of fixes applied)."""
+    applied = 0
+    for _ in range(MAX_PASSES):
+        findings = analyze(text)
+        fixes = [f for f in (choose(x) for x in findings) if f is not None]
+        if not fixes:
+            break
+        chosen = select_non_overlapping(fixes)
+        new = apply_edits(text, [e for f in chosen for e in f.edits])
+        if new == text:
+            break
+        applied += len(chosen)
+        text = new
+    return text, applied
+
+
+# -- imports --------------------------------------------------------------------------------
+
+
+def import_insertion_line(body_chunks: Sequence[tuple[int, ast.Module | None, int]]) -> int:
+    """The line after the module's leading docstring, ``__future__`` and import block.
+
+    ``body_chunks`` are (chunk start line, tree, line base) of the first chunks.
+    """
+    line = 0
+    for start, tree, base in body_chunks:
+        if tree is None:
+            return line
+        for stmt in tree.body:
+            is_doc = (
+                isinstance(stmt, ast.Expr)
+                and isinstance(stmt.value, ast.Constant)
+                and isinstance(stmt.value.value, str)
+                and line == 0
+            )
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)) or is_doc:
+                line = start + (stmt.end_lineno or stmt.lineno) - 1 + base + 1
+                continue
+            return line
+    return line
+
+
+def import_edit(imports: Sequence[str], present: Callable[[str], bool], line: int, newline: str) -> Edit | None:
+    missing = []
+    for stmt in imports:
+        if stmt not in missing and not present(stmt):
+            missing.append(stmt)
+    if not missing:
+        return None
+    text = "".join(f"{m}{newline}" for m in missing)
+    return Edit(Span(Pos(line, 0), Pos(line, 0)), text)

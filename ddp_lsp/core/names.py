@@ -1,0 +1,184 @@
+"""What the analysis knows about PyTorch's API, by qualified name, and how to resolve names.
+
+Rules ask "is this call ``torch.distributed.barrier``?", never "is it spelled ``barrier``?".
+A dotted expression is resolved through the module's import aliases
+(``import torch.distributed as dist`` makes ``dist.barrier`` ``torch.distributed.barrier``)
+and then canonicalised, so the public path and the defining module's path are the same name.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+
+# Several public spellings of one object; rules compare canonical names only.
+CANONICAL: dict[str, str] = {
+    "torch.nn.parallel.distributed.DistributedDataParallel": (
+        "torch.nn.parallel.DistributedDataParallel"
+    ),
+    "torch.nn.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel": (
+        "torch.distributed.fsdp.FullyShardedDataParallel"
+    ),
+    "torch.amp.grad_scaler.GradScaler": "torch.amp.GradScaler",
+    "torch.cuda.amp.grad_scaler.GradScaler": "torch.cuda.amp.GradScaler",
+    "torch.cuda.amp.autocast_mode.autocast": "torch.cuda.amp.autocast",
+    "torch.amp.autocast_mode.autocast": "torch.amp.autocast",
+    "torch.autocast": "torch.amp.autocast",
+    "torch.utils.data.distributed.DistributedSampler": "torch.utils.data.DistributedSampler",
+    "torch.utils.data.dataloader.DataLoader": "torch.utils.data.DataLoader",
+    "torch.nn.utils.clip_grad.clip_grad_norm_": "torch.nn.utils.clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_value_": "torch.nn.utils.clip_grad_value_",
+    "torch.distributed.distributed_c10d.barrier": "torch.distributed.barrier",
+    "torch.nn.SyncBatchNorm.convert_sync_batchnorm": "torch.nn.SyncBatchNorm.convert_sync_batchnorm",
+    "torch.nn.modules.batchnorm.SyncBatchNorm": "torch.nn.SyncBatchNorm",
+    "torch.nn.modules.batchnorm.SyncBatchNorm.convert_sync_batchnorm": (
+        "torch.nn.SyncBatchNorm.convert_sync_batchnorm"
+    ),
+}
+
+DDP = "torch.nn.parallel.DistributedDataParallel"
+FSDP = "torch.distributed.fsdp.FullyShardedDataParallel"
+GRAD_SCALERS = frozenset(
+    {
+        "torch.amp.GradScaler",
+        "torch.cuda.amp.GradScaler",
+        "torch.cpu.amp.GradScaler",
+        "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+    }
+)
+DEPRECATED_AMP = {
+    "torch.cuda.amp.autocast": "torch.amp.autocast",
+    "torch.cuda.amp.GradScaler": "torch.amp.GradScaler",
+}
+DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
+DATALOADER = "torch.utils.data.DataLoader"
+CLIP_GRAD = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_"})
+INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
+DESTROY_PROCESS_GROUP = "torch.distributed.destroy_process_group"
+TORCH_SAVE = "torch.save"
+TORCH_LOAD = "torch.load"
+
+# torch.distributed functions every rank of the group must call.
+COLLECTIVE_FUNCTIONS = frozenset(
+    {
+        "barrier",
+        "monitored_barrier",
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "all_gather_coalesced",
+        "broadcast",
+        "broadcast_object_list",
+        "reduce",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "all_to_all",
+        "all_to_all_single",
+        "new_group",
+        "destroy_process_group",
+    }
+)
+COLLECTIVES = frozenset(f"torch.distributed.{name}" for name in COLLECTIVE_FUNCTIONS)
+
+OPTIMIZER_PREFIXES = (
+    "torch.optim.",
+    "apex.optimizers.",
+    "bitsandbytes.optim.",
+    "torch.distributed.optim.",
+    "timm.optim.",
+    "transformers.optimization.",
+)
+NOT_OPTIMIZERS_PREFIXES = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+OPTIMIZER_FACTORIES = frozenset(
+    {"timm.optim.create_optimizer_v2", "timm.optim.create_optimizer", "transformers.AdamW"}
+)
+
+# Markers of code that runs as several processes (RULES.md "Distributed context").
+DISTRIBUTED_MODULE_PREFIXES = (
+    "torch.distributed",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed",
+    "torch.utils.data.DistributedSampler",
+    "torch.utils.data.distributed",
+    "torch.multiprocessing.spawn",
+    "accelerate",
+    "deepspeed",
+    "torch.nn.SyncBatchNorm",
+)
+RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK"})
+
+
+def canonical(name: str) -> str:
+    return CANONICAL.get(name, name)
+
+
+def dotted(expr: ast.AST) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, else None (calls, subscripts...)."""
+    parts: list[str] = []
+    node = expr
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def resolve(name: str, aliases: Mapping[str, str]) -> str | None:
+    """Qualify a dotted name through import aliases; None when its head was not imported."""
+    head, _, rest = name.partition(".")
+    target = aliases.get(head)
+    if target is None:
+        return None
+    return canonical(f"{target}.{rest}" if rest else target)
+
+
+def qualname(expr: ast.AST, aliases: Mapping[str, str]) -> str | None:
+    name = dotted(expr)
+    return None if name is None else resolve(name, aliases)
+
+
+def is_optimizer_class(qual: str) -> bool:
+    if qual in OPTIMIZER_FACTORIES:
+        return True
+    if qual.startswith(NOT_OPTIMIZERS_PREFIXES):
+        return False
+    if not qual.startswith(OPTIMIZER_PREFIXES):
+        return False
+    last = qual.rsplit(".", 1)[-1]
+    # torch.optim.Optimizer itself, classes only (modules such as torch.optim.adamw are not).
+    return last[:1].isupper() or last.startswith("create_optimizer")
+
+
+def is_distributed_import(qual: str) -> bool:
+    return qual.startswith(DISTRIBUTED_MODULE_PREFIXES)
+
+
+def import_bindings(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str]]:
+    """(bound name, qualified name) for each name an import statement binds."""
+    out: list[tuple[str, str]] = []
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.asname:
+                out.append((alias.asname, canonical(alias.name)))
+            else:
+                head = alias.name.split(".", 1)[0]
+                out.append((head, head))
+        return out
+    if node.level:  # relative imports name modules of this project, not torch
+        base = "." * node.level + (node.module or "")
+    else:
+        base = node.module or ""
+    for alias in node.names:
+        if alias.name == "*":
+            continue
+        out.append((alias.asname or alias.name, canonical(f"{base}.{alias.name}")))
+    return out

@@ -1,0 +1,420 @@
+"""The Rule base class and the context a rule sees for one chunk.
+
+A rule module defines one ``Rule`` subclass with ``meta`` (a :class:`RuleMeta`), a docstring
+with the fixed headings (What it does / Why is this bad? / Example / Use instead / Fix /
+Known false positives / References), ``check(ctx)`` yielding findings, and its own ``CASES``.
+
+Rules see a chunk's ``ast`` tree and the module's :class:`ModuleFacts`; positions they report
+are relative to the chunk (the engine moves them). All rules share one traversal of the chunk
+(:meth:`ChunkContext.nodes`, :meth:`ChunkContext.parent`), built once per parse.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, TypeVar
+
+from ddp_lsp.core.facts import ModuleFacts, path_of
+from ddp_lsp.core.ranks import Polarity, RankModel
+from ddp_lsp.core.types import Edit, Finding, Fix, Pos, Related, RuleMeta, Span
+
+if TYPE_CHECKING:
+    from ddp_lsp.config import Settings
+    from ddp_lsp.core.document import ParsedChunk
+
+T = TypeVar("T", bound=ast.AST)
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+@dataclass(frozen=True)
+class Valid:
+    """A snippet the rule must stay silent on (a trap from RULES.md, or real-world idiom)."""
+
+    code: str
+    note: str = ""
+    distributed: bool = True
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A snippet with the findings marked ``«like this»`` and the text after the preferred fix.
+
+    ``fixed`` is None when the rule offers no fix for it; ``fix_title`` selects another fix.
+    """
+
+    code: str
+    fixed: str | None = None
+    note: str = ""
+    fix_title: str | None = None
+    distributed: bool = True
+
+
+class Index:
+    """One shared traversal of a chunk: nodes by type and each node's parent."""
+
+    def __init__(self, body: Sequence[ast.stmt]) -> None:
+        self.by_type: dict[type, list[ast.AST]] = {}
+        self.parents: dict[int, ast.AST] = {}
+        stack: list[ast.AST] = list(reversed(body))
+        order: list[ast.AST] = []
+        while stack:
+            node = stack.pop()
+            order.append(node)
+            children = list(ast.iter_child_nodes(node))
+            for child in children:
+                self.parents[id(child)] = node
+            stack.extend(reversed(children))
+        for node in order:
+            self.by_type.setdefault(type(node), []).append(node)
+
+
+class ChunkContext:
+    """What a rule can ask about the chunk it is checking."""
+
+    def __init__(
+        self,
+        chunk: ParsedChunk,
+        facts: ModuleFacts,
+        settings: Settings,
+        ranks: RankModel,
+        machine: object | None = None,
+    ) -> None:
+        self.chunk = chunk
+        self.facts = facts
+        self.settings = settings
+        self.ranks = ranks
+        self.machine = machine  # preflight facts when known (MachineFacts), else None
+        self.body: list[ast.stmt] = chunk.body
+        self.member_of = chunk.member_of
+        self._line_base = chunk.line_base
+        if chunk.index is None:
+            chunk.index = Index(chunk.body)
+        assert isinstance(chunk.index, Index)
+        self._index: Index = chunk.index
+
+    # -- traversal -----------------------------------------------------------------------------
+
+    def nodes(self, *types: type[T]) -> list[T]:
+        """Every node of these types in the chunk, in source order per type."""
+        if len(types) == 1:
+            return list(self._index.by_type.get(types[0], ()))  # type: ignore[arg-type]
+        out: list[ast.AST] = []
+        for t in types:
+            out.extend(self._index.by_type.get(t, ()))
+        out.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+        return out  # type: ignore[return-value]
+
+    def calls(self) -> list[ast.Call]:
+        return self.nodes(ast.Call)
+
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        return self._index.parents.get(id(node))
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        p = self.parent(node)
+        while p is not None:
+            yield p
+            p = self.parent(p)
+
+    def enclosing_function(self, node: ast.AST) -> FunctionNode | None:
+        for a in self.ancestors(node):
+            if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return a
+        return None
+
+    def enclosing_loops(self, node: ast.AST) -> list[ast.For | ast.AsyncFor | ast.While]:
+        """Loops around ``node`` inside its function, innermost first."""
+        out: list[ast.For | ast.AsyncFor | ast.While] = []
+        for a in self.ancestors(node):
+            if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                break
+            if isinstance(a, LOOPS):
+                out.append(a)
+        return out
+
+    def statement(self, node: ast.AST) -> ast.stmt:
+        """The smallest statement containing ``node``."""
+        cur: ast.AST = node
+        while not isinstance(cur, ast.stmt):
+            p = self.parent(cur)
+            if p is None:
+                break
+            cur = p
+        assert isinstance(cur, ast.stmt)
+        return cur
+
+    def block_of(self, stmt: ast.stmt) -> tuple[list[ast.stmt], int]:
+        """The statement list holding ``stmt`` and its index there."""
+        parent = self.parent(stmt)
+        lists: list[list[ast.stmt]] = []
+        if parent is None:
+            lists.append(self.body)
+        else:
+            for name in ("body", "orelse", "finalbody", "handlers"):
+                seq = getattr(parent, name, None)
+                if isinstance(seq, list):
+                    lists.append(seq)
+        for seq in lists:
+            for i, s in enumerate(seq):
+                if s is stmt:
+                    return seq, i
+        return [stmt], 0
+
+    def scope(self, node: ast.AST) -> tuple[str, str | None]:
+        """(function qualname as in the facts, class name) for the code at ``node``."""
+        names: list[str] = []
+        cls: str | None = None
+        for a in self.ancestors(node):
+            if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.append(a.name)
+            elif isinstance(a, ast.ClassDef):
+                cls = a.name
+                names.append(a.name)
+                break
+        if cls is None and self.member_of is not None and names:
+            cls = self.member_of
+            names.append(cls)
+        names.reverse()
+        return ".".join(names), cls
+
+    # -- facts ---------------------------------------------------------------------------------
+
+    def qualname(self, expr: ast.AST) -> str | None:
+        return self.facts.qualname(expr)
+
+    def call_qualname(self, call: ast.Call) -> str | None:
+        return self.facts.qualname(call.func)
+
+    def kind(self, expr: ast.AST, at: ast.AST | None = None) -> str | None:
+        """What ``expr`` (``model``, ``self.scaler``) holds where it is used."""
+        path = path_of(expr)
+        if path is None:
+            return None
+        scope, cls = self.scope(at if at is not None else expr)
+        return self.facts.kind(path, scope, cls)
+
+    def names_of_kind(self, kind: str, at: ast.AST) -> list[str]:
+        scope, cls = self.scope(at)
+        return self.facts.names_of_kind(kind, scope, cls)
+
+    def callee_props(self, call: ast.Call, at: ast.AST | None = None) -> frozenset[str]:
+        """Properties of the same-file function a call reaches (``helper()``, ``self.m()``)."""
+        from ddp_lsp.core.names import dotted
+
+        name = dotted(call.func)
+        if name is None:
+            return frozenset()
+        _, cls = self.scope(at if at is not None else call)
+        return self.facts.callee_props(name, cls)
+
+    def guard_of(self, node: ast.AST) -> tuple[ast.If, Polarity, bool] | None:
+        """The innermost rank guard whose branch holds ``node``: (if, polarity, in_else)."""
+        child: ast.AST = node
+        for a in self.ancestors(node):
+            if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                return None
+            if isinstance(a, ast.If) and child is not a.test:
+                pol = self.ranks.guard(a.test)
+                if pol is not None:
+                    in_else = any(child is s for s in a.orelse)
+                    return a, (pol.negated() if in_else else pol), in_else
+            child = a
+        return None
+
+    def runs_only_on_rank0(self, node: ast.AST) -> bool:
+        """``node`` sits under a rank-0 guard, after a ``if rank != 0: return``, or in a
+        function that guards itself or is only called under a guard."""
+        child: ast.AST = node
+        for a in self.ancestors(node):
+            if isinstance(a, ast.If) and child is not a.test:
+                pol = self.ranks.guard(a.test)
+                if pol is not None:
+                    in_else = any(child is s for s in a.orelse)
+                    if (pol.negated() if in_else else pol) is Polarity.ZERO:
+                        return True
+            if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if self._early_exit_guard(a.body, child):
+                    return True
+                qual, _ = self.scope(child)
+                from ddp_lsp.core.facts import GUARDS_ITSELF, ONLY_CALLED_GUARDED
+
+                props = self.facts.props(qual)
+                return GUARDS_ITSELF in props or ONLY_CALLED_GUARDED in props
+            if isinstance(a, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)):
+                body = getattr(a, "body", [])
+                if isinstance(child, ast.stmt) and self._early_exit_guard(body, child):
+                    return True
+            child = a
+        return self._early_exit_guard(self.body, child)
+
+    def _early_exit_guard(self, body: list[ast.stmt], upto: ast.AST) -> bool:
+        for s in body:
+            if s is upto:
+                return False
+            if (
+                isinstance(s, ast.If)
+                and s.body
+                and isinstance(s.body[-1], (ast.Return, ast.Raise, ast.Continue))
+                and self.ranks.guard(s.test) is Polarity.NONZERO
+            ):
+                return True
+        return False
+
+    # -- source and positions ------------------------------------------------------------------
+
+    def line(self, node_line: int) -> str:
+        """The chunk line for an ast ``lineno`` (1-based, as ast reports it)."""
+        idx = node_line - 1 + self._line_base
+        lines = self.chunk.lines
+        return lines[idx] if 0 <= idx < len(lines) else ""
+
+    def rel_line(self, node_line: int) -> int:
+        return node_line - 1 + self._line_base
+
+    def _col(self, node_line: int, byte_col: int) -> int:
+        text = self.line(node_line)
+        if text.isascii():
+            return byte_col
+        return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
+
+    def pos(self, node_line: int, byte_col: int) -> Pos:
+        return Pos(self.rel_line(node_line), self._col(node_line, byte_col))
+
+    def span(self, node: ast.AST, end: ast.AST | None = None) -> Span:
+        last = end if end is not None else node
+        start = self.pos(node.lineno, node.col_offset)  # type: ignore[attr-defined]
+        stop = self.pos(
+            last.end_lineno or last.lineno,  # type: ignore[attr-defined]
+            last.end_col_offset if last.end_col_offset is not None else 0,  # type: ignore[attr-defined]
+        )
+        return Span(start, stop)
+
+    def segment(self, node: ast.AST) -> str:
+        sp = self.span(node)
+        lines = self.chunk.lines
+        if sp.start.line == sp.end.line:
+            return lines[sp.start.line][sp.start.col : sp.end.col]
+        parts = [lines[sp.start.line][sp.start.col :]]
+        parts.extend(lines[sp.start.line + 1 : sp.end.line])
+        parts.append(lines[sp.end.line][: sp.end.col])
+        return "".join(parts)
+
+    def indent_of(self, stmt: ast.stmt) -> str:
+        text = self.line(stmt.lineno)
+        return text[: len(text) - len(text.lstrip(" \t"))]
+
+    def indent_unit(self, stmt: ast.stmt) -> str:
+        """The indentation step used around ``stmt`` (4 spaces unless the code says else)."""
+        for a in self.ancestors(stmt):
+            if isinstance(a, ast.stmt):
+                outer = self.indent_of(a)
+                inner = self.indent_of(stmt)
+                if inner.startswith(outer) and len(inner) > len(outer):
+                    step = inner[len(outer) :]
+                    depth = sum(
+                        1 for x in self.ancestors(stmt) if isinstance(x, ast.stmt)
+                    ) - sum(1 for x in self.ancestors(a) if isinstance(x, ast.stmt))
+                    if depth == 1:
+                        return step
+                break
+        return "\t" if self.indent_of(stmt).startswith("\t") else "    "
+
+    def stmt_lines(self, stmt: ast.stmt) -> tuple[int, int]:
+        """Chunk-relative first and last line of a statement, decorators and comments on its
+        last line included."""
+        first = stmt.lineno
+        decorators = getattr(stmt, "decorator_list", None)
+        if decorators:
+            first = min(d.lineno for d in decorators)
+        return self.rel_line(first), self.rel_line(stmt.end_lineno or stmt.lineno)
+
+    def insert_before(self, stmt: ast.stmt, code: str) -> Edit:
+        """Insert ``code`` (one or more lines, no indent) as statements just before ``stmt``."""
+        first, _ = self.stmt_lines(stmt)
+        indent = self.indent_of(stmt)
+        text = "".join(f"{indent}{line}\n" for line in code.splitlines())
+        return Edit(Span(Pos(first, 0), Pos(first, 0)), text)
+
+    def insert_after(self, stmt: ast.stmt, code: str) -> Edit:
+        _, last = self.stmt_lines(stmt)
+        indent = self.indent_of(stmt)
+        text = "".join(f"{indent}{line}\n" for line in code.splitlines())
+        return Edit(Span(Pos(last + 1, 0), Pos(last + 1, 0)), text)
+
+    def delete_lines(self, first: int, last: int) -> Edit:
+        """Remove chunk-relative lines ``first..last`` entirely."""
+        return Edit(Span(Pos(first, 0), Pos(last + 1, 0)), "")
+
+    def replace_node(self, node: ast.AST, text: str) -> Edit:
+        return Edit(self.span(node), text)
+
+    def string_lines(self, stmt: ast.stmt) -> set[int]:
+        """Chunk-relative lines inside ``stmt`` that start inside a multi-line string (their
+        indentation is content and must not change when a fix re-indents the statement)."""
+        out: set[int] = set()
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.Constant, ast.JoinedStr)) and (node.end_lineno or 0) > node.lineno:
+                if isinstance(node, ast.Constant) and not isinstance(node.value, (str, bytes)):
+                    continue
+                out.update(range(self.rel_line(node.lineno) + 1, self.rel_line(node.end_lineno or 0) + 1))
+        return out
+
+    def reindent(self, first: int, last: int, extra: str, skip: set[int] | None = None) -> list[Edit]:
+        """Edits that add ``extra`` in front of every non-blank line ``first..last``."""
+        edits = []
+        for rel in range(first, last + 1):
+            if skip and rel in skip:
+                continue
+            text = self.chunk.lines[rel] if rel < len(self.chunk.lines) else ""
+            if text.strip():
+                edits.append(Edit(Span(Pos(rel, 0), Pos(rel, 0)), extra))
+        return edits
+
+    def spell(self, qual: str) -> tuple[str, tuple[str, ...]]:
+        """How to write ``torch.distributed.get_rank`` here, and the import it needs (if any)."""
+        module, _, attr = qual.rpartition(".")
+        for name, target in sorted(self.facts.aliases.items()):
+            if target == qual:
+                return name, ()
+        for name, target in sorted(self.facts.aliases.items()):
+            if target == module:
+                return f"{name}.{attr}", ()
+        head = qual.split(".", 1)[0]
+        if self.facts.aliases.get(head) == head:
+            return qual, ()
+        return qual, (f"import {module}",)
+
+    # -- findings ------------------------------------------------------------------------------
+
+    def finding(
+        self,
+        rule: Rule,
+        where: ast.AST | Span,
+        message: str,
+        fixes: Sequence[Fix] = (),
+        related: Sequence[Related] = (),
+    ) -> Finding:
+        span = where if isinstance(where, Span) else self.span(where)
+        return Finding(
+            rule_id=rule.meta.id,
+            span=span,
+            message=message,
+            severity=rule.meta.severity,
+            fixes=tuple(fixes),
+            related=tuple(related),
+            tags=rule.meta.tags,
+            name=rule.meta.name,
+        )
+
+
+class Rule:
+    """Base class of every rule: ``meta``, a docstring with the fixed headings, ``check``."""
+
+    meta: ClassVar[RuleMeta]
+    cases: ClassVar[Sequence[Valid | Invalid]] = ()
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        raise NotImplementedError

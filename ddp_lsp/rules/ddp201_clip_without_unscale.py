@@ -1,0 +1,338 @@
+"""DDP201 clip-without-unscale.
+
+## What it does
+Finds `torch.nn.utils.clip_grad_norm_` / `clip_grad_value_` called on gradients produced by
+`scaler.scale(loss).backward()` without `scaler.unscale_(optimizer)` before the clip.
+
+## Why is this bad?
+With a `GradScaler`, the gradients after `scaler.scale(loss).backward()` are multiplied by the
+loss scale (65,536 at the start). Clipping them compares the *scaled* norm with your threshold,
+so almost every step is clipped by a factor of thousands: the real update shrinks towards zero
+and training stalls with a flat loss, without any error. The required order is
+`scaler.scale(loss).backward()`, `scaler.unscale_(optimizer)`, clip, `scaler.step(optimizer)`,
+`scaler.update()`.
+
+## Example
+```python
+scaler.scale(loss).backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+scaler.step(optimizer)
+scaler.update()
+```
+
+## Use instead
+```python
+scaler.scale(loss).backward()
+scaler.unscale_(optimizer)
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+scaler.step(optimizer)
+scaler.update()
+```
+
+## Fix
+Inserts `scaler.unscale_(optimizer)` on the line before the clip, with the scaler and optimizer
+names taken from `scaler.step(optimizer)` in the same function, or from the only optimizer in
+scope. When it cannot tell which optimizer, it offers no fix.
+
+## Known false positives
+`GradScaler(enabled=False)` is reported too: the order is still wrong the day AMP is turned on.
+Scaler wrappers that unscale themselves (timm's `NativeScaler` called with `clip_grad=`) are
+not reported, and neither is `unscale_` called through a helper function of the same file.
+
+## References
+- https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core import names as N
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
+from ddp_lsp.rules import _patterns as P
+
+
+class ClipWithoutUnscale(Rule):
+    meta = RuleMeta(
+        id="DDP201",
+        name="clip-without-unscale",
+        severity=Severity.ERROR,
+        summary="Gradient clipping on scaled gradients: call scaler.unscale_(optimizer) first.",
+        fix=FixAvailability.SOMETIMES,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        for call in ctx.calls():
+            qual = ctx.call_qualname(call)
+            if qual not in N.CLIP_GRAD:
+                continue
+            root = P.scope_root(ctx, call)
+            scaled = [
+                b for b in P.backwards_in(root) if b.scaler is not None and P.before(b.call, call)
+            ]
+            if not scaled:
+                continue
+            backward = scaled[-1]
+            scaler = backward.scaler
+            assert scaler is not None
+            if self._unscaled_before(ctx, root, scaler, call):
+                continue
+            scaler_text = ctx.segment(scaler)
+            clip_name = qual.rsplit(".", 1)[-1]
+            fixes = []
+            optimizer = self._optimizer(ctx, root, scaler, call)
+            stmt = ctx.statement(call)
+            late = self._unscale_after(ctx, root, scaler, call)
+            if late is not None and P.starts_own_line(ctx, stmt):
+                # Moving it, not adding a second one: unscale_ twice before update() raises.
+                first, last = ctx.stmt_lines(late)
+                fixes.append(
+                    Fix(
+                        title=f"Move {ctx.segment(late).strip()} before {clip_name}",
+                        edits=(
+                            ctx.insert_before(stmt, ctx.segment(late)),
+                            ctx.delete_lines(first, last),
+                        ),
+                        safe=True,
+                        preferred=True,
+                    )
+                )
+            elif late is None and optimizer is not None and P.starts_own_line(ctx, stmt):
+                fixes.append(
+                    Fix(
+                        title=f"Insert {scaler_text}.unscale_({optimizer}) before {clip_name}",
+                        edits=(ctx.insert_before(stmt, f"{scaler_text}.unscale_({optimizer})"),),
+                        safe=True,
+                        preferred=True,
+                    )
+                )
+            opt_text = optimizer or "optimizer"
+            yield ctx.finding(
+                self,
+                call,
+                f"`{clip_name}` clips gradients still multiplied by the loss scale of "
+                f"`{scaler_text}`: call `{scaler_text}.unscale_({opt_text})` before clipping, "
+                "or the real gradients are crushed and training stalls",
+                fixes=fixes,
+                related=(Related(ctx.span(backward.call), "gradients are scaled here"),),
+            )
+
+    @staticmethod
+    def _unscaled_before(
+        ctx: ChunkContext, root: ast.AST, scaler: ast.expr, clip: ast.Call
+    ) -> bool:
+        for c in P.calls_in(root, "unscale_"):
+            assert isinstance(c.func, ast.Attribute)
+            if P.before(c, clip) and P.same_path(c.func.value, scaler):
+                return True
+        for node in P.walk_scope(root):
+            if isinstance(node, ast.Call) and P.before(node, clip):
+                if K.UNSCALES in ctx.callee_props(node):
+                    return True
+        return False
+
+    @staticmethod
+    def _unscale_after(
+        ctx: ChunkContext, root: ast.AST, scaler: ast.expr, clip: ast.Call
+    ) -> ast.stmt | None:
+        """A later ``scaler.unscale_(opt)`` statement in the same block as the clip."""
+        stmt = ctx.statement(clip)
+        block, idx = ctx.block_of(stmt)
+        for later in block[idx + 1 :]:
+            if isinstance(later, ast.Expr):
+                c = P.method_call(later.value, "unscale_")
+                if c is not None and P.same_path(c.func.value, scaler):  # type: ignore[attr-defined]
+                    return later
+        return None
+
+    @staticmethod
+    def _optimizer(
+        ctx: ChunkContext, root: ast.AST, scaler: ast.expr, at: ast.AST
+    ) -> str | None:
+        opt = P.scaler_step_optimizer(root, scaler)
+        if opt is not None:
+            return ctx.segment(opt)
+        return P.only_optimizer(ctx, at)
+
+
+_HEAD = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+ClipWithoutUnscale.cases = (
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        note="the documented order",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def unscale_all(scaler, optimizer):
+    scaler.unscale_(optimizer)
+
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        unscale_all(scaler, optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        note="unscale_ through a helper in the same file",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from timm.utils import NativeScaler
+
+loss_scaler = NativeScaler()
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        loss = model(x).sum()
+        loss_scaler(loss, optimizer, clip_grad=1.0, parameters=model.parameters())
+""",
+        note="timm's NativeScaler unscales before clipping itself",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer):
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+""",
+        note="no GradScaler: nothing is scaled",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler, accelerator):
+    for x, y in loader:
+        accelerator.backward(model(x).sum())
+        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+""",
+        note="accelerate's clip_grad_norm_ unscales first",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        # keep the update stable
+        «torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)»
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        # keep the update stable
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from torch.nn.utils import clip_grad_value_
+
+class Trainer:
+    def __init__(self, model, opt):
+        self.model = DDP(model)
+        self.opt = opt
+        self.scaler = torch.cuda.amp.GradScaler(enabled=False)
+
+    def step(self, batch, accum):
+        self.scaler.scale(self.model(batch).sum()).backward()
+        if accum:
+            «clip_grad_value_(self.model.parameters(), 0.5)»
+            self.scaler.step(self.opt)
+            self.scaler.update()
+""",
+        fixed=_HEAD
+        + """\
+from torch.nn.utils import clip_grad_value_
+
+class Trainer:
+    def __init__(self, model, opt):
+        self.model = DDP(model)
+        self.opt = opt
+        self.scaler = torch.cuda.amp.GradScaler(enabled=False)
+
+    def step(self, batch, accum):
+        self.scaler.scale(self.model(batch).sum()).backward()
+        if accum:
+            self.scaler.unscale_(self.opt)
+            clip_grad_value_(self.model.parameters(), 0.5)
+            self.scaler.step(self.opt)
+            self.scaler.update()
+""",
+        note="attribute scaler, disabled scaler still reported, clip under a condition",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, opt_a, opt_b, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        «torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)»
+        scaler.step(opt_a)
+        scaler.step(opt_b)
+        scaler.update()
+""",
+        fixed=None,
+        note="two optimizers: no fix rather than a guess",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        «torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)»
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        note="unscale_ after the clip is too late: the fix moves it",
+    ),
+)

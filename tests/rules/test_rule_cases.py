@@ -1,0 +1,51 @@
+"""Every rule's own cases: VALID snippets stay silent, INVALID ones are found at the marked
+span, and each fix produces the expected text, parses, removes its finding and is idempotent."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddp_lsp.core.registry import all_rules
+from ddp_lsp.core.rule import Invalid, Valid
+from tests.casekit import check_invalid, findings
+
+CASES = [
+    pytest.param(rule, case, id=f"{rule.meta.id}-{'valid' if isinstance(case, Valid) else 'invalid'}-{i}")
+    for rule in all_rules()
+    for i, case in enumerate(rule.cases)
+]
+
+
+def test_every_rule_has_cases() -> None:
+    for rule in all_rules():
+        kinds = {type(c) for c in rule.cases}
+        assert Valid in kinds and Invalid in kinds, f"{rule.meta.id} needs VALID and INVALID cases"
+
+
+@pytest.mark.parametrize(("rule", "case"), CASES)
+def test_case(rule, case) -> None:
+    if isinstance(case, Valid):
+        found = findings(rule, case.code, case.distributed)
+        assert found == [], [f"{f.span.start}: {f.message}" for f in found]
+    else:
+        check_invalid(rule, case)
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.meta.id)
+def test_silent_in_non_distributed_code(rule) -> None:
+    """RULES.md "Distributed context": plain single-GPU code gets none of the rules."""
+    for case in rule.cases:
+        if isinstance(case, Invalid):
+            from tests.casekit import unmark
+
+            code = unmark(case.code).code
+            plain = "\n".join(
+                line for line in code.splitlines()
+                if "distributed" not in line and "DistributedDataParallel" not in line
+                and "DDP" not in line and "RANK" not in line and "init_process_group" not in line
+            )
+            try:
+                compile(plain, "<case>", "exec")
+            except SyntaxError:
+                continue
+            assert findings(rule, plain, distributed=False) == []
