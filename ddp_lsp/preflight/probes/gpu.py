@@ -427,13 +427,25 @@ def probe_gpu_topo(ctx: ProbeContext) -> Outcome:
 # --------------------------------------------------------------------------- dcgm.quick
 
 
+def _info(node: dict[str, Any]) -> str:
+    info = node.get("info") or node.get("warnings") or ""
+    return (info if isinstance(info, str) else json.dumps(info))[:200]
+
+
 def _walk_tests(node: Any, out: list[tuple[str, str, str]]) -> None:
+    # dcgmi -j nests {"name": test, "results": [{"status": "Pass", "info": ...}, ...]} under
+    # test_categories; older versions put "status" next to "name". Accept both shapes.
     if isinstance(node, dict):
-        status = node.get("status") or node.get("result")
-        name = node.get("name") or node.get("test_name") or node.get("category")
-        if isinstance(status, str) and isinstance(name, str):
-            info = node.get("info") or node.get("warnings") or ""
-            out.append((name, status, json.dumps(info)[:200] if not isinstance(info, str) else info[:200]))
+        name = node.get("name") or node.get("test_name")
+        results = node.get("results")
+        if isinstance(name, str) and isinstance(results, list):
+            for res in results:
+                if isinstance(res, dict) and isinstance(res.get("status"), str):
+                    out.append((name, res["status"], _info(res)))
+            return
+        if isinstance(name, str) and isinstance(node.get("status"), str):
+            out.append((name, node["status"], _info(node)))
+            return
         for value in node.values():
             _walk_tests(value, out)
     elif isinstance(node, list):
@@ -468,6 +480,9 @@ def probe_dcgm(ctx: ProbeContext) -> Outcome:
                        ("https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html",))
     if warned:
         return Outcome(Status.WARN, "DCGM level 1 warnings: " + ", ".join(warned), values, "see `dcgmi diag -r 1`")
+    if not tests:
+        return Outcome(Status.WARN, "dcgmi diag -r 1 returned no test results we could read", values,
+                       "run `dcgmi diag -r 1` by hand")
     return ok(f"DCGM level 1: {len(tests)} checks passed", **values)
 
 
