@@ -1,0 +1,725 @@
+"""``ddp-lsp check | fix | rules | explain``: the command line over the analysis core.
+
+``check`` finds Python files (directories are walked, excludes applied), reads each one the
+way Python would (PEP 263 coding cookie, BOM), analyses it, and reports in one of the formats
+of :mod:`ddp_lsp.reporters`. ``--fix`` writes the fixes back atomically in the file's own
+encoding, BOM and line endings; ``--diff`` shows them instead.
+
+One file that cannot be read, decoded or written is reported on stderr and the others are
+still checked; the exit status is then 2 (the check is incomplete), else 1 when findings
+remain and 0 when none do. Many files are analysed in a process pool; few or small inputs run
+in this process, where the pool's start-up would cost more than it saves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import io
+import logging
+import os
+import re
+import stat
+import sys
+import tempfile
+import tokenize
+import traceback
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TextIO
+
+from ddp_lsp.config import DEFAULT_EXCLUDE, ConfigError, Settings, find_pyproject
+from ddp_lsp.core.registry import SYNTAX_ERROR
+from ddp_lsp.core.types import Finding, Pos, Span
+from ddp_lsp.reporters import FORMATS, FileReport, ReportContext
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+# Below this much source in total, analysing in this process beats starting a pool: a forked
+# worker costs ~10-20 ms to start and to return its results, the analysis ~1 ms per 2 KB
+# (measured with bench/bench_cli.py; see docs/performance-cli.md).
+PARALLEL_MIN_FILES = 8
+PARALLEL_MIN_BYTES = 256 * 1024
+
+# Python's parser refuses more than 200 nested brackets; the core then asks libcst whether a
+# newer grammar accepts the chunk, and libcst's native parser overflows its stack (a segfault,
+# not an exception) on a few thousand. Files that might nest that deep are screened first.
+_NESTING_SUSPECT = 190
+_BRACKETS = re.compile(r"[^()\[\]{}]+")
+_DEPTH = str.maketrans({"(": "1", "[": "1", "{": "1", ")": "0", "]": "0", "}": "0"})
+
+log = logging.getLogger("ddp_lsp.checker")
+
+
+class UsageError(Exception):
+    """A bad command line (exit 2, message on stderr)."""
+
+
+class SourceError(Exception):
+    """A file that cannot be checked or written; the message says why, for a human."""
+
+
+# -- reading and writing sources ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    text: str
+    encoding: str  # as tokenize.detect_encoding names it; "utf-8-sig" keeps the BOM
+
+
+def decode_source(data: bytes) -> Source:
+    """Decode like the interpreter: a BOM or a PEP 263 cookie, else UTF-8.
+
+    Line endings are kept as they are (``bytes.decode`` does not translate them), so a CRLF
+    file is analysed, fixed and written back as CRLF.
+    """
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        # detect_encoding also raises when the first two lines are not UTF-8 and there is no
+        # cookie; that is a decoding problem, reported as one below.
+        if "invalid or missing encoding declaration" not in str(exc):
+            raise SourceError(f"cannot determine the encoding: {exc}") from None
+        encoding = "utf-8"
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        bad = data[exc.start : exc.start + 1].hex()
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SourceError(
+            f"cannot decode as {encoding}: byte 0x{bad} on line {line} is invalid; save the "
+            "file as UTF-8 or declare its encoding with a PEP 263 comment "
+            "(# -*- coding: latin-1 -*-)"
+        ) from None
+    return Source(text, encoding)
+
+
+def encode_source(text: str, encoding: str) -> bytes:
+    try:
+        return text.encode(encoding)
+    except UnicodeEncodeError as exc:
+        raise SourceError(
+            f"the fixed text cannot be encoded as {encoding} ({exc.reason}); not written"
+        ) from None
+
+
+def write_atomic(path: Path, data: bytes, expected: bytes) -> None:
+    """Replace ``path`` by ``data`` so that readers see the old file or the new one, never a
+    half-written one: a temporary file in the same directory (same file system), fsync,
+    the old permission bits, then ``os.replace``. ``expected`` is what was analysed; if the
+    file changed meanwhile (an editor saved it), nothing is written."""
+    real = Path(os.path.realpath(path))  # write through a symlink, do not replace the link
+    mode = stat.S_IMODE(real.stat().st_mode)
+    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ddp-lsp-tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        if real.read_bytes() != expected:
+            raise SourceError("the file changed while it was being fixed; not written")
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _max_nesting(text: str) -> int:
+    """An upper bound of the bracket depth (brackets in strings and comments count too)."""
+    brackets = _BRACKETS.sub("", text)
+    if len(brackets) < _NESTING_SUSPECT:
+        return len(brackets)
+    depth = best = 0
+    for ch in brackets.translate(_DEPTH):
+        if ch == "1":
+            depth += 1
+            if depth > best:
+                best = depth
+        elif depth:
+            depth -= 1
+    return best
+
+
+def _too_deep(text: str) -> Finding | None:
+    """A DDP000 finding when Python rejects the text and it nests deeply enough that the
+    core's libcst fallback could crash the process; None when it is safe to analyse."""
+    if _max_nesting(text) < _NESTING_SUSPECT:
+        return None
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(text)
+    except SyntaxError as exc:
+        line = max((exc.lineno or 1) - 1, 0)
+        col = max((exc.offset or 1) - 1, 0)
+        pos = Pos(line, col)
+        return Finding(
+            rule_id="DDP000",
+            span=Span(pos, pos),
+            message=f"syntax error: {exc.msg} (the rest of this file was not analysed)",
+            severity=SYNTAX_ERROR.severity,
+            name="syntax-error",
+        )
+    except (ValueError, RecursionError, MemoryError):
+        return None  # NUL bytes and the like: the core reports them without libcst
+    return None
+
+
+# -- checking one file (runs in a worker process for big inputs) ---------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    path: str  # shown to the user
+    abspath: str | None  # None: stdin
+    settings: Settings
+    mode: str  # "check" | "fix" | "diff"
+    unsafe: bool
+    data: bytes | None = None  # stdin's bytes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    report: FileReport
+    fixed_text: str | None = None  # stdin with --fix: the text to print
+
+
+def _analyze(text: str, settings: Settings) -> tuple[tuple[Finding, ...], tuple[object, ...]]:
+    from ddp_lsp.core.engine import analyze
+
+    deep = _too_deep(text)
+    if deep is not None:
+        return ((deep,) if settings.enabled("DDP000") else ()), ()
+    result = analyze(text, settings)
+    return result.findings, result.errors
+
+
+def _fix(text: str, settings: Settings, unsafe: bool) -> tuple[str, int, tuple[Finding, ...], tuple[object, ...]]:
+    """Fix-all to a fixed point; returns the findings of the final text as well, so the
+    remaining findings cost no extra analysis."""
+    from ddp_lsp.core import fixes as F
+    from ddp_lsp.core.document import Document
+    from ddp_lsp.core.engine import analyze
+
+    if _too_deep(text) is not None:
+        findings, errors = _analyze(text, settings)
+        return text, 0, findings, errors
+    doc = Document(text, settings.rank_model)
+    last: dict[str, object] = {}
+
+    def run(current: str) -> Sequence[Finding]:
+        doc.set_text(current)
+        result = analyze(doc, settings)
+        last["text"], last["result"] = current, result
+        return result.findings
+
+    def choose(f: Finding):  # type: ignore[no-untyped-def]
+        return f.preferred_fix if unsafe else f.safe_fix
+
+    new, applied = F.fix_all(text, run, choose)
+    if last.get("text") != new:  # the pass limit was hit right after applying fixes
+        run(new)
+    result = last["result"]
+    return new, applied, result.findings, result.errors  # type: ignore[attr-defined]
+
+
+def check_job(job: Job) -> Outcome:
+    """Check (and maybe fix) one file; every failure becomes the report's ``error``."""
+    try:
+        return _check_job(job)
+    except SourceError as exc:
+        return Outcome(FileReport(job.path, job.abspath, error=str(exc)))
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        return Outcome(FileReport(job.path, job.abspath, error=f"cannot read or write: {reason}"))
+    except Exception as exc:  # an analysis bug must cost this file, not the whole run
+        log.debug("internal error on %s", job.path, exc_info=True)
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return Outcome(
+            FileReport(job.path, job.abspath, error=f"internal error while analysing: {detail}")
+        )
+
+
+def _check_job(job: Job) -> Outcome:
+    if job.data is not None:
+        data = job.data
+    else:
+        assert job.abspath is not None
+        data = Path(job.abspath).read_bytes()
+    source = decode_source(data)
+    if job.mode == "check":
+        findings, errors = _analyze(source.text, job.settings)
+        return Outcome(FileReport(job.path, job.abspath, findings, errors))  # type: ignore[arg-type]
+    new, applied, findings, errors = _fix(source.text, job.settings, job.unsafe)
+    rep = FileReport(job.path, job.abspath, findings, errors, fixed=applied)  # type: ignore[arg-type]
+    if new == source.text:
+        return Outcome(rep, fixed_text=new if job.data is not None else None)
+    if job.mode == "diff":
+        diff = "".join(
+            difflib.unified_diff(
+                source.text.splitlines(keepends=True),
+                new.splitlines(keepends=True),
+                fromfile=f"a/{job.path}",
+                tofile=f"b/{job.path}",
+            )
+        )
+        if diff and not diff.endswith("\n"):
+            diff += "\n\\ No newline at end of file\n"
+        return Outcome(replace(rep, diff=diff))
+    if job.data is not None:  # stdin: the fixed code goes to stdout
+        return Outcome(rep, fixed_text=new)
+    assert job.abspath is not None
+    write_atomic(Path(job.abspath), encode_source(new, source.encoding), data)
+    return Outcome(rep)
+
+
+def _worker_init() -> None:
+    # A rule's crash is logged by the engine; without a handler Python's last-resort handler
+    # would print its traceback. The parent reports it (with --verbose) from the result.
+    logging.getLogger("ddp_lsp").addHandler(logging.NullHandler())
+    logging.getLogger("ddp_lsp").propagate = False
+
+
+def run_jobs(jobs: Sequence[Job], workers: int | None = None) -> list[Outcome]:
+    """Run the jobs, in a process pool when that pays off; results in job order."""
+    total = sum(_size(j) for j in jobs)
+    cpus = _cpu_count()
+    if workers is None:
+        parallel = len(jobs) >= PARALLEL_MIN_FILES and total >= PARALLEL_MIN_BYTES and cpus > 1
+        workers = min(cpus, len(jobs)) if parallel else 1
+    if workers <= 1 or len(jobs) <= 1:
+        return [check_job(j) for j in jobs]
+    return _run_pool(jobs, workers)
+
+
+def _run_pool(jobs: Sequence[Job], workers: int) -> list[Outcome]:
+    import concurrent.futures as cf
+    import multiprocessing
+    import threading
+
+    from ddp_lsp.core.registry import all_rules
+
+    all_rules()  # import the rules once here, so forked workers inherit them
+    # fork shares what this process has imported; it is unsafe only with other threads alive.
+    methods = multiprocessing.get_all_start_methods()
+    method = "fork" if "fork" in methods and threading.active_count() == 1 else None
+    ctx = multiprocessing.get_context(method)
+    results: dict[int, Outcome] = {}
+    chunk = max(1, min(16, len(jobs) // (workers * 4)))
+    try:
+        with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init) as pool:
+            batches = [list(range(i, min(i + chunk, len(jobs)))) for i in range(0, len(jobs), chunk)]
+            futures = {pool.submit(_run_batch, [jobs[i] for i in b]): b for b in batches}
+            for fut in cf.as_completed(futures):
+                for i, outcome in zip(futures[fut], fut.result()):
+                    results[i] = outcome
+    except cf.process.BrokenProcessPool:
+        # A worker died (a crash in native code). Re-run what is missing one file per
+        # process, so only the file that kills its process is lost.
+        for i, job in enumerate(jobs):
+            if i not in results:
+                results[i] = _run_isolated(job, ctx)
+    return [results[i] for i in range(len(jobs))]
+
+
+def _run_batch(jobs: list[Job]) -> list[Outcome]:
+    return [check_job(j) for j in jobs]
+
+
+def _run_isolated(job: Job, ctx: object) -> Outcome:
+    import concurrent.futures as cf
+
+    try:
+        with cf.ProcessPoolExecutor(1, mp_context=ctx, initializer=_worker_init) as pool:  # type: ignore[arg-type]
+            return pool.submit(check_job, job).result()
+    except cf.process.BrokenProcessPool:
+        return Outcome(
+            FileReport(job.path, job.abspath, error="the analysis crashed the worker process")
+        )
+
+
+def _size(job: Job) -> int:
+    if job.data is not None:
+        return len(job.data)
+    try:
+        return os.stat(job.abspath).st_size  # type: ignore[arg-type]
+    except OSError:
+        return 0
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# -- finding the files -----------------------------------------------------------------------
+
+
+class SettingsResolver:
+    """Settings per file: the nearest pyproject.toml with [tool.ddp-lsp] (cached per
+    directory), or the one ``--config`` names, with the command line's overrides on top."""
+
+    def __init__(self, config: Path | None, overrides: dict[str, list[str]], cwd: Path) -> None:
+        self.cwd = cwd
+        self.overrides = overrides
+        self._fixed: tuple[Settings, Path] | None = None
+        self._by_dir: dict[Path, tuple[Settings, Path]] = {}
+        self._by_file: dict[Path | None, tuple[Settings, Path]] = {}
+        if config is not None:
+            if not config.is_file():
+                raise ConfigError(f"{config}: no such configuration file")
+            self._fixed = (self._override(Settings.from_pyproject(config)), config.resolve().parent)
+
+    def _override(self, settings: Settings) -> Settings:
+        if self.overrides:
+            settings = settings.merged(self.overrides, "command line")
+        return settings
+
+    def for_dir(self, directory: Path) -> tuple[Settings, Path]:
+        """(settings, the root that exclude patterns are relative to)."""
+        if self._fixed is not None:
+            return self._fixed
+        directory = directory.resolve()
+        hit = self._by_dir.get(directory)
+        if hit is None:
+            pyproject = find_pyproject(directory)
+            hit = self._by_file.get(pyproject)
+            if hit is None:
+                if pyproject is None:
+                    hit = (self._override(Settings()), self.cwd)
+                else:
+                    hit = (self._override(Settings.from_pyproject(pyproject)), pyproject.parent)
+                self._by_file[pyproject] = hit
+            self._by_dir[directory] = hit
+        return hit
+
+
+def _excluded(path: Path, settings: Settings, root: Path) -> bool:
+    try:
+        rel = path.resolve().relative_to(root)
+    except ValueError:
+        rel = Path(os.path.relpath(path.resolve(), root)) if path.is_absolute() else path
+    # Pass a relative path: Settings.is_excluded matches the default names against every
+    # part, and an absolute path would exclude a project that merely lives under ~/build/.
+    return settings.is_excluded(rel)
+
+
+def _walk(directory: Path, resolver: SettingsResolver) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(directory):
+        here = Path(dirpath)
+        settings, root = resolver.for_dir(here)
+        keep = []
+        for name in sorted(dirnames):
+            sub = here / name
+            if name in DEFAULT_EXCLUDE or name.endswith(".egg-info"):
+                continue
+            if settings.exclude and _excluded(sub, settings, root):
+                continue
+            keep.append(name)
+        dirnames[:] = keep  # os.walk descends only into what is left
+        for name in sorted(filenames):
+            if name.endswith((".py", ".pyi")):
+                path = here / name
+                if settings.exclude and _excluded(path, settings, root):
+                    continue
+                yield path
+
+
+def _display(path: Path, cwd: Path) -> str:
+    if path.is_absolute():
+        try:
+            return path.relative_to(cwd).as_posix()
+        except ValueError:
+            return str(path)
+    return path.as_posix()
+
+
+def collect_jobs(args: argparse.Namespace, resolver: SettingsResolver, mode: str) -> tuple[list[Job], list[FileReport]]:
+    """Jobs for every file to check, and reports for paths that do not exist."""
+    cwd = resolver.cwd
+    jobs: list[Job] = []
+    missing: list[FileReport] = []
+    seen: set[str] = set()
+    paths = args.paths or ["."]
+    for raw in paths:
+        if raw == "-":
+            name = args.stdin_filename or "-"
+            where = (cwd / name).parent if args.stdin_filename else cwd
+            settings, root = resolver.for_dir(where if where.is_dir() else cwd)
+            if args.stdin_filename and args.force_exclude and _excluded(cwd / name, settings, root):
+                continue
+            abspath = str((cwd / name).resolve()) if args.stdin_filename else None
+            jobs.append(Job(name, abspath, settings, mode, args.unsafe_fixes, sys.stdin.buffer.read()))
+            continue
+        path = Path(raw)
+        full = path if path.is_absolute() else cwd / path
+        if full.is_dir():
+            files: Iterable[Path] = _walk(full, resolver)
+        elif full.exists():
+            settings, root = resolver.for_dir(full.parent)
+            # Files named on the command line are checked even if excluded (as ruff does),
+            # unless --force-exclude: pre-commit passes every changed file by name.
+            if args.force_exclude and _excluded(full, settings, root):
+                continue
+            files = [full]
+        else:
+            missing.append(FileReport(raw, None, error="no such file or directory"))
+            continue
+        for file in files:
+            key = os.path.normcase(str(file.resolve()))
+            if key in seen:
+                continue
+            seen.add(key)
+            settings, _ = resolver.for_dir(file.parent)
+            shown = _display(file if path.is_absolute() else Path(os.path.relpath(file, cwd)), cwd)
+            jobs.append(Job(shown, str(file.resolve()), settings, mode, args.unsafe_fixes))
+    return jobs, missing
+
+
+def repo_root(start: Path) -> Path:
+    """The nearest directory with a .git (file or directory), else ``start``."""
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return start
+
+
+# -- the commands -----------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[no-untyped-def, override]
+        raise UsageError(f"{self.prog}: {message}\n{self.format_usage().rstrip()}")
+
+
+def _split_codes(values: list[str] | None) -> list[str] | None:
+    if values is None:
+        return None
+    return [c.strip() for v in values for c in v.split(",") if c.strip()]
+
+
+def check_parser(command: str) -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=f"ddp-lsp {command}",
+        description=(
+            "Apply the safe fixes to the files (same as: ddp-lsp check --fix)."
+            if command == "fix"
+            else "Check Python files for distributed-training bugs."
+        ),
+        epilog="exit status: 0 no findings, 1 findings (or a diff), 2 usage/config/file errors",
+    )
+    p.add_argument("paths", nargs="*", help="files or directories (default: .); - reads stdin")
+    p.add_argument("--format", "--output-format", choices=FORMATS, default="text", dest="format")
+    p.add_argument("--select", action="append", metavar="CODES", help="rule ids or prefixes, comma-separated (replaces the config's)")
+    p.add_argument("--ignore", action="append", metavar="CODES", help="rule ids or prefixes to skip (replaces the config's)")
+    p.add_argument("--config", type=Path, metavar="PATH", help="a pyproject.toml to use instead of the nearest one")
+    p.add_argument("--fix", action="store_true", default=command == "fix", help="apply safe fixes in place")
+    p.add_argument("--unsafe-fixes", action="store_true", help="also apply (and show) fixes that need review")
+    p.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; write nothing; exit 1 if there is one")
+    p.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    p.add_argument("--statistics", action="store_true", help="print the number of findings per rule")
+    p.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
+    p.add_argument("-v", "--verbose", action="store_true", help="report rules that failed internally, and timings")
+    p.add_argument("--stdin-filename", metavar="PATH", help="the name of the file read from stdin")
+    p.add_argument("--force-exclude", action="store_true", help="apply excludes to files named on the command line too")
+    p.add_argument("-j", "--jobs", type=int, metavar="N", help="worker processes (default: automatic; 1 = no pool)")
+    return p
+
+
+def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> int:
+    import time
+
+    args = check_parser(command).parse_args(list(argv))
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"ddp-lsp {command}: --jobs must be at least 1")
+    _worker_init()
+    started = time.perf_counter()
+    cwd = Path.cwd()
+    overrides: dict[str, list[str]] = {}
+    for key in ("select", "ignore"):
+        codes = _split_codes(getattr(args, key))
+        if codes is not None:
+            overrides[key] = codes
+    resolver = SettingsResolver(args.config, overrides, cwd)
+    _warn_unknown_selectors(overrides, err)
+    mode = "diff" if args.diff else ("fix" if args.fix else "check")
+    jobs, missing = collect_jobs(args, resolver, mode)
+    if not jobs and not missing:
+        err.write("warning: no Python files found under the given paths\n")
+    outcomes = run_jobs(jobs, args.jobs)
+    reports = sorted(missing + [o.report for o in outcomes], key=lambda r: r.path)
+
+    # Errors about files go to stderr in every format, so stdout stays machine-readable.
+    for rep in reports:
+        if rep.error:
+            err.write(f"error: {rep.path}: {rep.error}\n")
+        if args.verbose:
+            for e in rep.internal:
+                err.write(
+                    f"warning: {rep.path}:{e.line + 1}: rule {e.rule_id} failed internally "
+                    f"({e.message}); its findings in this file are missing\n"
+                )
+    errors = any(rep.error for rep in reports)
+    ctx = ReportContext(
+        root=repo_root(cwd),
+        fix_mode=mode == "fix",
+        unsafe_fixes=args.unsafe_fixes,
+        quiet=args.quiet,
+    )
+    for o in outcomes:
+        if o.fixed_text is not None and mode == "fix":
+            out.write(o.fixed_text)
+    # With stdin --fix the fixed code owns stdout; the findings go to stderr, as ruff does.
+    stream = err if any(o.fixed_text is not None for o in outcomes) and mode == "fix" else out
+
+    if mode == "diff":
+        diffs = [r.diff for r in reports if r.diff]
+        for d in diffs:
+            out.write(d)
+        if not args.quiet:
+            n = sum(r.fixed for r in reports if r.diff)
+            err.write(f"Would fix {n} finding{'s' if n != 1 else ''}.\n" if n else "No fixes available.\n")
+        status = EXIT_ERROR if errors else (EXIT_FINDINGS if diffs else EXIT_OK)
+    else:
+        if args.statistics:
+            _statistics(reports, stream, args.format)
+        else:
+            from ddp_lsp import reporters
+
+            reporters.get(args.format)(reports, stream, ctx)
+        found = any(rep.findings for rep in reports)
+        if errors:
+            status = EXIT_ERROR
+        elif found and not args.exit_zero:
+            status = EXIT_FINDINGS
+        else:
+            status = EXIT_OK
+    if args.verbose:
+        took = time.perf_counter() - started
+        err.write(f"checked {len(jobs)} file(s) in {took:.2f}s\n")
+    return status
+
+
+def _warn_unknown_selectors(overrides: dict[str, list[str]], err: TextIO) -> None:
+    from ddp_lsp.core.registry import all_meta
+
+    ids = [m.id for m in all_meta()]
+    for key, codes in overrides.items():
+        for code in codes:
+            if not any(i.startswith(code.upper()) for i in ids):
+                err.write(f"warning: --{key} {code} matches no rule (see `ddp-lsp rules`)\n")
+
+
+def _statistics(reports: Sequence[FileReport], out: TextIO, fmt: str) -> None:
+    import json
+
+    from ddp_lsp.core.registry import meta_by_id
+
+    counts = Counter(f.rule_id for r in reports for f in r.findings)
+    fixable = Counter(f.rule_id for r in reports for f in r.findings if f.safe_fix is not None)
+    rows = []
+    for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        meta = meta_by_id(code)
+        rows.append({"code": code, "name": meta.name if meta else "", "count": n, "fixable": fixable[code]})
+    if fmt == "json":
+        json.dump(rows, out, indent=2)
+        out.write("\n")
+        return
+    width = max((len(str(r["count"])) for r in rows), default=1)
+    for r in rows:
+        mark = "[*]" if r["fixable"] else "   "
+        out.write(f"{r['count']:>{width}}\t{r['code']}\t{mark} {r['name']}\n")
+
+
+def run_rules(argv: Sequence[str], out: TextIO) -> int:
+    import json
+
+    from ddp_lsp.core.registry import all_meta
+
+    p = _Parser(prog="ddp-lsp rules", description="List every rule.")
+    p.add_argument("--format", "--output-format", choices=("text", "json"), default="text", dest="format")
+    args = p.parse_args(list(argv))
+    metas = all_meta()
+    if args.format == "json":
+        rows = [
+            {
+                "code": m.id,
+                "name": m.name,
+                "severity": m.severity.label,
+                "fix": m.fix.value,
+                "summary": m.summary,
+                "url": m.url,
+            }
+            for m in metas
+        ]
+        json.dump(rows, out, indent=2)
+        out.write("\n")
+        return EXIT_OK
+    header = ("id", "name", "severity", "fix", "summary")
+    table = [header] + [(m.id, m.name, m.severity.label, m.fix.value, m.summary) for m in metas]
+    widths = [max(len(row[i]) for row in table) for i in range(4)]
+    for row in table:
+        cells = [row[i].ljust(widths[i]) for i in range(4)]
+        out.write("  ".join(cells) + "  " + row[4] + "\n")
+    return EXIT_OK
+
+
+def run_explain(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
+    from ddp_lsp import docs
+
+    p = _Parser(prog="ddp-lsp explain", description="Print a rule's documentation.")
+    p.add_argument("rule", nargs="+", help="a rule id (DDP201) or name (clip-without-unscale)")
+    args = p.parse_args(list(argv))
+    texts = []
+    for rule in args.rule:
+        text = docs.rule_markdown(rule)
+        if text is None:
+            err.write(f"ddp-lsp explain: unknown rule {rule!r}; `ddp-lsp rules` lists them all\n")
+            return EXIT_ERROR
+        texts.append(text)
+    out.write("\n".join(texts))
+    return EXIT_OK
+
+
+def main(command: str, argv: Sequence[str]) -> int:
+    """Entry point from :mod:`ddp_lsp.cli`; returns the exit status, never raises."""
+    out, err = sys.stdout, sys.stderr
+    try:
+        if command in ("check", "fix"):
+            return run_check(command, argv, out, err)
+        if command == "rules":
+            return run_rules(argv, out)
+        if command == "explain":
+            return run_explain(argv, out, err)
+        err.write(f"ddp-lsp: unknown command {command!r}\n")
+        return EXIT_ERROR
+    except UsageError as exc:
+        err.write(f"{exc}\n")
+        return EXIT_ERROR
+    except ConfigError as exc:
+        err.write(f"ddp-lsp: configuration error: {exc}\n")
+        return EXIT_ERROR
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    except KeyboardInterrupt:
+        err.write("ddp-lsp: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        # `ddp-lsp check | head`: the reader left; nothing more to say to it.
+        with contextlib.suppress(Exception):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        return EXIT_FINDINGS
+    except Exception:
+        err.write("ddp-lsp: internal error (please report it):\n" + traceback.format_exc())
+        return EXIT_ERROR

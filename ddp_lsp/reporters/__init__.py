@@ -1,0 +1,82 @@
+"""Output formats of ``ddp-lsp check``: text, json (ruff's shape), sarif (2.1.0), github.
+
+The checker turns every file into a :class:`FileReport`; a reporter turns the reports into
+text on a stream. Reporters never read files or run rules, so each can be tested on
+hand-built reports. Positions in the core are 0-based lines and code-point columns; every
+format here prints 1-based rows and columns, as ruff and SARIF (``unicodeCodePoints``) do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TextIO
+
+from ddp_lsp.core.types import Finding, Fix, InternalError, Pos
+
+FORMATS = ("text", "json", "sarif", "github")
+
+
+@dataclass(frozen=True)
+class FileReport:
+    """What checking one file produced."""
+
+    path: str  # as shown to the user: relative to the working directory when it is under it
+    abspath: str | None  # None for stdin without --stdin-filename
+    findings: tuple[Finding, ...] = ()
+    internal: tuple[InternalError, ...] = ()  # rules that raised (printed with --verbose)
+    error: str | None = None  # the file could not be read, decoded, analysed or written
+    fixed: int = 0  # fixes applied (--fix) or that would be applied (--diff)
+    diff: str = ""  # --diff: the unified diff of the fixes
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What a reporter needs besides the reports."""
+
+    root: Path  # the repository root: SARIF and GitHub paths are relative to it
+    fix_mode: bool = False  # fixes were applied; findings are the ones left
+    unsafe_fixes: bool = False
+    quiet: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def row_col(pos: Pos) -> tuple[int, int]:
+    """1-based (row, column) from a 0-based line and code-point column."""
+    return pos.line + 1, pos.col + 1
+
+
+def shown_fix(finding: Finding, unsafe: bool) -> Fix | None:
+    """The fix ``--fix`` would apply (safe), or with ``--unsafe-fixes`` the preferred one."""
+    return finding.preferred_fix if unsafe else finding.safe_fix
+
+
+def repo_path(report: FileReport, root: Path) -> str:
+    """The file's path relative to the repository root with forward slashes (absolute if
+    the file is outside it); what SARIF uploads and GitHub annotations must use."""
+    if report.abspath is None:
+        return PurePosixPath(report.path.replace("\\", "/")).as_posix()
+    path = Path(report.abspath)
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+Reporter = Callable[[Sequence[FileReport], TextIO, ReportContext], None]
+
+
+def get(name: str) -> Reporter:
+    """The reporter for a format name (imported on demand: sarif pulls in the rule docs)."""
+    if name == "text":
+        from ddp_lsp.reporters.text import report
+    elif name == "json":
+        from ddp_lsp.reporters.jsonfmt import report
+    elif name == "sarif":
+        from ddp_lsp.reporters.sarif import report
+    elif name == "github":
+        from ddp_lsp.reporters.github import report
+    else:
+        raise ValueError(f"unknown format {name!r}; expected one of {', '.join(FORMATS)}")
+    return report

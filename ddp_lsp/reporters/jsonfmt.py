@@ -1,0 +1,61 @@
+"""JSON output in ruff's shape, so tools that read ``ruff check --output-format json`` read it.
+
+A list of objects: ``code``, ``name``, ``message``, ``severity``, ``filename`` (absolute, as
+ruff prints it), ``location``/``end_location`` (``{row, column}``, 1-based), ``noqa_row``,
+``fix`` (null, or ``{message, applicability, edits: [{content, location, end_location}]}``),
+``url``, ``cell`` (always null: no notebooks).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ddp_lsp.core.registry import meta_by_id
+from ddp_lsp.core.types import Finding, Fix, Pos
+from ddp_lsp.reporters import FileReport, ReportContext, row_col, shown_fix
+
+
+def _loc(pos: Pos) -> dict[str, int]:
+    row, col = row_col(pos)
+    return {"row": row, "column": col}
+
+
+def fix_object(fix: Fix | None) -> dict[str, Any] | None:
+    if fix is None:
+        return None
+    return {
+        "message": fix.title,
+        "applicability": "safe" if fix.safe else "unsafe",
+        "edits": [
+            {"content": e.text, "location": _loc(e.span.start), "end_location": _loc(e.span.end)}
+            for e in fix.edits
+        ],
+    }
+
+
+def finding_object(rep: FileReport, f: Finding, unsafe: bool) -> dict[str, Any]:
+    meta = meta_by_id(f.rule_id)
+    # The fix shown is the one --fix (or --unsafe-fixes) applies; an unsafe-only fix is still
+    # shown, marked "unsafe", so editors and bots can offer it.
+    fix = shown_fix(f, unsafe) or f.preferred_fix
+    return {
+        "cell": None,
+        "code": f.rule_id,
+        "name": f.name or (meta.name if meta else ""),
+        "message": f.message,
+        "severity": f.severity.label,
+        "filename": rep.abspath or rep.path,
+        "location": _loc(f.span.start),
+        "end_location": _loc(f.span.end),
+        "noqa_row": f.span.start.line + 1,
+        "fix": fix_object(fix),
+        "url": meta.url if meta else None,
+    }
+
+
+def report(reports: Sequence[FileReport], out: TextIO, ctx: ReportContext) -> None:
+    items = [finding_object(r, f, ctx.unsafe_fixes) for r in reports for f in r.findings]
+    json.dump(items, out, indent=2, ensure_ascii=False)
+    out.write("\n")
