@@ -1,0 +1,317 @@
+"""GradScaler shapes shared by the DDP202-DDP205 rules (private to them).
+
+Pure helpers over ``ast`` and a :class:`ChunkContext`: which expression is a GradScaler,
+which loop is "one training iteration" for a ``scaler.step``, whether two statements can
+run in the same pass, and line-level edit helpers that keep comments and indentation.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core import names as N
+from ddp_lsp.core.rule import LOOPS, ChunkContext
+from ddp_lsp.core.types import Edit, Pos, Span
+from ddp_lsp.rules import _patterns as P
+
+Loop = ast.For | ast.AsyncFor | ast.While
+
+# Names a senior engineer reads as "an optimizer" without seeing its construction.
+_OPTIMIZER_NAME = re.compile(
+    r"^(?:optimizer|optimiser|optim|opt)$"
+    r"|^(?:optimizer|optimiser|optim|opt)_[a-z0-9]+$"
+    r"|^[a-z0-9]+_(?:optimizer|optimiser|optim|opt)$"
+)
+
+
+# -- what is a scaler ------------------------------------------------------------------------
+
+
+def is_scaler(ctx: ChunkContext, expr: ast.AST, root: ast.AST) -> bool:
+    """A GradScaler: known from the facts, or used as ``expr.scale(x)`` in this scope."""
+    kind = ctx.kind(expr)
+    if kind == K.SCALER:
+        return True
+    if kind is not None:
+        return False
+    for c in P.calls_in(root, "scale"):
+        assert isinstance(c.func, ast.Attribute)
+        if len(c.args) == 1 and not c.keywords and P.same_path(c.func.value, expr):
+            return True
+    return False
+
+
+def scaler_calls(
+    ctx: ChunkContext, region: ast.AST, root: ast.AST, attr: str, scaler: ast.AST | None = None
+) -> list[ast.Call]:
+    """``S.<attr>(...)`` calls in ``region`` (its own frame) where S is a GradScaler (or
+    the given one), in source order."""
+    out = []
+    for c in P.calls_in(region, attr):
+        assert isinstance(c.func, ast.Attribute)
+        recv = c.func.value
+        if scaler is not None:
+            if P.same_path(recv, scaler):
+                out.append(c)
+        elif is_scaler(ctx, recv, root):
+            out.append(c)
+    return out
+
+
+def receiver(call: ast.Call) -> ast.expr:
+    assert isinstance(call.func, ast.Attribute)
+    return call.func.value
+
+
+def is_optimizer(ctx: ChunkContext, expr: ast.AST, root: ast.AST) -> bool:
+    """An optimizer: from the facts, handed to ``scaler.step``/``unscale_``, or clearly named."""
+    kind = ctx.kind(expr)
+    if kind == K.OPTIMIZER:
+        return True
+    if kind is not None:
+        return False
+    for attr in ("step", "unscale_"):
+        for c in scaler_calls(ctx, root, root, attr):
+            if c.args and P.same_path(c.args[0], expr):
+                return True
+    last = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
+    if not isinstance(last, str) or "sched" in last.lower():
+        return False
+    return bool(_OPTIMIZER_NAME.match(last.lower()))
+
+
+# -- iterations -------------------------------------------------------------------------------
+
+
+def _loop_over(loop: ast.AST, names: set[str]) -> bool:
+    """``for opt in optimizers:`` whose target is one of ``names``."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    targets = [n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)]
+    return any(t in names for t in targets)
+
+
+def _has_backward(region: ast.AST) -> bool:
+    return any(P.backward_of(n) is not None for n in P.walk_scope(region))
+
+
+def iteration_loop(
+    ctx: ChunkContext, call: ast.Call, optimizer: ast.AST | None = None
+) -> Loop | None:
+    """The loop one pass of which is one training iteration for ``call`` (``scaler.step(opt)``
+    or ``opt.step()`` with ``optimizer`` given).
+
+    Loops over the optimizers themselves (``for opt in optimizers: scaler.step(opt)``) are
+    not iterations; among the others, the innermost one that runs a backward wins.
+    """
+    opt_exprs = list(call.args) if optimizer is None else [optimizer]
+    arg_names = {n.id for a in opt_exprs for n in ast.walk(a) if isinstance(n, ast.Name)}
+    loops = [lp for lp in ctx.enclosing_loops(call) if not _loop_over(lp, arg_names)]
+    if not loops:
+        return None
+    for lp in loops:
+        if _has_backward(lp):
+            return lp
+    return loops[0]
+
+
+def innermost_loop(ctx: ChunkContext, node: ast.AST) -> Loop | None:
+    loops = ctx.enclosing_loops(node)
+    return loops[0] if loops else None
+
+
+def inside(ctx: ChunkContext, node: ast.AST, region: ast.AST) -> bool:
+    return any(a is region for a in ctx.ancestors(node))
+
+
+def in_nested_frame(ctx: ChunkContext, node: ast.AST, root: ast.AST) -> bool:
+    for a in ctx.ancestors(node):
+        if a is root:
+            return False
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return True
+    return False
+
+
+# -- paths ------------------------------------------------------------------------------------
+
+
+def _branch_path(ctx: ChunkContext, node: ast.AST) -> list[tuple[ast.AST, str]]:
+    """(ancestor, field the path goes through), innermost first, up to the frame."""
+    out: list[tuple[ast.AST, str]] = []
+    child: ast.AST = node
+    for a in ctx.ancestors(node):
+        field = ""
+        for name in ("body", "orelse", "handlers", "finalbody", "cases"):
+            seq = getattr(a, name, None)
+            if isinstance(seq, list) and any(s is child for s in seq):
+                field = name
+                if name == "cases":
+                    field = f"cases:{seq.index(child)}"
+                break
+        if isinstance(a, ast.IfExp):
+            field = "body" if child is a.body else "orelse" if child is a.orelse else ""
+        out.append((a, field))
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            break
+        child = a
+    return out
+
+
+def _norm_test(test: ast.expr) -> tuple[str, bool]:
+    """(condition, polarity) with ``not x`` and ``x is not None`` folded into x / x is None."""
+    positive = True
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+        positive = not positive
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.IsNot, ast.NotEq))
+    ):
+        op: ast.cmpop = ast.Is() if isinstance(test.ops[0], ast.IsNot) else ast.Eq()
+        test = ast.Compare(test.left, [op], test.comparators)
+        positive = not positive
+    return ast.dump(test), positive
+
+
+def _conditions(path: list[tuple[ast.AST, str]]) -> dict[str, bool]:
+    out: dict[str, bool] = {}
+    for a, field in path:
+        if isinstance(a, (ast.If, ast.IfExp)) and field in ("body", "orelse"):
+            cond, pos = _norm_test(a.test)
+            out.setdefault(cond, pos if field == "body" else not pos)
+    return out
+
+
+def exclusive(ctx: ChunkContext, a: ast.AST, b: ast.AST) -> bool:
+    """``a`` and ``b`` never run in the same pass: different branches of one ``if`` (or
+    ``match``), or branches of two ``if``s on the same condition with opposite outcomes."""
+    pa, pb = _branch_path(ctx, a), _branch_path(ctx, b)
+    fields_b = {id(n): f for n, f in pb}
+    for n, fa in pa:
+        fb = fields_b.get(id(n))
+        if fb is None:
+            continue
+        if isinstance(n, (ast.If, ast.IfExp)) and {fa, fb} == {"body", "orelse"}:
+            return True
+        if (
+            isinstance(n, ast.Match)
+            and fa != fb
+            and fa.startswith("cases")
+            and fb.startswith("cases")
+        ):
+            return True
+        break  # the innermost common ancestor decides structurally
+    ca, cb = _conditions(pa), _conditions(pb)
+    return any(cond in cb and cb[cond] != pol for cond, pol in ca.items())
+
+
+# -- escapes ----------------------------------------------------------------------------------
+
+
+def scaler_escapes(ctx: ChunkContext, scaler: ast.AST, region: ast.AST, root: ast.AST) -> bool:
+    """The scaler may be used out of sight in ``region``: it is passed to a call, or a
+    same-file helper that can reach it (``self.scaler``, a module-level scaler) is called."""
+    is_attr = isinstance(scaler, ast.Attribute)
+    local = isinstance(scaler, ast.Name) and _bound_in(root, scaler.id)
+    for node in P.walk_scope(region):
+        if not isinstance(node, ast.Call):
+            continue
+        for arg in (*node.args, *(k.value for k in node.keywords)):
+            if P.same_path(arg, scaler):
+                return True
+        name = N.dotted(node.func)
+        if name is None:
+            continue
+        if ctx.facts.func_params.get(name) is not None and not local:
+            return True
+        if name.startswith("self.") and name.count(".") == 1 and is_attr:
+            _, cls = ctx.scope(node)
+            if cls is not None and f"{cls}.{name[5:]}" in ctx.facts.func_params:
+                return True
+    return False
+
+
+def _bound_in(root: ast.AST, name: str) -> bool:
+    if isinstance(root, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = root.args
+        if any(a.arg == name for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)):
+            return True
+        return any(
+            isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+            for n in P.walk_scope(root)
+        )
+    return False
+
+
+# -- text and edits -----------------------------------------------------------------------------
+
+
+def owns_lines(ctx: ChunkContext, stmt: ast.stmt) -> bool:
+    """Nothing but the statement (and a trailing comment) on its lines."""
+    if not P.starts_own_line(ctx, stmt):
+        return False
+    end_line = stmt.end_lineno or stmt.lineno
+    text = ctx.line(end_line).rstrip("\r\n")
+    col = ctx.pos(end_line, stmt.end_col_offset or 0).col
+    rest = text[col:].strip()
+    return rest == "" or rest.startswith("#")
+
+
+def expr_stmt_of(ctx: ChunkContext, call: ast.Call) -> ast.Expr | None:
+    """The statement when ``call`` is a whole expression statement on its own lines."""
+    stmt = ctx.statement(call)
+    if isinstance(stmt, ast.Expr) and stmt.value is call and owns_lines(ctx, stmt):
+        return stmt
+    return None
+
+
+def stmt_source(ctx: ChunkContext, stmt: ast.stmt) -> str:
+    """The statement's full lines (trailing comment included), without its own indent."""
+    first, last = ctx.stmt_lines(stmt)
+    indent = ctx.indent_of(stmt)
+    out = []
+    for rel in range(first, last + 1):
+        line = ctx.chunk.lines[rel].rstrip("\r\n")
+        out.append(line[len(indent) :] if line.startswith(indent) else line.lstrip(" \t"))
+    return "\n".join(out)
+
+
+def insert_after(ctx: ChunkContext, stmt: ast.stmt, code: str) -> Edit:
+    """Like ``ctx.insert_after`` but also right when the statement ends the text unterminated."""
+    _, last = ctx.stmt_lines(stmt)
+    line = ctx.chunk.lines[last] if last < len(ctx.chunk.lines) else ""
+    if line.endswith(("\n", "\r")):
+        return ctx.insert_after(stmt, code)
+    indent = ctx.indent_of(stmt)
+    text = "".join(f"\n{indent}{ln}" for ln in code.splitlines())
+    end = len(line)
+    return Edit(Span(Pos(last, end), Pos(last, end)), text)
+
+
+def delete_stmt(ctx: ChunkContext, stmt: ast.stmt) -> Edit:
+    first, last = ctx.stmt_lines(stmt)
+    return ctx.delete_lines(first, last)
+
+
+def can_delete(ctx: ChunkContext, stmt: ast.stmt) -> bool:
+    """Deleting ``stmt`` leaves its block non-empty."""
+    block, _ = ctx.block_of(stmt)
+    return len(block) > 1
+
+
+def same_block(ctx: ChunkContext, stmts: list[ast.stmt]) -> bool:
+    blocks = {id(ctx.block_of(s)[0]) for s in stmts}
+    return len(blocks) == 1
+
+
+def walk_region(region: ast.AST) -> Iterator[ast.AST]:
+    yield from P.walk_scope(region)
+
+
+def is_loop(node: ast.AST) -> bool:
+    return isinstance(node, LOOPS)

@@ -1,0 +1,441 @@
+"""DDP202 scaler-step-without-update.
+
+## What it does
+Finds a training loop that calls `scaler.step(optimizer)` on a `GradScaler` but never calls
+`scaler.update()` in the same iteration (it is missing, or it runs only once after the loop).
+
+## Why is this bad?
+`scaler.update()` closes the iteration: it adjusts the loss scale (backing off after inf/NaN
+gradients, growing it after a run of clean steps) and resets the per-optimizer state that
+`scaler.step` records. Without it the second `scaler.step(optimizer)` raises
+`RuntimeError: step() has already been called since the last update()`, and with the scaler
+disabled (`enabled=False`) the bug waits silently for the day AMP is turned on. An update that
+runs once per epoch instead of once per iteration has the same problem. Exactly one
+`scaler.update()` belongs after the last `scaler.step(...)` of each iteration (after all
+optimizers have stepped when there are several).
+
+## Example
+```python
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    optimizer.zero_grad()
+```
+
+## Use instead
+```python
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+```
+
+## Fix
+Inserts `scaler.update()` on the line after the last `scaler.step(...)` of the iteration, with
+the scaler's name as the code spells it. When the only `scaler.update()` sits after the loop,
+the fix moves it there instead (a second update without a step in between raises). When the
+steps sit in different branches, no fix is offered: where the update belongs is a decision.
+
+## Known false positives
+Only loops are checked: a `train_step` function without a loop may leave the update to its
+caller, so it is not reported. The rule stays quiet when the scaler is handed to another
+function, or when a same-file helper that can reach it (a method using `self.scaler`) is
+called in the loop, since the update may happen there.
+
+## References
+- https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler.update
+- https://pytorch.org/docs/stable/notes/amp_examples.html
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
+from ddp_lsp.rules import _amp as A
+from ddp_lsp.rules import _patterns as P
+
+
+class ScalerStepWithoutUpdate(Rule):
+    meta = RuleMeta(
+        id="DDP202",
+        name="scaler-step-without-update",
+        severity=Severity.ERROR,
+        summary="scaler.step() without scaler.update() in the same iteration.",
+        fix=FixAvailability.SOMETIMES,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        seen: set[tuple[int, str]] = set()
+        for call in ctx.calls():
+            if P.method_call(call, "step") is None or not call.args:
+                continue
+            root = P.scope_root(ctx, call)
+            scaler = A.receiver(call)
+            if not A.is_scaler(ctx, scaler, root):
+                continue
+            loop = A.iteration_loop(ctx, call)
+            if loop is None:
+                continue
+            key = (id(loop), ast.dump(scaler))
+            if key in seen:
+                continue
+            seen.add(key)
+            steps = A.scaler_calls(ctx, loop, root, "step", scaler)
+            if A.scaler_calls(ctx, loop, root, "update", scaler):
+                continue
+            if A.scaler_escapes(ctx, scaler, loop, root):
+                continue
+            last = steps[-1]
+            yield self._finding(ctx, root, loop, scaler, steps, last)
+
+    @staticmethod
+    def _anchor(ctx: ChunkContext, step: ast.Call, loop: ast.AST) -> ast.stmt:
+        """The statement after which the update goes: the step itself, or the outermost loop
+        over optimizers around it inside the iteration (never inside that loop)."""
+        anchor = ctx.statement(step)
+        for a in ctx.ancestors(step):
+            if a is loop:
+                break
+            if A.is_loop(a):
+                anchor = a  # type: ignore[assignment]
+        return anchor
+
+    def _finding(
+        self,
+        ctx: ChunkContext,
+        root: ast.AST,
+        loop: ast.AST,
+        scaler: ast.expr,
+        steps: list[ast.Call],
+        last: ast.Call,
+    ) -> Finding:
+        s = ctx.segment(scaler)
+        later = [
+            u
+            for u in A.scaler_calls(ctx, root, root, "update", scaler)
+            if P.before(loop, u) and not A.inside(ctx, u, loop)
+        ]
+        fixes: list[Fix] = []
+        stmts = [self._anchor(ctx, c, loop) for c in steps]
+        last_stmt: ast.stmt | None = stmts[-1]
+        if last_stmt is ctx.statement(last):
+            last_stmt = A.expr_stmt_of(ctx, last)
+        elif last_stmt is not None and not A.owns_lines(ctx, last_stmt):
+            last_stmt = None
+        related: list[Related] = []
+        if last_stmt is not None and A.same_block(ctx, stmts):
+            if len(later) == 1:
+                moved = A.expr_stmt_of(ctx, later[0])
+                related.append(Related(ctx.span(later[0]), "runs once after the loop"))
+                if moved is not None and A.can_delete(ctx, moved):
+                    fixes.append(
+                        Fix(
+                            title=f"Move {s}.update() after {s}.step(...) into the loop",
+                            edits=(
+                                A.insert_after(ctx, last_stmt, A.stmt_source(ctx, moved)),
+                                A.delete_stmt(ctx, moved),
+                            ),
+                            safe=True,
+                            preferred=True,
+                        )
+                    )
+            elif not later:
+                fixes.append(
+                    Fix(
+                        title=f"Insert {s}.update() after {s}.step(...)",
+                        edits=(A.insert_after(ctx, last_stmt, f"{s}.update()"),),
+                        safe=True,
+                        preferred=True,
+                    )
+                )
+        where = "only after the loop" if later else "nowhere in the loop"
+        return ctx.finding(
+            self,
+            last,
+            f"`{s}.step(...)` runs every iteration but `{s}.update()` is called {where}: "
+            f"call `{s}.update()` once per iteration after the last `{s}.step(...)`, or the "
+            "next step raises and the loss scale never adapts",
+            fixes=fixes,
+            related=related,
+        )
+
+
+_HEAD = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+ScalerStepWithoutUpdate.cases = (
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+""",
+        note="the documented loop",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, opt_g, opt_d, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(opt_g)
+        scaler.step(opt_d)
+        scaler.update()
+""",
+        note="several optimizers, one update after the last step (PyTorch AMP examples)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizers, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        for opt in optimizers:
+            scaler.step(opt)
+        scaler.update()
+""",
+        note="a loop over the optimizers is not an iteration",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler, accum_steps):
+    for i, (x, y) in enumerate(loader):
+        with torch.autocast("cuda"):
+            loss = model(x).sum() / accum_steps
+        scaler.scale(loss).backward()
+        if (i + 1) % accum_steps == 0:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+""",
+        note="gradient accumulation: step and update together every k-th micro-batch",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, get_batch, optimizer, scaler, grad_accum, grad_clip):
+    while True:
+        for micro_step in range(grad_accum):
+            model.require_backward_grad_sync = micro_step == grad_accum - 1
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(get_batch()).sum() / grad_accum
+            scaler.scale(loss).backward()
+        if grad_clip != 0.0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+""",
+        note="nanoGPT's loop",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = DDP(model)
+        self.optimizer = optimizer
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def _finish_step(self):
+        self.scaler.update()
+        self.optimizer.zero_grad()
+
+    def fit(self, loader):
+        for x, y in loader:
+            self.scaler.scale(self.model(x).sum()).backward()
+            self.scaler.step(self.optimizer)
+            self._finish_step()
+""",
+        note="the update happens in a same-class helper",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from mylib.amp import finish_amp_step
+
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        finish_amp_step(scaler)
+""",
+        note="the scaler is handed to another function that may update it",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train_step(model, batch, optimizer, scaler):
+    scaler.scale(model(batch).sum()).backward()
+    scaler.step(optimizer)
+""",
+        note="no loop: the caller may update (not visible here)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scheduler, scaler):
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+""",
+        note="no GradScaler at all: optimizer.step and scheduler.step are not scaler steps",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler, use_amp):
+    for x, y in loader:
+        loss = model(x).sum()
+        if use_amp:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+""",
+        note="torchvision references: scaler and plain paths side by side",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        «scaler.step(optimizer)»  # apply the update
+        optimizer.zero_grad()
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)  # apply the update
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        note="update missing; the trailing comment stays on its line",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler, epochs):
+    for epoch in range(epochs):
+        for x, y in loader:
+            scaler.scale(model(x).sum()).backward()
+            «scaler.step(optimizer)»
+        # once per epoch
+        scaler.update()
+        print(epoch)
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, scaler, epochs):
+    for epoch in range(epochs):
+        for x, y in loader:
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        # once per epoch
+        print(epoch)
+""",
+        note="update only after the loop: the fix moves it into the iteration",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, model, opt_g, opt_d):
+        self.model = DDP(model)
+        self.opt_g, self.opt_d = opt_g, opt_d
+        self.scaler = torch.cuda.amp.GradScaler()
+
+    def fit(self, loader, accum):
+        for i, batch in enumerate(loader):
+            self.scaler.scale(self.model(batch).sum()).backward()
+            if i % accum == 0:
+                self.scaler.step(self.opt_g)
+                «self.scaler.step(self.opt_d)»
+""",
+        fixed=_HEAD
+        + """\
+class Trainer:
+    def __init__(self, model, opt_g, opt_d):
+        self.model = DDP(model)
+        self.opt_g, self.opt_d = opt_g, opt_d
+        self.scaler = torch.cuda.amp.GradScaler()
+
+    def fit(self, loader, accum):
+        for i, batch in enumerate(loader):
+            self.scaler.scale(self.model(batch).sum()).backward()
+            if i % accum == 0:
+                self.scaler.step(self.opt_g)
+                self.scaler.step(self.opt_d)
+                self.scaler.update()
+""",
+        note="attribute scaler, two optimizers: one update after the last step",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizers, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        for opt in optimizers:
+            «scaler.step(opt)»
+        log(x)
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizers, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        for opt in optimizers:
+            scaler.step(opt)
+        scaler.update()
+        log(x)
+""",
+        note="steps in a loop over optimizers: one update after that loop",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, opt_a, opt_b, scaler, which):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        if which:
+            scaler.step(opt_a)
+        else:
+            «scaler.step(opt_b)»
+""",
+        fixed=None,
+        note="steps in different branches: no fix rather than a guess",
+    ),
+)
