@@ -87,6 +87,12 @@ def main(argv: Sequence[str]) -> int:
     except ValueError as exc:
         sys.stderr.write(f"ddp-lsp preflight: {exc}\n")
         return 2
+    from ddp_lsp.preflight.probes import PROBES_BY_ID
+
+    unknown = [p for p in options.probes if p not in PROBES_BY_ID]
+    if unknown:
+        sys.stderr.write(f"ddp-lsp preflight: unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBES_BY_ID)}\n")
+        return 2
     unicode = _unicode_ok() and not ns.no_color
     sys.stdout.write(f"DDP preflight in {ns.python} ...\n")
     sys.stdout.flush()

@@ -136,6 +136,7 @@ async def run_preflight(
                     on_probe(result)
             elif kind == "report":
                 report = PreflightReport.from_json(event["report"])
+                return  # done: do not wait for EOF, a straggler may hold the pipe open
             elif kind == "error":
                 error = str(event.get("message"))
 
@@ -145,20 +146,20 @@ async def run_preflight(
             stderr_tail.append(raw)
             del stderr_tail[:-40]
 
-    readers = asyncio.gather(read_stdout(), read_stderr())
-    waiters = [asyncio.ensure_future(readers)]
+    readers = asyncio.ensure_future(read_stdout())
+    stderr_task = asyncio.ensure_future(read_stderr())
+    waiters: list[asyncio.Future[object]] = [readers]
     cancel_task = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
     if cancel_task is not None:
         waiters.append(cancel_task)
     try:
         done, _ = await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        finished = waiters[0] in done
-        if not finished:
+        if readers not in done:
             error = "cancelled" if cancel_task is not None and cancel_task in done else f"timed out after {timeout_s:g} s"
             _kill_group(pgid)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(readers, 5)
-        await proc.wait()
+            readers.cancel()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(proc.wait(), 10)
     except asyncio.CancelledError:
         _kill_group(pgid)
         raise
@@ -168,6 +169,12 @@ async def run_preflight(
         # Stragglers in the group (a rank that outlived the runner) go too; PDEATHSIG is the
         # backstop, this is the guarantee.
         _kill_group(pgid)
+        with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(stderr_task, 2)
+        stderr_task.cancel()
+        if proc.returncode is None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(proc.wait(), 5)
         _clean_shm(pgid)
         with contextlib.suppress(OSError):
             os.rmdir(cwd)

@@ -104,8 +104,10 @@ def _rank_main(rank: int, world: int, backend: str, conn: Any, body: Callable[[R
         init_s = time.perf_counter() - t0
         env = RankEnv(rank, world, backend, torch, dist, device or torch.device("cpu"), timeout_s, stall)
         result = body(env)
-        dist.destroy_process_group()
+        # Report before tearing down: destroy_process_group can block on a peer that hung.
         conn.send({"ok": True, "init_s": init_s, **result})
+        if "barrier_error" not in result:
+            dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - every failure is a finding to report
         try:
             conn.send({"ok": False, "error": f"{type(exc).__name__}: {exc}".strip()[:2000]})
@@ -152,7 +154,7 @@ def run_ranks(ctx: ProbeContext, world: int, backend: str, body: Callable[[RankE
             except EOFError:
                 results[rank] = {"ok": False, "error": "rank exited without a result"}
             del pending[rank]
-            if not results[rank].get("ok"):
+            if not results[rank].get("ok") or "barrier_error" in results[rank]:
                 # One rank failed: the rest either fail within their own timeout or hang;
                 # give them a moment to report their side, then stop waiting.
                 deadline = min(deadline, time.monotonic() + min(3.0, timeout_s))

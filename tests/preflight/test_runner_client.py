@@ -1,0 +1,97 @@
+"""The child process end to end through the client: a probe that hangs is killed at its
+timeout with its whole tree and its /dev/shm file, the other results still arrive, cancel
+kills everything, and the asyncio loop keeps running meanwhile. No torch needed: the probes
+used here are torch-free, so the runner never imports it."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import sys
+import time
+
+from ddp_lsp.preflight.client import run_preflight, run_preflight_sync
+from ddp_lsp.preflight.probes.dist import INJECT_ENV
+from ddp_lsp.preflight.schema import PreflightOptions, ProbeResult, Status
+
+from .conftest import new_marker, processes_with_marker
+
+
+def _env(marker: str, inject: str) -> dict[str, str]:
+    return {**os.environ, "DDP_LSP_TEST_MARKER": marker, INJECT_ENV: inject}
+
+
+def _hang_files() -> set[str]:
+    return set(glob.glob("/dev/shm/ddp-lsp-pf-*-hang"))
+
+
+def test_hung_probe_is_killed_at_its_timeout_and_the_report_still_arrives() -> None:
+    marker = new_marker()
+    before = _hang_files()
+    streamed: list[ProbeResult] = []
+    # limits has a 3 s timeout; x0.4 -> 1.2 s.
+    options = PreflightOptions(probes=("limits", "env.lint"), timeout_scale=0.4)
+    report = run_preflight_sync(sys.executable, options, streamed.append, env=_env(marker, "hang:limits"), timeout_s=60)
+    assert report.error is None
+    limits = report.probe("limits")
+    assert limits is not None and limits.status is Status.FAIL
+    assert "did not finish within 1.2 s" in limits.message
+    assert len(limits.values["killed_pids"]) >= 2  # the worker and the grandchild it forked
+    assert any(name.endswith("-hang") for name in limits.values["removed_shm"])
+    env_lint = report.probe("env.lint")
+    assert env_lint is not None and env_lint.status is Status.PASS
+    assert [r.id for r in streamed] == ["limits", "env.lint"]
+    assert report.exit_code() == 1
+    assert processes_with_marker(marker) == []
+    assert _hang_files() - before == set()
+
+
+async def test_cancel_kills_the_group_keeps_finished_results_and_the_loop_responsive() -> None:
+    marker = new_marker()
+    before = _hang_files()
+    cancel = asyncio.Event()
+    started: list[str] = []
+    options = PreflightOptions(probes=("shm.capacity", "limits"), timeout_scale=100)
+
+    async def cancel_when_hung() -> None:
+        # Wait for the hanging probe to start and create its /dev/shm file, then cancel.
+        while not ("limits" in started and _hang_files() - before):
+            await asyncio.sleep(0.02)
+        cancel.set()
+
+    gaps: list[float] = []
+
+    async def heartbeat() -> None:
+        last = time.perf_counter()
+        while not cancel.is_set():
+            await asyncio.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    run = asyncio.create_task(run_preflight(sys.executable, options, None, cancel,
+                                            on_start=lambda pid, i, n: started.append(pid),
+                                            env=_env(marker, "hang:limits"), timeout_s=120))
+    await asyncio.wait_for(asyncio.gather(cancel_when_hung(), heartbeat()), 60)
+    report = await asyncio.wait_for(run, 30)
+    assert report.error == "cancelled"
+    assert [p.id for p in report.probes] == ["shm.capacity"]
+    assert report.exit_code() == 2
+    assert processes_with_marker(marker) == []
+    assert _hang_files() - before == set()
+    assert gaps and max(gaps) < 0.5  # the event loop was never blocked by the preflight
+
+
+def test_overall_timeout_returns_partial_results() -> None:
+    marker = new_marker()
+    options = PreflightOptions(probes=("shm.capacity", "limits"), timeout_scale=100)
+    report = run_preflight_sync(sys.executable, options, env=_env(marker, "hang:limits"), timeout_s=3)
+    assert report.error is not None and "timed out" in report.error
+    assert [p.id for p in report.probes] == ["shm.capacity"]
+    assert processes_with_marker(marker) == []
+
+
+def test_unknown_probe_is_a_preflight_error() -> None:
+    report = run_preflight_sync(sys.executable, PreflightOptions(probes=("no.such",)), timeout_s=60)
+    assert report.exit_code() == 2 and "unknown probe" in (report.error or "")
