@@ -1,0 +1,544 @@
+"""Rank discipline helpers shared by DDP501 and DDP502.
+
+Three questions, answered from the chunk and the module facts only:
+
+- :func:`is_guarded`: does this code already run on rank 0 only (or on a rank subset the
+  author chose on purpose)? Beyond the core's ``runs_only_on_rank0`` it accepts any rank
+  condition (``rank % ngpus_per_node == 0`` in the ImageNet example is deliberate), flags
+  computed from the rank (``should_save = rank == 0 and ...``), Hugging Face's
+  ``args.should_save`` / ``is_world_process_zero()``, rank-zero decorators
+  (``@rank_zero_only``, ``@master_only``, ``@accelerator.on_main_process``) and short-circuits
+  (``is_main and torch.save(...)``).
+- :func:`rank_condition`: which rank-0 test does the code in scope already use? An existing
+  guard of the same function is reused verbatim, then a rank-0 predicate in scope
+  (``is_main_process()``, ``master_process``, ``accelerator.is_main_process``), then a global
+  rank variable (``rank``, ``args.rank``, ``self.rank``) as ``<rank> == 0``, and only then
+  ``dist.get_rank() == 0`` with the import it needs.
+- :func:`guard_fix`: the edit that wraps statements in ``if <condition>:``, or None where that
+  cannot be done without changing more than intended.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core.ranks import Polarity
+from ddp_lsp.core.rule import ChunkContext
+from ddp_lsp.core.types import Edit, Fix, Pos, Span
+from ddp_lsp.rules import _patterns as P
+
+FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_NEW_SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+# Rank-aware flags and methods the core's RankModel does not know (Hugging Face Trainer's
+# TrainingArguments.should_save / should_log, Trainer.is_world_process_zero, torch_xla).
+EXTRA_PREDICATES = frozenset(
+    {
+        "should_save",
+        "should_log",
+        "is_world_process_zero",
+        "is_local_process_zero",
+        "is_master_ordinal",
+    }
+)
+# Decorators that make a function body run on rank 0 only (Lightning, mmcv/mmengine,
+# accelerate, DeepSpeed-style helpers).
+RANK_ZERO_DECORATORS = frozenset(
+    {
+        "rank_zero_only",
+        "master_only",
+        "main_process_only",
+        "on_main_process",
+        "on_local_main_process",
+        "rank0_only",
+        "on_rank_0",
+        "on_rank0",
+        "only_rank_zero",
+        "run_on_main_process",
+    }
+)
+# Launchers: code after them runs in the parent process, once, not on every rank.
+SPAWNERS = frozenset(
+    {
+        "torch.multiprocessing.spawn",
+        "torch.multiprocessing.start_processes",
+        "torch.multiprocessing.spawn.spawn",
+        "torch.distributed.elastic.multiprocessing.start_processes",
+        "torch.distributed.launcher.api.elastic_launch",
+        "torch.distributed.launcher.elastic_launch",
+    }
+)
+_SINGLE_PROCESS_CALLS = frozenset({"is_initialized", "is_available", "is_dist_avail_and_initialized"})
+_MAX_FLAG_DEPTH = 3
+# Framework objects whose own attribute says "rank 0" (accelerate, Lightning Fabric).
+_WRAPPER_MAIN = {"accelerator": "is_main_process", "fabric": "is_global_zero"}
+
+
+# -- is this code guarded? -----------------------------------------------------------------------
+
+
+def _last_name(e: ast.AST) -> str | None:
+    if isinstance(e, ast.Call):
+        e = e.func
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Attribute):
+        return e.attr
+    return None
+
+
+def assigned_value(ctx: ChunkContext, name: str, root: ast.AST, before: ast.AST) -> ast.expr | None:
+    """The value of the last ``name = value`` in ``root``'s own frame before ``before``."""
+    found: ast.expr | None = None
+    for node in P.walk_scope(root):
+        if not P.before(node, before):
+            continue
+        value: ast.expr | None = None
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            value = node.value
+        elif (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == name
+        ):
+            value = node.value
+        elif isinstance(node, ast.NamedExpr) and node.target.id == name:
+            value = node.value
+        if value is not None and (found is None or P.before(found, value)):
+            found = value
+    return found
+
+
+def polarity(ctx: ChunkContext, test: ast.AST, root: ast.AST, depth: int = 0) -> Polarity | None:
+    """The core's rank-guard polarity, extended with rank-derived flags and extra predicates."""
+    pol = ctx.ranks.guard(test)
+    if pol is not None:
+        return pol
+    if depth > _MAX_FLAG_DEPTH:
+        return None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = polarity(ctx, test.operand, root, depth + 1)
+        return inner.negated() if inner is not None else None
+    if _last_name(test) in EXTRA_PREDICATES:
+        return Polarity.ZERO
+    if isinstance(test, ast.Name):
+        value = assigned_value(ctx, test.id, root, test)
+        if value is not None:
+            pol = polarity(ctx, value, root, depth + 1)
+            if pol is None and ctx.ranks.mentions_rank(value):
+                return Polarity.SOME
+            return pol
+        return None
+    if isinstance(test, ast.BoolOp):
+        parts = [polarity(ctx, v, root, depth + 1) for v in test.values]
+        found = [p for p in parts if p is not None]
+        if not found:
+            return None
+        if isinstance(test.op, ast.And) and Polarity.ZERO in found:
+            return Polarity.ZERO
+        if isinstance(test.op, ast.Or) and len(found) == len(parts) and set(found) == {Polarity.ZERO}:
+            return Polarity.ZERO
+        return Polarity.SOME
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        if _last_name(test.left) in EXTRA_PREDICATES or polarity(ctx, test.left, root, depth + 1):
+            return Polarity.SOME
+    return None
+
+
+def _decorated_rank_zero(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(_last_name(d) in RANK_ZERO_DECORATORS for d in fn.decorator_list)
+
+
+def _early_exit(ctx: ChunkContext, body: Sequence[ast.stmt], upto: ast.AST, root: ast.AST) -> bool:
+    """A rank-conditioned ``if ...: return/continue/raise/break`` before ``upto`` in ``body``."""
+    for s in body:
+        if s is upto:
+            return False
+        if (
+            isinstance(s, ast.If)
+            and s.body
+            and isinstance(s.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
+            and polarity(ctx, s.test, root) is not None
+        ):
+            return True
+    return False
+
+
+def is_guarded(ctx: ChunkContext, node: ast.AST) -> bool:
+    """``node`` runs on rank 0 only, or on a rank subset chosen on purpose."""
+    if ctx.runs_only_on_rank0(node):
+        return True
+    child: ast.AST = node
+    for a in ctx.ancestors(node):
+        if isinstance(a, (ast.If, ast.IfExp)) and child is not a.test:
+            if polarity(ctx, a.test, P.scope_root(ctx, a)) is not None:
+                return True
+        elif isinstance(a, ast.BoolOp) and isinstance(a.op, ast.And):
+            root = P.scope_root(ctx, a)
+            for v in a.values:
+                if v is child:
+                    break
+                if polarity(ctx, v, root) is not None:
+                    return True
+        elif isinstance(a, FUNCS):
+            if _decorated_rank_zero(a):
+                return True
+            if _early_exit(ctx, a.body, child, a):
+                return True
+        elif isinstance(a, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)):
+            if isinstance(child, ast.stmt) and _early_exit(
+                ctx, getattr(a, "body", []), child, P.scope_root(ctx, a)
+            ):
+                return True
+        child = a
+    return _early_exit(ctx, ctx.body, child, P.scope_root(ctx, node))
+
+
+def spawns_processes(ctx: ChunkContext, root: ast.AST) -> bool:
+    """``root``'s frame launches the workers itself (``mp.spawn``): it is the parent process."""
+    for node in P.walk_scope(root):
+        if isinstance(node, ast.Call):
+            qual = ctx.call_qualname(node)
+            if qual in SPAWNERS:
+                return True
+    return False
+
+
+def in_lambda(ctx: ChunkContext, node: ast.AST) -> bool:
+    for a in ctx.ancestors(node):
+        if isinstance(a, ast.Lambda):
+            return True
+        if isinstance(a, ast.stmt):
+            return False
+    return False
+
+
+# -- which rank-0 condition does the code already use? --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Condition:
+    text: str  # "rank == 0", "is_main_process()", "dist.get_rank() == 0"
+    imports: tuple[str, ...] = ()
+    from_code: bool = True  # False: the fallback, not a name the code itself uses
+
+
+def _is_local(e: ast.AST) -> bool:
+    name = _last_name(e) or ""
+    if isinstance(e, ast.Subscript):
+        key = e.slice
+        name = str(key.value) if isinstance(key, ast.Constant) else ""
+    return "local" in name.lower()
+
+
+def _root_name(e: ast.AST) -> str | None:
+    while isinstance(e, (ast.Attribute, ast.Call, ast.Subscript)):
+        e = e.func if isinstance(e, ast.Call) else e.value
+    return e.id if isinstance(e, ast.Name) else None
+
+
+def _block_path(ctx: ChunkContext, node: ast.AST) -> list[tuple[int, str]]:
+    """The statement lists holding ``node``, outermost first (headers belong to their stmt)."""
+    out: list[tuple[int, str]] = []
+    child: ast.AST = node
+    for a in ctx.ancestors(node):
+        if isinstance(a, FUNCS + (ast.ClassDef, ast.Lambda)):
+            break
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            seq = getattr(a, name, None)
+            if isinstance(seq, list) and any(x is child for x in seq):
+                out.append((id(a), name))
+                break
+        child = a
+    out.reverse()
+    return out
+
+
+def _dominates(ctx: ChunkContext, evidence: ast.AST, stmt: ast.stmt) -> bool:
+    """``evidence`` is evaluated on every path that reaches ``stmt``, before it."""
+    if not P.before(evidence, stmt):
+        return False
+    ev, st = _block_path(ctx, evidence), _block_path(ctx, stmt)
+    return ev == st[: len(ev)]
+
+
+def _params(ctx: ChunkContext, stmt: ast.stmt) -> set[str]:
+    out: set[str] = set()
+    for a in ctx.ancestors(stmt):
+        if isinstance(a, FUNCS):
+            args = a.args
+            out.update(x.arg for x in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+            if args.vararg:
+                out.add(args.vararg.arg)
+            if args.kwarg:
+                out.add(args.kwarg.arg)
+    return out
+
+
+def _in_method(ctx: ChunkContext, stmt: ast.stmt) -> bool:
+    fn = ctx.enclosing_function(stmt)
+    if fn is None:
+        return False
+    args = [*fn.args.posonlyargs, *fn.args.args]
+    return bool(args) and args[0].arg == "self" and ctx.scope(stmt)[1] is not None
+
+
+def _visible(ctx: ChunkContext, expr: ast.AST, stmt: ast.stmt, evidence: ast.AST) -> bool:
+    """Every name ``expr`` reads is bound wherever ``stmt`` runs."""
+    params = _params(ctx, stmt)
+    for node in ast.walk(expr):
+        if not isinstance(node, ast.Name):
+            continue
+        name = node.id
+        if name == "self":
+            if not _in_method(ctx, stmt):
+                return False
+            continue
+        if name in params or name in ctx.facts.aliases or name in ctx.facts.func_props:
+            continue
+        if not _dominates(ctx, evidence, stmt):
+            return False
+    return True
+
+
+def _pure_zero_test(ctx: ChunkContext, test: ast.AST) -> bool:
+    """A test that says "rank 0" and nothing else (so it can be reused as is)."""
+    if ctx.ranks.guard(test) is not Polarity.ZERO:
+        return False
+
+    def pure(e: ast.AST) -> bool:
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+            return pure(e.operand)
+        if isinstance(e, ast.BoolOp):
+            return all(pure(v) for v in e.values)
+        if isinstance(e, ast.Compare):
+            sides = [e.left, *e.comparators]
+            return all(
+                ctx.ranks.is_rank_expr(s)
+                or ctx.ranks.is_predicate(s)
+                or isinstance(s, (ast.Constant, ast.Tuple, ast.List, ast.Set, ast.UnaryOp))
+                or (_last_name(s) or "").lower() == "world_size"
+                for s in sides
+            )
+        if ctx.ranks.is_predicate(e) or ctx.ranks.is_rank_expr(e):
+            return True
+        return isinstance(e, ast.Call) and _last_name(e) in _SINGLE_PROCESS_CALLS
+
+    return pure(test)
+
+
+def _loop_targets(root: ast.AST) -> set[str]:
+    """Names bound as loop or comprehension variables (``for rank in range(world_size)``)."""
+    out: set[str] = set()
+    for node in P.walk_scope(root):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            out.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+    return out
+
+
+def _candidates(ctx: ChunkContext, root: ast.AST) -> Iterator[tuple[int, ast.AST, ast.AST, str]]:
+    """(preference, evidence node, expression, condition text) found in ``root``'s frame.
+
+    Preference: 0 an existing rank-0 guard, 1 a rank-0 predicate, 2 a rank variable by name,
+    3 an attribute rank (``args.rank``). Loop variables named like a rank are not the rank."""
+    loop_vars = _loop_targets(root)
+    if isinstance(root, FUNCS):
+        for a in (*root.args.posonlyargs, *root.args.args, *root.args.kwonlyargs):
+            if a.arg in loop_vars or "local" in a.arg.lower():
+                continue
+            if a.arg in ctx.ranks.predicates:
+                yield 1, a, ast.Name(a.arg, ast.Load()), a.arg
+            elif a.arg in ctx.ranks.names:
+                yield 2, a, ast.Name(a.arg, ast.Load()), f"{a.arg} == 0"
+    for node in P.walk_scope(root):
+        if _root_name(node) in loop_vars:
+            continue
+        if isinstance(node, ast.If) and _pure_zero_test(ctx, node.test):
+            if any(isinstance(n, ast.Name) and n.id in loop_vars for n in ast.walk(node.test)):
+                continue
+            if node.test.lineno == node.test.end_lineno:
+                yield 0, node, node.test, ctx.segment(node.test)
+            continue
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            continue
+        prop = _WRAPPER_MAIN.get(_last_name(node) or "")
+        if prop is not None and _root_name(node) in (_last_name(node), "self"):
+            # `accelerator.backward(loss)` shows an Accelerator in scope: use its own flag.
+            yield 1, node, node, f"{ctx.segment(node)}.{prop}"
+            continue
+        parent = ctx.parent(node)
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            continue  # only whole dotted paths
+        if ctx.ranks.is_predicate(node) and not _is_local(node):
+            if isinstance(parent, ast.Call) and parent.func is node:
+                if parent.args or parent.keywords:
+                    continue
+                yield 1, node, parent, ctx.segment(parent)
+            else:
+                yield 1, node, node, ctx.segment(node)
+        elif ctx.ranks.is_rank_expr(node) and not _is_local(node):
+            if isinstance(parent, ast.Call) and parent.func is node:
+                continue
+            pref = 2 if isinstance(node, ast.Name) else 3
+            yield pref, node, node, f"{ctx.segment(node)} == 0"
+
+
+def rank_condition(ctx: ChunkContext, stmt: ast.stmt) -> Condition:
+    """The rank-0 test to guard ``stmt`` with, reusing what the code in scope already uses."""
+    root = P.scope_root(ctx, stmt)
+    inside = {id(n) for n in ast.walk(stmt)}
+    best: tuple[tuple[int, int, int], str] | None = None
+    for pref, evidence, expr, text in _candidates(ctx, root):
+        if id(evidence) in inside or "\n" in text:
+            continue
+        if not _visible(ctx, expr, stmt, evidence):
+            continue
+        # Nearest preceding use first, then the first following one.
+        line = getattr(evidence, "lineno", 0)
+        distance = (0, -line, 0) if line <= stmt.lineno else (1, line, 0)
+        key = (pref, distance[0], distance[1])
+        if best is None or key < best[0]:
+            best = (key, text)
+    if best is not None:
+        return Condition(best[1])
+    # Rank parameters and attributes the module facts know (``def train(rank)``, ``self.rank``).
+    params = _params(ctx, stmt)
+    for path in ctx.names_of_kind(K.RANK, stmt):
+        if "local" in path.lower():
+            continue
+        if path in params or (path.startswith("self.") and _in_method(ctx, stmt)):
+            return Condition(f"{path} == 0")
+    text, imports = ctx.spell("torch.distributed.get_rank")
+    return Condition(f"{text}() == 0", imports, from_code=False)
+
+
+# -- the fix ------------------------------------------------------------------------------------
+
+
+def _jumps_out(stmt: ast.stmt) -> bool:
+    """``stmt`` contains a return/yield, or a break/continue of a loop outside it."""
+
+    def visit(node: ast.AST, in_loop: bool) -> bool:
+        if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)):
+            return True
+        if isinstance(node, (ast.Break, ast.Continue)) and not in_loop:
+            return True
+        if isinstance(node, _NEW_SCOPE):
+            return False
+        loop = in_loop or isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+        return any(visit(c, loop) for c in ast.iter_child_nodes(node))
+
+    return any(visit(c, False) for c in ast.iter_child_nodes(stmt)) or isinstance(
+        stmt, (ast.Return, ast.Break, ast.Continue)
+    )
+
+
+def _bound_names(stmt: ast.stmt) -> tuple[set[str], bool]:
+    """Names ``stmt`` binds, and whether it also stores into attributes or subscripts."""
+    names: set[str] = set()
+    other = False
+
+    def visit(node: ast.AST) -> None:
+        nonlocal other
+        if isinstance(node, (*_NEW_SCOPE,)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            return
+        if isinstance(node, _COMPREHENSIONS):
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, ast.Store):
+            other = True
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.add((alias.asname or alias.name).split(".", 1)[0])
+        for c in ast.iter_child_nodes(node):
+            visit(c)
+
+    visit(stmt)
+    return names, other
+
+
+def _changes_more(ctx: ChunkContext, stmts: Sequence[ast.stmt]) -> bool:
+    """Guarding ``stmts`` would change what the other ranks see afterwards."""
+    bound: set[str] = set()
+    for s in stmts:
+        if _jumps_out(s):
+            return True
+        names, other = _bound_names(s)
+        if other:
+            return True
+        bound |= names
+    if not bound:
+        return False
+    inside = {id(n) for s in stmts for n in ast.walk(s)}
+    root = P.scope_root(ctx, stmts[0])
+    for node in P.walk_scope(root):
+        if (
+            isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Load)
+            and node.id in bound
+            and id(node) not in inside
+        ):
+            return True
+    return False
+
+
+def ends_own_line(ctx: ChunkContext, stmt: ast.stmt) -> bool:
+    """Nothing but a comment follows ``stmt`` on its last line (no ``; other``)."""
+    end_line = stmt.end_lineno or stmt.lineno
+    text = ctx.line(end_line).rstrip("\r\n")
+    col = ctx.pos(end_line, stmt.end_col_offset or 0).col
+    tail = text[col:].strip()
+    return not tail or tail.startswith("#")
+
+
+def guard_fix(
+    ctx: ChunkContext, stmts: Sequence[ast.stmt], cond: Condition, title: str
+) -> Fix | None:
+    """Wrap the consecutive statements ``stmts`` (one block) in ``if <cond>:``.
+
+    None when they do not sit on lines of their own (``if x: stmt``, ``a; stmt``), when they
+    leave the block (return, break) or bind names used elsewhere: guarding those would change
+    what the other ranks do next, not only what they write.
+    """
+    first, last = stmts[0], stmts[-1]
+    if not P.starts_own_line(ctx, first) or not ends_own_line(ctx, last):
+        return None
+    if _changes_more(ctx, stmts):
+        return None
+    indent = ctx.indent_of(first)
+    unit = ctx.indent_unit(first)
+    first_line, _ = ctx.stmt_lines(first)
+    _, last_line = ctx.stmt_lines(last)
+    skip: set[int] = set()
+    for s in stmts:
+        skip |= ctx.string_lines(s)
+    # One edit for the first line, so the header and its indent cannot be applied apart.
+    edits = [Edit(Span(Pos(first_line, len(indent)), Pos(first_line, len(indent))), f"if {cond.text}:\n{indent}{unit}")]
+    lines = ctx.chunk.lines
+    for rel in range(first_line + 1, last_line + 1):
+        if rel in skip or rel >= len(lines):
+            continue
+        text = lines[rel]
+        if not text.strip():
+            continue
+        # Body lines get one more level after the statement's own indent; continuation lines
+        # indented less (inside brackets) are left alone, where any indent is valid.
+        if text.startswith(indent):
+            edits.append(Edit(Span(Pos(rel, len(indent)), Pos(rel, len(indent))), unit))
+    return Fix(
+        title=title,
+        edits=tuple(edits),
+        safe=cond.from_code,
+        preferred=True,
+        imports=cond.imports,
+    )

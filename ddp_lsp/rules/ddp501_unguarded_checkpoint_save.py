@@ -1,0 +1,919 @@
+"""DDP501 unguarded-checkpoint-save.
+
+## What it does
+Finds checkpoint writes that run on every rank of a distributed job: `torch.save(obj, path)`,
+`model.save_pretrained(dir)`, `safetensors.torch.save_file` / `save_model`, mmcv's and
+mmengine's `save_checkpoint`, and `with open(path, "wb")` of a checkpoint file, when they are
+not under a rank-0 guard.
+
+## Why is this bad?
+Every process of a DDP job runs the same script. An unguarded save makes all N ranks open,
+truncate and write the *same* file at the same moment: on a shared file system the result is
+a truncated or interleaved checkpoint that fails to load days later, and the job does N times
+the I/O it needs (with 64 ranks, 64 copies of a multi-gigabyte file). DDP keeps the replicas
+identical, so rank 0's copy is all you need.
+
+## Example
+```python
+for epoch in range(epochs):
+    train_one_epoch(model, loader, optimizer)
+    torch.save(model.module.state_dict(), f"ckpt_{epoch}.pt")
+```
+
+## Use instead
+```python
+for epoch in range(epochs):
+    train_one_epoch(model, loader, optimizer)
+    if rank == 0:
+        torch.save(model.module.state_dict(), f"ckpt_{epoch}.pt")
+```
+
+## Fix
+Wraps the statement (the whole `with open(...)` block for file handles) in `if <rank> == 0:`,
+reusing what the code in scope already uses: an existing rank-0 guard of the same function
+(`if args.local_rank in [-1, 0]:`), a rank-0 predicate (`is_main_process()`,
+`master_process`, `accelerator.is_main_process`), or a rank variable (`rank`, `global_rank`,
+`args.rank`, `self.rank`). Otherwise it writes `dist.get_rank() == 0` and adds the import;
+that fix is marked unsafe because `get_rank()` raises where no process group was initialised.
+No fix is offered when the statement also computes a collective (an FSDP `state_dict()`,
+`get_state_dict`, `consolidate_state_dict`): every rank must take part in that, so compute it
+first and guard only the write. No fix either for a statement sharing its line (`if x: save`)
+or one that binds names used later.
+
+## Known false positives
+Saves under any rank condition are taken as deliberate (`rank % ngpus_per_node == 0` saves
+once per node) and are not reported, nor are per-rank files (the rank in the path),
+`torch.save` into an `io.BytesIO`, `accelerator.save` / `fabric.save` / `xm.save`,
+`trainer.save_checkpoint` and DeepSpeed's `engine.save_checkpoint` (they handle ranks
+themselves and must be called on every rank), `torch.distributed.checkpoint.save` (a
+collective), `save_pretrained(..., is_main_process=...)`, functions that guard themselves
+(`save_on_master`) or are only called under a guard, `@rank_zero_only` functions, and code
+after `mp.spawn(...)` (the parent process). A helper imported from another file
+(`utils.save_checkpoint(...)`) is not reported: whether it guards itself is not visible here.
+
+## References
+- https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints
+- https://pytorch.org/docs/stable/notes/serialization.html
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core import names as N
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _guard as G
+from ddp_lsp.rules import _patterns as P
+
+# Library functions that write a file given as (obj, path) and do not check the rank.
+_FILE_WRITERS = {
+    "safetensors.torch.save_file": "filename",
+    "safetensors.torch.save_model": "filename",
+    "mmcv.runner.save_checkpoint": "filename",
+    "mmcv.runner.checkpoint.save_checkpoint": "filename",
+    "mmengine.runner.save_checkpoint": "filename",
+    "mmengine.runner.checkpoint.save_checkpoint": "filename",
+}
+# Calls that gather state across ranks: guarding them on rank 0 would hang the others.
+_GATHERING_METHODS = frozenset(
+    {
+        "get_state_dict",
+        "get_model_state_dict",
+        "get_optimizer_state_dict",
+        "full_optim_state_dict",
+        "sharded_optim_state_dict",
+        "optim_state_dict",
+        "consolidate_state_dict",
+        "gather_for_metrics",
+        "_zero3_consolidated_16bit_state_dict",
+    }
+)
+_CKPT_TEXT = re.compile(
+    r"ckpt|checkpoint|weights|state_dict|\.pth?\b|\.bin\b|\.safetensors|\.tar\b", re.IGNORECASE
+)
+_CKPT_NAME = re.compile(r"ckpt|checkpoint|weights|state_dict", re.IGNORECASE)
+_RANK_WORD = re.compile(r"rank", re.IGNORECASE)
+_RANK_NAME = re.compile(r"(^|_)(rank|ranks)(_|$)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class _Write:
+    label: str  # "torch.save", "model.save_pretrained", "open"
+    dest: ast.expr | None  # the path (or directory) written
+    stmt: ast.stmt | None  # the statement to guard when not the call's own statement
+    fixable: bool = True
+
+
+def _arg(call: ast.Call, index: int, keyword: str) -> ast.expr | None:
+    if len(call.args) > index:
+        return call.args[index]
+    for kw in call.keywords:
+        if kw.arg == keyword:
+            return kw.value
+    return None
+
+
+def _with_of(ctx: ChunkContext, call: ast.Call) -> ast.With | ast.AsyncWith | None:
+    parent = ctx.parent(call)
+    if isinstance(parent, ast.withitem) and parent.context_expr is call:
+        holder = ctx.parent(parent)
+        if isinstance(holder, (ast.With, ast.AsyncWith)):
+            return holder
+    return None
+
+
+def _open_handle(ctx: ChunkContext, name: str, at: ast.AST) -> ast.Call | None:
+    """The ``open(...)`` call of an enclosing ``with open(...) as name``."""
+    for a in ctx.ancestors(at):
+        if isinstance(a, (ast.With, ast.AsyncWith)):
+            for item in a.items:
+                v = item.optional_vars
+                if isinstance(v, ast.Name) and v.id == name and _is_open(ctx, item.context_expr):
+                    assert isinstance(item.context_expr, ast.Call)
+                    return item.context_expr
+        if isinstance(a, G.FUNCS):
+            break
+    return None
+
+
+def _is_open(ctx: ChunkContext, e: ast.AST) -> bool:
+    if not isinstance(e, ast.Call):
+        return False
+    if isinstance(e.func, ast.Name) and e.func.id == "open":
+        return "open" not in ctx.facts.aliases
+    return ctx.call_qualname(e) in ("io.open", "builtins.open")
+
+
+def _write_mode(call: ast.Call) -> bool:
+    mode = _arg(call, 1, "mode")
+    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(
+        c in mode.value for c in "wax"
+    )
+
+
+def _is_buffer(ctx: ChunkContext, dest: ast.expr, root: ast.AST) -> bool:
+    """``io.BytesIO()`` (inline or through a variable): memory, not a file."""
+    value: ast.AST | None = dest
+    if isinstance(dest, ast.Name):
+        value = G.assigned_value(ctx, dest.id, root, dest)
+    return isinstance(value, ast.Call) and G._last_name(value) in ("BytesIO", "StringIO")
+
+
+def _checkpointish(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int = 0) -> bool:
+    for node in ast.walk(path):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _CKPT_TEXT.search(node.value):
+                return True
+        elif isinstance(node, ast.Name):
+            if _CKPT_NAME.search(node.id):
+                return True
+            if depth < 2:
+                value = G.assigned_value(ctx, node.id, root, node)
+                if value is not None and _checkpointish(ctx, value, root, depth + 1):
+                    return True
+        elif isinstance(node, ast.Attribute) and _CKPT_NAME.search(node.attr):
+            return True
+    return False
+
+
+def per_rank_path(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int = 0) -> bool:
+    """The path names the rank (``f"ckpt_rank{rank}.pt"``): one file per rank, on purpose."""
+    if ctx.ranks.mentions_rank(path):
+        return True
+    has_value = not isinstance(path, ast.Constant)
+    for node in ast.walk(path):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if has_value and _RANK_WORD.search(node.value):
+                return True
+        elif isinstance(node, ast.Name):
+            if _RANK_NAME.search(node.id):
+                return True
+            if depth < 2:
+                value = G.assigned_value(ctx, node.id, root, node)
+                if value is not None and per_rank_path(ctx, value, root, depth + 1):
+                    return True
+        elif isinstance(node, ast.Attribute) and _RANK_NAME.search(node.attr):
+            return True
+    return False
+
+
+def _collective_in(ctx: ChunkContext, stmt: ast.stmt) -> str | None:
+    """A call in ``stmt`` that every rank must make (so the statement cannot be guarded)."""
+    for node in [stmt, *P.walk_scope(stmt)]:
+        if not isinstance(node, ast.Call):
+            continue
+        qual = ctx.call_qualname(node) or ""
+        dotted = N.dotted(node.func)
+        if qual in N.COLLECTIVES or qual.startswith("torch.distributed.checkpoint"):
+            return ctx.segment(node.func)
+        if dotted is not None and K.is_collective_call(dotted, ctx.facts.aliases):
+            return ctx.segment(node.func)
+        if K.COLLECTIVE in ctx.callee_props(node):
+            return ctx.segment(node.func)
+        if isinstance(node.func, ast.Attribute):
+            if node.func.attr in _GATHERING_METHODS:
+                return ctx.segment(node.func)
+            if node.func.attr == "state_dict" and ctx.kind(node.func.value, node) == K.FSDP:
+                return ctx.segment(node.func)
+    return None
+
+
+class UnguardedCheckpointSave(Rule):
+    meta = RuleMeta(
+        id="DDP501",
+        name="unguarded-checkpoint-save",
+        severity=Severity.WARNING,
+        summary="Checkpoint written by every rank at once: save on rank 0 only.",
+        fix=FixAvailability.SOMETIMES,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        for call in ctx.calls():
+            write = self._write(ctx, call)
+            if write is None or G.in_lambda(ctx, call):
+                continue
+            if G.is_guarded(ctx, call):
+                continue
+            root = P.scope_root(ctx, call)
+            if G.spawns_processes(ctx, root):
+                continue
+            if write.dest is not None and per_rank_path(ctx, write.dest, root):
+                continue
+            stmt = write.stmt or ctx.statement(call)
+            cond = G.rank_condition(ctx, stmt)
+            collective = _collective_in(ctx, stmt)
+            fixes = []
+            if write.fixable and collective is None:
+                fix = G.guard_fix(
+                    ctx, [stmt], cond, f"Save on rank 0 only: wrap in `if {cond.text}:`"
+                )
+                if fix is not None:
+                    fixes.append(fix)
+            message = (
+                f"`{write.label}` runs on every rank: all processes write the same checkpoint "
+                "at once (truncated or corrupt file, N times the I/O); save on rank 0 only "
+                f"(`if {cond.text}:`)"
+            )
+            if collective is not None:
+                message += (
+                    f". `{collective}` gathers across ranks, so call it on every rank first "
+                    "and guard only the write"
+                )
+            yield ctx.finding(self, call, message, fixes=fixes)
+
+    @staticmethod
+    def _write(ctx: ChunkContext, call: ast.Call) -> _Write | None:
+        qual = ctx.call_qualname(call)
+        root = P.scope_root(ctx, call)
+        if qual == N.TORCH_SAVE:
+            dest = _arg(call, 1, "f")
+            if dest is None or _is_buffer(ctx, dest, root):
+                return None
+            if isinstance(dest, ast.Name):
+                if _open_handle(ctx, dest.id, call) is not None:
+                    return None  # the `with open(...)` is the write (reported there)
+                value = G.assigned_value(ctx, dest.id, root, dest)
+                if _is_open(ctx, value) if value is not None else False:
+                    assert isinstance(value, ast.Call)
+                    # The file was opened (and truncated) on every rank already.
+                    return _Write("torch.save", value.args[0] if value.args else None, None, False)
+            return _Write("torch.save", dest, None)
+        if qual in _FILE_WRITERS:
+            return _Write(ctx.segment(call.func), _arg(call, 1, _FILE_WRITERS[qual]), None)
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "save_pretrained":
+            if any(kw.arg == "is_main_process" for kw in call.keywords):
+                return None
+            label = ctx.segment(call.func)
+            if "\n" in label:
+                label = "save_pretrained"
+            return _Write(label, _arg(call, 0, "save_directory"), None)
+        if _is_open(ctx, call) and _write_mode(call):
+            path = _arg(call, 0, "file")
+            if path is None:
+                return None
+            with_stmt = _with_of(ctx, call)
+            saved_into = with_stmt is not None and _saves_into(ctx, with_stmt)
+            if not saved_into and not _checkpointish(ctx, path, root):
+                return None
+            return _Write("open", path, with_stmt, with_stmt is not None)
+        return None
+
+
+def _saves_into(ctx: ChunkContext, with_stmt: ast.With | ast.AsyncWith) -> bool:
+    handles = {
+        item.optional_vars.id
+        for item in with_stmt.items
+        if isinstance(item.optional_vars, ast.Name) and _is_open(ctx, item.context_expr)
+    }
+    for node in P.walk_scope(with_stmt):
+        if isinstance(node, ast.Call) and ctx.call_qualname(node) == N.TORCH_SAVE:
+            dest = _arg(node, 1, "f")
+            if isinstance(dest, ast.Name) and dest.id in handles:
+                return True
+    return False
+
+
+_HEAD = """\
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+UnguardedCheckpointSave.cases = (
+    # -- traps and real-world idioms: silent ---------------------------------------------------
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, rank, epochs):
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+        if rank == 0:
+            torch.save(model.module.state_dict(), f"ckpt_{epoch}.pt")
+""",
+        note="guarded by rank == 0",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def save(model, args):
+    if args.local_rank in [-1, 0]:
+        torch.save(model.state_dict(), os.path.join(args.output_dir, "model.bin"))
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        model.module.save_pretrained(args.output_dir)
+""",
+        note="HF-style local_rank in [-1, 0], and 'not initialised or rank 0'",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def is_main_process():
+    return dist.get_rank() == 0
+
+def save_on_master(*args, **kwargs):
+    if is_main_process():
+        torch.save(*args, **kwargs)
+
+def main(model, args):
+    for epoch in range(args.epochs):
+        save_on_master({"model": model.module.state_dict(), "epoch": epoch}, "checkpoint.pth")
+""",
+        note="DeiT/detectron2 save_on_master guards itself",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import utils
+
+def main(args, model_without_ddp, optimizer, epoch):
+    checkpoint = {"model": model_without_ddp.state_dict(), "optimizer": optimizer.state_dict()}
+    utils.save_on_master(checkpoint, os.path.join(args.output_dir, f"model_{epoch}.pth"))
+    utils.save_on_master(checkpoint, os.path.join(args.output_dir, "checkpoint.pth"))
+""",
+        note="torchvision references: utils.save_on_master from another file",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def save_checkpoint(state, path):
+    torch.save(state, path)
+
+def train(model, rank):
+    for epoch in range(10):
+        if rank == 0:
+            save_checkpoint({"model": model.state_dict()}, "ckpt.pt")
+""",
+        note="a helper only called under a rank-0 guard",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def save(model, out_dir):
+    if dist.get_rank() != 0:
+        return
+    torch.save(model.module.state_dict(), os.path.join(out_dir, "ckpt.pt"))
+""",
+        note="early return on the other ranks",
+    ),
+    Valid(
+        _HEAD
+        + """\
+ddp_rank = int(os.environ["RANK"])
+master_process = ddp_rank == 0
+
+while True:
+    if iter_num % eval_interval == 0 and master_process:
+        losses = estimate_loss()
+        if losses["val"] < best_val_loss or always_save_checkpoint:
+            best_val_loss = losses["val"]
+            if iter_num > 0:
+                checkpoint = {"model": raw_model.state_dict(), "iter_num": iter_num}
+                torch.save(checkpoint, os.path.join(out_dir, "ckpt.pt"))
+    iter_num += 1
+""",
+        note="nanoGPT: master_process in a compound condition",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from accelerate import Accelerator
+
+def main(model, args):
+    accelerator = Accelerator()
+    model = accelerator.prepare(model)
+    for epoch in range(args.epochs):
+        accelerator.save_state(args.output_dir)
+        accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")
+    unwrapped_model = accelerator.unwrap_model(model)
+    unwrapped_model.save_pretrained(
+        args.output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save
+    )
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(args.output_dir)
+""",
+        note="accelerate: save / save_state / save_pretrained(is_main_process=...) / guarded",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import lightning as L
+
+def main(model, dm, model_engine, args):
+    trainer = L.Trainer(strategy="ddp", devices=8)
+    trainer.fit(model, dm)
+    trainer.save_checkpoint("final.ckpt")
+    model_engine.save_checkpoint(args.save_dir, tag=f"step{args.step}")
+""",
+        note="Lightning trainer.save_checkpoint and DeepSpeed save_checkpoint run on every rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict
+
+def save(model, optimizer, step):
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=f"ckpt/{step}")
+    torch.distributed.checkpoint.save({"model": model_sd}, checkpoint_id="last")
+""",
+        note="torch.distributed.checkpoint.save is a collective: every rank must call it",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def save_shards(model, optimizer, out_dir, rank):
+    torch.save(optimizer.state_dict(), f"{out_dir}/optim_rank{rank}.pt")
+    torch.save(torch.cuda.get_rng_state(), os.path.join(out_dir, f"rng_state_{dist.get_rank()}.pth"))
+    shard_path = os.path.join(out_dir, "shard_%d.pt" % rank)
+    torch.save(model.state_dict(), shard_path)
+""",
+        note="per-rank files: the rank is in the path on purpose",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import io
+
+def broadcast_state(model):
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    payload = [buffer.getvalue()]
+    dist.broadcast_object_list(payload, src=0)
+""",
+        note="torch.save into memory, not a file",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from lightning.pytorch.utilities import rank_zero_only
+
+@rank_zero_only
+def dump(model, path):
+    torch.save(model.state_dict(), path)
+""",
+        note="@rank_zero_only",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import torch.multiprocessing as mp
+
+def main():
+    world_size = torch.cuda.device_count()
+    mp.spawn(worker, args=(world_size,), nprocs=world_size)
+    torch.save({"world_size": world_size}, "run_info.pt")
+""",
+        note="the launcher after mp.spawn: one parent process",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from transformers import Trainer
+
+class MyTrainer(Trainer):
+    def save_extra(self, output_dir):
+        if self.args.should_save:
+            torch.save(self.model.config, os.path.join(output_dir, "extra.bin"))
+        if self.is_world_process_zero():
+            torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
+""",
+        note="Hugging Face Trainer: args.should_save and is_world_process_zero()",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, rank, evaluate):
+    best = 0.0
+    for epoch in range(10):
+        acc = evaluate(model)
+        save_now = rank == 0 and acc > best
+        if save_now:
+            torch.save(model.module.state_dict(), "best.pt")
+        if rank != 0:
+            pass
+        else:
+            torch.save(model.module.state_dict(), "last.pt")
+""",
+        note="a flag computed from the rank, and the else branch of rank != 0",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import json
+
+def write_config(cfg, out_dir):
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    with open(os.path.join(out_dir, "ckpt.pt"), "rb") as f:
+        data = f.read()
+""",
+        note="non-checkpoint files and reads are out of scope",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from lightning.fabric import Fabric
+import torch_xla.core.xla_model as xm
+
+def run(fabric, state, model):
+    fabric.save("ckpt/last.ckpt", state)
+    xm.save(model.state_dict(), "model.pt")
+""",
+        note="Fabric and torch_xla save on the main process themselves",
+    ),
+    Valid(
+        """\
+import torch
+
+def main(model):
+    torch.save(model.state_dict(), "model.pt")
+""",
+        distributed=False,
+        note="single-process code",
+    ),
+    # -- findings --------------------------------------------------------------------------------
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, rank, epochs):
+    sampler = loader.sampler
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+        # keep the latest weights
+        «torch.save(model.module.state_dict(), f"ckpt_{epoch}.pt")»  # every epoch
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, rank, epochs):
+    sampler = loader.sampler
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+        # keep the latest weights
+        if rank == 0:
+            torch.save(model.module.state_dict(), f"ckpt_{epoch}.pt")  # every epoch
+""",
+        note="the rank parameter is reused; comments kept",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def finish(model, out_dir):
+    «torch.save(model.module.state_dict(), os.path.join(out_dir, "final.pt"))»
+""",
+        fixed=_HEAD
+        + """\
+def finish(model, out_dir):
+    if dist.get_rank() == 0:
+        torch.save(model.module.state_dict(), os.path.join(out_dir, "final.pt"))
+""",
+        note="no rank in scope: dist.get_rank() with the module's own spelling",
+    ),
+    Invalid(
+        """\
+\"\"\"Training entry point.\"\"\"
+import os
+
+from torch import save
+from torch.nn.parallel import DistributedDataParallel
+
+def finish(model, out_dir):
+    «save(model.module.state_dict(), os.path.join(out_dir, "final.pt"))»
+""",
+        fixed="""\
+\"\"\"Training entry point.\"\"\"
+import os
+
+from torch import save
+from torch.nn.parallel import DistributedDataParallel
+import torch.distributed
+
+def finish(model, out_dir):
+    if torch.distributed.get_rank() == 0:
+        save(model.module.state_dict(), os.path.join(out_dir, "final.pt"))
+""",
+        note="the import get_rank needs is added once, after the import block",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, args, epoch):
+    if args.local_rank in [-1, 0]:
+        print("saving")
+    «torch.save(
+        {
+            "model": model.state_dict(),  # weights
+            "notes": \"\"\"epoch summary
+  indented text stays as it is\"\"\",
+        },
+        os.path.join(args.output_dir, f"checkpoint-{epoch}.bin"),
+    )»
+""",
+        fixed=_HEAD
+        + """\
+def train(model, args, epoch):
+    if args.local_rank in [-1, 0]:
+        print("saving")
+    if args.local_rank in [-1, 0]:
+        torch.save(
+            {
+                "model": model.state_dict(),  # weights
+                "notes": \"\"\"epoch summary
+  indented text stays as it is\"\"\",
+            },
+            os.path.join(args.output_dir, f"checkpoint-{epoch}.bin"),
+        )
+""",
+        note="the function's own guard is reused; multi-line statement, string content untouched",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from utils import is_main_process
+
+def train(model, loader, optimizer, epochs):
+    for epoch in range(epochs):
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        if is_main_process():
+            print(f"epoch {epoch} done")
+        «torch.save(model.module.state_dict(), "last.pt")»
+""",
+        fixed=_HEAD
+        + """\
+from utils import is_main_process
+
+def train(model, loader, optimizer, epochs):
+    for epoch in range(epochs):
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        if is_main_process():
+            print(f"epoch {epoch} done")
+        if is_main_process():
+            torch.save(model.module.state_dict(), "last.pt")
+""",
+        note="is_main_process() reused",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+ddp = int(os.environ.get("RANK", -1)) != -1
+while True:
+    loss = train_step()
+    if iter_num % log_interval == 0 and master_process:
+        print(f"iter {iter_num}: loss {loss:.4f}")
+    if iter_num % 1000 == 0:
+        «torch.save(raw_model.state_dict(), os.path.join(out_dir, "ckpt.pt"))»
+    iter_num += 1
+""",
+        fixed=_HEAD
+        + """\
+ddp = int(os.environ.get("RANK", -1)) != -1
+while True:
+    loss = train_step()
+    if iter_num % log_interval == 0 and master_process:
+        print(f"iter {iter_num}: loss {loss:.4f}")
+    if iter_num % 1000 == 0:
+        if master_process:
+            torch.save(raw_model.state_dict(), os.path.join(out_dir, "ckpt.pt"))
+    iter_num += 1
+""",
+        note="nanoGPT's master_process reused",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, model, rank):
+        self.rank = rank
+        self.model = DDP(model)
+
+    def save(self, path):
+        «self.model.module.save_pretrained(path)»
+""",
+        fixed=_HEAD
+        + """\
+class Trainer:
+    def __init__(self, model, rank):
+        self.rank = rank
+        self.model = DDP(model)
+
+    def save(self, path):
+        if self.rank == 0:
+            self.model.module.save_pretrained(path)
+""",
+        note="self.rank from __init__; save_pretrained",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def save(state, ckpt_path, rank):
+\tsync = True
+\twith «open(ckpt_path, "wb")» as f:
+\t\t# binary checkpoint
+\t\ttorch.save(state, f)
+""",
+        fixed=_HEAD
+        + """\
+def save(state, ckpt_path, rank):
+\tsync = True
+\tif rank == 0:
+\t\twith open(ckpt_path, "wb") as f:
+\t\t\t# binary checkpoint
+\t\t\ttorch.save(state, f)
+""",
+        note="with open(...) guarded as a whole; tab indentation kept",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(model, loader, args, accelerator):
+    model, loader = accelerator.prepare(model, loader)
+    for batch in loader:
+        accelerator.backward(model(batch).loss)
+    «accelerator.unwrap_model(model).save_pretrained(args.output_dir)»
+""",
+        fixed=_HEAD
+        + """\
+def main(model, loader, args, accelerator):
+    model, loader = accelerator.prepare(model, loader)
+    for batch in loader:
+        accelerator.backward(model(batch).loss)
+    if accelerator.is_main_process:
+        accelerator.unwrap_model(model).save_pretrained(args.output_dir)
+""",
+        note="an Accelerator in scope: its is_main_process",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def save(model, rank):
+    model = FSDP(model)
+    «torch.save(model.state_dict(), "ckpt.pt")»
+""",
+        fixed=None,
+        note="FSDP state_dict() is a collective: reported, no guard fix",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, rank):
+    for epoch in range(10):
+        if epoch % 5 == 0: «torch.save(model.state_dict(), "ckpt.pt")»
+""",
+        fixed=None,
+        note="statement on the line of its if: no fix",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import pickle
+
+def save(state, args):
+    ckpt_file = os.path.join(args.out, "state.pkl")
+    with «open(ckpt_file, "wb")» as fh:
+        pickle.dump(state, fh)
+""",
+        fixed=_HEAD
+        + """\
+import pickle
+
+def save(state, args):
+    ckpt_file = os.path.join(args.out, "state.pkl")
+    if dist.get_rank() == 0:
+        with open(ckpt_file, "wb") as fh:
+            pickle.dump(state, fh)
+""",
+        note="open(..., 'wb') of a checkpoint path",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from safetensors.torch import save_file
+
+def export(model, local_rank, world_size):
+    torch.cuda.set_device(local_rank)
+    for rank in range(world_size):
+        print(rank)
+    «save_file(model.state_dict(), "model.safetensors")»
+""",
+        fixed=_HEAD
+        + """\
+from safetensors.torch import save_file
+
+def export(model, local_rank, world_size):
+    torch.cuda.set_device(local_rank)
+    for rank in range(world_size):
+        print(rank)
+    if dist.get_rank() == 0:
+        save_file(model.state_dict(), "model.safetensors")
+""",
+        note="local_rank is per node and a loop variable named rank is not the rank: get_rank()",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(model, ddp):
+    if ddp:
+        rank = dist.get_rank()
+        print(rank)
+    «torch.save(model.state_dict(), "model.pt")»
+""",
+        fixed=_HEAD
+        + """\
+def main(model, ddp):
+    if ddp:
+        rank = dist.get_rank()
+        print(rank)
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), "model.pt")
+""",
+        note="a rank bound only in one branch is not reused",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def save(model, path):
+    «torch.save(model.state_dict(), path)»
+
+def train(model, rank):
+    save(model, "a.pt")
+    if rank == 0:
+        save(model, "b.pt")
+""",
+        fixed=_HEAD
+        + """\
+def save(model, path):
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), path)
+
+def train(model, rank):
+    save(model, "a.pt")
+    if rank == 0:
+        save(model, "b.pt")
+""",
+        note="a helper called both guarded and unguarded",
+    ),
+)

@@ -1,0 +1,646 @@
+"""DDP502 unguarded-logging.
+
+## What it does
+Finds `print(...)`, `logging.info(...)` and `logger.info(...)` of values (losses, accuracies,
+steps) inside a training or evaluation loop of distributed code, when they are not under a
+rank-0 guard.
+
+## Why is this bad?
+Every rank runs the loop, so every rank prints: with 64 processes each metric line appears 64
+times, interleaved, and the log that people read to follow a run becomes unreadable (and
+large). The values are usually rank-local too (the loss of one shard), so 63 of the 64 lines
+say nothing new.
+
+## Example
+```python
+for step, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    if step % 100 == 0:
+        print(f"step {step} loss {loss.item():.4f}")
+```
+
+## Use instead
+```python
+for step, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    if step % 100 == 0:
+        if rank == 0:
+            print(f"step {step} loss {loss.item():.4f}")
+```
+
+## Fix
+Wraps the logging statement (and the logging statements right next to it) in
+`if <rank> == 0:`, reusing the rank-0 test the code in scope already uses (an existing guard,
+`is_main_process()`, `master_process`, `rank`, `args.rank`, `self.rank`), otherwise
+`dist.get_rank() == 0` with the import it needs (marked unsafe: `get_rank()` raises where no
+process group was initialised). No fix for a statement sharing its line (`if x: print(...)`).
+
+## Known false positives
+Only loops are checked: a message printed once at start-up costs N lines in total and is
+often per-rank on purpose (device assignment, "rank 3 ready"), while a message in the loop
+costs N lines per step. Not reported: guarded logging (any rank condition, early
+`if rank != 0: return`, `@rank_zero_only`), messages that name the rank or the GPU on purpose
+(`f"[rank {rank}] ..."`), constant messages, `accelerator.print`, `self.log` and other
+rank-aware loggers, `logger.warning`/`error` (per-rank problems should be seen), `print` in
+files that call `setup_for_distributed` / `init_distributed_mode` (DeiT, DETR, torchvision
+references: they silence `print` on other ranks), and `logger.info` where the logger is
+rank-aware (accelerate's `get_logger`, detectron2's `setup_logger`, mmcv's
+`get_root_logger`, Swin's `create_logger`) or its level is set from the rank.
+
+## References
+- https://pytorch.org/docs/stable/distributed.html#torch.distributed.get_rank
+- https://huggingface.co/docs/accelerate/usage_guides/logging
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _guard as G
+from ddp_lsp.rules import _patterns as P
+
+_LOGGER_NAME = re.compile(r"^_*(logger|log|logging|lgr)$", re.IGNORECASE)
+# Setting up one of these makes logging rank-aware for the whole file.
+_RANK_AWARE_LOGGING = frozenset(
+    {"get_logger", "setup_logger", "get_root_logger", "MMLogger", "create_logger", "get_dist_logger"}
+)
+# Calls that make `print` a no-op on every rank but 0 (DeiT/DETR/torchvision references).
+_PRINT_PATCHERS = frozenset({"setup_for_distributed", "init_distributed_mode", "setup_print_for_distributed"})
+# Names that identify the process in a message (the rank itself is checked through RankModel).
+_PROCESS_TAGS = frozenset({"gpu", "gpu_id", "device_id", "device", "local_device", "cuda_device", "pid"})
+_TAG_TEXT = re.compile(r"rank|gpu|device", re.IGNORECASE)
+_LOOP_TARGET = re.compile(r"epoch|step|iter|batch", re.IGNORECASE)
+_LOOP_ITER = re.compile(r"loader|epoch|steps|iters", re.IGNORECASE)
+_LOOP_CALL = re.compile(r"train|eval|valid", re.IGNORECASE)
+_STEP_METHODS = frozenset({"backward", "step", "zero_grad"})
+
+
+def _names_in(e: ast.AST) -> Iterator[str]:
+    for n in ast.walk(e):
+        if isinstance(n, ast.Name):
+            yield n.id
+        elif isinstance(n, ast.Attribute):
+            yield n.attr
+
+
+class UnguardedLogging(Rule):
+    meta = RuleMeta(
+        id="DDP502",
+        name="unguarded-logging",
+        severity=Severity.HINT,
+        summary="Training metrics logged by every rank: log on rank 0 only.",
+        fix=FixAvailability.SOMETIMES,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        patched_print: bool | None = None
+        aware_logging: bool | None = None
+        for call in ctx.calls():
+            label = _log_call(ctx, call)
+            if label is None or G.in_lambda(ctx, call):
+                continue
+            if not _has_value(call) or _names_process(ctx, call):
+                continue
+            loops = ctx.enclosing_loops(call)
+            if not any(_training_loop(ctx, loop) for loop in loops):
+                continue
+            if G.is_guarded(ctx, call):
+                continue
+            root = P.scope_root(ctx, call)
+            if G.spawns_processes(ctx, root):
+                continue
+            if label == "print":
+                if patched_print is None:
+                    patched_print = _print_patched(ctx)
+                if patched_print:
+                    continue
+            else:
+                if aware_logging is None:
+                    aware_logging = _logging_rank_aware(ctx)
+                if aware_logging:
+                    continue
+            stmt = ctx.statement(call)
+            cond = G.rank_condition(ctx, stmt)
+            fixes = []
+            if isinstance(stmt, ast.Expr) and stmt.value is call:
+                fix = G.guard_fix(
+                    ctx, _run(ctx, stmt), cond, f"Log on rank 0 only: wrap in `if {cond.text}:`"
+                )
+                if fix is not None:
+                    fixes.append(fix)
+            yield ctx.finding(
+                self,
+                call,
+                f"`{label}` in the training loop runs on every rank: each line is logged once "
+                f"per process; log on rank 0 only (`if {cond.text}:`)",
+                fixes=fixes,
+            )
+
+
+def _log_call(ctx: ChunkContext, call: ast.Call) -> str | None:
+    """``print``, ``logging.info`` or ``<logger>.info``; None for anything else."""
+    func = call.func
+    if isinstance(func, ast.Name) and func.id == "print" and "print" not in ctx.facts.aliases:
+        for kw in call.keywords:
+            if kw.arg == "file":
+                target = ctx.segment(kw.value)
+                if target not in ("sys.stdout", "sys.stderr"):
+                    return None
+        return "print"
+    if not isinstance(func, ast.Attribute) or func.attr != "info":
+        return None
+    qual = ctx.call_qualname(call)
+    if qual == "logging.info":
+        return "logging.info"
+    receiver = func.value
+    if isinstance(receiver, ast.Call):
+        if ctx.call_qualname(receiver) == "logging.getLogger":
+            return ctx.segment(func)
+        return None
+    name = G._last_name(receiver)
+    if name is None or not _LOGGER_NAME.match(name):
+        return None
+    rqual = ctx.qualname(receiver)
+    if rqual is not None and not rqual.startswith("logging"):
+        return None  # a logger object imported from a library (accelerate, lightning...)
+    label = ctx.segment(func)
+    return label if "\n" not in label else "logger.info"
+
+
+def _has_value(call: ast.Call) -> bool:
+    """The message carries something computed (a metric), not only constant text."""
+    for arg in call.args:
+        for n in ast.walk(arg):
+            if isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+                return True
+    return False
+
+
+def _names_process(ctx: ChunkContext, call: ast.Call) -> bool:
+    """The message says which rank or GPU it comes from: per-rank on purpose."""
+    for arg in [*call.args, *(kw.value for kw in call.keywords)]:
+        if ctx.ranks.mentions_rank(arg):
+            return True
+        for n in ast.walk(arg):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and _TAG_TEXT.search(n.value):
+                return True
+        if any(name in _PROCESS_TAGS for name in _names_in(arg)):
+            return True
+    return False
+
+
+def _training_loop(ctx: ChunkContext, loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """A loop over batches or epochs, or one that runs backward / optimizer steps."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        if any(_LOOP_TARGET.search(n) for n in _names_in(loop.target)):
+            return True
+        for n in ast.walk(loop.iter):
+            if isinstance(n, (ast.Name, ast.Attribute)):
+                if ctx.kind(n, loop) == K.LOADER:
+                    return True
+                name = n.id if isinstance(n, ast.Name) else n.attr
+                if _LOOP_ITER.search(name):
+                    return True
+    for node in P.walk_scope(loop):
+        if isinstance(node, ast.Call):
+            name = G._last_name(node.func) or ""
+            if name in _STEP_METHODS and isinstance(node.func, ast.Attribute):
+                return True
+            if isinstance(node.func, (ast.Name, ast.Attribute)) and _LOOP_CALL.search(name):
+                return True
+    return False
+
+
+def _chunk_calls(ctx: ChunkContext) -> Iterator[str]:
+    for c in ctx.calls():
+        name = G._last_name(c.func)
+        if name is not None:
+            yield name
+
+
+def _print_patched(ctx: ChunkContext) -> bool:
+    """``print`` is silenced on other ranks by the file's setup (DeiT ``setup_for_distributed``)."""
+    for name, qual in ctx.facts.aliases.items():
+        if name in ("builtins", "__builtin__") or qual.rsplit(".", 1)[-1] in _PRINT_PATCHERS:
+            return True
+    if any(name in _PRINT_PATCHERS for name in ctx.facts.func_props):
+        return True
+    if any(name in _PRINT_PATCHERS for name in ctx.facts.names_used):
+        return True
+    return any(name in _PRINT_PATCHERS for name in _chunk_calls(ctx))
+
+
+def _logging_rank_aware(ctx: ChunkContext) -> bool:
+    """The file's loggers filter by rank (a rank-aware factory, or a level set from the rank)."""
+    for qual in ctx.facts.aliases.values():
+        if qual.rsplit(".", 1)[-1] in _RANK_AWARE_LOGGING:
+            return True
+    if any(q.rsplit(".", 1)[-1] in _RANK_AWARE_LOGGING for q in ctx.facts.func_props):
+        return True
+    for c in ctx.calls():
+        name = G._last_name(c.func)
+        if name in ("basicConfig", "setLevel", "setup_logging", "set_verbosity") or (
+            name in _RANK_AWARE_LOGGING
+        ):
+            if any(ctx.ranks.mentions_rank(a) for a in [*c.args, *(k.value for k in c.keywords)]):
+                return True
+    return False
+
+
+def _run(ctx: ChunkContext, stmt: ast.stmt) -> list[ast.stmt]:
+    """``stmt`` and the logging statements right before and after it in its block."""
+    block, idx = ctx.block_of(stmt)
+
+    def is_log(s: ast.stmt) -> bool:
+        return (
+            isinstance(s, ast.Expr)
+            and isinstance(s.value, ast.Call)
+            and _log_call(ctx, s.value) is not None
+            and not _names_process(ctx, s.value)
+        )
+
+    lo = hi = idx
+    while lo > 0 and is_log(block[lo - 1]):
+        lo -= 1
+    while hi + 1 < len(block) and is_log(block[hi + 1]):
+        hi += 1
+    return block[lo : hi + 1]
+
+
+_HEAD = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+UnguardedLogging.cases = (
+    # -- traps and real-world idioms: silent ---------------------------------------------------
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, rank):
+    for step, (x, y) in enumerate(loader):
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        if rank == 0 and step % 100 == 0:
+            print(f"step {step} loss {loss.item():.4f}")
+""",
+        note="guarded",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, accelerator):
+    for epoch in range(3):
+        for batch in loader:
+            accelerator.backward(model(**batch).loss)
+            optimizer.step()
+        accelerator.print(f"epoch {epoch} done")
+        accelerator.log({"epoch": epoch}, step=epoch)
+""",
+        note="accelerator.print / accelerator.log print on the main process only",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, rank):
+    for epoch in range(3):
+        for x in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+        print(f"[rank {rank}] epoch {epoch} loss {loss.item()}")
+        print(f"[rank{dist.get_rank()}] samples seen: {len(loader)}")
+""",
+        note="messages that name the rank are per-rank on purpose",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, model, gpu_id):
+        self.gpu_id = gpu_id
+        self.model = DDP(model, device_ids=[gpu_id])
+
+    def _run_epoch(self, epoch):
+        b_sz = len(next(iter(self.train_data))[0])
+        print(f"[GPU{self.gpu_id}] Epoch {epoch} | Batchsize: {b_sz} | Steps: {len(self.train_data)}")
+
+    def train(self, max_epochs):
+        for epoch in range(max_epochs):
+            print(f"[GPU{self.gpu_id}] starting epoch {epoch}")
+            self._run_epoch(epoch)
+""",
+        note="PyTorch DDP tutorial multigpu.py tags the GPU on purpose",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, model):
+    print(f"Start training on {torch.cuda.device_count()} GPUs")
+    print(args)
+    for k, v in sorted(vars(args).items()):
+        print(f"{k}: {v}")
+""",
+        note="start-up messages outside training loops",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import utils
+
+def main(args, model, data_loader_train, optimizer):
+    utils.init_distributed_mode(args)
+    for epoch in range(args.start_epoch, args.epochs):
+        train_stats = train_one_epoch(model, data_loader_train, optimizer, epoch)
+        print(f"Accuracy of the network: {train_stats['acc1']:.1f}%")
+""",
+        note="DeiT/torchvision references: init_distributed_mode silences print on other ranks",
+    ),
+    Valid(
+        _HEAD
+        + """\
+master_process = int(os.environ.get("RANK", 0)) == 0
+while True:
+    loss = train_step()
+    if iter_num % log_interval == 0 and master_process:
+        print(f"iter {iter_num}: loss {loss:.4f}")
+    iter_num += 1
+""",
+        note="nanoGPT: master_process in the logging condition",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from accelerate.logging import get_logger
+
+logger = get_logger(__name__)
+
+def train(model, loader, optimizer):
+    for step, batch in enumerate(loader):
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        logger.info(f"step {step} loss {loss.item()}")
+""",
+        note="accelerate's get_logger logs on the main process only",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import logging
+
+logger = logging.getLogger(__name__)
+
+def train(model, loader, optimizer, rank):
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARN)
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        logger.info("step %d loss %.4f", step, loss.item())
+        logger.warning("loss is %s", loss.item())
+""",
+        note="level set from the rank; warnings are per-rank on purpose",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from logger import create_logger
+
+def main(config, model, data_loader, optimizer):
+    logger = create_logger(output_dir=config.OUTPUT, dist_rank=dist.get_rank())
+    for idx, (samples, targets) in enumerate(data_loader):
+        loss = model(samples).sum()
+        loss.backward()
+        optimizer.step()
+        logger.info(f"Train: [{idx}/{len(data_loader)}] loss {loss.item():.4f}")
+""",
+        note="Swin: create_logger only adds a console handler on rank 0",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer):
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        print("-" * 40)
+        print("step done", flush=True)
+""",
+        note="constant messages carry no metric",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from lightning.pytorch.utilities import rank_zero_only
+
+@rank_zero_only
+def log_metrics(history):
+    for epoch, loss in enumerate(history):
+        print(f"epoch {epoch} loss {loss}")
+
+def train(model, loader, optimizer, rank, log_file):
+    if rank != 0:
+        return
+    for step, batch in enumerate(loader):
+        print(f"step {step}")
+""",
+        note="@rank_zero_only and an early return on the other ranks",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, log_file):
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        print(f"{step} {loss.item()}", file=log_file)
+""",
+        note="print into a file handle the script opened (often per rank)",
+    ),
+    Valid(
+        """\
+def train(model, loader, optimizer):
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        print(f"step {step} loss {loss.item()}")
+""",
+        distributed=False,
+        note="single-process code",
+    ),
+    # -- findings --------------------------------------------------------------------------------
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, rank):
+    for step, (x, y) in enumerate(loader):
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        if step % 100 == 0:
+            «print(f"step {step} loss {loss.item():.4f}")»  # progress
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, rank):
+    for step, (x, y) in enumerate(loader):
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        if step % 100 == 0:
+            if rank == 0:
+                print(f"step {step} loss {loss.item():.4f}")  # progress
+""",
+        note="the rank parameter is reused; comment kept",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import logging
+
+logger = logging.getLogger(__name__)
+
+def train(model, loader, optimizer, args):
+    sampler = torch.utils.data.DistributedSampler(loader.dataset, rank=args.rank)
+    for epoch in range(args.epochs):
+        for batch in loader:
+            loss = model(batch).sum()
+            loss.backward()
+            optimizer.step()
+        # end of epoch
+        «logger.info("epoch %d loss %.3f", epoch, loss.item())»
+        «print(
+            f"epoch {epoch}",
+            f"loss {loss.item():.3f}",
+        )»
+        print("=" * 20)
+""",
+        fixed=_HEAD
+        + """\
+import logging
+
+logger = logging.getLogger(__name__)
+
+def train(model, loader, optimizer, args):
+    sampler = torch.utils.data.DistributedSampler(loader.dataset, rank=args.rank)
+    for epoch in range(args.epochs):
+        for batch in loader:
+            loss = model(batch).sum()
+            loss.backward()
+            optimizer.step()
+        # end of epoch
+        if args.rank == 0:
+            logger.info("epoch %d loss %.3f", epoch, loss.item())
+            print(
+                f"epoch {epoch}",
+                f"loss {loss.item():.3f}",
+            )
+            print("=" * 20)
+""",
+        note="adjacent logging statements are guarded together; args.rank reused",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def evaluate(model, val_loader):
+    correct = 0
+    with torch.no_grad():
+        for x, y in val_loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+            «print("running accuracy", correct / len(val_loader.dataset))»
+""",
+        fixed=_HEAD
+        + """\
+def evaluate(model, val_loader):
+    correct = 0
+    with torch.no_grad():
+        for x, y in val_loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+            if dist.get_rank() == 0:
+                print("running accuracy", correct / len(val_loader.dataset))
+""",
+        note="no rank in scope: dist.get_rank() == 0",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, rank):
+    for step, batch in enumerate(loader):
+        model(batch).sum().backward()
+        optimizer.step()
+        if step % 10 == 0: «print(f"step {step}")»
+""",
+        fixed=None,
+        note="statement on the line of its if: no fix",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import logging
+
+def train(model, loader, optimizer, is_master):
+\tfor step, batch in enumerate(loader):
+\t\tloss = model(batch).sum()
+\t\tloss.backward()
+\t\toptimizer.step()
+\t\t«logging.info("step %d: %.4f", step, loss.item())»
+""",
+        fixed=_HEAD
+        + """\
+import logging
+
+def train(model, loader, optimizer, is_master):
+\tfor step, batch in enumerate(loader):
+\t\tloss = model(batch).sum()
+\t\tloss.backward()
+\t\toptimizer.step()
+\t\tif is_master:
+\t\t\tlogging.info("step %d: %.4f", step, loss.item())
+""",
+        note="logging.info, the is_master predicate, tab indentation",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, model, rank):
+        self.rank = rank
+        self.model = DDP(model)
+
+    def fit(self, loader, optimizer, epochs):
+        for epoch in range(epochs):
+            loss = self.train_epoch(loader, optimizer)
+            «print(f"epoch {epoch}: {loss:.3f}")»
+""",
+        fixed=_HEAD
+        + """\
+class Trainer:
+    def __init__(self, model, rank):
+        self.rank = rank
+        self.model = DDP(model)
+
+    def fit(self, loader, optimizer, epochs):
+        for epoch in range(epochs):
+            loss = self.train_epoch(loader, optimizer)
+            if self.rank == 0:
+                print(f"epoch {epoch}: {loss:.3f}")
+""",
+        note="self.rank",
+    ),
+)
