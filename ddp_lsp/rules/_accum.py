@@ -1,0 +1,271 @@
+"""Gradient-accumulation shapes for DDP101: optimizer steps, accumulation conditions, no_sync.
+
+Pure helpers over ``ast`` and a :class:`ChunkContext`; no rule state.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core import names as N
+from ddp_lsp.core.rule import ChunkContext
+from ddp_lsp.rules import _patterns as P
+
+# Identifiers that mean "gradient synchronisation is already being managed here": DDP's and
+# Fabric's ``no_sync``, nanoGPT's ``require_backward_grad_sync``, helper names such as
+# ``maybe_no_sync`` / ``sync_context`` from trainers that wrap it.
+_SYNC_MANAGED = re.compile(
+    r"no_?sync|require_backward_grad_sync|sync_context|maybe_sync|grad(ient)?s?_sync|sync_grad",
+    re.IGNORECASE,
+)
+# Words that name an accumulation boundary in a condition or a flag.
+_ACCUM_WORD = re.compile(
+    r"accum|grad_acc|micro|boundary|sync|should_step|do_step|step_now|take_step|"
+    r"optimizer_step|optim_step|do_update|should_update|update_step|is_last|last_step",
+    re.IGNORECASE,
+)
+_OPTIMIZER_NAME = re.compile(r"^(opt|optim|optimi[sz]er)(_\w+)?$|_(opt|optim|optimi[sz]er)$")
+# Calls that never run a forward pass although they take the model as an argument.
+_NOT_FORWARD = frozenset(
+    {
+        "isinstance", "getattr", "hasattr", "setattr", "type", "id", "print", "len", "repr",
+        "str", "vars", "dir", "callable",
+    }
+)
+_NOT_FORWARD_WORDS = re.compile(
+    r"unwrap|save|log|print|summary|count|param|state_dict|ema|update|step|sync|broadcast|"
+    r"barrier|zero_grad|to_device|cuda",
+    re.I,
+)
+_ENGINE_RECEIVER = re.compile(r"accelerator|fabric|engine|trainer|deepspeed|strategy", re.I)
+# Pure calls a condition may contain and still be evaluated earlier in the iteration.
+_PURE_CALLS = frozenset({"len", "min", "max", "int", "bool", "abs"})
+
+
+def identifiers(node: ast.AST) -> Iterator[str]:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            yield n.id
+        elif isinstance(n, ast.Attribute):
+            yield n.attr
+        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield n.name
+
+
+def sync_managed(ctx: ChunkContext, roots: list[ast.AST]) -> bool:
+    """Gradient sync is already handled somewhere in these scopes (any form of ``no_sync``,
+    ``require_backward_grad_sync``, ``accelerator.accumulate`` / ``no_sync``, an ExitStack
+    entering one, or a same-file helper that does)."""
+    for root in roots:
+        for node in ast.walk(root):
+            if isinstance(node, ast.Name | ast.Attribute):
+                ident = node.id if isinstance(node, ast.Name) else node.attr
+                if _SYNC_MANAGED.search(ident):
+                    return True
+                if ident == "accumulate" and isinstance(node, ast.Attribute):
+                    return True
+            elif isinstance(node, ast.Call):
+                if K.NO_SYNC in ctx.callee_props(node):
+                    return True
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if node.value in ("require_backward_grad_sync", "no_sync"):
+                    return True  # setattr(model, "require_backward_grad_sync", ...)
+    return False
+
+
+def is_plain_backward(call: ast.Call) -> P.Backward | None:
+    """``loss.backward()`` / ``scaler.scale(loss).backward()``; not ``accelerator.backward(loss)``,
+    ``model_engine.backward(loss)`` or ``fabric.backward(loss)``."""
+    b = P.backward_of(call)
+    if b is None or call.args:
+        return None
+    name = N.dotted(b.target) or ""
+    if _ENGINE_RECEIVER.search(name):
+        return None
+    return b
+
+
+def is_optimizer_step(ctx: ChunkContext, call: ast.Call) -> bool:
+    """``optimizer.step()``, ``self.opt.step()``, ``scaler.step(optimizer)``."""
+    m = P.method_call(call, "step")
+    if m is None:
+        return False
+    assert isinstance(m.func, ast.Attribute)
+    receiver = m.func.value
+    kind = ctx.kind(receiver)
+    if kind == K.OPTIMIZER:
+        return True
+    if kind == K.SCALER:
+        return len(m.args) >= 1
+    name = N.dotted(receiver)
+    if name is None:
+        return False
+    last = name.rsplit(".", 1)[-1].lower()
+    if "sched" in last:
+        return False
+    if "scaler" in last:
+        return len(m.args) >= 1
+    return bool(_OPTIMIZER_NAME.search(last))
+
+
+def forward_models(ctx: ChunkContext, loop: ast.AST, before: ast.AST, at: ast.AST) -> list[ast.expr]:
+    """DDP-wrapped models whose forward runs in ``loop``'s body before ``before``: called
+    directly (``model(x)``) or handed to a helper that runs it (``compute_loss(model, batch)``)."""
+    out: list[ast.expr] = []
+    for node in P.walk_scope(loop):
+        if not isinstance(node, ast.Call) or P.order(node) >= _end(before):
+            continue
+        if _is_ddp(ctx, node.func, at):
+            out.append(node.func)
+            continue
+        callee = N.dotted(node.func) or ""
+        last = callee.rsplit(".", 1)[-1]
+        if not callee or last in _NOT_FORWARD or _NOT_FORWARD_WORDS.search(last):
+            continue
+        if ctx.qualname(node.func) is not None:
+            continue  # torch / library functions: clip_grad_norm_(model...), DDP(...), ...
+        for arg in (*node.args, *(k.value for k in node.keywords)):
+            if _is_ddp(ctx, arg, at):
+                out.append(arg)
+    return out
+
+
+def _end(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "end_lineno", 0) or 0, getattr(node, "end_col_offset", 0) or 0)
+
+
+def _is_ddp(ctx: ChunkContext, expr: ast.AST, at: ast.AST) -> bool:
+    return isinstance(expr, ast.Name | ast.Attribute) and ctx.kind(expr, at) == K.DDP
+
+
+def accumulation_test(ctx: ChunkContext, test: ast.expr, root: ast.AST, depth: int = 0) -> bool:
+    """A condition that marks the accumulation boundary: ``(i + 1) % accum_steps == 0``, a flag
+    such as ``do_step`` / ``is_last_micro_step``, or a name assigned from one. Never a rank guard
+    (that would be a different bug)."""
+    if ctx.ranks.guard(test) is not None or ctx.ranks.mentions_rank(test):
+        return False
+    for node in ast.walk(test):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            return True
+    if any(_ACCUM_WORD.search(i) for i in identifiers(test)):
+        return True
+    inner = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
+    if isinstance(inner, ast.Name) and depth < 2:
+        for node in P.walk_scope(root):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == inner.id for t in node.targets
+            ):
+                if accumulation_test(ctx, node.value, root, depth + 1):
+                    return True
+    return False
+
+
+def hoistable(expr: ast.expr) -> bool:
+    """The expression can be evaluated earlier in the iteration without side effects."""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call):
+            if not (isinstance(node.func, ast.Name) and node.func.id in _PURE_CALLS):
+                return False
+        elif isinstance(node, ast.NamedExpr | ast.Await | ast.Yield | ast.YieldFrom | ast.Lambda):
+            return False
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
+            if "\n" in node.value:
+                return False
+    return True
+
+
+def loaded_paths(expr: ast.AST) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name | ast.Attribute):
+            d = N.dotted(node)
+            if d:
+                out.add(d)
+    return out
+
+
+def stored_paths(node: ast.AST) -> set[str]:
+    """Names and dotted attributes a statement (or expression) assigns."""
+    out: set[str] = set()
+    for n in ast.walk(node):
+        targets: list[ast.AST] = []
+        if isinstance(n, ast.Assign):
+            targets = list(n.targets)
+        elif isinstance(n, ast.AugAssign | ast.AnnAssign):
+            targets = [n.target]
+        elif isinstance(n, ast.NamedExpr):
+            targets = [n.target]
+        elif isinstance(n, ast.For | ast.AsyncFor):
+            targets = [n.target]
+        elif isinstance(n, ast.With | ast.AsyncWith):
+            targets = [i.optional_vars for i in n.items if i.optional_vars is not None]
+        for t in targets:
+            for sub in ast.walk(t):
+                if isinstance(sub, ast.Name | ast.Attribute) and isinstance(
+                    getattr(sub, "ctx", None), ast.Store
+                ):
+                    d = N.dotted(sub)
+                    if d:
+                        out.add(d)
+    return out
+
+
+def one_line(ctx: ChunkContext, expr: ast.expr) -> str | None:
+    """The expression's source on one line (None when it holds a comment or a string that
+    spans lines, where joining would be wrong)."""
+    text = ctx.segment(expr)
+    if "\n" not in text and "\r" not in text:
+        return text
+    if "#" in text or "\\" in text:
+        return None
+    parts = [p.strip() for p in text.splitlines()]
+    joined = " ".join(p for p in parts if p)
+    joined = re.sub(r"([(\[{]) ", r"\1", joined)
+    joined = re.sub(r" ([)\]}])", r"\1", joined)
+    return joined
+
+
+_NEGATED_OPS: dict[type, str] = {
+    ast.Eq: "!=",
+    ast.NotEq: "==",
+    ast.Lt: ">=",
+    ast.LtE: ">",
+    ast.Gt: "<=",
+    ast.GtE: "<",
+    ast.Is: "is not",
+    ast.IsNot: "is",
+    ast.In: "not in",
+    ast.NotIn: "in",
+}
+_ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant)
+
+
+def truth_text(ctx: ChunkContext, expr: ast.expr, negate: bool) -> str | None:
+    """Source for ``bool(expr)`` (or its negation) that reads naturally."""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        return truth_text(ctx, expr.operand, not negate)
+    text = one_line(ctx, expr)
+    if text is None:
+        return None
+    if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
+        if not negate:
+            return text
+        op = _NEGATED_OPS.get(type(expr.ops[0]))
+        left = one_line(ctx, expr.left)
+        right = one_line(ctx, expr.comparators[0])
+        if op is None or left is None or right is None:
+            return f"not ({text})"
+        if isinstance(expr.left, ast.Compare):
+            left = f"({left})"
+        if isinstance(expr.comparators[0], ast.Compare):
+            right = f"({right})"
+        return f"{left} {op} {right}"
+    if isinstance(expr, ast.BinOp):
+        # `(i + 1) % k` as a truth value: non-zero.
+        return f"{text} == 0" if negate else f"{text} != 0"
+    if negate:
+        return f"not {text}" if isinstance(expr, _ATOMS) else f"not ({text})"
+    return text

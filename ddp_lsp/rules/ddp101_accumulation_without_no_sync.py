@@ -1,0 +1,995 @@
+"""DDP101 accumulation-without-no-sync.
+
+## What it does
+Finds gradient accumulation on a `DistributedDataParallel` model without `no_sync()`:
+`loss.backward()` runs on every micro-step, but `optimizer.step()` only on every k-th
+(`if (i + 1) % accum_steps == 0:`, a flag such as `do_step`, `if ...: continue`, or after an
+inner loop over micro-batches).
+
+## Why is this bad?
+DDP all-reduces the gradients during every `backward()`. When the optimizer steps only every
+k-th iteration, k-1 of every k all-reduces are wasted: the gradients keep accumulating locally
+anyway and only the last synchronisation matters. On a multi-node job that is most of the step
+time. `model.no_sync()` skips the all-reduce; the next synchronised backward reduces the
+accumulated sum, which gives the same averaged gradients.
+
+## Example
+```python
+for i, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y) / accum_steps
+    loss.backward()
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+```
+
+## Use instead
+```python
+for i, (x, y) in enumerate(loader):
+    is_accumulating = (i + 1) % accum_steps != 0
+    with model.no_sync() if is_accumulating else contextlib.nullcontext():
+        loss = criterion(model(x), y) / accum_steps
+        loss.backward()
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+```
+
+## Fix
+Computes `is_accumulating` from the loop's own condition (the negated step condition, the
+`continue` condition, or "not the last micro-step" of a `range(...)` / `enumerate(...)` loop)
+and wraps the statements from the forward pass to the backward in
+`with model.no_sync() if is_accumulating else contextlib.nullcontext():` (the forward must be
+inside: DDP prepares its reducer there). `import contextlib` is added when needed. No fix is
+offered when the condition cannot be evaluated before the forward (it depends on values
+computed later in the iteration, or calls a function), or when the loop's length is unknown.
+
+## Known false positives
+Models wrapped conditionally (`model = DDP(model) if distributed else model`) are not tracked
+and not reported. Any mention of `no_sync`, `require_backward_grad_sync` or
+`accelerator.accumulate` in the function (also through a same-file helper) silences the rule,
+even if it covers a different loop. FSDP's own `no_sync` is not this rule's business.
+
+## References
+- https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html#torch.nn.parallel.DistributedDataParallel.no_sync
+- https://github.com/karpathy/nanoGPT/blob/master/train.py (require_backward_grad_sync)
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Related, RuleMeta, Severity
+from ddp_lsp.rules import _accum as A
+from ddp_lsp.rules import _patterns as P
+
+_FLAG = "is_accumulating"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    step: ast.Call
+    cond: ast.expr | None  # the accumulation condition (pattern "if" / "continue")
+    cond_stmt: ast.stmt | None  # the if statement holding it
+    accumulating_when: bool  # cond's truth value on accumulation steps
+    micro_loop: bool  # the step comes after an inner loop over micro-steps
+
+
+_UNCONDITIONAL = object()
+
+
+class AccumulationWithoutNoSync(Rule):
+    meta = RuleMeta(
+        id="DDP101",
+        name="accumulation-without-no-sync",
+        severity=Severity.WARNING,
+        summary="Gradient accumulation on a DDP model without no_sync(): k-1 of k all-reduces "
+        "are wasted.",
+        fix=FixAvailability.SOMETIMES,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        seen: set[int] = set()
+        for call in ctx.calls():
+            backward = A.is_plain_backward(call)
+            if backward is None:
+                continue
+            loops = ctx.enclosing_loops(call)
+            if not loops or id(loops[0]) in seen:
+                continue
+            inner = loops[0]
+            models = A.forward_models(ctx, inner, call, call)
+            if not models:
+                continue
+            root = P.scope_root(ctx, call)
+            roots: list[ast.AST] = [root]
+            roots.extend(
+                a for a in ctx.ancestors(root) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
+            )
+            if A.sync_managed(ctx, roots):
+                continue
+            steps = [
+                n for n in P.walk_scope(root) if isinstance(n, ast.Call) and A.is_optimizer_step(ctx, n)
+            ]
+            plan = self._plan(ctx, call, loops, steps, root)
+            if plan is None:
+                continue
+            seen.add(id(inner))
+            model_texts = sorted({ctx.segment(m) for m in models})
+            model = model_texts[0]
+            fixes = []
+            if len(model_texts) == 1:
+                fix = self._fix(ctx, plan, inner, models, call, root, model)
+                if fix is not None:
+                    fixes.append(fix)
+            if plan.micro_loop:
+                when = "once after the micro-step loop"
+            else:
+                assert plan.cond is not None
+                cond = A.one_line(ctx, plan.cond) or "its condition"
+                when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
+            yield ctx.finding(
+                self,
+                call,
+                f"`{ctx.segment(call)}` all-reduces the gradients of DDP model `{model}` on every "
+                f"micro-step, but the optimizer steps {when}: run the forward and backward of "
+                f"accumulation steps under `{model}.no_sync()` to skip the wasted all-reduces",
+                fixes=fixes,
+                related=(Related(ctx.span(plan.step), "the optimizer steps here"),),
+            )
+
+    # -- finding the accumulation --------------------------------------------------------------
+
+    def _plan(
+        self,
+        ctx: ChunkContext,
+        backward: ast.Call,
+        loops: list[ast.For | ast.AsyncFor | ast.While],
+        steps: list[ast.Call],
+        root: ast.AST,
+    ) -> _Plan | None:
+        inner = loops[0]
+        in_loop = [s for s in steps if any(lp is inner for lp in ctx.enclosing_loops(s))]
+        if in_loop:
+            found: _Plan | None = None
+            for s in in_loop:
+                if ctx.enclosing_loops(s)[0] is not inner:
+                    return None  # a step in a nested loop: not a shape we understand
+                r = self._conditional(ctx, s, backward, inner, root)
+                if r is None or r is _UNCONDITIONAL:
+                    return None  # some optimizer steps every iteration, or we cannot tell
+                assert isinstance(r, _Plan)
+                found = found or r
+            return found
+        # An inner loop over micro-steps, the step after it in the same outer iteration.
+        if not isinstance(inner, ast.For | ast.AsyncFor):
+            return None
+        outer = loops[1:]
+        for s in steps:
+            s_loops = ctx.enclosing_loops(s)
+            if len(s_loops) == len(outer) and all(a is b for a, b in zip(s_loops, outer)):
+                if not self._inside(s, inner):
+                    return _Plan(s, None, None, True, True)
+        return None
+
+    @staticmethod
+    def _inside(node: ast.AST, outer: ast.AST) -> bool:
+        return any(n is node for n in ast.walk(outer))
+
+    def _conditional(
+        self, ctx: ChunkContext, step: ast.Call, backward: ast.Call, inner: ast.AST, root: ast.AST
+    ) -> _Plan | object | None:
+        child: ast.AST = step
+        for a in ctx.ancestors(step):
+            if a is inner:
+                break
+            if isinstance(a, ast.If) and child is not a.test and not self._inside(backward, a):
+                in_else = any(child is x for x in a.orelse)
+                if not A.accumulation_test(ctx, a.test, root):
+                    return None
+                other = a.body if in_else else a.orelse
+                if any(
+                    isinstance(n, ast.Call) and A.is_optimizer_step(ctx, n)
+                    for s in other
+                    for n in ast.walk(s)
+                ):
+                    return _UNCONDITIONAL
+                return _Plan(step, a.test, a, in_else, False)
+            child = a
+        # `if (i + 1) % k != 0: continue` between the backward and the step.
+        for stmt in self._stmt_chain(ctx, step, inner):
+            block, idx = ctx.block_of(stmt)
+            for earlier in block[:idx]:
+                if (
+                    isinstance(earlier, ast.If)
+                    and not earlier.orelse
+                    and earlier.body
+                    and isinstance(earlier.body[-1], ast.Continue)
+                    and P.before(backward, earlier)
+                    and A.accumulation_test(ctx, earlier.test, root)
+                ):
+                    return _Plan(step, earlier.test, earlier, True, False)
+        return _UNCONDITIONAL
+
+    @staticmethod
+    def _stmt_chain(ctx: ChunkContext, node: ast.AST, stop: ast.AST) -> list[ast.stmt]:
+        """Statements from the one holding ``node`` out to (not including) ``stop``."""
+        out: list[ast.stmt] = []
+        cur: ast.AST | None = ctx.statement(node)
+        while cur is not None and cur is not stop:
+            if isinstance(cur, ast.stmt):
+                out.append(cur)
+            if isinstance(cur, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+                return []
+            cur = ctx.parent(cur)
+        return out if cur is stop else []
+
+    # -- the fix -------------------------------------------------------------------------------
+
+    def _fix(
+        self,
+        ctx: ChunkContext,
+        plan: _Plan,
+        inner: ast.For | ast.AsyncFor | ast.While,
+        models: list[ast.expr],
+        backward: ast.Call,
+        root: ast.AST,
+        model: str,
+    ) -> Fix | None:
+        if any(isinstance(n, ast.Name) and n.id == _FLAG for n in ast.walk(root)):
+            return None
+        first_forward = min(models, key=P.order)
+        region = self._region(ctx, inner, first_forward, backward)
+        if region is None:
+            return None
+        block, i, j = region
+        start, end = block[i], block[j]
+        if any(self._inside(plan.step, s) for s in block[i : j + 1]):
+            return None
+        if plan.cond_stmt is not None and any(self._inside(plan.cond_stmt, s) for s in block[i : j + 1]):
+            return None
+        if not P.starts_own_line(ctx, start) or not self._ends_own_line(ctx, end):
+            return None
+        extra_edits: list[Edit] = []
+        if plan.micro_loop:
+            flag = self._micro_flag(ctx, inner, start, root, extra_edits)
+        else:
+            flag = self._cond_flag(ctx, plan, inner, start)
+        if flag is None:
+            return None
+        nullctx, imports = ctx.spell("contextlib.nullcontext")
+        unit = ctx.indent_unit(start)
+        header = ctx.insert_before(
+            start, f"{_FLAG} = {flag}\nwith {model}.no_sync() if {_FLAG} else {nullctx}():"
+        )
+        edits = [replace(header, text=header.text + unit)]
+        first, _ = ctx.stmt_lines(start)
+        _, last = ctx.stmt_lines(end)
+        skip: set[int] = {first}
+        for s in block[i : j + 1]:
+            skip |= ctx.string_lines(s)
+        edits.extend(ctx.reindent(first, last, unit, skip))
+        edits.extend(extra_edits)
+        return Fix(
+            title=f"Wrap forward and backward in `{model}.no_sync()` on accumulation steps",
+            edits=tuple(edits),
+            safe=True,
+            preferred=True,
+            imports=imports,
+        )
+
+    def _region(
+        self, ctx: ChunkContext, inner: ast.AST, forward: ast.AST, backward: ast.Call
+    ) -> tuple[list[ast.stmt], int, int] | None:
+        """The innermost statement list inside the loop holding both the forward and the
+        backward, and the indices of the statements that contain them."""
+        chain_f = self._stmt_chain(ctx, forward, inner)
+        chain_b = self._stmt_chain(ctx, backward, inner)
+        for sf in chain_f:
+            block, i = ctx.block_of(sf)
+            for sb in chain_b:
+                block_b, j = ctx.block_of(sb)
+                if block_b is block and block[i] is sf and block[j] is sb:
+                    return (block, i, j) if i <= j else None
+        return None
+
+    @staticmethod
+    def _ends_own_line(ctx: ChunkContext, stmt: ast.stmt) -> bool:
+        sp = ctx.span(stmt)
+        rest = ctx.chunk.lines[sp.end.line][sp.end.col :].strip()
+        return not rest or rest.startswith("#")
+
+    def _stores_between(self, inner: ast.AST, start: ast.AST, stop: ast.AST) -> set[str]:
+        out: set[str] = set()
+        for n in ast.walk(inner):
+            if isinstance(n, ast.stmt) and not P.before(n, start) and P.before(n, stop):
+                if isinstance(n, ast.If | ast.For | ast.AsyncFor | ast.While | ast.With | ast.AsyncWith | ast.Try):
+                    # Compound statements: only their own header stores; their bodies are
+                    # visited on their own.
+                    if isinstance(n, ast.For | ast.AsyncFor):
+                        out |= A.stored_paths(n.target)
+                    elif isinstance(n, ast.With | ast.AsyncWith):
+                        for item in n.items:
+                            if item.optional_vars is not None:
+                                out |= A.stored_paths(ast.Assign(targets=[item.optional_vars]))
+                    continue
+                out |= A.stored_paths(n)
+        return out
+
+    def _cond_flag(
+        self, ctx: ChunkContext, plan: _Plan, inner: ast.AST, start: ast.stmt
+    ) -> str | None:
+        assert plan.cond is not None and plan.cond_stmt is not None
+        cond: ast.expr = plan.cond
+        at: ast.AST = plan.cond_stmt
+        negated = False
+        if A.hoistable(cond) and not (A.loaded_paths(cond) & self._stores_between(inner, start, at)):
+            return A.truth_text(ctx, cond, negate=not plan.accumulating_when)
+        # A flag assigned after the forward: use the expression it is assigned.
+        name = cond
+        if isinstance(name, ast.UnaryOp) and isinstance(name.op, ast.Not):
+            name, negated = name.operand, True
+        if not isinstance(name, ast.Name):
+            return None
+        assigns = [
+            n
+            for n in ast.walk(inner)
+            if isinstance(n, ast.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name)
+            and n.targets[0].id == name.id
+        ]
+        if len(assigns) != 1 or not P.before(assigns[0], at):
+            return None
+        value = assigns[0].value
+        if not A.hoistable(value) or A.loaded_paths(value) & self._stores_between(
+            inner, start, assigns[0]
+        ):
+            return None
+        return A.truth_text(ctx, value, negate=(not plan.accumulating_when) != negated)
+
+    def _micro_flag(
+        self,
+        ctx: ChunkContext,
+        inner: ast.For | ast.AsyncFor | ast.While,
+        start: ast.stmt,
+        root: ast.AST,
+        extra: list[Edit],
+    ) -> str | None:
+        """``micro_step < steps - 1`` for ``for micro_step in range(steps)`` (or enumerate of a
+        sized sequence); None when the loop's last iteration cannot be told in advance."""
+        if not isinstance(inner, ast.For | ast.AsyncFor) or inner.orelse:
+            return None
+        for n in P.walk_scope(inner):
+            if isinstance(n, ast.Break | ast.Return) and not any(
+                isinstance(a, ast.For | ast.AsyncFor | ast.While) for a in self._loops_between(ctx, n, inner)
+            ):
+                return None
+        it = inner.iter
+        if not isinstance(it, ast.Call) or not isinstance(it.func, ast.Name) or it.keywords:
+            return None
+        target = inner.target
+        if it.func.id == "range" and 1 <= len(it.args) <= 2 and isinstance(target, ast.Name):
+            index = target
+            count = it.args[-1]
+            last = self._minus_one(ctx, count)
+        elif (
+            it.func.id == "enumerate"
+            and len(it.args) == 1
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+            and isinstance(target.elts[0], ast.Name)
+            and self._sized(ctx, it.args[0], root)
+        ):
+            index = target.elts[0]
+            count = it.args[0]
+            text = A.one_line(ctx, count)
+            last = None if text is None else f"len({text}) - 1"
+        else:
+            return None
+        if last is None or not A.hoistable(count):
+            return None
+        stored = A.stored_paths(ast.Module(body=inner.body, type_ignores=[]))
+        if A.loaded_paths(count) & stored or index.id in stored:
+            return None
+        name = index.id
+        if name == "_":
+            if any(isinstance(n, ast.Name) and n.id == "_" and isinstance(n.ctx, ast.Load) for n in P.walk_scope(inner)):
+                return None
+            if any(isinstance(n, ast.Name) and n.id == "micro_step" for n in ast.walk(root)):
+                return None
+            name = "micro_step"
+            extra.append(ctx.replace_node(index, name))
+        return f"{name} < {last}"
+
+    def _loops_between(self, ctx: ChunkContext, node: ast.AST, stop: ast.AST) -> list[ast.AST]:
+        out = []
+        for a in ctx.ancestors(node):
+            if a is stop:
+                break
+            out.append(a)
+        return out
+
+    @staticmethod
+    def _minus_one(ctx: ChunkContext, count: ast.expr) -> str | None:
+        if isinstance(count, ast.Constant) and type(count.value) is int:
+            return str(count.value - 1)
+        text = A.one_line(ctx, count)
+        if text is None:
+            return None
+        if isinstance(count, ast.Name | ast.Attribute | ast.Call | ast.Subscript):
+            return f"{text} - 1"
+        return f"({text}) - 1"
+
+    @staticmethod
+    def _sized(ctx: ChunkContext, seq: ast.expr, root: ast.AST) -> bool:
+        """A sequence whose ``len()`` is its number of iterations: a DataLoader, or a name
+        assigned a list / tuple / ``tensor.chunk(...)`` / ``split(...)`` in this function."""
+        if ctx.kind(seq) == "loader":
+            return True
+        if not isinstance(seq, ast.Name):
+            return False
+        values = [
+            n.value
+            for n in P.walk_scope(root)
+            if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == seq.id for t in n.targets)
+        ]
+        if len(values) != 1:
+            return False
+        v = values[0]
+        if isinstance(v, ast.List | ast.Tuple | ast.ListComp):
+            return True
+        if isinstance(v, ast.Call):
+            f = v.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            return name in ("chunk", "split", "tensor_split", "unbind", "list", "tuple", "sorted")
+        return False
+
+
+_HEAD = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+_MAIN = """
+
+def main(local_rank, loader, accum_steps):
+    dist.init_process_group("nccl")
+    model = DDP(build_model().cuda(local_rank), device_ids=[local_rank])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    train(model, loader, optimizer, accum_steps)
+"""
+
+AccumulationWithoutNoSync.cases = (
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, criterion, accum_steps):
+    for i, (x, y) in enumerate(loader):
+        if (i + 1) % accum_steps != 0:
+            with model.no_sync():
+                loss = criterion(model(x), y) / accum_steps
+                loss.backward()
+        else:
+            loss = criterion(model(x), y) / accum_steps
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+        + _MAIN,
+        note="with model.no_sync(): on accumulation steps, the plain form",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import contextlib
+
+def train(model, loader, optimizer, criterion, accum_steps):
+    for i, (x, y) in enumerate(loader):
+        is_accumulating = (i + 1) % accum_steps != 0
+        with model.no_sync() if is_accumulating else contextlib.nullcontext():
+            loss = criterion(model(x), y) / accum_steps
+            loss.backward()
+        if not is_accumulating:
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+        + _MAIN,
+        note="no_sync() if cond else contextlib.nullcontext()",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from contextlib import ExitStack
+
+def train(model, loader, optimizer, criterion, accum_steps):
+    for i, (x, y) in enumerate(loader):
+        with ExitStack() as stack:
+            if (i + 1) % accum_steps:
+                stack.enter_context(model.no_sync())
+            loss = criterion(model(x), y)
+            loss.backward()
+        if (i + 1) % accum_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+"""
+        + _MAIN,
+        note="no_sync entered through an ExitStack",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, get_batch, optimizer, scaler, ctx, gradient_accumulation_steps, max_iters):
+    X, Y = get_batch("train")
+    for iter_num in range(max_iters):
+        for micro_step in range(gradient_accumulation_steps):
+            model.require_backward_grad_sync = (micro_step == gradient_accumulation_steps - 1)
+            with ctx:
+                logits, loss = model(X, Y)
+                loss = loss / gradient_accumulation_steps
+            X, Y = get_batch("train")
+            scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+def main(ddp_local_rank, get_batch, optimizer, scaler, ctx):
+    model = DDP(build_model(), device_ids=[ddp_local_rank])
+    train(model, get_batch, optimizer, scaler, ctx, 40, 600000)
+""",
+        note="nanoGPT: require_backward_grad_sync set on every micro-step",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from accelerate import Accelerator
+
+def train(model, loader, optimizer, criterion):
+    accelerator = Accelerator(gradient_accumulation_steps=4)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        with accelerator.accumulate(model):
+            loss = criterion(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        note="accelerator.accumulate(model) handles the sync itself",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, criterion, accelerator, accum_steps):
+    model = DDP(model)
+    for i, (x, y) in enumerate(loader):
+        if (i + 1) % accum_steps != 0:
+            with accelerator.no_sync(model):
+                loss = criterion(model(x), y)
+                loss.backward()
+        else:
+            loss = criterion(model(x), y)
+            loss.backward()
+        if (i + 1) % accum_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        note="accelerator.no_sync(model)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, criterion, accum_steps):
+    for i, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y) / accum_steps
+        loss.backward()
+        if (i + 1) % accum_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+def main(loader, criterion):
+    dist.init_process_group("nccl")
+    model = build_model().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(model, loader, optimizer, criterion, 8)
+""",
+        note="the model is not DDP-wrapped: backward does not communicate",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def train(loader, criterion, accum_steps):
+    model = FSDP(build_model())
+    optimizer = torch.optim.AdamW(model.parameters())
+    for i, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y) / accum_steps
+        loss.backward()
+        if (i + 1) % accum_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        note="FSDP: its own no_sync trades memory for communication; not this rule",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(loader, criterion, local_rank):
+    model = DDP(build_model().cuda(local_rank), device_ids=[local_rank])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = criterion(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+""",
+        note="torchvision references: the optimizer steps every iteration",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(loader, criterion, scaler, use_amp):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        if use_amp:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad()
+""",
+        note="both branches step: every iteration",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import math
+
+def train(loader, criterion):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        if math.isfinite(loss.item()):
+            optimizer.step()
+        optimizer.zero_grad()
+""",
+        note="a step skipped on non-finite loss is not accumulation",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import contextlib
+
+def maybe_no_sync(model, sync):
+    return contextlib.nullcontext() if sync else model.no_sync()
+
+def train(loader, criterion, accum_steps):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(loader):
+        sync = (i + 1) % accum_steps == 0
+        with maybe_no_sync(model, sync):
+            loss = criterion(model(x), y)
+            loss.backward()
+        if sync:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        note="no_sync through a helper of the same file",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(loader, fabric, accum_steps):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, batch in enumerate(loader):
+        is_accumulating = (i + 1) % accum_steps != 0
+        with fabric.no_sync(model, enabled=is_accumulating):
+            loss = model(batch).sum()
+            loss.backward()
+        if not is_accumulating:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        note="Lightning Fabric's no_sync",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import deepspeed
+
+def train(loader, args):
+    model_engine, optimizer, _, _ = deepspeed.initialize(args=args, model=build_model())
+    for step, batch in enumerate(loader):
+        loss = model_engine(batch)
+        model_engine.backward(loss)
+        model_engine.step()
+""",
+        note="DeepSpeed's engine accumulates by itself",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(loader, criterion, rank, accum_steps):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if (i + 1) % accum_steps == 0 and rank == 0:
+            print(loss.item())
+""",
+        note="the modulo guards logging, not the step",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(loader, criterion, distributed, accum_steps):
+    model = build_model()
+    model = DDP(model) if distributed else model
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y)
+        loss.backward()
+        if (i + 1) % accum_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        note="a conditional wrap is not tracked (documented false negative)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, criterion, scaler, accum_steps):
+    for i, (x, y) in enumerate(loader):
+        x = x.cuda(non_blocking=True)
+        # forward in bf16
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(x)
+            loss = criterion(out, y) / accum_steps  # average over micro-steps
+
+        «scaler.scale(loss).backward()»
+        if (i + 1) % accum_steps == 0:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+"""
+        + _MAIN,
+        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        + """\
+def train(model, loader, optimizer, criterion, scaler, accum_steps):
+    for i, (x, y) in enumerate(loader):
+        x = x.cuda(non_blocking=True)
+        # forward in bf16
+        is_accumulating = (i + 1) % accum_steps != 0
+        with model.no_sync() if is_accumulating else contextlib.nullcontext():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = model(x)
+                loss = criterion(out, y) / accum_steps  # average over micro-steps
+
+            scaler.scale(loss).backward()
+        if (i + 1) % accum_steps == 0:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+"""
+        + _MAIN,
+        note="the classic modulo step, DDP known through main's call; comments kept",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from contextlib import nullcontext
+
+def train(loader, args):
+    model = DDP(build_model())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    for step, batch in enumerate(loader):
+        outputs = model(**batch)
+        loss = outputs.loss / args.gradient_accumulation_steps
+        «loss.backward()»
+        if step % args.gradient_accumulation_steps == 0 or step == len(loader) - 1:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        fixed=_HEAD
+        + """\
+from contextlib import nullcontext
+
+def train(loader, args):
+    model = DDP(build_model())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    for step, batch in enumerate(loader):
+        is_accumulating = not (step % args.gradient_accumulation_steps == 0 or step == len(loader) - 1)
+        with model.no_sync() if is_accumulating else nullcontext():
+            outputs = model(**batch)
+            loss = outputs.loss / args.gradient_accumulation_steps
+            loss.backward()
+        if step % args.gradient_accumulation_steps == 0 or step == len(loader) - 1:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        note="HF no_trainer style condition; nullcontext already imported by name",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(loader, gradient_accumulation_steps, log):
+    model = DDP(build_model())
+    optimizer = torch.optim.AdamW(model.parameters())
+    for batch in loader:
+        for micro_step in range(gradient_accumulation_steps):
+            loss = model(batch[micro_step], note=\"\"\"micro
+  step\"\"\")
+            «loss.backward()»
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+""",
+        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        + """\
+def train(loader, gradient_accumulation_steps, log):
+    model = DDP(build_model())
+    optimizer = torch.optim.AdamW(model.parameters())
+    for batch in loader:
+        for micro_step in range(gradient_accumulation_steps):
+            is_accumulating = micro_step < gradient_accumulation_steps - 1
+            with model.no_sync() if is_accumulating else contextlib.nullcontext():
+                loss = model(batch[micro_step], note=\"\"\"micro
+  step\"\"\")
+                loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+""",
+        note="inner micro-step loop; a multi-line string keeps its content",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train_step(model, optimizer, batch):
+    micro_batches = batch.chunk(4)
+    for i, mb in enumerate(micro_batches):
+        «model(mb).mean().backward()»
+    optimizer.step()
+
+def main(batches):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for batch in batches:
+        train_step(model, optimizer, batch)
+""",
+        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        + """\
+def train_step(model, optimizer, batch):
+    micro_batches = batch.chunk(4)
+    for i, mb in enumerate(micro_batches):
+        is_accumulating = i < len(micro_batches) - 1
+        with model.no_sync() if is_accumulating else contextlib.nullcontext():
+            model(mb).mean().backward()
+    optimizer.step()
+
+def main(batches):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for batch in batches:
+        train_step(model, optimizer, batch)
+""",
+        note="micro-batches of one batch, step after the loop",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(loader, criterion, accum):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for it, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y)
+        «loss.backward()»
+        if (it + 1) % accum:
+            continue
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        + """\
+def train(loader, criterion, accum):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for it, (x, y) in enumerate(loader):
+        is_accumulating = (it + 1) % accum != 0
+        with model.no_sync() if is_accumulating else contextlib.nullcontext():
+            loss = criterion(model(x), y)
+            loss.backward()
+        if (it + 1) % accum:
+            continue
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+        note="`if ...: continue` skips the step on accumulation steps",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+\tdef __init__(self, model, accum_steps):
+\t\tself.model = DDP(model)
+\t\tself.optimizer = torch.optim.AdamW(self.model.parameters())
+\t\tself.accum_steps = accum_steps
+
+\tdef fit(self, loader):
+\t\tfor i, batch in enumerate(loader):
+\t\t\tloss = self.model(batch).sum()
+\t\t\t«loss.backward()»
+\t\t\tdo_step = (i + 1) % self.accum_steps == 0
+\t\t\tif do_step:
+\t\t\t\tself.optimizer.step()
+\t\t\t\tself.optimizer.zero_grad()
+""",
+        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        + """\
+class Trainer:
+\tdef __init__(self, model, accum_steps):
+\t\tself.model = DDP(model)
+\t\tself.optimizer = torch.optim.AdamW(self.model.parameters())
+\t\tself.accum_steps = accum_steps
+
+\tdef fit(self, loader):
+\t\tfor i, batch in enumerate(loader):
+\t\t\tis_accumulating = (i + 1) % self.accum_steps != 0
+\t\t\twith self.model.no_sync() if is_accumulating else contextlib.nullcontext():
+\t\t\t\tloss = self.model(batch).sum()
+\t\t\t\tloss.backward()
+\t\t\tdo_step = (i + 1) % self.accum_steps == 0
+\t\t\tif do_step:
+\t\t\t\tself.optimizer.step()
+\t\t\t\tself.optimizer.zero_grad()
+""",
+        note="tab indentation; a flag computed after the backward is read from its assignment",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(loader, criterion, should_step):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(loader):
+        «criterion(model(x), y).backward()»
+        if should_step(i):
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        fixed=None,
+        note="the step condition calls a function: no fix rather than evaluating it twice",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(loader, criterion, accum_steps):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        for chunk_x, chunk_y in zip(x.chunk(accum_steps), y.chunk(accum_steps)):
+            «criterion(model(chunk_x), chunk_y).backward()»
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+        fixed=None,
+        note="micro-steps over zip(...): the last one cannot be told in advance, no fix",
+    ),
+)

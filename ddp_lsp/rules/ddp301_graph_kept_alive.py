@@ -1,0 +1,660 @@
+"""DDP301 graph-kept-alive.
+
+## What it does
+Finds a tensor that still carries its autograd graph (the value `.backward()` runs on, a model's
+or criterion's output, or anything computed from them) stored past its iteration of the
+training loop: `losses.append(loss)`, `history += [loss]`, `total_loss += loss`,
+`self.losses.append(loss)`, `history[step] = loss`.
+
+## Why is this bad?
+A tensor with autograd history references the graph that produced it. Keeping it after the
+iteration keeps that graph (and, until `backward()` frees them, its activations) alive; adding
+into a running total chains every iteration's graph onto the next. Memory grows linearly with
+the number of steps, so the job dies after hours, never in a two-step smoke test, and each rank
+of a DDP job dies on its own schedule.
+
+## Example
+```python
+total_loss = 0.0
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    total_loss += loss
+```
+
+## Use instead
+```python
+total_loss = 0.0
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    total_loss += loss.detach()
+```
+
+## Fix
+The preferred fix stores `value.detach()`: the value stays on the device, without a host
+synchronisation, and without its graph (safe). The alternative stores `value.item()`, a Python
+number; it is offered only for scalar values (the loss `.backward()` runs on, a `.mean()`) and is
+marked unsafe because it changes the type and synchronises with the device on every call.
+
+## Known false positives
+Values are followed only within one function; a loss returned by a helper is not tracked, and
+an evaluation loop without `torch.no_grad()` and without `backward()` is not reported. Containers
+(re)created or cleared inside the training loop are fine and not reported. An entry stored under
+a constant key (`log["loss"] = loss`) is overwritten every iteration and not reported.
+
+## References
+- https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ddp_lsp.core import names as N
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _graph as G
+from ddp_lsp.rules import _patterns as P
+
+_APPENDERS = {"append": 0, "appendleft": 0, "insert": 1, "extend": 0}
+_ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript)
+
+
+@dataclass(frozen=True)
+class _Store:
+    node: ast.AST  # the statement or call that stores
+    container: ast.expr  # where the value goes
+    values: tuple[ast.expr, ...]
+    accumulates: bool  # `total += loss` / `total = total + loss`
+    verb: str
+
+
+class GraphKeptAlive(Rule):
+    meta = RuleMeta(
+        id="DDP301",
+        name="graph-kept-alive",
+        severity=Severity.WARNING,
+        summary="A tensor with its autograd graph is stored past its iteration: memory grows "
+        "every step.",
+        fix=FixAvailability.ALWAYS,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        flows: dict[int, G.GraphFlow] = {}
+        module_key = 0
+        for node in ctx.nodes(ast.Call, ast.AugAssign, ast.Assign):
+            store = self._store(node)
+            if store is None:
+                continue
+            fn = ctx.enclosing_function(node)
+            key = id(fn) if fn is not None else module_key
+            flow = flows.get(key)
+            if flow is None:
+                flow = flows[key] = G.GraphFlow(ctx, P.scope_root(ctx, node))
+            if not flow.backward_calls and not (
+                fn is not None and fn.name in G.TRAINING_STEP_NAMES
+            ):
+                continue
+            if G.under_no_grad(ctx, node):
+                continue
+            root_path = G.dotted_path(store.container)
+            if root_path is None:
+                continue
+            if store.accumulates and (N.dotted(store.container) or "") in flow.targets:
+                continue  # `total = total + loss_i` ... `total.backward()`: the loss being built
+            if not self._survives(ctx, flow, node, fn, root_path):
+                continue
+            for leaf in self._leaves(store.values):
+                if flow.taint(leaf) is not G.CARRY:
+                    continue
+                yield self._finding(ctx, flow, store, leaf)
+
+    # -- what is stored where ------------------------------------------------------------------
+
+    @staticmethod
+    def _store(node: ast.AST) -> _Store | None:
+        if isinstance(node, ast.Call):
+            func = node.func
+            if not isinstance(func, ast.Attribute) or func.attr not in _APPENDERS:
+                return None
+            if not isinstance(func.value, ast.Name | ast.Attribute | ast.Subscript):
+                return None
+            idx = _APPENDERS[func.attr]
+            if len(node.args) != idx + 1 or node.keywords:
+                return None
+            value = node.args[idx]
+            if func.attr == "extend":
+                if not isinstance(value, ast.List | ast.Tuple):
+                    return None
+                return _Store(node, func.value, tuple(value.elts), False, "adding it to")
+            return _Store(node, func.value, (value,), False, "appending it to")
+        if isinstance(node, ast.AugAssign):
+            if not isinstance(node.op, ast.Add):
+                return None
+            if isinstance(node.value, ast.List | ast.Tuple):
+                return _Store(node, node.target, tuple(node.value.elts), False, "adding it to")
+            return _Store(node, node.target, (node.value,), True, "adding it into")
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            value = node.value
+            if isinstance(target, ast.Subscript):
+                key = target.slice
+                if isinstance(key, ast.Constant) or not isinstance(
+                    target.value, ast.Name | ast.Attribute | ast.Subscript
+                ):
+                    return None  # overwritten every iteration
+                return _Store(node, target.value, (value,), False, "storing it in")
+            if (
+                isinstance(target, ast.Name | ast.Attribute)
+                and isinstance(value, ast.BinOp)
+                and isinstance(value.op, ast.Add)
+                and N.dotted(value.left) is not None
+                and N.dotted(value.left) == N.dotted(target)
+            ):
+                right = value.right
+                if isinstance(right, ast.List | ast.Tuple):
+                    return _Store(node, target, tuple(right.elts), False, "adding it to")
+                return _Store(node, target, (right,), True, "adding it into")
+        return None
+
+    @classmethod
+    def _leaves(cls, values: tuple[ast.expr, ...]) -> Iterator[ast.expr]:
+        for v in values:
+            if isinstance(v, ast.List | ast.Tuple | ast.Set):
+                yield from cls._leaves(tuple(v.elts))
+            elif isinstance(v, ast.Dict):
+                yield from cls._leaves(tuple(x for x in v.values if x is not None))
+            elif isinstance(v, ast.Starred):
+                continue
+            else:
+                yield v
+
+    # -- does the container outlive the iteration ----------------------------------------------
+
+    def _survives(
+        self,
+        ctx: ChunkContext,
+        flow: G.GraphFlow,
+        node: ast.AST,
+        fn: ast.FunctionDef | ast.AsyncFunctionDef | None,
+        root_path: str,
+    ) -> bool:
+        for loop in ctx.enclosing_loops(node):
+            if flow.has_backward_in(loop):
+                return not self._recreated(root_path, loop)
+        # No training loop around it: a training step method keeping values on `self`.
+        if fn is None or not root_path.startswith("self."):
+            return False
+        return not self._recreated(root_path, fn)
+
+    @staticmethod
+    def _recreated(path: str, scope: ast.AST) -> bool:
+        """``path`` is assigned a fresh value (not one built from itself), or cleared, in
+        ``scope``."""
+        for n in ast.walk(scope):
+            targets: list[ast.AST] = []
+            value: ast.AST | None = None
+            if isinstance(n, ast.Assign):
+                targets, value = list(n.targets), n.value
+            elif isinstance(n, ast.AnnAssign) and n.value is not None:
+                targets, value = [n.target], n.value
+            elif isinstance(n, ast.For | ast.AsyncFor):
+                targets = [n.target]
+            elif isinstance(n, ast.With | ast.AsyncWith):
+                targets = [i.optional_vars for i in n.items if i.optional_vars is not None]
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+                if n.func.attr == "clear" and N.dotted(n.func.value) == path:
+                    return True
+                continue
+            elif isinstance(n, ast.Delete):
+                for t in n.targets:
+                    if isinstance(t, ast.Subscript) and N.dotted(t.value) == path:
+                        return True
+                continue
+            else:
+                continue
+            flat: list[ast.AST] = []
+            for t in targets:
+                flat.extend(ast.walk(t) if isinstance(t, ast.Tuple | ast.List) else [t])
+            if any(N.dotted(t) == path for t in flat):
+                if value is not None and any(N.dotted(x) == path for x in ast.walk(value)):
+                    continue  # `losses = losses + [loss]` keeps the old list
+                return True
+        return False
+
+    # -- the finding ---------------------------------------------------------------------------
+
+    def _finding(
+        self, ctx: ChunkContext, flow: G.GraphFlow, store: _Store, leaf: ast.expr
+    ) -> Finding:
+        text = ctx.segment(leaf)
+        wrapped = text if isinstance(leaf, _ATOMS) else f"({text})"
+        short = wrapped if "\n" not in text and len(text) <= 40 else "value"
+        container = ctx.segment(store.container)
+        if "\n" in container or len(container) > 40:
+            container = G.dotted_path(store.container) or "the container"
+        scalar = flow.is_scalar(leaf)
+        fixes = [
+            Fix(
+                title=f"Store `{short}.detach()`",
+                edits=(ctx.replace_node(leaf, f"{wrapped}.detach()"),),
+                safe=True,
+                preferred=True,
+            )
+        ]
+        if scalar:
+            fixes.append(
+                Fix(
+                    title=f"Store `{short}.item()` (a Python number; syncs with the device)",
+                    edits=(ctx.replace_node(leaf, f"{wrapped}.item()"),),
+                    safe=False,
+                )
+            )
+        where = f"{store.verb} `{container}`"
+        if store.verb == "storing it in":
+            where = f"storing it in `{container}[...]`"
+        return ctx.finding(
+            self,
+            leaf,
+            f"`{text if short != 'value' else 'value'}` still carries its autograd graph; {where} keeps every iteration's graph "
+            "alive, so memory grows with every step until the job dies: store "
+            f"`{short}.detach()`" + (" (or `.item()`)" if scalar else ""),
+            fixes=fixes,
+        )
+
+
+_HEAD = """\
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+GraphKeptAlive.cases = (
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, criterion):
+    losses = []
+    total_loss = 0.0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        total_loss += loss.detach()
+        history = [float(loss)]
+    return losses, total_loss
+""",
+        note="values already .item()ed, .detach()ed, float(...)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, criterion):
+    running_loss, correct, preds, probs = 0.0, 0, [], []
+    for x, y in loader:
+        out = model(x)
+        loss = criterion(out, y)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item() * x.size(0)
+        correct += (out.argmax(1) == y).sum()
+        preds.append(out.argmax(dim=1))
+        probs.append(F.softmax(out, dim=1).detach().cpu().numpy())
+    return running_loss, correct, preds, probs
+""",
+        note="torchvision tutorial metrics: .item(), argmax, comparisons, .detach().cpu().numpy()",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, criterion, val_loader):
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    outputs, val_losses = [], []
+    with torch.no_grad():
+        for x, y in val_loader:
+            out = model(x)
+            outputs.append(out)
+            val_losses.append(criterion(out, y))
+    return outputs, val_losses
+""",
+        note="stored inside torch.no_grad()",
+    ),
+    Valid(
+        _HEAD
+        + """\
+@torch.no_grad()
+def evaluate(model, loader, criterion):
+    losses = []
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        losses.append(loss)
+    return torch.stack(losses).mean()
+
+@torch.inference_mode()
+def predict(model, loader):
+    return [model(x) for x in loader]
+""",
+        note="functions decorated with torch.no_grad() / torch.inference_mode()",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, heads, loader, optimizer, criterion):
+    for x, y in loader:
+        feats = model(x)
+        losses = []
+        total = 0
+        for head in heads:
+            loss_i = criterion(head(feats), y)
+            losses.append(loss_i)
+            total += loss_i
+        (total + sum(losses)).backward()
+        optimizer.step()
+""",
+        note="containers re-created inside the training loop, consumed by its backward",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, criterion, accum_steps):
+    micro_losses = []
+    for i, (x, y) in enumerate(loader):
+        micro_losses.append(criterion(model(x), y))
+        if len(micro_losses) == accum_steps:
+            torch.stack(micro_losses).mean().backward()
+            optimizer.step()
+            micro_losses.clear()
+""",
+        note="a list cleared inside the loop after its backward",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, teacher):
+    kept = []
+    for x, y in loader:
+        with torch.no_grad():
+            t_out = teacher(x)
+            out_ref = model(x)
+        kept.append(t_out)
+        kept.append(out_ref)
+        loss = F.mse_loss(model(x), t_out)
+        loss.backward()
+        optimizer.step()
+        stats = {}
+        stats["loss"] = loss
+""",
+        note="values computed under no_grad, stored after it; a constant key is overwritten",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, get_batch, optimizer, scaler, ctx, gradient_accumulation_steps, log):
+    for iter_num in range(100):
+        for micro_step in range(gradient_accumulation_steps):
+            with ctx:
+                logits, loss = model(*get_batch("train"))
+                loss = loss / gradient_accumulation_steps
+            scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        lossf = loss.item() * gradient_accumulation_steps
+        log.append(lossf)
+""",
+        note="nanoGPT: .item() before it is kept",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train_one_epoch(model, criterion, data_loader, optimizer, metric_logger, loss_meter):
+    for samples, targets in data_loader:
+        outputs = model(samples)
+        loss = criterion(outputs, targets)
+        loss_value = loss.item()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        metric_logger.update(loss=loss_value)
+        loss_meter.update(loss.item(), samples.size(0))
+        reduced = reduce_tensor(loss.data)
+        metric_logger.history.append(reduced)
+""",
+        note="DeiT / timm: loss_value = loss.item(), meters fed numbers, .data",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class LitModel:
+    def __init__(self):
+        self.losses = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.model(x), y)
+        self.losses.append(loss.detach())
+        return loss
+""",
+        note="Lightning training_step keeping detached losses",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def evaluate(model, loader):
+    outputs = []
+    for x, _ in loader:
+        outputs.append(model(x))
+    return outputs
+""",
+        note="no backward in the loop and no no_grad: not a training loop (documented miss)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, criterion):
+    losses = []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(«loss»)  # for the plot
+    return losses
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, criterion):
+    losses = []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())  # for the plot
+    return losses
+""",
+        note="losses.append(loss)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, criterion):
+    total_loss = 0
+    for i in range(10000):
+        optimizer.zero_grad()
+        output = model(loader[i])
+        loss = criterion(output)
+        loss.backward()
+        optimizer.step()
+        total_loss += «loss»
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, criterion):
+    total_loss = 0
+    for i in range(10000):
+        optimizer.zero_grad()
+        output = model(loader[i])
+        loss = criterion(output)
+        loss.backward()
+        optimizer.step()
+        total_loss += loss.item()
+""",
+        fix_title=".item()",
+        note="the PyTorch FAQ's total_loss += loss; the .item() alternative",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(loader, optimizer, local_rank):
+    model = DDP(build_model().cuda(local_rank), device_ids=[local_rank])
+    history = []
+    epoch_loss = 0.0
+    for x, y in loader:
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        scaled = loss * x.size(0)
+        scaled.backward()
+        history += [«loss»]
+        epoch_loss += «loss * x.size(0)»
+        epoch_loss = epoch_loss + «scaled»
+""",
+        fixed=_HEAD
+        + """\
+def train(loader, optimizer, local_rank):
+    model = DDP(build_model().cuda(local_rank), device_ids=[local_rank])
+    history = []
+    epoch_loss = 0.0
+    for x, y in loader:
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        scaled = loss * x.size(0)
+        scaled.backward()
+        history += [loss.detach()]
+        epoch_loss += loss * x.size(0)
+        epoch_loss = epoch_loss + scaled
+""",
+        note="history += [loss], a running sum of an expression, total = total + x",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, criterion):
+    epoch_loss = 0.0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        epoch_loss += «loss * x.size(0)»
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, criterion):
+    epoch_loss = 0.0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        epoch_loss += (loss * x.size(0)).detach()
+""",
+        note="an expression is wrapped in parentheses before .detach()",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, model):
+        self.model = DDP(model)
+        self.losses = []
+        self.history = {"loss": [], "logits": []}
+        self.per_step = {}
+
+    def fit(self, loader, optimizer):
+        for step, (x, y) in enumerate(loader):
+            out = self.model(x)
+            loss = F.cross_entropy(out, y)
+            loss.backward()
+            optimizer.step()
+            self.losses.append(«loss»)
+            self.history["logits"].append(«out»)
+            self.per_step[step] = {"loss": «loss», "step": step}
+""",
+        fixed=_HEAD
+        + """\
+class Trainer:
+    def __init__(self, model):
+        self.model = DDP(model)
+        self.losses = []
+        self.history = {"loss": [], "logits": []}
+        self.per_step = {}
+
+    def fit(self, loader, optimizer):
+        for step, (x, y) in enumerate(loader):
+            out = self.model(x)
+            loss = F.cross_entropy(out, y)
+            loss.backward()
+            optimizer.step()
+            self.losses.append(loss.detach())
+            self.history["logits"].append(out)
+            self.per_step[step] = {"loss": loss, "step": step}
+""",
+        note="self.losses, a dict of lists, a dict entry per step; model output kept too",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class LitModel:
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.model(x), y)
+        self.train_losses.append(«loss»)
+        return loss
+""",
+        fixed=_HEAD
+        + """\
+class LitModel:
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.model(x), y)
+        self.train_losses.append(loss.detach())
+        return loss
+""",
+        note="Lightning training_step storing the loss it returns on self",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, criterion, epochs):
+    for epoch in range(epochs):
+        epoch_losses = []
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            epoch_losses.append(«loss»)
+        print(epoch, sum(epoch_losses) / len(epoch_losses))
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, criterion, epochs):
+    for epoch in range(epochs):
+        epoch_losses = []
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            epoch_losses.append(loss.detach())
+        print(epoch, sum(epoch_losses) / len(epoch_losses))
+""",
+        note="re-created per epoch is not enough: every batch of the epoch is kept",
+    ),
+)
