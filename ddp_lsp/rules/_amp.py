@@ -218,6 +218,11 @@ def scaler_escapes(ctx: ChunkContext, scaler: ast.AST, region: ast.AST, root: as
     same-file helper that can reach it (``self.scaler``, a module-level scaler) is called."""
     is_attr = isinstance(scaler, ast.Attribute)
     local = isinstance(scaler, ast.Name) and _bound_in(root, scaler.id)
+    nested = {
+        n.name
+        for n in ast.walk(root)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not root
+    }
     for node in P.walk_scope(region):
         if not isinstance(node, ast.Call):
             continue
@@ -228,6 +233,8 @@ def scaler_escapes(ctx: ChunkContext, scaler: ast.AST, region: ast.AST, root: as
         if name is None:
             continue
         if ctx.facts.func_params.get(name) is not None and not local:
+            return True
+        if name in nested:  # a closure can reach the enclosing function's scaler
             return True
         if name.startswith("self.") and name.count(".") == 1 and is_attr:
             _, cls = ctx.scope(node)

@@ -2,7 +2,8 @@
 
 ## What it does
 Finds a training loop that calls `scaler.step(optimizer)` on a `GradScaler` but never calls
-`scaler.update()` in the same iteration (it is missing, or it runs only once after the loop).
+`scaler.update()` in the same iteration (it is missing, or it runs only once after the loop),
+and a second `scaler.update()` after the last step of an iteration.
 
 ## Why is this bad?
 `scaler.update()` closes the iteration: it adjusts the loss scale (backing off after inf/NaN
@@ -38,8 +39,9 @@ for x, y in loader:
 ## Fix
 Inserts `scaler.update()` on the line after the last `scaler.step(...)` of the iteration, with
 the scaler's name as the code spells it. When the only `scaler.update()` sits after the loop,
-the fix moves it there instead (a second update without a step in between raises). When the
-steps sit in different branches, no fix is offered: where the update belongs is a decision.
+the fix moves it there instead (a second update without a step in between raises). A second
+update after the step is removed. When the steps sit in different branches, no fix is offered:
+where the update belongs is a decision.
 
 ## Known false positives
 Only loops are checked: a `train_step` function without a loop may leave the update to its
@@ -89,12 +91,52 @@ class ScalerStepWithoutUpdate(Rule):
                 continue
             seen.add(key)
             steps = A.scaler_calls(ctx, loop, root, "step", scaler)
-            if A.scaler_calls(ctx, loop, root, "update", scaler):
+            updates = A.scaler_calls(ctx, loop, root, "update", scaler)
+            if updates:
+                extra = self._extra_update(ctx, steps[-1], updates)
+                if extra is not None:
+                    yield self._duplicate(ctx, scaler, *extra)
                 continue
             if A.scaler_escapes(ctx, scaler, loop, root):
                 continue
             last = steps[-1]
             yield self._finding(ctx, root, loop, scaler, steps, last)
+
+    @staticmethod
+    def _extra_update(
+        ctx: ChunkContext, last_step: ast.Call, updates: list[ast.Call]
+    ) -> tuple[ast.Call, ast.Call] | None:
+        """(first, second) when two updates follow the last step in one block."""
+        after = [u for u in updates if P.before(last_step, u)]
+        for first, second in zip(after, after[1:], strict=False):
+            s1, s2 = ctx.statement(first), ctx.statement(second)
+            if ctx.block_of(s1)[0] is ctx.block_of(s2)[0] and not A.exclusive(ctx, first, second):
+                return first, second
+        return None
+
+    def _duplicate(
+        self, ctx: ChunkContext, scaler: ast.expr, first: ast.Call, second: ast.Call
+    ) -> Finding:
+        s = ctx.segment(scaler)
+        fixes = []
+        stmt = A.expr_stmt_of(ctx, second)
+        if stmt is not None and A.can_delete(ctx, stmt):
+            fixes.append(
+                Fix(
+                    title=f"Remove the second {s}.update()",
+                    edits=(A.delete_stmt(ctx, stmt),),
+                    safe=True,
+                    preferred=True,
+                )
+            )
+        return ctx.finding(
+            self,
+            second,
+            f"`{s}.update()` is called a second time in the same iteration: it finds no "
+            f"inf/NaN checks from `{s}.step(...)` and raises; keep exactly one update",
+            fixes=fixes,
+            related=(Related(ctx.span(first), "the first update"),),
+        )
 
     @staticmethod
     def _anchor(ctx: ChunkContext, step: ast.Call, loop: ast.AST) -> ast.stmt:
@@ -423,6 +465,28 @@ def train(model, loader, optimizers, scaler):
         log(x)
 """,
         note="steps in a loop over optimizers: one update after that loop",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        «scaler.update()»  # keep the scale fresh
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        note="a second update in the same iteration raises: removed",
     ),
     Invalid(
         _HEAD

@@ -7,8 +7,8 @@ they are imported or aliased (`from torch.cuda.amp import autocast as amp_autoca
 
 ## Why is this bad?
 Both are deprecated since PyTorch 2.4 in favour of the device-generic `torch.amp.autocast`
-and `torch.amp.GradScaler`: every call emits a `FutureWarning` (once per process, so once per
-rank in every log) and they will be removed. The replacements behave the same with
+and `torch.amp.GradScaler`: calling them emits a `FutureWarning` on every rank (one copy per
+process in the job's log), and deprecated APIs get removed. The replacements behave the same with
 `"cuda"` as the device. The old `autocast` signature `(enabled, dtype, cache_enabled)` does
 not line up with the new `(device_type, dtype, enabled, cache_enabled)`, so positional
 arguments must become keywords when moving over.
@@ -47,7 +47,6 @@ Version-compatibility code is left alone: deprecated names used in an `except Im
 ## References
 - https://pytorch.org/docs/stable/amp.html#torch.amp.autocast
 - https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler
-- https://github.com/pytorch/pytorch/pull/126062
 """
 
 from __future__ import annotations

@@ -311,3 +311,79 @@ def test_fallback_import_in_other_chunk_is_not_reported() -> None:
         "scaler = GradScaler()\n"
     )
     assert analyze(src, AMP_RULES).findings == ()
+
+
+REAL_WORLD = '''\
+import torch
+import torch.distributed as dist
+from torch.cuda.amp import autocast
+
+
+class NativeScalerWithGradNormCount:
+    """MAE / BEiT: a scaler wrapper that scales, unscales, clips, steps and updates."""
+
+    def __init__(self):
+        self._scaler = torch.amp.GradScaler("cuda")
+
+    def __call__(self, loss, optimizer, clip_grad=None, parameters=None, update_grad=True):
+        self._scaler.scale(loss).backward()
+        if update_grad:
+            self._scaler.unscale_(optimizer)
+            norm = torch.nn.utils.clip_grad_norm_(parameters, clip_grad)
+            self._scaler.step(optimizer)
+            self._scaler.update()
+        else:
+            norm = None
+        return norm
+
+
+def yolo_train(model, train_loader, optimizer, scheduler, ema, amp, accumulate, epochs):
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    last_opt_step = -1
+    for epoch in range(epochs):
+        for i, (imgs, targets) in enumerate(train_loader):
+            ni = i + len(train_loader) * epoch
+            with torch.amp.autocast("cuda", enabled=amp):
+                loss = model(imgs).sum()
+            scaler.scale(loss).backward()
+            if ni - last_opt_step >= accumulate:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
+                if ema:
+                    ema.update(model)
+                last_opt_step = ni
+        scheduler.step()
+
+
+class AMPTrainer:
+    """detectron2: one iteration per run_step, the loop lives in the base class."""
+
+    def run_step(self, data):
+        with autocast(dtype=self.precision):
+            losses = sum(self.model(data).values())
+        self.optimizer.zero_grad()
+        self.grad_scaler.scale(losses).backward()
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+
+
+def closure_update(model, loader, optimizer, scaler, meters):
+    def finish():
+        scaler.update()
+        meters.update(loss=0.0)
+
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        finish()
+'''
+
+
+def test_real_world_loops_are_clean() -> None:
+    """Training code shaped like MAE, YOLOv5, detectron2: only the deprecated autocast."""
+    found = analyze(REAL_WORLD, AMP_RULES).findings
+    got = [(f.rule_id, f.span.start.line + 1, _text(REAL_WORLD, f)) for f in found]
+    assert got == [("DDP205", 3, "autocast"), ("DDP205", 49, "autocast")]
