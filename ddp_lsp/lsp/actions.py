@@ -1,0 +1,224 @@
+"""Code actions, built from the findings' own fixes (no re-analysis).
+
+For every finding in the requested range: one quick fix per fix it carries (``isPreferred`` on
+its preferred fix), and "Ignore DDPxxx on this line", which adds the id to the line's
+``# ddp-lsp: ignore[...]`` comment or starts one. ``source.fixAll.ddp-lsp`` applies every safe
+fix of the document at once (overlapping ones are left for the next round, as ``ddp-lsp fix``
+does). Edits are computed eagerly: they are already in the findings, so there is nothing to
+gain from ``codeAction/resolve``.
+
+Edits are sent as ``documentChanges`` with the document version when the client supports it,
+so a client that has moved on rejects them instead of applying them to the wrong text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from lsprotocol import types as T
+
+from ddp_lsp.core.fixes import select_non_overlapping
+from ddp_lsp.core.registry import SYNTAX_ERROR
+from ddp_lsp.core.suppress import add_suppression
+from ddp_lsp.core.types import Edit, Finding, Fix, Pos, Span
+from ddp_lsp.lsp.diagnostics import SOURCE, as_lsp
+from ddp_lsp.lsp.state import ServerState, Unit
+
+FIX_ALL_KIND = "source.fixAll.ddp-lsp"
+
+
+def _wants(only: Sequence[str] | None, kind: str) -> bool:
+    if not only:
+        return True
+    return any(kind == o or kind.startswith(o + ".") for o in only)
+
+
+def _overlaps(span: Span, a: Pos, b: Pos) -> bool:
+    return span.start <= b and a <= span.end
+
+
+class _EditBuilder:
+    """Maps unit edits to (view URI, TextEdit) and wraps them in a WorkspaceEdit."""
+
+    def __init__(self, state: ServerState, unit: Unit) -> None:
+        self.state = state
+        self.unit = unit
+        self.lines = unit.doc.lines
+        self.versions = {uri: v for uri, _, v in unit.views()}
+
+    def text_edit(self, edit: Edit) -> tuple[str, T.TextEdit] | None:
+        uri, offset = self.unit.locate_line(edit.span.start.line)
+        end_uri, _ = self.unit.locate_line(max(edit.span.end.line - (edit.span.end.col == 0), 0))
+        if end_uri != uri and edit.span.end.line != edit.span.start.line:
+            return None  # would cross notebook cells
+        codec = self.state.codec
+        sl, sc = codec.to_lsp(self.lines, edit.span.start)
+        el, ec = codec.to_lsp(self.lines, edit.span.end)
+        if edit.span.end.line >= len(self.lines):
+            el, ec = len(self.lines) - 1, codec.to_lsp_col(self.lines[-1], len(self.lines[-1]))
+        rng = T.Range(T.Position(sl - offset, sc), T.Position(el - offset, ec))
+        return uri, T.TextEdit(range=rng, new_text=edit.text)
+
+    def workspace_edit(self, edits: Iterable[Edit]) -> T.WorkspaceEdit | None:
+        grouped: dict[str, list[T.TextEdit]] = {}
+        seen: set[Edit] = set()
+        for e in edits:
+            if e in seen:  # two fixes needing the same import add it once
+                continue
+            seen.add(e)
+            mapped = self.text_edit(e)
+            if mapped is None:
+                return None
+            grouped.setdefault(mapped[0], []).append(mapped[1])
+        if not grouped:
+            return None
+        if self.state.supports_document_changes:
+            return T.WorkspaceEdit(
+                document_changes=[
+                    T.TextDocumentEdit(
+                        text_document=T.OptionalVersionedTextDocumentIdentifier(
+                            uri=uri, version=self.versions.get(uri)
+                        ),
+                        edits=list(tedits),
+                    )
+                    for uri, tedits in grouped.items()
+                ]
+            )
+        return T.WorkspaceEdit(changes=grouped)
+
+
+def suppression_edit(unit: Unit, finding: Finding) -> Edit | None:
+    """The edit that adds ``finding``'s id to its line's ignore comment."""
+    lines = unit.doc.lines
+    line_no = finding.span.start.line
+    if line_no >= len(lines):
+        return None
+    body = lines[line_no].rstrip("\r\n")
+    if body.endswith("\\") and finding.span.end.line != line_no:
+        # A comment after a backslash continuation is a syntax error: use the last line.
+        line_no = finding.span.end.line
+        body = lines[line_no].rstrip("\r\n")
+    new = add_suppression(body, finding.rule_id)
+    if new == body:
+        return None
+    return Edit(Span(Pos(line_no, 0), Pos(line_no, len(body))), new)
+
+
+def safe_fix_edits(findings: Iterable[Finding]) -> list[Edit]:
+    fixes = [f.safe_fix for f in findings]
+    chosen = select_non_overlapping(f for f in fixes if f is not None)
+    return [e for fix in chosen for e in fix.edits]
+
+
+def code_actions(
+    state: ServerState,
+    unit: Unit,
+    offset: int,
+    uri: str,
+    rng: T.Range,
+    context: T.CodeActionContext,
+) -> list[T.CodeAction]:
+    state.ensure_current(unit)
+    if not unit.enabled or not unit.findings:
+        return []
+    lines = unit.doc.lines
+    codec = state.codec
+    a = codec.to_core(lines, rng.start.line + offset, rng.start.character)
+    b = codec.to_core(lines, rng.end.line + offset, rng.end.character)
+    only = context.only
+    builder = _EditBuilder(state, unit)
+    diags = unit.diagnostics.get(uri, [])
+    by_index = {d["data"]["index"]: d for d in diags}
+    client_diags = {
+        (d.code, d.range.start.line, d.range.start.character, d.range.end.line,
+         d.range.end.character): d
+        for d in context.diagnostics
+        if d.source == SOURCE
+    }
+
+    def diagnostic_for(i: int) -> T.Diagnostic | None:
+        d = by_index.get(i)
+        if d is None:
+            return None
+        r = d["range"]
+        key = (d["code"], r["start"]["line"], r["start"]["character"], r["end"]["line"],
+               r["end"]["character"])
+        return client_diags.get(key) or as_lsp(d)
+
+    out: list[T.CodeAction] = []
+    if _wants(only, T.CodeActionKind.QuickFix):
+        for i, f in enumerate(unit.findings):
+            if not _overlaps(f.span, a, b):
+                continue
+            if unit.locate_line(f.span.start.line)[0] != uri:
+                continue
+            diag = diagnostic_for(i)
+            preferred = f.preferred_fix
+            for fix in f.fixes:
+                edit = builder.workspace_edit(fix.edits)
+                if edit is None:
+                    continue
+                out.append(
+                    T.CodeAction(
+                        title=_title(f, fix),
+                        kind=T.CodeActionKind.QuickFix,
+                        diagnostics=[diag] if diag else None,
+                        is_preferred=fix is preferred,
+                        edit=edit,
+                    )
+                )
+            if f.rule_id != SYNTAX_ERROR.id:
+                sup = suppression_edit(unit, f)
+                edit = builder.workspace_edit([sup]) if sup is not None else None
+                if edit is not None:
+                    out.append(
+                        T.CodeAction(
+                            title=f"Ignore {f.rule_id} on this line",
+                            kind=T.CodeActionKind.QuickFix,
+                            diagnostics=[diag] if diag else None,
+                            edit=edit,
+                        )
+                    )
+    if _wants(only, FIX_ALL_KIND) and (only or out):
+        action = fix_all_action(state, unit)
+        if action is not None:
+            out.append(action)
+    return out
+
+
+def fix_all_action(state: ServerState, unit: Unit) -> T.CodeAction | None:
+    edits = safe_fix_edits(unit.findings)
+    if not edits:
+        return None
+    edit = _EditBuilder(state, unit).workspace_edit(edits)
+    if edit is None:
+        return None
+    return T.CodeAction(
+        title="ddp-lsp: fix all safely fixable problems",
+        kind=FIX_ALL_KIND,
+        edit=edit,
+    )
+
+
+def _title(f: Finding, fix: Fix) -> str:
+    title = f"{f.rule_id}: {fix.title}"
+    return title if fix.safe else f"{title} (unsafe)"
+
+
+def whole_text_edit(state: ServerState, unit: Unit, old: str, new: str) -> T.WorkspaceEdit | None:
+    """One edit turning ``old`` into ``new``, limited to the lines that differ."""
+    from ddp_lsp.core.document import split_lines
+
+    a, b = split_lines(old), split_lines(new)
+    lo = 0
+    while lo < min(len(a), len(b)) and a[lo] == b[lo]:
+        lo += 1
+    hi_a, hi_b = len(a), len(b)
+    while hi_a > lo and hi_b > lo and a[hi_a - 1] == b[hi_b - 1]:
+        hi_a -= 1
+        hi_b -= 1
+    if lo == hi_a == hi_b:
+        return None
+    end = Pos(hi_a, 0) if hi_a < len(a) else Pos(len(a) - 1, len(a[-1]))
+    edit = Edit(Span(Pos(lo, 0), end), "".join(b[lo:hi_b]))
+    return _EditBuilder(state, unit).workspace_edit([edit])

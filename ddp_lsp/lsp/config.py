@@ -1,0 +1,199 @@
+"""Editor settings merged with ``[tool.ddp-lsp]`` from the nearest pyproject.toml.
+
+Precedence: defaults < editor settings < the project's pyproject.toml. The project file is
+what the whole team (and the CI running ``ddp-lsp check``) agrees on, so an editor that sends
+every setting with its default value (VS Code does) cannot silently override it; editor
+settings fill in what the project leaves unset.
+
+Every key is validated on its own: one invalid value is reported (``window/showMessage``
+naming the key) and dropped, so it falls back to its default while every other key still
+applies. Editor-only keys (``enable``, ``preflight.python``, ``trace.server``) are read here
+and never reach :class:`~ddp_lsp.config.Settings`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddp_lsp.config import SECTION, ConfigError, Settings, find_pyproject
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class EditorOptions:
+    """The editor settings that are not analysis settings."""
+
+    enable: bool = True
+    preflight_python: str | None = None
+
+
+@dataclass(frozen=True)
+class EditorSettings:
+    """One scope's ``ddp-lsp`` section, validated: analysis keys plus editor-only options."""
+
+    analysis: tuple[tuple[str, Any], ...] = ()  # (key, value) pairs Settings.merged accepts
+    options: EditorOptions = EditorOptions()
+    errors: tuple[str, ...] = ()
+
+
+def section_of(raw: Any) -> Mapping[str, Any]:
+    """The ``ddp-lsp`` section from what a client sent: the section itself or a wrapper."""
+    if not isinstance(raw, Mapping):
+        return {}
+    inner = raw.get(SECTION)
+    if isinstance(inner, Mapping):
+        return inner
+    return raw
+
+
+def parse_editor_settings(raw: Any, source: str = "editor settings") -> EditorSettings:
+    if raw is None:
+        return EditorSettings()
+    if not isinstance(raw, Mapping):
+        return EditorSettings(
+            errors=(f"{source}: expected an object of ddp-lsp settings, got {type(raw).__name__}",)
+        )
+    data = section_of(raw)
+    analysis: list[tuple[str, Any]] = []
+    errors: list[str] = []
+    enable = True
+    python: str | None = None
+    for key, value in data.items():
+        if key == "enable":
+            if isinstance(value, bool):
+                enable = value
+            else:
+                errors.append(f"{source}: 'enable' must be true or false, got {value!r}")
+            continue
+        if key == "preflight":
+            python, err = _preflight_python(value, source)
+            if err:
+                errors.append(err)
+            continue
+        if key in ("trace", "server", "interpreter", "preflight.python", "trace.server"):
+            if key == "preflight.python":
+                python, err = _preflight_python({"python": value}, source)
+                if err:
+                    errors.append(err)
+            continue
+        try:
+            Settings().merged({key: value}, source)  # validate this key alone
+        except ConfigError as exc:
+            errors.append(str(exc))
+            continue
+        analysis.append((str(key), value))
+    return EditorSettings(tuple(analysis), EditorOptions(enable, python), tuple(errors))
+
+
+def _preflight_python(value: Any, source: str) -> tuple[str | None, str | None]:
+    if value is None:
+        return None, None
+    if not isinstance(value, Mapping):
+        return None, f"{source}: 'preflight' must be an object like {{\"python\": \"...\"}}"
+    python = value.get("python")
+    if python is None or python == "":
+        return None, None
+    if not isinstance(python, str):
+        return None, f"{source}: 'preflight.python' must be a path to an interpreter, got {python!r}"
+    return python, None
+
+
+@dataclass
+class _ProjectFile:
+    mtime_ns: int
+    table: tuple[tuple[str, Any], ...]
+    errors: tuple[str, ...]
+
+
+@dataclass
+class ProjectConfigs:
+    """``[tool.ddp-lsp]`` tables by pyproject.toml path, re-read when the file changes."""
+
+    _by_dir: dict[Path, Path | None] = field(default_factory=dict)
+    _files: dict[Path, _ProjectFile] = field(default_factory=dict)
+
+    def pyproject_for(self, path: Path) -> Path | None:
+        directory = path.parent
+        if directory not in self._by_dir:
+            self._by_dir[directory] = find_pyproject(path)
+        return self._by_dir[directory]
+
+    def table(self, pyproject: Path) -> _ProjectFile:
+        try:
+            mtime = pyproject.stat().st_mtime_ns
+        except OSError:
+            mtime = -1
+        cached = self._files.get(pyproject)
+        if cached is not None and cached.mtime_ns == mtime:
+            return cached
+        self._files[pyproject] = loaded = _load_table(pyproject, mtime)
+        return loaded
+
+    def changed(self) -> bool:
+        """True when a known pyproject.toml changed on disk (for clients that cannot watch)."""
+        for path, cached in self._files.items():
+            try:
+                mtime = path.stat().st_mtime_ns
+            except OSError:
+                mtime = -1
+            if mtime != cached.mtime_ns:
+                return True
+        return False
+
+    def forget(self) -> None:
+        """Forget everything: a pyproject.toml was created, changed or deleted."""
+        self._by_dir.clear()
+        self._files.clear()
+
+
+def _load_table(path: Path, mtime: int) -> _ProjectFile:
+    where = f"{path} [tool.{SECTION}]"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return _ProjectFile(mtime, (), (f"{path}: cannot read: {exc}",))
+    except tomllib.TOMLDecodeError as exc:
+        return _ProjectFile(mtime, (), (f"{path}: invalid TOML: {exc}",))
+    table = data.get("tool", {}).get(SECTION)
+    if table is None:
+        return _ProjectFile(mtime, (), ())
+    if not isinstance(table, Mapping):
+        return _ProjectFile(mtime, (), (f"{where}: expected a table",))
+    items: list[tuple[str, Any]] = []
+    errors: list[str] = []
+    for key, value in table.items():
+        try:
+            Settings().merged({key: value}, where)
+        except ConfigError as exc:
+            errors.append(str(exc))
+            continue
+        items.append((str(key), value))
+    return _ProjectFile(mtime, tuple(items), tuple(errors))
+
+
+def effective_settings(
+    editor: EditorSettings, projects: ProjectConfigs, path: Path | None
+) -> tuple[Settings, tuple[str, ...]]:
+    """Settings for one file and the messages for every invalid key met on the way."""
+    settings = Settings().merged(dict(editor.analysis), "editor settings")
+    errors = list(editor.errors)
+    if path is not None:
+        pyproject = projects.pyproject_for(path)
+        if pyproject is not None:
+            loaded = projects.table(pyproject)
+            errors.extend(loaded.errors)
+            settings = settings.merged(dict(loaded.table), str(pyproject))
+    return settings, tuple(errors)
+
+
+def is_pyproject(path: str) -> bool:
+    return os.path.basename(path) == "pyproject.toml"

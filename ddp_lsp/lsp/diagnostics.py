@@ -1,0 +1,98 @@
+"""Findings -> LSP diagnostics, built as plain JSON-ready dicts.
+
+Diagnostics are published on every keystroke, so they skip the attrs/cattrs round trip: a
+dict per finding is all ``json.dumps`` needs. ``data`` carries what a code action needs to find
+the finding again without re-analysis: the rule id, the document version the finding belongs
+to, its index in that version's findings, and whether it has a (safe) fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from lsprotocol import types as T
+
+from ddp_lsp.core.types import Finding
+from ddp_lsp.lsp.convert import Codec
+
+SOURCE = "ddp-lsp"
+
+
+@lru_cache(maxsize=256)
+def rule_url(rule_id: str) -> str | None:
+    from ddp_lsp.core.registry import meta_by_id
+
+    meta = meta_by_id(rule_id)
+    return meta.url if meta is not None else None
+
+
+def to_diagnostic(
+    finding: Finding,
+    index: int,
+    version: int | None,
+    lines: Sequence[str],
+    codec: Codec,
+    uri_for_line: Any = None,
+    line_offset: int = 0,
+) -> dict[str, Any]:
+    """One diagnostic; ``line_offset`` maps a notebook's concatenated lines back to a cell."""
+    span = finding.span
+    start, end = span.start, span.end
+    rng = codec.range_dict(lines, start, end)
+    if line_offset:
+        rng["start"]["line"] -= line_offset
+        rng["end"]["line"] -= line_offset
+    diag: dict[str, Any] = {
+        "range": rng,
+        "severity": int(finding.severity),
+        "code": finding.rule_id,
+        "source": SOURCE,
+        "message": finding.message,
+        "data": {
+            "ruleId": finding.rule_id,
+            "version": version,
+            "index": index,
+            "fixable": bool(finding.fixes),
+        },
+    }
+    url = rule_url(finding.rule_id)
+    if url:
+        diag["codeDescription"] = {"href": url}
+    if finding.tags:
+        diag["tags"] = [int(t) for t in finding.tags]
+    if finding.related and uri_for_line is not None:
+        related = []
+        for rel in finding.related:
+            if rel.path is not None:
+                continue
+            uri, offset = uri_for_line(rel.span.start.line)
+            r = codec.range_dict(lines, rel.span.start, rel.span.end)
+            r["start"]["line"] -= offset
+            r["end"]["line"] -= offset
+            related.append({"location": {"uri": uri, "range": r}, "message": rel.message})
+        if related:
+            diag["relatedInformation"] = related
+    return diag
+
+
+def as_lsp(d: dict[str, Any]) -> T.Diagnostic:
+    """A published dict as an lsprotocol ``Diagnostic`` (for responses pygls serialises)."""
+    r = d["range"]
+    diag = T.Diagnostic(
+        range=T.Range(
+            T.Position(r["start"]["line"], r["start"]["character"]),
+            T.Position(r["end"]["line"], r["end"]["character"]),
+        ),
+        message=d["message"],
+        severity=T.DiagnosticSeverity(d["severity"]),
+        code=d["code"],
+        source=d["source"],
+        data=d.get("data"),
+    )
+    if "codeDescription" in d:
+        diag.code_description = T.CodeDescription(href=d["codeDescription"]["href"])
+    if "tags" in d:
+        diag.tags = [T.DiagnosticTag(t) for t in d["tags"]]
+    return diag

@@ -1,0 +1,731 @@
+"""``ddp-lsp serve``: the pygls server, its handlers, and the stdio loop that drives it.
+
+Handlers are thin: they translate LSP parameters and call :class:`ServerState` (documents,
+findings, settings), :mod:`actions`, :mod:`hover` and :mod:`workspace`. Nothing here is
+module-level mutable state: :func:`build_server` makes a fresh server with its own state.
+
+Stdio. We read frames on a thread and hand whole messages to the event loop, which handles
+every message already waiting before it yields; analysis is scheduled with ``call_soon`` and so
+runs once per burst of edits, on the newest text (see ``state.py``). The same loop answers the
+protocol's error cases itself: unparsable JSON gets a Parse error (id null), a request with
+malformed params gets InvalidParams for its id (pygls would otherwise drop it and leave the
+client waiting), requests before ``initialize`` get ServerNotInitialized and requests after
+``shutdown`` get InvalidRequest. File descriptor 1 is redirected to stderr at start, so a stray
+``print`` anywhere cannot corrupt the protocol stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from lsprotocol import types as T
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+
+from ddp_lsp import __version__
+from ddp_lsp.lsp import config as C
+from ddp_lsp.lsp.convert import Codec, choose_encoding
+from ddp_lsp.lsp.notebook import Cell, Notebook, apply_change
+from ddp_lsp.lsp.state import ServerState, uri_to_path
+
+log = logging.getLogger("ddp_lsp.lsp")
+
+SECTION = "ddp-lsp"
+CMD_FIX_ALL = "ddp-lsp.fixAll"
+CMD_EXPLAIN = "ddp-lsp.explainRule"
+CMD_DEBUG_DOCUMENT = "ddp-lsp.debugDocument"
+
+
+class DdpProtocol(LanguageServerProtocol):
+    """pygls' protocol without its own copy of every document.
+
+    pygls keeps a ``Workspace`` copy of each open text, updated on every change (a full line
+    split per edit); our state keeps the incremental core document instead, so the built-in
+    text-sync handlers here only forward to ours.
+    """
+
+    def _forward(self, method: str, params: Any) -> Any:
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: T.DidOpenTextDocumentParams) -> Any:
+        yield from self._forward(T.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: T.DidChangeTextDocumentParams) -> Any:
+        yield from self._forward(T.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: T.DidCloseTextDocumentParams) -> Any:
+        yield from self._forward(T.TEXT_DOCUMENT_DID_CLOSE, params)
+
+    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def lsp_notebook_document__did_open(self, params: T.DidOpenNotebookDocumentParams) -> Any:
+        yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def lsp_notebook_document__did_change(
+        self, params: T.DidChangeNotebookDocumentParams
+    ) -> Any:
+        yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def lsp_notebook_document__did_close(self, params: T.DidCloseNotebookDocumentParams) -> Any:
+        yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_CLOSE, params)
+
+
+class DdpLanguageServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__(
+            "ddp-lsp",
+            __version__,
+            text_document_sync_kind=T.TextDocumentSyncKind.Incremental,
+            notebook_document_sync=T.NotebookDocumentSyncOptions(
+                notebook_selector=[
+                    T.NotebookDocumentFilterWithCells(
+                        notebook="jupyter-notebook",
+                        cells=[T.NotebookCellLanguage(language="python")],
+                    )
+                ]
+            ),
+            protocol_cls=DdpProtocol,
+        )
+        self.state = ServerState(self.publish_raw, self.show_error)
+        self.initialized = False
+        self.supports_configuration = False
+        self.supports_watch_registration = False
+
+    # -- output --------------------------------------------------------------------------------
+
+    def publish_raw(self, uri: str, version: int | None, diagnostics: list[dict[str, Any]]) -> None:
+        params: dict[str, Any] = {"uri": uri, "diagnostics": diagnostics}
+        if version is not None:
+            params["version"] = version
+        # A plain dict: json.dumps needs no converter, which matters at 20,000 lines.
+        self.protocol._send_data(
+            {"jsonrpc": "2.0", "method": T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS, "params": params}
+        )
+
+    def show_error(self, message: str) -> None:
+        log.warning("%s", message)
+        self.window_show_message(T.ShowMessageParams(type=T.MessageType.Error, message=message))
+
+    def send_error(self, msg_id: Any, code: int, message: str) -> None:
+        self.protocol._send_data(
+            {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
+        )
+
+
+def _caps(params: T.InitializeParams) -> dict[str, Any]:
+    c = params.capabilities
+    ws = c.workspace
+    watch = ws.did_change_watched_files if ws else None
+    diag = ws.diagnostics if ws else None
+    edit = ws.workspace_edit if ws else None
+    return {
+        "configuration": bool(ws and ws.configuration),
+        "watch": bool(watch and watch.dynamic_registration),
+        "document_changes": bool(edit and edit.document_changes),
+        "refresh": bool(diag and diag.refresh_support),
+        "encodings": c.general.position_encodings if c.general else None,
+    }
+
+
+def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block per feature
+    server = DdpLanguageServer()
+    state = server.state
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @server.feature(T.INITIALIZE)
+    def initialize(ls: DdpLanguageServer, params: T.InitializeParams) -> None:
+        caps = _caps(params)
+        negotiated = ls.workspace.position_encoding or choose_encoding(caps["encodings"])
+        encoding = str(getattr(negotiated, "value", negotiated))  # an enum member or a str
+        state.codec = Codec(encoding)
+        ls.supports_configuration = caps["configuration"]
+        ls.supports_watch_registration = caps["watch"]
+        state.supports_document_changes = caps["document_changes"]
+        state.supports_pull_refresh = caps["refresh"]
+        folders = params.workspace_folders or []
+        if folders:
+            state.folders = [(f.uri, uri_to_path(f.uri)) for f in folders]
+        elif params.root_uri:
+            state.folders = [(params.root_uri, uri_to_path(params.root_uri))]
+        state.editor_global = C.parse_editor_settings(
+            params.initialization_options, "initializationOptions"
+        )
+        ls.initialized = True
+
+    @server.feature(T.INITIALIZED)
+    async def initialized(ls: DdpLanguageServer, params: T.InitializedParams) -> None:
+        for err in state.editor_global.errors:
+            state.report(err)
+        if ls.supports_watch_registration:
+            try:
+                await ls.client_register_capability_async(
+                    T.RegistrationParams(
+                        registrations=[
+                            T.Registration(
+                                id="ddp-lsp-pyproject",
+                                method=T.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                                register_options=T.DidChangeWatchedFilesRegistrationOptions(
+                                    watchers=[T.FileSystemWatcher(glob_pattern="**/pyproject.toml")]
+                                ),
+                            )
+                        ]
+                    )
+                )
+            except Exception as exc:  # the client refused: fall back to mtime checks
+                log.info("could not register a pyproject.toml watcher: %s", exc)
+                ls.supports_watch_registration = False
+        if ls.supports_configuration:
+            await pull_configuration(ls)
+
+    async def pull_configuration(ls: DdpLanguageServer) -> None:
+        scopes = [uri for uri, _ in state.folders]
+        items = [T.ConfigurationItem(section=SECTION)] + [
+            T.ConfigurationItem(scope_uri=uri, section=SECTION) for uri in scopes
+        ]
+        try:
+            result = await ls.workspace_configuration_async(T.ConfigurationParams(items=items))
+        except Exception as exc:
+            log.info("workspace/configuration failed: %s", exc)
+            return
+        if not isinstance(result, list) or not result:
+            return
+        changed = False
+        if result[0] is not None:
+            new = C.parse_editor_settings(result[0], "workspace/configuration")
+            changed |= new != state.editor_global
+            state.editor_global = new
+        scoped: dict[str, C.EditorSettings] = {}
+        for uri, value in zip(scopes, result[1:], strict=False):
+            if value is not None and value != result[0]:
+                scoped[uri] = C.parse_editor_settings(value, f"workspace/configuration ({uri})")
+        changed |= scoped != state.editor_scoped
+        state.editor_scoped = scoped
+        if changed:
+            settings_changed(ls)
+
+    def settings_changed(ls: DdpLanguageServer) -> None:
+        state.configuration_changed()
+        for err in state.editor_global.errors:
+            state.report(err)
+        if state.pull_mode and state.supports_pull_refresh:
+            ls.workspace_diagnostic_refresh(None)
+
+    @server.feature(T.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(
+        ls: DdpLanguageServer, params: T.DidChangeConfigurationParams
+    ) -> None:
+        settings = params.settings
+        pushed = isinstance(settings, dict) and isinstance(settings.get(SECTION), dict)
+        if pushed:
+            state.editor_global = C.parse_editor_settings(settings[SECTION], "settings")
+        if ls.supports_configuration:
+            await pull_configuration(ls)
+        settings_changed(ls)
+
+    @server.feature(T.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(
+        ls: DdpLanguageServer, params: T.DidChangeWatchedFilesParams
+    ) -> None:
+        if any(C.is_pyproject(ch.uri) for ch in params.changes):
+            settings_changed(ls)
+
+    @server.feature(T.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    async def did_change_folders(
+        ls: DdpLanguageServer, params: T.DidChangeWorkspaceFoldersParams
+    ) -> None:
+        removed = {f.uri for f in params.event.removed}
+        state.folders = [f for f in state.folders if f[0] not in removed]
+        state.folders += [(f.uri, uri_to_path(f.uri)) for f in params.event.added]
+        for uri in removed:
+            state.editor_scoped.pop(uri, None)
+        if ls.supports_configuration:
+            await pull_configuration(ls)
+        settings_changed(ls)
+
+    def check_project_files(ls: DdpLanguageServer) -> None:
+        # Clients that cannot watch files (Neovim on Linux) still get pyproject.toml reloads:
+        # a stat per known file on open and save is cheap.
+        if not ls.supports_watch_registration and state.projects.changed():
+            settings_changed(ls)
+
+    # -- text documents ------------------------------------------------------------------------
+
+    @server.feature(T.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: DdpLanguageServer, params: T.DidOpenTextDocumentParams) -> None:
+        doc = params.text_document
+        check_project_files(ls)
+        state.open(doc.uri, doc.text, doc.version, doc.language_id)
+
+    @server.feature(T.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: DdpLanguageServer, params: T.DidChangeTextDocumentParams) -> None:
+        state.change(params.text_document.uri, params.text_document.version,
+                     list(params.content_changes))
+
+    @server.feature(T.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: DdpLanguageServer, params: T.DidSaveTextDocumentParams) -> None:
+        if C.is_pyproject(params.text_document.uri):
+            settings_changed(ls)
+        else:
+            check_project_files(ls)
+
+    @server.feature(T.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: DdpLanguageServer, params: T.DidCloseTextDocumentParams) -> None:
+        state.close(params.text_document.uri)
+
+    # -- notebooks -----------------------------------------------------------------------------
+
+    @server.feature(T.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def nb_open(ls: DdpLanguageServer, params: T.DidOpenNotebookDocumentParams) -> None:
+        texts = {d.uri: d for d in params.cell_text_documents}
+        cells = []
+        for c in params.notebook_document.cells:
+            item = texts.get(c.document)
+            cells.append(
+                Cell(c.document, int(c.kind), item.text if item else "",
+                     item.version if item else None, item.language_id if item else "python")
+            )
+        nb = Notebook(params.notebook_document.uri, params.notebook_document.version, cells)
+        state.open_notebook(nb)
+
+    @server.feature(T.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def nb_change(ls: DdpLanguageServer, params: T.DidChangeNotebookDocumentParams) -> None:
+        uri = params.notebook_document.uri
+        unit = state.units.get(uri)
+        if unit is None or unit.notebook is None:
+            log.warning("notebookDocument/didChange for a notebook that is not open: %s", uri)
+            return
+        nb = unit.notebook
+        nb.version = params.notebook_document.version
+        unit.version = nb.version
+        cells = params.change.cells
+        if cells is not None:
+            if cells.structure is not None:
+                opened = {d.uri: d for d in cells.structure.did_open or []}
+                arr = cells.structure.array
+                new_cells = []
+                for c in arr.cells or []:
+                    item = opened.get(c.document)
+                    old = nb.cell(c.document)
+                    new_cells.append(
+                        Cell(c.document, int(c.kind),
+                             item.text if item else (old.text if old else ""),
+                             item.version if item else (old.version if old else None),
+                             item.language_id if item else (old.language if old else "python"))
+                    )
+                nb.cells[arr.start : arr.start + arr.delete_count] = new_cells
+                for d in cells.structure.did_close or []:
+                    state.cell_owner.pop(d.uri, None)
+            for c in cells.data or []:
+                old = nb.cell(c.document)
+                if old is not None:
+                    old.kind = int(c.kind)
+            for content in cells.text_content or []:
+                cell = nb.cell(content.document.uri)
+                if cell is None:
+                    continue
+                for ch in content.changes:
+                    rng = getattr(ch, "range", None)
+                    if rng is None:
+                        cell.text = ch.text
+                    else:
+                        cell.text = apply_change(
+                            cell.text,
+                            (rng.start.line, rng.start.character),
+                            (rng.end.line, rng.end.character),
+                            ch.text,
+                            state.codec,
+                        )
+                cell.version = content.document.version
+        state.notebook_changed(uri)
+
+    @server.feature(T.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def nb_close(ls: DdpLanguageServer, params: T.DidCloseNotebookDocumentParams) -> None:
+        state.close_notebook(params.notebook_document.uri)
+
+    # -- diagnostics (pull) --------------------------------------------------------------------
+
+    @server.feature(
+        T.TEXT_DOCUMENT_DIAGNOSTIC,
+        T.DiagnosticOptions(
+            identifier="ddp-lsp", inter_file_dependencies=False, workspace_diagnostics=True
+        ),
+    )
+    def pull_diagnostics(
+        ls: DdpLanguageServer, params: T.DocumentDiagnosticParams
+    ) -> T.DocumentDiagnosticReport:
+        from ddp_lsp.lsp.diagnostics import as_lsp
+
+        if not state.pull_mode:
+            # The client pulls: stop pushing, or it would show every finding twice.
+            state.pull_mode = True
+            for unit in state.all_units():
+                for uri, _, _ in unit.views():
+                    if unit.diagnostics.get(uri):
+                        ls.publish_raw(uri, None, [])
+        uri = params.text_document.uri
+        found = state.lookup(uri)
+        if found is None:
+            return T.RelatedFullDocumentDiagnosticReport(items=[])
+        unit, _ = found
+        state.ensure_current(unit)
+        rid = unit.result_ids.get(uri)
+        if rid is not None and params.previous_result_id == rid:
+            return T.RelatedUnchangedDocumentDiagnosticReport(result_id=rid)
+        items = [as_lsp(d) for d in unit.diagnostics.get(uri, [])]
+        return T.RelatedFullDocumentDiagnosticReport(items=items, result_id=rid)
+
+    @server.feature(T.WORKSPACE_DIAGNOSTIC)
+    async def workspace_diagnostic(
+        ls: DdpLanguageServer, params: T.WorkspaceDiagnosticParams
+    ) -> T.WorkspaceDiagnosticReport:
+        from ddp_lsp.lsp.workspace import workspace_diagnostics
+
+        token = params.work_done_token
+        progress = None
+        if token is not None:
+            ls.work_done_progress.begin(
+                token, T.WorkDoneProgressBegin(title="ddp-lsp: checking the workspace",
+                                               percentage=0)
+            )
+
+            def progress(message: str, percent: int) -> None:
+                ls.work_done_progress.report(
+                    token, T.WorkDoneProgressReport(message=message, percentage=percent)
+                )
+
+        try:
+            return await workspace_diagnostics(state, params, progress)
+        finally:
+            if token is not None:
+                ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="done"))
+
+    # -- code actions, hover -------------------------------------------------------------------
+
+    @server.feature(
+        T.TEXT_DOCUMENT_CODE_ACTION,
+        T.CodeActionOptions(
+            code_action_kinds=[T.CodeActionKind.QuickFix, "source.fixAll.ddp-lsp"],
+            resolve_provider=False,
+        ),
+    )
+    def code_action(
+        ls: DdpLanguageServer, params: T.CodeActionParams
+    ) -> list[T.CodeAction] | None:
+        from ddp_lsp.lsp.actions import code_actions
+
+        found = state.lookup(params.text_document.uri)
+        if found is None:
+            return None
+        unit, offset = found
+        return code_actions(state, unit, offset, params.text_document.uri, params.range,
+                            params.context) or None
+
+    @server.feature(T.TEXT_DOCUMENT_HOVER)
+    def hover(ls: DdpLanguageServer, params: T.HoverParams) -> T.Hover | None:
+        from ddp_lsp.lsp import hover as H
+
+        found = state.lookup(params.text_document.uri)
+        if found is None:
+            return None
+        unit, offset = found
+        state.ensure_current(unit)
+        if not unit.enabled:
+            return None
+        pos = state.codec.to_core(unit.doc.lines, params.position.line + offset,
+                                  params.position.character)
+        text = H.rule_hover(unit, pos)
+        if text is None:
+            report = state.preflight.get(str(state.folder_of(unit.path)))
+            if report is not None:
+                topic = H.preflight_topic(unit, pos)
+                text = H.preflight_hover(report, topic) if topic else None
+        if text is None:
+            return None
+        return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=text))
+
+    # -- commands ------------------------------------------------------------------------------
+
+    @server.command(CMD_EXPLAIN)
+    def explain_rule(ls: DdpLanguageServer, *args: Any) -> str:
+        from ddp_lsp.docs import rule_markdown
+
+        if len(args) != 1 or not isinstance(args[0], str):
+            raise JsonRpcInvalidParams(
+                f"{CMD_EXPLAIN} takes one argument, a rule id such as \"DDP201\"; got {list(args)!r}"
+            )
+        text = rule_markdown(args[0])
+        if text is None:
+            raise JsonRpcInvalidParams(f"{CMD_EXPLAIN}: unknown rule {args[0]!r}")
+        return text
+
+    @server.command(CMD_DEBUG_DOCUMENT)
+    def debug_document(ls: DdpLanguageServer, *args: Any) -> dict[str, Any]:
+        """The server's copy of a document: for bug reports about out-of-sync positions."""
+        if len(args) != 1 or not isinstance(args[0], str):
+            raise JsonRpcInvalidParams(
+                f"{CMD_DEBUG_DOCUMENT} takes one argument, the document URI; got {list(args)!r}"
+            )
+        unit = state.units.get(args[0])
+        if unit is None:
+            raise JsonRpcInvalidParams(f"{CMD_DEBUG_DOCUMENT}: {args[0]!r} is not an open document")
+        return {"version": unit.version, "text": unit.doc.text, "encoding": state.codec.encoding,
+                "findings": len(unit.findings)}
+
+    @server.command(CMD_FIX_ALL)
+    async def fix_all(ls: DdpLanguageServer, *args: Any) -> dict[str, Any]:
+        from ddp_lsp.core.engine import fix_text
+        from ddp_lsp.lsp.actions import fix_all_action, whole_text_edit
+
+        if len(args) != 1 or not isinstance(args[0], str):
+            raise JsonRpcInvalidParams(
+                f"{CMD_FIX_ALL} takes one argument, the document URI; got {list(args)!r}"
+            )
+        found = state.lookup(args[0])
+        if found is None:
+            raise JsonRpcInvalidParams(f"{CMD_FIX_ALL}: {args[0]!r} is not an open document")
+        unit, _ = found
+        state.ensure_current(unit)
+        if not unit.enabled:
+            return {"applied": False, "fixes": 0}
+        if unit.notebook is not None:
+            action = fix_all_action(state, unit)
+            edit = action.edit if action else None
+            n = sum(1 for f in unit.findings if f.safe_fix) if edit else 0
+        else:
+            old = unit.doc.text
+            new, n = fix_text(old, unit.settings)
+            edit = whole_text_edit(state, unit, old, new)
+        if edit is None:
+            return {"applied": False, "fixes": 0}
+        result = await ls.workspace_apply_edit_async(
+            T.ApplyWorkspaceEditParams(edit=edit, label="ddp-lsp: fix all")
+        )
+        return {"applied": bool(result and result.applied), "fixes": n}
+
+    return server
+
+
+# -- transport -------------------------------------------------------------------------------
+
+_EOF = object()
+
+
+class _FdReader:
+    """readline/read over a raw file descriptor.
+
+    The reader thread is a daemon blocked in a read when the server exits; blocked inside a
+    ``BufferedReader`` it would hold that object's lock and abort interpreter shutdown, blocked
+    in ``os.read`` it holds nothing.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+        self.eof = False
+
+    def _fill(self) -> bool:
+        if self.eof:
+            return False
+        chunk = os.read(self.fd, 1 << 16)
+        if not chunk:
+            self.eof = True
+            return False
+        self.buf += chunk
+        return True
+
+    def readline(self) -> bytes:
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self.buf[: i + 1])
+                del self.buf[: i + 1]
+                return line
+            if not self._fill():
+                line = bytes(self.buf)
+                self.buf.clear()
+                return line
+
+    def read(self, n: int) -> bytes:
+        while len(self.buf) < n and self._fill():
+            pass
+        data = bytes(self.buf[:n])
+        del self.buf[:n]
+        return data
+
+
+def _read_frames(stream: Any, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any]) -> None:
+    """Reader thread: Content-Length framed messages from ``stream`` into ``queue``."""
+
+    def put(item: Any) -> bool:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+            return True
+        except RuntimeError:  # the loop has closed: the server is exiting
+            return False
+
+    try:
+        while True:
+            length: int | None = None
+            while True:
+                header = stream.readline()
+                if not header:
+                    put(_EOF)
+                    return
+                if header in (b"\r\n", b"\n"):
+                    if length is not None:
+                        break
+                    continue  # stray blank line before any header
+                name, _, value = header.decode("ascii", "replace").partition(":")
+                if name.strip().lower() == "content-length":
+                    try:
+                        length = int(value.strip())
+                    except ValueError:
+                        length = None
+            body = stream.read(length) if length > 0 else b""
+            if len(body) < length:
+                put(_EOF)
+                return
+            if not put(body):
+                return
+    except (OSError, ValueError):
+        put(_EOF)
+
+
+class _Dispatcher:
+    """Turns raw message bodies into pygls messages, answering protocol errors itself."""
+
+    def __init__(self, server: DdpLanguageServer) -> None:
+        self.server = server
+        self.protocol = server.protocol
+
+    def handle(self, body: bytes) -> None:
+        server = self.server
+        try:
+            raw = json.loads(body)
+        except ValueError as exc:
+            server.send_error(None, -32700, f"Parse error: {exc}")
+            return
+        if not isinstance(raw, dict) or raw.get("jsonrpc") != "2.0":
+            msg_id = raw.get("id") if isinstance(raw, dict) else None
+            server.send_error(msg_id, -32600, "Invalid Request: expected a JSON-RPC 2.0 object")
+            return
+        method = raw.get("method")
+        msg_id = raw.get("id")
+        is_request = "id" in raw and method is not None
+        if method is not None and not isinstance(method, str):
+            server.send_error(msg_id, -32600, "Invalid Request: 'method' must be a string")
+            return
+        if is_request and not isinstance(msg_id, (int, str)):
+            server.send_error(None, -32600, "Invalid Request: 'id' must be a number or a string")
+            return
+        if method is not None and not server.initialized:
+            if is_request and method != T.INITIALIZE:
+                server.send_error(msg_id, -32002, f"Server not initialized: {method} before initialize")
+                return
+            if not is_request and method != T.EXIT:
+                return  # the specification says: drop notifications before initialize
+        if is_request and self.protocol._shutdown:
+            server.send_error(msg_id, -32600, f"Invalid Request: {method} after shutdown")
+            return
+        try:
+            message = self.protocol.structure_message(raw)
+        except JsonRpcException as exc:
+            cause = exc.__cause__ or exc
+            if is_request:
+                server.send_error(msg_id, JsonRpcInvalidParams.CODE,
+                                  f"Invalid params for {method}: {_short(cause)}")
+            else:
+                log.warning("ignoring %s with invalid params: %s", method, _short(cause))
+            return
+        self.protocol.handle_message(message)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    sub = getattr(exc, "exceptions", None)
+    if sub:
+        return f"{text[0] if text else type(exc).__name__}: {_short(sub[0])}"
+    return text[0] if text else type(exc).__name__
+
+
+async def _serve(server: DdpLanguageServer, stdin: Any) -> None:
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    reader = threading.Thread(target=_read_frames, args=(stdin, loop, queue), daemon=True,
+                              name="ddp-lsp-stdin")
+    reader.start()
+    dispatch = _Dispatcher(server)
+    handled = 0
+    while True:
+        body = await queue.get()  # returns at once while messages are waiting
+        if body is _EOF:
+            return
+        try:
+            dispatch.handle(body)
+        except SystemExit:
+            raise
+        except Exception:  # a bug in one handler must not take the editor's server down
+            log.exception("failed to handle a message")
+        handled += 1
+        if handled % 64 == 0:
+            await asyncio.sleep(0)  # let analysis and async handlers run in a long burst
+
+
+def serve_stdio(server: DdpLanguageServer) -> int:
+    from pygls.io_ import StdoutWriter
+
+    # The protocol owns the real stdout; everything else that writes to fd 1 lands on stderr.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    server.protocol.set_writer(StdoutWriter(out))
+    try:
+        asyncio.run(_serve(server, _FdReader(sys.stdin.fileno())))
+    except SystemExit as exc:  # the ``exit`` notification
+        return int(exc.code or 0) if isinstance(exc.code, int) or exc.code is None else 1
+    except (KeyboardInterrupt, BrokenPipeError):
+        return 1
+    # stdin closed without shutdown/exit: the client went away.
+    return 0 if server.protocol._shutdown else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ddp-lsp serve", description="Run the language server.")
+    parser.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (default)")
+    parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP port (for debugging)")
+    parser.add_argument("--log-file", metavar="PATH", help="write the server log here")
+    parser.add_argument("--log-level", default="WARNING",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    args = parser.parse_args(list(argv or []))
+    handler: logging.Handler = (
+        logging.FileHandler(args.log_file, encoding="utf-8") if args.log_file
+        else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(args.log_level)
+    server = build_server()
+    if args.tcp:
+        host, _, port = args.tcp.rpartition(":")
+        if not port.isdigit():
+            parser.error(f"--tcp expects HOST:PORT, got {args.tcp!r}")
+        server.start_tcp(host or "127.0.0.1", int(port))
+        return 0
+    return serve_stdio(server)

@@ -1,0 +1,309 @@
+"""ServerState: the one object that owns documents, findings, settings and preflight results.
+
+Scheduling. Edits only mark a unit dirty; analysis runs from one ``call_soon`` callback after
+the server has handled every message already waiting (see ``server._StdioLoop``), so a burst of
+keystrokes is analysed once, at its newest version, and diagnostics are only ever published for
+the text the server holds at that moment: an old version can never be published after a newer
+one. Requests that read findings (code actions, hover, pull diagnostics) first bring the unit
+up to date, synchronously: the core's incremental analysis makes that a few milliseconds.
+
+A *unit* is what gets analysed: one text document, or all code cells of one notebook; a *view*
+is a URI the client knows (the document itself, or one cell) with its line offset in the unit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from ddp_lsp.config import Settings
+from ddp_lsp.core.document import Document
+from ddp_lsp.core.engine import analyze
+from ddp_lsp.core.types import Finding
+from ddp_lsp.lsp import config as C
+from ddp_lsp.lsp.convert import UTF16, Codec
+from ddp_lsp.lsp.diagnostics import to_diagnostic
+from ddp_lsp.lsp.notebook import Notebook
+
+log = logging.getLogger("ddp_lsp.lsp")
+
+Publish = Callable[[str, "int | None", list[dict[str, Any]]], None]
+ShowError = Callable[[str], None]
+
+
+def uri_to_path(uri: str) -> Path | None:
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        return None
+    path = unquote(parsed.path)
+    return Path(path) if path else None
+
+
+@dataclass
+class Unit:
+    key: str  # the text document's or the notebook's URI
+    path: Path | None
+    doc: Document
+    version: int | None
+    language: str = "python"
+    notebook: Notebook | None = None
+    settings: Settings = field(default_factory=Settings)
+    enabled: bool = True
+    findings: tuple[Finding, ...] = ()
+    analysed_version: object = None  # the (version) the findings belong to
+    dirty: bool = True
+    diagnostics: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by view URI
+    signatures: dict[str, list[Any]] = field(default_factory=dict)  # what resultId tracks
+    result_ids: dict[str, str] = field(default_factory=dict)
+    result_seq: int = 0
+
+    def views(self) -> Iterator[tuple[str, int, int | None]]:
+        """(URI, first line in the unit, version) of every view the client knows."""
+        if self.notebook is None:
+            yield self.key, 0, self.version
+        else:
+            for v in self.notebook.views:
+                yield v.cell.uri, v.start, v.cell.version
+
+    def locate_line(self, line: int) -> tuple[str, int]:
+        """(view URI, line offset) for a unit line."""
+        if self.notebook is None:
+            return self.key, 0
+        view = self.notebook.view_at(line)
+        if view is None:
+            return self.key, 0
+        return view.cell.uri, view.start
+
+
+class ServerState:
+    def __init__(self, publish: Publish, show_error: ShowError) -> None:
+        self.publish = publish
+        self.show_error = show_error
+        self.codec = Codec(UTF16)
+        self.units: dict[str, Unit] = {}
+        self.cell_owner: dict[str, str] = {}  # cell URI -> notebook URI
+        self.folders: list[tuple[str, Path | None]] = []  # (URI, path) of workspace folders
+        self.editor_global = C.EditorSettings()
+        self.editor_scoped: dict[str, C.EditorSettings] = {}
+        self.projects = C.ProjectConfigs()
+        self.pull_mode = False  # the client pulls diagnostics: stop pushing them
+        self.supports_document_changes = False
+        self.supports_pull_refresh = False
+        # Preflight reports by workspace folder path (filled by the preflight integration;
+        # hover reads them). None means "never measured here".
+        self.preflight: dict[str, Any] = {}
+        self._shown: set[str] = set()
+        self._flush_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- configuration -------------------------------------------------------------------------
+
+    def editor_for(self, uri: str) -> C.EditorSettings:
+        best: tuple[int, C.EditorSettings] | None = None
+        for folder, settings in self.editor_scoped.items():
+            if uri.startswith(folder.rstrip("/") + "/") and (best is None or len(folder) > best[0]):
+                best = (len(folder), settings)
+        return best[1] if best else self.editor_global
+
+    def folder_of(self, path: Path | None) -> Path | None:
+        if path is None:
+            return None
+        best: Path | None = None
+        for _, root in self.folders:
+            if root is not None and (path == root or root in path.parents):
+                if best is None or len(root.parts) > len(best.parts):
+                    best = root
+        return best
+
+    def settings_for(self, uri: str, path: Path | None) -> tuple[Settings, bool]:
+        """(analysis settings, enabled) for a document; reports invalid keys once each."""
+        editor = self.editor_for(uri)
+        settings, errors = C.effective_settings(editor, self.projects, path)
+        for err in errors:
+            self.report(err)
+        enabled = editor.options.enable
+        if enabled and path is not None and settings.is_excluded(path, self.folder_of(path)):
+            enabled = False
+        return settings, enabled
+
+    def report(self, message: str) -> None:
+        if message not in self._shown:
+            self._shown.add(message)
+            self.show_error(f"ddp-lsp: invalid setting: {message} (using the default)")
+
+    def configuration_changed(self) -> None:
+        """Settings may differ for every document: recompute, re-analyse, re-publish."""
+        self._shown.clear()
+        self.projects.forget()
+        for unit in self.units.values():
+            unit.dirty = True
+            self._refresh_settings(unit)
+        self.schedule()
+
+    def _refresh_settings(self, unit: Unit) -> None:
+        unit.settings, enabled = self.settings_for(unit.key, unit.path)
+        unit.enabled = enabled and unit.language == "python"
+
+    # -- documents -----------------------------------------------------------------------------
+
+    def open(self, uri: str, text: str, version: int | None, language: str) -> Unit:
+        path = uri_to_path(uri)
+        lang = "python" if language == "python" or (path and path.suffix in (".py", ".pyi")) else language
+        settings, _ = self.settings_for(uri, path)
+        unit = Unit(uri, path, Document(text, settings.rank_model), version, lang)
+        self._refresh_settings(unit)
+        self.units[uri] = unit
+        self.schedule()
+        return unit
+
+    def change(self, uri: str, version: int | None, changes: list[Any]) -> None:
+        unit = self.units.get(uri)
+        if unit is None:
+            log.warning("didChange for a document that is not open: %s", uri)
+            return
+        doc = unit.doc
+        for ch in changes:
+            rng = getattr(ch, "range", None)
+            if rng is None:
+                doc.set_text(ch.text)
+                continue
+            lines = doc.lines
+            start = self.codec.to_core(lines, rng.start.line, rng.start.character)
+            end = self.codec.to_core(lines, rng.end.line, rng.end.character)
+            doc.apply_edit(start, end, ch.text)
+        unit.version = version
+        unit.dirty = True
+        self.schedule()
+
+    def close(self, uri: str) -> None:
+        unit = self.units.pop(uri, None)
+        if unit is not None:
+            for view_uri, _, _ in unit.views():
+                self.publish(view_uri, None, [])
+
+    def lookup(self, uri: str) -> tuple[Unit, int] | None:
+        """The unit holding a URI (a document or a notebook cell) and the view's line offset."""
+        unit = self.units.get(uri)
+        if unit is not None:
+            return unit, 0
+        owner = self.cell_owner.get(uri)
+        if owner is None:
+            return None
+        unit = self.units.get(owner)
+        if unit is None or unit.notebook is None:
+            return None
+        view = unit.notebook.view_of(uri)
+        return (unit, view.start) if view is not None else None
+
+    # -- notebooks -----------------------------------------------------------------------------
+
+    def open_notebook(self, nb: Notebook) -> None:
+        path = uri_to_path(nb.uri)
+        settings, _ = self.settings_for(nb.uri, path)
+        unit = Unit(nb.uri, path, Document(nb.source(), settings.rank_model), nb.version,
+                    "python", nb)
+        self._refresh_settings(unit)
+        self.units[nb.uri] = unit
+        for c in nb.cells:
+            self.cell_owner[c.uri] = nb.uri
+        self.schedule()
+
+    def notebook_changed(self, uri: str) -> None:
+        unit = self.units.get(uri)
+        if unit is None or unit.notebook is None:
+            return
+        before = {v.cell.uri for v in unit.notebook.views}
+        unit.doc.set_text(unit.notebook.source())
+        for c in unit.notebook.cells:
+            self.cell_owner[c.uri] = uri
+        after = {v.cell.uri for v in unit.notebook.views}
+        for gone in before - after:
+            self.publish(gone, None, [])
+            unit.diagnostics.pop(gone, None)
+            unit.signatures.pop(gone, None)
+        unit.dirty = True
+        self.schedule()
+
+    def close_notebook(self, uri: str) -> None:
+        unit = self.units.get(uri)
+        if unit is None or unit.notebook is None:
+            return
+        for c in unit.notebook.cells:
+            self.cell_owner.pop(c.uri, None)
+        self.close(uri)
+
+    # -- analysis ------------------------------------------------------------------------------
+
+    def schedule(self) -> None:
+        """Analyse dirty units once the messages already waiting have been handled."""
+        if self._flush_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()  # no loop (unit tests driving the state directly)
+            return
+        self._flush_scheduled = True
+        loop.call_soon(self._flush_callback)
+
+    def _flush_callback(self) -> None:
+        self._flush_scheduled = False
+        try:
+            self.flush()
+        except Exception:  # never let one bad analysis stop the server
+            log.exception("analysis failed")
+
+    def flush(self) -> None:
+        for unit in list(self.units.values()):
+            if unit.dirty:
+                self.analyse(unit)
+
+    def ensure_current(self, unit: Unit) -> None:
+        if unit.dirty:
+            self.analyse(unit)
+
+    def analyse(self, unit: Unit, publish: bool = True) -> None:
+        unit.dirty = False
+        if unit.enabled:
+            try:
+                result = analyze(unit.doc, unit.settings)
+                findings = result.findings
+                for err in result.errors:
+                    log.error("rule %s failed on %s:%d: %s", err.rule_id, unit.key, err.line + 1,
+                              err.message)
+            except Exception:
+                log.exception("analysis of %s failed", unit.key)
+                findings = ()
+        else:
+            findings = ()
+        unit.findings = findings
+        unit.analysed_version = unit.version
+        self._render(unit, publish)
+
+    def _render(self, unit: Unit, publish: bool) -> None:
+        lines = unit.doc.lines
+        by_view: dict[str, list[dict[str, Any]]] = {uri: [] for uri, _, _ in unit.views()}
+        for i, f in enumerate(unit.findings):
+            uri, offset = unit.locate_line(f.span.start.line)
+            diag = to_diagnostic(f, i, unit.version, lines, self.codec, unit.locate_line, offset)
+            by_view.setdefault(uri, []).append(diag)
+        versions = {uri: v for uri, _, v in unit.views()}
+        for uri, diags in by_view.items():
+            # The resultId changes when what the user sees changes, not when only the version
+            # in ``data`` does: an edit elsewhere gets an "unchanged" pull report.
+            sig = [(d["range"], d["code"], d["message"], d["severity"]) for d in diags]
+            if unit.signatures.get(uri) != sig or uri not in unit.result_ids:
+                unit.signatures[uri] = sig
+                unit.result_seq += 1
+                unit.result_ids[uri] = f"{unit.result_seq}"
+            unit.diagnostics[uri] = diags
+            if publish and not self.pull_mode:
+                self.publish(uri, versions.get(uri, unit.version), diags)
+
+    def all_units(self) -> list[Unit]:
+        return list(self.units.values())
