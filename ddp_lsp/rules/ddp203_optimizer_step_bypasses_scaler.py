@@ -97,7 +97,8 @@ class OptimizerStepBypassesScaler(Rule):
             later = [
                 c
                 for c, r, _, b in candidates
-                if r is region
+                # module-level code gets a fresh Module root per call: compare by kind there
+                if (r is region or isinstance(r, ast.Module) and isinstance(region, ast.Module))
                 and P.same_path(b.scaler, backward.scaler)  # type: ignore[arg-type]
                 and P.before(call, c)
             ]

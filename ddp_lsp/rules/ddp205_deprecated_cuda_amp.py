@@ -37,7 +37,8 @@ fully qualified (adding `import torch` when the module lacks it), with old posit
 `autocast` arguments turned into keywords; the rest of the call (layout, comments) is kept.
 The deprecated names in a `from torch.cuda.amp import ...` line are removed only once the
 module no longer uses them, so applying any subset of the fixes leaves working code. No fix
-for `autocast(*args)` (the positions cannot be mapped).
+for `autocast(*args)` (the positions cannot be mapped). The `GradScaler` rewrite is marked
+unsafe (fix-all skips it) because `torch.amp.GradScaler` needs PyTorch 2.3 or newer.
 
 ## Known false positives
 Version-compatibility code is left alone: deprecated names used in an `except ImportError:`
@@ -115,7 +116,9 @@ class DeprecatedCudaAmp(Rule):
                 Fix(
                     title=f'Use {new}("cuda", ...)',
                     edits=tuple(edits),
-                    safe=True,
+                    # torch.amp.GradScaler only exists from PyTorch 2.3 on (torch.amp.autocast
+                    # since 1.10): not applied by fix-all, a project may still support 2.2.
+                    safe=attr == "autocast",
                     preferred=True,
                     imports=imports,
                 )

@@ -122,8 +122,18 @@ def test_script_findings_exact() -> None:
     assert got == EXPECTED
 
 
-def test_script_fix_all() -> None:
+def test_script_safe_fix_all_keeps_grad_scaler() -> None:
+    """The GradScaler rewrite needs PyTorch >= 2.3: fix-all (safe fixes) leaves it alone."""
     fixed, applied = fix_text(SCRIPT, AMP_RULES)
+    assert applied == 7
+    assert "    scaler = GradScaler()\n" in fixed
+    assert "from torch.cuda.amp import GradScaler\n" in fixed
+    left = [(f.rule_id, _text(fixed, f)) for f in analyze(fixed, AMP_RULES).findings]
+    assert left == [("DDP205", "GradScaler"), ("DDP205", "GradScaler")]
+
+
+def test_script_fix_all() -> None:
+    fixed, applied = fix_text(SCRIPT, AMP_RULES, unsafe=True)
     ast.parse(fixed)
     assert applied == 9
     assert analyze(fixed, AMP_RULES).findings == ()
@@ -145,7 +155,7 @@ def test_script_fix_all() -> None:
     ) in fixed
     assert 'scaler = torch.amp.GradScaler("cuda")' in fixed
     assert 'with torch.no_grad(), torch.amp.autocast("cuda"):' in fixed
-    again, n = fix_text(fixed, AMP_RULES)
+    again, n = fix_text(fixed, AMP_RULES, unsafe=True)
     assert (again, n) == (fixed, 0)
 
 
