@@ -11,8 +11,8 @@ loss scale. Called before any step of the iteration, it has nothing to read and 
 `AssertionError: No inf checks were recorded prior to update.` on the first iteration (and
 with the scaler disabled the mistake waits for the day AMP is turned on). Called between the
 steps of two optimizers, it can change the scale after the second optimizer's gradients were
-scaled with the old one: that optimizer then unscales them with the wrong factor and its
-inf/NaN check is lost. The order is `scaler.step(opt_1)`, ..., `scaler.step(opt_n)`, then one
+scaled with the old one: that optimizer then unscales them with the wrong factor, and the
+scale chosen for the next iteration ignores whether its gradients overflowed. The order is `scaler.step(opt_1)`, ..., `scaler.step(opt_n)`, then one
 `scaler.update()`.
 
 ## Example
