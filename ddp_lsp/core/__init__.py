@@ -1,22 +1,24 @@
-"""The analysis core: pure functions over text (stdlib + libcst only; never pygls or torch)."""
+"""The analysis core: pure functions over text (stdlib + libcst only; never pygls or torch).
+
+Import submodules directly (``from ddp_lsp.core.engine import analyze``); the names below are
+loaded on first use so that importing one submodule stays cheap and free of import cycles.
+"""
 
 from __future__ import annotations
 
-from ddp_lsp.core.document import Document
-from ddp_lsp.core.engine import analyze, fix_text
-from ddp_lsp.core.types import AnalysisResult, Edit, Finding, Fix, Pos, Related, RuleMeta, Severity, Span
+from typing import Any
 
-__all__ = [
-    "AnalysisResult",
-    "Document",
-    "Edit",
-    "Finding",
-    "Fix",
-    "Pos",
-    "Related",
-    "RuleMeta",
-    "Severity",
-    "Span",
-    "analyze",
-    "fix_text",
-]
+_LAZY = {
+    "Document": "ddp_lsp.core.document",
+    "analyze": "ddp_lsp.core.engine",
+    "fix_text": "ddp_lsp.core.engine",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ddp_lsp.core' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 _INTEREST = re.compile(r"[#'\"\\()\[\]{}]")
 _FIRST_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -59,8 +60,7 @@ class State:
 INITIAL = State()
 
 
-@dataclass(frozen=True)
-class ChunkStart:
+class ChunkStart(NamedTuple):
     line: int
     state: State  # the splitter state just before this line
     member_of: str | None  # class name when the chunk is a method split out of its class
@@ -247,7 +247,7 @@ def resplit(
             j = tail.get(i)
             if j is not None and old[j].state == state:
                 hi_new = len(new_starts)
-                new_starts.extend(replace(cs, line=cs.line + delta) for cs in old[j:])
+                new_starts.extend(ChunkStart(cs[0] + delta, cs[1], cs[2]) for cs in old[j:])
                 return Resplit(new_starts, k, hi_new, j)
         before = state
         state, boundary, member = step(state, lines[i])

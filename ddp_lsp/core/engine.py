@@ -17,7 +17,7 @@ from dataclasses import replace
 from ddp_lsp.config import Settings
 from ddp_lsp.core import fixes as F
 from ddp_lsp.core import names as N
-from ddp_lsp.core.document import Document, ParsedChunk
+from ddp_lsp.core.document import Document, ParsedChunk, gc_paused
 from ddp_lsp.core.facts import ModuleFacts
 from ddp_lsp.core.registry import SYNTAX_ERROR, all_rules
 from ddp_lsp.core.rule import ChunkContext, Rule
@@ -56,6 +56,22 @@ def analyze(
 
     raw: list[Finding] = []
     errors: list[InternalError] = []
+    with gc_paused():
+        _collect(doc, facts, settings, rank_model, machine, rules, key, raw, errors)
+    return _finish(doc, facts, settings, raw, errors)
+
+
+def _collect(
+    doc: Document,
+    facts: ModuleFacts,
+    settings: Settings,
+    rank_model: object,
+    machine: object | None,
+    rules: Sequence[Rule],
+    key: object,
+    raw: list[Finding],
+    errors: list[InternalError],
+) -> None:
     for start, chunk in doc.chunks():
         if chunk.problem is not None:
             p = chunk.problem
@@ -81,6 +97,14 @@ def analyze(
         raw.extend(f.shifted(start) for f in found)
         errors.extend(replace(e, line=e.line + start) for e in errs)
 
+
+def _finish(
+    doc: Document,
+    facts: ModuleFacts,
+    settings: Settings,
+    raw: list[Finding],
+    errors: list[InternalError],
+) -> AnalysisResult:
     lines = doc.lines
     out: list[Finding] = []
     import_line: int | None = None

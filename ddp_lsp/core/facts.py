@@ -391,14 +391,21 @@ class ModuleFacts:
     )
     rank_predicates: frozenset[str] = frozenset()
     rank_vars: frozenset[str] = frozenset()
-    names_used: frozenset[str] = frozenset()
+    names_used: frozenset[str] = frozenset()  # imported names loaded somewhere in the module
     key: tuple[object, ...] = ()
+    key_hash: int = 0  # hash(key), computed once: the facts key every chunk's cache lookup
 
     def __hash__(self) -> int:
-        return hash(self.key)
+        return self.key_hash
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ModuleFacts) and self.key == other.key
+        if self is other:
+            return True
+        return (
+            isinstance(other, ModuleFacts)
+            and self.key_hash == other.key_hash
+            and self.key == other.key
+        )
 
     def resolve(self, dotted_name: str) -> str | None:
         return N.resolve(dotted_name, self.aliases)
@@ -512,16 +519,22 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
 
     # Function properties: syntactic ones, collectives by resolved name, then transitively.
     func_props: dict[str, set[str]] = {}
+    callee_memo: dict[str, frozenset[str]] = {}
     for q, fi in functions.items():
         props = set(fi.props)
         for callee in fi.calls:
-            if is_collective_call(callee, aliases):
-                props.add(COLLECTIVE)
-            qual = N.resolve(callee, aliases)
-            if qual == N.INIT_PROCESS_GROUP:
-                props.add(INITS_PG)
-            elif qual == N.DESTROY_PROCESS_GROUP:
-                props.add(DESTROYS_PG)
+            direct = callee_memo.get(callee)
+            if direct is None:
+                found = set()
+                if is_collective_call(callee, aliases):
+                    found.add(COLLECTIVE)
+                qual = N.resolve(callee, aliases)
+                if qual == N.INIT_PROCESS_GROUP:
+                    found.add(INITS_PG)
+                elif qual == N.DESTROY_PROCESS_GROUP:
+                    found.add(DESTROYS_PG)
+                direct = callee_memo[callee] = frozenset(found)
+            props |= direct
         func_props[q] = props
     for _ in range(len(functions) + 1):
         changed = False
@@ -549,7 +562,10 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
         q.rsplit(".", 1)[-1] for q, p in func_props.items() if RANK_PREDICATE in p
     )
     rank_vars = frozenset(path for (_, path), k in kinds.items() if k == RANK)
-    names_used = frozenset().union(*(cf.loads for cf in chunk_list)) if chunk_list else frozenset()
+    # Only imported names: the set must not change while the user types a new local name,
+    # or every chunk would re-run its rules on every keystroke.
+    imported = frozenset(aliases)
+    names_used = frozenset(n for cf in chunk_list for n in cf.loads & imported)
     frozen_props = {q: frozenset(p) for q, p in func_props.items()}
     params = {q: fi.params for q, fi in functions.items()}
     key = (
@@ -572,6 +588,7 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
         rank_vars=rank_vars,
         names_used=names_used,
         key=key,
+        key_hash=hash(key),
     )
 
 

@@ -53,22 +53,31 @@ class Invalid:
 
 
 class Index:
-    """One shared traversal of a chunk: nodes by type and each node's parent."""
+    """One shared traversal of a chunk: nodes by type; each node's parent on first use."""
 
     def __init__(self, body: Sequence[ast.stmt]) -> None:
+        self.body = body
         self.by_type: dict[type, list[ast.AST]] = {}
-        self.parents: dict[int, ast.AST] = {}
+        self._parents: dict[int, ast.AST] | None = None
+        by_type = self.by_type
         stack: list[ast.AST] = list(reversed(body))
-        order: list[ast.AST] = []
         while stack:
             node = stack.pop()
-            order.append(node)
-            children = list(ast.iter_child_nodes(node))
-            for child in children:
-                self.parents[id(child)] = node
-            stack.extend(reversed(children))
-        for node in order:
-            self.by_type.setdefault(type(node), []).append(node)
+            by_type.setdefault(type(node), []).append(node)
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+    @property
+    def parents(self) -> dict[int, ast.AST]:
+        if self._parents is None:
+            parents: dict[int, ast.AST] = {}
+            stack: list[ast.AST] = list(self.body)
+            while stack:
+                node = stack.pop()
+                for child in ast.iter_child_nodes(node):
+                    parents[id(child)] = node
+                    stack.append(child)
+            self._parents = parents
+        return self._parents
 
 
 class ChunkContext:
