@@ -149,7 +149,18 @@ def polarity(ctx: ChunkContext, test: ast.AST, root: ast.AST, depth: int = 0) ->
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         if _last_name(test.left) in EXTRA_PREDICATES or polarity(ctx, test.left, root, depth + 1):
             return Polarity.SOME
+        if any(_rankish(side) for side in (test.left, *test.comparators)):
+            return Polarity.SOME  # dp_rank == 0, mpu.get_data_parallel_rank() == 0
     return None
+
+
+_RANKISH = re.compile(r"(^|_)rank$|^get_\w*rank$", re.IGNORECASE)
+
+
+def _rankish(e: ast.AST) -> bool:
+    """A rank of some process group the core's RankModel does not name (Megatron's
+    ``mpu.get_data_parallel_rank()``, ``dp_rank``, ``node_rank``)."""
+    return bool(_RANKISH.search(_last_name(e) or ""))
 
 
 def _decorated_rank_zero(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -291,8 +302,10 @@ def _in_method(ctx: ChunkContext, stmt: ast.stmt) -> bool:
 
 
 def _visible(ctx: ChunkContext, expr: ast.AST, stmt: ast.stmt, evidence: ast.AST) -> bool:
-    """Every name ``expr`` reads is bound wherever ``stmt`` runs."""
+    """Every name ``expr`` reads is bound wherever ``stmt`` runs: a parameter, an import, a
+    function of the module, or a name bound or read on every path to ``stmt`` before it."""
     params = _params(ctx, stmt)
+    root = P.scope_root(ctx, stmt)
     for node in ast.walk(expr):
         if not isinstance(node, ast.Name):
             continue
@@ -303,7 +316,12 @@ def _visible(ctx: ChunkContext, expr: ast.AST, stmt: ast.stmt, evidence: ast.AST
             continue
         if name in params or name in ctx.facts.aliases or name in ctx.facts.func_props:
             continue
-        if not _dominates(ctx, evidence, stmt):
+        if _dominates(ctx, evidence, stmt):
+            continue
+        if not any(
+            isinstance(n, ast.Name) and n.id == name and _dominates(ctx, n, stmt)
+            for n in P.walk_scope(root)
+        ):
             return False
     return True
 
@@ -415,6 +433,15 @@ def rank_condition(ctx: ChunkContext, stmt: ast.stmt) -> Condition:
             continue
         if path in params or (path.startswith("self.") and _in_method(ctx, stmt)):
             return Condition(f"{path} == 0")
+    # A rank-0 predicate function of this module (``def is_main_process(): ...``).
+    for qual, props in sorted(ctx.facts.func_props.items()):
+        if (
+            K.RANK_PREDICATE in props
+            and "." not in qual
+            and not ctx.facts.func_params.get(qual)
+            and "local" not in qual.lower()
+        ):
+            return Condition(f"{qual}()")
     text, imports = ctx.spell("torch.distributed.get_rank")
     return Condition(f"{text}() == 0", imports, from_code=False)
 

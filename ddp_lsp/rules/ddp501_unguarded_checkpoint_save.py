@@ -97,6 +97,7 @@ _CKPT_TEXT = re.compile(
     r"ckpt|checkpoint|weights|state_dict|\.pth?\b|\.bin\b|\.safetensors|\.tar\b", re.IGNORECASE
 )
 _CKPT_NAME = re.compile(r"ckpt|checkpoint|weights|state_dict", re.IGNORECASE)
+_HELPER_NAME = re.compile(r"save|checkpoint|ckpt|export|dump|serial", re.IGNORECASE)
 _RANK_WORD = re.compile(r"rank", re.IGNORECASE)
 _RANK_NAME = re.compile(r"(^|_)(rank|ranks)(_|$)", re.IGNORECASE)
 
@@ -240,7 +241,7 @@ class UnguardedCheckpointSave(Rule):
             if G.is_guarded(ctx, call):
                 continue
             root = P.scope_root(ctx, call)
-            if G.spawns_processes(ctx, root):
+            if G.spawns_processes(ctx, root) or _pass_through_helper(ctx, call, write.dest):
                 continue
             if write.dest is not None and per_rank_path(ctx, write.dest, root):
                 continue
@@ -302,6 +303,20 @@ class UnguardedCheckpointSave(Rule):
                 return None
             return _Write("open", path, with_stmt, with_stmt is not None)
         return None
+
+
+def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | None) -> bool:
+    """A module-level save helper writing to the path its caller passes in (the ImageNet
+    example's ``save_checkpoint(state, is_best, filename)``): the caller decides the rank."""
+    fn = ctx.enclosing_function(call)
+    if fn is None or ctx.parent(fn) is not None or ctx.scope(call)[1] is not None:
+        return False
+    if not _HELPER_NAME.search(fn.name):
+        return False
+    if not isinstance(dest, ast.Name):
+        return False
+    params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    return dest.id in params and G.assigned_value(ctx, dest.id, fn, dest) is None
 
 
 def _saves_into(ctx: ChunkContext, with_stmt: ast.With | ast.AsyncWith) -> bool:
@@ -394,6 +409,25 @@ def train(model, rank):
             save_checkpoint({"model": model.state_dict()}, "ckpt.pt")
 """,
         note="a helper only called under a rank-0 guard",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import shutil
+
+def save_checkpoint(state, is_best, filename="checkpoint.pth.tar"):
+    torch.save(state, filename)
+    if is_best:
+        shutil.copyfile(filename, "model_best.pth.tar")
+
+def main_worker(gpu, ngpus_per_node, args):
+    for epoch in range(args.start_epoch, args.epochs):
+        if not args.multiprocessing_distributed or (
+            args.multiprocessing_distributed and args.rank % ngpus_per_node == 0
+        ):
+            save_checkpoint({"epoch": epoch + 1}, False)
+""",
+        note="PyTorch ImageNet example: the helper writes where its caller says; the caller guards",
     ),
     Valid(
         _HEAD
@@ -767,7 +801,7 @@ class Trainer:
     Invalid(
         _HEAD
         + """\
-def save(state, ckpt_path, rank):
+def on_epoch_end(state, ckpt_path, rank):
 \tsync = True
 \twith «open(ckpt_path, "wb")» as f:
 \t\t# binary checkpoint
@@ -775,7 +809,7 @@ def save(state, ckpt_path, rank):
 """,
         fixed=_HEAD
         + """\
-def save(state, ckpt_path, rank):
+def on_epoch_end(state, ckpt_path, rank):
 \tsync = True
 \tif rank == 0:
 \t\twith open(ckpt_path, "wb") as f:
@@ -895,24 +929,24 @@ def main(model, ddp):
     Invalid(
         _HEAD
         + """\
-def save(model, path):
-    «torch.save(model.state_dict(), path)»
+def save(model, epoch):
+    «torch.save(model.state_dict(), f"ckpt_{epoch}.pt")»
 
 def train(model, rank):
-    save(model, "a.pt")
+    save(model, 1)
     if rank == 0:
-        save(model, "b.pt")
+        save(model, 2)
 """,
         fixed=_HEAD
         + """\
-def save(model, path):
+def save(model, epoch):
     if dist.get_rank() == 0:
-        torch.save(model.state_dict(), path)
+        torch.save(model.state_dict(), f"ckpt_{epoch}.pt")
 
 def train(model, rank):
-    save(model, "a.pt")
+    save(model, 1)
     if rank == 0:
-        save(model, "b.pt")
+        save(model, 2)
 """,
         note="a helper called both guarded and unguarded",
     ),
