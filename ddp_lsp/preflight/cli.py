@@ -23,21 +23,46 @@ def build_parser() -> argparse.ArgumentParser:
         description="Probe this machine for PyTorch distributed training (DDP). Without a GPU the "
         "gloo path runs for real on 127.0.0.1; probes that need a GPU say why they were skipped.",
     )
-    p.add_argument("--python", default=sys.executable, help="the interpreter you train with (default: this one)")
+    p.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the interpreter you train with (default: this one)",
+    )
     p.add_argument("--world-size", type=int, help="ranks per node (default: GPUs, or 2 on CPU)")
     p.add_argument("--backend", choices=("nccl", "gloo"))
-    p.add_argument("--json", dest="json_file", metavar="FILE", help="write the JSON report (schema ddp-lsp-preflight/1)")
+    p.add_argument(
+        "--json",
+        dest="json_file",
+        metavar="FILE",
+        help="write the JSON report (schema ddp-lsp-preflight/1)",
+    )
     p.add_argument("--markdown", action="store_true", help="print the report as Markdown")
     p.add_argument("--quick", action="store_true", help="skip the bandwidth sweep and feasibility")
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
-    p.add_argument("--probe", action="extend", nargs="+", default=[], metavar="ID", help="run only these probes")
+    p.add_argument(
+        "--probe",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="ID",
+        help="run only these probes",
+    )
     p.add_argument("--num-workers", type=int, help="your DataLoader num_workers per rank")
     p.add_argument("--batch-bytes", type=int, help="bytes of one batch (sizes /dev/shm need)")
     p.add_argument("--params", type=int, help="model parameter count (feasibility)")
-    p.add_argument("--model-file", help="estimate the parameter count statically from this file (never imported)")
-    p.add_argument("--grad-bytes", type=int, default=4, help="bytes per gradient element: 4 fp32, 2 bf16")
-    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket_cap_mb (default 25)")
-    p.add_argument("--handshake-timeout", type=float, default=10.0, help="seconds for init and barrier")
+    p.add_argument(
+        "--model-file",
+        help="estimate the parameter count statically from this file (never imported)",
+    )
+    p.add_argument(
+        "--grad-bytes", type=int, default=4, help="bytes per gradient element: 4 fp32, 2 bf16"
+    )
+    p.add_argument(
+        "--bucket-cap-mb", type=float, default=25.0, help="DDP bucket_cap_mb (default 25)"
+    )
+    p.add_argument(
+        "--handshake-timeout", type=float, default=10.0, help="seconds for init and barrier"
+    )
     p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every probe timeout")
     p.add_argument("--timeout", type=float, default=900.0, help="overall limit in seconds")
     p.add_argument("--no-color", action="store_true", help="ASCII status marks")
@@ -60,7 +85,7 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0) and 2
     from ddp_lsp.preflight.client import PreflightError, run_preflight_sync
-    from ddp_lsp.preflight.report import _unicode_ok, render_markdown, summary_counts, _env_line
+    from ddp_lsp.preflight.report import _env_line, _unicode_ok, render_markdown, summary_counts
 
     params = ns.params
     if params is None and ns.model_file:
@@ -73,17 +98,30 @@ def main(argv: Sequence[str]) -> int:
             sys.stderr.write(f"ddp-lsp preflight: cannot read {ns.model_file}: {exc.strerror}\n")
             return 2
         if estimate is None:
-            sys.stderr.write(f"ddp-lsp preflight: no layer sizes found in {ns.model_file}; pass --params\n")
+            sys.stderr.write(
+                f"ddp-lsp preflight: no layer sizes found in {ns.model_file}; pass --params\n"
+            )
         else:
             params = estimate.params
-            sys.stdout.write(f"model: >= {params:,} parameters in {estimate.layers} layers of {ns.model_file} "
-                             f"(static estimate{f', {estimate.unresolved} layers unresolved' if estimate.unresolved else ''})\n")
+            sys.stdout.write(
+                f"model: >= {params:,} parameters in {estimate.layers} layers of {ns.model_file} "
+                f"(static estimate{f', {estimate.unresolved} layers unresolved' if estimate.unresolved else ''})\n"
+            )
     try:
         options = PreflightOptions(
-            world_size=ns.world_size, backend=ns.backend, quick=ns.quick, strict=ns.strict,
-            probes=tuple(ns.probe), num_workers=ns.num_workers, batch_bytes=ns.batch_bytes, params=params,
-            grad_bytes_per_param=ns.grad_bytes, bucket_cap_mb=ns.bucket_cap_mb,
-            handshake_timeout_s=ns.handshake_timeout, timeout_scale=ns.timeout_scale)
+            world_size=ns.world_size,
+            backend=ns.backend,
+            quick=ns.quick,
+            strict=ns.strict,
+            probes=tuple(ns.probe),
+            num_workers=ns.num_workers,
+            batch_bytes=ns.batch_bytes,
+            params=params,
+            grad_bytes_per_param=ns.grad_bytes,
+            bucket_cap_mb=ns.bucket_cap_mb,
+            handshake_timeout_s=ns.handshake_timeout,
+            timeout_scale=ns.timeout_scale,
+        )
     except ValueError as exc:
         sys.stderr.write(f"ddp-lsp preflight: {exc}\n")
         return 2
@@ -91,14 +129,20 @@ def main(argv: Sequence[str]) -> int:
 
     unknown = [p for p in options.probes if p not in PROBES_BY_ID]
     if unknown:
-        sys.stderr.write(f"ddp-lsp preflight: unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBES_BY_ID)}\n")
+        sys.stderr.write(
+            f"ddp-lsp preflight: unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBES_BY_ID)}\n"
+        )
         return 2
     unicode = _unicode_ok() and not ns.no_color
     sys.stdout.write(f"DDP preflight in {ns.python} ...\n")
     sys.stdout.flush()
     try:
-        report = run_preflight_sync(ns.python, options, None if ns.markdown else (lambda r: _print_probe(r, unicode)),
-                                    timeout_s=ns.timeout)
+        report = run_preflight_sync(
+            ns.python,
+            options,
+            None if ns.markdown else (lambda r: _print_probe(r, unicode)),
+            timeout_s=ns.timeout,
+        )
     except PreflightError as exc:
         sys.stderr.write(f"ddp-lsp preflight: {exc}\n")
         return 2
@@ -107,10 +151,18 @@ def main(argv: Sequence[str]) -> int:
     else:
         skipped = [p for p in report.probes if p.status is Status.SKIP]
         if skipped:
-            sys.stdout.write(f"skipped {len(skipped)}: " + "; ".join(f"{p.id} ({p.message})" for p in skipped) + "\n")
+            sys.stdout.write(
+                f"skipped {len(skipped)}: "
+                + "; ".join(f"{p.id} ({p.message})" for p in skipped)
+                + "\n"
+            )
         for node in report.nodes:
-            sys.stdout.write(f"node {node.node_rank} ({node.host}): {summary_counts(node, unicode)}\n")
-        sys.stdout.write(f"{_env_line(report)}  {summary_counts(report, unicode)}  ({report.duration_s:.1f} s)\n")
+            sys.stdout.write(
+                f"node {node.node_rank} ({node.host}): {summary_counts(node, unicode)}\n"
+            )
+        sys.stdout.write(
+            f"{_env_line(report)}  {summary_counts(report, unicode)}  ({report.duration_s:.1f} s)\n"
+        )
     if report.error:
         sys.stderr.write(f"ddp-lsp preflight: {report.error}\n")
     if ns.json_file:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import ddp_lsp
 from ddp_lsp.preflight.schema import PreflightOptions, PreflightReport, ProbeResult, Status
@@ -60,12 +61,18 @@ class PreflightError(RuntimeError):
     """The preflight could not run at all (bad interpreter, child crashed before reporting)."""
 
 
-def _error_report(python: str, options: PreflightOptions, results: list[ProbeResult], error: str,
-                  started: float) -> PreflightReport:
+def _error_report(
+    python: str, options: PreflightOptions, results: list[ProbeResult], error: str, started: float
+) -> PreflightReport:
     return PreflightReport(
-        host=socket.gethostname(), python=python, python_version="", platform=platform.platform(),
+        host=socket.gethostname(),
+        python=python,
+        python_version="",
+        platform=platform.platform(),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        duration_s=time.perf_counter() - started, probes=tuple(results), options=options.to_json(),
+        duration_s=time.perf_counter() - started,
+        probes=tuple(results),
+        options=options.to_json(),
         error=error,
     )
 
@@ -106,9 +113,14 @@ async def run_preflight(
     cwd = tempfile.mkdtemp(prefix="ddp-lsp-preflight-")
     try:
         proc = await asyncio.create_subprocess_exec(
-            *child_argv(python, options), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd=cwd, start_new_session=True,
-            env=dict(os.environ if env is None else env), limit=1 << 24,
+            *child_argv(python, options),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            start_new_session=True,
+            env=dict(os.environ if env is None else env),
+            limit=1 << 24,
         )
     except OSError as exc:
         os.rmdir(cwd)
@@ -148,14 +160,20 @@ async def run_preflight(
 
     readers = asyncio.ensure_future(read_stdout())
     stderr_task = asyncio.ensure_future(read_stderr())
-    waiters: list[asyncio.Future[object]] = [readers]
+    waiters: list[asyncio.Future[Any]] = [readers]
     cancel_task = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
     if cancel_task is not None:
         waiters.append(cancel_task)
     try:
-        done, _ = await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
         if readers not in done:
-            error = "cancelled" if cancel_task is not None and cancel_task in done else f"timed out after {timeout_s:g} s"
+            error = (
+                "cancelled"
+                if cancel_task is not None and cancel_task in done
+                else f"timed out after {timeout_s:g} s"
+            )
             _kill_group(pgid)
             readers.cancel()
         with contextlib.suppress(asyncio.TimeoutError):
@@ -182,7 +200,9 @@ async def run_preflight(
         return report
     if error is None:
         tail = b"".join(stderr_tail).decode("utf-8", "replace").strip()[-1500:]
-        error = f"preflight child exited with {proc.returncode} without a report" + (f": {tail}" if tail else "")
+        error = f"preflight child exited with {proc.returncode} without a report" + (
+            f": {tail}" if tail else ""
+        )
     return _error_report(python, options, results, error, started)
 
 
@@ -203,8 +223,9 @@ def run_preflight_sync(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, cancel.set)
             loop.add_signal_handler(signal.SIGTERM, cancel.set)
-        return await run_preflight(python, options, on_probe, cancel, on_start=on_start,
-                                   timeout_s=timeout_s, env=env)
+        return await run_preflight(
+            python, options, on_probe, cancel, on_start=on_start, timeout_s=timeout_s, env=env
+        )
 
     return asyncio.run(main())
 
@@ -227,7 +248,9 @@ def cache_dir(env: Mapping[str, str] | None = None) -> Path:
 
 def cache_key(workspace: str, python: str, host: str | None = None) -> str:
     """Results belong to (workspace, interpreter, host): another venv or node is another machine."""
-    ident = json.dumps([os.path.abspath(workspace), os.path.abspath(python), host or socket.gethostname()])
+    ident = json.dumps(
+        [os.path.abspath(workspace), os.path.abspath(python), host or socket.gethostname()]
+    )
     return hashlib.sha256(ident.encode("utf-8")).hexdigest()[:24]
 
 
@@ -240,7 +263,9 @@ class PreflightCache:
     def path(self, workspace: str, python: str, host: str | None = None) -> Path:
         return self.directory / f"{cache_key(workspace, python, host)}.json"
 
-    def save(self, workspace: str, python: str, report: PreflightReport, host: str | None = None) -> Path:
+    def save(
+        self, workspace: str, python: str, report: PreflightReport, host: str | None = None
+    ) -> Path:
         path = self.path(workspace, python, host)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
@@ -249,8 +274,9 @@ class PreflightCache:
         os.replace(tmp, path)
         return path
 
-    def load(self, workspace: str, python: str, host: str | None = None,
-             now: float | None = None) -> CachedReport | None:
+    def load(
+        self, workspace: str, python: str, host: str | None = None, now: float | None = None
+    ) -> CachedReport | None:
         """The cached report and its age in seconds, or None (missing, unreadable, other schema)."""
         path = self.path(workspace, python, host)
         try:
@@ -260,7 +286,9 @@ class PreflightCache:
             return None
         from ddp_lsp.preflight.report import age_seconds
 
-        age = age_seconds(report, None if now is None else datetime.fromtimestamp(now, timezone.utc))
+        age = age_seconds(
+            report, None if now is None else datetime.fromtimestamp(now, timezone.utc)
+        )
         return CachedReport(report, age if age is not None else float("inf"), path)
 
 

@@ -49,8 +49,16 @@ def _gather(local: PreflightReport, options: PreflightOptions) -> Any:
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, json.dumps(local.to_json()))
         dist.destroy_process_group()
-        return ok("gathered", rank=rank, world=world, init_s=init_s, correct=correct, t_bucket=t_bucket,
-                  bucket_bytes=bucket, reports=gathered if rank == 0 else [])
+        return ok(
+            "gathered",
+            rank=rank,
+            world=world,
+            init_s=init_s,
+            correct=correct,
+            t_bucket=t_bucket,
+            bucket_bytes=bucket,
+            reports=gathered if rank == 0 else [],
+        )
 
     return body
 
@@ -77,27 +85,60 @@ def run_torchrun(options: PreflightOptions, emit: Any) -> PreflightReport:
     reports_json = values.pop("reports", [])
     extra: list[ProbeResult] = []
     if gathered.status is not Status.PASS:
-        extra.append(replace(gathered, fix=gathered.fix or "check MASTER_ADDR/MASTER_PORT reachability between "
-                             "nodes, NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME (see net.iface on each node)"))
+        extra.append(
+            replace(
+                gathered,
+                fix=gathered.fix
+                or "check MASTER_ADDR/MASTER_PORT reachability between "
+                "nodes, NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME (see net.iface on each node)",
+            )
+        )
         report = replace(local, probes=local.probes + tuple(extra))
         emit({"event": "probe", "result": extra[0].to_json()})
         return report
     world = int(values["world"])
     if values.get("correct"):
-        extra.append(ProbeResult("multinode.handshake", "Cross-node handshake", Status.PASS,
-                                 f"{world} nodes joined torchrun's group in {values['init_s']:.2f} s; all_reduce correct",
-                                 {k: values[k] for k in ("world", "init_s")}, None, (), gathered.duration_s))
+        extra.append(
+            ProbeResult(
+                "multinode.handshake",
+                "Cross-node handshake",
+                Status.PASS,
+                f"{world} nodes joined torchrun's group in {values['init_s']:.2f} s; all_reduce correct",
+                {k: values[k] for k in ("world", "init_s")},
+                None,
+                (),
+                gathered.duration_s,
+            )
+        )
     else:
-        extra.append(ProbeResult("multinode.handshake", "Cross-node handshake", Status.FAIL,
-                                 "cross-node all_reduce returned wrong values", {"world": world},
-                                 "check NIC/driver; rerun with NCCL_DEBUG=INFO", (), gathered.duration_s))
+        extra.append(
+            ProbeResult(
+                "multinode.handshake",
+                "Cross-node handshake",
+                Status.FAIL,
+                "cross-node all_reduce returned wrong values",
+                {"world": world},
+                "check NIC/driver; rerun with NCCL_DEBUG=INFO",
+                (),
+                gathered.duration_s,
+            )
+        )
     if values.get("t_bucket"):
         from ddp_lsp.preflight.probes.dist import bus_factor
 
         bw = values["bucket_bytes"] / values["t_bucket"] / 1e9 * bus_factor(world)
-        extra.append(ProbeResult("multinode.busbw", "Cross-node all_reduce bandwidth", Status.PASS,
-                                 f"gloo busbw {bw:.2f} GB/s at the {values['bucket_bytes'] // MiB} MiB bucket across {world} nodes",
-                                 {"busbw_at_bucket_gbps": round(bw, 3), "world": world}, None, (), 0.0))
+        extra.append(
+            ProbeResult(
+                "multinode.busbw",
+                "Cross-node all_reduce bandwidth",
+                Status.PASS,
+                f"gloo busbw {bw:.2f} GB/s at the {values['bucket_bytes'] // MiB} MiB bucket across {world} nodes",
+                {"busbw_at_bucket_gbps": round(bw, 3), "world": world},
+                None,
+                (),
+                0.0,
+            )
+        )
     if int(values["rank"]) != 0:
         for result in extra:
             emit({"event": "probe", "result": result.to_json()})
@@ -106,20 +147,52 @@ def run_torchrun(options: PreflightOptions, emit: Any) -> PreflightReport:
     others = tuple(n for n in nodes if n.node_rank != local.node_rank)
     mismatch = version_mismatches(nodes)
     if mismatch:
-        extra.append(ProbeResult("multinode.versions", "Versions across nodes", Status.FAIL,
-                                 "versions differ across nodes: " + "; ".join(
-                                     f"{k}: {', '.join(sorted(set(v.values())))}" for k, v in mismatch.items()),
-                                 {"mismatch": mismatch}, "install the same torch/CUDA/NCCL/driver on every node",
-                                 ("NVIDIA/nccl#286",), 0.0))
+        extra.append(
+            ProbeResult(
+                "multinode.versions",
+                "Versions across nodes",
+                Status.FAIL,
+                "versions differ across nodes: "
+                + "; ".join(
+                    f"{k}: {', '.join(sorted(set(v.values())))}" for k, v in mismatch.items()
+                ),
+                {"mismatch": mismatch},
+                "install the same torch/CUDA/NCCL/driver on every node",
+                ("NVIDIA/nccl#286",),
+                0.0,
+            )
+        )
     else:
-        extra.append(ProbeResult("multinode.versions", "Versions across nodes", Status.PASS,
-                                 f"torch {local.torch}, NCCL {local.nccl or '-'} on all {len(nodes)} nodes",
-                                 {"nodes": len(nodes)}, None, (), 0.0))
-    failing = [f"node {n.node_rank} ({n.host}): {', '.join(p.id for p in n.probes if p.status is Status.FAIL)}"
-               for n in others if any(p.status is Status.FAIL for p in n.probes)]
+        extra.append(
+            ProbeResult(
+                "multinode.versions",
+                "Versions across nodes",
+                Status.PASS,
+                f"torch {local.torch}, NCCL {local.nccl or '-'} on all {len(nodes)} nodes",
+                {"nodes": len(nodes)},
+                None,
+                (),
+                0.0,
+            )
+        )
+    failing = [
+        f"node {n.node_rank} ({n.host}): {', '.join(p.id for p in n.probes if p.status is Status.FAIL)}"
+        for n in others
+        if any(p.status is Status.FAIL for p in n.probes)
+    ]
     if failing:
-        extra.append(ProbeResult("multinode.nodes", "Other nodes", Status.FAIL, "failures on " + "; ".join(failing),
-                                 {}, "see each node's report under `nodes`", (), 0.0))
+        extra.append(
+            ProbeResult(
+                "multinode.nodes",
+                "Other nodes",
+                Status.FAIL,
+                "failures on " + "; ".join(failing),
+                {},
+                "see each node's report under `nodes`",
+                (),
+                0.0,
+            )
+        )
     for result in extra:
         emit({"event": "probe", "result": result.to_json()})
     return replace(local, probes=local.probes + tuple(extra), nodes=others)

@@ -24,7 +24,11 @@ class ParamEstimate:
 def _const(node: ast.AST | None, names: dict[str, int]) -> int | None:
     if node is None:
         return None
-    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int)
+        and not isinstance(node.value, bool)
+    ):
         return node.value
     if isinstance(node, ast.Name):
         return names.get(node.id)
@@ -42,7 +46,11 @@ def _const(node: ast.AST | None, names: dict[str, int]) -> int | None:
 def _kernel(node: ast.AST | None, names: dict[str, int], dims: int) -> int | None:
     if isinstance(node, (ast.Tuple, ast.List)):
         vals = [_const(e, names) for e in node.elts]
-        return math.prod(v for v in vals if v is not None) if all(v is not None for v in vals) else None
+        return (
+            math.prod(v for v in vals if v is not None)
+            if all(v is not None for v in vals)
+            else None
+        )
     k = _const(node, names)
     return None if k is None else k**dims
 
@@ -60,21 +68,39 @@ def _bias(call: ast.Call) -> bool:
 
 def _count(call: ast.Call, kind: str, names: dict[str, int]) -> int | None:
     if kind == "Linear":
-        i, o = _const(_arg(call, 0, "in_features"), names), _const(_arg(call, 1, "out_features"), names)
+        i, o = (
+            _const(_arg(call, 0, "in_features"), names),
+            _const(_arg(call, 1, "out_features"), names),
+        )
         return None if i is None or o is None else i * o + (o if _bias(call) else 0)
     if kind in ("Conv1d", "Conv2d", "Conv3d"):
         dims = int(kind[4])
-        i, o = _const(_arg(call, 0, "in_channels"), names), _const(_arg(call, 1, "out_channels"), names)
+        i, o = (
+            _const(_arg(call, 0, "in_channels"), names),
+            _const(_arg(call, 1, "out_channels"), names),
+        )
         k = _kernel(_arg(call, 2, "kernel_size"), names, dims)
-        groups = _const(next((kw.value for kw in call.keywords if kw.arg == "groups"), None), names) or 1
+        groups = (
+            _const(next((kw.value for kw in call.keywords if kw.arg == "groups"), None), names) or 1
+        )
         if i is None or o is None or k is None:
             return None
         return i // groups * o * k + (o if _bias(call) else 0)
     if kind == "Embedding":
-        n, d = _const(_arg(call, 0, "num_embeddings"), names), _const(_arg(call, 1, "embedding_dim"), names)
+        n, d = (
+            _const(_arg(call, 0, "num_embeddings"), names),
+            _const(_arg(call, 1, "embedding_dim"), names),
+        )
         return None if n is None or d is None else n * d
     if kind in ("LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "RMSNorm"):
-        d = _const(_arg(call, 1 if kind == "GroupNorm" else 0, "num_channels" if kind == "GroupNorm" else "normalized_shape"), names)
+        d = _const(
+            _arg(
+                call,
+                1 if kind == "GroupNorm" else 0,
+                "num_channels" if kind == "GroupNorm" else "normalized_shape",
+            ),
+            names,
+        )
         return None if d is None else 2 * d
     if kind == "MultiheadAttention":
         e = _const(_arg(call, 0, "embed_dim"), names)
@@ -82,8 +108,20 @@ def _count(call: ast.Call, kind: str, names: dict[str, int]) -> int | None:
     return None
 
 
-KINDS = {"Linear", "Conv1d", "Conv2d", "Conv3d", "Embedding", "LayerNorm", "BatchNorm1d", "BatchNorm2d",
-         "BatchNorm3d", "GroupNorm", "RMSNorm", "MultiheadAttention"}
+KINDS = {
+    "Linear",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "Embedding",
+    "LayerNorm",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "GroupNorm",
+    "RMSNorm",
+    "MultiheadAttention",
+}
 
 
 def estimate_params(source: str) -> ParamEstimate | None:
@@ -94,7 +132,11 @@ def estimate_params(source: str) -> ParamEstimate | None:
         return None
     names: dict[str, int] = {}
     for stmt in tree.body:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+        ):
             value = _const(stmt.value, names)
             if value is not None:
                 names[stmt.targets[0].id] = value
@@ -103,7 +145,13 @@ def estimate_params(source: str) -> ParamEstimate | None:
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        kind = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        kind = (
+            func.attr
+            if isinstance(func, ast.Attribute)
+            else func.id
+            if isinstance(func, ast.Name)
+            else None
+        )
         if kind not in KINDS:
             continue
         count = _count(node, kind, names)

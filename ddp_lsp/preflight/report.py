@@ -83,7 +83,9 @@ def probe_line(probe: ProbeResult, unicode: bool = True) -> str:
 
 def render_text(report: PreflightReport, unicode: bool | None = None) -> str:
     uni = _unicode_ok() if unicode is None else unicode
-    lines = [f"DDP preflight  {_env_line(report)}  {summary_counts(report, uni)}  ({report.duration_s:.1f} s)"]
+    lines = [
+        f"DDP preflight  {_env_line(report)}  {summary_counts(report, uni)}  ({report.duration_s:.1f} s)"
+    ]
     if report.error:
         lines.append(f"preflight error: {report.error}")
     for probe in report.probes:
@@ -107,14 +109,19 @@ def _md_escape(text: str) -> str:
 
 
 def render_markdown(report: PreflightReport, now: datetime | None = None) -> str:
-    out = [f"### DDP preflight: {summary_counts(report)}",
-           f"`{_env_line(report)}` · {format_age(age_seconds(report, now))} · {report.duration_s:.1f} s", ""]
+    out = [
+        f"### DDP preflight: {summary_counts(report)}",
+        f"`{_env_line(report)}` · {format_age(age_seconds(report, now))} · {report.duration_s:.1f} s",
+        "",
+    ]
     if report.error:
         out += [f"**Preflight error:** {_md_escape(report.error)}", ""]
     for probe in report.probes:
         out.append(f"- {_MD[probe.status]} **{probe.id}**: {_md_escape(probe.message)}")
         if probe.fix and probe.status in (Status.WARN, Status.FAIL):
-            out.append(f"  - fix: `{probe.fix}`" if "`" not in probe.fix else f"  - fix: {probe.fix}")
+            out.append(
+                f"  - fix: `{probe.fix}`" if "`" not in probe.fix else f"  - fix: {probe.fix}"
+            )
     for node in report.nodes:
         out.append(f"- node {node.node_rank} `{node.host}`: {summary_counts(node)}")
     return "\n".join(out) + "\n"
@@ -156,7 +163,9 @@ def machine_facts(report: PreflightReport) -> MachineFacts:
     gpu_count: int | None = None
     cuda_available: bool | None = None
     if cuda is not None:
-        if cuda.status is Status.SKIP or (cuda.status is Status.FAIL and "device_count" not in cuda.values):
+        if cuda.status is Status.SKIP or (
+            cuda.status is Status.FAIL and "device_count" not in cuda.values
+        ):
             gpu_count, cuda_available = 0, False
         else:
             gpu_count, cuda_available = _int(cuda.values.get("device_count")), True
@@ -202,12 +211,16 @@ def facts_markdown(report: PreflightReport, topic: str, now: datetime | None = N
     if topic == "init_process_group":
         backends = []
         if facts.nccl_available is not None:
-            backends.append(f"NCCL {'available' if facts.nccl_available else 'unavailable'}"
-                            + (f" ({report.nccl})" if report.nccl else ""))
+            backends.append(
+                f"NCCL {'available' if facts.nccl_available else 'unavailable'}"
+                + (f" ({report.nccl})" if report.nccl else "")
+            )
         if facts.gpu_count is not None:
             backends.append(f"{facts.gpu_count} GPU(s)")
         if backends:
-            lines.append("- " + ", ".join(backends) + ("; gloo always available" if report.torch else ""))
+            lines.append(
+                "- " + ", ".join(backends) + ("; gloo always available" if report.torch else "")
+            )
         for pid in ("dist.handshake", "rdzv.port", "net.iface", "env.lint", "dist.busbw"):
             fact = _fact(report, pid)
             if fact:
@@ -218,14 +231,20 @@ def facts_markdown(report: PreflightReport, topic: str, now: datetime | None = N
             if fact:
                 lines.append(fact)
         if facts.busbw_at_bucket_gbps is not None:
-            lines.append(f"- busbw at DDP's bucket size: {facts.busbw_at_bucket_gbps:.2f} GB/s "
-                         "(raise `bucket_cap_mb` if small buckets are far below peak)")
+            lines.append(
+                f"- busbw at DDP's bucket size: {facts.busbw_at_bucket_gbps:.2f} GB/s "
+                "(raise `bucket_cap_mb` if small buckets are far below peak)"
+            )
     else:
         if facts.cpu_count is not None:
-            lines.append(f"- {facts.cpu_count} CPUs usable for {facts.local_world_size or '?'} rank(s): "
-                         f"recommended `num_workers` ≤ {facts.recommended_num_workers}")
+            lines.append(
+                f"- {facts.cpu_count} CPUs usable for {facts.local_world_size or '?'} rank(s): "
+                f"recommended `num_workers` ≤ {facts.recommended_num_workers}"
+            )
         if facts.shm_free_bytes is not None:
-            lines.append(f"- /dev/shm: {_gib(facts.shm_free_bytes)} free of {_gib(facts.shm_total_bytes)}")
+            lines.append(
+                f"- /dev/shm: {_gib(facts.shm_free_bytes)} free of {_gib(facts.shm_total_bytes)}"
+            )
         for pid in ("shm.capacity", "cpu.workers", "limits"):
             probe = report.probe(pid)
             if probe is not None and probe.status in (Status.WARN, Status.FAIL):
@@ -238,3 +257,61 @@ def facts_markdown(report: PreflightReport, topic: str, now: datetime | None = N
         return None
     head = f"**Preflight** on `{report.host}` ({format_age(age_seconds(report, now))})"
     return head + "\n\n" + "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- contradictions
+
+
+@dataclass(frozen=True)
+class Contradiction:
+    """Code that contradicts the measured machine, for a diagnostic on the offending argument
+    (``source: "ddp-preflight"``). ``severity`` is "error" when the line will fail at run time
+    and "warning" when it will only run badly."""
+
+    code: str
+    severity: str
+    message: str
+
+
+def check_num_workers(facts: MachineFacts, num_workers: int) -> Contradiction | None:
+    """``DataLoader(num_workers=N)``: N per rank, times the ranks on this node, vs usable CPUs."""
+    if facts.cpu_count is None or num_workers <= 0:
+        return None
+    ranks = facts.local_world_size or 1
+    if num_workers * ranks <= facts.cpu_count:
+        return None
+    return Contradiction(
+        "PF-DL-WORKERS",
+        "warning",
+        f"num_workers={num_workers} x {ranks} rank(s) = {num_workers * ranks} workers, but "
+        f"{facts.host} has {facts.cpu_count} usable CPUs (preflight); "
+        f"use num_workers={facts.recommended_num_workers}",
+    )
+
+
+def check_cuda_index(facts: MachineFacts, index: int) -> Contradiction | None:
+    """``cuda:N`` / ``.cuda(N)`` / ``set_device(N)`` with a literal N the machine does not have."""
+    if facts.gpu_count is None or index < facts.gpu_count:
+        return None
+    have = f"{facts.gpu_count} GPU(s)" if facts.gpu_count else "no GPU"
+    return Contradiction(
+        "PF-CUDA-INDEX",
+        "error",
+        f"cuda:{index} does not exist: {facts.host} has {have} (preflight); "
+        "'invalid device ordinal' at run time. Use the local rank: cuda:{local_rank}",
+    )
+
+
+def check_backend(facts: MachineFacts, backend: str) -> Contradiction | None:
+    """``init_process_group(backend="nccl")`` where NCCL or CUDA is missing."""
+    if backend.lower() != "nccl":
+        return None
+    if facts.nccl_available is False or facts.cuda_available is False:
+        why = "this torch has no NCCL" if facts.nccl_available is False else "no CUDA device"
+        return Contradiction(
+            "PF-NCCL",
+            "error",
+            f'backend="nccl" but {why} on {facts.host} (preflight); use "gloo" on CPU, '
+            'or backend="cuda:nccl,cpu:gloo"',
+        )
+    return None

@@ -24,13 +24,13 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import IO, Any
 
 from ddp_lsp.preflight.probes import ALL_PROBES, PROBES_BY_ID, Probe, ProbeContext
 from ddp_lsp.preflight.probes.base import Outcome, SystemHooks
-from ddp_lsp.preflight.probes.dist import INJECT_ENV, injected, set_pdeathsig
+from ddp_lsp.preflight.probes.dist import INJECT_ENV, set_pdeathsig
 from ddp_lsp.preflight.schema import PreflightOptions, PreflightReport, ProbeResult, Status
 
 SHM_DIR = "/dev/shm"
@@ -56,7 +56,7 @@ def descendants(pid: int) -> list[int]:
         except OSError:
             continue
         # The command name may contain spaces and parentheses: fields start after the last ')'.
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) > 1:
             parent_of[int(entry)] = int(fields[1])
     children: dict[int, list[int]] = {}
@@ -156,8 +156,16 @@ def _in_use(path: str) -> bool:
 
 
 def _result(probe: Probe, outcome: Outcome, duration: float) -> ProbeResult:
-    return ProbeResult(probe.id, probe.title, outcome.status, outcome.message, dict(outcome.values),
-                       outcome.fix, tuple(outcome.references) or probe.references, duration)
+    return ProbeResult(
+        probe.id,
+        probe.title,
+        outcome.status,
+        outcome.message,
+        dict(outcome.values),
+        outcome.fix,
+        tuple(outcome.references) or probe.references,
+        duration,
+    )
 
 
 def _json_safe(value: Any) -> Any:
@@ -183,9 +191,14 @@ def run_isolated(probe: Probe, ctx: ProbeContext, timeout_s: float) -> ProbeResu
             try:
                 outcome = probe.run(ctx)
             except Exception as exc:  # noqa: BLE001 - a crashing probe is one probe's loss
-                outcome = Outcome(Status.FAIL, f"probe crashed: {type(exc).__name__}: {exc}",
-                                  {"traceback": traceback.format_exc()[-2000:]})
-            payload = json.dumps(_json_safe(_result(probe, outcome, time.perf_counter() - t0).to_json()))
+                outcome = Outcome(
+                    Status.FAIL,
+                    f"probe crashed: {type(exc).__name__}: {exc}",
+                    {"traceback": traceback.format_exc()[-2000:]},
+                )
+            payload = json.dumps(
+                _json_safe(_result(probe, outcome, time.perf_counter() - t0).to_json())
+            )
             with os.fdopen(write_fd, "w", encoding="utf-8") as out:
                 out.write(payload)
         except BaseException:  # noqa: BLE001
@@ -214,23 +227,37 @@ def run_isolated(probe: Probe, ctx: ProbeContext, timeout_s: float) -> ProbeResu
         os.waitpid(pid, 0)
         reap_orphans()
         removed = clean_shm(before, killed, ctx.shm_prefix)
-        return ProbeResult(probe.id, probe.title, Status.FAIL,
-                           f"did not finish within {timeout_s:g} s (hung; killed with {len(killed)} process(es))",
-                           {"timeout_s": timeout_s, "killed_pids": killed, "removed_shm": removed},
-                           _HANG_FIX.get(probe.id, "rerun this probe alone with --probe " + probe.id), (), duration)
+        return ProbeResult(
+            probe.id,
+            probe.title,
+            Status.FAIL,
+            f"did not finish within {timeout_s:g} s (hung; killed with {len(killed)} process(es))",
+            {"timeout_s": timeout_s, "killed_pids": killed, "removed_shm": removed},
+            _HANG_FIX.get(probe.id, "rerun this probe alone with --probe " + probe.id),
+            (),
+            duration,
+        )
     _, wait_status = os.waitpid(pid, 0)
     reap_orphans()
     try:
         return ProbeResult.from_json(json.loads(b"".join(chunks).decode("utf-8")))
     except (ValueError, KeyError):
         code = os.waitstatus_to_exitcode(wait_status)
-        return ProbeResult(probe.id, probe.title, Status.FAIL,
-                           f"probe worker died without a result (exit {code})", {"exit": code}, None, (), duration)
+        return ProbeResult(
+            probe.id,
+            probe.title,
+            Status.FAIL,
+            f"probe worker died without a result (exit {code})",
+            {"exit": code},
+            None,
+            (),
+            duration,
+        )
 
 
 _HANG_FIX = {
     "dist.handshake": "a rank hangs in init_process_group: check MASTER_ADDR/PORT, NCCL_SOCKET_IFNAME; "
-                      "rerun with NCCL_DEBUG=INFO",
+    "rerun with NCCL_DEBUG=INFO",
     "dist.busbw": "a collective hangs: run with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 to test P2P",
     "gpu.p2p": "a peer copy hangs: broken P2P (PCIe ACS/IOMMU); export NCCL_P2P_DISABLE=1",
     "cuda.basic": "CUDA initialisation hangs: check the driver (nvidia-smi), GPU persistence mode",
@@ -265,7 +292,9 @@ def select_probes(options: PreflightOptions) -> list[Probe]:
     if options.probes:
         unknown = [p for p in options.probes if p not in PROBES_BY_ID]
         if unknown:
-            raise ValueError(f"unknown probe(s): {', '.join(unknown)}; known: {', '.join(PROBES_BY_ID)}")
+            raise ValueError(
+                f"unknown probe(s): {', '.join(unknown)}; known: {', '.join(PROBES_BY_ID)}"
+            )
         return [p for p in ALL_PROBES if p.id in options.probes]
     return [p for p in ALL_PROBES if p.quick or not options.quick]
 
@@ -273,12 +302,18 @@ def select_probes(options: PreflightOptions) -> list[Probe]:
 Emit = Callable[[dict[str, Any]], None]
 
 
-def run(options: PreflightOptions, emit: Emit, env: dict[str, str] | None = None,
-        hooks: SystemHooks | None = None) -> PreflightReport:
+def run(
+    options: PreflightOptions,
+    emit: Emit,
+    env: dict[str, str] | None = None,
+    hooks: SystemHooks | None = None,
+) -> PreflightReport:
     started = time.perf_counter()
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     env = dict(os.environ if env is None else env)
-    ctx = ProbeContext(options=options, env=env, hooks=hooks or SystemHooks(), shm_prefix=shm_prefix())
+    ctx = ProbeContext(
+        options=options, env=env, hooks=hooks or SystemHooks(), shm_prefix=shm_prefix()
+    )
     probes = select_probes(options)
     emit({"event": "start", "probes": [p.id for p in probes], "pid": os.getpid()})
     results: dict[str, ProbeResult] = {}
@@ -293,8 +328,13 @@ def run(options: PreflightOptions, emit: Emit, env: dict[str, str] | None = None
                 torch_error = f"{type(exc).__name__}: {exc}"
         emit({"event": "probe_start", "id": probe.id, "index": index, "total": len(ordered)})
         if probe.needs_torch and torch_error is not None and probe.id != "env.versions":
-            result = ProbeResult(probe.id, probe.title, Status.SKIP,
-                                 f"torch is not importable in {sys.executable}: {torch_error}", {})
+            result = ProbeResult(
+                probe.id,
+                probe.title,
+                Status.SKIP,
+                f"torch is not importable in {sys.executable}: {torch_error}",
+                {},
+            )
         else:
             ctx.previous = dict(results)
             result = run_isolated(probe, ctx, probe_timeout(probe, options))
@@ -302,7 +342,9 @@ def run(options: PreflightOptions, emit: Emit, env: dict[str, str] | None = None
         emit({"event": "probe", "result": result.to_json()})
     # Report in registry order, whatever the run order was.
     probe_results = tuple(results[p.id] for p in probes)
-    return build_report(options, probe_results, created, time.perf_counter() - started, torch_mod, torch_error, ctx)
+    return build_report(
+        options, probe_results, created, time.perf_counter() - started, torch_mod, torch_error, ctx
+    )
 
 
 def probe_timeout(probe: Probe, options: PreflightOptions) -> float:
@@ -313,26 +355,50 @@ def probe_timeout(probe: Probe, options: PreflightOptions) -> float:
     return base * options.timeout_scale
 
 
-def build_report(options: PreflightOptions, probes: tuple[ProbeResult, ...], created: str, duration: float,
-                 torch_mod: Any, torch_error: str | None, ctx: ProbeContext) -> PreflightReport:
+def build_report(
+    options: PreflightOptions,
+    probes: tuple[ProbeResult, ...],
+    created: str,
+    duration: float,
+    torch_mod: Any,
+    torch_error: str | None,
+    ctx: ProbeContext,
+) -> PreflightReport:
     versions = next((p for p in probes if p.id == "env.versions"), None)
     vals = versions.values if versions else {}
-    torch_version = getattr(torch_mod, "__version__", None) if torch_mod is not None else vals.get("torch")
-    cuda = getattr(getattr(torch_mod, "version", None), "cuda", None) if torch_mod is not None else vals.get("cuda_build")
+    torch_version = (
+        getattr(torch_mod, "__version__", None) if torch_mod is not None else vals.get("torch")
+    )
+    cuda = (
+        getattr(getattr(torch_mod, "version", None), "cuda", None)
+        if torch_mod is not None
+        else vals.get("cuda_build")
+    )
     handshake = next((p for p in probes if p.id == "dist.handshake"), None)
     backend = (handshake.values.get("backend") if handshake else None) or options.backend
     world = (handshake.values.get("world_size") if handshake else None) or options.world_size
     gpus = vals.get("gpus") or []
     return PreflightReport(
-        host=socket.gethostname(), python=sys.executable, python_version=platform.python_version(),
-        platform=platform.platform(), created=created, duration_s=duration, probes=probes,
-        torch=torch_version, cuda=cuda, nccl=vals.get("nccl"), driver=vals.get("driver"),
-        gpus=tuple(str(g) for g in gpus), backend=backend, world_size=world,
-        options=options.to_json(), node_rank=_node_rank(options, ctx.env),
+        host=socket.gethostname(),
+        python=sys.executable,
+        python_version=platform.python_version(),
+        platform=platform.platform(),
+        created=created,
+        duration_s=duration,
+        probes=probes,
+        torch=torch_version,
+        cuda=cuda,
+        nccl=vals.get("nccl"),
+        driver=vals.get("driver"),
+        gpus=tuple(str(g) for g in gpus),
+        backend=backend,
+        world_size=world,
+        options=options.to_json(),
+        node_rank=_node_rank(options, ctx.env),
     )
 
 
-def _node_rank(options: PreflightOptions, env: dict[str, str]) -> int | None:
+def _node_rank(options: PreflightOptions, env: Mapping[str, str]) -> int | None:
     if not options.torchrun:
         return None
     value = env.get("GROUP_RANK") or env.get("RANK") or "0"
@@ -343,8 +409,10 @@ def _node_rank(options: PreflightOptions, env: dict[str, str]) -> int | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ddp_lsp.preflight",
-                                description="Probe this machine for PyTorch distributed training.")
+    p = argparse.ArgumentParser(
+        prog="python -m ddp_lsp.preflight",
+        description="Probe this machine for PyTorch distributed training.",
+    )
     p.add_argument("--world-size", type=int)
     p.add_argument("--backend", choices=("nccl", "gloo"))
     p.add_argument("--quick", action="store_true", help="skip the bandwidth sweep and feasibility")
@@ -353,23 +421,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-workers", type=int, help="DataLoader num_workers per rank")
     p.add_argument("--batch-bytes", type=int, help="bytes of one batch (for /dev/shm sizing)")
     p.add_argument("--params", type=int, help="model parameter count (feasibility)")
-    p.add_argument("--grad-bytes", type=int, default=4, help="bytes per gradient element (4 fp32, 2 bf16)")
+    p.add_argument(
+        "--grad-bytes", type=int, default=4, help="bytes per gradient element (4 fp32, 2 bf16)"
+    )
     p.add_argument("--bucket-cap-mb", type=float, default=25.0)
     p.add_argument("--handshake-timeout", type=float, default=10.0)
     p.add_argument("--timeout-scale", type=float, default=1.0)
-    p.add_argument("--torchrun", action="store_true", help="one process per node under torchrun; gather to rank 0")
+    p.add_argument(
+        "--torchrun",
+        action="store_true",
+        help="one process per node under torchrun; gather to rank 0",
+    )
     p.add_argument("--format", choices=("text", "markdown", "json", "jsonl"), default="text")
-    p.add_argument("--json", dest="json_file", metavar="FILE", help="also write the JSON report here")
+    p.add_argument(
+        "--json", dest="json_file", metavar="FILE", help="also write the JSON report here"
+    )
     p.add_argument("--list", action="store_true", help="list the probes and exit")
     return p
 
 
 def options_from_args(ns: argparse.Namespace) -> PreflightOptions:
     return PreflightOptions(
-        world_size=ns.world_size, backend=ns.backend, quick=ns.quick, strict=ns.strict,
-        probes=tuple(ns.probe), num_workers=ns.num_workers, batch_bytes=ns.batch_bytes, params=ns.params,
-        grad_bytes_per_param=ns.grad_bytes, bucket_cap_mb=ns.bucket_cap_mb,
-        handshake_timeout_s=ns.handshake_timeout, timeout_scale=ns.timeout_scale, torchrun=ns.torchrun)
+        world_size=ns.world_size,
+        backend=ns.backend,
+        quick=ns.quick,
+        strict=ns.strict,
+        probes=tuple(ns.probe),
+        num_workers=ns.num_workers,
+        batch_bytes=ns.batch_bytes,
+        params=ns.params,
+        grad_bytes_per_param=ns.grad_bytes,
+        bucket_cap_mb=ns.bucket_cap_mb,
+        handshake_timeout_s=ns.handshake_timeout,
+        timeout_scale=ns.timeout_scale,
+        torchrun=ns.torchrun,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -377,7 +463,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if ns.list:
         for probe in ALL_PROBES:
-            sys.stdout.write(f"{probe.id:16} {probe.timeout_s:6.0f} s  {'' if probe.quick else '(full) '}{probe.title}\n")
+            sys.stdout.write(
+                f"{probe.id:16} {probe.timeout_s:6.0f} s  {'' if probe.quick else '(full) '}{probe.title}\n"
+            )
         return 0
     out: IO[str] = sys.stdout
     jsonl = ns.format == "jsonl"

@@ -152,7 +152,13 @@ class PreflightOptions:
                 if not isinstance(value, bool):
                     raise ValueError(f"{key} must be true or false")
                 kwargs[key] = value
-            elif key in ("world_size", "num_workers", "batch_bytes", "params", "grad_bytes_per_param"):
+            elif key in (
+                "world_size",
+                "num_workers",
+                "batch_bytes",
+                "params",
+                "grad_bytes_per_param",
+            ):
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise ValueError(f"{key} must be an integer")
                 kwargs[key] = value

@@ -32,7 +32,9 @@ class FakeRoot:
         d = self.base / "sys" / "class" / "net" / name
         d.mkdir(parents=True, exist_ok=True)
         (d / "flags").write_text("0x1003\n" if up else "0x1002\n")
-        (d / "operstate").write_text((operstate or ("unknown" if name == "lo" else "up" if up else "down")) + "\n")
+        (d / "operstate").write_text(
+            (operstate or ("unknown" if name == "lo" else "up" if up else "down")) + "\n"
+        )
         return self
 
     def infiniband(self, device: str = "mlx5_0") -> FakeRoot:
@@ -52,9 +54,16 @@ class FakeRoot:
         return self
 
 
-def limits(nofile: tuple[int, int] = (65536, 65536), memlock: tuple[int, int] = (INF, INF),
-           nproc: tuple[int, int] = (INF, INF)) -> Callable[[int], tuple[int, int]]:
-    table = {resource.RLIMIT_NOFILE: nofile, resource.RLIMIT_MEMLOCK: memlock, resource.RLIMIT_NPROC: nproc}
+def limits(
+    nofile: tuple[int, int] = (65536, 65536),
+    memlock: tuple[int, int] = (INF, INF),
+    nproc: tuple[int, int] = (INF, INF),
+) -> Callable[[int], tuple[int, int]]:
+    table = {
+        resource.RLIMIT_NOFILE: nofile,
+        resource.RLIMIT_MEMLOCK: memlock,
+        resource.RLIMIT_NPROC: nproc,
+    }
     return lambda which: table[which]
 
 
@@ -67,15 +76,23 @@ def root(tmp_path: Path) -> FakeRoot:
     return FakeRoot(tmp_path / "root")
 
 
-def make_ctx(root: FakeRoot | None = None, env: dict[str, str] | None = None, *,
-             options: PreflightOptions | None = None, **hooks: Any) -> ProbeContext:
+def make_ctx(
+    root: FakeRoot | None = None,
+    env: dict[str, str] | None = None,
+    *,
+    options: PreflightOptions | None = None,
+    **hooks: Any,
+) -> ProbeContext:
     base = {"root": str(root.base)} if root is not None else {}
     base.setdefault("getrlimit", limits())
     base.setdefault("cpu_affinity", lambda: set(range(8)))
     base.setdefault("cpu_count", lambda: 8)
     base.update(hooks)
-    return ProbeContext(options=options or PreflightOptions(), env=env if env is not None else {"PATH": ""},
-                        hooks=SystemHooks(**base))
+    return ProbeContext(
+        options=options or PreflightOptions(),
+        env=env if env is not None else {"PATH": ""},
+        hooks=SystemHooks(**base),
+    )
 
 
 def fake_exe(directory: Path, name: str, script: str) -> Path:

@@ -14,7 +14,9 @@ from ddp_lsp.preflight.schema import SCHEMA_ID, PreflightReport
 
 
 @pytest.mark.torch
-def test_quick_cpu_run_uses_gloo_for_real_and_says_what_was_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_quick_cpu_run_uses_gloo_for_real_and_says_what_was_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("torch")
     out_file = tmp_path / "report.json"
     code = main(["--quick", "--backend", "gloo", "--json", str(out_file), "--no-color"])
@@ -36,33 +38,48 @@ def test_quick_cpu_run_uses_gloo_for_real_and_says_what_was_skipped(tmp_path: Pa
     assert "ok   dist.handshake" in text
 
 
-def test_strict_turns_a_warning_into_exit_1(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_strict_turns_a_warning_into_exit_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
     assert main(["--probe", "env.lint", "--no-color"]) == 0
     assert "WARN env.lint" in capsys.readouterr().out
     assert main(["--probe", "env.lint", "--strict"]) == 1
 
 
-@pytest.mark.parametrize("argv", [
-    ["--python", "/nonexistent/python", "--probe", "limits"],
-    ["--probe", "no.such.probe"],
-    ["--world-size", "0"],
-    ["--backend", "mpi"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--python", "/nonexistent/python", "--probe", "limits"],
+        ["--probe", "no.such.probe"],
+        ["--world-size", "0"],
+        ["--backend", "mpi"],
+    ],
+)
 def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
 
 
-def test_model_file_parameter_estimate_reaches_the_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_model_file_parameter_estimate_reaches_the_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     model = tmp_path / "model.py"
-    model.write_text("import torch.nn as nn\nH = 1024\nnet = nn.Sequential(nn.Linear(H, 4 * H), nn.Linear(4 * H, H))\n")
+    model.write_text(
+        "import torch.nn as nn\nH = 1024\nnet = nn.Sequential(nn.Linear(H, 4 * H), nn.Linear(4 * H, H))\n"
+    )
     seen = {}
 
     def fake_run(python, options, on_probe=None, **kw):  # type: ignore[no-untyped-def]
         seen["params"] = options.params
-        return PreflightReport(host="h", python=python, python_version="", platform="", created="2026-01-01T00:00:00+00:00",
-                               duration_s=0.0, probes=())
+        return PreflightReport(
+            host="h",
+            python=python,
+            python_version="",
+            platform="",
+            created="2026-01-01T00:00:00+00:00",
+            duration_s=0.0,
+            probes=(),
+        )
 
     monkeypatch.setattr("ddp_lsp.preflight.client.run_preflight_sync", fake_run)
     assert main(["--model-file", str(model), "--probe", "feasibility"]) == 0
@@ -73,6 +90,8 @@ def test_model_file_parameter_estimate_reaches_the_options(tmp_path: Path, monke
 def test_cli_module_never_imports_torch() -> None:
     import subprocess
 
-    code = ("import sys; from ddp_lsp.preflight import cli, client, report, schema, paramcount; "
-            "import ddp_lsp.preflight.probes; assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; from ddp_lsp.preflight import cli, client, report, schema, paramcount; "
+        "import ddp_lsp.preflight.probes; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -12,7 +12,13 @@ import pytest
 
 from ddp_lsp.preflight.probes import PROBES_BY_ID
 from ddp_lsp.preflight.probes.base import ProbeContext
-from ddp_lsp.preflight.probes.dist import INJECT_ENV, bus_factor, busbw_at, missing_from_barrier, verdict
+from ddp_lsp.preflight.probes.dist import (
+    INJECT_ENV,
+    bus_factor,
+    busbw_at,
+    missing_from_barrier,
+    verdict,
+)
 from ddp_lsp.preflight.runner import run_isolated
 from ddp_lsp.preflight.schema import PreflightOptions, Status
 
@@ -59,12 +65,16 @@ def test_busbw_sweep_follows_the_nccl_tests_definition() -> None:
         assert row["algbw_gbps"] == pytest.approx(algbw, rel=0.01, abs=2e-3)
         assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * bus_factor(2), rel=1e-6)
         assert row["busbw_gbps"] > 0
-    assert result.values["busbw_at_bucket_gbps"] == next(r["busbw_gbps"] for r in rows if r["bytes"] == 25 << 20)
+    assert result.values["busbw_at_bucket_gbps"] == next(
+        r["busbw_gbps"] for r in rows if r["bytes"] == 25 << 20
+    )
     assert result.values["link_class"] == "CPU"
 
 
 def test_barrier_message_parser() -> None:
-    assert missing_from_barrier("[Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 2000 ms") == [1, 3]
+    assert missing_from_barrier(
+        "[Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 2000 ms"
+    ) == [1, 3]
     assert missing_from_barrier("Rank 2 failed to pass monitoredBarrier in 10 ms") == [2]
     assert missing_from_barrier("Connection closed by peer") == []
 
@@ -77,7 +87,9 @@ def test_feasibility_maths() -> None:
     assert v.label == "worth it" and v.speedup == pytest.approx(8.0)
     assert verdict(0.2, 0.4, 0.25, 2).label == "marginal"
     slow = verdict(1.0, 0.4, 0.25, 2)
-    assert slow.label == "communication-bound" and slow.speedup == pytest.approx(2 * 0.4 / (0.4 + 0.75))
+    assert slow.label == "communication-bound" and slow.speedup == pytest.approx(
+        2 * 0.4 / (0.4 + 0.75)
+    )
     rows = [{"bytes": 1 << 20, "busbw_gbps": 1.0}, {"bytes": 4 << 20, "busbw_gbps": 3.0}]
     assert busbw_at(rows, 2 << 20) == pytest.approx(2.0)
     assert busbw_at(rows, 1) == 1.0 and busbw_at(rows, 1 << 30) == 3.0
@@ -89,7 +101,9 @@ def test_feasibility_measures_a_stand_in_and_scales_to_the_given_model() -> None
     assert result.status in (Status.PASS, Status.WARN), result.message
     v = result.values
     assert v["params_source"] == "given" and v["grad_bytes"] == 400_000_000
-    assert v["t_allreduce_s"] == pytest.approx(bus_factor(2) * 4e8 / (v["busbw_gbps"] * 1e9), rel=0.01)
+    assert v["t_allreduce_s"] == pytest.approx(
+        bus_factor(2) * 4e8 / (v["busbw_gbps"] * 1e9), rel=0.01
+    )
     assert v["ratio"] == pytest.approx(v["t_allreduce_s"] / v["t_compute_s"], rel=0.02)
     assert v["standin"]["t_step_s"] > 0 and v["standin"]["t_ddp_step_s"] > 0
     assert v["verdict"] in result.message

@@ -28,8 +28,15 @@ GiB = 1 << 30
 class FakeCuda:
     """Two (or n) GPUs; ``broken`` pairs return zeros from a device-to-device copy."""
 
-    def __init__(self, count: int = 2, *, build: str | None = "12.8", available: bool = True,
-                 broken: frozenset[tuple[int, int]] = frozenset(), used: dict[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        count: int = 2,
+        *,
+        build: str | None = "12.8",
+        available: bool = True,
+        broken: frozenset[tuple[int, int]] = frozenset(),
+        used: dict[int, int] | None = None,
+    ) -> None:
         self.count, self._build, self.available, self.broken = count, build, available, broken
         self.used = used or {}
 
@@ -65,7 +72,9 @@ class FakeCuda:
         pass
 
 
-def gpu_ctx(cuda: FakeCuda, root: FakeRoot | None = None, env: dict[str, str] | None = None, **opts: Any) -> Any:
+def gpu_ctx(
+    cuda: FakeCuda, root: FakeRoot | None = None, env: dict[str, str] | None = None, **opts: Any
+) -> Any:
     return make_ctx(root, env, options=PreflightOptions(**opts), cuda_ops=lambda: cuda)
 
 
@@ -151,7 +160,9 @@ def test_topology_parser_reads_links_and_affinity() -> None:
 
 def test_sys_topology_and_numa_mismatch_warn(tmp_path: Path, root: FakeRoot) -> None:
     fake_exe(tmp_path / "bin", "nvidia-smi", smi_script(TOPO_SYS))
-    root.write("sys/bus/pci/devices/0000:17:00.0/numa_node", "0\n").write("sys/bus/pci/devices/0000:65:00.0/numa_node", "1\n")
+    root.write("sys/bus/pci/devices/0000:17:00.0/numa_node", "0\n").write(
+        "sys/bus/pci/devices/0000:65:00.0/numa_node", "1\n"
+    )
     ctx = make_ctx(root, {"PATH": str(tmp_path / "bin")}, cpu_affinity=lambda: set(range(16)))
     out = probe_gpu_topo(ctx)
     assert out.status is Status.WARN
@@ -163,7 +174,9 @@ def test_sys_topology_and_numa_mismatch_warn(tmp_path: Path, root: FakeRoot) -> 
 
 def test_nvlink_topology_passes(tmp_path: Path, root: FakeRoot) -> None:
     fake_exe(tmp_path / "bin", "nvidia-smi", smi_script(TOPO_NVLINK))
-    out = probe_gpu_topo(make_ctx(root, {"PATH": str(tmp_path / "bin")}, cpu_affinity=lambda: set(range(32))))
+    out = probe_gpu_topo(
+        make_ctx(root, {"PATH": str(tmp_path / "bin")}, cpu_affinity=lambda: set(range(32)))
+    )
     assert out.status is Status.PASS and "NVLink" in out.message
 
 
@@ -173,14 +186,23 @@ def test_topo_without_nvidia_smi_skips(root: FakeRoot) -> None:
 
 
 def _fake_torch(cuda: str | None) -> Any:
-    dist = SimpleNamespace(is_available=lambda: True, is_gloo_available=lambda: True,
-                           is_nccl_available=lambda: cuda is not None)
-    return SimpleNamespace(__version__="2.13.0", version=SimpleNamespace(cuda=cuda), distributed=dist,
-                           cuda=SimpleNamespace(nccl=SimpleNamespace(version=lambda: (2, 27, 7))),
-                           backends=SimpleNamespace(cudnn=SimpleNamespace(version=lambda: 91000)))
+    dist = SimpleNamespace(
+        is_available=lambda: True,
+        is_gloo_available=lambda: True,
+        is_nccl_available=lambda: cuda is not None,
+    )
+    return SimpleNamespace(
+        __version__="2.13.0",
+        version=SimpleNamespace(cuda=cuda),
+        distributed=dist,
+        cuda=SimpleNamespace(nccl=SimpleNamespace(version=lambda: (2, 27, 7))),
+        backends=SimpleNamespace(cudnn=SimpleNamespace(version=lambda: 91000)),
+    )
 
 
-@pytest.mark.parametrize(("driver_cuda", "status"), [("12.8", Status.PASS), ("12.2", Status.WARN), ("11.8", Status.FAIL)])
+@pytest.mark.parametrize(
+    ("driver_cuda", "status"), [("12.8", Status.PASS), ("12.2", Status.WARN), ("11.8", Status.FAIL)]
+)
 def test_driver_too_old_for_the_wheel(tmp_path: Path, driver_cuda: str, status: Status) -> None:
     fake_exe(tmp_path / "bin", "nvidia-smi", smi_script(TOPO_NVLINK, cuda=driver_cuda))
     ctx = make_ctx(None, {"PATH": str(tmp_path / "bin")}, import_torch=lambda: _fake_torch("12.8"))
@@ -199,10 +221,24 @@ def test_torch_missing_fails_with_install_fix() -> None:
     assert out.status is Status.FAIL and "pip install torch" in (out.fix or "")
 
 
-DCGM_JSON = {"DCGM GPU Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [
-    {"name": "Denylist", "results": [{"status": "Pass"}]},
-    {"name": "Persistence Mode", "results": [{"status": "Fail", "info": "Persistence mode for GPU 0 is disabled"}]},
-]}]}}
+DCGM_JSON = {
+    "DCGM GPU Diagnostic": {
+        "test_categories": [
+            {
+                "category": "Deployment",
+                "tests": [
+                    {"name": "Denylist", "results": [{"status": "Pass"}]},
+                    {
+                        "name": "Persistence Mode",
+                        "results": [
+                            {"status": "Fail", "info": "Persistence mode for GPU 0 is disabled"}
+                        ],
+                    },
+                ],
+            }
+        ]
+    }
+}
 
 
 def test_dcgm_failure_is_mapped(tmp_path: Path) -> None:

@@ -25,12 +25,38 @@ def test_two_torchrun_nodes_gather_to_rank_0(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = []
     for node in (0, 1):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}",
-               "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}",
-               "-m", "ddp_lsp.preflight", "--torchrun", "--backend", "gloo",
-               "--probe", "limits", "env.versions", "rdzv.port", "dist.handshake",
-               "--json", str(tmp_path / f"node{node}.json")]
-        procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            f"--node-rank={node}",
+            "--nproc-per-node=1",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+            "-m",
+            "ddp_lsp.preflight",
+            "--torchrun",
+            "--backend",
+            "gloo",
+            "--probe",
+            "limits",
+            "env.versions",
+            "rdzv.port",
+            "dist.handshake",
+            "--json",
+            str(tmp_path / f"node{node}.json"),
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     # Only rank 0 writes the combined report.
@@ -38,7 +64,12 @@ def test_two_torchrun_nodes_gather_to_rank_0(tmp_path: Path) -> None:
     report = PreflightReport.from_json(json.loads((tmp_path / "node0.json").read_text()))
     assert report.node_rank == 0
     assert len(report.nodes) == 1 and report.nodes[0].node_rank == 1
-    assert {p.id for p in report.nodes[0].probes} >= {"limits", "env.versions", "rdzv.port", "dist.handshake"}
+    assert {p.id for p in report.nodes[0].probes} >= {
+        "limits",
+        "env.versions",
+        "rdzv.port",
+        "dist.handshake",
+    }
     statuses = {p.id: p.status for p in report.probes}
     assert statuses["multinode.handshake"] is Status.PASS
     assert statuses["multinode.versions"] is Status.PASS

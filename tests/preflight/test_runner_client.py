@@ -32,7 +32,9 @@ def test_hung_probe_is_killed_at_its_timeout_and_the_report_still_arrives() -> N
     streamed: list[ProbeResult] = []
     # limits has a 3 s timeout; x0.4 -> 1.2 s.
     options = PreflightOptions(probes=("limits", "env.lint"), timeout_scale=0.4)
-    report = run_preflight_sync(sys.executable, options, streamed.append, env=_env(marker, "hang:limits"), timeout_s=60)
+    report = run_preflight_sync(
+        sys.executable, options, streamed.append, env=_env(marker, "hang:limits"), timeout_s=60
+    )
     assert report.error is None
     limits = report.probe("limits")
     assert limits is not None and limits.status is Status.FAIL
@@ -70,9 +72,17 @@ async def test_cancel_kills_the_group_keeps_finished_results_and_the_loop_respon
             gaps.append(now - last)
             last = now
 
-    run = asyncio.create_task(run_preflight(sys.executable, options, None, cancel,
-                                            on_start=lambda pid, i, n: started.append(pid),
-                                            env=_env(marker, "hang:limits"), timeout_s=120))
+    run = asyncio.create_task(
+        run_preflight(
+            sys.executable,
+            options,
+            None,
+            cancel,
+            on_start=lambda pid, i, n: started.append(pid),
+            env=_env(marker, "hang:limits"),
+            timeout_s=120,
+        )
+    )
     await asyncio.wait_for(asyncio.gather(cancel_when_hung(), heartbeat()), 60)
     report = await asyncio.wait_for(run, 30)
     assert report.error == "cancelled"
@@ -86,7 +96,9 @@ async def test_cancel_kills_the_group_keeps_finished_results_and_the_loop_respon
 def test_overall_timeout_returns_partial_results() -> None:
     marker = new_marker()
     options = PreflightOptions(probes=("shm.capacity", "limits"), timeout_scale=100)
-    report = run_preflight_sync(sys.executable, options, env=_env(marker, "hang:limits"), timeout_s=3)
+    report = run_preflight_sync(
+        sys.executable, options, env=_env(marker, "hang:limits"), timeout_s=3
+    )
     assert report.error is not None and "timed out" in report.error
     assert [p.id for p in report.probes] == ["shm.capacity"]
     assert processes_with_marker(marker) == []

@@ -7,15 +7,43 @@ import json
 
 import pytest
 
-from ddp_lsp.preflight.schema import SCHEMA_ID, PreflightOptions, PreflightReport, ProbeResult, Status
+from ddp_lsp.preflight.schema import (
+    SCHEMA_ID,
+    PreflightOptions,
+    PreflightReport,
+    ProbeResult,
+    Status,
+)
 
 
 def _report(*statuses: Status, error: str | None = None) -> PreflightReport:
-    probes = tuple(ProbeResult(f"p{i}", f"P{i}", s, f"m{i}", {"x": i}, "fix" if s is Status.FAIL else None,
-                               ("ref",), 0.5) for i, s in enumerate(statuses))
-    return PreflightReport(host="h", python="/py", python_version="3.11.0", platform="Linux",
-                           created="2026-01-01T00:00:00+00:00", duration_s=1.0, probes=probes,
-                           torch="2.13.0", gpus=("A", "B"), backend="gloo", world_size=2, error=error)
+    probes = tuple(
+        ProbeResult(
+            f"p{i}",
+            f"P{i}",
+            s,
+            f"m{i}",
+            {"x": i},
+            "fix" if s is Status.FAIL else None,
+            ("ref",),
+            0.5,
+        )
+        for i, s in enumerate(statuses)
+    )
+    return PreflightReport(
+        host="h",
+        python="/py",
+        python_version="3.11.0",
+        platform="Linux",
+        created="2026-01-01T00:00:00+00:00",
+        duration_s=1.0,
+        probes=probes,
+        torch="2.13.0",
+        gpus=("A", "B"),
+        backend="gloo",
+        world_size=2,
+        error=error,
+    )
 
 
 def test_report_round_trips_through_json_text() -> None:
@@ -44,14 +72,26 @@ def test_other_schema_is_rejected() -> None:
         ((Status.PASS,), False, "cancelled", 2),
     ],
 )
-def test_exit_codes(statuses: tuple[Status, ...], strict: bool, error: str | None, code: int) -> None:
+def test_exit_codes(
+    statuses: tuple[Status, ...], strict: bool, error: str | None, code: int
+) -> None:
     assert _report(*statuses, error=error).exit_code(strict) == code
 
 
 def test_options_from_untrusted_json() -> None:
-    opts = PreflightOptions.from_json({"world_size": 4, "backend": "gloo", "quick": True, "probes": ["limits"]})
+    opts = PreflightOptions.from_json(
+        {"world_size": 4, "backend": "gloo", "quick": True, "probes": ["limits"]}
+    )
     assert opts == PreflightOptions(world_size=4, backend="gloo", quick=True, probes=("limits",))
-    assert opts.to_argv() == ["--world-size", "4", "--backend", "gloo", "--quick", "--probe", "limits"]
+    assert opts.to_argv() == [
+        "--world-size",
+        "4",
+        "--backend",
+        "gloo",
+        "--quick",
+        "--probe",
+        "limits",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -20,14 +20,17 @@ from ddp_lsp.preflight.probes.system import (
 )
 from ddp_lsp.preflight.schema import PreflightOptions, Status
 
-from .conftest import INF, FakeRoot, disk, limits, make_ctx
+from .conftest import FakeRoot, disk, limits, make_ctx
 
 MB = 1 << 20
 
 
 def test_docker_default_shm_of_64_mb_fails_with_shm_size_fix(root: FakeRoot) -> None:
-    ctx = make_ctx(root, options=PreflightOptions(world_size=2, num_workers=4, batch_bytes=32 * MB),
-                   disk_usage=disk(64 * MB, 64 * MB))
+    ctx = make_ctx(
+        root,
+        options=PreflightOptions(world_size=2, num_workers=4, batch_bytes=32 * MB),
+        disk_usage=disk(64 * MB, 64 * MB),
+    )
     out = probe_shm(ctx)
     assert out.status is Status.FAIL
     assert out.values["free_bytes"] == 64 * MB
@@ -38,8 +41,11 @@ def test_docker_default_shm_of_64_mb_fails_with_shm_size_fix(root: FakeRoot) -> 
 
 
 def test_shm_with_headroom_passes_and_really_allocates(root: FakeRoot) -> None:
-    ctx = make_ctx(root, options=PreflightOptions(world_size=2, num_workers=1, batch_bytes=1 * MB),
-                   disk_usage=disk(16 << 30, 16 << 30))
+    ctx = make_ctx(
+        root,
+        options=PreflightOptions(world_size=2, num_workers=1, batch_bytes=1 * MB),
+        disk_usage=disk(16 << 30, 16 << 30),
+    )
     out = probe_shm(ctx)
     assert out.status is Status.PASS, out.message
     assert out.values["fallocate_bytes"] == out.values["required_bytes"]
@@ -48,8 +54,11 @@ def test_shm_with_headroom_passes_and_really_allocates(root: FakeRoot) -> None:
 
 def test_shm_just_enough_warns(root: FakeRoot) -> None:
     need = int(2 * 1 * 2 * MB * 1.25)
-    ctx = make_ctx(root, options=PreflightOptions(world_size=2, num_workers=1, batch_bytes=MB),
-                   disk_usage=disk(need + MB, need + MB))
+    ctx = make_ctx(
+        root,
+        options=PreflightOptions(world_size=2, num_workers=1, batch_bytes=MB),
+        disk_usage=disk(need + MB, need + MB),
+    )
     assert probe_shm(ctx).status is Status.WARN
 
 
@@ -82,7 +91,11 @@ def test_cgroup_quota_caps_cpus_and_workers_above_it_warn(root: FakeRoot) -> Non
     root.cpu_max("400000 100000")  # docker --cpus=4 on a host whose affinity shows 8
     ctx = make_ctx(root, options=PreflightOptions(world_size=2, num_workers=8))
     out = probe_cpu_workers(ctx)
-    assert out.values["cpus"] == 4 and out.values["affinity_cpus"] == 8 and out.values["cgroup_cpus"] == 4
+    assert (
+        out.values["cpus"] == 4
+        and out.values["affinity_cpus"] == 8
+        and out.values["cgroup_cpus"] == 4
+    )
     assert out.status is Status.WARN
     assert out.values["recommended_num_workers"] == 1
     assert "num_workers=1" in (out.fix or "")
@@ -110,13 +123,23 @@ def test_socket_ifname_that_matches_nothing_fails(root: FakeRoot) -> None:
     out = probe_net_iface(make_ctx(root, {"PATH": "", "NCCL_SOCKET_IFNAME": "eth"}))
     assert out.status is Status.FAIL
     assert out.fix == "export NCCL_SOCKET_IFNAME=ens5"
-    assert probe_net_iface(make_ctx(root, {"PATH": "", "NCCL_SOCKET_IFNAME": "ens"})).status is Status.PASS
+    assert (
+        probe_net_iface(make_ctx(root, {"PATH": "", "NCCL_SOCKET_IFNAME": "ens"})).status
+        is Status.PASS
+    )
 
 
-@pytest.mark.parametrize(("spec", "name", "hit"), [
-    ("eth", "eth0", True), ("^docker,lo", "eth0", True), ("^docker,lo", "docker0", False),
-    ("=eth0", "eth01", False), ("=eth0", "eth0", True), ("ib,ens", "ens5", True),
-])
+@pytest.mark.parametrize(
+    ("spec", "name", "hit"),
+    [
+        ("eth", "eth0", True),
+        ("^docker,lo", "eth0", True),
+        ("^docker,lo", "docker0", False),
+        ("=eth0", "eth01", False),
+        ("=eth0", "eth0", True),
+        ("ib,ens", "ens5", True),
+    ],
+)
 def test_ifname_syntax(spec: str, name: str, hit: bool) -> None:
     assert ifname_matches(spec, name) is hit
 
@@ -126,7 +149,9 @@ def test_busy_port_fails_and_names_the_holder() -> None:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        out = probe_rdzv_port(make_ctx(None, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}))
+        out = probe_rdzv_port(
+            make_ctx(None, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        )
     assert out.status is Status.FAIL
     assert "already in use" in out.message
     assert f"pid {os.getpid()}" in out.message
@@ -144,13 +169,20 @@ def test_free_port_passes() -> None:
 
 
 def test_unresolvable_master_addr_fails() -> None:
-    out = probe_rdzv_port(make_ctx(None, {"MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "29500"}))
+    out = probe_rdzv_port(
+        make_ctx(None, {"MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "29500"})
+    )
     assert out.status is Status.FAIL and "does not resolve" in out.message
 
 
 def test_env_lint_flags_risky_settings(root: FakeRoot) -> None:
-    env = {"NCCL_P2P_DISABLE": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-           "NCCL_SOCKET_IFACE": "eth0", "PATH": ""}
+    env = {
+        "NCCL_P2P_DISABLE": "1",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "NCCL_SOCKET_IFACE": "eth0",
+        "PATH": "",
+    }
     found = {msg.split(":")[0].split(" ")[0]: (status, fix) for status, msg, fix in lint_env(env)}
     assert found["NCCL_P2P_DISABLE=1"][0] is Status.WARN
     assert found["TORCH_NCCL_ASYNC_ERROR_HANDLING=0"][0] is Status.WARN
@@ -161,6 +193,10 @@ def test_env_lint_flags_risky_settings(root: FakeRoot) -> None:
 
 
 def test_env_lint_quiet_on_sane_settings(root: FakeRoot) -> None:
-    env = {"NCCL_SOCKET_IFNAME": "eth0", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+    env = {
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+    }
     assert lint_env(env) == []
     assert probe_env_lint(make_ctx(root, env)).status is Status.PASS

@@ -75,8 +75,17 @@ class RanksOutcome:
         return {r: str(v.get("error")) for r, v in self.results.items() if not v.get("ok")}
 
 
-def _rank_main(rank: int, world: int, backend: str, conn: Any, body: Callable[[RankEnv], dict[str, Any]],
-               timeout_s: float, absent: bool, stall: bool, rank_env: dict[str, str]) -> None:
+def _rank_main(
+    rank: int,
+    world: int,
+    backend: str,
+    conn: Any,
+    body: Callable[[RankEnv], dict[str, Any]],
+    timeout_s: float,
+    absent: bool,
+    stall: bool,
+    rank_env: dict[str, str],
+) -> None:
     set_pdeathsig()
     os.environ.update(rank_env)
     try:
@@ -88,7 +97,7 @@ def _rank_main(rank: int, world: int, backend: str, conn: Any, body: Callable[[R
         import torch
         import torch.distributed as dist
 
-        store = dist.TCPStore("127.0.0.1", port, world, False, timedelta(seconds=timeout_s))
+        store = dist.TCPStore("127.0.0.1", port, world, False, timedelta(seconds=timeout_s))  # type: ignore[attr-defined]
         store.set(f"arrived/{rank}", "1")
         device = None
         kwargs: dict[str, Any] = {}
@@ -99,10 +108,19 @@ def _rank_main(rank: int, world: int, backend: str, conn: Any, body: Callable[[R
             device = torch.device("cuda", local)
             kwargs["device_id"] = device  # makes NCCL init eager: errors surface here, not later
         t0 = time.perf_counter()
-        dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank,
-                                world_size=world, timeout=timedelta(seconds=timeout_s), **kwargs)
+        prefixed = dist.PrefixStore("pg", store)  # type: ignore[attr-defined]
+        dist.init_process_group(
+            backend,
+            store=prefixed,
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=timeout_s),
+            **kwargs,
+        )
         init_s = time.perf_counter() - t0
-        env = RankEnv(rank, world, backend, torch, dist, device or torch.device("cpu"), timeout_s, stall)
+        env = RankEnv(
+            rank, world, backend, torch, dist, device or torch.device("cpu"), timeout_s, stall
+        )
         result = body(env)
         # Report before tearing down: destroy_process_group can block on a peer that hung.
         conn.send({"ok": True, "init_s": init_s, **result})
@@ -117,8 +135,14 @@ def _rank_main(rank: int, world: int, backend: str, conn: Any, body: Callable[[R
         os._exit(0)
 
 
-def run_ranks(ctx: ProbeContext, world: int, backend: str, body: Callable[[RankEnv], dict[str, Any]],
-              timeout_s: float, rank_env: dict[str, str] | None = None) -> RanksOutcome:
+def run_ranks(
+    ctx: ProbeContext,
+    world: int,
+    backend: str,
+    body: Callable[[RankEnv], dict[str, Any]],
+    timeout_s: float,
+    rank_env: dict[str, str] | None = None,
+) -> RanksOutcome:
     """Fork ``world`` ranks on 127.0.0.1, run ``body`` in each after init, collect the results."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
@@ -133,13 +157,31 @@ def run_ranks(ctx: ProbeContext, world: int, backend: str, body: Callable[[RankE
     t_start = time.perf_counter()
     for rank in range(world):
         parent_conn, child_conn = ctx_mp.Pipe()
-        proc = ctx_mp.Process(target=_rank_main, args=(rank, world, backend, child_conn, body, timeout_s,
-                                                       rank in absent, rank in stall, env), daemon=True)
+        proc = ctx_mp.Process(
+            target=_rank_main,
+            args=(
+                rank,
+                world,
+                backend,
+                child_conn,
+                body,
+                timeout_s,
+                rank in absent,
+                rank in stall,
+                env,
+            ),
+            daemon=True,
+        )
         proc.start()
         child_conn.close()
         conns.append(parent_conn)
         procs.append(proc)
-    store = dist.TCPStore("127.0.0.1", 0, world, True, timedelta(seconds=timeout_s), wait_for_workers=False)
+    # The store server lives here, in the probe's worker, so arrivals stay visible even when
+    # rank 0 itself hangs; port 0 lets the OS pick a free port (no race with other jobs).
+    tcp_store = dist.TCPStore  # type: ignore[attr-defined]
+    store = tcp_store(
+        "127.0.0.1", 0, world, True, timedelta(seconds=timeout_s), wait_for_workers=False
+    )
     for conn in conns:
         conn.send(store.port)
     results: dict[int, dict[str, Any]] = {}
@@ -147,10 +189,10 @@ def run_ranks(ctx: ProbeContext, world: int, backend: str, body: Callable[[RankE
     pending = dict(enumerate(conns))
     while pending and time.monotonic() < deadline:
         ready = wait(list(pending.values()), timeout=max(0.0, deadline - time.monotonic()))
-        for conn in ready:
-            rank = next(r for r, c in pending.items() if c is conn)
+        for ready_conn in ready:
+            rank = next(r for r, c in pending.items() if c is ready_conn)
             try:
-                results[rank] = conn.recv()
+                results[rank] = conns[rank].recv()
             except EOFError:
                 results[rank] = {"ok": False, "error": "rank exited without a result"}
             del pending[rank]
@@ -176,13 +218,23 @@ def _plan(ctx: ProbeContext) -> tuple[Any, str, int] | Outcome:
     world = ctx.local_world_size(gpus or None)
     if backend == "nccl":
         if not torch.distributed.is_nccl_available():
-            return Outcome(Status.FAIL, "backend nccl requested but this torch has no NCCL", {"backend": backend},
-                           "install a CUDA build of torch, or use backend='gloo'")
+            return Outcome(
+                Status.FAIL,
+                "backend nccl requested but this torch has no NCCL",
+                {"backend": backend},
+                "install a CUDA build of torch, or use backend='gloo'",
+            )
         if gpus < 1:
-            return Outcome(Status.FAIL, "backend nccl requested but no CUDA device is visible", {"backend": backend},
-                           "use backend='gloo' on CPU, or fix CUDA (see cuda.basic)")
+            return Outcome(
+                Status.FAIL,
+                "backend nccl requested but no CUDA device is visible",
+                {"backend": backend},
+                "use backend='gloo' on CPU, or fix CUDA (see cuda.basic)",
+            )
     elif not torch.distributed.is_gloo_available():
-        return Outcome(Status.FAIL, "gloo is not available in this torch build", {"backend": backend})
+        return Outcome(
+            Status.FAIL, "gloo is not available in this torch build", {"backend": backend}
+        )
     return torch, backend, world
 
 
@@ -202,11 +254,17 @@ def _handshake_body(env: RankEnv) -> dict[str, Any]:
     t0 = time.perf_counter()
     error = None
     try:
-        dist.monitored_barrier(group=group, timeout=timedelta(seconds=env.timeout_s), wait_all_ranks=True)
+        dist.monitored_barrier(
+            group=group, timeout=timedelta(seconds=env.timeout_s), wait_all_ranks=True
+        )
     except RuntimeError as exc:
         error = str(exc)
-    out: dict[str, Any] = {"all_reduce_ok": correct, "all_reduce_value": float(t[0].item()),
-                           "barrier_s": time.perf_counter() - t0, "device": str(env.device)}
+    out: dict[str, Any] = {
+        "all_reduce_ok": correct,
+        "all_reduce_value": float(t[0].item()),
+        "barrier_s": time.perf_counter() - t0,
+        "device": str(env.device),
+    }
     if error is not None:
         out["barrier_error"] = error[:1000]
     return out
@@ -225,48 +283,86 @@ def probe_handshake(ctx: ProbeContext) -> Outcome:
     _, backend, world = plan
     timeout = ctx.options.handshake_timeout_s
     res = run_ranks(ctx, world, backend, _handshake_body, timeout)
-    values: dict[str, Any] = {"backend": backend, "world_size": world, "timeout_s": timeout,
-                              "wall_s": round(res.wall_s, 3)}
-    refs = ("https://docs.pytorch.org/docs/stable/distributed.html#torch.distributed.monitored_barrier",)
+    values: dict[str, Any] = {
+        "backend": backend,
+        "world_size": world,
+        "timeout_s": timeout,
+        "wall_s": round(res.wall_s, 3),
+    }
+    refs = (
+        "https://docs.pytorch.org/docs/stable/distributed.html#torch.distributed.monitored_barrier",
+    )
     if res.never_arrived:
         names = ", ".join(map(str, res.never_arrived))
         values["never_arrived"] = list(res.never_arrived)
         values["errors"] = {str(k): v for k, v in res.errors().items()}
-        return Outcome(Status.FAIL, f"rank(s) {names} never reached the rendezvous store within {timeout:g} s; "
-                       f"the others timed out in init_process_group", values,
-                       "check that every rank starts and can reach MASTER_ADDR:MASTER_PORT (firewall, "
-                       "wrong address); raise timeout= in init_process_group only for slow starts", refs)
+        return Outcome(
+            Status.FAIL,
+            f"rank(s) {names} never reached the rendezvous store within {timeout:g} s; "
+            f"the others timed out in init_process_group",
+            values,
+            "check that every rank starts and can reach MASTER_ADDR:MASTER_PORT (firewall, "
+            "wrong address); raise timeout= in init_process_group only for slow starts",
+            refs,
+        )
     named: set[int] = set()
     for r in res.results.values():
-        named.update(missing_from_barrier(str(r.get("barrier_error", "")) + str(r.get("error", ""))))
+        named.update(
+            missing_from_barrier(str(r.get("barrier_error", "")) + str(r.get("error", "")))
+        )
     if named:
         values["missing_at_barrier"] = sorted(named)
-        return Outcome(Status.FAIL, f"monitored_barrier: rank(s) {', '.join(map(str, sorted(named)))} failed to "
-                       f"arrive within {timeout:g} s (joined the group, then hung)", values,
-                       "a rank is stuck before its first collective: dump its stack (py-spy dump --pid), "
-                       "set TORCH_DISTRIBUTED_DEBUG=DETAIL", refs)
+        return Outcome(
+            Status.FAIL,
+            f"monitored_barrier: rank(s) {', '.join(map(str, sorted(named)))} failed to "
+            f"arrive within {timeout:g} s (joined the group, then hung)",
+            values,
+            "a rank is stuck before its first collective: dump its stack (py-spy dump --pid), "
+            "set TORCH_DISTRIBUTED_DEBUG=DETAIL",
+            refs,
+        )
     errors = res.errors()
     if errors or res.unfinished:
         values["errors"] = {str(k): v for k, v in errors.items()}
         values["unfinished"] = list(res.unfinished)
         first = next(iter(errors.values()), f"rank(s) {list(res.unfinished)} did not finish")
-        return Outcome(Status.FAIL, f"{backend} handshake failed: {first[:300]}", values,
-                       "read the error; for NCCL rerun with NCCL_DEBUG=INFO", refs)
+        return Outcome(
+            Status.FAIL,
+            f"{backend} handshake failed: {first[:300]}",
+            values,
+            "read the error; for NCCL rerun with NCCL_DEBUG=INFO",
+            refs,
+        )
     values["init_s"] = round(max(float(r["init_s"]) for r in res.results.values()), 3)
     values["devices"] = [r.get("device") for _, r in sorted(res.results.items())]
     if not all(r.get("all_reduce_ok") for r in res.results.values()):
-        got = sorted({r.get("all_reduce_value") for r in res.results.values()})
-        return Outcome(Status.FAIL, f"all_reduce returned {got}, expected {world * (world + 1) / 2}", values,
-                       "wrong collective results: check gpu.p2p, try NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1")
+        got = sorted({r.get("all_reduce_value") for r in res.results.values()}, key=str)
+        return Outcome(
+            Status.FAIL,
+            f"all_reduce returned {got}, expected {world * (world + 1) / 2}",
+            values,
+            "wrong collective results: check gpu.p2p, try NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1",
+        )
     devices = values["devices"]
     if backend == "nccl" and len(set(devices)) < len(devices):
-        return Outcome(Status.WARN, f"ranks share GPUs: {devices}", values,
-                       "one GPU per rank: torch.cuda.set_device(local_rank) before init_process_group")
+        return Outcome(
+            Status.WARN,
+            f"ranks share GPUs: {devices}",
+            values,
+            "one GPU per rank: torch.cuda.set_device(local_rank) before init_process_group",
+        )
     if values["init_s"] > 10:
-        return Outcome(Status.WARN, f"{world} ranks, {backend} init took {values['init_s']:.1f} s", values,
-                       "slow init: check DNS/hostname resolution and NCCL_SOCKET_IFNAME")
-    return ok(f"{world} ranks, {backend} init {values['init_s']:.2f} s, all_reduce correct, "
-              "monitored_barrier passed", **values)
+        return Outcome(
+            Status.WARN,
+            f"{world} ranks, {backend} init took {values['init_s']:.1f} s",
+            values,
+            "slow init: check DNS/hostname resolution and NCCL_SOCKET_IFNAME",
+        )
+    return ok(
+        f"{world} ranks, {backend} init {values['init_s']:.2f} s, all_reduce correct, "
+        "monitored_barrier passed",
+        **values,
+    )
 
 
 # --------------------------------------------------------------------------- dist.busbw
@@ -288,7 +384,9 @@ def sweep_sizes(backend: str, bucket_bytes: int) -> list[int]:
     return sorted(set(sizes))
 
 
-def _time_allreduce(env: RankEnv, nbytes: int, budget_s: float, warmup: int, max_iters: int) -> float:
+def _time_allreduce(
+    env: RankEnv, nbytes: int, budget_s: float, warmup: int, max_iters: int
+) -> float:
     """Mean seconds per all_reduce of ``nbytes`` (max over ranks). CUDA events on GPU, since the
     host returns before the kernel finishes; a short queue of calls hides launch overhead."""
     torch, dist = env.torch, env.dist
@@ -337,8 +435,11 @@ def parse_nccl_log(text: str) -> dict[str, Any]:
     version = re.search(r"NCCL version ([\d.]+\S*)", text)
     transports = sorted({m.group(1).rstrip(",") for m in _TRANSPORT.finditer(text)})
     net = _NET.search(text)
-    return {"nccl_version": version.group(1) if version else None, "transports": transports,
-            "net": f"{net.group(1)}:{net.group(2)}" if net else None}
+    return {
+        "nccl_version": version.group(1) if version else None,
+        "transports": transports,
+        "net": f"{net.group(1)}:{net.group(2)}" if net else None,
+    }
 
 
 #: Conservative busbw floors (GB/s) at the top of our sweep, by link class; below 30 % of these
@@ -348,10 +449,16 @@ REFERENCE_BUSBW = {"NVLink": 100.0, "PCIe": 10.0, "PCIe across CPU": 6.0}
 
 def busbw_table(sizes: list[int], times: list[float], world: int) -> list[dict[str, float]]:
     rows = []
-    for size, t in zip(sizes, times):
+    for size, t in zip(sizes, times, strict=True):
         algbw = size / t / 1e9
-        rows.append({"bytes": size, "time_us": round(t * 1e6, 1), "algbw_gbps": round(algbw, 3),
-                     "busbw_gbps": round(algbw * bus_factor(world), 3)})
+        rows.append(
+            {
+                "bytes": size,
+                "time_us": round(t * 1e6, 1),
+                "algbw_gbps": round(algbw, 3),
+                "busbw_gbps": round(algbw * bus_factor(world), 3),
+            }
+        )
     return rows
 
 
@@ -362,7 +469,7 @@ def busbw_at(rows: list[dict[str, Any]], nbytes: float) -> float:
         return float("nan")
     if nbytes <= pts[0][0]:
         return pts[0][1]
-    for (s0, b0), (s1, b1) in zip(pts, pts[1:]):
+    for (s0, b0), (s1, b1) in zip(pts, pts[1:], strict=False):
         if s0 <= nbytes <= s1:
             w = (math.log(nbytes) - math.log(s0)) / (math.log(s1) - math.log(s0)) if s1 > s0 else 0
             return b0 + w * (b1 - b0)
@@ -382,16 +489,23 @@ def probe_busbw(ctx: ProbeContext) -> Outcome:
     logdir = None
     if backend == "nccl":
         logdir = tempfile.mkdtemp(prefix="ddp-lsp-nccl-")
-        rank_env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,NET",
-                    "NCCL_DEBUG_FILE": os.path.join(logdir, "nccl.%h.%p.log")}
+        rank_env = {
+            "NCCL_DEBUG": "INFO",
+            "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,NET",
+            "NCCL_DEBUG_FILE": os.path.join(logdir, "nccl.%h.%p.log"),
+        }
 
     def body(env: RankEnv) -> dict[str, Any]:
         env.extra.update(sizes=sizes, budget_per_size_s=0.25 if backend == "gloo" else 0.05)
         return _busbw_body(env)
 
     res = run_ranks(ctx, world, backend, body, max(ctx.options.handshake_timeout_s, 30.0), rank_env)
-    values: dict[str, Any] = {"backend": backend, "world_size": world, "bucket_bytes": bucket,
-                              "timing": "CUDA events" if backend == "nccl" else "host clock (CPU)"}
+    values: dict[str, Any] = {
+        "backend": backend,
+        "world_size": world,
+        "bucket_bytes": bucket,
+        "timing": "CUDA events" if backend == "nccl" else "host clock (CPU)",
+    }
     if logdir:
         text = ""
         for path in glob.glob(os.path.join(logdir, "*.log")):
@@ -403,8 +517,13 @@ def probe_busbw(ctx: ProbeContext) -> Outcome:
     errors = res.errors()
     if errors or res.unfinished or 0 not in res.results:
         values["errors"] = {str(k): v for k, v in errors.items()}
-        return Outcome(Status.FAIL, "all_reduce sweep failed: " + (next(iter(errors.values()), "ranks did not finish")[:300]),
-                       values, "see dist.handshake")
+        return Outcome(
+            Status.FAIL,
+            "all_reduce sweep failed: "
+            + (next(iter(errors.values()), "ranks did not finish")[:300]),
+            values,
+            "see dist.handshake",
+        )
     rows = busbw_table(res.results[0]["sizes"], res.results[0]["times"], world)
     values["sweep"] = rows
     at_bucket = busbw_at(rows, bucket)
@@ -415,13 +534,19 @@ def probe_busbw(ctx: ProbeContext) -> Outcome:
     if topo is not None and topo.values.get("interconnect"):
         label = str(topo.values["interconnect"])
     values["link_class"] = label
-    msg = (f"busbw {at_bucket:.2f} GB/s at the {fmt_bytes(bucket)} bucket, peak {peak:.2f} GB/s "
-           f"({world} ranks, {backend}{', ' + label if label else ''})")
+    msg = (
+        f"busbw {at_bucket:.2f} GB/s at the {fmt_bytes(bucket)} bucket, peak {peak:.2f} GB/s "
+        f"({world} ranks, {backend}{', ' + label if label else ''})"
+    )
     ref = REFERENCE_BUSBW.get(label or "")
     if ref is not None and peak < 0.3 * ref:
-        return Outcome(Status.WARN, msg + f": below 30% of the ~{ref:g} GB/s expected for {label}", values,
-                       "check gpu.p2p and NCCL transports (NCCL_DEBUG=INFO); unset NCCL_P2P_DISABLE",
-                       ("NVIDIA/nccl-tests doc/PERFORMANCE.md",))
+        return Outcome(
+            Status.WARN,
+            msg + f": below 30% of the ~{ref:g} GB/s expected for {label}",
+            values,
+            "check gpu.p2p and NCCL transports (NCCL_DEBUG=INFO); unset NCCL_P2P_DISABLE",
+            ("NVIDIA/nccl-tests doc/PERFORMANCE.md",),
+        )
     return Outcome(Status.PASS, msg, values, None, ("NVIDIA/nccl-tests doc/PERFORMANCE.md",))
 
 
@@ -433,7 +558,7 @@ STANDIN_DIMS = (1024, 2048, 2048, 1024)
 
 def _standin(torch: Any, device: Any) -> Any:
     layers = []
-    for a, b in zip(STANDIN_DIMS, STANDIN_DIMS[1:]):
+    for a, b in zip(STANDIN_DIMS, STANDIN_DIMS[1:], strict=False):
         layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
     return torch.nn.Sequential(*layers[:-1]).to(device)
 
@@ -472,14 +597,22 @@ def _feasibility_body(env: RankEnv) -> dict[str, Any]:
     t_c = sorted(s[0] for s in samples)[len(samples) // 2]
     t_bwd = sorted(s[1] for s in samples)[len(samples) // 2]
     ddp = torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=[env.device.index] if cuda else None, bucket_cap_mb=env.extra["bucket_cap_mb"])
+        model,
+        device_ids=[env.device.index] if cuda else None,
+        bucket_cap_mb=env.extra["bucket_cap_mb"],
+    )
     for _ in range(2):
         step(ddp)
     ddp_t = sorted(step(ddp)[0] for _ in range(steps))[steps // 2]
     measured = torch.tensor([t_c, t_bwd, ddp_t], dtype=torch.float64, device=env.device)
     dist.all_reduce(measured, op=dist.ReduceOp.MAX)
-    out: dict[str, Any] = {"t_c": float(measured[0]), "t_bwd": float(measured[1]), "t_ddp": float(measured[2]),
-                           "params": sum(p.numel() for p in model.parameters()), "batch": batch}
+    out: dict[str, Any] = {
+        "t_c": float(measured[0]),
+        "t_bwd": float(measured[1]),
+        "t_ddp": float(measured[2]),
+        "params": sum(p.numel() for p in model.parameters()),
+        "batch": batch,
+    }
     if env.extra["measure_bucket"]:
         out["t_bucket"] = _time_allreduce(env, env.extra["bucket_bytes"], 0.3, 1, 10)
     return out
@@ -515,17 +648,27 @@ def probe_feasibility(ctx: ProbeContext) -> Outcome:
         return skip("one rank: no communication to weigh")
     bucket = int(ctx.options.bucket_cap_mb * MiB)
     prev = ctx.previous.get("dist.busbw")
-    sweep = prev.values.get("sweep") if prev is not None and prev.status is not Status.FAIL else None
+    sweep = (
+        prev.values.get("sweep") if prev is not None and prev.status is not Status.FAIL else None
+    )
 
     def body(env: RankEnv) -> dict[str, Any]:
-        env.extra.update(steps=5, bucket_cap_mb=ctx.options.bucket_cap_mb, bucket_bytes=bucket,
-                         measure_bucket=not sweep)
+        env.extra.update(
+            steps=5,
+            bucket_cap_mb=ctx.options.bucket_cap_mb,
+            bucket_bytes=bucket,
+            measure_bucket=not sweep,
+        )
         return _feasibility_body(env)
 
     res = run_ranks(ctx, world, backend, body, max(ctx.options.handshake_timeout_s, 60.0))
     if res.errors() or 0 not in res.results:
-        return Outcome(Status.FAIL, "stand-in step failed: " + next(iter(res.errors().values()), "ranks did not finish")[:300],
-                       {"errors": {str(k): v for k, v in res.errors().items()}})
+        return Outcome(
+            Status.FAIL,
+            "stand-in step failed: "
+            + next(iter(res.errors().values()), "ranks did not finish")[:300],
+            {"errors": {str(k): v for k, v in res.errors().items()}},
+        )
     r0 = res.results[0]
     standin_params = int(r0["params"])
     params = ctx.options.params or standin_params
@@ -551,30 +694,56 @@ def probe_feasibility(ctx: ProbeContext) -> Outcome:
     measured_speedup = world * t_c / (t_c + exposed) if t_c > 0 else 0.0
     speedup = min(v.speedup, measured_speedup)
     values = {
-        "params": params, "params_source": "given" if ctx.options.params else "stand-in",
-        "grad_bytes": grad_bytes, "bucket_bytes": bucket, "busbw_gbps": round(bw, 3), "busbw_source": source,
-        "t_allreduce_s": round(t_ar, 5), "t_compute_s": round(t_c, 5), "t_backward_s": round(t_bwd, 5),
-        "ratio": round(v.ratio, 3), "verdict": v.label,
-        "speedup_overlap_model": round(v.speedup, 2), "speedup_measured_overhead": round(measured_speedup, 2),
-        "predicted_speedup": round(speedup, 2), "world_size": world, "backend": backend,
-        "standin": {"params": standin_params, "batch": r0["batch"], "t_step_s": round(s_t_c, 5),
-                    "t_ddp_step_s": round(s_t_ddp, 5), "exposed_comm_s": round(max(0.0, s_t_ddp - s_t_c), 5)},
-        "compute_note": ("compute scaled from the stand-in MLP at the same batch" if ctx.options.params else
-                         "no parameter count given: verdict for the stand-in MLP itself"),
+        "params": params,
+        "params_source": "given" if ctx.options.params else "stand-in",
+        "grad_bytes": grad_bytes,
+        "bucket_bytes": bucket,
+        "busbw_gbps": round(bw, 3),
+        "busbw_source": source,
+        "t_allreduce_s": round(t_ar, 5),
+        "t_compute_s": round(t_c, 5),
+        "t_backward_s": round(t_bwd, 5),
+        "ratio": round(v.ratio, 3),
+        "verdict": v.label,
+        "speedup_overlap_model": round(v.speedup, 2),
+        "speedup_measured_overhead": round(measured_speedup, 2),
+        "predicted_speedup": round(speedup, 2),
+        "world_size": world,
+        "backend": backend,
+        "standin": {
+            "params": standin_params,
+            "batch": r0["batch"],
+            "t_step_s": round(s_t_c, 5),
+            "t_ddp_step_s": round(s_t_ddp, 5),
+            "exposed_comm_s": round(max(0.0, s_t_ddp - s_t_c), 5),
+        },
+        "compute_note": (
+            "compute scaled from the stand-in MLP at the same batch"
+            if ctx.options.params
+            else "no parameter count given: verdict for the stand-in MLP itself"
+        ),
         "device": "GPU" if backend == "nccl" else "CPU",
     }
-    msg = (f"grads {fmt_bytes(grad_bytes)}, t_ar {t_ar * 1e3:.1f} ms vs step {t_c * 1e3:.1f} ms -> "
-           f"r={v.ratio:.2f} {v.label} (x{speedup:.1f} on {world} ranks; {values['device']} estimate)")
+    msg = (
+        f"grads {fmt_bytes(grad_bytes)}, t_ar {t_ar * 1e3:.1f} ms vs step {t_c * 1e3:.1f} ms -> "
+        f"r={v.ratio:.2f} {v.label} (x{speedup:.1f} on {world} ranks; {values['device']} estimate)"
+    )
     if v.label == "worth it":
         return ok(msg, **values)
-    return Outcome(Status.WARN, msg, values,
-                   "larger per-rank batch; gradient accumulation under ddp.no_sync(); bf16 gradients "
-                   "(register_comm_hook(bf16_compress_hook)); larger bucket_cap_mb",
-                   ("https://docs.pytorch.org/docs/stable/notes/ddp.html",))
+    return Outcome(
+        Status.WARN,
+        msg,
+        values,
+        "larger per-rank batch; gradient accumulation under ddp.no_sync(); bf16 gradients "
+        "(register_comm_hook(bf16_compress_hook)); larger bucket_cap_mb",
+        ("https://docs.pytorch.org/docs/stable/notes/ddp.html",),
+    )
 
 
 DIST_PROBES: tuple[Probe, ...] = (
     Probe("dist.handshake", "Process group handshake", 60.0, probe_handshake, needs_torch=True),
     Probe("dist.busbw", "all_reduce bandwidth", 120.0, probe_busbw, needs_torch=True, quick=False),
-    Probe("feasibility", "Is DDP worth it", 300.0, probe_feasibility, needs_torch=True, quick=False),
+    Probe(
+        "feasibility", "Is DDP worth it", 300.0, probe_feasibility, needs_torch=True, quick=False
+    ),
 )

@@ -10,13 +10,20 @@ CUDA context created before a fork is unusable in the children (the dist probes 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ddp_lsp.preflight.probes.base import Outcome, Probe, ProbeContext, fmt_bytes, ok, read_text, skip
+from ddp_lsp.preflight.probes.base import (
+    Outcome,
+    Probe,
+    ProbeContext,
+    fmt_bytes,
+    ok,
+    read_text,
+    skip,
+)
 from ddp_lsp.preflight.schema import Status
 
 MiB = 1 << 20
@@ -143,8 +150,12 @@ def probe_env_versions(ctx: ProbeContext) -> Outcome:
     values["torch"] = torch.__version__
     values["cuda_build"] = torch.version.cuda
     values["distributed"] = bool(torch.distributed.is_available())
-    values["gloo"] = bool(torch.distributed.is_available() and torch.distributed.is_gloo_available())
-    values["nccl_available"] = bool(torch.distributed.is_available() and torch.distributed.is_nccl_available())
+    values["gloo"] = bool(
+        torch.distributed.is_available() and torch.distributed.is_gloo_available()
+    )
+    values["nccl_available"] = bool(
+        torch.distributed.is_available() and torch.distributed.is_nccl_available()
+    )
     try:
         if values["nccl_available"]:
             v = torch.cuda.nccl.version()
@@ -159,11 +170,17 @@ def probe_env_versions(ctx: ProbeContext) -> Outcome:
     if smi is not None:
         values.update(driver=smi.driver, driver_cuda=smi.cuda, gpus=list(smi.gpus))
     if not values["distributed"]:
-        return Outcome(Status.FAIL, f"torch {torch.__version__} was built without torch.distributed", values,
-                       "install an official torch wheel (macOS/Windows builds may lack distributed)")
+        return Outcome(
+            Status.FAIL,
+            f"torch {torch.__version__} was built without torch.distributed",
+            values,
+            "install an official torch wheel (macOS/Windows builds may lack distributed)",
+        )
     build = _major_minor(torch.version.cuda)
     driver = _major_minor(smi.cuda if smi else None)
-    desc = f"torch {torch.__version__}" + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ", CPU build")
+    desc = f"torch {torch.__version__}" + (
+        f", CUDA {torch.version.cuda}" if torch.version.cuda else ", CPU build"
+    )
     if values.get("nccl"):
         desc += f", NCCL {values['nccl']}"
     if smi and smi.driver:
@@ -212,17 +229,29 @@ def probe_cuda_basic(ctx: ProbeContext) -> Outcome:
     want_nccl = ctx.options.backend == "nccl"
     if ops.build() is None:
         if want_nccl:
-            return Outcome(Status.FAIL, "backend nccl requested but torch is a CPU-only build", values,
-                           "install a CUDA build of torch, or use backend='gloo'")
+            return Outcome(
+                Status.FAIL,
+                "backend nccl requested but torch is a CPU-only build",
+                values,
+                "install a CUDA build of torch, or use backend='gloo'",
+            )
         return skip("CPU-only torch build: no CUDA to probe", **values)
     if not ops.is_available():
         smi = ctx.which("nvidia-smi")
         if smi is None and not want_nccl:
             return skip("no NVIDIA driver (nvidia-smi not found) on this host", **values)
-        return Outcome(Status.FAIL, "torch.cuda.is_available() is False"
-                       + (f" ({vis_problem})" if vis_problem else "")
-                       + (" although nvidia-smi exists (driver/runtime mismatch or no device permission)" if smi else ""),
-                       values, "compare `nvidia-smi` with torch.version.cuda; check CUDA_VISIBLE_DEVICES and /dev/nvidia* permissions")
+        return Outcome(
+            Status.FAIL,
+            "torch.cuda.is_available() is False"
+            + (f" ({vis_problem})" if vis_problem else "")
+            + (
+                " although nvidia-smi exists (driver/runtime mismatch or no device permission)"
+                if smi
+                else ""
+            ),
+            values,
+            "compare `nvidia-smi` with torch.version.cuda; check CUDA_VISIBLE_DEVICES and /dev/nvidia* permissions",
+        )
     count = ops.device_count()
     lws = ctx.local_world_size(count)
     gpus = []
@@ -234,7 +263,9 @@ def probe_cuda_basic(ctx: ProbeContext) -> Outcome:
             busy.append(f"cuda:{i} has {fmt_bytes(total - free)} in use by other processes")
     values.update(device_count=count, local_world_size=lws, gpus=gpus)
     if vis_problem:
-        return Outcome(Status.FAIL, vis_problem, values, "list each GPU once in CUDA_VISIBLE_DEVICES")
+        return Outcome(
+            Status.FAIL, vis_problem, values, "list each GPU once in CUDA_VISIBLE_DEVICES"
+        )
     if count < lws:
         return Outcome(
             Status.FAIL,
@@ -247,10 +278,14 @@ def probe_cuda_basic(ctx: ProbeContext) -> Outcome:
     names = sorted({str(g["name"]) for g in gpus})
     msg = f"{count} GPU(s) ({', '.join(names)}) for {lws} ranks"
     if busy:
-        return Outcome(Status.WARN, msg + "; " + "; ".join(busy), values,
-                       "another job (or a stale rank on cuda:0) holds GPU memory: check nvidia-smi; call "
-                       "torch.cuda.set_device(local_rank) before init_process_group",
-                       ("pytorch/pytorch#135279",))
+        return Outcome(
+            Status.WARN,
+            msg + "; " + "; ".join(busy),
+            values,
+            "another job (or a stale rank on cuda:0) holds GPU memory: check nvidia-smi; call "
+            "torch.cuda.set_device(local_rank) before init_process_group",
+            ("pytorch/pytorch#135279",),
+        )
     return ok(msg, **values)
 
 
@@ -283,11 +318,22 @@ def probe_gpu_p2p(ctx: ProbeContext) -> Outcome:
             got = ops.to_host(b)
             same = got == expected
             gbps = nbytes / dt / 1e9
-            pairs.append({"src": src, "dst": dst, "peer_access": peer, "match": same, "gb_per_s": round(gbps, 2)})
+            pairs.append(
+                {
+                    "src": src,
+                    "dst": dst,
+                    "peer_access": peer,
+                    "match": same,
+                    "gb_per_s": round(gbps, 2),
+                }
+            )
             if not same:
                 zeros = not any(got[: 1 << 16])
-                mismatched.append(f"GPU{src}->GPU{dst}" + (" returned zeros" if zeros else " corrupted data")
-                                  + (" (P2P enabled)" if peer else ""))
+                mismatched.append(
+                    f"GPU{src}->GPU{dst}"
+                    + (" returned zeros" if zeros else " corrupted data")
+                    + (" (P2P enabled)" if peer else "")
+                )
             elif gbps < 1.0:
                 slow.append(f"GPU{src}->GPU{dst} {gbps:.2f} GB/s")
     values = {"pairs": pairs, "bytes": nbytes}
@@ -301,12 +347,19 @@ def probe_gpu_p2p(ctx: ProbeContext) -> Outcome:
             ("NVIDIA/nccl-tests#117", "NVIDIA/nccl#199", "Lightning-AI/pytorch-lightning#19425"),
         )
     if slow:
-        return Outcome(Status.WARN, "slow GPU copies: " + ", ".join(slow), values,
-                       "check `nvidia-smi topo -m` (SYS pairs) and PCIe ACS settings",
-                       ("NVIDIA/nccl#199",))
+        return Outcome(
+            Status.WARN,
+            "slow GPU copies: " + ", ".join(slow),
+            values,
+            "check `nvidia-smi topo -m` (SYS pairs) and PCIe ACS settings",
+            ("NVIDIA/nccl#199",),
+        )
     peer_pairs = sum(1 for p in pairs if p["peer_access"])
-    return ok(f"{len(pairs)} GPU pairs copy correctly ({peer_pairs} with peer access), "
-              f"min {min(float(p['gb_per_s']) for p in pairs):.1f} GB/s", **values)
+    return ok(
+        f"{len(pairs)} GPU pairs copy correctly ({peer_pairs} with peer access), "
+        f"min {min(float(p['gb_per_s']) for p in pairs):.1f} GB/s",
+        **values,
+    )
 
 
 # --------------------------------------------------------------------------- gpu.topo
@@ -346,11 +399,11 @@ def parse_topo(text: str) -> Topology:
     header = [h.strip() for h in re.split(r"\t+", lines[header_idx].strip())]
     devices = [h for h in header if re.fullmatch(r"(GPU|NIC)\d+|mlx\S+", h)]
     gpus = tuple(h for h in devices if h.startswith("GPU"))
-    rest = header[len(devices):]
+    rest = header[len(devices) :]
     links: dict[tuple[int, int], str] = {}
     cpu_aff: dict[int, str] = {}
     numa_aff: dict[int, str] = {}
-    for ln in lines[header_idx + 1:]:
+    for ln in lines[header_idx + 1 :]:
         cells = [c.strip() for c in re.split(r"\t+", ln.strip())]
         if not cells or not re.fullmatch(r"GPU\d+", cells[0]):
             continue
@@ -360,8 +413,8 @@ def parse_topo(text: str) -> Topology:
                 j = int(dev[3:])
                 if i != j:
                     links[(i, j)] = cells[col]
-        extra = cells[1 + len(devices):]
-        for name, value in zip(rest, extra):
+        extra = cells[1 + len(devices) :]
+        for name, value in zip(rest, extra, strict=False):
             if name.lower().startswith("cpu affinity"):
                 cpu_aff[i] = value
             elif name.lower().startswith("numa affinity"):
@@ -385,8 +438,12 @@ def probe_gpu_topo(ctx: ProbeContext) -> Outcome:
         return skip("nvidia-smi not found")
     res = ctx.run([exe, "topo", "-m"], 10)
     if res.returncode != 0:
-        return Outcome(Status.WARN, f"nvidia-smi topo -m failed: {(res.stderr or res.stdout).strip()[:200]}", {},
-                       "run nvidia-smi topo -m by hand; check the driver")
+        return Outcome(
+            Status.WARN,
+            f"nvidia-smi topo -m failed: {(res.stderr or res.stdout).strip()[:200]}",
+            {},
+            "run nvidia-smi topo -m by hand; check the driver",
+        )
     topo = parse_topo(res.stdout)
     if not topo.gpus:
         return skip("nvidia-smi topo -m listed no GPUs")
@@ -398,29 +455,53 @@ def probe_gpu_topo(ctx: ProbeContext) -> Outcome:
         text = read_text(ctx.hooks.path("sys/bus/pci/devices", f"{dom[-4:]}:{rest}", "numa_node"))
         numa_nodes[f"GPU{idx}"] = int(text) if text and text.strip().lstrip("-").isdigit() else None
     pairs = {f"GPU{i}-GPU{j}": link for (i, j), link in sorted(topo.links.items()) if i < j}
-    worst = max(topo.links.values(), key=lambda lk: LINK_RANK.get(re.sub(r"\d+$", "", lk), 0), default="")
-    values: dict[str, object] = {"gpus": len(topo.gpus), "links": pairs, "cpu_affinity": {f"GPU{k}": v for k, v in topo.cpu_affinity.items()},
-                                 "numa_affinity": {f"GPU{k}": v for k, v in topo.numa_affinity.items()},
-                                 "numa_node": numa_nodes, "interconnect": link_class(worst) if worst else None}
+    worst = max(
+        topo.links.values(), key=lambda lk: LINK_RANK.get(re.sub(r"\d+$", "", lk), 0), default=""
+    )
+    values: dict[str, object] = {
+        "gpus": len(topo.gpus),
+        "links": pairs,
+        "cpu_affinity": {f"GPU{k}": v for k, v in topo.cpu_affinity.items()},
+        "numa_affinity": {f"GPU{k}": v for k, v in topo.numa_affinity.items()},
+        "numa_node": numa_nodes,
+        "interconnect": link_class(worst) if worst else None,
+    }
     problems: list[str] = []
     fixes: list[str] = []
     sys_pairs = [p for p, lk in pairs.items() if lk == "SYS"]
     if sys_pairs:
-        problems.append(f"{len(sys_pairs)} GPU pair(s) connect across the CPU socket link (SYS: {', '.join(sys_pairs[:4])}): "
-                        "NCCL disables P2P there and bandwidth drops")
-        fixes.append("place communicating ranks on GPUs under one socket, or accept the slower path")
+        problems.append(
+            f"{len(sys_pairs)} GPU pair(s) connect across the CPU socket link (SYS: {', '.join(sys_pairs[:4])}): "
+            "NCCL disables P2P there and bandwidth drops"
+        )
+        fixes.append(
+            "place communicating ranks on GPUs under one socket, or accept the slower path"
+        )
     try:
         mine = ctx.hooks.cpu_affinity()
     except OSError:
         mine = set()
-    disjoint = [f"GPU{i}" for i, text in topo.cpu_affinity.items() if mine and text and not (parse_cpulist(text) & mine)]
+    disjoint = [
+        f"GPU{i}"
+        for i, text in topo.cpu_affinity.items()
+        if mine and text and not (parse_cpulist(text) & mine)
+    ]
     if disjoint:
-        problems.append(f"this process may only run on CPUs outside the affinity of {', '.join(disjoint)}")
-        fixes.append("torchrun --numa-binding=node (torch >= 2.8), or bind each rank with numactl --cpunodebind")
+        problems.append(
+            f"this process may only run on CPUs outside the affinity of {', '.join(disjoint)}"
+        )
+        fixes.append(
+            "torchrun --numa-binding=node (torch >= 2.8), or bind each rank with numactl --cpunodebind"
+        )
     link_summary = ", ".join(sorted({link_class(lk) for lk in pairs.values()})) or "single GPU"
     if problems:
-        return Outcome(Status.WARN, "; ".join(problems), values, "; ".join(fixes),
-                       ("NCCL docs NCCL_P2P_LEVEL", "pytorch/pytorch#115305"))
+        return Outcome(
+            Status.WARN,
+            "; ".join(problems),
+            values,
+            "; ".join(fixes),
+            ("NCCL docs NCCL_P2P_LEVEL", "pytorch/pytorch#115305"),
+        )
     return ok(f"{len(topo.gpus)} GPUs, links: {link_summary}", **values)
 
 
@@ -468,21 +549,40 @@ def probe_dcgm(ctx: ProbeContext) -> Outcome:
     try:
         data = json.loads(res.stdout)
     except ValueError:
-        return Outcome(Status.WARN, f"dcgmi diag gave no JSON (exit {res.returncode}): {(res.stderr or res.stdout).strip()[:200]}",
-                       {}, "is nv-hostengine running? try `dcgmi diag -r 1` by hand")
+        return Outcome(
+            Status.WARN,
+            f"dcgmi diag gave no JSON (exit {res.returncode}): {(res.stderr or res.stdout).strip()[:200]}",
+            {},
+            "is nv-hostengine running? try `dcgmi diag -r 1` by hand",
+        )
     tests = parse_dcgm(data)
     values = {"tests": [{"name": n, "status": s} for n, s, _ in tests]}
-    failed = [f"{n}: {i}".rstrip(": ") for n, s, i in tests if s.lower() in ("fail", "failed", "error")]
+    failed = [
+        f"{n}: {i}".rstrip(": ") for n, s, i in tests if s.lower() in ("fail", "failed", "error")
+    ]
     warned = [n for n, s, _ in tests if s.lower() in ("warn", "warning")]
     if failed:
-        return Outcome(Status.FAIL, "DCGM level 1 failed: " + "; ".join(failed), values,
-                       "see `dcgmi diag -r 1` for details; fix the driver/permissions issue it names",
-                       ("https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html",))
+        return Outcome(
+            Status.FAIL,
+            "DCGM level 1 failed: " + "; ".join(failed),
+            values,
+            "see `dcgmi diag -r 1` for details; fix the driver/permissions issue it names",
+            ("https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html",),
+        )
     if warned:
-        return Outcome(Status.WARN, "DCGM level 1 warnings: " + ", ".join(warned), values, "see `dcgmi diag -r 1`")
+        return Outcome(
+            Status.WARN,
+            "DCGM level 1 warnings: " + ", ".join(warned),
+            values,
+            "see `dcgmi diag -r 1`",
+        )
     if not tests:
-        return Outcome(Status.WARN, "dcgmi diag -r 1 returned no test results we could read", values,
-                       "run `dcgmi diag -r 1` by hand")
+        return Outcome(
+            Status.WARN,
+            "dcgmi diag -r 1 returned no test results we could read",
+            values,
+            "run `dcgmi diag -r 1` by hand",
+        )
     return ok(f"DCGM level 1: {len(tests)} checks passed", **values)
 
 

@@ -56,7 +56,11 @@ def effective_cpus(ctx: ProbeContext) -> tuple[int, dict[str, int | None]]:
                 quota_cpus = None
     candidates = [c for c in (affinity, quota_cpus) if c]
     cpus = min(candidates) if candidates else (ctx.hooks.cpu_count() or 1)
-    return cpus, {"affinity_cpus": affinity, "cgroup_cpus": quota_cpus, "host_cpus": ctx.hooks.cpu_count()}
+    return cpus, {
+        "affinity_cpus": affinity,
+        "cgroup_cpus": quota_cpus,
+        "host_cpus": ctx.hooks.cpu_count(),
+    }
 
 
 def recommended_workers(cpus: int, local_world_size: int) -> int:
@@ -79,7 +83,9 @@ def _shm_need(ctx: ProbeContext, cpus: int) -> tuple[int, dict[str, object]]:
         batch = DEFAULT_BATCH_BYTES
         assumed.append("batch_bytes")
     # Before torch is imported the backend is only known if given: assume NCCL where a driver is.
-    uses_nccl = ctx.options.backend == "nccl" or (ctx.options.backend is None and ctx.which("nvidia-smi"))
+    uses_nccl = ctx.options.backend == "nccl" or (
+        ctx.options.backend is None and ctx.which("nvidia-smi")
+    )
     nccl = NCCL_SHM_BYTES if uses_nccl else 0
     need = int(lws * workers * PREFETCH_FACTOR * batch * 1.25) + nccl
     return need, {
@@ -140,7 +146,7 @@ def probe_shm(ctx: ProbeContext) -> Outcome:
     )
     formula = (
         f"{detail['local_world_size']} ranks x {detail['num_workers']} workers x "
-        f"{PREFETCH_FACTOR} x {fmt_bytes(int(detail['batch_bytes']))} x 1.25"  # type: ignore[arg-type]
+        f"{PREFETCH_FACTOR} x {fmt_bytes(int(str(detail['batch_bytes'])))} x 1.25"
         + (" + 64 MiB NCCL" if detail["nccl_bytes"] else "")
     )
     if detail["assumed"]:
@@ -160,7 +166,11 @@ def probe_shm(ctx: ProbeContext) -> Outcome:
     if failure:
         values["fallocate_error"] = failure
         return Outcome(
-            Status.FAIL, f"/dev/shm reports {fmt_bytes(usage.free)} free but {failure}", values, fix, refs
+            Status.FAIL,
+            f"/dev/shm reports {fmt_bytes(usage.free)} free but {failure}",
+            values,
+            fix,
+            refs,
         )
     if usage.free < 2 * need:
         return Outcome(
@@ -171,7 +181,9 @@ def probe_shm(ctx: ProbeContext) -> Outcome:
             refs,
         )
     return Outcome(
-        Status.PASS, f"/dev/shm {fmt_bytes(usage.free)} free, need ~{fmt_bytes(need)} ({formula})", values
+        Status.PASS,
+        f"/dev/shm {fmt_bytes(usage.free)} free, need ~{fmt_bytes(need)} ({formula})",
+        values,
     )
 
 
@@ -246,8 +258,14 @@ def probe_limits(ctx: ProbeContext) -> Outcome:
         )
     refs = ("pytorch/pytorch#11201", "pytorch/pytorch#14768", "NVIDIA/nccl-tests#206")
     if not problems:
-        memlock_note = "" if ib else f"; memlock {_limit_text(memlock_soft, 1024)} (no InfiniBand, so unused)"
-        return Outcome(Status.PASS, f"nofile {_limit_text(nofile_soft)}, nproc {_limit_text(nproc_soft)}{memlock_note}", values)
+        memlock_note = (
+            "" if ib else f"; memlock {_limit_text(memlock_soft, 1024)} (no InfiniBand, so unused)"
+        )
+        return Outcome(
+            Status.PASS,
+            f"nofile {_limit_text(nofile_soft)}, nproc {_limit_text(nproc_soft)}{memlock_note}",
+            values,
+        )
     worst = Status.FAIL if any(p[0] is Status.FAIL for p in problems) else Status.WARN
     return Outcome(
         worst, "; ".join(p[1] for p in problems), values, "; ".join(p[2] for p in problems), refs
@@ -269,9 +287,7 @@ def probe_cpu_workers(ctx: ProbeContext) -> Outcome:
     }
     workers = ctx.options.num_workers
     if workers is None:
-        return ok(
-            f"{cpus} CPUs for {lws} ranks: num_workers <= {rec} per DataLoader", **values
-        )
+        return ok(f"{cpus} CPUs for {lws} ranks: num_workers <= {rec} per DataLoader", **values)
     total = workers * lws
     values["num_workers"] = workers
     values["total_workers"] = total
@@ -290,7 +306,9 @@ def probe_cpu_workers(ctx: ProbeContext) -> Outcome:
 
 # --------------------------------------------------------------------------- net.iface
 
-_VIRTUAL = re.compile(r"^(lo|docker\d*|veth.*|br-.*|virbr.*|cni.*|flannel.*|cali.*|tun.*|tap.*|ifb.*|dummy.*)$")
+_VIRTUAL = re.compile(
+    r"^(lo|docker\d*|veth.*|br-.*|virbr.*|cni.*|flannel.*|cali.*|tun.*|tap.*|ifb.*|dummy.*)$"
+)
 
 
 def list_interfaces(ctx: ProbeContext) -> list[dict[str, object]]:
@@ -309,7 +327,9 @@ def list_interfaces(ctx: ProbeContext) -> list[dict[str, object]]:
         oper = (read_text(os.path.join(base, name, "operstate")) or "unknown").strip()
         # IFF_UP is bit 0; loopback reports operstate "unknown" while being perfectly up.
         up = bool(flags & 0x1) and oper in ("up", "unknown")
-        out.append({"name": name, "up": up, "operstate": oper, "virtual": bool(_VIRTUAL.match(name))})
+        out.append(
+            {"name": name, "up": up, "operstate": oper, "virtual": bool(_VIRTUAL.match(name))}
+        )
     return out
 
 
@@ -366,7 +386,11 @@ def probe_net_iface(ctx: ProbeContext) -> Outcome:
                 )
     if not physical:
         status = Status.FAIL if multi else Status.WARN
-        where = "other nodes cannot reach this host" if multi else "fine on one node; other nodes could not reach it"
+        where = (
+            "other nodes cannot reach this host"
+            if multi
+            else "fine on one node; other nodes could not reach it"
+        )
         return Outcome(
             status,
             f"only loopback/virtual interfaces are up ({', '.join(str(i['name']) for i in up)}): {where}",
@@ -400,7 +424,7 @@ def _port_owners(ctx: ProbeContext, port: int) -> list[str]:
             cols = line.split()
             if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
                 inodes.add(cols[9])
-    owners = []
+    owners: list[str] = []
     if not inodes:
         return owners
     proc = ctx.hooks.path("proc")
@@ -409,7 +433,11 @@ def _port_owners(ctx: ProbeContext, port: int) -> list[str]:
             for fd in os.listdir(os.path.join(proc, pid, "fd")):
                 link = os.readlink(os.path.join(proc, pid, "fd", fd))
                 if link.startswith("socket:[") and link[8:-1] in inodes:
-                    cmd = (read_text(os.path.join(proc, pid, "cmdline")) or "").replace("\0", " ").strip()
+                    cmd = (
+                        (read_text(os.path.join(proc, pid, "cmdline")) or "")
+                        .replace("\0", " ")
+                        .strip()
+                    )
                     owners.append(f"pid {pid} ({cmd[:80]})")
                     break
         except OSError:
@@ -429,7 +457,7 @@ def _is_local(addr: str) -> bool:
     except OSError:
         return False
     for info in infos:
-        ip = info[4][0]
+        ip = str(info[4][0])
         if ip.startswith("127.") or ip == "::1":
             return True
         try:
@@ -446,16 +474,22 @@ def probe_rdzv_port(ctx: ProbeContext) -> Outcome:
     port_text = ctx.env.get("MASTER_PORT", "29500")
     if not port_text.isdigit() or not (0 < int(port_text) < 65536):
         return Outcome(
-            Status.FAIL, f"MASTER_PORT={port_text!r} is not a port", {"master_port": port_text},
+            Status.FAIL,
+            f"MASTER_PORT={port_text!r} is not a port",
+            {"master_port": port_text},
             "export MASTER_PORT=29500",
         )
     port = int(port_text)
     values: dict[str, object] = {"master_addr": addr, "master_port": port}
     try:
-        resolved = sorted({i[4][0] for i in socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)})
+        resolved = sorted(
+            {str(i[4][0]) for i in socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)}
+        )
     except OSError as exc:
         return Outcome(
-            Status.FAIL, f"MASTER_ADDR={addr} does not resolve: {exc}", values,
+            Status.FAIL,
+            f"MASTER_ADDR={addr} does not resolve: {exc}",
+            values,
             "set MASTER_ADDR to the rank-0 host's address reachable from every node",
         )
     values["resolved"] = resolved
@@ -466,18 +500,31 @@ def probe_rdzv_port(ctx: ProbeContext) -> Outcome:
             with socket.create_connection((addr, port), timeout=2):
                 return ok(f"torchrun store at {addr}:{port} reachable", **values)
         except OSError as exc:
-            return Outcome(Status.FAIL, f"torchrun store {addr}:{port} unreachable: {exc}", values,
-                           "check MASTER_ADDR/MASTER_PORT and firewalls between nodes")
+            return Outcome(
+                Status.FAIL,
+                f"torchrun store {addr}:{port} unreachable: {exc}",
+                values,
+                "check MASTER_ADDR/MASTER_PORT and firewalls between nodes",
+            )
     if not _is_local(addr):
-        return ok(f"MASTER_ADDR={addr} resolves to {', '.join(resolved)} (not this host: "
-                  "its port is checked on that host)", **values)
-    with socket.socket(socket.AF_INET6 if ":" in resolved[0] else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        return ok(
+            f"MASTER_ADDR={addr} resolves to {', '.join(resolved)} (not this host: "
+            "its port is checked on that host)",
+            **values,
+        )
+    with socket.socket(
+        socket.AF_INET6 if ":" in resolved[0] else socket.AF_INET, socket.SOCK_STREAM
+    ) as sock:
         try:
             sock.bind((resolved[0], port))
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
-                return Outcome(Status.FAIL, f"cannot bind {addr}:{port}: {exc.strerror}", values,
-                               "pick another MASTER_PORT")
+                return Outcome(
+                    Status.FAIL,
+                    f"cannot bind {addr}:{port}: {exc.strerror}",
+                    values,
+                    "pick another MASTER_PORT",
+                )
             owners = _port_owners(ctx, port)
             values["owners"] = owners
             alt = free_port()
@@ -528,55 +575,115 @@ def lint_env(env: Mapping[str, str], infiniband: bool = False) -> list[tuple[Sta
         return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
     if is_on("NCCL_P2P_DISABLE"):
-        out.append((Status.WARN, "NCCL_P2P_DISABLE=1: GPU-to-GPU traffic goes through host memory (several times slower)",
-                    "unset it unless gpu.p2p shows broken P2P on this host"))
+        out.append(
+            (
+                Status.WARN,
+                "NCCL_P2P_DISABLE=1: GPU-to-GPU traffic goes through host memory (several times slower)",
+                "unset it unless gpu.p2p shows broken P2P on this host",
+            )
+        )
     if is_on("NCCL_SHM_DISABLE"):
-        out.append((Status.WARN, "NCCL_SHM_DISABLE=1: intra-node traffic falls back to sockets",
-                    "unset NCCL_SHM_DISABLE (give the container a real /dev/shm instead)"))
+        out.append(
+            (
+                Status.WARN,
+                "NCCL_SHM_DISABLE=1: intra-node traffic falls back to sockets",
+                "unset NCCL_SHM_DISABLE (give the container a real /dev/shm instead)",
+            )
+        )
     if is_on("NCCL_IB_DISABLE") and infiniband:
-        out.append((Status.WARN, "NCCL_IB_DISABLE=1 with InfiniBand present: inter-node traffic uses TCP",
-                    "unset NCCL_IB_DISABLE"))
+        out.append(
+            (
+                Status.WARN,
+                "NCCL_IB_DISABLE=1 with InfiniBand present: inter-node traffic uses TCP",
+                "unset NCCL_IB_DISABLE",
+            )
+        )
     for name in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"):
         if env.get(name, "").strip() == "0":
-            out.append((Status.WARN, f"{name}=0: a failed or timed-out collective no longer tears the job down, so ranks hang",
-                        f"unset {name} (default 3: tear down on error)"))
+            out.append(
+                (
+                    Status.WARN,
+                    f"{name}=0: a failed or timed-out collective no longer tears the job down, so ranks hang",
+                    f"unset {name} (default 3: tear down on error)",
+                )
+            )
     dump = is_on("TORCH_NCCL_DUMP_ON_TIMEOUT")
     buf = env.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or env.get("TORCH_FR_BUFFER_SIZE") or "0"
     if dump and (not buf.strip().isdigit() or int(buf) <= 0):
-        out.append((Status.WARN, "TORCH_NCCL_DUMP_ON_TIMEOUT=1 without a trace buffer: the flight recorder records nothing",
-                    "export TORCH_NCCL_TRACE_BUFFER_SIZE=2000"))
+        out.append(
+            (
+                Status.WARN,
+                "TORCH_NCCL_DUMP_ON_TIMEOUT=1 without a trace buffer: the flight recorder records nothing",
+                "export TORCH_NCCL_TRACE_BUFFER_SIZE=2000",
+            )
+        )
     for name in ("TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT"):
         if is_on(name):
-            out.append((Status.WARN, f"{name}=1: the host blocks on every collective (debugging only; slows training)",
-                        f"unset {name}"))
+            out.append(
+                (
+                    Status.WARN,
+                    f"{name}=1: the host blocks on every collective (debugging only; slows training)",
+                    f"unset {name}",
+                )
+            )
     for legacy in ("NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT"):
         if legacy in env:
-            out.append((Status.WARN, f"{legacy} is the pre-2.2 name; PyTorch reads TORCH_{legacy}",
-                        f"rename to TORCH_{legacy}"))
+            out.append(
+                (
+                    Status.WARN,
+                    f"{legacy} is the pre-2.2 name; PyTorch reads TORCH_{legacy}",
+                    f"rename to TORCH_{legacy}",
+                )
+            )
     if is_on("CUDA_LAUNCH_BLOCKING"):
-        out.append((Status.WARN, "CUDA_LAUNCH_BLOCKING=1 serialises every kernel (debugging only)",
-                    "unset CUDA_LAUNCH_BLOCKING"))
+        out.append(
+            (
+                Status.WARN,
+                "CUDA_LAUNCH_BLOCKING=1 serialises every kernel (debugging only)",
+                "unset CUDA_LAUNCH_BLOCKING",
+            )
+        )
     if env.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
-        out.append((Status.PASS, "TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective (slower; good for a first run)", ""))
+        out.append(
+            (
+                Status.PASS,
+                "TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective (slower; good for a first run)",
+                "",
+            )
+        )
     if env.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"):
         out.append((Status.PASS, f"NCCL_DEBUG={env['NCCL_DEBUG']}: verbose logs", ""))
     for name in sorted(env):
         if (name.startswith("NCCL_") or name.startswith("TORCH_NCCL_")) and name not in KNOWN_VARS:
             close = difflib.get_close_matches(name, KNOWN_VARS, n=1, cutoff=0.85)
             if close:
-                out.append((Status.WARN, f"{name} is not a variable NCCL or PyTorch reads; did you mean {close[0]}?",
-                            f"rename {name} to {close[0]}"))
+                out.append(
+                    (
+                        Status.WARN,
+                        f"{name} is not a variable NCCL or PyTorch reads; did you mean {close[0]}?",
+                        f"rename {name} to {close[0]}",
+                    )
+                )
     return out
 
 
 def probe_env_lint(ctx: ProbeContext) -> Outcome:
     findings = lint_env(ctx.env, has_infiniband(ctx))
-    seen = {k: v for k, v in sorted(ctx.env.items()) if k.startswith(("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED", "GLOO_"))}
+    seen = {
+        k: v
+        for k, v in sorted(ctx.env.items())
+        if k.startswith(("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED", "GLOO_"))
+    }
     values = {"variables": seen, "findings": [f[1] for f in findings]}
     warns = [f for f in findings if f[0] is Status.WARN]
     if warns:
-        return Outcome(Status.WARN, "; ".join(f[1] for f in warns), values, "; ".join(f[2] for f in warns),
-                       ("https://docs.pytorch.org/docs/stable/torch_nccl_environment_variables.html",))
+        return Outcome(
+            Status.WARN,
+            "; ".join(f[1] for f in warns),
+            values,
+            "; ".join(f[2] for f in warns),
+            ("https://docs.pytorch.org/docs/stable/torch_nccl_environment_variables.html",),
+        )
     if findings:
         return ok("; ".join(f[1] for f in findings), **values)
     return ok(f"{len(seen)} NCCL/TORCH_NCCL variables set, none risky", **values)
