@@ -13,6 +13,7 @@ from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext
 from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules._graph import under_no_grad
 
 # Identifiers that mean "gradient synchronisation is already being managed here": DDP's and
 # Fabric's ``no_sync``, nanoGPT's ``require_backward_grad_sync``, helper names such as
@@ -31,8 +32,19 @@ _OPTIMIZER_NAME = re.compile(r"^(opt|optim|optimi[sz]er)(_\w+)?$|_(opt|optim|opt
 # Calls that never run a forward pass although they take the model as an argument.
 _NOT_FORWARD = frozenset(
     {
-        "isinstance", "getattr", "hasattr", "setattr", "type", "id", "print", "len", "repr",
-        "str", "vars", "dir", "callable",
+        "isinstance",
+        "getattr",
+        "hasattr",
+        "setattr",
+        "type",
+        "id",
+        "print",
+        "len",
+        "repr",
+        "str",
+        "vars",
+        "dir",
+        "callable",
     }
 )
 _NOT_FORWARD_WORDS = re.compile(
@@ -92,7 +104,9 @@ def is_optimizer_step(ctx: ChunkContext, call: ast.Call) -> bool:
     """``optimizer.step()``, ``self.opt.step()``, ``scaler.step(optimizer)``."""
     m = P.method_call(call, "step")
     if m is None:
-        return False
+        # A same-file or trainer helper named for it: `self.optimizer_step()`, `step_optimizer()`.
+        last = (N.dotted(call.func) or "").rsplit(".", 1)[-1].lower()
+        return "optim" in last and "step" in last
     assert isinstance(m.func, ast.Attribute)
     receiver = m.func.value
     kind = ctx.kind(receiver)
@@ -111,13 +125,17 @@ def is_optimizer_step(ctx: ChunkContext, call: ast.Call) -> bool:
     return bool(_OPTIMIZER_NAME.search(last))
 
 
-def forward_models(ctx: ChunkContext, loop: ast.AST, before: ast.AST, at: ast.AST) -> list[ast.expr]:
+def forward_models(
+    ctx: ChunkContext, loop: ast.AST, before: ast.AST, at: ast.AST
+) -> list[ast.expr]:
     """DDP-wrapped models whose forward runs in ``loop``'s body before ``before``: called
     directly (``model(x)``) or handed to a helper that runs it (``compute_loss(model, batch)``)."""
     out: list[ast.expr] = []
     for node in P.walk_scope(loop):
         if not isinstance(node, ast.Call) or P.order(node) >= _end(before):
             continue
+        if under_no_grad(ctx, node):
+            continue  # DDP does not prepare its reducer for a forward without autograd
         if _is_ddp(ctx, node.func, at):
             out.append(node.func)
             continue
@@ -187,6 +205,19 @@ def loaded_paths(expr: ast.AST) -> set[str]:
     return out
 
 
+def target_paths(target: ast.AST) -> set[str]:
+    """Names and dotted attributes an assignment target binds."""
+    out: set[str] = set()
+    for sub in ast.walk(target):
+        if isinstance(sub, ast.Name | ast.Attribute) and isinstance(
+            getattr(sub, "ctx", None), ast.Store
+        ):
+            d = N.dotted(sub)
+            if d:
+                out.add(d)
+    return out
+
+
 def stored_paths(node: ast.AST) -> set[str]:
     """Names and dotted attributes a statement (or expression) assigns."""
     out: set[str] = set()
@@ -203,13 +234,7 @@ def stored_paths(node: ast.AST) -> set[str]:
         elif isinstance(n, ast.With | ast.AsyncWith):
             targets = [i.optional_vars for i in n.items if i.optional_vars is not None]
         for t in targets:
-            for sub in ast.walk(t):
-                if isinstance(sub, ast.Name | ast.Attribute) and isinstance(
-                    getattr(sub, "ctx", None), ast.Store
-                ):
-                    d = N.dotted(sub)
-                    if d:
-                        out.add(d)
+            out |= target_paths(t)
     return out
 
 

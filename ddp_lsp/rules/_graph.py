@@ -33,45 +33,151 @@ CARRY, CLEAN, UNKNOWN = Taint.CARRY, Taint.CLEAN, Taint.UNKNOWN
 # tensors, metadata) or that cut it (detach, numpy).
 _CLEAN_METHODS = frozenset(
     {
-        "item", "tolist", "detach", "detach_", "numpy", "argmax", "argmin", "argsort", "long",
-        "int", "bool", "byte", "short", "char", "eq", "ne", "gt", "lt", "ge", "le", "size",
-        "dim", "ndimension", "numel", "nelement", "isnan", "isinf", "isfinite", "isneginf",
-        "isposinf", "all", "any", "nonzero", "count_nonzero", "element_size", "data_ptr",
-        "is_contiguous", "get_device", "equal", "allclose", "isclose", "logical_and",
-        "logical_or", "logical_not", "logical_xor", "__len__", "__float__", "__int__",
-        "stride", "storage_offset", "is_floating_point", "requires_grad_",
+        "item",
+        "tolist",
+        "detach",
+        "detach_",
+        "numpy",
+        "argmax",
+        "argmin",
+        "argsort",
+        "long",
+        "int",
+        "bool",
+        "byte",
+        "short",
+        "char",
+        "eq",
+        "ne",
+        "gt",
+        "lt",
+        "ge",
+        "le",
+        "size",
+        "dim",
+        "ndimension",
+        "numel",
+        "nelement",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "isneginf",
+        "isposinf",
+        "all",
+        "any",
+        "nonzero",
+        "count_nonzero",
+        "element_size",
+        "data_ptr",
+        "is_contiguous",
+        "get_device",
+        "equal",
+        "allclose",
+        "isclose",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "logical_xor",
+        "__len__",
+        "__float__",
+        "__int__",
+        "stride",
+        "storage_offset",
+        "is_floating_point",
+        "requires_grad_",
     }
 )
 _CLEAN_ATTRS = frozenset(
     {
-        "shape", "dtype", "device", "data", "grad", "requires_grad", "ndim", "is_cuda",
-        "is_leaf", "layout", "indices", "is_sparse", "names",
+        "shape",
+        "dtype",
+        "device",
+        "data",
+        "grad",
+        "requires_grad",
+        "ndim",
+        "is_cuda",
+        "is_leaf",
+        "layout",
+        "indices",
+        "is_sparse",
+        "names",
     }
 )
 _CLEAN_TORCH = frozenset(
     {
-        "torch.argmax", "torch.argmin", "torch.argsort", "torch.isnan", "torch.isinf",
-        "torch.isfinite", "torch.eq", "torch.ne", "torch.gt", "torch.lt", "torch.ge", "torch.le",
-        "torch.equal", "torch.allclose", "torch.isclose", "torch.numel", "torch.tensor",
-        "torch.as_tensor", "torch.zeros", "torch.ones", "torch.empty", "torch.full",
-        "torch.arange", "torch.linspace", "torch.zeros_like", "torch.ones_like",
-        "torch.empty_like", "torch.full_like", "torch.randn", "torch.rand", "torch.randint",
-        "torch.randperm", "torch.count_nonzero", "torch.nonzero",
-        "torch.bucketize", "torch.searchsorted", "torch.unique",
+        "torch.argmax",
+        "torch.argmin",
+        "torch.argsort",
+        "torch.isnan",
+        "torch.isinf",
+        "torch.isfinite",
+        "torch.eq",
+        "torch.ne",
+        "torch.gt",
+        "torch.lt",
+        "torch.ge",
+        "torch.le",
+        "torch.equal",
+        "torch.allclose",
+        "torch.isclose",
+        "torch.numel",
+        "torch.tensor",
+        "torch.as_tensor",
+        "torch.zeros",
+        "torch.ones",
+        "torch.empty",
+        "torch.full",
+        "torch.arange",
+        "torch.linspace",
+        "torch.zeros_like",
+        "torch.ones_like",
+        "torch.empty_like",
+        "torch.full_like",
+        "torch.randn",
+        "torch.rand",
+        "torch.randint",
+        "torch.randperm",
+        "torch.count_nonzero",
+        "torch.nonzero",
+        "torch.bucketize",
+        "torch.searchsorted",
+        "torch.unique",
     }
 )
 _CLEAN_BUILTINS = frozenset(
     {
-        "float", "int", "bool", "str", "len", "repr", "round", "format", "hash", "id",
-        "isinstance", "type", "print", "callable", "divmod", "math.isfinite", "math.isnan",
+        "float",
+        "int",
+        "bool",
+        "str",
+        "len",
+        "repr",
+        "round",
+        "format",
+        "hash",
+        "id",
+        "isinstance",
+        "type",
+        "print",
+        "callable",
+        "divmod",
+        "math.isfinite",
+        "math.isnan",
     }
 )
 _PASS_BUILTINS = frozenset({"sum", "max", "min", "abs", "list", "tuple", "sorted", "reversed"})
 # `.max(dim)[1]`, `.topk(k)[1]`, `.sort()[1]`, `torch.max(x, 1)[1]`: the index half.
 _INDEX_PAIRS = frozenset({"max", "min", "topk", "sort", "mode", "median", "kthvalue"})
 
+# Instances, by the names training code gives them (case-sensitive: `Net(...)` builds one).
 _MODEL_NAME = re.compile(
-    r"^(model|net|network|ddp_model|model_engine|wrapped_model|\w+_model|\w+_net)$", re.I
+    r"^(model|net|network|ddp_model|model_engine|wrapped_model|\w+_model|\w+_net)$"
+)
+# Factories return a module, not its output.
+_FACTORY = re.compile(
+    r"^_?(build|create|get|load|make|init|setup|wrap|prepare|construct|instantiate|from|to|"
+    r"unwrap|convert|compile|restore)_"
 )
 _NOT_TRAINED = re.compile(r"ema|teacher|target|frozen|momentum|old|ref|avg|swa|eval", re.I)
 _CRITERION_NAME = re.compile(
@@ -84,8 +190,15 @@ _STRONG_CRITERION = re.compile(
     r"^(criterion\w*|loss_fn|loss_func|lossfn|loss_function|compute_loss|calc_loss)$", re.I
 )
 _ENGINE = re.compile(r"accelerator|fabric|engine|trainer|deepspeed|strategy", re.I)
-_NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
-                      "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"})
+_NO_GRAD = frozenset(
+    {
+        "torch.no_grad",
+        "torch.inference_mode",
+        "torch.autograd.no_grad",
+        "torch.autograd.grad_mode.no_grad",
+        "torch.autograd.grad_mode.inference_mode",
+    }
+)
 TRAINING_STEP_NAMES = frozenset({"training_step", "train_step"})
 
 
@@ -195,15 +308,21 @@ class GraphFlow:
                 for item in node.items:
                     if item.optional_vars is not None:
                         self._bind(item.optional_vars, node, -1)
-        if isinstance(root, ast.FunctionDef | ast.AsyncFunctionDef) and root.name in TRAINING_STEP_NAMES:
+        if (
+            isinstance(root, ast.FunctionDef | ast.AsyncFunctionDef)
+            and root.name in TRAINING_STEP_NAMES
+        ):
             # Lightning's training_step returns the loss its trainer calls backward on.
             for node in P.walk_scope(root):
                 if isinstance(node, ast.Return) and node.value is not None:
                     value = node.value
                     if isinstance(value, ast.Dict):
                         value = next(
-                            (v for k, v in zip(value.keys, value.values)
-                             if isinstance(k, ast.Constant) and k.value == "loss"),
+                            (
+                                v
+                                for k, v in zip(value.keys, value.values, strict=True)
+                                if isinstance(k, ast.Constant) and k.value == "loss"
+                            ),
                             value,
                         )
                     path = N.dotted(value)
@@ -244,7 +363,9 @@ class GraphFlow:
         return result
 
     def _taint(self, e: ast.AST) -> Taint:
-        if isinstance(e, ast.Constant | ast.JoinedStr | ast.Compare | ast.Lambda | ast.FormattedValue):
+        if isinstance(
+            e, ast.Constant | ast.JoinedStr | ast.Compare | ast.Lambda | ast.FormattedValue
+        ):
             return CLEAN
         if isinstance(e, ast.Name):
             return self._lookup(e.id, e)
@@ -313,8 +434,14 @@ class GraphFlow:
             if kind in (K.DDP, K.FSDP):
                 return CARRY
             if qual.startswith("torch.nn.functional.") and (
-                last.endswith("loss") or last in ("cross_entropy", "binary_cross_entropy",
-                                                  "binary_cross_entropy_with_logits", "kl_div")
+                last.endswith("loss")
+                or last
+                in (
+                    "cross_entropy",
+                    "binary_cross_entropy",
+                    "binary_cross_entropy_with_logits",
+                    "kl_div",
+                )
             ):
                 args = self._args(call)
                 return CLEAN if args is CLEAN else CARRY
@@ -353,7 +480,11 @@ class GraphFlow:
         if dotted is None:
             return False
         last = dotted.rsplit(".", 1)[-1]
-        return bool(_MODEL_NAME.match(last)) and not _NOT_TRAINED.search(last)
+        return (
+            bool(_MODEL_NAME.match(last))
+            and not _NOT_TRAINED.search(last)
+            and not _FACTORY.match(last)
+        )
 
     def _lookup(self, path: str, at: ast.AST) -> Taint:
         where = P.order(at)
@@ -375,7 +506,7 @@ class GraphFlow:
         return result
 
     def _loops_of(self, node: ast.AST) -> list[ast.AST]:
-        out = []
+        out: list[ast.AST] = []
         for a in self.ctx.ancestors(node):
             if a is self.root or isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
                 break

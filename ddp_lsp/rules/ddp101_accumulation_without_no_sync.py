@@ -107,12 +107,16 @@ class AccumulationWithoutNoSync(Rule):
             root = P.scope_root(ctx, call)
             roots: list[ast.AST] = [root]
             roots.extend(
-                a for a in ctx.ancestors(root) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
+                a
+                for a in ctx.ancestors(root)
+                if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
             )
             if A.sync_managed(ctx, roots):
                 continue
             steps = [
-                n for n in P.walk_scope(root) if isinstance(n, ast.Call) and A.is_optimizer_step(ctx, n)
+                n
+                for n in P.walk_scope(root)
+                if isinstance(n, ast.Call) and A.is_optimizer_step(ctx, n)
             ]
             plan = self._plan(ctx, call, loops, steps, root)
             if plan is None:
@@ -170,7 +174,9 @@ class AccumulationWithoutNoSync(Rule):
         outer = loops[1:]
         for s in steps:
             s_loops = ctx.enclosing_loops(s)
-            if len(s_loops) == len(outer) and all(a is b for a, b in zip(s_loops, outer)):
+            if len(s_loops) == len(outer) and all(
+                a is b for a, b in zip(s_loops, outer, strict=True)
+            ):
                 if not self._inside(s, inner):
                     return _Plan(s, None, None, True, True)
         return None
@@ -249,7 +255,13 @@ class AccumulationWithoutNoSync(Rule):
         start, end = block[i], block[j]
         if any(self._inside(plan.step, s) for s in block[i : j + 1]):
             return None
-        if plan.cond_stmt is not None and any(self._inside(plan.cond_stmt, s) for s in block[i : j + 1]):
+        if plan.cond_stmt is not None and not P.before(backward, plan.cond_stmt):
+            # The step runs at the top of the next iteration: the sync would have to happen one
+            # micro-step earlier than the condition says; no fix rather than a wrong one.
+            return None
+        if plan.cond_stmt is not None and any(
+            self._inside(plan.cond_stmt, s) for s in block[i : j + 1]
+        ):
             return None
         if not P.starts_own_line(ctx, start) or not self._ends_own_line(ctx, end):
             return None
@@ -306,15 +318,24 @@ class AccumulationWithoutNoSync(Rule):
         out: set[str] = set()
         for n in ast.walk(inner):
             if isinstance(n, ast.stmt) and not P.before(n, start) and P.before(n, stop):
-                if isinstance(n, ast.If | ast.For | ast.AsyncFor | ast.While | ast.With | ast.AsyncWith | ast.Try):
+                if isinstance(
+                    n,
+                    ast.If
+                    | ast.For
+                    | ast.AsyncFor
+                    | ast.While
+                    | ast.With
+                    | ast.AsyncWith
+                    | ast.Try,
+                ):
                     # Compound statements: only their own header stores; their bodies are
                     # visited on their own.
                     if isinstance(n, ast.For | ast.AsyncFor):
-                        out |= A.stored_paths(n.target)
+                        out |= A.target_paths(n.target)
                     elif isinstance(n, ast.With | ast.AsyncWith):
                         for item in n.items:
                             if item.optional_vars is not None:
-                                out |= A.stored_paths(ast.Assign(targets=[item.optional_vars]))
+                                out |= A.target_paths(item.optional_vars)
                     continue
                 out |= A.stored_paths(n)
         return out
@@ -326,7 +347,9 @@ class AccumulationWithoutNoSync(Rule):
         cond: ast.expr = plan.cond
         at: ast.AST = plan.cond_stmt
         negated = False
-        if A.hoistable(cond) and not (A.loaded_paths(cond) & self._stores_between(inner, start, at)):
+        if A.hoistable(cond) and not (
+            A.loaded_paths(cond) & self._stores_between(inner, start, at)
+        ):
             return A.truth_text(ctx, cond, negate=not plan.accumulating_when)
         # A flag assigned after the forward: use the expression it is assigned.
         name = cond
@@ -365,7 +388,8 @@ class AccumulationWithoutNoSync(Rule):
             return None
         for n in P.walk_scope(inner):
             if isinstance(n, ast.Break | ast.Return) and not any(
-                isinstance(a, ast.For | ast.AsyncFor | ast.While) for a in self._loops_between(ctx, n, inner)
+                isinstance(a, ast.For | ast.AsyncFor | ast.While)
+                for a in self._loops_between(ctx, n, inner)
             ):
                 return None
         it = inner.iter
@@ -397,7 +421,10 @@ class AccumulationWithoutNoSync(Rule):
             return None
         name = index.id
         if name == "_":
-            if any(isinstance(n, ast.Name) and n.id == "_" and isinstance(n.ctx, ast.Load) for n in P.walk_scope(inner)):
+            if any(
+                isinstance(n, ast.Name) and n.id == "_" and isinstance(n.ctx, ast.Load)
+                for n in P.walk_scope(inner)
+            ):
                 return None
             if any(isinstance(n, ast.Name) and n.id == "micro_step" for n in ast.walk(root)):
                 return None
@@ -445,7 +472,9 @@ class AccumulationWithoutNoSync(Rule):
             return True
         if isinstance(v, ast.Call):
             f = v.func
-            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            name = (
+                f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            )
             return name in ("chunk", "split", "tensor_split", "unbind", "list", "tuple", "sorted")
         return False
 
@@ -991,5 +1020,38 @@ def train(loader, criterion, accum_steps):
 """,
         fixed=None,
         note="micro-steps over zip(...): the last one cannot be told in advance, no fix",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(loader, criterion, accum):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(loader):
+        if i > 0 and i % accum == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+        «criterion(model(x), y).backward()»
+""",
+        fixed=None,
+        note="the step at the top of the next iteration: the condition is one step late, no fix",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(loader, criterion, accum, max_steps):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = 0
+    while step < max_steps:
+        x, y = next(loader)
+        «criterion(model(x), y).backward()»
+        step += 1
+        if step % accum == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        fixed=None,
+        note="the counter changes after the backward: the condition cannot be hoisted, no fix",
     ),
 )

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
-from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
+from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Pos, RuleMeta, Severity, Span
 from ddp_lsp.rules import _graph as G
 from ddp_lsp.rules import _patterns as P
 
@@ -212,22 +212,38 @@ class GraphKeptAlive(Rule):
                     return True
                 continue
             elif isinstance(n, ast.Delete):
-                for t in n.targets:
-                    if isinstance(t, ast.Subscript) and N.dotted(t.value) == path:
+                for d in n.targets:
+                    if isinstance(d, ast.Subscript) and N.dotted(d.value) == path:
                         return True
                 continue
             else:
                 continue
             flat: list[ast.AST] = []
-            for t in targets:
-                flat.extend(ast.walk(t) if isinstance(t, ast.Tuple | ast.List) else [t])
-            if any(N.dotted(t) == path for t in flat):
+            for tgt in targets:
+                flat.extend(ast.walk(tgt) if isinstance(tgt, ast.Tuple | ast.List) else [tgt])
+            if any(N.dotted(x) == path for x in flat):
                 if value is not None and any(N.dotted(x) == path for x in ast.walk(value)):
                     continue  # `losses = losses + [loss]` keeps the old list
                 return True
         return False
 
     # -- the finding ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _grouping_parens(ctx: ChunkContext, store: _Store, leaf: ast.expr) -> Span | None:
+        """The span of ``(leaf)`` when the value is written in grouping parentheses (never a
+        call's own parentheses)."""
+        if isinstance(leaf, _ATOMS) or isinstance(store.node, ast.Call) and leaf in store.values:
+            return None
+        sp = ctx.span(leaf)
+        lines = ctx.chunk.lines
+        if sp.start.col == 0 or sp.end.line >= len(lines):
+            return None
+        if lines[sp.start.line][sp.start.col - 1] != "(":
+            return None
+        if lines[sp.end.line][sp.end.col : sp.end.col + 1] != ")":
+            return None
+        return Span(Pos(sp.start.line, sp.start.col - 1), Pos(sp.end.line, sp.end.col + 1))
 
     def _finding(
         self, ctx: ChunkContext, flow: G.GraphFlow, store: _Store, leaf: ast.expr
@@ -239,10 +255,19 @@ class GraphKeptAlive(Rule):
         if "\n" in container or len(container) > 40:
             container = G.dotted_path(store.container) or "the container"
         scalar = flow.is_scalar(leaf)
+        span = ctx.span(leaf)
+        grouped = self._grouping_parens(ctx, store, leaf)
+        if grouped is not None:
+            # `total += (loss * n)`: reuse the parentheses already there.
+            span, wrapped = grouped, f"({text})"
+
+        def edit(method: str) -> Edit:
+            return Edit(span, f"{wrapped}.{method}()")
+
         fixes = [
             Fix(
                 title=f"Store `{short}.detach()`",
-                edits=(ctx.replace_node(leaf, f"{wrapped}.detach()"),),
+                edits=(edit("detach"),),
                 safe=True,
                 preferred=True,
             )
@@ -251,7 +276,7 @@ class GraphKeptAlive(Rule):
             fixes.append(
                 Fix(
                     title=f"Store `{short}.item()` (a Python number; syncs with the device)",
-                    edits=(ctx.replace_node(leaf, f"{wrapped}.item()"),),
+                    edits=(edit("item"),),
                     safe=False,
                 )
             )
@@ -458,6 +483,41 @@ def evaluate(model, loader):
     return outputs
 """,
         note="no backward in the loop and no no_grad: not a training loop (documented miss)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from detectron2.utils import comm
+
+class SimpleTrainer:
+    def run_step(self):
+        data = next(self._data_loader_iter)
+        loss_dict = self.model(data)
+        losses = sum(loss_dict.values())
+        self.optimizer.zero_grad()
+        losses.backward()
+        metrics_dict = {k: v.detach().cpu().item() for k, v in loss_dict.items()}
+        self.history.append(metrics_dict)
+        self.optimizer.step()
+""",
+        note="detectron2's run_step: metrics turned into numbers before they are kept",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class Trainer:
+    def training_step(self, model, inputs):
+        loss = self.compute_loss(model, inputs)
+        self.accelerator.backward(loss)
+        return loss.detach()
+
+    def train(self, model, epoch_iterator):
+        tr_loss = torch.tensor(0.0)
+        for step, inputs in enumerate(epoch_iterator):
+            tr_loss_step = self.training_step(model, inputs)
+            tr_loss += tr_loss_step
+""",
+        note="HF Trainer: training_step returns loss.detach(); a helper's result is not followed",
     ),
     Invalid(
         _HEAD
