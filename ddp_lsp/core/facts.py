@@ -37,9 +37,10 @@ NO_SYNC = "no_sync"
 RANK_PREDICATE = "rank_predicate"
 GUARDS_ITSELF = "guards_itself"
 ONLY_CALLED_GUARDED = "only_called_guarded"
+UPDATES_SCALER = "scaler_update"  # calls .update() on a GradScaler
 INITS_PG = "init_process_group"
 DESTROYS_PG = "destroy_process_group"
-TRANSITIVE_PROPS = frozenset({COLLECTIVE, UNSCALES, NO_SYNC})
+TRANSITIVE_PROPS = frozenset({COLLECTIVE, UNSCALES, NO_SYNC, UPDATES_SCALER})
 
 # Callables that return their (first) argument's kind unchanged.
 _TRANSPARENT = frozenset({"torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
@@ -183,17 +184,27 @@ class _Extractor:
             if isinstance(s, ast.AnnAssign):
                 self.annotation(s.target, s.annotation, scope)
         for child in ast.iter_child_nodes(s):
-            if isinstance(child, ast.stmt):
+            if isinstance(child, (ast.stmt, ast.ExceptHandler)):
                 continue
             if isinstance(child, ast.expr):
                 self.expr(child, scope, guarded)
-            else:  # withitem, excepthandler, match_case, arguments, keyword...
+            else:  # withitem, match_case, arguments, keyword...
                 for sub in ast.iter_child_nodes(child):
                     if isinstance(sub, ast.expr):
                         self.expr(sub, scope, guarded)
-                if isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                if isinstance(child, ast.match_case):
                     self.block(child.body, scope, guarded)
-        for name in ("body", "orelse", "finalbody"):
+        # Source order: the try body before its handlers, so that for
+        # `try: from torch.amp import X / except ImportError: from torch.cuda.amp import X`
+        # the first (preferred) import is the one the module's aliases keep.
+        body = getattr(s, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+            self.block(body, scope, guarded)
+        for handler in getattr(s, "handlers", ()):
+            if handler.type is not None:
+                self.expr(handler.type, scope, guarded)
+            self.block(handler.body, scope, guarded)
+        for name in ("orelse", "finalbody"):
             sub = getattr(s, name, None)
             if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
                 self.block(sub, scope, guarded)
@@ -535,6 +546,10 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
                     found.add(DESTROYS_PG)
                 direct = callee_memo[callee] = frozenset(found)
             props |= direct
+            if callee.endswith(".update") and callee.count(".") == 1 or callee.startswith("self.") and callee.endswith(".update"):
+                receiver = callee.rsplit(".", 1)[0]
+                if facts.kind(receiver, q, fi.cls) == SCALER:
+                    props.add(UPDATES_SCALER)
         func_props[q] = props
     for _ in range(len(functions) + 1):
         changed = False

@@ -103,6 +103,9 @@ class ChunkContext:
             chunk.index = Index(chunk.body)
         assert isinstance(chunk.index, Index)
         self._index: Index = chunk.index
+        # The chunk's module-level code as one node: the same object every time it is asked
+        # for, so rules can compare scopes by identity.
+        self.module_node = ast.Module(body=self.body, type_ignores=[])
 
     # -- traversal -----------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ def scope_root(ctx: ChunkContext, node: ast.AST) -> ast.AST:
     fn = ctx.enclosing_function(node)
     if fn is not None:
         return fn
-    return ast.Module(body=ctx.body, type_ignores=[])
+    return ctx.module_node
 
 
 def method_call(node: ast.AST, attr: str) -> ast.Call | None:

@@ -305,11 +305,6 @@ def test_two_bypassing_optimizers_get_one_update() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: facts._Extractor records an except handler's imports before the try body's,"
-    " so GradScaler resolves to the torch.cuda.amp fallback",
-)
 def test_fallback_import_in_other_chunk_is_not_reported() -> None:
     src = (
         "import torch.distributed as dist\n"
