@@ -1,0 +1,196 @@
+"""CLI throughput: ``ddp-lsp check`` over many generated DDP training files vs bare
+``libcst.parse_module`` on the same files, measured in one run.
+
+    .venv/bin/python bench/bench_cli.py                # 300 files, best of 3
+    .venv/bin/python bench/bench_cli.py --files 1000 --repeat 5
+    .venv/bin/python bench/bench_cli.py --threshold    # where the process pool starts to pay
+
+The baseline reads every file and parses it with libcst in one process (what any libcst-based
+linter pays before running a single rule). ddp-lsp is timed as users run it: a fresh
+``ddp-lsp check DIR`` process (start-up, discovery, decoding, analysis, reporting), once with
+its default parallelism and once with ``--jobs 1`` for a one-core comparison. The target is
+ddp-lsp at 0.7x or more of libcst's throughput. Results go in docs/performance-cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "ddp_lsp"]
+
+HEADER = '''"""Generated training script {n}."""
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+'''
+
+BLOCKS = [
+    '''
+
+def setup_{n}():
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")
+    return local_rank, dist.get_rank()
+''',
+    '''
+
+class Net{n}(torch.nn.Module):
+    def __init__(self, width={w}):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(width, width)
+        self.fc2 = torch.nn.Linear(width, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        return self.fc2(h)
+''',
+    '''
+
+def train_{n}(model, optimizer, scaler, loader, sampler, epochs={w}, accum=4):
+    model = DDP(model)
+    losses = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for i, (x, y) in enumerate(loader):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if (i + 1) % accum == 0:
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+            losses.append(loss)
+        torch.save(model.state_dict(), "ckpt_{n}.pt")
+    return losses
+''',
+    '''
+
+def evaluate_{n}(model, loader, rank):
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in loader:
+            pred = model(x).argmax(dim=1)
+            correct += (pred == y).sum().item()
+            total += y.numel()
+    if rank == 0:
+        print(f"accuracy {{correct / max(total, 1):.3f}}")
+    return correct / max(total, 1)
+''',
+    '''
+
+def make_loader_{n}(dataset, batch_size={w}):
+    sampler = DistributedSampler(dataset, shuffle=True)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=4,
+                      pin_memory=True), sampler
+''',
+    '''
+
+def parse_args_{n}():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default={w})
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--batch-size", type=int, default=64)
+    return parser.parse_args()
+''',
+]
+
+
+def generate(directory: Path, files: int, seed: int = 0) -> int:
+    """Write ``files`` modules of 150-400 lines; returns the total size in bytes."""
+    rng = random.Random(seed)
+    total = 0
+    for i in range(files):
+        parts = [HEADER.format(n=i)]
+        for k in range(rng.randint(5, 14)):
+            parts.append(rng.choice(BLOCKS).format(n=f"{i}_{k}", w=rng.randint(2, 512)))
+        text = "".join(parts)
+        sub = directory / f"pkg{i % 10}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"train_{i}.py").write_text(text, encoding="utf-8")
+        total += len(text.encode())
+    return total
+
+
+def time_libcst(directory: Path) -> float:
+    import libcst
+
+    start = time.perf_counter()
+    for path in sorted(directory.rglob("*.py")):
+        libcst.parse_module(path.read_text(encoding="utf-8"))
+    return time.perf_counter() - start
+
+
+def time_cli(directory: Path, *extra: str) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [*CLI, "check", str(directory), "--exit-zero", "-q", *extra],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    took = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"ddp-lsp check failed ({proc.returncode}):\n{proc.stderr}")
+    return took
+
+
+def best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+    return min(fn() for _ in range(repeat))
+
+
+def throughput(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="ddp-lsp-bench-") as tmp:
+        directory = Path(tmp)
+        size = generate(directory, args.files)
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        print(f"{args.files} files, {size / 1e6:.2f} MB, {cpus} CPUs available, best of {args.repeat}")
+        libcst_s = best(lambda: time_libcst(directory), args.repeat)
+        seq_s = best(lambda: time_cli(directory, "--jobs", "1"), args.repeat)
+        par_s = best(lambda: time_cli(directory), args.repeat)
+        mb = size / 1e6
+        print(f"libcst.parse_module (1 process)  {libcst_s:7.2f} s  {mb / libcst_s:6.2f} MB/s")
+        print(f"ddp-lsp check --jobs 1           {seq_s:7.2f} s  {mb / seq_s:6.2f} MB/s"
+              f"  ratio {libcst_s / seq_s:.2f}x")
+        print(f"ddp-lsp check (default)          {par_s:7.2f} s  {mb / par_s:6.2f} MB/s"
+              f"  ratio {libcst_s / par_s:.2f}x")
+
+
+def threshold(args: argparse.Namespace) -> None:
+    """Sequential vs pooled for growing inputs: where should the CLI switch to the pool?"""
+    for files in (2, 4, 8, 16, 32, 64):
+        with tempfile.TemporaryDirectory(prefix="ddp-lsp-bench-") as tmp:
+            directory = Path(tmp)
+            size = generate(directory, files, seed=files)
+            seq = best(lambda: time_cli(directory, "--jobs", "1"), args.repeat)
+            par = best(lambda: time_cli(directory, "--jobs", str(max(2, args.jobs))), args.repeat)
+            print(f"{files:3d} files {size / 1024:7.0f} KB  sequential {seq:6.3f} s"
+                  f"  pool {par:6.3f} s  {'pool' if par < seq else 'sequential'} wins")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--files", type=int, default=300)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--threshold", action="store_true", help="compare pool vs sequential by input size")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    args = p.parse_args()
+    (threshold if args.threshold else throughput)(args)
+
+
+if __name__ == "__main__":
+    main()
