@@ -73,7 +73,9 @@ SPAWNERS = frozenset(
         "torch.distributed.launcher.elastic_launch",
     }
 )
-_SINGLE_PROCESS_CALLS = frozenset({"is_initialized", "is_available", "is_dist_avail_and_initialized"})
+_SINGLE_PROCESS_CALLS = frozenset(
+    {"is_initialized", "is_available", "is_dist_avail_and_initialized"}
+)
 _MAX_FLAG_DEPTH = 3
 # Framework objects whose own attribute says "rank 0" (accelerate, Lightning Fabric).
 _WRAPPER_MAIN = {"accelerator": "is_main_process", "fabric": "is_global_zero"}
@@ -143,7 +145,11 @@ def polarity(ctx: ChunkContext, test: ast.AST, root: ast.AST, depth: int = 0) ->
             return None
         if isinstance(test.op, ast.And) and Polarity.ZERO in found:
             return Polarity.ZERO
-        if isinstance(test.op, ast.Or) and len(found) == len(parts) and set(found) == {Polarity.ZERO}:
+        if (
+            isinstance(test.op, ast.Or)
+            and len(found) == len(parts)
+            and set(found) == {Polarity.ZERO}
+        ):
             return Polarity.ZERO
         return Polarity.SOME
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
@@ -154,12 +160,13 @@ def polarity(ctx: ChunkContext, test: ast.AST, root: ast.AST, depth: int = 0) ->
     return None
 
 
-_RANKISH = re.compile(r"(^|_)rank$|^get_\w*rank$", re.IGNORECASE)
+_RANKISH = re.compile(r"(^|_)rank$|^get_\w*rank$|^(gpu|gpu_id|gpu_idx|device_id)$", re.IGNORECASE)
 
 
 def _rankish(e: ast.AST) -> bool:
     """A rank of some process group the core's RankModel does not name (Megatron's
-    ``mpu.get_data_parallel_rank()``, ``dp_rank``, ``node_rank``)."""
+    ``mpu.get_data_parallel_rank()``, ``dp_rank``, ``node_rank``), or the GPU index that
+    ``mp.spawn`` scripts use as the local rank (``if self.gpu_id == 0:``)."""
     return bool(_RANKISH.search(_last_name(e) or ""))
 
 
@@ -550,7 +557,12 @@ def guard_fix(
     for s in stmts:
         skip |= ctx.string_lines(s)
     # One edit for the first line, so the header and its indent cannot be applied apart.
-    edits = [Edit(Span(Pos(first_line, len(indent)), Pos(first_line, len(indent))), f"if {cond.text}:\n{indent}{unit}")]
+    edits = [
+        Edit(
+            Span(Pos(first_line, len(indent)), Pos(first_line, len(indent))),
+            f"if {cond.text}:\n{indent}{unit}",
+        )
+    ]
     lines = ctx.chunk.lines
     for rel in range(first_line + 1, last_line + 1):
         if rel in skip or rel >= len(lines):

@@ -152,8 +152,10 @@ def _is_open(ctx: ChunkContext, e: ast.AST) -> bool:
 
 def _write_mode(call: ast.Call) -> bool:
     mode = _arg(call, 1, "mode")
-    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(
-        c in mode.value for c in "wax"
+    return (
+        isinstance(mode, ast.Constant)
+        and isinstance(mode.value, str)
+        and any(c in mode.value for c in "wax")
     )
 
 

@@ -71,16 +71,27 @@ from ddp_lsp.rules import _patterns as P
 _LOGGER_NAME = re.compile(r"^_*(logger|log|logging|lgr)$", re.IGNORECASE)
 # Setting up one of these makes logging rank-aware for the whole file.
 _RANK_AWARE_LOGGING = frozenset(
-    {"get_logger", "setup_logger", "get_root_logger", "MMLogger", "create_logger", "get_dist_logger"}
+    {
+        "get_logger",
+        "setup_logger",
+        "get_root_logger",
+        "MMLogger",
+        "create_logger",
+        "get_dist_logger",
+    }
 )
 # Calls that make `print` a no-op on every rank but 0 (DeiT/DETR/torchvision references).
-_PRINT_PATCHERS = frozenset({"setup_for_distributed", "init_distributed_mode", "setup_print_for_distributed"})
+_PRINT_PATCHERS = frozenset(
+    {"setup_for_distributed", "init_distributed_mode", "setup_print_for_distributed"}
+)
 # Names that identify the process in a message (the rank itself is checked through RankModel).
-_PROCESS_TAGS = frozenset({"gpu", "gpu_id", "device_id", "device", "local_device", "cuda_device", "pid"})
+_PROCESS_TAGS = frozenset(
+    {"gpu", "gpu_id", "device_id", "device", "local_device", "cuda_device", "pid"}
+)
 _TAG_TEXT = re.compile(r"rank|gpu|device", re.IGNORECASE)
 _LOOP_TARGET = re.compile(r"epoch|step|iter|batch", re.IGNORECASE)
-_LOOP_ITER = re.compile(r"loader|epoch|steps|iters", re.IGNORECASE)
-_LOOP_CALL = re.compile(r"train|eval|valid", re.IGNORECASE)
+_LOOP_ITER = re.compile(r"loader|epoch|steps|iters|(^|_)(train|val|valid)(_|$)", re.IGNORECASE)
+_LOOP_CALL = re.compile(r"train|eval|valid|batch", re.IGNORECASE)
 _STEP_METHODS = frozenset({"backward", "step", "zero_grad"})
 
 
@@ -191,7 +202,11 @@ def _names_process(ctx: ChunkContext, call: ast.Call) -> bool:
         if ctx.ranks.mentions_rank(arg):
             return True
         for n in ast.walk(arg):
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and _TAG_TEXT.search(n.value):
+            if (
+                isinstance(n, ast.Constant)
+                and isinstance(n.value, str)
+                and _TAG_TEXT.search(n.value)
+            ):
                 return True
         if any(name in _PROCESS_TAGS for name in _names_in(arg)):
             return True

@@ -129,32 +129,36 @@ def test_script_findings_are_exactly_the_unguarded_metric_logs_and_save() -> Non
 def test_script_fix_all() -> None:
     fixed, applied = fix_text(SCRIPT, SETTINGS)
     assert applied == 3
-    expected = SCRIPT.replace(
-        """\
+    expected = (
+        SCRIPT.replace(
+            """\
         if step % args.print_freq == 0:
             print(f"epoch {epoch} step {step} loss {loss.item():.4f}")
 """,
-        """\
+            """\
         if step % args.print_freq == 0:
             if is_main_process():
                 print(f"epoch {epoch} step {step} loss {loss.item():.4f}")
 """,
-    ).replace(
-        """\
+        )
+        .replace(
+            """\
         logger.info("epoch %d acc %.3f", epoch, acc)
 """,
-        """\
+            """\
         if args.rank == 0:
             logger.info("epoch %d acc %.3f", epoch, acc)
 """,
-    ).replace(
-        """\
+        )
+        .replace(
+            """\
             torch.save(model.module.state_dict(), os.path.join(args.output_dir, "best.pth"))
 """,
-        """\
+            """\
             if args.rank == 0:
                 torch.save(model.module.state_dict(), os.path.join(args.output_dir, "best.pth"))
 """,
+        )
     )
     assert fixed == expected
     ast.parse(fixed)
