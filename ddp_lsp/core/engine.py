@@ -1,7 +1,7 @@
 """analyze(source | Document, settings) -> findings.
 
 Per chunk, every enabled rule runs over the chunk's tree with the module facts; the result is
-cached on the chunk under (module facts, settings, machine facts), so after an edit only the
+cached on the chunk under (module facts, settings, environment), so after an edit only the
 edited chunk runs its rules, unless the edit changed what the module knows (a new import, a new
 DDP-wrapped name), in which case every chunk re-runs its rules without re-parsing. A rule that
 raises is logged with its id and skipped; the others' findings still arrive.
@@ -17,6 +17,7 @@ from dataclasses import replace
 from ddp_lsp.config import Settings
 from ddp_lsp.core import fixes as F
 from ddp_lsp.core import names as N
+from ddp_lsp.core.env import Environment
 from ddp_lsp.core.document import Document, ParsedChunk, gc_paused
 from ddp_lsp.core.facts import ModuleFacts
 from ddp_lsp.core.registry import SYNTAX_ERROR, all_rules
@@ -38,7 +39,7 @@ _CACHE_KEYS_PER_CHUNK = 2
 def analyze(
     source: str | Document,
     settings: Settings | None = None,
-    machine: object | None = None,
+    env: Environment | None = None,
     rules: Sequence[Rule] | None = None,
 ) -> AnalysisResult:
     """Findings for a module, sorted by position, suppressions and settings applied."""
@@ -52,12 +53,12 @@ def analyze(
     rules = all_rules() if rules is None else rules
     facts = doc.module_facts(settings.assume_distributed)
     rank_model = ranks.with_extra(facts.rank_vars, facts.rank_predicates)
-    key = (facts, ranks, machine, tuple(id(r) for r in rules))
+    key = (facts, ranks, env, tuple(id(r) for r in rules))
 
     raw: list[Finding] = []
     errors: list[InternalError] = []
     with gc_paused():
-        _collect(doc, facts, settings, rank_model, machine, rules, key, raw, errors)
+        _collect(doc, facts, settings, rank_model, env, rules, key, raw, errors)
     return _finish(doc, facts, settings, raw, errors)
 
 
@@ -66,7 +67,7 @@ def _collect(
     facts: ModuleFacts,
     settings: Settings,
     rank_model: object,
-    machine: object | None,
+    env: Environment | None,
     rules: Sequence[Rule],
     key: object,
     raw: list[Finding],
@@ -89,7 +90,7 @@ def _collect(
             continue
         cached = chunk.results.get(key)
         if cached is None:
-            cached = _run_rules(chunk, facts, settings, rank_model, machine, rules)
+            cached = _run_rules(chunk, facts, settings, rank_model, env, rules)
             if len(chunk.results) >= _CACHE_KEYS_PER_CHUNK:
                 chunk.results.clear()
             chunk.results[key] = cached
@@ -132,10 +133,10 @@ def _run_rules(
     facts: ModuleFacts,
     settings: Settings,
     ranks: object,
-    machine: object | None,
+    env: Environment | None,
     rules: Sequence[Rule],
 ) -> tuple[tuple[Finding, ...], tuple[InternalError, ...]]:
-    ctx = ChunkContext(chunk, facts, settings, ranks, machine)  # type: ignore[arg-type]
+    ctx = ChunkContext(chunk, facts, settings, ranks, env)  # type: ignore[arg-type]
     found: list[Finding] = []
     errors: list[InternalError] = []
     for rule in rules:
@@ -190,7 +191,7 @@ def fix_text(
     text: str,
     settings: Settings | None = None,
     unsafe: bool = False,
-    machine: object | None = None,
+    env: Environment | None = None,
 ) -> tuple[str, int]:
     """Apply every safe (or, with ``unsafe``, every preferred) fix; (new text, fixes applied)."""
     settings = settings or Settings()
@@ -198,7 +199,7 @@ def fix_text(
 
     def run(current: str) -> Sequence[Finding]:
         doc.set_text(current)
-        return analyze(doc, settings, machine).findings
+        return analyze(doc, settings, env).findings
 
     def choose(f: Finding) -> Fix | None:
         return f.preferred_fix if unsafe else f.safe_fix

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
+from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import ModuleFacts, path_of
 from ddp_lsp.core.ranks import Polarity, RankModel
 from ddp_lsp.core.types import Edit, Finding, Fix, Pos, Related, RuleMeta, Span
@@ -89,13 +90,14 @@ class ChunkContext:
         facts: ModuleFacts,
         settings: Settings,
         ranks: RankModel,
-        machine: object | None = None,
+        env: Environment | None = None,
     ) -> None:
         self.chunk = chunk
         self.facts = facts
         self.settings = settings
         self.ranks = ranks
-        self.machine = machine  # preflight facts when known (MachineFacts), else None
+        # Where the code runs (preflight machine facts, launch config), when a front end knows.
+        self.env: Environment = env or Environment()
         self.body: list[ast.stmt] = chunk.body
         self.member_of = chunk.member_of
         self._line_base = chunk.line_base

@@ -1,0 +1,63 @@
+"""Facts about where the code will run, supplied by front ends (never read by the core).
+
+``MachineInfo`` comes from a preflight result when one is known (the server and the CLI load
+it from the preflight cache), else from ``os.cpu_count()`` on this machine. ``LaunchInfo``
+comes from launch configuration next to the training file (see :mod:`ddp_lsp.launch`):
+an Accelerate or DeepSpeed config, a torchrun command line, a SLURM script. Rules use these
+to sharpen messages and to stay quiet where the launch makes a pattern correct.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MachineInfo:
+    cpu_count: int | None
+    source: str  # said in messages: where the numbers came from
+    gpu_count: int | None = None
+    nccl_available: bool | None = None
+    shm_free_bytes: int | None = None
+    local_world_size: int | None = None
+
+    @classmethod
+    def this_machine(cls) -> MachineInfo:
+        try:
+            cpus: int | None = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count()
+        return cls(cpu_count=cpus, source="os.cpu_count() on this machine")
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    nproc_per_node: int | None = None
+    world_size: int | None = None
+    num_nodes: int | None = None
+    grad_accum_steps: int | None = None
+    mixed_precision: str | None = None  # "fp16", "bf16", "no"
+    launcher: str | None = None  # "torchrun", "accelerate", "deepspeed", "slurm"
+    sources: tuple[str, ...] = ()  # files the facts were read from, for messages
+
+
+@dataclass(frozen=True)
+class Environment:
+    machine: MachineInfo | None = None
+    launch: LaunchInfo | None = None
+
+    def cpu_count(self) -> tuple[int | None, str]:
+        """CPUs available to the job and where that number came from."""
+        machine = self.machine or MachineInfo.this_machine()
+        return machine.cpu_count, machine.source
+
+    def procs_per_node(self) -> tuple[int | None, str]:
+        if self.launch is not None and self.launch.nproc_per_node:
+            src = ", ".join(self.launch.sources) or self.launch.launcher or "launch config"
+            return self.launch.nproc_per_node, src
+        if self.machine is not None and self.machine.local_world_size:
+            return self.machine.local_world_size, self.machine.source
+        if self.machine is not None and self.machine.gpu_count:
+            return self.machine.gpu_count, f"{self.machine.gpu_count} GPUs ({self.machine.source})"
+        return None, ""
