@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from pathlib import Path
 
 from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze, fix_text
@@ -81,3 +82,36 @@ def check_invalid(rule: Rule, case: Invalid) -> None:
     again, _ = fix_text(fixed, settings_for(rule, case.distributed), unsafe=True)
     if len(after) == 0:
         assert again == fixed, "fix-all changed already fixed text"
+
+
+def golden_findings(path: Path, settings: Settings | None = None, env: object = None) -> list[dict[str, object]]:
+    """The findings for a fixture file in a stable, reviewable JSON shape (1-based rows)."""
+    text = path.read_text(encoding="utf-8")
+    result = analyze(text, settings or Settings(), env)  # type: ignore[arg-type]
+    assert not result.errors, result.errors
+    return [
+        {
+            "code": f.rule_id,
+            "row": f.span.start.line + 1,
+            "column": f.span.start.col + 1,
+            "end_row": f.span.end.line + 1,
+            "end_column": f.span.end.col + 1,
+            "message": f.message,
+            "fixes": [fx.title for fx in f.fixes],
+        }
+        for f in result.findings
+    ]
+
+
+def check_golden(path: Path, update: bool, settings: Settings | None = None, env: object = None) -> None:
+    """Compare a fixture's findings with ``<fixture>.expected.json`` (rewrite with --update-goldens)."""
+    import json
+
+    expected_path = path.with_suffix(".expected.json")
+    got = golden_findings(path, settings, env)
+    if update or not expected_path.exists():
+        expected_path.write_text(json.dumps(got, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        if not update:
+            raise AssertionError(f"{expected_path} did not exist; written now, review and rerun")
+    expected = json.loads(expected_path.read_text(encoding="utf-8"))
+    assert got == expected, f"findings differ from {expected_path.name}; rerun with --update-goldens if intended"
