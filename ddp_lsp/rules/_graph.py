@@ -199,6 +199,15 @@ _NO_GRAD = frozenset(
         "torch.autograd.grad_mode.inference_mode",
     }
 )
+# torch namespaces whose functions compute tensors from tensors (autograd flows through them).
+_MATH_NAMESPACES = (
+    "torch.nn.functional.",
+    "torch.special.",
+    "torch.linalg.",
+    "torch.fft.",
+)
+# How far a value is followed back through assignments (keeps deep `x = f(x)` chains cheap).
+_MAX_DEPTH = 64
 TRAINING_STEP_NAMES = frozenset({"training_step", "train_step"})
 
 
@@ -352,7 +361,7 @@ class GraphFlow:
         key = id(expr)
         if key in self._memo:
             return self._memo[key]
-        if key in self._busy:
+        if key in self._busy or len(self._busy) > _MAX_DEPTH:
             return UNKNOWN
         self._busy.add(key)
         try:
@@ -395,7 +404,9 @@ class GraphFlow:
         if isinstance(e, ast.BoolOp):
             return merge(*(self.taint(v) for v in e.values))
         if isinstance(e, ast.IfExp):
-            return merge(self.taint(e.body), self.taint(e.orelse))
+            # `loss.item() if torch.is_tensor(loss) else loss`: only sure when both agree.
+            body, orelse = self.taint(e.body), self.taint(e.orelse)
+            return body if body is orelse else UNKNOWN
         if isinstance(e, ast.Tuple | ast.List | ast.Set):
             return merge(*(self.taint(x) for x in e.elts)) if e.elts else CLEAN
         if isinstance(e, ast.Dict):
@@ -445,7 +456,9 @@ class GraphFlow:
             ):
                 args = self._args(call)
                 return CLEAN if args is CLEAN else CARRY
-            return self._args(call)
+            if qual.count(".") == 1 or qual.startswith(_MATH_NAMESPACES):
+                return self._args(call)  # torch.stack(losses), F.softmax(out), ...
+            return UNKNOWN  # torch.distributed.all_reduce(...) returns a work handle, ...
         if isinstance(func, ast.Name | ast.Attribute) and ctx.kind(func) in (K.DDP, K.FSDP):
             return CARRY
         if isinstance(func, ast.Name) and func.id in _CLEAN_BUILTINS or dotted in _CLEAN_BUILTINS:

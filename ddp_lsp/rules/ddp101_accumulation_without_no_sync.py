@@ -189,13 +189,18 @@ class AccumulationWithoutNoSync(Rule):
         self, ctx: ChunkContext, step: ast.Call, backward: ast.Call, inner: ast.AST, root: ast.AST
     ) -> _Plan | object | None:
         child: ast.AST = step
+        other_condition = False
         for a in ctx.ancestors(step):
             if a is inner:
                 break
             if isinstance(a, ast.If) and child is not a.test and not self._inside(backward, a):
                 in_else = any(child is x for x in a.orelse)
                 if not A.accumulation_test(ctx, a.test, root):
-                    return None
+                    # `if scaler is not None: scaler.step(opt) else: opt.step()` inside the
+                    # accumulation branch: look further out.
+                    other_condition = True
+                    child = a
+                    continue
                 other = a.body if in_else else a.orelse
                 if any(
                     isinstance(n, ast.Call) and A.is_optimizer_step(ctx, n)
@@ -205,6 +210,8 @@ class AccumulationWithoutNoSync(Rule):
                     return _UNCONDITIONAL
                 return _Plan(step, a.test, a, in_else, False)
             child = a
+        if other_condition:
+            return None  # the step depends on a condition we do not understand
         # `if (i + 1) % k != 0: continue` between the backward and the step.
         for stmt in self._stmt_chain(ctx, step, inner):
             block, idx = ctx.block_of(stmt)
@@ -990,6 +997,49 @@ class Trainer:
 \t\t\t\tself.optimizer.zero_grad()
 """,
         note="tab indentation; a flag computed after the backward is read from its assignment",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(loader, criterion, scaler, accum_steps, clip):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y) / accum_steps
+        if scaler is not None:
+            «scaler.scale(loss).backward()»
+        else:
+            loss.backward()
+        if (i + 1) % accum_steps == 0:
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad()
+""",
+        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        + """\
+def train(loader, criterion, scaler, accum_steps, clip):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(loader):
+        is_accumulating = (i + 1) % accum_steps != 0
+        with model.no_sync() if is_accumulating else contextlib.nullcontext():
+            loss = criterion(model(x), y) / accum_steps
+            if scaler is not None:
+                scaler.scale(loss).backward()
+            else:
+                loss.backward()
+        if (i + 1) % accum_steps == 0:
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad()
+""",
+        note="with or without a scaler: one finding per loop, the fix wraps both branches",
     ),
     Invalid(
         _HEAD

@@ -487,6 +487,25 @@ def evaluate(model, loader):
     Valid(
         _HEAD
         + """\
+def train(model, loader, optimizer, criterion):
+    works, seen, accs, norms, total = [], [], [], [], 0.0
+    for x, y in loader:
+        out = model(x)
+        loss = criterion(out, y)
+        loss.backward()
+        works.append(dist.all_reduce(loss.detach(), async_op=True))
+        works.append(dist.all_reduce(loss, async_op=True))
+        seen.append(x.size(0))
+        accs.append((out.argmax(1) == y).float().mean())
+        norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        total += loss.item() if torch.is_tensor(loss) else loss
+        optimizer.step()
+""",
+        note="work handles, sizes, accuracy from comparisons, grad norms, a defensive .item()",
+    ),
+    Valid(
+        _HEAD
+        + """\
 from detectron2.utils import comm
 
 class SimpleTrainer:
