@@ -255,7 +255,16 @@ class AccumulationWithoutNoSync(Rule):
         if any(isinstance(n, ast.Name) and n.id == _FLAG for n in ast.walk(root)):
             return None
         first_forward = min(models, key=P.order)
-        region = self._region(ctx, inner, first_forward, backward)
+        # Every backward of this loop iteration goes under the context, not only the first
+        # (`if use_amp: scaler.scale(loss).backward() else: loss.backward()`).
+        backwards = [
+            n
+            for n in P.walk_scope(inner)
+            if isinstance(n, ast.Call)
+            and A.is_plain_backward(n) is not None
+            and ctx.enclosing_loops(n)[0] is inner
+        ]
+        region = self._region(ctx, inner, [first_forward, backward, *backwards])
         if region is None:
             return None
         block, i, j = region
@@ -301,18 +310,23 @@ class AccumulationWithoutNoSync(Rule):
         )
 
     def _region(
-        self, ctx: ChunkContext, inner: ast.AST, forward: ast.AST, backward: ast.Call
+        self, ctx: ChunkContext, inner: ast.AST, nodes: list[ast.AST]
     ) -> tuple[list[ast.stmt], int, int] | None:
-        """The innermost statement list inside the loop holding both the forward and the
-        backward, and the indices of the statements that contain them."""
-        chain_f = self._stmt_chain(ctx, forward, inner)
-        chain_b = self._stmt_chain(ctx, backward, inner)
-        for sf in chain_f:
-            block, i = ctx.block_of(sf)
-            for sb in chain_b:
-                block_b, j = ctx.block_of(sb)
-                if block_b is block and block[i] is sf and block[j] is sb:
-                    return (block, i, j) if i <= j else None
+        """The innermost statement list inside the loop whose statements hold all ``nodes``
+        (the first forward, every backward), and the first and last index among them."""
+        first = nodes[0]
+        for stmt in self._stmt_chain(ctx, first, inner):
+            block, i = ctx.block_of(stmt)
+            indices = []
+            for n in nodes:
+                k = next((k for k, s in enumerate(block) if self._inside(n, s)), None)
+                if k is None:
+                    break
+                indices.append(k)
+            else:
+                if indices[0] != min(indices):
+                    return None  # a backward before the forward: not a shape we rewrite
+                return block, indices[0], max(indices)
         return None
 
     @staticmethod
@@ -1040,6 +1054,47 @@ def train(loader, criterion, scaler, accum_steps, clip):
             optimizer.zero_grad()
 """,
         note="with or without a scaler: one finding per loop, the fix wraps both branches",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(loader, scaler, use_amp, k):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, batch in enumerate(loader):
+        if batch is None:
+            continue
+        if use_amp:
+            with torch.autocast("cuda"):
+                loss = model(batch)
+            «scaler.scale(loss).backward()»
+        else:
+            loss = model(batch)
+            loss.backward()  # plain
+        if (i + 1) % k == 0:
+            optimizer.step()
+""",
+        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        + """\
+def train(loader, scaler, use_amp, k):
+    model = DDP(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, batch in enumerate(loader):
+        if batch is None:
+            continue
+        is_accumulating = (i + 1) % k != 0
+        with model.no_sync() if is_accumulating else contextlib.nullcontext():
+            if use_amp:
+                with torch.autocast("cuda"):
+                    loss = model(batch)
+                scaler.scale(loss).backward()
+            else:
+                loss = model(batch)
+                loss.backward()  # plain
+        if (i + 1) % k == 0:
+            optimizer.step()
+""",
+        note="forward and backward in both branches of an AMP switch: the fix covers both",
     ),
     Invalid(
         _HEAD

@@ -196,3 +196,42 @@ def test_nanogpt_without_require_backward_grad_sync_is_reported() -> None:
     assert "        is_accumulating = micro_step < gradient_accumulation_steps - 1\n" in fixed
     assert "                logits, loss = model(X, Y)\n" in fixed
     assert _found(fixed) == []
+
+
+MODULE_LEVEL = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("nccl")
+model = DDP(build_model())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data_iter = iter(loader)
+for step in range(1000):
+    for _ in range(8):
+        x, y = next(data_iter)
+        loss = model(x).sum()
+        loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+
+def test_module_level_underscore_loop_variable_is_named() -> None:
+    found = _found(MODULE_LEVEL)
+    assert len(found) == 1
+    fixed = apply_edits(MODULE_LEVEL, found[0].preferred_fix.edits)
+    assert "    for micro_step in range(8):\n" in fixed
+    assert "        is_accumulating = micro_step < 7\n" in fixed
+    assert fixed.count("import contextlib\n") == 1
+    ast.parse(fixed)
+    assert _found(fixed) == []
+
+
+def test_existing_is_accumulating_name_gets_no_fix() -> None:
+    text = MODULE_LEVEL.replace(
+        "        loss = model(x).sum()\n",
+        "        is_accumulating = True\n        loss = model(x).sum()\n",
+    )
+    found = _found(text)
+    assert len(found) == 1 and found[0].fixes == ()

@@ -136,3 +136,11 @@ def train(model, loader, optimizer, criterion):
         losses.append(loss_t)
 """
     assert _found(text) == []
+
+
+def test_crlf_fix() -> None:
+    text = SCRIPT.replace("\n", "\r\n")
+    fixed, applied = fix_text(text, SETTINGS)
+    assert applied == 3
+    assert "running += loss.detach()\r\n" in fixed
+    assert "\n" not in fixed.replace("\r\n", "")
