@@ -1,0 +1,152 @@
+"""Engine behaviour: rule isolation, reuse of chunk findings, suppressions, settings, fix-all."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+import pytest
+
+from ddp_lsp.config import ConfigError, Settings
+from ddp_lsp.core.document import Document
+from ddp_lsp.core.engine import analyze, fix_text
+from ddp_lsp.core.registry import all_rules
+from ddp_lsp.core.rule import ChunkContext, Rule
+from ddp_lsp.core.suppress import add_suppression, codes_on_line
+from ddp_lsp.core.types import Finding, Pos, RuleMeta, Severity
+
+BUGGY = '''import torch
+import torch.distributed as dist
+
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def other(a):
+    return a + 1
+'''
+CLIP_LINE = 6
+
+
+class Boom(Rule):
+    meta = RuleMeta("DDP990", "boom", Severity.ERROR, "always raises")
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        raise RuntimeError("kaboom")
+        yield  # pragma: no cover
+
+
+class Counting(Rule):
+    meta = RuleMeta("DDP991", "counting", Severity.HINT, "counts its runs")
+    runs = 0
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        Counting.runs += 1
+        return iter(())
+
+
+def test_a_crashing_rule_loses_only_its_own_findings(caplog: pytest.LogCaptureFixture) -> None:
+    rules = (*all_rules(), Boom())
+    result = analyze(BUGGY, Settings(), rules=rules)
+    assert any(f.rule_id == "DDP201" for f in result.findings)
+    assert {e.rule_id for e in result.errors} == {"DDP990"}
+    assert "kaboom" in result.errors[0].message
+    assert "DDP990" in caplog.text
+
+
+def test_findings_are_reused_while_chunk_and_facts_are_unchanged() -> None:
+    Counting.runs = 0
+    rules = (Counting(),)
+    doc = Document(BUGGY)
+    analyze(doc, Settings(), rules=rules)
+    chunks = len(doc.chunks())
+    assert Counting.runs == chunks  # every chunk runs once
+    Counting.runs = 0
+    last = doc.line_count - 2
+    doc.apply_edit(Pos(last, 15), Pos(last, 16), "2")  # inside `other`: facts unchanged
+    analyze(doc, Settings(), rules=rules)
+    assert Counting.runs == 1
+    Counting.runs = 0
+    doc.apply_edit(Pos(0, 0), Pos(0, 0), "import contextlib\n")  # a new import: facts change
+    analyze(doc, Settings(), rules=rules)
+    assert Counting.runs == len(doc.chunks())
+
+
+def test_suppression_comments() -> None:
+    lines = BUGGY.splitlines(keepends=True)
+    for comment in ("  # ddp-lsp: ignore[DDP201]", "  # ddp-lsp: ignore", "  # noqa: DDP201", "  # noqa"):
+        text = "".join(
+            line.rstrip("\n") + comment + "\n" if i == CLIP_LINE else line
+            for i, line in enumerate(lines)
+        )
+        assert not [f for f in analyze(text).findings if f.rule_id == "DDP201"], comment
+    other = BUGGY.replace("1.0)\n", "1.0)  # ddp-lsp: ignore[DDP999]\n")
+    assert [f for f in analyze(other).findings if f.rule_id == "DDP201"]
+
+
+def test_add_suppression_extends_existing_comment() -> None:
+    assert add_suppression("x = 1\n", "DDP201") == "x = 1  # ddp-lsp: ignore[DDP201]\n"
+    assert add_suppression("x = 1  # ddp-lsp: ignore[DDP101]\r\n", "DDP201") == (
+        "x = 1  # ddp-lsp: ignore[DDP101, DDP201]\r\n"
+    )
+    assert add_suppression("x  # ddp-lsp: ignore[DDP201]\n", "DDP201") == "x  # ddp-lsp: ignore[DDP201]\n"
+    assert codes_on_line("x  # noqa: E501, DDP201") == {"E501", "DDP201"}
+
+
+def test_select_ignore_and_severity() -> None:
+    assert not analyze(BUGGY, Settings(ignore=("DDP2",))).findings
+    assert analyze(BUGGY, Settings(select=("DDP201",))).findings
+    s = Settings.from_mapping({"severity": {"DDP201": "hint"}})
+    f = next(f for f in analyze(BUGGY, s).findings if f.rule_id == "DDP201")
+    assert f.severity is Severity.HINT
+    # A more specific select wins over a broader ignore (ruff's habit).
+    assert analyze(BUGGY, Settings(select=("DDP201",), ignore=("DDP2",))).findings
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        ({"selec": ["DDP1"]}, "unknown key 'selec'"),
+        ({"select": "DDPX"}, "'DDPX' is not a rule id"),
+        ({"select": [1]}, "must be a list of strings"),
+        ({"severity": {"DDP201": "loud"}}, "unknown severity 'loud'"),
+        ({"severity": {"E501": "hint"}}, "'E501' is not a rule id"),
+        ({"assume-distributed": "yes"}, "must be true or false"),
+        ({"rank-guard-names": ["not an id"]}, "not a Python identifier"),
+    ],
+)
+def test_invalid_settings_name_the_key(data: dict[str, object], needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Settings.from_mapping(data, "pyproject.toml [tool.ddp-lsp]")
+    assert needle in str(err.value)
+    assert "pyproject.toml" in str(err.value)
+
+
+def test_pyproject_loading(tmp_path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.ddp-lsp]\nignore = ["DDP5"]\nrank-guard-names = ["is_leader", "my_rank"]\n')
+    sub = tmp_path / "pkg"
+    sub.mkdir()
+    s = Settings.load(sub / "train.py")
+    assert s.ignore == ("DDP5",)
+    assert "is_leader" in s.rank_model.predicates and "my_rank" in s.rank_model.names
+    (tmp_path / "pyproject.toml").write_text("[tool.ddp-lsp\nbroken")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        Settings.from_pyproject(tmp_path / "pyproject.toml")
+
+
+def test_assume_distributed_and_plain_code() -> None:
+    plain = BUGGY.replace("import torch.distributed as dist\n", "")
+    assert not analyze(plain).findings
+    assert analyze(plain, Settings(assume_distributed=True)).findings
+
+
+def test_fix_all_is_idempotent_and_parses() -> None:
+    fixed, n = fix_text(BUGGY)
+    assert n >= 1
+    ast.parse(fixed)
+    assert fix_text(fixed) == (fixed, 0)
+    assert "scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_" in fixed
