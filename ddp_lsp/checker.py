@@ -340,7 +340,7 @@ def _run_isolated(job: Job, ctx: object) -> Outcome:
 
     try:
         with cf.ProcessPoolExecutor(1, mp_context=ctx, initializer=_worker_init) as pool:  # type: ignore[arg-type]
-            return pool.submit(check_job, job).result()
+            return pool.submit(_run_batch, [job]).result()[0]
     except cf.process.BrokenProcessPool:
         return Outcome(
             FileReport(job.path, job.abspath, error="the analysis crashed the worker process")

@@ -1,0 +1,71 @@
+"""Many files run in a process pool; results must equal the sequential run, in order, and a
+worker that dies costs only the file it was on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ddp_lsp import checker
+from tests.cli.conftest import BUGGY, write
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the pool test forks")
+
+
+def _tree(project: Path, n: int = 12) -> None:
+    for i in range(n):
+        code = BUGGY if i % 3 else "x = 1\n"
+        write(project / f"pkg{i % 4}" / f"m{i}.py", code + f"\nVALUE_{i} = {i}\n")
+
+
+def test_pool_equals_sequential(cli_run, project: Path) -> None:
+    _tree(project)
+    seq = cli_run("check", ".", "--jobs", "1", "--format", "json", "--select", "DDP201")
+    par = cli_run("check", ".", "--jobs", "2", "--format", "json", "--select", "DDP201")
+    assert seq.rc == par.rc == 1
+    assert par.out == seq.out and seq.out.count('"DDP201"') == 8
+
+
+def test_pool_fix_writes_every_file(cli_run, project: Path) -> None:
+    _tree(project)
+    r = cli_run("fix", ".", "--jobs", "2", "--select", "DDP201")
+    assert r.rc == 0 and "Fixed 8 findings." in r.out
+    assert cli_run("check", ".", "--jobs", "1", "--select", "DDP201").rc == 0
+
+
+def test_automatic_choice_is_sequential_for_small_inputs(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _tree(project, 3)
+    jobs = [
+        checker.Job(p.name, str(p), checker.Settings(), "check", False)
+        for p in sorted(project.rglob("*.py"))
+    ]
+
+    def no_pool(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("small inputs must not start a pool")
+
+    monkeypatch.setattr(checker, "_run_pool", no_pool)
+    assert len(checker.run_jobs(jobs)) == 3
+
+
+def test_dead_worker_costs_one_file(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _tree(project, 8)
+    write(project / "kills.py", "x = 1\n")
+    real = checker.check_job
+
+    def crash_on_kills(job):  # type: ignore[no-untyped-def]
+        if job.path.endswith("kills.py") and os.getpid() != parent:
+            os._exit(70)  # what a segfault in native code looks like to the pool
+        return real(job)
+
+    parent = os.getpid()
+    monkeypatch.setattr(checker, "check_job", crash_on_kills)
+    paths = sorted(project.rglob("*.py"))
+    jobs = [checker.Job(p.name, str(p), checker.Settings(select=("DDP201",)), "check", False) for p in paths]
+    outcomes = checker.run_jobs(jobs, workers=2)
+    by_name = {o.report.path: o.report for o in outcomes}
+    assert by_name["kills.py"].error == "the analysis crashed the worker process"
+    others = [r for name, r in by_name.items() if name != "kills.py"]
+    assert all(r.error is None for r in others)
+    assert sum(len(r.findings) for r in others) == 5
