@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import names as N
 from ddp_lsp.core.ranks import Polarity
 from ddp_lsp.core.rule import ChunkContext
 from ddp_lsp.core.types import Edit, Fix, Pos, Span
@@ -581,3 +582,290 @@ def guard_fix(
         preferred=True,
         imports=cond.imports,
     )
+
+
+# -- the statements a rank-0 guard is for -------------------------------------------------------
+
+# Library functions that write a file given as (obj, path) and do not check the rank.
+_FILE_WRITERS = {
+    "safetensors.torch.save_file": "filename",
+    "safetensors.torch.save_model": "filename",
+    "mmcv.runner.save_checkpoint": "filename",
+    "mmcv.runner.checkpoint.save_checkpoint": "filename",
+    "mmengine.runner.save_checkpoint": "filename",
+    "mmengine.runner.checkpoint.save_checkpoint": "filename",
+}
+# Calls that gather state across ranks: guarding them on rank 0 would hang the others.
+_GATHERING_METHODS = frozenset(
+    {
+        "get_state_dict",
+        "get_model_state_dict",
+        "get_optimizer_state_dict",
+        "full_optim_state_dict",
+        "sharded_optim_state_dict",
+        "optim_state_dict",
+        "consolidate_state_dict",
+        "gather_for_metrics",
+        "_zero3_consolidated_16bit_state_dict",
+    }
+)
+_CKPT_TEXT = re.compile(
+    r"ckpt|checkpoint|weights|state_dict|\.pth?\b|\.bin\b|\.safetensors|\.tar\b", re.IGNORECASE
+)
+_CKPT_NAME = re.compile(r"ckpt|checkpoint|weights|state_dict", re.IGNORECASE)
+_STREAM_NAME = re.compile(
+    r"stream|buf|buffer|bytes_io|fileobj|file_obj|fobj|writer|transform_to|^fh$|^fp$", re.IGNORECASE
+)
+_STREAM_TYPE = re.compile(r"IO\b|IOBase|BytesIO|BinaryIO|BufferedWriter")
+_RANK_WORD = re.compile(r"rank", re.IGNORECASE)
+_RANK_NAME = re.compile(r"(^|_)(rank|ranks)(_|$)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Write:
+    label: str  # "torch.save", "model.save_pretrained", "open"
+    dest: ast.expr | None  # the path (or directory) written
+    stmt: ast.stmt | None  # the statement to guard when not the call's own statement
+    fixable: bool = True
+
+
+def _arg(call: ast.Call, index: int, keyword: str) -> ast.expr | None:
+    if len(call.args) > index:
+        return call.args[index]
+    for kw in call.keywords:
+        if kw.arg == keyword:
+            return kw.value
+    return None
+
+
+def _with_of(ctx: ChunkContext, call: ast.Call) -> ast.With | ast.AsyncWith | None:
+    parent = ctx.parent(call)
+    if isinstance(parent, ast.withitem) and parent.context_expr is call:
+        holder = ctx.parent(parent)
+        if isinstance(holder, (ast.With, ast.AsyncWith)):
+            return holder
+    return None
+
+
+def _open_handle(ctx: ChunkContext, name: str, at: ast.AST) -> ast.Call | None:
+    """The ``open(...)`` call of an enclosing ``with open(...) as name``."""
+    for a in ctx.ancestors(at):
+        if isinstance(a, (ast.With, ast.AsyncWith)):
+            for item in a.items:
+                v = item.optional_vars
+                if isinstance(v, ast.Name) and v.id == name and _is_open(ctx, item.context_expr):
+                    assert isinstance(item.context_expr, ast.Call)
+                    return item.context_expr
+        if isinstance(a, FUNCS):
+            break
+    return None
+
+
+def _is_open(ctx: ChunkContext, e: ast.AST) -> bool:
+    if not isinstance(e, ast.Call):
+        return False
+    if isinstance(e.func, ast.Name) and e.func.id == "open":
+        return "open" not in ctx.facts.aliases
+    return ctx.call_qualname(e) in ("io.open", "builtins.open")
+
+
+def _write_mode(call: ast.Call) -> bool:
+    mode = _arg(call, 1, "mode")
+    return (
+        isinstance(mode, ast.Constant)
+        and isinstance(mode.value, str)
+        and any(c in mode.value for c in "wax")
+    )
+
+
+def _is_buffer(ctx: ChunkContext, dest: ast.expr, root: ast.AST) -> bool:
+    """``io.BytesIO()`` (inline or through a variable), a stream parameter (``stream:
+    io.IOBase``) or a variable named like one: not a checkpoint path."""
+    if _STREAM_NAME.search(_last_name(dest) or ""):
+        return True
+    value: ast.AST | None = dest
+    if isinstance(dest, ast.Name):
+        value = assigned_value(ctx, dest.id, root, dest)
+        fn = ctx.enclosing_function(dest)
+        if fn is not None:
+            for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs):
+                if a.arg == dest.id and a.annotation is not None:
+                    if _STREAM_TYPE.search(ast.unparse(a.annotation)):
+                        return True
+    return isinstance(value, ast.Call) and _last_name(value) in ("BytesIO", "StringIO")
+
+
+def _checkpointish(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int = 0) -> bool:
+    for node in ast.walk(path):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _CKPT_TEXT.search(node.value):
+                return True
+        elif isinstance(node, ast.Name):
+            if _CKPT_NAME.search(node.id):
+                return True
+            if depth < 2:
+                value = assigned_value(ctx, node.id, root, node)
+                if value is not None and _checkpointish(ctx, value, root, depth + 1):
+                    return True
+        elif isinstance(node, ast.Attribute) and _CKPT_NAME.search(node.attr):
+            return True
+    return False
+
+
+def per_rank_path(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int = 0) -> bool:
+    """The path names the rank (``f"ckpt_rank{rank}.pt"``): one file per rank, on purpose."""
+    if ctx.ranks.mentions_rank(path):
+        return True
+    has_value = not isinstance(path, ast.Constant)
+    for node in ast.walk(path):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if has_value and _RANK_WORD.search(node.value):
+                return True
+        elif isinstance(node, ast.Name):
+            if _RANK_NAME.search(node.id):
+                return True
+            if depth < 2:
+                value = assigned_value(ctx, node.id, root, node)
+                if value is not None and per_rank_path(ctx, value, root, depth + 1):
+                    return True
+        elif isinstance(node, ast.Attribute) and _RANK_NAME.search(node.attr):
+            return True
+    return False
+
+
+def collective_in(ctx: ChunkContext, stmt: ast.stmt) -> str | None:
+    """A call in ``stmt`` that every rank must make (so the statement cannot be guarded)."""
+    for node in [stmt, *P.walk_scope(stmt)]:
+        if not isinstance(node, ast.Call):
+            continue
+        qual = ctx.call_qualname(node) or ""
+        dotted = N.dotted(node.func)
+        if qual in N.COLLECTIVES or qual.startswith("torch.distributed.checkpoint"):
+            return ctx.segment(node.func)
+        if dotted is not None and K.is_collective_call(dotted, ctx.facts.aliases):
+            return ctx.segment(node.func)
+        if K.COLLECTIVE in ctx.callee_props(node):
+            return ctx.segment(node.func)
+        if isinstance(node.func, ast.Attribute):
+            if node.func.attr in _GATHERING_METHODS:
+                return ctx.segment(node.func)
+            if node.func.attr == "state_dict" and ctx.kind(node.func.value, node) == K.FSDP:
+                return ctx.segment(node.func)
+    return None
+
+
+def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
+    """The checkpoint write ``call`` performs, or None (reads, buffers, other calls)."""
+    qual = ctx.call_qualname(call)
+    root = P.scope_root(ctx, call)
+    if qual == N.TORCH_SAVE:
+        dest = _arg(call, 1, "f")
+        if dest is None or _is_buffer(ctx, dest, root):
+            return None
+        if isinstance(dest, ast.Name):
+            if _open_handle(ctx, dest.id, call) is not None:
+                return None  # the `with open(...)` is the write (reported there)
+            value = assigned_value(ctx, dest.id, root, dest)
+            if _is_open(ctx, value) if value is not None else False:
+                assert isinstance(value, ast.Call)
+                # The file was opened (and truncated) on every rank already.
+                return Write("torch.save", value.args[0] if value.args else None, None, False)
+        return Write("torch.save", dest, None)
+    if qual in _FILE_WRITERS:
+        return Write(ctx.segment(call.func), _arg(call, 1, _FILE_WRITERS[qual]), None)
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "save_pretrained":
+        if any(kw.arg == "is_main_process" for kw in call.keywords):
+            return None
+        label = ctx.segment(call.func)
+        if "\n" in label:
+            label = "save_pretrained"
+        return Write(label, _arg(call, 0, "save_directory"), None)
+    if _is_open(ctx, call) and _write_mode(call):
+        path = _arg(call, 0, "file")
+        if path is None:
+            return None
+        with_stmt = _with_of(ctx, call)
+        saved_into = with_stmt is not None and _saves_into(ctx, with_stmt)
+        if not saved_into and not _checkpointish(ctx, path, root):
+            return None
+        return Write("open", path, with_stmt, with_stmt is not None)
+    return None
+
+
+def _saves_into(ctx: ChunkContext, with_stmt: ast.With | ast.AsyncWith) -> bool:
+    handles = {
+        item.optional_vars.id
+        for item in with_stmt.items
+        if isinstance(item.optional_vars, ast.Name) and _is_open(ctx, item.context_expr)
+    }
+    for node in P.walk_scope(with_stmt):
+        if isinstance(node, ast.Call) and ctx.call_qualname(node) == N.TORCH_SAVE:
+            dest = _arg(node, 1, "f")
+            if isinstance(dest, ast.Name) and dest.id in handles:
+                return True
+    return False
+
+
+_LOGGER_NAME = re.compile(r"^_*(logger|log|logging|lgr)$", re.IGNORECASE)
+
+# Names that identify the process in a message (the rank itself is checked through RankModel).
+_PROCESS_TAGS = frozenset(
+    {"gpu", "gpu_id", "device_id", "device", "local_device", "cuda_device", "pid"}
+)
+
+_TAG_TEXT = re.compile(r"rank|gpu|device", re.IGNORECASE)
+
+
+def names_in(e: ast.AST) -> Iterator[str]:
+    for n in ast.walk(e):
+        if isinstance(n, ast.Name):
+            yield n.id
+        elif isinstance(n, ast.Attribute):
+            yield n.attr
+
+
+def log_call(ctx: ChunkContext, call: ast.Call) -> str | None:
+    """``print``, ``logging.info`` or ``<logger>.info``; None for anything else."""
+    func = call.func
+    if isinstance(func, ast.Name) and func.id == "print" and "print" not in ctx.facts.aliases:
+        for kw in call.keywords:
+            if kw.arg == "file":
+                target = ctx.segment(kw.value)
+                if target not in ("sys.stdout", "sys.stderr"):
+                    return None
+        return "print"
+    if not isinstance(func, ast.Attribute) or func.attr != "info":
+        return None
+    qual = ctx.call_qualname(call)
+    if qual == "logging.info":
+        return "logging.info"
+    receiver = func.value
+    if isinstance(receiver, ast.Call):
+        if ctx.call_qualname(receiver) == "logging.getLogger":
+            return ctx.segment(func)
+        return None
+    name = _last_name(receiver)
+    if name is None or not _LOGGER_NAME.match(name):
+        return None
+    rqual = ctx.qualname(receiver)
+    if rqual is not None and not rqual.startswith("logging"):
+        return None  # a logger object imported from a library (accelerate, lightning...)
+    label = ctx.segment(func)
+    return label if "\n" not in label else "logger.info"
+
+
+def names_process(ctx: ChunkContext, call: ast.Call) -> bool:
+    """The message says which rank or GPU it comes from: per-rank on purpose."""
+    for arg in [*call.args, *(kw.value for kw in call.keywords)]:
+        if ctx.ranks.mentions_rank(arg):
+            return True
+        for n in ast.walk(arg):
+            if (
+                isinstance(n, ast.Constant)
+                and isinstance(n.value, str)
+                and _TAG_TEXT.search(n.value)
+            ):
+                return True
+        if any(name in _PROCESS_TAGS for name in names_in(arg)):
+            return True
+    return False

@@ -68,7 +68,6 @@ from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _guard as G
 from ddp_lsp.rules import _patterns as P
 
-_LOGGER_NAME = re.compile(r"^_*(logger|log|logging|lgr)$", re.IGNORECASE)
 # Setting up one of these makes logging rank-aware for the whole file.
 _RANK_AWARE_LOGGING = frozenset(
     {
@@ -84,23 +83,13 @@ _RANK_AWARE_LOGGING = frozenset(
 _PRINT_PATCHERS = frozenset(
     {"setup_for_distributed", "init_distributed_mode", "setup_print_for_distributed"}
 )
-# Names that identify the process in a message (the rank itself is checked through RankModel).
-_PROCESS_TAGS = frozenset(
-    {"gpu", "gpu_id", "device_id", "device", "local_device", "cuda_device", "pid"}
-)
-_TAG_TEXT = re.compile(r"rank|gpu|device", re.IGNORECASE)
 _LOOP_TARGET = re.compile(r"epoch|step|iter|batch", re.IGNORECASE)
 _LOOP_ITER = re.compile(r"loader|epoch|steps|iters|(^|_)(train|val|valid)(_|$)", re.IGNORECASE)
-_LOOP_CALL = re.compile(r"train|eval|valid|batch", re.IGNORECASE)
+_LOOP_CALL = re.compile(
+    r"train|epoch|batch|^_*(eval|evaluate|validate|validation|test)(_model|_loop|_step)?$",
+    re.IGNORECASE,
+)
 _STEP_METHODS = frozenset({"backward", "step", "zero_grad"})
-
-
-def _names_in(e: ast.AST) -> Iterator[str]:
-    for n in ast.walk(e):
-        if isinstance(n, ast.Name):
-            yield n.id
-        elif isinstance(n, ast.Attribute):
-            yield n.attr
 
 
 class UnguardedLogging(Rule):
@@ -116,10 +105,10 @@ class UnguardedLogging(Rule):
         patched_print: bool | None = None
         aware_logging: bool | None = None
         for call in ctx.calls():
-            label = _log_call(ctx, call)
+            label = G.log_call(ctx, call)
             if label is None or G.in_lambda(ctx, call):
                 continue
-            if not _has_value(call) or _names_process(ctx, call):
+            if not _has_value(call) or G.names_process(ctx, call):
                 continue
             loops = ctx.enclosing_loops(call)
             if not any(_training_loop(ctx, loop) for loop in loops):
@@ -157,36 +146,6 @@ class UnguardedLogging(Rule):
             )
 
 
-def _log_call(ctx: ChunkContext, call: ast.Call) -> str | None:
-    """``print``, ``logging.info`` or ``<logger>.info``; None for anything else."""
-    func = call.func
-    if isinstance(func, ast.Name) and func.id == "print" and "print" not in ctx.facts.aliases:
-        for kw in call.keywords:
-            if kw.arg == "file":
-                target = ctx.segment(kw.value)
-                if target not in ("sys.stdout", "sys.stderr"):
-                    return None
-        return "print"
-    if not isinstance(func, ast.Attribute) or func.attr != "info":
-        return None
-    qual = ctx.call_qualname(call)
-    if qual == "logging.info":
-        return "logging.info"
-    receiver = func.value
-    if isinstance(receiver, ast.Call):
-        if ctx.call_qualname(receiver) == "logging.getLogger":
-            return ctx.segment(func)
-        return None
-    name = G._last_name(receiver)
-    if name is None or not _LOGGER_NAME.match(name):
-        return None
-    rqual = ctx.qualname(receiver)
-    if rqual is not None and not rqual.startswith("logging"):
-        return None  # a logger object imported from a library (accelerate, lightning...)
-    label = ctx.segment(func)
-    return label if "\n" not in label else "logger.info"
-
-
 def _has_value(call: ast.Call) -> bool:
     """The message carries something computed (a metric), not only constant text."""
     for arg in call.args:
@@ -196,27 +155,10 @@ def _has_value(call: ast.Call) -> bool:
     return False
 
 
-def _names_process(ctx: ChunkContext, call: ast.Call) -> bool:
-    """The message says which rank or GPU it comes from: per-rank on purpose."""
-    for arg in [*call.args, *(kw.value for kw in call.keywords)]:
-        if ctx.ranks.mentions_rank(arg):
-            return True
-        for n in ast.walk(arg):
-            if (
-                isinstance(n, ast.Constant)
-                and isinstance(n.value, str)
-                and _TAG_TEXT.search(n.value)
-            ):
-                return True
-        if any(name in _PROCESS_TAGS for name in _names_in(arg)):
-            return True
-    return False
-
-
 def _training_loop(ctx: ChunkContext, loop: ast.For | ast.AsyncFor | ast.While) -> bool:
     """A loop over batches or epochs, or one that runs backward / optimizer steps."""
     if isinstance(loop, (ast.For, ast.AsyncFor)):
-        if any(_LOOP_TARGET.search(n) for n in _names_in(loop.target)):
+        if any(_LOOP_TARGET.search(n) for n in G.names_in(loop.target)):
             return True
         for n in ast.walk(loop.iter):
             if isinstance(n, (ast.Name, ast.Attribute)):
@@ -279,8 +221,8 @@ def _run(ctx: ChunkContext, stmt: ast.stmt) -> list[ast.stmt]:
         return (
             isinstance(s, ast.Expr)
             and isinstance(s.value, ast.Call)
-            and _log_call(ctx, s.value) is not None
-            and not _names_process(ctx, s.value)
+            and G.log_call(ctx, s.value) is not None
+            and not G.names_process(ctx, s.value)
         )
 
     lo = hi = idx
