@@ -58,6 +58,10 @@ def _utf8_to_cp(line: str, byte_col: int) -> int:
 
 def preflight_topic(unit: Unit, pos: Pos) -> str | None:
     """The preflight topic of the call whose callee is under ``pos``, if any."""
+    from ddp_lsp.core.document import Document
+
+    if not isinstance(unit.doc, Document):
+        return None
     facts = unit.doc.module_facts(unit.settings.assume_distributed)
     for start, chunk in unit.doc.chunks():
         end = start + len(chunk.lines)

@@ -36,7 +36,7 @@ from ddp_lsp import __version__
 from ddp_lsp.lsp import config as C
 from ddp_lsp.lsp.convert import Codec, choose_encoding
 from ddp_lsp.lsp.notebook import Cell, Notebook, apply_change
-from ddp_lsp.lsp.state import ServerState, uri_to_path
+from ddp_lsp.lsp.state import PlainText, ServerState, uri_to_path
 
 log = logging.getLogger("ddp_lsp.lsp")
 
@@ -117,9 +117,10 @@ class DdpLanguageServer(LanguageServer):
             {"jsonrpc": "2.0", "method": T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS, "params": params}
         )
 
-    def show_error(self, message: str) -> None:
+    def show_error(self, message: str, is_error: bool = True) -> None:
         log.warning("%s", message)
-        self.window_show_message(T.ShowMessageParams(type=T.MessageType.Error, message=message))
+        kind = T.MessageType.Error if is_error else T.MessageType.Warning
+        self.window_show_message(T.ShowMessageParams(type=kind, message=message))
 
     def send_error(self, msg_id: Any, code: int, message: str) -> None:
         self.protocol._send_data(
@@ -501,7 +502,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
             raise JsonRpcInvalidParams(f"{CMD_FIX_ALL}: {args[0]!r} is not an open document")
         unit, _ = found
         state.ensure_current(unit)
-        if not unit.enabled:
+        if not unit.enabled or isinstance(unit.doc, PlainText):
             return {"applied": False, "fixes": 0}
         if unit.notebook is not None:
             action = fix_all_action(state, unit)

@@ -22,9 +22,9 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from ddp_lsp.config import Settings
-from ddp_lsp.core.document import Document
+from ddp_lsp.core.document import Document, split_lines
 from ddp_lsp.core.engine import analyze
-from ddp_lsp.core.types import Finding
+from ddp_lsp.core.types import Finding, Pos
 from ddp_lsp.lsp import config as C
 from ddp_lsp.lsp.convert import UTF16, Codec
 from ddp_lsp.lsp.diagnostics import to_diagnostic
@@ -32,8 +32,47 @@ from ddp_lsp.lsp.notebook import Notebook
 
 log = logging.getLogger("ddp_lsp.lsp")
 
+# Larger files are kept in sync but not analysed: the first analysis of a 5 MB module takes
+# the core close to a minute, during which the server could answer nothing. Training scripts
+# are far below this (a 20,000-line file is about 0.7 MB).
+MAX_ANALYSED_CHARS = 2_000_000
+
 Publish = Callable[[str, "int | None", list[dict[str, Any]]], None]
-ShowError = Callable[[str], None]
+ShowError = Callable[[str, bool], None]  # (message, is_error)
+
+
+class PlainText:
+    """A document too large to analyse: only its text, kept in sync with the client."""
+
+    def __init__(self, text: str) -> None:
+        self._lines = split_lines(text)
+
+    @property
+    def text(self) -> str:
+        return "".join(self._lines)
+
+    @property
+    def lines(self) -> list[str]:
+        return self._lines
+
+    def set_text(self, text: str) -> None:
+        self._lines = split_lines(text)
+
+    def apply_edit(self, start: Pos, end: Pos, text: str) -> None:
+        if end < start:
+            start, end = end, start
+        lines = self._lines
+        before = sum(len(ln) for ln in lines[: start.line]) + start.col
+        after = sum(len(ln) for ln in lines[: end.line]) + end.col
+        old = self.text
+        # Re-splitting the whole text also merges a lone CR with an inserted LF, as LSP does.
+        self._lines = split_lines(old[:before] + text + old[after:])
+
+
+def make_document(text: str, settings: Settings) -> Document | PlainText:
+    if len(text) > MAX_ANALYSED_CHARS:
+        return PlainText(text)
+    return Document(text, settings.rank_model)
 
 
 def uri_to_path(uri: str) -> Path | None:
@@ -48,7 +87,7 @@ def uri_to_path(uri: str) -> Path | None:
 class Unit:
     key: str  # the text document's or the notebook's URI
     path: Path | None
-    doc: Document
+    doc: Document | PlainText
     version: int | None
     language: str = "python"
     notebook: Notebook | None = None
@@ -131,10 +170,15 @@ class ServerState:
             enabled = False
         return settings, enabled
 
+    def notify_once(self, message: str) -> None:
+        if message not in self._shown:
+            self._shown.add(message)
+            self.show_error(message, False)
+
     def report(self, message: str) -> None:
         if message not in self._shown:
             self._shown.add(message)
-            self.show_error(f"ddp-lsp: invalid setting: {message} (using the default)")
+            self.show_error(f"ddp-lsp: invalid setting: {message} (using the default)", True)
 
     def configuration_changed(self) -> None:
         """Settings may differ for every document: recompute, re-analyse, re-publish."""
@@ -155,7 +199,7 @@ class ServerState:
         path = uri_to_path(uri)
         lang = "python" if language == "python" or (path and path.suffix in (".py", ".pyi")) else language
         settings, _ = self.settings_for(uri, path)
-        unit = Unit(uri, path, Document(text, settings.rank_model), version, lang)
+        unit = Unit(uri, path, make_document(text, settings), version, lang)
         self._refresh_settings(unit)
         self.units[uri] = unit
         self.schedule()
@@ -166,19 +210,35 @@ class ServerState:
         if unit is None:
             log.warning("didChange for a document that is not open: %s", uri)
             return
-        doc = unit.doc
         for ch in changes:
             rng = getattr(ch, "range", None)
             if rng is None:
-                doc.set_text(ch.text)
+                self._replace_text(unit, ch.text)
                 continue
-            lines = doc.lines
+            lines = unit.doc.lines
             start = self.codec.to_core(lines, rng.start.line, rng.start.character)
             end = self.codec.to_core(lines, rng.end.line, rng.end.character)
-            doc.apply_edit(start, end, ch.text)
+            unit.doc.apply_edit(start, end, ch.text)
+        if any(len(ch.text) > 10_000 for ch in changes) or isinstance(unit.doc, PlainText):
+            self._check_size(unit)  # only a large paste can cross the limit
         unit.version = version
         unit.dirty = True
         self.schedule()
+
+    def _replace_text(self, unit: Unit, text: str) -> None:
+        if isinstance(unit.doc, Document) and len(text) <= MAX_ANALYSED_CHARS:
+            unit.doc.set_text(text)  # keeps the parses of unchanged chunks
+        else:
+            unit.doc = make_document(text, unit.settings)
+
+    def _check_size(self, unit: Unit) -> None:
+        """Switch between analysed and plain text when an edit crosses the size limit."""
+        big = isinstance(unit.doc, PlainText)
+        size = sum(map(len, unit.doc.lines)) if big else None
+        if big and size is not None and size <= MAX_ANALYSED_CHARS:
+            unit.doc = Document(unit.doc.text, unit.settings.rank_model)
+        elif not big and sum(map(len, unit.doc.lines)) > MAX_ANALYSED_CHARS:
+            unit.doc = PlainText(unit.doc.text)
 
     def close(self, uri: str) -> None:
         unit = self.units.pop(uri, None)
@@ -205,8 +265,7 @@ class ServerState:
     def open_notebook(self, nb: Notebook) -> None:
         path = uri_to_path(nb.uri)
         settings, _ = self.settings_for(nb.uri, path)
-        unit = Unit(nb.uri, path, Document(nb.source(), settings.rank_model), nb.version,
-                    "python", nb)
+        unit = Unit(nb.uri, path, make_document(nb.source(), settings), nb.version, "python", nb)
         self._refresh_settings(unit)
         self.units[nb.uri] = unit
         for c in nb.cells:
@@ -218,7 +277,7 @@ class ServerState:
         if unit is None or unit.notebook is None:
             return
         before = {v.cell.uri for v in unit.notebook.views}
-        unit.doc.set_text(unit.notebook.source())
+        self._replace_text(unit, unit.notebook.source())
         for c in unit.notebook.cells:
             self.cell_owner[c.uri] = uri
         after = {v.cell.uri for v in unit.notebook.views}
@@ -269,7 +328,14 @@ class ServerState:
 
     def analyse(self, unit: Unit, publish: bool = True) -> None:
         unit.dirty = False
-        if unit.enabled:
+        if isinstance(unit.doc, PlainText):
+            if unit.enabled:
+                self.notify_once(
+                    f"ddp-lsp: {unit.path.name if unit.path else unit.key} is larger than "
+                    f"{MAX_ANALYSED_CHARS // 1_000_000} MB and is not analysed"
+                )
+            findings: tuple[Finding, ...] = ()
+        elif unit.enabled:
             try:
                 result = analyze(unit.doc, unit.settings)
                 findings = result.findings

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lsprotocol import types as T
+from pygls.protocol import default_converter
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
-from pygls.protocol import default_converter
 
 SERVER_CMD = [sys.executable, "-m", "ddp_lsp", "serve"]
 PROFILES = ["neovim", "visual_studio_code"]
