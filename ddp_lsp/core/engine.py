@@ -88,13 +88,14 @@ def _collect(
             continue
         if chunk.tree is None or not facts.distributed:
             continue
-        cached = chunk.results.get(key)
+        cached: tuple[tuple[Finding, ...], tuple[InternalError, ...]] | None
+        cached = chunk.results.get(key)  # type: ignore[assignment]
         if cached is None:
             cached = _run_rules(chunk, facts, settings, rank_model, env, rules)
             if len(chunk.results) >= _CACHE_KEYS_PER_CHUNK:
                 chunk.results.clear()
             chunk.results[key] = cached
-        found, errs = cached  # type: ignore[misc]
+        found, errs = cached
         raw.extend(f.shifted(start) for f in found)
         errors.extend(replace(e, line=e.line + start) for e in errs)
 

@@ -205,9 +205,9 @@ class _Extractor:
                 self.expr(handler.type, scope, guarded)
             self.block(handler.body, scope, guarded)
         for name in ("orelse", "finalbody"):
-            sub = getattr(s, name, None)
-            if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
-                self.block(sub, scope, guarded)
+            tail = getattr(s, name, None)
+            if isinstance(tail, list) and tail and isinstance(tail[0], ast.stmt):
+                self.block(tail, scope, guarded)
 
     def function(self, f: ast.FunctionDef | ast.AsyncFunctionDef, scope: str) -> None:
         cls = self.class_stack[-1] if self.class_stack and not scope else None
@@ -536,15 +536,15 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
         for callee in fi.calls:
             direct = callee_memo.get(callee)
             if direct is None:
-                found = set()
+                found_props: set[str] = set()
                 if is_collective_call(callee, aliases):
-                    found.add(COLLECTIVE)
-                qual = N.resolve(callee, aliases)
-                if qual == N.INIT_PROCESS_GROUP:
-                    found.add(INITS_PG)
-                elif qual == N.DESTROY_PROCESS_GROUP:
-                    found.add(DESTROYS_PG)
-                direct = callee_memo[callee] = frozenset(found)
+                    found_props.add(COLLECTIVE)
+                resolved = N.resolve(callee, aliases)
+                if resolved == N.INIT_PROCESS_GROUP:
+                    found_props.add(INITS_PG)
+                elif resolved == N.DESTROY_PROCESS_GROUP:
+                    found_props.add(DESTROYS_PG)
+                direct = callee_memo[callee] = frozenset(found_props)
             props |= direct
             if callee.endswith(".update") and callee.count(".") == 1 or callee.startswith("self.") and callee.endswith(".update"):
                 receiver = callee.rsplit(".", 1)[0]
@@ -582,13 +582,13 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
     imported = frozenset(aliases)
     names_used = frozenset(n for cf in chunk_list for n in cf.loads & imported)
     frozen_props = {q: frozenset(p) for q, p in func_props.items()}
-    params = {q: fi.params for q, fi in functions.items()}
+    func_params = {q: fi.params for q, fi in functions.items()}
     key = (
         tuple(sorted(aliases.items())),
         distributed,
         tuple(sorted(kinds.items())),
         tuple(sorted((q, tuple(sorted(p))) for q, p in frozen_props.items())),
-        tuple(sorted(params.items())),
+        tuple(sorted(func_params.items())),
         rank_predicates,
         rank_vars,
         names_used,
@@ -598,7 +598,7 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
         distributed=distributed,
         kinds=kinds,
         func_props=frozen_props,
-        func_params=params,
+        func_params=func_params,
         rank_predicates=rank_predicates,
         rank_vars=rank_vars,
         names_used=names_used,
