@@ -869,3 +869,59 @@ def names_process(ctx: ChunkContext, call: ast.Call) -> bool:
         if any(name in _PROCESS_TAGS for name in names_in(arg)):
             return True
     return False
+
+
+def _is_log_stmt(ctx: ChunkContext, s: ast.stmt) -> bool:
+    return (
+        isinstance(s, ast.Expr)
+        and isinstance(s.value, ast.Call)
+        and log_call(ctx, s.value) is not None
+        and not names_process(ctx, s.value)
+    )
+
+
+def _is_write_stmt(ctx: ChunkContext, s: ast.stmt) -> bool:
+    """A statement that is one checkpoint write every rank makes to the same file."""
+    call: ast.expr | None = None
+    if isinstance(s, ast.Expr):
+        call = s.value
+    elif isinstance(s, (ast.With, ast.AsyncWith)):
+        call = next((i.context_expr for i in s.items if _is_open(ctx, i.context_expr)), None)
+    if not isinstance(call, ast.Call):
+        return False
+    write = checkpoint_write(ctx, call)
+    if write is None or not write.fixable or (write.stmt or s) is not s:
+        return False
+    root = P.scope_root(ctx, s)
+    if write.dest is not None and per_rank_path(ctx, write.dest, root):
+        return False
+    return collective_in(ctx, s) is None
+
+
+def rank0_run(ctx: ChunkContext, stmt: ast.stmt) -> list[ast.stmt]:
+    """``stmt`` and the statements right next to it in its block that belong under the same
+    guard: logging and checkpoint writes (``print("saving"); torch.save(...)``), so that
+    DDP501's and DDP502's fixes produce one ``if`` block, not one per line. Per-rank writes
+    and rank-tagged messages stay outside."""
+
+    def member(s: ast.stmt) -> bool:
+        return _is_log_stmt(ctx, s) or _is_write_stmt(ctx, s)
+
+    if not member(stmt):
+        return [stmt]
+    block, idx = ctx.block_of(stmt)
+    lo = hi = idx
+    while lo > 0 and member(block[lo - 1]):
+        lo -= 1
+    while hi + 1 < len(block) and member(block[hi + 1]):
+        hi += 1
+    return block[lo : hi + 1]
+
+
+def guard_run_fix(ctx: ChunkContext, stmt: ast.stmt, cond: Condition, title: str) -> Fix | None:
+    """:func:`guard_fix` for ``stmt``'s run, or for ``stmt`` alone where the run cannot be."""
+    run = rank0_run(ctx, stmt)
+    fix = guard_fix(ctx, run, cond, title)
+    if fix is None and len(run) > 1:
+        fix = guard_fix(ctx, [stmt], cond, title)
+    return fix

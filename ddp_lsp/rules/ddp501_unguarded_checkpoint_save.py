@@ -96,8 +96,8 @@ class UnguardedCheckpointSave(Rule):
             collective = G.collective_in(ctx, stmt)
             fixes = []
             if write.fixable and collective is None:
-                fix = G.guard_fix(
-                    ctx, [stmt], cond, f"Save on rank 0 only: wrap in `if {cond.text}:`"
+                fix = G.guard_run_fix(
+                    ctx, stmt, cond, f"Save on rank 0 only: wrap in `if {cond.text}:`"
                 )
                 if fix is not None:
                     fixes.append(fix)

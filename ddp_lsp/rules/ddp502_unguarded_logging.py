@@ -132,8 +132,8 @@ class UnguardedLogging(Rule):
             cond = G.rank_condition(ctx, stmt)
             fixes = []
             if isinstance(stmt, ast.Expr) and stmt.value is call:
-                fix = G.guard_fix(
-                    ctx, _run(ctx, stmt), cond, f"Log on rank 0 only: wrap in `if {cond.text}:`"
+                fix = G.guard_run_fix(
+                    ctx, stmt, cond, f"Log on rank 0 only: wrap in `if {cond.text}:`"
                 )
                 if fix is not None:
                     fixes.append(fix)
@@ -211,26 +211,6 @@ def _logging_rank_aware(ctx: ChunkContext) -> bool:
             if any(ctx.ranks.mentions_rank(a) for a in [*c.args, *(k.value for k in c.keywords)]):
                 return True
     return False
-
-
-def _run(ctx: ChunkContext, stmt: ast.stmt) -> list[ast.stmt]:
-    """``stmt`` and the logging statements right before and after it in its block."""
-    block, idx = ctx.block_of(stmt)
-
-    def is_log(s: ast.stmt) -> bool:
-        return (
-            isinstance(s, ast.Expr)
-            and isinstance(s.value, ast.Call)
-            and G.log_call(ctx, s.value) is not None
-            and not G.names_process(ctx, s.value)
-        )
-
-    lo = hi = idx
-    while lo > 0 and is_log(block[lo - 1]):
-        lo -= 1
-    while hi + 1 < len(block) and is_log(block[hi + 1]):
-        hi += 1
-    return block[lo : hi + 1]
 
 
 _HEAD = """\

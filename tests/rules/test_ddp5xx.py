@@ -214,9 +214,33 @@ def test_no_fix_when_the_guarded_block_leaves_or_binds_names_used_later() -> Non
         "def f(model, rank):\n"
         "    with open('ckpt.pt', 'wb') as fh:\n"
         "        torch.save(model, fh)\n"
-        "    print(fh.closed)\n"
+        "    size = fh.tell()\n"
     )
     assert f.fixes == ()
+
+
+def test_adjacent_log_and_save_share_one_guard() -> None:
+    code = HEAD + (
+        "def f(model, rank, epoch):\n"
+        "    for epoch in range(3):\n"
+        "        model(1).backward()\n"
+        "        print(f'saving epoch {epoch}')\n"
+        "        torch.save(model, 'last.pt')\n"
+        "        torch.save(model, f'rank{rank}.pt')\n"
+    )
+    found = analyze(code, SETTINGS).findings
+    assert [f.rule_id for f in found] == ["DDP502", "DDP501"]
+    assert found[0].fixes[0].edits == found[1].fixes[0].edits
+    fixed, applied = fix_text(code, SETTINGS)
+    assert fixed == HEAD + (
+        "def f(model, rank, epoch):\n"
+        "    for epoch in range(3):\n"
+        "        model(1).backward()\n"
+        "        if rank == 0:\n"
+        "            print(f'saving epoch {epoch}')\n"
+        "            torch.save(model, 'last.pt')\n"
+        "        torch.save(model, f'rank{rank}.pt')\n"
+    )
 
 
 def test_fallback_is_offered_but_unsafe() -> None:
