@@ -717,8 +717,10 @@ def main(command: str, argv: Sequence[str]) -> int:
         return 130
     except BrokenPipeError:
         # `ddp-lsp check | head`: the reader left; nothing more to say to it.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
         with contextlib.suppress(Exception):
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FINDINGS
     except Exception:
         err.write("ddp-lsp: internal error (please report it):\n" + traceback.format_exc())
