@@ -195,4 +195,9 @@ def run_torchrun(options: PreflightOptions, emit: Any) -> PreflightReport:
         )
     for result in extra:
         emit({"event": "probe", "result": result.to_json()})
-    return replace(local, probes=local.probes + tuple(extra), nodes=others)
+    return replace(
+        local,
+        probes=local.probes + tuple(extra),
+        nodes=others,
+        duration_s=local.duration_s + gathered.duration_s,
+    )

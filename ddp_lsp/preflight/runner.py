@@ -504,6 +504,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if report.node_rank in (None, 0):
             out.write(render_markdown(report) if ns.format == "markdown" else render_text(report))
+        else:
+            from ddp_lsp.preflight.report import summary_counts
+
+            out.write(
+                f"node {report.node_rank} ({report.host}): {summary_counts(report)}; "
+                "full report gathered to rank 0\n"
+            )
     return report.exit_code(options.strict)
 
 

@@ -4,12 +4,14 @@ and argument errors."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from ddp_lsp.preflight.cli import main
+from ddp_lsp.preflight.report import machine_facts
 from ddp_lsp.preflight.schema import SCHEMA_ID, PreflightReport
 
 
@@ -36,6 +38,13 @@ def test_quick_cpu_run_uses_gloo_for_real_and_says_what_was_skipped(
         assert cuda.status.value == "skip" and "CPU-only" in cuda.message
         assert "skipped" in text and "cuda.basic (CPU-only torch build" in text
     assert "ok   dist.handshake" in text
+    # The keys the language server reads come out of a real run.
+    facts = machine_facts(report)
+    assert facts.cpu_count is not None and 1 <= facts.cpu_count <= (os.cpu_count() or 1)
+    assert facts.shm_free_bytes is not None and facts.shm_total_bytes is not None
+    assert facts.recommended_num_workers is not None and facts.local_world_size == 2
+    if report.cuda is None:
+        assert facts.nccl_available is False and facts.gpu_count == 0
 
 
 def test_strict_turns_a_warning_into_exit_1(
