@@ -183,11 +183,22 @@ def _early_exit(ctx: ChunkContext, body: Sequence[ast.stmt], upto: ast.AST, root
         if (
             isinstance(s, ast.If)
             and s.body
-            and isinstance(s.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
+            and _exits(s.body[-1])
             and polarity(ctx, s.test, root) is not None
         ):
             return True
     return False
+
+
+def _exits(s: ast.stmt) -> bool:
+    """``return``, ``raise``, ``continue``, ``break`` or ``sys.exit()``."""
+    if isinstance(s, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+        return True
+    return (
+        isinstance(s, ast.Expr)
+        and isinstance(s.value, ast.Call)
+        and (N.dotted(s.value.func) or "") in ("sys.exit", "exit", "quit", "os._exit")
+    )
 
 
 def is_guarded(ctx: ChunkContext, node: ast.AST) -> bool:
@@ -847,6 +858,8 @@ def log_call(ctx: ChunkContext, call: ast.Call) -> str | None:
     name = _last_name(receiver)
     if name is None or not _LOGGER_NAME.match(name):
         return None
+    if "logging" not in ctx.facts.aliases.values():
+        return None  # not a standard-library logger made in this file: its setup is unknown
     rqual = ctx.qualname(receiver)
     if rqual is not None and not rqual.startswith("logging"):
         return None  # a logger object imported from a library (accelerate, lightning...)

@@ -237,6 +237,18 @@ def save(model, out_dir):
     Valid(
         _HEAD
         + """\
+import sys
+
+def export(model, is_master):
+    if not is_master:
+        sys.exit(0)
+    torch.save(model.module.state_dict(), "export.pt")
+""",
+        note="the other ranks exit first",
+    ),
+    Valid(
+        _HEAD
+        + """\
 ddp_rank = int(os.environ["RANK"])
 master_process = ddp_rank == 0
 
@@ -568,6 +580,32 @@ while True:
     iter_num += 1
 """,
         note="nanoGPT's master_process reused",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, global_rank, out_dir):
+    for epoch in range(10):
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        print(f"saving epoch {epoch} to {out_dir}")
+        «torch.save(model.module.state_dict(), os.path.join(out_dir, "last.pt"))»
+        torch.save(optimizer.state_dict(), os.path.join(out_dir, f"optim_{global_rank}.pt"))
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, global_rank, out_dir):
+    for epoch in range(10):
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        if global_rank == 0:
+            print(f"saving epoch {epoch} to {out_dir}")
+            torch.save(model.module.state_dict(), os.path.join(out_dir, "last.pt"))
+        torch.save(optimizer.state_dict(), os.path.join(out_dir, f"optim_{global_rank}.pt"))
+""",
+        note="the message about the save joins it under one guard; the per-rank save stays out",
     ),
     Invalid(
         _HEAD

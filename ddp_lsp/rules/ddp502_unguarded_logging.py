@@ -369,6 +369,22 @@ def main(config, model, data_loader, optimizer):
     Valid(
         _HEAD
         + """\
+from utils import logger
+from loguru import logger as log
+
+def train(model, loader, optimizer):
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        logger.info(f"step {step} loss {loss.item()}")
+        log.info(f"step {step} loss {loss.item()}")
+""",
+        note="loggers configured in other files (their rank filtering is not visible here)",
+    ),
+    Valid(
+        _HEAD
+        + """\
 def train(model, loader, optimizer):
     for step, batch in enumerate(loader):
         loss = model(batch).sum()
