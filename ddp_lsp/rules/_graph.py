@@ -288,6 +288,7 @@ class GraphFlow:
         self.root = root
         self.backward_calls: list[ast.Call] = []
         self.targets: set[str] = set()  # paths the backward runs on
+        self.consumed: set[str] = set()  # paths read by a backward target (`sum(losses)`)
         self.scalar_targets: set[str] = set()  # ... with a plain `.backward()` (a scalar)
         self.assigns: dict[str, list[tuple[tuple[int, int], ast.AST, int | None]]] = {}
         self._busy: set[int] = set()
@@ -297,6 +298,11 @@ class GraphFlow:
                 t = backward_target(node)
                 if t is not None:
                     self.backward_calls.append(node)
+                    for sub in ast.walk(t):
+                        if isinstance(sub, ast.Name | ast.Attribute):
+                            d = N.dotted(sub)
+                            if d:
+                                self.consumed.add(d)
                     path = N.dotted(t)
                     if path:
                         self.targets.add(path)

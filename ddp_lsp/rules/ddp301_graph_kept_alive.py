@@ -105,8 +105,8 @@ class GraphKeptAlive(Rule):
             root_path = G.dotted_path(store.container)
             if root_path is None:
                 continue
-            if store.accumulates and (N.dotted(store.container) or "") in flow.targets:
-                continue  # `total = total + loss_i` ... `total.backward()`: the loss being built
+            if (N.dotted(store.container) or root_path) in flow.consumed:
+                continue  # `total += loss_i` ... `(total / k).backward()`: the loss being built
             if not self._survives(ctx, flow, node, fn, root_path):
                 continue
             for leaf in self._leaves(store.values):
@@ -502,6 +502,20 @@ def train(model, loader, optimizer, criterion):
         optimizer.step()
 """,
         note="work handles, sizes, accuracy from comparisons, grad norms, a defensive .item()",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, k, loss_acc):
+    for i, x in enumerate(loader):
+        loss_acc += model(x).mean()
+        if (i + 1) % k == 0:
+            (loss_acc / k).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            loss_acc.zero_()
+""",
+        note="a loss built over micro-steps and consumed by its own backward",
     ),
     Valid(
         _HEAD
