@@ -35,10 +35,12 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> str:
 
     lines = split_lines(text)
     starts = _offsets(lines)
-    resolved = sorted(
-        {(_offset(e.span.start, lines, starts), _offset(e.span.end, lines, starts), e.text) for e in edits},
-        key=lambda t: (t[0], t[1]),
+    # Identical edits apply once; ties at one position keep the order the fix listed them in
+    # (an insertion before a re-indent of the same line must stay first). sorted() is stable.
+    unique = dict.fromkeys(
+        (_offset(e.span.start, lines, starts), _offset(e.span.end, lines, starts), e.text) for e in edits
     )
+    resolved = sorted(unique, key=lambda t: (t[0], t[1]))
     out: list[str] = []
     cursor = 0
     for a, b, new in resolved:
