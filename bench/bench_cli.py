@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,15 +38,15 @@ from torch.utils.data import DataLoader, DistributedSampler
 '''
 
 BLOCKS = [
-    '''
+    """
 
 def setup_{n}():
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl")
     return local_rank, dist.get_rank()
-''',
-    '''
+""",
+    """
 
 class Net{n}(torch.nn.Module):
     def __init__(self, width={w}):
@@ -56,8 +57,8 @@ class Net{n}(torch.nn.Module):
     def forward(self, x):
         h = torch.relu(self.fc1(x))
         return self.fc2(h)
-''',
-    '''
+""",
+    """
 
 def train_{n}(model, optimizer, scaler, loader, sampler, epochs={w}, accum=4):
     model = DDP(model)
@@ -76,8 +77,8 @@ def train_{n}(model, optimizer, scaler, loader, sampler, epochs={w}, accum=4):
             losses.append(loss)
         torch.save(model.state_dict(), "ckpt_{n}.pt")
     return losses
-''',
-    '''
+""",
+    """
 
 def evaluate_{n}(model, loader, rank):
     correct = total = 0
@@ -89,15 +90,15 @@ def evaluate_{n}(model, loader, rank):
     if rank == 0:
         print(f"accuracy {{correct / max(total, 1):.3f}}")
     return correct / max(total, 1)
-''',
-    '''
+""",
+    """
 
 def make_loader_{n}(dataset, batch_size={w}):
     sampler = DistributedSampler(dataset, shuffle=True)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=4,
                       pin_memory=True), sampler
-''',
-    '''
+""",
+    """
 
 def parse_args_{n}():
     parser = argparse.ArgumentParser()
@@ -105,7 +106,7 @@ def parse_args_{n}():
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--batch-size", type=int, default=64)
     return parser.parse_args()
-''',
+""",
 ]
 
 
@@ -158,16 +159,22 @@ def throughput(args: argparse.Namespace) -> None:
         directory = Path(tmp)
         size = generate(directory, args.files)
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        print(f"{args.files} files, {size / 1e6:.2f} MB, {cpus} CPUs available, best of {args.repeat}")
+        print(
+            f"{args.files} files, {size / 1e6:.2f} MB, {cpus} CPUs available, best of {args.repeat}"
+        )
         libcst_s = best(lambda: time_libcst(directory), args.repeat)
         seq_s = best(lambda: time_cli(directory, "--jobs", "1"), args.repeat)
         par_s = best(lambda: time_cli(directory), args.repeat)
         mb = size / 1e6
         print(f"libcst.parse_module (1 process)  {libcst_s:7.2f} s  {mb / libcst_s:6.2f} MB/s")
-        print(f"ddp-lsp check --jobs 1           {seq_s:7.2f} s  {mb / seq_s:6.2f} MB/s"
-              f"  ratio {libcst_s / seq_s:.2f}x")
-        print(f"ddp-lsp check (default)          {par_s:7.2f} s  {mb / par_s:6.2f} MB/s"
-              f"  ratio {libcst_s / par_s:.2f}x")
+        print(
+            f"ddp-lsp check --jobs 1           {seq_s:7.2f} s  {mb / seq_s:6.2f} MB/s"
+            f"  ratio {libcst_s / seq_s:.2f}x"
+        )
+        print(
+            f"ddp-lsp check (default)          {par_s:7.2f} s  {mb / par_s:6.2f} MB/s"
+            f"  ratio {libcst_s / par_s:.2f}x"
+        )
 
 
 def threshold(args: argparse.Namespace) -> None:
@@ -176,17 +183,22 @@ def threshold(args: argparse.Namespace) -> None:
         with tempfile.TemporaryDirectory(prefix="ddp-lsp-bench-") as tmp:
             directory = Path(tmp)
             size = generate(directory, files, seed=files)
-            seq = best(lambda: time_cli(directory, "--jobs", "1"), args.repeat)
-            par = best(lambda: time_cli(directory, "--jobs", str(max(2, args.jobs))), args.repeat)
-            print(f"{files:3d} files {size / 1024:7.0f} KB  sequential {seq:6.3f} s"
-                  f"  pool {par:6.3f} s  {'pool' if par < seq else 'sequential'} wins")
+            jobs = str(max(2, args.jobs))
+            seq = best(partial(time_cli, directory, "--jobs", "1"), args.repeat)
+            par = best(partial(time_cli, directory, "--jobs", jobs), args.repeat)
+            print(
+                f"{files:3d} files {size / 1024:7.0f} KB  sequential {seq:6.3f} s"
+                f"  pool {par:6.3f} s  {'pool' if par < seq else 'sequential'} wins"
+            )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--files", type=int, default=300)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--threshold", action="store_true", help="compare pool vs sequential by input size")
+    p.add_argument(
+        "--threshold", action="store_true", help="compare pool vs sequential by input size"
+    )
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     args = p.parse_args()
     (threshold if args.threshold else throughput)(args)

@@ -29,12 +29,15 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from ddp_lsp.config import DEFAULT_EXCLUDE, ConfigError, Settings, find_pyproject
 from ddp_lsp.core.registry import SYNTAX_ERROR
-from ddp_lsp.core.types import Finding, Pos, Span
+from ddp_lsp.core.types import Finding, Fix, InternalError, Pos, Span
 from ddp_lsp.reporters import FORMATS, FileReport, ReportContext
+
+if TYPE_CHECKING:
+    from multiprocessing.context import BaseContext
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -193,7 +196,10 @@ class Outcome:
     fixed_text: str | None = None  # stdin with --fix: the text to print
 
 
-def _analyze(text: str, settings: Settings) -> tuple[tuple[Finding, ...], tuple[object, ...]]:
+Found = tuple[tuple[Finding, ...], tuple[InternalError, ...]]
+
+
+def _analyze(text: str, settings: Settings) -> Found:
     from ddp_lsp.core.engine import analyze
 
     deep = _too_deep(text)
@@ -203,7 +209,7 @@ def _analyze(text: str, settings: Settings) -> tuple[tuple[Finding, ...], tuple[
     return result.findings, result.errors
 
 
-def _fix(text: str, settings: Settings, unsafe: bool) -> tuple[str, int, tuple[Finding, ...], tuple[object, ...]]:
+def _fix(text: str, settings: Settings, unsafe: bool) -> tuple[str, int, Found]:
     """Fix-all to a fixed point; returns the findings of the final text as well, so the
     remaining findings cost no extra analysis."""
     from ddp_lsp.core import fixes as F
@@ -211,25 +217,23 @@ def _fix(text: str, settings: Settings, unsafe: bool) -> tuple[str, int, tuple[F
     from ddp_lsp.core.engine import analyze
 
     if _too_deep(text) is not None:
-        findings, errors = _analyze(text, settings)
-        return text, 0, findings, errors
+        return text, 0, _analyze(text, settings)
     doc = Document(text, settings.rank_model)
-    last: dict[str, object] = {}
+    last: list[tuple[str, Found]] = []
 
     def run(current: str) -> Sequence[Finding]:
         doc.set_text(current)
         result = analyze(doc, settings)
-        last["text"], last["result"] = current, result
+        last[:] = [(current, (result.findings, result.errors))]
         return result.findings
 
-    def choose(f: Finding):  # type: ignore[no-untyped-def]
+    def choose(f: Finding) -> Fix | None:
         return f.preferred_fix if unsafe else f.safe_fix
 
     new, applied = F.fix_all(text, run, choose)
-    if last.get("text") != new:  # the pass limit was hit right after applying fixes
+    if not last or last[0][0] != new:  # the pass limit was hit right after applying fixes
         run(new)
-    result = last["result"]
-    return new, applied, result.findings, result.errors  # type: ignore[attr-defined]
+    return new, applied, last[0][1]
 
 
 def check_job(job: Job) -> Outcome:
@@ -258,9 +262,9 @@ def _check_job(job: Job) -> Outcome:
     source = decode_source(data)
     if job.mode == "check":
         findings, errors = _analyze(source.text, job.settings)
-        return Outcome(FileReport(job.path, job.abspath, findings, errors))  # type: ignore[arg-type]
-    new, applied, findings, errors = _fix(source.text, job.settings, job.unsafe)
-    rep = FileReport(job.path, job.abspath, findings, errors, fixed=applied)  # type: ignore[arg-type]
+        return Outcome(FileReport(job.path, job.abspath, findings, errors))
+    new, applied, (findings, errors) = _fix(source.text, job.settings, job.unsafe)
+    rep = FileReport(job.path, job.abspath, findings, errors, fixed=applied)
     if new == source.text:
         return Outcome(rep, fixed_text=new if job.data is not None else None)
     if job.mode == "diff":
@@ -317,10 +321,12 @@ def _run_pool(jobs: Sequence[Job], workers: int) -> list[Outcome]:
     chunk = max(1, min(16, len(jobs) // (workers * 4)))
     try:
         with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init) as pool:
-            batches = [list(range(i, min(i + chunk, len(jobs)))) for i in range(0, len(jobs), chunk)]
+            batches = [
+                list(range(i, min(i + chunk, len(jobs)))) for i in range(0, len(jobs), chunk)
+            ]
             futures = {pool.submit(_run_batch, [jobs[i] for i in b]): b for b in batches}
             for fut in cf.as_completed(futures):
-                for i, outcome in zip(futures[fut], fut.result()):
+                for i, outcome in zip(futures[fut], fut.result(), strict=True):
                     results[i] = outcome
     except cf.process.BrokenProcessPool:
         # A worker died (a crash in native code). Re-run what is missing one file per
@@ -335,12 +341,13 @@ def _run_batch(jobs: list[Job]) -> list[Outcome]:
     return [check_job(j) for j in jobs]
 
 
-def _run_isolated(job: Job, ctx: object) -> Outcome:
+def _run_isolated(job: Job, ctx: BaseContext) -> Outcome:
     import concurrent.futures as cf
 
     try:
-        with cf.ProcessPoolExecutor(1, mp_context=ctx, initializer=_worker_init) as pool:  # type: ignore[arg-type]
-            return pool.submit(_run_batch, [job]).result()[0]
+        with cf.ProcessPoolExecutor(1, mp_context=ctx, initializer=_worker_init) as pool:
+            outcome: Outcome = pool.submit(_run_batch, [job]).result()[0]
+            return outcome
     except cf.process.BrokenProcessPool:
         return Outcome(
             FileReport(job.path, job.abspath, error="the analysis crashed the worker process")
@@ -351,7 +358,7 @@ def _size(job: Job) -> int:
     if job.data is not None:
         return len(job.data)
     try:
-        return os.stat(job.abspath).st_size  # type: ignore[arg-type]
+        return os.stat(job.abspath or "").st_size
     except OSError:
         return 0
 
@@ -445,7 +452,9 @@ def _display(path: Path, cwd: Path) -> str:
     return path.as_posix()
 
 
-def collect_jobs(args: argparse.Namespace, resolver: SettingsResolver, mode: str) -> tuple[list[Job], list[FileReport]]:
+def collect_jobs(
+    args: argparse.Namespace, resolver: SettingsResolver, mode: str
+) -> tuple[list[Job], list[FileReport]]:
     """Jobs for every file to check, and reports for paths that do not exist."""
     cwd = resolver.cwd
     jobs: list[Job] = []
@@ -460,7 +469,9 @@ def collect_jobs(args: argparse.Namespace, resolver: SettingsResolver, mode: str
             if args.stdin_filename and args.force_exclude and _excluded(cwd / name, settings, root):
                 continue
             abspath = str((cwd / name).resolve()) if args.stdin_filename else None
-            jobs.append(Job(name, abspath, settings, mode, args.unsafe_fixes, sys.stdin.buffer.read()))
+            jobs.append(
+                Job(name, abspath, settings, mode, args.unsafe_fixes, sys.stdin.buffer.read())
+            )
             continue
         path = Path(raw)
         full = path if path.is_absolute() else cwd / path
@@ -499,7 +510,7 @@ def repo_root(start: Path) -> Path:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[no-untyped-def, override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}\n{self.format_usage().rstrip()}")
 
 
@@ -521,19 +532,59 @@ def check_parser(command: str) -> argparse.ArgumentParser:
     )
     p.add_argument("paths", nargs="*", help="files or directories (default: .); - reads stdin")
     p.add_argument("--format", "--output-format", choices=FORMATS, default="text", dest="format")
-    p.add_argument("--select", action="append", metavar="CODES", help="rule ids or prefixes, comma-separated (replaces the config's)")
-    p.add_argument("--ignore", action="append", metavar="CODES", help="rule ids or prefixes to skip (replaces the config's)")
-    p.add_argument("--config", type=Path, metavar="PATH", help="a pyproject.toml to use instead of the nearest one")
-    p.add_argument("--fix", action="store_true", default=command == "fix", help="apply safe fixes in place")
-    p.add_argument("--unsafe-fixes", action="store_true", help="also apply (and show) fixes that need review")
-    p.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; write nothing; exit 1 if there is one")
+    p.add_argument(
+        "--select",
+        action="append",
+        metavar="CODES",
+        help="rule ids or prefixes, comma-separated (replaces the config's)",
+    )
+    p.add_argument(
+        "--ignore",
+        action="append",
+        metavar="CODES",
+        help="rule ids or prefixes to skip (replaces the config's)",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="a pyproject.toml to use instead of the nearest one",
+    )
+    p.add_argument(
+        "--fix", action="store_true", default=command == "fix", help="apply safe fixes in place"
+    )
+    p.add_argument(
+        "--unsafe-fixes", action="store_true", help="also apply (and show) fixes that need review"
+    )
+    p.add_argument(
+        "--diff",
+        action="store_true",
+        help="print the fixes as a unified diff; write nothing; exit 1 if there is one",
+    )
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
-    p.add_argument("--statistics", action="store_true", help="print the number of findings per rule")
+    p.add_argument(
+        "--statistics", action="store_true", help="print the number of findings per rule"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
-    p.add_argument("-v", "--verbose", action="store_true", help="report rules that failed internally, and timings")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="report rules that failed internally, and timings",
+    )
     p.add_argument("--stdin-filename", metavar="PATH", help="the name of the file read from stdin")
-    p.add_argument("--force-exclude", action="store_true", help="apply excludes to files named on the command line too")
-    p.add_argument("-j", "--jobs", type=int, metavar="N", help="worker processes (default: automatic; 1 = no pool)")
+    p.add_argument(
+        "--force-exclude",
+        action="store_true",
+        help="apply excludes to files named on the command line too",
+    )
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="worker processes (default: automatic; 1 = no pool)",
+    )
     return p
 
 
@@ -589,7 +640,9 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
             out.write(d)
         if not args.quiet:
             n = sum(r.fixed for r in reports if r.diff)
-            err.write(f"Would fix {n} finding{'s' if n != 1 else ''}.\n" if n else "No fixes available.\n")
+            err.write(
+                f"Would fix {n} finding{'s' if n != 1 else ''}.\n" if n else "No fixes available.\n"
+            )
         status = EXIT_ERROR if errors else (EXIT_FINDINGS if diffs else EXIT_OK)
     else:
         if args.statistics:
@@ -631,7 +684,9 @@ def _statistics(reports: Sequence[FileReport], out: TextIO, fmt: str) -> None:
     rows = []
     for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
         meta = meta_by_id(code)
-        rows.append({"code": code, "name": meta.name if meta else "", "count": n, "fixable": fixable[code]})
+        rows.append(
+            {"code": code, "name": meta.name if meta else "", "count": n, "fixable": fixable[code]}
+        )
     if fmt == "json":
         json.dump(rows, out, indent=2)
         out.write("\n")
@@ -648,7 +703,9 @@ def run_rules(argv: Sequence[str], out: TextIO) -> int:
     from ddp_lsp.core.registry import all_meta
 
     p = _Parser(prog="ddp-lsp rules", description="List every rule.")
-    p.add_argument("--format", "--output-format", choices=("text", "json"), default="text", dest="format")
+    p.add_argument(
+        "--format", "--output-format", choices=("text", "json"), default="text", dest="format"
+    )
     args = p.parse_args(list(argv))
     metas = all_meta()
     if args.format == "json":

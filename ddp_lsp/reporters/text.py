@@ -20,7 +20,9 @@ def finding_lines(reports: Sequence[FileReport], ctx: ReportContext) -> list[str
         for f in rep.findings:
             row, col = row_col(f.span.start)
             mark = "[*] " if shown_fix(f, ctx.unsafe_fixes) is not None else ""
-            out.append(f"{rep.path}:{row}:{col}: {f.rule_id} [{f.severity.label}] {mark}{f.message}")
+            out.append(
+                f"{rep.path}:{row}:{col}: {f.rule_id} [{f.severity.label}] {mark}{f.message}"
+            )
     return out
 
 
@@ -47,9 +49,7 @@ def summary(reports: Sequence[FileReport], ctx: ReportContext) -> list[str]:
     if fixable and not ctx.fix_mode:
         lines.append(f"[*] {fixable} fixable with `ddp-lsp check --fix`.")
     if unsafe_only and not ctx.unsafe_fixes:
-        lines.append(
-            f"({unsafe_only} more fixable with `--unsafe-fixes`: review those changes.)"
-        )
+        lines.append(f"({unsafe_only} more fixable with `--unsafe-fixes`: review those changes.)")
     return lines
 
 

@@ -18,7 +18,7 @@ import pytest
 from ddp_lsp import cli
 
 # A distributed training step with one DDP201 finding (clip before unscale_) on line 10.
-BUGGY = '''import torch
+BUGGY = """import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -31,7 +31,7 @@ def train(model, opt, scaler, loader):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(opt)
         scaler.update()
-'''
+"""
 BUGGY_LINE = 11  # 1-based row of the clip
 FIXED_LINE = "        scaler.unscale_(opt)\n"
 CLEAN = "import os\n\nprint(os.getcwd())\n"
@@ -54,7 +54,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def cli_run(project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+def cli_run(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Result]:
     def run(*args: str, stdin: bytes | None = None) -> Result:
         if stdin is not None:
             monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))

@@ -70,7 +70,9 @@ class _Check:
         if start is None:
             self.problems.append(f"{where}: a text region needs startLine")
             return
-        values = {k: self.opt(region, k, int, where) for k in ("startColumn", "endLine", "endColumn")}
+        values = {
+            k: self.opt(region, k, int, where) for k in ("startColumn", "endLine", "endColumn")
+        }
         for key, value in (("startLine", start), *values.items()):
             if value is not None and value < 1:
                 self.problems.append(f"{where}.{key}: must be >= 1, got {value}")

@@ -43,7 +43,10 @@ def test_deeply_nested_parentheses_do_not_crash(cli_run, project: Path) -> None:
     tries next) overflows its stack; the checker reports DDP000 instead of dying."""
     write(project / "good.py", BUGGY)
     write(project / "deep.py", "x = " + "(" * 2000 + "1" + ")" * 2000 + "\n")
-    write(project / "deep2.py", "import torch.distributed\n\ndef f():\n    return " + "[" * 3000 + "]" * 3000 + "\n")
+    write(
+        project / "deep2.py",
+        "import torch.distributed\n\ndef f():\n    return " + "[" * 3000 + "]" * 3000 + "\n",
+    )
     r = cli_run("check", ".", "--select", "DDP000,DDP201", "--jobs", "1")
     assert r.rc == 1
     assert "deep.py:1:" in r.out and "too many nested parentheses" in r.out
@@ -89,7 +92,10 @@ def test_unknown_coding_cookie(cli_run, project: Path) -> None:
     write(project / "good.py", BUGGY)
     write(project / "k.py", b"# -*- coding: klingon -*-\nx = 1\n")
     r = cli_run("check", ".", "--select", "DDP201")
-    assert r.rc == 2 and "error: k.py: cannot determine the encoding: unknown encoding: klingon" in r.err
+    assert (
+        r.rc == 2
+        and "error: k.py: cannot determine the encoding: unknown encoding: klingon" in r.err
+    )
     _others_still_checked(r)
 
 
@@ -106,7 +112,10 @@ def test_crlf_positions(cli_run, project: Path) -> None:
     write(project / "good.py", BUGGY)
     write(project / "crlf.py", BUGGY.replace("\n", "\r\n").encode())
     r = cli_run("check", ".", "--format", "json", "--select", "DDP201")
-    rows = sorted((Path(i["filename"]).name, i["location"]["row"], i["location"]["column"]) for i in json.loads(r.out))
+    rows = sorted(
+        (Path(i["filename"]).name, i["location"]["row"], i["location"]["column"])
+        for i in json.loads(r.out)
+    )
     assert rows == [("crlf.py", BUGGY_LINE, 9), ("good.py", BUGGY_LINE, 9)]
 
 
@@ -149,7 +158,10 @@ def test_internal_rule_error_is_a_warning_with_verbose(cli_run, project: Path, m
     assert r.rc == 1 and "DDP999" not in r.err and "Traceback" not in r.err
     _others_still_checked(r)
     r = cli_run("check", "good.py", "--select", "DDP201", "--verbose")
-    assert "warning: good.py:" in r.err and "rule DDP999 failed internally (RuntimeError: boom)" in r.err
+    assert (
+        "warning: good.py:" in r.err
+        and "rule DDP999 failed internally (RuntimeError: boom)" in r.err
+    )
     assert "Traceback" not in r.err
     _others_still_checked(r)
 

@@ -50,7 +50,9 @@ def test_config_exclude_and_explicit_file_and_force_exclude(cli_run, project: Pa
     assert r.rc == 0 and "DDP201" not in r.out
 
 
-def test_project_under_a_directory_named_build_is_not_excluded(cli_run, tmp_path, monkeypatch) -> None:
+def test_project_under_a_directory_named_build_is_not_excluded(
+    cli_run, tmp_path, monkeypatch
+) -> None:
     root = tmp_path / "build" / "proj"
     write(root / "a.py", BUGGY)
     monkeypatch.chdir(root)
@@ -119,7 +121,9 @@ def test_exit_zero(cli_run, project: Path) -> None:
 def test_quiet_prints_findings_only(cli_run, project: Path) -> None:
     write(project / "train.py", BUGGY)
     r = cli_run("check", "train.py", "-q", "--select", "DDP201")
-    assert r.out.splitlines() == [line for line in r.out.splitlines() if line.startswith("train.py:")]
+    assert r.out.splitlines() == [
+        line for line in r.out.splitlines() if line.startswith("train.py:")
+    ]
     assert len(r.out.splitlines()) == 1
 
 
@@ -140,7 +144,16 @@ def test_json_format_is_ruff_shaped(cli_run, project: Path) -> None:
     r = cli_run("check", "train.py", "--format", "json", "--select", "DDP201")
     assert r.rc == 1
     (item,) = json.loads(r.out)
-    assert set(item) >= {"code", "message", "severity", "filename", "location", "end_location", "fix", "url"}
+    assert set(item) >= {
+        "code",
+        "message",
+        "severity",
+        "filename",
+        "location",
+        "end_location",
+        "fix",
+        "url",
+    }
     assert item["code"] == "DDP201" and item["severity"] == "error"
     assert item["filename"] == str((project / "train.py").resolve())
     assert item["location"] == {"row": BUGGY_LINE, "column": 9}
@@ -164,7 +177,9 @@ def test_github_format(cli_run, project: Path) -> None:
     r = cli_run("check", "src", "--format", "github", "--select", "DDP201")
     assert r.rc == 1
     (line,) = r.out.splitlines()
-    assert line.startswith(f"::error file=src/train.py,line={BUGGY_LINE},col=9,endLine={BUGGY_LINE},endColumn=")
+    assert line.startswith(
+        f"::error file=src/train.py,line={BUGGY_LINE},col=9,endLine={BUGGY_LINE},endColumn="
+    )
     assert ",title=DDP201::" in line
     message = line.split("::", 2)[2]
     assert "scaler.unscale_(opt)" in message and "\n" not in message
@@ -187,7 +202,9 @@ def test_github_warning_for_non_error_severity(cli_run, project: Path) -> None:
 def test_stdin(cli_run, project: Path) -> None:
     r = cli_run("check", "-", "--select", "DDP201", stdin=BUGGY.encode())
     assert r.rc == 1 and r.out.startswith(f"-:{BUGGY_LINE}:9: DDP201")
-    r = cli_run("check", "-", "--stdin-filename", "pkg/t.py", "--select", "DDP201", stdin=BUGGY.encode())
+    r = cli_run(
+        "check", "-", "--stdin-filename", "pkg/t.py", "--select", "DDP201", stdin=BUGGY.encode()
+    )
     assert r.out.startswith(f"pkg/t.py:{BUGGY_LINE}:9: DDP201")
 
 

@@ -51,7 +51,10 @@ def test_generator_runs_as_a_module(tmp_path: Path) -> None:
     """The documented command itself works (and writes where it is told)."""
     proc = subprocess.run(
         [sys.executable, "-m", "ddp_lsp.docs", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "README.md").is_file() and (tmp_path / "DDP201.md").is_file()

@@ -68,7 +68,8 @@ def test_buggy_example_is_found_by(rule_id: str) -> None:
 def test_fixed_example_is_clean() -> None:
     result = analyze(FIXED.read_text(encoding="utf-8"), Settings())
     assert [
-        f"{f.span.start.line + 1}:{f.span.start.col + 1} {f.rule_id} {f.message}" for f in result.findings
+        f"{f.span.start.line + 1}:{f.span.start.col + 1} {f.rule_id} {f.message}"
+        for f in result.findings
     ] == []
     assert result.errors == ()
 
@@ -94,7 +95,11 @@ def test_readme_demo_command_shows_real_findings() -> None:
     exe = Path(sys.executable).parent / "ddp-lsp"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ddp_lsp"]
     proc = subprocess.run(
-        [*cmd, "check", "examples/train_buggy.py"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [*cmd, "check", "examples/train_buggy.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 1, proc.stderr
     rules = set(re.findall(r"^examples/train_buggy\.py:\d+:\d+: (DDP\d{3}) ", proc.stdout, re.M))

@@ -111,7 +111,9 @@ def test_symlink_target_is_fixed_and_link_kept(cli_run, project: Path) -> None:
     assert FIXED_LINE in target.read_text()
 
 
-def test_failed_replace_leaves_old_file_and_no_temp(cli_run, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_replace_leaves_old_file_and_no_temp(
+    cli_run, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = write(project / "train.py", BUGGY)
     other = write(project / "other.py", BUGGY)
 
@@ -129,7 +131,9 @@ def test_failed_replace_leaves_old_file_and_no_temp(cli_run, project: Path, monk
     assert sorted(p.name for p in project.iterdir()) == [".git", "other.py", "train.py"]
 
 
-def test_file_changed_during_fix_is_not_overwritten(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_file_changed_during_fix_is_not_overwritten(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = write(project / "train.py", BUGGY)
     real_fix = checker._fix
 
@@ -141,7 +145,10 @@ def test_file_changed_during_fix_is_not_overwritten(project: Path, monkeypatch: 
     monkeypatch.setattr(checker, "_fix", edit_meanwhile)
     job = checker.Job("train.py", str(path), checker.Settings(select=("DDP201",)), "fix", False)
     outcome = checker.check_job(job)
-    assert outcome.report.error is not None and "changed while it was being fixed" in outcome.report.error
+    assert (
+        outcome.report.error is not None
+        and "changed while it was being fixed" in outcome.report.error
+    )
     assert path.read_text().endswith("# saved by the editor\n")
     assert [p.name for p in project.iterdir() if "tmp" in p.name] == []
 
@@ -151,7 +158,9 @@ def test_unencodable_fix_is_not_written() -> None:
         checker.encode_source("x = 'é'\n", "ascii")
 
 
-def test_unsafe_fixes_flag_marks_and_applies(cli_run, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unsafe_fixes_flag_marks_and_applies(
+    cli_run, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A finding whose only fix is unsafe: not applied by --fix, applied by --unsafe-fixes."""
     from dataclasses import replace
 

@@ -35,7 +35,9 @@ def test_pool_fix_writes_every_file(cli_run, project: Path) -> None:
     assert cli_run("check", ".", "--jobs", "1", "--select", "DDP201").rc == 0
 
 
-def test_automatic_choice_is_sequential_for_small_inputs(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_automatic_choice_is_sequential_for_small_inputs(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _tree(project, 3)
     jobs = [
         checker.Job(p.name, str(p), checker.Settings(), "check", False)
@@ -62,7 +64,10 @@ def test_dead_worker_costs_one_file(project: Path, monkeypatch: pytest.MonkeyPat
     parent = os.getpid()
     monkeypatch.setattr(checker, "check_job", crash_on_kills)
     paths = sorted(project.rglob("*.py"))
-    jobs = [checker.Job(p.name, str(p), checker.Settings(select=("DDP201",)), "check", False) for p in paths]
+    jobs = [
+        checker.Job(p.name, str(p), checker.Settings(select=("DDP201",)), "check", False)
+        for p in paths
+    ]
     outcomes = checker.run_jobs(jobs, workers=2)
     by_name = {o.report.path: o.report for o in outcomes}
     assert by_name["kills.py"].error == "the analysis crashed the worker process"

@@ -41,8 +41,15 @@ def test_validator_catches_what_it_should() -> None:
         ],
     }
     found = "\n".join(sarif_schema.problems(bad))
-    for expected in ("missing required 'name'", "missing required 'message'", "'fatal'",
-                     "ruleIndex 3", "backslash", "startLine: must be >= 1", "endColumn before"):
+    for expected in (
+        "missing required 'name'",
+        "missing required 'message'",
+        "'fatal'",
+        "ruleIndex 3",
+        "backslash",
+        "startLine: must be >= 1",
+        "endColumn before",
+    ):
         assert expected in found, found
 
 
@@ -68,7 +75,11 @@ def test_sarif_is_valid_and_points_at_the_finding(cli_run, project: Path) -> Non
     loc = result["locations"][0]["physicalLocation"]
     assert loc["artifactLocation"] == {"uri": "src/train.py", "uriBaseId": "%SRCROOT%"}
     region = loc["region"]
-    assert (region["startLine"], region["startColumn"], region["endLine"]) == (BUGGY_LINE, 9, BUGGY_LINE)
+    assert (region["startLine"], region["startColumn"], region["endLine"]) == (
+        BUGGY_LINE,
+        9,
+        BUGGY_LINE,
+    )
     assert region["endColumn"] == 9 + len("torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)")
     assert run["columnKind"] == "unicodeCodePoints"
     assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == project.resolve().as_uri() + "/"
@@ -78,11 +89,15 @@ def test_sarif_is_valid_and_points_at_the_finding(cli_run, project: Path) -> Non
     assert rep["insertedContent"]["text"] == "        scaler.unscale_(opt)\n"
 
 
-def test_sarif_uri_relative_to_repo_root_from_a_subdirectory(cli_run, project: Path, monkeypatch) -> None:
+def test_sarif_uri_relative_to_repo_root_from_a_subdirectory(
+    cli_run, project: Path, monkeypatch
+) -> None:
     write(project / "pkg" / "sub" / "train.py", BUGGY)
     monkeypatch.chdir(project / "pkg")
     _, log = _sarif(cli_run, "sub", "--select", "DDP201")
-    uri = log["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    uri = log["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"][
+        "uri"
+    ]
     assert uri == "pkg/sub/train.py"
 
 

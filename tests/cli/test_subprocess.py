@@ -14,7 +14,9 @@ from tests.cli.conftest import BUGGY, BUGGY_LINE, FIXED_LINE, write
 EXE = Path(sys.executable).parent / "ddp-lsp"
 
 
-def run(args: list[str], cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def run(
+    args: list[str], cwd: Path, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     return subprocess.run(args, cwd=cwd, input=stdin, capture_output=True, timeout=120, env=env)
 
@@ -36,7 +38,11 @@ def test_python_dash_m(tmp_path: Path) -> None:
 
 
 def test_stdin_pipe_and_fix_to_stdout(tmp_path: Path) -> None:
-    proc = run([sys.executable, "-m", "ddp_lsp", "check", "-", "--fix", "--select", "DDP201"], tmp_path, BUGGY.encode())
+    proc = run(
+        [sys.executable, "-m", "ddp_lsp", "check", "-", "--fix", "--select", "DDP201"],
+        tmp_path,
+        BUGGY.encode(),
+    )
     assert proc.returncode == 0, proc.stderr
     assert FIXED_LINE.encode() in proc.stdout and b"Fixed 1 finding." in proc.stderr
 
@@ -52,8 +58,12 @@ def test_config_error_no_traceback(tmp_path: Path) -> None:
 def test_many_files_through_the_pool(tmp_path: Path) -> None:
     """Enough input that the automatic choice starts worker processes."""
     for i in range(24):
-        write(tmp_path / f"m{i}.py", BUGGY + "\n".join(f"V{i}_{k} = {k}" for k in range(1500)) + "\n")
-    proc = run([sys.executable, "-m", "ddp_lsp", "check", ".", "--select", "DDP201", "-q"], tmp_path)
+        write(
+            tmp_path / f"m{i}.py", BUGGY + "\n".join(f"V{i}_{k} = {k}" for k in range(1500)) + "\n"
+        )
+    proc = run(
+        [sys.executable, "-m", "ddp_lsp", "check", ".", "--select", "DDP201", "-q"], tmp_path
+    )
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.count(b": DDP201 ") == 24 and proc.stderr == b""
 
@@ -70,7 +80,9 @@ def test_check_imports_neither_pygls_nor_torch(tmp_path: Path) -> None:
 
 def test_broken_pipe_is_quiet(tmp_path: Path) -> None:
     # Far more output than a pipe buffers, so the writer really meets a closed pipe.
-    many = BUGGY + "".join(BUGGY.split("\n\n\n", 1)[1].replace("def train", f"def train{k}") for k in range(40))
+    many = BUGGY + "".join(
+        BUGGY.split("\n\n\n", 1)[1].replace("def train", f"def train{k}") for k in range(40)
+    )
     for i in range(30):
         write(tmp_path / f"m{i}.py", many)
     cmd = f"{sys.executable} -m ddp_lsp check . --select DDP201 | head -n 1"
