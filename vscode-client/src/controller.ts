@@ -1,0 +1,413 @@
+/**
+ * The extension's behaviour: which interpreter runs the server, when it restarts, what each
+ * command does, what the status bar says.
+ *
+ * The language client itself is created by a factory (see extension.ts), so the unit tests
+ * drive this class with a mocked `vscode` module and a fake client, and the protocol side is
+ * covered by the end-to-end test against the real server.
+ */
+
+import * as vscode from "vscode";
+import { CLIENT_COMMANDS, SERVER_COMMANDS } from "./commands";
+import { installCommand, resolveInterpreter, type Interpreter, type PythonExtensionApi } from "./interpreter";
+import type { ProbeOutcome } from "./probe";
+import { SECTION, serverSettings, type ServerSettings } from "./settings";
+import {
+  preflightLine,
+  statusView,
+  summarizePreflight,
+  type PreflightSummary,
+  type ServerState,
+} from "./status";
+
+/** What the controller needs from a running language client. */
+export interface ServerClient {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  sendRequest(method: string, params: unknown, token?: vscode.CancellationToken): Promise<unknown>;
+  sendNotification(method: string, params: unknown): Promise<void>;
+  /** The commands the server advertised in its initialize result (empty before it ran). */
+  serverCommands(): readonly string[];
+  onDidChangeState(listener: (state: "starting" | "running" | "stopped") => void): vscode.Disposable;
+}
+
+export interface ClientSpec {
+  command: string;
+  args: string[];
+  cwd: string | undefined;
+  initializationOptions: ServerSettings;
+}
+
+export type ClientFactory = (spec: ClientSpec, output: vscode.OutputChannel) => ServerClient;
+
+export interface ControllerDeps {
+  createClient: ClientFactory;
+  probe: (python: string) => Promise<ProbeOutcome>;
+  pythonApi: () => Promise<PythonExtensionApi | undefined>;
+}
+
+export const SERVER_ARGS = ["-m", "ddp_lsp", "serve"];
+
+const ACTION_SELECT = "Select interpreter";
+const ACTION_INSTALL = "Install ddp-lsp";
+const ACTION_OUTPUT = "Show output";
+
+export class Controller implements vscode.Disposable {
+  readonly output: vscode.OutputChannel;
+  private readonly statusItem: vscode.StatusBarItem;
+  private readonly disposables: vscode.Disposable[] = [];
+  private client: ServerClient | undefined;
+  private clientSubscriptions: vscode.Disposable[] = [];
+  private interpreter: Interpreter | undefined;
+  private state: ServerState = "stopped";
+  private stateDetail: string | undefined;
+  private preflight: PreflightSummary | undefined;
+  private python: PythonExtensionApi | undefined;
+  // Starts and stops are chained: a burst of settings changes must not leave two servers.
+  private queue: Promise<void> = Promise.resolve();
+  // The last "missing" notification, so that each restart does not raise the same one again.
+  private lastNotice: string | undefined;
+  private disposed = false;
+
+  constructor(private readonly deps: ControllerDeps) {
+    this.output = vscode.window.createOutputChannel("ddp-lsp");
+    this.statusItem = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 50);
+    this.statusItem.name = "ddp-lsp";
+    this.statusItem.command = CLIENT_COMMANDS.showOutput;
+    this.disposables.push(this.output, this.statusItem);
+  }
+
+  /** Registers commands and listeners, then starts the server. */
+  async activate(): Promise<void> {
+    const reg = (id: string, fn: () => unknown): void => {
+      this.disposables.push(vscode.commands.registerCommand(id, fn));
+    };
+    reg(CLIENT_COMMANDS.runPreflight, () => this.runPreflight());
+    reg(CLIENT_COMMANDS.fixAll, () => this.fixAll());
+    reg(CLIENT_COMMANDS.restart, () => this.restart(true));
+    reg(CLIENT_COMMANDS.showOutput, () => this.output.show(true));
+
+    this.disposables.push(
+      vscode.workspace.onDidChangeConfiguration((e) => this.onConfigurationChanged(e)),
+      // Trust unlocks the preflight interpreter: restart so initializationOptions carry it.
+      vscode.workspace.onDidGrantWorkspaceTrust(() => this.restart(false)),
+    );
+    this.python = await this.deps.pythonApi();
+    if (this.python) {
+      this.disposables.push(
+        this.python.environments.onDidChangeActiveEnvironmentPath(() => this.restartIfInterpreterChanged()),
+      );
+    }
+    this.render();
+    await this.restart(false);
+  }
+
+  get serverState(): ServerState {
+    return this.state;
+  }
+
+  get lastPreflight(): PreflightSummary | undefined {
+    return this.preflight;
+  }
+
+  get currentInterpreter(): Interpreter | undefined {
+    return this.interpreter;
+  }
+
+  // -- lifecycle -------------------------------------------------------------------------------
+
+  restart(userAsked: boolean): Promise<void> {
+    if (userAsked) {
+      this.lastNotice = undefined; // the user wants to hear about a problem again
+    }
+    this.queue = this.queue.then(
+      () => this.doRestart(),
+      () => this.doRestart(),
+    );
+    return this.queue;
+  }
+
+  private async doRestart(): Promise<void> {
+    await this.stopClient();
+    if (this.disposed) {
+      return;
+    }
+    const config = vscode.workspace.getConfiguration(SECTION);
+    const folder = vscode.workspace.workspaceFolders?.[0];
+    this.interpreter = await resolveInterpreter({
+      setting: config.get<string>("interpreter"),
+      python: this.python,
+      resource: folder?.uri,
+      workspaceFolder: folder?.uri.fsPath,
+      log: (line) => this.log(line),
+    });
+    const python = this.interpreter.command;
+    this.log(`Interpreter: ${python} (from ${this.interpreter.source})`);
+    this.setState("starting");
+    const outcome = await this.deps.probe(python);
+    if (outcome.kind !== "ok") {
+      this.setState(outcome.kind === "broken" ? "error" : "missing", outcome.detail);
+      this.notifyProblem(outcome, python);
+      return;
+    }
+    this.log(`ddp-lsp ${outcome.version} found; starting ${python} ${SERVER_ARGS.join(" ")}`);
+    const client = this.deps.createClient(
+      {
+        command: python,
+        args: SERVER_ARGS,
+        cwd: folder?.uri.fsPath,
+        initializationOptions: serverSettings(config, vscode.workspace.isTrusted),
+      },
+      this.output,
+    );
+    this.client = client;
+    this.clientSubscriptions.push(
+      client.onDidChangeState((s) => {
+        if (this.client === client) {
+          this.setState(s);
+        }
+      }),
+    );
+    try {
+      await client.start();
+      this.setState("running");
+    } catch (err) {
+      this.log(`The server failed to start: ${errorText(err)}`);
+      this.setState("error", errorText(err));
+      const choice = await vscode.window.showErrorMessage(
+        `ddp-lsp: the server failed to start with ${python}.`,
+        ACTION_OUTPUT,
+      );
+      if (choice === ACTION_OUTPUT) {
+        this.output.show(true);
+      }
+    }
+  }
+
+  private async stopClient(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    for (const d of this.clientSubscriptions.splice(0)) {
+      d.dispose();
+    }
+    if (client) {
+      try {
+        await client.stop();
+      } catch (err) {
+        this.log(`Stopping the server: ${errorText(err)}`);
+      }
+    }
+    this.setState("stopped");
+  }
+
+  private async restartIfInterpreterChanged(): Promise<void> {
+    const folder = vscode.workspace.workspaceFolders?.[0];
+    const next = await resolveInterpreter({
+      setting: vscode.workspace.getConfiguration(SECTION).get<string>("interpreter"),
+      python: this.python,
+      resource: folder?.uri,
+      workspaceFolder: folder?.uri.fsPath,
+    });
+    if (next.command !== this.interpreter?.command) {
+      this.log(`The interpreter changed to ${next.command}: restarting.`);
+      await this.restart(true);
+    }
+  }
+
+  private async onConfigurationChanged(e: vscode.ConfigurationChangeEvent): Promise<void> {
+    if (!e.affectsConfiguration(SECTION)) {
+      return;
+    }
+    if (e.affectsConfiguration(`${SECTION}.interpreter`)) {
+      await this.restart(true);
+      return;
+    }
+    if (e.affectsConfiguration(`${SECTION}.trace`)) {
+      return; // the language client follows ddp-lsp.trace.server by itself
+    }
+    const client = this.client;
+    if (client === undefined || this.state !== "running") {
+      // Nothing to update: a stopped or missing server picks the settings up when it starts.
+      if (this.state === "missing" || this.state === "error") {
+        await this.restart(false);
+      }
+      return;
+    }
+    // The server applies analysis settings live (and re-pulls workspace/configuration), which
+    // keeps open documents and their diagnostics instead of a restart's blank moment.
+    const settings = serverSettings(vscode.workspace.getConfiguration(SECTION), vscode.workspace.isTrusted);
+    await client.sendNotification("workspace/didChangeConfiguration", { settings: { [SECTION]: settings } });
+    this.render();
+  }
+
+  // -- commands --------------------------------------------------------------------------------
+
+  private runningClient(action: string): ServerClient | undefined {
+    if (this.client && this.state === "running") {
+      return this.client;
+    }
+    void vscode.window
+      .showWarningMessage(`ddp-lsp: cannot ${action}: the server is not running.`, ACTION_OUTPUT)
+      .then((choice) => choice === ACTION_OUTPUT && this.output.show(true));
+    return undefined;
+  }
+
+  async fixAll(): Promise<{ applied: boolean; fixes: number } | undefined> {
+    const editor = vscode.window.activeTextEditor;
+    if (!editor || editor.document.languageId !== "python") {
+      void vscode.window.showInformationMessage("ddp-lsp: open a Python file to fix.");
+      return undefined;
+    }
+    const client = this.runningClient("fix all");
+    if (!client) {
+      return undefined;
+    }
+    const result = (await client.sendRequest("workspace/executeCommand", {
+      command: SERVER_COMMANDS.fixAll,
+      arguments: [editor.document.uri.toString()],
+    })) as { applied?: boolean; fixes?: number } | null;
+    const fixes = typeof result?.fixes === "number" ? result.fixes : 0;
+    const applied = result?.applied === true;
+    void vscode.window.showInformationMessage(
+      applied ? `ddp-lsp: applied ${fixes} fix${fixes === 1 ? "" : "es"}.` : "ddp-lsp: nothing to fix safely in this file.",
+    );
+    return { applied, fixes };
+  }
+
+  async runPreflight(): Promise<PreflightSummary | undefined> {
+    if (!vscode.workspace.isTrusted) {
+      // The preflight runs an interpreter (and torch) with the workspace's code paths; an
+      // untrusted workspace gets diagnostics only.
+      void vscode.window.showWarningMessage("ddp-lsp: the preflight is off in untrusted workspaces.");
+      return undefined;
+    }
+    const client = this.runningClient("run the preflight");
+    if (!client) {
+      return undefined;
+    }
+    if (!client.serverCommands().includes(SERVER_COMMANDS.runPreflight)) {
+      void vscode.window.showWarningMessage(
+        `ddp-lsp: this server (${this.interpreter?.command ?? "?"}) has no preflight command; upgrade ddp-lsp.`,
+      );
+      return undefined;
+    }
+    const editor = vscode.window.activeTextEditor;
+    const target =
+      editor?.document.languageId === "python" ? editor.document.uri : vscode.workspace.workspaceFolders?.[0]?.uri;
+    const args = target ? [target.toString()] : [];
+    let result: unknown;
+    try {
+      result = await vscode.window.withProgress(
+        { location: vscode.ProgressLocation.Notification, title: "DDP preflight", cancellable: true },
+        (_progress, token) =>
+          client.sendRequest("workspace/executeCommand", { command: SERVER_COMMANDS.runPreflight, arguments: args }, token),
+      );
+    } catch (err) {
+      result = { error: errorText(err) };
+    }
+    const summary = summarizePreflight(result);
+    this.preflight = summary;
+    this.logReport(result, summary);
+    this.render();
+    const line = preflightLine(summary);
+    const show =
+      summary.verdict === "pass"
+        ? vscode.window.showInformationMessage
+        : summary.verdict === "warn"
+          ? vscode.window.showWarningMessage
+          : vscode.window.showErrorMessage;
+    void show(`ddp-lsp: ${line}`, ACTION_OUTPUT).then((choice) => choice === ACTION_OUTPUT && this.output.show(true));
+    return summary;
+  }
+
+  // -- messages --------------------------------------------------------------------------------
+
+  private notifyProblem(outcome: Exclude<ProbeOutcome, { kind: "ok" }>, python: string): void {
+    const key = `${outcome.kind}:${python}`;
+    this.log(`Cannot start ddp-lsp with ${python}: ${outcome.kind} (${outcome.detail})`);
+    if (this.lastNotice === key) {
+      return;
+    }
+    this.lastNotice = key;
+    let message: string;
+    const actions = [ACTION_SELECT];
+    if (outcome.kind === "no-python") {
+      message = `ddp-lsp: no Python interpreter at "${python}". Select one, or set ddp-lsp.interpreter.`;
+    } else if (outcome.kind === "no-ddp-lsp") {
+      message = `ddp-lsp is not installed in ${python}. Install it there, or select an interpreter that has it.`;
+      actions.push(ACTION_INSTALL);
+    } else {
+      message = `ddp-lsp cannot start with ${python}: ${outcome.detail}`;
+      actions.push(ACTION_INSTALL);
+    }
+    actions.push(ACTION_OUTPUT);
+    void vscode.window.showErrorMessage(message, ...actions).then((choice) => this.onProblemAction(choice, python));
+  }
+
+  private async onProblemAction(choice: string | undefined, python: string): Promise<void> {
+    if (choice === ACTION_SELECT) {
+      if (this.python) {
+        await vscode.commands.executeCommand("python.setInterpreter");
+      } else {
+        await vscode.commands.executeCommand("workbench.action.openSettings", `${SECTION}.interpreter`);
+      }
+    } else if (choice === ACTION_INSTALL) {
+      const terminal = vscode.window.createTerminal({ name: "ddp-lsp: install" });
+      terminal.show();
+      terminal.sendText(installCommand(python));
+      // When the install terminal closes, try again: the usual next step anyway.
+      const sub = vscode.window.onDidCloseTerminal((closed) => {
+        if (closed === terminal) {
+          sub.dispose();
+          void this.restart(true);
+        }
+      });
+      this.disposables.push(sub);
+    } else if (choice === ACTION_OUTPUT) {
+      this.output.show(true);
+    }
+  }
+
+  private logReport(result: unknown, summary: PreflightSummary): void {
+    this.log(preflightLine(summary));
+    const probes = (result as { probes?: unknown } | null)?.probes;
+    if (Array.isArray(probes)) {
+      for (const p of probes as Array<Record<string, unknown>>) {
+        this.log(`  [${String(p.status)}] ${String(p.title ?? p.id)}: ${String(p.message ?? "")}`);
+      }
+    }
+  }
+
+  private log(line: string): void {
+    this.output.appendLine(`[client] ${line}`);
+  }
+
+  private setState(state: ServerState, detail?: string): void {
+    this.state = state;
+    this.stateDetail = detail;
+    this.render();
+  }
+
+  private render(): void {
+    const enabled = vscode.workspace.getConfiguration(SECTION).get<boolean>("enable") ?? true;
+    const shown = this.state === "running" && !enabled ? "disabled" : this.state;
+    const view = statusView(shown, this.preflight, this.stateDetail ?? this.interpreter?.command);
+    this.statusItem.text = view.text;
+    this.statusItem.tooltip = view.tooltip;
+    this.statusItem.backgroundColor = view.background ? new vscode.ThemeColor(view.background) : undefined;
+    this.statusItem.show();
+  }
+
+  async dispose(): Promise<void> {
+    this.disposed = true;
+    await this.queue.catch(() => undefined);
+    await this.stopClient();
+    for (const d of this.disposables.splice(0)) {
+      d.dispose();
+    }
+  }
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,120 @@
+/**
+ * Entry point: wires the controller to vscode-languageclient and the Python extension.
+ *
+ * Kept thin on purpose: everything that decides something lives in controller.ts and is unit
+ * tested; this file only adapts `LanguageClient` to the small `ServerClient` interface and adds
+ * the middleware that keeps the preflight off in untrusted workspaces.
+ */
+
+import * as vscode from "vscode";
+import {
+  LanguageClient,
+  State,
+  type LanguageClientOptions,
+  type ServerOptions,
+} from "vscode-languageclient/node";
+import { SERVER_COMMANDS } from "./commands";
+import { Controller, type ClientSpec, type ServerClient } from "./controller";
+import type { PythonExtensionApi } from "./interpreter";
+import { classifyProbe, runProbe } from "./probe";
+import { SECTION, sanitizeSection } from "./settings";
+
+let controller: Controller | undefined;
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  controller = new Controller({
+    createClient,
+    probe: async (python) => classifyProbe(await runProbe(python)),
+    pythonApi,
+  });
+  context.subscriptions.push({ dispose: () => void controller?.dispose() });
+  await controller.activate();
+}
+
+export async function deactivate(): Promise<void> {
+  await controller?.dispose();
+  controller = undefined;
+}
+
+async function pythonApi(): Promise<PythonExtensionApi | undefined> {
+  const ext = vscode.extensions.getExtension<PythonExtensionApi>("ms-python.python");
+  if (!ext) {
+    return undefined;
+  }
+  try {
+    // The Python extension can take a while to activate; do not hold our server hostage to it.
+    const exports = await Promise.race([
+      ext.activate(),
+      new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 15_000)),
+    ]);
+    return exports?.environments ? exports : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function isPreflightLens(lens: vscode.CodeLens): boolean {
+  return lens.command?.command === SERVER_COMMANDS.runPreflight;
+}
+
+function createClient(spec: ClientSpec, output: vscode.OutputChannel): ServerClient {
+  const serverOptions: ServerOptions = {
+    command: spec.command,
+    args: spec.args,
+    options: { cwd: spec.cwd, env: { ...process.env, PYTHONUNBUFFERED: "1" } },
+  };
+  const clientOptions: LanguageClientOptions = {
+    documentSelector: [
+      { scheme: "file", language: "python" },
+      { scheme: "untitled", language: "python" },
+    ],
+    outputChannel: output,
+    traceOutputChannel: output,
+    initializationOptions: spec.initializationOptions,
+    // Settings changes are sent by the controller (mapped and trust-filtered), not synchronized
+    // raw by the client.
+    middleware: {
+      workspace: {
+        configuration: async (params, token, next) => {
+          const result = await next(params, token);
+          if (!Array.isArray(result)) {
+            return result;
+          }
+          return result.map((value: unknown, i: number) =>
+            params.items[i]?.section === SECTION ? sanitizeSection(value, vscode.workspace.isTrusted) : value,
+          );
+        },
+      },
+      // Code lenses and code actions run server commands through here, not through our palette
+      // commands, so the trust check must live here too.
+      executeCommand: async (command, args, next) => {
+        if (command === SERVER_COMMANDS.runPreflight && !vscode.workspace.isTrusted) {
+          void vscode.window.showWarningMessage("ddp-lsp: the preflight is off in untrusted workspaces.");
+          return undefined;
+        }
+        return next(command, args);
+      },
+      provideCodeLenses: async (document, token, next) => {
+        const lenses = await next(document, token);
+        return vscode.workspace.isTrusted || !lenses ? lenses : lenses.filter((l) => !isPreflightLens(l));
+      },
+    },
+  };
+  const client = new LanguageClient(SECTION, "ddp-lsp", serverOptions, clientOptions);
+  return {
+    start: () => client.start(),
+    stop: async () => {
+      if (client.state !== State.Stopped) {
+        await client.stop(5_000);
+      }
+    },
+    sendRequest: (method, params, token) =>
+      token ? client.sendRequest(method, params, token) : client.sendRequest(method, params),
+    sendNotification: (method, params) => client.sendNotification(method, params),
+    serverCommands: () => client.initializeResult?.capabilities.executeCommandProvider?.commands ?? [],
+    onDidChangeState: (listener) =>
+      client.onDidChangeState((e) =>
+        listener(e.newState === State.Running ? "running" : e.newState === State.Starting ? "starting" : "stopped"),
+      ),
+  };
+}

@@ -1,0 +1,94 @@
+/**
+ * Which Python runs `python -m ddp_lsp serve`.
+ *
+ * Order: an explicit `ddp-lsp.interpreter` setting (the user asked for it by name), then the
+ * environment selected in the Python extension (where the user's torch and usually ddp-lsp
+ * live), then `python3` on PATH. The Python extension's API is typed here by hand, only the
+ * part we call, so the extension does not need `@vscode/python-extension` at runtime.
+ */
+
+import * as os from "node:os";
+import * as path from "node:path";
+
+/** `environments` from the `ms-python.python` extension's exported API (the part we use). */
+export interface PythonEnvironmentsApi {
+  getActiveEnvironmentPath(resource?: unknown): { id: string; path: string };
+  resolveEnvironment(
+    env: { id: string; path: string } | string,
+  ): Promise<{ executable: { uri?: { fsPath: string } | undefined } } | undefined>;
+  onDidChangeActiveEnvironmentPath(listener: (e: unknown) => unknown): { dispose(): unknown };
+}
+
+export interface PythonExtensionApi {
+  environments: PythonEnvironmentsApi;
+}
+
+export type InterpreterSource = "setting" | "python-extension" | "default";
+
+export interface Interpreter {
+  command: string;
+  source: InterpreterSource;
+}
+
+export const DEFAULT_PYTHON = process.platform === "win32" ? "python" : "python3";
+
+/** `${workspaceFolder}`, `${userHome}`, `${env:NAME}` and a leading `~` in a configured path. */
+export function expandPath(
+  value: string,
+  workspaceFolder: string | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+): string {
+  let out = value.trim();
+  out = out.replace(/\$\{userHome\}/g, os.homedir());
+  out = out.replace(/\$\{env:([^}]+)\}/g, (_m, name: string) => env[name] ?? "");
+  if (workspaceFolder !== undefined) {
+    out = out.replace(/\$\{workspaceFolder\}/g, workspaceFolder);
+    // A relative path in a workspace setting means relative to the folder, like `.venv/bin/python`.
+    if (out && !path.isAbsolute(out) && !out.startsWith("~") && out.includes(path.sep)) {
+      out = path.join(workspaceFolder, out);
+    }
+  }
+  if (out === "~" || out.startsWith("~/")) {
+    out = path.join(os.homedir(), out.slice(1));
+  }
+  return out;
+}
+
+export async function resolveInterpreter(options: {
+  setting: string | undefined;
+  python: PythonExtensionApi | undefined;
+  resource?: unknown;
+  workspaceFolder?: string | undefined;
+  log?: (line: string) => void;
+}): Promise<Interpreter> {
+  const log = options.log ?? (() => undefined);
+  const configured = options.setting ? expandPath(options.setting, options.workspaceFolder) : "";
+  if (configured) {
+    return { command: configured, source: "setting" };
+  }
+  const api = options.python?.environments;
+  if (api) {
+    try {
+      const active = api.getActiveEnvironmentPath(options.resource);
+      // `path` is an executable for venvs but can be an environment folder (conda): resolving
+      // gives the interpreter inside it.
+      const resolved = await api.resolveEnvironment(active);
+      const exe = resolved?.executable.uri?.fsPath ?? active.path;
+      if (exe) {
+        return { command: exe, source: "python-extension" };
+      }
+    } catch (err) {
+      log(`The Python extension could not name an interpreter: ${String(err)}`);
+    }
+  }
+  return { command: DEFAULT_PYTHON, source: "default" };
+}
+
+/** The shell line that installs ddp-lsp into `python`'s environment, quoted for the platform. */
+export function installCommand(python: string, platform: NodeJS.Platform = process.platform): string {
+  const quoted =
+    platform === "win32"
+      ? `& "${python.replace(/"/g, '""')}"` // PowerShell, VS Code's default Windows terminal
+      : `'${python.replace(/'/g, `'\\''`)}'`;
+  return `${quoted} -m pip install ddp-lsp`;
+}

@@ -1,0 +1,72 @@
+import assert from "node:assert/strict";
+import * as os from "node:os";
+import * as path from "node:path";
+import { test } from "node:test";
+import {
+  DEFAULT_PYTHON,
+  expandPath,
+  installCommand,
+  resolveInterpreter,
+  type PythonExtensionApi,
+} from "../../src/interpreter";
+
+function pythonApi(active: { id: string; path: string }, executable?: string, fail = false): PythonExtensionApi {
+  return {
+    environments: {
+      getActiveEnvironmentPath: () => {
+        if (fail) {
+          throw new Error("not ready");
+        }
+        return active;
+      },
+      resolveEnvironment: async () => (executable === undefined ? undefined : { executable: { uri: { fsPath: executable } } }),
+      onDidChangeActiveEnvironmentPath: () => ({ dispose: () => undefined }),
+    },
+  };
+}
+
+test("an explicit ddp-lsp.interpreter wins over the Python extension", async () => {
+  const got = await resolveInterpreter({ setting: "/opt/py/bin/python", python: pythonApi({ id: "a", path: "/venv/bin/python" }) });
+  assert.deepEqual(got, { command: "/opt/py/bin/python", source: "setting" });
+});
+
+test("otherwise the Python extension's active environment, resolved to its executable", async () => {
+  // A conda environment's path is its folder; resolveEnvironment names the interpreter inside.
+  const got = await resolveInterpreter({
+    setting: "",
+    python: pythonApi({ id: "conda", path: "/opt/conda/envs/train" }, "/opt/conda/envs/train/bin/python"),
+  });
+  assert.deepEqual(got, { command: "/opt/conda/envs/train/bin/python", source: "python-extension" });
+});
+
+test("an unresolvable environment falls back to its path", async () => {
+  const got = await resolveInterpreter({ setting: undefined, python: pythonApi({ id: "v", path: "/venv/bin/python" }) });
+  assert.deepEqual(got, { command: "/venv/bin/python", source: "python-extension" });
+});
+
+test("without the Python extension, or when it throws, python3", async () => {
+  assert.deepEqual(await resolveInterpreter({ setting: "", python: undefined }), { command: DEFAULT_PYTHON, source: "default" });
+  const logged: string[] = [];
+  const got = await resolveInterpreter({
+    setting: "",
+    python: pythonApi({ id: "x", path: "" }, undefined, true),
+    log: (l) => logged.push(l),
+  });
+  assert.deepEqual(got, { command: DEFAULT_PYTHON, source: "default" });
+  assert.match(logged.join("\n"), /not ready/);
+});
+
+test("configured paths expand workspace, home and environment variables", () => {
+  assert.equal(expandPath("${workspaceFolder}/.venv/bin/python", "/w"), "/w/.venv/bin/python");
+  assert.equal(expandPath(".venv/bin/python", "/w"), path.join("/w", ".venv/bin/python"));
+  assert.equal(expandPath("~/py/bin/python", undefined), path.join(os.homedir(), "py/bin/python"));
+  assert.equal(expandPath("${env:PYHOME}/bin/python", undefined, { PYHOME: "/p" }), "/p/bin/python");
+  // A bare command name stays a PATH lookup.
+  assert.equal(expandPath("python3.12", "/w"), "python3.12");
+});
+
+test("the install command quotes the interpreter for the terminal's shell", () => {
+  assert.equal(installCommand("/home/me/my env/bin/python", "linux"), "'/home/me/my env/bin/python' -m pip install ddp-lsp");
+  assert.equal(installCommand("/it's/python", "darwin"), "'/it'\\''s/python' -m pip install ddp-lsp");
+  assert.equal(installCommand("C:\\Py 3\\python.exe", "win32"), '& "C:\\Py 3\\python.exe" -m pip install ddp-lsp');
+});
