@@ -621,6 +621,15 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
                     f"warning: {rep.path}:{e.line + 1}: rule {e.rule_id} failed internally "
                     f"({e.message}); its findings in this file are missing\n"
                 )
+    failed = sorted({e.rule_id for rep in reports for e in rep.internal})
+    if failed and not args.verbose:
+        # Findings are missing where a rule failed; say so once rather than stay silent.
+        files = sum(1 for rep in reports if rep.internal)
+        err.write(
+            f"warning: {', '.join(failed)} failed internally on {files} "
+            f"file{'s' if files != 1 else ''} (findings may be missing); "
+            "rerun with --verbose for details\n"
+        )
     errors = any(rep.error for rep in reports)
     ctx = ReportContext(
         root=repo_root(cwd),
