@@ -296,6 +296,26 @@ def default_python() -> str:
     return sys.executable
 
 
+def validate_python(path: str, env: Mapping[str, str] | None = None) -> str:
+    """Resolve the ``ddp-lsp.preflight.python`` setting to an executable file, or raise
+    ``ValueError``: the value comes from editor settings, and it is what we execute."""
+    if not isinstance(path, str) or not path.strip() or "\0" in path:
+        raise ValueError("ddp-lsp.preflight.python must be a path to a Python interpreter")
+    path = os.path.expanduser(path.strip())
+    if os.sep not in path:
+        import shutil
+
+        found = shutil.which(
+            path, path=(os.environ if env is None else env).get("PATH", os.defpath)
+        )
+        if found is None:
+            raise ValueError(f"ddp-lsp.preflight.python: {path!r} not found on PATH")
+        path = found
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise ValueError(f"ddp-lsp.preflight.python: {path} is not an executable file")
+    return os.path.abspath(path)
+
+
 def worst_status(results: list[ProbeResult]) -> Status | None:
     order = [Status.FAIL, Status.WARN, Status.PASS, Status.SKIP]
     present = {r.status for r in results}

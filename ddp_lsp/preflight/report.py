@@ -72,7 +72,9 @@ def _env_line(report: PreflightReport) -> str:
         names = sorted(set(report.gpus))
         parts.append(f"{len(report.gpus)}x{'/'.join(names)}")
     if report.backend:
-        parts.append(f"{report.backend} x{report.world_size}")
+        parts.append(
+            f"{report.backend} x{report.world_size}" if report.world_size else report.backend
+        )
     return "  ".join(parts)
 
 

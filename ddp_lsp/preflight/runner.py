@@ -104,6 +104,35 @@ def reap_orphans() -> None:
             return
 
 
+def reap(pids: Sequence[int], within_s: float) -> list[int]:
+    """Wait (bounded) for killed processes; they are our children or, as orphans of a killed
+    worker, re-parented to us. A process stuck in the kernel (D state, e.g. inside a GPU driver
+    call) cannot die on SIGKILL until the call returns: report it rather than block the run."""
+    left = set(pids)
+    deadline = time.monotonic() + within_s
+    while left:
+        for p in list(left):
+            try:
+                done, _ = os.waitpid(p, os.WNOHANG)
+            except ChildProcessError:  # not our child (already reaped, or reaped elsewhere)
+                done = p if not _alive(p) else 0
+            if done:
+                left.discard(p)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    reap_orphans()
+    return sorted(left)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def become_subreaper() -> None:
     try:
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
@@ -224,15 +253,20 @@ def run_isolated(probe: Probe, ctx: ProbeContext, timeout_s: float) -> ProbeResu
     duration = time.perf_counter() - t0
     if timed_out:
         killed = kill_tree(pid)
-        os.waitpid(pid, 0)
-        reap_orphans()
+        stuck = reap(killed, 3.0)
         removed = clean_shm(before, killed, ctx.shm_prefix)
         return ProbeResult(
             probe.id,
             probe.title,
             Status.FAIL,
             f"did not finish within {timeout_s:g} s (hung; killed with {len(killed)} process(es))",
-            {"timeout_s": timeout_s, "killed_pids": killed, "removed_shm": removed},
+            {
+                "timeout_s": timeout_s,
+                "killed_pids": killed,
+                "removed_shm": removed,
+                # Stuck in the kernel (D state): they die when their driver call returns.
+                "unkillable_pids": stuck,
+            },
             _HANG_FIX.get(probe.id, "rerun this probe alone with --probe " + probe.id),
             (),
             duration,

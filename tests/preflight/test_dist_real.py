@@ -40,7 +40,7 @@ def test_two_rank_gloo_handshake_and_all_reduce_are_correct() -> None:
 
 
 def test_rank_that_never_arrives_is_named_by_the_store() -> None:
-    result = run_probe("dist.handshake", {INJECT_ENV: "absent:1"}, handshake_timeout_s=2.0)
+    result = run_probe("dist.handshake", {INJECT_ENV: "absent:1"}, handshake_timeout_s=1.5)
     assert result.status is Status.FAIL
     assert result.values["never_arrived"] == [1]
     assert "rank(s) 1 never reached the rendezvous" in result.message
@@ -48,7 +48,7 @@ def test_rank_that_never_arrives_is_named_by_the_store() -> None:
 
 
 def test_rank_that_hangs_after_init_is_named_by_monitored_barrier() -> None:
-    result = run_probe("dist.handshake", {INJECT_ENV: "stall:1"}, handshake_timeout_s=2.0)
+    result = run_probe("dist.handshake", {INJECT_ENV: "stall:1"}, handshake_timeout_s=1.5)
     assert result.status is Status.FAIL, result.message
     assert result.values["missing_at_barrier"] == [1]
     assert "monitored_barrier: rank(s) 1 failed to arrive" in result.message

@@ -3,6 +3,7 @@ static parameter estimate: all stdlib, on synthetic reports."""
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -260,3 +261,23 @@ def test_contradictions_between_code_and_machine() -> None:
     assert nccl is not None and nccl.code == "PF-NCCL" and "no NCCL" in nccl.message
     assert check_backend(cpu, "gloo") is None
     assert check_num_workers(cpu, 64) is None  # CPU count unknown: say nothing
+
+
+def test_validate_python_setting(tmp_path: Path) -> None:
+    import sys
+
+    from ddp_lsp.preflight.client import validate_python
+
+    assert validate_python(sys.executable) == os.path.abspath(sys.executable)
+    not_exec = tmp_path / "python"
+    not_exec.write_text("")
+    for bad in (
+        "",
+        "   ",
+        str(tmp_path / "missing"),
+        str(not_exec),
+        "no-such-python-xyz",
+        "py\0thon",
+    ):
+        with pytest.raises(ValueError):
+            validate_python(bad, env={"PATH": str(tmp_path)})
