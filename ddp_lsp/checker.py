@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import fnmatch
 import io
 import logging
 import os
@@ -412,18 +413,45 @@ class SettingsResolver:
         return hit
 
 
-def _excluded(path: Path, settings: Settings, root: Path) -> bool:
+def _relative(path: Path, root: Path) -> Path:
     try:
-        rel = path.resolve().relative_to(root)
+        return path.resolve().relative_to(root)
     except ValueError:
-        rel = Path(os.path.relpath(path.resolve(), root)) if path.is_absolute() else path
-    # Pass a relative path: Settings.is_excluded matches the default names against every
-    # part, and an absolute path would exclude a project that merely lives under ~/build/.
-    return settings.is_excluded(rel)
+        return Path(os.path.relpath(path.resolve(), root))
 
 
-def _walk(directory: Path, resolver: SettingsResolver) -> Iterator[Path]:
-    for dirpath, dirnames, filenames in os.walk(directory):
+def _excluded(path: Path, settings: Settings, root: Path) -> bool:
+    """Default names and ``exclude`` patterns (for --force-exclude on named files)."""
+    # A relative path: Settings.is_excluded matches the default names against every part,
+    # and an absolute one would exclude a whole project that lives under ~/build/.
+    return settings.is_excluded(_relative(path, root))
+
+
+def _pattern_excluded(path: Path, settings: Settings, root: Path) -> bool:
+    """Only the ``exclude`` patterns, as Settings.is_excluded matches them (the whole
+    relative path, a path prefix, the name or any component). The walk prunes default
+    names itself, by entry name, so that ``ddp-lsp check build/`` still checks what it
+    was explicitly given."""
+    rel = _relative(path, root)
+    text = rel.as_posix()
+    for pattern in settings.exclude:
+        pat = pattern.rstrip("/")
+        if fnmatch.fnmatch(text, pat) or fnmatch.fnmatch(text, f"{pat}/*"):
+            return True
+        if any(fnmatch.fnmatch(part, pat) for part in rel.parts):
+            return True
+    return False
+
+
+def _walk(
+    directory: Path, resolver: SettingsResolver, problems: list[FileReport]
+) -> Iterator[Path]:
+    def unreadable(exc: OSError) -> None:
+        # A directory that cannot be listed would otherwise be skipped without a word.
+        where = _display(Path(exc.filename or directory), resolver.cwd)
+        problems.append(FileReport(where, None, error=f"cannot list: {exc.strerror or exc}"))
+
+    for dirpath, dirnames, filenames in os.walk(directory, onerror=unreadable):
         here = Path(dirpath)
         settings, root = resolver.for_dir(here)
         keep = []
@@ -431,14 +459,14 @@ def _walk(directory: Path, resolver: SettingsResolver) -> Iterator[Path]:
             sub = here / name
             if name in DEFAULT_EXCLUDE or name.endswith(".egg-info"):
                 continue
-            if settings.exclude and _excluded(sub, settings, root):
+            if settings.exclude and _pattern_excluded(sub, settings, root):
                 continue
             keep.append(name)
         dirnames[:] = keep  # os.walk descends only into what is left
         for name in sorted(filenames):
             if name.endswith((".py", ".pyi")):
                 path = here / name
-                if settings.exclude and _excluded(path, settings, root):
+                if settings.exclude and _pattern_excluded(path, settings, root):
                     continue
                 yield path
 
@@ -476,7 +504,7 @@ def collect_jobs(
         path = Path(raw)
         full = path if path.is_absolute() else cwd / path
         if full.is_dir():
-            files: Iterable[Path] = _walk(full, resolver)
+            files: Iterable[Path] = _walk(full, resolver, missing)
         elif full.exists():
             settings, root = resolver.for_dir(full.parent)
             # Files named on the command line are checked even if excluded (as ruff does),

@@ -239,3 +239,29 @@ def test_suppression_comment_respected(cli_run, project: Path) -> None:
     code = BUGGY.replace("1.0)\n", "1.0)  # ddp-lsp: ignore[DDP201]\n")
     write(project / "train.py", code)
     assert cli_run("check", "train.py", "--select", "DDP201").rc == 0
+
+
+def test_explicit_directory_with_a_default_excluded_name_is_checked(cli_run, project: Path) -> None:
+    write(project / "pyproject.toml", '[tool.ddp-lsp]\nexclude = ["skip_me"]\n')
+    write(project / "build" / "gen" / "a.py", BUGGY)
+    write(project / "build" / "skip_me" / "b.py", BUGGY)
+    assert cli_run("check", ".", "--select", "DDP201").out.count("DDP201 ") == 0
+    r = cli_run("check", "build", "--select", "DDP201", "-q")
+    assert r.out.splitlines()[0].startswith("build/gen/a.py:") and len(r.out.splitlines()) == 1
+
+
+def test_unlistable_directory_is_reported(cli_run, project: Path, monkeypatch) -> None:
+    from ddp_lsp import checker
+
+    write(project / "pkg" / "a.py", BUGGY)
+    real_walk = checker.os.walk
+
+    def walk(top, onerror=None, **kw):  # type: ignore[no-untyped-def]
+        onerror(PermissionError(13, "Permission denied", str(project / "pkg" / "secret")))
+        yield from real_walk(top, onerror=onerror, **kw)
+
+    monkeypatch.setattr(checker.os, "walk", walk)
+    r = cli_run("check", ".", "--select", "DDP201")
+    assert r.rc == 2
+    assert "error: pkg/secret: cannot list: Permission denied" in r.err
+    assert "pkg/a.py:" in r.out
