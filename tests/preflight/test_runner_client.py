@@ -110,3 +110,24 @@ def test_overall_timeout_returns_partial_results() -> None:
 def test_unknown_probe_is_a_preflight_error() -> None:
     report = run_preflight_sync(sys.executable, PreflightOptions(probes=("no.such",)), timeout_s=60)
     assert report.exit_code() == 2 and "unknown probe" in (report.error or "")
+
+
+def test_child_never_imports_the_users_modules(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # A project that shadows a stdlib module the probes use; it must never be imported, whether
+    # the project is the current directory or on PYTHONPATH.
+    project = tmp_path / "project"
+    project.mkdir()
+    touched = tmp_path / "imported"
+    for name in ("resource", "ddp_lsp_user_train"):
+        (project / f"{name}.py").write_text(
+            f"open({str(touched)!r}, 'w').write('{name}')\nraise SystemExit(3)\n"
+        )
+    monkeypatch.chdir(project)
+    env = {**os.environ, "PYTHONPATH": str(project)}
+    report = run_preflight_sync(
+        sys.executable, PreflightOptions(probes=("limits",)), env=env, timeout_s=60
+    )
+    assert report.error is None, report.error
+    limits = report.probe("limits")
+    assert limits is not None and limits.status is not Status.FAIL
+    assert not touched.exists()
