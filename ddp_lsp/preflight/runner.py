@@ -353,14 +353,12 @@ def run(
     results: dict[str, ProbeResult] = {}
     torch_error: str | None = None
     torch_mod: Any = None
-    ordered = [p for p in probes if not p.needs_torch] + [p for p in probes if p.needs_torch]
-    for index, probe in enumerate(ordered):
-        if probe.needs_torch and torch_mod is None and torch_error is None:
-            try:
-                import torch as torch_mod  # noqa: F811 - imported once, inherited by every fork
-            except Exception as exc:  # noqa: BLE001
-                torch_error = f"{type(exc).__name__}: {exc}"
-        emit({"event": "probe_start", "id": probe.id, "index": index, "total": len(ordered)})
+    free = [p for p in probes if not p.needs_torch]
+    needs = [p for p in probes if p.needs_torch]
+    total = len(probes)
+
+    def run_one(probe: Probe, index: int) -> None:
+        emit({"event": "probe_start", "id": probe.id, "index": index, "total": total})
         if probe.needs_torch and torch_error is not None and probe.id != "env.versions":
             result = ProbeResult(
                 probe.id,
@@ -374,11 +372,77 @@ def run(
             result = run_isolated(probe, ctx, probe_timeout(probe, options))
         results[probe.id] = result
         emit({"event": "probe", "result": result.to_json()})
+
+    side = start_side_runner(free, run_one, results) if free and needs else None
+    if side is None:
+        for index, probe in enumerate(free):
+            run_one(probe, index)
+    if needs:
+        try:
+            import torch as torch_mod  # noqa: F811 - imported once, inherited by every fork
+        except Exception as exc:  # noqa: BLE001
+            torch_error = f"{type(exc).__name__}: {exc}"
+    if side is not None:
+        results.update(side.collect(free))
+    for index, probe in enumerate(needs, start=len(free)):
+        run_one(probe, index)
     # Report in registry order, whatever the run order was.
     probe_results = tuple(results[p.id] for p in probes)
     return build_report(
         options, probe_results, created, time.perf_counter() - started, torch_mod, torch_error, ctx
     )
+
+
+class SideRunner:
+    """The torch-free probes, run by a helper forked *before* ``import torch`` so that they (and
+    slow tools such as ``nvidia-smi topo`` or ``dcgmi``) overlap the 2 s import on another core.
+    The helper writes its events to our stdout itself; this process writes nothing until the
+    helper is done, so lines never interleave. Results come back on a pipe at the end."""
+
+    def __init__(self, pid: int, read_fd: int) -> None:
+        self.pid = pid
+        self.read_fd = read_fd
+
+    def collect(self, probes: Sequence[Probe]) -> dict[str, ProbeResult]:
+        with os.fdopen(self.read_fd, "rb") as pipe:
+            data = pipe.read()
+        os.waitpid(self.pid, 0)
+        reap_orphans()
+        try:
+            return {r["id"]: ProbeResult.from_json(r) for r in json.loads(data.decode("utf-8"))}
+        except (ValueError, KeyError, TypeError):
+            # The helper died (it only runs our own probe loop, so this means it was killed).
+            return {
+                p.id: ProbeResult(p.id, p.title, Status.FAIL, "probe helper died", {})
+                for p in probes
+            }
+
+
+def start_side_runner(
+    probes: Sequence[Probe],
+    run_one: Callable[[Probe, int], None],
+    results: dict[str, ProbeResult],
+) -> SideRunner:
+    sys.stdout.flush()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # helper
+        status = 0
+        try:
+            os.close(read_fd)
+            set_pdeathsig()
+            become_subreaper()
+            for index, probe in enumerate(probes):
+                run_one(probe, index)
+            payload = json.dumps([results[p.id].to_json() for p in probes])
+            with os.fdopen(write_fd, "w", encoding="utf-8") as out:
+                out.write(payload)
+        except BaseException:  # noqa: BLE001
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    return SideRunner(pid, read_fd)
 
 
 def probe_timeout(probe: Probe, options: PreflightOptions) -> float:

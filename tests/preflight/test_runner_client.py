@@ -11,6 +11,8 @@ import os
 import sys
 import time
 
+import pytest
+
 from ddp_lsp.preflight.client import run_preflight, run_preflight_sync
 from ddp_lsp.preflight.probes.dist import INJECT_ENV
 from ddp_lsp.preflight.schema import PreflightOptions, ProbeResult, Status
@@ -131,3 +133,27 @@ def test_child_never_imports_the_users_modules(tmp_path, monkeypatch) -> None:  
     limits = report.probe("limits")
     assert limits is not None and limits.status is not Status.FAIL
     assert not touched.exists()
+
+
+@pytest.mark.torch
+def test_hang_in_the_probes_that_overlap_the_torch_import() -> None:
+    # With torch probes selected, torch-free probes run in a helper forked before the import.
+    pytest.importorskip("torch")
+    marker = new_marker()
+    before = _hang_files()
+    options = PreflightOptions(probes=("limits", "env.lint", "env.versions"), timeout_scale=0.4)
+    streamed: list[str] = []
+    report = run_preflight_sync(
+        sys.executable,
+        options,
+        lambda r: streamed.append(r.id),
+        env=_env(marker, "hang:limits"),
+        timeout_s=60,
+    )
+    assert report.error is None
+    statuses = {p.id: p.status for p in report.probes}
+    assert statuses == {"limits": Status.FAIL, "env.lint": Status.PASS, "env.versions": Status.PASS}
+    assert streamed == ["limits", "env.lint", "env.versions"]
+    assert report.torch is not None
+    assert processes_with_marker(marker) == []
+    assert _hang_files() - before == set()
