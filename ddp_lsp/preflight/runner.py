@@ -6,8 +6,8 @@ A worker that overruns is stopped with its whole process tree (found through /pr
 process being a child subreaper so orphaned grandchildren come back to it), and the files it
 left in /dev/shm are removed; the probes that finished keep their results.
 
-Torch-free probes run first, before ``import torch``: forking is cheap and they stream out while
-the import (2 s) happens. GPU probes never touch CUDA in this process, only in workers, because
+Torch-free probes run in a helper forked before ``import torch``: they stream out while the
+runner imports torch (2 s) on the other core, then the torch probes run from the runner. GPU probes never touch CUDA in this process, only in workers, because
 a CUDA context does not survive fork.
 """
 

@@ -1,7 +1,8 @@
 """The child process end to end through the client: a probe that hangs is killed at its
 timeout with its whole tree and its /dev/shm file, the other results still arrive, cancel
-kills everything, and the asyncio loop keeps running meanwhile. No torch needed: the probes
-used here are torch-free, so the runner never imports it."""
+kills everything, and the asyncio loop keeps running meanwhile. Most probes used here are
+torch-free, so the runner never imports torch; the last test (marked torch) covers the helper
+that runs torch-free probes while the runner imports torch."""
 
 from __future__ import annotations
 
