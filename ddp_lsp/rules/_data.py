@@ -1,0 +1,618 @@
+"""Helpers shared by the data-loading rules (DDP401-DDP406).
+
+What a ``DataLoader(...)`` call says (its sampler, shuffle, workers; positional or keyword), how
+to add, replace or remove one of its keyword arguments without breaking commas or losing
+comments, and the project-independent signals the rules use to stay quiet: frameworks that
+install a ``DistributedSampler`` themselves (Accelerate, Lightning, Ray Train), datasets that
+are iterable or already sharded per rank, and loaders that evaluate rather than train.
+
+Pure helpers over ``ast`` and a :class:`ChunkContext`; no rule state.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core import names as N
+from ddp_lsp.core.facts import path_of
+from ddp_lsp.core.rule import LOOPS, ChunkContext
+from ddp_lsp.core.types import Edit, Pos, Span
+from ddp_lsp.rules import _patterns as P
+
+# DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
+#            pin_memory, drop_last, ...): positions of the parameters the rules read.
+LOADER_POS = {
+    "dataset": 0,
+    "batch_size": 1,
+    "shuffle": 2,
+    "sampler": 3,
+    "batch_sampler": 4,
+    "num_workers": 5,
+    "collate_fn": 6,
+    "pin_memory": 7,
+}
+SAMPLER_POS = {"dataset": 0, "num_replicas": 1, "rank": 2, "shuffle": 3, "seed": 4}
+
+# Frameworks that replace or wrap the loader's sampler with a distributed one (and call
+# set_epoch): their users must not add a DistributedSampler by hand.
+_SAMPLER_FRAMEWORKS = (
+    "accelerate",
+    "lightning",
+    "pytorch_lightning",
+    "lightning_fabric",
+    "ray.train",
+)
+# Methods that take a loader and shard it: accelerator.prepare, fabric.setup_dataloaders,
+# ray.train.torch.prepare_data_loader, trainer.fit/validate/test/predict (Lightning).
+_PREPARE_METHODS = frozenset(
+    {
+        "prepare",
+        "prepare_data_loader",
+        "setup_dataloaders",
+        "fit",
+        "validate",
+        "test",
+        "predict",
+    }
+)
+# Lightning DataModule / LightningModule hooks: Lightning injects the DistributedSampler into
+# the loaders they return.
+LIGHTNING_HOOKS = frozenset(
+    {"train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader"}
+)
+# Names of evaluation data: val_loader, valid_ds, eval_dataset, test_set, dev_loader...
+_EVAL_NAME = re.compile(
+    r"(^|_|\.)(val|vals|valid|validation|eval|evaluation|evaluate|validate|test|testing|dev|"
+    r"holdout|calib|calibration|inference|infer|predict)(_|$|\d)",
+    re.IGNORECASE,
+)
+_EVAL_SPLITS = frozenset({"val", "valid", "validation", "test", "dev", "eval", "evaluation"})
+# Keyword arguments that say a dataset is split per rank already.
+_SHARD_WORDS = ("world_size", "num_replicas", "num_shards", "shard", "num_processes", "nproc")
+# Iterable-style datasets and dataset libraries that stream (no __getitem__ to sample from).
+_ITERABLE_QUALS = frozenset(
+    {
+        "torch.utils.data.IterableDataset",
+        "torch.utils.data.ChainDataset",
+        "torch.utils.data.dataset.IterableDataset",
+        "torch.utils.data.IterDataPipe",
+        "torch.utils.data.datapipes.iter.IterableWrapper",
+        "datasets.distributed.split_dataset_by_node",
+    }
+)
+_ITERABLE_PREFIXES = (
+    "webdataset.",
+    "wds.",
+    "torchdata.",
+    "streaming.",
+    "mosaicml.streaming.",
+    "ffcv.",
+    "nvidia.dali.",
+    "torch.utils.data.datapipes.",
+)
+# Map-style datasets the analysis can vouch for.
+_MAP_QUALS = frozenset(
+    {
+        "torch.utils.data.TensorDataset",
+        "torch.utils.data.Subset",
+        "torch.utils.data.ConcatDataset",
+        "torch.utils.data.dataset.TensorDataset",
+        "torch.utils.data.dataset.Subset",
+        "torch.utils.data.random_split",
+    }
+)
+_MAP_PREFIXES = ("torchvision.datasets.",)
+
+
+# -- arguments ------------------------------------------------------------------------------------
+
+
+def has_star(call: ast.Call) -> bool:
+    """``*args`` or ``**kwargs`` in the call: any argument may hide there."""
+    return any(isinstance(a, ast.Starred) for a in call.args) or any(
+        kw.arg is None for kw in call.keywords
+    )
+
+
+def keyword(call: ast.Call, name: str) -> ast.keyword | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw
+    return None
+
+
+def arg(call: ast.Call, name: str, positions: dict[str, int] = LOADER_POS) -> ast.expr | None:
+    """The value passed for parameter ``name``, by keyword or position."""
+    kw = keyword(call, name)
+    if kw is not None:
+        return kw.value
+    pos = positions.get(name)
+    if pos is not None and pos < len(call.args) and not any(
+        isinstance(a, ast.Starred) for a in call.args[: pos + 1]
+    ):
+        return call.args[pos]
+    return None
+
+
+def is_const(expr: ast.AST | None, value: object) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value is value
+
+
+def is_none(expr: ast.AST | None) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value is None
+
+
+def int_value(expr: ast.AST | None) -> int | None:
+    if isinstance(expr, ast.Constant) and type(expr.value) is int:
+        return expr.value
+    return None
+
+
+# -- calls and names -----------------------------------------------------------------------------
+
+
+def dataloader_calls(ctx: ChunkContext) -> list[ast.Call]:
+    return [c for c in ctx.calls() if ctx.call_qualname(c) == N.DATALOADER]
+
+
+def is_sampler_call(ctx: ChunkContext, node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and ctx.call_qualname(node) == N.DISTRIBUTED_SAMPLER
+
+
+def assigned_path(ctx: ChunkContext, node: ast.AST) -> str | None:
+    """``loader`` in ``loader = <node>`` (also ``self.loader``, annotated or conditional)."""
+    cur = node
+    parent = ctx.parent(cur)
+    while isinstance(parent, ast.IfExp):
+        cur, parent = parent, ctx.parent(parent)
+    if isinstance(parent, ast.Assign) and parent.value is cur and len(parent.targets) == 1:
+        return path_of(parent.targets[0])
+    if isinstance(parent, ast.AnnAssign) and parent.value is cur:
+        return path_of(parent.target)
+    return None
+
+
+def dotted_path(expr: ast.AST) -> str | None:
+    return N.dotted(expr)
+
+
+def uses_sampler_framework(ctx: ChunkContext) -> bool:
+    """The module imports a framework that installs distributed samplers itself."""
+    return any(
+        q == f or q.startswith(f + ".")
+        for q in ctx.facts.aliases.values()
+        for f in _SAMPLER_FRAMEWORKS
+    )
+
+
+def function_name(ctx: ChunkContext, node: ast.AST) -> str:
+    fn = ctx.enclosing_function(node)
+    return fn.name if fn is not None else ""
+
+
+def is_eval_name(name: str | None) -> bool:
+    return bool(name) and _EVAL_NAME.search(name or "") is not None
+
+
+def scope_assignments(root: ast.AST, path: str) -> list[tuple[ast.stmt, ast.expr]]:
+    """``(statement, value)`` for every ``path = value`` in ``root``'s own frame."""
+    out: list[tuple[ast.stmt, ast.expr]] = []
+    for node in P.walk_scope(root):
+        if isinstance(node, ast.Assign) and node.value is not None:
+            for t in node.targets:
+                if path_of(t) == path:
+                    out.append((node, node.value))
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            if path_of(node.target) == path:
+                out.append((node, node.value))
+    out.sort(key=lambda sv: P.order(sv[0]))
+    return out
+
+
+def values_of(root: ast.AST, expr: ast.AST, depth: int = 0) -> list[ast.expr]:
+    """What ``expr`` may hold: itself, or the values assigned to it in this frame (following
+    ``a = b`` chains and both branches of ``x if c else y``)."""
+    if isinstance(expr, ast.IfExp):
+        return values_of(root, expr.body, depth) + values_of(root, expr.orelse, depth)
+    path = path_of(expr)
+    if path is None or depth > 3:
+        return [expr]  # type: ignore[list-item]
+    assigned = scope_assignments(root, path)
+    if not assigned:
+        return [expr]  # type: ignore[list-item]
+    out: list[ast.expr] = []
+    for _, value in assigned:
+        out.extend(values_of(root, value, depth + 1))
+    return out
+
+
+# -- datasets ------------------------------------------------------------------------------------
+
+
+def _local_class_methods(ctx: ChunkContext, cls: str) -> set[str]:
+    prefix = cls + "."
+    return {q[len(prefix) :] for q in ctx.facts.func_params if q.startswith(prefix)}
+
+
+def dataset_kind(ctx: ChunkContext, root: ast.AST, dataset: ast.expr) -> str | None:
+    """``"iterable"``, ``"sharded"``, ``"eval"``, ``"map"`` or None (unknown) for the dataset
+    a loader reads, from how it was built in this frame."""
+    kinds: set[str | None] = set()
+    for value in values_of(root, dataset):
+        kinds.add(_value_kind(ctx, root, value))
+    for k in ("iterable", "sharded", "eval"):
+        if k in kinds:
+            return k
+    if kinds == {"map"}:
+        return "map"
+    return None
+
+
+def _value_kind(ctx: ChunkContext, root: ast.AST, value: ast.expr) -> str | None:
+    if ctx.ranks.mentions_rank(value) or _mentions_shard(value):
+        return "sharded"
+    if not isinstance(value, ast.Call):
+        if isinstance(value, ast.Subscript):
+            # load_dataset(...)["validation"]
+            key = value.slice
+            if isinstance(key, ast.Constant) and str(key.value).lower() in _EVAL_SPLITS:
+                return "eval"
+            return _value_kind(ctx, root, value.value)
+        return None
+    # dataset.shard(...), dataset.with_format(...).shard(...), wds pipelines.
+    for node in ast.walk(value):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("shard", "split_by_node", "shard_by_rank"):
+                return "sharded"
+    qual = ctx.call_qualname(value) or ""
+    if qual in _ITERABLE_QUALS or qual.startswith(_ITERABLE_PREFIXES):
+        return "iterable"
+    for kw in value.keywords:
+        if kw.arg == "streaming" and not is_const(kw.value, False):
+            return "iterable"
+        if kw.arg == "train" and is_const(kw.value, False):
+            return "eval"
+        if kw.arg == "split" and isinstance(kw.value, ast.Constant):
+            if str(kw.value.value).lower().split("[")[0] in _EVAL_SPLITS:
+                return "eval"
+        if kw.arg in ("is_train", "training", "train_mode") and is_const(kw.value, False):
+            return "eval"
+        if kw.arg in ("mode", "stage") and isinstance(kw.value, ast.Constant):
+            if str(kw.value.value).lower() in _EVAL_SPLITS | {"eval", "test"}:
+                return "eval"
+    name = N.dotted(value.func)
+    if name is not None and "." not in name:
+        methods = _local_class_methods(ctx, name)
+        if "__iter__" in methods and "__getitem__" not in methods:
+            return "iterable"
+        if "__getitem__" in methods:
+            return "map"
+    if qual in _MAP_QUALS or qual.startswith(_MAP_PREFIXES):
+        return "map"
+    if qual in ("datasets.load_dataset", "datasets.load_from_disk"):
+        return "map"
+    return None
+
+
+def _mentions_shard(value: ast.AST) -> bool:
+    for node in ast.walk(value):
+        if isinstance(node, ast.keyword) and node.arg and any(
+            w in node.arg.lower() for w in _SHARD_WORDS
+        ):
+            return True
+        if isinstance(node, ast.Name) and node.id.lower() in ("world_size", "num_replicas"):
+            return True
+        if isinstance(node, ast.Attribute) and node.attr.lower() in ("world_size", "num_replicas"):
+            return True
+        if isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            if name in ("get_world_size", "split_dataset_by_node"):
+                return True
+    return False
+
+
+# -- loaders in use --------------------------------------------------------------------------------
+
+
+def _strip_wrappers(expr: ast.AST) -> ast.AST:
+    """``loader`` in ``enumerate(loader)``, ``tqdm(loader, ...)``, ``zip(loader, other)``."""
+    while isinstance(expr, ast.Call) and expr.args:
+        expr = expr.args[0]
+    return expr
+
+
+def loops_over(root: ast.AST, path: str) -> list[ast.For | ast.AsyncFor]:
+    """``for`` loops in ``root``'s frame whose iterable is the loader ``path``."""
+    out: list[ast.For | ast.AsyncFor] = []
+    for node in P.walk_scope(root):
+        if isinstance(node, (ast.For, ast.AsyncFor)):
+            it = node.iter
+            cands = [it, _strip_wrappers(it)]
+            if isinstance(it, ast.Call):
+                cands.extend(it.args)
+            if any(N.dotted(c) == path for c in cands):
+                out.append(node)
+    out.sort(key=P.order)
+    return out
+
+
+def calls_receiving(root: ast.AST, path: str) -> list[ast.Call]:
+    """Calls in ``root``'s frame with ``path`` (or an expression starting with it) as an argument."""
+    out: list[ast.Call] = []
+    for node in P.walk_scope(root):
+        if isinstance(node, ast.Call):
+            for a in [*node.args, *(kw.value for kw in node.keywords)]:
+                a = a.value if isinstance(a, ast.Starred) else a
+                name = N.dotted(a)
+                if name is not None and (name == path or name.startswith(path + ".")):
+                    out.append(node)
+                    break
+    return out
+
+
+def handed_to_framework(ctx: ChunkContext, root: ast.AST, call: ast.Call, path: str | None) -> bool:
+    """The loader goes to ``accelerator.prepare``, ``fabric.setup_dataloaders``, Ray Train's
+    ``prepare_data_loader`` or a Lightning ``trainer.fit``, which install the sampler."""
+    node: ast.AST | None = ctx.parent(call)
+    while node is not None and not isinstance(node, ast.stmt):
+        if isinstance(node, ast.Call) and _is_prepare(node):
+            return True
+        node = ctx.parent(node)
+    if path is None:
+        return False
+    return any(_is_prepare(c) for c in calls_receiving(root, path))
+
+
+def _is_prepare(call: ast.Call) -> bool:
+    fn = call.func
+    name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+    return name in _PREPARE_METHODS
+
+
+def is_training_loop(loop: ast.AST) -> bool:
+    """The loop body runs a backward pass or an optimizer step."""
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("backward",):
+                return True
+            if node.func.attr == "step" and "optim" in (N.dotted(node.func.value) or ""):
+                return True
+    return False
+
+
+def epoch_loop_of(ctx: ChunkContext, inner: ast.AST) -> ast.For | ast.AsyncFor | ast.While | None:
+    """The innermost loop around ``inner`` (in the same function)."""
+    loops = ctx.enclosing_loops(inner)
+    return loops[0] if loops else None
+
+
+def is_loop(node: ast.AST) -> bool:
+    return isinstance(node, LOOPS)
+
+
+def walk(root: ast.AST) -> Iterator[ast.AST]:
+    return P.walk_scope(root)
+
+
+def kind_is(ctx: ChunkContext, expr: ast.AST, kind: str, at: ast.AST | None = None) -> bool:
+    return ctx.kind(expr, at) == kind
+
+
+SAMPLER = K.SAMPLER
+LOADER = K.LOADER
+
+
+# -- text edits on call arguments ----------------------------------------------------------------
+
+
+def _line(ctx: ChunkContext, rel: int) -> str:
+    lines = ctx.chunk.lines
+    return lines[rel] if 0 <= rel < len(lines) else ""
+
+
+def _items(call: ast.Call) -> list[ast.AST]:
+    items: list[ast.AST] = [*call.args, *call.keywords]
+    items.sort(key=P.order)
+    return items
+
+
+_REST_OF_ITEM_LINE = re.compile(r"^[ \t]*(,)?[ \t]*(#[^\r\n]*)?[\r\n]*$")
+
+
+def _own_line(ctx: ChunkContext, sp: Span) -> re.Match[str] | None:
+    """The item fills its lines alone (indent before, at most a comma and a comment after)."""
+    start_line = _line(ctx, sp.start.line)
+    if start_line[: sp.start.col].strip():
+        return None
+    return _REST_OF_ITEM_LINE.match(_line(ctx, sp.end.line)[sp.end.col :])
+
+
+def _find_comma(ctx: ChunkContext, pos: Pos) -> Pos | None:
+    """The first comma at or after ``pos``, skipping whitespace, newlines and comments."""
+    line, col = pos.line, pos.col
+    lines = ctx.chunk.lines
+    while line < len(lines):
+        text = lines[line]
+        while col < len(text):
+            ch = text[col]
+            if ch == ",":
+                return Pos(line, col)
+            if ch == "#":
+                break
+            if ch not in " \t\r\n\\":
+                return None
+            col += 1
+        line, col = line + 1, 0
+    return None
+
+
+def _spaces_after(ctx: ChunkContext, pos: Pos) -> Pos:
+    text = _line(ctx, pos.line)
+    col = pos.col
+    while col < len(text) and text[col] in " \t":
+        col += 1
+    return Pos(pos.line, col)
+
+
+def _gap_has_comment(ctx: ChunkContext, a: Pos, b: Pos) -> bool:
+    for rel in range(a.line, b.line + 1):
+        text = _line(ctx, rel)
+        lo = a.col if rel == a.line else 0
+        hi = b.col if rel == b.line else len(text)
+        if "#" in text[lo:hi]:
+            return True
+    return False
+
+
+def remove_argument(ctx: ChunkContext, call: ast.Call, item: ast.AST) -> list[Edit]:
+    """Edits that delete one argument of ``call`` with its comma; comments stay."""
+    items = _items(call)
+    idx = next(i for i, x in enumerate(items) if x is item)
+    sp = ctx.span(item)
+    own = _own_line(ctx, sp)
+    multiline_call = ctx.span(call).start.line != ctx.span(call).end.line
+    if own is not None and multiline_call and len(items) > 1:
+        comment = own.group(2)
+        first_other = ctx.span(items[0] if idx else items[1])
+        if first_other.start.line != sp.start.line:
+            indent = _line(ctx, sp.start.line)[: sp.start.col]
+            repl = f"{indent}{comment}\n" if comment else ""
+            prev_ok = idx == 0 or own.group(1) is not None or _find_comma(
+                ctx, ctx.span(items[idx - 1]).end
+            ) is not None
+            if prev_ok:
+                return [Edit(Span(Pos(sp.start.line, 0), Pos(sp.end.line + 1, 0)), repl)]
+    if idx + 1 < len(items):
+        comma = _find_comma(ctx, sp.end)
+        if comma is None:
+            return []
+        end = _spaces_after(ctx, Pos(comma.line, comma.col + 1))
+        if end.line == comma.line and end.col >= len(_line(ctx, end.line).rstrip("\r\n")):
+            end = Pos(comma.line, comma.col + 1)
+        return [Edit(Span(sp.start, end), "")]
+    if idx > 0:
+        prev_end = ctx.span(items[idx - 1]).end
+        if not _gap_has_comment(ctx, prev_end, sp.start):
+            return [Edit(Span(prev_end, sp.end), "")]
+        comma = _find_comma(ctx, sp.end)
+        end = Pos(comma.line, comma.col + 1) if comma is not None else sp.end
+        return [Edit(Span(sp.start, end), "")]
+    comma = _find_comma(ctx, sp.end)
+    end = Pos(comma.line, comma.col + 1) if comma is not None else sp.end
+    return [Edit(Span(sp.start, end), "")]
+
+
+def add_argument(ctx: ChunkContext, call: ast.Call, text: str) -> list[Edit]:
+    """Edits that append ``text`` (``pin_memory=True``) as the call's last argument, one per
+    line when the call already puts one argument per line."""
+    items = _items(call)
+    if not items:
+        # DataLoader() without arguments is not something the rules fix.
+        return []
+    last = items[-1]
+    sp = ctx.span(last)
+    own = _own_line(ctx, sp)
+    call_sp = ctx.span(call)
+    if own is not None and call_sp.start.line != sp.end.line:
+        indent = _line(ctx, sp.start.line)[: sp.start.col]
+        has_comma = own.group(1) is not None
+        edits = []
+        if not has_comma:
+            edits.append(Edit(Span(sp.end, sp.end), ","))
+        edits.append(
+            Edit(
+                Span(Pos(sp.end.line + 1, 0), Pos(sp.end.line + 1, 0)),
+                f"{indent}{text}{',' if has_comma else ''}\n",
+            )
+        )
+        return edits
+    return [Edit(Span(sp.end, sp.end), f", {text}")]
+
+
+def replace_argument(ctx: ChunkContext, item: ast.AST, text: str) -> list[Edit]:
+    return [Edit(ctx.span(item), text)]
+
+
+# -- spelling -------------------------------------------------------------------------------------
+
+
+def sampler_spelling(ctx: ChunkContext) -> tuple[str, tuple[str, ...]]:
+    """How to write ``DistributedSampler`` here, and the import it needs."""
+    for name, target in sorted(ctx.facts.aliases.items()):
+        if target == N.DISTRIBUTED_SAMPLER:
+            return name, ()
+    clash = "DistributedSampler" in ctx.facts.aliases or any(
+        q == "DistributedSampler" or q.startswith("DistributedSampler.")
+        for q in ctx.facts.func_params
+    )
+    if not clash:
+        return "DistributedSampler", ("from torch.utils.data.distributed import DistributedSampler",)
+    return ctx.spell(N.DISTRIBUTED_SAMPLER)
+
+
+# -- resolving num_workers -------------------------------------------------------------------------
+
+
+def resolve_int(ctx: ChunkContext, root: ast.AST, expr: ast.AST | None) -> tuple[int, str] | None:
+    """An int value for ``expr`` and how it was found: a literal, a local ``name = 8``, or the
+    ``default=`` of the matching ``parser.add_argument`` in this chunk."""
+    if expr is None:
+        return None
+    value = int_value(expr)
+    if value is not None:
+        return value, ""
+    if isinstance(expr, ast.Name):
+        assigned = scope_assignments(root, expr.id)
+        if len(assigned) == 1:
+            v = int_value(assigned[0][1])
+            if v is not None:
+                return v, f"`{expr.id} = {v}`"
+        return None
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        found = argparse_default(ctx, expr.attr)
+        if found is not None:
+            return found, f"the `--{expr.attr.replace('_', '-')}` default"
+    return None
+
+
+def argparse_default(ctx: ChunkContext, dest: str) -> int | None:
+    """The int ``default=`` of ``add_argument`` whose destination is ``dest``, when exactly one
+    such call in this chunk says so."""
+    found: list[int] = []
+    for call in ctx.calls():
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"):
+            continue
+        dests = set()
+        d = keyword(call, "dest")
+        if d is not None and isinstance(d.value, ast.Constant) and isinstance(d.value.value, str):
+            dests.add(d.value.value)
+        else:
+            longs = [
+                a.value
+                for a in call.args
+                if isinstance(a, ast.Constant) and isinstance(a.value, str)
+            ]
+            named = [s for s in longs if s.startswith("--")] or [
+                s for s in longs if not s.startswith("-")
+            ] or longs
+            if named:
+                dests.add(named[0].lstrip("-").replace("-", "_"))
+        if dest in dests:
+            default = keyword(call, "default")
+            v = int_value(default.value) if default is not None else None
+            if v is None:
+                return None
+            found.append(v)
+    return found[0] if len(found) == 1 else None
+
+
+def callee_span(ctx: ChunkContext, func: ast.expr) -> Span:
+    """The span of a callee's last name: ``DataLoader`` in ``torch.utils.data.DataLoader``."""
+    sp = ctx.span(func)
+    if isinstance(func, ast.Attribute) and sp.end.col >= len(func.attr):
+        return Span(Pos(sp.end.line, sp.end.col - len(func.attr)), sp.end)
+    return sp

@@ -1,0 +1,440 @@
+"""DDP401 missing-distributed-sampler.
+
+## What it does
+Finds a training `DataLoader` in distributed code that has neither `sampler=` nor
+`batch_sampler=`: built with `shuffle=True`, or iterated in this function by a loop that runs a
+backward pass over a map-style dataset the analysis recognises.
+
+## Why is this bad?
+Without a `DistributedSampler` every rank iterates the *whole* dataset. Each epoch does
+world-size times the work, and since the ranks draw the same examples (identically ordered
+without shuffle) the averaged gradient is no better than one GPU's: the extra GPUs are wasted,
+and epoch-based schedules run world-size times too many steps per "epoch" of real data.
+
+## Example
+```python
+loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=8)
+```
+
+## Use instead
+```python
+sampler = DistributedSampler(train_set)  # shuffles; call sampler.set_epoch(epoch) each epoch
+loader = DataLoader(train_set, batch_size=64, sampler=sampler, num_workers=8)
+```
+
+## Fix
+Replaces `shuffle=True` by `sampler=DistributedSampler(<dataset>)` (a `shuffle=` expression
+moves into the sampler, and a loader without `shuffle=` gets
+`sampler=DistributedSampler(<dataset>, shuffle=False)`, keeping its order). The import is added
+once. Offered only when the dataset is a name it can repeat, and marked unsafe: each rank then
+sees 1/world-size of the data, which changes steps per epoch, so review the schedule; then call
+`set_epoch` every epoch (DDP402).
+
+## Known false positives
+Not reported: `IterableDataset`s and streaming datasets (webdataset, torchdata, `load_dataset(...,
+streaming=True)`), datasets already split per rank (`split_dataset_by_node`, `.shard(...)`,
+constructors given the rank or world size), loaders handed to `accelerator.prepare`,
+`fabric.setup_dataloaders`, Ray Train's `prepare_data_loader` or Lightning (`trainer.fit`,
+`*_dataloader` hooks), files that use Accelerate or Lightning at all, evaluation loaders
+(`val_*`, `eval_*`, `test_*` names, `train=False`, `split="validation"`, functions named like
+`evaluate`), and loaders built or used on rank 0 only. A loader without `shuffle=True` is
+reported only with evidence that it trains (a backward pass in its loop) over a map-style
+dataset, because unshuffled loaders over self-sharding datasets are common and deliberate.
+
+## References
+- https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
+- https://pytorch.org/tutorials/intermediate/ddp_series_multigpu.html
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ddp_lsp.core import names as N
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _data as D
+from ddp_lsp.rules import _patterns as P
+
+
+class MissingDistributedSampler(Rule):
+    meta = RuleMeta(
+        id="DDP401",
+        name="missing-distributed-sampler",
+        severity=Severity.WARNING,
+        summary="Training DataLoader without a DistributedSampler: every rank reads all data.",
+        fix=FixAvailability.SOMETIMES,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        calls = D.dataloader_calls(ctx)
+        if not calls or D.uses_sampler_framework(ctx):
+            return
+        for call in calls:
+            finding = self._check_call(ctx, call)
+            if finding is not None:
+                yield finding
+
+    def _check_call(self, ctx: ChunkContext, call: ast.Call) -> Finding | None:
+        if D.has_star(call):
+            return None
+        dataset = D.arg(call, "dataset")
+        if dataset is None:
+            return None
+        for name in ("sampler", "batch_sampler"):
+            value = D.arg(call, name)
+            if value is not None and not D.is_none(value):
+                return None
+        fn = ctx.enclosing_function(call)
+        if fn is not None and (fn.name in D.LIGHTNING_HOOKS or D.is_eval_name(fn.name)):
+            return None
+        root = P.scope_root(ctx, call)
+        path = D.assigned_path(ctx, call)
+        if D.is_eval_name(path) or D.is_eval_name(N.dotted(dataset)):
+            return None
+        if D.handed_to_framework(ctx, root, call, path):
+            return None
+        if ctx.runs_only_on_rank0(call):
+            return None
+        loops = D.loops_over(root, path) if path else []
+        if loops and all(ctx.runs_only_on_rank0(loop) for loop in loops):
+            return None
+        kind = D.dataset_kind(ctx, root, dataset)
+        if kind in ("iterable", "sharded", "eval"):
+            return None
+        shuffle_kw = D.keyword(call, "shuffle")
+        shuffle = D.arg(call, "shuffle")
+        shuffled = D.is_const(shuffle, True)
+        if not shuffled:
+            # No shuffle: a training loader over a dataset we know is map-style, only.
+            if kind != "map" or not any(D.is_training_loop(loop) for loop in loops):
+                return None
+        fixes = []
+        ds_text = ctx.segment(dataset) if N.dotted(dataset) is not None else None
+        if ds_text is not None and (shuffle is None or shuffle_kw is not None):
+            spelled, imports = D.sampler_spelling(ctx)
+            if shuffle_kw is None:
+                new = f"sampler={spelled}({ds_text}, shuffle=False)"
+                edits = D.add_argument(ctx, call, new)
+                title = f"Add {new}"
+            else:
+                if shuffled:
+                    new = f"sampler={spelled}({ds_text})"
+                else:
+                    new = f"sampler={spelled}({ds_text}, shuffle={ctx.segment(shuffle_kw.value)})"
+                edits = D.replace_argument(ctx, shuffle_kw, new)
+                title = f"Replace {ctx.segment(shuffle_kw)} with {new}"
+            if edits:
+                fixes.append(
+                    Fix(title=title, edits=tuple(edits), safe=False, preferred=True, imports=imports)
+                )
+        what = "shuffles" if shuffled else "trains"
+        return ctx.finding(
+            self,
+            D.callee_span(ctx, call.func),
+            f"This `DataLoader` {what} without a `sampler`: under DDP every rank iterates the "
+            "whole dataset, so each epoch does world-size times the work on the same examples; "
+            "pass `sampler=DistributedSampler(dataset)` and call `set_epoch(epoch)` every epoch",
+            fixes=fixes,
+        )
+
+
+_HEAD = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+"""
+
+MissingDistributedSampler.cases = (
+    Valid(
+        _HEAD
+        + """\
+from torch.utils.data.distributed import DistributedSampler
+
+def main(args, dataset_train):
+    if args.distributed:
+        train_sampler = DistributedSampler(dataset_train)
+    else:
+        train_sampler = torch.utils.data.RandomSampler(dataset_train)
+    data_loader = DataLoader(dataset_train, batch_size=args.batch_size, sampler=train_sampler,
+                             num_workers=args.workers, pin_memory=True)
+    return data_loader
+""",
+        note="torchvision references: the sampler is chosen per mode",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, batch_sampler):
+    return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=4)
+""",
+        note="batch_sampler given",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from accelerate import Accelerator
+
+def main(model, dataset):
+    accelerator = Accelerator()
+    loader = DataLoader(dataset, batch_size=16, shuffle=True)
+    model, loader = accelerator.prepare(model, loader)
+""",
+        note="accelerate shards the loader in prepare()",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(model, dataset, fabric):
+    loader = fabric.setup_dataloaders(DataLoader(dataset, batch_size=16, shuffle=True))
+""",
+        note="Lightning Fabric installs the sampler",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import lightning as L
+
+class DataModule(L.LightningDataModule):
+    def train_dataloader(self):
+        return DataLoader(self.train_set, batch_size=32, shuffle=True, num_workers=8)
+""",
+        note="Lightning injects a DistributedSampler into train_dataloader()",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, trainer, model):
+    loader = DataLoader(dataset, batch_size=32, shuffle=True)
+    trainer.fit(model, loader)
+""",
+        note="a loader given to a Lightning Trainer",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import webdataset as wds
+
+def main(urls, model, optimizer):
+    dataset = wds.WebDataset(urls, nodesplitter=wds.split_by_node).decode("torchrgb")
+    loader = DataLoader(dataset, batch_size=None, num_workers=8)
+    for epoch in range(10):
+        for x, y in loader:
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        note="webdataset shards by node and worker itself",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from torch.utils.data import IterableDataset
+
+class Tokens(IterableDataset):
+    def __iter__(self):
+        yield from range(10)
+
+def main(model, optimizer):
+    loader = DataLoader(Tokens(), batch_size=8)
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+""",
+        note="an IterableDataset of this file",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, model, val_set):
+    val_loader = DataLoader(val_set, batch_size=256, shuffle=False, num_workers=8)
+    test_loader = DataLoader(val_set, batch_size=256, shuffle=True)
+    return val_loader, test_loader
+""",
+        note="evaluation loaders by name",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import torchvision
+
+def main(model, rank):
+    dataset = torchvision.datasets.CIFAR10("data", train=False, download=True)
+    loader = DataLoader(dataset, batch_size=256)
+    if rank == 0:
+        for x, y in loader:
+            print(model(x).argmax(1))
+""",
+        note="evaluation on rank 0 only",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(model, dataset):
+    if dist.get_rank() == 0:
+        loader = DataLoader(dataset, batch_size=64, shuffle=True)
+        for x in loader:
+            print(model(x))
+""",
+        note="built on rank 0 only",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from datasets import load_dataset
+from datasets.distributed import split_dataset_by_node
+
+def main(rank, world_size, model, optimizer):
+    ds = split_dataset_by_node(load_dataset("c4", streaming=True), rank=rank, world_size=world_size)
+    loader = DataLoader(ds, batch_size=8)
+    for batch in loader:
+        model(batch).sum().backward()
+        optimizer.step()
+""",
+        note="Hugging Face datasets split per node",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(full, indices, rank, world_size, model, optimizer):
+    part = torch.utils.data.Subset(full, indices[rank::world_size])
+    loader = DataLoader(part, batch_size=8, shuffle=True)
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+""",
+        note="a dataset sharded by rank by hand",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, model, optimizer):
+    loader = DataLoader(dataset, batch_size=8)
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+""",
+        note="no shuffle over a dataset of unknown type: could shard itself",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def evaluate(model, dataset):
+    loader = DataLoader(dataset, batch_size=64, shuffle=True)
+    return [model(x) for x in loader]
+""",
+        note="inside an evaluation function",
+    ),
+    Valid(
+        """\
+import torch
+from torch.utils.data import DataLoader
+
+def main(dataset):
+    return DataLoader(dataset, batch_size=64, shuffle=True)
+""",
+        distributed=False,
+        note="single-process code",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, train_set):
+    train_loader = «DataLoader»(train_set, batch_size=64, shuffle=True, num_workers=8)
+    return train_loader
+""",
+        fixed="""\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+def main(args, train_set):
+    train_loader = DataLoader(train_set, batch_size=64, sampler=DistributedSampler(train_set), num_workers=8)
+    return train_loader
+""",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, dataset):
+    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=args.shuffle)
+    return loader
+""",
+        note="shuffle from configuration and no evidence of training: not reported",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from torch.utils.data.distributed import DistributedSampler as DS
+
+def main(args, dataset):
+    loader = torch.utils.data.«DataLoader»(
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=True,  # randomise
+    )
+    return loader
+""",
+        fixed=_HEAD
+        + """\
+from torch.utils.data.distributed import DistributedSampler as DS
+
+def main(args, dataset):
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        sampler=DS(dataset),  # randomise
+    )
+    return loader
+""",
+        note="the existing import alias is reused, the comment kept",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(model, optimizer, epochs):
+    train_ds = torch.utils.data.TensorDataset(torch.randn(512, 8))
+    loader = «DataLoader»(
+        train_ds,
+        batch_size=32,
+        num_workers=2,
+    )
+    for epoch in range(epochs):
+        for (x,) in loader:
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        fixed="""\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+def main(model, optimizer, epochs):
+    train_ds = torch.utils.data.TensorDataset(torch.randn(512, 8))
+    loader = DataLoader(
+        train_ds,
+        batch_size=32,
+        num_workers=2,
+        sampler=DistributedSampler(train_ds, shuffle=False),
+    )
+    for epoch in range(epochs):
+        for (x,) in loader:
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        note="no shuffle, but a training loop over a map-style dataset: order kept",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, dataset):
+        self.train_loader = «DataLoader»(Flip(dataset), batch_size=8, shuffle=True)
+""",
+        fixed=None,
+        note="the dataset is an expression: no fix rather than building it twice",
+    ),
+)
