@@ -1,0 +1,92 @@
+"""editors/helix/languages.toml: valid TOML in Helix's shape, and its command serves LSP.
+
+Helix cannot be installed here, so the test does what Helix does with the snippet: runs
+``command`` + ``args`` with stdin/stdout pipes, sends ``config`` as initializationOptions, and
+expects an initialize result and *pushed* diagnostics (Helix shows pushed ones everywhere).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddp_lsp.lsp.config import parse_editor_settings
+from tests.editors.handshake import REPO, TRAIN, StdioSession, initialize, show_messages
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - 3.10 only
+    import tomli as tomllib
+
+LANGUAGES = REPO / "editors" / "helix" / "languages.toml"
+
+
+@pytest.fixture(scope="module")
+def languages() -> dict[str, Any]:
+    return tomllib.loads(LANGUAGES.read_text(encoding="utf-8"))
+
+
+def server_entry(languages: dict[str, Any]) -> dict[str, Any]:
+    servers = languages.get("language-server")
+    assert isinstance(servers, dict) and "ddp-lsp" in servers, "no [language-server.ddp-lsp]"
+    entry = servers["ddp-lsp"]
+    assert isinstance(entry, dict)
+    return entry
+
+
+def test_server_table_has_helix_shape(languages: dict[str, Any]) -> None:
+    entry = server_entry(languages)
+    assert isinstance(entry["command"], str) and entry["command"]
+    assert isinstance(entry["args"], list) and all(isinstance(a, str) for a in entry["args"])
+    assert entry["args"][-1] == "serve"
+    # Helix sends ``config`` as initializationOptions and answers workspace/configuration for
+    # section "ddp-lsp" from config["ddp-lsp"]: the settings must sit one level down.
+    config = entry["config"]
+    assert set(config) == {"ddp-lsp"}, config
+
+
+def test_python_uses_ddp_lsp_beside_other_servers(languages: dict[str, Any]) -> None:
+    (python,) = [lang for lang in languages["language"] if lang["name"] == "python"]
+    names = [s if isinstance(s, str) else s["name"] for s in python["language-servers"]]
+    assert "ddp-lsp" in names
+    assert len(names) >= 2, "ddp-lsp should run beside the user's other Python servers"
+    # Last, so that hover and completion keep coming from the general-purpose servers first.
+    assert names[-1] == "ddp-lsp"
+
+
+def test_config_is_accepted_by_the_server(languages: dict[str, Any]) -> None:
+    config = server_entry(languages)["config"]
+    parsed = parse_editor_settings(config, "helix config")
+    assert parsed.errors == ()
+    # Every key was understood (analysis or editor option), none silently dropped.
+    keys = {k for k, _ in parsed.analysis} | {"enable", "preflight"}
+    assert set(config["ddp-lsp"]) <= keys
+
+
+def test_command_serves_lsp_and_pushes_diagnostics(
+    languages: dict[str, Any], tmp_path: Path
+) -> None:
+    entry = server_entry(languages)
+    session = StdioSession([entry["command"], *entry["args"]], cwd=tmp_path)
+    try:
+        result = initialize(session, tmp_path, entry["config"])
+        assert result["serverInfo"]["name"] == "ddp-lsp"
+        caps = result["capabilities"]
+        assert caps["codeActionProvider"]
+        uri = (tmp_path / "train.py").as_uri()
+        session.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": TRAIN}},
+        )
+        pushed = session.wait_notification(
+            "textDocument/publishDiagnostics",
+            lambda p: p["uri"] == uri and any(d.get("code") == "DDP201" for d in p["diagnostics"]),
+        )
+        assert pushed["version"] == 1
+        assert show_messages(session) == [], "the config produced settings errors"
+    finally:
+        code = session.close()
+    assert code == 0, session.stderr
