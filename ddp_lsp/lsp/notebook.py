@@ -16,9 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ddp_lsp.core.document import split_lines
 from ddp_lsp.core.types import Pos
 from ddp_lsp.lsp.convert import Codec
+
+
+def split_lines(text: str) -> list[str]:
+    from ddp_lsp.core.document import split_lines as split  # the core loads after initialize
+
+    return split(text)
 
 CODE_CELL = 2  # lsprotocol NotebookCellKind.Code
 

@@ -36,7 +36,7 @@ from ddp_lsp import __version__
 from ddp_lsp.lsp import config as C
 from ddp_lsp.lsp.convert import Codec, choose_encoding
 from ddp_lsp.lsp.notebook import Cell, Notebook, apply_change
-from ddp_lsp.lsp.state import PlainText, ServerState, uri_to_path
+from ddp_lsp.lsp.state import PlainText, ServerState, uri_to_path, warm_up
 
 log = logging.getLogger("ddp_lsp.lsp")
 
@@ -168,6 +168,8 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
             params.initialization_options, "initializationOptions"
         )
         ls.initialized = True
+        # Runs once the initialize response is written: the core loads while the client reads it.
+        asyncio.get_running_loop().call_soon(warm_up)
 
     @server.feature(T.INITIALIZED)
     async def initialized(ls: DdpLanguageServer, params: T.InitializedParams) -> None:
@@ -204,7 +206,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         except Exception as exc:
             log.info("workspace/configuration failed: %s", exc)
             return
-        if not isinstance(result, list) or not result:
+        if not isinstance(result, (list, tuple)) or not result:  # pygls structures it as a tuple
             return
         changed = False
         if result[0] is not None:
@@ -665,23 +667,103 @@ def _short(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-async def _serve(server: DdpLanguageServer, stdin: Any) -> None:
+class _Framer:
+    """Splits Content-Length framed messages out of a byte stream."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self.buf += data
+        out: list[bytes] = []
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return out
+            length = None
+            for line in bytes(self.buf[:end]).split(b"\r\n"):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    try:
+                        length = int(value.strip())
+                    except ValueError:
+                        length = None
+            if length is None or length < 0:
+                del self.buf[: end + 4]  # a header block without a length: skip it
+                continue
+            if len(self.buf) < end + 4 + length:
+                return out
+            out.append(bytes(self.buf[end + 4 : end + 4 + length]))
+            del self.buf[: end + 4 + length]
+
+
+class _StdinProtocol(asyncio.Protocol):
+    """Reads stdin on the event loop itself (no thread hand-off per message).
+
+    Every complete message in a chunk is handled before the callback returns, and analysis
+    runs from ``call_soon`` after it: whatever piled up in the pipe while the server was busy
+    arrives as one chunk, so only its newest version is analysed.
+    """
+
+    def __init__(self, dispatch: _Dispatcher, done: asyncio.Future[int | None]) -> None:
+        self.dispatch = dispatch
+        self.done = done
+        self.framer = _Framer()
+
+    def data_received(self, data: bytes) -> None:
+        for body in self.framer.feed(data):
+            if self.done.done():
+                return
+            try:
+                self.dispatch.handle(body)
+            except SystemExit as exc:  # the exit notification
+                self.done.set_result(exc.code if isinstance(exc.code, int) else 0)
+                return
+            except Exception:  # a bug in one handler must not take the editor's server down
+                log.exception("failed to handle a message")
+
+    def eof_received(self) -> bool:
+        if not self.done.done():
+            self.done.set_result(None)
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+async def _serve(server: DdpLanguageServer, fd: int) -> int | None:
+    loop = asyncio.get_running_loop()
+    dispatch = _Dispatcher(server)
+    done: asyncio.Future[int | None] = loop.create_future()
+    try:
+        pipe = os.fdopen(fd, "rb", buffering=0, closefd=False)
+        transport, _ = await loop.connect_read_pipe(lambda: _StdinProtocol(dispatch, done), pipe)
+    except (ValueError, OSError):
+        # stdin is a regular file (``ddp-lsp serve < session.txt``): read it on a thread.
+        return await _serve_thread(dispatch, _FdReader(fd))
+    try:
+        return await done
+    finally:
+        transport.close()
+
+
+async def _serve_thread(dispatch: _Dispatcher, stdin: _FdReader) -> int | None:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
     reader = threading.Thread(target=_read_frames, args=(stdin, loop, queue), daemon=True,
                               name="ddp-lsp-stdin")
     reader.start()
-    dispatch = _Dispatcher(server)
     handled = 0
     while True:
         body = await queue.get()  # returns at once while messages are waiting
         if body is _EOF:
-            return
+            return None
         try:
             dispatch.handle(body)
-        except SystemExit:
-            raise
-        except Exception:  # a bug in one handler must not take the editor's server down
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else 0
+        except Exception:
             log.exception("failed to handle a message")
         handled += 1
         if handled % 64 == 0:
@@ -697,11 +779,13 @@ def serve_stdio(server: DdpLanguageServer) -> int:
     sys.stdout = sys.stderr
     server.protocol.set_writer(StdoutWriter(out))
     try:
-        asyncio.run(_serve(server, _FdReader(sys.stdin.fileno())))
-    except SystemExit as exc:  # the ``exit`` notification
-        return int(exc.code or 0) if isinstance(exc.code, int) or exc.code is None else 1
+        code = asyncio.run(_serve(server, sys.stdin.fileno()))
+    except SystemExit as exc:  # the ``exit`` notification, raised outside a handler
+        return exc.code if isinstance(exc.code, int) else 0
     except (KeyboardInterrupt, BrokenPipeError):
         return 1
+    if code is not None:
+        return code
     # stdin closed without shutdown/exit: the client went away.
     return 0 if server.protocol._shutdown else 1
 

@@ -18,17 +18,39 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from ddp_lsp.config import Settings
-from ddp_lsp.core.document import Document, split_lines
-from ddp_lsp.core.engine import analyze
 from ddp_lsp.core.types import Finding, Pos
 from ddp_lsp.lsp import config as C
 from ddp_lsp.lsp.convert import UTF16, Codec
 from ddp_lsp.lsp.diagnostics import to_diagnostic
 from ddp_lsp.lsp.notebook import Notebook
+
+if TYPE_CHECKING:
+    from ddp_lsp.core.document import Document
+
+# The analysis core (document, engine, rules) is imported on first use, not at import time:
+# the server must answer ``initialize`` as fast as a bare pygls server. ``warm_up`` loads it
+# right after the initialize response, before the first document usually arrives.
+
+
+def warm_up() -> None:
+    from ddp_lsp.core import document, engine  # noqa: F401
+    from ddp_lsp.core.registry import all_rules
+
+    all_rules()
+
+
+def _split_lines(text: str) -> list[str]:
+    from ddp_lsp.core.document import split_lines
+
+    return split_lines(text)
+
+
+def _is_document(doc: object) -> bool:
+    return not isinstance(doc, PlainText)
 
 log = logging.getLogger("ddp_lsp.lsp")
 
@@ -45,7 +67,7 @@ class PlainText:
     """A document too large to analyse: only its text, kept in sync with the client."""
 
     def __init__(self, text: str) -> None:
-        self._lines = split_lines(text)
+        self._lines = _split_lines(text)
 
     @property
     def text(self) -> str:
@@ -56,7 +78,7 @@ class PlainText:
         return self._lines
 
     def set_text(self, text: str) -> None:
-        self._lines = split_lines(text)
+        self._lines = _split_lines(text)
 
     def apply_edit(self, start: Pos, end: Pos, text: str) -> None:
         if end < start:
@@ -66,12 +88,14 @@ class PlainText:
         after = sum(len(ln) for ln in lines[: end.line]) + end.col
         old = self.text
         # Re-splitting the whole text also merges a lone CR with an inserted LF, as LSP does.
-        self._lines = split_lines(old[:before] + text + old[after:])
+        self._lines = _split_lines(old[:before] + text + old[after:])
 
 
 def make_document(text: str, settings: Settings) -> Document | PlainText:
     if len(text) > MAX_ANALYSED_CHARS:
         return PlainText(text)
+    from ddp_lsp.core.document import Document
+
     return Document(text, settings.rank_model)
 
 
@@ -226,7 +250,7 @@ class ServerState:
         self.schedule()
 
     def _replace_text(self, unit: Unit, text: str) -> None:
-        if isinstance(unit.doc, Document) and len(text) <= MAX_ANALYSED_CHARS:
+        if _is_document(unit.doc) and len(text) <= MAX_ANALYSED_CHARS:
             unit.doc.set_text(text)  # keeps the parses of unchanged chunks
         else:
             unit.doc = make_document(text, unit.settings)
@@ -236,7 +260,7 @@ class ServerState:
         big = isinstance(unit.doc, PlainText)
         size = sum(map(len, unit.doc.lines)) if big else None
         if big and size is not None and size <= MAX_ANALYSED_CHARS:
-            unit.doc = Document(unit.doc.text, unit.settings.rank_model)
+            unit.doc = make_document(unit.doc.text, unit.settings)
         elif not big and sum(map(len, unit.doc.lines)) > MAX_ANALYSED_CHARS:
             unit.doc = PlainText(unit.doc.text)
 
@@ -336,6 +360,8 @@ class ServerState:
                 )
             findings: tuple[Finding, ...] = ()
         elif unit.enabled:
+            from ddp_lsp.core.engine import analyze
+
             try:
                 result = analyze(unit.doc, unit.settings)
                 findings = result.findings

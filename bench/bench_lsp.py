@@ -1,0 +1,295 @@
+"""Benchmark the language server over stdio, against a bare pygls server and ``ruff server``.
+
+Run: .venv/bin/python bench/bench_lsp.py [--quick] [--edits N] [--no-ruff]
+
+Measures, per server, in the same run on the same generated DDP-style files (bench/gen.py):
+
+- cold start: spawn to the ``initialize`` result (median of several starts; the bare pygls
+  server that registers nothing is the floor ddp-lsp is held to);
+- first diagnostics: ``didOpen`` of a 1,500-line file to its ``publishDiagnostics``;
+- edit latency: a one-character ``didChange`` in the middle of the file to the diagnostics
+  *for that version* (p50/p95), at 1,500 and 20,000 lines;
+- code action latency (p50/p95) on a line with a finding;
+- RSS of the server process with the 20,000-line file open.
+
+Prints a Markdown table; docs/performance-lsp.md records a run and this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.gen import module  # noqa: E402
+
+BARE_PYGLS = (
+    "from pygls.lsp.server import LanguageServer\n"
+    "LanguageServer('bare', '0').start_io()\n"
+)
+PUBLISH = "textDocument/publishDiagnostics"
+CAPABILITIES: dict[str, Any] = {
+    # No textDocument.diagnostic: both servers push, so both are timed the same way.
+    "general": {"positionEncodings": ["utf-16"]},
+    "textDocument": {
+        "synchronization": {"didSave": True},
+        "publishDiagnostics": {"versionSupport": True, "relatedInformation": True},
+        "codeAction": {
+            "codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["quickfix", "source"]}},
+            "isPreferredSupport": True,
+        },
+    },
+    "workspace": {"workspaceEdit": {"documentChanges": True}, "configuration": False},
+}
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    k = min(len(values) - 1, max(0, round(p / 100 * (len(values) - 1))))
+    return values[k]
+
+
+class Client:
+    """A minimal stdio JSON-RPC client; a reader thread timestamps every message on arrival."""
+
+    def __init__(self, cmd: list[str], cwd: Path) -> None:
+        self.t_spawn = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, cwd=cwd)
+        self.inbox: queue.Queue[tuple[float, dict[str, Any]] | None] = queue.Queue()
+        self.backlog: list[tuple[float, dict[str, Any]]] = []
+        self.next_id = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        out = self.proc.stdout
+        assert out is not None
+        while True:
+            length = 0
+            while True:
+                line = out.readline()
+                if not line:
+                    self.inbox.put(None)
+                    return
+                if line == b"\r\n":
+                    break
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            body = out.read(length)
+            self.inbox.put((time.perf_counter(), json.loads(body)))
+
+    def send(self, msg: dict[str, Any]) -> float:
+        body = json.dumps(msg).encode()
+        assert self.proc.stdin is not None
+        t = time.perf_counter()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.proc.stdin.flush()
+        return t
+
+    def notify(self, method: str, params: Any) -> float:
+        return self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def request(self, method: str, params: Any) -> tuple[float, float, Any]:
+        """(sent, answered, result)."""
+        self.next_id += 1
+        rid = self.next_id
+        t0 = self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        t1, msg = self.wait(lambda m: m.get("id") == rid and "method" not in m)
+        return t0, t1, msg.get("result", msg.get("error"))
+
+    def wait(self, pred: Any, timeout: float = 120.0) -> tuple[float, dict[str, Any]]:
+        for item in self.backlog:
+            if pred(item[1]):
+                self.backlog.remove(item)
+                return item
+        deadline = time.monotonic() + timeout
+        while True:
+            item = self.inbox.get(timeout=max(0.1, deadline - time.monotonic()))
+            if item is None:
+                raise RuntimeError("server exited")
+            t, msg = item
+            if "method" in msg and "id" in msg:  # server -> client request: accept
+                self.send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
+                continue
+            if pred(msg):
+                return item
+            if msg.get("method") == PUBLISH or "id" in msg:
+                self.backlog.append(item)
+                del self.backlog[:-200]
+
+    def initialize(self, root: Path) -> float:
+        _, t1, _ = self.request("initialize", {"processId": os.getpid(), "rootUri": root.as_uri(),
+                                               "capabilities": CAPABILITIES,
+                                               "workspaceFolders": [{"uri": root.as_uri(),
+                                                                     "name": "bench"}]})
+        self.notify("initialized", {})
+        return t1 - self.t_spawn
+
+    def close(self) -> None:
+        try:
+            self.request("shutdown", None)
+            self.notify("exit", None)
+            self.proc.wait(timeout=10)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def published(uri: str, version: int | None = None) -> Any:
+    def pred(m: dict[str, Any]) -> bool:
+        if m.get("method") != PUBLISH or m["params"]["uri"] != uri:
+            return False
+        return version is None or m["params"].get("version") == version
+    return pred
+
+
+def edit_target(text: str) -> tuple[int, int]:
+    """(line, column) just after ``running`` in a statement in the middle of the file."""
+    lines = text.splitlines()
+    mid = len(lines) // 2
+    for i in range(mid, len(lines)):
+        if "running += loss.item()" in lines[i]:
+            return i, lines[i].index("running") + len("running")
+    raise RuntimeError("no edit target in the generated module")
+
+
+def measure_file(cmd: list[str], root: Path, name: str, text: str, edits: int,
+                 actions: bool) -> dict[str, Any]:
+    path = root / name
+    path.write_text(text)
+    uri = path.as_uri()
+    c = Client(cmd, root)
+    out: dict[str, Any] = {}
+    try:
+        c.initialize(root)
+        t0 = c.notify("textDocument/didOpen", {"textDocument": {
+            "uri": uri, "languageId": "python", "version": 1, "text": text}})
+        t1, first = c.wait(published(uri))
+        out["first"] = t1 - t0
+        diags = first["params"]["diagnostics"]
+        out["findings"] = len(diags)
+        line, col = edit_target(text)
+        times = []
+        version = 1
+        for k in range(edits):
+            version += 1
+            if k % 2 == 0:
+                change = {"range": {"start": {"line": line, "character": col},
+                                    "end": {"line": line, "character": col}}, "text": "x"}
+            else:
+                change = {"range": {"start": {"line": line, "character": col},
+                                    "end": {"line": line, "character": col + 1}}, "text": ""}
+            t0 = c.notify("textDocument/didChange", {
+                "textDocument": {"uri": uri, "version": version}, "contentChanges": [change]})
+            t1, _ = c.wait(published(uri, version))
+            times.append(t1 - t0)
+        out["edit"] = times
+        if actions:
+            rng = diags[0]["range"] if diags else {"start": {"line": line, "character": 0},
+                                                   "end": {"line": line, "character": 0}}
+            ctx = {"diagnostics": diags[:1]}
+            at = []
+            for _ in range(max(edits, 20)):
+                s, e, result = c.request("textDocument/codeAction", {
+                    "textDocument": {"uri": uri}, "range": rng, "context": ctx})
+                at.append(e - s)
+            out["action"] = at
+            out["actions_returned"] = len(result or [])
+        try:
+            import psutil
+
+            out["rss"] = psutil.Process(c.proc.pid).memory_info().rss
+        except Exception:
+            out["rss"] = None
+    finally:
+        c.close()
+    return out
+
+
+def cold_start(cmd: list[str], root: Path, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        c = Client(cmd, root)
+        try:
+            times.append(c.initialize(root))
+        finally:
+            c.close()
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer runs, 1,500 lines only")
+    ap.add_argument("--edits", type=int, default=100)
+    ap.add_argument("--no-ruff", action="store_true")
+    args = ap.parse_args()
+    py = sys.executable
+    servers: dict[str, list[str]] = {"ddp-lsp": [py, "-m", "ddp_lsp", "serve"]}
+    ruff = shutil.which("ruff", path=str(Path(py).parent)) or shutil.which("ruff")
+    if ruff and not args.no_ruff:
+        servers["ruff server"] = [ruff, "server"]
+    sizes = [1500] if args.quick else [1500, 20000]
+    edits = 20 if args.quick else args.edits
+    runs = 3 if args.quick else 7
+    rows: list[tuple[str, ...]] = []
+    with tempfile.TemporaryDirectory(prefix="ddp-lsp-bench-") as tmp:
+        root = Path(tmp)
+        # Cold starts interleaved so machine load hits every server alike.
+        bare_cmd = [py, "-c", BARE_PYGLS]
+        starts: dict[str, list[float]] = {"bare pygls": [], **{k: [] for k in servers}}
+        for _ in range(runs):
+            starts["bare pygls"].append(cold_start(bare_cmd, root, 1))
+            for k, cmd in servers.items():
+                starts[k].append(cold_start(cmd, root, 1))
+        floor = statistics.median(starts["bare pygls"])
+        for k, v in starts.items():
+            med = statistics.median(v)
+            note = "floor" if k == "bare pygls" else f"{(med - floor) * 1000:+.0f} ms vs bare pygls"
+            rows.append((f"cold start (spawn to initialize result), {k}", f"{med * 1000:.0f} ms", note))
+        results: dict[tuple[str, int], dict[str, Any]] = {}
+        for n in sizes:
+            text = module(n)
+            for k, cmd in servers.items():
+                results[(k, n)] = measure_file(cmd, root, f"train_{n}_{k.split()[0]}.py", text,
+                                               edits, actions=True)
+        for n in sizes:
+            lines = module(n).count("\n")
+            for k in servers:
+                r = results[(k, n)]
+                e = r["edit"]
+                rows.append((f"first diagnostics after didOpen, {lines} lines, {k}",
+                             f"{r['first'] * 1000:.0f} ms", f"{r['findings']} diagnostics"))
+                rows.append((f"edit -> diagnostics for that version, {lines} lines, {k}",
+                             f"p50 {statistics.median(e) * 1000:.1f} ms / p95 {pct(e, 95) * 1000:.1f} ms",
+                             f"{len(e)} edits"))
+                a = r["action"]
+                rows.append((f"code action, {lines} lines, {k}",
+                             f"p50 {statistics.median(a) * 1000:.1f} ms / p95 {pct(a, 95) * 1000:.1f} ms",
+                             f"{r['actions_returned']} actions"))
+                if r["rss"]:
+                    rows.append((f"server RSS with the file open, {lines} lines, {k}",
+                                 f"{r['rss'] / 2**20:.0f} MB", ""))
+            if "ruff server" in servers:
+                d, rf = results[("ddp-lsp", n)], results[("ruff server", n)]
+                ratio = pct(d["edit"], 95) / pct(rf["edit"], 95)
+                rows.append((f"edit p95 ratio ddp-lsp / ruff server, {lines} lines", f"{ratio:.2f}x", ""))
+    print("| measurement | result | note |\n| --- | --- | --- |")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
