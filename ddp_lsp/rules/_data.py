@@ -616,3 +616,69 @@ def callee_span(ctx: ChunkContext, func: ast.expr) -> Span:
     if isinstance(func, ast.Attribute) and sp.end.col >= len(func.attr):
         return Span(Pos(sp.end.line, sp.end.col - len(func.attr)), sp.end)
     return sp
+
+
+# -- CUDA evidence ---------------------------------------------------------------------------------
+
+
+def is_cuda_device(ctx: ChunkContext, root: ast.AST, expr: ast.AST, depth: int = 0) -> bool:
+    """``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``, ``torch.device("cuda", i)``, a local
+    rank, or a name assigned one of those in this frame."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, str) and expr.value.startswith("cuda")
+    if isinstance(expr, ast.JoinedStr):
+        first = expr.values[0] if expr.values else None
+        return isinstance(first, ast.Constant) and str(first.value).startswith("cuda")
+    if isinstance(expr, ast.IfExp):
+        return is_cuda_device(ctx, root, expr.body, depth) or is_cuda_device(
+            ctx, root, expr.orelse, depth
+        )
+    if isinstance(expr, ast.Call):
+        if (N.dotted(expr.func) or "").endswith("device") and expr.args:
+            return is_cuda_device(ctx, root, expr.args[0], depth)
+        return False
+    if ctx.ranks.is_rank_expr(expr):
+        return True  # .to(local_rank): an int device is a CUDA device
+    path = path_of(expr)
+    if path is not None and depth < 3:
+        return any(
+            is_cuda_device(ctx, root, v, depth + 1) for _, v in scope_assignments(root, path)
+        )
+    return False
+
+
+def moves_to_cuda(ctx: ChunkContext, root: ast.AST, region: ast.AST) -> bool:
+    """``region`` copies tensors to a CUDA device: ``.cuda()``, ``.to(<cuda device>)`` or any
+    copy with ``non_blocking=True``."""
+    for node in ast.walk(region):
+        if not isinstance(node, ast.Call):
+            continue
+        if any(kw.arg == "non_blocking" and is_const(kw.value, True) for kw in node.keywords):
+            return True
+        if isinstance(node.func, ast.Attribute):
+            if node.func.attr == "cuda":
+                return True
+            if node.func.attr == "to" and node.args and is_cuda_device(ctx, root, node.args[0]):
+                return True
+            if node.func.attr == "to":
+                dev = keyword(node, "device")
+                if dev is not None and is_cuda_device(ctx, root, dev.value):
+                    return True
+    return False
+
+
+def uses_cuda(ctx: ChunkContext, root: ast.AST) -> bool:
+    """The frame puts work on a GPU: ``.cuda()``, ``torch.cuda.set_device``, a CUDA device."""
+    for node in P.walk_scope(root):
+        if isinstance(node, ast.Call):
+            name = N.dotted(node.func) or ""
+            if name.endswith(".cuda") or name.endswith("cuda.set_device"):
+                return True
+            if name.endswith(".to") and node.args and is_cuda_device(ctx, root, node.args[0]):
+                return True
+            if any(kw.arg == "device_ids" for kw in node.keywords):
+                return True
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.startswith("cuda") or node.value == "nccl":
+                return True
+    return False

@@ -1,0 +1,506 @@
+"""DDP402 sampler-set-epoch-missing.
+
+## What it does
+Finds a shuffling `DistributedSampler` whose loader is iterated inside an epoch loop that never
+calls `set_epoch` on it (as `sampler.set_epoch(epoch)`, `loader.sampler.set_epoch(epoch)` or
+through a `train_sampler` variable).
+
+## Why is this bad?
+`DistributedSampler` seeds its shuffle with `seed + epoch`, and the epoch only changes through
+`set_epoch`. Without it every epoch visits the examples in exactly the same order on every
+rank: the shuffle you asked for happens once, which hurts convergence in a way no error or
+warning reveals.
+
+## Example
+```python
+sampler = DistributedSampler(train_set)
+loader = DataLoader(train_set, batch_size=64, sampler=sampler)
+for epoch in range(epochs):
+    for x, y in loader:
+        ...
+```
+
+## Use instead
+```python
+for epoch in range(epochs):
+    sampler.set_epoch(epoch)
+    for x, y in loader:
+        ...
+```
+
+## Fix
+Inserts `<sampler>.set_epoch(<epoch>)` as the first statement of the epoch loop (the loop
+around the loop over the loader, or around the per-epoch helper call that receives it), with
+the sampler written as in the code (`train_sampler`, `self.sampler`, `loader.sampler` for a
+sampler built inline). A sampler that is `None` outside distributed runs gets
+`if sampler is not None:` around the call. No fix when the loop has no epoch variable
+(`for _ in ...`, `while`).
+
+## Known false positives
+Not reported: samplers with `shuffle=False` (the order does not depend on the epoch),
+evaluation samplers (`val_sampler`...), files using Accelerate or Lightning (they call
+`set_epoch`), loops that call any `set_epoch` the rule cannot attribute, and per-epoch
+helpers of the same file that receive the sampler itself, have a parameter named like a
+sampler, or are methods of the class that owns a `self.` sampler. A helper that receives only
+the loader and calls `loader.sampler.set_epoch` inside is not visible from the epoch loop yet:
+silence such a line with `# ddp-lsp: ignore[DDP402]`.
+
+## References
+- https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core import names as N
+from ddp_lsp.core.facts import path_of
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
+from ddp_lsp.rules import _data as D
+from ddp_lsp.rules import _patterns as P
+
+Loop = ast.For | ast.AsyncFor | ast.While
+
+
+@dataclass
+class _Sampler:
+    path: str  # how to reach it: "train_sampler", "self.sampler", "loader.sampler"
+    root: ast.AST  # the frame it is used in
+    created: ast.Call | None  # DistributedSampler(...) in this chunk
+    loaders: list[str]  # loader paths fed by it
+    maybe_none: bool
+
+
+class SamplerSetEpochMissing(Rule):
+    meta = RuleMeta(
+        id="DDP402",
+        name="sampler-set-epoch-missing",
+        severity=Severity.WARNING,
+        summary="DistributedSampler without set_epoch(epoch): every epoch has the same order.",
+        fix=FixAvailability.SOMETIMES,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        if D.uses_sampler_framework(ctx):
+            return
+        samplers = self._samplers(ctx)
+        known = {s.path for s in samplers}
+        for s in samplers:
+            if D.is_eval_name(s.path) or any(D.is_eval_name(l) for l in s.loaders):
+                continue
+            loop = self._epoch_loop(ctx, s)
+            if loop is None or self._sets_epoch(ctx, s, loop, known):
+                continue
+            fixes = []
+            var = self._epoch_var(loop)
+            if var is not None and loop.body and P.starts_own_line(ctx, loop.body[0]):
+                call = f"{s.path}.set_epoch({var})"
+                if s.maybe_none:
+                    unit = ctx.indent_unit(loop.body[0])
+                    code = f"if {s.path} is not None:\n{unit}{call}"
+                else:
+                    code = call
+                fixes.append(
+                    Fix(
+                        title=f"Insert {call} at the top of the epoch loop",
+                        edits=(ctx.insert_before(loop.body[0], code),),
+                        safe=True,
+                        preferred=True,
+                    )
+                )
+            header = ctx.span(loop, loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test)
+            where = s.created if s.created is not None else header
+            yield ctx.finding(
+                self,
+                where if not isinstance(where, ast.Call) else D.callee_span(ctx, where.func),
+                f"`{s.path}.set_epoch(epoch)` is never called in the epoch loop: "
+                "DistributedSampler shuffles with `seed + epoch`, so every epoch visits the data "
+                "in the same order on every rank",
+                fixes=fixes,
+                related=(Related(header, "the epoch loop"),) if s.created is not None else (),
+            )
+
+    # -- the samplers of this chunk ----------------------------------------------------------
+
+    def _samplers(self, ctx: ChunkContext) -> list[_Sampler]:
+        out: dict[tuple[int, str], _Sampler] = {}
+        for call in ctx.calls():
+            if not D.is_sampler_call(ctx, call):
+                continue
+            if D.is_const(D.arg(call, "shuffle", D.SAMPLER_POS), False) or D.has_star(call):
+                continue
+            root = P.scope_root(ctx, call)
+            parent = ctx.parent(call)
+            if isinstance(parent, ast.keyword) and parent.arg == "sampler":
+                loader_call = ctx.parent(parent)
+                if isinstance(loader_call, ast.Call) and ctx.call_qualname(loader_call) == N.DATALOADER:
+                    lp = D.assigned_path(ctx, loader_call)
+                    if lp is not None:
+                        out[(id(root), f"{lp}.sampler")] = _Sampler(
+                            f"{lp}.sampler", root, call, [lp], False
+                        )
+                continue
+            path = D.assigned_path(ctx, call)
+            if path is None:
+                continue
+            maybe_none = any(D.is_none(v) for v in D.values_of(root, ast.Name(id=path)))
+            if "." in path:
+                maybe_none = any(
+                    D.is_none(v) for _, v in D.scope_assignments(root, path)
+                ) or isinstance(ctx.parent(call), ast.IfExp)
+            sampler_root = root
+            if path.startswith("self."):
+                # Built in __init__, used in another method of this chunk (or not at all here).
+                sampler_root = root
+            out[(id(root), path)] = _Sampler(
+                path, sampler_root, call, self._loaders_of(root, path), maybe_none
+            )
+        # Samplers handed in: parameters and self attributes the module facts know.
+        for fn in ctx.nodes(ast.FunctionDef, ast.AsyncFunctionDef):
+            if any(isinstance(n, (ast.For, ast.AsyncFor, ast.While)) for n in P.walk_scope(fn)):
+                params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
+                cands = [p for p in params if ctx.kind(ast.Name(id=p), fn.body[0]) == K.SAMPLER]
+                cands.extend(
+                    p for p in ctx.names_of_kind(K.SAMPLER, fn.body[0]) if p.startswith("self.")
+                )
+                for p in cands:
+                    if (id(fn), p) in out or any(s.path == p for s in out.values()):
+                        continue
+                    out[(id(fn), p)] = _Sampler(p, fn, None, self._loaders_of(fn, p), False)
+        return list(out.values())
+
+    @staticmethod
+    def _loaders_of(root: ast.AST, sampler: str) -> list[str]:
+        """Paths assigned from a call that receives the sampler (``DataLoader(ds, sampler=s)``,
+        ``build_loader(ds, s)``)."""
+        out = []
+        for call in D.calls_receiving(root, sampler):
+            for node in P.walk_scope(root):
+                if isinstance(node, ast.Assign) and node.value is call and len(node.targets) == 1:
+                    p = path_of(node.targets[0])
+                    if p:
+                        out.append(p)
+        return out
+
+    # -- the epoch loop ------------------------------------------------------------------------
+
+    def _epoch_loop(self, ctx: ChunkContext, s: _Sampler) -> Loop | None:
+        loaders = list(s.loaders)
+        if s.created is None and not loaders:
+            # A sampler handed in: the loaders visible here are the ones it feeds.
+            for node in P.walk_scope(s.root):
+                if isinstance(node, (ast.For, ast.AsyncFor)):
+                    it = N.dotted(D._strip_wrappers(node.iter)) or ""
+                    if ctx.kind(D._strip_wrappers(node.iter), node) == K.LOADER or "loader" in it.lower():
+                        loaders.append(it)
+        uses: list[ast.AST] = []
+        for lp in loaders:
+            uses.extend(D.loops_over(s.root, lp))
+            uses.extend(c for c in D.calls_receiving(s.root, lp) if not self._is_builder(ctx, c))
+        uses.sort(key=P.order)
+        for use in uses:
+            loops = ctx.enclosing_loops(use)
+            if not loops:
+                continue
+            loop = loops[0]
+            if s.created is not None and P.enclosing_loop_body_stmt(ctx, s.created, loop) is not None:
+                continue  # a sampler made per epoch
+            if ctx.enclosing_function(loop) is not ctx.enclosing_function(use):
+                continue
+            return loop
+        return None
+
+    @staticmethod
+    def _is_builder(ctx: ChunkContext, call: ast.Call) -> bool:
+        fn = call.func
+        name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+        return name in ("len", "iter", "next", "print", "isinstance", "hasattr", "getattr")
+
+    def _sets_epoch(self, ctx: ChunkContext, s: _Sampler, loop: Loop, known: set[str]) -> bool:
+        targets = {s.path, *(f"{l}.sampler" for l in s.loaders), *(f"{l}.batch_sampler" for l in s.loaders)}
+        others = known - targets
+        for node in ast.walk(loop):
+            if not isinstance(node, ast.Call):
+                continue
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            if name == "set_epoch":
+                assert isinstance(fn, ast.Attribute)
+                receiver = N.dotted(fn.value)
+                if receiver is None or receiver not in others:
+                    return True
+                continue
+            lowered = name.lower()
+            if "set_epoch" in lowered or "sampler" in lowered:
+                return True
+            # Helpers of this file called per epoch that may set it.
+            dotted_name = N.dotted(fn)
+            if dotted_name is None:
+                continue
+            _, cls = ctx.scope(node)
+            if dotted_name.startswith("self.") and cls is not None:
+                qual = f"{cls}.{dotted_name[5:]}"
+            else:
+                qual = dotted_name
+            params = ctx.facts.func_params.get(qual)
+            if params is None:
+                continue
+            if s.path.startswith("self.") and qual.startswith(f"{cls}."):
+                return True
+            if any("sampler" in p.lower() for p in params):
+                return True
+            for a in [*node.args, *(kw.value for kw in node.keywords)]:
+                an = N.dotted(a)
+                if an is not None and (an in targets or s.path.startswith(an + ".")):
+                    if an not in s.loaders:
+                        return True
+        return False
+
+    @staticmethod
+    def _epoch_var(loop: Loop) -> str | None:
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            t = loop.target
+            if isinstance(t, ast.Name) and t.id != "_":
+                return t.id
+        return None
+
+
+_HEAD = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+"""
+
+SamplerSetEpochMissing.cases = (
+    Valid(
+        _HEAD
+        + """\
+def main(args, dataset, model):
+    if args.distributed:
+        train_sampler = DistributedSampler(dataset)
+    else:
+        train_sampler = torch.utils.data.RandomSampler(dataset)
+    data_loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
+    for epoch in range(args.start_epoch, args.epochs):
+        if args.distributed:
+            train_sampler.set_epoch(epoch)
+        train_one_epoch(model, data_loader, epoch)
+""",
+        note="torchvision references",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, dataset, model):
+    loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
+    for epoch in range(args.epochs):
+        loader.sampler.set_epoch(epoch)
+        for x in loader:
+            model(x)
+""",
+        note="through loader.sampler (DeiT, MAE)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, model):
+    sampler = DistributedSampler(dataset, shuffle=False)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    for epoch in range(10):
+        for x in loader:
+            model(x)
+""",
+        note="shuffle=False: the order does not depend on the epoch",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def reshuffle(sampler, epoch):
+    sampler.set_epoch(epoch)
+
+def main(dataset, model):
+    sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    for epoch in range(10):
+        reshuffle(sampler, epoch)
+        for x in loader:
+            model(x)
+""",
+        note="set in a helper called per epoch",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, dataset):
+        self.sampler = DistributedSampler(dataset)
+        self.loader = DataLoader(dataset, batch_size=32, sampler=self.sampler)
+
+    def _run_epoch(self, epoch):
+        self.sampler.set_epoch(epoch)
+        for x in self.loader:
+            pass
+
+    def train(self, epochs):
+        for epoch in range(epochs):
+            self._run_epoch(epoch)
+""",
+        note="PyTorch DDP tutorial: a method of the same class runs each epoch",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from accelerate import Accelerator
+
+def main(dataset, model):
+    accelerator = Accelerator()
+    loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
+    loader = accelerator.prepare(loader)
+    for epoch in range(10):
+        for x in loader:
+            model(x)
+""",
+        note="accelerate sets the epoch itself",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, val_set, model):
+    sampler = DistributedSampler(dataset)
+    val_sampler = DistributedSampler(val_set)
+    loader = DataLoader(dataset, sampler=sampler)
+    val_loader = DataLoader(val_set, sampler=val_sampler)
+    for epoch in range(10):
+        sampler.set_epoch(epoch)
+        for x in loader:
+            model(x)
+        for x in val_loader:
+            model(x)
+""",
+        note="evaluation samplers need no set_epoch",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, model):
+    loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
+    for x in loader:
+        model(x)
+""",
+        note="a single pass: no epoch loop",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, dataset, model, optimizer):
+    train_sampler = «DistributedSampler»(dataset)
+    loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
+    for epoch in range(args.epochs):
+        # one pass over the data
+        for x, y in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        fixed=_HEAD
+        + """\
+def main(args, dataset, model, optimizer):
+    train_sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
+    for epoch in range(args.epochs):
+        # one pass over the data
+        train_sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+""",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, dataset, model):
+    loader = DataLoader(dataset, batch_size=32, sampler=«DistributedSampler»(dataset))
+    for ep in range(args.epochs):
+        train_one_epoch(model, loader, ep)
+""",
+        fixed=_HEAD
+        + """\
+def main(args, dataset, model):
+    loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
+    for ep in range(args.epochs):
+        loader.sampler.set_epoch(ep)
+        train_one_epoch(model, loader, ep)
+""",
+        note="inline sampler, per-epoch helper from another module",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, dataset, model):
+    sampler = «DistributedSampler»(dataset) if args.distributed else None
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler, shuffle=(sampler is None))
+    for epoch in range(args.epochs):
+        for x in loader:
+            model(x)
+""",
+        fixed=_HEAD
+        + """\
+def main(args, dataset, model):
+    sampler = DistributedSampler(dataset) if args.distributed else None
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler, shuffle=(sampler is None))
+    for epoch in range(args.epochs):
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        for x in loader:
+            model(x)
+""",
+        note="a sampler that may be None gets a guard",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, dataset):
+        self.sampler = DistributedSampler(dataset)
+        self.loader = DataLoader(dataset, batch_size=32, sampler=self.sampler)
+
+    def fit(self, epochs):
+        «for epoch in range(epochs)»:
+            for x in self.loader:
+                self.step(x)
+""",
+        fixed=_HEAD
+        + """\
+class Trainer:
+    def __init__(self, dataset):
+        self.sampler = DistributedSampler(dataset)
+        self.loader = DataLoader(dataset, batch_size=32, sampler=self.sampler)
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            self.sampler.set_epoch(epoch)
+            for x in self.loader:
+                self.step(x)
+""",
+        note="a sampler attribute set in __init__, the epoch loop in another method",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(dataset, model):
+    loader = DataLoader(dataset, sampler=«DistributedSampler»(dataset))
+    for _ in range(3):
+        for x in loader:
+            model(x)
+""",
+        fixed=None,
+        note="no epoch variable: no fix",
+    ),
+)

@@ -1,0 +1,171 @@
+"""DDP405 too-many-workers.
+
+## What it does
+Finds a `DataLoader` whose `num_workers` (a literal, a local `name = 16`, or an `argparse`
+default in the same function) times the processes per node is more than the CPUs available.
+The CPU count comes from the preflight result when one is known, else from `os.cpu_count()`
+on this machine; the processes per node from the launch configuration next to the script
+(`torchrun --nproc_per_node` in `run.sh`, an Accelerate config...) or the GPUs preflight saw.
+The message says where each number came from.
+
+## Why is this bad?
+Every rank starts its own `num_workers` worker processes: 8 ranks with `num_workers=16` are
+128 processes decoding and augmenting on the same host. Beyond the CPU count they only
+contend (context switches, cache thrashing), the main processes that drive the GPUs get
+starved, and each worker's prefetched (and pinned) batches add host memory until the node
+swaps or the OOM killer ends the job.
+
+## Example
+```python
+# run.sh: torchrun --nproc_per_node 8 train.py   (a 32-CPU node)
+loader = DataLoader(train_set, batch_size=64, sampler=sampler, num_workers=16)
+```
+
+## Use instead
+```python
+cpus = len(os.sched_getaffinity(0))
+workers = max(1, cpus // int(os.environ["LOCAL_WORLD_SIZE"]) - 1)  # Lightning's bound
+loader = DataLoader(train_set, batch_size=64, sampler=sampler, num_workers=workers)
+```
+
+## Fix
+None: the right number depends on the node the job runs on. The message suggests
+`max(1, cpus // procs - 1)`, the bound PyTorch Lightning warns with.
+
+## Known false positives
+The CPUs of the machine that runs the editor are not those of the training node: run the
+preflight on the node (`ddp-lsp preflight`) so the rule uses its count. When the processes
+per node are unknown the rule counts one, so it reports only loaders that oversubscribe even
+a single process. A `num_workers` it cannot resolve to a number is not reported.
+
+## References
+- https://pytorch.org/docs/stable/data.html#multi-process-data-loading
+- https://lightning.ai/docs/pytorch/stable/advanced/speed.html#dataloaders
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _data as D
+from ddp_lsp.rules import _patterns as P
+
+
+class TooManyWorkers(Rule):
+    meta = RuleMeta(
+        id="DDP405",
+        name="too-many-workers",
+        severity=Severity.WARNING,
+        summary="num_workers times processes per node exceeds the CPUs available.",
+        fix=FixAvailability.NONE,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        calls = D.dataloader_calls(ctx)
+        if not calls:
+            return
+        cpus, cpu_source = ctx.env.cpu_count()
+        if not cpus:
+            return
+        procs, proc_source = ctx.env.procs_per_node()
+        for call in calls:
+            if D.has_star(call) and D.arg(call, "num_workers") is None:
+                continue
+            root = P.scope_root(ctx, call)
+            expr = D.arg(call, "num_workers")
+            resolved = D.resolve_int(ctx, root, expr)
+            if resolved is None:
+                continue
+            workers, how = resolved
+            per_node = procs or 1
+            if workers * per_node <= cpus:
+                continue
+            bound = max(1, cpus // per_node - 1)
+            value = f"num_workers={workers}" + (f" ({how})" if how else "")
+            if procs:
+                load = (
+                    f"{value} × {procs} processes per node ({proc_source}) = "
+                    f"{workers * procs} worker processes"
+                )
+            else:
+                load = f"{value} worker processes per rank (processes per node unknown: counted 1)"
+            kw = D.keyword(call, "num_workers")
+            target = kw if kw is not None else expr
+            assert target is not None
+            yield ctx.finding(
+                self,
+                target,
+                f"{load} for {cpus} CPUs ({cpu_source}): the workers contend for CPUs and "
+                f"starve the processes driving the GPUs; use at most "
+                f"max(1, cpus // procs - 1) = {bound}",
+            )
+
+
+_HEAD = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+"""
+
+TooManyWorkers.cases = (
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, sampler):
+    return DataLoader(dataset, batch_size=64, sampler=sampler, num_workers=1)
+""",
+        note="one worker fits any machine",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import os
+
+def main(dataset, sampler):
+    workers = max(1, os.cpu_count() // 8 - 1)
+    return DataLoader(dataset, sampler=sampler, num_workers=workers)
+""",
+        note="computed from the machine: not a number the rule can judge",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, sampler, args):
+    return DataLoader(dataset, sampler=sampler, num_workers=args.workers)
+""",
+        note="configuration from elsewhere",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, sampler):
+    return DataLoader(dataset, sampler=sampler, num_workers=0)
+""",
+        note="no workers",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(dataset, sampler):
+    return DataLoader(dataset, batch_size=64, sampler=sampler, «num_workers=512»)
+""",
+        fixed=None,
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import argparse
+
+def main(dataset, sampler):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-j", "--workers", default=4096, type=int)
+    args = parser.parse_args()
+    return DataLoader(dataset, sampler=sampler, «num_workers=args.workers»)
+""",
+        fixed=None,
+        note="an argparse default",
+    ),
+)
