@@ -37,6 +37,8 @@ if (args.has("--tests")) {
     outbase: "test",
     sourcemap: "inline",
     alias: { vscode: "./test/vscode-stub.ts" },
+    // esbuild finds its native binary relative to its own files: load it from node_modules.
+    external: ["esbuild"],
   });
 } else {
   await esbuild.build({
