@@ -42,9 +42,9 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
-# Below this much source in total, analysing in this process beats starting a pool: a forked
-# worker costs ~10-20 ms to start and to return its results, the analysis ~1 ms per 2 KB
-# (measured with bench/bench_cli.py; see docs/performance-cli.md).
+# Below this much source in total, analysing in this process beats starting a pool: forked
+# workers cost tens of milliseconds to start and to return their results, while the analysis
+# runs at roughly 0.25-0.5 MB/s per core (bench/bench_cli.py; docs/performance-cli.md).
 PARALLEL_MIN_FILES = 8
 PARALLEL_MIN_BYTES = 256 * 1024
 
@@ -299,11 +299,11 @@ def run_jobs(jobs: Sequence[Job], workers: int | None = None) -> list[Outcome]:
     total = sum(_size(j) for j in jobs)
     cpus = _cpu_count()
     if workers is None:
-        parallel = len(jobs) >= PARALLEL_MIN_FILES and total >= PARALLEL_MIN_BYTES and cpus > 1
-        workers = min(cpus, len(jobs)) if parallel else 1
+        parallel = len(jobs) >= PARALLEL_MIN_FILES and total >= PARALLEL_MIN_BYTES
+        workers = min(_idle_cpus(cpus), len(jobs)) if parallel else 1
     if workers <= 1 or len(jobs) <= 1:
         return [check_job(j) for j in jobs]
-    return _run_pool(jobs, workers)
+    return _run_pool(jobs, min(workers, len(jobs)))
 
 
 def _run_pool(jobs: Sequence[Job], workers: int) -> list[Outcome]:
@@ -362,6 +362,17 @@ def _size(job: Job) -> int:
         return os.stat(job.abspath or "").st_size
     except OSError:
         return 0
+
+
+def _idle_cpus(cpus: int) -> int:
+    """CPUs not already busy (by the 1-minute load average). Workers cost ~15% more CPU
+    than one process (fork, pickled results, cold caches); on CPUs that other jobs keep
+    busy they only add contention, so a loaded machine gets fewer of them, or none."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return cpus
+    return max(1, min(cpus, int(cpus - load + 0.5)))
 
 
 def _cpu_count() -> int:

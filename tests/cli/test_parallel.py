@@ -74,3 +74,27 @@ def test_dead_worker_costs_one_file(project: Path, monkeypatch: pytest.MonkeyPat
     others = [r for name, r in by_name.items() if name != "kills.py"]
     assert all(r.error is None for r in others)
     assert sum(len(r.findings) for r in others) == 5
+
+
+@pytest.mark.parametrize(("load", "expected"), [(0.0, 4), (1.2, 3), (3.6, 1), (9.0, 1)])
+def test_workers_follow_idle_cpus(
+    project: Path, monkeypatch: pytest.MonkeyPatch, load: float, expected: int
+) -> None:
+    """Enough input for the pool: as many workers as CPUs the load average leaves idle."""
+    _tree(project, 12)
+    for p in project.rglob("*.py"):
+        p.write_text(p.read_text() + "PAD = 0\n" * 3000)  # past PARALLEL_MIN_BYTES
+    jobs = [
+        checker.Job(p.name, str(p), checker.Settings(), "check", False)
+        for p in project.rglob("*.py")
+    ]
+    seen: list[int] = []
+    monkeypatch.setattr(checker.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(checker, "_cpu_count", lambda: 4)
+    monkeypatch.setattr(checker, "_run_pool", lambda jobs, workers: seen.append(workers) or [])
+    monkeypatch.setattr(checker, "check_job", lambda job: seen.append(1) or None)
+    checker.run_jobs(jobs)
+    if expected > 1:
+        assert seen == [expected]  # one pool of that many workers
+    else:
+        assert seen == [1] * len(jobs)  # every file checked in this process
