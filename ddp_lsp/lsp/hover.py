@@ -56,35 +56,48 @@ def _utf8_to_cp(line: str, byte_col: int) -> int:
     return len(line.encode("utf-8")[:byte_col].decode("utf-8", "ignore"))
 
 
-def preflight_topic(unit: Unit, pos: Pos) -> str | None:
-    """The preflight topic of the call whose callee is under ``pos``, if any."""
+def topic_calls(unit: Unit, line: int | None = None) -> list[tuple[Pos, Pos, str]]:
+    """(callee start, callee end, topic) of every call the preflight has facts for.
+
+    ``line`` restricts the search to the chunk holding that line (hover); None scans the whole
+    module (code lens). Uses the chunks' cached trees and the module's resolved imports, so
+    ``dist.init_process_group`` and ``from torch.distributed import init_process_group as ipg``
+    are both found.
+    """
     from ddp_lsp.core.document import Document
 
     if not isinstance(unit.doc, Document):
-        return None
+        return []
     facts = unit.doc.module_facts(unit.settings.assume_distributed)
+    lines = unit.doc.lines
+    out: list[tuple[Pos, Pos, str]] = []
     for start, chunk in unit.doc.chunks():
-        end = start + len(chunk.lines)
-        if not start <= pos.line < end or chunk.tree is None:
+        if chunk.tree is None:
+            continue
+        if line is not None and not start <= line < start + len(chunk.lines):
             continue
         for node in ast.walk(chunk.tree):
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
-            line = start + func.lineno - 1 + chunk.line_base
-            end_line = start + (func.end_lineno or func.lineno) - 1 + chunk.line_base
-            if not line <= pos.line <= end_line:
-                continue
-            text = unit.doc.lines[line]
-            c0 = _utf8_to_cp(text, func.col_offset)
-            c1 = _utf8_to_cp(unit.doc.lines[end_line], func.end_col_offset or 0)
-            if not Pos(line, c0) <= pos <= Pos(end_line, c1):
-                continue
             qual = facts.qualname(func)
             topic = _TOPICS.get(qual) if qual else None
-            if topic:
-                return topic
-        return None
+            if not topic:
+                continue
+            l0 = start + func.lineno - 1 + chunk.line_base
+            l1 = start + (func.end_lineno or func.lineno) - 1 + chunk.line_base
+            c0 = _utf8_to_cp(lines[l0], func.col_offset)
+            c1 = _utf8_to_cp(lines[l1], func.end_col_offset or 0)
+            out.append((Pos(l0, c0), Pos(l1, c1), topic))
+    out.sort()
+    return out
+
+
+def preflight_topic(unit: Unit, pos: Pos) -> str | None:
+    """The preflight topic of the call whose callee is under ``pos``, if any."""
+    for a, b, topic in topic_calls(unit, pos.line):
+        if a <= pos <= b:
+            return topic
     return None
 
 

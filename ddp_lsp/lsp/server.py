@@ -36,6 +36,7 @@ from ddp_lsp import __version__
 from ddp_lsp.lsp import config as C
 from ddp_lsp.lsp.convert import Codec, choose_encoding
 from ddp_lsp.lsp.notebook import Cell, Notebook, apply_change
+from ddp_lsp.lsp.preflight import CMD_RUN_PREFLIGHT, PreflightService
 from ddp_lsp.lsp.state import PlainText, ServerState, uri_to_path, warm_up
 
 log = logging.getLogger("ddp_lsp.lsp")
@@ -102,6 +103,7 @@ class DdpLanguageServer(LanguageServer):
             protocol_cls=DdpProtocol,
         )
         self.state = ServerState(self.publish_raw, self.show_error)
+        self.preflight = PreflightService(self.state)
         self.initialized = False
         self.supports_configuration = False
         self.supports_watch_registration = False
@@ -454,15 +456,34 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
                                   params.position.character)
         text = H.rule_hover(unit, pos)
         if text is None:
-            report = state.preflight.get(str(state.folder_of(unit.path)))
-            if report is not None:
-                topic = H.preflight_topic(unit, pos)
-                text = H.preflight_hover(report, topic) if topic else None
+            topic = H.preflight_topic(unit, pos)
+            report = ls.preflight.report_for(ls.preflight.folder_for(unit.key)) if topic else None
+            if topic and report is not None:
+                text = H.preflight_hover(report, topic)
         if text is None:
             return None
         return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=text))
 
     # -- commands ------------------------------------------------------------------------------
+
+    @server.feature(T.TEXT_DOCUMENT_CODE_LENS, T.CodeLensOptions(resolve_provider=False))
+    def code_lens(ls: DdpLanguageServer, params: T.CodeLensParams) -> list[T.CodeLens] | None:
+        found = state.lookup(params.text_document.uri)
+        if found is None:
+            return None
+        unit, offset = found
+        if not unit.enabled:
+            return None
+        return ls.preflight.lenses(unit, params.text_document.uri, offset) or None
+
+    @server.command(CMD_RUN_PREFLIGHT)
+    async def run_preflight(ls: DdpLanguageServer, *args: Any) -> dict[str, Any]:
+        if len(args) > 2 or (args and args[0] is not None and not isinstance(args[0], str)):
+            raise JsonRpcInvalidParams(
+                f"{CMD_RUN_PREFLIGHT} takes [uri] or [uri, options]; got {list(args)!r}"
+            )
+        uri = args[0] if args else None
+        return await ls.preflight.run(ls, uri, args[1] if len(args) > 1 else None)
 
     @server.command(CMD_EXPLAIN)
     def explain_rule(ls: DdpLanguageServer, *args: Any) -> str:

@@ -104,6 +104,7 @@ class Recorder:
     published: list[Published] = field(default_factory=list)
     applied: list[T.WorkspaceEdit] = field(default_factory=list)
     registrations: list[T.Registration] = field(default_factory=list)
+    lens_refreshes: int = 0
 
 
 def make_client() -> LanguageClient:
@@ -124,6 +125,10 @@ def make_client() -> LanguageClient:
     def register(c: LanguageClient, params: T.RegistrationParams) -> None:
         rec.registrations.extend(params.registrations)
 
+    def lens_refresh(c: LanguageClient, params: None) -> None:
+        rec.lens_refreshes += 1
+
+    features[T.WORKSPACE_CODE_LENS_REFRESH] = lens_refresh
     features[T.CLIENT_REGISTER_CAPABILITY] = register
     features[T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = publish
     features[T.WORKSPACE_APPLY_EDIT] = apply_edit

@@ -1,0 +1,213 @@
+"""Preflight in the editor: ``ddp-lsp.runPreflight``, the "Run preflight" code lens, results.
+
+The probes run in a child process with the user's training interpreter (setting
+``preflight.python``; default: the server's own), through :func:`ddp_lsp.preflight.client.
+run_preflight`, so the event loop stays free while they run: edits keep being analysed. Each
+probe's start and result is a ``$/progress`` report; the progress is cancellable
+(``window/workDoneProgress/cancel``) and so is the request (``$/cancelRequest``): either kills
+the child's process group. Reports are kept per workspace folder, in memory and in the
+preflight cache on disk (keyed by folder, interpreter and host), which also makes a report from
+``ddp-lsp preflight`` or an earlier session show up in hovers and lenses.
+
+Nothing here imports torch; ``ddp_lsp.preflight`` modules are loaded on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types as T
+from pygls.exceptions import JsonRpcInvalidParams
+
+from ddp_lsp.lsp.state import ServerState, Unit, uri_to_path
+
+if TYPE_CHECKING:
+    from ddp_lsp.lsp.server import DdpLanguageServer
+
+log = logging.getLogger("ddp_lsp.lsp")
+
+CMD_RUN_PREFLIGHT = "ddp-lsp.runPreflight"
+_OPTION_KEYS = {
+    "worldSize": "world_size", "backend": "backend", "quick": "quick", "probes": "probes",
+    "numWorkers": "num_workers", "batchBytes": "batch_bytes", "params": "params",
+    "handshakeTimeout": "handshake_timeout_s", "timeoutScale": "timeout_scale",
+}
+_tokens = itertools.count(1)
+
+
+class PreflightService:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.running: dict[str, asyncio.Event] = {}
+
+    # -- where and with what ------------------------------------------------------------------
+
+    def folder_for(self, uri: str | None) -> Path:
+        path = uri_to_path(uri) if uri else None
+        folder = self.state.folder_of(path)
+        if folder is not None:
+            return folder
+        if path is not None:
+            return path if path.is_dir() else path.parent
+        roots = [p for _, p in self.state.folders if p is not None]
+        return roots[0] if roots else Path.cwd()
+
+    def python_for(self, folder: Path) -> str:
+        from ddp_lsp.preflight.client import default_python
+
+        editor = self.state.editor_for(folder.as_uri())
+        return editor.options.preflight_python or default_python()
+
+    def report_for(self, folder: Path) -> Any:
+        """The folder's last report: this session's, else the cache's (None when never run)."""
+        key = str(folder)
+        report = self.state.preflight.get(key)
+        if report is not None:
+            return report
+        from ddp_lsp.preflight.client import PreflightCache
+
+        cached = PreflightCache().load(key, self.python_for(folder))
+        return cached.report if cached is not None else None
+
+    # -- running --------------------------------------------------------------------------------
+
+    async def run(self, ls: DdpLanguageServer, uri: str | None, overrides: Any) -> dict[str, Any]:
+        from ddp_lsp.preflight.client import PreflightCache, PreflightError, run_preflight
+        from ddp_lsp.preflight.report import render_markdown, summary_counts
+        from ddp_lsp.preflight.schema import PreflightOptions
+
+        options = PreflightOptions(**_options(overrides))
+        folder = self.folder_for(uri)
+        key = str(folder)
+        if key in self.running:
+            raise JsonRpcInvalidParams(f"{CMD_RUN_PREFLIGHT}: a preflight is already running for {key}")
+        python = self.python_for(folder)
+        cancel = asyncio.Event()
+        self.running[key] = cancel
+        token = f"ddp-lsp-preflight-{next(_tokens)}"
+        progress = await _begin(ls, token, f"ddp-lsp preflight ({Path(python).name})", cancel)
+
+        def on_start(probe_id: str, index: int, total: int) -> None:
+            if progress:
+                ls.work_done_progress.report(token, T.WorkDoneProgressReport(
+                    message=f"{probe_id}...", percentage=int(100 * index / max(total, 1))))
+
+        def on_probe(result: Any) -> None:
+            if progress:
+                ls.work_done_progress.report(token, T.WorkDoneProgressReport(
+                    message=f"{result.id}: {result.status.value}"))
+
+        try:
+            report = await run_preflight(python, options, on_probe, cancel, on_start=on_start)
+        except asyncio.CancelledError:  # $/cancelRequest: run_preflight has killed the child
+            if progress:
+                ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="cancelled"))
+            raise
+        except PreflightError as exc:
+            if progress:
+                ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message=str(exc)))
+            ls.show_error(f"ddp-lsp preflight: {exc}")
+            return {"ok": False, "error": str(exc)}
+        finally:
+            self.running.pop(key, None)
+        if progress:
+            ls.work_done_progress.end(token, T.WorkDoneProgressEnd(
+                message=report.error or summary_counts(report)))
+        if report.error is None:
+            self.state.preflight[key] = report
+            try:
+                PreflightCache().save(key, python, report)
+            except OSError as exc:
+                log.warning("could not cache the preflight report: %s", exc)
+            _refresh_lenses(ls)
+        return {
+            "ok": report.error is None,
+            "error": report.error,
+            "folder": key,
+            "summary": summary_counts(report),
+            "markdown": render_markdown(report),
+        }
+
+    # -- code lens ------------------------------------------------------------------------------
+
+    def lenses(self, unit: Unit, uri: str, offset: int) -> list[T.CodeLens]:
+        from ddp_lsp.lsp.hover import topic_calls
+
+        calls = [(a, b) for a, b, topic in topic_calls(unit) if topic == "init_process_group"]
+        if not calls:
+            return []
+        folder = self.folder_for(unit.key)
+        title = "▶ Run preflight"
+        if str(folder) in self.running:
+            title = "Preflight running..."
+        else:
+            report = self.report_for(folder)
+            if report is not None:
+                from ddp_lsp.preflight.report import age_seconds, format_age, summary_counts
+
+                title += f" (last: {summary_counts(report)}, {format_age(age_seconds(report))})"
+        out = []
+        lines = unit.doc.lines
+        for a, _ in calls:
+            view_uri, view_offset = unit.locate_line(a.line)
+            if view_uri != uri:
+                continue
+            line, col = self.state.codec.to_lsp(lines, a)
+            pos = T.Position(line - view_offset, col)
+            out.append(T.CodeLens(
+                range=T.Range(pos, pos),
+                command=T.Command(title=title, command=CMD_RUN_PREFLIGHT, arguments=[uri]),
+            ))
+        return out
+
+
+def _options(raw: Any) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise JsonRpcInvalidParams(f"{CMD_RUN_PREFLIGHT}: options must be an object, got {raw!r}")
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = _OPTION_KEYS.get(key)
+        if name is None:
+            raise JsonRpcInvalidParams(
+                f"{CMD_RUN_PREFLIGHT}: unknown option {key!r}; expected one of "
+                + ", ".join(sorted(_OPTION_KEYS))
+            )
+        out[name] = tuple(value) if name == "probes" and isinstance(value, list) else value
+    try:
+        from ddp_lsp.preflight.schema import PreflightOptions
+
+        PreflightOptions(**out)
+    except (TypeError, ValueError) as exc:
+        raise JsonRpcInvalidParams(f"{CMD_RUN_PREFLIGHT}: {exc}") from None
+    return out
+
+
+async def _begin(ls: DdpLanguageServer, token: str, title: str, cancel: asyncio.Event) -> bool:
+    caps = ls.client_capabilities.window
+    if not (caps and caps.work_done_progress):
+        return False
+    try:
+        await ls.work_done_progress.create_async(token)
+    except Exception as exc:  # the client refused the token: run without progress
+        log.info("work done progress refused: %s", exc)
+        return False
+    ls.work_done_progress.begin(token, T.WorkDoneProgressBegin(title=title, cancellable=True,
+                                                               percentage=0))
+    fut = ls.work_done_progress.tokens.get(token)
+    if fut is not None:
+        # window/workDoneProgress/cancel cancels this future (pygls): stop the child.
+        fut.add_done_callback(lambda f: cancel.set() if f.cancelled() else None)
+    return True
+
+
+def _refresh_lenses(ls: DdpLanguageServer) -> None:
+    ws = ls.client_capabilities.workspace
+    lens = ws.code_lens if ws else None
+    if lens and lens.refresh_support:
+        ls.workspace_code_lens_refresh(None)

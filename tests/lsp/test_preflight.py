@@ -1,0 +1,135 @@
+"""Preflight through the server: command with progress, code lens, hover facts, cancel, cache.
+
+The preflight child runs for real with this interpreter, restricted to two quick system probes
+(no torch needed). ``XDG_CACHE_HOME`` points at a temporary directory so no report from another
+run leaks in. The cancel test makes one probe hang (the preflight's own fault injection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+
+import pytest
+import pytest_lsp
+from lsprotocol import types as T
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from tests.lsp.helpers import SERVER_CMD, TIMEOUT, Doc, capabilities, make_client
+
+PROBES = ["cpu.workers", "shm.capacity"]
+SCRIPT = '''import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+
+
+def main(model, dataset):
+    dist.init_process_group("gloo")
+    model = DDP(model)
+    loader = DataLoader(dataset, batch_size=8, num_workers=4)
+    return model, loader
+'''
+INIT_LINE = 8
+
+_CACHE = tempfile.mkdtemp(prefix="ddp-lsp-preflight-cache-")
+CONFIG = ClientServerConfig(
+    server_command=SERVER_CMD, client_factory=make_client,
+    server_env={**os.environ, "XDG_CACHE_HOME": _CACHE,
+                # Only probes named "hang:<id>" hang; the tests below ask for which.
+                "DDP_LSP_PREFLIGHT_INJECT": "hang:limits"},
+)
+
+
+@pytest_lsp.fixture(config=CONFIG, params=["neovim", "visual_studio_code"])
+async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp_path):
+    await lsp_client.initialize_session(
+        T.InitializeParams(
+            capabilities=capabilities(request.param),
+            workspace_folders=[T.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
+        )
+    )
+    lsp_client.root = tmp_path  # type: ignore[attr-defined]
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def _lenses(client: LanguageClient, uri: str) -> list[T.CodeLens]:
+    result = await client.text_document_code_lens_async(
+        T.CodeLensParams(T.TextDocumentIdentifier(uri)))
+    return list(result or [])
+
+
+async def _hover(client: LanguageClient, uri: str, line: int, col: int) -> str | None:
+    h = await client.text_document_hover_async(
+        T.HoverParams(T.TextDocumentIdentifier(uri), T.Position(line, col)))
+    return h.contents.value if h is not None else None  # type: ignore[union-attr]
+
+
+async def test_run_preflight_with_progress_lens_and_hover(client: LanguageClient):
+    root = client.root  # type: ignore[attr-defined]
+    doc = Doc(client, (root / "train.py").as_uri(), SCRIPT, "utf-16")
+    (lens,) = await _lenses(client, doc.uri)
+    assert lens.range.start.line == INIT_LINE and lens.command is not None
+    assert lens.command.title == "▶ Run preflight"
+    assert lens.command.command == "ddp-lsp.runPreflight"
+    init_col = SCRIPT.splitlines()[INIT_LINE].index("init_process_group")
+    assert await _hover(client, doc.uri, INIT_LINE, init_col) is None  # nothing measured yet
+
+    result = await asyncio.wait_for(
+        client.workspace_execute_command_async(T.ExecuteCommandParams(
+            command="ddp-lsp.runPreflight",
+            arguments=[*lens.command.arguments, {"quick": True, "probes": PROBES}])),
+        120,
+    )
+    assert result["ok"] is True, result
+    assert result["folder"] == str(root)
+    reports = [r for token, rs in client.progress_reports.items()
+               if str(token).startswith("ddp-lsp-preflight") for r in rs]
+    kinds = [r.kind for r in reports]
+    assert kinds[0] == "begin" and kinds[-1] == "end"
+    messages = " ".join(r.message or "" for r in reports)
+    assert all(p in messages for p in PROBES)
+
+    (lens,) = await _lenses(client, doc.uri)
+    assert "last: ✗0" in lens.command.title and "just now" in lens.command.title
+    facts = await _hover(client, doc.uri, INIT_LINE, init_col)
+    assert facts is None or "Preflight" in facts  # init facts need torch probes
+    loader_line = next(i for i, ln in enumerate(SCRIPT.splitlines()) if "DataLoader(" in ln)
+    col = SCRIPT.splitlines()[loader_line].index("DataLoader")
+    facts = await _hover(client, doc.uri, loader_line, col + 2)
+    assert facts is not None and "**Preflight**" in facts and "num_workers" in facts
+
+
+async def test_cancel_kills_the_run(client: LanguageClient):
+    root = client.root  # type: ignore[attr-defined]
+    doc = Doc(client, (root / "train.py").as_uri(), SCRIPT, "utf-16")
+    task = asyncio.ensure_future(client.workspace_execute_command_async(T.ExecuteCommandParams(
+        command="ddp-lsp.runPreflight",
+        arguments=[doc.uri, {"probes": ["cpu.workers", "limits"]}])))
+
+    async def token_started() -> str:
+        while True:
+            for token, reports in client.progress_reports.items():
+                if any(getattr(r, "message", "") == "limits..." for r in reports):
+                    return str(token)
+            await client.wait_for_notification(T.PROGRESS)
+
+    token = await asyncio.wait_for(token_started(), 120)
+    client.window_work_done_progress_cancel(T.WorkDoneProgressCancelParams(token=token))
+    result = await asyncio.wait_for(task, TIMEOUT)
+    assert result["ok"] is False and result["error"] == "cancelled"
+    # A cancelled run is not remembered: the lens still offers a fresh run.
+    (lens,) = await _lenses(client, doc.uri)
+    assert lens.command.title == "▶ Run preflight"
+
+
+async def test_bad_preflight_arguments(client: LanguageClient):
+    for args, needle in [([42], "takes [uri]"), ([None, {"worldSize": 0}], "world_size"),
+                         ([None, {"nope": 1}], "unknown option")]:
+        with pytest.raises(Exception) as err:
+            await client.workspace_execute_command_async(
+                T.ExecuteCommandParams(command="ddp-lsp.runPreflight", arguments=args))
+        assert needle in str(err.value)
