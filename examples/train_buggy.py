@@ -151,20 +151,24 @@ def main() -> None:
 
     train_set = SyntheticImages(20_000)
     val_set = SyntheticImages(2_000)
-    # BUG(DDP401): no DistributedSampler: every rank trains on the whole dataset.
+    # BUG(DDP401): no DistributedSampler: every rank warms up on the whole dataset.
     # BUG(DDP404): workers feed a GPU without pin_memory=True.
     # BUG(DDP405): 32 workers per process, times the processes per node.
-    train_loader = DataLoader(
+    warmup_loader = DataLoader(
         train_set, batch_size=args.batch_size, shuffle=True, num_workers=32
     )
-    # BUG(DDP402): val_sampler.set_epoch(epoch) is never called.
-    val_sampler = DistributedSampler(val_set)
+    # BUG(DDP402): train_sampler.set_epoch(epoch) is never called: the same order every epoch.
+    train_sampler = DistributedSampler(train_set)
+    train_loader = DataLoader(
+        train_set, batch_size=args.batch_size, sampler=train_sampler, num_workers=4, pin_memory=True
+    )
+    val_sampler = DistributedSampler(val_set, shuffle=False)
     # BUG(DDP403): shuffle=True together with a sampler raises ValueError.
     val_loader = DataLoader(
         val_set, batch_size=args.batch_size, sampler=val_sampler, shuffle=True, num_workers=2
     )
 
-    warmup(model, train_loader, optimizer, scaler, device, args.warmup_steps)
+    warmup(model, warmup_loader, optimizer, scaler, device, args.warmup_steps)
     probe_head(model, val_loader, optimizer, scaler, device)
 
     losses = []
