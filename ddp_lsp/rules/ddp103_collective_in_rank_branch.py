@@ -1,0 +1,500 @@
+"""DDP103 collective-in-rank-branch.
+
+## What it does
+Finds collectives that only some ranks reach: `dist.barrier()`, `all_reduce`, `broadcast`,
+`all_gather`, `reduce`, `gather`, `scatter`, `reduce_scatter`, `all_to_all`,
+`monitored_barrier`, `new_group`, the same methods on a process group from `dist.new_group()`,
+same-file helper functions and `self.` methods that reach one, and the collectives of
+well-known wrappers (`accelerator.wait_for_everyone()` / `gather` / `reduce`,
+`fabric.barrier()`, detectron2's `comm.synchronize()`, mpi4py's `comm.bcast` / `allreduce` /
+`Barrier`). It reports one when it sits in a rank-guarded branch (`if rank == 0:`,
+`if not is_main_process():`, `@rank_zero_only`) and the other ranks do not make the same
+collective on their path, or when a rank-guarded `return`, `break`, `continue`, `raise` or
+`sys.exit()` lets some ranks skip it or leave the loop that contains it.
+
+## Why is this bad?
+A collective completes only when every rank of the process group calls it. The ranks that
+skip it never arrive, so the ranks that did call it wait inside it until the NCCL timeout
+(10 minutes by default, or forever with `TORCH_NCCL_BLOCKING_WAIT` off), and the job hangs
+with no error pointing at the cause. If the skipping ranks reach a *different* collective
+later, the two are matched with each other and tensors are silently mixed up.
+
+## Example
+```python
+if rank == 0:
+    evaluate(model.module, val_loader)
+    dist.barrier()  # the other ranks never get here
+```
+
+## Use instead
+```python
+if rank == 0:
+    evaluate(model.module, val_loader)
+dist.barrier()  # every rank waits for rank 0's evaluation
+```
+
+## Fix
+None: where the collective belongs depends on what the guarded code is for. Move it out of
+the branch, or make the same collective on the other path (`else: dist.barrier()`).
+
+## Known false positives
+The analysis follows each function's branches for rank 0 and for the other ranks at once.
+Conditions that do not depend on the rank (`if dist.is_initialized():`,
+`if world_size > 1:`, `if args.local_rank != -1:`) are the same on every rank and are not
+guards. A collective is balanced when the other ranks make the same one anywhere on their
+path: in the `else` branch, or in the "zero first" idiom
+(`if rank != 0: dist.barrier()` ... `if rank == 0: dist.barrier()`). Preparing a payload
+under a guard and broadcasting it on every rank (`if rank == 0: obj = load()` then
+`dist.broadcast_object_list([obj], src=0)`) is fine, and so is `gather(..., dst=0)` called
+by all. Collectives on an explicit subgroup (`group=pg`) under a guard are not reported,
+since only the group's members call them. Rank flags computed in another function and
+values derived from the rank at run time (a broadcast stop flag) are taken as the same on
+every rank. At module level a guarded barrier in a top-level `if` is not reported: its twin
+may be in another top-level statement. A call that makes a different collective on each
+branch at the same point is not reported either, though it is a bug.
+
+## References
+- https://pytorch.org/docs/stable/distributed.html#collective-functions
+- https://pytorch.org/docs/stable/distributed.html#torch.distributed.monitored_barrier
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, FixAvailability, Related, RuleMeta, Severity
+from ddp_lsp.rules import _collectives as C
+
+_CONSEQUENCE = "the job hangs until the NCCL timeout"
+
+
+class CollectiveInRankBranch(Rule):
+    meta = RuleMeta(
+        id="DDP103",
+        name="collective-in-rank-branch",
+        severity=Severity.ERROR,
+        summary="A collective that only some ranks reach: the others never arrive and the job hangs.",
+        fix=FixAvailability.NONE,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        extract = C.collective_extractor(ctx)
+        seen: set[int] = set()
+        for root in C.roots(ctx):
+            for miss in C.Flow(ctx, root, extract).run():
+                if id(miss.event.node) in seen:
+                    continue
+                seen.add(id(miss.event.node))
+                message, related = C.explain(ctx, miss, _CONSEQUENCE)
+                yield ctx.finding(
+                    self,
+                    miss.event.node,
+                    message,
+                    related=tuple(Related(ctx.span(n), m) for n, m in related),
+                )
+
+
+_HEAD = """\
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+CollectiveInRankBranch.cases = (
+    # -- traps -----------------------------------------------------------------------------------
+    Valid(
+        _HEAD
+        + """\
+def sync(t):
+    if dist.is_initialized():
+        dist.all_reduce(t)
+    world_size = dist.get_world_size()
+    if world_size > 1:
+        dist.barrier()
+    return t
+""",
+        note="is_initialized() and world_size > 1 are the same on every rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def resume(model, path, rank):
+    obj = None
+    if rank == 0:
+        obj = torch.load(path, map_location="cpu")
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=0)
+    model.load_state_dict(holder[0])
+""",
+        note="payload prepared under a guard, broadcast by every rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def wait_for_rank0(rank):
+    if rank == 0:
+        os.makedirs("out", exist_ok=True)
+        dist.barrier()
+    else:
+        dist.barrier()
+""",
+        note="twin barriers in the if and else branches",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def collect(t, rank, world_size):
+    if rank == 0:
+        parts = [torch.zeros_like(t) for _ in range(world_size)]
+        dist.gather(t, gather_list=parts, dst=0)
+        return torch.cat(parts)
+    dist.gather(t, dst=0)
+    return None
+""",
+        note="gather with dst=0 called by every rank, with a gather_list on rank 0 only",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def share_seed(rank):
+    seed = torch.zeros(1, dtype=torch.long)
+    dist.broadcast(seed, src=0)
+    return int(seed.item())
+""",
+        note="broadcast with src= in rank-independent code",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from accelerate import Accelerator
+
+def finish(accelerator: Accelerator, model):
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        unwrapped = accelerator.unwrap_model(model)
+        unwrapped.save_pretrained("out")
+        print("saved")
+""",
+        note="accelerate: main-process guard around non-collective work",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from lightning.pytorch.utilities import rank_zero_only
+
+@rank_zero_only
+def log_hparams(logger, hparams):
+    logger.log_hyperparams(hparams)
+    print("hyperparameters", hparams)
+""",
+        note="Lightning @rank_zero_only function without collectives",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from contextlib import contextmanager
+
+@contextmanager
+def torch_distributed_zero_first(local_rank: int):
+    # Make all processes wait while the local master prepares the data (YOLOv5 idiom).
+    if local_rank not in [-1, 0]:
+        dist.barrier(device_ids=[local_rank])
+    yield
+    if local_rank == 0:
+        dist.barrier(device_ids=[0])
+""",
+        note="'zero first': every rank calls barrier exactly once",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def load_tokenizer(args):
+    if args.local_rank not in [-1, 0]:
+        torch.distributed.barrier()  # only the first process downloads the model & vocab
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name)
+    if args.local_rank == 0:
+        torch.distributed.barrier()  # the others may now load from the cache
+    return tokenizer
+""",
+        note="Hugging Face examples' barrier pair around from_pretrained",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def reduce_dict(input_dict, average=True):
+    world_size = dist.get_world_size()
+    if world_size < 2:
+        return input_dict
+    with torch.no_grad():
+        names = sorted(input_dict.keys())
+        values = torch.stack([input_dict[k] for k in names], dim=0)
+        dist.all_reduce(values)
+        if average:
+            values /= world_size
+    return dict(zip(names, values))
+""",
+        note="torchvision references: an early return on world size is the same on all ranks",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def is_dist_avail_and_initialized():
+    return dist.is_available() and dist.is_initialized()
+
+class SmoothedValue:
+    def synchronize_between_processes(self):
+        if not is_dist_avail_and_initialized():
+            return
+        t = torch.tensor([self.count, self.total], dtype=torch.float64, device="cuda")
+        dist.barrier()
+        dist.all_reduce(t)
+        self.count = int(t[0].item())
+""",
+        note="DeiT/MAE misc.py: early return when not distributed",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from detectron2.utils import comm
+
+def after_train(cfg, model):
+    if comm.is_main_process():
+        with open("metrics.json", "w") as f:
+            f.write("{}")
+    comm.synchronize()
+""",
+        note="detectron2: main-process work, then comm.synchronize() on every rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, master_process):
+    for step, (x, y) in enumerate(loader):
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+        if step % 100 == 0 and master_process:
+            print(f"step {step}: loss {loss.item():.4f}")
+        stop = torch.tensor(float(loss.item() > 10.0))
+        dist.all_reduce(stop)
+        if stop.item() > 0:
+            break
+""",
+        note="nanoGPT-style logging under master_process; a stop flag agreed by all_reduce",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def exchange(t, rank):
+    if rank == 0:
+        dist.send(t, dst=1)
+    elif rank == 1:
+        dist.recv(t, src=0)
+""",
+        note="point-to-point send/recv are not collectives",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def leaders_reduce(t, local_rank, leaders):
+    group = dist.new_group(ranks=leaders)
+    if local_rank == 0:
+        dist.all_reduce(t, group=group)
+""",
+        note="a collective on a subgroup: only its members call it",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args):
+    if args.local_rank != -1:
+        dist.init_process_group("nccl")
+        dist.barrier()
+""",
+        note="local_rank != -1 means 'launched distributed': the same on every rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, model, rank):
+        self.model = DDP(model)
+        self.rank = rank
+
+    def _sync(self):
+        dist.barrier()
+
+    def fit(self, loader):
+        for batch in loader:
+            self.model(batch).sum().backward()
+        if self.rank == 0:
+            print("epoch done")
+        self._sync()
+""",
+        note="self.-method collective reached by every rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def shard_report(rank, t):
+    if rank % 2 == 0:
+        dist.all_reduce(t)
+    else:
+        dist.all_reduce(t)
+""",
+        note="rank-dependent branch whose two sides make the same collective",
+    ),
+    # -- findings ------------------------------------------------------------------------------
+    Invalid(
+        _HEAD
+        + """\
+def evaluate_and_wait(model, val_loader, rank):
+    if rank == 0:
+        for x, y in val_loader:
+            model.module(x)
+        «dist.barrier()»
+""",
+        note="barrier on rank 0 only",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def sync_metrics(t):
+    dist.all_reduce(t)
+    return t
+
+def log_epoch(t, is_main_process):
+    if is_main_process:
+        t = «sync_metrics(t)»
+        print(t)
+""",
+        note="a same-file helper that all-reduces, called under a guard",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, rank):
+        self.rank = rank
+
+    def _gather(self, t):
+        out = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(out, t)
+        return out
+
+    def validate(self, t):
+        if self.rank != 0:
+            return None
+        return «self._gather(t)»
+""",
+        note="a guarded early return skips a self.-method collective",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, rank):
+    for step, (x, y) in enumerate(loader):
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        «dist.all_reduce(loss)»
+        if rank == 0 and loss.item() > 100:
+            break
+""",
+        note="rank 0 leaves the loop; the others all_reduce alone in the next iteration",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, rank):
+    for x, y in loader:
+        if rank != 0 and x is None:
+            continue
+        «dist.barrier()»
+""",
+        note="a rank-guarded continue skips the barrier for this iteration",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def save(accelerator, model):
+    if accelerator.is_main_process:
+        «accelerator.wait_for_everyone()»
+        accelerator.save(model.state_dict(), "model.pt")
+""",
+        note="accelerate's wait_for_everyone() under is_main_process",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def make_group(rank):
+    pg = dist.new_group()
+    if rank == 0:
+        «pg.barrier()»
+    return pg
+""",
+        note="a process-group method on a world-sized group from new_group()",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from lightning.pytorch.utilities import rank_zero_only
+
+@rank_zero_only
+def finalize(t):
+    «dist.all_reduce(t)»
+    print(t)
+""",
+        note="a collective inside a @rank_zero_only function",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def check(rank, t):
+    if rank % 2 == 0:
+        «dist.barrier()»
+""",
+        note="a rank condition we cannot name still splits the ranks",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def finish(rank, t):
+    if rank == 0:
+        print("done")
+    else:
+        «dist.all_reduce(t)»
+""",
+        note="the collective in the else branch: rank 0 skips it",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args):
+    is_main = args.rank == 0
+    if is_main:
+        torch.save({}, "ckpt.pt")
+        «dist.barrier()»
+    dist.barrier()
+""",
+        note="a flag computed from the rank; the unguarded barrier is the twin of nothing",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from detectron2.utils import comm
+
+def evaluate(cfg, model):
+    if not comm.is_main_process():
+        return {}
+    results = {"ap": 0.5}
+    «comm.synchronize()»
+    return results
+""",
+        note="detectron2 synchronize after a return on the non-main ranks",
+    ),
+)

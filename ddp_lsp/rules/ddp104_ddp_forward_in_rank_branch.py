@@ -1,0 +1,366 @@
+"""DDP104 ddp-forward-in-rank-branch.
+
+## What it does
+Finds calls of a `DistributedDataParallel`-wrapped model (`model(x)`, `self.model(x)`,
+`model.forward(x)`) that only some ranks make: inside a rank-guarded branch without the same
+call on the other path, after a rank-guarded `return`/`break`/`continue`, in a
+`@rank_zero_only` function, or in a function of the same file that is only ever called under
+a rank-0 guard (`if rank == 0: evaluate(model, val_loader)`).
+
+## Why is this bad?
+DDP's forward is not a local computation. Before running the module it broadcasts the
+module's buffers (BatchNorm running statistics) from rank 0 to every rank, whenever the
+previous forward was a training forward and `broadcast_buffers=True` (the default), and
+SyncBatchNorm layers all-reduce their statistics in training mode. `torch.no_grad()` does
+not turn the broadcast off: we ran a two-process gloo job on PyTorch 2.x where rank 0
+evaluated a DDP model with a BatchNorm layer under `torch.no_grad()` after a training step,
+and the ranks desynchronised and aborted. Evaluating on rank 0 through the DDP wrapper
+therefore hangs, or pairs rank 0's broadcast with whatever collective the other ranks make
+next. A model without buffers and without SyncBatchNorm happens to survive, until someone
+adds a BatchNorm.
+
+## Example
+```python
+if rank == 0:
+    model.eval()
+    with torch.no_grad():
+        val_loss = criterion(model(x_val), y_val)
+```
+
+## Use instead
+```python
+if rank == 0:
+    model.eval()
+    with torch.no_grad():
+        val_loss = criterion(model.module(x_val), y_val)
+```
+
+## Fix
+Calls the wrapped module instead (`model.module(x)`, `self.model.module(x)`). It is marked
+unsafe: it skips DDP's buffer broadcast (harmless on rank 0, which is the broadcast's source),
+but SyncBatchNorm layers in training mode still communicate, so call `model.eval()` first.
+Fix-all leaves it alone.
+
+## Known false positives
+Models that are not DDP-wrapped, `model.module(...)`, and calls every rank makes (also when
+the other ranks make the same call in the `else` branch) are not reported. A model wrapped
+with `broadcast_buffers=False` in the same function or class is not reported either; one
+wrapped elsewhere is, even though a model without buffers and SyncBatchNorm does not
+communicate in its forward (nanoGPT's `estimate_loss()` on the master process works for
+that reason only).
+
+## References
+- https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html
+- https://pytorch.org/docs/stable/generated/torch.nn.SyncBatchNorm.html
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core import names as N
+from ddp_lsp.core.facts import path_of
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Related, RuleMeta, Severity, Span
+from ddp_lsp.rules import _collectives as C
+from ddp_lsp.rules import _patterns as P
+
+_TRANSPARENT = frozenset({"torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
+
+
+def _wraps_ddp(ctx: ChunkContext, value: ast.AST) -> bool | None:
+    """True: ``value`` is ``DDP(...)`` (possibly compiled); False: another call; None: unknown."""
+    node = value
+    seen_call = False
+    while isinstance(node, ast.Call):
+        seen_call = True
+        qual = ctx.call_qualname(node)
+        if qual == N.DDP:
+            return True
+        if qual not in _TRANSPARENT or not node.args:
+            return False
+        node = node.args[0]
+    return False if seen_call else None
+
+
+def _assignments(ctx: ChunkContext, root: ast.AST, path: str) -> list[tuple[ast.stmt, ast.expr]]:
+    out: list[tuple[ast.stmt, ast.expr]] = []
+    for node in P.walk_scope(root):
+        if isinstance(node, ast.Assign) and any(path_of(t) == path for t in node.targets):
+            out.append((node, node.value))
+        elif isinstance(node, ast.AnnAssign) and node.value is not None and path_of(node.target) == path:
+            out.append((node, node.value))
+    return out
+
+
+def _wrapped_here(ctx: ChunkContext, target: ast.expr, call: ast.Call) -> bool:
+    """The DDP wrap happened before this call in the call's own frame (or elsewhere)."""
+    path = path_of(target)
+    assert path is not None
+    root = P.scope_root(ctx, call)
+    found = _assignments(ctx, root, path)
+    holders = {id(a) for a in ctx.ancestors(call)}
+    before = [(s, v) for s, v in found if P.before(s, call) and id(s) not in holders]
+    if before:
+        value = before[-1][1]
+        verdict = _wraps_ddp(ctx, value)
+        if verdict is None:  # `model = other`: DDP only if `other` is
+            return path_of(value) is not None and ctx.kind(value, call) == K.DDP
+        return verdict
+    return not any(_wraps_ddp(ctx, v) for s, v in found)
+
+
+def _no_buffer_broadcast(ctx: ChunkContext) -> set[str]:
+    """Paths wrapped as ``DDP(..., broadcast_buffers=False)`` in this chunk."""
+    if any(
+        (ctx.call_qualname(c) or "").endswith("convert_sync_batchnorm") for c in ctx.calls()
+    ):
+        return set()
+    out: set[str] = set()
+    for node in ctx.nodes(ast.Assign):
+        value = node.value
+        if isinstance(value, ast.Call) and ctx.call_qualname(value) == N.DDP:
+            for kw in value.keywords:
+                if kw.arg == "broadcast_buffers" and isinstance(kw.value, ast.Constant) and kw.value.value is False:
+                    out.update(p for p in (path_of(t) for t in node.targets) if p)
+    return out
+
+
+def forward_extractor(ctx: ChunkContext) -> C.Extractor:
+    quiet = _no_buffer_broadcast(ctx)
+
+    def extract(call: ast.Call) -> C.Event | None:
+        func = call.func
+        target = func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
+        path = path_of(target)
+        if path is None or path in quiet:
+            return None
+        if ctx.kind(target, call) != K.DDP or not _wrapped_here(ctx, target, call):
+            return None
+        return C.Event(call, path, f"{path}(...)")
+
+    return extract
+
+
+def _target(call: ast.Call) -> ast.expr:
+    func = call.func
+    return func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
+
+
+class DdpForwardInRankBranch(Rule):
+    meta = RuleMeta(
+        id="DDP104",
+        name="ddp-forward-in-rank-branch",
+        severity=Severity.WARNING,
+        summary="The DDP-wrapped model's forward on some ranks only: it broadcasts buffers and can hang.",
+        fix=FixAvailability.ALWAYS,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        extract = forward_extractor(ctx)
+        seen: set[int] = set()
+        for root in C.roots(ctx):
+            for miss in C.Flow(ctx, root, extract, callers_guarded=True).run():
+                call = miss.event.node
+                if id(call) in seen:
+                    continue
+                seen.add(id(call))
+                target = _target(call)
+                name = ctx.segment(target)
+                consequence = (
+                    "the forward can hang: DDP first broadcasts the module's buffers "
+                    "(BatchNorm statistics) from rank 0, even under `torch.no_grad()`, and "
+                    f"SyncBatchNorm layers all-reduce; call `{name}.module(...)` here instead"
+                )
+                message, related = C.explain(ctx, miss, consequence)
+                end = ctx.span(target).end
+                fix = Fix(
+                    title=f"Call `{name}.module(...)` (bypass the DDP wrapper)",
+                    edits=(Edit(Span(end, end), ".module"),),
+                    safe=False,
+                    preferred=True,
+                )
+                yield ctx.finding(
+                    self,
+                    call,
+                    message,
+                    fixes=(fix,),
+                    related=tuple(Related(ctx.span(n), m) for n, m in related),
+                )
+
+
+_HEAD = """\
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+DdpForwardInRankBranch.cases = (
+    Valid(
+        _HEAD
+        + """\
+def evaluate(model, x_val, rank):
+    model = DDP(model)
+    if rank == 0:
+        with torch.no_grad():
+            out = model.module(x_val)
+        print(out.mean())
+""",
+        note="model.module(...) bypasses the wrapper",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def evaluate(model, x_val, rank):
+    if rank == 0:
+        with torch.no_grad():
+            print(model(x_val).mean())
+""",
+        note="a model that is not DDP-wrapped",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(net, loader, optimizer, rank):
+    model = DDP(net)
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        if rank == 0:
+            print(loss.item())
+""",
+        note="forward on every rank, logging on rank 0",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def evaluate(net, x, rank):
+    model = DDP(net)
+    model.eval()
+    with torch.no_grad():
+        if rank == 0:
+            out = model(x)
+            print(out.argmax(1))
+        else:
+            out = model(x)
+""",
+        note="every rank calls the forward (twin in the else branch)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def setup(net, x, rank):
+    model = net
+    if rank == 0:
+        print(model(x).shape)
+    model = DDP(model)
+    return model
+""",
+        note="called before the DDP wrap",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def evaluate(net, x, rank):
+    model = DDP(net, broadcast_buffers=False)
+    if rank == 0:
+        with torch.no_grad():
+            print(model(x).mean())
+""",
+        note="broadcast_buffers=False without SyncBatchNorm: the eval forward does not communicate",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(net, loader, val_x, optimizer, rank):
+    model = DDP(net.cuda(rank), device_ids=[rank])
+    for x, y in loader:
+        model(x).sum().backward()
+        optimizer.step()
+    if rank == 0:
+        model.eval()
+        with torch.no_grad():
+            val = «model(val_x)»  # rank 0 only
+        print(val.mean())
+""",
+        fixed=_HEAD
+        + """\
+def train(net, loader, val_x, optimizer, rank):
+    model = DDP(net.cuda(rank), device_ids=[rank])
+    for x, y in loader:
+        model(x).sum().backward()
+        optimizer.step()
+    if rank == 0:
+        model.eval()
+        with torch.no_grad():
+            val = model.module(val_x)  # rank 0 only
+        print(val.mean())
+""",
+        note="evaluation on rank 0 under no_grad still broadcasts buffers",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, net, rank):
+        self.model = DDP(net)
+        self.rank = rank
+
+    def validate(self, x):
+        if self.rank != 0:
+            return None
+        return «self.model.forward(x)»
+""",
+        fixed=_HEAD
+        + """\
+class Trainer:
+    def __init__(self, net, rank):
+        self.model = DDP(net)
+        self.rank = rank
+
+    def validate(self, x):
+        if self.rank != 0:
+            return None
+        return self.model.module.forward(x)
+""",
+        note="self.model.forward after a rank-guarded return",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+model = DDP(nn.Linear(4, 4))
+
+@torch.no_grad()
+def estimate_loss(x):
+    model.eval()
+    out = «model(x)»
+    model.train()
+    return out.mean()
+
+def main(x, rank):
+    if rank == 0:
+        print(estimate_loss(x))
+""",
+        fixed=_HEAD
+        + """\
+model = DDP(nn.Linear(4, 4))
+
+@torch.no_grad()
+def estimate_loss(x):
+    model.eval()
+    out = model.module(x)
+    model.train()
+    return out.mean()
+
+def main(x, rank):
+    if rank == 0:
+        print(estimate_loss(x))
+""",
+        note="a helper only called under a rank-0 guard (nanoGPT's estimate_loss on the master)",
+    ),
+)
