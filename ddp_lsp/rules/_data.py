@@ -65,8 +65,14 @@ LIGHTNING_HOOKS = frozenset(
 )
 # Names of evaluation data: val_loader, valid_ds, eval_dataset, test_set, dev_loader...
 _EVAL_NAME = re.compile(
-    r"(^|_|\.)(val|vals|valid|validation|eval|evaluation|evaluate|validate|test|testing|dev|"
-    r"holdout|calib|calibration|inference|infer|predict)(_|$|\d)",
+    r"(^|_|\.)(val|valid|validation|eval|evaluation|evaluate|validate|test|testing|dev|"
+    r"holdout|calib|calibration|inference|infer|predict)"
+    r"(_|$|\d|s$|set|loader|ds|data|dl|iter|split)",
+    re.IGNORECASE,
+)
+# Conditions that choose between a distributed and a single-process set-up.
+_DIST_TEST = re.compile(
+    r"distributed|ddp|world_size|is_initialized|multi_?gpu|n_?gpus|num_gpus|nprocs|is_dist|use_dist",
     re.IGNORECASE,
 )
 _EVAL_SPLITS = frozenset({"val", "valid", "validation", "test", "dev", "eval", "evaluation"})
@@ -681,4 +687,26 @@ def uses_cuda(ctx: ChunkContext, root: ast.AST) -> bool:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if node.value.startswith("cuda") or node.value == "nccl":
                 return True
+    return False
+
+
+def in_mode_branch(ctx: ChunkContext, node: ast.AST) -> bool:
+    """``node`` sits in a branch chosen by distributed-ness (``if args.distributed: ... else:``,
+    ``if world_size > 1``), or in an ``if``/``else`` whose other branch builds a
+    ``DistributedSampler``: the single-process side of a set-up that has a distributed one."""
+    child: ast.AST = node
+    for a in ctx.ancestors(node):
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+        if isinstance(a, (ast.If, ast.IfExp)) and child is not a.test:
+            if _DIST_TEST.search(ast.unparse(a.test)):
+                return True
+            in_body = (child in a.body) if isinstance(a.body, list) else (child is a.body)
+            other = a.orelse if in_body else a.body
+            others = other if isinstance(other, list) else [other]
+            for o in others:
+                for n in ast.walk(o):
+                    if is_sampler_call(ctx, n):
+                        return True
+        child = a
     return False

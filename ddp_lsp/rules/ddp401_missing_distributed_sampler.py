@@ -95,7 +95,7 @@ class MissingDistributedSampler(Rule):
             return None
         if D.handed_to_framework(ctx, root, call, path):
             return None
-        if ctx.runs_only_on_rank0(call):
+        if ctx.runs_only_on_rank0(call) or D.in_mode_branch(ctx, call):
             return None
         loops = D.loops_over(root, path) if path else []
         if loops and all(ctx.runs_only_on_rank0(loop) for loop in loops):
@@ -130,12 +130,14 @@ class MissingDistributedSampler(Rule):
                     Fix(title=title, edits=tuple(edits), safe=False, preferred=True, imports=imports)
                 )
         what = "shuffles" if shuffled else "trains"
+        ds_name = ds_text if ds_text is not None and "\n" not in ds_text else "dataset"
         return ctx.finding(
             self,
             D.callee_span(ctx, call.func),
             f"This `DataLoader` {what} without a `sampler`: under DDP every rank iterates the "
             "whole dataset, so each epoch does world-size times the work on the same examples; "
-            "pass `sampler=DistributedSampler(dataset)` and call `set_epoch(epoch)` every epoch",
+            f"pass `sampler=DistributedSampler({ds_name})` and call `set_epoch(epoch)` every "
+            "epoch",
             fixes=fixes,
         )
 
@@ -325,6 +327,41 @@ def evaluate(model, dataset):
     return [model(x) for x in loader]
 """,
         note="inside an evaluation function",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from torch.utils.data.distributed import DistributedSampler
+
+def build(args, train_set):
+    if args.distributed:
+        sampler = DistributedSampler(train_set)
+        loader = DataLoader(train_set, batch_size=64, sampler=sampler)
+    else:
+        loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    return loader
+""",
+        note="the single-process branch of a distributed set-up",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def build(world_size, train_set):
+    if world_size == 1:
+        return DataLoader(train_set, batch_size=64, shuffle=True)
+    return None
+""",
+        note="a branch chosen by world size",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, trainset, testset):
+    trainloader = DataLoader(trainset, batch_size=4, sampler=torch.utils.data.DistributedSampler(trainset))
+    testloader = DataLoader(testset, batch_size=4, shuffle=True)
+    valloader = DataLoader(testset, batch_size=4, shuffle=True)
+""",
+        note="evaluation loaders by name (CIFAR tutorial spelling)",
     ),
     Valid(
         """\

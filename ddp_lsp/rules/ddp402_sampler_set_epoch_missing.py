@@ -117,7 +117,7 @@ class SamplerSetEpochMissing(Rule):
             yield ctx.finding(
                 self,
                 where if not isinstance(where, ast.Call) else D.callee_span(ctx, where.func),
-                f"`{s.path}.set_epoch(epoch)` is never called in the epoch loop: "
+                f"`{s.path}.set_epoch({var or 'epoch'})` is never called in the epoch loop: "
                 "DistributedSampler shuffles with `seed + epoch`, so every epoch visits the data "
                 "in the same order on every rank",
                 fixes=fixes,
@@ -152,12 +152,8 @@ class SamplerSetEpochMissing(Rule):
                 maybe_none = any(
                     D.is_none(v) for _, v in D.scope_assignments(root, path)
                 ) or isinstance(ctx.parent(call), ast.IfExp)
-            sampler_root = root
-            if path.startswith("self."):
-                # Built in __init__, used in another method of this chunk (or not at all here).
-                sampler_root = root
             out[(id(root), path)] = _Sampler(
-                path, sampler_root, call, self._loaders_of(root, path), maybe_none
+                path, root, call, self._loaders_of(root, path), maybe_none
             )
         # Samplers handed in: parameters and self attributes the module facts know.
         for fn in ctx.nodes(ast.FunctionDef, ast.AsyncFunctionDef):
@@ -171,6 +167,15 @@ class SamplerSetEpochMissing(Rule):
                     if (id(fn), p) in out or any(s.path == p for s in out.values()):
                         continue
                     out[(id(fn), p)] = _Sampler(p, fn, None, self._loaders_of(fn, p), False)
+        # Script-style code: the sampler is built by module-level statements (another chunk)
+        # and this chunk is a top-level epoch loop.
+        top_loops = [st for st in ctx.body if isinstance(st, (ast.For, ast.AsyncFor, ast.While))]
+        if top_loops and ctx.member_of is None:
+            for p in ctx.names_of_kind(K.SAMPLER, top_loops[0]):
+                if "." in p or any(x.path == p for x in out.values()):
+                    continue
+                root = ctx.module_node
+                out[(id(root), p)] = _Sampler(p, root, None, self._loaders_of(root, p), False)
         return list(out.values())
 
     @staticmethod
@@ -201,6 +206,7 @@ class SamplerSetEpochMissing(Rule):
         for lp in loaders:
             uses.extend(D.loops_over(s.root, lp))
             uses.extend(c for c in D.calls_receiving(s.root, lp) if not self._is_builder(ctx, c))
+            uses.extend(self._epoch_iters(ctx, s.root, lp))
         uses.sort(key=P.order)
         for use in uses:
             loops = ctx.enclosing_loops(use)
@@ -216,9 +222,26 @@ class SamplerSetEpochMissing(Rule):
 
     @staticmethod
     def _is_builder(ctx: ChunkContext, call: ast.Call) -> bool:
+        """Calls that take the loader without running an epoch over it."""
         fn = call.func
         name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
         return name in ("len", "iter", "next", "print", "isinstance", "hasattr", "getattr")
+
+    @staticmethod
+    def _epoch_iters(ctx: ChunkContext, root: ast.AST, loader: str) -> list[ast.Call]:
+        """``iter(loader)`` that starts a pass (not ``next(iter(loader))``, one batch)."""
+        out = []
+        for node in P.walk_scope(root):
+            if (
+                isinstance(node, ast.Call)
+                and N.dotted(node.func) == "iter"
+                and node.args
+                and N.dotted(node.args[0]) == loader
+            ):
+                parent = ctx.parent(node)
+                if not (isinstance(parent, ast.Call) and N.dotted(parent.func) == "next"):
+                    out.append(node)
+        return out
 
     def _sets_epoch(self, ctx: ChunkContext, s: _Sampler, loop: Loop, known: set[str]) -> bool:
         targets = {s.path, *(f"{l}.sampler" for l in s.loaders), *(f"{l}.batch_sampler" for l in s.loaders)}
@@ -490,6 +513,72 @@ class Trainer:
                 self.step(x)
 """,
         note="a sampler attribute set in __init__, the epoch loop in another method",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+sampler = DistributedSampler(dataset)
+loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+
+«for epoch in range(10)»:
+    for x in loader:
+        model(x)
+""",
+        fixed=_HEAD
+        + """\
+sampler = DistributedSampler(dataset)
+loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+
+for epoch in range(10):
+    sampler.set_epoch(epoch)
+    for x in loader:
+        model(x)
+""",
+        note="a script: the sampler built at module level, the epoch loop a statement of its own",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(dataset, model, epochs):
+    sampler = «DistributedSampler»(dataset)
+    loader = DataLoader(dataset, sampler=sampler)
+    for epoch in range(epochs):
+        it = iter(loader)
+        while True:
+            try:
+                x = next(it)
+            except StopIteration:
+                break
+            model(x)
+""",
+        fixed=_HEAD
+        + """\
+def main(dataset, model, epochs):
+    sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, sampler=sampler)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        it = iter(loader)
+        while True:
+            try:
+                x = next(it)
+            except StopIteration:
+                break
+            model(x)
+""",
+        note="an epoch started with iter(loader)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, model, steps):
+    sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, sampler=sampler)
+    for step in range(steps):
+        x = next(iter(loader))
+        model(x)
+""",
+        note="one batch per step, no epochs",
     ),
     Invalid(
         _HEAD

@@ -1,0 +1,409 @@
+"""DDP401-DDP406 beyond their own cases: DDP405 with explicit machine and launch facts, fix
+chains through fix-all (DDP401's sampler, then DDP402's set_epoch), keyword removal and
+insertion in every call layout, CRLF files, suppressions, and the golden script fixed."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from ddp_lsp.config import Settings
+from ddp_lsp.core.engine import analyze, fix_text
+from ddp_lsp.core.env import Environment, LaunchInfo, MachineInfo
+from ddp_lsp.core.fixes import apply_edits
+
+DATA = Settings(select=("DDP4",))
+HEAD = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+"""
+
+
+def found(code: str, rule: str, env: Environment | None = None) -> list:
+    result = analyze(code, Settings(select=(rule,)), env)
+    assert not result.errors, result.errors
+    return [f for f in result.findings if f.rule_id == rule]
+
+
+def env(cpus: int | None, procs: int | None = None, gpus: int | None = None) -> Environment:
+    launch = LaunchInfo(nproc_per_node=procs, launcher="torchrun", sources=("run.sh",)) if procs else None
+    return Environment(
+        machine=MachineInfo(cpu_count=cpus, source="preflight on gpu01", gpu_count=gpus),
+        launch=launch,
+    )
+
+
+# -- DDP405: the machine and the launch ------------------------------------------------------------
+
+WORKERS_8 = HEAD + """\
+def main(dataset, sampler):
+    return DataLoader(dataset, sampler=sampler, num_workers=8)
+"""
+
+
+def test_ddp405_counts_processes_per_node_from_the_launch_config() -> None:
+    (f,) = found(WORKERS_8, "DDP405", env(16, procs=4))
+    assert "num_workers=8 × 4 processes per node (run.sh) = 32 worker processes" in f.message
+    assert "16 CPUs (preflight on gpu01)" in f.message
+    assert "max(1, cpus // procs - 1) = 3" in f.message
+    assert f.fixes == ()
+
+
+def test_ddp405_quiet_when_the_node_has_room() -> None:
+    assert found(WORKERS_8, "DDP405", env(64, procs=4)) == []
+    assert found(WORKERS_8, "DDP405", env(32, procs=4)) == []  # exactly full is not over
+
+
+def test_ddp405_unknown_launch_counts_one_process_and_says_so() -> None:
+    assert found(WORKERS_8, "DDP405", env(16)) == []
+    (f,) = found(WORKERS_8, "DDP405", env(4))
+    assert "processes per node unknown: counted 1" in f.message
+    assert "max(1, cpus // procs - 1) = 3" in f.message
+
+
+def test_ddp405_uses_the_gpu_count_when_no_launch_config() -> None:
+    (f,) = found(WORKERS_8, "DDP405", env(16, gpus=8))
+    assert "8 GPUs (preflight on gpu01)" in f.message
+    assert "= 64 worker processes" in f.message
+
+
+def test_ddp405_unknown_cpu_count_is_quiet() -> None:
+    assert found(WORKERS_8, "DDP405", env(None, procs=8)) == []
+
+
+def test_ddp405_says_os_cpu_count_without_preflight() -> None:
+    code = HEAD + "loader = DataLoader(ds, sampler=s, num_workers=100000)\n"
+    (f,) = found(code, "DDP405")
+    assert "os.cpu_count() on this machine" in f.message
+
+
+def test_ddp405_resolves_a_local_name_and_says_where_the_number_came_from() -> None:
+    code = HEAD + """\
+def main(dataset, sampler):
+    workers = 12
+    return DataLoader(dataset, sampler=sampler, num_workers=workers)
+"""
+    (f,) = found(code, "DDP405", env(8, procs=2))
+    assert "num_workers=12 (`workers = 12`) × 2 processes per node" in f.message
+
+
+def test_ddp405_reassigned_name_is_not_guessed() -> None:
+    code = HEAD + """\
+def main(dataset, sampler, fast):
+    workers = 12
+    if fast:
+        workers = 2
+    return DataLoader(dataset, sampler=sampler, num_workers=workers)
+"""
+    assert found(code, "DDP405", env(8, procs=2)) == []
+
+
+# -- fix chains ------------------------------------------------------------------------------------
+
+CHAIN = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+
+def main(train_set, model, optimizer, epochs):
+    loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    for epoch in range(epochs):
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+"""
+
+CHAIN_FIXED = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main(train_set, model, optimizer, epochs):
+    loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+"""
+
+
+def test_fix_all_adds_the_sampler_then_set_epoch() -> None:
+    fixed, n = fix_text(CHAIN, DATA, unsafe=True)
+    assert fixed == CHAIN_FIXED
+    assert n == 2
+    assert [f.rule_id for f in analyze(fixed, DATA).findings] == []
+    again, n_again = fix_text(fixed, DATA, unsafe=True)
+    assert again == fixed and n_again == 0
+
+
+def test_safe_fix_all_leaves_the_sampler_choice_to_the_user() -> None:
+    fixed, _ = fix_text(CHAIN, DATA)
+    assert fixed == CHAIN  # DDP401's fix changes steps per epoch: unsafe, never automatic
+    (f,) = analyze(CHAIN, DATA).findings
+    assert f.rule_id == "DDP401" and f.fixes and not f.fixes[0].safe
+
+
+def test_two_loaders_share_one_import() -> None:
+    code = """\
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+
+def main(train_a, train_b):
+    loader_a = DataLoader(train_a, shuffle=True)
+    loader_b = DataLoader(train_b, shuffle=True)
+    return loader_a, loader_b
+"""
+    fixed, _ = fix_text(code, Settings(select=("DDP401",)), unsafe=True)
+    assert fixed.count("from torch.utils.data.distributed import DistributedSampler") == 1
+    assert "DataLoader(train_a, sampler=DistributedSampler(train_a))" in fixed
+    assert "DataLoader(train_b, sampler=DistributedSampler(train_b))" in fixed
+    ast.parse(fixed)
+
+
+def test_ddp401_spells_the_sampler_through_a_module_alias() -> None:
+    code = """\
+import torch
+import torch.distributed as dist
+import torch.utils.data as tud
+
+
+class DistributedSampler:
+    def __iter__(self):
+        return iter(())
+
+
+def main(train_set):
+    return tud.DataLoader(train_set, shuffle=True)
+"""
+    (f,) = found(code, "DDP401")
+    fixed = apply_edits(code, f.fixes[0].edits)
+    assert "tud.DataLoader(train_set, sampler=tud.DistributedSampler(train_set))" in fixed
+    assert "import torch.utils.data.distributed" not in fixed
+
+
+# -- removing and adding arguments ----------------------------------------------------------------
+
+REMOVALS = [
+    ("DataLoader(ds, shuffle=True, sampler=s)", "DataLoader(ds, sampler=s)"),
+    ("DataLoader(ds, sampler=s, shuffle=True)", "DataLoader(ds, sampler=s)"),
+    ("DataLoader(ds, sampler=s, shuffle=True,)", "DataLoader(ds, sampler=s,)"),
+    ("DataLoader(ds,\n    shuffle=True,\n    sampler=s)", "DataLoader(ds,\n    sampler=s)"),
+    ("DataLoader(ds,\n    sampler=s,\n    shuffle=True)", "DataLoader(ds,\n    sampler=s)"),
+    (
+        "DataLoader(\n    ds,\n    sampler=s,\n    shuffle=True\n)",
+        "DataLoader(\n    ds,\n    sampler=s,\n)",
+    ),
+    (
+        "DataLoader(\n    ds,\n    sampler=s,\n    shuffle=True,  # why not\n)",
+        "DataLoader(\n    ds,\n    sampler=s,\n    # why not\n)",
+    ),
+    (
+        "DataLoader(ds,  # data\n    sampler=s, shuffle=True)",
+        "DataLoader(ds,  # data\n    sampler=s)",
+    ),
+    (
+        "DataLoader(ds, sampler=s,  # sampler\n    shuffle=True)",
+        "DataLoader(ds, sampler=s,  # sampler\n    )",
+    ),
+    ("DataLoader(dataset=ds, shuffle=True, sampler=s, num_workers=2)",
+     "DataLoader(dataset=ds, sampler=s, num_workers=2)"),
+]
+
+
+@pytest.mark.parametrize(("call", "expected"), REMOVALS)
+def test_ddp403_removal_keeps_the_call_valid(call: str, expected: str) -> None:
+    code = HEAD + "def f(ds, s):\n    return " + call.replace("\n", "\n    ") + "\n"
+    (f,) = found(code, "DDP403")
+    fixed = apply_edits(code, f.fixes[0].edits)
+    assert fixed == HEAD + "def f(ds, s):\n    return " + expected.replace("\n", "\n    ") + "\n"
+    ast.parse(fixed)
+    assert found(fixed, "DDP403") == []
+
+
+ADDITIONS = [
+    ("DataLoader(ds, sampler=s, num_workers=4)", "DataLoader(ds, sampler=s, num_workers=4, pin_memory=True)"),
+    (
+        "DataLoader(\n    ds,\n    sampler=s,\n    num_workers=4,\n)",
+        "DataLoader(\n    ds,\n    sampler=s,\n    num_workers=4,\n    pin_memory=True,\n)",
+    ),
+    (
+        "DataLoader(\n    ds,\n    num_workers=4  # cpu bound\n)",
+        "DataLoader(\n    ds,\n    num_workers=4,  # cpu bound\n    pin_memory=True\n)",
+    ),
+    ("DataLoader(ds,\n    num_workers=4)", "DataLoader(ds,\n    num_workers=4, pin_memory=True)"),
+]
+
+
+@pytest.mark.parametrize(("call", "expected"), ADDITIONS)
+def test_ddp404_addition_follows_the_call_layout(call: str, expected: str) -> None:
+    def wrap(c: str) -> str:
+        return (
+            HEAD
+            + "def f(ds, s, rank):\n    loader = "
+            + c.replace("\n", "\n    ")
+            + "\n    for x in loader:\n        x.cuda(rank)\n"
+        )
+
+    code = wrap(call)
+    (f,) = found(code, "DDP404")
+    fixed = apply_edits(code, f.fixes[0].edits)
+    assert fixed == wrap(expected)
+    assert found(fixed, "DDP404") == []
+
+
+def test_crlf_file_keeps_its_line_endings() -> None:
+    code = (
+        HEAD
+        + "def f(ds, s, rank):\n    loader = DataLoader(\n        ds,\n        shuffle=True,\n"
+        "        sampler=s,\n        num_workers=4,\n    )\n    for x in loader:\n        x.cuda(rank)\n"
+    ).replace("\n", "\r\n")
+    fixed, n = fix_text(code, DATA)
+    assert n == 2
+    assert "\n" not in fixed.replace("\r\n", "")
+    assert "shuffle" not in fixed and "        pin_memory=True,\r\n" in fixed
+    ast.parse(fixed)
+
+
+def test_line_suppression() -> None:
+    code = CHAIN.replace(
+        "    for epoch in range(epochs):\n", "    for epoch in range(epochs):\n"
+    ).replace("shuffle=True)", "shuffle=True)  # ddp-lsp: ignore[DDP401]")
+    assert found(code, "DDP401") == []
+
+
+# -- DDP402 edge cases ---------------------------------------------------------------------------
+
+
+def test_ddp402_set_epoch_on_another_sampler_does_not_count() -> None:
+    code = HEAD + """\
+def main(ds_a, ds_b, model):
+    sampler_a = DistributedSampler(ds_a)
+    sampler_b = DistributedSampler(ds_b)
+    loader_a = DataLoader(ds_a, sampler=sampler_a)
+    loader_b = DataLoader(ds_b, sampler=sampler_b)
+    for epoch in range(10):
+        sampler_a.set_epoch(epoch)
+        for x in loader_a:
+            model(x)
+        for x in loader_b:
+            model(x)
+"""
+    (f,) = found(code, "DDP402")
+    assert "sampler_b.set_epoch(epoch)" in f.message
+
+
+def test_ddp402_unknown_set_epoch_receiver_counts() -> None:
+    code = HEAD + """\
+def main(ds, model, samplers):
+    sampler = DistributedSampler(ds)
+    loader = DataLoader(ds, sampler=sampler)
+    for epoch in range(10):
+        for s in samplers:
+            s.set_epoch(epoch)
+        for x in loader:
+            model(x)
+"""
+    assert found(code, "DDP402") == []
+
+
+def test_ddp402_helper_with_a_sampler_parameter_counts() -> None:
+    code = HEAD + """\
+def run_epoch(model, loader, train_sampler, epoch):
+    for x in loader:
+        model(x)
+
+
+def main(ds, model):
+    sampler = DistributedSampler(ds)
+    loader = DataLoader(ds, sampler=sampler)
+    for epoch in range(10):
+        run_epoch(model, loader, None, epoch)
+"""
+    assert found(code, "DDP402") == []
+
+
+def test_ddp402_lightning_file_is_quiet() -> None:
+    code = "import pytorch_lightning as pl\n" + HEAD + """\
+def main(ds, model):
+    loader = DataLoader(ds, sampler=DistributedSampler(ds))
+    for epoch in range(10):
+        for x in loader:
+            model(x)
+"""
+    assert found(code, "DDP402") == []
+
+
+# -- DDP406 across chunks --------------------------------------------------------------------------
+
+
+def test_ddp406_init_split_from_the_class_line() -> None:
+    code = """\
+import json
+import torch.distributed as dist
+from torch.utils.data import Dataset
+
+
+class RecordDataset(Dataset):
+    def __len__(self):
+        return len(self.records)
+
+    def __init__(self, path):
+        with open(path) as f:
+            self.records = json.load(f)
+
+    def __getitem__(self, i):
+        return self.records[i]
+"""
+    (f,) = found(code, "DDP406")
+    assert "`self.records` of dataset `RecordDataset`" in f.message
+
+
+def test_ddp406_needs_getitem() -> None:
+    code = """\
+import json
+import torch.distributed as dist
+from torch.utils.data import Dataset
+
+
+class RecordDataset(Dataset):
+    def __init__(self, path):
+        with open(path) as f:
+            self.records = json.load(f)
+
+    def __iter__(self):
+        return iter(self.records)
+"""
+    assert found(code, "DDP406") == []
+
+
+# -- the golden script, fixed ------------------------------------------------------------------------
+
+GOLDEN = Path(__file__).parent / "golden" / "data_train.py"
+GOLDEN_ENV = Environment(
+    machine=MachineInfo(cpu_count=16, source="preflight on gpu01"),
+    launch=LaunchInfo(nproc_per_node=4, launcher="torchrun", sources=("run.sh",)),
+)
+
+
+def test_golden_script_fix_all() -> None:
+    text = GOLDEN.read_text(encoding="utf-8")
+    fixed, n = fix_text(text, DATA, unsafe=True, env=GOLDEN_ENV)
+    ast.parse(fixed)
+    left = sorted({f.rule_id for f in analyze(fixed, DATA, GOLDEN_ENV).findings})
+    assert left == ["DDP405", "DDP406"]  # no fixes: the numbers and the layout are the user's
+    assert "        train_sampler.set_epoch(epoch)\n" in fixed
+    assert "# new order every epoch" in fixed and "shuffle=True,  #" not in fixed
+    assert fixed.count("pin_memory=True") == 3
+    assert "sampler=DistributedSampler(packed)" in fixed
+    assert fix_text(fixed, DATA, unsafe=True, env=GOLDEN_ENV) == (fixed, 0)
+    assert n >= 5
