@@ -198,7 +198,8 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         if ls.supports_configuration:
             await pull_configuration(ls)
 
-    async def pull_configuration(ls: DdpLanguageServer) -> None:
+    async def pull_configuration(ls: DdpLanguageServer, notify: bool = True) -> bool:
+        """Ask the client for the ``ddp-lsp`` section (global and per folder); True if changed."""
         scopes = [uri for uri, _ in state.folders]
         items = [T.ConfigurationItem(section=SECTION)] + [
             T.ConfigurationItem(scope_uri=uri, section=SECTION) for uri in scopes
@@ -207,9 +208,9 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
             result = await ls.workspace_configuration_async(T.ConfigurationParams(items=items))
         except Exception as exc:
             log.info("workspace/configuration failed: %s", exc)
-            return
+            return False
         if not isinstance(result, (list, tuple)) or not result:  # pygls structures it as a tuple
-            return
+            return False
         changed = False
         if result[0] is not None:
             new = C.parse_editor_settings(result[0], "workspace/configuration")
@@ -221,8 +222,9 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
                 scoped[uri] = C.parse_editor_settings(value, f"workspace/configuration ({uri})")
         changed |= scoped != state.editor_scoped
         state.editor_scoped = scoped
-        if changed:
+        if changed and notify:
             settings_changed(ls)
+        return changed
 
     def settings_changed(ls: DdpLanguageServer) -> None:
         state.configuration_changed()
@@ -236,12 +238,11 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         ls: DdpLanguageServer, params: T.DidChangeConfigurationParams
     ) -> None:
         settings = params.settings
-        pushed = isinstance(settings, dict) and isinstance(settings.get(SECTION), dict)
-        if pushed:
+        if isinstance(settings, dict) and isinstance(settings.get(SECTION), dict):
             state.editor_global = C.parse_editor_settings(settings[SECTION], "settings")
         if ls.supports_configuration:
-            await pull_configuration(ls)
-        settings_changed(ls)
+            await pull_configuration(ls, notify=False)
+        settings_changed(ls)  # once, whatever changed
 
     @server.feature(T.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     def did_change_watched_files(
@@ -260,7 +261,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         for uri in removed:
             state.editor_scoped.pop(uri, None)
         if ls.supports_configuration:
-            await pull_configuration(ls)
+            await pull_configuration(ls, notify=False)
         settings_changed(ls)
 
     def check_project_files(ls: DdpLanguageServer) -> None:
