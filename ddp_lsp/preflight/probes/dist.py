@@ -596,11 +596,13 @@ def _feasibility_body(env: RankEnv) -> dict[str, Any]:
         loss.backward()
         sync()
         t2 = time.perf_counter()
-        m.zero_grad(set_to_none=True) if hasattr(m, "zero_grad") else None
+        m.zero_grad(set_to_none=True)
         return t2 - t0, t2 - t1
 
     steps = env.extra["steps"]
-    for _ in range(2):
+    # cuBLAS/cuDNN pick kernels on the first GPU steps; the CPU needs one warm-up step only.
+    warmup = 2 if cuda else 1
+    for _ in range(warmup):
         step(model)
     samples = [step(model) for _ in range(steps)]
     t_c = sorted(s[0] for s in samples)[len(samples) // 2]
@@ -610,7 +612,7 @@ def _feasibility_body(env: RankEnv) -> dict[str, Any]:
         device_ids=[env.device.index] if cuda else None,
         bucket_cap_mb=env.extra["bucket_cap_mb"],
     )
-    for _ in range(2):
+    for _ in range(warmup):
         step(ddp)
     ddp_t = sorted(step(ddp)[0] for _ in range(steps))[steps // 2]
     measured = torch.tensor([t_c, t_bwd, ddp_t], dtype=torch.float64, device=env.device)
@@ -663,12 +665,18 @@ def probe_feasibility(ctx: ProbeContext) -> Outcome:
 
     def body(env: RankEnv) -> dict[str, Any]:
         env.extra.update(
-            steps=5,
+            steps=4,
             bucket_cap_mb=ctx.options.bucket_cap_mb,
             bucket_bytes=bucket,
             measure_bucket=not sweep,
         )
         return _feasibility_body(env)
+
+    # DistributedDataParallel.__init__ touches torch._dynamo, whose first import pulls in ~800
+    # modules (2-7 s here). Import it once in this worker so the forked ranks inherit it instead
+    # of each importing it in parallel (every real DDP job pays this once per rank, at
+    # construction, not per step, so it is kept out of the measured step times).
+    import torch._dynamo  # noqa: F401
 
     res = run_ranks(ctx, world, backend, body, max(ctx.options.handshake_timeout_s, 60.0))
     if res.errors() or 0 not in res.results:
