@@ -136,8 +136,10 @@ def arg(call: ast.Call, name: str, positions: dict[str, int] = LOADER_POS) -> as
     if kw is not None:
         return kw.value
     pos = positions.get(name)
-    if pos is not None and pos < len(call.args) and not any(
-        isinstance(a, ast.Starred) for a in call.args[: pos + 1]
+    if (
+        pos is not None
+        and pos < len(call.args)
+        and not any(isinstance(a, ast.Starred) for a in call.args[: pos + 1])
     ):
         return call.args[pos]
     return None
@@ -305,8 +307,10 @@ def _value_kind(ctx: ChunkContext, root: ast.AST, value: ast.expr) -> str | None
 
 def _mentions_shard(value: ast.AST) -> bool:
     for node in ast.walk(value):
-        if isinstance(node, ast.keyword) and node.arg and any(
-            w in node.arg.lower() for w in _SHARD_WORDS
+        if (
+            isinstance(node, ast.keyword)
+            and node.arg
+            and any(w in node.arg.lower() for w in _SHARD_WORDS)
         ):
             return True
         if isinstance(node, ast.Name) and node.id.lower() in ("world_size", "num_replicas"):
@@ -487,9 +491,11 @@ def remove_argument(ctx: ChunkContext, call: ast.Call, item: ast.AST) -> list[Ed
         if first_other.start.line != sp.start.line:
             indent = _line(ctx, sp.start.line)[: sp.start.col]
             repl = f"{indent}{comment}\n" if comment else ""
-            prev_ok = idx == 0 or own.group(1) is not None or _find_comma(
-                ctx, ctx.span(items[idx - 1]).end
-            ) is not None
+            prev_ok = (
+                idx == 0
+                or own.group(1) is not None
+                or _find_comma(ctx, ctx.span(items[idx - 1]).end) is not None
+            )
             if prev_ok:
                 return [Edit(Span(Pos(sp.start.line, 0), Pos(sp.end.line + 1, 0)), repl)]
     if idx + 1 < len(items):
@@ -556,7 +562,9 @@ def sampler_spelling(ctx: ChunkContext) -> tuple[str, tuple[str, ...]]:
         for q in ctx.facts.func_params
     )
     if not clash:
-        return "DistributedSampler", ("from torch.utils.data.distributed import DistributedSampler",)
+        return "DistributedSampler", (
+            "from torch.utils.data.distributed import DistributedSampler",
+        )
     return ctx.spell(N.DISTRIBUTED_SAMPLER)
 
 
@@ -602,9 +610,11 @@ def argparse_default(ctx: ChunkContext, dest: str) -> int | None:
                 for a in call.args
                 if isinstance(a, ast.Constant) and isinstance(a.value, str)
             ]
-            named = [s for s in longs if s.startswith("--")] or [
-                s for s in longs if not s.startswith("-")
-            ] or longs
+            named = (
+                [s for s in longs if s.startswith("--")]
+                or [s for s in longs if not s.startswith("-")]
+                or longs
+            )
             if named:
                 dests.add(named[0].lstrip("-").replace("-", "_"))
         if dest in dests:
@@ -627,7 +637,25 @@ def callee_span(ctx: ChunkContext, func: ast.expr) -> Span:
 # -- CUDA evidence ---------------------------------------------------------------------------------
 
 
-def is_cuda_device(ctx: ChunkContext, root: ast.AST, expr: ast.AST, depth: int = 0) -> bool:
+def assignment_index(root: ast.AST) -> dict[str, list[ast.expr]]:
+    """Every ``path = value`` of ``root``'s own frame, by path (one walk, reused)."""
+    index: dict[str, list[ast.expr]] = {}
+    for node in P.walk_scope(root):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                p = path_of(t)
+                if p is not None:
+                    index.setdefault(p, []).append(node.value)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            p = path_of(node.target)
+            if p is not None:
+                index.setdefault(p, []).append(node.value)
+    return index
+
+
+def is_cuda_device(
+    ctx: ChunkContext, index: dict[str, list[ast.expr]], expr: ast.AST, depth: int = 0
+) -> bool:
     """``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``, ``torch.device("cuda", i)``, a local
     rank, or a name assigned one of those in this frame."""
     if isinstance(expr, ast.Constant):
@@ -636,51 +664,65 @@ def is_cuda_device(ctx: ChunkContext, root: ast.AST, expr: ast.AST, depth: int =
         first = expr.values[0] if expr.values else None
         return isinstance(first, ast.Constant) and str(first.value).startswith("cuda")
     if isinstance(expr, ast.IfExp):
-        return is_cuda_device(ctx, root, expr.body, depth) or is_cuda_device(
-            ctx, root, expr.orelse, depth
+        return is_cuda_device(ctx, index, expr.body, depth) or is_cuda_device(
+            ctx, index, expr.orelse, depth
         )
     if isinstance(expr, ast.Call):
         if (N.dotted(expr.func) or "").endswith("device") and expr.args:
-            return is_cuda_device(ctx, root, expr.args[0], depth)
+            return is_cuda_device(ctx, index, expr.args[0], depth)
         return False
     if ctx.ranks.is_rank_expr(expr):
         return True  # .to(local_rank): an int device is a CUDA device
     path = path_of(expr)
     if path is not None and depth < 3:
-        return any(
-            is_cuda_device(ctx, root, v, depth + 1) for _, v in scope_assignments(root, path)
-        )
+        return any(is_cuda_device(ctx, index, v, depth + 1) for v in index.get(path, ()))
     return False
 
 
-def moves_to_cuda(ctx: ChunkContext, root: ast.AST, region: ast.AST) -> bool:
-    """``region`` copies tensors to a CUDA device: ``.cuda()``, ``.to(<cuda device>)`` or any
-    copy with ``non_blocking=True``."""
-    for node in ast.walk(region):
-        if not isinstance(node, ast.Call):
-            continue
-        if any(kw.arg == "non_blocking" and is_const(kw.value, True) for kw in node.keywords):
-            return True
-        if isinstance(node.func, ast.Attribute):
+def moves_to_cuda(ctx: ChunkContext, root: ast.AST, regions: list[ast.For | ast.AsyncFor]) -> bool:
+    """One of ``regions`` copies tensors to a CUDA device: ``.cuda()``, ``.to(<cuda device>)``,
+    any copy with ``non_blocking=True``, or ``.to(device)`` in a frame that uses CUDA."""
+    index = assignment_index(root)
+    gpu_frame: bool | None = None
+    for region in regions:
+        for node in ast.walk(region):
+            if not isinstance(node, ast.Call):
+                continue
+            if any(kw.arg == "non_blocking" and is_const(kw.value, True) for kw in node.keywords):
+                return True
+            if not isinstance(node.func, ast.Attribute):
+                continue
             if node.func.attr == "cuda":
                 return True
-            if node.func.attr == "to" and node.args and is_cuda_device(ctx, root, node.args[0]):
+            if node.func.attr != "to":
+                continue
+            dev_kw = keyword(node, "device")
+            dev = node.args[0] if node.args else (dev_kw.value if dev_kw is not None else None)
+            if dev is None:
+                continue
+            if is_cuda_device(ctx, index, dev):
                 return True
-            if node.func.attr == "to":
-                dev = keyword(node, "device")
-                if dev is not None and is_cuda_device(ctx, root, dev.value):
+            if path_of(dev) is not None:
+                if gpu_frame is None:
+                    gpu_frame = uses_cuda(ctx, root, index)
+                if gpu_frame:
                     return True
     return False
 
 
-def uses_cuda(ctx: ChunkContext, root: ast.AST) -> bool:
-    """The frame puts work on a GPU: ``.cuda()``, ``torch.cuda.set_device``, a CUDA device."""
+def uses_cuda(
+    ctx: ChunkContext, root: ast.AST, index: dict[str, list[ast.expr]] | None = None
+) -> bool:
+    """The frame puts work on a GPU: ``.cuda()``, ``torch.cuda.set_device``, a CUDA device,
+    ``device_ids=``, the NCCL backend."""
+    if index is None:
+        index = assignment_index(root)
     for node in P.walk_scope(root):
         if isinstance(node, ast.Call):
             name = N.dotted(node.func) or ""
             if name.endswith(".cuda") or name.endswith("cuda.set_device"):
                 return True
-            if name.endswith(".to") and node.args and is_cuda_device(ctx, root, node.args[0]):
+            if name.endswith(".to") and node.args and is_cuda_device(ctx, index, node.args[0]):
                 return True
             if any(kw.arg == "device_ids" for kw in node.keywords):
                 return True

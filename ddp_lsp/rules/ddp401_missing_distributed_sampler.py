@@ -127,7 +127,9 @@ class MissingDistributedSampler(Rule):
                 title = f"Replace {ctx.segment(shuffle_kw)} with {new}"
             if edits:
                 fixes.append(
-                    Fix(title=title, edits=tuple(edits), safe=False, preferred=True, imports=imports)
+                    Fix(
+                        title=title, edits=tuple(edits), safe=False, preferred=True, imports=imports
+                    )
                 )
         what = "shuffles" if shuffled else "trains"
         ds_name = ds_text if ds_text is not None and "\n" not in ds_text else "dataset"

@@ -90,7 +90,7 @@ class SamplerSetEpochMissing(Rule):
         samplers = self._samplers(ctx)
         known = {s.path for s in samplers}
         for s in samplers:
-            if D.is_eval_name(s.path) or any(D.is_eval_name(l) for l in s.loaders):
+            if D.is_eval_name(s.path) or any(D.is_eval_name(lp) for lp in s.loaders):
                 continue
             loop = self._epoch_loop(ctx, s)
             if loop is None or self._sets_epoch(ctx, s, loop, known):
@@ -112,7 +112,9 @@ class SamplerSetEpochMissing(Rule):
                         preferred=True,
                     )
                 )
-            header = ctx.span(loop, loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test)
+            header = ctx.span(
+                loop, loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
+            )
             where = s.created if s.created is not None else header
             yield ctx.finding(
                 self,
@@ -137,7 +139,10 @@ class SamplerSetEpochMissing(Rule):
             parent = ctx.parent(call)
             if isinstance(parent, ast.keyword) and parent.arg == "sampler":
                 loader_call = ctx.parent(parent)
-                if isinstance(loader_call, ast.Call) and ctx.call_qualname(loader_call) == N.DATALOADER:
+                if (
+                    isinstance(loader_call, ast.Call)
+                    and ctx.call_qualname(loader_call) == N.DATALOADER
+                ):
                     lp = D.assigned_path(ctx, loader_call)
                     if lp is not None:
                         out[(id(root), f"{lp}.sampler")] = _Sampler(
@@ -156,7 +161,11 @@ class SamplerSetEpochMissing(Rule):
                 path, root, call, self._loaders_of(root, path), maybe_none
             )
         # Samplers handed in: parameters and self attributes the module facts know.
-        for fn in ctx.nodes(ast.FunctionDef, ast.AsyncFunctionDef):
+        functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = [
+            *ctx.nodes(ast.FunctionDef),
+            *ctx.nodes(ast.AsyncFunctionDef),
+        ]
+        for fn in functions:
             if any(isinstance(n, (ast.For, ast.AsyncFor, ast.While)) for n in P.walk_scope(fn)):
                 params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
                 cands = [p for p in params if ctx.kind(ast.Name(id=p), fn.body[0]) == K.SAMPLER]
@@ -200,7 +209,10 @@ class SamplerSetEpochMissing(Rule):
             for node in P.walk_scope(s.root):
                 if isinstance(node, (ast.For, ast.AsyncFor)):
                     it = N.dotted(D._strip_wrappers(node.iter)) or ""
-                    if ctx.kind(D._strip_wrappers(node.iter), node) == K.LOADER or "loader" in it.lower():
+                    if (
+                        ctx.kind(D._strip_wrappers(node.iter), node) == K.LOADER
+                        or "loader" in it.lower()
+                    ):
                         loaders.append(it)
         uses: list[ast.AST] = []
         for lp in loaders:
@@ -213,7 +225,10 @@ class SamplerSetEpochMissing(Rule):
             if not loops:
                 continue
             loop = loops[0]
-            if s.created is not None and P.enclosing_loop_body_stmt(ctx, s.created, loop) is not None:
+            if (
+                s.created is not None
+                and P.enclosing_loop_body_stmt(ctx, s.created, loop) is not None
+            ):
                 continue  # a sampler made per epoch
             if ctx.enclosing_function(loop) is not ctx.enclosing_function(use):
                 continue
@@ -244,7 +259,11 @@ class SamplerSetEpochMissing(Rule):
         return out
 
     def _sets_epoch(self, ctx: ChunkContext, s: _Sampler, loop: Loop, known: set[str]) -> bool:
-        targets = {s.path, *(f"{l}.sampler" for l in s.loaders), *(f"{l}.batch_sampler" for l in s.loaders)}
+        targets = {
+            s.path,
+            *(f"{lp}.sampler" for lp in s.loaders),
+            *(f"{lp}.batch_sampler" for lp in s.loaders),
+        }
         others = known - targets
         for node in ast.walk(loop):
             if not isinstance(node, ast.Call):

@@ -96,11 +96,7 @@ class ShuffleWithSampler(Rule):
                 target,
                 f"`shuffle=True` together with `{which}=` makes `DataLoader` raise ValueError "
                 f"(they are mutually exclusive): the {which} already decides the order"
-                + (
-                    "; a DistributedSampler shuffles by itself"
-                    if which == "sampler"
-                    else ""
-                ),
+                + ("; a DistributedSampler shuffles by itself" if which == "sampler" else ""),
                 fixes=fixes,
             )
 

@@ -76,7 +76,7 @@ class PinMemoryMissing(Rule):
                 continue
             loops = D.loops_over(root, path)
             if loops:
-                feeds_gpu = any(D.moves_to_cuda(ctx, root, loop) for loop in loops)
+                feeds_gpu = D.moves_to_cuda(ctx, root, loops)
             else:
                 handed = [
                     c
@@ -189,6 +189,35 @@ def main(dataset, sampler, model, local_rank):
         x = x.to(local_rank, non_blocking=True)
         model(x)
 """,
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, sampler, model, device):
+    loader = DataLoader(dataset, sampler=sampler, num_workers=4)
+    for x, y in loader:
+        model(x.to(device))
+""",
+        note="a device of unknown kind in a frame that never touches CUDA",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(dataset, sampler, model, device, local_rank):
+    torch.cuda.set_device(local_rank)
+    loader = DataLoader(dataset, sampler=sampler, «num_workers=4»)
+    for x, y in loader:
+        model(x.to(device))
+""",
+        fixed=_HEAD
+        + """\
+def main(dataset, sampler, model, device, local_rank):
+    torch.cuda.set_device(local_rank)
+    loader = DataLoader(dataset, sampler=sampler, num_workers=4, pin_memory=True)
+    for x, y in loader:
+        model(x.to(device))
+""",
+        note="to(device) in a function that sets the CUDA device",
     ),
     Invalid(
         _HEAD

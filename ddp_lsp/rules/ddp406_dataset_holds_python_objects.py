@@ -153,7 +153,9 @@ class DatasetHoldsPythonObjects(Rule):
 
     # -- what __init__ stores ------------------------------------------------------------------
 
-    def _containers(self, ctx: ChunkContext, init: ast.FunctionDef) -> list[tuple[str, ast.AST, str]]:
+    def _containers(
+        self, ctx: ChunkContext, init: ast.FunctionDef
+    ) -> list[tuple[str, ast.AST, str]]:
         stored: dict[str, list[tuple[ast.AST, ast.expr]]] = {}
         for node in P.walk_scope(init):
             if isinstance(node, ast.Assign):
@@ -193,7 +195,9 @@ class DatasetHoldsPythonObjects(Rule):
             "astype",
         )
 
-    def _large(self, ctx: ChunkContext, init: ast.FunctionDef, attr: str, value: ast.expr, depth: int = 0) -> str | None:
+    def _large(
+        self, ctx: ChunkContext, init: ast.FunctionDef, attr: str, value: ast.expr, depth: int = 0
+    ) -> str | None:
         if isinstance(value, (ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp)):
             return "built by a comprehension" if self._over_data(value) else None
         if isinstance(value, ast.Call):
@@ -203,7 +207,7 @@ class DatasetHoldsPythonObjects(Rule):
             if isinstance(value.func, ast.Attribute) and value.func.attr in _READ_METHODS:
                 return f"read with `{value.func.attr}()`"
             if name in ("list", "sorted", "dict", "set", "tuple") and value.args:
-                inner = self._large(ctx, init, attr, value.args[0], depth)  # type: ignore[arg-type]
+                inner = self._large(ctx, init, attr, value.args[0], depth)
                 if inner is not None:
                     return inner
             return None

@@ -31,7 +31,11 @@ def found(code: str, rule: str, env: Environment | None = None) -> list:
 
 
 def env(cpus: int | None, procs: int | None = None, gpus: int | None = None) -> Environment:
-    launch = LaunchInfo(nproc_per_node=procs, launcher="torchrun", sources=("run.sh",)) if procs else None
+    launch = (
+        LaunchInfo(nproc_per_node=procs, launcher="torchrun", sources=("run.sh",))
+        if procs
+        else None
+    )
     return Environment(
         machine=MachineInfo(cpu_count=cpus, source="preflight on gpu01", gpu_count=gpus),
         launch=launch,
@@ -40,10 +44,13 @@ def env(cpus: int | None, procs: int | None = None, gpus: int | None = None) -> 
 
 # -- DDP405: the machine and the launch ------------------------------------------------------------
 
-WORKERS_8 = HEAD + """\
+WORKERS_8 = (
+    HEAD
+    + """\
 def main(dataset, sampler):
     return DataLoader(dataset, sampler=sampler, num_workers=8)
 """
+)
 
 
 def test_ddp405_counts_processes_per_node_from_the_launch_config() -> None:
@@ -83,23 +90,29 @@ def test_ddp405_says_os_cpu_count_without_preflight() -> None:
 
 
 def test_ddp405_resolves_a_local_name_and_says_where_the_number_came_from() -> None:
-    code = HEAD + """\
+    code = (
+        HEAD
+        + """\
 def main(dataset, sampler):
     workers = 12
     return DataLoader(dataset, sampler=sampler, num_workers=workers)
 """
+    )
     (f,) = found(code, "DDP405", env(8, procs=2))
     assert "num_workers=12 (`workers = 12`) × 2 processes per node" in f.message
 
 
 def test_ddp405_reassigned_name_is_not_guessed() -> None:
-    code = HEAD + """\
+    code = (
+        HEAD
+        + """\
 def main(dataset, sampler, fast):
     workers = 12
     if fast:
         workers = 2
     return DataLoader(dataset, sampler=sampler, num_workers=workers)
 """
+    )
     assert found(code, "DDP405", env(8, procs=2)) == []
 
 
@@ -215,8 +228,10 @@ REMOVALS = [
         "DataLoader(ds, sampler=s,  # sampler\n    shuffle=True)",
         "DataLoader(ds, sampler=s,  # sampler\n    )",
     ),
-    ("DataLoader(dataset=ds, shuffle=True, sampler=s, num_workers=2)",
-     "DataLoader(dataset=ds, sampler=s, num_workers=2)"),
+    (
+        "DataLoader(dataset=ds, shuffle=True, sampler=s, num_workers=2)",
+        "DataLoader(dataset=ds, sampler=s, num_workers=2)",
+    ),
 ]
 
 
@@ -231,7 +246,10 @@ def test_ddp403_removal_keeps_the_call_valid(call: str, expected: str) -> None:
 
 
 ADDITIONS = [
-    ("DataLoader(ds, sampler=s, num_workers=4)", "DataLoader(ds, sampler=s, num_workers=4, pin_memory=True)"),
+    (
+        "DataLoader(ds, sampler=s, num_workers=4)",
+        "DataLoader(ds, sampler=s, num_workers=4, pin_memory=True)",
+    ),
     (
         "DataLoader(\n    ds,\n    sampler=s,\n    num_workers=4,\n)",
         "DataLoader(\n    ds,\n    sampler=s,\n    num_workers=4,\n    pin_memory=True,\n)",
@@ -263,8 +281,7 @@ def test_ddp404_addition_follows_the_call_layout(call: str, expected: str) -> No
 
 def test_crlf_file_keeps_its_line_endings() -> None:
     code = (
-        HEAD
-        + "def f(ds, s, rank):\n    loader = DataLoader(\n        ds,\n        shuffle=True,\n"
+        HEAD + "def f(ds, s, rank):\n    loader = DataLoader(\n        ds,\n        shuffle=True,\n"
         "        sampler=s,\n        num_workers=4,\n    )\n    for x in loader:\n        x.cuda(rank)\n"
     ).replace("\n", "\r\n")
     fixed, n = fix_text(code, DATA)
@@ -285,7 +302,9 @@ def test_line_suppression() -> None:
 
 
 def test_ddp402_set_epoch_on_another_sampler_does_not_count() -> None:
-    code = HEAD + """\
+    code = (
+        HEAD
+        + """\
 def main(ds_a, ds_b, model):
     sampler_a = DistributedSampler(ds_a)
     sampler_b = DistributedSampler(ds_b)
@@ -298,12 +317,15 @@ def main(ds_a, ds_b, model):
         for x in loader_b:
             model(x)
 """
+    )
     (f,) = found(code, "DDP402")
     assert "sampler_b.set_epoch(epoch)" in f.message
 
 
 def test_ddp402_unknown_set_epoch_receiver_counts() -> None:
-    code = HEAD + """\
+    code = (
+        HEAD
+        + """\
 def main(ds, model, samplers):
     sampler = DistributedSampler(ds)
     loader = DataLoader(ds, sampler=sampler)
@@ -313,11 +335,14 @@ def main(ds, model, samplers):
         for x in loader:
             model(x)
 """
+    )
     assert found(code, "DDP402") == []
 
 
 def test_ddp402_helper_with_a_sampler_parameter_counts() -> None:
-    code = HEAD + """\
+    code = (
+        HEAD
+        + """\
 def run_epoch(model, loader, train_sampler, epoch):
     for x in loader:
         model(x)
@@ -329,17 +354,22 @@ def main(ds, model):
     for epoch in range(10):
         run_epoch(model, loader, None, epoch)
 """
+    )
     assert found(code, "DDP402") == []
 
 
 def test_ddp402_lightning_file_is_quiet() -> None:
-    code = "import pytorch_lightning as pl\n" + HEAD + """\
+    code = (
+        "import pytorch_lightning as pl\n"
+        + HEAD
+        + """\
 def main(ds, model):
     loader = DataLoader(ds, sampler=DistributedSampler(ds))
     for epoch in range(10):
         for x in loader:
             model(x)
 """
+    )
     assert found(code, "DDP402") == []
 
 
