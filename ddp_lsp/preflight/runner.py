@@ -565,7 +565,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{probe.id:16} {probe.timeout_s:6.0f} s  {'' if probe.quick else '(full) '}{probe.title}\n"
             )
         return 0
-    out: IO[str] = sys.stdout
+    # Our output gets a private copy of stdout; fd 1 itself now points at stderr, so whatever
+    # torch, NCCL or a probe prints can never corrupt the JSON lines the client parses.
+    sys.stdout.flush()
+    out: IO[str] = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)
     jsonl = ns.format == "jsonl"
 
     def emit(event: dict[str, Any]) -> None:
@@ -609,6 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"node {report.node_rank} ({report.host}): {summary_counts(report)}; "
                 "full report gathered to rank 0\n"
             )
+    out.flush()
     return report.exit_code(options.strict)
 
 
