@@ -111,6 +111,25 @@ _PROCESS_EXITS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
 # -- rank conditions ------------------------------------------------------------------------------
 
 
+def _last_name(e: ast.AST) -> str | None:
+    if isinstance(e, ast.Call):
+        e = e.func
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Attribute):
+        return e.attr
+    return None
+
+
+def _loop_targets(root: ast.AST) -> set[str]:
+    """Names bound as loop or comprehension variables in ``root``'s own frame."""
+    out: set[str] = set()
+    for node in P.walk_scope(root):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            out.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+    return out
+
+
 def _negative_or_sign_test(ctx: ChunkContext, test: ast.AST) -> bool:
     """``args.local_rank != -1``, ``local_rank >= 0``: "is this a distributed run", the same
     answer on every rank (the launcher sets the rank on all of them or on none)."""
@@ -144,10 +163,10 @@ def _single_process(ctx: ChunkContext, e: ast.AST) -> bool:
         return True
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
         inner = e.operand.func if isinstance(e.operand, ast.Call) else e.operand
-        return (G._last_name(inner) or "") in ("is_initialized", "is_available",
+        return (_last_name(inner) or "") in ("is_initialized", "is_available",
                                                "is_dist_avail_and_initialized", "distributed")
     if isinstance(e, ast.Compare) and len(e.ops) == 1:
-        return (G._last_name(e.left) or "").lower() == "world_size"
+        return (_last_name(e.left) or "").lower() == "world_size"
     return False
 
 
@@ -326,6 +345,7 @@ class Flow:
     callers_guarded: bool = False  # DDP104: a function only called under a rank-0 guard
     misses: dict[int, Miss] = field(default_factory=dict)
     _pol_cache: dict[int, Polarity | None] = field(default_factory=dict)
+    _loop_vars: set[str] | None = None
 
     # -- public ------------------------------------------------------------------------------
 
@@ -335,7 +355,7 @@ class Flow:
         if isinstance(self.root, FUNCS):
             body = self.root.body
             deco = next(
-                (d for d in self.root.decorator_list if G._last_name(d) in G.RANK_ZERO_DECORATORS),
+                (d for d in self.root.decorator_list if _last_name(d) in G.RANK_ZERO_DECORATORS),
                 None,
             )
             if deco is not None:
@@ -356,8 +376,20 @@ class Flow:
     def polarity(self, test: ast.AST) -> Polarity | None:
         key = id(test)
         if key not in self._pol_cache:
-            self._pol_cache[key] = polarity(self.ctx, test, self.root)
+            pol = polarity(self.ctx, test, self.root)
+            if pol is not None and self._mentions_loop_variable(test):
+                pol = None  # `for rank in range(world_size): if rank == 0:` is the same everywhere
+            self._pol_cache[key] = pol
         return self._pol_cache[key]
+
+    def _mentions_loop_variable(self, test: ast.AST) -> bool:
+        if self._loop_vars is None:
+            self._loop_vars = _loop_targets(self.root)
+        return any(
+            isinstance(n, ast.Name) and n.id in self._loop_vars
+            and (self.ctx.ranks.is_rank_expr(n) or self.ctx.ranks.is_predicate(n))
+            for n in ast.walk(test)
+        )
 
     def split(self, test: ast.AST) -> frozenset[int] | None:
         pol = self.polarity(test)
@@ -437,23 +469,27 @@ class Flow:
 
     def try_(self, s: ast.Try, joints: list[Joint], active: frozenset[int]) -> list[Joint]:
         inside = {id(n) for b in s.body for n in ast.walk(b)}
-        out: list[Joint] = []
+        groups: dict[tuple[frozenset[int], frozenset[int]], list[Joint]] = {}
         for j in self.block(s.body, joints, active):
             raised = frozenset(
-                c for c in active if j[c].exit is not None and j[c].exit.kind == "raise"
-                and id(j[c].exit.node) in inside
+                c for c in active
+                if (ex := j[c].exit) is not None and ex.kind == "raise" and id(ex.node) in inside
             )
             calm = frozenset(c for c in active if j[c].exit is None)
-            after = self.block(s.orelse, [j], calm)
+            groups.setdefault((raised, calm), []).append(j)
+        out: list[Joint] = []
+        for (raised, calm), group in groups.items():
+            after = self.block(s.orelse, group, calm) if calm else group
             if raised and s.handlers:
-                caught = []
+                bases = []
                 for a in after:
                     lanes = list(a)
                     for c in raised:
                         lanes[c] = replace(lanes[c], exit=None)
-                    base = (lanes[0], lanes[1])
-                    for h in s.handlers:
-                        caught += self.block(h.body, [base], raised)
+                    bases.append((lanes[0], lanes[1]))
+                caught: list[Joint] = []
+                for h in s.handlers:
+                    caught += self.block(h.body, bases, raised)
                 after = caught
             out += after
         out = _dedupe(out)
@@ -464,18 +500,23 @@ class Flow:
         joints: list[Joint], active: frozenset[int],
     ) -> list[Joint]:
         out: list[Joint] = []
+        iterations: dict[frozenset[int], list[Joint]] = {}
         for j in joints:
             live = frozenset(c for c in active if j[c].exit is None)
+            out.append(j)  # no iteration (or no live class)
             if not live:
-                out.append(j)
                 continue
-            fresh: list[Lane] = [Lane() if c in live else Lane(exit=_FROZEN) for c in (Z, NZ)]
-            its: list[Joint] = [(fresh[0], fresh[1])]
-            if test is not None:
-                its = self.expr(test, its, live)
-            its = self.block(s.body, its, live)
-            self.loop_check(its, live)
-            out.append(j)  # no iteration
+            its = iterations.get(live)
+            if its is None:
+                # One iteration, walked once per set of live classes: it does not depend on
+                # what happened before the loop.
+                fresh = [Lane() if c in live else Lane(exit=_FROZEN) for c in (Z, NZ)]
+                its = [(fresh[0], fresh[1])]
+                if test is not None:
+                    its = self.expr(test, its, live)
+                its = self.block(s.body, its, live)
+                self.loop_check(its, live)
+                iterations[live] = its
             for it in its:
                 lanes = list(j)
                 for c in live:

@@ -82,7 +82,11 @@ class CollectiveInRankBranch(Rule):
         extract = C.collective_extractor(ctx)
         seen: set[int] = set()
         for root in C.roots(ctx):
-            for miss in C.Flow(ctx, root, extract).run():
+            try:
+                misses = C.Flow(ctx, root, extract).run()
+            except RecursionError:  # absurdly nested code: no findings rather than a crash
+                continue
+            for miss in misses:
                 if id(miss.event.node) in seen:
                     continue
                 seen.add(id(miss.event.node))

@@ -43,7 +43,11 @@ Fix-all leaves it alone.
 
 ## Known false positives
 Models that are not DDP-wrapped, `model.module(...)`, and calls every rank makes (also when
-the other ranks make the same call in the `else` branch) are not reported. A model wrapped
+the other ranks make the same call in the `else` branch) are not reported. A function only
+called under a rank-0 guard is reported when the model is a module global, an attribute
+(`self.model`) or a parameter annotated as `DistributedDataParallel`, not when it is a plain
+parameter: the module facts merge call sites without their order, so
+`model_without_ddp = model` written before `model = DDP(model)` would look DDP-wrapped. A model wrapped
 with `broadcast_buffers=False` in the same function or class is not reported either; one
 wrapped elsewhere is, even though a model without buffers and SyncBatchNorm does not
 communicate in its forward (nanoGPT's `estimate_loss()` on the master process works for
@@ -144,6 +148,17 @@ def forward_extractor(ctx: ChunkContext) -> C.Extractor:
     return extract
 
 
+def _is_param(ctx: ChunkContext, root: ast.AST, target: ast.expr) -> bool:
+    """``target`` is a parameter not annotated as DDP (its kind came from the call sites)."""
+    if not isinstance(root, (ast.FunctionDef, ast.AsyncFunctionDef)) or not isinstance(target, ast.Name):
+        return False
+    args = root.args
+    for a in (*args.posonlyargs, *args.args, *args.kwonlyargs):
+        if a.arg == target.id:
+            return a.annotation is None or ctx.qualname(a.annotation) != N.DDP
+    return False
+
+
 def _target(call: ast.Call) -> ast.expr:
     func = call.func
     return func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
@@ -162,12 +177,21 @@ class DdpForwardInRankBranch(Rule):
         extract = forward_extractor(ctx)
         seen: set[int] = set()
         for root in C.roots(ctx):
-            for miss in C.Flow(ctx, root, extract, callers_guarded=True).run():
+            try:
+                misses = C.Flow(ctx, root, extract, callers_guarded=True).run()
+            except RecursionError:  # absurdly nested code: no findings rather than a crash
+                continue
+            for miss in misses:
                 call = miss.event.node
                 if id(call) in seen:
                     continue
                 seen.add(id(call))
                 target = _target(call)
+                if miss.reason.kind == "caller" and _is_param(ctx, root, target):
+                    # The model's kind came from the call sites, which the facts merge without
+                    # order (`model_without_ddp = model` before `model = DDP(model)` counts as
+                    # DDP): too weak to report a function for being called on rank 0.
+                    continue
                 name = ctx.segment(target)
                 consequence = (
                     "the forward can hang: DDP first broadcasts the module's buffers "

@@ -1,0 +1,431 @@
+"""DDP102-DDP105 beyond their own cases: idioms of widely used training code that must stay
+silent, the shape of the messages and related locations, and the edges of the path analysis
+(try/except, module-level chunks, loops, adversarial nesting)."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from ddp_lsp.config import Settings
+from ddp_lsp.core.engine import analyze, fix_text
+from ddp_lsp.core.types import Finding
+
+HEAD = """\
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+
+def run(code: str, *rules: str) -> list[Finding]:
+    result = analyze(HEAD + code, Settings(select=rules or ("DDP102", "DDP103", "DDP104", "DDP105")))
+    assert not result.errors, result.errors
+    return list(result.findings)
+
+
+def lines(found: list[Finding]) -> list[tuple[str, int]]:
+    """(rule, 1-based line in the snippet without HEAD)."""
+    offset = HEAD.count("\n")
+    return [(f.rule_id, f.span.start.line + 1 - offset) for f in found]
+
+
+# -- real-world idioms that must stay silent ------------------------------------------------------
+
+SILENT = {
+    "yolov5-early-stopping-broadcast": """\
+def train(opt, stopper, epochs, RANK):
+    stop = False
+    for epoch in range(epochs):
+        fi = evaluate_fitness(epoch)
+        if RANK in {-1, 0}:
+            stop = stopper(epoch=epoch, fitness=fi)
+        if RANK != -1:  # if DDP training
+            broadcast_list = [stop if RANK == 0 else None]
+            dist.broadcast_object_list(broadcast_list, 0)  # broadcast 'stop' to all ranks
+            if RANK != 0:
+                stop = broadcast_list[0]
+        if stop:
+            break  # must break all DDP ranks
+""",
+    "detectron2-coco-evaluator": """\
+from detectron2.utils import comm
+
+class COCOEvaluator:
+    def evaluate(self):
+        if self._distributed:
+            comm.synchronize()
+            predictions = comm.gather(self._predictions, dst=0)
+            if not comm.is_main_process():
+                return {}
+        else:
+            predictions = self._predictions
+        return self._eval_predictions(predictions)
+""",
+    "torchvision-init-distributed-mode": """\
+def init_distributed_mode(args):
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        args.rank = int(os.environ["RANK"])
+        args.gpu = int(os.environ["LOCAL_RANK"])
+    else:
+        print("Not using distributed mode")
+        args.distributed = False
+        return
+    args.distributed = True
+    torch.cuda.set_device(args.gpu)
+    dist.init_process_group(backend="nccl", world_size=args.world_size, rank=args.rank)
+    dist.barrier()
+    setup_for_distributed(args.rank == 0)
+""",
+    "pytorch-ddp-tutorial-checkpoint": """\
+def demo_checkpoint(rank, world_size, ddp_model, path):
+    if rank == 0:
+        torch.save(ddp_model.state_dict(), path)
+    dist.barrier()
+    map_location = {"cuda:%d" % 0: "cuda:%d" % rank}
+    ddp_model.load_state_dict(torch.load(path, map_location=map_location))
+    if rank == 0:
+        os.remove(path)
+""",
+    "accelerate-save-at-the-end": """\
+def finish(accelerator, model, tokenizer, args):
+    accelerator.wait_for_everyone()
+    unwrapped_model = accelerator.unwrap_model(model)
+    unwrapped_model.save_pretrained(
+        args.output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save
+    )
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(args.output_dir)
+""",
+    "accelerate-eval-gather-for-metrics": """\
+def evaluate(accelerator, model, loader, metric):
+    model.eval()
+    for batch in loader:
+        with torch.no_grad():
+            outputs = model(**batch)
+        predictions = outputs.logits.argmax(dim=-1)
+        predictions, references = accelerator.gather_for_metrics((predictions, batch["labels"]))
+        metric.add_batch(predictions=predictions, references=references)
+    result = metric.compute()
+    if accelerator.is_main_process:
+        print(result)
+    return result
+""",
+    "mae-all-reduce-mean": """\
+def all_reduce_mean(x):
+    world_size = dist.get_world_size() if dist.is_initialized() else 1
+    if world_size > 1:
+        x_reduce = torch.tensor(x).cuda()
+        dist.all_reduce(x_reduce)
+        x_reduce /= world_size
+        return x_reduce.item()
+    else:
+        return x
+""",
+    "guarded-raise-caught-in-the-same-function": """\
+def load(rank, path):
+    try:
+        if rank == 0 and not os.path.exists(path):
+            raise FileNotFoundError(path)
+    except FileNotFoundError:
+        path = None
+    dist.barrier()
+    return path
+""",
+    "rank-zero-only-without-collectives": """\
+from lightning.pytorch.utilities import rank_zero_only
+
+@rank_zero_only
+def save_config(cfg, path):
+    with open(path, "w") as f:
+        f.write(str(cfg))
+""",
+    "twin-helpers": """\
+def sync():
+    dist.barrier()
+
+def step(rank):
+    if rank == 0:
+        sync()
+    else:
+        dist.barrier()
+""",
+    "model-without-ddp-on-rank-0": """\
+def evaluate(model, x):
+    with torch.no_grad():
+        return model(x)
+
+def main(net, x, rank):
+    model = DDP(net)
+    model_without_ddp = model.module
+    if rank == 0:
+        print(evaluate(model_without_ddp, x))
+""",
+    "loop-variable-named-rank": """\
+def broadcast_from_each(t, world_size):
+    for rank in range(world_size):
+        if rank == 0:
+            print("first source")
+        dist.broadcast(t, src=rank)
+        if rank == 0:
+            dist.barrier()
+""",
+    "print-in-rank-order": """\
+def ordered_print(msg, rank, world_size):
+    for r in range(world_size):
+        if rank == r:
+            print(msg)
+        dist.barrier()
+""",
+    "world-size-single-process-or": """\
+def sync(args, t):
+    if args.world_size == 1 or not dist.is_initialized():
+        return t
+    dist.all_reduce(t)
+    return t
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SILENT))
+def test_real_world_idioms_stay_silent(name: str) -> None:
+    found = run(SILENT[name])
+    assert found == [], [f"{f.rule_id} {f.span.start}: {f.message}" for f in found]
+
+
+# -- messages and related locations -----------------------------------------------------------------
+
+
+def test_message_names_the_collective_the_guard_and_the_skipping_ranks() -> None:
+    code = """\
+def after_eval(rank, model, x):
+    if rank == 0:
+        print(model(x))
+        dist.barrier()
+"""
+    (f,) = run(code, "DDP103")
+    assert "`dist.barrier()`" in f.message
+    assert "`if rank == 0:`" in f.message
+    assert "ranks 1..N-1 never reach it" in f.message
+    assert "NCCL timeout" in f.message
+    (rel,) = f.related
+    assert rel.span.start.line == f.span.start.line - 2  # the `if rank == 0:` line
+    assert f.fixes == ()
+
+
+def test_local_rank_guard_is_described_per_node() -> None:
+    code = """\
+def prepare(args):
+    if args.local_rank == 0:
+        download()
+        dist.barrier()
+"""
+    (f,) = run(code, "DDP103")
+    assert "local rank 0 of each node" in f.message
+
+
+def test_raise_under_a_guard_mentions_the_launcher() -> None:
+    code = """\
+def check(rank, path):
+    if rank == 0 and not os.path.exists(path):
+        raise FileNotFoundError(path)
+    dist.barrier()
+"""
+    (f,) = run(code, "DDP103")
+    assert lines([f]) == [("DDP103", 4)]
+    assert "raises at `raise FileNotFoundError(path)`" in f.message
+    assert "launcher" in f.message
+    assert len(f.related) == 2
+
+
+def test_sys_exit_on_the_other_ranks() -> None:
+    code = """\
+def finish(rank, t):
+    if rank != 0:
+        sys.exit(0)
+    dist.all_reduce(t)
+"""
+    assert lines(run(code, "DDP103")) == [("DDP103", 4)]
+
+
+# -- the path analysis ---------------------------------------------------------------------------------
+
+
+def test_extra_collective_beside_a_twin_is_the_one_reported() -> None:
+    code = """\
+def step(rank, t):
+    if rank == 0:
+        dist.barrier()
+        dist.all_reduce(t)
+    else:
+        dist.barrier()
+"""
+    assert lines(run(code, "DDP103")) == [("DDP103", 4)]
+
+
+def test_guarded_collective_before_an_unguarded_one_of_the_same_kind() -> None:
+    code = """\
+def step(rank):
+    if rank == 0:
+        dist.barrier()
+    dist.barrier()
+"""
+    # Rank 0 calls barrier twice, the others once: the guarded one has no partner.
+    assert lines(run(code, "DDP103")) == [("DDP103", 3)]
+
+
+def test_break_in_an_inner_loop_does_not_leave_the_outer_one() -> None:
+    code = """\
+def train(rank, loader, t):
+    for epoch in range(3):
+        for x in loader:
+            if rank == 0 and x is None:
+                break
+        dist.all_reduce(t)
+"""
+    assert run(code, "DDP103") == []
+
+
+def test_return_inside_a_loop_skips_the_collective_after_it() -> None:
+    code = """\
+def train(rank, loader, t):
+    for x in loader:
+        if rank == 0 and x is None:
+            return
+    dist.all_reduce(t)
+"""
+    assert lines(run(code, "DDP103")) == [("DDP103", 5)]
+
+
+def test_conditional_expression_and_short_circuit_guards() -> None:
+    code = """\
+def f(rank, t, is_main_process):
+    x = dist.all_reduce(t) if rank == 0 else None
+    is_main_process and dist.barrier()
+"""
+    assert lines(run(code, "DDP103")) == [("DDP103", 2), ("DDP103", 3)]
+
+
+def test_module_level_guarded_barrier_is_left_alone_but_other_collectives_are_not() -> None:
+    code = """\
+rank = int(os.environ["RANK"])
+t = torch.ones(1)
+
+if rank != 0:
+    dist.barrier()
+
+if rank == 0:
+    dist.all_reduce(t)
+"""
+    assert lines(run(code, "DDP103")) == [("DDP103", 8)]
+
+
+def test_subgroup_collective_known_to_be_world_sized_is_reported() -> None:
+    code = """\
+def f(rank, t):
+    world = dist.new_group()
+    if rank == 0:
+        dist.all_reduce(t, group=world)
+"""
+    assert lines(run(code, "DDP103")) == [("DDP103", 4)]
+
+
+def test_new_group_on_some_ranks_only() -> None:
+    code = """\
+def f(rank):
+    if rank == 0:
+        g = dist.new_group([0])
+        return g
+    return None
+"""
+    assert lines(run(code, "DDP103")) == [("DDP103", 3)]
+
+
+def test_adversarial_nesting_finishes() -> None:
+    ifs = "".join(
+        f"    if flag{i}:\n        dist.all_reduce(t)\n    else:\n        dist.barrier()\n"
+        for i in range(30)
+    )
+    loops = "    for a in A:\n        for b in B:\n            for c in C:\n" + "".join(
+        f"                if f{i}:\n                    dist.barrier()\n"
+        f"                if rank != 0 and g{i}:\n                    continue\n"
+        for i in range(8)
+    )
+    found = run("def f(t, rank):\n" + ifs + loops, "DDP103")
+    assert all(f.rule_id == "DDP103" for f in found)
+
+
+# -- DDP104 --------------------------------------------------------------------------------------------
+
+
+def test_ddp104_extra_forward_on_rank_0_inside_the_training_loop() -> None:
+    code = """\
+def train(net, loader, sample, rank):
+    model = DDP(net)
+    for x in loader:
+        model(x).sum().backward()
+        if rank == 0:
+            print(model(sample).mean())
+"""
+    found = run(code, "DDP104")
+    assert lines(found) == [("DDP104", 6)]
+    fix = found[0].fixes[0]
+    assert not fix.safe and fix.preferred
+    fixed, _ = fix_text(HEAD + code, Settings(select=("DDP104",)), unsafe=True)
+    assert "print(model.module(sample).mean())" in fixed
+    assert run(fixed[len(HEAD):], "DDP104") == []
+
+
+def test_ddp104_and_ddp103_report_their_own_calls() -> None:
+    code = """\
+def evaluate(net, x, rank, t):
+    model = DDP(net)
+    if rank == 0:
+        out = model(x)
+        dist.all_reduce(t)
+"""
+    assert lines(run(code)) == [("DDP104", 4), ("DDP103", 5)]
+
+
+# -- DDP102 / DDP105 -------------------------------------------------------------------------------
+
+
+def test_ddp102_fix_is_offered_but_never_applied_by_fix_all() -> None:
+    code = """\
+def wrap(model, local_rank):
+    return DDP(model, device_ids=[local_rank], find_unused_parameters=True)
+"""
+    (f,) = run(code, "DDP102")
+    assert f.severity.label == "information"
+    assert "static_graph=True" in f.message
+    assert f.fixes and not f.fixes[0].safe and not f.fixes[0].preferred
+    same, n = fix_text(HEAD + code, Settings(select=("DDP102",)))
+    assert same == HEAD + code and n == 0
+
+
+def test_ddp102_removal_keeps_other_arguments_on_the_first_line() -> None:
+    code = """\
+def wrap(model, local_rank):
+    return DDP(model, find_unused_parameters=True, device_ids=[local_rank])
+"""
+    fixed, _ = fix_text(HEAD + code, Settings(select=("DDP102",)), unsafe=True)
+    assert "return DDP(model, device_ids=[local_rank])" in fixed
+    ast.parse(fixed)
+
+
+def test_ddp105_points_at_the_wrap() -> None:
+    code = """\
+def build(net):
+    model = DDP(net)
+    model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    return model
+"""
+    (f,) = run(code, "DDP105")
+    (rel,) = f.related
+    assert rel.span.start.line == f.span.start.line - 1
+    assert "before wrapping" in f.message
