@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import ast
 import re
+import weakref
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
@@ -82,6 +84,70 @@ _MAX_FLAG_DEPTH = 3
 _WRAPPER_MAIN = {"accelerator": "is_main_process", "fabric": "is_global_zero"}
 
 
+# -- one index per scope, per analysis --------------------------------------------------------
+
+
+class _ScopeIndex:
+    """What the helpers below ask of a scope, computed in one walk: assignments by name, name
+    nodes by name, loop variables, launcher calls. Rules call them once per finding, and a
+    long training function can hold hundreds of findings."""
+
+    def __init__(self, ctx: ChunkContext, root: ast.AST) -> None:
+        self.root = root
+        self.nodes: list[ast.AST] = list(P.walk_scope(root))
+        self.assigns: dict[str, list[tuple[ast.AST, ast.expr]]] = {}
+        self.names: dict[str, list[ast.Name]] = {}
+        self.loop_vars: set[str] = set()
+        self.spawns = False
+        for node in self.nodes:
+            if isinstance(node, ast.Name):
+                self.names.setdefault(node.id, []).append(node)
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        self.assigns.setdefault(t.id, []).append((node, node.value))
+            elif isinstance(node, ast.AnnAssign):
+                if isinstance(node.target, ast.Name) and node.value is not None:
+                    self.assigns.setdefault(node.target.id, []).append((node, node.value))
+            elif isinstance(node, ast.NamedExpr):
+                self.assigns.setdefault(node.target.id, []).append((node, node.value))
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                self.loop_vars.update(
+                    n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)
+                )
+            elif isinstance(node, ast.Call) and not self.spawns:
+                self.spawns = ctx.call_qualname(node) in SPAWNERS
+        self.candidates: list[tuple[int, ast.AST, ast.AST, str]] | None = None
+
+
+# Indexes live as long as the ChunkContext they were built for (one chunk, one analysis).
+_INDEXES: weakref.WeakKeyDictionary[ChunkContext, dict[int, _ScopeIndex]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+_MEMOS: weakref.WeakKeyDictionary[ChunkContext, dict[str, dict[Any, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _memo(ctx: ChunkContext) -> dict[str, dict[Any, Any]]:
+    memo = _MEMOS.get(ctx)
+    if memo is None:
+        memo = _MEMOS[ctx] = {}
+    return memo
+
+
+def _index(ctx: ChunkContext, root: ast.AST) -> _ScopeIndex:
+    per_ctx = _INDEXES.get(ctx)
+    if per_ctx is None:
+        per_ctx = _INDEXES[ctx] = {}
+    found = per_ctx.get(id(root))
+    if found is None or found.root is not root:
+        found = per_ctx[id(root)] = _ScopeIndex(ctx, root)
+    return found
+
+
 # -- is this code guarded? -----------------------------------------------------------------------
 
 
@@ -98,23 +164,8 @@ def _last_name(e: ast.AST) -> str | None:
 def assigned_value(ctx: ChunkContext, name: str, root: ast.AST, before: ast.AST) -> ast.expr | None:
     """The value of the last ``name = value`` in ``root``'s own frame before ``before``."""
     found: ast.expr | None = None
-    for node in P.walk_scope(root):
-        if not P.before(node, before):
-            continue
-        value: ast.expr | None = None
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
-            value = node.value
-        elif (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and node.target.id == name
-        ):
-            value = node.value
-        elif isinstance(node, ast.NamedExpr) and node.target.id == name:
-            value = node.value
-        if value is not None and (found is None or P.before(found, value)):
+    for node, value in _index(ctx, root).assigns.get(name, ()):
+        if P.before(node, before) and (found is None or P.before(found, value)):
             found = value
     return found
 
@@ -177,17 +228,26 @@ def _decorated_rank_zero(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 def _early_exit(ctx: ChunkContext, body: Sequence[ast.stmt], upto: ast.AST, root: ast.AST) -> bool:
     """A rank-conditioned ``if ...: return/continue/raise/break`` before ``upto`` in ``body``."""
-    for s in body:
-        if s is upto:
-            return False
-        if (
-            isinstance(s, ast.If)
-            and s.body
-            and _exits(s.body[-1])
-            and polarity(ctx, s.test, root) is not None
-        ):
-            return True
-    return False
+    exits = _memo(ctx).setdefault("early_exit", {})
+    key = id(body)
+    known = exits.get(key)
+    if known is None or known[0] is not body:
+        # The first early exit of the block, and each statement's position in it.
+        first = next(
+            (
+                i
+                for i, s in enumerate(body)
+                if isinstance(s, ast.If)
+                and s.body
+                and _exits(s.body[-1])
+                and polarity(ctx, s.test, root) is not None
+            ),
+            len(body),
+        )
+        known = exits[key] = (body, first, {id(s): i for i, s in enumerate(body)})
+    _, first, positions = known
+    pos = positions.get(id(upto))
+    return pos is not None and first < pos
 
 
 def _exits(s: ast.stmt) -> bool:
@@ -233,12 +293,7 @@ def is_guarded(ctx: ChunkContext, node: ast.AST) -> bool:
 
 def spawns_processes(ctx: ChunkContext, root: ast.AST) -> bool:
     """``root``'s frame launches the workers itself (``mp.spawn``): it is the parent process."""
-    for node in P.walk_scope(root):
-        if isinstance(node, ast.Call):
-            qual = ctx.call_qualname(node)
-            if qual in SPAWNERS:
-                return True
-    return False
+    return _index(ctx, root).spawns
 
 
 def in_lambda(ctx: ChunkContext, node: ast.AST) -> bool:
@@ -337,10 +392,7 @@ def _visible(ctx: ChunkContext, expr: ast.AST, stmt: ast.stmt, evidence: ast.AST
             continue
         if _dominates(ctx, evidence, stmt):
             continue
-        if not any(
-            isinstance(n, ast.Name) and n.id == name and _dominates(ctx, n, stmt)
-            for n in P.walk_scope(root)
-        ):
+        if not any(_dominates(ctx, n, stmt) for n in _index(ctx, root).names.get(name, ())):
             return False
     return True
 
@@ -371,21 +423,22 @@ def _pure_zero_test(ctx: ChunkContext, test: ast.AST) -> bool:
     return pure(test)
 
 
-def _loop_targets(root: ast.AST) -> set[str]:
-    """Names bound as loop or comprehension variables (``for rank in range(world_size)``)."""
-    out: set[str] = set()
-    for node in P.walk_scope(root):
-        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-            out.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
-    return out
+def _candidates(ctx: ChunkContext, root: ast.AST) -> list[tuple[int, ast.AST, ast.AST, str]]:
+    index = _index(ctx, root)
+    if index.candidates is None:
+        index.candidates = list(_find_candidates(ctx, index))
+    return index.candidates
 
 
-def _candidates(ctx: ChunkContext, root: ast.AST) -> Iterator[tuple[int, ast.AST, ast.AST, str]]:
+def _find_candidates(
+    ctx: ChunkContext, index: _ScopeIndex
+) -> Iterator[tuple[int, ast.AST, ast.AST, str]]:
     """(preference, evidence node, expression, condition text) found in ``root``'s frame.
 
     Preference: 0 an existing rank-0 guard, 1 a rank-0 predicate, 2 a rank variable by name,
     3 an attribute rank (``args.rank``). Loop variables named like a rank are not the rank."""
-    loop_vars = _loop_targets(root)
+    root = index.root
+    loop_vars = index.loop_vars
     if isinstance(root, FUNCS):
         for a in (*root.args.posonlyargs, *root.args.args, *root.args.kwonlyargs):
             if a.arg in loop_vars or "local" in a.arg.lower():
@@ -394,7 +447,7 @@ def _candidates(ctx: ChunkContext, root: ast.AST) -> Iterator[tuple[int, ast.AST
                 yield 1, a, ast.Name(a.arg, ast.Load()), a.arg
             elif a.arg in ctx.ranks.names:
                 yield 2, a, ast.Name(a.arg, ast.Load()), f"{a.arg} == 0"
-    for node in P.walk_scope(root):
+    for node in index.nodes:
         if _root_name(node) in loop_vars:
             continue
         if isinstance(node, ast.If) and _pure_zero_test(ctx, node.test):
@@ -526,16 +579,12 @@ def _changes_more(ctx: ChunkContext, stmts: Sequence[ast.stmt]) -> bool:
     if not bound:
         return False
     inside = {id(n) for s in stmts for n in ast.walk(s)}
-    root = P.scope_root(ctx, stmts[0])
-    for node in P.walk_scope(root):
-        if (
-            isinstance(node, ast.Name)
-            and isinstance(node.ctx, ast.Load)
-            and node.id in bound
-            and id(node) not in inside
-        ):
-            return True
-    return False
+    by_name = _index(ctx, P.scope_root(ctx, stmts[0])).names
+    return any(
+        isinstance(node.ctx, ast.Load) and id(node) not in inside
+        for name in bound
+        for node in by_name.get(name, ())
+    )
 
 
 def ends_own_line(ctx: ChunkContext, stmt: ast.stmt) -> bool:
@@ -911,30 +960,65 @@ def _is_write_stmt(ctx: ChunkContext, s: ast.stmt) -> bool:
     return collective_in(ctx, s) is None
 
 
+def _block_of(ctx: ChunkContext, stmt: ast.stmt) -> tuple[list[ast.stmt], int]:
+    """``ctx.block_of`` with each block's positions computed once."""
+    parent = ctx.parent(stmt)
+    blocks = _memo(ctx).setdefault("blocks", {})
+    key = id(parent) if parent is not None else 0
+    known = blocks.get(key)
+    if known is None or known[0] is not parent:
+        positions: dict[int, tuple[list[ast.stmt], int]] = {}
+        seqs = (
+            [ctx.body]
+            if parent is None
+            else [
+                getattr(parent, name)
+                for name in ("body", "orelse", "finalbody")
+                if isinstance(getattr(parent, name, None), list)
+            ]
+        )
+        for seq in seqs:
+            for i, s in enumerate(seq):
+                positions[id(s)] = (seq, i)
+        known = blocks[key] = (parent, positions)
+    return known[1].get(id(stmt)) or ctx.block_of(stmt)
+
+
 def rank0_run(ctx: ChunkContext, stmt: ast.stmt) -> list[ast.stmt]:
     """``stmt`` and the statements right next to it in its block that belong under the same
     guard: logging and checkpoint writes (``print("saving"); torch.save(...)``), so that
     DDP501's and DDP502's fixes produce one ``if`` block, not one per line. Per-rank writes
     and rank-tagged messages stay outside."""
+    memo = _memo(ctx)
+    member = memo.setdefault("member", {})
 
-    def member(s: ast.stmt) -> bool:
-        return _is_log_stmt(ctx, s) or _is_write_stmt(ctx, s)
+    def is_member(s: ast.stmt) -> bool:
+        known = member.get(id(s))
+        if known is None:
+            known = member[id(s)] = _is_log_stmt(ctx, s) or _is_write_stmt(ctx, s)
+        return bool(known)
 
-    if not member(stmt):
+    if not is_member(stmt):
         return [stmt]
-    block, idx = ctx.block_of(stmt)
+    block, idx = _block_of(ctx, stmt)
     lo = hi = idx
-    while lo > 0 and member(block[lo - 1]):
+    while lo > 0 and is_member(block[lo - 1]):
         lo -= 1
-    while hi + 1 < len(block) and member(block[hi + 1]):
+    while hi + 1 < len(block) and is_member(block[hi + 1]):
         hi += 1
     return block[lo : hi + 1]
 
 
 def guard_run_fix(ctx: ChunkContext, stmt: ast.stmt, cond: Condition, title: str) -> Fix | None:
-    """:func:`guard_fix` for ``stmt``'s run, or for ``stmt`` alone where the run cannot be."""
+    """:func:`guard_fix` for ``stmt``'s run, or for ``stmt`` alone where the run cannot be.
+
+    Every statement of a run gets the same edits, computed once."""
     run = rank0_run(ctx, stmt)
-    fix = guard_fix(ctx, run, cond, title)
+    fixes = _memo(ctx).setdefault("run_fix", {})
+    key = (id(run[0]), id(run[-1]), cond)
+    if key not in fixes:
+        fixes[key] = guard_fix(ctx, run, cond, title)
+    fix = fixes[key]
     if fix is None and len(run) > 1:
-        fix = guard_fix(ctx, [stmt], cond, title)
-    return fix
+        return guard_fix(ctx, [stmt], cond, title)
+    return None if fix is None else replace(fix, title=title)

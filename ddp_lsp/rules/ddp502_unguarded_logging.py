@@ -102,6 +102,7 @@ class UnguardedLogging(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        seen: dict[int, bool] = {}  # loop id -> is a training loop (many prints, one loop)
         patched_print: bool | None = None
         aware_logging: bool | None = None
         for call in ctx.calls():
@@ -111,7 +112,7 @@ class UnguardedLogging(Rule):
             if not _has_value(call) or G.names_process(ctx, call):
                 continue
             loops = ctx.enclosing_loops(call)
-            if not any(_training_loop(ctx, loop) for loop in loops):
+            if not any(self._is_training(ctx, loop, seen) for loop in loops):
                 continue
             if G.is_guarded(ctx, call):
                 continue
@@ -144,6 +145,15 @@ class UnguardedLogging(Rule):
                 f"per process; log on rank 0 only (`if {cond.text}:`)",
                 fixes=fixes,
             )
+
+    @staticmethod
+    def _is_training(
+        ctx: ChunkContext, loop: ast.For | ast.AsyncFor | ast.While, seen: dict[int, bool]
+    ) -> bool:
+        known = seen.get(id(loop))
+        if known is None:
+            known = seen[id(loop)] = _training_loop(ctx, loop)
+        return known
 
 
 def _has_value(call: ast.Call) -> bool:
