@@ -102,8 +102,15 @@ PG_METHODS = {
 _NEW_GROUP = frozenset({"torch.distributed.new_group"})
 _WORLD = frozenset({"torch.distributed.group.WORLD", "torch.distributed.GroupMember.WORLD"})
 _BARRIERS = frozenset(
-    {"barrier", "monitored_barrier", "accelerator.wait_for_everyone", "comm.synchronize",
-     "fabric.barrier", "comm.barrier", "comm.Barrier"}
+    {
+        "barrier",
+        "monitored_barrier",
+        "accelerator.wait_for_everyone",
+        "comm.synchronize",
+        "fabric.barrier",
+        "comm.barrier",
+        "comm.Barrier",
+    }
 )
 _PROCESS_EXITS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
 
@@ -163,8 +170,12 @@ def _single_process(ctx: ChunkContext, e: ast.AST) -> bool:
         return True
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
         inner = e.operand.func if isinstance(e.operand, ast.Call) else e.operand
-        return (_last_name(inner) or "") in ("is_initialized", "is_available",
-                                               "is_dist_avail_and_initialized", "distributed")
+        return (_last_name(inner) or "") in (
+            "is_initialized",
+            "is_available",
+            "is_dist_avail_and_initialized",
+            "distributed",
+        )
     if isinstance(e, ast.Compare) and len(e.ops) == 1:
         return (_last_name(e.left) or "").lower() == "world_size"
     return False
@@ -191,7 +202,7 @@ def polarity(ctx: ChunkContext, test: ast.AST, root: ast.AST) -> Polarity | None
         # `or`: the true branch runs where any operand holds.
         if all(
             p is Polarity.ZERO or (p is None and _single_process(ctx, v))
-            for p, v in zip(parts, test.values)
+            for p, v in zip(parts, test.values, strict=True)
         ):
             return Polarity.ZERO
         if all(p is Polarity.NONZERO for p in parts):
@@ -236,6 +247,7 @@ def process_groups(ctx: ChunkContext) -> dict[str, bool]:
     """Paths bound to ``dist.new_group(...)`` in this chunk: path -> is a subgroup."""
     out: dict[str, bool] = {}
     for node in ctx.nodes(ast.Assign, ast.AnnAssign):
+        assert isinstance(node, (ast.Assign, ast.AnnAssign))
         value = node.value
         if not isinstance(value, ast.Call) or ctx.call_qualname(value) not in _NEW_GROUP:
             continue
@@ -270,7 +282,7 @@ def collective_extractor(ctx: ChunkContext) -> Extractor:
         name = N.dotted(call.func)
         qual = ctx.call_qualname(call)
         if qual is not None and qual.startswith("torch.distributed."):
-            fn = qual[len("torch.distributed."):]
+            fn = qual[len("torch.distributed.") :]
             if fn in _COLLECTIVE_FUNCTIONS:
                 if fn == "new_group" and _is_true(_kw(call, "use_local_synchronization")):
                     return None
@@ -386,7 +398,8 @@ class Flow:
         if self._loop_vars is None:
             self._loop_vars = _loop_targets(self.root)
         return any(
-            isinstance(n, ast.Name) and n.id in self._loop_vars
+            isinstance(n, ast.Name)
+            and n.id in self._loop_vars
             and (self.ctx.ranks.is_rank_expr(n) or self.ctx.ranks.is_predicate(n))
             for n in ast.walk(test)
         )
@@ -399,7 +412,9 @@ class Flow:
 
     # -- statements ----------------------------------------------------------------------------
 
-    def block(self, stmts: Sequence[ast.stmt], joints: list[Joint], active: frozenset[int]) -> list[Joint]:
+    def block(
+        self, stmts: Sequence[ast.stmt], joints: list[Joint], active: frozenset[int]
+    ) -> list[Joint]:
         for s in stmts:
             if not active:
                 break
@@ -417,7 +432,9 @@ class Flow:
                 return self.block(s.orelse, joints, active - split)
             if self.polarity(s.test) is Polarity.SOME:
                 self.some_check(s)
-            return _dedupe(self.block(s.body, joints, active) + self.block(s.orelse, joints, active))
+            return _dedupe(
+                self.block(s.body, joints, active) + self.block(s.orelse, joints, active)
+            )
         if isinstance(s, (ast.For, ast.AsyncFor)):
             joints = self.expr(s.iter, joints, active)
             return self.loop(s, None, joints, active)
@@ -472,7 +489,8 @@ class Flow:
         groups: dict[tuple[frozenset[int], frozenset[int]], list[Joint]] = {}
         for j in self.block(s.body, joints, active):
             raised = frozenset(
-                c for c in active
+                c
+                for c in active
                 if (ex := j[c].exit) is not None and ex.kind == "raise" and id(ex.node) in inside
             )
             calm = frozenset(c for c in active if j[c].exit is None)
@@ -496,8 +514,11 @@ class Flow:
         return self.block(s.finalbody, out, active) if s.finalbody else out
 
     def loop(
-        self, s: ast.For | ast.AsyncFor | ast.While, test: ast.expr | None,
-        joints: list[Joint], active: frozenset[int],
+        self,
+        s: ast.For | ast.AsyncFor | ast.While,
+        test: ast.expr | None,
+        joints: list[Joint],
+        active: frozenset[int],
     ) -> list[Joint]:
         out: list[Joint] = []
         iterations: dict[frozenset[int], list[Joint]] = {}
@@ -551,7 +572,9 @@ class Flow:
                 continue
             for other in its:
                 for ev in other[stayer].events:
-                    self.miss(ev, Reason("exit", leaver.node, guard=guard, runner=stayer, loop=True))
+                    self.miss(
+                        ev, Reason("exit", leaver.node, guard=guard, runner=stayer, loop=True)
+                    )
 
     # -- expressions ---------------------------------------------------------------------------
 
@@ -642,8 +665,11 @@ class Flow:
         ex = skipper_lane.exit
         if ex is not None and ex.kind in ("decorator", "caller"):
             return Reason(ex.kind, ex.node, runner=runner)
-        candidates = [x for x in ((ex,) if ex is not None else ()) + skipper_lane.skips
-                      if x.kind != "frozen" and P.before(x.node, ev.node)]
+        candidates = [
+            x
+            for x in ((ex,) if ex is not None else ()) + skipper_lane.skips
+            if x.kind != "frozen" and P.before(x.node, ev.node)
+        ]
         for x in sorted(candidates, key=lambda x: P.order(x.node), reverse=True):
             guard = self.guard_of_exit(x.node)
             if guard is not None:
@@ -670,6 +696,7 @@ class Flow:
     def some_check(self, s: ast.If) -> None:
         """``if rank % 2 == 0: dist.barrier()``: a rank-dependent branch we cannot name, with
         a call the other branch does not make."""
+
         def alts(stmts: list[ast.stmt]) -> list[tuple[Event, ...]]:
             start: Joint = (Lane(), Lane(exit=_FROZEN))
             return [j[Z].events for j in self.block(stmts, [start], frozenset({Z}))]
@@ -702,8 +729,11 @@ def _dedupe(joints: Iterable[Joint]) -> list[Joint]:
     out: list[Joint] = []
     for j in joints:
         key = tuple(
-            (tuple(id(e.node) for e in lane.events), id(lane.exit.node) if lane.exit else None,
-             tuple(id(x.node) for x in lane.skips))
+            (
+                tuple(id(e.node) for e in lane.events),
+                id(lane.exit.node) if lane.exit else None,
+                tuple(id(x.node) for x in lane.skips),
+            )
             for lane in j
         )
         if key in seen:
@@ -788,7 +818,9 @@ def condition_text(ctx: ChunkContext, reason: Reason) -> str:
         return f"the `else` branch of `{head}`" if reason.in_else else f"`{head}`"
     if isinstance(node, ast.IfExp):
         cond = short(ctx.segment(node.test))
-        return f"`else` of `... if {cond} else ...`" if reason.in_else else f"`... if {cond} else ...`"
+        return (
+            f"`else` of `... if {cond} else ...`" if reason.in_else else f"`... if {cond} else ...`"
+        )
     if node is not None:
         return f"`{short(ctx.segment(node))}`"
     return "a rank condition"
@@ -810,12 +842,18 @@ _EXIT_WORDS = {
 }
 
 
-def explain(ctx: ChunkContext, miss: Miss, consequence: str) -> tuple[str, list[tuple[ast.AST, str]]]:
+def explain(
+    ctx: ChunkContext, miss: Miss, consequence: str
+) -> tuple[str, list[tuple[ast.AST, str]]]:
     """The part of a message saying which ranks make the call and which skip it, and the
     places to point at (related information)."""
     r = miss.reason
     text = ctx.segment(miss.event.node)
-    call = f"`{short(text)}`" if len(text) <= 40 and "\n" not in text else f"`{short(miss.event.display)}`"
+    call = (
+        f"`{short(text)}`"
+        if len(text) <= 40 and "\n" not in text
+        else f"`{short(miss.event.display)}`"
+    )
     if miss.event.wild:
         call += " (which reaches a collective)"
     runner = r.runner
@@ -828,7 +866,8 @@ def explain(ctx: ChunkContext, miss: Miss, consequence: str) -> tuple[str, list[
         )
     assert runner is not None
     skipper = NZ if runner == Z else Z
-    local = r.kind in ("guard", "exit") and is_local(ctx, r.node if r.kind == "guard" else r.guard)
+    where = r.node if r.kind == "guard" else r.guard
+    local = r.kind in ("guard", "exit") and where is not None and is_local(ctx, where)
     runs, skips = ranks_text(runner, local), ranks_text(skipper, local)
     plural = skips.startswith(("ranks", "the other"))
     if r.kind == "guard":
@@ -867,7 +906,10 @@ def explain(ctx: ChunkContext, miss: Miss, consequence: str) -> tuple[str, list[
     words = _EXIT_WORDS[kind][0 if plural else 1]
     cond = condition_text(ctx, r)
     exit_text = short(ctx.segment(exit_node))
-    related = [(guard_span_node(r) or exit_node, "the rank condition"), (exit_node, "the early exit")]
+    related = [
+        (guard_span_node(r) or exit_node, "the rank condition"),
+        (exit_node, "the early exit"),
+    ]
     if r.loop:
         leave = "leave" if plural else "leaves"
         how = f"`{exit_text}`"

@@ -83,7 +83,9 @@ class FindUnusedParameters(Rule):
             qual = ctx.call_qualname(call)
             if qual in _DDP_LIKE:
                 kw = next((k for k in call.keywords if k.arg == _FLAG), None)
-                if kw is None or not (isinstance(kw.value, ast.Constant) and kw.value.value is True):
+                if kw is None or not (
+                    isinstance(kw.value, ast.Constant) and kw.value.value is True
+                ):
                     continue
                 static = any(k.arg == "static_graph" for k in call.keywords)
                 hint = (
@@ -130,7 +132,8 @@ class FindUnusedParameters(Rule):
     def _removal(ctx: ChunkContext, call: ast.Call, kw: ast.keyword) -> Edit | None:
         """Delete ``find_unused_parameters=True`` with its comma, keeping the layout."""
         items: list[ast.AST] = sorted(
-            [*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset)  # type: ignore[attr-defined]
+            [*call.args, *call.keywords],
+            key=lambda n: (n.lineno, n.col_offset),  # type: ignore[attr-defined]
         )
         idx = next(i for i, n in enumerate(items) if n is kw)
         span = ctx.span(kw)

@@ -67,7 +67,16 @@ from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
-from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Related, RuleMeta, Severity, Span
+from ddp_lsp.core.types import (
+    Edit,
+    Finding,
+    Fix,
+    FixAvailability,
+    Related,
+    RuleMeta,
+    Severity,
+    Span,
+)
 from ddp_lsp.rules import _collectives as C
 from ddp_lsp.rules import _patterns as P
 
@@ -94,7 +103,11 @@ def _assignments(ctx: ChunkContext, root: ast.AST, path: str) -> list[tuple[ast.
     for node in P.walk_scope(root):
         if isinstance(node, ast.Assign) and any(path_of(t) == path for t in node.targets):
             out.append((node, node.value))
-        elif isinstance(node, ast.AnnAssign) and node.value is not None and path_of(node.target) == path:
+        elif (
+            isinstance(node, ast.AnnAssign)
+            and node.value is not None
+            and path_of(node.target) == path
+        ):
             out.append((node, node.value))
     return out
 
@@ -118,16 +131,18 @@ def _wrapped_here(ctx: ChunkContext, target: ast.expr, call: ast.Call) -> bool:
 
 def _no_buffer_broadcast(ctx: ChunkContext) -> set[str]:
     """Paths wrapped as ``DDP(..., broadcast_buffers=False)`` in this chunk."""
-    if any(
-        (ctx.call_qualname(c) or "").endswith("convert_sync_batchnorm") for c in ctx.calls()
-    ):
+    if any((ctx.call_qualname(c) or "").endswith("convert_sync_batchnorm") for c in ctx.calls()):
         return set()
     out: set[str] = set()
     for node in ctx.nodes(ast.Assign):
         value = node.value
         if isinstance(value, ast.Call) and ctx.call_qualname(value) == N.DDP:
             for kw in value.keywords:
-                if kw.arg == "broadcast_buffers" and isinstance(kw.value, ast.Constant) and kw.value.value is False:
+                if (
+                    kw.arg == "broadcast_buffers"
+                    and isinstance(kw.value, ast.Constant)
+                    and kw.value.value is False
+                ):
                     out.update(p for p in (path_of(t) for t in node.targets) if p)
     return out
 
@@ -150,7 +165,9 @@ def forward_extractor(ctx: ChunkContext) -> C.Extractor:
 
 def _is_param(ctx: ChunkContext, root: ast.AST, target: ast.expr) -> bool:
     """``target`` is a parameter not annotated as DDP (its kind came from the call sites)."""
-    if not isinstance(root, (ast.FunctionDef, ast.AsyncFunctionDef)) or not isinstance(target, ast.Name):
+    if not isinstance(root, (ast.FunctionDef, ast.AsyncFunctionDef)) or not isinstance(
+        target, ast.Name
+    ):
         return False
     args = root.args
     for a in (*args.posonlyargs, *args.args, *args.kwonlyargs):

@@ -65,7 +65,9 @@ def _is_wrap(ctx: ChunkContext, value: ast.AST) -> bool:
     return False
 
 
-def _last_assignment(ctx: ChunkContext, root: ast.AST, path: str, before: ast.AST) -> ast.stmt | None:
+def _last_assignment(
+    ctx: ChunkContext, root: ast.AST, path: str, before: ast.AST
+) -> ast.stmt | None:
     found: ast.stmt | None = None
     holders = {id(a) for a in ctx.ancestors(before)}
     for node in P.walk_scope(root):
@@ -77,6 +79,7 @@ def _last_assignment(ctx: ChunkContext, root: ast.AST, path: str, before: ast.AS
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             targets = [node.target]
         if any(path_of(t) == path for t in targets):
+            assert isinstance(node, ast.stmt)
             if found is None or P.before(found, node):
                 found = node
     return found
@@ -95,8 +98,10 @@ class SyncBnAfterDdpWrap(Rule):
         for call in ctx.calls():
             if ctx.call_qualname(call) != CONVERT:
                 continue
-            arg = call.args[0] if call.args else next(
-                (k.value for k in call.keywords if k.arg == "module"), None
+            arg = (
+                call.args[0]
+                if call.args
+                else next((k.value for k in call.keywords if k.arg == "module"), None)
             )
             if arg is None:
                 continue

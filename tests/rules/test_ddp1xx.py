@@ -24,7 +24,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def run(code: str, *rules: str) -> list[Finding]:
-    result = analyze(HEAD + code, Settings(select=rules or ("DDP102", "DDP103", "DDP104", "DDP105")))
+    result = analyze(
+        HEAD + code, Settings(select=rules or ("DDP102", "DDP103", "DDP104", "DDP105"))
+    )
     assert not result.errors, result.errors
     return list(result.findings)
 
@@ -378,7 +380,7 @@ def train(net, loader, sample, rank):
     assert not fix.safe and fix.preferred
     fixed, _ = fix_text(HEAD + code, Settings(select=("DDP104",)), unsafe=True)
     assert "print(model.module(sample).mean())" in fixed
-    assert run(fixed[len(HEAD):], "DDP104") == []
+    assert run(fixed[len(HEAD) :], "DDP104") == []
 
 
 def test_ddp104_and_ddp103_report_their_own_calls() -> None:
