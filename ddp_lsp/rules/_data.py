@@ -491,12 +491,18 @@ def remove_argument(ctx: ChunkContext, call: ast.Call, item: ast.AST) -> list[Ed
         if first_other.start.line != sp.start.line:
             indent = _line(ctx, sp.start.line)[: sp.start.col]
             repl = f"{indent}{comment}\n" if comment else ""
-            prev_ok = (
-                idx == 0
-                or own.group(1) is not None
-                or _find_comma(ctx, ctx.span(items[idx - 1]).end) is not None
-            )
-            if prev_ok:
+            # The line may go if it takes the item's comma with it, or if the item is the last
+            # one without a comma after it (the previous comma then becomes a trailing one).
+            if own.group(1) is not None:
+                whole_line = True
+            else:
+                whole_line = (
+                    idx == len(items) - 1
+                    and idx > 0
+                    and _find_comma(ctx, sp.end) is None
+                    and _find_comma(ctx, ctx.span(items[idx - 1]).end) is not None
+                )
+            if whole_line:
                 return [Edit(Span(Pos(sp.start.line, 0), Pos(sp.end.line + 1, 0)), repl)]
     if idx + 1 < len(items):
         comma = _find_comma(ctx, sp.end)

@@ -7,9 +7,10 @@ backward pass over a map-style dataset the analysis recognises.
 
 ## Why is this bad?
 Without a `DistributedSampler` every rank iterates the *whole* dataset. Each epoch does
-world-size times the work, and since the ranks draw the same examples (identically ordered
-without shuffle) the averaged gradient is no better than one GPU's: the extra GPUs are wasted,
-and epoch-based schedules run world-size times too many steps per "epoch" of real data.
+world-size times the work: every rank reads every example (in the same order when the ranks
+share a seed or do not shuffle), so the averaged gradient carries little more information than
+one GPU's, the extra GPUs are mostly wasted, and epoch-based schedules run world-size times too
+many steps per epoch of real data.
 
 ## Example
 ```python
@@ -112,7 +113,12 @@ class MissingDistributedSampler(Rule):
                 return None
         fixes = []
         ds_text = ctx.segment(dataset) if N.dotted(dataset) is not None else None
-        if ds_text is not None and (shuffle is None or shuffle_kw is not None):
+        explicit_none = D.arg(call, "sampler") is not None  # sampler=None: edit, not add
+        if (
+            ds_text is not None
+            and not explicit_none
+            and (shuffle is None or shuffle_kw is not None)
+        ):
             spelled, imports = D.sampler_spelling(ctx)
             if shuffle_kw is None:
                 new = f"sampler={spelled}({ds_text}, shuffle=False)"
@@ -465,6 +471,15 @@ def main(model, optimizer, epochs):
             optimizer.step()
 """,
         note="no shuffle, but a training loop over a map-style dataset: order kept",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(train_set):
+    return «DataLoader»(train_set, sampler=None, shuffle=True)
+""",
+        fixed=None,
+        note="an explicit sampler=None: reported, no fix (a second sampler= would not parse)",
     ),
     Invalid(
         _HEAD

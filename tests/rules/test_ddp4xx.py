@@ -437,3 +437,60 @@ def test_golden_script_fix_all() -> None:
     assert "sampler=DistributedSampler(packed)" in fixed
     assert fix_text(fixed, DATA, unsafe=True, env=GOLDEN_ENV) == (fixed, 0)
     assert n >= 5
+
+
+# -- any call layout: generated ------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_KWS = ["batch_size=8", "sampler=s", "shuffle=True", "num_workers=4", "drop_last=True"]
+_SEPS = [", ", ",\n        ", ",  # note\n        ", "\n        , "]
+
+
+@st.composite
+def loader_calls(draw: st.DrawFn) -> str:
+    kws = draw(st.permutations(_KWS))
+    items = ["ds", *kws]
+    text = "DataLoader(" + draw(st.sampled_from(["", "\n        ", "  # open\n        "]))
+    for i, item in enumerate(items):
+        text += item
+        if i + 1 < len(items):
+            text += draw(st.sampled_from(_SEPS))
+    text += draw(st.sampled_from(["", ",", ",  # end\n    ", "\n    ", ",\n    "]))
+    return text + ")"
+
+
+def _wrap(call: str) -> str:
+    return (
+        HEAD
+        + "def f(ds, s, rank):\n    loader = "
+        + call
+        + "\n    for x in loader:\n        x.cuda(rank)\n"
+    )
+
+
+def _keywords(code: str) -> list[str]:
+    tree = ast.parse(code)
+    call = next(
+        n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "DataLoader"
+    )
+    return sorted(ast.unparse(k) for k in call.keywords)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(loader_calls())
+def test_ddp403_and_ddp404_fixes_in_any_layout(call: str) -> None:
+    code = _wrap(call)
+    ast.parse(code)
+    before = _keywords(code)
+    (f403,) = found(code, "DDP403")
+    removed = apply_edits(code, f403.fixes[0].edits)
+    assert _keywords(removed) == [k for k in before if k != "shuffle=True"], removed
+    assert removed.count("#") == code.count("#"), removed
+    assert found(removed, "DDP403") == []
+    (f404,) = found(code, "DDP404")
+    added = apply_edits(code, f404.fixes[0].edits)
+    assert _keywords(added) == sorted([*before, "pin_memory=True"]), added
+    assert added.count("#") == code.count("#"), added
+    assert found(added, "DDP404") == []
