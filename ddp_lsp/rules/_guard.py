@@ -848,7 +848,9 @@ def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
         saved_into = with_stmt is not None and _saves_into(ctx, with_stmt)
         if not saved_into and not _checkpointish(ctx, path, root):
             return None
-        return Write("open", path, with_stmt, with_stmt is not None)
+        mode = _arg(call, 1, "mode")
+        label = f"open(..., {ctx.segment(mode)})" if mode is not None else "open"
+        return Write(label, path, with_stmt, with_stmt is not None)
     return None
 
 

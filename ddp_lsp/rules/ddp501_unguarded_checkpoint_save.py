@@ -29,7 +29,8 @@ for epoch in range(epochs):
 ```
 
 ## Fix
-Wraps the statement (the whole `with open(...)` block for file handles) in `if <rank> == 0:`,
+Wraps the statement (the whole `with open(...)` block for file handles, together with the
+logging and checkpoint writes right next to it, such as `print("saving...")`) in `if <rank> == 0:`,
 reusing what the code in scope already uses: an existing rank-0 guard of the same function
 (`if args.local_rank in [-1, 0]:`), a rank-0 predicate (`is_main_process()`,
 `master_process`, `accelerator.is_main_process`), or a rank variable (`rank`, `global_rank`,
@@ -49,7 +50,12 @@ themselves and must be called on every rank), `torch.distributed.checkpoint.save
 collective), `save_pretrained(..., is_main_process=...)`, functions that guard themselves
 (`save_on_master`) or are only called under a guard, `@rank_zero_only` functions, and code
 after `mp.spawn(...)` (the parent process). A helper imported from another file
-(`utils.save_checkpoint(...)`) is not reported: whether it guards itself is not visible here.
+(`utils.save_checkpoint(...)`) is not reported: whether it guards itself is not visible here,
+and neither is a module-level save helper that writes to the path its caller passes in.
+
+Still reported: a save inside a method whose only caller guards it with a name not known as a
+rank, such as `if self.gpu_id == 0: self._save_checkpoint(epoch)` in the PyTorch DDP tutorial;
+add the name to `rank-guard-names` (`["gpu_id"]`) to teach it.
 
 ## References
 - https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints

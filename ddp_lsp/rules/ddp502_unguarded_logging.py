@@ -33,7 +33,8 @@ for step, (x, y) in enumerate(loader):
 ```
 
 ## Fix
-Wraps the logging statement (and the logging statements right next to it) in
+Wraps the logging statement (and the logging statements and checkpoint writes right next to
+it, so that DDP501's fix gives the same single block) in
 `if <rank> == 0:`, reusing the rank-0 test the code in scope already uses (an existing guard,
 `is_main_process()`, `master_process`, `rank`, `args.rank`, `self.rank`), otherwise
 `dist.get_rank() == 0` with the import it needs (marked unsafe: `get_rank()` raises where no
@@ -49,7 +50,10 @@ rank-aware loggers, `logger.warning`/`error` (per-rank problems should be seen),
 files that call `setup_for_distributed` / `init_distributed_mode` (DeiT, DETR, torchvision
 references: they silence `print` on other ranks), and `logger.info` where the logger is
 rank-aware (accelerate's `get_logger`, detectron2's `setup_logger`, mmcv's
-`get_root_logger`, Swin's `create_logger`) or its level is set from the rank.
+`get_root_logger`, Swin's `create_logger`) or its level is set from the rank. Only loggers of
+the standard `logging` module imported by the file are checked. Still reported: `print` or
+`logger.info` in a file whose output another file silences on the other ranks; silence the
+rule for that file, or guard the call.
 
 ## References
 - https://pytorch.org/docs/stable/distributed.html#torch.distributed.get_rank
