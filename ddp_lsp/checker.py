@@ -294,6 +294,15 @@ def _worker_init() -> None:
     logging.getLogger("ddp_lsp").propagate = False
 
 
+def _pool_worker_init() -> None:
+    _worker_init()
+    # Ctrl-C is the parent's to handle: it cancels what is queued and exits; a worker that
+    # died of SIGINT would look like a crash and trigger the crash recovery below.
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run_jobs(jobs: Sequence[Job], workers: int | None = None) -> list[Outcome]:
     """Run the jobs, in a process pool when that pays off; results in job order."""
     total = sum(_size(j) for j in jobs)
@@ -306,7 +315,7 @@ def run_jobs(jobs: Sequence[Job], workers: int | None = None) -> list[Outcome]:
     return _run_pool(jobs, min(workers, len(jobs)))
 
 
-def _run_pool(jobs: Sequence[Job], workers: int) -> list[Outcome]:
+def _run_pool(jobs: Sequence[Job], workers: int, attempt: int = 0) -> list[Outcome]:
     import concurrent.futures as cf
     import multiprocessing
     import threading
@@ -320,21 +329,28 @@ def _run_pool(jobs: Sequence[Job], workers: int) -> list[Outcome]:
     ctx = multiprocessing.get_context(method)
     results: dict[int, Outcome] = {}
     chunk = max(1, min(16, len(jobs) // (workers * 4)))
+    pool = cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_pool_worker_init)
     try:
-        with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init) as pool:
-            batches = [
-                list(range(i, min(i + chunk, len(jobs)))) for i in range(0, len(jobs), chunk)
-            ]
-            futures = {pool.submit(_run_batch, [jobs[i] for i in b]): b for b in batches}
-            for fut in cf.as_completed(futures):
-                for i, outcome in zip(futures[fut], fut.result(), strict=True):
-                    results[i] = outcome
+        batches = [list(range(i, min(i + chunk, len(jobs)))) for i in range(0, len(jobs), chunk)]
+        futures = {pool.submit(_run_batch, [jobs[i] for i in b]): b for b in batches}
+        for fut in cf.as_completed(futures):
+            for i, outcome in zip(futures[fut], fut.result(), strict=True):
+                results[i] = outcome
     except cf.process.BrokenProcessPool:
-        # A worker died (a crash in native code). Re-run what is missing one file per
-        # process, so only the file that kills its process is lost.
-        for i, job in enumerate(jobs):
-            if i not in results:
-                results[i] = _run_isolated(job, ctx)
+        # A worker died (a crash in native code) and took every unfinished batch with it.
+        # Retry those in a fresh pool while many remain; then run each remaining file in
+        # its own process, so only a file that kills its process is lost.
+        missing = [i for i in range(len(jobs)) if i not in results]
+        if attempt < 2 and len(missing) > 4 * workers:
+            again = _run_pool([jobs[i] for i in missing], workers, attempt + 1)
+            results.update(zip(missing, again, strict=True))
+        else:
+            for i in missing:
+                results[i] = _run_isolated(jobs[i], ctx)
+    except BaseException:  # Ctrl-C: drop the queue, let running batches end, re-raise
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return [results[i] for i in range(len(jobs))]
 
 
@@ -346,7 +362,7 @@ def _run_isolated(job: Job, ctx: BaseContext) -> Outcome:
     import concurrent.futures as cf
 
     try:
-        with cf.ProcessPoolExecutor(1, mp_context=ctx, initializer=_worker_init) as pool:
+        with cf.ProcessPoolExecutor(1, mp_context=ctx, initializer=_pool_worker_init) as pool:
             outcome: Outcome = pool.submit(_run_batch, [job]).result()[0]
             return outcome
     except cf.process.BrokenProcessPool:
