@@ -476,6 +476,10 @@ def build_report(
     backend = (handshake.values.get("backend") if handshake else None) or options.backend
     world = (handshake.values.get("world_size") if handshake else None) or options.world_size
     gpus = vals.get("gpus") or []
+    cuda_basic = next((p for p in probes if p.id == "cuda.basic"), None)
+    if not gpus and cuda_basic is not None:
+        # No nvidia-smi (some containers): the names torch.cuda reported.
+        gpus = [g.get("name") for g in cuda_basic.values.get("gpus") or [] if isinstance(g, dict)]
     return PreflightReport(
         host=socket.gethostname(),
         python=sys.executable,

@@ -281,3 +281,38 @@ def test_validate_python_setting(tmp_path: Path) -> None:
     ):
         with pytest.raises(ValueError):
             validate_python(bad, env={"PATH": str(tmp_path)})
+
+
+def test_report_header_from_probe_values_without_nvidia_smi() -> None:
+    from ddp_lsp.preflight.probes.base import ProbeContext
+    from ddp_lsp.preflight.runner import build_report
+    from ddp_lsp.preflight.schema import PreflightOptions
+
+    probes = (
+        ProbeResult(
+            "env.versions",
+            "V",
+            Status.PASS,
+            "",
+            {"torch": "2.13.0", "cuda_build": "12.8", "nccl": "2.27.7"},
+        ),
+        ProbeResult(
+            "cuda.basic",
+            "C",
+            Status.PASS,
+            "",
+            {"gpus": [{"name": "NVIDIA H200"}, {"name": "NVIDIA H200"}]},
+        ),
+        ProbeResult("dist.handshake", "H", Status.PASS, "", {"backend": "nccl", "world_size": 2}),
+    )
+    ctx = ProbeContext(options=PreflightOptions(), env={})
+    report = build_report(PreflightOptions(), probes, CREATED.isoformat(), 1.0, None, None, ctx)
+    assert report.gpus == ("NVIDIA H200", "NVIDIA H200")
+    assert (report.torch, report.cuda, report.nccl, report.backend, report.world_size) == (
+        "2.13.0",
+        "12.8",
+        "2.27.7",
+        "nccl",
+        2,
+    )
+    assert "2xNVIDIA H200" in render_text(report, unicode=False)
