@@ -471,7 +471,11 @@ def _find_candidates(
                 if parent.args or parent.keywords:
                     continue
                 yield 1, node, parent, ctx.segment(parent)
-            else:
+            elif _root_name(node) not in ctx.facts.aliases and (
+                not isinstance(node, ast.Name) or node.id not in ctx.facts.func_props
+            ):
+                # A flag or property (`master_process`, `accelerator.is_main_process`); a
+                # function named like one but not called here would always be true.
                 yield 1, node, node, ctx.segment(node)
         elif ctx.ranks.is_rank_expr(node) and not _is_local(node):
             if isinstance(parent, ast.Call) and parent.func is node:
