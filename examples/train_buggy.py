@@ -113,7 +113,7 @@ def probe_head(model, loader, optimizer, scaler, device) -> None:
         optimizer.zero_grad(set_to_none=True)
 
 
-def evaluate(model, loader, device) -> float:
+def evaluate(model: DDP, loader: DataLoader, device: torch.device) -> float:
     model.eval()
     correct = total = 0
     with torch.no_grad():

@@ -109,7 +109,7 @@ def probe_head(model, loader, optimizer, scaler, device) -> None:
         optimizer.zero_grad(set_to_none=True)
 
 
-def evaluate(model, loader, device) -> float:
+def evaluate(model: DDP, loader: DataLoader, device: torch.device) -> float:
     """Accuracy over the whole validation set; every rank takes part (it is collective)."""
     model.eval()
     counts = torch.zeros(2, device=device)
