@@ -910,21 +910,20 @@ def explain(
         (guard_span_node(r) or exit_node, "the rank condition"),
         (exit_node, "the early exit"),
     ]
-    if r.loop:
-        leave = "leave" if plural else "leaves"
-        how = f"`{exit_text}`"
-        return (
-            f"{skips} {leave} the loop around {call} at {how} under {cond}, while {runs} "
-            f"keep{'' if runs.startswith(('ranks', 'the other')) else 's'} iterating and call it "
-            f"alone, so {consequence}",
-            related,
-        )
+    runs_plural = runs.startswith(("ranks", "the other"))
     tail = ""
     if kind in ("raise", "exit"):
         tail = " (unless the launcher stops the whole job when that rank fails)"
+    if r.loop:
+        return (
+            f"{skips} {'leave' if plural else 'leaves'} the loop around {call} at "
+            f"`{exit_text}` under {cond}, while {runs} "
+            f"{'keep iterating and call' if runs_plural else 'keeps iterating and calls'} it "
+            f"alone, so {consequence}{tail}",
+            related,
+        )
     return (
         f"{skips} {words} at `{exit_text}` under {cond} and never reach{'' if plural else 'es'} "
-        f"{call}; {runs} call{'' if runs.startswith(('ranks', 'the other')) else 's'} it alone "
-        f"and {consequence}{tail}",
+        f"{call}; {runs} call{'' if runs_plural else 's'} it alone and {consequence}{tail}",
         related,
     )

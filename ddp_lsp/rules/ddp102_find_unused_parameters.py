@@ -155,6 +155,9 @@ class FindUnusedParameters(Rule):
                     return Edit(Span(Pos(span.start.line, 0), Pos(span.start.line + 1, 0)), "")
                 if rest.startswith("#"):
                     return Edit(Span(span.start, Pos(span.end.line, len(text))), rest)
+            if idx > 0 and before.strip():
+                # `model, find_unused_parameters=True,` then more on the next line.
+                return Edit(Span(ctx.span(items[idx - 1]).end, span.end), "")
             return None
         if idx == 0:
             # The only argument: remove it and a trailing comma.

@@ -36,7 +36,10 @@ if rank == 0:
 ```
 
 ## Fix
-Calls the wrapped module instead (`model.module(x)`, `self.model.module(x)`). It is marked
+Where rank 0 alone makes the call (evaluation, sampling, a `@rank_zero_only` hook), calls the
+wrapped module instead (`model.module(x)`, `self.model.module(x)`). No fix where some ranks
+leave a loop or return early and the others go on: the ranks must agree on stopping, and
+`.module` in a training loop would skip gradient synchronisation. The fix is marked
 unsafe: it skips DDP's buffer broadcast (harmless on rank 0, which is the broadcast's source),
 but SyncBatchNorm layers in training mode still communicate, so call `model.eval()` first.
 Fix-all leaves it alone.
@@ -187,7 +190,7 @@ class DdpForwardInRankBranch(Rule):
         name="ddp-forward-in-rank-branch",
         severity=Severity.WARNING,
         summary="The DDP-wrapped model's forward on some ranks only: it broadcasts buffers and can hang.",
-        fix=FixAvailability.ALWAYS,
+        fix=FixAvailability.SOMETIMES,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
@@ -216,18 +219,25 @@ class DdpForwardInRankBranch(Rule):
                     f"SyncBatchNorm layers all-reduce; call `{name}.module(...)` here instead"
                 )
                 message, related = C.explain(ctx, miss, consequence)
-                end = ctx.span(target).end
-                fix = Fix(
-                    title=f"Call `{name}.module(...)` (bypass the DDP wrapper)",
-                    edits=(Edit(Span(end, end), ".module"),),
-                    safe=False,
-                    preferred=True,
-                )
+                fixes = []
+                if miss.reason.runner == C.Z and not miss.reason.loop:
+                    # Rank 0 alone runs it (evaluation, sampling): the wrapped module gives the
+                    # same result there. Elsewhere (a loop some ranks leave) the ranks must
+                    # agree instead, and `.module` would skip gradient synchronisation.
+                    end = ctx.span(target).end
+                    fixes.append(
+                        Fix(
+                            title=f"Call `{name}.module(...)` (bypass the DDP wrapper)",
+                            edits=(Edit(Span(end, end), ".module"),),
+                            safe=False,
+                            preferred=True,
+                        )
+                    )
                 yield ctx.finding(
                     self,
                     call,
                     message,
-                    fixes=(fix,),
+                    fixes=tuple(fixes),
                     related=tuple(Related(ctx.span(n), m) for n, m in related),
                 )
 
@@ -370,6 +380,51 @@ class Trainer:
         return self.model.module.forward(x)
 """,
         note="self.model.forward after a rank-guarded return",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from lightning.pytorch.utilities import rank_zero_only
+
+class GAN:
+    def __init__(self, generator):
+        self.generator = DDP(generator)
+
+    @rank_zero_only
+    def sample_images(self, z):
+        with torch.no_grad():
+            return «self.generator(z)»
+""",
+        fixed=_HEAD
+        + """\
+from lightning.pytorch.utilities import rank_zero_only
+
+class GAN:
+    def __init__(self, generator):
+        self.generator = DDP(generator)
+
+    @rank_zero_only
+    def sample_images(self, z):
+        with torch.no_grad():
+            return self.generator.module(z)
+""",
+        note="a @rank_zero_only method calling the wrapped generator",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(net, loader, optimizer, rank):
+    model = DDP(net)
+    for x, y in loader:
+        loss = «model(x)».sum()
+        loss.backward()
+        optimizer.step()
+        if rank == 0 and loss.item() < 0.01:
+            break
+""",
+        fixed=None,
+        note="rank 0 leaves the loop: the others run the forward alone in the next iteration; "
+        "no fix (the ranks must agree on stopping, model.module would skip gradient sync)",
     ),
     Invalid(
         _HEAD

@@ -431,3 +431,43 @@ def build(net):
     (rel,) = f.related
     assert rel.span.start.line == f.span.start.line - 1
     assert "before wrapping" in f.message
+
+
+def test_loop_left_by_the_other_ranks_names_rank_0_as_the_one_calling() -> None:
+    code = """\
+def train(rank, loader, t):
+    for x in loader:
+        dist.all_reduce(t)
+        if rank != 0 and x is None:
+            break
+"""
+    (f,) = run(code, "DDP103")
+    assert lines([f]) == [("DDP103", 3)]
+    assert f.message.startswith("ranks 1..N-1 leave the loop around `dist.all_reduce(t)`")
+    assert "rank 0 keeps iterating and calls it alone" in f.message
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "DDP(model, find_unused_parameters=True)",
+        "DDP(model, find_unused_parameters=True)  # slow",
+        "DDP(find_unused_parameters=True, module=model)",
+        "DDP(model, find_unused_parameters=True, device_ids=[0], )",
+        "DDP(\n        model,\n        find_unused_parameters=True,\n    )",
+        "DDP(\n        model, find_unused_parameters=True,\n        static_graph=False,\n    )",
+        "DDP(\n        model,\n        find_unused_parameters=True,  # aux head\n        device_ids=[0],\n    )",
+        "DDP(\n        model,\n        find_unused_parameters=True\n    )",
+        "DDP(model,\n        find_unused_parameters=True)",
+    ],
+)
+def test_ddp102_removal_layouts(call: str) -> None:
+    code = f"def wrap(model):\n    return {call}\n"
+    assert [f.rule_id for f in run(code, "DDP102")] == ["DDP102"]
+    fixed, n = fix_text(HEAD + code, Settings(select=("DDP102",)), unsafe=True)
+    assert n == 1
+    ast.parse(fixed)
+    assert "find_unused_parameters" not in fixed
+    assert run(fixed[len(HEAD) :], "DDP102") == []
+    if "#" in call:
+        assert "#" + call.split("#", 1)[1].split("\n", 1)[0] in fixed
