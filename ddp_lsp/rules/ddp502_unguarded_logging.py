@@ -610,4 +610,26 @@ class Trainer:
 """,
         note="self.rank",
     ),
+    Invalid(
+        _HEAD
+        + """\
+while iter_num < max_iters:
+    loss = train_step()
+    if iter_num % eval_interval == 0 and master_process:
+        losses = estimate_loss()
+    «print(f"iter {iter_num}: loss {loss:.4f}")»
+    iter_num += 1
+""",
+        fixed=_HEAD
+        + """\
+while iter_num < max_iters:
+    loss = train_step()
+    if iter_num % eval_interval == 0 and master_process:
+        losses = estimate_loss()
+    if master_process:
+        print(f"iter {iter_num}: loss {loss:.4f}")
+    iter_num += 1
+""",
+        note="module-level nanoGPT-style loop: master_process reused",
+    ),
 )
