@@ -85,9 +85,15 @@ class SamplerSetEpochMissing(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        if D.uses_sampler_framework(ctx):
+        loops = ctx.nodes(ast.For, ast.AsyncFor, ast.While)
+        if not loops or D.uses_sampler_framework(ctx):
+            return  # no epoch loop here, or a framework that calls set_epoch
+        has_sampler = any(k == K.SAMPLER for k in ctx.facts.kinds.values()) or any(
+            D.is_sampler_call(ctx, c) for c in ctx.calls()
+        )
+        if not has_sampler:
             return
-        samplers = self._samplers(ctx)
+        samplers = self._samplers(ctx, loops)
         known = {s.path for s in samplers}
         for s in samplers:
             if D.is_eval_name(s.path) or any(D.is_eval_name(lp) for lp in s.loaders):
@@ -128,7 +134,7 @@ class SamplerSetEpochMissing(Rule):
 
     # -- the samplers of this chunk ----------------------------------------------------------
 
-    def _samplers(self, ctx: ChunkContext) -> list[_Sampler]:
+    def _samplers(self, ctx: ChunkContext, loops: list[ast.stmt]) -> list[_Sampler]:
         out: dict[tuple[int, str], _Sampler] = {}
         for call in ctx.calls():
             if not D.is_sampler_call(ctx, call):
@@ -158,15 +164,16 @@ class SamplerSetEpochMissing(Rule):
                     D.is_none(v) for _, v in D.scope_assignments(root, path)
                 ) or isinstance(ctx.parent(call), ast.IfExp)
             out[(id(root), path)] = _Sampler(
-                path, root, call, self._loaders_of(root, path), maybe_none
+                path, root, call, self._loaders_of(ctx, root, path), maybe_none
             )
         # Samplers handed in: parameters and self attributes the module facts know.
         functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = [
             *ctx.nodes(ast.FunctionDef),
             *ctx.nodes(ast.AsyncFunctionDef),
         ]
+        with_loops = {id(ctx.enclosing_function(loop)) for loop in loops}
         for fn in functions:
-            if any(isinstance(n, (ast.For, ast.AsyncFor, ast.While)) for n in P.walk_scope(fn)):
+            if id(fn) in with_loops:
                 params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
                 cands = [p for p in params if ctx.kind(ast.Name(id=p), fn.body[0]) == K.SAMPLER]
                 cands.extend(
@@ -175,7 +182,7 @@ class SamplerSetEpochMissing(Rule):
                 for p in cands:
                     if (id(fn), p) in out or any(s.path == p for s in out.values()):
                         continue
-                    out[(id(fn), p)] = _Sampler(p, fn, None, self._loaders_of(fn, p), False)
+                    out[(id(fn), p)] = _Sampler(p, fn, None, self._loaders_of(ctx, fn, p), False)
         # Script-style code: the sampler is built by module-level statements (another chunk)
         # and this chunk is a top-level epoch loop.
         top_loops = [st for st in ctx.body if isinstance(st, (ast.For, ast.AsyncFor, ast.While))]
@@ -184,20 +191,21 @@ class SamplerSetEpochMissing(Rule):
                 if "." in p or any(x.path == p for x in out.values()):
                     continue
                 root = ctx.module_node
-                out[(id(root), p)] = _Sampler(p, root, None, self._loaders_of(root, p), False)
+                out[(id(root), p)] = _Sampler(p, root, None, self._loaders_of(ctx, root, p), False)
         return list(out.values())
 
     @staticmethod
-    def _loaders_of(root: ast.AST, sampler: str) -> list[str]:
+    @staticmethod
+    def _loaders_of(ctx: ChunkContext, root: ast.AST, sampler: str) -> list[str]:
         """Paths assigned from a call that receives the sampler (``DataLoader(ds, sampler=s)``,
         ``build_loader(ds, s)``)."""
         out = []
         for call in D.calls_receiving(root, sampler):
-            for node in P.walk_scope(root):
-                if isinstance(node, ast.Assign) and node.value is call and len(node.targets) == 1:
-                    p = path_of(node.targets[0])
-                    if p:
-                        out.append(p)
+            parent = ctx.parent(call)
+            if isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1:
+                p = path_of(parent.targets[0])
+                if p:
+                    out.append(p)
         return out
 
     # -- the epoch loop ------------------------------------------------------------------------
