@@ -40,6 +40,8 @@ from ddp_lsp.reporters import FORMATS, FileReport, ReportContext
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
 
+    from ddp_lsp.core.rule import Rule
+
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 # Below this much source in total, analysing in this process beats starting a pool: forked
@@ -200,13 +202,21 @@ class Outcome:
 Found = tuple[tuple[Finding, ...], tuple[InternalError, ...]]
 
 
+def _enabled_rules(settings: Settings) -> tuple[Rule, ...]:
+    """Only the rules the settings enable: the engine would run every rule and drop the
+    disabled ones' findings afterwards, so ``--select DDP201`` would still pay for all."""
+    from ddp_lsp.core.registry import all_rules
+
+    return tuple(r for r in all_rules() if settings.enabled(r.meta.id))
+
+
 def _analyze(text: str, settings: Settings) -> Found:
     from ddp_lsp.core.engine import analyze
 
     deep = _too_deep(text)
     if deep is not None:
         return ((deep,) if settings.enabled("DDP000") else ()), ()
-    result = analyze(text, settings)
+    result = analyze(text, settings, rules=_enabled_rules(settings))
     return result.findings, result.errors
 
 
@@ -224,7 +234,7 @@ def _fix(text: str, settings: Settings, unsafe: bool) -> tuple[str, int, Found]:
 
     def run(current: str) -> Sequence[Finding]:
         doc.set_text(current)
-        result = analyze(doc, settings)
+        result = analyze(doc, settings, rules=_enabled_rules(settings))
         last[:] = [(current, (result.findings, result.errors))]
         return result.findings
 

@@ -140,8 +140,7 @@ def test_five_megabyte_file(cli_run, project: Path) -> None:
 
 
 def test_internal_rule_error_is_a_warning_with_verbose(cli_run, project: Path, monkeypatch) -> None:
-    from ddp_lsp.core import engine
-    from ddp_lsp.core.registry import all_rules
+    from ddp_lsp.core import registry
     from ddp_lsp.core.rule import Rule
     from ddp_lsp.core.types import RuleMeta, Severity
 
@@ -151,23 +150,26 @@ def test_internal_rule_error_is_a_warning_with_verbose(cli_run, project: Path, m
         def check(self, ctx):  # type: ignore[no-untyped-def]
             raise RuntimeError("boom")
 
-    rules = (*all_rules(), Crashes())
-    monkeypatch.setattr(engine, "all_rules", lambda: rules)
+    rules = (*registry.all_rules(), Crashes())
+    monkeypatch.setattr(registry, "all_rules", lambda: rules)
     write(project / "good.py", BUGGY)
-    r = cli_run("check", "good.py", "--select", "DDP201")
+    r = cli_run("check", "good.py", "--select", "DDP201,DDP999")
     assert r.rc == 1 and "Traceback" not in r.err
     assert r.err == (
         "warning: DDP999 failed internally on 1 file (findings may be missing); "
         "rerun with --verbose for details\n"
     )
     _others_still_checked(r)
-    r = cli_run("check", "good.py", "--select", "DDP201", "--verbose")
+    r = cli_run("check", "good.py", "--select", "DDP201,DDP999", "--verbose")
     assert (
         "warning: good.py:" in r.err
         and "rule DDP999 failed internally (RuntimeError: boom)" in r.err
     )
     assert "Traceback" not in r.err
     _others_still_checked(r)
+    # A disabled rule does not run at all, so it cannot fail.
+    r = cli_run("check", "good.py", "--select", "DDP201")
+    assert r.err == ""
 
 
 def test_engine_crash_costs_one_file(cli_run, project: Path, monkeypatch) -> None:
