@@ -186,6 +186,15 @@ def polarity(ctx: ChunkContext, test: ast.AST, root: ast.AST) -> Polarity | None
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         inner = polarity(ctx, test.operand, root)
         return inner.negated() if inner is not None else None
+    if isinstance(test, ast.NamedExpr):
+        return polarity(ctx, test.value, root)
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.left, ast.NamedExpr)
+    ):
+        # `(r := dist.get_rank()) == 0` tests what the walrus binds.
+        test = ast.Compare(test.left.value, test.ops, test.comparators)
     if _negative_or_sign_test(ctx, test):
         return None
     if isinstance(test, ast.BoolOp):
@@ -272,6 +281,18 @@ def _group_is_sub(ctx: ChunkContext, group: ast.expr | None, pgs: dict[str, bool
     return True
 
 
+def _closure_collective(ctx: ChunkContext, call: ast.Call, name: str) -> bool:
+    """``inner()`` defined in an enclosing function (the facts name it ``outer.inner``)."""
+    if "." in name:
+        return False
+    scope, _ = ctx.scope(call)
+    while scope:
+        if K.COLLECTIVE in ctx.facts.props(f"{scope}.{name}"):
+            return True
+        scope = scope.rpartition(".")[0]
+    return False
+
+
 def collective_extractor(ctx: ChunkContext) -> Extractor:
     """Events of DDP103: torch.distributed collectives, process-group methods, well-known
     wrappers (accelerate, Fabric, detectron2, mpi4py) and same-file helpers that reach one."""
@@ -300,7 +321,7 @@ def collective_extractor(ctx: ChunkContext) -> Extractor:
             receiver = path_of(call.func.value)
             if receiver is not None and receiver in pgs:
                 return Event(call, PG_METHODS[call.func.attr], f"{name}()", subgroup=pgs[receiver])
-        if K.COLLECTIVE in ctx.callee_props(call):
+        if K.COLLECTIVE in ctx.callee_props(call) or _closure_collective(ctx, call, name):
             return Event(call, name, f"{name}()", wild=True)
         return None
 
@@ -511,7 +532,30 @@ class Flow:
                 after = caught
             out += after
         out = _dedupe(out)
-        return self.block(s.finalbody, out, active) if s.finalbody else out
+        return self.finally_(s, out, active) if s.finalbody else out
+
+    def finally_(self, s: ast.Try, joints: list[Joint], active: frozenset[int]) -> list[Joint]:
+        """``finally`` runs on the way out too: a class that returned (or broke, raised) inside
+        the ``try`` still makes its calls, then leaves as it was leaving."""
+        inside = {
+            id(n) for part in (s.body, s.handlers, s.orelse) for b in part for n in ast.walk(b)
+        }
+        out: list[Joint] = []
+        for j in joints:
+            pending: dict[int, Exit] = {}
+            lanes = list(j)
+            for c in active:
+                ex = lanes[c].exit
+                if ex is not None and id(ex.node) in inside:
+                    pending[c] = ex
+                    lanes[c] = replace(lanes[c], exit=None)
+            for r in self.block(s.finalbody, [(lanes[0], lanes[1])], active):
+                done = list(r)
+                for c, ex in pending.items():
+                    if done[c].exit is None:
+                        done[c] = replace(done[c], exit=ex)
+                out.append((done[0], done[1]))
+        return _dedupe(out)
 
     def loop(
         self,

@@ -471,3 +471,56 @@ def test_ddp102_removal_layouts(call: str) -> None:
     assert run(fixed[len(HEAD) :], "DDP102") == []
     if "#" in call:
         assert "#" + call.split("#", 1)[1].split("\n", 1)[0] in fixed
+
+
+def test_finally_runs_for_ranks_that_returned() -> None:
+    code = """\
+def save(rank, state, path):
+    try:
+        if rank != 0:
+            return
+        torch.save(state, path)
+    finally:
+        dist.barrier()
+"""
+    assert run(code, "DDP103") == []
+
+
+def test_collective_after_try_finally_still_skipped_by_the_returning_ranks() -> None:
+    code = """\
+def save(rank, state, path):
+    try:
+        if rank != 0:
+            return
+        torch.save(state, path)
+    finally:
+        print("done")
+    dist.barrier()
+"""
+    assert lines(run(code, "DDP103")) == [("DDP103", 8)]
+
+
+def test_closure_that_reaches_a_collective() -> None:
+    code = """\
+def train(rank, t):
+    def sync():
+        dist.all_reduce(t)
+
+    if rank == 0:
+        sync()
+    sync()
+"""
+    found = run(code, "DDP103")
+    assert lines(found) == [("DDP103", 6)]
+    assert "(which reaches a collective)" in found[0].message
+
+
+def test_walrus_rank_test_is_a_rank_0_guard() -> None:
+    code = """\
+def f():
+    if (r := dist.get_rank()) == 0:
+        dist.barrier()
+    return r
+"""
+    (f,) = run(code, "DDP103")
+    assert "runs only on rank 0" in f.message
