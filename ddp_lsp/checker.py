@@ -333,9 +333,10 @@ def _run_pool(jobs: Sequence[Job], workers: int, attempt: int = 0) -> list[Outco
     from ddp_lsp.core.registry import all_rules
 
     all_rules()  # import the rules once here, so forked workers inherit them
-    # fork shares what this process has imported; it is unsafe only with other threads alive.
+    # fork shares what this process has imported (no re-import per worker); it is unsafe
+    # only with other threads alive, and then (or where there is no fork) workers spawn.
     methods = multiprocessing.get_all_start_methods()
-    method = "fork" if "fork" in methods and threading.active_count() == 1 else None
+    method = "fork" if "fork" in methods and threading.active_count() == 1 else "spawn"
     ctx = multiprocessing.get_context(method)
     results: dict[int, Outcome] = {}
     chunk = max(1, min(16, len(jobs) // (workers * 4)))
