@@ -125,3 +125,18 @@ def test_every_rule_has_a_descriptor(cli_run, project: Path) -> None:
     assert ids == [m.id for m in all_meta()]
     levels = {r["defaultConfiguration"]["level"] for r in log["runs"][0]["tool"]["driver"]["rules"]}
     assert levels <= sarif_schema.LEVELS
+
+
+def test_sarif_of_the_buggy_example_is_valid(cli_run, project: Path) -> None:
+    """Every implemented rule's output (multi-line spans, related locations, unsafe fixes)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "train_buggy.py"
+    write(project / "train.py", example.read_bytes())
+    r, log = _sarif(cli_run, "train.py", "--unsafe-fixes")
+    assert r.rc == 1
+    assert sarif_schema.problems(log) == []
+    results = log["runs"][0]["results"]
+    assert len(results) >= 10
+    assert all(
+        res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "train.py"
+        for res in results
+    )
