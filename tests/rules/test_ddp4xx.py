@@ -494,3 +494,64 @@ def test_ddp403_and_ddp404_fixes_in_any_layout(call: str) -> None:
     assert _keywords(added) == sorted([*before, "pin_memory=True"]), added
     assert added.count("#") == code.count("#"), added
     assert found(added, "DDP404") == []
+
+
+# -- incremental analysis equals a fresh one ---------------------------------------------------------
+
+from ddp_lsp.core.document import Document, split_lines  # noqa: E402
+from ddp_lsp.core.types import Pos  # noqa: E402
+
+SCRIPT_STYLE = (
+    HEAD
+    + """\
+train_set = torch.utils.data.TensorDataset(torch.randn(64, 8))
+sampler = DistributedSampler(train_set)
+loader = DataLoader(train_set, batch_size=8, sampler=sampler, num_workers=4)
+
+for epoch in range(3):
+    for (x,) in loader:
+        x = x.cuda(non_blocking=True)
+"""
+)
+_DATA_FRAGMENTS = st.sampled_from(
+    [
+        "",
+        "\n",
+        "(",
+        ")",
+        "    ",
+        "shuffle=True, ",
+        "num_workers=64, ",
+        "pin_memory=True, ",
+        "sampler.set_epoch(epoch)\n",
+        "    train_sampler.set_epoch(epoch)\n",
+        "import accelerate\n",
+        "def __getitem__(self, i):\n    return i\n",
+        "val_",
+        "for epoch in range(2):\n",
+    ]
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), which=st.sampled_from(["golden", "script"]))
+def test_incremental_equals_full_for_data_rules(data: st.DataObject, which: str) -> None:
+    text = GOLDEN.read_text(encoding="utf-8") if which == "golden" else SCRIPT_STYLE
+    doc = Document(text, DATA.rank_model)
+
+    def key(t: str | Document) -> list[tuple[object, ...]]:
+        res = analyze(t, DATA, GOLDEN_ENV)
+        return [(f.rule_id, f.span, f.message, f.fixes) for f in res.findings]
+
+    key(doc)
+    for _ in range(data.draw(st.integers(min_value=1, max_value=6), label="edits")):
+        lines = split_lines(text)
+        line = data.draw(st.integers(min_value=0, max_value=len(lines) - 1), label="line")
+        col = data.draw(st.integers(min_value=0, max_value=len(lines[line])), label="col")
+        col = min(col, len(lines[line].rstrip("\r\n")))
+        frag = data.draw(_DATA_FRAGMENTS, label="text")
+        offset = sum(len(x) for x in lines[:line]) + col
+        text = text[:offset] + frag + text[offset:]
+        doc.apply_edit(Pos(line, col), Pos(line, col), frag)
+        assert doc.text == text
+        assert key(doc) == key(text)
