@@ -59,7 +59,17 @@ from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
-from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
+from ddp_lsp.core.types import (
+    Edit,
+    Finding,
+    Fix,
+    FixAvailability,
+    Pos,
+    Related,
+    RuleMeta,
+    Severity,
+    Span,
+)
 from ddp_lsp.rules import _data as D
 from ddp_lsp.rules import _patterns as P
 
@@ -113,7 +123,7 @@ class SamplerSetEpochMissing(Rule):
                 fixes.append(
                     Fix(
                         title=f"Insert {call} at the top of the epoch loop",
-                        edits=(ctx.insert_before(loop.body[0], code),),
+                        edits=(self._insert_at_top(ctx, loop, code),),
                         safe=True,
                         preferred=True,
                     )
@@ -311,6 +321,21 @@ class SamplerSetEpochMissing(Rule):
         return False
 
     @staticmethod
+    def _insert_at_top(ctx: ChunkContext, loop: Loop, code: str) -> Edit:
+        """Insert ``code`` as the loop's first statement, above the comments that introduce
+        its current first statement (they describe that statement, not the new one)."""
+        first_stmt = loop.body[0]
+        first, _ = ctx.stmt_lines(first_stmt)
+        header = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
+        lowest = ctx.rel_line(header.end_lineno or header.lineno) + 1
+        line = first
+        while line - 1 >= lowest and ctx.chunk.lines[line - 1].lstrip().startswith("#"):
+            line -= 1
+        indent = ctx.indent_of(first_stmt)
+        text = "".join(f"{indent}{part}\n" for part in code.splitlines())
+        return Edit(Span(Pos(line, 0), Pos(line, 0)), text)
+
+    @staticmethod
     def _epoch_var(loop: Loop) -> str | None:
         if isinstance(loop, (ast.For, ast.AsyncFor)):
             t = loop.target
@@ -464,8 +489,8 @@ def main(args, dataset, model, optimizer):
     train_sampler = DistributedSampler(dataset)
     loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
     for epoch in range(args.epochs):
-        # one pass over the data
         train_sampler.set_epoch(epoch)
+        # one pass over the data
         for x, y in loader:
             optimizer.zero_grad()
             model(x).sum().backward()
