@@ -311,7 +311,9 @@ class _Extractor:
         elif isinstance(value, (ast.Name, ast.Attribute)):
             src = _path(value)
             if src:
-                self.bindings.append(Binding(b_scope, path, ("=alias", src)))
+                # The source is looked up where the assignment runs (a method's parameter
+                # for `self.gpu_id = gpu_id`), the target where it is stored.
+                self.bindings.append(Binding(b_scope, path, ("=alias", src, scope)))
 
     def annotation(self, target: ast.AST, ann: ast.AST, scope: str) -> None:
         path = _path(target)
@@ -481,11 +483,12 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
 
     # Kinds from bindings (aliases of aliases resolved in a second pass).
     kinds: dict[tuple[str, str], str] = {}
-    alias_bindings: list[tuple[str, str, str]] = []
+    alias_bindings: list[tuple[str, str, str, str]] = []
     for cf in chunk_list:
         for b in cf.bindings:
             if b.source[0] == "=alias":
-                alias_bindings.append((b.scope, b.path, b.source[1]))
+                src_scope = b.source[2] if len(b.source) > 2 else b.scope
+                alias_bindings.append((b.scope, b.path, b.source[1], src_scope))
                 continue
             k = _kind_of_source(b.source, aliases)
             if k is not None:
@@ -496,16 +499,18 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
     # Propagate kinds: `y = x` and parameters from their call sites, to a bounded fixed point.
     for _ in range(6):
         changed = False
-        for scope, path, src in alias_bindings:
+        for scope, path, src, src_scope in alias_bindings:
             if (scope, path) in kinds:
                 continue
-            cls = scope.split(".", 1)[0] if scope in functions and functions[scope].cls else None
-            k = facts.kind(src, scope, cls)
+            fn = functions.get(src_scope)
+            cls = fn.cls if fn is not None else None
+            k = facts.kind(src, src_scope, cls)
             if k is not None:
                 kinds[(scope, path)] = k
                 changed = True
         for cs in call_sites:
-            target = functions.get(cs.callee)
+            # `Trainer(model, rank)` passes its arguments to Trainer.__init__.
+            target = functions.get(cs.callee) or functions.get(f"{cs.callee}.__init__")
             if target is None:
                 continue
             caller_cls = functions[cs.caller].cls if cs.caller in functions else None
@@ -576,7 +581,13 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
     rank_predicates = frozenset(
         q.rsplit(".", 1)[-1] for q, p in func_props.items() if RANK_PREDICATE in p
     )
-    rank_vars = frozenset(path for (_, path), k in kinds.items() if k == RANK)
+    # `self.gpu_id` holding the rank makes `gpu_id` a rank name (RankModel matches last parts).
+    # Not `args.gpu = int(os.environ["LOCAL_RANK"])`: `args.*` names are too generic to trust.
+    rank_vars = frozenset(
+        path[5:] if path.startswith("self.") else path
+        for (_, path), k in kinds.items()
+        if k == RANK and "." not in path.removeprefix("self.")
+    )
     # Only imported names: the set must not change while the user types a new local name,
     # or every chunk would re-run its rules on every keystroke.
     imported = frozenset(aliases)

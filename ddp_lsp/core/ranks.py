@@ -38,6 +38,8 @@ DEFAULT_RANK_NAMES = frozenset(
         "gpu_rank",
         "ddp_rank",
         "ddp_local_rank",
+        "dp_rank",
+        "gpu_id",  # the PyTorch DDP tutorial's name for the rank
     }
 )
 DEFAULT_PREDICATES = frozenset(
@@ -55,6 +57,10 @@ DEFAULT_PREDICATES = frozenset(
         "is_primary",
         "is_main_rank",
         "is_chief",
+        "is_world_process_zero",  # transformers.Trainer
+        "is_local_process_zero",
+        "is_master_ordinal",  # torch_xla
+        "should_save",  # transformers TrainingArguments: rank 0 and a save strategy
     }
 )
 # Calls that return this process's rank.
@@ -109,6 +115,8 @@ class RankModel:
             )
             if name in RANK_FUNCTIONS:
                 return True
+            if name and name.startswith("get_") and name.endswith("_rank"):
+                return True  # Megatron-style get_data_parallel_rank(), get_tensor_model_parallel_rank()
             if name == "int" and len(e.args) == 1:
                 return self.is_rank_expr(e.args[0])
             if name in ("get", "getenv") and e.args:

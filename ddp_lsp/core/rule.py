@@ -12,7 +12,7 @@ are relative to the chunk (the engine moves them). All rules share one traversal
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ddp_lsp.core.document import ParsedChunk
 
 T = TypeVar("T", bound=ast.AST)
+U = TypeVar("U")
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -108,6 +109,8 @@ class ChunkContext:
         # The chunk's module-level code as one node: the same object every time it is asked
         # for, so rules can compare scopes by identity.
         self.module_node = ast.Module(body=self.body, type_ignores=[])
+        self._exit_guard_memo: dict[int, int] = {}
+        self._memo: dict[object, object] = {}
 
     # -- traversal -----------------------------------------------------------------------------
 
@@ -265,17 +268,35 @@ class ChunkContext:
         return self._early_exit_guard(self.body, child)
 
     def _early_exit_guard(self, body: list[ast.stmt], upto: ast.AST) -> bool:
-        for s in body:
+        """Some statement before ``upto`` in ``body`` is ``if <not rank 0>: return``."""
+        key = id(body)
+        guarded_from = self._exit_guard_memo.get(key)
+        if guarded_from is None:
+            # Index of the first statement after such an early exit (len(body) if none);
+            # computed once per block, so asking for every statement stays linear.
+            guarded_from = len(body)
+            for i, s in enumerate(body):
+                if (
+                    isinstance(s, ast.If)
+                    and s.body
+                    and isinstance(s.body[-1], (ast.Return, ast.Raise, ast.Continue))
+                    and self.ranks.guard(s.test) is Polarity.NONZERO
+                ):
+                    guarded_from = i + 1
+                    break
+            self._exit_guard_memo[key] = guarded_from
+        for i, s in enumerate(body[:guarded_from]):
             if s is upto:
                 return False
-            if (
-                isinstance(s, ast.If)
-                and s.body
-                and isinstance(s.body[-1], (ast.Return, ast.Raise, ast.Continue))
-                and self.ranks.guard(s.test) is Polarity.NONZERO
-            ):
-                return True
-        return False
+        return any(s is upto for s in body[guarded_from:])
+
+    def memo(self, key: object, compute: Callable[[], U]) -> U:
+        """A per-analysis cache for rules (keyed by anything hashable, e.g. (rule id, id(node)))."""
+        if key in self._memo:
+            return self._memo[key]  # type: ignore[no-any-return]
+        value = compute()
+        self._memo[key] = value
+        return value
 
     # -- source and positions ------------------------------------------------------------------
 

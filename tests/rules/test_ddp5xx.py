@@ -296,13 +296,16 @@ class Trainer:
 )
 
 
-def test_ddp_tutorial_caller_guard_by_gpu_id_needs_rank_guard_names() -> None:
-    """The PyTorch DDP tutorial guards the save helper's only call with ``self.gpu_id == 0``:
-    a name the facts do not know as a rank, so the save inside is reported (a known false
-    positive, documented); naming it in ``rank-guard-names`` silences it."""
-    found = analyze(TUTORIAL, SETTINGS).findings
+def test_ddp_tutorial_caller_guard_by_gpu_id() -> None:
+    """The PyTorch DDP tutorial guards the save helper's only call with ``self.gpu_id == 0``
+    (``gpu_id`` is a default rank name), so the save is known to run on rank 0 only. Under
+    another name the guard is unknown (a documented false positive) until the name is given in
+    ``rank-guard-names``."""
+    assert analyze(TUTORIAL, SETTINGS).findings == ()
+    renamed = TUTORIAL.replace("gpu_id", "dev_index")
+    found = analyze(renamed, SETTINGS).findings
     assert [(f.rule_id, f.span.start.line) for f in found] == [
-        ("DDP501", _line(TUTORIAL, 'torch.save(ckp, "checkpoint.pt")'))
+        ("DDP501", _line(renamed, 'torch.save(ckp, "checkpoint.pt")'))
     ]
-    taught = Settings(select=("DDP501", "DDP502"), rank_guard_names=("gpu_id",))
-    assert analyze(TUTORIAL, taught).findings == ()
+    taught = Settings(select=("DDP501", "DDP502"), rank_guard_names=("dev_index",))
+    assert analyze(renamed, taught).findings == ()
