@@ -54,8 +54,8 @@ after `mp.spawn(...)` (the parent process). A helper imported from another file
 and neither is a module-level save helper that writes to the path its caller passes in.
 
 Still reported: a save inside a method whose only caller guards it with a name not known as a
-rank, such as `if self.gpu_id == 0: self._save_checkpoint(epoch)` in the PyTorch DDP tutorial;
-add the name to `rank-guard-names` (`["gpu_id"]`) to teach it.
+rank (the PyTorch DDP tutorial's `if self.gpu_id == 0:` is known; `gpu_id` is a default rank
+name); add such a name to `rank-guard-names` to teach it.
 
 ## References
 - https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints
