@@ -758,3 +758,25 @@ def in_mode_branch(ctx: ChunkContext, node: ast.AST) -> bool:
                         return True
         child = a
     return False
+
+
+_NO_GRAD = ("no_grad", "inference_mode")
+
+
+def under_no_grad(ctx: ChunkContext, node: ast.AST) -> bool:
+    """``node`` runs inside ``with torch.no_grad()`` / ``torch.inference_mode()`` or in a
+    function decorated with either: evaluation, not training."""
+    for a in ctx.ancestors(node):
+        if isinstance(a, (ast.With, ast.AsyncWith)):
+            for item in a.items:
+                expr = item.context_expr
+                name = N.dotted(expr.func if isinstance(expr, ast.Call) else expr) or ""
+                if name.rsplit(".", 1)[-1] in _NO_GRAD:
+                    return True
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in a.decorator_list:
+                name = N.dotted(d.func if isinstance(d, ast.Call) else d) or ""
+                if name.rsplit(".", 1)[-1] in _NO_GRAD:
+                    return True
+            return False
+    return False

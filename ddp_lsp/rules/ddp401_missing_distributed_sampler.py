@@ -32,15 +32,17 @@ sees 1/world-size of the data, which changes steps per epoch, so review the sche
 `set_epoch` every epoch (DDP402).
 
 ## Known false positives
-Not reported: `IterableDataset`s and streaming datasets (webdataset, torchdata, `load_dataset(...,
-streaming=True)`), datasets already split per rank (`split_dataset_by_node`, `.shard(...)`,
-constructors given the rank or world size), loaders handed to `accelerator.prepare`,
-`fabric.setup_dataloaders`, Ray Train's `prepare_data_loader` or Lightning (`trainer.fit`,
-`*_dataloader` hooks), files that use Accelerate or Lightning at all, evaluation loaders
-(`val_*`, `eval_*`, `test_*` names, `train=False`, `split="validation"`, functions named like
-`evaluate`), and loaders built or used on rank 0 only. A loader without `shuffle=True` is
-reported only with evidence that it trains (a backward pass in its loop) over a map-style
-dataset, because unshuffled loaders over self-sharding datasets are common and deliberate.
+Not reported: `IterableDataset`s and streaming datasets (webdataset, torchdata,
+`load_dataset(..., streaming=True)`), datasets already split per rank
+(`split_dataset_by_node`, `.shard(...)`, constructors given the rank or world size), loaders
+handed to `accelerator.prepare`, `fabric.setup_dataloaders`, Ray Train's
+`prepare_data_loader` or Lightning (`trainer.fit`, `*_dataloader` hooks), files that use
+Accelerate or Lightning at all, the single-process branch of `if args.distributed: ... else:`,
+evaluation loaders (`val_*`, `eval_*`, `test_*` names, `train=False`, `split="validation"`,
+functions named like `evaluate`, loops only under `torch.no_grad()`), and loaders built or
+used on rank 0 only. A loader without `shuffle=True` is reported only with evidence that it
+trains (a backward pass in its loop) over a map-style dataset, because unshuffled loaders over
+self-sharding datasets are common and deliberate.
 
 ## References
 - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
@@ -99,8 +101,10 @@ class MissingDistributedSampler(Rule):
         if ctx.runs_only_on_rank0(call) or D.in_mode_branch(ctx, call):
             return None
         loops = D.loops_over(root, path) if path else []
-        if loops and all(ctx.runs_only_on_rank0(loop) for loop in loops):
-            return None
+        if loops and all(
+            ctx.runs_only_on_rank0(loop) or D.under_no_grad(ctx, loop) for loop in loops
+        ):
+            return None  # evaluation: on rank 0 only, or without gradients
         kind = D.dataset_kind(ctx, root, dataset)
         if kind in ("iterable", "sharded", "eval"):
             return None
@@ -326,6 +330,17 @@ def main(dataset, model, optimizer):
         optimizer.step()
 """,
         note="no shuffle over a dataset of unknown type: could shard itself",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(model, holdout):
+    loader = DataLoader(holdout, batch_size=64, shuffle=True)
+    with torch.no_grad():
+        for x in loader:
+            print(model(x))
+""",
+        note="iterated without gradients only: evaluation",
     ),
     Valid(
         _HEAD
