@@ -780,3 +780,27 @@ def under_no_grad(ctx: ChunkContext, node: ast.AST) -> bool:
                     return True
             return False
     return False
+
+
+def on_gpu(ctx: ChunkContext, index: dict[str, list[ast.expr]], expr: ast.AST) -> bool:
+    """``expr`` is a CUDA device, a DDP/FSDP-wrapped model, or a value this frame moved to a
+    GPU (``model = model.cuda(rank)``, ``model = DDP(model.to(device))``)."""
+    if is_cuda_device(ctx, index, expr):
+        return True
+    if ctx.kind(expr) in (K.DDP, K.FSDP):
+        return True
+    path = path_of(expr)
+    if path is None:
+        return False
+    for value in index.get(path, ()):
+        if not isinstance(value, ast.Call):
+            continue
+        if ctx.call_qualname(value) in (N.DDP, N.FSDP):
+            return True
+        fn = value.func
+        if isinstance(fn, ast.Attribute) and fn.attr == "cuda":
+            return True
+        if isinstance(fn, ast.Attribute) and fn.attr == "to" and value.args:
+            if is_cuda_device(ctx, index, value.args[0]):
+                return True
+    return False

@@ -2,7 +2,8 @@
 
 ## What it does
 Finds a `DataLoader` with `num_workers > 0` whose batches the code copies to a CUDA device
-(`.cuda()`, `.to(<cuda device>)`, `non_blocking=True`) but which does not set `pin_memory`.
+(`.cuda()`, `.to(<cuda device>)`, `non_blocking=True` in the loop over it, or the loader handed
+to a helper together with a CUDA device or a GPU model) but which does not set `pin_memory`.
 
 ## Why is this bad?
 A host-to-device copy can only run as DMA from page-locked (pinned) memory. From ordinary
@@ -78,12 +79,14 @@ class PinMemoryMissing(Rule):
             if loops:
                 feeds_gpu = D.moves_to_cuda(ctx, root, loops)
             else:
-                handed = [
-                    c
+                # Handed to a helper (train_one_epoch) together with a GPU model or device.
+                index = D.assignment_index(root)
+                feeds_gpu = any(
+                    D.on_gpu(ctx, index, a)
                     for c in D.calls_receiving(root, path)
                     if (getattr(c.func, "attr", None) or getattr(c.func, "id", "")) not in _NOT_USES
-                ]
-                feeds_gpu = bool(handed) and D.uses_cuda(ctx, root)
+                    for a in [*c.args, *(kw.value for kw in c.keywords)]
+                )
             if not feeds_gpu:
                 continue
             edits = D.add_argument(ctx, call, "pin_memory=True")
@@ -171,6 +174,17 @@ def main(dataset, sampler, model, loader_kwargs):
         model(x.cuda())
 """,
         note="pin_memory may be in **kwargs",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, sampler, model, rank):
+    model = model.cuda(rank)
+    loader = DataLoader(dataset, sampler=sampler, num_workers=4)
+    stats = compute_mean_std(loader)
+    return stats
+""",
+        note="handed to a helper with nothing that lives on the GPU",
     ),
     Invalid(
         _HEAD
