@@ -7,7 +7,9 @@ and walks each function once for both classes together:
 
 - a condition that does not mention the rank (``if step % 100 == 0``, ``if world_size > 1``,
   ``if dist.is_initialized()``) is the same on every rank: both classes take the same branch,
-  and the walk keeps one *joint path* per choice;
+  and the walk keeps one *joint path* per choice; a path remembers the conditions it decided,
+  so ``if not args.deepspeed:`` tested twice goes the same way both times, and
+  ``if rank == 0 and not evaluate:`` is walked as ``if not evaluate: if rank == 0:``;
 - a rank guard (``if rank == 0``, ``if not is_main_process()``) sends each class into its own
   branch;
 - ``return``, ``break``, ``continue``, ``raise`` and ``sys.exit()`` end a class's walk (or its
@@ -349,7 +351,26 @@ class Lane:
     skips: tuple[Exit, ...] = ()  # continue/break taken in loop iterations already left
 
 
-Joint = tuple[Lane, Lane]
+Decisions = frozenset[tuple[str, bool]]
+
+
+@dataclass(frozen=True)
+class Joint:
+    """One joint path: each class's lane, and the rank-independent conditions decided on it
+    (the same test decides the same way again: ``if args.distributed:`` twice)."""
+
+    z: Lane
+    n: Lane
+    decided: Decisions = frozenset()
+
+    def __getitem__(self, c: int) -> Lane:
+        return self.z if c == Z else self.n
+
+    def lanes(self) -> list[Lane]:
+        return [self.z, self.n]
+
+    def with_lanes(self, lanes: Sequence[Lane]) -> Joint:
+        return Joint(lanes[Z], lanes[NZ], self.decided)
 
 
 @dataclass(frozen=True)
@@ -399,7 +420,7 @@ class Flow:
                     start[NZ] = Lane(exit=Exit("caller", self.root))
         else:
             body = [s for s in self.ctx.body if not isinstance(s, (*FUNCS, ast.ClassDef))]
-        joints = self.block(body, [(start[0], start[1])], BOTH)
+        joints = self.block(body, [Joint(start[Z], start[NZ])], BOTH)
         for j in joints:
             self.compare(j)
         return sorted(self.misses.values(), key=lambda m: P.order(m.event.node))
@@ -425,6 +446,12 @@ class Flow:
             for n in ast.walk(test)
         )
 
+    def nonrank_conjuncts(self, test: ast.AST) -> list[ast.expr]:
+        """The rank-independent parts of ``rank == 0 and not evaluate``."""
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            return [v for v in test.values if self.polarity(v) is None]
+        return []
+
     def split(self, test: ast.AST) -> frozenset[int] | None:
         pol = self.polarity(test)
         if pol is Polarity.ZERO or pol is Polarity.NONZERO:
@@ -449,12 +476,20 @@ class Flow:
             joints = self.expr(s.test, joints, active)
             split = self.split(s.test)
             if split is not None:
-                joints = self.block(s.body, joints, active & split)
-                return self.block(s.orelse, joints, active - split)
+                extra = self.nonrank_conjuncts(s.test)
+                if not extra:
+                    joints = self.block(s.body, joints, active & split)
+                    return self.block(s.orelse, joints, active - split)
+                # `if rank == 0 and not evaluate:` is `if not evaluate: if rank == 0:`.
+                yes = self.block(s.body, _decide(joints, extra, True), active & split)
+                yes = self.block(s.orelse, yes, active - split)
+                no = self.block(s.orelse, _decide(joints, extra, False), active)
+                return _dedupe(yes + no)
             if self.polarity(s.test) is Polarity.SOME:
                 self.some_check(s)
             return _dedupe(
-                self.block(s.body, joints, active) + self.block(s.orelse, joints, active)
+                self.block(s.body, _decide(joints, [s.test], True), active)
+                + self.block(s.orelse, _decide(joints, [s.test], False), active)
             )
         if isinstance(s, (ast.For, ast.AsyncFor)):
             joints = self.expr(s.iter, joints, active)
@@ -498,11 +533,11 @@ class Flow:
     def leave(self, joints: list[Joint], active: frozenset[int], exit_: Exit) -> list[Joint]:
         out = []
         for j in joints:
-            lanes = list(j)
+            lanes = j.lanes()
             for c in active:
                 if lanes[c].exit is None:
                     lanes[c] = replace(lanes[c], exit=exit_)
-            out.append((lanes[0], lanes[1]))
+            out.append(j.with_lanes(lanes))
         return _dedupe(out)
 
     def try_(self, s: ast.Try, joints: list[Joint], active: frozenset[int]) -> list[Joint]:
@@ -522,10 +557,10 @@ class Flow:
             if raised and s.handlers:
                 bases = []
                 for a in after:
-                    lanes = list(a)
+                    lanes = a.lanes()
                     for c in raised:
                         lanes[c] = replace(lanes[c], exit=None)
-                    bases.append((lanes[0], lanes[1]))
+                    bases.append(a.with_lanes(lanes))
                 caught: list[Joint] = []
                 for h in s.handlers:
                     caught += self.block(h.body, bases, raised)
@@ -543,18 +578,18 @@ class Flow:
         out: list[Joint] = []
         for j in joints:
             pending: dict[int, Exit] = {}
-            lanes = list(j)
+            lanes = j.lanes()
             for c in active:
                 ex = lanes[c].exit
                 if ex is not None and id(ex.node) in inside:
                     pending[c] = ex
                     lanes[c] = replace(lanes[c], exit=None)
-            for r in self.block(s.finalbody, [(lanes[0], lanes[1])], active):
-                done = list(r)
+            for r in self.block(s.finalbody, [j.with_lanes(lanes)], active):
+                done = r.lanes()
                 for c, ex in pending.items():
                     if done[c].exit is None:
                         done[c] = replace(done[c], exit=ex)
-                out.append((done[0], done[1]))
+                out.append(r.with_lanes(done))
         return _dedupe(out)
 
     def loop(
@@ -576,14 +611,14 @@ class Flow:
                 # One iteration, walked once per set of live classes: it does not depend on
                 # what happened before the loop.
                 fresh = [Lane() if c in live else Lane(exit=_FROZEN) for c in (Z, NZ)]
-                its = [(fresh[0], fresh[1])]
+                its = [Joint(fresh[Z], fresh[NZ])]
                 if test is not None:
                     its = self.expr(test, its, live)
                 its = self.block(s.body, its, live)
                 self.loop_check(its, live)
                 iterations[live] = its
             for it in its:
-                lanes = list(j)
+                lanes = j.lanes()
                 for c in live:
                     ex = it[c].exit
                     ev = lanes[c].events + it[c].events
@@ -592,7 +627,7 @@ class Flow:
                         lanes[c] = Lane(ev, None, skips)
                     else:
                         lanes[c] = Lane(ev, ex, lanes[c].skips + it[c].skips)
-                out.append((lanes[0], lanes[1]))
+                out.append(j.with_lanes(lanes))
         out = _dedupe(out)
         if s.orelse:
             out = self.block(s.orelse, out, active)
@@ -629,11 +664,11 @@ class Flow:
             return joints
         out = []
         for j in joints:
-            lanes = list(j)
+            lanes = j.lanes()
             for c in active:
                 if lanes[c].exit is None and per_class[c]:
                     lanes[c] = replace(lanes[c], events=lanes[c].events + tuple(per_class[c]))
-            out.append((lanes[0], lanes[1]))
+            out.append(j.with_lanes(lanes))
         return out
 
     def _visit(self, node: ast.AST, classes: frozenset[int], out: dict[int, list[Event]]) -> None:
@@ -742,7 +777,7 @@ class Flow:
         a call the other branch does not make."""
 
         def alts(stmts: list[ast.stmt]) -> list[tuple[Event, ...]]:
-            start: Joint = (Lane(), Lane(exit=_FROZEN))
+            start = Joint(Lane(), Lane(exit=_FROZEN))
             return [j[Z].events for j in self.block(stmts, [start], frozenset({Z}))]
 
         body, orelse = alts(s.body), alts(s.orelse)
@@ -768,25 +803,65 @@ class Flow:
         self.misses[id(ev.node)] = Miss(ev, reason)
 
 
-def _dedupe(joints: Iterable[Joint]) -> list[Joint]:
-    seen: set[tuple[object, ...]] = set()
+def _key(test: ast.AST) -> tuple[str, bool]:
+    """A condition's identity and sense: ``not x`` is ``x`` decided the other way."""
+    truth = True
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, truth = test.operand, not truth
+    return ast.dump(test), truth
+
+
+def _decide(joints: list[Joint], parts: Sequence[ast.AST], value: bool) -> list[Joint]:
+    """The joint paths on which all ``parts`` hold (``value``) or not all of them do, with
+    what that decides recorded; paths that decided otherwise before are dropped. Correlating
+    equal tests only ever removes paths, so it can remove findings but never add one."""
+    keys = [_key(p) for p in parts]
     out: list[Joint] = []
     for j in joints:
-        key = tuple(
+        decided = dict(j.decided)
+        if value:
+            if any(decided.get(k, t) != t for k, t in keys):
+                continue
+            out.append(Joint(j.z, j.n, j.decided | frozenset(keys)))
+        elif len(keys) == 1:
+            k, t = keys[0]
+            if decided.get(k, not t) == t:
+                continue
+            out.append(Joint(j.z, j.n, j.decided | {(k, not t)}))
+        else:
+            if all(decided.get(k) == t for k, t in keys):
+                continue
+            out.append(j)
+    return out
+
+
+def _dedupe(joints: Iterable[Joint]) -> list[Joint]:
+    """Drop repeated joint paths and keep at most ``_MAX_ALTS``: one per distinct pair of
+    lanes first (those are what the comparison looks at), then variants that only differ in
+    the conditions they decided. Dropping paths can only lose findings."""
+    seen: set[tuple[object, ...]] = set()
+    firsts: list[Joint] = []
+    rest: list[Joint] = []
+    lane_keys: set[tuple[object, ...]] = set()
+    for j in joints:
+        lanes = tuple(
             (
                 tuple(id(e.node) for e in lane.events),
                 id(lane.exit.node) if lane.exit else None,
                 tuple(id(x.node) for x in lane.skips),
             )
-            for lane in j
+            for lane in j.lanes()
         )
+        key = (lanes, j.decided)
         if key in seen:
             continue
         seen.add(key)
-        out.append(j)
-        if len(out) >= _MAX_ALTS:
-            break
-    return out
+        if lanes in lane_keys:
+            rest.append(j)
+        else:
+            lane_keys.add(lanes)
+            firsts.append(j)
+    return (firsts + rest)[:_MAX_ALTS]
 
 
 def _unmatched(longer: Sequence[Event], shorter: Sequence[Event]) -> list[Event]:

@@ -41,7 +41,8 @@ the branch, or make the same collective on the other path (`else: dist.barrier()
 The analysis follows each function's branches for rank 0 and for the other ranks at once.
 Conditions that do not depend on the rank (`if dist.is_initialized():`,
 `if world_size > 1:`, `if args.local_rank != -1:`) are the same on every rank and are not
-guards. A collective is balanced when the other ranks make the same one anywhere on their
+guards, and the same condition tested twice in a function is taken to decide the same way
+both times. A collective is balanced when the other ranks make the same one anywhere on their
 path: in the `else` branch, or in the "zero first" idiom
 (`if rank != 0: dist.barrier()` ... `if rank == 0: dist.barrier()`). Preparing a payload
 under a guard and broadcasting it on every rank (`if rank == 0: obj = load()` then

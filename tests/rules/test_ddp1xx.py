@@ -184,6 +184,36 @@ def ordered_print(msg, rank, world_size):
             print(msg)
         dist.barrier()
 """,
+    "hf-load-and-cache-examples": """\
+def load_and_cache_examples(args, task, tokenizer, evaluate=False):
+    if args.local_rank not in [-1, 0] and not evaluate:
+        torch.distributed.barrier()  # only the first process processes the dataset
+    features = build_features(args, task, tokenizer, evaluate)
+    if args.local_rank == 0 and not evaluate:
+        torch.distributed.barrier()  # the others may now use the cache
+    return features
+""",
+    "zero-first-halves-under-the-same-flag": """\
+def main(args):
+    if not args.use_deepscale:
+        if args.local_rank not in [-1, 0]:
+            torch.distributed.barrier()
+    model = load_model(args)
+    if not args.use_deepscale:
+        if args.local_rank == 0:
+            torch.distributed.barrier()
+    return model
+""",
+    "zero-first-mixed-and-nested-flag": """\
+def load(args, evaluate):
+    if args.local_rank not in [-1, 0] and not evaluate:
+        dist.barrier()
+    data = prepare(args)
+    if not evaluate:
+        if args.local_rank == 0:
+            dist.barrier()
+    return data
+""",
     "world-size-single-process-or": """\
 def sync(args, t):
     if args.world_size == 1 or not dist.is_initialized():
@@ -524,3 +554,9 @@ def f():
 """
     (f,) = run(code, "DDP103")
     assert "runs only on rank 0" in f.message
+
+
+def test_many_flag_branches_before_a_guarded_collective_still_find_it() -> None:
+    flags = "".join(f"    if args.flag{i}:\n        setup{i}()\n" for i in range(12))
+    code = f"def main(args, t):\n{flags}    if args.rank == 0:\n        dist.all_reduce(t)\n"
+    assert lines(run(code, "DDP103")) == [("DDP103", 27)]
