@@ -1,8 +1,9 @@
 """DDP405 too-many-workers.
 
 ## What it does
-Finds a `DataLoader` whose `num_workers` (a literal, a local `name = 16`, or an `argparse`
-default in the same function) times the processes per node is more than the CPUs available.
+Finds a `DataLoader` whose `num_workers` (a literal, a local `name = 16`, an `argparse`
+default in the same function, or `os.cpu_count()` itself) times the processes per node is more
+than the CPUs available.
 The CPU count comes from the preflight result when one is known, else from `os.cpu_count()`
 on this machine; the processes per node from the launch configuration next to the script
 (`torchrun --nproc_per_node` in `run.sh`, an Accelerate config...) or the GPUs preflight saw.
@@ -45,8 +46,10 @@ a single process. A `num_workers` it cannot resolve to a number is not reported.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _data as D
@@ -76,6 +79,8 @@ class TooManyWorkers(Rule):
             root = P.scope_root(ctx, call)
             expr = D.arg(call, "num_workers")
             resolved = D.resolve_int(ctx, root, expr)
+            if resolved is None and expr is not None and _is_cpu_count(ctx, expr):
+                resolved = (cpus, "")  # every CPU, in each of the processes
             if resolved is None:
                 continue
             workers, how = resolved
@@ -84,6 +89,8 @@ class TooManyWorkers(Rule):
                 continue
             bound = max(1, cpus // per_node - 1)
             value = f"num_workers={workers}" + (f" ({how})" if how else "")
+            if expr is not None and not how and D.int_value(expr) is None:
+                value = f"num_workers={ctx.segment(expr)} (all {cpus} CPUs)"
             if procs:
                 load = (
                     f"{value} × {procs} processes per node ({proc_source}) = "
@@ -101,6 +108,24 @@ class TooManyWorkers(Rule):
                 f"starve the processes driving the GPUs; use at most "
                 f"max(1, cpus // procs - 1) = {bound}",
             )
+
+
+_CPU_COUNTS = frozenset(
+    {"os.cpu_count", "multiprocessing.cpu_count", "psutil.cpu_count", "os.process_cpu_count"}
+)
+
+
+def _is_cpu_count(ctx: ChunkContext, expr: ast.expr) -> bool:
+    """``os.cpu_count()``, ``multiprocessing.cpu_count()``, ``len(os.sched_getaffinity(0))``:
+    every CPU of the node, in every process."""
+    if not isinstance(expr, ast.Call):
+        return False
+    qual = ctx.call_qualname(expr) or ""
+    if qual in _CPU_COUNTS:
+        return True
+    if N.dotted(expr.func) == "len" and len(expr.args) == 1 and isinstance(expr.args[0], ast.Call):
+        return (ctx.call_qualname(expr.args[0]) or "") == "os.sched_getaffinity"
+    return False
 
 
 _HEAD = """\

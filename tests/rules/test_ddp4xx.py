@@ -555,3 +555,16 @@ def test_incremental_equals_full_for_data_rules(data: st.DataObject, which: str)
         doc.apply_edit(Pos(line, col), Pos(line, col), frag)
         assert doc.text == text
         assert key(doc) == key(text)
+
+
+def test_ddp405_cpu_count_in_every_process() -> None:
+    code = (
+        "import os\n"
+        + HEAD
+        + "def main(dataset, sampler):\n"
+        + "    return DataLoader(dataset, sampler=sampler, num_workers=os.cpu_count())\n"
+    )
+    (f,) = found(code, "DDP405", env(32, procs=8))
+    assert "num_workers=os.cpu_count() (all 32 CPUs) × 8 processes per node (run.sh)" in f.message
+    assert "= 256 worker processes" in f.message and "= 3" in f.message
+    assert found(code, "DDP405", env(32)) == []  # one process may use every CPU
