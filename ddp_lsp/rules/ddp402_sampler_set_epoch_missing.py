@@ -42,8 +42,10 @@ evaluation samplers (`val_sampler`...), files using Accelerate or Lightning (the
 `set_epoch`), loops that call any `set_epoch` the rule cannot attribute, and per-epoch
 helpers of the same file that receive the sampler itself, have a parameter named like a
 sampler, or are methods of the class that owns a `self.` sampler. A helper that receives only
-the loader and calls `loader.sampler.set_epoch` inside is not visible from the epoch loop yet:
-silence such a line with `# ddp-lsp: ignore[DDP402]`.
+the loader and calls `loader.sampler.set_epoch` inside is not visible from the epoch loop yet,
+and neither is `shuffle=False` on a sampler built in another function or method (a `self.`
+attribute, a module-level script variable): silence such a line with
+`# ddp-lsp: ignore[DDP402]`.
 
 ## References
 - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
