@@ -1,0 +1,294 @@
+"""The child side of ``ddp-lsp smallrun``: attach the monitor without editing the script.
+
+``smallrun`` puts ``ddp_lsp/runtime/_shim`` first on ``PYTHONPATH`` and sets
+``DDP_LSP_SMALLRUN_DIR``. Every Python process of the run (the torchrun agent, each rank,
+spawned workers) then imports the shim's ``sitecustomize``, which calls
+:func:`install_from_env`. That costs only stdlib work at start-up:
+
+- a process record (pid, rank from the environment, argv) so the supervisor can find the
+  ranks even after torchrun put them in sessions of their own;
+- ``faulthandler`` on SIGUSR2 (and on fatal signals) into a per-process stack file: on a
+  hang the supervisor asks every rank where it is stuck before it kills the tree;
+- a ``sys.excepthook`` that records an uncaught exception with the rank;
+- an exit record at interpreter exit (a rank with neither was killed by a signal);
+- when torch is imported (an import hook; torch is never imported by us), a global
+  ``optimizer.step`` post-hook: every training loop that steps an optimizer -- plain,
+  Lightning, Accelerate -- is sampled once per step, into ``series-<pid>.jsonl``.
+
+Scripts that never call ``optimizer.step()`` add one line: ``from ddp_lsp.runtime import
+monitor_steps`` and ``for batch in monitor_steps(loader):``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any
+
+ENV_DIR = "DDP_LSP_SMALLRUN_DIR"
+ENV_WARMUP = "DDP_LSP_SMALLRUN_WARMUP"
+ENV_CENSUS_BUDGET = "DDP_LSP_SMALLRUN_CENSUS_BUDGET"
+ENV_MIN_BYTES = "DDP_LSP_SMALLRUN_MIN_BYTES"
+ENV_MIN_CENSUSES = "DDP_LSP_SMALLRUN_MIN_CENSUSES"
+#: Where the supervisor asks for a stack dump on a hang.
+STACK_SIGNAL = signal.SIGUSR2
+
+_session: _Session | None = None
+
+
+def _env_rank() -> int | None:
+    value = os.environ.get("RANK")
+    return int(value) if value and value.lstrip("-").isdigit() else None
+
+
+def _dist_rank() -> int | None:
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        pass
+    return _env_rank()
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    try:
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)  # the supervisor never reads half a record
+    except OSError:
+        pass
+
+
+class _Session:
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.pid = os.getpid()
+        self.monitor: Any = None
+        self.manual = False
+        self._series: Any = None
+        self._leader: int | None = None
+        self._hook: Any = None
+        self._stack_file: Any = None
+
+    # -- start-up (stdlib only) -------------------------------------------------------------
+
+    def start(self) -> None:
+        _write_json(
+            self.dir / f"proc-{self.pid}.json",
+            {
+                "pid": self.pid,
+                "ppid": os.getppid(),
+                "rank": _env_rank(),
+                "local_rank": os.environ.get("LOCAL_RANK"),
+                "argv": list(sys.argv) if hasattr(sys, "argv") else [],
+                "executable": sys.executable,
+                "host": socket.gethostname(),
+                "time": time.time(),
+            },
+        )
+        try:
+            self._stack_file = open(self.dir / f"stack-{self.pid}.txt", "w", encoding="utf-8")  # noqa: SIM115
+            faulthandler.register(STACK_SIGNAL, file=self._stack_file, all_threads=True)
+            if not faulthandler.is_enabled():
+                # A segfault in a rank (a bad kernel, a NCCL bug) leaves its Python stack here.
+                faulthandler.enable(file=self._stack_file, all_threads=True)
+        except (OSError, RuntimeError, ValueError):
+            pass
+        previous = sys.excepthook
+
+        def excepthook(
+            exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+        ) -> None:
+            self.record_crash(exc_type, exc, tb)
+            previous(exc_type, exc, tb)
+
+        sys.excepthook = excepthook
+        atexit.register(self.at_exit)
+
+    def record_crash(
+        self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
+        if os.getpid() != self.pid:
+            return
+        frames = traceback.extract_tb(tb)
+        where = None
+        for frame in reversed(frames):
+            if "site-packages" not in frame.filename and "/lib/python" not in frame.filename:
+                where = f"{os.path.basename(frame.filename)}:{frame.lineno} in {frame.name}"
+                break
+        _write_json(
+            self.dir / f"crash-{self.pid}.json",
+            {
+                "pid": self.pid,
+                "rank": _dist_rank(),
+                "exc_type": exc_type.__name__,
+                "message": (str(exc).splitlines() or [""])[0][:500],
+                "where": where,
+                "traceback": "".join(traceback.format_exception(exc_type, exc, tb))[-8000:],
+                "failed_rank": getattr(exc, "failed_rank", None),
+                "time": time.time(),
+            },
+        )
+
+    def at_exit(self) -> None:
+        if os.getpid() != self.pid:
+            return  # a forked DataLoader worker inherited the handler
+        if self.monitor is not None:
+            try:
+                # The loop's locals are gone by now: no final census, no holder search.
+                self.monitor.close(final_census=False)
+                self._write({"k": "end"})
+            except Exception:
+                pass
+        if self._series is not None:
+            try:
+                self._series.close()
+            except OSError:
+                pass
+        _write_json(self.dir / f"exit-{self.pid}.json", {"pid": self.pid, "time": time.time()})
+
+    # -- once torch is imported -------------------------------------------------------------
+
+    def on_torch(self, torch: ModuleType) -> None:
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+        except ImportError:
+            return
+        self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+
+    def _on_optimizer_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        if self.manual or os.getpid() != self.pid:
+            return
+        # With several optimizers (GAN, multi-task) one iteration steps each: count the
+        # first one that ever stepped, so a "step" is one training iteration.
+        if self._leader is None:
+            self._leader = id(optimizer)
+        if id(optimizer) == self._leader:
+            self.get_monitor().step()
+
+    def get_monitor(self) -> Any:
+        if self.monitor is None:
+            from ddp_lsp.runtime.memory import MemoryGrowthMonitor
+
+            self.monitor = MemoryGrowthMonitor(
+                warmup_steps=int(os.environ.get(ENV_WARMUP, "5")),
+                min_bytes_per_step=float(os.environ.get(ENV_MIN_BYTES, "1024")),
+                census_budget=float(os.environ.get(ENV_CENSUS_BUDGET, "0.5")),
+                min_censuses=int(os.environ.get(ENV_MIN_CENSUSES, "12")),
+                sink=self._on_sample,
+                census_sink=self._on_census,
+            )
+        return self.monitor
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._series is None:
+            self._series = open(self.dir / f"series-{self.pid}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            header = {
+                "k": "header",
+                "pid": self.pid,
+                "rank": _dist_rank(),
+                "host": socket.gethostname(),
+            }
+            self._series.write(json.dumps(header) + "\n")
+        # One flushed line per record: a rank killed on a hang still leaves its series.
+        self._series.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._series.flush()
+
+    def _on_sample(self, sample: Any) -> None:
+        self._write(
+            {
+                "k": "s",
+                "step": sample.step,
+                "t": round(sample.time_s, 6),
+                "heap": sample.heap,
+                "rss": sample.rss,
+                "cuda": sample.cuda,
+                "tensors": sample.tensors,
+                "tensor_bytes": sample.tensor_bytes,
+            }
+        )
+
+    def _on_census(self, census: Any) -> None:
+        self._write(
+            {
+                "k": "c",
+                "step": census.step,
+                "count": census.count,
+                "bytes": census.bytes,
+                "groups": [[g.kind, g.count, g.bytes, g.grad_fn, g.numel] for g in census.groups],
+            }
+        )
+
+
+class _TorchImportHook(importlib.abc.MetaPathFinder):
+    """Runs ``on_torch`` right after ``import torch`` completes, without importing it early."""
+
+    def __init__(self, session: _Session) -> None:
+        self.session = session
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        session = self.session
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> Any:
+                return loader.create_module(spec)
+
+            def exec_module(self, module: ModuleType) -> None:
+                loader.exec_module(module)
+                try:
+                    session.on_torch(module)
+                except Exception:
+                    pass  # never break the user's import of torch
+
+        spec.loader = _Loader()
+        return spec
+
+
+def install_from_env() -> None:
+    """Called by the shim's ``sitecustomize`` in every Python process of a small run."""
+    global _session
+    directory = os.environ.get(ENV_DIR)
+    if not directory or _session is not None:
+        return
+    path = Path(directory)
+    if not path.is_dir():
+        return
+    _session = _Session(path)
+    _session.start()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _session.on_torch(torch)
+    else:
+        sys.meta_path.insert(0, _TorchImportHook(_session))
+
+
+def session_monitor(*, manual: bool) -> Any:
+    """The small run's monitor in this process, or None outside ``ddp-lsp smallrun``.
+
+    ``manual=True`` (from ``monitor_steps``) turns off the optimizer hook so that steps are
+    not counted twice.
+    """
+    if _session is None or os.getpid() != _session.pid:
+        return None
+    if manual:
+        _session.manual = True
+    return _session.get_monitor()

@@ -1,0 +1,1 @@
+"""Holds the ``sitecustomize`` shim that ``ddp-lsp smallrun`` puts on ``PYTHONPATH``."""

@@ -1,0 +1,747 @@
+"""``MemoryGrowthMonitor``: per-step memory readings and a verdict on growth with the step count.
+
+Per step the monitor reads, in this order of authority:
+
+- on GPU (once CUDA is initialised by the training code, never by us):
+  ``torch.cuda.memory_allocated`` -- live tensor bytes, not the caching allocator's reserve;
+- on CPU: the C heap's in-use bytes (:mod:`ddp_lsp.runtime.probes`), which include the
+  activations an autograd graph saved (C++ tensors no Python object points to), plus RSS
+  (recorded, but it alone misses small leaks);
+- the live tensors' count and bytes, from a census of the Python heap. A census walks every
+  GC-tracked object (tens of ms with torch loaded), so it is scheduled to spend at most
+  ``census_budget`` of the loop's wall time; it also tells *which kind* of tensor accumulates.
+
+The verdict (:func:`ddp_lsp.runtime.stats.analyze_series`) ignores the warm-up steps (the
+first step allocates gradients and optimizer state) and uses robust statistics, so allocator
+caching, batch-size noise and periodic evaluation do not raise false alarms.
+
+Attach it any way the loop allows: ``with MemoryGrowthMonitor() as mon: ... mon.step()``,
+``mon.attach(optimizer)`` (a step post-hook, which also works for Accelerate and Lightning
+since both call ``optimizer.step()``), ``monitor_steps(loader)`` or ``lightning_callback()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import itertools
+import sys
+import time
+import warnings
+from array import array
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
+from types import TracebackType
+from typing import Any
+
+from ddp_lsp.runtime import probes
+from ddp_lsp.runtime.stats import TrendResult, analyze_series
+
+#: Series names, in the order the sink receives them.
+FIELDS = ("heap", "rss", "cuda", "tensors", "tensor_bytes")
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """One step's readings; a reading that is not available is None."""
+
+    step: int
+    time_s: float
+    heap: int | None = None
+    rss: int | None = None
+    cuda: int | None = None
+    tensors: int | None = None
+    tensor_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class TensorGroup:
+    """Live tensors that share a kind (class, dtype, device, shape, autograd state)."""
+
+    kind: str
+    count: int
+    bytes: int
+    grad_fn: str | None
+    #: Elements of one tensor of the kind (the first one seen).
+    numel: int = 0
+
+
+@dataclass(frozen=True)
+class Census:
+    step: int
+    count: int
+    bytes: int
+    groups: tuple[TensorGroup, ...]
+
+
+@dataclass(frozen=True)
+class LeakCause:
+    """The tensor kind whose count grows with the steps, and what that usually means."""
+
+    kind: str
+    tensors_per_step: float
+    bytes_per_step: float
+    grad_fn: str | None
+    hint: str
+    holder: str | None = None
+    #: Other kinds that accumulate at the same time (e.g. the activations a kept graph saved).
+    also: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MetricTrend:
+    metric: str
+    unit: str
+    decides: bool
+    trend: TrendResult
+
+
+@dataclass(frozen=True)
+class GrowthReport:
+    """What the monitor concluded. ``grows`` is the gate; the rest explains it."""
+
+    grows: bool
+    inconclusive: bool
+    #: The metric that decided (``cuda``, ``heap``, ``rss`` or ``tensors``).
+    metric: str | None
+    bytes_per_step: float | None
+    tensors_per_step: float | None
+    start_step: int | None
+    steps: int
+    warmup_steps: int
+    cause: LeakCause | None
+    trends: tuple[MetricTrend, ...]
+    notes: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        if self.inconclusive and not self.grows:
+            return f"memory: inconclusive ({'; '.join(self.notes) or 'too few steps'})"
+        if not self.grows:
+            return f"memory: no growth with the step count over {self.steps} steps"
+        parts = [f"memory grows with the step count ({self.metric})"]
+        if self.bytes_per_step is not None:
+            parts.append(f"{format_bytes(self.bytes_per_step)}/step")
+        if self.tensors_per_step is not None:
+            parts.append(f"{self.tensors_per_step:.2f} live tensors/step")
+        if self.start_step is not None:
+            parts.append(f"from step {self.start_step}")
+        text = ", ".join(parts)
+        if self.cause is not None:
+            text += f"\n  likely cause: {self.cause.kind} accumulates"
+            text += f" (+{self.cause.tensors_per_step:.2f}/step)"
+            if self.cause.holder:
+                text += f", held by {self.cause.holder}"
+            if self.cause.also:
+                text += "\n  also accumulating: " + ", ".join(self.cause.also[:4])
+            text += f"\n  {self.cause.hint}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class MemoryGrowthError(RuntimeError):
+    """Raised by a monitor with ``raise_on_growth=True`` when memory grows per step."""
+
+    def __init__(self, report: GrowthReport) -> None:
+        super().__init__(report.summary())
+        self.report = report
+
+
+def format_bytes(n: float) -> str:
+    sign = "-" if n < 0 else ""
+    value = abs(float(n))
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{sign}{value:.1f} {unit}" if unit != "B" else f"{sign}{value:.0f} B"
+        value /= 1024
+    return f"{sign}{value:.1f} GiB"  # pragma: no cover
+
+
+def _hint_for(kind_grad_fn: str | None, type_name: str) -> str:
+    if kind_grad_fn:
+        return (
+            "tensors that still hold their autograd graph are kept across steps (e.g. "
+            "`losses.append(loss)` or `total += loss`): each keeps its graph's nodes, and its "
+            "saved activations too if backward() was not run or used retain_graph=True. "
+            "Keep `loss.item()` or `loss.detach()` instead."
+        )
+    if type_name == "Parameter":
+        return "new Parameters appear every step: a module or optimizer built inside the loop?"
+    return (
+        "tensors are kept across steps: a list, dict or cache that only grows "
+        "(metrics, outputs, per-step history)? Store `.item()`/`.cpu()` summaries or bound it."
+    )
+
+
+class MemoryGrowthMonitor:
+    """Record memory once per training step and decide whether it grows with the step count.
+
+    Cheap per step (a few microseconds: heap, RSS and, on GPU, ``memory_allocated``); the
+    tensor census runs only within ``census_budget`` (a fraction of elapsed loop time), plus
+    once at the end of warm-up and once at close, which is what names the cause.
+    """
+
+    def __init__(
+        self,
+        *,
+        warmup_steps: int = 5,
+        min_bytes_per_step: float = 1024.0,
+        min_tensors_per_step: float = 0.5,
+        census: str = "auto",
+        census_budget: float = 0.01,
+        min_censuses: int = 0,
+        raise_on_growth: bool = False,
+        sink: Callable[[MemorySample], None] | None = None,
+        census_sink: Callable[[Census], None] | None = None,
+        use_cuda: bool | None = None,
+    ) -> None:
+        if census not in ("auto", "every", "off"):
+            raise ValueError("census must be 'auto', 'every' or 'off'")
+        self.warmup_steps = warmup_steps
+        self.min_bytes_per_step = min_bytes_per_step
+        self.min_tensors_per_step = min_tensors_per_step
+        self.census_mode = census
+        self.census_budget = census_budget
+        self.min_censuses = min_censuses
+        self.raise_on_growth = raise_on_growth
+        self._sink = sink
+        self._census_sink = census_sink
+        self._use_cuda = use_cuda
+        self._heap = probes.heap_in_use_bytes
+        self._rss = probes.RssReader()
+        self._cuda_reader: Callable[[], int] | None = None
+        self._steps = array("q")
+        self._times = array("d")
+        # One array per reading; -1 marks "not available" (readings are never negative).
+        self._series = {name: array("q") for name in FIELDS}
+        self._censuses: list[Census] = []
+        self._census_time = 0.0
+        self._census_cost = 0.0
+        self._t0: float | None = None
+        self._step = 0
+        self._closed = False
+        self._report: GrowthReport | None = None
+        self._handles: list[Any] = []
+        self._leader: int | None = None
+
+    # -- recording -------------------------------------------------------------------------
+
+    def _own_bytes(self) -> int:
+        # Our own arrays grow by a few bytes per step in the C heap; subtract them so the
+        # monitor never reports its own bookkeeping as a leak.
+        total = sys.getsizeof(self._steps) + sys.getsizeof(self._times)
+        for a in self._series.values():
+            total += sys.getsizeof(a)
+        return total
+
+    def _cuda(self) -> int | None:
+        if self._cuda_reader is not None:
+            return self._cuda_reader()
+        if self._use_cuda is False:
+            return None
+        torch = sys.modules.get("torch")
+        # Never initialise CUDA ourselves: only read it once the training code has.
+        if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return None
+        cuda = torch.cuda
+
+        def read() -> int:
+            return int(cuda.memory_allocated(cuda.current_device()))
+
+        self._cuda_reader = read
+        return read()
+
+    def step(self, step: int | None = None) -> None:
+        """Record this step's memory. Call it once per step, after ``optimizer.step()``."""
+        if self._closed:
+            return
+        now = time.perf_counter()
+        if self._t0 is None:
+            self._t0 = now
+        heap = self._heap() - self._own_bytes() if self._heap is not None else None
+        rss = self._rss()
+        cuda = self._cuda()
+        n = self._step if step is None else int(step)
+        self._step = n + 1
+        tensors: int | None = None
+        tensor_bytes: int | None = None
+        if self._census_due(n, now):
+            started = time.perf_counter()
+            census = self._take_census(n)
+            cost = time.perf_counter() - started
+            self._census_time += cost
+            self._census_cost = cost
+            tensors, tensor_bytes = census.count, census.bytes
+        self._steps.append(n)
+        self._times.append(now - self._t0)
+        values = (heap, rss, cuda, tensors, tensor_bytes)
+        for name, value in zip(FIELDS, values, strict=True):
+            self._series[name].append(-1 if value is None else value)
+        if self._sink is not None:
+            self._sink(MemorySample(n, now - self._t0, heap, rss, cuda, tensors, tensor_bytes))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        """Callback form: any hook signature (Lightning, Accelerate, custom loops)."""
+        self.step()
+
+    def _census_due(self, n: int, now: float) -> bool:
+        if self.census_mode == "off" or "torch" not in sys.modules:
+            return False
+        if self.census_mode == "every":
+            return True
+        index = len(self._steps)
+        if index < self.warmup_steps or self._t0 is None:
+            return False
+        if index == self.warmup_steps:
+            return True  # the baseline census the cause analysis compares against
+        if len(self._censuses) < self.min_censuses:
+            return True  # a short run (smallrun) still gets a live-tensor series to judge
+        elapsed = now - self._t0
+        return self._census_time + self._census_cost <= self.census_budget * elapsed
+
+    def _take_census(self, n: int) -> Census:
+        import torch
+
+        tensors = _live_tensors(torch)
+        groups: dict[str, list[Any]] = {}
+        seen_ptrs: set[int] = set()
+        total_bytes = 0
+        for t in tensors:
+            try:
+                kind = _kind_of(t)
+                grad_fn = t.grad_fn
+                gname = type(grad_fn).__name__ if grad_fn is not None else None
+                nbytes = 0
+                if t.device.type != "meta":
+                    # Count each data pointer once (a view at offset 0 shares its base's).
+                    # Not t.untyped_storage(): that creates a storage PyObject which torch
+                    # then keeps alive, so the census itself would grow the heap.
+                    ptr = t.data_ptr()
+                    if ptr == 0 or ptr not in seen_ptrs:
+                        seen_ptrs.add(ptr)
+                        nbytes = int(t.nbytes)
+            except Exception:  # fake / functional / sparse tensors: count, no bytes
+                kind, gname, nbytes = f"{type(t).__name__} (opaque)", None, 0
+            try:
+                numel = int(t.numel())
+            except Exception:
+                numel = 0
+            entry = groups.setdefault(kind, [0, 0, gname, numel])
+            entry[0] += 1
+            entry[1] += nbytes
+            total_bytes += nbytes
+        del tensors
+        census = Census(
+            step=n,
+            count=sum(v[0] for v in groups.values()),
+            bytes=total_bytes,
+            groups=tuple(TensorGroup(k, v[0], v[1], v[2], v[3]) for k, v in sorted(groups.items())),
+        )
+        self._censuses.append(census)
+        if self._census_sink is not None:
+            self._census_sink(census)
+        return census
+
+    # -- attaching -------------------------------------------------------------------------
+
+    def attach(self, optimizer: Any) -> Any:
+        """Sample after every ``optimizer.step()`` (also Accelerate's wrapped optimizer)."""
+        inner = getattr(
+            optimizer, "optimizer", optimizer
+        )  # AcceleratedOptimizer, LightningOptimizer
+
+        def hook(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            self.step()
+
+        handle = inner.register_step_post_hook(hook)
+        self._handles.append(handle)
+        return handle
+
+    def attach_all_optimizers(self) -> Any:
+        """Sample after the steps of every optimizer in the process (a global post-hook).
+
+        With several optimizers (GAN, multi-task) only the first one that steps counts, so a
+        step is a training iteration, not an optimizer call.
+        """
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        def hook(opt: Any, _args: Any, _kwargs: Any) -> None:
+            if self._leader is None:
+                self._leader = id(opt)
+            if id(opt) == self._leader:
+                self.step()
+
+        handle = register_optimizer_step_post_hook(hook)
+        self._handles.append(handle)
+        return handle
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def wrap(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        """Yield from ``iterable`` and sample after each item's loop body has run."""
+        started = False
+        for item in iterable:
+            if started:
+                self.step()
+            started = True
+            yield item
+        if started:
+            self.step()
+
+    def __enter__(self) -> MemoryGrowthMonitor:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        report = self.close()
+        if exc_type is None and self.raise_on_growth and report.grows:
+            raise MemoryGrowthError(report)
+
+    # -- results ---------------------------------------------------------------------------
+
+    @property
+    def steps_recorded(self) -> int:
+        return len(self._steps)
+
+    def samples(self) -> list[MemorySample]:
+        out = []
+        for i, n in enumerate(self._steps):
+            vals = [self._series[name][i] for name in FIELDS]
+            out.append(MemorySample(n, self._times[i], *[None if v < 0 else int(v) for v in vals]))
+        return out
+
+    @property
+    def censuses(self) -> tuple[Census, ...]:
+        return tuple(self._censuses)
+
+    def close(self, *, final_census: bool = True) -> GrowthReport:
+        """Stop recording, take the final census and return the report (idempotent).
+
+        ``final_census=False`` when closing after the loop's locals are gone (at interpreter
+        exit): a census then would count what the loop no longer holds.
+        """
+        if self._report is not None:
+            return self._report
+        self.detach()
+        if (
+            final_census
+            and self._censuses
+            and self._steps
+            and self._censuses[-1].step != self._steps[-1]
+        ):
+            self._take_census(self._steps[-1])
+        self._closed = True
+        self._rss.close()
+        self._report = build_report(
+            steps=list(self._steps),
+            series={name: list(a) for name, a in self._series.items()},
+            censuses=self._censuses,
+            warmup_steps=self.warmup_steps,
+            min_bytes_per_step=self.min_bytes_per_step,
+            min_tensors_per_step=self.min_tensors_per_step,
+        )
+        if self._report.cause is not None and final_census:
+            holder = _find_holder(self._report.cause.kind)
+            if holder:
+                self._report = _with_holder(self._report, holder)
+        return self._report
+
+    def report(self) -> GrowthReport:
+        """The report so far (without closing) -- for a mid-run check."""
+        if self._report is not None:
+            return self._report
+        return build_report(
+            steps=list(self._steps),
+            series={name: list(a) for name, a in self._series.items()},
+            censuses=self._censuses,
+            warmup_steps=self.warmup_steps,
+            min_bytes_per_step=self.min_bytes_per_step,
+            min_tensors_per_step=self.min_tensors_per_step,
+        )
+
+
+def _with_holder(report: GrowthReport, holder: str) -> GrowthReport:
+    cause = report.cause
+    assert cause is not None
+    return dataclasses.replace(report, cause=dataclasses.replace(cause, holder=holder))
+
+
+def _find_holder(kind: str) -> str | None:
+    """Describe the container holding the newest tensor of ``kind`` (a list of N items...)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    newest = None
+    for obj in _live_tensors(torch):
+        try:
+            if _kind_of(obj) == kind:
+                newest = obj
+        except Exception:
+            continue
+    if newest is None:
+        return None
+    for ref in gc.get_referrers(newest):
+        if isinstance(ref, (list, tuple, set, dict)) and ref is not globals() and len(ref) > 1:
+            return f"a {type(ref).__name__} of {len(ref)} items"
+        name = type(ref).__name__
+        if name == "deque":
+            return f"a deque of {len(ref)} items"
+    return None
+
+
+def _tensor_types(torch: Any) -> set[type]:
+    """torch.Tensor and every subclass defined so far (Parameter, Buffer, user subclasses)."""
+    found: set[type] = set()
+    todo: list[type] = [torch.Tensor]
+    while todo:
+        t = todo.pop()
+        if t not in found:
+            found.add(t)
+            todo.extend(t.__subclasses__())
+    return found
+
+
+def _live_tensors(torch: Any) -> list[Any]:
+    """Every live tensor object the garbage collector tracks (tensors are GC containers)."""
+    tensor_types = _tensor_types(torch)
+    objs = gc.get_objects()
+    try:
+        # Filter in C (compress/map) rather than a Python loop over ~10^5 objects; it also
+        # avoids isinstance() on lazy modules, which would trigger their deprecation hooks.
+        return list(itertools.compress(objs, map(tensor_types.__contains__, map(type, objs))))
+    finally:
+        del objs
+
+
+def _kind_of(t: Any) -> str:
+    grad_fn = t.grad_fn
+    gname = type(grad_fn).__name__ if grad_fn is not None else None
+    shape = tuple(t.shape)
+    dims = str(list(shape)) if len(shape) <= 4 else f"{len(shape)}-d"
+    kind = f"{type(t).__name__} {str(t.dtype).replace('torch.', '')} {dims} on {t.device.type}"
+    if gname:
+        kind += f" grad_fn={gname}"
+    elif t.requires_grad:
+        kind += " requires_grad"
+    return kind
+
+
+def _column(steps: list[int], values: list[int]) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for s, v in zip(steps, values, strict=False):
+        if v >= 0:
+            xs.append(s)
+            ys.append(float(v))
+    return xs, ys
+
+
+def find_cause(
+    censuses: list[Census] | tuple[Census, ...], warmup_steps: int, first_step: int = 0
+) -> LeakCause | None:
+    """Compare the first steady-state census with the last one: which kind accumulates?
+
+    ``first_step`` is the run's first recorded step (warm-up counts from there).
+    """
+    if len(censuses) < 2:
+        return None
+    steady = [c for c in censuses if c.step >= first_step + warmup_steps] or list(censuses)
+    base, last = steady[0], censuses[-1]
+    span = last.step - base.step
+    if span <= 0:
+        return None
+    before = {g.kind: g for g in base.groups}
+    growing: list[tuple[TensorGroup, int, int]] = []
+    for g in last.groups:
+        prev = before.get(g.kind)
+        d_count = g.count - (prev.count if prev else 0)
+        d_bytes = g.bytes - (prev.bytes if prev else 0)
+        # A kind counts as accumulating when at least one more lives every other step.
+        if d_count >= max(2, 0.5 * span):
+            growing.append((g, d_count, d_bytes))
+    if not growing:
+        return None
+    # A tensor with a grad_fn keeps its whole graph alive (inputs saved for backward become
+    # live tensors too), so it is the root of the leak even when its graph weighs more.
+    with_graph = [item for item in growing if item[0].grad_fn]
+    if with_graph:
+        # The graph's output end (the loss: usually a scalar) is what the code keeps.
+        g, d_count, d_bytes = min(with_graph, key=lambda item: item[0].numel)
+    else:
+        g, d_count, d_bytes = max(growing, key=lambda item: (item[2], item[1]))
+    type_name = g.kind.split(" ", 1)[0]
+    others = tuple(f"{o.kind} (+{dc / span:.2f}/step)" for o, dc, _ in growing if o.kind != g.kind)
+    return LeakCause(
+        kind=g.kind,
+        tensors_per_step=d_count / span,
+        bytes_per_step=sum(item[2] for item in growing) / span,
+        grad_fn=g.grad_fn,
+        hint=_hint_for(g.grad_fn, type_name),
+        also=others,
+    )
+
+
+def build_report(
+    *,
+    steps: list[int],
+    series: dict[str, list[int]],
+    censuses: list[Census] | tuple[Census, ...],
+    warmup_steps: int,
+    min_bytes_per_step: float,
+    min_tensors_per_step: float,
+) -> GrowthReport:
+    """Judge recorded series. Also used by the smallrun supervisor on the ranks' files."""
+    trends: list[MetricTrend] = []
+    notes: list[str] = []
+    bytes_metric: str | None = None
+    for name in ("cuda", "heap", "rss"):
+        xs, _ = _column(steps, series.get(name, []))
+        if xs:
+            bytes_metric = name
+            break
+    if bytes_metric == "rss":
+        notes.append("no allocator reading here (not glibc): RSS alone misses small leaks")
+    for name, unit, min_slope in (
+        ("cuda", "bytes", min_bytes_per_step),
+        ("heap", "bytes", min_bytes_per_step),
+        ("rss", "bytes", min_bytes_per_step),
+        ("tensors", "tensors", min_tensors_per_step),
+        ("tensor_bytes", "bytes", min_bytes_per_step),
+    ):
+        xs, ys = _column(steps, series.get(name, []))
+        if not xs:
+            continue
+        trend = analyze_series(
+            xs, ys, warmup_steps=warmup_steps, min_slope=min_slope, first_step=steps[0]
+        )
+        decides = name == bytes_metric or name == "tensors"
+        trends.append(MetricTrend(name, unit, decides, trend))
+    deciding = [t for t in trends if t.decides and not t.trend.inconclusive]
+    growing = [t for t in deciding if t.trend.grows]
+    by_name = {t.metric: t for t in trends}
+    if bytes_metric == "heap" and "rss" in by_name and by_name["rss"].trend.grows and not growing:
+        notes.append(
+            "RSS grows but allocated memory does not: the allocator keeps freed pages "
+            "(fragmentation), not a tensor leak"
+        )
+    inconclusive = not deciding
+    if inconclusive:
+        shown = [t for t in trends if t.decides]
+        notes.append(shown[0].trend.reason if shown else "no samples recorded")
+    cause = find_cause(censuses, warmup_steps, steps[0]) if growing and steps else None
+    if growing and bytes_metric == "heap" and cause is None and "tensors" in by_name:
+        notes.append(
+            "the C heap grows but no tensor kind accumulates: non-tensor memory (numpy "
+            "arrays, Python objects) or a library cache such as MKL's per-size buffers, which "
+            "grows with each new matrix shape (MKL_DISABLE_FAST_MM=1 turns it off)"
+        )
+    metric: str | None = None
+    bytes_per_step: float | None = None
+    tensors_per_step: float | None = None
+    start: int | None = None
+    for t in growing:
+        if t.metric != "tensors" and bytes_per_step is None:
+            metric, bytes_per_step, start = t.metric, t.trend.slope_per_step, t.trend.start_step
+    if "tensors" in by_name and by_name["tensors"].trend.grows:
+        tensors_per_step = by_name["tensors"].trend.slope_per_step
+        if metric is None:
+            metric, start = "tensors", by_name["tensors"].trend.start_step
+            tb = by_name.get("tensor_bytes")
+            bytes_per_step = tb.trend.slope_per_step if tb is not None else None
+    if growing and tensors_per_step is None and cause is not None:
+        tensors_per_step = cause.tensors_per_step
+    return GrowthReport(
+        grows=bool(growing),
+        inconclusive=inconclusive,
+        metric=metric,
+        bytes_per_step=bytes_per_step,
+        tensors_per_step=tensors_per_step,
+        start_step=start,
+        steps=len(steps),
+        warmup_steps=warmup_steps,
+        cause=cause,
+        trends=tuple(trends),
+        notes=tuple(notes),
+    )
+
+
+def monitor_steps(iterable: Iterable[Any] | None = None, **kwargs: Any) -> Any:
+    """The one-line hook: ``for batch in monitor_steps(loader): ...``.
+
+    Under ``ddp-lsp smallrun`` it feeds the supervisor's per-rank series (and turns off the
+    automatic optimizer hook, so steps are not counted twice). Elsewhere it creates a monitor
+    that warns at the end of the loop if memory grew. Without an iterable it returns the
+    monitor, for a manual ``.step()`` per iteration.
+    """
+    from ddp_lsp.runtime import _autoattach
+
+    session = _autoattach.session_monitor(manual=True)
+    monitor = session if session is not None else MemoryGrowthMonitor(**kwargs)
+    if iterable is None:
+        return monitor
+    if session is not None:
+        return monitor.wrap(iterable)
+    return _warn_at_end(monitor, iterable)
+
+
+def _warn_at_end(monitor: MemoryGrowthMonitor, iterable: Iterable[Any]) -> Iterator[Any]:
+    yield from monitor.wrap(iterable)
+    report = monitor.close()
+    if report.grows:
+        warnings.warn(report.summary(), ResourceWarning, stacklevel=2)
+
+
+def lightning_callback(**kwargs: Any) -> Any:
+    """A Lightning ``Callback`` sampling after each training batch and reporting at the end.
+
+    Imports ``lightning.pytorch`` (or ``pytorch_lightning``) only when called.
+    """
+    try:
+        from lightning.pytorch import Callback  # type: ignore[import-not-found]
+    except ImportError:
+        from pytorch_lightning import Callback  # type: ignore[import-not-found]
+
+    monitor = MemoryGrowthMonitor(**kwargs)
+
+    class MemoryGrowthCallback(Callback):  # type: ignore[misc]
+        """Samples memory after every training batch; raises or warns at the end of fit."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.monitor = monitor
+
+        def on_train_batch_end(self, *args: Any, **kw: Any) -> None:
+            self.monitor.step()
+
+        def on_train_end(self, *args: Any, **kw: Any) -> None:
+            report = self.monitor.close()
+            if report.grows:
+                if self.monitor.raise_on_growth:
+                    raise MemoryGrowthError(report)
+                warnings.warn(report.summary(), ResourceWarning, stacklevel=2)
+
+    return MemoryGrowthCallback()
+
+
+__all__ = [
+    "Census",
+    "GrowthReport",
+    "LeakCause",
+    "MemoryGrowthError",
+    "MemoryGrowthMonitor",
+    "MemorySample",
+    "MetricTrend",
+    "TensorGroup",
+    "build_report",
+    "find_cause",
+    "format_bytes",
+    "lightning_callback",
+    "monitor_steps",
+]

@@ -1,0 +1,674 @@
+"""``ddp-lsp smallrun``: run a short training command under supervision, as a merge gate.
+
+    ddp-lsp smallrun [--timeout S] [--json FILE] -- torchrun --nproc-per-node 2 train.py ...
+
+The command runs in a session of its own with the monitor attached to every rank through a
+``sitecustomize`` shim (see :mod:`ddp_lsp.runtime._autoattach`); nothing in the script
+changes unless it never calls ``optimizer.step()``. Exit status:
+
+- 0: the run finished, and no rank's memory grows with the step count;
+- 1: a rank crashed (the first one is named, with its exception and line), the run hung past
+  ``--timeout`` (every process of the tree is killed; each rank's stack says where it was
+  stuck), or a rank's memory grows step after step (bytes per step, first step, likely cause);
+- 2: nothing to judge (no steps seen, or too few) or a usage error.
+
+This module never imports torch: the supervisor judges the ranks' series files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddp_lsp.runtime import _proc
+from ddp_lsp.runtime._autoattach import (
+    ENV_CENSUS_BUDGET,
+    ENV_DIR,
+    ENV_MIN_BYTES,
+    ENV_WARMUP,
+    STACK_SIGNAL,
+)
+from ddp_lsp.runtime.memory import Census, GrowthReport, TensorGroup, build_report, format_bytes
+
+SCHEMA = "ddp-lsp-smallrun/1"
+SHIM_DIR = Path(__file__).resolve().parent / "_shim"
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class SmallRunConfig:
+    command: tuple[str, ...]
+    timeout_s: float = 600.0
+    warmup_steps: int = 5
+    min_bytes_per_step: float = 1024.0
+    census_budget: float = 0.5
+    kill_grace_s: float = 3.0
+    workdir: Path | None = None
+    keep_workdir: bool = False
+    #: Allocator caches are turned off in the run by default so they are not taken for a
+    #: leak: MKL's per-size matmul buffers (MKL_DISABLE_FAST_MM=1) and glibc's per-thread
+    #: tcache (counted as in use by mallinfo2; it fills during a DDP job's first ~15 steps).
+    keep_caches: bool = False
+    #: A hang is also "no rank recorded a step for this long" (after the first step).
+    stall_timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # crash | hang | leak | inconclusive | no-data | leftover | error
+    rank: int | None
+    message: str
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    rank: int | None
+    pid: int
+    steps: int
+    last_step: int | None
+    exited: bool
+    crashed: dict[str, Any] | None = None
+    stuck_in: str | None = None
+    memory: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SmallRunResult:
+    status: str  # pass | crash | hang | leak | inconclusive | error
+    exit_code: int
+    command: tuple[str, ...]
+    duration_s: float
+    timeout_s: float
+    returncode: int | None
+    findings: tuple[Finding, ...]
+    ranks: tuple[RankSummary, ...]
+    killed: tuple[dict[str, Any], ...] = ()
+    workdir: str | None = None
+    schema: str = SCHEMA
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- reading what the ranks wrote ------------------------------------------------------------
+
+
+def _load_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _records(workdir: Path, prefix: str) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for path in workdir.glob(f"{prefix}-*.json"):
+        data = _load_json(path)
+        if data is not None and isinstance(data.get("pid"), int):
+            out[data["pid"]] = data
+    return out
+
+
+@dataclass
+class _Series:
+    pid: int
+    rank: int | None = None
+    steps: list[int] = field(default_factory=list)
+    values: dict[str, list[int]] = field(default_factory=dict)
+    censuses: list[Census] = field(default_factory=list)
+
+
+def _read_series(path: Path) -> _Series | None:
+    match = re.match(r"series-(\d+)\.jsonl$", path.name)
+    if not match:
+        return None
+    series = _Series(pid=int(match.group(1)))
+    names = ("heap", "rss", "cuda", "tensors", "tensor_bytes")
+    for name in names:
+        series.values[name] = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a kill
+        kind = rec.get("k")
+        if kind == "header":
+            series.rank = rec.get("rank")
+        elif kind == "s":
+            series.steps.append(int(rec["step"]))
+            for name in names:
+                value = rec.get(name)
+                series.values[name].append(-1 if value is None else int(value))
+        elif kind == "c":
+            groups = tuple(TensorGroup(g[0], g[1], g[2], g[3], g[4]) for g in rec.get("groups", []))
+            series.censuses.append(Census(rec["step"], rec["count"], rec["bytes"], groups))
+    return series
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def stuck_location(stack_text: str) -> str | None:
+    """From a faulthandler dump, where the main thread is: the user frame and the call it is in."""
+    blocks: list[list[tuple[str, int, str]]] = []
+    for line in stack_text.splitlines():
+        if line.startswith(("Thread ", "Current thread ")):
+            blocks.append([])
+            continue
+        m = _FRAME.match(line)
+        if m and blocks:
+            blocks[-1].append((m["file"], int(m["line"]), m["func"]))
+    # The latest dump's main thread: its outermost frame is the script's <module>.
+    main = [b for b in blocks if b and b[-1][2] == "<module>"]
+    if not main:
+        return None
+    frames = main[-1]
+    user = [f for f in frames if "site-packages" not in f[0] and "/lib/python" not in f[0]]
+    if not user:
+        return None
+    inner = frames[0]
+    where = f"{os.path.basename(user[0][0])}:{user[0][1]} in {user[0][2]}"
+    if inner != user[0]:
+        return f"{inner[2]}() called from {where}"
+    return where
+
+
+# -- supervision ------------------------------------------------------------------------------
+
+
+def _child_env(cfg: SmallRunConfig, workdir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SHIM_DIR), env.get("PYTHONPATH", "")) if p)
+    env[ENV_DIR] = str(workdir)
+    env["DDP_LSP_PACKAGE_ROOT"] = str(PACKAGE_ROOT)
+    env[ENV_WARMUP] = str(cfg.warmup_steps)
+    env[ENV_MIN_BYTES] = str(cfg.min_bytes_per_step)
+    env[ENV_CENSUS_BUDGET] = str(cfg.census_budget)
+    if not cfg.keep_caches:
+        env.setdefault("MKL_DISABLE_FAST_MM", "1")
+        tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
+        if not any(t.startswith("glibc.malloc.tcache_count=") for t in tunables):
+            tunables.append("glibc.malloc.tcache_count=0")
+        env["GLIBC_TUNABLES"] = ":".join(tunables)
+    return env
+
+
+def _request_stacks(workdir: Path, pids: list[int], wait_s: float = 3.0) -> None:
+    sizes = {}
+    for pid in pids:
+        path = workdir / f"stack-{pid}.txt"
+        try:
+            sizes[pid] = path.stat().st_size
+        except OSError:
+            continue
+        try:
+            os.kill(pid, STACK_SIGNAL)
+        except OSError:
+            sizes.pop(pid, None)
+    deadline = time.monotonic() + wait_s
+    pending = set(sizes)
+    while pending and time.monotonic() < deadline:
+        for pid in list(pending):
+            try:
+                if (workdir / f"stack-{pid}.txt").stat().st_size > sizes[pid]:
+                    pending.discard(pid)
+            except OSError:
+                pending.discard(pid)
+        time.sleep(0.05)
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _series_bytes(workdir: Path) -> int:
+    total = 0
+    for path in workdir.glob("series-*.jsonl"):
+        try:
+            total += path.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
+    own_dir = cfg.workdir is None
+    workdir = cfg.workdir or Path(tempfile.mkdtemp(prefix="ddp-lsp-smallrun-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    _proc.set_child_subreaper()
+    try:
+        proc = subprocess.Popen(
+            list(cfg.command), env=_child_env(cfg, workdir), start_new_session=True
+        )
+    except OSError as exc:
+        return SmallRunResult(
+            status="error",
+            exit_code=EXIT_INCONCLUSIVE,
+            command=cfg.command,
+            duration_s=0.0,
+            timeout_s=cfg.timeout_s,
+            returncode=None,
+            findings=(Finding("error", None, f"cannot start {cfg.command[0]!r}: {exc}"),),
+            ranks=(),
+        )
+    seen: dict[int, int] = {}
+    root_info = _proc._read_stat(proc.pid)
+    if root_info is not None:
+        seen[proc.pid] = root_info.start
+    hung = False
+    stalled = False
+    interrupted = False
+    progress_size = 0
+    progress_time: float | None = None
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(_sig: int, _frame: Any) -> None:
+        raise _Interrupted
+
+    if hasattr(signal, "SIGTERM"):
+        try:
+            signal.signal(signal.SIGTERM, on_term)
+        except ValueError:  # not the main thread
+            pass
+    next_scan = 0.0
+    try:
+        while proc.poll() is None:
+            now = time.monotonic()
+            if now - started > cfg.timeout_s:
+                hung = True
+                break
+            if now >= next_scan:
+                # Remember every descendant while the tree is intact: a rank orphaned by a
+                # dying agent must still be found at kill time.
+                for info in _proc.descendants(proc.pid).values():
+                    seen.setdefault(info.pid, info.start)
+                next_scan = now + 0.25
+                if cfg.stall_timeout_s is not None:
+                    size = _series_bytes(workdir)
+                    if size != progress_size:
+                        progress_size, progress_time = size, now
+                    elif progress_time is not None and now - progress_time > cfg.stall_timeout_s:
+                        hung = stalled = True
+                        break
+            time.sleep(0.05)
+    except (KeyboardInterrupt, _Interrupted):
+        interrupted = True
+    finally:
+        try:
+            signal.signal(signal.SIGTERM, previous)
+        except (ValueError, TypeError):
+            pass
+    procs = _records(workdir, "proc")
+    for pid in procs:
+        # Every Python process of this run registered itself in this run's own directory:
+        # keep it even if it left the tree (a rank in a session of its own, reparented).
+        registered = _proc._read_stat(pid)
+        if registered is not None and pid not in seen:
+            seen[pid] = registered.start
+    killed: list[_proc.ProcInfo] = []
+    stacks_requested: list[int] = []
+    kill_time: float | None = None
+    if hung or interrupted:
+        kill_time = time.time()
+        live = {i.pid for i in _proc.alive(seen.items())}
+        stacks_requested = [pid for pid in procs if pid in live]
+        _request_stacks(workdir, stacks_requested)
+        killed = _proc.kill_tree(proc.pid, seen, cfg.kill_grace_s)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    else:
+        leftovers = _proc.alive(seen.items())
+        if leftovers:
+            killed = _proc.kill_tree(proc.pid, seen, cfg.kill_grace_s)
+    _proc.reap_children()
+    duration = time.monotonic() - started
+    result = _judge(
+        cfg,
+        workdir,
+        proc.returncode,
+        duration,
+        hung=hung,
+        interrupted=interrupted,
+        killed=killed,
+        root_pid=proc.pid,
+        stacks_requested=stacks_requested,
+        kill_time=kill_time,
+        stalled=stalled,
+    )
+    if own_dir and not cfg.keep_workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+# -- judging ------------------------------------------------------------------------------------
+
+
+def _label(rank: int | None, pid: int) -> str:
+    return f"rank {rank}" if rank is not None else f"pid {pid}"
+
+
+def _judge(
+    cfg: SmallRunConfig,
+    workdir: Path,
+    returncode: int | None,
+    duration: float,
+    *,
+    hung: bool,
+    interrupted: bool,
+    killed: list[_proc.ProcInfo],
+    root_pid: int,
+    stacks_requested: list[int],
+    kill_time: float | None = None,
+    stalled: bool = False,
+) -> SmallRunResult:
+    procs = _records(workdir, "proc")
+    crashes = _records(workdir, "crash")
+    if kill_time is not None:
+        # Exceptions raised by our own SIGTERM (torchrun's SignalException) are not crashes.
+        crashes = {p: c for p, c in crashes.items() if c.get("time", 0.0) < kill_time}
+    exits = _records(workdir, "exit")
+    series = {s.pid: s for s in map(_read_series, sorted(workdir.glob("series-*.jsonl"))) if s}
+    killed_pids = {k.pid for k in killed}
+
+    def rank_of(pid: int) -> int | None:
+        if pid in series and series[pid].rank is not None:
+            return series[pid].rank
+        if pid in crashes and crashes[pid].get("rank") is not None:
+            return int(crashes[pid]["rank"])
+        rec = procs.get(pid)
+        return rec.get("rank") if rec else None
+
+    # The processes that matter: ranks (a RANK, or a series) and the command itself.
+    relevant = sorted(
+        pid for pid in procs if rank_of(pid) is not None or pid in series or pid == root_pid
+    )
+    findings: list[Finding] = []
+    ranks: list[RankSummary] = []
+    reports: dict[int, GrowthReport] = {}
+    for pid in relevant:
+        s = series.get(pid)
+        report = None
+        if s is not None and s.steps:
+            report = build_report(
+                steps=s.steps,
+                series=s.values,
+                censuses=s.censuses,
+                warmup_steps=cfg.warmup_steps,
+                min_bytes_per_step=cfg.min_bytes_per_step,
+                min_tensors_per_step=0.5,
+            )
+            reports[pid] = report
+        stuck = None
+        if pid in stacks_requested:
+            try:
+                stuck = stuck_location((workdir / f"stack-{pid}.txt").read_text("utf-8", "replace"))
+            except OSError:
+                stuck = None
+        memory = None
+        if report is not None:
+            memory = report.to_dict()
+            memory["summary"] = report.summary()
+        ranks.append(
+            RankSummary(
+                rank=rank_of(pid),
+                pid=pid,
+                steps=len(s.steps) if s else 0,
+                last_step=s.steps[-1] if s and s.steps else None,
+                exited=pid in exits,
+                crashed=crashes.get(pid),
+                stuck_in=stuck,
+                memory=memory,
+            )
+        )
+
+    # Crashes: the first exception that is not a consequence of another rank's failure.
+    crash_list = sorted(
+        (c for pid, c in crashes.items() if pid in relevant), key=lambda c: c.get("time", 0.0)
+    )
+    roots = [c for c in crash_list if c.get("exc_type") != "RankFailureError"]
+    if crash_list:
+        first = roots[0] if roots else crash_list[0]
+        if first.get("exc_type") == "RankFailureError" and first.get("failed_rank") is not None:
+            first = {**first, "rank": first["failed_rank"]}
+        where = f" at {first['where']}" if first.get("where") else ""
+        findings.append(
+            Finding(
+                "crash",
+                first.get("rank"),
+                f"{_label(first.get('rank'), first['pid'])} crashed: "
+                f"{first.get('exc_type')}: {first.get('message')}{where}",
+            )
+        )
+        for other in crash_list:
+            if other is first or other.get("pid") == first.get("pid"):
+                continue
+            if other.get("rank") is None:
+                continue  # the launcher reporting its child's failure (ChildFailedError)
+            findings.append(
+                Finding(
+                    "crash",
+                    other.get("rank"),
+                    f"then {_label(other.get('rank'), other['pid'])} failed: "
+                    f"{other.get('exc_type')}: {str(other.get('message'))[:160]}",
+                )
+            )
+    # Ranks that vanished without an exception or a normal exit: a signal (OOM killer?).
+    for pid in relevant:
+        if pid not in exits and pid not in crashes and pid not in killed_pids and pid != root_pid:
+            findings.append(
+                Finding(
+                    "crash",
+                    rank_of(pid),
+                    f"{_label(rank_of(pid), pid)} ended without a Python exception or a normal "
+                    "exit: killed by a signal (the OOM killer?) or a crash in native code",
+                )
+            )
+    if hung or interrupted:
+        what = (
+            "interrupted"
+            if interrupted
+            else f"no rank finished a step for {cfg.stall_timeout_s:g} s"
+            if stalled
+            else f"still running after {cfg.timeout_s:g} s"
+        )
+        findings.append(
+            Finding("hang", None, f"{what}: killed {len(killed)} processes (the whole tree)")
+        )
+        rank_summaries = [r for r in ranks if r.rank is not None] or ranks
+        for summary in rank_summaries:
+            if summary.stuck_in or summary.pid in killed_pids:
+                at = f" after step {summary.last_step}" if summary.last_step is not None else ""
+                where = f", in {summary.stuck_in}" if summary.stuck_in else ""
+                findings.append(
+                    Finding(
+                        "hang",
+                        summary.rank,
+                        f"{_label(summary.rank, summary.pid)} was stuck{at}{where}",
+                    )
+                )
+    if not crash_list and not hung and not interrupted and returncode not in (0, None):
+        how = (
+            f"killed by {signal.Signals(-returncode).name}"
+            if returncode < 0 and -returncode in {s.value for s in signal.Signals}
+            else f"exit code {returncode}"
+        )
+        findings.append(
+            Finding("crash", None, f"the command failed ({how}) without a Python traceback")
+        )
+    if killed and not hung and not interrupted:
+        names = ", ".join(f"{k.pid} ({k.cmdline[:60]})" for k in killed[:5])
+        findings.append(
+            Finding("leftover", None, f"processes left behind after exit, killed: {names}")
+        )
+    for pid, report in reports.items():
+        if report.grows:
+            findings.append(
+                Finding("leak", rank_of(pid), f"{_label(rank_of(pid), pid)}: {report.summary()}")
+            )
+    if not any(f.kind in ("crash", "hang", "leak") for f in findings):
+        if not reports:
+            findings.append(
+                Finding(
+                    "no-data",
+                    None,
+                    "no training step seen: the monitor samples after optimizer.step(). If the "
+                    "script does not call it, add one line: `from ddp_lsp.runtime import "
+                    "monitor_steps` and loop `for batch in monitor_steps(loader):`",
+                )
+            )
+        elif all(r.inconclusive for r in reports.values()):
+            note = next(iter(reports.values())).notes
+            findings.append(
+                Finding(
+                    "inconclusive",
+                    None,
+                    f"too few steps to judge memory growth ({'; '.join(note)}); run more steps "
+                    f"than the {cfg.warmup_steps} warm-up steps plus 8",
+                )
+            )
+    kinds = {f.kind for f in findings}
+    status = "pass"
+    for kind in ("crash", "hang", "leak", "no-data", "inconclusive"):
+        if kind in kinds:
+            status = "inconclusive" if kind == "no-data" else kind
+            break
+    exit_code = (
+        EXIT_FAIL
+        if status in ("crash", "hang", "leak")
+        else EXIT_INCONCLUSIVE
+        if status == "inconclusive"
+        else EXIT_PASS
+    )
+    return SmallRunResult(
+        status=status,
+        exit_code=exit_code,
+        command=cfg.command,
+        duration_s=round(duration, 3),
+        timeout_s=cfg.timeout_s,
+        returncode=returncode,
+        findings=tuple(findings),
+        ranks=tuple(ranks),
+        killed=tuple({"pid": k.pid, "cmdline": k.cmdline} for k in killed),
+        workdir=str(workdir) if (cfg.keep_workdir or cfg.workdir) else None,
+    )
+
+
+def render_text(result: SmallRunResult) -> str:
+    ranked = [r for r in result.ranks if r.rank is not None or r.steps]
+    head = (
+        f"ddp-lsp smallrun: {'PASS' if result.exit_code == 0 else 'FAIL' if result.exit_code == 1 else 'INCONCLUSIVE'}"
+        f" ({result.status})  {len(ranked)} rank(s), {result.duration_s:.1f} s"
+    )
+    lines = [head]
+    for f in result.findings:
+        mark = {"crash": "x", "hang": "x", "leak": "x", "leftover": "!"}.get(f.kind, "?")
+        body = f.message.replace("\n", "\n      ")
+        lines.append(f"  {mark} [{f.kind}] {body}")
+    for r in ranked:
+        mem = r.memory or {}
+        per = mem.get("bytes_per_step")
+        detail = f", {format_bytes(per)}/step" if mem.get("grows") and per is not None else ""
+        state = "grows" if mem.get("grows") else "flat" if mem else "no samples"
+        lines.append(f"    {_label(r.rank, r.pid)}: {r.steps} steps, memory {state}{detail}")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ddp-lsp smallrun",
+        description="Run a short training command under supervision and fail on memory growth "
+        "per step, a crashed rank or a hang.",
+        epilog="example: ddp-lsp smallrun --timeout 300 --json smallrun.json -- "
+        "torchrun --nproc-per-node 2 train.py --epochs 2 --limit-batches 10",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds before the run counts as hung (600)"
+    )
+    p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' for stdout)")
+    p.add_argument("--warmup", type=int, default=5, help="steps excluded from the growth test (5)")
+    p.add_argument(
+        "--min-growth",
+        type=float,
+        default=1024.0,
+        metavar="BYTES",
+        help="smallest growth per step that fails the run (1024)",
+    )
+    p.add_argument(
+        "--census-budget",
+        type=float,
+        default=0.5,
+        help="fraction of run time the live-tensor census may take (0.5)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        metavar="S",
+        help="also a hang: no rank finished a step for S seconds (off)",
+    )
+    p.add_argument(
+        "--kill-grace", type=float, default=3.0, help="seconds between SIGTERM and SIGKILL (3)"
+    )
+    p.add_argument("--dir", type=Path, help="keep the ranks' series and stack files in DIR")
+    p.add_argument(
+        "--keep-caches",
+        action="store_true",
+        help="keep MKL's and glibc's allocator caches on in the run",
+    )
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(list(argv))
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        sys.stderr.write("ddp-lsp smallrun: no command given (put it after --)\n")
+        return EXIT_INCONCLUSIVE
+    cfg = SmallRunConfig(
+        command=tuple(command),
+        timeout_s=args.timeout,
+        warmup_steps=args.warmup,
+        min_bytes_per_step=args.min_growth,
+        census_budget=args.census_budget,
+        kill_grace_s=args.kill_grace,
+        workdir=args.dir,
+        keep_workdir=args.dir is not None,
+        keep_caches=args.keep_caches,
+        stall_timeout_s=args.stall_timeout,
+    )
+    result = run_smallrun(cfg)
+    sys.stdout.flush()
+    text = render_text(result)
+    if args.json == "-":
+        sys.stderr.write(text + "\n")
+        sys.stdout.write(json.dumps(result.to_dict(), indent=1, default=str) + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+        if args.json:
+            Path(args.json).write_text(json.dumps(result.to_dict(), indent=1, default=str), "utf-8")
+    return result.exit_code

@@ -1,0 +1,51 @@
+"""The dead-rank guard on a real 2-rank gloo job (torch 2.13 CPU).
+
+Rank 1 raises while rank 0 waits in ``barrier()``, and a non-daemon thread keeps rank 1's
+process (so its sockets) alive for a few seconds: nothing tells rank 0 that rank 1 is gone.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.runtime.conftest import WORKERS, run_ranks
+
+pytestmark = pytest.mark.torch
+
+WORKER = WORKERS / "guard_worker.py"
+LINGER_S = 3.0  # how long rank 1's stray thread keeps its process alive
+
+
+def test_guard_ends_both_ranks_promptly_and_names_the_failed_rank(torch_mod: object) -> None:
+    runs = run_ranks(WORKER, ["guard", "--timeout", "60", "--linger", str(LINGER_S)])
+    r0, r1 = runs
+    assert r1.result["exc_type"] == "ValueError"
+    raised_at = float(r1.result["wall"])
+    # Rank 0 left the barrier with an error naming rank 1, long before the 60 s timeout.
+    assert r0.result["exc_type"] == "RankFailureError", r0.stderr[-2000:]
+    assert r0.result["failed_rank"] == 1
+    assert "rank 1" in str(r0.result["message"]) and "boom in rank 1" in str(r0.result["message"])
+    assert "boom in rank 1" in r0.stderr  # the failed rank's traceback travels with the error
+    assert float(r0.result["wall"]) - raised_at < 2.0
+    # Both processes are gone within 10 s of the failure (rank 1 waits for its own thread).
+    for run in runs:
+        assert run.returncode != 0
+        assert run.ended_at - raised_at < 10.0, (run.rank, run.ended_at - raised_at)
+
+
+def test_without_guard_rank0_waits_out_the_timeout_and_cannot_name_the_rank(
+    torch_mod: object,
+) -> None:
+    timeout_s = 2.0  # stands in for the 30 min gloo default (10 min on NCCL)
+    runs = run_ranks(WORKER, ["noguard", "--timeout", str(timeout_s), "--linger", str(LINGER_S)])
+    r0, r1 = runs
+    assert r1.result["exc_type"] == "ValueError"
+    raised_at = float(r1.result["wall"])
+    waited = float(r0.result["wall"]) - raised_at
+    # Rank 0 sat in barrier() for the whole timeout: this is what the guard saves (timeout_s
+    # here, the process-group timeout in a real job), and its error does not say who failed.
+    assert r0.result["exc_type"] == "RuntimeError"
+    assert waited >= timeout_s * 0.8, waited
+    assert "Timed out" in str(r0.result["message"])
+    assert "rank 1" not in str(r0.result["message"])
+    assert r0.result["failed_rank"] is None

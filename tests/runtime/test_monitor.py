@@ -1,0 +1,225 @@
+"""MemoryGrowthMonitor on real torch 2.13 CPU training loops: leaks flagged, noise not."""
+
+from __future__ import annotations
+
+import random
+import sys
+import types
+import warnings
+from typing import Any
+
+import pytest
+
+from ddp_lsp.runtime.memory import MemoryGrowthError, MemoryGrowthMonitor, monitor_steps
+
+pytestmark = pytest.mark.torch
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+B, D, H = 64, 256, 128
+
+
+def _model() -> Any:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(D, H), nn.ReLU(), nn.Linear(H, 1))
+
+
+def test_loss_kept_with_its_graph_is_flagged_with_the_saved_bytes_per_step() -> None:
+    # The classic: backward(retain_graph=True) "to fix" a double-backward error, and the
+    # loss appended to a list. Each kept graph holds what autograd saved for backward:
+    # Linear1's input x (B*D), ReLU's output (B*H, shared with Linear2's input), and
+    # mse_loss's input and target (B each), all float32.
+    saved = (B * D + B * H + 2 * B) * 4
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    history = []
+    with (
+        MemoryGrowthMonitor() as mon
+    ):  # census at the end of warm-up, within 1 % of the time, at close
+        mon.attach(opt)
+        for _ in range(40):
+            x, y = torch.randn(B, D), torch.randn(B, 1)
+            loss = F.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward(retain_graph=True)
+            opt.step()
+            history.append(loss)
+    report = mon.close()
+    assert report.grows and report.metric == "heap"
+    # The saved tensors plus the graph's own nodes and tensor headers: within 15 %.
+    assert saved <= (report.bytes_per_step or 0) <= saved * 1.15, report.bytes_per_step
+    assert report.start_step is not None and report.start_step <= report.warmup_steps + 1
+    assert report.cause is not None
+    assert report.cause.grad_fn == "MseLossBackward0"
+    assert report.cause.tensors_per_step == pytest.approx(1.0)
+    assert report.cause.holder == f"a list of {len(history)} items"
+    assert "loss.item()" in report.summary()
+
+
+def test_graph_without_backward_is_flagged_with_exactly_its_input_bytes() -> None:
+    # Evaluation code without torch.no_grad() that keeps its outputs: the graph saves x.
+    w = torch.randn(D, requires_grad=True)
+    kept = []
+    x_bytes = 4 * B * D * 4
+    mon = MemoryGrowthMonitor()
+    for _ in range(30):
+        x = torch.randn(4 * B, D)
+        kept.append((x * w).sum())
+        mon.step()
+    report = mon.close()
+    assert report.grows
+    assert x_bytes <= (report.bytes_per_step or 0) <= x_bytes * 1.03, report.bytes_per_step
+
+
+def test_small_tensor_leak_is_caught_by_the_live_tensor_count() -> None:
+    # Two small detached tensors a step (~1 KiB of heap, under the bytes threshold): the
+    # count catches what RSS misses.
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    metrics = []
+    mon = MemoryGrowthMonitor(census="every", min_bytes_per_step=1e9)
+    mon.attach(opt)
+    for _ in range(16):
+        x, y = torch.randn(B, D), torch.randn(B, 1)
+        out = model(x)
+        loss = F.mse_loss(out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        metrics.append((loss.detach(), out.detach().mean()))
+    report = mon.close()
+    assert report.grows and report.metric == "tensors"
+    assert report.tensors_per_step == pytest.approx(2.0)
+    assert report.cause is not None and report.cause.grad_fn is None
+
+
+def _train(steps: int, batch: Any, extra: Any = None, census: str = "auto") -> Any:
+    model = _model()
+    opt = torch.optim.Adam(model.parameters())
+    mon = MemoryGrowthMonitor(census=census)
+    mon.attach(opt)
+    for step in range(steps):
+        b = batch(step)
+        x, y = torch.randn(b, D), torch.randn(b, 1)
+        out = model(x)
+        loss = F.mse_loss(out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if extra is not None:
+            extra(step, model, out)
+    return mon.close()
+
+
+def test_allocator_caching_plateau_is_not_flagged() -> None:
+    # A caching allocator in miniature: buffers kept per power-of-two size class, filled
+    # during the first steps, reused after that (plus oneDNN's own per-shape cache).
+    rng = random.Random(1)
+    pool: dict[int, Any] = {}
+
+    def cache(step: int, model: Any, out: Any) -> None:
+        n = rng.randint(8, 4096)
+        size = 1 << (n - 1).bit_length()
+        pool.setdefault(size, torch.empty(size, D))
+
+    report = _train(100, lambda s: B, cache)
+    assert not report.grows and not report.inconclusive, report.summary()
+    assert len(pool) >= 5  # the pool did grow during the run
+
+
+def test_varying_batch_sizes_are_not_flagged() -> None:
+    # Bucketed dynamic batching. (Hundreds of distinct sizes in a 100-step run would make
+    # MKL's per-size buffer cache grow on most steps: see docs/runtime.md, "Limits".)
+    rng = random.Random(2)
+    report = _train(100, lambda s: rng.choice(range(32, 257, 32)))
+    assert not report.grows and not report.inconclusive, report.summary()
+    heap = next(t for t in report.trends if t.metric == "heap")
+    assert heap.trend.mann_kendall_z != 0  # the series was noisy, not flat
+
+
+def test_periodic_evaluation_is_not_flagged() -> None:
+    # Every 5 steps: an evaluation pass whose outputs replace the previous ones, and the
+    # training outputs collected since the last evaluation are cleared (a sawtooth).
+    collected: list[Any] = []
+    last_eval: dict[str, Any] = {}
+
+    def periodic(step: int, model: Any, out: Any) -> None:
+        collected.append(out.detach())
+        if step % 5 == 4:
+            with torch.no_grad():
+                last_eval["outputs"] = [model(torch.randn(512, D)) for _ in range(4)]
+            collected.clear()
+
+    # census="every": the live-tensor count (which the sawtooth moves) gets judged too.
+    report = _train(40, lambda s: B, periodic, census="every")
+    assert not report.grows and not report.inconclusive, report.summary()
+    tensors = next(t for t in report.trends if t.metric == "tensors")
+    assert tensors.decides and not tensors.trend.inconclusive  # the count was judged too
+
+
+def test_context_manager_raises_on_growth_and_not_otherwise() -> None:
+    kept = []
+    w = torch.randn(D, requires_grad=True)
+    with pytest.raises(MemoryGrowthError) as err:
+        with MemoryGrowthMonitor(raise_on_growth=True) as mon:
+            for _ in range(20):
+                kept.append((torch.randn(B, D) * w).sum())
+                mon(None, "any", callback="signature")  # callback form
+    assert err.value.report.grows
+    with MemoryGrowthMonitor(raise_on_growth=True) as mon:
+        for _ in range(20):
+            (torch.randn(B, D) * w).sum().backward()
+            mon.step()
+    assert mon.steps_recorded == 20
+
+
+def test_monitor_steps_wraps_a_loop_and_warns_on_growth(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DDP_LSP_SMALLRUN_DIR", raising=False)
+    w = torch.randn(D, requires_grad=True)
+    kept = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x in monitor_steps(torch.randn(20, B, D)):
+            kept.append((x * w).sum())
+    assert any(
+        issubclass(c.category, ResourceWarning) and "grows" in str(c.message) for c in caught
+    )
+
+
+def test_lightning_callback_samples_each_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning is not installed here: a stub `lightning.pytorch.Callback` checks our glue.
+    pkg = types.ModuleType("lightning")
+    sub = types.ModuleType("lightning.pytorch")
+
+    class Callback:
+        pass
+
+    sub.Callback = Callback  # type: ignore[attr-defined]
+    pkg.pytorch = sub  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "lightning", pkg)
+    monkeypatch.setitem(sys.modules, "lightning.pytorch", sub)
+    from ddp_lsp.runtime import lightning_callback
+
+    cb = lightning_callback(raise_on_growth=True)
+    assert isinstance(cb, Callback)
+    w = torch.randn(D, requires_grad=True)
+    kept = []
+    for i in range(20):
+        kept.append((torch.randn(B, D) * w).sum())
+        cb.on_train_batch_end("trainer", "module", "outputs", "batch", i)
+    with pytest.raises(MemoryGrowthError):
+        cb.on_train_end("trainer", "module")
+    assert cb.monitor.steps_recorded == 20
+
+
+def test_census_respects_its_time_budget() -> None:
+    mon = MemoryGrowthMonitor(census="auto", census_budget=0.01)
+    x = torch.randn(256, 256)
+    for _ in range(60):
+        for _ in range(3):
+            x = torch.tanh(x @ x) / 16  # a little compute per step
+        mon.step()
+    # Baseline census at the end of warm-up, then only what 1 % of the elapsed time affords.
+    assert 1 <= len(mon.censuses) <= 3

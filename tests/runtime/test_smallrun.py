@@ -1,0 +1,118 @@
+"""``ddp-lsp smallrun`` end to end: torchrun, 2 gloo ranks, the monitor attached by the shim.
+
+Each run is checked for the verdict, the reason, and that no process of the run survives: every
+process started under the supervisor inherits a unique environment token, and after the
+supervisor returns no process on the machine may carry it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.runtime.conftest import PYTHON, REPO, WORKERS, child_env
+
+pytestmark = pytest.mark.torch
+
+TOY = WORKERS / "ddp_toy.py"
+TORCHRUN = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--monitor-interval", "0.2"]
+
+
+def _survivors(token: str) -> list[Any]:
+    psutil = pytest.importorskip("psutil")
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if p.environ().get("DDP_LSP_TEST_TOKEN") == token:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def smallrun(
+    tmp_path: Path, mode: str, *options: str, timeout: float = 120, nproc: int = 2
+) -> dict[str, Any]:
+    token = uuid.uuid4().hex
+    out = tmp_path / "result.json"
+    cmd = [PYTHON, "-m", "ddp_lsp.cli", "smallrun", "--timeout", str(timeout), "--json", str(out)]
+    cmd += list(options)
+    cmd += ["--", *TORCHRUN, "--nproc-per-node", str(nproc), str(TOY), mode, "20"]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=child_env(DDP_LSP_TEST_TOKEN=token),
+        capture_output=True,
+        text=True,
+        timeout=timeout + 60,
+    )
+    result: dict[str, Any] = json.loads(out.read_text())
+    result["_exit"] = proc.returncode
+    result["_stdout"] = proc.stdout
+    result["_survivors"] = _survivors(token)
+    return result
+
+
+def _kinds(result: dict[str, Any]) -> set[str]:
+    return {f["kind"] for f in result["findings"]}
+
+
+def test_a_correct_ddp_script_passes(tmp_path: Path) -> None:
+    r = smallrun(tmp_path, "ok")
+    assert r["_exit"] == 0 and r["status"] == "pass", r["findings"]
+    ranks = {x["rank"]: x for x in r["ranks"] if x["rank"] is not None}
+    assert set(ranks) == {0, 1}
+    for x in ranks.values():  # attached without editing the script: 20 samples per rank
+        assert x["steps"] == 20 and x["memory"]["grows"] is False
+    assert "PASS" in r["_stdout"]
+    assert r["_survivors"] == []
+
+
+def test_a_leaking_script_fails_with_bytes_per_step_and_cause(tmp_path: Path) -> None:
+    r = smallrun(tmp_path, "leak")
+    assert r["_exit"] == 1 and r["status"] == "leak", r["findings"]
+    leaks = [f for f in r["findings"] if f["kind"] == "leak"]
+    assert {f["rank"] for f in leaks} == {0, 1}
+    mem = next(x["memory"] for x in r["ranks"] if x["rank"] == 0)
+    # Saved by each kept graph (retain_graph=True): input 32x64, ReLU output 32x64, output
+    # and target 32x1, float32 = 16.6 KiB, plus nodes and headers.
+    saved = (32 * 64 * 2 + 32 * 2) * 4
+    assert saved <= mem["bytes_per_step"] <= saved * 2
+    assert mem["cause"]["grad_fn"] == "MseLossBackward0"
+    assert "loss.item()" in leaks[0]["message"]
+    assert r["_survivors"] == []
+
+
+def test_a_crashing_rank_is_named(tmp_path: Path) -> None:
+    r = smallrun(tmp_path, "crash")
+    assert r["_exit"] == 1 and r["status"] == "crash", r["findings"]
+    first = r["findings"][0]
+    assert first["kind"] == "crash" and first["rank"] == 1
+    assert "ValueError: bad batch on rank 1" in first["message"]
+    assert "ddp_toy.py" in first["message"]
+    assert r["_survivors"] == []
+
+
+def test_a_hanging_run_is_killed_whole_and_each_rank_says_where(tmp_path: Path) -> None:
+    # A hang counted as 4 s without a step from any rank (start-up on a busy 2-core CI box
+    # can take longer than any fixed whole-run timeout short enough for a test).
+    r = smallrun(tmp_path, "hang", "--stall-timeout", "4")
+    assert r["_exit"] == 1 and r["status"] == "hang", r["findings"]
+    assert "crash" not in _kinds(r)  # torchrun's reaction to our SIGTERM is not a crash
+    stuck = {
+        f["rank"]: f["message"]
+        for f in r["findings"]
+        if f["kind"] == "hang" and f["rank"] is not None
+    }
+    assert set(stuck) == {0, 1}
+    assert "no rank finished a step for 4 s" in r["findings"][0]["message"]
+    # Rank 1 sleeps in its loop; rank 0 waits in DDP's gradient all-reduce inside backward().
+    assert "ddp_toy.py" in stuck[1] and "backward" in stuck[0]
+    # The agent and both ranks (in sessions of their own, under torchrun) were killed.
+    assert len(r["killed"]) >= 3
+    assert r["_survivors"] == []

@@ -1,0 +1,69 @@
+"""A 2-rank gloo worker for the dead-rank guard tests (run as a plain process, one per rank).
+
+Rank 1 raises while rank 0 waits in ``barrier()``. Before raising, rank 1 starts a
+non-daemon thread (standing in for an async checkpoint upload or a metrics flusher) that keeps
+its process -- and so its gloo sockets -- alive for ``--linger`` seconds: the case where
+nothing tells rank 0 that rank 1 is gone. Each rank prints one JSON line with what it saw.
+
+usage: guard_worker.py {guard,noguard} --timeout S --linger S   (RANK/WORLD_SIZE/MASTER_* in env)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import threading
+import time
+
+import torch.distributed as dist
+
+from ddp_lsp.runtime import guard_distributed
+
+
+def body(linger: float) -> None:
+    rank = dist.get_rank()
+    if rank == 1:
+        threading.Thread(target=time.sleep, args=(linger,), daemon=False).start()
+        time.sleep(0.3)  # let rank 0 enter the barrier first
+        raise ValueError("boom in rank 1")
+    dist.barrier()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["guard", "noguard"])
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--linger", type=float, default=4.0)
+    args = parser.parse_args()
+    dist.init_process_group(
+        "gloo", timeout=datetime.timedelta(seconds=args.timeout)
+    )  # env:// rendezvous
+    rank = dist.get_rank()
+    started = time.monotonic()
+    outcome: dict[str, object] = {"rank": rank, "pid": os.getpid()}
+    try:
+        if args.mode == "guard":
+            guard_distributed(body)(args.linger)
+        else:
+            body(args.linger)
+        outcome["result"] = "ok"
+    except Exception as exc:
+        outcome.update(
+            result="error",
+            exc_type=type(exc).__name__,
+            message=str(exc).splitlines()[0],
+            failed_rank=getattr(exc, "failed_rank", None),
+        )
+        # Re-raise: the process then ends the way a real worker's would (traceback, then
+        # the interpreter waits for non-daemon threads), which is what the test measures.
+        raise
+    finally:
+        outcome["elapsed_s"] = round(time.monotonic() - started, 3)
+        outcome["wall"] = time.time()
+        print("RESULT " + json.dumps(outcome), flush=True)
+
+
+if __name__ == "__main__":
+    main()
