@@ -9,7 +9,7 @@ format here prints 1-based rows and columns, as ruff and SARIF (``unicodeCodePoi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TextIO
 
@@ -39,7 +39,6 @@ class ReportContext:
     fix_mode: bool = False  # fixes were applied; findings are the ones left
     unsafe_fixes: bool = False
     quiet: bool = False
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def row_col(pos: Pos) -> tuple[int, int]:
