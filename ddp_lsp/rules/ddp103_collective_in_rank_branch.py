@@ -15,7 +15,7 @@ collective on their path, or when a rank-guarded `return`, `break`, `continue`, 
 ## Why is this bad?
 A collective completes only when every rank of the process group calls it. The ranks that
 skip it never arrive, so the ranks that did call it wait inside it until the NCCL timeout
-(10 minutes by default, or forever with `TORCH_NCCL_BLOCKING_WAIT` off), and the job hangs
+(`init_process_group(timeout=...)`, minutes by default) when the watchdog aborts the job,
 with no error pointing at the cause. If the skipping ranks reach a *different* collective
 later, the two are matched with each other and tensors are silently mixed up.
 
@@ -52,7 +52,9 @@ since only the group's members call them. Rank flags computed in another functio
 values derived from the rank at run time (a broadcast stop flag) are taken as the same on
 every rank. At module level a guarded barrier in a top-level `if` is not reported: its twin
 may be in another top-level statement. A call that makes a different collective on each
-branch at the same point is not reported either, though it is a bug.
+branch at the same point is not reported either, though it is a bug. A rank-guarded `raise`
+before a collective is reported: torchrun's agent stops the other ranks when one fails, but
+under other launchers (`srun`, a hand-written spawn) they wait in the collective instead.
 
 ## References
 - https://pytorch.org/docs/stable/distributed.html#collective-functions
