@@ -46,8 +46,9 @@ The rule cannot yet see `num_workers` in other functions, nor which attributes `
 reads when it is another method chunk: it reports any large container a map-style dataset
 builds in `__init__`, which is harmless when the file runs without workers. Not reported:
 containers converted afterwards (`self.x = np.array(self.x)`, `torch.tensor`, Arrow, pandas),
-literal lists (class names), attributes named like class or label maps, and comprehensions
-over literals.
+literal lists (class names), lookup tables named like class or label maps and vocabularies
+(`class_to_idx`, `label2id`, `vocab`, `stoi`: bounded by the label set, not the data), and
+comprehensions over literals.
 
 ## References
 - https://github.com/pytorch/pytorch/issues/13246
@@ -92,7 +93,11 @@ _LOADERS = frozenset(
 _READ_METHODS = frozenset({"readlines", "splitlines", "rglob", "glob", "iterdir"})
 # Flat storage: one object, one buffer.
 _FLAT_PREFIXES = ("numpy.", "torch.", "pyarrow.", "pandas.", "np.", "pa.", "pd.")
-_SMALL_NAME = re.compile(r"class|categor|label_?(map|names)|idx_?to|to_?idx|transform|vocab_size")
+# Lookup tables bounded by the label set or the vocabulary, not by the dataset: not reported.
+_SMALL_NAME = re.compile(
+    r"class|categor|label_?(map|names)|idx_?to|to_?idx|2idx|2id$|id2|idx2|to_ix|transform|"
+    r"vocab|stoi|itos|tokenizer|mean|std"
+)
 
 
 class DatasetHoldsPythonObjects(Rule):
@@ -336,6 +341,19 @@ class Cache:
             self.samples = json.load(f)
 """,
         note="not a dataset",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class Tokens(Dataset):
+    def __init__(self, path):
+        with open(path) as f:
+            data = json.load(f)
+        self.vocab = {w: i for i, w in enumerate(data["vocab"])}
+        self.samples = np.asarray([d["ids"] for d in data["samples"]], dtype=np.int32)
+"""
+        + _GETITEM,
+        note="a vocabulary lookup table beside flat samples",
     ),
     Invalid(
         _HEAD
