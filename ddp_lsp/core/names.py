@@ -82,9 +82,10 @@ COLLECTIVE_FUNCTIONS = frozenset(
         "all_to_all",
         "all_to_all_single",
         "new_group",
-        "destroy_process_group",
     }
 )
+# Not in the set: destroy_process_group. It tears down this process's communicators and does
+# not wait for the other ranks, so a cleanup() helper that calls it is not "collective".
 COLLECTIVES = frozenset(f"torch.distributed.{name}" for name in COLLECTIVE_FUNCTIONS)
 
 OPTIMIZER_PREFIXES = (
