@@ -386,6 +386,21 @@ def main(args, dataset, model):
     Valid(
         _HEAD
         + """\
+def main(args, dataset_train, model):
+    sampler = DistributedSampler(dataset_train) if args.distributed else None
+    loader_train = DataLoader(dataset_train, batch_size=args.batch_size, sampler=sampler)
+    for epoch in range(args.start_epoch, args.epochs):
+        if hasattr(dataset_train, "set_epoch"):
+            dataset_train.set_epoch(epoch)
+        elif args.distributed and hasattr(loader_train.sampler, "set_epoch"):
+            loader_train.sampler.set_epoch(epoch)
+        train_one_epoch(epoch, model, loader_train)
+""",
+        note="timm train.py: set_epoch behind hasattr checks",
+    ),
+    Valid(
+        _HEAD
+        + """\
 def main(dataset, model):
     sampler = DistributedSampler(dataset, shuffle=False)
     loader = DataLoader(dataset, batch_size=32, sampler=sampler)
