@@ -42,7 +42,9 @@ export type ClientFactory = (spec: ClientSpec, output: vscode.OutputChannel) => 
 
 export interface ControllerDeps {
   createClient: ClientFactory;
-  probe: (python: string) => Promise<ProbeOutcome>;
+  /** Working directory for the server and the probe: outside the workspace (see probe.ts). */
+  serverCwd: string;
+  probe: (python: string, cwd: string) => Promise<ProbeOutcome>;
   pythonApi: () => Promise<PythonExtensionApi | undefined>;
 }
 
@@ -51,6 +53,7 @@ export const SERVER_ARGS = ["-m", "ddp_lsp", "serve"];
 const ACTION_SELECT = "Select interpreter";
 const ACTION_INSTALL = "Install ddp-lsp";
 const ACTION_OUTPUT = "Show output";
+const ACTION_REPORT = "Show report";
 
 export class Controller implements vscode.Disposable {
   readonly output: vscode.OutputChannel;
@@ -127,24 +130,30 @@ export class Controller implements vscode.Disposable {
     return this.queue;
   }
 
+  private resolve(log?: (line: string) => void): Promise<Interpreter> {
+    const folders = vscode.workspace.workspaceFolders ?? [];
+    const folder = folders[0];
+    return resolveInterpreter({
+      setting: vscode.workspace.getConfiguration(SECTION).get<string>("interpreter"),
+      python: this.python,
+      resource: folder?.uri,
+      workspaceFolder: folder?.uri.fsPath,
+      untrustedRoots: vscode.workspace.isTrusted ? [] : folders.map((f) => f.uri.fsPath),
+      log,
+    });
+  }
+
   private async doRestart(): Promise<void> {
     await this.stopClient();
     if (this.disposed) {
       return;
     }
     const config = vscode.workspace.getConfiguration(SECTION);
-    const folder = vscode.workspace.workspaceFolders?.[0];
-    this.interpreter = await resolveInterpreter({
-      setting: config.get<string>("interpreter"),
-      python: this.python,
-      resource: folder?.uri,
-      workspaceFolder: folder?.uri.fsPath,
-      log: (line) => this.log(line),
-    });
+    this.interpreter = await this.resolve((line) => this.log(line));
     const python = this.interpreter.command;
     this.log(`Interpreter: ${python} (from ${this.interpreter.source})`);
     this.setState("starting");
-    const outcome = await this.deps.probe(python);
+    const outcome = await this.deps.probe(python, this.deps.serverCwd);
     if (outcome.kind !== "ok") {
       this.setState(outcome.kind === "broken" ? "error" : "missing", outcome.detail);
       this.notifyProblem(outcome, python);
@@ -155,7 +164,7 @@ export class Controller implements vscode.Disposable {
       {
         command: python,
         args: SERVER_ARGS,
-        cwd: folder?.uri.fsPath,
+        cwd: this.deps.serverCwd,
         initializationOptions: serverSettings(config, vscode.workspace.isTrusted),
       },
       this.output,
@@ -201,13 +210,7 @@ export class Controller implements vscode.Disposable {
   }
 
   private async restartIfInterpreterChanged(): Promise<void> {
-    const folder = vscode.workspace.workspaceFolders?.[0];
-    const next = await resolveInterpreter({
-      setting: vscode.workspace.getConfiguration(SECTION).get<string>("interpreter"),
-      python: this.python,
-      resource: folder?.uri,
-      workspaceFolder: folder?.uri.fsPath,
-    });
+    const next = await this.resolve();
     if (next.command !== this.interpreter?.command) {
       this.log(`The interpreter changed to ${next.command}: restarting.`);
       await this.restart(true);
@@ -316,8 +319,21 @@ export class Controller implements vscode.Disposable {
         : summary.verdict === "warn"
           ? vscode.window.showWarningMessage
           : vscode.window.showErrorMessage;
-    void show(`ddp-lsp: ${line}`, ACTION_OUTPUT).then((choice) => choice === ACTION_OUTPUT && this.output.show(true));
+    const actions = summary.markdown ? [ACTION_REPORT, ACTION_OUTPUT] : [ACTION_OUTPUT];
+    void show(`ddp-lsp: ${line}`, ...actions).then((choice) => {
+      if (choice === ACTION_OUTPUT) {
+        this.output.show(true);
+      } else if (choice === ACTION_REPORT && summary.markdown) {
+        void this.showReport(summary.markdown);
+      }
+    });
     return summary;
+  }
+
+  /** The server's Markdown report, rendered by VS Code's built-in Markdown preview. */
+  private async showReport(markdown: string): Promise<void> {
+    const doc = await vscode.workspace.openTextDocument({ language: "markdown", content: markdown });
+    await vscode.commands.executeCommand("markdown.showPreview", doc.uri);
   }
 
   // -- messages --------------------------------------------------------------------------------
@@ -370,6 +386,9 @@ export class Controller implements vscode.Disposable {
 
   private logReport(result: unknown, summary: PreflightSummary): void {
     this.log(preflightLine(summary));
+    if (summary.markdown) {
+      this.output.appendLine(summary.markdown);
+    }
     const probes = (result as { probes?: unknown } | null)?.probes;
     if (Array.isArray(probes)) {
       for (const p of probes as Array<Record<string, unknown>>) {

@@ -16,7 +16,7 @@ import {
 import { SERVER_COMMANDS } from "./commands";
 import { Controller, type ClientSpec, type ServerClient } from "./controller";
 import type { PythonExtensionApi } from "./interpreter";
-import { classifyProbe, runProbe } from "./probe";
+import { classifyProbe, pythonEnv, runProbe } from "./probe";
 import { SECTION, sanitizeSection } from "./settings";
 
 let controller: Controller | undefined;
@@ -24,7 +24,8 @@ let controller: Controller | undefined;
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   controller = new Controller({
     createClient,
-    probe: async (python) => classifyProbe(await runProbe(python)),
+    serverCwd: context.extensionPath,
+    probe: async (python, cwd) => classifyProbe(await runProbe(python, cwd)),
     pythonApi,
   });
   context.subscriptions.push({ dispose: () => void controller?.dispose() });
@@ -61,7 +62,7 @@ function createClient(spec: ClientSpec, output: vscode.OutputChannel): ServerCli
   const serverOptions: ServerOptions = {
     command: spec.command,
     args: spec.args,
-    options: { cwd: spec.cwd, env: { ...process.env, PYTHONUNBUFFERED: "1" } },
+    options: { cwd: spec.cwd, env: pythonEnv() },
   };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [

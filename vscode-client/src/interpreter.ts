@@ -54,16 +54,41 @@ export function expandPath(
   return out;
 }
 
+/** True when `file` lies inside one of `roots` (after resolving `..`). */
+export function isInside(file: string, roots: readonly string[]): boolean {
+  if (!path.isAbsolute(file)) {
+    return false; // a bare name is looked up on PATH, outside the workspace
+  }
+  const resolved = path.resolve(file);
+  return roots.some((root) => {
+    const rel = path.relative(path.resolve(root), resolved);
+    return rel === "" || (!rel.startsWith("..") && !path.isAbsolute(rel));
+  });
+}
+
 export async function resolveInterpreter(options: {
   setting: string | undefined;
   python: PythonExtensionApi | undefined;
   resource?: unknown;
   workspaceFolder?: string | undefined;
+  /**
+   * Folders of an untrusted workspace: an interpreter inside them (a `.venv` that came with the
+   * repository) is a program the workspace controls, and starting the server would run it.
+   */
+  untrustedRoots?: readonly string[];
   log?: (line: string) => void;
 }): Promise<Interpreter> {
   const log = options.log ?? (() => undefined);
+  const untrusted = options.untrustedRoots ?? [];
+  const allowed = (command: string, from: string): boolean => {
+    if (isInside(command, untrusted)) {
+      log(`Not using ${command} (${from}): it is inside the untrusted workspace.`);
+      return false;
+    }
+    return true;
+  };
   const configured = options.setting ? expandPath(options.setting, options.workspaceFolder) : "";
-  if (configured) {
+  if (configured && allowed(configured, "ddp-lsp.interpreter")) {
     return { command: configured, source: "setting" };
   }
   const api = options.python?.environments;
@@ -74,7 +99,7 @@ export async function resolveInterpreter(options: {
       // gives the interpreter inside it.
       const resolved = await api.resolveEnvironment(active);
       const exe = resolved?.executable.uri?.fsPath ?? active.path;
-      if (exe) {
+      if (exe && allowed(exe, "the Python extension")) {
         return { command: exe, source: "python-extension" };
       }
     } catch (err) {

@@ -58,7 +58,17 @@ export function classifyProbe(raw: RawProbe): ProbeOutcome {
   return { kind: "broken", detail: lastLine || `exit code ${String(raw.exitCode)}` };
 }
 
-export function runProbe(python: string, timeoutMs = 20_000): Promise<RawProbe> {
+/** Environment for every Python we start: no current directory on sys.path (3.11+). */
+export function pythonEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  return { ...base, PYTHONSAFEPATH: "1", PYTHONUNBUFFERED: "1" };
+}
+
+/**
+ * `cwd` should be a directory the workspace does not control: `python -c` and `python -m` put
+ * the current directory first on sys.path (before 3.11's PYTHONSAFEPATH), so a `ddp_lsp/` or
+ * `pygls.py` in the workspace would otherwise be imported in place of the real one.
+ */
+export function runProbe(python: string, cwd?: string, timeoutMs = 20_000): Promise<RawProbe> {
   return new Promise((resolve) => {
     let stdout = "";
     let stderr = "";
@@ -70,7 +80,12 @@ export function runProbe(python: string, timeoutMs = 20_000): Promise<RawProbe> 
         resolve(raw);
       }
     };
-    const child = spawn(python, ["-c", PROBE_SCRIPT], { stdio: ["ignore", "pipe", "pipe"], windowsHide: true });
+    const child = spawn(python, ["-c", PROBE_SCRIPT], {
+      cwd,
+      env: pythonEnv(),
+      stdio: ["ignore", "pipe", "pipe"],
+      windowsHide: true,
+    });
     const timer = setTimeout(() => {
       child.kill();
       done({ exitCode: null, stdout, stderr, timedOut: true });

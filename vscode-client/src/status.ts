@@ -16,6 +16,8 @@ export interface PreflightSummary {
   skipped: number;
   host?: string | undefined;
   error?: string | undefined;
+  /** The server's rendering of the whole report, when it sent one. */
+  markdown?: string | undefined;
 }
 
 export interface StatusView {
@@ -86,10 +88,30 @@ function count(summary: Record<string, unknown>, key: string): number {
   return typeof v === "number" && Number.isFinite(v) ? v : 0;
 }
 
+// The server's one-line summary (ddp_lsp.preflight.report.summary_counts), in either spelling:
+// "✗1 ⚠0 ✓10 –4" or "1 fail, 0 warn, 10 pass, 4 skip".
+const UNICODE_SUMMARY = /✗\s*(\d+)\s*⚠\s*(\d+)\s*✓\s*(\d+)\s*[–-]\s*(\d+)/u;
+const ASCII_SUMMARY = /(\d+) fail, (\d+) warn, (\d+) pass, (\d+) skip/;
+
+function parseSummaryLine(line: string): Record<string, number> | undefined {
+  const u = UNICODE_SUMMARY.exec(line);
+  if (u) {
+    return { fail: Number(u[1]), warn: Number(u[2]), pass: Number(u[3]), skip: Number(u[4]) };
+  }
+  const a = ASCII_SUMMARY.exec(line);
+  if (a) {
+    return { fail: Number(a[1]), warn: Number(a[2]), pass: Number(a[3]), skip: Number(a[4]) };
+  }
+  return undefined;
+}
+
 /**
- * The verdict from `ddp-lsp.runPreflight`'s result: a report in the `ddp-lsp-preflight/1`
- * schema (`summary` counts by status, `error` when the run itself failed), or an object that
- * wraps one under `report`. Anything else is an error verdict rather than a guess.
+ * The verdict from `ddp-lsp.runPreflight`'s result.
+ *
+ * The server answers `{ok, error, folder, summary: "✗0 ⚠1 ✓10 –4", markdown}` (or
+ * `{ok: false, error}` when the run could not start); a report in the `ddp-lsp-preflight/1`
+ * schema (`summary` with counts by status), bare or under `report`, is read too. Anything else
+ * is an error verdict rather than a guess.
  */
 export function summarizePreflight(result: unknown): PreflightSummary {
   const empty = { passed: 0, warned: 0, failed: 0, skipped: 0 };
@@ -101,12 +123,15 @@ export function summarizePreflight(result: unknown): PreflightSummary {
     report = report.report as Record<string, unknown>;
   }
   const host = typeof report.host === "string" ? report.host : undefined;
-  if (typeof report.error === "string" && report.error) {
-    return { verdict: "error", ...empty, host, error: report.error };
+  const markdown = typeof report.markdown === "string" ? report.markdown : undefined;
+  if ((typeof report.error === "string" && report.error) || report.ok === false) {
+    const error = typeof report.error === "string" && report.error ? report.error : "the preflight failed";
+    return { verdict: "error", ...empty, host, error, markdown };
   }
-  const summary = report.summary;
+  const raw = report.summary;
+  const summary = typeof raw === "string" ? parseSummaryLine(raw) : raw;
   if (summary === null || typeof summary !== "object") {
-    return { verdict: "error", ...empty, host, error: "the report has no summary" };
+    return { verdict: "error", ...empty, host, error: "the report has no summary", markdown };
   }
   const s = summary as Record<string, unknown>;
   const passed = count(s, "pass");
@@ -114,5 +139,5 @@ export function summarizePreflight(result: unknown): PreflightSummary {
   const failed = count(s, "fail");
   const skipped = count(s, "skip");
   const verdict: Verdict = failed > 0 ? "fail" : warned > 0 ? "warn" : "pass";
-  return { verdict, passed, warned, failed, skipped, host };
+  return { verdict, passed, warned, failed, skipped, host, markdown };
 }

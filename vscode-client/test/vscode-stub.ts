@@ -126,11 +126,10 @@ export const stub = {
   outputs: [] as FakeOutputChannel[],
   statusItems: [] as FakeStatusBarItem[],
   extensions: new Map<string, unknown>(),
+  documents: [] as Array<{ uri: Uri; languageId: string; content: string }>,
   configurationChanged: new EventEmitter<{ affectsConfiguration(section: string): boolean }>(),
   trustGranted: new EventEmitter<void>(),
   terminalClosed: new EventEmitter<FakeTerminal>(),
-  /** Settles once every message's follow-up (`.then` on its answer) has run. */
-  pending: [] as Promise<unknown>[],
 
   reset(): void {
     this.settings.clear();
@@ -142,7 +141,7 @@ export const stub = {
     this.outputs.length = 0;
     this.statusItems.length = 0;
     this.extensions.clear();
-    this.pending.length = 0;
+    this.documents.length = 0;
     this.configurationChanged = new EventEmitter();
     this.trustGranted = new EventEmitter();
     this.terminalClosed = new EventEmitter();
@@ -225,6 +224,11 @@ export const workspace = {
   },
   onDidGrantWorkspaceTrust(listener: Listener<void>): Disposable {
     return stub.trustGranted.event(listener);
+  },
+  async openTextDocument(options: { language: string; content: string }): Promise<{ uri: Uri; languageId: string; content: string }> {
+    const doc = { uri: Uri.file(`/untitled/${stub.documents.length + 1}`), languageId: options.language, content: options.content };
+    stub.documents.push(doc);
+    return doc;
   },
 };
 

@@ -21,6 +21,7 @@ import { createMessageConnection, StreamMessageReader, StreamMessageWriter, type
 import {
   ApplyWorkspaceEditRequest,
   CodeActionRequest,
+  CodeLensRequest,
   ConfigurationRequest,
   DidChangeConfigurationNotification,
   DidChangeTextDocumentNotification,
@@ -44,6 +45,7 @@ import {
 } from "vscode-languageserver-protocol";
 import { SERVER_COMMANDS } from "../../src/commands";
 import { SERVER_ARGS } from "../../src/controller";
+import { pythonEnv } from "../../src/probe";
 import { sanitizeSection, serverSettings } from "../../src/settings";
 import { summarizePreflight } from "../../src/status";
 import { PACKAGE_DIR, packageJson } from "../unit/helpers";
@@ -160,8 +162,9 @@ class Session {
   stderr = "";
   private waiters: Array<() => void> = [];
 
-  constructor(python: string, cwd: string) {
-    this.proc = spawn(python, SERVER_ARGS, { cwd, stdio: "pipe" });
+  constructor(python: string) {
+    // As the extension starts it: from its own directory, with the current directory off sys.path.
+    this.proc = spawn(python, SERVER_ARGS, { cwd: PACKAGE_DIR, env: pythonEnv(), stdio: "pipe" });
     this.proc.stderr.on("data", (b: Buffer) => (this.stderr += b.toString("utf8")));
     this.conn = createMessageConnection(new StreamMessageReader(this.proc.stdout), new StreamMessageWriter(this.proc.stdin));
     this.conn.onNotification(PublishDiagnosticsNotification.type, (p) => {
@@ -275,7 +278,7 @@ function ddp201(diags: Diagnostic[] | undefined): Diagnostic | undefined {
 
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), "ddp-lsp-e2e-"));
-  session = new Session(findPython(), dir);
+  session = new Session(findPython());
   init = await session.conn.sendRequest(InitializeRequest.type, {
     processId: process.pid,
     clientInfo: { name: "ddp-lsp e2e (vscode-jsonrpc)" },
@@ -417,10 +420,19 @@ test("ddp-lsp.runPreflight: works when advertised, and is really absent when not
     t.diagnostic("the server does not advertise ddp-lsp.runPreflight yet; checked that it refuses it");
     return;
   }
+  // The "Run preflight" lens runs the command the extension filters out in untrusted workspaces.
+  const lenses = (await session.conn.sendRequest(CodeLensRequest.type, { textDocument: { uri } })) ?? [];
+  assert.ok(
+    lenses.some((l) => l.command?.command === SERVER_COMMANDS.runPreflight),
+    `a Run preflight lens above init_process_group: ${JSON.stringify(lenses)}`,
+  );
+  let timer: NodeJS.Timeout | undefined;
   const result = await Promise.race([
     request,
-    new Promise((_, reject) => setTimeout(() => reject(new Error("preflight took too long")), PREFLIGHT_TIMEOUT_MS)),
-  ]);
+    new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error("preflight took too long")), PREFLIGHT_TIMEOUT_MS);
+    }),
+  ]).finally(() => clearTimeout(timer));
   const summary = summarizePreflight(result);
   assert.notEqual(summary.verdict, "error", `the preflight did not produce a report: ${JSON.stringify(result).slice(0, 2000)}`);
   assert.ok(summary.passed + summary.warned + summary.failed + summary.skipped > 0, "the report has probes");

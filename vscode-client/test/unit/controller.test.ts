@@ -30,13 +30,15 @@ async function start(options: { python?: boolean; probe?: ProbeOutcome; configur
     },
   };
   const controller = new Controller({
+    serverCwd: "/ext/ddp-lsp",
     createClient: (spec: ClientSpec) => {
       const client = new FakeClient(spec);
       options.configure?.(client);
       clients.push(client);
       return client;
     },
-    probe: async (python) => {
+    probe: async (python, cwd) => {
+      assert.equal(cwd, "/ext/ddp-lsp", "the probe runs outside the workspace");
       probes.push(python);
       return outcome;
     },
@@ -87,7 +89,8 @@ test("the server runs as `python -m ddp_lsp serve` with the Python extension's i
   assert.equal(spec.command, "/venv/bin/python");
   assert.deepEqual(spec.args, SERVER_ARGS);
   assert.deepEqual(SERVER_ARGS, ["-m", "ddp_lsp", "serve"]);
-  assert.equal(spec.cwd, "/work/project");
+  // Not the workspace: `python -m` would import a ddp_lsp/ or pygls.py lying there.
+  assert.equal(spec.cwd, "/ext/ddp-lsp");
   assert.deepEqual(spec.initializationOptions.severity, { DDP201: "hint" });
   assert.equal(h.controller.serverState, "running");
   assert.equal(status(), "$(check) DDP");
@@ -165,22 +168,43 @@ test("DDP: Fix all without a Python editor asks for one and sends nothing", asyn
   assert.match(stub.messages.at(-1)!.text, /open a Python file/);
 });
 
-test("DDP: Run preflight records the verdict in the status bar", async () => {
-  const report = { schema: "ddp-lsp-preflight/1", host: "gpu-01", error: null, summary: { pass: 7, warn: 1, fail: 0, skip: 1 }, probes: [{ id: "shm", title: "/dev/shm", status: "warn", message: "64 MiB" }] };
+test("DDP: Run preflight records the verdict in the status bar and offers the report", async () => {
+  // The answer's shape is the server's (ddp_lsp/lsp/preflight.py).
+  const markdown = "### DDP preflight: ✗0 ⚠1 ✓7 –1\n- ⚠️ **shm.capacity**: /dev/shm 64 MiB free\n";
+  const answer = { ok: true, error: null, folder: "/work/project", summary: "✗0 ⚠1 ✓7 –1", markdown };
+  stub.answers.set("Preflight warn", "Show report");
   const h = await start({
     configure: (c) => {
       c.commands.push("ddp-lsp.runPreflight");
-      c.answers.set("ddp-lsp.runPreflight", report);
+      c.answers.set("ddp-lsp.runPreflight", answer);
     },
   });
   window.activeTextEditor = editor();
   const summary = await stub.commands.get(CLIENT_COMMANDS.runPreflight)!();
-  assert.deepEqual(summary, { verdict: "warn", passed: 7, warned: 1, failed: 0, skipped: 1, host: "gpu-01" });
+  assert.deepEqual(summary, { verdict: "warn", passed: 7, warned: 1, failed: 0, skipped: 1, host: undefined, markdown });
   const req = h.clients[0]!.requests[0]!;
   assert.deepEqual(req.params, { command: "ddp-lsp.runPreflight", arguments: [Uri.file("/work/project/train.py").toString()] });
   assert.equal(status(), "$(check) DDP $(warning) preflight");
-  assert.equal(stub.messages.at(-1)!.level, "warning");
-  assert.ok(stub.outputs[0]!.lines.some((l) => l.includes("[warn] /dev/shm: 64 MiB")));
+  const shown = stub.messages.at(-1)!;
+  assert.equal(shown.level, "warning");
+  assert.deepEqual(shown.actions, ["Show report", "Show output"]);
+  assert.ok(stub.outputs[0]!.lines.some((l) => l.includes("shm.capacity")));
+  await settle();
+  assert.equal(stub.documents[0]?.content, markdown);
+  assert.ok(stub.executed.some((e) => e.id === "markdown.showPreview"));
+});
+
+test("a failed preflight run (ok: false) is an error verdict with the server's reason", async () => {
+  await start({
+    configure: (c) => {
+      c.commands.push("ddp-lsp.runPreflight");
+      c.answers.set("ddp-lsp.runPreflight", { ok: false, error: "no module named torch" });
+    },
+  });
+  const summary = (await stub.commands.get(CLIENT_COMMANDS.runPreflight)!()) as { verdict: string; error: string };
+  assert.equal(summary.verdict, "error");
+  assert.equal(summary.error, "no module named torch");
+  assert.match(stub.messages.at(-1)!.text, /could not run: no module named torch/);
 });
 
 test("a preflight that errors on the server shows an error verdict, not a crash", async () => {
@@ -220,6 +244,23 @@ test("untrusted workspace: diagnostics server runs, preflight is refused, its in
   await settle();
   assert.equal(h.clients.length, 2);
   assert.deepEqual(h.clients[1]!.spec.initializationOptions.preflight, { python: "/evil/python" });
+});
+
+test("untrusted workspace: an interpreter inside it is not run; trusting it brings it back", async () => {
+  workspace.isTrusted = false;
+  let env = "/work/project/.venv/bin/python";
+  const h = await start();
+  // start() uses /venv/bin/python by default; point the environment into the workspace.
+  h.setActiveEnv(env);
+  await stub.commands.get(CLIENT_COMMANDS.restart)!();
+  const last = h.clients.at(-1)!;
+  assert.equal(last.spec.command, process.platform === "win32" ? "python" : "python3");
+  assert.ok(stub.outputs[0]!.lines.some((l) => l.includes("inside the untrusted workspace")));
+  workspace.isTrusted = true;
+  await stub.trustGranted.fire();
+  await settle();
+  assert.equal(h.clients.at(-1)!.spec.command, env);
+  env = "";
 });
 
 test("ddp-lsp missing: one notification with the three actions, no client, no repeat", async () => {

@@ -6,6 +6,7 @@ import {
   DEFAULT_PYTHON,
   expandPath,
   installCommand,
+  isInside,
   resolveInterpreter,
   type PythonExtensionApi,
 } from "../../src/interpreter";
@@ -69,4 +70,24 @@ test("the install command quotes the interpreter for the terminal's shell", () =
   assert.equal(installCommand("/home/me/my env/bin/python", "linux"), "'/home/me/my env/bin/python' -m pip install ddp-lsp");
   assert.equal(installCommand("/it's/python", "darwin"), "'/it'\\''s/python' -m pip install ddp-lsp");
   assert.equal(installCommand("C:\\Py 3\\python.exe", "win32"), '& "C:\\Py 3\\python.exe" -m pip install ddp-lsp');
+});
+
+test("in an untrusted workspace, interpreters inside it are passed over", async () => {
+  const logged: string[] = [];
+  const got = await resolveInterpreter({
+    setting: ".venv/bin/python", // relative: resolved into the workspace
+    workspaceFolder: "/w",
+    python: pythonApi({ id: "v", path: "/w/env/bin/python" }),
+    untrustedRoots: ["/w"],
+    log: (l) => logged.push(l),
+  });
+  assert.deepEqual(got, { command: DEFAULT_PYTHON, source: "default" });
+  assert.equal(logged.length, 2);
+  // Outside the workspace is fine, and so is a trusted one.
+  const outside = await resolveInterpreter({ setting: "/opt/py/bin/python", python: undefined, untrustedRoots: ["/w"] });
+  assert.equal(outside.command, "/opt/py/bin/python");
+  assert.equal(isInside("/w/../other/python", ["/w"]), false);
+  assert.equal(isInside("/w/a/../b/python", ["/w"]), true);
+  assert.equal(isInside("/workspace2/python", ["/w"]), false);
+  assert.equal(isInside("python3", ["/w"]), false);
 });

@@ -31,12 +31,19 @@ test("a preflight report's summary gives the verdict", () => {
   assert.equal(summarizePreflight(report({ pass: 5, warn: 0, fail: 0, skip: 2 })).verdict, "pass");
   assert.equal(summarizePreflight(report({ pass: 5, warn: 1, fail: 0, skip: 0 })).verdict, "warn");
   const failed = summarizePreflight(report({ pass: 5, warn: 1, fail: 2, skip: 0 }));
-  assert.deepEqual(failed, { verdict: "fail", passed: 5, warned: 1, failed: 2, skipped: 0, host: "gpu-01" });
+  assert.deepEqual(failed, { verdict: "fail", passed: 5, warned: 1, failed: 2, skipped: 0, host: "gpu-01", markdown: undefined });
   assert.equal(summarizePreflight({ report: report({ pass: 1 }) }).verdict, "pass");
   const errored = summarizePreflight(report({}, { error: "torch is not installed" }));
   assert.equal(errored.verdict, "error");
   assert.equal(errored.error, "torch is not installed");
   assert.equal(summarizePreflight(null).verdict, "error");
+  // The server's answer: a one-line summary in either spelling, and ok: false on failure.
+  const line = (summary: string) => summarizePreflight({ ok: true, error: null, summary, markdown: "# r" });
+  assert.deepEqual(line("✗2 ⚠1 ✓10 –4"), { verdict: "fail", passed: 10, warned: 1, failed: 2, skipped: 4, host: undefined, markdown: "# r" });
+  assert.equal(line("0 fail, 3 warn, 1 pass, 0 skip").verdict, "warn");
+  assert.equal(line("✗0 ⚠0 ✓10 –4").verdict, "pass");
+  assert.equal(line("all good").verdict, "error");
+  assert.equal(summarizePreflight({ ok: false, error: null }).verdict, "error");
   assert.equal(summarizePreflight({ something: 1 }).verdict, "error");
 });
 
