@@ -33,7 +33,8 @@ Inserts `<sampler>.set_epoch(<epoch>)` as the first statement of the epoch loop 
 around the loop over the loader, or around the per-epoch helper call that receives it), with
 the sampler written as in the code (`train_sampler`, `self.sampler`, `loader.sampler` for a
 sampler built inline). A sampler that is `None` outside distributed runs gets
-`if sampler is not None:` around the call. No fix when the loop has no epoch variable
+`if sampler is not None:` around the call, and one that is another sampler there
+(`RandomSampler`) gets `if hasattr(sampler, "set_epoch"):`. No fix when the loop has no epoch variable
 (`for _ in ...`, `while`).
 
 ## Known false positives
@@ -84,7 +85,7 @@ class _Sampler:
     root: ast.AST  # the frame it is used in
     created: ast.Call | None  # DistributedSampler(...) in this chunk
     loaders: list[str]  # loader paths fed by it
-    maybe_none: bool
+    guard: str  # "" | "none": None off the distributed path | "hasattr": another sampler there
 
 
 class SamplerSetEpochMissing(Rule):
@@ -117,9 +118,11 @@ class SamplerSetEpochMissing(Rule):
             var = self._epoch_var(loop)
             if var is not None and loop.body and P.starts_own_line(ctx, loop.body[0]):
                 call = f"{s.path}.set_epoch({var})"
-                if s.maybe_none:
-                    unit = ctx.indent_unit(loop.body[0])
+                unit = ctx.indent_unit(loop.body[0])
+                if s.guard == "none":
                     code = f"if {s.path} is not None:\n{unit}{call}"
+                elif s.guard == "hasattr":
+                    code = f'if hasattr({s.path}, "set_epoch"):\n{unit}{call}'
                 else:
                     code = call
                 fixes.append(
@@ -164,19 +167,25 @@ class SamplerSetEpochMissing(Rule):
                     lp = D.assigned_path(ctx, loader_call)
                     if lp is not None:
                         out[(id(root), f"{lp}.sampler")] = _Sampler(
-                            f"{lp}.sampler", root, call, [lp], False
+                            f"{lp}.sampler", root, call, [lp], ""
                         )
                 continue
             path = D.assigned_path(ctx, call)
             if path is None:
                 continue
-            maybe_none = any(D.is_none(v) for v in D.values_of(root, ast.Name(id=path)))
+            values = D.values_of(root, ast.Name(id=path))
             if "." in path:
-                maybe_none = any(
-                    D.is_none(v) for _, v in D.scope_assignments(root, path)
-                ) or isinstance(ctx.parent(call), ast.IfExp)
+                values = [
+                    v for _, a in D.scope_assignments(root, path) for v in D.values_of(root, a)
+                ]
+            if any(not D.is_none(v) and not D.is_sampler_call(ctx, v) for v in values):
+                guard = "hasattr"  # a RandomSampler on the single-process path
+            elif any(D.is_none(v) for v in values):
+                guard = "none"
+            else:
+                guard = ""
             out[(id(root), path)] = _Sampler(
-                path, root, call, self._loaders_of(ctx, root, path), maybe_none
+                path, root, call, self._loaders_of(ctx, root, path), guard
             )
         # Samplers handed in: parameters and self attributes the module facts know.
         functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = [
@@ -194,7 +203,7 @@ class SamplerSetEpochMissing(Rule):
                 for p in cands:
                     if (id(fn), p) in out or any(s.path == p for s in out.values()):
                         continue
-                    out[(id(fn), p)] = _Sampler(p, fn, None, self._loaders_of(ctx, fn, p), False)
+                    out[(id(fn), p)] = _Sampler(p, fn, None, self._loaders_of(ctx, fn, p), "")
         # Script-style code: the sampler is built by module-level statements (another chunk)
         # and this chunk is a top-level epoch loop.
         top_loops = [st for st in ctx.body if isinstance(st, (ast.For, ast.AsyncFor, ast.While))]
@@ -203,10 +212,9 @@ class SamplerSetEpochMissing(Rule):
                 if "." in p or any(x.path == p for x in out.values()):
                     continue
                 root = ctx.module_node
-                out[(id(root), p)] = _Sampler(p, root, None, self._loaders_of(ctx, root, p), False)
+                out[(id(root), p)] = _Sampler(p, root, None, self._loaders_of(ctx, root, p), "")
         return list(out.values())
 
-    @staticmethod
     @staticmethod
     def _loaders_of(ctx: ChunkContext, root: ast.AST, sampler: str) -> list[str]:
         """Paths assigned from a call that receives the sampler (``DataLoader(ds, sampler=s)``,
@@ -554,6 +562,35 @@ def main(args, dataset, model):
             model(x)
 """,
         note="a sampler that may be None gets a guard",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, dataset, model):
+    if args.distributed:
+        train_sampler = «DistributedSampler»(dataset)
+    else:
+        train_sampler = torch.utils.data.RandomSampler(dataset)
+    loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
+    for epoch in range(args.epochs):
+        for x in loader:
+            model(x)
+""",
+        fixed=_HEAD
+        + """\
+def main(args, dataset, model):
+    if args.distributed:
+        train_sampler = DistributedSampler(dataset)
+    else:
+        train_sampler = torch.utils.data.RandomSampler(dataset)
+    loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
+    for epoch in range(args.epochs):
+        if hasattr(train_sampler, "set_epoch"):
+            train_sampler.set_epoch(epoch)
+        for x in loader:
+            model(x)
+""",
+        note="a RandomSampler without distributed: the call is guarded",
     ),
     Invalid(
         _HEAD
