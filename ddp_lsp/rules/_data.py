@@ -202,7 +202,11 @@ def function_name(ctx: ChunkContext, node: ast.AST) -> str:
 
 
 def is_eval_name(name: str | None) -> bool:
-    return bool(name) and _EVAL_NAME.search(name or "") is not None
+    """``val_loader``, ``dataset_test``, ``evaluate``; never a name that also says train
+    (``train_and_evaluate``, ``trainval_set``)."""
+    if not name or "train" in name.lower():
+        return False
+    return _EVAL_NAME.search(name) is not None
 
 
 def scope_assignments(root: ast.AST, path: str) -> list[tuple[ast.stmt, ast.expr]]:

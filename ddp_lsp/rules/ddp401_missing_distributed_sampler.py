@@ -490,6 +490,25 @@ def main(model, optimizer, epochs):
     Invalid(
         _HEAD
         + """\
+def train_and_evaluate(trainval_set):
+    trainval_loader = «DataLoader»(trainval_set, batch_size=64, shuffle=True)
+    return trainval_loader
+""",
+        fixed="""\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+def train_and_evaluate(trainval_set):
+    trainval_loader = DataLoader(trainval_set, batch_size=64, sampler=DistributedSampler(trainval_set))
+    return trainval_loader
+""",
+        note="names that say train are not evaluation names",
+    ),
+    Invalid(
+        _HEAD
+        + """\
 def main(train_set):
     return «DataLoader»(train_set, sampler=None, shuffle=True)
 """,
