@@ -308,6 +308,15 @@ export class Controller implements vscode.Disposable {
     } catch (err) {
       result = { error: errorText(err) };
     }
+    return this.recordPreflight(result);
+  }
+
+  /**
+   * Takes a `ddp-lsp.runPreflight` answer, however the command was run: from our palette
+   * command, or from the server's code lens (through the language client's executeCommand
+   * middleware, see extension.ts), so the status bar always shows the latest verdict.
+   */
+  recordPreflight(result: unknown): PreflightSummary {
     const summary = summarizePreflight(result);
     this.preflight = summary;
     this.logReport(result, summary);

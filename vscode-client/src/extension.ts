@@ -9,15 +9,16 @@
 import * as vscode from "vscode";
 import {
   LanguageClient,
+  ResponseError,
   State,
   type LanguageClientOptions,
   type ServerOptions,
 } from "vscode-languageclient/node";
-import { SERVER_COMMANDS } from "./commands";
 import { Controller, type ClientSpec, type ServerClient } from "./controller";
 import type { PythonExtensionApi } from "./interpreter";
 import { classifyProbe, pythonEnv, runProbe } from "./probe";
-import { SECTION, sanitizeSection } from "./settings";
+import { filterLenses, guardCommand, mapConfiguration } from "./middleware";
+import { SECTION } from "./settings";
 
 let controller: Controller | undefined;
 
@@ -54,10 +55,6 @@ async function pythonApi(): Promise<PythonExtensionApi | undefined> {
   }
 }
 
-function isPreflightLens(lens: vscode.CodeLens): boolean {
-  return lens.command?.command === SERVER_COMMANDS.runPreflight;
-}
-
 function createClient(spec: ClientSpec, output: vscode.OutputChannel): ServerClient {
   const serverOptions: ServerOptions = {
     command: spec.command,
@@ -76,29 +73,19 @@ function createClient(spec: ClientSpec, output: vscode.OutputChannel): ServerCli
     // raw by the client.
     middleware: {
       workspace: {
-        configuration: async (params, token, next) => {
-          const result = await next(params, token);
-          if (!Array.isArray(result)) {
-            return result;
-          }
-          return result.map((value: unknown, i: number) =>
-            params.items[i]?.section === SECTION ? sanitizeSection(value, vscode.workspace.isTrusted) : value,
-          );
-        },
+        configuration: async (params, token, next) =>
+          mapConfiguration(params.items, await next(params, token), vscode.workspace.isTrusted) as
+            | unknown[]
+            | ResponseError<void>,
       },
-      // Code lenses and code actions run server commands through here, not through our palette
-      // commands, so the trust check must live here too.
-      executeCommand: async (command, args, next) => {
-        if (command === SERVER_COMMANDS.runPreflight && !vscode.workspace.isTrusted) {
-          void vscode.window.showWarningMessage("ddp-lsp: the preflight is off in untrusted workspaces.");
-          return undefined;
-        }
-        return next(command, args);
-      },
-      provideCodeLenses: async (document, token, next) => {
-        const lenses = await next(document, token);
-        return vscode.workspace.isTrusted || !lenses ? lenses : lenses.filter((l) => !isPreflightLens(l));
-      },
+      executeCommand: (command, args, next) =>
+        guardCommand(command, args, next, {
+          trusted: () => vscode.workspace.isTrusted,
+          warn: (message) => void vscode.window.showWarningMessage(message),
+          record: (result) => controller?.recordPreflight(result),
+        }),
+      provideCodeLenses: async (document, token, next) =>
+        filterLenses(await next(document, token), vscode.workspace.isTrusted),
     },
   };
   const client = new LanguageClient(SECTION, "ddp-lsp", serverOptions, clientOptions);

@@ -46,7 +46,8 @@ import {
 import { SERVER_COMMANDS } from "../../src/commands";
 import { SERVER_ARGS } from "../../src/controller";
 import { pythonEnv } from "../../src/probe";
-import { sanitizeSection, serverSettings } from "../../src/settings";
+import { mapConfiguration } from "../../src/middleware";
+import { serverSettings } from "../../src/settings";
 import { summarizePreflight } from "../../src/status";
 import { PACKAGE_DIR, packageJson } from "../unit/helpers";
 
@@ -176,8 +177,14 @@ class Session {
       this.wake();
     });
     // The answers vscode-languageclient gives, with our configuration middleware in the path.
-    this.conn.onRequest(ConfigurationRequest.type, (params) =>
-      params.items.map((item) => (item.section === "ddp-lsp" ? sanitizeSection(this.section, true) : null)),
+    this.conn.onRequest(
+      ConfigurationRequest.type,
+      (params) =>
+        mapConfiguration(
+          params.items,
+          params.items.map((item) => (item.section === "ddp-lsp" ? this.section : null)),
+          true,
+        ) as unknown[],
     );
     this.conn.onRequest(RegistrationRequest.type, () => null);
     this.conn.onRequest(WorkDoneProgressCreateRequest.type, () => null);

@@ -194,6 +194,14 @@ test("DDP: Run preflight records the verdict in the status bar and offers the re
   assert.ok(stub.executed.some((e) => e.id === "markdown.showPreview"));
 });
 
+test("a preflight run from the code lens also updates the status bar", async () => {
+  const h = await start();
+  h.controller.recordPreflight({ ok: true, error: null, summary: "✗1 ⚠0 ✓9 –0", markdown: "# report" });
+  assert.equal(status(), "$(check) DDP $(error) preflight");
+  assert.equal(h.controller.lastPreflight?.failed, 1);
+  assert.equal(stub.messages.at(-1)!.level, "error");
+});
+
 test("a failed preflight run (ok: false) is an error verdict with the server's reason", async () => {
   await start({
     configure: (c) => {
