@@ -97,7 +97,10 @@ class TooManyWorkers(Rule):
                     f"{workers * procs} worker processes"
                 )
             else:
-                load = f"{value} worker processes per rank (processes per node unknown: counted 1)"
+                load = (
+                    f"{value} starts {workers} worker processes in each rank (processes per node "
+                    "unknown: counted 1)"
+                )
             kw = D.keyword(call, "num_workers")
             target = kw if kw is not None else expr
             assert target is not None

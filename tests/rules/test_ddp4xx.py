@@ -69,7 +69,8 @@ def test_ddp405_quiet_when_the_node_has_room() -> None:
 def test_ddp405_unknown_launch_counts_one_process_and_says_so() -> None:
     assert found(WORKERS_8, "DDP405", env(16)) == []
     (f,) = found(WORKERS_8, "DDP405", env(4))
-    assert "processes per node unknown: counted 1" in f.message
+    assert "num_workers=8 starts 8 worker processes in each rank" in f.message
+    assert "processes per node unknown: counted 1) for 4 CPUs" in f.message
     assert "max(1, cpus // procs - 1) = 3" in f.message
 
 
