@@ -47,6 +47,9 @@ class StdioSession:
         )
         self.inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.notifications: list[dict[str, Any]] = []
+        # Answers the server's own requests (workspace/configuration...); None answers null.
+        self.answer: Callable[[dict[str, Any]], Any] | None = None
+        self.server_requests: list[dict[str, Any]] = []
         self._next_id = 0
         self._stderr: list[bytes] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -104,19 +107,16 @@ class StdioSession:
             )
         return msg
 
-    def _dispatch(
-        self, msg: dict[str, Any], answer: Callable[[dict[str, Any]], Any] | None
-    ) -> None:
+    def _dispatch(self, msg: dict[str, Any]) -> None:
         if "method" in msg and "id" in msg:  # a request from the server
-            result = answer(msg) if answer else None
+            self.server_requests.append(msg)
+            result = self.answer(msg) if self.answer else None
             self.send({"jsonrpc": "2.0", "id": msg["id"], "result": result})
         elif "method" in msg:
             self.notifications.append(msg)
 
-    def request(
-        self, method: str, params: Any, answer: Callable[[dict[str, Any]], Any] | None = None
-    ) -> Any:
-        """Sends a request and returns its result; server requests meanwhile go to ``answer``."""
+    def request(self, method: str, params: Any) -> Any:
+        """Sends a request and returns its result, answering the server's requests meanwhile."""
         self._next_id += 1
         rid = self._next_id
         self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
@@ -127,21 +127,16 @@ class StdioSession:
                 if "error" in msg:
                     raise AssertionError(f"{method} failed: {msg['error']}")
                 return msg.get("result")
-            self._dispatch(msg, answer)
+            self._dispatch(msg)
 
-    def wait_notification(
-        self,
-        method: str,
-        match: Callable[[Any], bool],
-        answer: Callable[[dict[str, Any]], Any] | None = None,
-    ) -> Any:
+    def wait_notification(self, method: str, match: Callable[[Any], bool]) -> Any:
         for note in self.notifications:
             if note["method"] == method and match(note.get("params")):
                 return note["params"]
         deadline = time.monotonic() + TIMEOUT
         while True:
             msg = self._next(deadline, method)
-            self._dispatch(msg, answer)
+            self._dispatch(msg)
             if msg.get("method") == method and "id" not in msg and match(msg.get("params")):
                 return msg["params"]
 
@@ -157,9 +152,16 @@ class StdioSession:
 
 
 def initialize(
-    session: StdioSession, root: Path, initialization_options: Any = None
+    session: StdioSession,
+    root: Path,
+    initialization_options: Any = None,
+    configuration: bool = False,
 ) -> dict[str, Any]:
-    """``initialize`` + ``initialized`` with a plain client's capabilities (push diagnostics)."""
+    """``initialize`` + ``initialized`` with a plain client's capabilities (push diagnostics).
+
+    With ``configuration``, the client says it answers ``workspace/configuration`` (set
+    ``session.answer`` to do so).
+    """
     result = session.request(
         "initialize",
         {
@@ -174,7 +176,7 @@ def initialize(
                         "codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["quickfix"]}}
                     },
                 },
-                "workspace": {"applyEdit": True, "configuration": False},
+                "workspace": {"applyEdit": True, "configuration": configuration},
             },
         },
     )
@@ -201,3 +203,16 @@ def show_messages(session: StdioSession) -> list[str]:
     return [
         n["params"]["message"] for n in session.notifications if n["method"] == "window/showMessage"
     ]
+
+
+def section_lookup(config: dict[str, Any], request: dict[str, Any]) -> list[Any]:
+    """A workspace/configuration answer the way Helix and LSP4IJ make it: each item's dotted
+    section looked up in the editor's settings object (null when absent)."""
+    out: list[Any] = []
+    for item in request["params"]["items"]:
+        node: Any = config
+        for part in (item.get("section") or "").split("."):
+            if part:
+                node = node.get(part) if isinstance(node, dict) else None
+        out.append(node)
+    return out

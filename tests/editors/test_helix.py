@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from ddp_lsp.lsp.config import parse_editor_settings
-from tests.editors.handshake import REPO, TRAIN, StdioSession, initialize, show_messages
+from tests.editors.handshake import (
+    REPO,
+    TRAIN,
+    StdioSession,
+    initialize,
+    section_lookup,
+    show_messages,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,8 +78,9 @@ def test_command_serves_lsp_and_pushes_diagnostics(
 ) -> None:
     entry = server_entry(languages)
     session = StdioSession([entry["command"], *entry["args"]], cwd=tmp_path)
+    session.answer = lambda request: section_lookup(entry["config"], request)
     try:
-        result = initialize(session, tmp_path, entry["config"])
+        result = initialize(session, tmp_path, entry["config"], configuration=True)
         assert result["serverInfo"]["name"] == "ddp-lsp"
         caps = result["capabilities"]
         assert caps["codeActionProvider"]
@@ -86,7 +94,12 @@ def test_command_serves_lsp_and_pushes_diagnostics(
             lambda p: p["uri"] == uri and any(d.get("code") == "DDP201" for d in p["diagnostics"]),
         )
         assert pushed["version"] == 1
-        assert show_messages(session) == [], "the config produced settings errors"
     finally:
         code = session.close()
     assert code == 0, session.stderr
+    assert show_messages(session) == [], "the config produced settings errors"
+    # The server pulled its section, and Helix's lookup found the table for it.
+    pulls = [r for r in session.server_requests if r["method"] == "workspace/configuration"]
+    assert pulls, "the server never asked for its configuration"
+    answers = [section_lookup(entry["config"], r) for r in pulls]
+    assert all(a and a[0] == entry["config"]["ddp-lsp"] for a in answers), answers

@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 
 from ddp_lsp.lsp.config import parse_editor_settings
-from tests.editors.handshake import REPO, TRAIN, StdioSession, initialize, show_messages
+from tests.editors.handshake import (
+    REPO,
+    TRAIN,
+    StdioSession,
+    initialize,
+    section_lookup,
+    show_messages,
+)
 
 FOLDER = REPO / "editors" / "jetbrains"
 
@@ -73,8 +80,12 @@ def test_settings_files_are_accepted_by_the_server(name: str) -> None:
 def test_default_command_serves_lsp(template: dict[str, Any], tmp_path: Path) -> None:
     argv = shlex.split(template["programArgs"]["default"])
     session = StdioSession(argv, cwd=tmp_path)
+    settings = load("settings.json")
+    session.answer = lambda request: section_lookup(settings, request)
     try:
-        result = initialize(session, tmp_path, load("initializationOptions.json"))
+        result = initialize(
+            session, tmp_path, load("initializationOptions.json"), configuration=True
+        )
         assert result["serverInfo"]["name"] == "ddp-lsp"
         uri = (tmp_path / "train.py").as_uri()
         session.notify(
@@ -85,7 +96,9 @@ def test_default_command_serves_lsp(template: dict[str, Any], tmp_path: Path) ->
             "textDocument/publishDiagnostics",
             lambda p: p["uri"] == uri and any(d.get("code") == "DDP201" for d in p["diagnostics"]),
         )
-        assert show_messages(session) == []
     finally:
         code = session.close()
     assert code == 0, session.stderr
+    assert show_messages(session) == []
+    pulls = [r for r in session.server_requests if r["method"] == "workspace/configuration"]
+    assert pulls and all(section_lookup(settings, r)[0] == settings["ddp-lsp"] for r in pulls)
