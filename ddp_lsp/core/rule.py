@@ -293,7 +293,7 @@ class ChunkContext:
     def memo(self, key: object, compute: Callable[[], U]) -> U:
         """A per-analysis cache for rules (keyed by anything hashable, e.g. (rule id, id(node)))."""
         if key in self._memo:
-            return self._memo[key]  # type: ignore[no-any-return]
+            return self._memo[key]  # type: ignore[return-value]
         value = compute()
         self._memo[key] = value
         return value
