@@ -325,7 +325,9 @@ def run_jobs(jobs: Sequence[Job], workers: int | None = None) -> list[Outcome]:
     return _run_pool(jobs, min(workers, len(jobs)))
 
 
-def _run_pool(jobs: Sequence[Job], workers: int, attempt: int = 0) -> list[Outcome]:
+def _run_pool(
+    jobs: Sequence[Job], workers: int, ctx: BaseContext | None = None, attempt: int = 0
+) -> list[Outcome]:
     import concurrent.futures as cf
     import multiprocessing
     import threading
@@ -333,11 +335,13 @@ def _run_pool(jobs: Sequence[Job], workers: int, attempt: int = 0) -> list[Outco
     from ddp_lsp.core.registry import all_rules
 
     all_rules()  # import the rules once here, so forked workers inherit them
-    # fork shares what this process has imported (no re-import per worker); it is unsafe
-    # only with other threads alive, and then (or where there is no fork) workers spawn.
-    methods = multiprocessing.get_all_start_methods()
-    method = "fork" if "fork" in methods and threading.active_count() == 1 else "spawn"
-    ctx = multiprocessing.get_context(method)
+    if ctx is None:
+        # fork shares what this process has imported (no re-import per worker); it is unsafe
+        # only with other threads alive, and then (or where there is no fork) workers spawn.
+        # Chosen once: a retry after a crash must not see the broken pool's own threads.
+        methods = multiprocessing.get_all_start_methods()
+        method = "fork" if "fork" in methods and threading.active_count() == 1 else "spawn"
+        ctx = multiprocessing.get_context(method)
     results: dict[int, Outcome] = {}
     chunk = max(1, min(16, len(jobs) // (workers * 4)))
     pool = cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_pool_worker_init)
@@ -353,7 +357,7 @@ def _run_pool(jobs: Sequence[Job], workers: int, attempt: int = 0) -> list[Outco
         # its own process, so only a file that kills its process is lost.
         missing = [i for i in range(len(jobs)) if i not in results]
         if attempt < 2 and len(missing) > 4 * workers:
-            again = _run_pool([jobs[i] for i in missing], workers, attempt + 1)
+            again = _run_pool([jobs[i] for i in missing], workers, ctx, attempt + 1)
             results.update(zip(missing, again, strict=True))
         else:
             for i in missing:
