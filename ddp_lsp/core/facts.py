@@ -38,9 +38,10 @@ RANK_PREDICATE = "rank_predicate"
 GUARDS_ITSELF = "guards_itself"
 ONLY_CALLED_GUARDED = "only_called_guarded"
 UPDATES_SCALER = "scaler_update"  # calls .update() on a GradScaler
+SETS_EPOCH = "set_epoch"  # calls .set_epoch(...) (on a sampler, a loader's sampler...)
 INITS_PG = "init_process_group"
 DESTROYS_PG = "destroy_process_group"
-TRANSITIVE_PROPS = frozenset({COLLECTIVE, UNSCALES, NO_SYNC, UPDATES_SCALER})
+TRANSITIVE_PROPS = frozenset({COLLECTIVE, UNSCALES, NO_SYNC, UPDATES_SCALER, SETS_EPOCH})
 
 # Callables that return their (first) argument's kind unchanged.
 _TRANSPARENT = frozenset({"torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
@@ -276,6 +277,8 @@ class _Extractor:
         last = name.rsplit(".", 1)[-1]
         if last == "unscale_":
             self._prop(UNSCALES)
+        elif last == "set_epoch":
+            self._prop(SETS_EPOCH)
         elif last == "init_process_group":
             self.env_markers = True
         callee = name

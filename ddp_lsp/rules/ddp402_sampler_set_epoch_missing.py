@@ -42,11 +42,11 @@ Not reported: samplers with `shuffle=False` (the order does not depend on the ep
 evaluation samplers (`val_sampler`...), files using Accelerate or Lightning (they call
 `set_epoch`), loops that call any `set_epoch` the rule cannot attribute, and per-epoch
 helpers of the same file that receive the sampler itself, have a parameter named like a
-sampler, or are methods of the class that owns a `self.` sampler. A helper that receives only
-the loader and calls `loader.sampler.set_epoch` inside is not visible from the epoch loop yet,
-and neither is `shuffle=False` on a sampler built in another function or method (a `self.`
-attribute, a module-level script variable): silence such a line with
-`# ddp-lsp: ignore[DDP402]`.
+sampler, are methods of the class that owns a `self.` sampler, or call `set_epoch` themselves
+(directly or through another helper of the same file, e.g. one that receives only the loader
+and calls `loader.sampler.set_epoch`). Not seen: such a helper imported from another file, and
+`shuffle=False` on a sampler built in another function or method (a `self.` attribute, a
+module-level script variable): silence such a line with `# ddp-lsp: ignore[DDP402]`.
 
 ## References
 - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
@@ -316,6 +316,8 @@ class SamplerSetEpochMissing(Rule):
                 qual = f"{cls}.{dotted_name[5:]}"
             else:
                 qual = dotted_name
+            if K.SETS_EPOCH in ctx.callee_props(node):
+                return True  # a same-file helper (or one it calls) sets the epoch
             params = ctx.facts.func_params.get(qual)
             if params is None:
                 continue
@@ -363,6 +365,22 @@ from torch.utils.data.distributed import DistributedSampler
 """
 
 SamplerSetEpochMissing.cases = (
+    Valid(
+        _HEAD
+        + """\
+def reshuffle(loader, epoch):
+    loader.sampler.set_epoch(epoch)
+
+
+def main(args, dataset, model):
+    loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
+    for epoch in range(args.epochs):
+        reshuffle(loader, epoch)
+        for x in loader:
+            model(x)
+""",
+        note="a same-file helper that receives only the loader sets the epoch",
+    ),
     Valid(
         _HEAD
         + """\
