@@ -1,0 +1,185 @@
+"""DDP303 load-without-map-location.
+
+## What it does
+Finds `torch.load(path)` without `map_location` in distributed code.
+
+## Why is this bad?
+`torch.load` restores every tensor onto the device it was saved from. Checkpoints are usually
+written by rank 0, from `cuda:0`, so every rank of the job loads a full copy of the checkpoint
+onto GPU 0: GPU 0 runs out of memory (N copies of the model and the optimizer state), or the
+ranks silently share one GPU until the first mismatch. `map_location="cpu"` loads onto the host;
+`load_state_dict` then copies each tensor to the device of the parameter it fills.
+
+## Example
+```python
+state = torch.load("checkpoint.pt")
+model.load_state_dict(state["model"])
+```
+
+## Use instead
+```python
+state = torch.load("checkpoint.pt", map_location="cpu")
+model.load_state_dict(state["model"])
+```
+
+## Fix
+Adds `map_location="cpu"` after the last argument.
+
+## Known false positives
+Not reported: any `map_location` (a device, a dict, a function, the second positional argument),
+`**kwargs` that may carry one, loads under a rank condition (rank 0 alone reading onto GPU 0
+is where it saved from, and it then broadcasts), the parent process after `mp.spawn`, and
+launches configured with one process. A checkpoint saved from the CPU is reported too: the rule
+cannot see how the file was written, and `map_location="cpu"` costs nothing there.
+`map_location="cuda:0"` is DDP504's (every rank on GPU 0).
+
+## References
+- https://pytorch.org/docs/stable/generated/torch.load.html
+- https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ddp_lsp.core import names as N
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, RuleMeta, Severity, Span
+from ddp_lsp.rules import _device as D
+from ddp_lsp.rules import _guard as G
+from ddp_lsp.rules import _patterns as P
+
+
+class LoadWithoutMapLocation(Rule):
+    meta = RuleMeta(
+        id="DDP303",
+        name="load-without-map-location",
+        severity=Severity.WARNING,
+        summary="torch.load without map_location: every rank loads onto the saving GPU.",
+        fix=FixAvailability.ALWAYS,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        if D.single_process(ctx):
+            return
+        for call in ctx.calls():
+            if ctx.call_qualname(call) != N.TORCH_LOAD:
+                continue
+            if not call.args or len(call.args) > 1:
+                continue  # no file, or map_location given positionally
+            if any(isinstance(a, ast.Starred) for a in call.args):
+                continue
+            if any(kw.arg in (None, "map_location") for kw in call.keywords):
+                continue
+            if D.guarded(ctx, call) or G.spawns_processes(ctx, P.scope_root(ctx, call)):
+                continue
+            parts: list[ast.expr] = [*call.args, *(kw.value for kw in call.keywords)]
+            last = max(parts, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
+            end = ctx.span(last).end
+            fix = Fix(
+                title='Add map_location="cpu"',
+                edits=(Edit(Span(end, end), ', map_location="cpu"'),),
+                safe=True,
+                preferred=True,
+            )
+            yield ctx.finding(
+                self,
+                call,
+                "`torch.load` without `map_location` restores tensors onto the GPU they were "
+                'saved from (usually cuda:0) on every rank; pass `map_location="cpu"`',
+                fixes=[fix],
+            )
+
+
+_HEAD = """\
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+LoadWithoutMapLocation.cases = (
+    Valid(
+        _HEAD
+        + """\
+def resume(model, path, local_rank, device):
+    a = torch.load(path, map_location="cpu")
+    b = torch.load(path, map_location=device)
+    c = torch.load(path, map_location={"cuda:0": f"cuda:{local_rank}"})
+    d = torch.load(path, "cpu", weights_only=True)
+    e = torch.load(path, map_location=lambda storage, loc: storage)
+    return a, b, c, d, e
+""",
+        note="map_location given in any form",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def resume(path, **kwargs):
+    return torch.load(path, **kwargs)
+""",
+        note="**kwargs may carry map_location",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def resume(model, path, rank):
+    if rank == 0:
+        state = torch.load(path)
+        model.load_state_dict(state)
+    for p in model.parameters():
+        dist.broadcast(p.data, src=0)
+""",
+        note="rank 0 alone loads, then broadcasts",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import torch.multiprocessing as mp
+
+def main(worker):
+    mp.spawn(worker, nprocs=4)
+    result = torch.load("result.pt")
+    print(result)
+""",
+        note="the parent process after mp.spawn",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def resume(model, args):
+    checkpoint = «torch.load(args.resume)»  # resume training
+    model.module.load_state_dict(checkpoint["model"])
+""",
+        fixed=_HEAD
+        + """\
+def resume(model, args):
+    checkpoint = torch.load(args.resume, map_location="cpu")  # resume training
+    model.module.load_state_dict(checkpoint["model"])
+""",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def resume(model, path):
+    state = «torch.load(
+        os.path.join(path, "ckpt.pt"),
+        weights_only=True,
+    )»
+    model.load_state_dict(state)
+""",
+        fixed=_HEAD
+        + """\
+def resume(model, path):
+    state = torch.load(
+        os.path.join(path, "ckpt.pt"),
+        weights_only=True, map_location="cpu",
+    )
+    model.load_state_dict(state)
+""",
+        note="multi-line call with a trailing comma",
+    ),
+)

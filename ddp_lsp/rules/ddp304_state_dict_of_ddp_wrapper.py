@@ -1,0 +1,319 @@
+"""DDP304 state-dict-of-ddp-wrapper.
+
+## What it does
+Finds `ddp_model.state_dict()` written to a checkpoint, where `ddp_model` is the
+`DistributedDataParallel` wrapper: `torch.save(model.state_dict(), path)`, a dict holding it
+(`torch.save({"model": model.state_dict()}, path)`), or a dict built first and saved later in
+the same function, also through a save helper (`save_on_master`, `save_checkpoint`).
+
+## Why is this bad?
+The wrapper holds the real model as `module`, so every key of its state dict starts with
+`module.` (`module.conv1.weight`). Loading that checkpoint into a plain model (for evaluation,
+export, fine-tuning on one GPU) fails with "Missing key(s) in state_dict ... Unexpected
+key(s): module.conv1.weight ...", and every consumer has to strip the prefix by hand.
+
+## Example
+```python
+model = DDP(model, device_ids=[local_rank])
+...
+torch.save(model.state_dict(), "model.pt")
+```
+
+## Use instead
+```python
+torch.save(model.module.state_dict(), "model.pt")
+```
+
+## Fix
+Inserts `.module` before `.state_dict()`.
+
+## Known false positives
+Not reported: `model.module.state_dict()`, models that are not DDP-wrapped in this file, a name
+rebound after the wrap (`model = model.module`), `accelerator.unwrap_model(model).state_dict()`,
+`getattr(model, "module", model).state_dict()`, and saves through `accelerator.save` /
+`fabric.save` / `trainer.save_checkpoint` (the frameworks unwrap). A DDP model passed to a
+function of another file is not followed.
+
+## References
+- https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints
+- https://discuss.pytorch.org/t/missing-keys-unexpected-keys-in-state-dict-when-loading-self-trained-model/22379
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core import names as N
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, RuleMeta, Severity, Span
+from ddp_lsp.rules import _guard as G
+from ddp_lsp.rules import _patterns as P
+
+_SAVE_NAME = re.compile(r"save", re.IGNORECASE)
+_UNWRAPPING = re.compile(r"accelerator|fabric|trainer|engine|deepspeed|strategy|xm", re.IGNORECASE)
+# Calls that return their first argument still DDP-wrapped.
+_TRANSPARENT = frozenset({N.DDP, "torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
+
+
+class StateDictOfDdpWrapper(Rule):
+    meta = RuleMeta(
+        id="DDP304",
+        name="state-dict-of-ddp-wrapper",
+        severity=Severity.INFORMATION,
+        summary="Checkpoint of the DDP wrapper: keys prefixed with 'module.'.",
+        fix=FixAvailability.ALWAYS,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        for call in ctx.calls():
+            func = call.func
+            if not (isinstance(func, ast.Attribute) and func.attr == "state_dict"):
+                continue
+            if call.args or call.keywords:
+                continue
+            receiver = func.value
+            if ctx.kind(receiver, call) != K.DDP or _rebound(ctx, receiver, call):
+                continue
+            save = _saved_by(ctx, call)
+            if save is None:
+                continue
+            end = ctx.span(receiver).end
+            text = ctx.segment(receiver)
+            fix = Fix(
+                title=f"Save {text}.module.state_dict()",
+                edits=(Edit(Span(end, end), ".module"),),
+                safe=True,
+                preferred=True,
+            )
+            yield ctx.finding(
+                self,
+                call,
+                f"`{text}` is the DistributedDataParallel wrapper: its state dict, saved by "
+                f"`{save}`, has every key prefixed with `module.` and does not load into a "
+                f"plain model; save `{text}.module.state_dict()`",
+                fixes=[fix],
+            )
+
+
+def _rebound(ctx: ChunkContext, receiver: ast.expr, at: ast.AST) -> bool:
+    """``model = model.module`` (or anything but a DDP wrap) before ``at`` in this scope."""
+    if not isinstance(receiver, ast.Name):
+        return False
+    value = G.assigned_value(ctx, receiver.id, P.scope_root(ctx, at), at)
+    if value is None:
+        return False
+    while isinstance(value, ast.Call) and ctx.call_qualname(value) in _TRANSPARENT:
+        if ctx.call_qualname(value) == N.DDP:
+            return False
+        if not value.args:
+            return True
+        value = value.args[0]
+    return ctx.kind(value, at) != K.DDP
+
+
+def _save_label(ctx: ChunkContext, call: ast.Call) -> str | None:
+    """``torch.save`` or a save helper (not a framework method that unwraps by itself)."""
+    if ctx.call_qualname(call) == N.TORCH_SAVE:
+        return ctx.segment(call.func)
+    name = N.dotted(call.func)
+    if name is None or not _SAVE_NAME.search(name.rsplit(".", 1)[-1]):
+        return None
+    if "." in name and _UNWRAPPING.search(name.rsplit(".", 1)[0]):
+        return None
+    if name.endswith(("save_pretrained", "save_state", "save_model")):
+        return None
+    return name
+
+
+def _saved_by(ctx: ChunkContext, sd: ast.Call) -> str | None:
+    """What writes this state dict: a save call around it, or one that later receives the
+    name it was stored in (``ckpt = {"model": m.state_dict()}; torch.save(ckpt, path)``)."""
+    child: ast.AST = sd
+    for a in ctx.ancestors(sd):
+        if isinstance(a, ast.Call):
+            label = _save_label(ctx, a)
+            if label is not None:
+                return label if a.args and _contains(a.args[0], child) else None
+            if a.func is not child:
+                return None  # passed to some other function first (a converter, a copy)
+        if isinstance(a, (ast.Dict, ast.List, ast.Tuple, ast.keyword)):
+            child = a
+            continue
+        if isinstance(a, ast.Assign):
+            names = [t.id for t in a.targets if isinstance(t, ast.Name)]
+            if not names:
+                return None
+            root = P.scope_root(ctx, sd)
+            for node in P.walk_scope(root):
+                if isinstance(node, ast.Call) and P.before(a, node):
+                    label = _save_label(ctx, node)
+                    if label is None or not node.args:
+                        continue
+                    if any(
+                        isinstance(n, ast.Name) and n.id in names for n in ast.walk(node.args[0])
+                    ):
+                        return label
+            return None
+        if isinstance(a, ast.stmt):
+            return None
+        child = a
+    return None
+
+
+def _contains(tree: ast.AST, node: ast.AST) -> bool:
+    return any(n is node for n in ast.walk(tree))
+
+
+_HEAD = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+StateDictOfDdpWrapper.cases = (
+    Valid(
+        _HEAD
+        + """\
+def main(net, rank):
+    model = DDP(net)
+    if rank == 0:
+        torch.save(model.module.state_dict(), "model.pt")
+""",
+        note="model.module.state_dict()",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(net, rank):
+    torch.save(net.state_dict(), "model.pt")
+""",
+        note="not DDP-wrapped",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, net):
+    model = DDP(net)
+    model_without_ddp = model.module
+    checkpoint = {"model": model_without_ddp.state_dict(), "args": args}
+    torch.save(checkpoint, "checkpoint.pth")
+    unwrapped = getattr(model, "module", model)
+    torch.save(unwrapped.state_dict(), "m.pt")
+    torch.save(getattr(model, "module", model).state_dict(), "m2.pt")
+""",
+        note="torchvision's model_without_ddp and a getattr unwrap",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from accelerate import Accelerator
+
+def main(net):
+    accelerator = Accelerator()
+    model = DDP(net)
+    accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")
+    accelerator.save(model.state_dict(), "raw.pt")
+""",
+        note="accelerate unwraps and saves",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(net):
+    model = DDP(net)
+    model = model.module
+    torch.save(model.state_dict(), "model.pt")
+""",
+        note="the name is rebound to the inner module",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import copy
+
+def main(net):
+    model = DDP(net)
+    ema = copy.deepcopy(model.state_dict())
+    model.load_state_dict(ema)
+""",
+        note="a state dict that is not saved",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(net, rank):
+    model = DDP(net)
+    if rank == 0:
+        torch.save(«model.state_dict()», "model.pt")
+""",
+        fixed=_HEAD
+        + """\
+def main(net, rank):
+    model = DDP(net)
+    if rank == 0:
+        torch.save(model.module.state_dict(), "model.pt")
+""",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, net, gpu_id):
+        self.model = DDP(net, device_ids=[gpu_id])
+
+    def _save_checkpoint(self, epoch):
+        ckp = «self.model.state_dict()»
+        torch.save(ckp, f"checkpoint_{epoch}.pt")
+""",
+        fixed=_HEAD
+        + """\
+class Trainer:
+    def __init__(self, net, gpu_id):
+        self.model = DDP(net, device_ids=[gpu_id])
+
+    def _save_checkpoint(self, epoch):
+        ckp = self.model.module.state_dict()
+        torch.save(ckp, f"checkpoint_{epoch}.pt")
+""",
+        note="PyTorch DDP tutorial series: a name saved later",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def save_on_master(*args, **kwargs):
+    torch.save(*args, **kwargs)
+
+def train(model, optimizer, epoch):
+    state = {
+        "model": «model.state_dict()»,  # weights
+        "optimizer": optimizer.state_dict(),
+    }
+    save_on_master(state, "checkpoint.pth")
+
+def main(net, optimizer):
+    model = DDP(net)
+    train(model, optimizer, 0)
+""",
+        fixed=_HEAD
+        + """\
+def save_on_master(*args, **kwargs):
+    torch.save(*args, **kwargs)
+
+def train(model, optimizer, epoch):
+    state = {
+        "model": model.module.state_dict(),  # weights
+        "optimizer": optimizer.state_dict(),
+    }
+    save_on_master(state, "checkpoint.pth")
+
+def main(net, optimizer):
+    model = DDP(net)
+    train(model, optimizer, 0)
+""",
+        note="a DDP model passed to a same-file function; a dict saved through a helper",
+    ),
+)

@@ -1,0 +1,360 @@
+"""DDP503 seed-not-offset-by-rank.
+
+## What it does
+Finds random number generators seeded with the same value on every rank of a DDP job:
+`torch.manual_seed(42)`, `torch.cuda.manual_seed_all(args.seed)`, `random.seed(seed)`,
+`np.random.seed(cfg.seed)`, with a seed that does not involve the rank.
+
+## Why is this bad?
+Every rank then draws the same random numbers: the same dropout masks, the same random crops,
+flips and mixup coefficients for its (different) batch. The ranks' noise is perfectly
+correlated, which wastes most of the regularisation that data augmentation and dropout are
+there for. `torch.manual_seed(seed + rank)` keeps runs reproducible and the ranks distinct.
+DDP broadcasts rank 0's parameters when it wraps the model, so the initial weights are the same
+on every rank anyway; the seed does not have to be.
+
+## Example
+```python
+torch.manual_seed(args.seed)
+model = DDP(build_model().cuda(), device_ids=[local_rank])
+```
+
+## Use instead
+```python
+torch.manual_seed(args.seed + rank)
+model = DDP(build_model().cuda(), device_ids=[local_rank])
+```
+
+## Fix
+Adds the global rank the code already has in scope (`rank`, `global_rank`, `ddp_rank`,
+`args.rank`, `self.rank`): `torch.manual_seed(args.seed + rank)`. Otherwise it adds
+`int(os.environ.get("RANK", 0))` (marked unsafe, with `import os`).
+
+## Known false positives
+Information only: a shared seed is sometimes intended. Not reported: seeds that already add
+something (`seed + rank`, `args.seed + get_rank()`, nanoGPT's `1337 + seed_offset`), seeds under
+a rank condition, files without a `DistributedDataParallel` wrap (FSDP with
+`sync_module_states=False` and hand-written data parallelism need identical initial weights),
+a seed that is set again later in the same function with the rank (the first one is for the
+initial weights), a seed followed in the same function by a dataset split or shuffle that must
+be the same on every rank (`random_split`, `train_test_split`, `randperm`, `random.shuffle`),
+`torch.Generator().manual_seed(...)` (a `DistributedSampler`'s generator must be the same on
+every rank), `transformers.set_seed`, `accelerate.utils.set_seed` and Lightning's
+`seed_everything`.
+
+## References
+- https://pytorch.org/docs/stable/notes/randomness.html
+- https://huggingface.co/docs/accelerate/package_reference/utilities#accelerate.utils.set_seed
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core import names as N
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _device as D
+from ddp_lsp.rules import _guard as G
+from ddp_lsp.rules import _patterns as P
+
+SEEDERS = frozenset(
+    {
+        "torch.manual_seed",
+        "torch.random.manual_seed",
+        "torch.cuda.manual_seed",
+        "torch.cuda.manual_seed_all",
+        "random.seed",
+        "numpy.random.seed",
+    }
+)
+# Calls after which the same seed on every rank is required (the ranks must agree on a split).
+_SPLITS = frozenset(
+    {
+        "random_split",
+        "train_test_split",
+        "randperm",
+        "permutation",
+        "shuffle",
+        "sample",
+        "choice",
+        "split_dataset",
+    }
+)
+_ATOMS = (ast.Name, ast.Attribute, ast.Constant, ast.Call, ast.Subscript)
+
+
+class SeedNotOffsetByRank(Rule):
+    meta = RuleMeta(
+        id="DDP503",
+        name="seed-not-offset-by-rank",
+        severity=Severity.INFORMATION,
+        summary="The same random seed on every rank: identical dropout and augmentation.",
+        fix=FixAvailability.SOMETIMES,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        if D.single_process(ctx) or not _wraps_ddp(ctx):
+            return
+        for call in ctx.calls():
+            qual = ctx.call_qualname(call)
+            if qual not in SEEDERS or len(call.args) != 1 or call.keywords:
+                continue
+            seed = call.args[0]
+            root = P.scope_root(ctx, call)
+            if not _same_on_every_rank(ctx, seed, root):
+                continue
+            if D.guarded(ctx, call) or G.spawns_processes(ctx, root):
+                continue
+            if _reseeded_with_rank(ctx, call, root) or _split_follows(ctx, call, root):
+                continue
+            stmt = ctx.statement(call)
+            rank = D.global_rank_text(ctx, stmt)
+            seed_text = ctx.segment(seed)
+            if not isinstance(seed, _ATOMS) or "\n" in seed_text:
+                seed_text = f"({seed_text})"
+            new = f"{seed_text} + {rank.text}"
+            label = ctx.segment(call.func)
+            fix = Fix(
+                title=f"Offset the seed by the rank: {label}({new})",
+                edits=(ctx.replace_node(seed, new),),
+                safe=rank.from_code,
+                preferred=True,
+                imports=rank.imports,
+            )
+            yield ctx.finding(
+                self,
+                call,
+                f"`{label}({ctx.segment(seed)})` seeds every rank alike: identical dropout "
+                f"masks and augmentations on all ranks; use `{label}({new})`",
+                fixes=[fix] if "\n" not in ctx.segment(seed) else [],
+            )
+
+
+def _wraps_ddp(ctx: ChunkContext) -> bool:
+    """DDP broadcasts rank 0's parameters at wrap time, so distinct seeds are safe."""
+    if any(q == N.DDP for q in ctx.facts.aliases.values()):
+        return True
+    return any(k == K.DDP for k in ctx.facts.kinds.values())
+
+
+def _same_on_every_rank(ctx: ChunkContext, seed: ast.AST, root: ast.AST, depth: int = 0) -> bool:
+    """A constant, or a name / attribute (``seed``, ``args.seed``) whose value is not derived
+    from the rank. Anything computed (``seed + offset``, ``f(x)``) is taken as deliberate."""
+    if isinstance(seed, ast.Constant):
+        return isinstance(seed.value, int)
+    if isinstance(seed, ast.BinOp):
+        return all(isinstance(side, ast.Constant) for side in (seed.left, seed.right))
+    if isinstance(seed, ast.Call) and N.dotted(seed.func) == "int" and len(seed.args) == 1:
+        return _same_on_every_rank(ctx, seed.args[0], root, depth)
+    if isinstance(seed, (ast.Name, ast.Attribute)):
+        if ctx.ranks.mentions_rank(seed) or "rank" in (N.dotted(seed) or "").lower():
+            return False
+        if "offset" in (N.dotted(seed) or "").lower():
+            return False
+        if isinstance(seed, ast.Name):
+            value = G.assigned_value(ctx, seed.id, root, seed)
+            if value is not None:
+                if depth >= 2:
+                    return False
+                return _same_on_every_rank(ctx, value, root, depth + 1)
+        return True
+    return False
+
+
+def _reseeded_with_rank(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> bool:
+    for node in P.walk_scope(root):
+        if (
+            isinstance(node, ast.Call)
+            and node is not call
+            and P.before(call, node)
+            and ctx.call_qualname(node) in SEEDERS
+            and node.args
+            and not _same_on_every_rank(ctx, node.args[0], root)
+        ):
+            return True
+    return False
+
+
+def _split_follows(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> bool:
+    for node in P.walk_scope(root):
+        if isinstance(node, ast.Call) and P.before(call, node):
+            name = N.dotted(node.func) or ""
+            if name.rsplit(".", 1)[-1] in _SPLITS:
+                return True
+    return False
+
+
+_HEAD = """\
+import os
+import random
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+SeedNotOffsetByRank.cases = (
+    Valid(
+        _HEAD
+        + """\
+def main(args, model):
+    rank = dist.get_rank()
+    torch.manual_seed(args.seed + rank)
+    np.random.seed(args.seed + dist.get_rank())
+    seed = args.seed + rank
+    random.seed(seed)
+    return DDP(model)
+""",
+        note="seeds already offset by the rank",
+    ),
+    Valid(
+        """\
+import os
+import numpy as np
+import torch
+from torch.distributed import init_process_group
+
+ddp = int(os.environ.get("RANK", -1)) != -1
+torch.manual_seed(1337 + seed_offset)
+model = torch.nn.parallel.DistributedDataParallel(model)
+""",
+        note="nanoGPT: 1337 + seed_offset (the offset is the rank, set elsewhere)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, model_fn):
+    torch.manual_seed(args.seed)
+    model = model_fn()
+    torch.manual_seed(args.seed + dist.get_rank())
+    return DDP(model)
+""",
+        note="same seed for the initial weights, then reseeded with the rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from torch.utils.data import DistributedSampler
+
+def loaders(args, dataset, model):
+    g = torch.Generator()
+    g.manual_seed(args.seed)
+    sampler = DistributedSampler(dataset, seed=args.seed)
+    return DDP(model), sampler, g
+""",
+        note="a torch.Generator / DistributedSampler seed must be the same on every rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from torch.utils.data import random_split
+
+def data(dataset, model):
+    torch.manual_seed(0)
+    train_ds, val_ds = random_split(dataset, [0.9, 0.1])
+    return DDP(model), train_ds, val_ds
+""",
+        note="the split must be identical on every rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from transformers import set_seed as hf_set_seed
+
+def main(args, model):
+    set_seed(args.seed, device_specific=True)
+    hf_set_seed(args.seed)
+    return DDP(model)
+""",
+        note="accelerate / transformers set_seed",
+    ),
+    Valid(
+        """\
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def main(model):
+    torch.manual_seed(0)
+    return FSDP(model)
+""",
+        note="no DDP wrap: identical initial weights may be required",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, model):
+    if dist.get_rank() == 0:
+        torch.manual_seed(0)
+        print(torch.randn(3))
+    return DDP(model)
+""",
+        note="under a rank condition",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, model, rank):
+    «torch.manual_seed(args.seed)»
+    «np.random.seed(args.seed)»
+    return DDP(model)
+""",
+        fixed=_HEAD
+        + """\
+def main(args, model, rank):
+    torch.manual_seed(args.seed + rank)
+    np.random.seed(args.seed)
+    return DDP(model)
+""",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, model):
+    args.rank = int(os.environ["RANK"])
+    seed = 42
+    # reproducible runs
+    «random.seed(seed)»
+    «torch.cuda.manual_seed_all(seed)»
+    return DDP(model)
+""",
+        fixed=_HEAD
+        + """\
+def main(args, model):
+    args.rank = int(os.environ["RANK"])
+    seed = 42
+    # reproducible runs
+    random.seed(seed + args.rank)
+    torch.cuda.manual_seed_all(seed)
+    return DDP(model)
+""",
+        note="args.rank in scope",
+    ),
+    Invalid(
+        """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def main(model):
+    «torch.manual_seed(42)»
+    return DDP(model)
+""",
+        fixed="""\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+import os
+
+def main(model):
+    torch.manual_seed(42 + int(os.environ.get("RANK", 0)))
+    return DDP(model)
+""",
+        note="no rank in scope: RANK from the environment",
+    ),
+)

@@ -1,0 +1,414 @@
+"""DDP504 hardcoded-device.
+
+## What it does
+Finds a fixed GPU index in distributed code: `torch.device("cuda:0")`, `torch.device("cuda", 0)`,
+`.cuda(0)`, `.to("cuda:0")`, `device="cuda:0"` arguments, `torch.cuda.set_device(0)`,
+`DistributedDataParallel(..., device_ids=[0], output_device=0)`,
+`torch.load(..., map_location="cuda:0")` and `device = "cuda:0"`.
+
+## Why is this bad?
+Every process of a DDP job runs the same code. A fixed index puts every rank on the same GPU:
+its memory runs out (N copies of the model on one card) while the other GPUs sit idle, and NCCL
+may refuse to run two ranks on one device. Each rank must use the GPU of its local rank.
+
+## Example
+```python
+model = model.to("cuda:0")
+model = DDP(model, device_ids=[0])
+```
+
+## Use instead
+```python
+local_rank = int(os.environ["LOCAL_RANK"])
+model = model.to(f"cuda:{local_rank}")
+model = DDP(model, device_ids=[local_rank])
+```
+
+## Fix
+Replaces the index with the local rank the code already has where the device is chosen
+(`local_rank`, `ddp_local_rank`, `gpu` in `main_worker(gpu, ...)`, `args.gpu`,
+`args.local_rank`, `self.local_rank`): `"cuda:0"` becomes `f"cuda:{local_rank}"` and `0`
+becomes `local_rank`. Otherwise it writes `int(os.environ["LOCAL_RANK"])` (set by torchrun) and
+adds `import os`; that fix is marked unsafe, and it is not offered in files that start their
+workers with `mp.spawn`, where `LOCAL_RANK` is not set.
+
+## Known false positives
+Not reported: devices built from a variable (`f"cuda:{local_rank}"`, `"cuda"` without an index,
+which means the current device after `set_device(local_rank)`), code under a rank condition
+(rank 0 is on GPU 0 of its node), the single-process branch of `if args.distributed: ... else:`,
+the parent process after `mp.spawn`, launches configured with one process, and chunks that set
+`CUDA_VISIBLE_DEVICES` per process (each process then sees its own GPU as `cuda:0`). Setting
+`CUDA_VISIBLE_DEVICES` in another function, or in the launcher, is not visible here: such code
+is reported; silence it with `# ddp-lsp: ignore[DDP504]`.
+
+## References
+- https://pytorch.org/docs/stable/notes/ddp.html
+- https://pytorch.org/tutorials/intermediate/ddp_tutorial.html
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ddp_lsp.core import names as N
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _device as D
+from ddp_lsp.rules import _guard as G
+from ddp_lsp.rules import _patterns as P
+
+_CVD = "CUDA_VISIBLE_DEVICES"
+
+
+class HardcodedDevice(Rule):
+    meta = RuleMeta(
+        id="DDP504",
+        name="hardcoded-device",
+        severity=Severity.WARNING,
+        summary="A fixed GPU index in distributed code puts every rank on the same GPU.",
+        fix=FixAvailability.SOMETIMES,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        if D.single_process(ctx) or _sets_visible_devices(ctx):
+            return
+        seen: set[int] = set()
+        for node, label in _hardcoded(ctx):
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if D.guarded(ctx, node) or D.single_process_branch(ctx, node):
+                continue
+            if G.spawns_processes(ctx, P.scope_root(ctx, node)):
+                continue
+            stmt = ctx.statement(node)
+            rank = D.local_rank_text(ctx, stmt)
+            index = D.cuda_index(node)
+            shown = index if index is not None else D.int_const(node)
+            fixes = []
+            if rank is not None:
+                if index is not None:
+                    inner = rank.text.replace('"', "'")
+                    new = f'f"cuda:{{{inner}}}"'
+                else:
+                    new = rank.text
+                fixes.append(
+                    Fix(
+                        title=f"Use the local rank: {new}",
+                        edits=(ctx.replace_node(node, new),),
+                        safe=rank.from_code,
+                        preferred=True,
+                        imports=rank.imports,
+                    )
+                )
+            hint = rank.text if rank is not None else "the local rank"
+            yield ctx.finding(
+                self,
+                node,
+                f"{label} puts every rank on GPU {shown}: use each process's local rank "
+                f"(`{hint}`) instead of a fixed index",
+                fixes=fixes,
+            )
+
+
+def _sets_visible_devices(ctx: ChunkContext) -> bool:
+    """The chunk sets ``CUDA_VISIBLE_DEVICES`` (per process, so ``cuda:0`` is its own GPU)."""
+    for node in ctx.nodes(ast.Subscript):
+        if isinstance(node.ctx, ast.Store) and isinstance(node.slice, ast.Constant):
+            if node.slice.value == _CVD:
+                return True
+    for call in ctx.calls():
+        if isinstance(call.func, ast.Attribute) and call.func.attr in ("setdefault", "putenv"):
+            if call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value == _CVD:
+                return True
+    return False
+
+
+def _index_node(expr: ast.AST | None) -> ast.AST | None:
+    """``expr`` itself when it is ``"cuda:N"`` or an int constant."""
+    if expr is None:
+        return None
+    if D.cuda_index(expr) is not None or D.int_const(expr) is not None:
+        return expr
+    return None
+
+
+def _hardcoded(ctx: ChunkContext) -> Iterator[tuple[ast.AST, str]]:
+    """(the constant to replace, a label for the message), in source order."""
+    out: list[tuple[ast.AST, str]] = []
+    for call in ctx.calls():
+        qual = ctx.call_qualname(call)
+        func = call.func
+        if qual == "torch.device":
+            first = call.args[0] if call.args else None
+            if D.cuda_index(first) is not None:
+                assert first is not None
+                out.append((first, f"`torch.device({ctx.segment(first)})`"))
+            elif (
+                isinstance(first, ast.Constant)
+                and first.value == "cuda"
+                and len(call.args) > 1
+                and D.int_const(call.args[1]) is not None
+            ):
+                out.append((call.args[1], f'`torch.device("cuda", {call.args[1].value})`'))  # type: ignore[attr-defined]
+            continue
+        if qual in ("torch.cuda.set_device", "torch.accelerator.set_device_index"):
+            node = _index_node(D.arg(call, 0, "device"))
+            if node is not None:
+                out.append((node, f"`{ctx.segment(func)}({ctx.segment(node)})`"))
+            continue
+        if qual == N.DDP:
+            ids = D.arg(call, 1, "device_ids")
+            if isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1:
+                node = _index_node(ids.elts[0])
+                if node is not None:
+                    out.append((node, f"`device_ids=[{ctx.segment(node)}]`"))
+            node = _index_node(D.arg(call, 2, "output_device"))
+            if node is not None:
+                out.append((node, f"`output_device={ctx.segment(node)}`"))
+            continue
+        if qual == N.TORCH_LOAD:
+            loc = D.arg(call, 1, "map_location")
+            if loc is not None and D.cuda_index(loc) is not None:
+                out.append((loc, f"`map_location={ctx.segment(loc)}`"))
+            continue
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("cuda", "to")
+            and (qual is None or not qual.startswith("torch."))
+        ):
+            dev = D.arg(call, 0, "device")
+            if (
+                func.attr == "cuda"
+                and D.int_const(dev) is not None
+                or D.cuda_index(dev) is not None
+            ):
+                assert dev is not None
+                out.append((dev, f"`.{func.attr}({ctx.segment(dev)})`"))
+                continue
+            if func.attr == "to" and D.int_const(dev) is not None and call.args:
+                assert dev is not None
+                out.append((dev, f"`.to({ctx.segment(dev)})`"))
+                continue
+        for kw in call.keywords:
+            if kw.arg == "device" and D.cuda_index(kw.value) is not None:
+                out.append((kw.value, f"`device={ctx.segment(kw.value)}`"))
+    for assign in ctx.nodes(ast.Assign):
+        if len(assign.targets) != 1 or D.cuda_index(assign.value) is None:
+            continue
+        target = N.dotted(assign.targets[0]) or ""
+        if "device" in target.rsplit(".", 1)[-1].lower():
+            out.append((assign.value, f"`{target} = {ctx.segment(assign.value)}`"))
+    out.sort(key=lambda x: P.order(x[0]))
+    yield from out
+
+
+_HEAD = """\
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+HardcodedDevice.cases = (
+    Valid(
+        _HEAD
+        + """\
+def main(model):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")
+    device = torch.device(f"cuda:{local_rank}")
+    model = DDP(model.to(device), device_ids=[local_rank], output_device=local_rank)
+""",
+        note="every index comes from the local rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(model, local_rank):
+    torch.cuda.set_device(local_rank)
+    device = "cuda"
+    model = DDP(model.to(device))
+    x = torch.zeros(3, device="cuda")
+    return model.cuda(), x
+""",
+        note='"cuda" without an index after set_device(local_rank) is the local GPU',
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, model):
+    if args.distributed:
+        torch.cuda.set_device(args.gpu)
+        model = DDP(model.cuda(args.gpu), device_ids=[args.gpu])
+    else:
+        model = model.to("cuda:0")
+    return model
+""",
+        note="the single-process branch of a distributed set-up",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, model):
+    if args.local_rank == -1:
+        device = torch.device("cuda:0")
+    else:
+        torch.cuda.set_device(args.local_rank)
+        device = torch.device("cuda", args.local_rank)
+    return device
+""",
+        note="Hugging Face style local_rank == -1 means one process",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def export(model, rank):
+    if rank == 0:
+        probe = torch.zeros(1, 3, 224, 224, device="cuda:0")
+        torch.onnx.export(model.module, probe, "model.onnx")
+""",
+        note="rank 0 alone: it is on GPU 0 of its node",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def worker(local_rank, world_size):
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(local_rank)
+    dist.init_process_group("nccl", rank=local_rank, world_size=world_size)
+    model = torch.nn.Linear(4, 4).cuda(0)
+    return DDP(model, device_ids=[0])
+""",
+        note="CUDA_VISIBLE_DEVICES per process: cuda:0 is this process's own GPU",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import torch.multiprocessing as mp
+
+def worker(rank, world_size):
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+
+def main():
+    mp.spawn(worker, args=(2,), nprocs=2)
+    summary = torch.load("summary.pt", map_location="cuda:0")
+    print(summary)
+""",
+        note="the parent process after mp.spawn runs once",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(model):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    state = torch.load("ckpt.pt", map_location={"cuda:0": f"cuda:{local_rank}"})
+    model.load_state_dict(state)
+""",
+        note="a map_location dict remapping cuda:0 to the local GPU",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(model):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group("nccl")
+    # one GPU per process
+    torch.cuda.set_device(«0»)
+    model = model.to(«"cuda:0"»)
+    model = DDP(model, device_ids=[«0»], output_device=«0»)
+""",
+        fixed=_HEAD
+        + """\
+def main(model):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group("nccl")
+    # one GPU per process
+    torch.cuda.set_device(local_rank)
+    model = model.to("cuda:0")
+    model = DDP(model, device_ids=[0], output_device=0)
+""",
+        note="every hardcoded index reported; the fix uses the local rank in scope",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main_worker(gpu, ngpus_per_node, args):
+    dist.init_process_group("nccl", rank=args.rank, world_size=args.world_size)
+    device = torch.device(«"cuda:0"»)
+    return device
+""",
+        fixed=_HEAD
+        + """\
+def main_worker(gpu, ngpus_per_node, args):
+    dist.init_process_group("nccl", rank=args.rank, world_size=args.world_size)
+    device = torch.device(f"cuda:{gpu}")
+    return device
+""",
+        note="ImageNet example's gpu parameter is the local rank",
+    ),
+    Invalid(
+        """\
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+def build(net):
+    net = net.cuda(«0»)
+    return DistributedDataParallel(net)
+""",
+        fixed="""\
+import torch
+from torch.nn.parallel import DistributedDataParallel
+import os
+
+def build(net):
+    net = net.cuda(int(os.environ["LOCAL_RANK"]))
+    return DistributedDataParallel(net)
+""",
+        note="no local rank in scope: LOCAL_RANK from the environment, import added once",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, model, local_rank):
+        self.local_rank = local_rank
+        self.model = model
+
+    def load(self, path):
+        state = torch.load(path, map_location=«"cuda:0"»)
+        self.model.load_state_dict(state)
+""",
+        fixed=_HEAD
+        + """\
+class Trainer:
+    def __init__(self, model, local_rank):
+        self.local_rank = local_rank
+        self.model = model
+
+    def load(self, path):
+        state = torch.load(path, map_location=f"cuda:{self.local_rank}")
+        self.model.load_state_dict(state)
+""",
+        note="map_location pinned to cuda:0 loads every rank's copy onto GPU 0",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import torch.multiprocessing as mp
+
+def worker(rank, world_size):
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    x = torch.ones(4, device=«"cuda:0"»)
+    dist.all_reduce(x)
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(2,), nprocs=2)
+""",
+        fixed=None,
+        note="mp.spawn file without a local rank name: no LOCAL_RANK fallback, no fix",
+    ),
+)

@@ -1,0 +1,412 @@
+"""DDP505 missing-set-device.
+
+## What it does
+Finds `init_process_group` with the NCCL backend (`"nccl"`, `backend="nccl"`, a variable or an
+argparse option whose value is `"nccl"`) where the process never selects its GPU first: no
+`torch.cuda.set_device(local_rank)` before it in the same function and no `device_id=`
+argument.
+
+## Why is this bad?
+Until a process calls `torch.cuda.set_device`, its current CUDA device is GPU 0. NCCL
+communicators, `barrier()`, `.cuda()` and every other default-device call then create a CUDA
+context on GPU 0 in *every* rank: GPU 0 loses hundreds of MiB per process (out of memory with
+8 ranks), and NCCL may hang or warn that it is guessing the device ("using GPU 0 to perform
+barrier as devices used by this process are currently unknown").
+
+## Example
+```python
+dist.init_process_group("nccl")
+model = DDP(model.cuda(), device_ids=[local_rank])
+```
+
+## Use instead
+```python
+torch.cuda.set_device(local_rank)
+dist.init_process_group("nccl")
+model = DDP(model.cuda(), device_ids=[local_rank])
+```
+
+## Fix
+Inserts `torch.cuda.set_device(<local rank>)` on the line before `init_process_group`, with the
+local rank the function already has (`local_rank`, `args.gpu`, the `gpu` parameter of an
+`mp.spawn` worker...). Otherwise it writes `int(os.environ["LOCAL_RANK"])` and adds
+`import os` (marked unsafe; not offered in files that use `mp.spawn`).
+
+## Known false positives
+Not reported: the gloo or mpi backends, a backend that cannot be resolved, `device_id=`,
+`set_device` before the call anywhere in the function (also in a branch), `set_device` after it
+with no CUDA work in between (nanoGPT sets the device right after `init_process_group`, before
+any CUDA call, which is harmless), `CUDA_VISIBLE_DEVICES` set per process, a same-file helper
+called before `init_process_group` (it may set the device; its body is not visible from here),
+launches configured with one process, and accelerate / Lightning (they select the device).
+Still reported: a set-up helper that only initialises the group while its caller sets the
+device afterwards; move the `set_device` into the helper, before `init_process_group`.
+
+## References
+- https://pytorch.org/docs/stable/distributed.html#torch.distributed.init_process_group
+- https://pytorch.org/tutorials/beginner/ddp_series_multigpu.html
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ddp_lsp.core import names as N
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _device as D
+from ddp_lsp.rules import _guard as G
+from ddp_lsp.rules import _patterns as P
+
+_BACKEND_OPTIONS = ("backend", "dist_backend", "dist-backend", "ddp_backend", "ddp-backend")
+
+
+class MissingSetDevice(Rule):
+    meta = RuleMeta(
+        id="DDP505",
+        name="missing-set-device",
+        severity=Severity.WARNING,
+        summary="NCCL process group initialised before torch.cuda.set_device(local_rank).",
+        fix=FixAvailability.SOMETIMES,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        if D.single_process(ctx):
+            return
+        for call in ctx.calls():
+            if ctx.call_qualname(call) != N.INIT_PROCESS_GROUP:
+                continue
+            if any(kw.arg == "device_id" or kw.arg is None for kw in call.keywords):
+                continue
+            root = P.scope_root(ctx, call)
+            if not _is_nccl(ctx, call, root):
+                continue
+            stmt = ctx.statement(call)
+            if _device_selected(ctx, root, call, stmt):
+                continue
+            fixes = []
+            rank = D.local_rank_text(ctx, stmt)
+            if rank is not None and P.starts_own_line(ctx, stmt):
+                spelled, imports = ctx.spell("torch.cuda.set_device")
+                line = f"{spelled}({rank.text})"
+                fixes.append(
+                    Fix(
+                        title=f"Insert {line} before init_process_group",
+                        edits=(ctx.insert_before(stmt, line),),
+                        safe=rank.from_code,
+                        preferred=True,
+                        imports=tuple(dict.fromkeys((*imports, *rank.imports))),
+                    )
+                )
+            hint = rank.text if rank is not None else "local_rank"
+            yield ctx.finding(
+                self,
+                call,
+                "NCCL process group initialised before the process selects its GPU: every "
+                f"rank creates a CUDA context on GPU 0; call `torch.cuda.set_device({hint})` "
+                "first (or pass `device_id=`)",
+                fixes=fixes,
+            )
+
+
+def _backend_value(ctx: ChunkContext, expr: ast.AST, root: ast.AST, depth: int = 0) -> str | None:
+    """The backend string, resolved through assignments and argparse defaults ("" unknown)."""
+    if depth > 3:
+        return None
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        return expr.value.lower()
+    if isinstance(expr, ast.IfExp):
+        # `"nccl" if torch.cuda.is_available() else "gloo"`: NCCL wherever there are GPUs.
+        a = _backend_value(ctx, expr.body, root, depth + 1)
+        b = _backend_value(ctx, expr.orelse, root, depth + 1)
+        if a is not None and "nccl" in a or b is not None and "nccl" in b:
+            return "nccl"
+        return None
+    if isinstance(expr, ast.Name):
+        value = G.assigned_value(ctx, expr.id, root, expr)
+        if value is None and root is not ctx.module_node:
+            value = G.assigned_value(ctx, expr.id, ctx.module_node, expr)
+        return None if value is None else _backend_value(ctx, value, root, depth + 1)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        # `args.dist_backend = "nccl"` in scope, else `--dist-backend` with a default here.
+        for node in P.walk_scope(root):
+            if isinstance(node, ast.Assign) and P.before(node, expr):
+                for t in node.targets:
+                    if N.dotted(t) == N.dotted(expr):
+                        return _backend_value(ctx, node.value, root, depth + 1)
+        return _argparse_default(ctx, expr.attr)
+    return None
+
+
+def _argparse_default(ctx: ChunkContext, attr: str) -> str | None:
+    for call in ctx.calls():
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"):
+            continue
+        options = [
+            a.value.lstrip("-").replace("-", "_")
+            for a in call.args
+            if isinstance(a, ast.Constant) and isinstance(a.value, str)
+        ]
+        dest = next((kw.value for kw in call.keywords if kw.arg == "dest"), None)
+        names = set(options)
+        if isinstance(dest, ast.Constant):
+            names = {str(dest.value)}
+        if attr not in names or attr.replace("-", "_") not in {
+            o.replace("-", "_") for o in _BACKEND_OPTIONS
+        }:
+            continue
+        for kw in call.keywords:
+            if kw.arg == "default" and isinstance(kw.value, ast.Constant):
+                return str(kw.value.value).lower()
+    return None
+
+
+def _is_nccl(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> bool:
+    backend = D.arg(call, 0, "backend")
+    if backend is None:
+        return False  # the default picks per device; unknown here
+    value = _backend_value(ctx, backend, root)
+    return value is not None and "nccl" in value
+
+
+def _device_selected(ctx: ChunkContext, root: ast.AST, init: ast.Call, stmt: ast.stmt) -> bool:
+    """``set_device`` before ``init`` (or after it, before any CUDA work), ``CUDA_VISIBLE_DEVICES``
+    set in the scope, or a same-file helper called first (its body is not visible here)."""
+    later: list[ast.Call] = []
+    for node in P.walk_scope(root):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.slice, ast.Constant) and node.slice.value == "CUDA_VISIBLE_DEVICES":
+                return True
+        if not isinstance(node, ast.Call):
+            continue
+        if D.is_set_device(ctx, node):
+            if P.before(node, init):
+                return True
+            later.append(node)
+        elif P.before(node, init) and _same_file_helper(ctx, node):
+            return True
+    if not later:
+        return False
+    first_set = min(later, key=P.order)
+    for node in P.walk_scope(root):
+        if (
+            isinstance(node, ast.Call)
+            and node is not init
+            and P.before(init, node)
+            and P.before(node, first_set)
+            and D.cuda_work(ctx, node)
+            and not any(node is n for n in ast.walk(first_set))
+        ):
+            return False
+    return True
+
+
+def _same_file_helper(ctx: ChunkContext, call: ast.Call) -> bool:
+    name = N.dotted(call.func)
+    if name is None:
+        return False
+    if name.startswith("self."):
+        _, cls = ctx.scope(call)
+        return cls is not None and f"{cls}.{name[5:]}" in ctx.facts.func_props
+    return name in ctx.facts.func_props
+
+
+_HEAD = """\
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+MissingSetDevice.cases = (
+    Valid(
+        _HEAD
+        + """\
+def ddp_setup():
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend="nccl")
+""",
+        note="PyTorch's multi-GPU tutorial: set_device first",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def init_distributed_mode(args):
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        args.rank = int(os.environ["RANK"])
+        args.gpu = int(os.environ["LOCAL_RANK"])
+    else:
+        args.distributed = False
+        return
+    args.distributed = True
+    torch.cuda.set_device(args.gpu)
+    args.dist_backend = "nccl"
+    dist.init_process_group(backend=args.dist_backend, init_method=args.dist_url,
+                            world_size=args.world_size, rank=args.rank)
+    dist.barrier()
+""",
+        note="torchvision references / DeiT init_distributed_mode",
+    ),
+    Valid(
+        """\
+import os
+import torch
+from torch.distributed import init_process_group, destroy_process_group
+
+ddp = int(os.environ.get("RANK", -1)) != -1
+if ddp:
+    init_process_group(backend="nccl")
+    ddp_rank = int(os.environ["RANK"])
+    ddp_local_rank = int(os.environ["LOCAL_RANK"])
+    device = f"cuda:{ddp_local_rank}"
+    torch.cuda.set_device(device)
+    master_process = ddp_rank == 0
+""",
+        note="nanoGPT: set_device right after init, before any CUDA work",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def setup(rank, world_size):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+""",
+        note="gloo backend",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def setup(local_rank):
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+""",
+        note="device_id= binds the process to its GPU",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def select_gpu(local_rank):
+    torch.cuda.set_device(local_rank)
+
+def main(local_rank):
+    select_gpu(local_rank)
+    dist.init_process_group("nccl")
+""",
+        note="a same-file helper called before init_process_group",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def _distributed_worker(local_rank, main_func, world_size, global_rank, dist_url, has_gpu):
+    dist.init_process_group(
+        backend="NCCL" if has_gpu else "GLOO", init_method=dist_url, world_size=world_size,
+        rank=global_rank,
+    )
+    if has_gpu:
+        torch.cuda.set_device(local_rank)
+    main_func()
+""",
+        note="detectron2 launch: set_device after init, before any CUDA work",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from accelerate import Accelerator
+
+def main(model):
+    accelerator = Accelerator()
+    model = accelerator.prepare(model)
+""",
+        note="accelerate selects the device itself",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def setup(backend):
+    dist.init_process_group(backend)
+""",
+        note="an unresolvable backend",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(model):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    # join the job
+    «dist.init_process_group("nccl")»
+    model = DDP(model.cuda(), device_ids=[local_rank])
+""",
+        fixed=_HEAD
+        + """\
+def main(model):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    # join the job
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")
+    model = DDP(model.cuda(), device_ids=[local_rank])
+""",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(model):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", default="nccl")
+    parser.add_argument("--local-rank", type=int, default=0)
+    args = parser.parse_args()
+    «dist.init_process_group(backend=args.backend)»
+    model = model.cuda()
+    torch.cuda.set_device(args.local_rank)
+""",
+        fixed=_HEAD
+        + """\
+def main(model):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", default="nccl")
+    parser.add_argument("--local-rank", type=int, default=0)
+    args = parser.parse_args()
+    torch.cuda.set_device(args.local_rank)
+    dist.init_process_group(backend=args.backend)
+    model = model.cuda()
+    torch.cuda.set_device(args.local_rank)
+""",
+        note="argparse default resolved; set_device only after CUDA work",
+    ),
+    Invalid(
+        """\
+import torch.distributed as dist
+
+def setup():
+    backend = "nccl"
+    «dist.init_process_group(backend)»
+""",
+        fixed="""\
+import torch.distributed as dist
+import torch.cuda
+import os
+
+def setup():
+    backend = "nccl"
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend)
+""",
+        note="backend from a variable; LOCAL_RANK fallback with its imports",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import torch.multiprocessing as mp
+
+def worker(rank, world_size):
+    «dist.init_process_group("nccl", rank=rank, world_size=world_size)»
+    x = torch.ones(1).cuda(rank)
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(2,), nprocs=2)
+""",
+        fixed=None,
+        note="mp.spawn worker with only a global rank name: no fix",
+    ),
+)

@@ -1,0 +1,385 @@
+"""DDP506 process-group-not-destroyed.
+
+## What it does
+Finds a worker function (one that goes on to train: a loop, a DDP wrap, a training call) that
+initialises a process group, directly or through a same-file set-up helper, when nothing in the
+file ever destroys it: no `dist.destroy_process_group()` in the function,
+in a same-file helper (`cleanup()`), or registered with `atexit`.
+
+## Why is this bad?
+A process group holds NCCL communicators, their CUDA streams and a TCP store. Left to the
+interpreter's exit, their destructors run in an arbitrary order: PyTorch warns
+("process group has NOT been destroyed before we destruct ProcessGroupNCCL"), outstanding work
+can hang the exit, and on some versions the job only ends at the NCCL timeout. Destroying the
+group when the worker is done releases everything in order.
+
+## Example
+```python
+def main():
+    dist.init_process_group("nccl")
+    train(model, loader)
+```
+
+## Use instead
+```python
+def main():
+    dist.init_process_group("nccl")
+    train(model, loader)
+    dist.destroy_process_group()
+```
+
+## Fix
+Adds `dist.destroy_process_group()` after the worker's last statement (before a final
+`return`), spelled with the file's own import of `torch.distributed`. When the group is
+initialised only on one branch (`if args.distributed:`), the call is guarded with
+`if dist.is_initialized():`. A group started through a same-file set-up helper (`setup()`,
+`init_distributed_mode(args)`) is reported where the worker calls the helper, and its destroy
+is guarded with `if dist.is_initialized():` too (the helper may skip the initialisation). No
+fix when the function returns early (the call would be skipped on those paths: a
+`try`/`finally` is the right shape there, and a larger edit than a quick fix should make).
+
+## Known false positives
+Not reported: a destroy anywhere in the function (in a `finally`, under `if ddp:`), a same-file
+function that destroys the group (`setup()` / `cleanup()` helpers called from `main`), a file
+that imports `destroy_process_group` by name and uses it, or that imports `atexit`, and
+accelerate / Lightning (they own the group), and a set-up helper that only initialises the
+group and does no work after it (its callers are checked instead). Group initialisation at module level is not
+checked: the rest of the script is not visible from one chunk. Still reported: a destroy only
+at module level in `if __name__ == "__main__":` after calling the worker, which is not
+visible from the function; silence it with `# ddp-lsp: ignore[DDP506]`.
+
+## References
+- https://pytorch.org/docs/stable/distributed.html#shutdown
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core import names as N
+from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _patterns as P
+
+_WORK = re.compile(r"train|fit|run|loop|epoch|evaluate|validate|test|step|main|worker", re.I)
+
+
+class ProcessGroupNotDestroyed(Rule):
+    meta = RuleMeta(
+        id="DDP506",
+        name="process-group-not-destroyed",
+        severity=Severity.INFORMATION,
+        summary="A worker initialises a process group and never destroys it.",
+        fix=FixAvailability.SOMETIMES,
+    )
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        starts = [c for c in ctx.calls() if _starts_group(ctx, c)]
+        if not starts or _file_destroys(ctx):
+            return
+        done: set[int] = set()
+        for call in starts:
+            fn = ctx.enclosing_function(call)
+            if fn is None or id(fn) in done:
+                continue
+            if not _is_worker(ctx, fn, call):
+                continue  # a set-up helper: its callers are checked where they call it
+            done.add(id(fn))
+            if _destroys_in(ctx, fn):
+                continue
+            fixes = []
+            fix = _fix(ctx, fn, call)
+            if fix is not None:
+                fixes.append(fix)
+            destroy, _ = ctx.spell(N.DESTROY_PROCESS_GROUP)
+            how = (
+                "initialises a process group"
+                if ctx.call_qualname(call) == N.INIT_PROCESS_GROUP
+                else f"starts a process group through `{ctx.segment(call.func)}`"
+            )
+            yield ctx.finding(
+                self,
+                call,
+                f"`{fn.name}` {how} that is never destroyed: PyTorch warns at exit and "
+                f"teardown may hang; call `{destroy}()` when the worker is done",
+                fixes=fixes,
+            )
+
+
+def _starts_group(ctx: ChunkContext, call: ast.Call) -> bool:
+    """``init_process_group(...)``, or a same-file helper that calls it (``setup()``)."""
+    if ctx.call_qualname(call) == N.INIT_PROCESS_GROUP:
+        return True
+    return K.INITS_PG in ctx.callee_props(call)
+
+
+def _file_destroys(ctx: ChunkContext) -> bool:
+    if any(K.DESTROYS_PG in props for props in ctx.facts.func_props.values()):
+        return True
+    for name, qual in ctx.facts.aliases.items():
+        if qual == N.DESTROY_PROCESS_GROUP and name in ctx.facts.names_used:
+            return True
+        if qual == "atexit" or qual.startswith(("accelerate", "lightning", "pytorch_lightning")):
+            return True
+    return False
+
+
+def _destroys_in(ctx: ChunkContext, fn: ast.AST) -> bool:
+    for node in P.walk_scope(fn):
+        if isinstance(node, ast.Call):
+            if ctx.call_qualname(node) == N.DESTROY_PROCESS_GROUP:
+                return True
+            if K.DESTROYS_PG in ctx.callee_props(node):
+                return True
+            if any(ctx.qualname(a) == N.DESTROY_PROCESS_GROUP for a in node.args):
+                return True  # atexit.register(dist.destroy_process_group), weakref.finalize
+    return False
+
+
+def _is_worker(
+    ctx: ChunkContext, fn: ast.FunctionDef | ast.AsyncFunctionDef, init: ast.Call
+) -> bool:
+    """The function goes on to do the work (a loop, a DDP wrap, a training call)."""
+    for node in P.walk_scope(fn):
+        if not P.before(init, node):
+            continue
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            return True
+        if isinstance(node, ast.Call):
+            if ctx.call_qualname(node) == N.DDP:
+                return True
+            name = N.dotted(node.func) or ""
+            if _WORK.search(name.rsplit(".", 1)[-1]) and not name.startswith(("dist.", "torch.")):
+                return True
+    return False
+
+
+def _fix(
+    ctx: ChunkContext, fn: ast.FunctionDef | ast.AsyncFunctionDef, init: ast.Call
+) -> Fix | None:
+    body = fn.body
+    last = body[-1]
+    for node in P.walk_scope(fn):
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return None
+        if isinstance(node, ast.Return) and node is not last:
+            return None
+    if isinstance(last, (ast.Raise, ast.Continue, ast.Break)) or not _is_worker(ctx, fn, init):
+        return None
+    init_stmt = ctx.statement(init)
+    destroy, imports = ctx.spell(N.DESTROY_PROCESS_GROUP)
+    code = f"{destroy}()"
+    direct = ctx.call_qualname(init) == N.INIT_PROCESS_GROUP
+    if not direct or not any(init_stmt is s for s in body):
+        # Initialised on one branch only, or inside a helper that may skip it: destroying an
+        # absent group raises.
+        check, more = ctx.spell("torch.distributed.is_initialized")
+        imports = (*imports, *more)
+        unit = ctx.indent_unit(body[0]) if len(body) else "    "
+        code = f"if {check}():\n{unit}{code}"
+    if isinstance(last, ast.Return):
+        if not P.starts_own_line(ctx, last):
+            return None
+        edit = ctx.insert_before(last, code)
+    else:
+        edit = ctx.insert_after(last, code)
+    return Fix(
+        title=f"Add {destroy}() at the end of {fn.name}",
+        edits=(edit,),
+        safe=True,
+        preferred=True,
+        imports=tuple(dict.fromkeys(imports)),
+    )
+
+
+_HEAD = """\
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+"""
+
+ProcessGroupNotDestroyed.cases = (
+    Valid(
+        _HEAD
+        + """\
+def main(model, loader):
+    dist.init_process_group("nccl")
+    try:
+        for x in loader:
+            model(x).sum().backward()
+    finally:
+        dist.destroy_process_group()
+""",
+        note="destroy in a finally",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def setup(rank, world_size):
+    os.environ["MASTER_ADDR"] = "localhost"
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+
+def cleanup():
+    dist.destroy_process_group()
+
+def demo_basic(rank, world_size):
+    setup(rank, world_size)
+    model = DDP(torch.nn.Linear(10, 10).to(rank), device_ids=[rank])
+    cleanup()
+""",
+        note="PyTorch DDP tutorial: setup() and cleanup() helpers",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import atexit
+
+def main():
+    dist.init_process_group("nccl")
+    atexit.register(dist.destroy_process_group)
+    run()
+""",
+        note="atexit.register(dist.destroy_process_group)",
+    ),
+    Valid(
+        """\
+import torch
+from torch.distributed import init_process_group, destroy_process_group
+
+def train(model, loader):
+    init_process_group(backend="nccl")
+    for x in loader:
+        model(x).sum().backward()
+
+if __name__ == "__main__":
+    train(None, [])
+    destroy_process_group()
+""",
+        note="destroy_process_group imported by name and called at module level",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, model):
+    if args.distributed:
+        dist.init_process_group("nccl")
+    for epoch in range(args.epochs):
+        model.train()
+    if args.distributed:
+        dist.destroy_process_group()
+""",
+        note="destroy under the same condition",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from accelerate import Accelerator
+
+def main(model):
+    accelerator = Accelerator()
+    model = accelerator.prepare(model)
+    accelerator.end_training()
+""",
+        note="accelerate owns the process group",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(model, loader, epochs):
+    «dist.init_process_group("nccl")»
+    model = DDP(model)
+    for epoch in range(epochs):
+        for x in loader:
+            model(x).sum().backward()
+    # all done
+""",
+        fixed=_HEAD
+        + """\
+def main(model, loader, epochs):
+    dist.init_process_group("nccl")
+    model = DDP(model)
+    for epoch in range(epochs):
+        for x in loader:
+            model(x).sum().backward()
+    dist.destroy_process_group()
+    # all done
+""",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, model):
+    if args.distributed:
+        «dist.init_process_group(backend="nccl")»
+    train(model)
+    return model
+""",
+        fixed=_HEAD
+        + """\
+def main(args, model):
+    if args.distributed:
+        dist.init_process_group(backend="nccl")
+    train(model)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return model
+""",
+        note="conditional init: guarded destroy before the final return",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, model):
+    «dist.init_process_group("nccl")»
+    if args.dry_run:
+        return
+    train(model)
+""",
+        fixed=None,
+        note="an early return: no fix (a try/finally is needed)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def init_distributed():
+    dist.init_process_group("nccl")
+    return int(os.environ["LOCAL_RANK"])
+""",
+        note="a set-up helper alone: its callers are checked where they call it",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def init_distributed():
+    dist.init_process_group("nccl")
+    return int(os.environ["LOCAL_RANK"])
+
+def main(model, loader):
+    local_rank = «init_distributed()»
+    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    for x in loader:
+        model(x).sum().backward()
+""",
+        fixed=_HEAD
+        + """\
+def init_distributed():
+    dist.init_process_group("nccl")
+    return int(os.environ["LOCAL_RANK"])
+
+def main(model, loader):
+    local_rank = init_distributed()
+    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    for x in loader:
+        model(x).sum().backward()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+""",
+        note="the group started by a same-file set-up helper: the worker destroys it",
+    ),
+)
