@@ -265,10 +265,18 @@ export class Controller implements vscode.Disposable {
     if (!client) {
       return undefined;
     }
-    const result = (await client.sendRequest("workspace/executeCommand", {
-      command: SERVER_COMMANDS.fixAll,
-      arguments: [editor.document.uri.toString()],
-    })) as { applied?: boolean; fixes?: number } | null;
+    let result: { applied?: boolean; fixes?: number } | null;
+    try {
+      result = (await client.sendRequest("workspace/executeCommand", {
+        command: SERVER_COMMANDS.fixAll,
+        arguments: [editor.document.uri.toString()],
+      })) as { applied?: boolean; fixes?: number } | null;
+    } catch (err) {
+      // The server's refusal (say, a document it does not have open) is a message, not a crash.
+      this.log(`${SERVER_COMMANDS.fixAll} failed: ${errorText(err)}`);
+      void vscode.window.showErrorMessage(`ddp-lsp: fix all failed: ${errorText(err)}`);
+      return undefined;
+    }
     const fixes = typeof result?.fixes === "number" ? result.fixes : 0;
     const applied = result?.applied === true;
     void vscode.window.showInformationMessage(

@@ -22,15 +22,18 @@ import { SECTION } from "./settings";
 
 let controller: Controller | undefined;
 
-export async function activate(context: vscode.ExtensionContext): Promise<void> {
+export function activate(context: vscode.ExtensionContext): void {
   controller = new Controller({
     createClient,
     serverCwd: context.extensionPath,
     probe: async (python, cwd) => classifyProbe(await runProbe(python, cwd)),
     pythonApi,
   });
-  context.subscriptions.push({ dispose: () => void controller?.dispose() });
-  await controller.activate();
+  const current = controller;
+  context.subscriptions.push({ dispose: () => void current.dispose() });
+  // Not awaited: the commands are registered at once, and VS Code need not wait for the
+  // Python extension and the server to start before finishing our activation.
+  current.activate().catch((err: unknown) => current.output.appendLine(`[client] activation failed: ${String(err)}`));
 }
 
 export async function deactivate(): Promise<void> {

@@ -160,6 +160,13 @@ test("DDP: Fix all runs the server's ddp-lsp.fixAll on the active document", asy
   assert.match(stub.messages.at(-1)!.text, /applied 2 fixes/);
 });
 
+test("DDP: Fix all reports a server refusal as a message", async () => {
+  await start({ configure: (c) => c.answers.set("ddp-lsp.fixAll", new Error("not an open document")) });
+  window.activeTextEditor = editor();
+  assert.equal(await stub.commands.get(CLIENT_COMMANDS.fixAll)!(), undefined);
+  assert.match(stub.messages.at(-1)!.text, /fix all failed: not an open document/);
+});
+
 test("DDP: Fix all without a Python editor asks for one and sends nothing", async () => {
   const h = await start();
   window.activeTextEditor = editor("/work/project/README.md", "markdown");
