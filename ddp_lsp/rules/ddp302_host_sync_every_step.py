@@ -65,6 +65,9 @@ from ddp_lsp.rules import _patterns as P
 
 _SYNCS = frozenset({"item", "cpu", "tolist", "numpy"})
 _STEPPER = re.compile(r"optim|opt$|^opt|scaler", re.IGNORECASE)
+_TENSOR_NAME = re.compile(
+    r"loss|logit|output|^out$|^outs$|pred|score|acc|correct|norm|prob", re.IGNORECASE
+)
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, *LOOPS)
 
 
@@ -123,6 +126,12 @@ class HostSyncEveryStep(Rule):
                 ):
                     return None, ""
                 inner = inner.func if isinstance(inner, ast.Call) else inner.value
+            root = P.scope_root(ctx, call)
+            flow = flows.get(id(root))
+            if flow is None:
+                flow = flows[id(root)] = GR.GraphFlow(ctx, root)
+            if not _device_tensor(flow, func.value):
+                return None, ""
             return call, f"`.{func.attr}()`"
         if isinstance(func, ast.Name) and func.id == "print" and "print" not in ctx.facts.aliases:
             root = P.scope_root(ctx, call)
@@ -137,6 +146,22 @@ class HostSyncEveryStep(Rule):
                     if isinstance(v, (ast.Name, ast.Attribute)) and _carries(flow, v):
                         return v, f"`print({ctx.segment(v)})` of a tensor"
         return None, ""
+
+
+def _device_tensor(flow: GR.GraphFlow, receiver: ast.AST) -> bool:
+    """The value read back is a GPU tensor of the step: it is computed from a loss or a model
+    output, or named like one (``loss``, ``logits``, ``outputs``, ``correct``, ``grad_norm``).
+    Numbers from elsewhere (a NumPy array, a list of labels) are not assumed to be on the GPU."""
+    for node in ast.walk(receiver):
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            name = (N.dotted(node) or "").rsplit(".", 1)[-1]
+            if _TENSOR_NAME.search(name):
+                return True
+            if _carries(flow, node):
+                return True
+        elif isinstance(node, ast.Call) and _safe_taint(flow, node) is GR.CARRY:
+            return True
+    return False
 
 
 def _carries(flow: GR.GraphFlow, value: ast.Name | ast.Attribute) -> bool:
@@ -155,10 +180,14 @@ def _carries(flow: GR.GraphFlow, value: ast.Name | ast.Attribute) -> bool:
     ]
     if not prior and path not in flow.targets:
         return False
+    return _safe_taint(flow, value) is GR.CARRY
+
+
+def _safe_taint(flow: GR.GraphFlow, value: ast.AST) -> GR.Taint:
     try:
-        return flow.taint(value) is GR.CARRY
-    except RecursionError:
-        return False
+        return flow.taint(value)
+    except RecursionError:  # see _carries
+        return GR.UNKNOWN
 
 
 def _own_nodes(loop: ast.AST) -> Iterator[ast.AST]:
@@ -339,6 +368,18 @@ def train(model, loader, optimizer):
         optimizer.step()
 """,
         note="a NaN check in an if test",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer):
+    seen = []
+    for x, y, idx in loader:
+        model(x).sum().backward()
+        optimizer.step()
+        seen.extend(idx.tolist())
+""",
+        note="a value not known to be on the GPU (the loader's CPU indices)",
     ),
     Invalid(
         _HEAD

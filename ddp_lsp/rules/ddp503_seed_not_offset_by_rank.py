@@ -3,7 +3,8 @@
 ## What it does
 Finds random number generators seeded with the same value on every rank of a DDP job:
 `torch.manual_seed(42)`, `torch.cuda.manual_seed_all(args.seed)`, `random.seed(seed)`,
-`np.random.seed(cfg.seed)`, with a seed that does not involve the rank.
+`np.random.seed(cfg.seed)`, or a seeding helper of the same file (`set_seed(args.seed)`),
+with a seed that does not involve the rank.
 
 ## Why is this bad?
 Every rank then draws the same random numbers: the same dropout masks, the same random crops,
@@ -33,7 +34,9 @@ Adds the global rank the code already has in scope (`rank`, `global_rank`, `ddp_
 ## Known false positives
 Information only: a shared seed is sometimes intended. Not reported: seeds that already add
 something (`seed + rank`, `args.seed + get_rank()`, nanoGPT's `1337 + seed_offset`), seeds under
-a rank condition, files without a `DistributedDataParallel` wrap (FSDP with
+a rank condition, a seed that is a parameter of the function seeding with it (in
+`def set_seed(seed): torch.manual_seed(seed)` the caller decides, and `set_seed(args.seed)`
+is reported where it is called), files without a `DistributedDataParallel` wrap (FSDP with
 `sync_module_states=False` and hand-written data parallelism need identical initial weights),
 a seed that is set again later in the same function with the rank (the first one is for the
 initial weights), a seed followed in the same function by a dataset split or shuffle that must
@@ -50,6 +53,7 @@ every rank), `transformers.set_seed`, `accelerate.utils.set_seed` and Lightning'
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
@@ -83,6 +87,7 @@ _SPLITS = frozenset(
         "split_dataset",
     }
 )
+_SEED_HELPER = re.compile(r"seed", re.IGNORECASE)
 _ATOMS = (ast.Name, ast.Attribute, ast.Constant, ast.Call, ast.Subscript)
 
 
@@ -100,11 +105,14 @@ class SeedNotOffsetByRank(Rule):
             return
         for call in ctx.calls():
             qual = ctx.call_qualname(call)
-            if qual not in SEEDERS or len(call.args) != 1 or call.keywords:
+            if qual in SEEDERS:
+                if len(call.args) != 1 or call.keywords:
+                    continue
+            elif not _seed_helper(ctx, call):
                 continue
             seed = call.args[0]
             root = P.scope_root(ctx, call)
-            if not _same_on_every_rank(ctx, seed, root):
+            if not _same_on_every_rank(ctx, seed, root) or _caller_decides(ctx, seed, root):
                 continue
             if D.guarded(ctx, call) or G.spawns_processes(ctx, root):
                 continue
@@ -131,6 +139,28 @@ class SeedNotOffsetByRank(Rule):
                 f"masks and augmentations on all ranks; use `{label}({new})`",
                 fixes=[fix] if "\n" not in ctx.segment(seed) else [],
             )
+
+
+def _seed_helper(ctx: ChunkContext, call: ast.Call) -> bool:
+    """``set_seed(args.seed)``: a function of this file named for seeding, seed first."""
+    if not isinstance(call.func, ast.Name) or call.func.id not in ctx.facts.func_props:
+        return False
+    if not call.args or not _SEED_HELPER.search(call.func.id):
+        return False
+    params = ctx.facts.func_params.get(call.func.id, ())
+    return not params or "seed" in params[0].lower()
+
+
+def _caller_decides(ctx: ChunkContext, seed: ast.AST, root: ast.AST) -> bool:
+    """A parameter never reassigned (``def set_seed(seed): torch.manual_seed(seed)``): the
+    caller chooses the value, and its call is checked instead."""
+    if not isinstance(seed, ast.Name) or not isinstance(
+        root, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+        return False
+    args = root.args
+    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    return seed.id in params and G.assigned_value(ctx, seed.id, root, seed) is None
 
 
 def _wraps_ddp(ctx: ChunkContext) -> bool:
@@ -336,6 +366,45 @@ def main(args, model):
     return DDP(model)
 """,
         note="args.rank in scope",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def set_seed(seed):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+def main(args, model, rank):
+    set_seed(args.seed + rank)
+    return DDP(model)
+""",
+        note="a seeding helper: its parameter is decided by the caller, who offsets it",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def set_seed(seed):
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+def main(args, model):
+    rank = int(os.environ["RANK"])
+    «set_seed(args.seed)»
+    return DDP(model)
+""",
+        fixed=_HEAD
+        + """\
+def set_seed(seed):
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+def main(args, model):
+    rank = int(os.environ["RANK"])
+    set_seed(args.seed + rank)
+    return DDP(model)
+""",
+        note="a same-file seeding helper called with the same seed on every rank",
     ),
     Invalid(
         """\
