@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tests.cli.conftest import BUGGY, BUGGY_LINE, CLEAN, write
@@ -265,3 +266,10 @@ def test_unlistable_directory_is_reported(cli_run, project: Path, monkeypatch) -
     assert r.rc == 2
     assert "error: pkg/secret: cannot list: Permission denied" in r.err
     assert "pkg/a.py:" in r.out
+
+
+def test_verbose_reports_timing_and_output_format_alias(cli_run, project: Path) -> None:
+    write(project / "train.py", BUGGY)
+    r = cli_run("check", "train.py", "--output-format", "json", "--verbose", "--select", "DDP201")
+    assert r.rc == 1 and json.loads(r.out)[0]["code"] == "DDP201"
+    assert re.search(r"^checked 1 file\(s\) in \d+\.\d\ds$", r.err, re.M)
