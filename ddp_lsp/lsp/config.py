@@ -14,18 +14,28 @@ and never reach :class:`~ddp_lsp.config.Settings`.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ddp_lsp.config import SECTION, ConfigError, Settings, find_pyproject
+if TYPE_CHECKING:
+    from ddp_lsp.config import Settings
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+# ``ddp_lsp.config`` (and tomllib) load on first use: nothing here runs before ``initialize``
+# unless the client sends initializationOptions, and startup must stay as fast as bare pygls.
+SECTION = "ddp-lsp"
+
+
+def _validate(key: str, value: Any, source: str) -> str | None:
+    """None if ``key = value`` is a valid analysis setting, else the message naming it."""
+    from ddp_lsp.config import ConfigError, Settings
+
+    try:
+        Settings().merged({key: value}, source)
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 @dataclass(frozen=True)
@@ -85,10 +95,9 @@ def parse_editor_settings(raw: Any, source: str = "editor settings") -> EditorSe
                 if err:
                     errors.append(err)
             continue
-        try:
-            Settings().merged({key: value}, source)  # validate this key alone
-        except ConfigError as exc:
-            errors.append(str(exc))
+        err = _validate(str(key), value, source)  # each key alone: one bad key costs one key
+        if err is not None:
+            errors.append(err)
             continue
         analysis.append((str(key), value))
     return EditorSettings(tuple(analysis), EditorOptions(enable, python), tuple(errors))
@@ -124,6 +133,8 @@ class ProjectConfigs:
     def pyproject_for(self, path: Path) -> Path | None:
         directory = path.parent
         if directory not in self._by_dir:
+            from ddp_lsp.config import find_pyproject
+
             self._by_dir[directory] = find_pyproject(path)
         return self._by_dir[directory]
 
@@ -156,6 +167,13 @@ class ProjectConfigs:
 
 
 def _load_table(path: Path, mtime: int) -> _ProjectFile:
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+
     where = f"{path} [tool.{SECTION}]"
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -171,10 +189,9 @@ def _load_table(path: Path, mtime: int) -> _ProjectFile:
     items: list[tuple[str, Any]] = []
     errors: list[str] = []
     for key, value in table.items():
-        try:
-            Settings().merged({key: value}, where)
-        except ConfigError as exc:
-            errors.append(str(exc))
+        err = _validate(str(key), value, where)
+        if err is not None:
+            errors.append(err)
             continue
         items.append((str(key), value))
     return _ProjectFile(mtime, tuple(items), tuple(errors))
@@ -184,6 +201,8 @@ def effective_settings(
     editor: EditorSettings, projects: ProjectConfigs, path: Path | None
 ) -> tuple[Settings, tuple[str, ...]]:
     """Settings for one file and the messages for every invalid key met on the way."""
+    from ddp_lsp.config import Settings
+
     settings = Settings().merged(dict(editor.analysis), "editor settings")
     errors = list(editor.errors)
     if path is not None:

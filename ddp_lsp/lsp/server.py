@@ -16,11 +16,11 @@ client waiting), requests before ``initialize`` get ServerNotInitialized and req
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
 import os
+import stat
 import sys
 import threading
 from collections.abc import Sequence
@@ -455,13 +455,13 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
             return None
         pos = state.codec.to_core(unit.doc.lines, params.position.line + offset,
                                   params.position.character)
-        text = H.rule_hover(unit, pos)
-        if text is None:
-            topic = H.preflight_topic(unit, pos)
-            report = ls.preflight.report_for(ls.preflight.folder_for(unit.key)) if topic else None
-            if topic and report is not None:
-                text = H.preflight_hover(report, topic)
-        if text is None:
+        parts = [H.rule_hover(unit, pos)]
+        topic = H.preflight_topic(unit, pos)
+        report = ls.preflight.report_for(ls.preflight.folder_for(unit.key)) if topic else None
+        if topic and report is not None:
+            parts.append(H.preflight_hover(report, topic))
+        text = "\n\n---\n\n".join(p for p in parts if p)
+        if not text:
             return None
         return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=text))
 
@@ -758,12 +758,12 @@ async def _serve(server: DdpLanguageServer, fd: int) -> int | None:
     loop = asyncio.get_running_loop()
     dispatch = _Dispatcher(server)
     done: asyncio.Future[int | None] = loop.create_future()
-    try:
-        pipe = os.fdopen(fd, "rb", buffering=0, closefd=False)
-        transport, _ = await loop.connect_read_pipe(lambda: _StdinProtocol(dispatch, done), pipe)
-    except (ValueError, OSError):
-        # stdin is a regular file (``ddp-lsp serve < session.txt``): read it on a thread.
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        # A file, a terminal or /dev/null: epoll cannot watch those, so read on a thread.
         return await _serve_thread(dispatch, _FdReader(fd))
+    pipe = os.fdopen(fd, "rb", buffering=0, closefd=False)
+    transport, _ = await loop.connect_read_pipe(lambda: _StdinProtocol(dispatch, done), pipe)
     try:
         return await done
     finally:
@@ -812,27 +812,64 @@ def serve_stdio(server: DdpLanguageServer) -> int:
     return 0 if server.protocol._shutdown else 1
 
 
+USAGE = """usage: ddp-lsp serve [--stdio] [--tcp HOST:PORT] [--log-file PATH] [--log-level LEVEL]
+
+Run the ddp-lsp language server (stdio by default).
+
+options:
+  --stdio              talk over stdin/stdout (the default)
+  --tcp HOST:PORT      listen on a TCP port instead (for debugging)
+  --log-file PATH      write the server log here (default: stderr)
+  --log-level LEVEL    DEBUG, INFO, WARNING (default) or ERROR
+"""
+
+
+def _parse_args(argv: Sequence[str]) -> dict[str, str] | int:
+    """A few options parsed by hand: argparse costs ~15 ms of imports at every editor start."""
+    opts: dict[str, str] = {"log-level": "WARNING"}
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg in ("-h", "--help"):
+            sys.stdout.write(USAGE)
+            return 0
+        if arg == "--stdio":
+            continue
+        name, eq, value = arg.partition("=")
+        if name in ("--tcp", "--log-file", "--log-level"):
+            if not eq:
+                if not args:
+                    sys.stderr.write(f"ddp-lsp serve: {name} needs a value\n\n{USAGE}")
+                    return 2
+                value = args.pop(0)
+            opts[name[2:]] = value
+            continue
+        sys.stderr.write(f"ddp-lsp serve: unknown option {arg!r}\n\n{USAGE}")
+        return 2
+    if opts["log-level"].upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        sys.stderr.write(f"ddp-lsp serve: bad --log-level {opts['log-level']!r}\n")
+        return 2
+    if "tcp" in opts and not opts["tcp"].rpartition(":")[2].isdigit():
+        sys.stderr.write(f"ddp-lsp serve: --tcp expects HOST:PORT, got {opts['tcp']!r}\n")
+        return 2
+    return opts
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ddp-lsp serve", description="Run the language server.")
-    parser.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (default)")
-    parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP port (for debugging)")
-    parser.add_argument("--log-file", metavar="PATH", help="write the server log here")
-    parser.add_argument("--log-level", default="WARNING",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    args = parser.parse_args(list(argv or []))
+    opts = _parse_args(argv or [])
+    if isinstance(opts, int):
+        return opts
     handler: logging.Handler = (
-        logging.FileHandler(args.log_file, encoding="utf-8") if args.log_file
+        logging.FileHandler(opts["log-file"], encoding="utf-8") if "log-file" in opts
         else logging.StreamHandler(sys.stderr)
     )
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
-    root.setLevel(args.log_level)
+    root.setLevel(opts["log-level"].upper())
     server = build_server()
-    if args.tcp:
-        host, _, port = args.tcp.rpartition(":")
-        if not port.isdigit():
-            parser.error(f"--tcp expects HOST:PORT, got {args.tcp!r}")
+    if "tcp" in opts:
+        host, _, port = opts["tcp"].rpartition(":")
         server.start_tcp(host or "127.0.0.1", int(port))
         return 0
     return serve_stdio(server)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.types import Finding, Pos
 from ddp_lsp.lsp import config as C
 from ddp_lsp.lsp.convert import UTF16, Codec
@@ -29,6 +28,7 @@ from ddp_lsp.lsp.diagnostics import to_diagnostic
 from ddp_lsp.lsp.notebook import Notebook
 
 if TYPE_CHECKING:
+    from ddp_lsp.config import Settings
     from ddp_lsp.core.document import Document
 
 # The analysis core (document, engine, rules) is imported on first use, not at import time:
@@ -113,9 +113,9 @@ class Unit:
     path: Path | None
     doc: Document | PlainText
     version: int | None
+    settings: Settings
     language: str = "python"
     notebook: Notebook | None = None
-    settings: Settings = field(default_factory=Settings)
     enabled: bool = True
     findings: tuple[Finding, ...] = ()
     analysed_version: object = None  # the (version) the findings belong to
@@ -223,7 +223,7 @@ class ServerState:
         path = uri_to_path(uri)
         lang = "python" if language == "python" or (path and path.suffix in (".py", ".pyi")) else language
         settings, _ = self.settings_for(uri, path)
-        unit = Unit(uri, path, make_document(text, settings), version, lang)
+        unit = Unit(uri, path, make_document(text, settings), version, settings, lang)
         self._refresh_settings(unit)
         self.units[uri] = unit
         self.schedule()
@@ -289,7 +289,8 @@ class ServerState:
     def open_notebook(self, nb: Notebook) -> None:
         path = uri_to_path(nb.uri)
         settings, _ = self.settings_for(nb.uri, path)
-        unit = Unit(nb.uri, path, make_document(nb.source(), settings), nb.version, "python", nb)
+        unit = Unit(nb.uri, path, make_document(nb.source(), settings), nb.version, settings,
+                    "python", nb)
         self._refresh_settings(unit)
         self.units[nb.uri] = unit
         for c in nb.cells:

@@ -49,6 +49,8 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
         T.InitializeParams(
             capabilities=capabilities(request.param),
             workspace_folders=[T.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
+            # Only DDP201 (silent here): hovers then show preflight facts and nothing else.
+            initialization_options={"ddp-lsp": {"select": ["DDP201"]}},
         )
     )
     lsp_client.root = tmp_path  # type: ignore[attr-defined]

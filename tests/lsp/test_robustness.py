@@ -179,3 +179,16 @@ def test_tcp_mode():
 def test_serve_help_prints_nothing_but_usage():
     out = subprocess.run(SERVER_CMD + ["--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "--tcp" in out.stdout and sys.executable
+
+
+def test_stdin_closed_or_not_a_pipe_ends_the_server(tmp_path):
+    # /dev/null and regular files cannot be watched with epoll: the server reads them on a
+    # thread and exits at their end (status 1: the client went away without shutdown).
+    out = subprocess.run(SERVER_CMD, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert out.returncode == 1 and out.stdout == b""
+    session = tmp_path / "session.txt"
+    body = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}'
+    session.write_bytes(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    with open(session, "rb") as stdin:
+        out = subprocess.run(SERVER_CMD, stdin=stdin, capture_output=True, timeout=60)
+    assert b'"serverInfo"' in out.stdout and out.returncode == 1
