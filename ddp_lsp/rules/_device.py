@@ -235,7 +235,9 @@ def arg(call: ast.Call, index: int, keyword: str) -> ast.expr | None:
 _DIST_WORD = re.compile(
     r"distributed|ddp|is_initialized|multi_?gpu|is_dist|use_dist|multiprocessing", re.IGNORECASE
 )
-_COUNT_WORD = re.compile(r"world_size|n_?gpus?|num_gpus|nprocs|num_processes", re.IGNORECASE)
+_COUNT_WORD = re.compile(
+    r"world_size|n_?gpus?|num_gpus|nprocs|num_processes|device_count", re.IGNORECASE
+)
 
 
 def _distributed_truth(test: ast.AST) -> bool | None:

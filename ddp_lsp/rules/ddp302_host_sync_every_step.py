@@ -39,7 +39,8 @@ None: where to accumulate and how often to log is the author's choice.
 Not reported: reads under a condition (`if step % log_every == 0:`, `if is_last_step:`; a rank
 guard such as `if rank == 0:` is *not* occasional: rank 0 then syncs every step and the other
 ranks wait for it at the next all-reduce), after the loop, in loops without backward or
-optimizer step (evaluation, and inner loops of a training step), under `torch.no_grad()`,
+optimizer step (evaluation loops, with or without `torch.no_grad()`, and inner loops of a
+training step),
 values the loop's control flow needs (`if not math.isfinite(loss.item()):`, a variable read by
 an `if`/`assert`/`while` test in the same loop, NaN checks), and the second read of a chain
 (`x.cpu().numpy()` is reported once, at `.cpu()`). `print` is reported only for values known to
@@ -96,7 +97,7 @@ class HostSyncEveryStep(Rule):
                 known = training[id(loop)] = _is_training_loop(ctx, loop)
             if not known or not _every_iteration(ctx, call, loop):
                 continue
-            if GR.under_no_grad(ctx, call) or _feeds_control_flow(ctx, call, loop):
+            if _feeds_control_flow(ctx, call, loop):
                 continue
             yield ctx.finding(
                 self,
@@ -413,5 +414,20 @@ def train(model, loader, optimizer, scaler, rank, metric_logger):
 """,
         fixed=None,
         note="a rank guard is not an occasional condition: rank 0 syncs every step",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer):
+    for x, y in loader:
+        logits = model(x)
+        logits.sum().backward()
+        optimizer.step()
+        with torch.no_grad():
+            correct = (logits.argmax(1) == y).sum()
+        print(f"correct {«correct.item()»}")
+""",
+        fixed=None,
+        note="no_grad inside a training step still synchronises every step",
     ),
 )

@@ -26,7 +26,8 @@ model.load_state_dict(state["model"])
 Adds `map_location="cpu"` after the last argument.
 
 ## Known false positives
-Not reported: any `map_location` (a device, a dict, a function, the second positional argument),
+Not reported: loads inside a `Dataset` (preprocessed samples, read in DataLoader workers),
+any `map_location` (a device, a dict, a function, the second positional argument),
 `**kwargs` that may carry one, loads under a rank condition (rank 0 alone reading onto GPU 0
 is where it saved from, and it then broadcasts), the parent process after `mp.spawn`, and
 launches configured with one process. A checkpoint saved from the CPU is reported too: the rule
@@ -74,6 +75,8 @@ class LoadWithoutMapLocation(Rule):
                 continue
             if D.guarded(ctx, call) or G.spawns_processes(ctx, P.scope_root(ctx, call)):
                 continue
+            if _in_dataset(ctx, call):
+                continue
             parts: list[ast.expr] = [*call.args, *(kw.value for kw in call.keywords)]
             last = max(parts, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
             end = ctx.span(last).end
@@ -90,6 +93,22 @@ class LoadWithoutMapLocation(Rule):
                 'saved from (usually cuda:0) on every rank; pass `map_location="cpu"`',
                 fixes=[fix],
             )
+
+
+_DATASET_METHODS = frozenset({"__getitem__", "__getitems__", "__iter__", "__len__"})
+
+
+def _in_dataset(ctx: ChunkContext, call: ast.Call) -> bool:
+    """Inside a ``Dataset`` (its methods run in DataLoader workers and read preprocessed
+    samples, saved from the CPU): not a checkpoint restore."""
+    fn = ctx.enclosing_function(call)
+    if fn is not None and fn.name in _DATASET_METHODS:
+        return True
+    for a in ctx.ancestors(call):
+        if isinstance(a, ast.ClassDef):
+            return any("Dataset" in (N.dotted(b) or "") for b in a.bases)
+    _, cls = ctx.scope(call)
+    return cls is not None and "dataset" in cls.lower()
 
 
 _HEAD = """\
@@ -146,6 +165,21 @@ def main(worker):
     print(result)
 """,
         note="the parent process after mp.spawn",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from torch.utils.data import Dataset
+
+class FeatureDataset(Dataset):
+    def __init__(self, files):
+        self.index = torch.load(files[0])
+        self.files = files
+
+    def __getitem__(self, i):
+        return torch.load(self.files[i])
+""",
+        note="a Dataset reading preprocessed samples (saved from the CPU)",
     ),
     Invalid(
         _HEAD

@@ -128,6 +128,8 @@ def _backend_value(ctx: ChunkContext, expr: ast.AST, root: ast.AST, depth: int =
         if value is None and root is not ctx.module_node:
             value = G.assigned_value(ctx, expr.id, ctx.module_node, expr)
         return None if value is None else _backend_value(ctx, value, root, depth + 1)
+    if isinstance(expr, ast.Attribute) and expr.attr.lower() in ("nccl", "gloo", "mpi", "ucc"):
+        return expr.attr.lower()  # dist.Backend.NCCL
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
         # `args.dist_backend = "nccl"` in scope, else `--dist-backend` with a default here.
         for node in P.walk_scope(root):

@@ -35,7 +35,8 @@ initialised only on one branch (`if args.distributed:`), the call is guarded wit
 `if dist.is_initialized():`. A group started through a same-file set-up helper (`setup()`,
 `init_distributed_mode(args)`) is reported where the worker calls the helper, and its destroy
 is guarded with `if dist.is_initialized():` too (the helper may skip the initialisation). No
-fix when the function returns early (the call would be skipped on those paths: a
+fix in methods or set-up-like functions (`setup_ddp()`, `build_trainer()`: the run ends
+elsewhere), nor when the function returns early (the call would be skipped on those paths: a
 `try`/`finally` is the right shape there, and a larger edit than a quick fix should make).
 
 ## Known false positives
@@ -64,7 +65,10 @@ from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _patterns as P
 
-_WORK = re.compile(r"train|fit|run|loop|epoch|evaluate|validate|test|step|main|worker", re.I)
+_WORK = re.compile(r"train|fit|run|loop|epoch|evaluate|validate|main|worker", re.I)
+# Functions that prepare a run for their caller: destroying the group at their end would end
+# it before the training starts.
+_SETUP = re.compile(r"setup|init|prepare|build|configure|create|make|wrap|get_", re.I)
 
 
 class ProcessGroupNotDestroyed(Rule):
@@ -142,15 +146,15 @@ def _destroys_in(ctx: ChunkContext, fn: ast.AST) -> bool:
 def _is_worker(
     ctx: ChunkContext, fn: ast.FunctionDef | ast.AsyncFunctionDef, init: ast.Call
 ) -> bool:
-    """The function goes on to do the work (a loop, a DDP wrap, a training call)."""
+    """The function goes on to do the work after starting the group: a loop, or a call named
+    for training (``train(...)``, ``trainer.fit(...)``, ``main_func(*args)``). A DDP wrap alone
+    is set-up: the caller of ``setup_ddp()`` trains."""
     for node in P.walk_scope(fn):
         if not P.before(init, node):
             continue
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             return True
         if isinstance(node, ast.Call):
-            if ctx.call_qualname(node) == N.DDP:
-                return True
             name = N.dotted(node.func) or ""
             if _WORK.search(name.rsplit(".", 1)[-1]) and not name.startswith(("dist.", "torch.")):
                 return True
@@ -160,6 +164,8 @@ def _is_worker(
 def _fix(
     ctx: ChunkContext, fn: ast.FunctionDef | ast.AsyncFunctionDef, init: ast.Call
 ) -> Fix | None:
+    if _SETUP.search(fn.name) or ctx.scope(init)[1] is not None:
+        return None  # a set-up function or a method: the end of the run is elsewhere
     body = fn.body
     last = body[-1]
     for node in P.walk_scope(fn):
@@ -343,6 +349,33 @@ def main(args, model):
 """,
         fixed=None,
         note="an early return: no fix (a try/finally is needed)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def setup_ddp(model, local_rank):
+    dist.init_process_group("nccl")
+    return DDP(model.cuda(local_rank), device_ids=[local_rank])
+
+class Trainer:
+    def __init__(self, model):
+        dist.init_process_group("nccl")
+        self.model = DDP(model)
+""",
+        note="set-up code that wraps the model and returns: the run ends in the caller",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, model, loader):
+        «dist.init_process_group("nccl")»
+        self.model = DDP(model)
+        for x in loader:
+            self.model(x).sum().backward()
+""",
+        fixed=None,
+        note="a method that trains: reported, but the end of the run is not its end",
     ),
     Valid(
         _HEAD
