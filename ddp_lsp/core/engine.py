@@ -50,7 +50,9 @@ def analyze(
         doc.reconfigure(ranks)
     else:
         doc = Document(source, ranks)
-    rules = all_rules() if rules is None else rules
+    if rules is None:
+        # Disabled rules do not run at all (their findings would be dropped anyway).
+        rules = tuple(r for r in all_rules() if settings.enabled(r.meta.id))
     facts = doc.module_facts(settings.assume_distributed)
     rank_model = ranks.with_extra(facts.rank_vars, facts.rank_predicates)
     key = (facts, ranks, env, tuple(id(r) for r in rules))

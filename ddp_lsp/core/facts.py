@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ddp_lsp.core import names as N
 from ddp_lsp.core.ranks import Polarity, RankModel
+from ddp_lsp.core.walk import children, walk
 
 # Kinds of values the rules care about.
 DDP = "ddp"
@@ -184,13 +185,13 @@ class _Extractor:
                     self.bind(t, value, scope)
             if isinstance(s, ast.AnnAssign):
                 self.annotation(s.target, s.annotation, scope)
-        for child in ast.iter_child_nodes(s):
+        for child in children(s):
             if isinstance(child, (ast.stmt, ast.ExceptHandler)):
                 continue
             if isinstance(child, ast.expr):
                 self.expr(child, scope, guarded)
             else:  # withitem, match_case, arguments, keyword...
-                for sub in ast.iter_child_nodes(child):
+                for sub in children(child):
                     if isinstance(sub, ast.expr):
                         self.expr(sub, scope, guarded)
                 if isinstance(child, ast.match_case):
@@ -248,7 +249,7 @@ class _Extractor:
     # -- expressions ---------------------------------------------------------------------------
 
     def expr(self, e: ast.AST, scope: str, guarded: bool) -> None:
-        for node in ast.walk(e):
+        for node in walk(e):
             if isinstance(node, ast.Name):
                 if isinstance(node.ctx, ast.Load):
                     self.loads.add(node.id)
@@ -383,7 +384,7 @@ def _is_docstring(s: ast.stmt) -> bool:
 
 
 def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankModel) -> bool:
-    returns = [n for n in ast.walk(f) if isinstance(n, ast.Return) and n.value is not None]
+    returns = [n for n in walk(f) if isinstance(n, ast.Return) and n.value is not None]
     if not returns:
         return False
     return all(ranks.guard(r.value) is Polarity.ZERO for r in returns if r.value is not None)

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ddp_lsp.core.names import RANK_ENV_VARS, dotted
+from ddp_lsp.core.walk import walk
 
 DEFAULT_RANK_NAMES = frozenset(
     {
@@ -143,7 +144,7 @@ class RankModel:
 
     def mentions_rank(self, e: ast.AST) -> bool:
         """True when any part of ``e`` is a rank expression or predicate."""
-        for node in ast.walk(e):
+        for node in walk(e):
             if self.is_rank_expr(node) or self.is_predicate(node):
                 return True
         return False

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import ModuleFacts, path_of
+from ddp_lsp.core.walk import children
 from ddp_lsp.core.ranks import Polarity, RankModel
 from ddp_lsp.core.types import Edit, Finding, Fix, Pos, Related, RuleMeta, Span
 
@@ -66,7 +67,9 @@ class Index:
         while stack:
             node = stack.pop()
             by_type.setdefault(type(node), []).append(node)
-            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+            kids = children(node)
+            kids.reverse()
+            stack.extend(kids)
 
     @property
     def parents(self) -> dict[int, ast.AST]:
@@ -75,7 +78,7 @@ class Index:
             stack: list[ast.AST] = list(self.body)
             while stack:
                 node = stack.pop()
-                for child in ast.iter_child_nodes(node):
+                for child in children(node):
                     parents[id(child)] = node
                     stack.append(child)
             self._parents = parents

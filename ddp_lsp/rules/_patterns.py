@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import LOOPS, ChunkContext
 
@@ -23,14 +24,10 @@ def before(a: ast.AST, b: ast.AST) -> bool:
 
 
 def walk_scope(root: ast.AST) -> Iterator[ast.AST]:
-    """Nodes under ``root`` that run in its own frame (not in nested defs, lambdas, classes)."""
-    stack = list(ast.iter_child_nodes(root))
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        stack.extend(ast.iter_child_nodes(node))
+    """Nodes under ``root`` that run in its own frame (not in nested defs, lambdas, classes).
+
+    Computed once per root and shared by every rule (see ``core.walk.scope_nodes``)."""
+    return iter(W.scope_nodes(root))
 
 
 def scope_root(ctx: ChunkContext, node: ast.AST) -> ast.AST:
@@ -53,9 +50,7 @@ def method_call(node: ast.AST, attr: str) -> ast.Call | None:
 
 
 def calls_in(root: ast.AST, attr: str) -> list[ast.Call]:
-    out = [c for c in walk_scope(root) if method_call(c, attr) is not None]
-    out.sort(key=order)
-    return out  # type: ignore[return-value]
+    return list(W.method_calls(root, attr))
 
 
 @dataclass(frozen=True)
