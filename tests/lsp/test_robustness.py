@@ -10,6 +10,7 @@ clamped. After every case the server must still answer.
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -192,3 +193,27 @@ def test_stdin_closed_or_not_a_pipe_ends_the_server(tmp_path):
     with open(session, "rb") as stdin:
         out = subprocess.run(SERVER_CMD, stdin=stdin, capture_output=True, timeout=60)
     assert b'"serverInfo"' in out.stdout and out.returncode == 1
+
+
+def test_a_burst_of_edits_is_analysed_at_its_newest_version(server: RawServer):
+    uri = URI.replace("train", "burst")
+    server.open(uri, TRAIN)
+    server.wait_notification("textDocument/publishDiagnostics", lambda p: p["uri"] == uri)
+    line = TRAIN.splitlines().index("        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)")
+    frames = b""
+    for v in range(2, 202):  # type '#' at the start of the line, delete it, 100 times
+        end = 0 if v % 2 == 0 else 1
+        change = {"range": {"start": {"line": line, "character": 0},
+                            "end": {"line": line, "character": end}}, "text": "#" if end == 0 else ""}
+        body = json.dumps({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": uri, "version": v}, "contentChanges": [change]}}).encode()
+        frames += b"Content-Length: %d\r\n\r\n" % len(body) + body
+    assert server.proc.stdin is not None
+    server.proc.stdin.write(frames)  # one write: the server sees them all waiting at once
+    server.proc.stdin.flush()
+    last = server.wait_notification("textDocument/publishDiagnostics",
+                                    lambda p: p["uri"] == uri and p.get("version") == 201)
+    assert [d["code"] for d in last["params"]["diagnostics"] if d["code"] == "DDP201"] == ["DDP201"]
+    versions = [n["params"].get("version") for n in server.notifications
+                if n["method"] == "textDocument/publishDiagnostics" and n["params"]["uri"] == uri]
+    assert versions == sorted(versions) and len(versions) < 20, versions  # not one per edit
