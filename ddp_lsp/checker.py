@@ -20,7 +20,6 @@ import fnmatch
 import io
 import logging
 import os
-import re
 import stat
 import sys
 import tempfile
@@ -33,14 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from ddp_lsp.config import DEFAULT_EXCLUDE, ConfigError, Settings, find_pyproject
-from ddp_lsp.core.registry import SYNTAX_ERROR
-from ddp_lsp.core.types import Finding, Fix, InternalError, Pos, Span
+from ddp_lsp.core.env import Environment, MachineInfo
+from ddp_lsp.core.types import Finding, Fix, InternalError
 from ddp_lsp.reporters import FORMATS, FileReport, ReportContext
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
 
-    from ddp_lsp.core.rule import Rule
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -49,13 +47,6 @@ EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 # runs at roughly 0.25-0.5 MB/s per core (bench/bench_cli.py; docs/performance-cli.md).
 PARALLEL_MIN_FILES = 8
 PARALLEL_MIN_BYTES = 256 * 1024
-
-# Python's parser refuses more than 200 nested brackets; the core then asks libcst whether a
-# newer grammar accepts the chunk, and libcst's native parser overflows its stack (a segfault,
-# not an exception) on a few thousand. Files that might nest that deep are screened first.
-_NESTING_SUSPECT = 190
-_BRACKETS = re.compile(r"[^()\[\]{}]+")
-_DEPTH = str.maketrans({"(": "1", "[": "1", "{": "1", ")": "0", "]": "0", "}": "0"})
 
 log = logging.getLogger("ddp_lsp.checker")
 
@@ -136,50 +127,6 @@ def write_atomic(path: Path, data: bytes, expected: bytes) -> None:
         raise
 
 
-def _max_nesting(text: str) -> int:
-    """An upper bound of the bracket depth (brackets in strings and comments count too)."""
-    brackets = _BRACKETS.sub("", text)
-    if len(brackets) < _NESTING_SUSPECT:
-        return len(brackets)
-    depth = best = 0
-    for ch in brackets.translate(_DEPTH):
-        if ch == "1":
-            depth += 1
-            if depth > best:
-                best = depth
-        elif depth:
-            depth -= 1
-    return best
-
-
-def _too_deep(text: str) -> Finding | None:
-    """A DDP000 finding when Python rejects the text and it nests deeply enough that the
-    core's libcst fallback could crash the process; None when it is safe to analyse."""
-    if _max_nesting(text) < _NESTING_SUSPECT:
-        return None
-    import ast
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(text)
-    except SyntaxError as exc:
-        line = max((exc.lineno or 1) - 1, 0)
-        col = max((exc.offset or 1) - 1, 0)
-        pos = Pos(line, col)
-        return Finding(
-            rule_id="DDP000",
-            span=Span(pos, pos),
-            message=f"syntax error: {exc.msg} (the rest of this file was not analysed)",
-            severity=SYNTAX_ERROR.severity,
-            name="syntax-error",
-        )
-    except (ValueError, RecursionError, MemoryError):
-        return None  # NUL bytes and the like: the core reports them without libcst
-    return None
-
-
 # -- checking one file (runs in a worker process for big inputs) ---------------------------
 
 
@@ -191,6 +138,7 @@ class Job:
     mode: str  # "check" | "fix" | "diff"
     unsafe: bool
     data: bytes | None = None  # stdin's bytes
+    env: Environment | None = None  # launch config next to the file, preflight facts
 
 
 @dataclass(frozen=True)
@@ -202,39 +150,28 @@ class Outcome:
 Found = tuple[tuple[Finding, ...], tuple[InternalError, ...]]
 
 
-def _enabled_rules(settings: Settings) -> tuple[Rule, ...]:
-    """Only the rules the settings enable: the engine would run every rule and drop the
-    disabled ones' findings afterwards, so ``--select DDP201`` would still pay for all."""
-    from ddp_lsp.core.registry import all_rules
-
-    return tuple(r for r in all_rules() if settings.enabled(r.meta.id))
-
-
-def _analyze(text: str, settings: Settings) -> Found:
+def _analyze(text: str, settings: Settings, env: Environment | None) -> Found:
     from ddp_lsp.core.engine import analyze
 
-    deep = _too_deep(text)
-    if deep is not None:
-        return ((deep,) if settings.enabled("DDP000") else ()), ()
-    result = analyze(text, settings, rules=_enabled_rules(settings))
+    result = analyze(text, settings, env)
     return result.findings, result.errors
 
 
-def _fix(text: str, settings: Settings, unsafe: bool) -> tuple[str, int, Found]:
+def _fix(
+    text: str, settings: Settings, unsafe: bool, env: Environment | None
+) -> tuple[str, int, Found]:
     """Fix-all to a fixed point; returns the findings of the final text as well, so the
     remaining findings cost no extra analysis."""
     from ddp_lsp.core import fixes as F
     from ddp_lsp.core.document import Document
     from ddp_lsp.core.engine import analyze
 
-    if _too_deep(text) is not None:
-        return text, 0, _analyze(text, settings)
     doc = Document(text, settings.rank_model)
     last: list[tuple[str, Found]] = []
 
     def run(current: str) -> Sequence[Finding]:
         doc.set_text(current)
-        result = analyze(doc, settings, rules=_enabled_rules(settings))
+        result = analyze(doc, settings, env)
         last[:] = [(current, (result.findings, result.errors))]
         return result.findings
 
@@ -272,9 +209,9 @@ def _check_job(job: Job) -> Outcome:
         data = Path(job.abspath).read_bytes()
     source = decode_source(data)
     if job.mode == "check":
-        findings, errors = _analyze(source.text, job.settings)
+        findings, errors = _analyze(source.text, job.settings, job.env)
         return Outcome(FileReport(job.path, job.abspath, findings, errors))
-    new, applied, (findings, errors) = _fix(source.text, job.settings, job.unsafe)
+    new, applied, (findings, errors) = _fix(source.text, job.settings, job.unsafe, job.env)
     rep = FileReport(job.path, job.abspath, findings, errors, fixed=applied)
     if new == source.text:
         return Outcome(rep, fixed_text=new if job.data is not None else None)
@@ -568,6 +505,47 @@ def collect_jobs(
     return jobs, missing
 
 
+def _machine(path: Path | None) -> MachineInfo | None:
+    """Machine facts from a preflight JSON report (a usage error if it cannot be read)."""
+    if path is None:
+        return None
+    import json
+
+    from ddp_lsp.preflight.report import machine_facts
+    from ddp_lsp.preflight.schema import PreflightReport
+
+    try:
+        report = PreflightReport.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"--preflight {path}: not a readable preflight report ({exc})") from None
+    facts = machine_facts(report)
+    return MachineInfo(
+        cpu_count=facts.cpu_count,
+        source=f"preflight on {facts.host} ({path.name})",
+        gpu_count=facts.gpu_count,
+        nccl_available=facts.nccl_available,
+        shm_free_bytes=facts.shm_free_bytes,
+        local_world_size=facts.local_world_size,
+    )
+
+
+def with_environment(jobs: list[Job], machine: MachineInfo | None) -> list[Job]:
+    """Each job with the launch configuration found next to its file and the machine facts."""
+    from ddp_lsp.launch import launch_info
+
+    out = []
+    for job in jobs:
+        launch = None
+        if job.abspath is not None:
+            script = Path(job.abspath)
+            launch = launch_info(script, repo_root(script.parent))
+        if launch is None and machine is None:
+            out.append(job)
+        else:
+            out.append(replace(job, env=Environment(machine=machine, launch=launch)))
+    return out
+
+
 def repo_root(start: Path) -> Path:
     """The nearest directory with a .git (file or directory), else ``start``."""
     for directory in (start, *start.parents):
@@ -644,6 +622,13 @@ def check_parser(command: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--stdin-filename", metavar="PATH", help="the name of the file read from stdin")
     p.add_argument(
+        "--preflight",
+        type=Path,
+        metavar="JSON",
+        help="a preflight report (ddp-lsp preflight --json FILE) of the machine the job runs on:"
+        " rules use its CPU and GPU counts instead of this machine's",
+    )
+    p.add_argument(
         "--force-exclude",
         action="store_true",
         help="apply excludes to files named on the command line too",
@@ -676,6 +661,7 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
     _warn_unknown_selectors(overrides, err)
     mode = "diff" if args.diff else ("fix" if args.fix else "check")
     jobs, missing = collect_jobs(args, resolver, mode)
+    jobs = with_environment(jobs, _machine(args.preflight))
     if not jobs and not missing:
         err.write("warning: no Python files found under the given paths\n")
     outcomes = run_jobs(jobs, args.jobs)

@@ -273,3 +273,38 @@ def test_verbose_reports_timing_and_output_format_alias(cli_run, project: Path) 
     r = cli_run("check", "train.py", "--output-format", "json", "--verbose", "--select", "DDP201")
     assert r.rc == 1 and json.loads(r.out)[0]["code"] == "DDP201"
     assert re.search(r"^checked 1 file\(s\) in \d+\.\d\ds$", r.err, re.M)
+
+
+def test_launch_config_and_preflight_report_reach_the_rules(tmp_path, capsys) -> None:
+    """DDP405 compares workers x processes per node with the CPUs: the processes come from the
+    torchrun line in run.sh next to the script, the CPUs from a preflight report."""
+    import json
+
+    from ddp_lsp.cli import main
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport torch.distributed as dist\nfrom torch.utils.data import DataLoader\n\n"
+        "def main(ds):\n    loader = DataLoader(ds, batch_size=8, num_workers=6)\n"
+        "    for x in loader:\n        x.cuda()\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "run.sh").write_text("torchrun --nproc-per-node=4 train.py\n", encoding="utf-8")
+    report = {
+        "schema": "ddp-lsp-preflight/1",
+        "host": "gpu01",
+        "created": "2026-11-29T10:00:00+00:00",
+        "python": "/usr/bin/python3",
+        "torch": "2.13.0",
+        "probes": [
+            {"id": "cpu.workers", "title": "CPU", "status": "pass", "message": "",
+             "values": {"cpus": 16, "cpu_count": 16}, "fix": "", "references": [], "duration_s": 0.0}
+        ],
+    }
+    pf = tmp_path / "pf.json"
+    pf.write_text(json.dumps(report), encoding="utf-8")
+    rc = main(["check", str(tmp_path / "train.py"), "--select", "DDP405", "--preflight", str(pf), "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1, out
+    message = out[0]["message"]
+    assert "run.sh" in message and "gpu01" in message, message

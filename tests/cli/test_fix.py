@@ -137,8 +137,8 @@ def test_file_changed_during_fix_is_not_overwritten(
     path = write(project / "train.py", BUGGY)
     real_fix = checker._fix
 
-    def edit_meanwhile(text, settings, unsafe):  # type: ignore[no-untyped-def]
-        out = real_fix(text, settings, unsafe)
+    def edit_meanwhile(text, settings, unsafe, env):  # type: ignore[no-untyped-def]
+        out = real_fix(text, settings, unsafe, env)
         path.write_text(BUGGY + "# saved by the editor\n")
         return out
 
