@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+import weakref
 from dataclasses import dataclass
 
 from ddp_lsp.core import facts as K
@@ -111,15 +112,49 @@ def _params(ctx: ChunkContext, at: ast.AST) -> list[str]:
     return out
 
 
+class _RootIndex:
+    """One walk of a scope: the statements binding each name, and ``holder.attr`` nodes.
+    Rules ask for the rank at every finding, and a long function can hold hundreds."""
+
+    def __init__(self, ctx: ChunkContext, root: ast.AST) -> None:
+        self.root = root
+        self.stores: dict[str, list[ast.stmt]] = {}
+        self.attrs: list[ast.Attribute] = []
+        for node in P.walk_scope(root):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                self.stores.setdefault(node.id, []).append(ctx.statement(node))
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in _HOLDERS
+            ):
+                self.attrs.append(node)
+
+
+_INDEXES: weakref.WeakKeyDictionary[ChunkContext, dict[int, _RootIndex]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _index(ctx: ChunkContext, root: ast.AST) -> _RootIndex:
+    per_ctx = _INDEXES.setdefault(ctx, {})
+    found = per_ctx.get(id(root))
+    if found is None or found.root is not root:
+        found = per_ctx[id(root)] = _RootIndex(ctx, root)
+    return found
+
+
 def _bound_before(ctx: ChunkContext, name: str, root: ast.AST, stmt: ast.stmt) -> bool:
     """``name`` is assigned (or a loop/with target) before ``stmt`` on every path to it."""
-    for node in P.walk_scope(root):
-        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
-            owner = ctx.statement(node)
-            if owner is stmt or any(owner is a for a in ctx.ancestors(stmt)):
-                continue  # `local_rank = f(local_rank)` or a loop header holding stmt
-            if dominates(ctx, owner, stmt):
-                return True
+    owners = _index(ctx, root).stores.get(name)
+    if not owners:
+        return False
+    around = {id(a) for a in ctx.ancestors(stmt)}
+    for owner in owners:
+        if owner is stmt or id(owner) in around:
+            continue  # `local_rank = f(local_rank)` or a loop header holding stmt
+        if dominates(ctx, owner, stmt):
+            return True
     return False
 
 
@@ -136,14 +171,9 @@ def _rank_text(ctx: ChunkContext, stmt: ast.stmt, names: frozenset[str], local: 
             return name
     # Attribute paths the scope already reads (`args.gpu`, `self.local_rank`) whose holder is
     # available at the statement.
-    for node in P.walk_scope(root):
-        if (
-            isinstance(node, ast.Attribute)
-            and node.attr in names
-            and isinstance(node.value, ast.Name)
-            and node.value.id in _HOLDERS
-            and id(node) not in inside
-        ):
+    for node in _index(ctx, root).attrs:
+        if node.attr in names and id(node) not in inside:
+            assert isinstance(node.value, ast.Name)
             holder = node.value.id
             if holder == "self" or holder in params or _bound_before(ctx, holder, root, stmt):
                 if isinstance(node.ctx, ast.Store) and not dominates(

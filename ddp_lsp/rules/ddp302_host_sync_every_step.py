@@ -83,6 +83,7 @@ class HostSyncEveryStep(Rule):
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         training: dict[int, bool] = {}
+        tested: dict[int, set[str]] = {}
         flows: dict[int, GR.GraphFlow] = {}
         for call in ctx.calls():
             target, label = self._sync(ctx, call, flows)
@@ -97,7 +98,7 @@ class HostSyncEveryStep(Rule):
                 known = training[id(loop)] = _is_training_loop(ctx, loop)
             if not known or not _every_iteration(ctx, call, loop):
                 continue
-            if _feeds_control_flow(ctx, call, loop):
+            if _feeds_control_flow(ctx, call, loop, tested):
                 continue
             yield ctx.finding(
                 self,
@@ -252,8 +253,11 @@ def _pure_rank_guard(ctx: ChunkContext, test: ast.AST) -> bool:
     return ctx.ranks.guard(test) is not None
 
 
-def _feeds_control_flow(ctx: ChunkContext, call: ast.Call, loop: ast.AST) -> bool:
-    """``value = loss.item()`` read by an ``if``/``while``/``assert`` test in the same loop."""
+def _feeds_control_flow(
+    ctx: ChunkContext, call: ast.Call, loop: ast.AST, tested: dict[int, set[str]]
+) -> bool:
+    """``value = loss.item()`` read by an ``if``/``while``/``assert`` test in the same loop
+    (``tested`` holds each loop's test names, computed once)."""
     stmt = ctx.statement(call)
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         return False
@@ -261,17 +265,13 @@ def _feeds_control_flow(ctx: ChunkContext, call: ast.Call, loop: ast.AST) -> boo
     names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
     if not names:
         return False
-    for node in P.walk_scope(loop):
-        test: ast.AST | None = None
-        if isinstance(node, (ast.If, ast.While, ast.IfExp)):
-            test = node.test
-        elif isinstance(node, ast.Assert):
-            test = node.test
-        if test is not None and any(
-            isinstance(n, ast.Name) and n.id in names for n in ast.walk(test)
-        ):
-            return True
-    return False
+    in_tests = tested.get(id(loop))
+    if in_tests is None:
+        in_tests = tested[id(loop)] = set()
+        for node in P.walk_scope(loop):
+            if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+                in_tests.update(n.id for n in ast.walk(node.test) if isinstance(n, ast.Name))
+    return not names.isdisjoint(in_tests)
 
 
 _HEAD = """\
