@@ -104,6 +104,7 @@ class Recorder:
     published: list[Published] = field(default_factory=list)
     applied: list[T.WorkspaceEdit] = field(default_factory=list)
     registrations: list[T.Registration] = field(default_factory=list)
+    registered: asyncio.Event = field(default_factory=asyncio.Event)
     lens_refreshes: int = 0
 
 
@@ -124,6 +125,7 @@ def make_client() -> LanguageClient:
 
     def register(c: LanguageClient, params: T.RegistrationParams) -> None:
         rec.registrations.extend(params.registrations)
+        rec.registered.set()
 
     def lens_refresh(c: LanguageClient, params: None) -> None:
         rec.lens_refreshes += 1

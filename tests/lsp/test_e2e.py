@@ -76,6 +76,15 @@ async def test_initialize_advertises_features(client: LanguageClient):
     offered = capabilities(client.profile).general  # type: ignore[attr-defined]
     expected = offered.position_encodings[0] if offered and offered.position_encodings else "utf-16"
     assert client.encoding == expected  # type: ignore[attr-defined]
+    caps = capabilities(client.profile).workspace  # type: ignore[attr-defined]
+    watch = caps.did_change_watched_files if caps else None
+    if watch and watch.dynamic_registration:
+        # The server registers its pyproject.toml watcher from its `initialized` handler.
+        await asyncio.wait_for(client.recorder.registered.wait(), TIMEOUT)  # type: ignore[attr-defined]
+        regs = client.recorder.registrations  # type: ignore[attr-defined]
+        globs = [w["globPattern"] for r in regs if r.method == T.WORKSPACE_DID_CHANGE_WATCHED_FILES
+                 for w in r.register_options["watchers"]]
+        assert globs == ["**/pyproject.toml"]
 
 
 async def test_open_publishes_diagnostics(client: LanguageClient):
@@ -217,6 +226,10 @@ async def test_configuration_change_republishes(client: LanguageClient):
         T.DidChangeConfigurationParams(settings={"ddp-lsp": {"ignore": ["DDP201"]}})
     )
     await wait_for_diagnostics(client, doc.uri, pred=lambda d: ddp(d) == [])
+    client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams(settings={"ddp-lsp": {"enable": False}})
+    )
+    await wait_for_diagnostics(client, doc.uri, pred=lambda d: d == [])
     client.workspace_did_change_configuration(T.DidChangeConfigurationParams(settings={"ddp-lsp": {}}))
     await wait_for_diagnostics(
         client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Error]

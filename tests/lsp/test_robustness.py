@@ -217,3 +217,15 @@ def test_a_burst_of_edits_is_analysed_at_its_newest_version(server: RawServer):
     versions = [n["params"].get("version") for n in server.notifications
                 if n["method"] == "textDocument/publishDiagnostics" and n["params"]["uri"] == uri]
     assert versions == sorted(versions) and len(versions) < 20, versions  # not one per edit
+
+
+def test_log_file(tmp_path):
+    log = tmp_path / "server.log"
+    s = RawServer(["--log-file", str(log), "--log-level", "INFO"])
+    s.initialize()
+    alive(s)
+    assert s.close() == 0
+    assert "initialize" in log.read_text() and s.stdout_garbage == []
+    bad = subprocess.run(SERVER_CMD + ["--log-level", "LOUD"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "--log-level" in bad.stderr

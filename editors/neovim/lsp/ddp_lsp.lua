@@ -11,7 +11,8 @@ return {
   cmd = { 'ddp-lsp', 'serve' },
   filetypes = { 'python' },
   root_markers = { 'pyproject.toml', 'setup.cfg', 'setup.py', '.git' },
-  -- Sent as initializationOptions and answered to workspace/configuration (section 'ddp-lsp').
+  -- Sent with workspace/didChangeConfiguration and returned for workspace/configuration
+  -- (section 'ddp-lsp').
   settings = {
     ['ddp-lsp'] = {
       enable = true,
@@ -23,7 +24,6 @@ return {
       exclude = {},
     },
   },
-  init_options = nil, -- the server reads the same section from workspace/configuration
   on_attach = function(client, bufnr)
     -- ddp-lsp.fixAll on demand: :DdpFixAll
     vim.api.nvim_buf_create_user_command(bufnr, 'DdpFixAll', function()
