@@ -40,7 +40,8 @@ is reported where it is called), files without a `DistributedDataParallel` wrap 
 `sync_module_states=False` and hand-written data parallelism need identical initial weights),
 a seed that is set again later in the same function with the rank (the first one is for the
 initial weights), a seed followed in the same function by a dataset split or shuffle that must
-be the same on every rank (`random_split`, `train_test_split`, `randperm`, `random.shuffle`),
+be the same on every rank (`random_split`, `train_test_split`, `randperm`, `random.shuffle`;
+in module-level script code, such a function imported by name and used anywhere in the file),
 `torch.Generator().manual_seed(...)` (a `DistributedSampler`'s generator must be the same on
 every rank), `transformers.set_seed`, `accelerate.utils.set_seed` and Lightning's
 `seed_everything`.
@@ -209,6 +210,11 @@ def _reseeded_with_rank(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> boo
 
 
 def _split_follows(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> bool:
+    if root is ctx.module_node:
+        # Script code runs on across chunks: a split imported by name and used anywhere.
+        for name, qual in ctx.facts.aliases.items():
+            if qual.rsplit(".", 1)[-1] in _SPLITS and name in ctx.facts.names_used:
+                return True
     for node in P.walk_scope(root):
         if isinstance(node, ast.Call) and P.before(call, node):
             name = N.dotted(node.func) or ""
@@ -304,6 +310,20 @@ def main(args, model):
     return DDP(model)
 """,
         note="accelerate / transformers set_seed",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from sklearn.model_selection import train_test_split
+
+torch.manual_seed(0)
+np.random.seed(0)
+
+
+def split(data):
+    return train_test_split(data, test_size=0.1)
+""",
+        note="script code with a dataset split elsewhere in the file",
     ),
     Valid(
         """\

@@ -38,7 +38,9 @@ Not reported: the gloo or mpi backends, a backend that cannot be resolved, `devi
 with no CUDA work in between (nanoGPT sets the device right after `init_process_group`, before
 any CUDA call, which is harmless), `CUDA_VISIBLE_DEVICES` set per process, a same-file helper
 called before `init_process_group` (it may set the device; its body is not visible from here),
-launches configured with one process, and accelerate / Lightning (they select the device).
+launches configured with one process, accelerate / Lightning (they select the device), and
+a bare module-level `init_process_group` outside any block (the script lines before it are
+analysed in another chunk and may select the device; inside `if ddp:` it is checked).
 Still reported: a set-up helper that only initialises the group while its caller sets the
 device afterwards; move the `set_device` into the helper, before `init_process_group`.
 
@@ -83,6 +85,10 @@ class MissingSetDevice(Rule):
             if not _is_nccl(ctx, call, root):
                 continue
             stmt = ctx.statement(call)
+            if root is ctx.module_node and any(stmt is s for s in ctx.body):
+                # A bare module-level statement: the lines before it (where a script selects
+                # its GPU) may sit in another chunk of the same run, invisible from here.
+                continue
             if _device_selected(ctx, root, call, stmt):
                 continue
             fixes = []
@@ -322,6 +328,15 @@ def main(model):
     model = accelerator.prepare(model)
 """,
         note="accelerate selects the device itself",
+    ),
+    Valid(
+        _HEAD
+        + """\
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+dist.init_process_group("nccl")
+""",
+        note="a script's module-level set-up (its lines may be split across chunks)",
     ),
     Valid(
         _HEAD
