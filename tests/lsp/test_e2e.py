@@ -380,9 +380,32 @@ async def test_notebook_cells(client: LanguageClient):
     )
     pub = await wait_for_diagnostics(client, cell2, 2)
     assert ddp(pub.diagnostics) == []
+    # Insert a new code cell after the markdown one (a structure change): it is analysed with
+    # the imports of cell 1, and its finding is published on its own URI.
+    cell3 = f"{nb_uri}#cell-3"
+    client.notebook_document_did_change(
+        T.DidChangeNotebookDocumentParams(
+            notebook_document=T.VersionedNotebookDocumentIdentifier(version=3, uri=nb_uri),
+            change=T.NotebookDocumentChangeEvent(
+                cells=T.NotebookDocumentCellChanges(
+                    structure=T.NotebookDocumentCellChangeStructure(
+                        array=T.NotebookCellArrayChange(
+                            start=2, delete_count=0,
+                            cells=[T.NotebookCell(kind=T.NotebookCellKind.Code, document=cell3)],
+                        ),
+                        did_open=[T.TextDocumentItem(cell3, "python", 1,
+                                                     body.replace("def train(", "def train3("))],
+                    )
+                )
+            ),
+        )
+    )
+    pub = await wait_for_diagnostics(client, cell3, 1, lambda d: ddp(d))
+    assert [d.range.start.line for d in ddp(pub.diagnostics)] == [clip_in_cell]
     client.notebook_document_did_close(
         T.DidCloseNotebookDocumentParams(
             notebook_document=T.NotebookDocumentIdentifier(nb_uri),
-            cell_text_documents=[T.TextDocumentIdentifier(f"{nb_uri}#{n}") for n, _ in cells],
+            cell_text_documents=[T.TextDocumentIdentifier(f"{nb_uri}#{n}")
+                                 for n in ["cell-1", "cell-md", "cell-3", "cell-2"]],
         )
     )
