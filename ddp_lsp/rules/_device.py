@@ -74,6 +74,26 @@ def single_process(ctx: ChunkContext) -> bool:
     return launch.nproc_per_node == 1 and (launch.num_nodes in (None, 1))
 
 
+def one_gpu_per_node(ctx: ChunkContext) -> bool:
+    """One process per node (the launch says so, or preflight found one GPU / one local
+    process): GPU 0 is then every process's own GPU."""
+    launch = ctx.env.launch
+    if launch is not None and launch.nproc_per_node == 1:
+        return True
+    machine = ctx.env.machine
+    if machine is not None and (machine.local_world_size == 1 or machine.gpu_count == 1):
+        return True
+    return single_process(ctx)
+
+
+def procs_note(ctx: ChunkContext) -> str:
+    """``" (8 processes per node, from run.sh)"`` when the launch or preflight says."""
+    n, src = ctx.env.procs_per_node()
+    if not n or n <= 1:
+        return ""
+    return f" ({n} processes per node, from {src})"
+
+
 def uses_spawn(ctx: ChunkContext) -> bool:
     """The file imports ``torch.multiprocessing`` (``mp.spawn`` workers get the rank as an
     argument; ``LOCAL_RANK`` is not in their environment)."""

@@ -26,13 +26,13 @@ model.load_state_dict(state["model"])
 Adds `map_location="cpu"` after the last argument.
 
 ## Known false positives
-Not reported: loads inside a `Dataset` (preprocessed samples, read in DataLoader workers),
-any `map_location` (a device, a dict, a function, the second positional argument),
-`**kwargs` that may carry one, loads under a rank condition (rank 0 alone reading onto GPU 0
-is where it saved from, and it then broadcasts), the parent process after `mp.spawn`, and
-launches configured with one process. A checkpoint saved from the CPU is reported too: the rule
-cannot see how the file was written, and `map_location="cpu"` costs nothing there.
-`map_location="cuda:0"` is DDP504's (every rank on GPU 0).
+Not reported: loads inside a `Dataset` (preprocessed samples, read in DataLoader workers), any
+`map_location` (a device, a dict, a function, the second positional argument), `**kwargs` that
+may carry one, loads under a rank condition (rank 0 alone reading onto GPU 0 is where it saved
+from, and it then broadcasts), the parent process after `mp.spawn`, and launches with one
+process per node (or a machine with one GPU): GPU 0 is then every process's. A checkpoint saved
+from the CPU is reported too: the rule cannot see how the file was written, and
+`map_location="cpu"` costs nothing there. DDP504 reports `map_location="cuda:0"`.
 
 ## References
 - https://pytorch.org/docs/stable/generated/torch.load.html
@@ -62,7 +62,7 @@ class LoadWithoutMapLocation(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        if D.single_process(ctx):
+        if D.one_gpu_per_node(ctx):
             return
         for call in ctx.calls():
             if ctx.call_qualname(call) != N.TORCH_LOAD:

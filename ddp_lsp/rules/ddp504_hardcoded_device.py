@@ -36,10 +36,11 @@ workers with `mp.spawn`, where `LOCAL_RANK` is not set.
 Not reported: devices built from a variable (`f"cuda:{local_rank}"`, `"cuda"` without an index,
 which means the current device after `set_device(local_rank)`), code under a rank condition
 (rank 0 is on GPU 0 of its node), the single-process branch of `if args.distributed: ... else:`,
-the parent process after `mp.spawn`, launches configured with one process, and chunks that set
-`CUDA_VISIBLE_DEVICES` per process (each process then sees its own GPU as `cuda:0`). Setting
-`CUDA_VISIBLE_DEVICES` in another function, or in the launcher, is not visible here: such code
-is reported; silence it with `# ddp-lsp: ignore[DDP504]`.
+the parent process after `mp.spawn`, launches configured with one process per node, machines
+where preflight found one GPU, and chunks that set `CUDA_VISIBLE_DEVICES` per process (each
+process then sees its own GPU as `cuda:0`). Setting `CUDA_VISIBLE_DEVICES` in another function,
+or in the launcher, is not visible here: such code is reported; silence it with
+`# ddp-lsp: ignore[DDP504]`.
 
 ## References
 - https://pytorch.org/docs/stable/notes/ddp.html
@@ -71,7 +72,7 @@ class HardcodedDevice(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        if D.single_process(ctx) or _sets_visible_devices(ctx):
+        if D.one_gpu_per_node(ctx) or _sets_visible_devices(ctx):
             return
         seen: set[int] = set()
         for node, label in _hardcoded(ctx):
@@ -106,8 +107,8 @@ class HardcodedDevice(Rule):
             yield ctx.finding(
                 self,
                 node,
-                f"{label} puts every rank on GPU {shown}: use each process's local rank "
-                f"(`{hint}`) instead of a fixed index",
+                f"{label} puts every rank on GPU {shown}{D.procs_note(ctx)}: use each "
+                f"process's local rank (`{hint}`) instead of a fixed index",
                 fixes=fixes,
             )
 

@@ -38,7 +38,8 @@ Not reported: the gloo or mpi backends, a backend that cannot be resolved, `devi
 with no CUDA work in between (nanoGPT sets the device right after `init_process_group`, before
 any CUDA call, which is harmless), `CUDA_VISIBLE_DEVICES` set per process, a same-file helper
 called before `init_process_group` (it may set the device; its body is not visible from here),
-launches configured with one process, accelerate / Lightning (they select the device), and
+launches configured with one process per node or machines where preflight found one GPU
+(GPU 0 is then the right one), accelerate / Lightning (they select the device), and
 a bare module-level `init_process_group` outside any block (the script lines before it are
 analysed in another chunk and may select the device; inside `if ddp:` it is checked).
 Still reported: a set-up helper that only initialises the group while its caller sets the
@@ -74,7 +75,7 @@ class MissingSetDevice(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        if D.single_process(ctx):
+        if D.one_gpu_per_node(ctx):
             return
         for call in ctx.calls():
             if ctx.call_qualname(call) != N.INIT_PROCESS_GROUP:

@@ -572,3 +572,17 @@ class Trainer:
     (f,) = _found(code, rules=("DDP503",))
     assert "`torch.cuda.manual_seed_all((1 + 2) + rank)`" in f.message
     assert f.fixes[0].safe
+
+
+def test_preflight_machine_with_one_gpu_silences_the_device_rules_only() -> None:
+    """Preflight found one GPU: GPU 0 is every process's own; seeds are still per rank (other
+    nodes)."""
+    from ddp_lsp.core.env import MachineInfo
+
+    one_gpu = Environment(machine=MachineInfo(cpu_count=8, source="preflight", gpu_count=1))
+    assert [f.rule_id for f in _found(ONE_GPU_SCRIPT, one_gpu)] == ["DDP503"]
+    eight = Environment(machine=MachineInfo(cpu_count=64, source="preflight on gpu01", gpu_count=8))
+    messages = [f.message for f in _found(ONE_GPU_SCRIPT, eight) if f.rule_id == "DDP504"]
+    assert messages and all(
+        "(8 processes per node, from 8 GPUs (preflight on gpu01))" in m for m in messages
+    )
