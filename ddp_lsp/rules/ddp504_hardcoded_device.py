@@ -311,6 +311,35 @@ def main(model):
 """,
         note="a map_location dict remapping cuda:0 to the local GPU",
     ),
+    Valid(
+        _HEAD
+        + """\
+import lightning as L
+
+class LitModel(L.LightningModule):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        noise = torch.randn_like(x, device=self.device)
+        return self.model(x + noise).sum()
+
+def main(model, dm):
+    trainer = L.Trainer(accelerator="gpu", devices=[0, 1, 2, 3], strategy="ddp")
+    trainer.fit(model, dm)
+""",
+        note="Lightning: devices=[0, 1, 2, 3] lists the node's GPUs; self.device is per rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from accelerate import Accelerator
+
+def main(model, batch):
+    accelerator = Accelerator()
+    model = accelerator.prepare(model)
+    return model(batch.to(accelerator.device))
+""",
+        note="accelerate: accelerator.device is the process's own GPU",
+    ),
     Invalid(
         _HEAD
         + """\

@@ -294,6 +294,17 @@ def main(model):
 """,
         note="accelerate owns the process group",
     ),
+    Valid(
+        _HEAD
+        + """\
+import lightning as L
+
+def main(model, dm):
+    trainer = L.Trainer(accelerator="gpu", devices=8, strategy="ddp")
+    trainer.fit(model, dm)
+""",
+        note="Lightning owns the process group",
+    ),
     Invalid(
         _HEAD
         + """\
