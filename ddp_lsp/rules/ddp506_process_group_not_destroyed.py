@@ -63,6 +63,7 @@ from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _guard as G
 from ddp_lsp.rules import _patterns as P
 
 _WORK = re.compile(r"train|fit|run|loop|epoch|evaluate|validate|main|worker", re.I)
@@ -168,6 +169,8 @@ def _fix(
         return None  # a set-up function or a method: the end of the run is elsewhere
     body = fn.body
     last = body[-1]
+    if not P.starts_own_line(ctx, body[0]) or not G.ends_own_line(ctx, last):
+        return None  # `def main(): init(); train()` or `...; other` on the last line
     for node in P.walk_scope(fn):
         if isinstance(node, (ast.Yield, ast.YieldFrom)):
             return None
