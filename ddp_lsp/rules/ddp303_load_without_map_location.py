@@ -26,7 +26,8 @@ model.load_state_dict(state["model"])
 Adds `map_location="cpu"` after the last argument.
 
 ## Known false positives
-Not reported: loads inside a `Dataset` (preprocessed samples, read in DataLoader workers), any
+Not reported: loads inside a `Dataset` (preprocessed samples, read in DataLoader workers), paths
+that name data and no model state (`os.path.join(args.data_dir, "train_tokens.pt")`), any
 `map_location` (a device, a dict, a function, the second positional argument), `**kwargs` that
 may carry one, loads under a rank condition (rank 0 alone reading onto GPU 0 is where it saved
 from, and it then broadcasts), the parent process after `mp.spawn`, and launches with one
@@ -42,6 +43,7 @@ from the CPU is reported too: the rule cannot see how the file was written, and
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from ddp_lsp.core import names as N
@@ -75,7 +77,7 @@ class LoadWithoutMapLocation(Rule):
                 continue
             if D.guarded(ctx, call) or G.spawns_processes(ctx, P.scope_root(ctx, call)):
                 continue
-            if _in_dataset(ctx, call):
+            if _in_dataset(ctx, call) or _data_file(ctx, call.args[0]):
                 continue
             parts: list[ast.expr] = [*call.args, *(kw.value for kw in call.keywords)]
             last = max(parts, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
@@ -93,6 +95,22 @@ class LoadWithoutMapLocation(Rule):
                 'saved from (usually cuda:0) on every rank; pass `map_location="cpu"`',
                 fixes=[fix],
             )
+
+
+# Paths that name model state (reported) and paths that name data (tensors saved by a
+# preprocessing step, from the CPU: not reported when nothing says model state).
+_STATE_WORDS = re.compile(
+    r"ckpt|checkpoint|model|weight|state|resume|pretrain|snapshot|best|last|epoch|step|optim",
+    re.IGNORECASE,
+)
+_DATA_WORDS = re.compile(
+    r"data|feature|token|embedding|cache|split|vocab|label|sample|shard|\.npy", re.IGNORECASE
+)
+
+
+def _data_file(ctx: ChunkContext, path: ast.expr) -> bool:
+    text = ctx.segment(path)
+    return bool(_DATA_WORDS.search(text)) and not _STATE_WORDS.search(text)
 
 
 _DATASET_METHODS = frozenset({"__getitem__", "__getitems__", "__iter__", "__len__"})
@@ -180,6 +198,16 @@ class FeatureDataset(Dataset):
         return torch.load(self.files[i])
 """,
         note="a Dataset reading preprocessed samples (saved from the CPU)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def load_data(args):
+    tokens = torch.load(os.path.join(args.data_dir, "train_tokens.pt"))
+    labels = torch.load(args.label_file)
+    return tokens, labels
+""",
+        note="preprocessed data files (saved from the CPU), not model state",
     ),
     Invalid(
         _HEAD
