@@ -187,6 +187,8 @@ class _Session:
                 min_bytes_per_step=float(os.environ.get(ENV_MIN_BYTES, "1024")),
                 census_budget=float(os.environ.get(ENV_CENSUS_BUDGET, "0.5")),
                 min_censuses=int(os.environ.get(ENV_MIN_CENSUSES, "12")),
+                # A small run is a diagnosis, not production: read memory at every step.
+                sample_budget=1e9,
                 sink=self._on_sample,
                 census_sink=self._on_census,
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import sys
+import time
 import types
 import warnings
 from typing import Any
@@ -19,6 +20,9 @@ nn = torch.nn
 F = torch.nn.functional
 
 B, D, H = 64, 256, 128
+# Toy steps take ~1 ms, so the default 1 % sampling budget could read memory only every few
+# steps; these tests judge per-step series, so they read at every step.
+EVERY_STEP = 1e9
 
 
 def _model() -> Any:
@@ -35,9 +39,8 @@ def test_loss_kept_with_its_graph_is_flagged_with_the_saved_bytes_per_step() -> 
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     history = []
-    with (
-        MemoryGrowthMonitor() as mon
-    ):  # census at the end of warm-up, within 1 % of the time, at close
+    # Two censuses after warm-up whatever the time budget, then one at close.
+    with MemoryGrowthMonitor(sample_budget=EVERY_STEP, min_censuses=2) as mon:
         mon.attach(opt)
         for _ in range(40):
             x, y = torch.randn(B, D), torch.randn(B, 1)
@@ -63,7 +66,7 @@ def test_graph_without_backward_is_flagged_with_exactly_its_input_bytes() -> Non
     w = torch.randn(D, requires_grad=True)
     kept = []
     x_bytes = 4 * B * D * 4
-    mon = MemoryGrowthMonitor()
+    mon = MemoryGrowthMonitor(sample_budget=EVERY_STEP)
     for _ in range(30):
         x = torch.randn(4 * B, D)
         kept.append((x * w).sum())
@@ -79,7 +82,7 @@ def test_small_tensor_leak_is_caught_by_the_live_tensor_count() -> None:
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     metrics = []
-    mon = MemoryGrowthMonitor(census="every", min_bytes_per_step=1e9)
+    mon = MemoryGrowthMonitor(sample_budget=EVERY_STEP, census="every", min_bytes_per_step=1e9)
     mon.attach(opt)
     for _ in range(16):
         x, y = torch.randn(B, D), torch.randn(B, 1)
@@ -98,7 +101,7 @@ def test_small_tensor_leak_is_caught_by_the_live_tensor_count() -> None:
 def _train(steps: int, batch: Any, extra: Any = None, census: str = "auto") -> Any:
     model = _model()
     opt = torch.optim.Adam(model.parameters())
-    mon = MemoryGrowthMonitor(census=census)
+    mon = MemoryGrowthMonitor(sample_budget=EVERY_STEP, census=census)
     mon.attach(opt)
     for step in range(steps):
         b = batch(step)
@@ -163,12 +166,12 @@ def test_context_manager_raises_on_growth_and_not_otherwise() -> None:
     kept = []
     w = torch.randn(D, requires_grad=True)
     with pytest.raises(MemoryGrowthError) as err:
-        with MemoryGrowthMonitor(raise_on_growth=True) as mon:
+        with MemoryGrowthMonitor(sample_budget=EVERY_STEP, raise_on_growth=True) as mon:
             for _ in range(20):
                 kept.append((torch.randn(B, D) * w).sum())
                 mon(None, "any", callback="signature")  # callback form
     assert err.value.report.grows
-    with MemoryGrowthMonitor(raise_on_growth=True) as mon:
+    with MemoryGrowthMonitor(sample_budget=EVERY_STEP, raise_on_growth=True) as mon:
         for _ in range(20):
             (torch.randn(B, D) * w).sum().backward()
             mon.step()
@@ -181,7 +184,7 @@ def test_monitor_steps_wraps_a_loop_and_warns_on_growth(monkeypatch: pytest.Monk
     kept = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for x in monitor_steps(torch.randn(20, B, D)):
+        for x in monitor_steps(torch.randn(20, B, D), sample_budget=EVERY_STEP):
             kept.append((x * w).sum())
     assert any(
         issubclass(c.category, ResourceWarning) and "grows" in str(c.message) for c in caught
@@ -202,7 +205,7 @@ def test_lightning_callback_samples_each_batch(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "lightning.pytorch", sub)
     from ddp_lsp.runtime import lightning_callback
 
-    cb = lightning_callback(raise_on_growth=True)
+    cb = lightning_callback(raise_on_growth=True, sample_budget=EVERY_STEP)
     assert isinstance(cb, Callback)
     w = torch.randn(D, requires_grad=True)
     kept = []
@@ -215,11 +218,35 @@ def test_lightning_callback_samples_each_batch(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_census_respects_its_time_budget() -> None:
-    mon = MemoryGrowthMonitor(census="auto", census_budget=0.01)
+    budget = 0.1
+    mon = MemoryGrowthMonitor(sample_budget=EVERY_STEP, census="auto", census_budget=budget)
     x = torch.randn(256, 256)
-    for _ in range(60):
+    started = time.perf_counter()
+    steps = 0
+    # Run until three censuses have happened (the budget decides when), bounded.
+    while len(mon.censuses) < 3 and steps < 20000:
         for _ in range(3):
             x = torch.tanh(x @ x) / 16  # a little compute per step
         mon.step()
-    # Baseline census at the end of warm-up, then only what 1 % of the elapsed time affords.
-    assert 1 <= len(mon.censuses) <= 3
+        steps += 1
+    elapsed = time.perf_counter() - started
+    assert len(mon.censuses) == 3
+    assert steps > 2 * (mon.warmup_steps + 3)  # the budget spaced them out
+    # Census time stays within the budget's share of the loop's time, give or take one
+    # census (the budget is checked with the previous census's cost).
+    spent = mon._census_time
+    assert spent <= budget * elapsed + mon._census_cost, (spent, elapsed)
+
+
+def test_readings_thin_out_when_they_would_cost_more_than_the_budget() -> None:
+    # A budget no reading can meet (1e-9 of the step) must fall back to every max_stride-th
+    # step, and a generous one must read every step.
+    tight = MemoryGrowthMonitor(sample_budget=1e-9, max_stride=8, census="off")
+    loose = MemoryGrowthMonitor(sample_budget=EVERY_STEP, census="off")
+    x = torch.randn(128, 128)
+    for _ in range(80):
+        x = torch.tanh(x @ x) / 8
+        tight.step()
+        loose.step()
+    assert loose.steps_recorded == 80
+    assert 80 / 8 <= tight.steps_recorded <= 80 / 8 + 2
