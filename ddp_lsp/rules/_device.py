@@ -50,6 +50,7 @@ LOCAL_NAMES = frozenset(
     }
 )
 # Names that hold the global rank.
+_GPU_NAMES = frozenset({"gpu", "gpu_id", "local_gpu"})
 GLOBAL_NAMES = frozenset({"rank", "global_rank", "ddp_rank", "world_rank", "RANK", "rank_id"})
 _HOLDERS = ("args", "self", "cfg", "config", "opt", "opts")
 LOCAL_ENV = 'int(os.environ["LOCAL_RANK"])'
@@ -164,8 +165,11 @@ def _index(ctx: ChunkContext, root: ast.AST) -> _RootIndex:
     return found
 
 
-def _bound_before(ctx: ChunkContext, name: str, root: ast.AST, stmt: ast.stmt) -> bool:
-    """``name`` is assigned (or a loop/with target) before ``stmt`` on every path to it."""
+def _bound_before(
+    ctx: ChunkContext, name: str, root: ast.AST, stmt: ast.stmt, rank_value: bool = False
+) -> bool:
+    """``name`` is assigned (or a loop/with target) before ``stmt`` on every path to it; with
+    ``rank_value``, only by an assignment whose value comes from a rank."""
     owners = _index(ctx, root).stores.get(name)
     if not owners:
         return False
@@ -173,6 +177,12 @@ def _bound_before(ctx: ChunkContext, name: str, root: ast.AST, stmt: ast.stmt) -
     for owner in owners:
         if owner is stmt or id(owner) in around:
             continue  # `local_rank = f(local_rank)` or a loop header holding stmt
+        if rank_value and not (
+            isinstance(owner, (ast.Assign, ast.AnnAssign))
+            and owner.value is not None
+            and ctx.ranks.mentions_rank(owner.value)
+        ):
+            continue
         if dominates(ctx, owner, stmt):
             return True
     return False
@@ -187,7 +197,8 @@ def _rank_text(ctx: ChunkContext, stmt: ast.stmt, names: frozenset[str], local: 
         if name in params:
             return name
     for name in sorted(names):
-        if _bound_before(ctx, name, root, stmt):
+        # `gpu = torch.cuda.is_available()` is a flag: GPU-named locals must come from a rank.
+        if _bound_before(ctx, name, root, stmt, rank_value=name in _GPU_NAMES):
             return name
     # Attribute paths the scope already reads (`args.gpu`, `self.local_rank`) whose holder is
     # available at the statement.

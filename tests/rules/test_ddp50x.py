@@ -586,3 +586,24 @@ def test_preflight_machine_with_one_gpu_silences_the_device_rules_only() -> None
     assert messages and all(
         "(8 processes per node, from 8 GPUs (preflight on gpu01))" in m for m in messages
     )
+
+
+def test_a_gpu_flag_is_not_taken_for_the_local_rank() -> None:
+    code = """\
+import os
+import torch
+import torch.distributed as dist
+
+def flag(model):
+    gpu = torch.cuda.is_available()
+    return model.cuda(0)
+
+def index(model):
+    gpu = int(os.environ["LOCAL_RANK"])
+    return model.cuda(0)
+"""
+    found = _found(code, rules=("DDP504",))
+    assert [f.fixes[0].title for f in found] == [
+        'Use the local rank: int(os.environ["LOCAL_RANK"])',
+        "Use the local rank: gpu",
+    ]
