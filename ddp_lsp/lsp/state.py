@@ -14,6 +14,7 @@ is a URI the client knows (the document itself, or one cell) with its line offse
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,6 +59,14 @@ log = logging.getLogger("ddp_lsp.lsp")
 # the core close to a minute, during which the server could answer nothing. Training scripts
 # are far below this (a 20,000-line file is about 0.7 MB).
 MAX_ANALYSED_CHARS = 2_000_000
+
+# Garbage collection. With a 20,000-line file open the heap holds millions of AST nodes and
+# findings; a full (generation 2) collection over them takes ~0.4 s, and one lands in the
+# middle of typing every few dozen edits (measured: edit p95 41 ms, max 423 ms at 20,000
+# lines). After each analysis the surviving objects are frozen (``gc.freeze``), so automatic
+# collections only scan what the next edit allocates (p95 24 ms, max 42 ms); frozen garbage in
+# reference cycles is collected by one full collection once the user has stopped typing.
+IDLE_COLLECT_S = 3.0
 
 Publish = Callable[[str, "int | None", list[dict[str, Any]]], None]
 ShowError = Callable[[str, bool], None]  # (message, is_error)
@@ -162,7 +171,8 @@ class ServerState:
         self.preflight: dict[str, Any] = {}
         self._shown: set[str] = set()
         self._flush_scheduled = False
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._idle_gc: asyncio.TimerHandle | None = None
+        self._analyses_since_gc = 0
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -341,6 +351,24 @@ class ServerState:
             self.flush()
         except Exception:  # never let one bad analysis stop the server
             log.exception("analysis failed")
+        self._freeze_heap()
+
+    def _freeze_heap(self) -> None:
+        gc.freeze()
+        self._analyses_since_gc += 1
+        if self._idle_gc is not None:
+            self._idle_gc.cancel()
+        self._idle_gc = asyncio.get_running_loop().call_later(IDLE_COLLECT_S, self._idle_collect)
+
+    def _idle_collect(self) -> None:
+        """A full collection, now that no edit has arrived for a while."""
+        self._idle_gc = None
+        if self._analyses_since_gc < 10:
+            return
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        self._analyses_since_gc = 0
 
     def flush(self) -> None:
         for unit in list(self.units.values()):
