@@ -519,7 +519,16 @@ class GraphFlow:
                     break
         if chosen is None:
             return CARRY if path in self.targets else UNKNOWN
-        result = self._assigned(chosen[1], chosen[2], path)
+        # A loop-carried `x += 1` whose only binding is itself would look itself up forever.
+        key = (path, id(chosen[1]))
+        active: set[tuple[str, int]] = self.__dict__.setdefault("_active_lookups", set())
+        if key in active:
+            return CARRY if path in self.targets else UNKNOWN
+        active.add(key)
+        try:
+            result = self._assigned(chosen[1], chosen[2], path)
+        finally:
+            active.discard(key)
         if result is UNKNOWN and path in self.targets:
             return CARRY
         return result

@@ -144,3 +144,25 @@ def test_crlf_fix() -> None:
     assert applied == 3
     assert "running += loss.detach()\r\n" in fixed
     assert "\n" not in fixed.replace("\r\n", "")
+
+
+def test_loop_carried_augmented_assignment_does_not_recurse() -> None:
+    """`iter_num += 1` later in the loop is the only binding of `iter_num`: looking it up used to
+    recurse forever (a RecursionError inside the rule)."""
+    from ddp_lsp.config import Settings
+    from ddp_lsp.core.engine import analyze
+
+    src = (
+        "import torch.distributed as dist\n"
+        "def train(model, loader, opt, losses):\n"
+        "    for x in loader:\n"
+        '        print(f"{iter_num}")\n'
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+        "        losses.append(loss + iter_num)\n"
+        "        iter_num += 1\n"
+    )
+    result = analyze(src, Settings(select=("DDP301",)))
+    assert result.errors == ()
+    assert [f.rule_id for f in result.findings] == ["DDP301"]
