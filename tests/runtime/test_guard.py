@@ -49,3 +49,23 @@ def test_without_guard_rank0_waits_out_the_timeout_and_cannot_name_the_rank(
     assert "Timed out" in str(r0.result["message"])
     assert "rank 1" not in str(r0.result["message"])
     assert r0.result["failed_rank"] is None
+
+
+def test_rank0_failing_still_reaches_the_others_though_it_hosts_the_store(
+    torch_mod: object,
+) -> None:
+    # Rank 0 hosts the TCPStore (env:// without torchrun), and its own finally block destroys
+    # the process group before the guard sees the exception: the guard still publishes the
+    # record through the store it cached, and stays until rank 1 has read it.
+    runs = run_ranks(
+        WORKER,
+        ["guard", "--timeout", "60", "--linger", "0", "--fail-rank", "0", "--destroy-in-finally"],
+    )
+    r0, r1 = runs
+    assert r0.result["exc_type"] == "ValueError"
+    raised_at = float(r0.result["wall"])
+    assert r1.result["exc_type"] == "RankFailureError", r1.stderr[-2000:]
+    assert r1.result["failed_rank"] == 0
+    assert "boom in rank 0" in str(r1.result["message"])
+    for run in runs:
+        assert run.ended_at - raised_at < 10.0, (run.rank, run.ended_at - raised_at)

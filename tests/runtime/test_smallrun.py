@@ -116,3 +116,36 @@ def test_a_hanging_run_is_killed_whole_and_each_rank_says_where(tmp_path: Path) 
     # The agent and both ranks (in sessions of their own, under torchrun) were killed.
     assert len(r["killed"]) >= 3
     assert r["_survivors"] == []
+
+
+def _plain(tmp_path: Path, mode: str) -> dict[str, Any]:
+    token = uuid.uuid4().hex
+    out = tmp_path / f"{mode}.json"
+    cmd = [PYTHON, "-m", "ddp_lsp.cli", "smallrun", "--timeout", "120", "--json", str(out)]
+    cmd += ["--", PYTHON, str(WORKERS / "plain_loop.py"), mode]
+    proc = subprocess.run(
+        cmd, cwd=REPO, env=child_env(DDP_LSP_TEST_TOKEN=token), capture_output=True, text=True
+    )
+    result: dict[str, Any] = json.loads(out.read_text())
+    result["_exit"] = proc.returncode
+    result["_survivors"] = _survivors(token)
+    return result
+
+
+def test_the_one_line_hook_samples_a_loop_without_optimizer_step(tmp_path: Path) -> None:
+    leak = _plain(tmp_path, "leak")
+    assert leak["_exit"] == 1 and leak["status"] == "leak", leak["findings"]
+    (rank,) = [r for r in leak["ranks"] if r["steps"]]
+    assert rank["steps"] == 30
+    ok = _plain(tmp_path, "ok")
+    assert ok["_exit"] == 0 and ok["status"] == "pass", ok["findings"]
+    assert leak["_survivors"] == [] and ok["_survivors"] == []
+
+
+def test_a_loop_the_monitor_cannot_see_is_inconclusive_and_says_the_one_line(
+    tmp_path: Path,
+) -> None:
+    r = _plain(tmp_path, "nohook")
+    assert r["_exit"] == 2 and r["status"] == "inconclusive", r["findings"]
+    (finding,) = r["findings"]
+    assert finding["kind"] == "no-data" and "monitor_steps" in finding["message"]

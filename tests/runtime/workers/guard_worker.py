@@ -1,11 +1,12 @@
 """A 2-rank gloo worker for the dead-rank guard tests (run as a plain process, one per rank).
 
-Rank 1 raises while rank 0 waits in ``barrier()``. Before raising, rank 1 starts a
+Rank 1 (``--fail-rank``) raises while the other waits in ``barrier()``. Before raising, it starts a
 non-daemon thread (standing in for an async checkpoint upload or a metrics flusher) that keeps
 its process -- and so its gloo sockets -- alive for ``--linger`` seconds: the case where
 nothing tells rank 0 that rank 1 is gone. Each rank prints one JSON line with what it saw.
 
-usage: guard_worker.py {guard,noguard} --timeout S --linger S   (RANK/WORLD_SIZE/MASTER_* in env)
+usage: guard_worker.py {guard,noguard} --timeout S --linger S [--fail-rank R]
+       [--destroy-in-finally]   (RANK/WORLD_SIZE/MASTER_* in the environment)
 """
 
 from __future__ import annotations
@@ -22,13 +23,18 @@ import torch.distributed as dist
 from ddp_lsp.runtime import guard_distributed
 
 
-def body(linger: float) -> None:
+def body(linger: float, fail_rank: int, destroy_in_finally: bool) -> None:
     rank = dist.get_rank()
-    if rank == 1:
-        threading.Thread(target=time.sleep, args=(linger,), daemon=False).start()
-        time.sleep(0.3)  # let rank 0 enter the barrier first
-        raise ValueError("boom in rank 1")
-    dist.barrier()
+    try:
+        if rank == fail_rank:
+            threading.Thread(target=time.sleep, args=(linger,), daemon=False).start()
+            time.sleep(0.3)  # let the other rank enter the barrier first
+            raise ValueError(f"boom in rank {rank}")
+        dist.barrier()
+    finally:
+        if destroy_in_finally and dist.is_initialized():
+            # The common cleanup pattern, running before the guard sees the exception.
+            dist.destroy_process_group()
 
 
 def main() -> None:
@@ -36,6 +42,8 @@ def main() -> None:
     parser.add_argument("mode", choices=["guard", "noguard"])
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--linger", type=float, default=4.0)
+    parser.add_argument("--fail-rank", type=int, default=1)
+    parser.add_argument("--destroy-in-finally", action="store_true")
     args = parser.parse_args()
     dist.init_process_group(
         "gloo", timeout=datetime.timedelta(seconds=args.timeout)
@@ -44,10 +52,11 @@ def main() -> None:
     started = time.monotonic()
     outcome: dict[str, object] = {"rank": rank, "pid": os.getpid()}
     try:
+        call = (args.linger, args.fail_rank, args.destroy_in_finally)
         if args.mode == "guard":
-            guard_distributed(body)(args.linger)
+            guard_distributed(body)(*call)
         else:
-            body(args.linger)
+            body(*call)
         outcome["result"] = "ok"
     except Exception as exc:
         outcome.update(
