@@ -40,9 +40,15 @@ GUARDS_ITSELF = "guards_itself"
 ONLY_CALLED_GUARDED = "only_called_guarded"
 UPDATES_SCALER = "scaler_update"  # calls .update() on a GradScaler
 SETS_EPOCH = "set_epoch"  # calls .set_epoch(...) (on a sampler, a loader's sampler...)
+SETS_DEVICE = "set_device"  # calls torch.cuda.set_device(...)
+MODULE = "<module>"  # pseudo-function: the module's top-level code (all chunks together)
 INITS_PG = "init_process_group"
 DESTROYS_PG = "destroy_process_group"
-TRANSITIVE_PROPS = frozenset({COLLECTIVE, UNSCALES, NO_SYNC, UPDATES_SCALER, SETS_EPOCH})
+# INITS_PG stays direct: a function that calls the worker which starts the group is not
+# itself a worker that must destroy it (DDP506 would report both).
+TRANSITIVE_PROPS = frozenset(
+    {COLLECTIVE, UNSCALES, NO_SYNC, UPDATES_SCALER, SETS_EPOCH, SETS_DEVICE, DESTROYS_PG}
+)
 
 # Callables that return their (first) argument's kind unchanged.
 _TRANSPARENT = frozenset({"torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
@@ -116,7 +122,14 @@ def extract(tree: ast.Module, member_of: str | None, ranks: RankModel) -> ChunkF
     x = _Extractor(ranks)
     if member_of is not None:
         x.class_stack.append(member_of)
+    # Top-level code is summarised like a function named "<module>" (merged across chunks), so
+    # `if __name__ == "__main__": main(); dist.destroy_process_group()` is visible to rules.
+    x._calls.append(set())
+    x._props.append(set())
     x.block(tree.body, scope="", guarded=False)
+    top_calls, top_props = x._calls.pop(), x._props.pop()
+    if top_calls or top_props:
+        x.functions.append(FunctionInfo(MODULE, None, (), frozenset(top_calls), frozenset(top_props), 0))
     return ChunkFacts(
         imports=tuple(x.imports),
         env_markers=x.env_markers,
@@ -483,7 +496,13 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
     functions: dict[str, FunctionInfo] = {}
     for cf in chunk_list:
         for fi in cf.functions:
-            functions.setdefault(fi.qualname, fi)
+            seen = functions.get(fi.qualname)
+            if seen is not None and fi.qualname == MODULE:
+                functions[MODULE] = FunctionInfo(
+                    MODULE, None, (), seen.calls | fi.calls, seen.props | fi.props, 0
+                )
+            else:
+                functions.setdefault(fi.qualname, fi)
 
     # Kinds from bindings (aliases of aliases resolved in a second pass).
     kinds: dict[tuple[str, str], str] = {}
@@ -553,6 +572,8 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
                     found_props.add(INITS_PG)
                 elif resolved == N.DESTROY_PROCESS_GROUP:
                     found_props.add(DESTROYS_PG)
+                elif resolved == "torch.cuda.set_device":
+                    found_props.add(SETS_DEVICE)
                 direct = callee_memo[callee] = frozenset(found_props)
             props |= direct
             if callee.endswith(".update") and callee.count(".") == 1 or callee.startswith("self.") and callee.endswith(".update"):

@@ -37,7 +37,7 @@ Not reported: the gloo or mpi backends, a backend that cannot be resolved, `devi
 `set_device` before the call anywhere in the function (also in a branch), `set_device` after it
 with no CUDA work in between (nanoGPT sets the device right after `init_process_group`, before
 any CUDA call, which is harmless), `CUDA_VISIBLE_DEVICES` set per process, a same-file helper
-called before `init_process_group` (it may set the device; its body is not visible from here),
+called before `init_process_group` that sets the device (directly or through another helper),
 launches configured with one process per node or machines where preflight found one GPU
 (GPU 0 is then the right one), accelerate / Lightning (they select the device), and
 a bare module-level `init_process_group` outside any block (the script lines before it are
@@ -55,6 +55,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
@@ -181,7 +182,7 @@ def _is_nccl(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> bool:
 
 def _device_selected(ctx: ChunkContext, root: ast.AST, init: ast.Call, stmt: ast.stmt) -> bool:
     """``set_device`` before ``init`` (or after it, before any CUDA work), ``CUDA_VISIBLE_DEVICES``
-    set in the scope, or a same-file helper called first (its body is not visible here)."""
+    set in the scope, or a same-file helper called first that sets the device."""
     later: list[ast.Call] = []
     for node in P.walk_scope(root):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
@@ -193,8 +194,8 @@ def _device_selected(ctx: ChunkContext, root: ast.AST, init: ast.Call, stmt: ast
             if P.before(node, init):
                 return True
             later.append(node)
-        elif P.before(node, init) and _same_file_helper(ctx, node):
-            return True
+        elif P.before(node, init) and K.SETS_DEVICE in ctx.callee_props(node):
+            return True  # a same-file helper (or one it calls) sets the device first
     if not later:
         return False
     first_set = min(later, key=P.order)
@@ -209,16 +210,6 @@ def _device_selected(ctx: ChunkContext, root: ast.AST, init: ast.Call, stmt: ast
         ):
             return False
     return True
-
-
-def _same_file_helper(ctx: ChunkContext, call: ast.Call) -> bool:
-    name = N.dotted(call.func)
-    if name is None:
-        return False
-    if name.startswith("self."):
-        _, cls = ctx.scope(call)
-        return cls is not None and f"{cls}.{name[5:]}" in ctx.facts.func_props
-    return name in ctx.facts.func_props
 
 
 _HEAD = """\
@@ -304,6 +295,30 @@ def main(local_rank):
     dist.init_process_group("nccl")
 """,
         note="a same-file helper called before init_process_group",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def log_start(local_rank):
+    print("starting", local_rank)
+
+def main(local_rank):
+    log_start(local_rank)
+    «dist.init_process_group("nccl")»
+    model = torch.nn.Linear(2, 2).cuda()
+""",
+        fixed=_HEAD
+        + """\
+def log_start(local_rank):
+    print("starting", local_rank)
+
+def main(local_rank):
+    log_start(local_rank)
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")
+    model = torch.nn.Linear(2, 2).cuda()
+""",
+        note="a helper called first that does not set the device does not count",
     ),
     Valid(
         _HEAD

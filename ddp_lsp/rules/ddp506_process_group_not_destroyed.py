@@ -45,9 +45,8 @@ function that destroys the group (`setup()` / `cleanup()` helpers called from `m
 that imports `destroy_process_group` by name and uses it, or that imports `atexit`, and
 accelerate / Lightning (they own the group), and a set-up helper that only initialises the
 group and does no work after it (its callers are checked instead). Group initialisation at module level is not
-checked: the rest of the script is not visible from one chunk. Still reported: a destroy only
-at module level in `if __name__ == "__main__":` after calling the worker, which is not
-visible from the function; silence it with `# ddp-lsp: ignore[DDP506]`.
+checked: the rest of the script is not visible from one chunk. A destroy at module level
+(`if __name__ == "__main__": main(); dist.destroy_process_group()`) counts too.
 
 ## References
 - https://pytorch.org/docs/stable/distributed.html#shutdown
@@ -214,6 +213,21 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 ProcessGroupNotDestroyed.cases = (
+    Valid(
+        _HEAD
+        + """\
+def main():
+    dist.init_process_group("gloo")
+    for step in range(10):
+        train_step(step)
+
+
+if __name__ == "__main__":
+    main()
+    dist.destroy_process_group()
+""",
+        note="destroyed at module level after the worker returns",
+    ),
     Valid(
         _HEAD
         + """\
