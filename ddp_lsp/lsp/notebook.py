@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from lsprotocol import types as T
+
 from ddp_lsp.core.types import Pos
 from ddp_lsp.lsp.convert import Codec
 
@@ -124,3 +126,44 @@ def apply_change(text: str, start: tuple[int, int], end: tuple[int, int], new: s
 
 def _offset(lines: Sequence[str], pos: Pos) -> int:
     return sum(len(ln) for ln in lines[: pos.line]) + pos.col
+
+
+def apply_notebook_change(nb: Notebook, change: T.NotebookDocumentChangeEvent,
+                          codec: Codec) -> list[str]:
+    """Apply a ``notebookDocument/didChange`` event; returns the URIs of closed cells."""
+    closed: list[str] = []
+    cells = change.cells
+    if cells is None:
+        return closed
+    if cells.structure is not None:
+        opened = {d.uri: d for d in cells.structure.did_open or []}
+        arr = cells.structure.array
+        new_cells = []
+        for c in arr.cells or []:
+            item = opened.get(c.document)
+            old = nb.cell(c.document)
+            new_cells.append(
+                Cell(c.document, int(c.kind),
+                     item.text if item else (old.text if old else ""),
+                     item.version if item else (old.version if old else None),
+                     item.language_id if item else (old.language if old else "python"))
+            )
+        nb.cells[arr.start : arr.start + arr.delete_count] = new_cells
+        closed.extend(d.uri for d in cells.structure.did_close or [])
+    for c in cells.data or []:
+        existing = nb.cell(c.document)
+        if existing is not None:
+            existing.kind = int(c.kind)
+    for content in cells.text_content or []:
+        cell = nb.cell(content.document.uri)
+        if cell is None:
+            continue
+        for ch in content.changes:
+            rng = getattr(ch, "range", None)
+            if rng is None:
+                cell.text = ch.text
+            else:
+                cell.text = apply_change(cell.text, (rng.start.line, rng.start.character),
+                                         (rng.end.line, rng.end.character), ch.text, codec)
+        cell.version = content.document.version
+    return closed
