@@ -1,8 +1,9 @@
 """A real editor: headless Neovim 0.11 with the shipped ``editors/neovim`` configuration.
 
 Neovim starts ``ddp-lsp serve`` from ``lsp/ddp_lsp.lua`` (``vim.lsp.enable``), opens the
-example training script, must receive the DDP201 diagnostic, apply its preferred code action
-through ``vim.lsp.buf.code_action`` and then see the diagnostic disappear. The Lua side waits
+example training script, must receive the DDP201 diagnostic and the "Run preflight" code lens,
+apply the preferred code action through ``vim.lsp.buf.code_action`` and then see the
+diagnostic disappear. The Lua side waits
 with ``vim.wait`` on each condition and reports the steps it reached.
 """
 
@@ -64,3 +65,5 @@ def test_neovim_diagnostics_and_code_action(tmp_path: Path):
     assert all(d["source"] == "ddp-lsp" for d in result["diagnostics"])
     assert "scaler.unscale_(optimizer)\n" in result["text"] + "\n"
     assert result["text"].count("scaler.unscale_(optimizer)") == 1
+    init = next(i for i, ln in enumerate(lines) if "init_process_group(" in ln)
+    assert {"line": init, "title": "▶ Run preflight"} in result.get("lenses", []), result.get("lenses")

@@ -33,5 +33,27 @@ return {
         arguments = { vim.uri_from_bufnr(bufnr) },
       }, { bufnr = bufnr })
     end, { desc = 'ddp-lsp: apply every safe fix in this buffer' })
+    -- :DdpPreflight probes this machine (progress shows in the LSP progress messages).
+    vim.api.nvim_buf_create_user_command(bufnr, 'DdpPreflight', function()
+      client:exec_cmd({
+        title = 'ddp-lsp: preflight',
+        command = 'ddp-lsp.runPreflight',
+        arguments = { vim.uri_from_bufnr(bufnr) },
+      }, { bufnr = bufnr }, function(err, result)
+        if err then
+          vim.notify('ddp-lsp preflight: ' .. err.message, vim.log.levels.ERROR)
+        elseif result then
+          vim.notify('ddp-lsp preflight: ' .. (result.error or result.summary))
+        end
+      end)
+    end, { desc = 'ddp-lsp: run the DDP preflight for this workspace' })
+    -- The "Run preflight" code lens above init_process_group.
+    if client:supports_method('textDocument/codeLens') then
+      vim.lsp.codelens.refresh({ bufnr = bufnr })
+      vim.api.nvim_create_autocmd({ 'BufEnter', 'InsertLeave', 'BufWritePost' }, {
+        buffer = bufnr,
+        callback = function() vim.lsp.codelens.refresh({ bufnr = bufnr }) end,
+      })
+    end
   end,
 }

@@ -35,6 +35,13 @@ local ok, err = pcall(function()
     table.insert(result.diagnostics, { code = d.code, lnum = d.lnum, col = d.col, source = d.source,
                                        severity = d.severity })
   end
+  -- The "Run preflight" lens from on_attach's codelens.refresh (above init_process_group).
+  if vim.wait(30000, function() return #vim.lsp.codelens.get(buf) > 0 end, 20) then
+    result.lenses = {}
+    for _, lens in ipairs(vim.lsp.codelens.get(buf)) do
+      table.insert(result.lenses, { line = lens.range.start.line, title = lens.command and lens.command.title })
+    end
+  end
   local d = ddp201(buf)[1]
   vim.api.nvim_win_set_cursor(0, { d.lnum + 1, d.col })
   vim.lsp.buf.code_action({
