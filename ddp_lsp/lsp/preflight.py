@@ -36,13 +36,13 @@ _OPTION_KEYS = {
     "numWorkers": "num_workers", "batchBytes": "batch_bytes", "params": "params",
     "handshakeTimeout": "handshake_timeout_s", "timeoutScale": "timeout_scale",
 }
-_tokens = itertools.count(1)
 
 
 class PreflightService:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self.running: dict[str, asyncio.Event] = {}
+        self._tokens = itertools.count(1)
 
     # -- where and with what ------------------------------------------------------------------
 
@@ -88,7 +88,7 @@ class PreflightService:
         python = self.python_for(folder)
         cancel = asyncio.Event()
         self.running[key] = cancel
-        token = f"ddp-lsp-preflight-{next(_tokens)}"
+        token = f"ddp-lsp-preflight-{next(self._tokens)}"
         progress = await _begin(ls, token, f"ddp-lsp preflight ({Path(python).name})", cancel)
 
         def on_start(probe_id: str, index: int, total: int) -> None:

@@ -229,3 +229,24 @@ def test_log_file(tmp_path):
     bad = subprocess.run(SERVER_CMD + ["--log-level", "LOUD"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "--log-level" in bad.stderr
+
+
+def test_the_server_never_imports_torch(tmp_path):
+    # A fake torch first on the path records any import of it by the server process.
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    marker = tmp_path / "torch-imported"
+    fake.joinpath("__init__.py").write_text(
+        f"open({str(marker)!r}, 'w').write('imported')\nraise ImportError('fake torch')\n")
+    s = RawServer(env={"PYTHONPATH": str(tmp_path / "fake")})
+    s.initialize()
+    uri = "file:///tmp/ddp-lsp-torchless/train.py"
+    s.open(uri, TRAIN)
+    n = s.wait_notification("textDocument/publishDiagnostics", lambda p: p["uri"] == uri)
+    (d,) = [d for d in n["params"]["diagnostics"] if d["code"] == "DDP201"]
+    assert "result" in s.request("textDocument/hover", {"textDocument": {"uri": uri},
+                                                        "position": d["range"]["start"]})
+    assert "result" in s.request("textDocument/codeAction", {"textDocument": {"uri": uri},
+                                 "range": d["range"], "context": {"diagnostics": [d]}})
+    assert s.close() == 0
+    assert not marker.exists(), "the language server imported torch"
