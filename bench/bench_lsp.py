@@ -36,10 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.gen import module  # noqa: E402
 
-BARE_PYGLS = (
-    "from pygls.lsp.server import LanguageServer\n"
-    "LanguageServer('bare', '0').start_io()\n"
-)
+BARE_PYGLS = "from pygls.lsp.server import LanguageServer\nLanguageServer('bare', '0').start_io()\n"
 PUBLISH = "textDocument/publishDiagnostics"
 CAPABILITIES: dict[str, Any] = {
     # No textDocument.diagnostic: both servers push, so both are timed the same way.
@@ -67,8 +64,9 @@ class Client:
 
     def __init__(self, cmd: list[str], cwd: Path) -> None:
         self.t_spawn = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, cwd=cwd)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd
+        )
         self.inbox: queue.Queue[tuple[float, dict[str, Any]] | None] = queue.Queue()
         self.backlog: list[tuple[float, dict[str, Any]]] = []
         self.next_id = 0
@@ -131,10 +129,15 @@ class Client:
                 del self.backlog[:-200]
 
     def initialize(self, root: Path) -> float:
-        _, t1, _ = self.request("initialize", {"processId": os.getpid(), "rootUri": root.as_uri(),
-                                               "capabilities": CAPABILITIES,
-                                               "workspaceFolders": [{"uri": root.as_uri(),
-                                                                     "name": "bench"}]})
+        _, t1, _ = self.request(
+            "initialize",
+            {
+                "processId": os.getpid(),
+                "rootUri": root.as_uri(),
+                "capabilities": CAPABILITIES,
+                "workspaceFolders": [{"uri": root.as_uri(), "name": "bench"}],
+            },
+        )
         self.notify("initialized", {})
         return t1 - self.t_spawn
 
@@ -153,6 +156,7 @@ def published(uri: str, version: int | None = None) -> Any:
         if m.get("method") != PUBLISH or m["params"]["uri"] != uri:
             return False
         return version is None or m["params"].get("version") == version
+
     return pred
 
 
@@ -166,8 +170,9 @@ def edit_target(text: str) -> tuple[int, int]:
     raise RuntimeError("no edit target in the generated module")
 
 
-def measure_file(cmd: list[str], root: Path, name: str, text: str, edits: int,
-                 actions: bool) -> dict[str, Any]:
+def measure_file(
+    cmd: list[str], root: Path, name: str, text: str, edits: int, actions: bool
+) -> dict[str, Any]:
     path = root / name
     path.write_text(text)
     uri = path.as_uri()
@@ -175,8 +180,10 @@ def measure_file(cmd: list[str], root: Path, name: str, text: str, edits: int,
     out: dict[str, Any] = {}
     try:
         c.initialize(root)
-        t0 = c.notify("textDocument/didOpen", {"textDocument": {
-            "uri": uri, "languageId": "python", "version": 1, "text": text}})
+        t0 = c.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}},
+        )
         t1, first = c.wait(published(uri))
         out["first"] = t1 - t0
         diags = first["params"]["diagnostics"]
@@ -187,24 +194,44 @@ def measure_file(cmd: list[str], root: Path, name: str, text: str, edits: int,
         for k in range(edits):
             version += 1
             if k % 2 == 0:
-                change = {"range": {"start": {"line": line, "character": col},
-                                    "end": {"line": line, "character": col}}, "text": "x"}
+                change = {
+                    "range": {
+                        "start": {"line": line, "character": col},
+                        "end": {"line": line, "character": col},
+                    },
+                    "text": "x",
+                }
             else:
-                change = {"range": {"start": {"line": line, "character": col},
-                                    "end": {"line": line, "character": col + 1}}, "text": ""}
-            t0 = c.notify("textDocument/didChange", {
-                "textDocument": {"uri": uri, "version": version}, "contentChanges": [change]})
+                change = {
+                    "range": {
+                        "start": {"line": line, "character": col},
+                        "end": {"line": line, "character": col + 1},
+                    },
+                    "text": "",
+                }
+            t0 = c.notify(
+                "textDocument/didChange",
+                {"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]},
+            )
             t1, _ = c.wait(published(uri, version))
             times.append(t1 - t0)
         out["edit"] = times
         if actions:
-            rng = diags[0]["range"] if diags else {"start": {"line": line, "character": 0},
-                                                   "end": {"line": line, "character": 0}}
+            rng = (
+                diags[0]["range"]
+                if diags
+                else {
+                    "start": {"line": line, "character": 0},
+                    "end": {"line": line, "character": 0},
+                }
+            )
             ctx = {"diagnostics": diags[:1]}
             at = []
             for _ in range(max(edits, 20)):
-                s, e, result = c.request("textDocument/codeAction", {
-                    "textDocument": {"uri": uri}, "range": rng, "context": ctx})
+                s, e, result = c.request(
+                    "textDocument/codeAction",
+                    {"textDocument": {"uri": uri}, "range": rng, "context": ctx},
+                )
                 at.append(e - s)
             out["action"] = at
             out["actions_returned"] = len(result or [])
@@ -258,34 +285,57 @@ def main() -> None:
         for k, v in starts.items():
             med = statistics.median(v)
             note = "floor" if k == "bare pygls" else f"{(med - floor) * 1000:+.0f} ms vs bare pygls"
-            rows.append((f"cold start (spawn to initialize result), {k}", f"{med * 1000:.0f} ms", note))
+            rows.append(
+                (f"cold start (spawn to initialize result), {k}", f"{med * 1000:.0f} ms", note)
+            )
         results: dict[tuple[str, int], dict[str, Any]] = {}
         for n in sizes:
             text = module(n)
             for k, cmd in servers.items():
-                results[(k, n)] = measure_file(cmd, root, f"train_{n}_{k.split()[0]}.py", text,
-                                               edits, actions=True)
+                results[(k, n)] = measure_file(
+                    cmd, root, f"train_{n}_{k.split()[0]}.py", text, edits, actions=True
+                )
         for n in sizes:
             lines = module(n).count("\n")
             for k in servers:
                 r = results[(k, n)]
                 e = r["edit"]
-                rows.append((f"first diagnostics after didOpen, {lines} lines, {k}",
-                             f"{r['first'] * 1000:.0f} ms", f"{r['findings']} diagnostics"))
-                rows.append((f"edit -> diagnostics for that version, {lines} lines, {k}",
-                             f"p50 {statistics.median(e) * 1000:.1f} ms / p95 {pct(e, 95) * 1000:.1f} ms",
-                             f"{len(e)} edits"))
+                rows.append(
+                    (
+                        f"first diagnostics after didOpen, {lines} lines, {k}",
+                        f"{r['first'] * 1000:.0f} ms",
+                        f"{r['findings']} diagnostics",
+                    )
+                )
+                rows.append(
+                    (
+                        f"edit -> diagnostics for that version, {lines} lines, {k}",
+                        f"p50 {statistics.median(e) * 1000:.1f} ms / p95 {pct(e, 95) * 1000:.1f} ms",
+                        f"{len(e)} edits",
+                    )
+                )
                 a = r["action"]
-                rows.append((f"code action, {lines} lines, {k}",
-                             f"p50 {statistics.median(a) * 1000:.1f} ms / p95 {pct(a, 95) * 1000:.1f} ms",
-                             f"{r['actions_returned']} actions"))
+                rows.append(
+                    (
+                        f"code action, {lines} lines, {k}",
+                        f"p50 {statistics.median(a) * 1000:.1f} ms / p95 {pct(a, 95) * 1000:.1f} ms",
+                        f"{r['actions_returned']} actions",
+                    )
+                )
                 if r["rss"]:
-                    rows.append((f"server RSS with the file open, {lines} lines, {k}",
-                                 f"{r['rss'] / 2**20:.0f} MB", ""))
+                    rows.append(
+                        (
+                            f"server RSS with the file open, {lines} lines, {k}",
+                            f"{r['rss'] / 2**20:.0f} MB",
+                            "",
+                        )
+                    )
             if "ruff server" in servers:
                 d, rf = results[("ddp-lsp", n)], results[("ruff server", n)]
                 ratio = pct(d["edit"], 95) / pct(rf["edit"], 95)
-                rows.append((f"edit p95 ratio ddp-lsp / ruff server, {lines} lines", f"{ratio:.2f}x", ""))
+                rows.append(
+                    (f"edit p95 ratio ddp-lsp / ruff server, {lines} lines", f"{ratio:.2f}x", "")
+                )
     print("| measurement | result | note |\n| --- | --- | --- |")
     for row in rows:
         print("| " + " | ".join(row) + " |")

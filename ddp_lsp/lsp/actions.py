@@ -130,8 +130,13 @@ def code_actions(
     diags = unit.diagnostics.get(uri, [])
     by_index = {d["data"]["index"]: d for d in diags}
     client_diags = {
-        (d.code, d.range.start.line, d.range.start.character, d.range.end.line,
-         d.range.end.character): d
+        (
+            d.code,
+            d.range.start.line,
+            d.range.start.character,
+            d.range.end.line,
+            d.range.end.character,
+        ): d
         for d in context.diagnostics
         if d.source == SOURCE
     }
@@ -141,8 +146,13 @@ def code_actions(
         if d is None:
             return None
         r = d["range"]
-        key = (d["code"], r["start"]["line"], r["start"]["character"], r["end"]["line"],
-               r["end"]["character"])
+        key = (
+            d["code"],
+            r["start"]["line"],
+            r["start"]["character"],
+            r["end"]["line"],
+            r["end"]["character"],
+        )
         return client_diags.get(key) or as_lsp(d)
 
     out: list[T.CodeAction] = []

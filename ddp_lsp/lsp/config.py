@@ -107,12 +107,15 @@ def _preflight_python(value: Any, source: str) -> tuple[str | None, str | None]:
     if value is None:
         return None, None
     if not isinstance(value, Mapping):
-        return None, f"{source}: 'preflight' must be an object like {{\"python\": \"...\"}}"
+        return None, f'{source}: \'preflight\' must be an object like {{"python": "..."}}'
     python = value.get("python")
     if python is None or python == "":
         return None, None
     if not isinstance(python, str):
-        return None, f"{source}: 'preflight.python' must be a path to an interpreter, got {python!r}"
+        return (
+            None,
+            f"{source}: 'preflight.python' must be a path to an interpreter, got {python!r}",
+        )
     return python, None
 
 

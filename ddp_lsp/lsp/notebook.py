@@ -27,6 +27,7 @@ def split_lines(text: str) -> list[str]:
 
     return split(text)
 
+
 CODE_CELL = 2  # lsprotocol NotebookCellKind.Code
 
 
@@ -113,8 +114,9 @@ def _neutralise_magics(text: str) -> str:
     return "".join(out)
 
 
-def apply_change(text: str, start: tuple[int, int], end: tuple[int, int], new: str,
-                 codec: Codec) -> str:
+def apply_change(
+    text: str, start: tuple[int, int], end: tuple[int, int], new: str, codec: Codec
+) -> str:
     """``text`` with the LSP range ``start..end`` (in ``codec``'s encoding) replaced."""
     lines = split_lines(text)
     a = codec.to_core(lines, *start)
@@ -128,8 +130,9 @@ def _offset(lines: Sequence[str], pos: Pos) -> int:
     return sum(len(ln) for ln in lines[: pos.line]) + pos.col
 
 
-def apply_notebook_change(nb: Notebook, change: T.NotebookDocumentChangeEvent,
-                          codec: Codec) -> list[str]:
+def apply_notebook_change(
+    nb: Notebook, change: T.NotebookDocumentChangeEvent, codec: Codec
+) -> list[str]:
     """Apply a ``notebookDocument/didChange`` event; returns the URIs of closed cells."""
     closed: list[str] = []
     cells = change.cells
@@ -143,10 +146,13 @@ def apply_notebook_change(nb: Notebook, change: T.NotebookDocumentChangeEvent,
             item = opened.get(c.document)
             old = nb.cell(c.document)
             new_cells.append(
-                Cell(c.document, int(c.kind),
-                     item.text if item else (old.text if old else ""),
-                     item.version if item else (old.version if old else None),
-                     item.language_id if item else (old.language if old else "python"))
+                Cell(
+                    c.document,
+                    int(c.kind),
+                    item.text if item else (old.text if old else ""),
+                    item.version if item else (old.version if old else None),
+                    item.language_id if item else (old.language if old else "python"),
+                )
             )
         nb.cells[arr.start : arr.start + arr.delete_count] = new_cells
         closed.extend(d.uri for d in cells.structure.did_close or [])
@@ -163,7 +169,12 @@ def apply_notebook_change(nb: Notebook, change: T.NotebookDocumentChangeEvent,
             if rng is None:
                 cell.text = ch.text
             else:
-                cell.text = apply_change(cell.text, (rng.start.line, rng.start.character),
-                                         (rng.end.line, rng.end.character), ch.text, codec)
+                cell.text = apply_change(
+                    cell.text,
+                    (rng.start.line, rng.start.character),
+                    (rng.end.line, rng.end.character),
+                    ch.text,
+                    codec,
+                )
         cell.version = content.document.version
     return closed

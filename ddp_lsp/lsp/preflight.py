@@ -32,9 +32,15 @@ log = logging.getLogger("ddp_lsp.lsp")
 
 CMD_RUN_PREFLIGHT = "ddp-lsp.runPreflight"
 _OPTION_KEYS = {
-    "worldSize": "world_size", "backend": "backend", "quick": "quick", "probes": "probes",
-    "numWorkers": "num_workers", "batchBytes": "batch_bytes", "params": "params",
-    "handshakeTimeout": "handshake_timeout_s", "timeoutScale": "timeout_scale",
+    "worldSize": "world_size",
+    "backend": "backend",
+    "quick": "quick",
+    "probes": "probes",
+    "numWorkers": "num_workers",
+    "batchBytes": "batch_bytes",
+    "params": "params",
+    "handshakeTimeout": "handshake_timeout_s",
+    "timeoutScale": "timeout_scale",
 }
 
 
@@ -84,7 +90,9 @@ class PreflightService:
         folder = self.folder_for(uri)
         key = str(folder)
         if key in self.running:
-            raise JsonRpcInvalidParams(f"{CMD_RUN_PREFLIGHT}: a preflight is already running for {key}")
+            raise JsonRpcInvalidParams(
+                f"{CMD_RUN_PREFLIGHT}: a preflight is already running for {key}"
+            )
         python = self.python_for(folder)
         cancel = asyncio.Event()
         self.running[key] = cancel
@@ -93,13 +101,18 @@ class PreflightService:
 
         def on_start(probe_id: str, index: int, total: int) -> None:
             if progress:
-                ls.work_done_progress.report(token, T.WorkDoneProgressReport(
-                    message=f"{probe_id}...", percentage=int(100 * index / max(total, 1))))
+                ls.work_done_progress.report(
+                    token,
+                    T.WorkDoneProgressReport(
+                        message=f"{probe_id}...", percentage=int(100 * index / max(total, 1))
+                    ),
+                )
 
         def on_probe(result: Any) -> None:
             if progress:
-                ls.work_done_progress.report(token, T.WorkDoneProgressReport(
-                    message=f"{result.id}: {result.status.value}"))
+                ls.work_done_progress.report(
+                    token, T.WorkDoneProgressReport(message=f"{result.id}: {result.status.value}")
+                )
 
         try:
             report = await run_preflight(python, options, on_probe, cancel, on_start=on_start)
@@ -115,8 +128,9 @@ class PreflightService:
         finally:
             self.running.pop(key, None)
         if progress:
-            ls.work_done_progress.end(token, T.WorkDoneProgressEnd(
-                message=report.error or summary_counts(report)))
+            ls.work_done_progress.end(
+                token, T.WorkDoneProgressEnd(message=report.error or summary_counts(report))
+            )
         if report.error is None:
             self.state.preflight[key] = report
             try:
@@ -158,10 +172,12 @@ class PreflightService:
                 continue
             line, col = self.state.codec.to_lsp(lines, a)
             pos = T.Position(line - view_offset, col)
-            out.append(T.CodeLens(
-                range=T.Range(pos, pos),
-                command=T.Command(title=title, command=CMD_RUN_PREFLIGHT, arguments=[uri]),
-            ))
+            out.append(
+                T.CodeLens(
+                    range=T.Range(pos, pos),
+                    command=T.Command(title=title, command=CMD_RUN_PREFLIGHT, arguments=[uri]),
+                )
+            )
         return out
 
 
@@ -197,8 +213,9 @@ async def _begin(ls: DdpLanguageServer, token: str, title: str, cancel: asyncio.
     except Exception as exc:  # the client refused the token: run without progress
         log.info("work done progress refused: %s", exc)
         return False
-    ls.work_done_progress.begin(token, T.WorkDoneProgressBegin(title=title, cancellable=True,
-                                                               percentage=0))
+    ls.work_done_progress.begin(
+        token, T.WorkDoneProgressBegin(title=title, cancellable=True, percentage=0)
+    )
     fut = ls.work_done_progress.tokens.get(token)
     if fut is not None:
         # window/workDoneProgress/cancel cancels this future (pygls): stop the child.

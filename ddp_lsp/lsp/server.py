@@ -66,9 +66,7 @@ class DdpProtocol(LanguageServerProtocol):
         yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_OPEN, params)
 
     @lsp_method(T.NOTEBOOK_DOCUMENT_DID_CHANGE)
-    def lsp_notebook_document__did_change(
-        self, params: T.DidChangeNotebookDocumentParams
-    ) -> Any:
+    def lsp_notebook_document__did_change(self, params: T.DidChangeNotebookDocumentParams) -> Any:
         yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_CHANGE, params)
 
     @lsp_method(T.NOTEBOOK_DOCUMENT_DID_CLOSE)
@@ -270,8 +268,9 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
 
     @server.feature(T.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: DdpLanguageServer, params: T.DidChangeTextDocumentParams) -> None:
-        state.change(params.text_document.uri, params.text_document.version,
-                     list(params.content_changes))
+        state.change(
+            params.text_document.uri, params.text_document.version, list(params.content_changes)
+        )
 
     @server.feature(T.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: DdpLanguageServer, params: T.DidSaveTextDocumentParams) -> None:
@@ -293,8 +292,13 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         for c in params.notebook_document.cells:
             item = texts.get(c.document)
             cells.append(
-                Cell(c.document, int(c.kind), item.text if item else "",
-                     item.version if item else None, item.language_id if item else "python")
+                Cell(
+                    c.document,
+                    int(c.kind),
+                    item.text if item else "",
+                    item.version if item else None,
+                    item.language_id if item else "python",
+                )
             )
         nb = Notebook(params.notebook_document.uri, params.notebook_document.version, cells)
         state.open_notebook(nb)
@@ -357,8 +361,8 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         progress = None
         if token is not None:
             ls.work_done_progress.begin(
-                token, T.WorkDoneProgressBegin(title="ddp-lsp: checking the workspace",
-                                               percentage=0)
+                token,
+                T.WorkDoneProgressBegin(title="ddp-lsp: checking the workspace", percentage=0),
             )
 
             def progress(message: str, percent: int) -> None:
@@ -381,17 +385,19 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
             resolve_provider=False,
         ),
     )
-    def code_action(
-        ls: DdpLanguageServer, params: T.CodeActionParams
-    ) -> list[T.CodeAction] | None:
+    def code_action(ls: DdpLanguageServer, params: T.CodeActionParams) -> list[T.CodeAction] | None:
         from ddp_lsp.lsp.actions import code_actions
 
         found = state.lookup(params.text_document.uri)
         if found is None:
             return None
         unit, offset = found
-        return code_actions(state, unit, offset, params.text_document.uri, params.range,
-                            params.context) or None
+        return (
+            code_actions(
+                state, unit, offset, params.text_document.uri, params.range, params.context
+            )
+            or None
+        )
 
     @server.feature(T.TEXT_DOCUMENT_HOVER)
     def hover(ls: DdpLanguageServer, params: T.HoverParams) -> T.Hover | None:
@@ -404,8 +410,9 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         state.ensure_current(unit)
         if not unit.enabled:
             return None
-        pos = state.codec.to_core(unit.doc.lines, params.position.line + offset,
-                                  params.position.character)
+        pos = state.codec.to_core(
+            unit.doc.lines, params.position.line + offset, params.position.character
+        )
         parts = [H.rule_hover(unit, pos)]
         topic = H.preflight_topic(unit, pos)
         report = ls.preflight.report_for(ls.preflight.folder_for(unit.key)) if topic else None
@@ -443,7 +450,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
 
         if len(args) != 1 or not isinstance(args[0], str):
             raise JsonRpcInvalidParams(
-                f"{CMD_EXPLAIN} takes one argument, a rule id such as \"DDP201\"; got {list(args)!r}"
+                f'{CMD_EXPLAIN} takes one argument, a rule id such as "DDP201"; got {list(args)!r}'
             )
         text = rule_markdown(args[0])
         if text is None:
@@ -460,8 +467,12 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         unit = state.units.get(args[0])
         if unit is None:
             raise JsonRpcInvalidParams(f"{CMD_DEBUG_DOCUMENT}: {args[0]!r} is not an open document")
-        return {"version": unit.version, "text": unit.doc.text, "encoding": state.codec.encoding,
-                "findings": len(unit.findings)}
+        return {
+            "version": unit.version,
+            "text": unit.doc.text,
+            "encoding": state.codec.encoding,
+            "findings": len(unit.findings),
+        }
 
     @server.command(CMD_FIX_ALL)
     async def fix_all(ls: DdpLanguageServer, *args: Any) -> dict[str, Any]:
@@ -545,7 +556,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(opts, int):
         return opts
     handler: logging.Handler = (
-        logging.FileHandler(opts["log-file"], encoding="utf-8") if "log-file" in opts
+        logging.FileHandler(opts["log-file"], encoding="utf-8")
+        if "log-file" in opts
         else logging.StreamHandler(sys.stderr)
     )
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

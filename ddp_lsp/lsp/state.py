@@ -53,6 +53,7 @@ def _split_lines(text: str) -> list[str]:
 def _is_document(doc: object) -> bool:
     return not isinstance(doc, PlainText)
 
+
 log = logging.getLogger("ddp_lsp.lsp")
 
 # Larger files are kept in sync but not analysed: the first analysis of a 5 MB module takes
@@ -231,7 +232,11 @@ class ServerState:
 
     def open(self, uri: str, text: str, version: int | None, language: str) -> Unit:
         path = uri_to_path(uri)
-        lang = "python" if language == "python" or (path and path.suffix in (".py", ".pyi")) else language
+        lang = (
+            "python"
+            if language == "python" or (path and path.suffix in (".py", ".pyi"))
+            else language
+        )
         settings, _ = self.settings_for(uri, path)
         unit = Unit(uri, path, make_document(text, settings), version, settings, lang)
         self._refresh_settings(unit)
@@ -299,8 +304,9 @@ class ServerState:
     def open_notebook(self, nb: Notebook) -> None:
         path = uri_to_path(nb.uri)
         settings, _ = self.settings_for(nb.uri, path)
-        unit = Unit(nb.uri, path, make_document(nb.source(), settings), nb.version, settings,
-                    "python", nb)
+        unit = Unit(
+            nb.uri, path, make_document(nb.source(), settings), nb.version, settings, "python", nb
+        )
         self._refresh_settings(unit)
         self.units[nb.uri] = unit
         for c in nb.cells:
@@ -395,8 +401,13 @@ class ServerState:
                 result = analyze(unit.doc, unit.settings)
                 findings = result.findings
                 for err in result.errors:
-                    log.error("rule %s failed on %s:%d: %s", err.rule_id, unit.key, err.line + 1,
-                              err.message)
+                    log.error(
+                        "rule %s failed on %s:%d: %s",
+                        err.rule_id,
+                        unit.key,
+                        err.line + 1,
+                        err.message,
+                    )
             except Exception:
                 log.exception("analysis of %s failed", unit.key)
                 findings = ()

@@ -145,7 +145,9 @@ class _Dispatcher:
             return
         if method is not None and not server.initialized:
             if is_request and method != T.INITIALIZE:
-                server.send_error(msg_id, -32002, f"Server not initialized: {method} before initialize")
+                server.send_error(
+                    msg_id, -32002, f"Server not initialized: {method} before initialize"
+                )
                 return
             if not is_request and method != T.EXIT:
                 return  # the specification says: drop notifications before initialize
@@ -157,8 +159,11 @@ class _Dispatcher:
         except JsonRpcException as exc:
             cause = exc.__cause__ or exc
             if is_request:
-                server.send_error(msg_id, JsonRpcInvalidParams.CODE,
-                                  f"Invalid params for {method}: {_short(cause)}")
+                server.send_error(
+                    msg_id,
+                    JsonRpcInvalidParams.CODE,
+                    f"Invalid params for {method}: {_short(cause)}",
+                )
             else:
                 log.warning("ignoring %s with invalid params: %s", method, _short(cause))
             return
@@ -257,8 +262,9 @@ async def _serve(server: DdpLanguageServer, fd: int) -> int | None:
 async def _serve_thread(dispatch: _Dispatcher, stdin: _FdReader) -> int | None:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
-    reader = threading.Thread(target=_read_frames, args=(stdin, loop, queue), daemon=True,
-                              name="ddp-lsp-stdin")
+    reader = threading.Thread(
+        target=_read_frames, args=(stdin, loop, queue), daemon=True, name="ddp-lsp-stdin"
+    )
     reader.start()
     handled = 0
     while True:

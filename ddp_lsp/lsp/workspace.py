@@ -91,11 +91,16 @@ async def workspace_diagnostics(
             version = None
         rid = _result_id(diags)
         if previous.get(uri) == rid:
-            items.append(T.WorkspaceUnchangedDocumentDiagnosticReport(
-                uri=uri, version=version, result_id=rid))
+            items.append(
+                T.WorkspaceUnchangedDocumentDiagnosticReport(
+                    uri=uri, version=version, result_id=rid
+                )
+            )
         else:
-            items.append(T.WorkspaceFullDocumentDiagnosticReport(
-                uri=uri, version=version, items=[as_lsp(d) for d in diags], result_id=rid))
+            items.append(
+                T.WorkspaceFullDocumentDiagnosticReport(
+                    uri=uri, version=version, items=[as_lsp(d) for d in diags], result_id=rid
+                )
+            )
         await asyncio.sleep(0)  # keep serving edits while scanning
     return T.WorkspaceDiagnosticReport(items=items)
-

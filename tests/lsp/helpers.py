@@ -21,7 +21,7 @@ SERVER_CMD = [sys.executable, "-m", "ddp_lsp", "serve"]
 PROFILES = ["neovim", "visual_studio_code"]
 TIMEOUT = 20.0
 
-TRAIN = '''import torch
+TRAIN = """import torch
 import torch.distributed as dist
 
 
@@ -32,7 +32,7 @@ def train(model, loader, optimizer, scaler):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(optimizer)
         scaler.update()
-'''
+"""
 CLIP_LINE = 8  # 0-based line of the clip call in TRAIN
 
 
@@ -119,7 +119,9 @@ def make_client() -> LanguageClient:
         c.diagnostics[params.uri] = params.diagnostics
         rec.published.append(Published(params.uri, params.version, list(params.diagnostics)))
 
-    def apply_edit(c: LanguageClient, params: T.ApplyWorkspaceEditParams) -> T.ApplyWorkspaceEditResult:
+    def apply_edit(
+        c: LanguageClient, params: T.ApplyWorkspaceEditParams
+    ) -> T.ApplyWorkspaceEditResult:
         rec.applied.append(params.edit)
         return T.ApplyWorkspaceEditResult(applied=True)
 
@@ -146,7 +148,10 @@ def capabilities(profile: str) -> T.ClientCapabilities:
 
 
 async def wait_for_diagnostics(
-    client: LanguageClient, uri: str, version: int | None = None, pred: Any = None,
+    client: LanguageClient,
+    uri: str,
+    version: int | None = None,
+    pred: Any = None,
     timeout: float = TIMEOUT,
 ) -> Published:
     """The first publication for ``uri`` (at ``version``) satisfying ``pred``, waiting for it."""
@@ -157,8 +162,10 @@ async def wait_for_diagnostics(
         nonlocal seen
         while True:
             for p in rec.published[seen:]:
-                if p.uri == uri and (version is None or p.version == version) and (
-                    pred is None or pred(p.diagnostics)
+                if (
+                    p.uri == uri
+                    and (version is None or p.version == version)
+                    and (pred is None or pred(p.diagnostics))
                 ):
                     return p
             seen = len(rec.published)
@@ -174,8 +181,9 @@ def ddp(diags: list[T.Diagnostic], code: str = "DDP201") -> list[T.Diagnostic]:
 class Doc:
     """The client's copy of an open document; sends incremental changes like an editor."""
 
-    def __init__(self, client: LanguageClient, uri: str, text: str, encoding: str,
-                 language: str = "python") -> None:
+    def __init__(
+        self, client: LanguageClient, uri: str, text: str, encoding: str, language: str = "python"
+    ) -> None:
         self.client, self.uri, self.text, self.encoding = client, uri, text, encoding
         self.version = 1
         client.text_document_did_open(
@@ -184,8 +192,9 @@ class Doc:
 
     def apply(self, edits: list[T.TextEdit]) -> int:
         """Send ``edits`` (positions in the current text) one change at a time, last first."""
-        ordered = sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character),
-                         reverse=True)
+        ordered = sorted(
+            edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True
+        )
         changes = []
         for e in ordered:
             changes.append(T.TextDocumentContentChangePartial(range=e.range, text=e.new_text))
@@ -200,7 +209,9 @@ class Doc:
 
     def replace(self, start: int, end: int, new: str) -> int:
         """Replace text[start:end] (string indices) with ``new``."""
-        rng = T.Range(position(self.text, start, self.encoding), position(self.text, end, self.encoding))
+        rng = T.Range(
+            position(self.text, start, self.encoding), position(self.text, end, self.encoding)
+        )
         return self.apply([T.TextEdit(rng, new)])
 
     def close(self) -> None:

@@ -106,7 +106,9 @@ class RawServer:
         try:
             msg = self.inbox.get(timeout=TIMEOUT)
         except queue.Empty:
-            raise AssertionError(f"no message from the server in {TIMEOUT}s\n{self.stderr}") from None
+            raise AssertionError(
+                f"no message from the server in {TIMEOUT}s\n{self.stderr}"
+            ) from None
         if msg is None:
             raise AssertionError(f"the server closed its output\n{self.stderr}")
         return msg
@@ -126,23 +128,44 @@ class RawServer:
             if "method" in msg:
                 self.notifications.append(msg)
 
-    def initialize(self, capabilities: dict[str, Any] | None = None, **params: Any) -> dict[str, Any]:
-        result = self.request("initialize", {"processId": os.getpid(), "rootUri": None,
-                                             "capabilities": capabilities or {}, **params})
+    def initialize(
+        self, capabilities: dict[str, Any] | None = None, **params: Any
+    ) -> dict[str, Any]:
+        result = self.request(
+            "initialize",
+            {
+                "processId": os.getpid(),
+                "rootUri": None,
+                "capabilities": capabilities or {},
+                **params,
+            },
+        )
         self.notify("initialized", {})
         return result
 
     def open(self, uri: str, text: str, version: int = 1) -> None:
-        self.notify("textDocument/didOpen", {"textDocument": {
-            "uri": uri, "languageId": "python", "version": version, "text": text}})
+        self.notify(
+            "textDocument/didOpen",
+            {
+                "textDocument": {
+                    "uri": uri,
+                    "languageId": "python",
+                    "version": version,
+                    "text": text,
+                }
+            },
+        )
 
     def change(self, uri: str, version: int, changes: list[dict[str, Any]]) -> None:
-        self.notify("textDocument/didChange", {
-            "textDocument": {"uri": uri, "version": version}, "contentChanges": changes})
+        self.notify(
+            "textDocument/didChange",
+            {"textDocument": {"uri": uri, "version": version}, "contentChanges": changes},
+        )
 
     def document(self, uri: str) -> dict[str, Any]:
-        r = self.request("workspace/executeCommand",
-                         {"command": "ddp-lsp.debugDocument", "arguments": [uri]})
+        r = self.request(
+            "workspace/executeCommand", {"command": "ddp-lsp.debugDocument", "arguments": [uri]}
+        )
         assert "result" in r, r
         return r["result"]
 

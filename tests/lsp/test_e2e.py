@@ -55,8 +55,13 @@ def _open(client: LanguageClient, name: str, text: str = TRAIN) -> Doc:
     return Doc(client, _uri(client, name), text, client.encoding)  # type: ignore[attr-defined]
 
 
-async def _actions(client: LanguageClient, doc: Doc, diag: T.Diagnostic | None,
-                   only: list[str] | None = None, rng: T.Range | None = None) -> list[T.CodeAction]:
+async def _actions(
+    client: LanguageClient,
+    doc: Doc,
+    diag: T.Diagnostic | None,
+    only: list[str] | None = None,
+    rng: T.Range | None = None,
+) -> list[T.CodeAction]:
     rng = rng or diag.range  # type: ignore[union-attr]
     result = await asyncio.wait_for(
         client.text_document_code_action_async(
@@ -82,8 +87,12 @@ async def test_initialize_advertises_features(client: LanguageClient):
         # The server registers its pyproject.toml watcher from its `initialized` handler.
         await asyncio.wait_for(client.recorder.registered.wait(), TIMEOUT)  # type: ignore[attr-defined]
         regs = client.recorder.registrations  # type: ignore[attr-defined]
-        globs = [w["globPattern"] for r in regs if r.method == T.WORKSPACE_DID_CHANGE_WATCHED_FILES
-                 for w in r.register_options["watchers"]]
+        globs = [
+            w["globPattern"]
+            for r in regs
+            if r.method == T.WORKSPACE_DID_CHANGE_WATCHED_FILES
+            for w in r.register_options["watchers"]
+        ]
         assert globs == ["**/pyproject.toml"]
 
 
@@ -151,8 +160,9 @@ async def test_fix_all_action_and_command(client: LanguageClient):
     two = TRAIN + TRAIN.split("\n\n\n", 1)[1].replace("def train(", "def train2(")
     doc = _open(client, "fixall.py", two)
     pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: len(ddp(d)) == 2)
-    actions = await _actions(client, doc, None, only=["source.fixAll"],
-                             rng=T.Range(T.Position(0, 0), T.Position(0, 0)))
+    actions = await _actions(
+        client, doc, None, only=["source.fixAll"], rng=T.Range(T.Position(0, 0), T.Position(0, 0))
+    )
     (fix_all,) = [a for a in actions if a.kind == "source.fixAll.ddp-lsp"]
     v = doc.apply(edits_for(fix_all.edit, doc.uri))
     assert doc.text.count("scaler.unscale_(optimizer)") == 2
@@ -230,7 +240,9 @@ async def test_configuration_change_republishes(client: LanguageClient):
         T.DidChangeConfigurationParams(settings={"ddp-lsp": {"enable": False}})
     )
     await wait_for_diagnostics(client, doc.uri, pred=lambda d: d == [])
-    client.workspace_did_change_configuration(T.DidChangeConfigurationParams(settings={"ddp-lsp": {}}))
+    client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
+    )
     await wait_for_diagnostics(
         client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Error]
     )
@@ -245,7 +257,9 @@ async def test_pyproject_settings_and_reload(client: LanguageClient):
     pyproject.write_text('[tool.ddp-lsp]\nseverity = { DDP201 = "warning" }\n')
     doc = Doc(client, (proj / "train.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
     await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Warning]
+        client,
+        doc.uri,
+        pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Warning],
     )
     pyproject.write_text('[tool.ddp-lsp]\nignore = ["DDP201"]\n')
     client.workspace_did_change_watched_files(
@@ -266,12 +280,16 @@ async def test_bad_settings_show_message(client: LanguageClient):
     )
     # The valid key still applies...
     await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Warning]
+        client,
+        doc.uri,
+        pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Warning],
     )
     # ...and the invalid one was reported by name, its default kept (DDP201 still selected).
     msgs = [m for m in client.messages[before:] if "select" in m.message]
     assert msgs and msgs[0].type == T.MessageType.Error and "NOT-A-RULE" in msgs[0].message
-    client.workspace_did_change_configuration(T.DidChangeConfigurationParams(settings={"ddp-lsp": {}}))
+    client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
+    )
     await wait_for_diagnostics(
         client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Error]
     )
@@ -281,8 +299,9 @@ async def test_bad_settings_show_message(client: LanguageClient):
 async def test_positions_with_emoji_and_cjk(client: LanguageClient):
     enc = client.encoding  # type: ignore[attr-defined]
     prefix = '        note = "训练 😀 步骤"; '
-    text = TRAIN.replace("        torch.nn.utils.clip_grad_norm_",
-                         prefix + "torch.nn.utils.clip_grad_norm_")
+    text = TRAIN.replace(
+        "        torch.nn.utils.clip_grad_norm_", prefix + "torch.nn.utils.clip_grad_norm_"
+    )
     doc = _open(client, "unicode.py", text)
     pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
     (d,) = ddp(pub.diagnostics)
@@ -332,18 +351,23 @@ async def test_notebook_cells(client: LanguageClient):
     client.notebook_document_did_open(
         T.DidOpenNotebookDocumentParams(
             notebook_document=T.NotebookDocument(
-                uri=nb_uri, notebook_type="jupyter-notebook", version=1,
+                uri=nb_uri,
+                notebook_type="jupyter-notebook",
+                version=1,
                 cells=[
                     T.NotebookCell(
-                        kind=T.NotebookCellKind.Markup if name == "cell-md" else T.NotebookCellKind.Code,
+                        kind=T.NotebookCellKind.Markup
+                        if name == "cell-md"
+                        else T.NotebookCellKind.Code,
                         document=f"{nb_uri}#{name}",
                     )
                     for name, _ in cells
                 ],
             ),
             cell_text_documents=[
-                T.TextDocumentItem(f"{nb_uri}#{name}", "markdown" if name == "cell-md" else "python",
-                                   1, text)
+                T.TextDocumentItem(
+                    f"{nb_uri}#{name}", "markdown" if name == "cell-md" else "python", 1, text
+                )
                 for name, text in cells
             ],
         )
@@ -352,11 +376,13 @@ async def test_notebook_cells(client: LanguageClient):
     pub = await wait_for_diagnostics(client, cell2, pred=lambda d: ddp(d))
     (d,) = ddp(pub.diagnostics)
     clip_in_cell = body.splitlines().index(
-        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)")
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
+    )
     assert d.range.start.line == clip_in_cell
     result = await client.text_document_code_action_async(
-        T.CodeActionParams(T.TextDocumentIdentifier(cell2), d.range,
-                           T.CodeActionContext(diagnostics=[d]))
+        T.CodeActionParams(
+            T.TextDocumentIdentifier(cell2), d.range, T.CodeActionContext(diagnostics=[d])
+        )
     )
     (fix,) = [a for a in result if isinstance(a, T.CodeAction) and a.is_preferred]
     (edit,) = edits_for(fix.edit, cell2)
@@ -370,8 +396,11 @@ async def test_notebook_cells(client: LanguageClient):
                     text_content=[
                         T.NotebookDocumentCellContentChanges(
                             document=T.VersionedTextDocumentIdentifier(uri=cell2, version=2),
-                            changes=[T.TextDocumentContentChangePartial(range=edit.range,
-                                                                        text=edit.new_text)],
+                            changes=[
+                                T.TextDocumentContentChangePartial(
+                                    range=edit.range, text=edit.new_text
+                                )
+                            ],
                         )
                     ]
                 )
@@ -390,11 +419,15 @@ async def test_notebook_cells(client: LanguageClient):
                 cells=T.NotebookDocumentCellChanges(
                     structure=T.NotebookDocumentCellChangeStructure(
                         array=T.NotebookCellArrayChange(
-                            start=2, delete_count=0,
+                            start=2,
+                            delete_count=0,
                             cells=[T.NotebookCell(kind=T.NotebookCellKind.Code, document=cell3)],
                         ),
-                        did_open=[T.TextDocumentItem(cell3, "python", 1,
-                                                     body.replace("def train(", "def train3("))],
+                        did_open=[
+                            T.TextDocumentItem(
+                                cell3, "python", 1, body.replace("def train(", "def train3(")
+                            )
+                        ],
                     )
                 )
             ),
@@ -405,7 +438,9 @@ async def test_notebook_cells(client: LanguageClient):
     client.notebook_document_did_close(
         T.DidCloseNotebookDocumentParams(
             notebook_document=T.NotebookDocumentIdentifier(nb_uri),
-            cell_text_documents=[T.TextDocumentIdentifier(f"{nb_uri}#{n}")
-                                 for n in ["cell-1", "cell-md", "cell-3", "cell-2"]],
+            cell_text_documents=[
+                T.TextDocumentIdentifier(f"{nb_uri}#{n}")
+                for n in ["cell-1", "cell-md", "cell-3", "cell-2"]
+            ],
         )
     )

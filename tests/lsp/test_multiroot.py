@@ -16,13 +16,16 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
     a.mkdir()
     b.mkdir()
     (a / "pyproject.toml").write_text('[tool.ddp-lsp]\nseverity = { DDP201 = "warning" }\n')
-    lsp_client.set_configuration({"severity": {"DDP201": "hint"}}, section="ddp-lsp",
-                                 scope_uri=b.as_uri())
+    lsp_client.set_configuration(
+        {"severity": {"DDP201": "hint"}}, section="ddp-lsp", scope_uri=b.as_uri()
+    )
     result = await lsp_client.initialize_session(
         T.InitializeParams(
             capabilities=capabilities(request.param),
-            workspace_folders=[T.WorkspaceFolder(uri=a.as_uri(), name="a"),
-                               T.WorkspaceFolder(uri=b.as_uri(), name="b")],
+            workspace_folders=[
+                T.WorkspaceFolder(uri=a.as_uri(), name="a"),
+                T.WorkspaceFolder(uri=b.as_uri(), name="b"),
+            ],
         )
     )
     lsp_client.encoding = str(result.capabilities.position_encoding or "utf-16")  # type: ignore[attr-defined]
@@ -40,12 +43,18 @@ async def test_each_folder_has_its_own_settings(client: LanguageClient):
     enc = client.encoding  # type: ignore[attr-defined]
     da = Doc(client, (a / "t.py").as_uri(), TRAIN, enc)
     db = Doc(client, (b / "t.py").as_uri(), TRAIN, enc)
-    await wait_for_diagnostics(client, da.uri, pred=lambda d: _severity(d) == [T.DiagnosticSeverity.Warning])
-    await wait_for_diagnostics(client, db.uri, pred=lambda d: _severity(d) == [T.DiagnosticSeverity.Hint])
+    await wait_for_diagnostics(
+        client, da.uri, pred=lambda d: _severity(d) == [T.DiagnosticSeverity.Warning]
+    )
+    await wait_for_diagnostics(
+        client, db.uri, pred=lambda d: _severity(d) == [T.DiagnosticSeverity.Hint]
+    )
     # Folder b leaves the workspace: its scoped settings go with it.
     client.workspace_did_change_workspace_folders(
         T.DidChangeWorkspaceFoldersParams(
             T.WorkspaceFoldersChangeEvent(added=[], removed=[T.WorkspaceFolder(b.as_uri(), "b")])
         )
     )
-    await wait_for_diagnostics(client, db.uri, pred=lambda d: _severity(d) == [T.DiagnosticSeverity.Error])
+    await wait_for_diagnostics(
+        client, db.uri, pred=lambda d: _severity(d) == [T.DiagnosticSeverity.Error]
+    )

@@ -49,15 +49,28 @@ def test_neovim_diagnostics_and_code_action(tmp_path: Path):
         "DDP_NVIM_RESULT": str(tmp_path / "result.json"),
     }
     proc = subprocess.run(
-        [_nvim(), "--headless", "-u", str(HERE / "nvim" / "init.lua"),
-         "-c", f"luafile {HERE / 'nvim' / 'check.lua'}"],
-        env=env, cwd=script.parent, capture_output=True, text=True, timeout=150,
+        [
+            _nvim(),
+            "--headless",
+            "-u",
+            str(HERE / "nvim" / "init.lua"),
+            "-c",
+            f"luafile {HERE / 'nvim' / 'check.lua'}",
+        ],
+        env=env,
+        cwd=script.parent,
+        capture_output=True,
+        text=True,
+        timeout=150,
     )
     result_file = tmp_path / "result.json"
     assert result_file.exists(), f"nvim wrote no result\n{proc.stdout}\n{proc.stderr}"
     result = json.loads(result_file.read_text())
     assert result.get("error") is None, result
-    assert result["steps"] == ["attached", "diagnostics", "applied", "cleared"], (result, proc.stderr)
+    assert result["steps"] == ["attached", "diagnostics", "applied", "cleared"], (
+        result,
+        proc.stderr,
+    )
     lines = script.read_text().splitlines()
     clip = next(i for i, ln in enumerate(lines) if "clip_grad_norm_" in ln)
     found = {(d["code"], d["lnum"]) for d in result["diagnostics"]}
@@ -66,4 +79,6 @@ def test_neovim_diagnostics_and_code_action(tmp_path: Path):
     assert "scaler.unscale_(optimizer)\n" in result["text"] + "\n"
     assert result["text"].count("scaler.unscale_(optimizer)") == 1
     init = next(i for i, ln in enumerate(lines) if "init_process_group(" in ln)
-    assert {"line": init, "title": "▶ Run preflight"} in result.get("lenses", []), result.get("lenses")
+    assert {"line": init, "title": "▶ Run preflight"} in result.get("lenses", []), result.get(
+        "lenses"
+    )

@@ -19,7 +19,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 from tests.lsp.helpers import SERVER_CMD, TIMEOUT, Doc, capabilities, make_client
 
 PROBES = ["cpu.workers", "shm.capacity"]
-SCRIPT = '''import os
+SCRIPT = """import os
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -31,15 +31,19 @@ def main(model, dataset):
     model = DDP(model)
     loader = DataLoader(dataset, batch_size=8, num_workers=4)
     return model, loader
-'''
+"""
 INIT_LINE = 8
 
 _CACHE = tempfile.mkdtemp(prefix="ddp-lsp-preflight-cache-")
 CONFIG = ClientServerConfig(
-    server_command=SERVER_CMD, client_factory=make_client,
-    server_env={**os.environ, "XDG_CACHE_HOME": _CACHE,
-                # Only probes named "hang:<id>" hang; the tests below ask for which.
-                "DDP_LSP_PREFLIGHT_INJECT": "hang:limits"},
+    server_command=SERVER_CMD,
+    client_factory=make_client,
+    server_env={
+        **os.environ,
+        "XDG_CACHE_HOME": _CACHE,
+        # Only probes named "hang:<id>" hang; the tests below ask for which.
+        "DDP_LSP_PREFLIGHT_INJECT": "hang:limits",
+    },
 )
 
 
@@ -60,13 +64,15 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
 
 async def _lenses(client: LanguageClient, uri: str) -> list[T.CodeLens]:
     result = await client.text_document_code_lens_async(
-        T.CodeLensParams(T.TextDocumentIdentifier(uri)))
+        T.CodeLensParams(T.TextDocumentIdentifier(uri))
+    )
     return list(result or [])
 
 
 async def _hover(client: LanguageClient, uri: str, line: int, col: int) -> str | None:
     h = await client.text_document_hover_async(
-        T.HoverParams(T.TextDocumentIdentifier(uri), T.Position(line, col)))
+        T.HoverParams(T.TextDocumentIdentifier(uri), T.Position(line, col))
+    )
     return h.contents.value if h is not None else None  # type: ignore[union-attr]
 
 
@@ -81,15 +87,22 @@ async def test_run_preflight_with_progress_lens_and_hover(client: LanguageClient
     assert await _hover(client, doc.uri, INIT_LINE, init_col) is None  # nothing measured yet
 
     result = await asyncio.wait_for(
-        client.workspace_execute_command_async(T.ExecuteCommandParams(
-            command="ddp-lsp.runPreflight",
-            arguments=[*lens.command.arguments, {"quick": True, "probes": PROBES}])),
+        client.workspace_execute_command_async(
+            T.ExecuteCommandParams(
+                command="ddp-lsp.runPreflight",
+                arguments=[*lens.command.arguments, {"quick": True, "probes": PROBES}],
+            )
+        ),
         120,
     )
     assert result["ok"] is True, result
     assert result["folder"] == str(root)
-    reports = [r for token, rs in client.progress_reports.items()
-               if str(token).startswith("ddp-lsp-preflight") for r in rs]
+    reports = [
+        r
+        for token, rs in client.progress_reports.items()
+        if str(token).startswith("ddp-lsp-preflight")
+        for r in rs
+    ]
     kinds = [r.kind for r in reports]
     assert kinds[0] == "begin" and kinds[-1] == "end"
     messages = " ".join(r.message or "" for r in reports)
@@ -108,9 +121,14 @@ async def test_run_preflight_with_progress_lens_and_hover(client: LanguageClient
 async def test_cancel_kills_the_run(client: LanguageClient):
     root = client.root  # type: ignore[attr-defined]
     doc = Doc(client, (root / "train.py").as_uri(), SCRIPT, "utf-16")
-    task = asyncio.ensure_future(client.workspace_execute_command_async(T.ExecuteCommandParams(
-        command="ddp-lsp.runPreflight",
-        arguments=[doc.uri, {"probes": ["cpu.workers", "limits"]}])))
+    task = asyncio.ensure_future(
+        client.workspace_execute_command_async(
+            T.ExecuteCommandParams(
+                command="ddp-lsp.runPreflight",
+                arguments=[doc.uri, {"probes": ["cpu.workers", "limits"]}],
+            )
+        )
+    )
 
     async def token_started() -> str:
         while True:
@@ -129,9 +147,13 @@ async def test_cancel_kills_the_run(client: LanguageClient):
 
 
 async def test_bad_preflight_arguments(client: LanguageClient):
-    for args, needle in [([42], "takes [uri]"), ([None, {"worldSize": 0}], "world_size"),
-                         ([None, {"nope": 1}], "unknown option")]:
+    for args, needle in [
+        ([42], "takes [uri]"),
+        ([None, {"worldSize": 0}], "world_size"),
+        ([None, {"nope": 1}], "unknown option"),
+    ]:
         with pytest.raises(Exception) as err:
             await client.workspace_execute_command_async(
-                T.ExecuteCommandParams(command="ddp-lsp.runPreflight", arguments=args))
+                T.ExecuteCommandParams(command="ddp-lsp.runPreflight", arguments=args)
+            )
         assert needle in str(err.value)

@@ -39,8 +39,9 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
             capabilities=capabilities(request.param),
             root_uri=tmp_path.as_uri(),
             workspace_folders=[T.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
-            initialization_options={"ddp-lsp": {"exclude": ["generated"],
-                                                "rankGuardNames": ["not an identifier"]}},
+            initialization_options={
+                "ddp-lsp": {"exclude": ["generated"], "rankGuardNames": ["not an identifier"]}
+            },
         )
     )
     lsp_client.encoding = str(result.capabilities.position_encoding or "utf-16")  # type: ignore[attr-defined]
@@ -63,8 +64,9 @@ async def test_pull_diagnostics_with_result_ids(client: LanguageClient):
     assert report.result_id
     # Nothing changed: the client's previous result is still good.
     again = await client.text_document_diagnostic_async(
-        T.DocumentDiagnosticParams(T.TextDocumentIdentifier(doc.uri),
-                                   previous_result_id=report.result_id)
+        T.DocumentDiagnosticParams(
+            T.TextDocumentIdentifier(doc.uri), previous_result_id=report.result_id
+        )
     )
     assert isinstance(again, T.RelatedUnchangedDocumentDiagnosticReport)
     assert again.result_id == report.result_id
@@ -72,8 +74,9 @@ async def test_pull_diagnostics_with_result_ids(client: LanguageClient):
     at = doc.text.index("        torch.nn.utils.clip_grad_norm_")
     doc.replace(at, at, "        scaler.unscale_(optimizer)\n")
     fixed = await client.text_document_diagnostic_async(
-        T.DocumentDiagnosticParams(T.TextDocumentIdentifier(doc.uri),
-                                   previous_result_id=report.result_id)
+        T.DocumentDiagnosticParams(
+            T.TextDocumentIdentifier(doc.uri), previous_result_id=report.result_id
+        )
     )
     assert isinstance(fixed, T.RelatedFullDocumentDiagnosticReport)
     assert ddp(fixed.items) == [] and fixed.result_id != report.result_id

@@ -27,8 +27,10 @@ URI = "file:///tmp/ddp-lsp-robust/train.py"
 @pytest.fixture(scope="module")
 def server():
     s = RawServer()
-    before = s.request("textDocument/hover", {"textDocument": {"uri": URI},
-                                              "position": {"line": 0, "character": 0}})
+    before = s.request(
+        "textDocument/hover",
+        {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}},
+    )
     assert before["error"]["code"] == -32002
     s.initialize({"general": {"positionEncodings": ["utf-16"]}})
     yield s
@@ -38,8 +40,9 @@ def server():
 
 
 def alive(s: RawServer) -> None:
-    r = s.request("workspace/executeCommand",
-                  {"command": "ddp-lsp.explainRule", "arguments": ["DDP201"]})
+    r = s.request(
+        "workspace/executeCommand", {"command": "ddp-lsp.explainRule", "arguments": ["DDP201"]}
+    )
     assert r["result"].startswith("# DDP201")
 
 
@@ -81,19 +84,44 @@ def test_unknown_methods(server: RawServer):
 def test_positions_out_of_range_are_clamped(server: RawServer):
     uri = URI.replace("train", "range")
     server.open(uri, TRAIN)
-    r = server.request("textDocument/hover", {"textDocument": {"uri": uri},
-                                              "position": {"line": 10_000, "character": 10_000}})
+    r = server.request(
+        "textDocument/hover",
+        {"textDocument": {"uri": uri}, "position": {"line": 10_000, "character": 10_000}},
+    )
     assert "result" in r and r["result"] is None
-    r = server.request("textDocument/codeAction", {
-        "textDocument": {"uri": uri},
-        "range": {"start": {"line": 0, "character": 500}, "end": {"line": 99_999, "character": 9}},
-        "context": {"diagnostics": []}})
+    r = server.request(
+        "textDocument/codeAction",
+        {
+            "textDocument": {"uri": uri},
+            "range": {
+                "start": {"line": 0, "character": 500},
+                "end": {"line": 99_999, "character": 9},
+            },
+            "context": {"diagnostics": []},
+        },
+    )
     assert "result" in r
     # An edit past the end appends at the end; one past a line's end lands at that end.
-    server.change(uri, 2, [{"range": {"start": {"line": 500, "character": 3},
-                                      "end": {"line": 600, "character": 0}}, "text": "# tail\n"},
-                           {"range": {"start": {"line": 0, "character": 999},
-                                      "end": {"line": 0, "character": 999}}, "text": "  # head"}])
+    server.change(
+        uri,
+        2,
+        [
+            {
+                "range": {
+                    "start": {"line": 500, "character": 3},
+                    "end": {"line": 600, "character": 0},
+                },
+                "text": "# tail\n",
+            },
+            {
+                "range": {
+                    "start": {"line": 0, "character": 999},
+                    "end": {"line": 0, "character": 999},
+                },
+                "text": "  # head",
+            },
+        ],
+    )
     doc = server.document(uri)
     assert doc["text"] == TRAIN.replace("import torch\n", "import torch  # head\n", 1) + "# tail\n"
     assert doc["version"] == 2
@@ -121,8 +149,16 @@ def test_five_megabyte_document(server: RawServer):
     assert n["params"]["diagnostics"] == []
     msg = server.wait_notification("window/showMessage", lambda p: "not analysed" in p["message"])
     assert msg["params"]["type"] == 2  # a warning, not an error
-    server.change(uri, 2, [{"range": {"start": {"line": 0, "character": 0},
-                                      "end": {"line": 0, "character": 0}}, "text": "# big\n"}])
+    server.change(
+        uri,
+        2,
+        [
+            {
+                "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
+                "text": "# big\n",
+            }
+        ],
+    )
     assert server.document(uri)["text"].startswith("# big\nimport torch")
     alive(server)
     assert time.monotonic() - t < 20
@@ -132,8 +168,10 @@ def test_shutdown_then_requests_are_refused():
     s = RawServer()
     s.initialize()
     assert s.request("shutdown")["result"] is None
-    r = s.request("textDocument/hover", {"textDocument": {"uri": URI},
-                                         "position": {"line": 0, "character": 0}})
+    r = s.request(
+        "textDocument/hover",
+        {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}},
+    )
     assert r["error"]["code"] == -32600
     s.notify("exit")
     assert s.proc.wait(timeout=10) == 0
@@ -150,8 +188,9 @@ def test_tcp_mode():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    proc = subprocess.Popen(SERVER_CMD + ["--tcp", f"127.0.0.1:{port}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        SERVER_CMD + ["--tcp", f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -199,23 +238,39 @@ def test_a_burst_of_edits_is_analysed_at_its_newest_version(server: RawServer):
     uri = URI.replace("train", "burst")
     server.open(uri, TRAIN)
     server.wait_notification("textDocument/publishDiagnostics", lambda p: p["uri"] == uri)
-    line = TRAIN.splitlines().index("        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)")
+    line = TRAIN.splitlines().index(
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
+    )
     frames = b""
     for v in range(2, 202):  # type '#' at the start of the line, delete it, 100 times
         end = 0 if v % 2 == 0 else 1
-        change = {"range": {"start": {"line": line, "character": 0},
-                            "end": {"line": line, "character": end}}, "text": "#" if end == 0 else ""}
-        body = json.dumps({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
-            "textDocument": {"uri": uri, "version": v}, "contentChanges": [change]}}).encode()
+        change = {
+            "range": {
+                "start": {"line": line, "character": 0},
+                "end": {"line": line, "character": end},
+            },
+            "text": "#" if end == 0 else "",
+        }
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "method": "textDocument/didChange",
+                "params": {"textDocument": {"uri": uri, "version": v}, "contentChanges": [change]},
+            }
+        ).encode()
         frames += b"Content-Length: %d\r\n\r\n" % len(body) + body
     assert server.proc.stdin is not None
     server.proc.stdin.write(frames)  # one write: the server sees them all waiting at once
     server.proc.stdin.flush()
-    last = server.wait_notification("textDocument/publishDiagnostics",
-                                    lambda p: p["uri"] == uri and p.get("version") == 201)
+    last = server.wait_notification(
+        "textDocument/publishDiagnostics", lambda p: p["uri"] == uri and p.get("version") == 201
+    )
     assert [d["code"] for d in last["params"]["diagnostics"] if d["code"] == "DDP201"] == ["DDP201"]
-    versions = [n["params"].get("version") for n in server.notifications
-                if n["method"] == "textDocument/publishDiagnostics" and n["params"]["uri"] == uri]
+    versions = [
+        n["params"].get("version")
+        for n in server.notifications
+        if n["method"] == "textDocument/publishDiagnostics" and n["params"]["uri"] == uri
+    ]
     assert versions == sorted(versions) and len(versions) < 20, versions  # not one per edit
 
 
@@ -226,8 +281,9 @@ def test_log_file(tmp_path):
     alive(s)
     assert s.close() == 0
     assert "initialize" in log.read_text() and s.stdout_garbage == []
-    bad = subprocess.run(SERVER_CMD + ["--log-level", "LOUD"], capture_output=True, text=True,
-                         timeout=60)
+    bad = subprocess.run(
+        SERVER_CMD + ["--log-level", "LOUD"], capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and "--log-level" in bad.stderr
 
 
@@ -237,16 +293,20 @@ def test_the_server_never_imports_torch(tmp_path):
     fake.mkdir(parents=True)
     marker = tmp_path / "torch-imported"
     fake.joinpath("__init__.py").write_text(
-        f"open({str(marker)!r}, 'w').write('imported')\nraise ImportError('fake torch')\n")
+        f"open({str(marker)!r}, 'w').write('imported')\nraise ImportError('fake torch')\n"
+    )
     s = RawServer(env={"PYTHONPATH": str(tmp_path / "fake")})
     s.initialize()
     uri = "file:///tmp/ddp-lsp-torchless/train.py"
     s.open(uri, TRAIN)
     n = s.wait_notification("textDocument/publishDiagnostics", lambda p: p["uri"] == uri)
     (d,) = [d for d in n["params"]["diagnostics"] if d["code"] == "DDP201"]
-    assert "result" in s.request("textDocument/hover", {"textDocument": {"uri": uri},
-                                                        "position": d["range"]["start"]})
-    assert "result" in s.request("textDocument/codeAction", {"textDocument": {"uri": uri},
-                                 "range": d["range"], "context": {"diagnostics": [d]}})
+    assert "result" in s.request(
+        "textDocument/hover", {"textDocument": {"uri": uri}, "position": d["range"]["start"]}
+    )
+    assert "result" in s.request(
+        "textDocument/codeAction",
+        {"textDocument": {"uri": uri}, "range": d["range"], "context": {"diagnostics": [d]}},
+    )
     assert s.close() == 0
     assert not marker.exists(), "the language server imported torch"

@@ -18,8 +18,26 @@ from hypothesis import strategies as st
 from tests.lsp.helpers import TRAIN, position, split_lines
 from tests.lsp.rawclient import RawServer
 
-PIECES = ["a", "x = 1", " ", "\t", "\n", "\r\n", "\r", "😀", "中文", "é", "(", ")", "#",
-          "scaler.unscale_(optimizer)\n", "    ", "def f():\n", '"""', "🧪x"]
+PIECES = [
+    "a",
+    "x = 1",
+    " ",
+    "\t",
+    "\n",
+    "\r\n",
+    "\r",
+    "😀",
+    "中文",
+    "é",
+    "(",
+    ")",
+    "#",
+    "scaler.unscale_(optimizer)\n",
+    "    ",
+    "def f():\n",
+    '"""',
+    "🧪x",
+]
 _counter = itertools.count()
 
 
@@ -44,7 +62,9 @@ edit = st.tuples(st.floats(0, 1), st.floats(0, 1), st.lists(st.sampled_from(PIEC
 batches = st.lists(st.lists(edit, min_size=1, max_size=4), min_size=1, max_size=6)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(start=st.lists(st.sampled_from(PIECES), max_size=10), batches=batches)
 def test_random_edits_keep_texts_equal(server: RawServer, start: list[str], batches):
     enc = server.encoding  # type: ignore[attr-defined]
@@ -68,11 +88,17 @@ def test_random_edits_keep_texts_equal(server: RawServer, start: list[str], batc
     assert doc["version"] == version
     assert doc["text"] == text
     # And the server is still analysing: a request that needs findings is answered.
-    r = server.request("textDocument/codeAction", {
-        "textDocument": {"uri": uri},
-        "range": {"start": {"line": 0, "character": 0},
-                  "end": {"line": len(split_lines(text)) - 1, "character": 0}},
-        "context": {"diagnostics": []}})
+    r = server.request(
+        "textDocument/codeAction",
+        {
+            "textDocument": {"uri": uri},
+            "range": {
+                "start": {"line": 0, "character": 0},
+                "end": {"line": len(split_lines(text)) - 1, "character": 0},
+            },
+            "context": {"diagnostics": []},
+        },
+    )
     assert "result" in r, r
     server.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
 
