@@ -67,7 +67,8 @@ MAX_ANALYSED_CHARS = 2_000_000
 # lines). After each analysis the surviving objects are frozen (``gc.freeze``), so automatic
 # collections only scan what the next edit allocates (p95 24 ms, max 42 ms); frozen garbage in
 # reference cycles is collected by one full collection once the user has stopped typing.
-IDLE_COLLECT_S = 3.0
+IDLE_COLLECT_S = 5.0
+IDLE_COLLECT_MIN_ANALYSES = 50  # a full collection costs ~0.4 s at 20,000 lines: not per pause
 
 Publish = Callable[[str, "int | None", list[dict[str, Any]]], None]
 ShowError = Callable[[str, bool], None]  # (message, is_error)
@@ -369,7 +370,7 @@ class ServerState:
     def _idle_collect(self) -> None:
         """A full collection, now that no edit has arrived for a while."""
         self._idle_gc = None
-        if self._analyses_since_gc < 10:
+        if self._analyses_since_gc < IDLE_COLLECT_MIN_ANALYSES:
             return
         gc.unfreeze()
         gc.collect()
