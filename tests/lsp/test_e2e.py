@@ -7,6 +7,8 @@ loaded two-core machine); every test opens its own document URI so tests stay in
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 
 import pytest
 import pytest_lsp
@@ -444,3 +446,28 @@ async def test_notebook_cells(client: LanguageClient):
             ],
         )
     )
+
+
+async def test_pyproject_change_seen_on_save_without_a_watcher(client: LanguageClient):
+    caps = capabilities(client.profile).workspace  # type: ignore[attr-defined]
+    watch = caps.did_change_watched_files if caps else None
+    if watch and watch.dynamic_registration:
+        pytest.skip("this client watches pyproject.toml for the server")
+    root = client.root  # type: ignore[attr-defined]
+    proj = root / "nowatch"
+    proj.mkdir()
+    pyproject = proj / "pyproject.toml"
+    pyproject.write_text('[tool.ddp-lsp]\nseverity = { DDP201 = "information" }\n')
+    doc = Doc(client, (proj / "train.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
+    await wait_for_diagnostics(
+        client,
+        doc.uri,
+        pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Information],
+    )
+    pyproject.write_text('[tool.ddp-lsp]\nseverity = { DDP201 = "hint" }\n')
+    os.utime(pyproject, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # a distinct mtime
+    client.text_document_did_save(T.DidSaveTextDocumentParams(T.TextDocumentIdentifier(doc.uri)))
+    await wait_for_diagnostics(
+        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Hint]
+    )
+    doc.close()
