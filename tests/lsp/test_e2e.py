@@ -471,3 +471,15 @@ async def test_pyproject_change_seen_on_save_without_a_watcher(client: LanguageC
         client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Hint]
     )
     doc.close()
+
+
+async def test_tags_and_related_information(client: LanguageClient):
+    doc = _open(client, "tags.py", TRAIN + "scaler = torch.cuda.amp.GradScaler()\n")
+    pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d, "DDP205"))
+    (dep,) = ddp(pub.diagnostics, "DDP205")
+    assert dep.tags == [T.DiagnosticTag.Deprecated]
+    (clip,) = ddp(pub.diagnostics)
+    (rel,) = clip.related_information or []
+    assert rel.location.uri == doc.uri and rel.location.range.start.line == CLIP_LINE - 1
+    assert "scaled" in rel.message
+    doc.close()
