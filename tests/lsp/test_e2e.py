@@ -477,9 +477,9 @@ async def test_tags_and_related_information(client: LanguageClient):
     doc = _open(client, "tags.py", TRAIN + "scaler = torch.cuda.amp.GradScaler()\n")
     pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d, "DDP205"))
     (dep,) = ddp(pub.diagnostics, "DDP205")
-    assert dep.tags == [T.DiagnosticTag.Deprecated]
+    assert list(dep.tags or []) == [T.DiagnosticTag.Deprecated]
     (clip,) = ddp(pub.diagnostics)
-    (rel,) = clip.related_information or []
+    (rel,) = clip.related_information or ()
     assert rel.location.uri == doc.uri and rel.location.range.start.line == CLIP_LINE - 1
     assert "scaled" in rel.message
     doc.close()
