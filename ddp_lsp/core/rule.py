@@ -114,6 +114,7 @@ class ChunkContext:
         self.module_node = ast.Module(body=self.body, type_ignores=[])
         self._exit_guard_memo: dict[int, int] = {}
         self._memo: dict[object, object] = {}
+        self._qualnames: dict[int, str | None] = {}
 
     # -- traversal -----------------------------------------------------------------------------
 
@@ -206,7 +207,13 @@ class ChunkContext:
         return self.facts.qualname(expr)
 
     def call_qualname(self, call: ast.Call) -> str | None:
-        return self.facts.qualname(call.func)
+        # Asked for the same calls by many rules: resolve each once per analysis.
+        key = id(call)
+        try:
+            return self._qualnames[key]
+        except KeyError:
+            value = self._qualnames[key] = self.facts.qualname(call.func)
+            return value
 
     def kind(self, expr: ast.AST, at: ast.AST | None = None) -> str | None:
         """What ``expr`` (``model``, ``self.scaler``) holds where it is used."""

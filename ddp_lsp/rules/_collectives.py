@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.ranks import Polarity
 from ddp_lsp.core.rule import ChunkContext
@@ -404,6 +405,13 @@ class Flow:
     # -- public ------------------------------------------------------------------------------
 
     def run(self) -> list[Miss]:
+        # Most frames hold no event at all: skip the two-lane walk for them (it is the
+        # costliest part of the analysis on big files).
+        if not any(
+            isinstance(n, ast.Call) and self.extract(n) is not None
+            for n in W.scope_nodes(self.root)
+        ):
+            return []
         body: list[ast.stmt]
         start: list[Lane] = [Lane(), Lane()]
         if isinstance(self.root, FUNCS):
