@@ -511,22 +511,14 @@ def _machine(path: Path | None) -> MachineInfo | None:
         return None
     import json
 
-    from ddp_lsp.preflight.report import machine_facts
+    from ddp_lsp.preflight.report import machine_info
     from ddp_lsp.preflight.schema import PreflightReport
 
     try:
         report = PreflightReport.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"--preflight {path}: not a readable preflight report ({exc})") from None
-    facts = machine_facts(report)
-    return MachineInfo(
-        cpu_count=facts.cpu_count,
-        source=f"preflight on {facts.host} ({path.name})",
-        gpu_count=facts.gpu_count,
-        nccl_available=facts.nccl_available,
-        shm_free_bytes=facts.shm_free_bytes,
-        local_world_size=facts.local_world_size,
-    )
+    return machine_info(report, path.name)
 
 
 def with_environment(jobs: list[Job], machine: MachineInfo | None) -> list[Job]:

@@ -49,6 +49,8 @@ class PreflightService:
         self.state = state
         self.running: dict[str, asyncio.Event] = {}
         self._tokens = itertools.count(1)
+        # Analyses use the folder's report too (DDP405 counts its CPUs), cached ones included.
+        state.preflight_lookup = self.report_for
 
     # -- where and with what ------------------------------------------------------------------
 
@@ -138,6 +140,7 @@ class PreflightService:
             except OSError as exc:
                 log.warning("could not cache the preflight report: %s", exc)
             _refresh_lenses(ls)
+            self.state.environment_changed()
         return {
             "ok": report.error is None,
             "error": report.error,

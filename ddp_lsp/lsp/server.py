@@ -496,7 +496,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
             n = sum(1 for f in unit.findings if f.safe_fix) if edit else 0
         else:
             old = unit.doc.text
-            new, n = fix_text(old, unit.settings)
+            new, n = fix_text(old, unit.settings, env=unit.env)
             edit = whole_text_edit(state, unit, old, new)
         if edit is None:
             return {"applied": False, "fixes": 0}

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from ddp_lsp.core.env import Environment
 from ddp_lsp.core.types import Finding, Pos
 from ddp_lsp.lsp import config as C
 from ddp_lsp.lsp.convert import UTF16, Codec
@@ -135,6 +136,7 @@ class Unit:
     signatures: dict[str, list[Any]] = field(default_factory=dict)  # what resultId tracks
     result_ids: dict[str, str] = field(default_factory=dict)
     result_seq: int = 0
+    env: Environment | None = None  # launch config next to the file + preflight facts
 
     def views(self) -> Iterator[tuple[str, int, int | None]]:
         """(URI, first line in the unit, version) of every view the client knows."""
@@ -171,6 +173,9 @@ class ServerState:
         # Preflight reports by workspace folder path (filled by the preflight integration;
         # hover reads them). None means "never measured here".
         self.preflight: dict[str, Any] = {}
+        # How to find a folder's report (this session's or the cache's); the preflight
+        # integration installs its lookup, which knows the interpreter.
+        self.preflight_lookup: Callable[[Path], Any] = lambda folder: self.preflight.get(str(folder))
         self._shown: set[str] = set()
         self._flush_scheduled = False
         self._idle_gc: asyncio.TimerHandle | None = None
@@ -228,6 +233,37 @@ class ServerState:
     def _refresh_settings(self, unit: Unit) -> None:
         unit.settings, enabled = self.settings_for(unit.key, unit.path)
         unit.enabled = enabled and unit.language == "python"
+        unit.env = self.environment_for(unit.path)
+
+    def environment_for(self, path: Path | None) -> Environment | None:
+        """Where the file's code runs: the launch configuration next to it (torchrun line,
+        SLURM header, Accelerate/DeepSpeed config) and the folder's last preflight report."""
+        if path is None:
+            return None
+        from ddp_lsp.launch import launch_info
+
+        folder = self.folder_of(path)
+        try:
+            launch = launch_info(path, folder)
+        except Exception:  # a launch file we cannot make sense of must not stop analysis
+            log.exception("reading the launch configuration for %s failed", path)
+            launch = None
+        machine = None
+        report = self.preflight_lookup(folder) if folder is not None else None
+        if report is not None:
+            from ddp_lsp.preflight.report import machine_info
+
+            machine = machine_info(report)
+        if launch is None and machine is None:
+            return None
+        return Environment(machine=machine, launch=launch)
+
+    def environment_changed(self) -> None:
+        """A new preflight report or launch file: re-read environments, re-analyse."""
+        for unit in self.units.values():
+            unit.env = self.environment_for(unit.path)
+            unit.dirty = True
+        self.schedule()
 
     # -- documents -----------------------------------------------------------------------------
 
@@ -399,7 +435,7 @@ class ServerState:
             from ddp_lsp.core.engine import analyze
 
             try:
-                result = analyze(unit.doc, unit.settings)
+                result = analyze(unit.doc, unit.settings, unit.env)
                 findings = result.findings
                 for err in result.errors:
                     log.error(

@@ -57,7 +57,7 @@ def _file_report(state: ServerState, path: Path) -> list[dict[str, Any]] | None:
     settings, _ = state.settings_for(path.as_uri(), path)
     from ddp_lsp.core.document import split_lines
 
-    result = analyze(text, settings)
+    result = analyze(text, settings, state.environment_for(path))
     lines = split_lines(text)
     codec: Codec = state.codec
     return [to_diagnostic(f, i, None, lines, codec) for i, f in enumerate(result.findings)]

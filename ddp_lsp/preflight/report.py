@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from ddp_lsp.core.env import MachineInfo
 from ddp_lsp.preflight.schema import PreflightReport, ProbeResult, Status
 
 TOPICS = ("init_process_group", "DistributedDataParallel", "DataLoader")
@@ -185,6 +186,21 @@ def machine_facts(report: PreflightReport) -> MachineFacts:
         busbw_at_bucket_gbps=float(busbw) if isinstance(busbw, (int, float)) else None,
         local_world_size=_int(cpu.get("local_world_size")),
         created=report.created,
+    )
+
+
+def machine_info(report: PreflightReport, where: str = "") -> MachineInfo:
+    """The report's facts as the analysis core's ``MachineInfo`` (what rules such as DDP405 use),
+    with a source that says where the numbers came from in messages."""
+    facts = machine_facts(report)
+    label = f"preflight on {facts.host}" + (f" ({where})" if where else "")
+    return MachineInfo(
+        cpu_count=facts.cpu_count,
+        source=label,
+        gpu_count=facts.gpu_count,
+        nccl_available=facts.nccl_available,
+        shm_free_bytes=facts.shm_free_bytes,
+        local_world_size=facts.local_world_size,
     )
 
 

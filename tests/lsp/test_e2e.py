@@ -483,3 +483,27 @@ async def test_tags_and_related_information(client: LanguageClient):
     assert rel.location.uri == doc.uri and rel.location.range.start.line == CLIP_LINE - 1
     assert "scaled" in rel.message
     doc.close()
+
+
+async def test_launch_config_next_to_the_script_reaches_the_rules(client: LanguageClient):
+    """DDP405 counts workers x processes per node: the processes come from the torchrun line
+    in a shell script next to the training file, and the message says so."""
+    root = client.root  # type: ignore[attr-defined]
+    sub = root / "launched"
+    sub.mkdir(exist_ok=True)
+    (sub / "run.sh").write_text("torchrun --nproc-per-node=64 loader_job.py\n", encoding="utf-8")
+    text = (
+        "import torch.distributed as dist\n"
+        "from torch.utils.data import DataLoader\n\n"
+        "def main(ds):\n"
+        "    loader = DataLoader(ds, batch_size=8, num_workers=2)\n"
+        "    for x in loader:\n"
+        "        x.cuda()\n"
+    )
+    doc = _open(client, "launched/loader_job.py", text)
+    pub = await wait_for_diagnostics(
+        client, doc.uri, 1, lambda ds: any(d.code == "DDP405" for d in ds)
+    )
+    (d,) = [d for d in pub.diagnostics if d.code == "DDP405"]
+    assert "run.sh" in d.message and "64" in d.message, d.message
+    doc.close()
