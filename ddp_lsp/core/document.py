@@ -17,6 +17,7 @@ import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ddp_lsp.core import chunks as C
 from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, ModuleFacts, extract, merge
@@ -72,6 +73,8 @@ class ParsedChunk:
     # Findings cached per (module facts, analysis settings); see engine.analyze.
     results: dict[object, object] = field(default_factory=dict)
     index: object | None = None  # the shared traversal, built on first use (engine)
+    # (start line, cached result, findings moved to that line, errors moved): see engine.
+    placed: tuple[int, object, tuple[Any, ...], tuple[Any, ...]] | None = None
 
 
 def parse_chunk(text: str, member_of: str | None, ranks: RankModel) -> ParsedChunk:

@@ -55,13 +55,31 @@ def analyze(
         rules = tuple(r for r in all_rules() if settings.enabled(r.meta.id))
     facts = doc.module_facts(settings.assume_distributed)
     rank_model = ranks.with_extra(facts.rank_vars, facts.rank_predicates)
-    key = (facts, ranks, env, tuple(id(r) for r in rules))
+    key = _Key((facts, ranks, env, tuple(id(r) for r in rules)))
 
     raw: list[Finding] = []
     errors: list[InternalError] = []
     with gc_paused():
         _collect(doc, facts, settings, rank_model, env, rules, key, raw, errors)
     return _finish(doc, facts, settings, raw, errors)
+
+
+class _Key:
+    """The findings-cache key of an analysis, hashed once (every chunk looks it up)."""
+
+    __slots__ = ("parts", "hash")
+
+    def __init__(self, parts: tuple[object, ...]) -> None:
+        self.parts = parts
+        self.hash = hash(parts)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and (
+            self is other or (self.hash == other.hash and self.parts == other.parts)
+        )
 
 
 def _collect(
@@ -98,8 +116,21 @@ def _collect(
                 chunk.results.clear()
             chunk.results[key] = cached
         found, errs = cached
-        raw.extend(f.shifted(start) for f in found)
-        errors.extend(replace(e, line=e.line + start) for e in errs)
+        if not found and not errs:
+            continue
+        # Moving a chunk's findings to document lines costs new objects per finding; keep the
+        # moved ones while the chunk stays where it was (every chunk above an edit does).
+        moved = chunk.placed
+        if moved is None or moved[0] != start or moved[1] is not cached:
+            moved = (
+                start,
+                cached,
+                tuple(f.shifted(start) for f in found),
+                tuple(replace(e, line=e.line + start) for e in errs),
+            )
+            chunk.placed = moved
+        raw.extend(moved[2])
+        errors.extend(moved[3])
 
 
 def _finish(
