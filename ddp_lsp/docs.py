@@ -91,6 +91,8 @@ def write_docs(directory: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent.parent / "docs" / "rules"
+    target = (
+        Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent.parent / "docs" / "rules"
+    )
     for p in write_docs(target):
         print(p)

@@ -37,7 +37,13 @@ from ddp_lsp.core.env import LaunchInfo
 _SCRIPT_SUFFIXES = {".sh", ".bash", ".slurm", ".sbatch", ".job", ".yaml", ".yml"}
 _MAX_BYTES = 256 * 1024
 _MAX_FILES = 200
-_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "accelerate", "deepspeed")
+_LAUNCHERS = (
+    "torchrun",
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "accelerate",
+    "deepspeed",
+)
 
 
 def _int(value: str | None) -> int | None:
@@ -92,11 +98,18 @@ def _command_launch(line: str, script: Path) -> LaunchInfo | None:
     except ValueError:
         tokens = line.split()
     # Only the launcher's own options: those before the script path.
-    upto = next((i for i, t in enumerate(tokens) if t.endswith(script.name) or t.endswith(script.stem)), len(tokens))
+    upto = next(
+        (i for i, t in enumerate(tokens) if t.endswith(script.name) or t.endswith(script.stem)),
+        len(tokens),
+    )
     head = tokens[:upto]
     opts = _options(head)
     joined = " ".join(head)
-    if "torchrun" in joined or "torch.distributed.run" in joined or "torch.distributed.launch" in joined:
+    if (
+        "torchrun" in joined
+        or "torch.distributed.run" in joined
+        or "torch.distributed.launch" in joined
+    ):
         nproc = _int(opts.get("nproc-per-node"))
         nnodes = _int(opts.get("nnodes"))
         return LaunchInfo(
@@ -203,8 +216,17 @@ def _merge(a: LaunchInfo | None, b: LaunchInfo | None, source: str) -> LaunchInf
     b = replace(b, sources=(source,))
     if a is None:
         return b
-    fields = ("nproc_per_node", "world_size", "num_nodes", "grad_accum_steps", "mixed_precision", "launcher")
-    updates = {f: getattr(b, f) for f in fields if getattr(a, f) is None and getattr(b, f) is not None}
+    fields = (
+        "nproc_per_node",
+        "world_size",
+        "num_nodes",
+        "grad_accum_steps",
+        "mixed_precision",
+        "launcher",
+    )
+    updates = {
+        f: getattr(b, f) for f in fields if getattr(a, f) is None and getattr(b, f) is not None
+    }
     if not updates:
         return a
     sources = a.sources if source in a.sources else (*a.sources, source)

@@ -141,8 +141,15 @@ def step(state: State, line: str) -> tuple[State, bool, bool]:
         word = m.group() if m else ""
         if word in _CONTINUATIONS:
             new = replace(
-                state, depth=depth, quote=quote, cont=cont, top_kind="compound",
-                cls=None, cls_indent=None, member_seen=False, member_decorator=False,
+                state,
+                depth=depth,
+                quote=quote,
+                cont=cont,
+                top_kind="compound",
+                cls=None,
+                cls_indent=None,
+                member_seen=False,
+                member_decorator=False,
             )
             return new, False, False
         if text.startswith("@"):
@@ -183,8 +190,13 @@ def step(state: State, line: str) -> tuple[State, bool, bool]:
         else:
             member_decorator = False
     new = replace(
-        state, depth=depth, quote=quote, cont=cont, cls_indent=cls_indent,
-        member_seen=member_seen, member_decorator=member_decorator,
+        state,
+        depth=depth,
+        quote=quote,
+        cont=cont,
+        cls_indent=cls_indent,
+        member_seen=member_seen,
+        member_decorator=member_decorator,
     )
     return new, boundary, boundary
 

@@ -196,7 +196,7 @@ class Document:
 
     def chunks(self) -> list[tuple[int, ParsedChunk]]:
         """(start line, parsed chunk) in document order."""
-        return [(cs.line, pc) for cs, pc in zip(self._starts, self._parsed)]
+        return [(cs.line, pc) for cs, pc in zip(self._starts, self._parsed, strict=True)]
 
     def module_facts(self, assume_distributed: bool = False) -> ModuleFacts:
         if self._facts is None or self._facts_assume != assume_distributed:
@@ -252,9 +252,7 @@ class Document:
         if ranks == self.ranks:
             return
         self.ranks = ranks
-        self._parsed = [
-            parse_chunk(pc.text, pc.member_of, ranks) for pc in self._parsed
-        ]
+        self._parsed = [parse_chunk(pc.text, pc.member_of, ranks) for pc in self._parsed]
         self._facts = None
 
     # -- internals -----------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from dataclasses import replace
 from ddp_lsp.config import Settings
 from ddp_lsp.core import fixes as F
 from ddp_lsp.core import names as N
-from ddp_lsp.core.env import Environment
 from ddp_lsp.core.document import Document, ParsedChunk, gc_paused
+from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import ModuleFacts
 from ddp_lsp.core.registry import SYNTAX_ERROR, all_rules
 from ddp_lsp.core.rule import ChunkContext, Rule
@@ -154,7 +154,10 @@ def _finish(
         if any(fix.imports for fix in f.fixes):
             if import_line is None:
                 import_line = _import_line(doc)
-            f = replace(f, fixes=tuple(_with_imports(fix, facts, import_line, doc.newline) for fix in f.fixes))
+            f = replace(
+                f,
+                fixes=tuple(_with_imports(fix, facts, import_line, doc.newline) for fix in f.fixes),
+            )
         if doc.newline != "\n" and f.fixes:
             f = replace(f, fixes=tuple(_newlines(fix, doc.newline) for fix in f.fixes))
         out.append(f)
@@ -215,7 +218,9 @@ def _with_imports(fix: Fix, facts: ModuleFacts, line: int, newline: str) -> Fix:
 
 def _newlines(fix: Fix, newline: str) -> Fix:
     edits = tuple(
-        replace(e, text=e.text.replace("\r\n", "\n").replace("\n", newline)) if "\n" in e.text else e
+        replace(e, text=e.text.replace("\r\n", "\n").replace("\n", newline))
+        if "\n" in e.text
+        else e
         for e in fix.edits
     )
     return replace(fix, edits=edits)

@@ -129,7 +129,9 @@ def extract(tree: ast.Module, member_of: str | None, ranks: RankModel) -> ChunkF
     x.block(tree.body, scope="", guarded=False)
     top_calls, top_props = x._calls.pop(), x._props.pop()
     if top_calls or top_props:
-        x.functions.append(FunctionInfo(MODULE, None, (), frozenset(top_calls), frozenset(top_props), 0))
+        x.functions.append(
+            FunctionInfo(MODULE, None, (), frozenset(top_calls), frozenset(top_props), 0)
+        )
     return ChunkFacts(
         imports=tuple(x.imports),
         env_markers=x.env_markers,
@@ -336,7 +338,9 @@ class _Extractor:
         path = _path(target)
         src = N.dotted(ann)
         if path and src:
-            b_scope = self.class_stack[-1] if path.startswith("self.") and self.class_stack else scope
+            b_scope = (
+                self.class_stack[-1] if path.startswith("self.") and self.class_stack else scope
+            )
             self.bindings.append(Binding(b_scope, path, (src,)))
 
 
@@ -391,8 +395,10 @@ def _guards_itself(body: list[ast.stmt], ranks: RankModel) -> bool:
 
 
 def _is_docstring(s: ast.stmt) -> bool:
-    return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(
-        s.value.value, str
+    return (
+        isinstance(s, ast.Expr)
+        and isinstance(s.value, ast.Constant)
+        and isinstance(s.value.value, str)
     )
 
 
@@ -489,8 +495,10 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
     for cf in chunk_list:
         for name, qual in cf.imports:
             aliases.setdefault(name, qual)
-    distributed = assume_distributed or any(cf.env_markers for cf in chunk_list) or any(
-        N.is_distributed_import(q) for q in aliases.values()
+    distributed = (
+        assume_distributed
+        or any(cf.env_markers for cf in chunk_list)
+        or any(N.is_distributed_import(q) for q in aliases.values())
     )
 
     functions: dict[str, FunctionInfo] = {}
@@ -576,7 +584,12 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
                     found_props.add(SETS_DEVICE)
                 direct = callee_memo[callee] = frozenset(found_props)
             props |= direct
-            if callee.endswith(".update") and callee.count(".") == 1 or callee.startswith("self.") and callee.endswith(".update"):
+            if (
+                callee.endswith(".update")
+                and callee.count(".") == 1
+                or callee.startswith("self.")
+                and callee.endswith(".update")
+            ):
                 receiver = callee.rsplit(".", 1)[0]
                 if facts.kind(receiver, q, fi.cls) == SCALER:
                     props.add(UPDATES_SCALER)

@@ -38,7 +38,8 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> str:
     # Identical edits apply once; ties at one position keep the order the fix listed them in
     # (an insertion before a re-indent of the same line must stay first). sorted() is stable.
     unique = dict.fromkeys(
-        (_offset(e.span.start, lines, starts), _offset(e.span.end, lines, starts), e.text) for e in edits
+        (_offset(e.span.start, lines, starts), _offset(e.span.end, lines, starts), e.text)
+        for e in edits
     )
     resolved = sorted(unique, key=lambda t: (t[0], t[1]))
     out: list[str] = []
@@ -61,8 +62,11 @@ def _overlaps(a: tuple[Pos, Pos], b: tuple[Pos, Pos]) -> bool:
     # Two insertions at the same point conflict too (their order would be arbitrary).
     if a[0] == a[1] and b[0] == b[1]:
         return a[0] == b[0]
-    return a[0] < b[1] and b[0] < a[1] or (a[0] == a[1] and b[0] <= a[0] < b[1]) or (
-        b[0] == b[1] and a[0] <= b[0] < a[1]
+    return (
+        a[0] < b[1]
+        and b[0] < a[1]
+        or (a[0] == a[1] and b[0] <= a[0] < b[1])
+        or (b[0] == b[1] and a[0] <= b[0] < a[1])
     )
 
 
@@ -71,7 +75,7 @@ def select_non_overlapping(fixes: Iterable[Fix]) -> list[Fix]:
     taken: list[tuple[Pos, Pos]] = []
     taken_edits: set[Edit] = set()
     for fix in fixes:
-        ranges = [r for e, r in zip(fix.edits, _ranges(fix)) if e not in taken_edits]
+        ranges = [r for e, r in zip(fix.edits, _ranges(fix), strict=True) if e not in taken_edits]
         if any(_overlaps(r, t) for r in ranges for t in taken):
             continue
         accepted.append(fix)
@@ -129,7 +133,9 @@ def import_insertion_line(body_chunks: Sequence[tuple[int, ast.Module | None, in
     return line
 
 
-def import_edit(imports: Sequence[str], present: Callable[[str], bool], line: int, newline: str) -> Edit | None:
+def import_edit(
+    imports: Sequence[str], present: Callable[[str], bool], line: int, newline: str
+) -> Edit | None:
     missing = []
     for stmt in imports:
         if stmt not in missing and not present(stmt):

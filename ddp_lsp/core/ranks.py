@@ -69,7 +69,9 @@ RANK_FUNCTIONS = frozenset(
     {"get_rank", "get_global_rank", "get_local_rank", "get_node_local_rank", "get_ordinal"}
 )
 # Same value on every rank; `not dist.is_initialized() or rank == 0` is still a rank-0 guard.
-_SINGLE_PROCESS_CHECKS = frozenset({"is_initialized", "is_available", "is_dist_avail_and_initialized"})
+_SINGLE_PROCESS_CHECKS = frozenset(
+    {"is_initialized", "is_available", "is_dist_avail_and_initialized"}
+)
 
 
 class Polarity(enum.Enum):
@@ -111,8 +113,10 @@ class RankModel:
             return e.attr in self.names
         if isinstance(e, ast.Call):
             func = e.func
-            name = func.attr if isinstance(func, ast.Attribute) else (
-                func.id if isinstance(func, ast.Name) else None
+            name = (
+                func.attr
+                if isinstance(func, ast.Attribute)
+                else (func.id if isinstance(func, ast.Name) else None)
             )
             if name in RANK_FUNCTIONS:
                 return True
@@ -178,7 +182,7 @@ class RankModel:
                 return None
             if all(
                 p is Polarity.ZERO or (p is None and _single_process_check(v))
-                for p, v in zip(parts, test.values)
+                for p, v in zip(parts, test.values, strict=True)
             ):
                 return Polarity.ZERO
             return Polarity.SOME
@@ -256,8 +260,10 @@ def _single_process_check(e: ast.AST) -> bool:
         inner = e.operand
         if isinstance(inner, ast.Call):
             inner = inner.func
-        name = inner.attr if isinstance(inner, ast.Attribute) else (
-            inner.id if isinstance(inner, ast.Name) else ""
+        name = (
+            inner.attr
+            if isinstance(inner, ast.Attribute)
+            else (inner.id if isinstance(inner, ast.Name) else "")
         )
         return name in _SINGLE_PROCESS_CHECKS
     if isinstance(e, ast.Compare) and len(e.ops) == 1:

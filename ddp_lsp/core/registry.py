@@ -39,11 +39,15 @@ def all_rules() -> tuple[Rule, ...]:
         found = [
             obj
             for obj in vars(module).values()
-            if isinstance(obj, type) and issubclass(obj, Rule) and obj is not Rule
+            if isinstance(obj, type)
+            and issubclass(obj, Rule)
+            and obj is not Rule
             and obj.__module__ == module.__name__
         ]
         if len(found) != 1:
-            raise RegistryError(f"{module.__name__} must define exactly one Rule, found {len(found)}")
+            raise RegistryError(
+                f"{module.__name__} must define exactly one Rule, found {len(found)}"
+            )
         rule = found[0]()
         meta = rule.meta
         if meta.id in rules:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import ModuleFacts, path_of
-from ddp_lsp.core.walk import children
 from ddp_lsp.core.ranks import Polarity, RankModel
 from ddp_lsp.core.types import Edit, Finding, Fix, Pos, Related, RuleMeta, Span
+from ddp_lsp.core.walk import children
 
 if TYPE_CHECKING:
     from ddp_lsp.config import Settings
@@ -295,9 +295,6 @@ class ChunkContext:
                     guarded_from = i + 1
                     break
             self._exit_guard_memo[key] = guarded_from
-        for i, s in enumerate(body[:guarded_from]):
-            if s is upto:
-                return False
         return any(s is upto for s in body[guarded_from:])
 
     def memo(self, key: object, compute: Callable[[], U]) -> U:
@@ -359,9 +356,9 @@ class ChunkContext:
                 inner = self.indent_of(stmt)
                 if inner.startswith(outer) and len(inner) > len(outer):
                     step = inner[len(outer) :]
-                    depth = sum(
-                        1 for x in self.ancestors(stmt) if isinstance(x, ast.stmt)
-                    ) - sum(1 for x in self.ancestors(a) if isinstance(x, ast.stmt))
+                    depth = sum(1 for x in self.ancestors(stmt) if isinstance(x, ast.stmt)) - sum(
+                        1 for x in self.ancestors(a) if isinstance(x, ast.stmt)
+                    )
                     if depth == 1:
                         return step
                 break
@@ -401,13 +398,20 @@ class ChunkContext:
         indentation is content and must not change when a fix re-indents the statement)."""
         out: set[int] = set()
         for node in ast.walk(stmt):
-            if isinstance(node, (ast.Constant, ast.JoinedStr)) and (node.end_lineno or 0) > node.lineno:
+            if (
+                isinstance(node, (ast.Constant, ast.JoinedStr))
+                and (node.end_lineno or 0) > node.lineno
+            ):
                 if isinstance(node, ast.Constant) and not isinstance(node.value, (str, bytes)):
                     continue
-                out.update(range(self.rel_line(node.lineno) + 1, self.rel_line(node.end_lineno or 0) + 1))
+                out.update(
+                    range(self.rel_line(node.lineno) + 1, self.rel_line(node.end_lineno or 0) + 1)
+                )
         return out
 
-    def reindent(self, first: int, last: int, extra: str, skip: set[int] | None = None) -> list[Edit]:
+    def reindent(
+        self, first: int, last: int, extra: str, skip: set[int] | None = None
+    ) -> list[Edit]:
         """Edits that add ``extra`` in front of every non-blank line ``first..last``."""
         edits = []
         for rel in range(first, last + 1):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 
 _DDP = re.compile(r"#\s*ddp-lsp:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
-_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+_NOQA = re.compile(
+    r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE
+)
 ALL = "*"
 
 

@@ -175,7 +175,9 @@ class ServerState:
         self.preflight: dict[str, Any] = {}
         # How to find a folder's report (this session's or the cache's); the preflight
         # integration installs its lookup, which knows the interpreter.
-        self.preflight_lookup: Callable[[Path], Any] = lambda folder: self.preflight.get(str(folder))
+        self.preflight_lookup: Callable[[Path], Any] = lambda folder: self.preflight.get(
+            str(folder)
+        )
         self._shown: set[str] = set()
         self._flush_scheduled = False
         self._idle_gc: asyncio.TimerHandle | None = None

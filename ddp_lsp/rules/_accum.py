@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext
 from ddp_lsp.rules import _patterns as P
 from ddp_lsp.rules._graph import under_no_grad
@@ -58,7 +59,7 @@ _PURE_CALLS = frozenset({"len", "min", "max", "int", "bool", "abs"})
 
 
 def identifiers(node: ast.AST) -> Iterator[str]:
-    for n in ast.walk(node):
+    for n in W.bfs(node):
         if isinstance(n, ast.Name):
             yield n.id
         elif isinstance(n, ast.Attribute):
@@ -72,7 +73,7 @@ def sync_managed(ctx: ChunkContext, roots: list[ast.AST]) -> bool:
     ``require_backward_grad_sync``, ``accelerator.accumulate`` / ``no_sync``, an ExitStack
     entering one, or a same-file helper that does)."""
     for root in roots:
-        for node in ast.walk(root):
+        for node in W.bfs(root):
             if isinstance(node, ast.Name | ast.Attribute):
                 ident = node.id if isinstance(node, ast.Name) else node.attr
                 if _SYNC_MANAGED.search(ident):
@@ -165,7 +166,7 @@ def accumulation_test(ctx: ChunkContext, test: ast.expr, root: ast.AST, depth: i
     (that would be a different bug)."""
     if ctx.ranks.guard(test) is not None or ctx.ranks.mentions_rank(test):
         return False
-    for node in ast.walk(test):
+    for node in W.bfs(test):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             return True
     if any(_ACCUM_WORD.search(i) for i in identifiers(test)):
@@ -183,7 +184,7 @@ def accumulation_test(ctx: ChunkContext, test: ast.expr, root: ast.AST, depth: i
 
 def hoistable(expr: ast.expr) -> bool:
     """The expression can be evaluated earlier in the iteration without side effects."""
-    for node in ast.walk(expr):
+    for node in W.bfs(expr):
         if isinstance(node, ast.Call):
             if not (isinstance(node.func, ast.Name) and node.func.id in _PURE_CALLS):
                 return False
@@ -197,7 +198,7 @@ def hoistable(expr: ast.expr) -> bool:
 
 def loaded_paths(expr: ast.AST) -> set[str]:
     out: set[str] = set()
-    for node in ast.walk(expr):
+    for node in W.bfs(expr):
         if isinstance(node, ast.Name | ast.Attribute):
             d = N.dotted(node)
             if d:
@@ -208,7 +209,7 @@ def loaded_paths(expr: ast.AST) -> set[str]:
 def target_paths(target: ast.AST) -> set[str]:
     """Names and dotted attributes an assignment target binds."""
     out: set[str] = set()
-    for sub in ast.walk(target):
+    for sub in W.bfs(target):
         if isinstance(sub, ast.Name | ast.Attribute) and isinstance(
             getattr(sub, "ctx", None), ast.Store
         ):
@@ -221,7 +222,7 @@ def target_paths(target: ast.AST) -> set[str]:
 def stored_paths(node: ast.AST) -> set[str]:
     """Names and dotted attributes a statement (or expression) assigns."""
     out: set[str] = set()
-    for n in ast.walk(node):
+    for n in W.bfs(node):
         targets: list[ast.AST] = []
         if isinstance(n, ast.Assign):
             targets = list(n.targets)

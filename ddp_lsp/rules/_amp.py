@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import LOOPS, ChunkContext
 from ddp_lsp.core.types import Edit, Pos, Span
 from ddp_lsp.rules import _patterns as P
@@ -90,7 +91,7 @@ def _loop_over(loop: ast.AST, names: set[str]) -> bool:
     """``for opt in optimizers:`` whose target is one of ``names``."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False
-    targets = [n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)]
+    targets = [n.id for n in W.bfs(loop.target) if isinstance(n, ast.Name)]
     return any(t in names for t in targets)
 
 
@@ -108,7 +109,7 @@ def iteration_loop(
     not iterations; among the others, the innermost one that runs a backward wins.
     """
     opt_exprs = list(call.args) if optimizer is None else [optimizer]
-    arg_names = {n.id for a in opt_exprs for n in ast.walk(a) if isinstance(n, ast.Name)}
+    arg_names = {n.id for a in opt_exprs for n in W.bfs(a) if isinstance(n, ast.Name)}
     loops = [lp for lp in ctx.enclosing_loops(call) if not _loop_over(lp, arg_names)]
     if not loops:
         return None
@@ -220,7 +221,7 @@ def scaler_escapes(ctx: ChunkContext, scaler: ast.AST, region: ast.AST, root: as
     local = isinstance(scaler, ast.Name) and _bound_in(root, scaler.id)
     nested = {
         n.name
-        for n in ast.walk(root)
+        for n in W.bfs(root)
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not root
     }
     for node in P.walk_scope(region):

@@ -136,7 +136,7 @@ def _loop_targets(root: ast.AST) -> set[str]:
     out: set[str] = set()
     for node in P.walk_scope(root):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-            out.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+            out.update(n.id for n in W.bfs(node.target) if isinstance(n, ast.Name))
     return out
 
 
@@ -451,7 +451,7 @@ class Flow:
             isinstance(n, ast.Name)
             and n.id in self._loop_vars
             and (self.ctx.ranks.is_rank_expr(n) or self.ctx.ranks.is_predicate(n))
-            for n in ast.walk(test)
+            for n in W.bfs(test)
         )
 
     def nonrank_conjuncts(self, test: ast.AST) -> list[ast.expr]:
@@ -528,7 +528,7 @@ class Flow:
             return self.leave(joints, active, Exit("break", s))
         if isinstance(s, ast.Continue):
             return self.leave(joints, active, Exit("continue", s))
-        for child in ast.iter_child_nodes(s):
+        for child in W.children(s):
             if isinstance(child, ast.expr):
                 joints = self.expr(child, joints, active)
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
@@ -549,7 +549,7 @@ class Flow:
         return _dedupe(out)
 
     def try_(self, s: ast.Try, joints: list[Joint], active: frozenset[int]) -> list[Joint]:
-        inside = {id(n) for b in s.body for n in ast.walk(b)}
+        inside = {id(n) for b in s.body for n in W.bfs(b)}
         groups: dict[tuple[frozenset[int], frozenset[int]], list[Joint]] = {}
         for j in self.block(s.body, joints, active):
             raised = frozenset(
@@ -580,9 +580,7 @@ class Flow:
     def finally_(self, s: ast.Try, joints: list[Joint], active: frozenset[int]) -> list[Joint]:
         """``finally`` runs on the way out too: a class that returned (or broke, raised) inside
         the ``try`` still makes its calls, then leaves as it was leaving."""
-        inside = {
-            id(n) for part in (s.body, s.handlers, s.orelse) for b in part for n in ast.walk(b)
-        }
+        inside = {id(n) for part in (s.body, s.handlers, s.orelse) for b in part for n in W.bfs(b)}
         out: list[Joint] = []
         for j in joints:
             pending: dict[int, Exit] = {}
@@ -700,7 +698,7 @@ class Flow:
                 if split is not None:
                     cur = cur & split if isinstance(node.op, ast.And) else cur - split
             return
-        for child in ast.iter_child_nodes(node):
+        for child in W.children(node):
             self._visit(child, classes, out)
         if isinstance(node, ast.Call):
             ev = self.extract(node)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import LOOPS, ChunkContext
 from ddp_lsp.core.types import Edit, Pos, Span
@@ -275,7 +276,7 @@ def _value_kind(ctx: ChunkContext, root: ast.AST, value: ast.expr) -> str | None
             return _value_kind(ctx, root, value.value)
         return None
     # dataset.shard(...), dataset.with_format(...).shard(...), wds pipelines.
-    for node in ast.walk(value):
+    for node in W.bfs(value):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in ("shard", "split_by_node", "shard_by_rank"):
                 return "sharded"
@@ -310,7 +311,7 @@ def _value_kind(ctx: ChunkContext, root: ast.AST, value: ast.expr) -> str | None
 
 
 def _mentions_shard(value: ast.AST) -> bool:
-    for node in ast.walk(value):
+    for node in W.bfs(value):
         if (
             isinstance(node, ast.keyword)
             and node.arg
@@ -389,7 +390,7 @@ def _is_prepare(call: ast.Call) -> bool:
 
 def is_training_loop(loop: ast.AST) -> bool:
     """The loop body runs a backward pass or an optimizer step."""
-    for node in ast.walk(loop):
+    for node in W.bfs(loop):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in ("backward",):
                 return True
@@ -695,7 +696,7 @@ def moves_to_cuda(ctx: ChunkContext, root: ast.AST, regions: list[ast.For | ast.
     index = assignment_index(root)
     gpu_frame: bool | None = None
     for region in regions:
-        for node in ast.walk(region):
+        for node in W.bfs(region):
             if not isinstance(node, ast.Call):
                 continue
             if any(kw.arg == "non_blocking" and is_const(kw.value, True) for kw in node.keywords):
@@ -757,7 +758,7 @@ def in_mode_branch(ctx: ChunkContext, node: ast.AST) -> bool:
             other = a.orelse if in_body else a.body
             others = other if isinstance(other, list) else [other]
             for o in others:
-                for n in ast.walk(o):
+                for n in W.bfs(o):
                     if is_sampler_call(ctx, n):
                         return True
         child = a

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext
 from ddp_lsp.rules import _guard as G
 from ddp_lsp.rules import _patterns as P
@@ -191,7 +192,7 @@ def _bound_before(
 def _rank_text(ctx: ChunkContext, stmt: ast.stmt, names: frozenset[str], local: bool) -> str | None:
     root = P.scope_root(ctx, stmt)
     params = _params(ctx, stmt)
-    inside = {id(n) for n in ast.walk(stmt)}
+    inside = {id(n) for n in W.bfs(stmt)}
     # Plain names: a parameter, or bound before the statement.
     for name in sorted(names, key=lambda n: (n not in params, n)):
         if name in params:

@@ -17,6 +17,7 @@ import re
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import LOOPS, ChunkContext
 from ddp_lsp.rules import _patterns as P
 
@@ -298,7 +299,7 @@ class GraphFlow:
                 t = backward_target(node)
                 if t is not None:
                     self.backward_calls.append(node)
-                    for sub in ast.walk(t):
+                    for sub in W.bfs(t):
                         if isinstance(sub, ast.Name | ast.Attribute):
                             d = N.dotted(sub)
                             if d:
@@ -361,7 +362,7 @@ class GraphFlow:
     # -- queries -------------------------------------------------------------------------------
 
     def has_backward_in(self, node: ast.AST) -> bool:
-        return any(any(c is n for n in ast.walk(node)) for c in self.backward_calls)
+        return any(any(c is n for n in W.bfs(node)) for c in self.backward_calls)
 
     def taint(self, expr: ast.AST) -> Taint:
         key = id(expr)
@@ -513,7 +514,7 @@ class GraphFlow:
         if chosen is None:
             # Loop-carried: the last assignment later in an enclosing loop.
             for loop in self._loops_of(at):
-                later = [x for x in entries if any(n is x[1] for n in ast.walk(loop))]
+                later = [x for x in entries if any(n is x[1] for n in W.bfs(loop))]
                 if later:
                     chosen = later[-1]
                     break

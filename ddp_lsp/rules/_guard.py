@@ -29,6 +29,7 @@ from typing import Any
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.ranks import Polarity
 from ddp_lsp.core.rule import ChunkContext
 from ddp_lsp.core.types import Edit, Fix, Pos, Span
@@ -112,9 +113,7 @@ class _ScopeIndex:
             elif isinstance(node, ast.NamedExpr):
                 self.assigns.setdefault(node.target.id, []).append((node, node.value))
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                self.loop_vars.update(
-                    n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)
-                )
+                self.loop_vars.update(n.id for n in W.bfs(node.target) if isinstance(n, ast.Name))
             elif isinstance(node, ast.Call) and not self.spawns:
                 self.spawns = ctx.call_qualname(node) in SPAWNERS
         self.candidates: list[tuple[int, ast.AST, ast.AST, str]] | None = None
@@ -380,7 +379,7 @@ def _visible(ctx: ChunkContext, expr: ast.AST, stmt: ast.stmt, evidence: ast.AST
     function of the module, or a name bound or read on every path to ``stmt`` before it."""
     params = _params(ctx, stmt)
     root = P.scope_root(ctx, stmt)
-    for node in ast.walk(expr):
+    for node in W.bfs(expr):
         if not isinstance(node, ast.Name):
             continue
         name = node.id
@@ -451,7 +450,7 @@ def _find_candidates(
         if _root_name(node) in loop_vars:
             continue
         if isinstance(node, ast.If) and _pure_zero_test(ctx, node.test):
-            if any(isinstance(n, ast.Name) and n.id in loop_vars for n in ast.walk(node.test)):
+            if any(isinstance(n, ast.Name) and n.id in loop_vars for n in W.bfs(node.test)):
                 continue
             if node.test.lineno == node.test.end_lineno:
                 yield 0, node, node.test, ctx.segment(node.test)
@@ -487,7 +486,7 @@ def _find_candidates(
 def rank_condition(ctx: ChunkContext, stmt: ast.stmt) -> Condition:
     """The rank-0 test to guard ``stmt`` with, reusing what the code in scope already uses."""
     root = P.scope_root(ctx, stmt)
-    inside = {id(n) for n in ast.walk(stmt)}
+    inside = {id(n) for n in W.bfs(stmt)}
     best: tuple[tuple[int, int, int], str] | None = None
     for pref, evidence, expr, text in _candidates(ctx, root):
         if id(evidence) in inside or "\n" in text:
@@ -536,9 +535,9 @@ def _jumps_out(stmt: ast.stmt) -> bool:
         if isinstance(node, _NEW_SCOPE):
             return False
         loop = in_loop or isinstance(node, (ast.For, ast.AsyncFor, ast.While))
-        return any(visit(c, loop) for c in ast.iter_child_nodes(node))
+        return any(visit(c, loop) for c in W.children(node))
 
-    return any(visit(c, False) for c in ast.iter_child_nodes(stmt)) or isinstance(
+    return any(visit(c, False) for c in W.children(stmt)) or isinstance(
         stmt, (ast.Return, ast.Break, ast.Continue)
     )
 
@@ -563,7 +562,7 @@ def _bound_names(stmt: ast.stmt) -> tuple[set[str], bool]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 names.add((alias.asname or alias.name).split(".", 1)[0])
-        for c in ast.iter_child_nodes(node):
+        for c in W.children(node):
             visit(c)
 
     visit(stmt)
@@ -582,7 +581,7 @@ def _changes_more(ctx: ChunkContext, stmts: Sequence[ast.stmt]) -> bool:
         bound |= names
     if not bound:
         return False
-    inside = {id(n) for s in stmts for n in ast.walk(s)}
+    inside = {id(n) for s in stmts for n in W.bfs(s)}
     by_name = _index(ctx, P.scope_root(ctx, stmts[0])).names
     return any(
         isinstance(node.ctx, ast.Load) and id(node) not in inside
@@ -760,7 +759,7 @@ def _is_buffer(ctx: ChunkContext, dest: ast.expr, root: ast.AST) -> bool:
 
 
 def _checkpointish(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int = 0) -> bool:
-    for node in ast.walk(path):
+    for node in W.bfs(path):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _CKPT_TEXT.search(node.value):
                 return True
@@ -781,7 +780,7 @@ def per_rank_path(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int =
     if ctx.ranks.mentions_rank(path):
         return True
     has_value = not isinstance(path, ast.Constant)
-    for node in ast.walk(path):
+    for node in W.bfs(path):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if has_value and _RANK_WORD.search(node.value):
                 return True
@@ -883,7 +882,7 @@ _TAG_TEXT = re.compile(r"rank|gpu|device", re.IGNORECASE)
 
 
 def names_in(e: ast.AST) -> Iterator[str]:
-    for n in ast.walk(e):
+    for n in W.bfs(e):
         if isinstance(n, ast.Name):
             yield n.id
         elif isinstance(n, ast.Attribute):
@@ -927,7 +926,7 @@ def names_process(ctx: ChunkContext, call: ast.Call) -> bool:
     for arg in [*call.args, *(kw.value for kw in call.keywords)]:
         if ctx.ranks.mentions_rank(arg):
             return True
-        for n in ast.walk(arg):
+        for n in W.bfs(arg):
             if (
                 isinstance(n, ast.Constant)
                 and isinstance(n.value, str)

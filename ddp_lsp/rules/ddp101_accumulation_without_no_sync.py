@@ -61,6 +61,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Related, RuleMeta, Severity
 from ddp_lsp.rules import _accum as A
@@ -183,7 +184,7 @@ class AccumulationWithoutNoSync(Rule):
 
     @staticmethod
     def _inside(node: ast.AST, outer: ast.AST) -> bool:
-        return any(n is node for n in ast.walk(outer))
+        return any(n is node for n in W.bfs(outer))
 
     def _conditional(
         self, ctx: ChunkContext, step: ast.Call, backward: ast.Call, inner: ast.AST, root: ast.AST
@@ -205,7 +206,7 @@ class AccumulationWithoutNoSync(Rule):
                 if any(
                     isinstance(n, ast.Call) and A.is_optimizer_step(ctx, n)
                     for s in other
-                    for n in ast.walk(s)
+                    for n in W.bfs(s)
                 ):
                     return _UNCONDITIONAL
                 return _Plan(step, a.test, a, in_else, False)
@@ -252,7 +253,7 @@ class AccumulationWithoutNoSync(Rule):
         root: ast.AST,
         model: str,
     ) -> Fix | None:
-        if any(isinstance(n, ast.Name) and n.id == _FLAG for n in ast.walk(root)):
+        if any(isinstance(n, ast.Name) and n.id == _FLAG for n in W.bfs(root)):
             return None
         first_forward = min(models, key=P.order)
         # Every backward of this loop iteration goes under the context, not only the first
@@ -337,7 +338,7 @@ class AccumulationWithoutNoSync(Rule):
 
     def _stores_between(self, inner: ast.AST, start: ast.AST, stop: ast.AST) -> set[str]:
         out: set[str] = set()
-        for n in ast.walk(inner):
+        for n in W.bfs(inner):
             if isinstance(n, ast.stmt) and not P.before(n, start) and P.before(n, stop):
                 if isinstance(
                     n,
@@ -380,7 +381,7 @@ class AccumulationWithoutNoSync(Rule):
             return None
         assigns = [
             n
-            for n in ast.walk(inner)
+            for n in W.bfs(inner)
             if isinstance(n, ast.Assign)
             and len(n.targets) == 1
             and isinstance(n.targets[0], ast.Name)
@@ -447,7 +448,7 @@ class AccumulationWithoutNoSync(Rule):
                 for n in P.walk_scope(inner)
             ):
                 return None
-            if any(isinstance(n, ast.Name) and n.id == "micro_step" for n in ast.walk(root)):
+            if any(isinstance(n, ast.Name) and n.id == "micro_step" for n in W.bfs(root)):
                 return None
             name = "micro_step"
             extra.append(ctx.replace_node(index, name))

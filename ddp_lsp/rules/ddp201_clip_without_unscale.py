@@ -149,9 +149,7 @@ class ClipWithoutUnscale(Rule):
         return None
 
     @staticmethod
-    def _optimizer(
-        ctx: ChunkContext, root: ast.AST, scaler: ast.expr, at: ast.AST
-    ) -> str | None:
+    def _optimizer(ctx: ChunkContext, root: ast.AST, scaler: ast.expr, at: ast.AST) -> str | None:
         opt = P.scaler_step_optimizer(root, scaler)
         if opt is not None:
             return ctx.segment(opt)

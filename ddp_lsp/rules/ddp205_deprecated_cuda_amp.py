@@ -57,6 +57,7 @@ import re
 from collections.abc import Iterator
 
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import (
     Edit,
@@ -226,7 +227,7 @@ def _torch_spelling(ctx: ChunkContext) -> tuple[str, tuple[str, ...]]:
 
 
 def _mentions_version(test: ast.AST) -> bool:
-    for node in ast.walk(test):
+    for node in W.bfs(test):
         if isinstance(node, ast.Name) and (_VERSIONISH.search(node.id) or node.id == "hasattr"):
             return True
         if isinstance(node, ast.Attribute) and _VERSIONISH.search(node.attr):

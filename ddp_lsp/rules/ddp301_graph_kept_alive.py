@@ -56,6 +56,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Pos, RuleMeta, Severity, Span
 from ddp_lsp.rules import _graph as G
@@ -196,7 +197,7 @@ class GraphKeptAlive(Rule):
     def _recreated(path: str, scope: ast.AST) -> bool:
         """``path`` is assigned a fresh value (not one built from itself), or cleared, in
         ``scope``."""
-        for n in ast.walk(scope):
+        for n in W.bfs(scope):
             targets: list[ast.AST] = []
             value: ast.AST | None = None
             if isinstance(n, ast.Assign):
@@ -220,9 +221,9 @@ class GraphKeptAlive(Rule):
                 continue
             flat: list[ast.AST] = []
             for tgt in targets:
-                flat.extend(ast.walk(tgt) if isinstance(tgt, ast.Tuple | ast.List) else [tgt])
+                flat.extend(W.bfs(tgt) if isinstance(tgt, ast.Tuple | ast.List) else [tgt])
             if any(N.dotted(x) == path for x in flat):
-                if value is not None and any(N.dotted(x) == path for x in ast.walk(value)):
+                if value is not None and any(N.dotted(x) == path for x in W.bfs(value)):
                     continue  # `losses = losses + [loss]` keeps the old list
                 return True
         return False

@@ -59,6 +59,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import LOOPS, ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _graph as GR
@@ -154,7 +155,7 @@ def _device_tensor(flow: GR.GraphFlow, receiver: ast.AST) -> bool:
     """The value read back is a GPU tensor of the step: it is computed from a loss or a model
     output, or named like one (``loss``, ``logits``, ``outputs``, ``correct``, ``grad_norm``).
     Numbers from elsewhere (a NumPy array, a list of labels) are not assumed to be on the GPU."""
-    for node in ast.walk(receiver):
+    for node in W.bfs(receiver):
         if isinstance(node, (ast.Name, ast.Attribute)):
             name = (N.dotted(node) or "").rsplit(".", 1)[-1]
             if _TENSOR_NAME.search(name):
@@ -200,7 +201,7 @@ def _own_nodes(loop: ast.AST) -> Iterator[ast.AST]:
         yield node
         if isinstance(node, _NESTED):
             continue
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(W.children(node))
 
 
 def _is_training_loop(ctx: ChunkContext, loop: ast.AST) -> bool:
@@ -262,7 +263,7 @@ def _feeds_control_flow(
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         return False
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-    names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    names = {n.id for t in targets for n in W.bfs(t) if isinstance(n, ast.Name)}
     if not names:
         return False
     in_tests = tested.get(id(loop))
@@ -270,7 +271,7 @@ def _feeds_control_flow(
         in_tests = tested[id(loop)] = set()
         for node in P.walk_scope(loop):
             if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
-                in_tests.update(n.id for n in ast.walk(node.test) if isinstance(n, ast.Name))
+                in_tests.update(n.id for n in W.bfs(node.test) if isinstance(n, ast.Name))
     return not names.isdisjoint(in_tests)
 
 

@@ -47,6 +47,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, RuleMeta, Severity, Span
 from ddp_lsp.rules import _guard as G
@@ -152,9 +153,7 @@ def _saved_by(ctx: ChunkContext, sd: ast.Call) -> str | None:
                     label = _save_label(ctx, node)
                     if label is None or not node.args:
                         continue
-                    if any(
-                        isinstance(n, ast.Name) and n.id in names for n in ast.walk(node.args[0])
-                    ):
+                    if any(isinstance(n, ast.Name) and n.id in names for n in W.bfs(node.args[0])):
                         return label
             return None
         if isinstance(a, ast.stmt):
@@ -164,7 +163,7 @@ def _saved_by(ctx: ChunkContext, sd: ast.Call) -> str | None:
 
 
 def _contains(tree: ast.AST, node: ast.AST) -> bool:
-    return any(n is node for n in ast.walk(tree))
+    return any(n is node for n in W.bfs(tree))
 
 
 _HEAD = """\

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import (
@@ -293,7 +294,7 @@ class SamplerSetEpochMissing(Rule):
             *(f"{lp}.batch_sampler" for lp in s.loaders),
         }
         others = known - targets
-        for node in ast.walk(loop):
+        for node in W.bfs(loop):
             if not isinstance(node, ast.Call):
                 continue
             fn = node.func

@@ -62,6 +62,7 @@ import re
 from collections.abc import Iterator
 
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import LOOPS, ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
@@ -253,7 +254,7 @@ class DatasetHoldsPythonObjects(Rule):
         for node in P.walk_scope(init):
             if not isinstance(node, LOOPS):
                 continue
-            for inner in ast.walk(node):
+            for inner in W.bfs(node):
                 if (
                     isinstance(inner, ast.Call)
                     and isinstance(inner.func, ast.Attribute)

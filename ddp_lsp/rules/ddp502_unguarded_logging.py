@@ -67,6 +67,7 @@ import re
 from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _guard as G
@@ -163,7 +164,7 @@ class UnguardedLogging(Rule):
 def _has_value(call: ast.Call) -> bool:
     """The message carries something computed (a metric), not only constant text."""
     for arg in call.args:
-        for n in ast.walk(arg):
+        for n in W.bfs(arg):
             if isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
                 return True
     return False
@@ -174,7 +175,7 @@ def _training_loop(ctx: ChunkContext, loop: ast.For | ast.AsyncFor | ast.While) 
     if isinstance(loop, (ast.For, ast.AsyncFor)):
         if any(_LOOP_TARGET.search(n) for n in G.names_in(loop.target)):
             return True
-        for n in ast.walk(loop.iter):
+        for n in W.bfs(loop.iter):
             if isinstance(n, (ast.Name, ast.Attribute)):
                 if ctx.kind(n, loop) == K.LOADER:
                     return True

@@ -57,6 +57,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _device as D
@@ -206,7 +207,7 @@ def _device_selected(ctx: ChunkContext, root: ast.AST, init: ast.Call, stmt: ast
             and P.before(init, node)
             and P.before(node, first_set)
             and D.cuda_work(ctx, node)
-            and not any(node is n for n in ast.walk(first_set))
+            and not any(node is n for n in W.bfs(first_set))
         ):
             return False
     return True
