@@ -56,33 +56,23 @@ class Invalid:
 
 
 class Index:
-    """One shared traversal of a chunk: nodes by type; each node's parent on first use."""
+    """One shared traversal of a chunk: nodes by type and each node's parent."""
 
     def __init__(self, body: Sequence[ast.stmt]) -> None:
         self.body = body
         self.by_type: dict[type, list[ast.AST]] = {}
-        self._parents: dict[int, ast.AST] | None = None
+        self.parents: dict[int, ast.AST] = {}
         by_type = self.by_type
+        parents = self.parents
         stack: list[ast.AST] = list(reversed(body))
         while stack:
             node = stack.pop()
             by_type.setdefault(type(node), []).append(node)
             kids = children(node)
+            for kid in kids:
+                parents[id(kid)] = node
             kids.reverse()
             stack.extend(kids)
-
-    @property
-    def parents(self) -> dict[int, ast.AST]:
-        if self._parents is None:
-            parents: dict[int, ast.AST] = {}
-            stack: list[ast.AST] = list(self.body)
-            while stack:
-                node = stack.pop()
-                for child in children(node):
-                    parents[id(child)] = node
-                    stack.append(child)
-            self._parents = parents
-        return self._parents
 
 
 class ChunkContext:
