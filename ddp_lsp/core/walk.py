@@ -16,10 +16,23 @@ _CALLS_ATTR = "_ddp_calls_by_attr"
 _NEW_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    # `ctx` (Load/Store/Del) is read as an attribute where it matters, never walked to: leaving
+    # it out makes every walk visit a fifth fewer nodes.
+    names = tuple(f for f in cls._fields if f != "ctx")  # type: ignore[attr-defined]
+    _FIELDS[cls] = names
+    return names
+
+
 def children(node: ast.AST) -> list[ast.AST]:
-    """The direct child nodes of ``node``, in field order (as ``ast.iter_child_nodes``)."""
+    """The direct child nodes of ``node``, in field order (as ``ast.iter_child_nodes``, without
+    the ``ctx`` markers of names, attributes and subscripts)."""
     out: list[ast.AST] = []
-    for name in node._fields:
+    cls = type(node)
+    for name in _FIELDS.get(cls) or _fields(cls):
         value = getattr(node, name, None)
         if isinstance(value, ast.AST):
             out.append(value)
@@ -40,7 +53,8 @@ def walk(node: ast.AST) -> Iterator[ast.AST]:
 
 
 def bfs(node: ast.AST) -> Iterator[ast.AST]:
-    """Exactly ``ast.walk`` (breadth first, the same order), on the faster child iteration."""
+    """``ast.walk`` (breadth first, the same order) on the faster child iteration (so without
+    the ``ctx`` marker nodes)."""
     todo = deque([node])
     while todo:
         current = todo.popleft()
