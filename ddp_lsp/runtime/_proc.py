@@ -119,6 +119,29 @@ def alive(known: Iterable[tuple[int, int]]) -> list[ProcInfo]:
     return out
 
 
+def marked(key: str, value: str) -> list[ProcInfo]:
+    """Live processes whose environment has ``key=value`` (Linux /proc; else none).
+
+    Every process started under the supervised command inherits the run's marker, whatever
+    session or parent it ended up with: this finds a helper that detached and whose parent
+    exited before the supervisor ever saw it in the tree.
+    """
+    needle = f"{key}={value}".encode()
+    out = []
+    me = os.getpid()
+    for info in snapshot().values():
+        if info.pid == me or info.state in ("Z", "X"):
+            continue
+        try:
+            with open(f"/proc/{info.pid}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if needle in env:
+            out.append(info)
+    return out
+
+
 def reap_children() -> None:
     """Collect exit statuses of our dead children (adopted orphans included)."""
     while True:
@@ -152,7 +175,11 @@ def _signal_all(targets: Iterable[ProcInfo], sig: int) -> None:
 
 
 def kill_tree(
-    root: int, known: dict[int, int], grace: float, extra_roots: Iterable[int] = ()
+    root: int,
+    known: dict[int, int],
+    grace: float,
+    extra_roots: Iterable[int] = (),
+    marker: tuple[str, str] | None = None,
 ) -> list[ProcInfo]:
     """Terminate ``root``, its descendants and every known ``pid -> start``; return the killed.
 
@@ -170,6 +197,9 @@ def kill_tree(
         for info in alive(known.items()):
             found[info.pid] = info
             found.update(descendants(info.pid, procs))
+        if marker is not None:
+            for info in marked(*marker):
+                found[info.pid] = info
         me = os.getpid()
         return [i for i in found.values() if i.pid != me and i.state not in ("Z", "X")]
 

@@ -165,6 +165,19 @@ def _read_series(path: Path) -> _Series | None:
     return series
 
 
+def _fatal_location(workdir: Path, pid: int) -> str | None:
+    """ "Fatal Python error: Segmentation fault in train.py:12 in main", from faulthandler."""
+    try:
+        text = (workdir / f"stack-{pid}.txt").read_text("utf-8", "replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Fatal Python error"):
+            where = stuck_location(text)
+            return f"{line.strip()}" + (f" in {where}" if where else "")
+    return None
+
+
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 
@@ -319,6 +332,8 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
             signal.signal(signal.SIGTERM, previous)
         except (ValueError, TypeError):
             pass
+    for info in _proc.marked(ENV_DIR, str(workdir)):
+        seen.setdefault(info.pid, info.start)
     procs = _records(workdir, "proc")
     for pid in procs:
         # Every Python process of this run registered itself in this run's own directory:
@@ -334,7 +349,7 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
         live = {i.pid for i in _proc.alive(seen.items())}
         stacks_requested = [pid for pid in procs if pid in live]
         _request_stacks(workdir, stacks_requested)
-        killed = _proc.kill_tree(proc.pid, seen, cfg.kill_grace_s)
+        killed = _proc.kill_tree(proc.pid, seen, cfg.kill_grace_s, marker=(ENV_DIR, str(workdir)))
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -342,7 +357,9 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
     else:
         leftovers = _proc.alive(seen.items())
         if leftovers:
-            killed = _proc.kill_tree(proc.pid, seen, cfg.kill_grace_s)
+            killed = _proc.kill_tree(
+                proc.pid, seen, cfg.kill_grace_s, marker=(ENV_DIR, str(workdir))
+            )
     _proc.reap_children()
     duration = time.monotonic() - started
     result = _judge(
@@ -475,15 +492,24 @@ def _judge(
                     f"{other.get('exc_type')}: {str(other.get('message'))[:160]}",
                 )
             )
-    # Ranks that vanished without an exception or a normal exit: a signal (OOM killer?).
+    # Ranks that vanished without an exception or a normal exit: a signal (OOM killer?), or
+    # a crash in native code, whose Python stack faulthandler left in the stack file.
     for pid in relevant:
-        if pid not in exits and pid not in crashes and pid not in killed_pids and pid != root_pid:
+        if pid not in exits and pid not in crashes and pid not in killed_pids:
+            fatal = _fatal_location(workdir, pid)
+            if pid == root_pid and fatal is None:
+                continue  # reported below from the exit status
+            detail = (
+                f": {fatal}"
+                if fatal
+                else ": killed by a signal (the OOM killer?) or a crash in native code"
+            )
             findings.append(
                 Finding(
                     "crash",
                     rank_of(pid),
                     f"{_label(rank_of(pid), pid)} ended without a Python exception or a normal "
-                    "exit: killed by a signal (the OOM killer?) or a crash in native code",
+                    f"exit{detail}",
                 )
             )
     if hung or interrupted:
@@ -509,7 +535,12 @@ def _judge(
                         f"{_label(summary.rank, summary.pid)} was stuck{at}{where}",
                     )
                 )
-    if not crash_list and not hung and not interrupted and returncode not in (0, None):
+    if (
+        not any(f.kind == "crash" for f in findings)
+        and not hung
+        and not interrupted
+        and returncode not in (0, None)
+    ):
         how = (
             f"killed by {signal.Signals(-returncode).name}"
             if returncode < 0 and -returncode in {s.value for s in signal.Signals}

@@ -124,7 +124,12 @@ def _plain(tmp_path: Path, mode: str) -> dict[str, Any]:
     cmd = [PYTHON, "-m", "ddp_lsp.cli", "smallrun", "--timeout", "120", "--json", str(out)]
     cmd += ["--", PYTHON, str(WORKERS / "plain_loop.py"), mode]
     proc = subprocess.run(
-        cmd, cwd=REPO, env=child_env(DDP_LSP_TEST_TOKEN=token), capture_output=True, text=True
+        cmd,
+        cwd=REPO,
+        env=child_env(DDP_LSP_TEST_TOKEN=token),
+        capture_output=True,
+        text=True,
+        timeout=180,  # a process left holding our pipes would otherwise hang the test
     )
     result: dict[str, Any] = json.loads(out.read_text())
     result["_exit"] = proc.returncode
@@ -149,3 +154,39 @@ def test_a_loop_the_monitor_cannot_see_is_inconclusive_and_says_the_one_line(
     assert r["_exit"] == 2 and r["status"] == "inconclusive", r["findings"]
     (finding,) = r["findings"]
     assert finding["kind"] == "no-data" and "monitor_steps" in finding["message"]
+
+
+def _native(tmp_path: Path, mode: str) -> dict[str, Any]:
+    token = uuid.uuid4().hex
+    out = tmp_path / f"{mode}.json"
+    cmd = [PYTHON, "-m", "ddp_lsp.cli", "smallrun", "--timeout", "60", "--json", str(out)]
+    cmd += ["--", PYTHON, str(WORKERS / "native.py"), mode]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=child_env(DDP_LSP_TEST_TOKEN=token),
+        capture_output=True,
+        text=True,
+        timeout=180,  # a process left holding our pipes would otherwise hang the test
+    )
+    result: dict[str, Any] = json.loads(out.read_text())
+    result["_exit"] = proc.returncode
+    result["_survivors"] = _survivors(token)
+    return result
+
+
+def test_a_crash_in_native_code_is_reported_with_its_python_stack(tmp_path: Path) -> None:
+    r = _native(tmp_path, "segv")
+    assert r["_exit"] == 1 and r["status"] == "crash", r["findings"]
+    message = r["findings"][0]["message"]
+    assert "Fatal Python error: Segmentation fault" in message
+    assert "native.py" in message and "crash_in_native_code" in message
+
+
+def test_processes_left_behind_after_a_normal_exit_are_killed_and_reported(
+    tmp_path: Path,
+) -> None:
+    r = _native(tmp_path, "orphan")
+    leftovers = [f for f in r["findings"] if f["kind"] == "leftover"]
+    assert len(leftovers) == 1 and "sleep 300" in leftovers[0]["message"]
+    assert r["_survivors"] == []
