@@ -176,7 +176,11 @@ class _Session:
         if self._leader is None:
             self._leader = id(optimizer)
         if id(optimizer) == self._leader:
-            self.get_monitor().step()
+            try:
+                self.get_monitor().step()
+            except Exception as exc:  # never break the user's training step
+                self.manual = True  # stop sampling; the supervisor reports what it has
+                sys.stderr.write(f"ddp-lsp smallrun: monitor stopped: {exc!r}\n")
 
     def get_monitor(self) -> Any:
         if self.monitor is None:

@@ -403,6 +403,10 @@ def _judge(
 ) -> SmallRunResult:
     procs = _records(workdir, "proc")
     crashes = _records(workdir, "crash")
+    for pid, rec in _records(workdir, "guard").items():
+        # A rank whose failure the guard recorded but whose exception never reached
+        # sys.excepthook (caught above the guard, or os._exit): still a crash, still named.
+        crashes.setdefault(pid, {**rec, "where": None})
     if kill_time is not None:
         # Exceptions raised by our own SIGTERM (torchrun's SignalException) are not crashes.
         crashes = {p: c for p, c in crashes.items() if c.get("time", 0.0) < kill_time}
