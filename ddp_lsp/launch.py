@@ -27,9 +27,11 @@ Accelerate config, DeepSpeed config. Unreadable or odd files are skipped: this n
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 from ddp_lsp.core.env import LaunchInfo
@@ -57,9 +59,21 @@ def _int(value: str | None) -> int | None:
 
 def _read(path: Path) -> str | None:
     try:
-        if path.stat().st_size > _MAX_BYTES:
-            return None
-        return path.read_text(encoding="utf-8", errors="replace")
+        st = path.stat()
+    except OSError:
+        return None
+    if st.st_size > _MAX_BYTES:
+        return None
+    return _read_cached(str(path), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=256)
+def _read_cached(path: str, mtime_ns: int, size: int) -> str | None:
+    """A launch file's text, read once per version (the key changes when the file does): a
+    directory of 300 training scripts shares one run.sh."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
     except OSError:
         return None
 
@@ -247,16 +261,10 @@ def launch_info(script: Path, root: Path | None = None) -> LaunchInfo | None:
         found = _merge(found, _slurm(own), script.name)
     seen = 0
     for directory in dirs:
-        try:
-            entries = sorted(directory.iterdir())
-        except OSError:
-            continue
-        for path in entries:
-            if seen >= _MAX_FILES or not path.is_file() or path == script:
+        for path in _candidates(directory):
+            if seen >= _MAX_FILES or path == script:
                 continue
             suffix = path.suffix.lower()
-            if suffix not in _SCRIPT_SUFFIXES and suffix != ".json" and path.name != "Makefile":
-                continue
             seen += 1
             text = _read(path)
             if text is None:
@@ -279,6 +287,40 @@ def launch_info(script: Path, root: Path | None = None) -> LaunchInfo | None:
         info = _accelerate_yaml(text) if kind == "yaml" else _deepspeed_json(text)
         found = _merge(found, info, _rel(path, top))
     return found
+
+
+def _candidates(directory: Path) -> tuple[Path, ...]:
+    """The files of a directory that may describe a launch, sorted."""
+    try:
+        mtime = directory.stat().st_mtime_ns
+    except OSError:
+        return ()
+    return _candidates_cached(str(directory), mtime)
+
+
+@lru_cache(maxsize=256)
+def _candidates_cached(directory: str, mtime_ns: int) -> tuple[Path, ...]:
+    # Keyed by the directory's mtime, which changes when files are added, removed or renamed:
+    # 300 training scripts in one folder list it once.
+    out = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                suffix = os.path.splitext(entry.name)[1].lower()
+                if (
+                    suffix not in _SCRIPT_SUFFIXES
+                    and suffix != ".json"
+                    and entry.name != "Makefile"
+                ):
+                    continue
+                try:
+                    if entry.is_file():
+                        out.append(Path(entry.path))
+                except OSError:
+                    continue
+    except OSError:
+        return ()
+    return tuple(sorted(out))
 
 
 def _rel(path: Path, top: Path) -> str:
