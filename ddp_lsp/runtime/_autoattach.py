@@ -41,8 +41,8 @@ ENV_WARMUP = "DDP_LSP_SMALLRUN_WARMUP"
 ENV_CENSUS_BUDGET = "DDP_LSP_SMALLRUN_CENSUS_BUDGET"
 ENV_MIN_BYTES = "DDP_LSP_SMALLRUN_MIN_BYTES"
 ENV_MIN_CENSUSES = "DDP_LSP_SMALLRUN_MIN_CENSUSES"
-#: Where the supervisor asks for a stack dump on a hang.
-STACK_SIGNAL = signal.SIGUSR2
+#: Where the supervisor asks for a stack dump on a hang (POSIX; None on Windows).
+STACK_SIGNAL: signal.Signals | None = getattr(signal, "SIGUSR2", None)
 
 _session: _Session | None = None
 
@@ -100,7 +100,8 @@ class _Session:
         )
         try:
             self._stack_file = open(self.dir / f"stack-{self.pid}.txt", "w", encoding="utf-8")  # noqa: SIM115
-            faulthandler.register(STACK_SIGNAL, file=self._stack_file, all_threads=True)
+            if STACK_SIGNAL is not None:
+                faulthandler.register(STACK_SIGNAL, file=self._stack_file, all_threads=True)
             if not faulthandler.is_enabled():
                 # A segfault in a rank (a bad kernel, a NCCL bug) leaves its Python stack here.
                 faulthandler.enable(file=self._stack_file, all_threads=True)

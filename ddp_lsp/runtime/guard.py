@@ -11,14 +11,15 @@ What the guard does, around a worker's body:
 1. On an exception in this rank, it writes a failure record (rank, host, pid, exception,
    traceback) to the rendezvous store under ``ddp_lsp/guard/`` -- the record is written
    *before* anything else, so every peer that wakes up can read it.
-2. It aborts this rank's process groups (``ProcessGroup.abort()``). On gloo that closes the
-   rank's TCP pairs, so a peer blocked in ``barrier()``/``all_reduce`` gets "Connection closed
-   by peer" at once; on NCCL it calls ``ncclCommAbort`` on this rank's communicators.
-3. A watcher thread on every rank waits on the store for a failure record. On NCCL it aborts
-   the local communicators too, because a peer's abort does not wake an NCCL kernel that is
-   waiting for data (``ncclCommAbort`` from another thread is the documented way out). On
-   gloo a local abort does not interrupt a pending wait (measured), so there the closed
-   sockets of step 2 do the work.
+2. It aborts (``ProcessGroup.abort()``: ``ncclCommAbort`` on NCCL) and then destroys this
+   rank's process groups. On gloo the destroy is what closes the rank's TCP pairs (torch 2.13:
+   ``abort()`` and ``shutdown()`` leave them open), so a peer blocked in ``barrier()`` or
+   ``all_reduce`` gets "Connection closed by peer" at once.
+3. On NCCL a watcher thread on every rank polls the store for a failure record and aborts the
+   local communicators, because a peer's abort does not wake an NCCL kernel that is waiting
+   for data (``ncclCommAbort`` from another thread is the documented way out). On gloo a local
+   abort does not interrupt a pending wait (measured), so there the closed sockets of step 2
+   do the work, and the watcher (``watch="auto"``) only caches the store and exits.
 4. A surviving rank whose collective then fails raises :class:`RankFailureError` naming the
    failed rank, with its traceback, chained to the collective's own error, and acknowledges;
    the failed rank waits (briefly, ``linger_s``) for those acknowledgements before it
@@ -150,7 +151,7 @@ class DistributedGuard:
         grace_s: float = 3.0,
         linger_s: float = 5.0,
         poll_s: float = 0.2,
-        watch: bool = True,
+        watch: bool | str = "auto",
         abort: bool = True,
     ) -> None:
         self.grace_s = grace_s
@@ -365,8 +366,12 @@ class DistributedGuard:
             self._stop.wait(self.poll_s)  # the body may call init_process_group itself
         if dist is None:
             return
-        ctx = self._capture()
+        ctx = self._capture()  # cache rank and store now, before any cleanup can destroy them
         if ctx is None:
+            return
+        if self.watch == "auto" and not _is_nccl(dist):
+            # On gloo the failed rank's teardown closes the sockets its peers wait on; a
+            # watcher would only add store traffic (one request per rank per poll_s).
             return
         rank = ctx[0]
         try:
@@ -503,7 +508,7 @@ def guard_distributed(
     grace_s: float = 3.0,
     linger_s: float = 5.0,
     poll_s: float = 0.2,
-    watch: bool = True,
+    watch: bool | str = "auto",
     abort: bool = True,
 ) -> Any:
     """Guard a worker's body: ``@guard_distributed``, ``@guard_distributed()`` or ``with``.
@@ -512,7 +517,9 @@ def guard_distributed(
       it reports itself as the failure.
     - ``linger_s``: how long the failed rank waits for the others to acknowledge.
     - ``poll_s``: the watcher's store wait granularity.
-    - ``watch``: start the watcher thread (needed for NCCL; harmless on gloo).
+    - ``watch``: the watcher thread: ``"auto"`` (NCCL only, where it is needed), True, False.
+      It polls the store every ``poll_s`` (one small request per rank): raise ``poll_s`` on
+      jobs of thousands of ranks.
     - ``abort``: abort the process groups on failure (the point of the guard).
     """
     guard = DistributedGuard(

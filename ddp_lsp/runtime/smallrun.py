@@ -235,6 +235,8 @@ def _request_stacks(workdir: Path, pids: list[int], wait_s: float = 3.0) -> None
         except OSError:
             continue
         try:
+            if STACK_SIGNAL is None:
+                raise OSError("no stack-dump signal on this platform")
             os.kill(pid, STACK_SIGNAL)
         except OSError:
             sizes.pop(pid, None)
