@@ -54,12 +54,23 @@ def test_without_guard_rank0_waits_out_the_timeout_and_cannot_name_the_rank(
 def test_rank0_failing_still_reaches_the_others_though_it_hosts_the_store(
     torch_mod: object,
 ) -> None:
-    # Rank 0 hosts the TCPStore (env:// without torchrun), and its own finally block destroys
-    # the process group before the guard sees the exception: the guard still publishes the
-    # record through the store it cached, and stays until rank 1 has read it.
+    # Rank 0 hosts the TCPStore (env:// without torchrun). The guard decorates a function
+    # that calls init_process_group itself, and whose finally block destroys the group
+    # before the guard sees the exception: the guard still publishes the record through the
+    # store it cached when the group came up, and stays until rank 1 has read it.
     runs = run_ranks(
         WORKER,
-        ["guard", "--timeout", "60", "--linger", "0", "--fail-rank", "0", "--destroy-in-finally"],
+        [
+            "guard",
+            "--timeout",
+            "60",
+            "--linger",
+            "0",
+            "--fail-rank",
+            "0",
+            "--destroy-in-finally",
+            "--guard-outside-init",
+        ],
     )
     r0, r1 = runs
     assert r0.result["exc_type"] == "ValueError"

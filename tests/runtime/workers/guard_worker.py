@@ -6,7 +6,7 @@ its process -- and so its gloo sockets -- alive for ``--linger`` seconds: the ca
 nothing tells rank 0 that rank 1 is gone. Each rank prints one JSON line with what it saw.
 
 usage: guard_worker.py {guard,noguard} --timeout S --linger S [--fail-rank R]
-       [--destroy-in-finally]   (RANK/WORLD_SIZE/MASTER_* in the environment)
+       [--destroy-in-finally] [--guard-outside-init]   (RANK/WORLD_SIZE/MASTER_* in the env)
 """
 
 from __future__ import annotations
@@ -44,19 +44,30 @@ def main() -> None:
     parser.add_argument("--linger", type=float, default=4.0)
     parser.add_argument("--fail-rank", type=int, default=1)
     parser.add_argument("--destroy-in-finally", action="store_true")
+    parser.add_argument(
+        "--guard-outside-init",
+        action="store_true",
+        help="the guard wraps a function that itself calls init_process_group",
+    )
     args = parser.parse_args()
-    dist.init_process_group(
-        "gloo", timeout=datetime.timedelta(seconds=args.timeout)
-    )  # env:// rendezvous
-    rank = dist.get_rank()
+    call = (args.linger, args.fail_rank, args.destroy_in_finally)
+
+    def init_then_body() -> None:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+        body(*call)
+
+    rank = int(os.environ["RANK"])
     started = time.monotonic()
     outcome: dict[str, object] = {"rank": rank, "pid": os.getpid()}
     try:
-        call = (args.linger, args.fail_rank, args.destroy_in_finally)
-        if args.mode == "guard":
-            guard_distributed(body)(*call)
+        if args.guard_outside_init:
+            guard_distributed(init_then_body)()
         else:
-            body(*call)
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+            if args.mode == "guard":
+                guard_distributed(body)(*call)
+            else:
+                body(*call)
         outcome["result"] = "ok"
     except Exception as exc:
         outcome.update(
