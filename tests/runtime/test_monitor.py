@@ -218,7 +218,7 @@ def test_lightning_callback_samples_each_batch(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_census_respects_its_time_budget() -> None:
-    budget = 0.1
+    budget = 0.3
     mon = MemoryGrowthMonitor(sample_budget=EVERY_STEP, census="auto", census_budget=budget)
     x = torch.randn(256, 256)
     started = time.perf_counter()
