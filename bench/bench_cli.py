@@ -9,7 +9,7 @@ The baseline reads every file and parses it with libcst in one process (what any
 linter pays before running a single rule). ddp-lsp is timed as users run it: a fresh
 ``ddp-lsp check DIR`` process (start-up, discovery, decoding, analysis, reporting), once with
 its default parallelism and once with ``--jobs 1`` for a one-core comparison. The target is
-ddp-lsp at 0.7x or more of libcst's throughput. Results go in docs/performance-cli.md.
+ddp-lsp at 0.7x or more of libcst's throughput. Results go in docs/performance.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 Each run is a fresh ``python -m ddp_lsp preflight`` process (CLI start-up, the child process,
 the torch import in the child, every probe), timed from outside. Targets on the 2-CPU, no-GPU
-machine: --quick <= 6 s, full <= 20 s. Results go in docs/performance-preflight.md.
+machine: --quick <= 6 s, full <= 20 s. Results go in docs/performance.md.
 """
 
 from __future__ import annotations

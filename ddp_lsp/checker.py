@@ -44,7 +44,7 @@ EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 # Below this much source in total, analysing in this process beats starting a pool: forked
 # workers cost tens of milliseconds to start and to return their results, while the analysis
-# runs at roughly 0.25-0.5 MB/s per core (bench/bench_cli.py; docs/performance-cli.md).
+# runs at roughly 0.25-0.5 MB/s per core (bench/bench_cli.py; docs/performance.md).
 PARALLEL_MIN_FILES = 8
 PARALLEL_MIN_BYTES = 256 * 1024
 

@@ -8,7 +8,7 @@ the last reference goes (there is no caching allocator as on CUDA). So the glibc
 pages. RSS is read too, but it alone misses small leaks: freed memory stays resident and new
 small allocations reuse it, so RSS moves in page- and arena-sized jumps.
 
-Each reading costs about a microsecond here (see docs/performance-runtime.md).
+Each reading costs about a microsecond here (see docs/performance.md).
 """
 
 from __future__ import annotations
