@@ -1,7 +1,7 @@
 """Code actions, built from the findings' own fixes (no re-analysis).
 
 For every finding in the requested range: one quick fix per fix it carries (``isPreferred`` on
-its preferred fix), and "Ignore DDPxxx on this line", which adds the id to the line's
+its preferred fix when that fix is safe), and "Ignore DDPxxx on this line", which adds the id to the line's
 ``# ddp-lsp: ignore[...]`` comment or starts one. ``source.fixAll.ddp-lsp`` applies every safe
 fix of the document at once (overlapping ones are left for the next round, as ``ddp-lsp fix``
 does). Edits are computed eagerly: they are already in the findings, so there is nothing to
@@ -173,7 +173,9 @@ def code_actions(
                         title=_title(f, fix),
                         kind=T.CodeActionKind.QuickFix,
                         diagnostics=[diag] if diag else None,
-                        is_preferred=fix is preferred,
+                        # VS Code's "auto fix" applies the preferred action unasked: never an
+                        # unsafe one.
+                        is_preferred=fix is preferred and fix.safe,
                         edit=edit,
                     )
                 )

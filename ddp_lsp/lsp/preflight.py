@@ -141,6 +141,7 @@ class PreflightService:
                 log.warning("could not cache the preflight report: %s", exc)
             _refresh_lenses(ls)
             self.state.environment_changed()
+            ls.refresh_pulled()  # findings depend on the machine's facts
         return {
             "ok": report.error is None,
             "error": report.error,

@@ -107,6 +107,12 @@ class DdpLanguageServer(LanguageServer):
             {"jsonrpc": "2.0", "method": T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS, "params": params}
         )
 
+    def refresh_pulled(self) -> None:
+        """Tell a pulling client that diagnostics changed (settings, pyproject, preflight):
+        it only asks again for pulled documents when told."""
+        if self.state.pulled and self.state.supports_pull_refresh:
+            self.workspace_diagnostic_refresh(None)
+
     def show_error(self, message: str, is_error: bool = True) -> None:
         log.warning("%s", message)
         kind = T.MessageType.Error if is_error else T.MessageType.Warning
@@ -218,8 +224,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         state.configuration_changed()
         for err in state.editor_global.errors:
             state.report(err)
-        if state.pull_mode and state.supports_pull_refresh:
-            ls.workspace_diagnostic_refresh(None)
+        ls.refresh_pulled()
 
     @server.feature(T.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(
@@ -332,14 +337,8 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
     ) -> T.DocumentDiagnosticReport:
         from ddp_lsp.lsp.diagnostics import as_lsp
 
-        if not state.pull_mode:
-            # The client pulls: stop pushing, or it would show every finding twice.
-            state.pull_mode = True
-            for unit in state.all_units():
-                for uri, _, _ in unit.views():
-                    if unit.diagnostics.get(uri):
-                        ls.publish_raw(uri, None, [])
         uri = params.text_document.uri
+        state.start_pulling(uri)
         found = state.lookup(uri)
         if found is None:
             return T.RelatedFullDocumentDiagnosticReport(items=[])

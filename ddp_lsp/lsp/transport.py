@@ -8,9 +8,9 @@ reader thread feeds a queue instead.
 
 This layer answers the protocol's error cases itself: unparsable JSON gets a Parse error (id
 null), a request with malformed params gets InvalidParams for its id (pygls would drop it and
-leave the client waiting), requests before ``initialize`` get ServerNotInitialized and requests
-after ``shutdown`` get InvalidRequest. File descriptor 1 is redirected to stderr at start, so a
-stray ``print`` anywhere cannot corrupt the protocol stream.
+leave the client waiting), requests before ``initialize`` get ServerNotInitialized, and requests
+after ``shutdown`` and a second ``initialize`` get InvalidRequest. File descriptor 1 is
+redirected to stderr at start, so a stray ``print`` anywhere cannot corrupt the protocol stream.
 """
 
 from __future__ import annotations
@@ -151,6 +151,11 @@ class _Dispatcher:
                 return
             if not is_request and method != T.EXIT:
                 return  # the specification says: drop notifications before initialize
+        if is_request and method == T.INITIALIZE and server.initialized:
+            # A second initialize would reset the negotiated encoding, folders and settings
+            # under open documents; the session goes on as negotiated.
+            server.send_error(msg_id, -32600, "Invalid Request: the server is already initialized")
+            return
         if is_request and self.protocol._shutdown:
             server.send_error(msg_id, -32600, f"Invalid Request: {method} after shutdown")
             return

@@ -106,6 +106,8 @@ class Recorder:
     registrations: list[T.Registration] = field(default_factory=list)
     registered: asyncio.Event = field(default_factory=asyncio.Event)
     lens_refreshes: int = 0
+    diagnostic_refreshes: int = 0
+    diagnostic_refreshed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def make_client() -> LanguageClient:
@@ -132,7 +134,12 @@ def make_client() -> LanguageClient:
     def lens_refresh(c: LanguageClient, params: None) -> None:
         rec.lens_refreshes += 1
 
+    def diagnostic_refresh(c: LanguageClient, params: None) -> None:
+        rec.diagnostic_refreshes += 1
+        rec.diagnostic_refreshed.set()
+
     features[T.WORKSPACE_CODE_LENS_REFRESH] = lens_refresh
+    features[T.WORKSPACE_DIAGNOSTIC_REFRESH] = diagnostic_refresh
     features[T.CLIENT_REGISTER_CAPABILITY] = register
     features[T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = publish
     features[T.WORKSPACE_APPLY_EDIT] = apply_edit
@@ -143,8 +150,35 @@ def make_client() -> LanguageClient:
 CONFIG = ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client)
 
 
-def capabilities(profile: str) -> T.ClientCapabilities:
-    return client_capabilities(profile)
+def capabilities(profile: str, refresh: bool = False) -> T.ClientCapabilities:
+    """A recorded profile; ``refresh`` adds ``workspace.diagnostics.refreshSupport`` (VS Code
+    has it; the recorded profile predates it)."""
+    caps = client_capabilities(profile)
+    if refresh:
+        ws = caps.workspace or T.WorkspaceClientCapabilities()
+        ws.diagnostics = T.DiagnosticWorkspaceClientCapabilities(refresh_support=True)
+        caps.workspace = ws
+    return caps
+
+
+async def wait_for_message(client: LanguageClient, pred: Any, timeout: float = TIMEOUT) -> Any:
+    """The first ``window/showMessage`` satisfying ``pred``, waiting for it."""
+
+    async def loop() -> Any:
+        while True:
+            for m in client.messages:
+                if pred(m):
+                    return m
+            await client.wait_for_notification(T.WINDOW_SHOW_MESSAGE)
+
+    return await asyncio.wait_for(loop(), timeout)
+
+
+async def wait_for_refresh(client: LanguageClient, timeout: float = TIMEOUT) -> None:
+    """Wait for a ``workspace/diagnostic/refresh`` request (and consume it)."""
+    rec: Recorder = client.recorder  # type: ignore[attr-defined]
+    await asyncio.wait_for(rec.diagnostic_refreshed.wait(), timeout)
+    rec.diagnostic_refreshed.clear()
 
 
 async def wait_for_diagnostics(

@@ -507,3 +507,45 @@ async def test_launch_config_next_to_the_script_reaches_the_rules(client: Langua
     (d,) = [d for d in pub.diagnostics if d.code == "DDP405"]
     assert "run.sh" in d.message and "64" in d.message, d.message
     doc.close()
+
+
+UNSAFE_ONLY = """import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+
+def main(dataset):
+    dist.init_process_group("nccl")
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    return loader
+"""
+
+
+async def test_unsafe_fixes_are_never_preferred_nor_in_fix_all(client: LanguageClient):
+    """VS Code's auto-fix applies the preferred action unasked; fix-all is safe fixes only."""
+    doc = _open(client, "unsafe_only.py", UNSAFE_ONLY)
+    pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d, "DDP401"))
+    (diag,) = ddp(pub.diagnostics, "DDP401")
+    actions = await _actions(client, doc, diag, only=[T.CodeActionKind.QuickFix])
+    unsafe = [a for a in actions if a.title.startswith("DDP401") and "(unsafe)" in a.title]
+    assert unsafe and not any(a.is_preferred for a in unsafe)
+    # Fix-all offers nothing here: every fix in this file is unsafe.
+    actions = await _actions(
+        client, doc, None, only=["source.fixAll"], rng=T.Range(T.Position(0, 0), T.Position(0, 0))
+    )
+    assert [a for a in actions if a.kind == "source.fixAll.ddp-lsp"] == []
+    doc.close()
+    # With a safe fix beside the unsafe ones, fix-all takes the safe one only.
+    mixed = UNSAFE_ONLY + "\n\n" + TRAIN.split("\n\n\n", 1)[1]
+    mixed = mixed.replace("import torch.distributed", "import torch\nimport torch.distributed")
+    doc = _open(client, "unsafe_mixed.py", mixed)
+    await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d) and ddp(d, "DDP401"))
+    actions = await _actions(
+        client, doc, None, only=["source.fixAll"], rng=T.Range(T.Position(0, 0), T.Position(0, 0))
+    )
+    (fix_all,) = [a for a in actions if a.kind == "source.fixAll.ddp-lsp"]
+    v = doc.apply(edits_for(fix_all.edit, doc.uri))
+    assert "scaler.unscale_(optimizer)" in doc.text and "shuffle=True" in doc.text
+    assert "DistributedSampler" not in doc.text
+    pub = await wait_for_diagnostics(client, doc.uri, v)
+    assert ddp(pub.diagnostics) == [] and ddp(pub.diagnostics, "DDP401")
+    doc.close()

@@ -22,6 +22,8 @@ from tests.lsp.helpers import (
     capabilities,
     ddp,
     wait_for_diagnostics,
+    wait_for_message,
+    wait_for_refresh,
 )
 
 
@@ -36,7 +38,7 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
     (tmp_path / ".venv" / "lib.py").write_text(TRAIN)
     result = await lsp_client.initialize_session(
         T.InitializeParams(
-            capabilities=capabilities(request.param),
+            capabilities=capabilities(request.param, refresh=True),
             root_uri=tmp_path.as_uri(),
             workspace_folders=[T.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
             initialization_options={
@@ -123,3 +125,112 @@ async def test_invalid_initialization_option_is_reported(client: LanguageClient)
     doc = Doc(client, (root / "generated" / "skip.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
     pub = await wait_for_diagnostics(client, doc.uri)
     assert pub.diagnostics == []
+
+
+async def _pull(client: LanguageClient, uri: str, previous: str | None = None) -> object:
+    return await asyncio.wait_for(
+        client.text_document_diagnostic_async(
+            T.DocumentDiagnosticParams(T.TextDocumentIdentifier(uri), previous_result_id=previous)
+        ),
+        TIMEOUT,
+    )
+
+
+def _open_notebook(client: LanguageClient, nb_uri: str, text: str) -> str:
+    cell = f"{nb_uri}#cell-1"
+    client.notebook_document_did_open(
+        T.DidOpenNotebookDocumentParams(
+            notebook_document=T.NotebookDocument(
+                uri=nb_uri,
+                notebook_type="jupyter-notebook",
+                version=1,
+                cells=[T.NotebookCell(kind=T.NotebookCellKind.Code, document=cell)],
+            ),
+            cell_text_documents=[T.TextDocumentItem(cell, "python", 1, text)],
+        )
+    )
+    return cell
+
+
+async def test_pulling_one_document_keeps_pushing_the_others(client: LanguageClient):
+    """VS Code pulls text documents but not notebook cells: cells must stay pushed."""
+    root = client.root  # type: ignore[attr-defined]
+    enc = client.encoding  # type: ignore[attr-defined]
+    pulled = Doc(client, (root / "pulled.py").as_uri(), TRAIN, enc)
+    pushed = Doc(client, (root / "pushed.py").as_uri(), TRAIN, enc)
+    await wait_for_diagnostics(client, pushed.uri, 1, lambda d: ddp(d))
+    await wait_for_diagnostics(client, pulled.uri, 1, lambda d: ddp(d))
+    report = await _pull(client, pulled.uri)
+    assert [d.code for d in ddp(report.items)] == ["DDP201"]  # type: ignore[attr-defined]
+    # What was pushed for the pulled document is cleared (it would show twice)...
+    await wait_for_diagnostics(client, pulled.uri, None, lambda d: d == [])
+    # ...and the other document and a notebook cell opened later are still pushed.
+    at = pushed.text.index("        scaler.update()")
+    v = pushed.replace(at, at, "        pass\n")
+    pub = await wait_for_diagnostics(client, pushed.uri, v)
+    assert [d.code for d in ddp(pub.diagnostics)] == ["DDP201"]
+    cell = _open_notebook(client, (root / "nb.ipynb").as_uri(), TRAIN)
+    pub = await wait_for_diagnostics(client, cell, 1, lambda d: ddp(d))
+    assert [d.code for d in ddp(pub.diagnostics)] == ["DDP201"]
+    # The pulled document is never pushed again while open.
+    n = len(client.recorder.published)  # type: ignore[attr-defined]
+    at = pulled.text.index("        scaler.update()")
+    pulled.replace(at, at, "        pass\n")
+    v = pushed.replace(at, at, "        pass\n")
+    await wait_for_diagnostics(client, pushed.uri, v)
+    later = client.recorder.published[n:]  # type: ignore[attr-defined]
+    assert [p for p in later if p.uri == pulled.uri] == []
+
+
+async def test_result_ids_are_never_reused_after_reopening(client: LanguageClient):
+    root = client.root  # type: ignore[attr-defined]
+    enc = client.encoding  # type: ignore[attr-defined]
+    uri = (root / "reopen.py").as_uri()
+    doc = Doc(client, uri, TRAIN, enc)
+    first = await _pull(client, uri)
+    assert ddp(first.items)  # type: ignore[attr-defined]
+    doc.close()
+    fixed = TRAIN.replace(
+        "        torch.nn.utils", "        scaler.unscale_(optimizer)\n        torch.nn.utils"
+    )
+    Doc(client, uri, fixed, enc)
+    again = await _pull(client, uri, first.result_id)  # type: ignore[attr-defined]
+    # The old result is stale: a full report without the finding, not "unchanged".
+    assert isinstance(again, T.RelatedFullDocumentDiagnosticReport)
+    assert ddp(again.items) == [] and again.result_id != first.result_id  # type: ignore[attr-defined]
+
+
+async def test_pulling_client_is_told_to_refresh_on_configuration_change(client: LanguageClient):
+    root = client.root  # type: ignore[attr-defined]
+    doc = Doc(client, (root / "refresh.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
+    await _pull(client, doc.uri)
+    client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams(settings={"ddp-lsp": {"severity": {"DDP201": "hint"}}})
+    )
+    await wait_for_refresh(client)
+    report = await _pull(client, doc.uri)
+    assert [d.severity for d in ddp(report.items)] == [T.DiagnosticSeverity.Hint]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ('[tool.ddp-lsp]\nseverity = { DDP201 = "loud" }\n', "loud"),
+        ("[tool.ddp-lsp\nseverity = 1\n", "invalid TOML"),
+    ],
+    ids=["invalid-value", "invalid-toml"],
+)
+async def test_bad_pyproject_shows_message(client: LanguageClient, content: str, needle: str):
+    root = client.root  # type: ignore[attr-defined]
+    proj = root / "badproj"
+    proj.mkdir()
+    pyproject = proj / "pyproject.toml"
+    pyproject.write_text(content)
+    doc = Doc(client, (proj / "train.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
+    msg = await wait_for_message(
+        client, lambda m: str(pyproject) in m.message and needle in m.message
+    )
+    assert msg.type == T.MessageType.Error
+    # The defaults apply: DDP201 is still an error.
+    pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
+    assert [d.severity for d in ddp(pub.diagnostics)] == [T.DiagnosticSeverity.Error]

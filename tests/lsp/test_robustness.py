@@ -310,3 +310,53 @@ def test_the_server_never_imports_torch(tmp_path):
     )
     assert s.close() == 0
     assert not marker.exists(), "the language server imported torch"
+
+
+def test_second_initialize_is_refused_and_the_session_kept():
+    s = RawServer()
+    s.initialize({"general": {"positionEncodings": ["utf-8"]}})
+    uri = URI.replace("train", "reinit")
+    s.open(uri, TRAIN)
+    before = s.document(uri)["encoding"]
+    r = s.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}})
+    assert r["error"]["code"] == -32600 and "already initialized" in r["error"]["message"]
+    # The negotiated encoding (and with it everything else) is what it was.
+    assert s.document(uri)["encoding"] == before == "utf-8"
+    alive(s)
+    assert s.close() == 0
+
+
+def test_document_growing_past_the_limit_switches_modes_both_ways():
+    s = RawServer()
+    s.initialize()
+    uri = URI.replace("train", "grows")
+    s.open(uri, TRAIN)
+    s.wait_notification(
+        "textDocument/publishDiagnostics", lambda p: p["uri"] == uri and p["diagnostics"]
+    )
+    chunk = "# " + "x" * 9_000 + "\n"  # small edits (< 10,000 chars each), many of them
+    version = 1
+    n_lines = TRAIN.count("\n")
+    while version * len(chunk) < 2_100_000:
+        version += 1
+        at = {"line": n_lines, "character": 0}
+        s.change(uri, version, [{"range": {"start": at, "end": at}, "text": chunk}])
+        n_lines += 1
+    s.wait_notification("window/showMessage", lambda p: "not analysed" in p["message"])
+    n = s.wait_notification(
+        "textDocument/publishDiagnostics",
+        lambda p: p["uri"] == uri and p.get("version") == version,
+    )
+    assert n["params"]["diagnostics"] == []
+    # Deleting the added lines brings it back under the limit: analysed again.
+    version += 1
+    start = {"line": TRAIN.count("\n"), "character": 0}
+    end = {"line": n_lines, "character": 0}
+    s.change(uri, version, [{"range": {"start": start, "end": end}, "text": ""}])
+    n = s.wait_notification(
+        "textDocument/publishDiagnostics",
+        lambda p: p["uri"] == uri and p.get("version") == version,
+    )
+    assert [d["code"] for d in n["params"]["diagnostics"]] == ["DDP201"]
+    assert s.document(uri)["text"] == TRAIN
+    assert s.close() == 0
