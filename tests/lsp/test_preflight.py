@@ -16,7 +16,14 @@ import pytest_lsp
 from lsprotocol import types as T
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from tests.lsp.helpers import SERVER_CMD, TIMEOUT, Doc, capabilities, make_client
+from tests.lsp.helpers import (
+    SERVER_CMD,
+    TIMEOUT,
+    Doc,
+    capabilities,
+    make_client,
+    wait_for_refresh,
+)
 
 PROBES = ["cpu.workers", "shm.capacity"]
 SCRIPT = """import os
@@ -51,7 +58,8 @@ CONFIG = ClientServerConfig(
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp_path):
     await lsp_client.initialize_session(
         T.InitializeParams(
-            capabilities=capabilities(request.param),
+            # With workspace.diagnostics.refreshSupport, as VS Code has it.
+            capabilities=capabilities(request.param, refresh=True),
             workspace_folders=[T.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
             # Only DDP201 (silent here): hovers then show preflight facts and nothing else.
             initialization_options={"ddp-lsp": {"select": ["DDP201"]}},
@@ -157,3 +165,26 @@ async def test_bad_preflight_arguments(client: LanguageClient):
                 T.ExecuteCommandParams(command="ddp-lsp.runPreflight", arguments=args)
             )
         assert needle in str(err.value)
+
+
+async def test_preflight_tells_a_pulling_client_to_refresh(client: LanguageClient):
+    """Findings depend on the machine's facts: a client that pulls must be told to ask again."""
+    root = client.root  # type: ignore[attr-defined]
+    doc = Doc(client, (root / "pulled.py").as_uri(), SCRIPT, "utf-16")
+    await asyncio.wait_for(
+        client.text_document_diagnostic_async(
+            T.DocumentDiagnosticParams(T.TextDocumentIdentifier(doc.uri))
+        ),
+        TIMEOUT,
+    )
+    result = await asyncio.wait_for(
+        client.workspace_execute_command_async(
+            T.ExecuteCommandParams(
+                command="ddp-lsp.runPreflight",
+                arguments=[doc.uri, {"quick": True, "probes": PROBES}],
+            )
+        ),
+        120,
+    )
+    assert result["ok"] is True, result
+    await wait_for_refresh(client)
