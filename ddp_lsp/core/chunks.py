@@ -46,7 +46,7 @@ class State:
     depth: int = 0
     quote: str | None = None  # the open string delimiter carried to the next line
     cont: bool = False  # the previous line ended with a backslash continuation
-    top_kind: str | None = None  # "simple" | "compound" | "decorator" (last top-level stmt)
+    top_kind: str | None = None  # "simple" | "import" | "compound" | "decorator" (last one)
     cls: str | None = None  # name of the top-level class being split at its methods
     cls_indent: str | None = None  # indent of that class's body
     member_seen: bool = False  # the class's first method has been seen (stays with header)
@@ -156,10 +156,16 @@ def step(state: State, line: str) -> tuple[State, bool, bool]:
             kind = "decorator"
         elif word in _COMPOUND and (word != "match" or text.rstrip().endswith(":")):
             kind = "compound"
+        elif word in ("import", "from"):
+            # The import block is a chunk of its own: a syntax error typed just below the
+            # imports must not take the module's aliases (and so every rule) down with it.
+            kind = "import"
         else:
             kind = "simple"
         boundary = state.top_kind != "decorator"
-        if (
+        if boundary and kind == "import" and state.top_kind == "import":
+            boundary = False
+        elif (
             boundary
             and kind == "simple"
             and state.top_kind == "simple"

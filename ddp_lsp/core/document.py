@@ -86,7 +86,7 @@ def parse_chunk(text: str, member_of: str | None, ranks: RankModel) -> ParsedChu
             warnings.simplefilter("ignore")  # SyntaxWarning for "\d" and friends
             tree = ast.parse(src)
     except SyntaxError as exc:
-        return _broken(text, member_of, lines, line_base, exc)
+        return _broken(text, member_of, lines, line_base, exc, ranks)
     except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
         problem = SyntaxProblem(0, 0, _problem_message(exc))
         return ParsedChunk(text, member_of, None, [], line_base, problem, False, EMPTY_FACTS, lines)
@@ -104,22 +104,62 @@ def parse_chunk(text: str, member_of: str | None, ranks: RankModel) -> ParsedChu
 
 
 def _broken(
-    text: str, member_of: str | None, lines: list[str], line_base: int, exc: SyntaxError
+    text: str,
+    member_of: str | None,
+    lines: list[str],
+    line_base: int,
+    exc: SyntaxError,
+    ranks: RankModel,
 ) -> ParsedChunk:
     nul = text.find("\x00")
     if nul >= 0:
         line = text.count("\n", 0, nul)
         col = nul - (text.rfind("\n", 0, nul) + 1)
-        problem = SyntaxProblem(line, col, "syntax error: source contains a NUL byte")
-        return ParsedChunk(text, member_of, None, [], line_base, problem, False, EMPTY_FACTS, lines)
-    if _newer_grammar_accepts(text, member_of):
-        return ParsedChunk(text, member_of, None, [], line_base, None, True, EMPTY_FACTS, lines)
-    line = max((exc.lineno or 1) - 1 + line_base, 0)
-    line = min(line, max(len(lines) - 1, 0))
-    col = max((exc.offset or 1) - 1, 0)
-    col = min(col, len(lines[line].rstrip("\r\n"))) if lines else 0
-    problem = SyntaxProblem(line, col, _problem_message(exc))
-    return ParsedChunk(text, member_of, None, [], line_base, problem, False, EMPTY_FACTS, lines)
+        message = "syntax error: source contains a NUL byte"
+        newer = False
+    else:
+        line = max((exc.lineno or 1) - 1 + line_base, 0)
+        line = min(line, max(len(lines) - 1, 0))
+        col = max((exc.offset or 1) - 1, 0)
+        col = min(col, len(lines[line].rstrip("\r\n"))) if lines else 0
+        message = _problem_message(exc)
+        newer = _newer_grammar_accepts(text, member_of)
+    # The statements before the error still count (a run of module-level statements where the
+    # user is typing the last one): their facts and findings are kept.
+    tree = _salvage(lines, line, ranks) if member_of is None else None
+    body = tree.body if tree is not None else []
+    facts = EMPTY_FACTS
+    if tree is not None:
+        try:
+            facts = extract(tree, None, ranks)
+        except RecursionError:
+            tree, body = None, []
+    if newer:
+        return ParsedChunk(text, member_of, tree, body, line_base, None, True, facts, lines)
+    problem = SyntaxProblem(line, col, message)
+    return ParsedChunk(text, member_of, tree, body, line_base, problem, False, facts, lines)
+
+
+_SALVAGE_TRIES = 8
+
+
+def _salvage(lines: list[str], error_line: int, ranks: RankModel) -> ast.Module | None:
+    """The longest run of whole top-level statements before ``error_line`` that parses."""
+    tries = 0
+    for k in range(min(error_line, len(lines) - 1), 0, -1):
+        head = lines[k]
+        if not head[:1].strip() or head.startswith("#"):
+            continue  # cut only where a top-level statement starts
+        tries += 1
+        if tries > _SALVAGE_TRIES:
+            return None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return ast.parse("".join(lines[:k]))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+    return None
 
 
 def _problem_message(exc: BaseException) -> str:

@@ -105,7 +105,7 @@ def _collect(
                     name=SYNTAX_ERROR.name,
                 )
             )
-            continue
+            # The statements before the error (if any parsed) are still checked below.
         if chunk.tree is None or not facts.distributed:
             continue
         cached: tuple[tuple[Finding, ...], tuple[InternalError, ...]] | None

@@ -428,6 +428,10 @@ class ModuleFacts:
     rank_predicates: frozenset[str] = frozenset()
     rank_vars: frozenset[str] = frozenset()
     names_used: frozenset[str] = frozenset()  # imported names loaded somewhere in the module
+    # Every kind bound anywhere, every property of any function: rules ask "does this module
+    # wrap a model in DDP at all?" per chunk, which must not cost a scan of all functions.
+    kind_set: frozenset[str] = frozenset()
+    prop_set: frozenset[str] = frozenset()
     key: tuple[object, ...] = ()
     key_hash: int = 0  # hash(key), computed once: the facts key every chunk's cache lookup
 
@@ -651,6 +655,8 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
         rank_predicates=rank_predicates,
         rank_vars=rank_vars,
         names_used=names_used,
+        kind_set=frozenset(kinds.values()),
+        prop_set=frozenset().union(*frozen_props.values()) if frozen_props else frozenset(),
         key=key,
         key_hash=hash(key),
     )

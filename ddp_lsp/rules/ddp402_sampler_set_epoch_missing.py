@@ -102,7 +102,7 @@ class SamplerSetEpochMissing(Rule):
         loops = ctx.nodes(ast.For, ast.AsyncFor, ast.While)
         if not loops or D.uses_sampler_framework(ctx):
             return  # no epoch loop here, or a framework that calls set_epoch
-        has_sampler = any(k == K.SAMPLER for k in ctx.facts.kinds.values()) or any(
+        has_sampler = K.SAMPLER in ctx.facts.kind_set or any(
             D.is_sampler_call(ctx, c) for c in ctx.calls()
         )
         if not has_sampler:

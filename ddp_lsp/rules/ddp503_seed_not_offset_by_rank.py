@@ -168,7 +168,7 @@ def _wraps_ddp(ctx: ChunkContext) -> bool:
     """DDP broadcasts rank 0's parameters at wrap time, so distinct seeds are safe."""
     if any(q == N.DDP for q in ctx.facts.aliases.values()):
         return True
-    return any(k == K.DDP for k in ctx.facts.kinds.values())
+    return K.DDP in ctx.facts.kind_set
 
 
 def _same_on_every_rank(ctx: ChunkContext, seed: ast.AST, root: ast.AST, depth: int = 0) -> bool:

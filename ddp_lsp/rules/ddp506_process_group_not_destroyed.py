@@ -121,7 +121,7 @@ def _starts_group(ctx: ChunkContext, call: ast.Call) -> bool:
 
 
 def _file_destroys(ctx: ChunkContext) -> bool:
-    if any(K.DESTROYS_PG in props for props in ctx.facts.func_props.values()):
+    if K.DESTROYS_PG in ctx.facts.prop_set:
         return True
     for name, qual in ctx.facts.aliases.items():
         if qual == N.DESTROY_PROCESS_GROUP and name in ctx.facts.names_used:

@@ -107,3 +107,49 @@ def test_out_of_range_edits_are_clamped() -> None:
     assert doc.text.splitlines()[0] == "import torch  # head"
     doc.apply_edit(Pos(-4, -1), Pos(0, 0), "")
     assert analyze(doc, S).findings == analyze(doc.text, S).findings
+
+
+def _rules_found(text: str) -> set[str]:
+    return {f.rule_id for f in analyze(text, S).findings}
+
+
+def test_a_broken_statement_below_the_imports_keeps_the_module_aliases() -> None:
+    """Typing the next statement under the imports must not silence the file: the import
+    block is a chunk of its own, and the statements before an error in a run still count."""
+    tail = "\n\ndef g(rank):\n    if rank == 0:\n        dist.barrier()\n"
+    for broken in ("BATCH = 3 +", "from torch.utils.data import ", "x = 1\ny = (", "z = 1\x00"):
+        text = "import torch.distributed as dist\nimport os\n" + broken + tail
+        found = _rules_found(text)
+        assert "DDP000" in found and "DDP103" in found, (broken, found)
+
+
+def test_statements_before_an_error_in_the_same_run_keep_their_findings() -> None:
+    text = (
+        "import torch\nimport torch.distributed as dist\n\n"
+        "rank = dist.get_rank()\nstate = torch.load('ckpt.pt')\nbroken = (\n"
+    )
+    found = _rules_found(text)
+    assert "DDP000" in found and "DDP303" in found, found
+
+
+def test_newer_syntax_next_to_the_imports_does_not_silence_the_file() -> None:
+    text = (
+        "import torch\nimport torch.distributed as dist\ntype Vec = list[float]\n\n"
+        "def g(rank):\n    if rank == 0:\n        dist.barrier()\n"
+    )
+    found = _rules_found(text)
+    assert found == {"DDP103"}, found
+
+
+def test_example_script_keeps_its_findings_while_an_import_is_typed() -> None:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "train_buggy.py"
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    last_import = max(i for i, line in enumerate(lines[:40]) if line.startswith(("import ", "from ")))
+    typing = "".join(lines[: last_import + 1]) + "from torch.utils.data import \n" + "".join(lines[last_import + 1 :])
+    before = [f.rule_id for f in analyze(text, S).findings]
+    during = [f.rule_id for f in analyze(typing, S).findings]
+    assert during.count("DDP000") == 1
+    assert sorted(r for r in during if r != "DDP000") == sorted(before)
