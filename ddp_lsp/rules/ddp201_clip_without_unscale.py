@@ -50,6 +50,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
 from ddp_lsp.rules import _patterns as P
@@ -152,8 +153,30 @@ class ClipWithoutUnscale(Rule):
     def _optimizer(ctx: ChunkContext, root: ast.AST, scaler: ast.expr, at: ast.AST) -> str | None:
         opt = P.scaler_step_optimizer(root, scaler)
         if opt is not None:
+            # `for name, o in optimizers.items(): scaler.step(o)` after the clip: `o` does not
+            # exist yet where unscale_ would go, so naming it would raise at run time.
+            head = opt
+            while isinstance(head, ast.Attribute):
+                head = head.value
+            if isinstance(head, ast.Name) and not _bound_before(root, head.id, at):
+                return None
             return ctx.segment(opt)
         return P.only_optimizer(ctx, at)
+
+
+def _bound_before(root: ast.AST, name: str, at: ast.AST) -> bool:
+    """``name`` holds a value at ``at``: a parameter, bound earlier in the function, or not
+    bound in the function at all (a global or closure variable)."""
+    if isinstance(root, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = root.args
+        if name in {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}:
+            return True
+    stores = [
+        n
+        for n in W.scope_nodes(root)
+        if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+    ]
+    return not stores or any(P.before(n, at) for n in stores)
 
 
 _HEAD = """\
@@ -309,6 +332,20 @@ def train(model, loader, opt_a, opt_b, scaler):
 """,
         fixed=None,
         note="two optimizers: no fix rather than a guess",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizers, scaler):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        «torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)»
+        for name, opt in optimizers.items():
+            scaler.step(opt)
+        scaler.update()
+""",
+        fixed=None,
+        note="the optimizer is a loop variable bound after the clip: no fix that would name it",
     ),
     Invalid(
         _HEAD
