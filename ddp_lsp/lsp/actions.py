@@ -13,6 +13,8 @@ so a client that has moved on rejects them instead of applying them to the wrong
 
 from __future__ import annotations
 
+import io
+import tokenize
 from collections.abc import Iterable, Sequence
 
 from lsprotocol import types as T
@@ -87,21 +89,49 @@ class _EditBuilder:
         return T.WorkspaceEdit(changes=grouped)
 
 
+# Open brackets put in front of the tokenized piece: the piece starts at the finding, possibly
+# inside a bracketed expression whose closers would otherwise be unmatched, and inside brackets
+# every line end a comment may follow is an NL token. No finding sits 64 brackets deep.
+_OPENERS = "(" * 64
+
+
+def _comment_safe_lines(lines: list[str], start: Pos, last: int) -> set[int]:
+    """Lines in ``start.line..last`` whose end a comment may follow: not inside a string
+    (a triple-quoted one the line opens) and not after a backslash continuation."""
+    piece = lines[start.line][start.col :] + "".join(lines[start.line + 1 : last + 1])
+    if not piece.endswith(("\n", "\r")):
+        piece += "\n"
+    safe: set[int] = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(_OPENERS + piece).readline):
+            row = start.line + tok.start[0] - 1
+            if row > last:
+                break
+            if tok.type in (tokenize.NL, tokenize.NEWLINE):
+                safe.add(row)
+    except (tokenize.TokenError, SyntaxError):
+        pass  # the tokens before the problem were already seen; they are all we need
+    return safe
+
+
 def suppression_edit(unit: Unit, finding: Finding) -> Edit | None:
-    """The edit that adds ``finding``'s id to its line's ignore comment."""
+    """The edit that adds ``finding``'s id to an ignore comment on its first or last line
+    (where the core looks for it), on whichever of them a comment can end: a line that opens
+    a triple-quoted string or ends with a backslash cannot take one. None when neither can."""
     lines = unit.doc.lines
-    line_no = finding.span.start.line
-    if line_no >= len(lines):
+    first, last = finding.span.start.line, min(finding.span.end.line, len(lines) - 1)
+    if first >= len(lines):
         return None
-    body = lines[line_no].rstrip("\r\n")
-    if body.endswith("\\") and finding.span.end.line != line_no:
-        # A comment after a backslash continuation is a syntax error: use the last line.
-        line_no = finding.span.end.line
+    safe = _comment_safe_lines(lines, finding.span.start, last)
+    for line_no in dict.fromkeys((first, last)):
+        if line_no not in safe:
+            continue
         body = lines[line_no].rstrip("\r\n")
-    new = add_suppression(body, finding.rule_id)
-    if new == body:
-        return None
-    return Edit(Span(Pos(line_no, 0), Pos(line_no, len(body))), new)
+        new = add_suppression(body, finding.rule_id)
+        if new == body:
+            return None  # already ignored there
+        return Edit(Span(Pos(line_no, 0), Pos(line_no, len(body))), new)
+    return None
 
 
 def safe_fix_edits(findings: Iterable[Finding]) -> list[Edit]:

@@ -549,3 +549,31 @@ async def test_unsafe_fixes_are_never_preferred_nor_in_fix_all(client: LanguageC
     pub = await wait_for_diagnostics(client, doc.uri, v)
     assert ddp(pub.diagnostics) == [] and ddp(pub.diagnostics, "DDP401")
     doc.close()
+
+
+@pytest.mark.parametrize(
+    ("call", "commented"),
+    [
+        # The finding's first line opens a triple-quoted string: a comment there would be text.
+        ('clip_grad_norm_(model.parameters(), float("""\n1.0\n"""))', '"""))  # ddp-lsp'),
+        # The first line ends with a backslash: a comment there is a syntax error.
+        ("clip_grad_norm_(model.parameters(), \\\n            1.0)", "1.0)  # ddp-lsp"),
+    ],
+    ids=["triple-quoted", "backslash"],
+)
+async def test_ignore_goes_where_a_comment_is_code(
+    client: LanguageClient, call: str, commented: str
+):
+    text = TRAIN.replace("clip_grad_norm_(model.parameters(), 1.0)", call)
+    doc = _open(client, f"ignore_{len(call)}.py", text)
+    pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
+    (diag,) = ddp(pub.diagnostics)
+    actions = await _actions(client, doc, diag)
+    (ignore,) = [a for a in actions if a.title == "Ignore DDP201 on this line"]
+    v = doc.apply(edits_for(ignore.edit, doc.uri))
+    assert commented in doc.text
+    assert doc.text.replace("  # ddp-lsp: ignore[DDP201]", "") == text  # nothing else moved
+    compile(doc.text, "ignored.py", "exec")
+    pub = await wait_for_diagnostics(client, doc.uri, v)
+    assert ddp(pub.diagnostics) == []
+    doc.close()
