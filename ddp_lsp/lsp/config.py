@@ -126,26 +126,52 @@ class _ProjectFile:
     errors: tuple[str, ...]
 
 
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return -1
+
+
 @dataclass
 class ProjectConfigs:
-    """``[tool.ddp-lsp]`` tables by pyproject.toml path, re-read when the file changes."""
+    """``[tool.ddp-lsp]`` tables by pyproject.toml path, re-read when the file changes.
+
+    Which pyproject.toml applies to a directory is cached; so that a client without a file
+    watcher still sees a pyproject.toml created (or given a ``[tool.ddp-lsp]`` table) between
+    a file and the one that applied so far, every candidate path on the way up is remembered
+    with its mtime (-1: absent), and :meth:`changed` stats them all again.
+    """
 
     _by_dir: dict[Path, Path | None] = field(default_factory=dict)
     _files: dict[Path, _ProjectFile] = field(default_factory=dict)
+    _candidates: dict[Path, int] = field(default_factory=dict)
 
     def pyproject_for(self, path: Path) -> Path | None:
         directory = path.parent
         if directory not in self._by_dir:
             from ddp_lsp.config import find_pyproject
 
-            self._by_dir[directory] = find_pyproject(path)
+            found = find_pyproject(path)
+            self._by_dir[directory] = found
+            self._remember_candidates(directory, found)
         return self._by_dir[directory]
 
-    def table(self, pyproject: Path) -> _ProjectFile:
+    def _remember_candidates(self, directory: Path, found: Path | None) -> None:
         try:
-            mtime = pyproject.stat().st_mtime_ns
+            here = directory.resolve()
         except OSError:
-            mtime = -1
+            return
+        for d in (here, *here.parents):
+            candidate = d / "pyproject.toml"
+            if candidate in self._candidates:
+                break  # the rest of the way up was remembered for another directory
+            self._candidates[candidate] = _mtime(candidate)
+            if candidate == found:
+                break
+
+    def table(self, pyproject: Path) -> _ProjectFile:
+        mtime = _mtime(pyproject)
         cached = self._files.get(pyproject)
         if cached is not None and cached.mtime_ns == mtime:
             return cached
@@ -153,20 +179,18 @@ class ProjectConfigs:
         return loaded
 
     def changed(self) -> bool:
-        """True when a known pyproject.toml changed on disk (for clients that cannot watch)."""
+        """True when a known pyproject.toml changed on disk, or one appeared (or changed)
+        where a file's search passed by (for clients that cannot watch files)."""
         for path, cached in self._files.items():
-            try:
-                mtime = path.stat().st_mtime_ns
-            except OSError:
-                mtime = -1
-            if mtime != cached.mtime_ns:
+            if _mtime(path) != cached.mtime_ns:
                 return True
-        return False
+        return any(_mtime(path) != mtime for path, mtime in self._candidates.items())
 
     def forget(self) -> None:
         """Forget everything: a pyproject.toml was created, changed or deleted."""
         self._by_dir.clear()
         self._files.clear()
+        self._candidates.clear()
 
 
 def _load_table(path: Path, mtime: int) -> _ProjectFile:

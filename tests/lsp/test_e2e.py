@@ -577,3 +577,33 @@ async def test_ignore_goes_where_a_comment_is_code(
     pub = await wait_for_diagnostics(client, doc.uri, v)
     assert ddp(pub.diagnostics) == []
     doc.close()
+
+
+async def test_new_pyproject_is_found(client: LanguageClient):
+    """A pyproject.toml created next to an open file applies: on save for a client without a
+    file watcher (Neovim on Linux), on the watcher's event for one with it."""
+    caps = capabilities(client.profile).workspace  # type: ignore[attr-defined]
+    watch = caps.did_change_watched_files if caps else None
+    root = client.root  # type: ignore[attr-defined]
+    proj = root / "newproj" / "src"
+    proj.mkdir(parents=True)
+    doc = Doc(client, (proj / "train.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
+    await wait_for_diagnostics(
+        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Error]
+    )
+    pyproject = root / "newproj" / "pyproject.toml"
+    pyproject.write_text('[tool.ddp-lsp]\nseverity = { DDP201 = "hint" }\n')
+    if watch and watch.dynamic_registration:
+        client.workspace_did_change_watched_files(
+            T.DidChangeWatchedFilesParams(
+                [T.FileEvent(pyproject.as_uri(), T.FileChangeType.Created)]
+            )
+        )
+    else:
+        client.text_document_did_save(
+            T.DidSaveTextDocumentParams(T.TextDocumentIdentifier(doc.uri))
+        )
+    await wait_for_diagnostics(
+        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Hint]
+    )
+    doc.close()
