@@ -650,7 +650,6 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
         if codes is not None:
             overrides[key] = codes
     resolver = SettingsResolver(args.config, overrides, cwd)
-    _warn_unknown_selectors(overrides, err)
     mode = "diff" if args.diff else ("fix" if args.fix else "check")
     jobs, missing = collect_jobs(args, resolver, mode)
     jobs = with_environment(jobs, _machine(args.preflight))
@@ -719,16 +718,6 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
         took = time.perf_counter() - started
         err.write(f"checked {len(jobs)} file(s) in {took:.2f}s\n")
     return status
-
-
-def _warn_unknown_selectors(overrides: dict[str, list[str]], err: TextIO) -> None:
-    from ddp_lsp.core.registry import all_meta
-
-    ids = [m.id for m in all_meta()]
-    for key, codes in overrides.items():
-        for code in codes:
-            if not any(i.startswith(code.upper()) for i in ids):
-                err.write(f"warning: --{key} {code} matches no rule (see `ddp-lsp rules`)\n")
 
 
 def _statistics(reports: Sequence[FileReport], out: TextIO, fmt: str) -> None:

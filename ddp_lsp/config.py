@@ -209,13 +209,23 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _known_rule_ids() -> tuple[str, ...]:
+    from ddp_lsp.core.registry import all_meta  # lazily: it imports every rule module
+
+    return tuple(m.id for m in all_meta())
+
+
 def _selectors(value: Any, where: str) -> tuple[str, ...]:
     items = tuple(v.strip().upper() for v in _strings(value, where))
+    known = _known_rule_ids()
     for item in items:
         if not _SELECTOR.match(item):
             raise ConfigError(
                 f"{where}: {item!r} is not a rule id or prefix (expected e.g. DDP201 or DDP2)"
             )
+        if not any(rule_id.startswith(item) for rule_id in known):
+            # A typo here would make CI check nothing (or ignore nothing) in silence.
+            raise ConfigError(f"{where}: {item!r} matches no rule (see `ddp-lsp rules`)")
     return items
 
 
@@ -235,6 +245,8 @@ def _severities(value: Any, where: str) -> tuple[tuple[str, Severity], ...]:
         rule_id = str(rid).upper()
         if not re.match(r"^DDP\d{3}$", rule_id):
             raise ConfigError(f"{where}: {rid!r} is not a rule id (expected e.g. DDP201)")
+        if rule_id not in _known_rule_ids():
+            raise ConfigError(f"{where}: {rid!r} is not a rule (see `ddp-lsp rules`)")
         if not isinstance(sev, str):
             raise ConfigError(f"{where}.{rid} must be a string, got {sev!r}")
         try:

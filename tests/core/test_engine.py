@@ -117,6 +117,9 @@ def test_select_ignore_and_severity() -> None:
         ({"severity": {"E501": "hint"}}, "'E501' is not a rule id"),
         ({"assume-distributed": "yes"}, "must be true or false"),
         ({"rank-guard-names": ["not an id"]}, "not a Python identifier"),
+        ({"select": ["DDP999"]}, "'DDP999' matches no rule"),
+        ({"ignore": ["DDP9"]}, "'DDP9' matches no rule"),
+        ({"severity": {"DDP999": "error"}}, "'DDP999' is not a rule"),
     ],
 )
 def test_invalid_settings_name_the_key(data: dict[str, object], needle: str) -> None:
