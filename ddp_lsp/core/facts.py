@@ -693,9 +693,29 @@ def kind_of_qualname(qual: str) -> str | None:
     return None
 
 
+# Library functions that perform collectives, by qualified name (so any alias works:
+# `from detectron2.utils import comm as d2comm; d2comm.synchronize()`).
+QUALIFIED_WRAPPER_COLLECTIVES = frozenset(
+    {
+        "detectron2.utils.comm.synchronize",
+        "detectron2.utils.comm.all_gather",
+        "detectron2.utils.comm.gather",
+        "detectron2.utils.comm.reduce_dict",
+        "detectron2.utils.comm.shared_random_seed",
+        "accelerate.utils.wait_for_everyone",
+        "accelerate.utils.gather",
+        "accelerate.utils.gather_object",
+        "accelerate.utils.reduce",
+        "accelerate.utils.broadcast",
+        "accelerate.utils.broadcast_object_list",
+        "accelerate.utils.pad_across_processes",
+    }
+)
+
+
 def is_collective_call(callee: str, aliases: Mapping[str, str]) -> bool:
     qual = N.resolve(callee, aliases)
-    if qual is not None and qual in N.COLLECTIVES:
+    if qual is not None and (qual in N.COLLECTIVES or qual in QUALIFIED_WRAPPER_COLLECTIVES):
         return True
     parts = callee.rsplit(".", 2)
     if len(parts) >= 2:

@@ -560,3 +560,19 @@ def test_many_flag_branches_before_a_guarded_collective_still_find_it() -> None:
     flags = "".join(f"    if args.flag{i}:\n        setup{i}()\n" for i in range(12))
     code = f"def main(args, t):\n{flags}    if args.rank == 0:\n        dist.all_reduce(t)\n"
     assert lines(run(code, "DDP103")) == [("DDP103", 27)]
+
+
+def test_wrapper_collective_found_through_any_alias() -> None:
+    """detectron2's comm.synchronize() is a barrier whatever the module is imported as."""
+    from ddp_lsp.config import Settings
+    from ddp_lsp.core.engine import analyze
+
+    src = (
+        "import torch.distributed as dist\n"
+        "from detectron2.utils import comm as d2comm\n\n"
+        "def f(rank):\n"
+        "    if rank == 0:\n"
+        "        d2comm.synchronize()\n"
+    )
+    found = analyze(src, Settings(select=("DDP103",))).findings
+    assert [(f.rule_id, f.span.start.line) for f in found] == [("DDP103", 5)]
