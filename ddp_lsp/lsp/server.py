@@ -13,7 +13,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as T
 from pygls.exceptions import JsonRpcInvalidParams
@@ -28,6 +28,9 @@ from ddp_lsp.lsp.notebook import Cell, Notebook, apply_notebook_change
 from ddp_lsp.lsp.preflight import CMD_RUN_PREFLIGHT, PreflightService
 from ddp_lsp.lsp.state import PlainText, ServerState, uri_to_path, warm_up
 from ddp_lsp.lsp.transport import serve_stdio
+
+if TYPE_CHECKING:
+    from ddp_lsp.lsp.workspace import WorkspaceCache
 
 log = logging.getLogger("ddp_lsp.lsp")
 
@@ -92,6 +95,8 @@ class DdpLanguageServer(LanguageServer):
         )
         self.state = ServerState(self.publish_raw, self.show_error)
         self.preflight = PreflightService(self.state)
+        # Made on the first workspace pull: workspace.py imports the analysis core.
+        self.workspace_cache: WorkspaceCache | None = None
         self.initialized = False
         self.supports_configuration = False
         self.supports_watch_registration = False
@@ -279,6 +284,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
 
     @server.feature(T.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: DdpLanguageServer, params: T.DidSaveTextDocumentParams) -> None:
+        state.workspace_changed()  # the saved text is what a workspace pull reads from disk
         if C.is_pyproject(params.text_document.uri):
             settings_changed(ls)
         else:
@@ -354,7 +360,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
     async def workspace_diagnostic(
         ls: DdpLanguageServer, params: T.WorkspaceDiagnosticParams
     ) -> T.WorkspaceDiagnosticReport:
-        from ddp_lsp.lsp.workspace import workspace_diagnostics
+        from ddp_lsp.lsp.workspace import WorkspaceCache, workspace_diagnostics
 
         token = params.work_done_token
         progress = None
@@ -370,7 +376,9 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
                 )
 
         try:
-            return await workspace_diagnostics(state, params, progress)
+            if ls.workspace_cache is None:
+                ls.workspace_cache = WorkspaceCache()
+            return await workspace_diagnostics(state, ls.workspace_cache, params, progress)
         finally:
             if token is not None:
                 ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="done"))

@@ -204,9 +204,24 @@ class ServerState:
             str(folder)
         )
         self._shown: set[str] = set()
+        self._workspace_event: asyncio.Event | None = None
         self._flush_scheduled = False
         self._idle_gc: asyncio.TimerHandle | None = None
         self._analyses_since_gc = 0
+
+    # -- workspace pulls ------------------------------------------------------------------------
+
+    def workspace_change(self) -> asyncio.Event:
+        """An event set at the next change that can alter a workspace diagnostic report (a
+        document opened, closed or saved, settings or environment changed; not keystrokes)."""
+        if self._workspace_event is None:
+            self._workspace_event = asyncio.Event()
+        return self._workspace_event
+
+    def workspace_changed(self) -> None:
+        if self._workspace_event is not None:
+            self._workspace_event.set()
+            self._workspace_event = None
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -256,6 +271,7 @@ class ServerState:
             unit.dirty = True
             self._refresh_settings(unit)
         self.schedule()
+        self.workspace_changed()
 
     def _refresh_settings(self, unit: Unit) -> None:
         unit.settings, enabled = self.settings_for(unit.key, unit.path)
@@ -291,6 +307,7 @@ class ServerState:
             unit.env = self.environment_for(unit.path)
             unit.dirty = True
         self.schedule()
+        self.workspace_changed()
 
     # -- documents -----------------------------------------------------------------------------
 
@@ -307,6 +324,7 @@ class ServerState:
         self._refresh_settings(unit)
         self.units[uri] = unit
         self.schedule()
+        self.workspace_changed()
         return unit
 
     def change(self, uri: str, version: int | None, changes: list[Any]) -> None:
@@ -358,6 +376,7 @@ class ServerState:
     def close(self, uri: str) -> None:
         unit = self.units.pop(uri, None)
         if unit is not None:
+            self.workspace_changed()
             for view_uri, _, _ in unit.views():
                 self.pulled.discard(view_uri)
                 self.publish(view_uri, None, [])

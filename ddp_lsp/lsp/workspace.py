@@ -2,10 +2,21 @@
 
 Closed files are read from disk and analysed with a fresh document each (their settings come
 from their own nearest pyproject.toml, like ``ddp-lsp check``); open ones report what the
-server already holds, with their version. Between files the handler yields to the event loop,
-so edits keep being served while a large workspace is scanned, and ``$/progress`` says how far
-it got. A file whose diagnostics did not change since the client's ``previousResultIds`` gets an
-"unchanged" report.
+server already holds, with their version. A file whose diagnostics did not change since the
+client's ``previousResultIds`` gets an "unchanged" report.
+
+Cost of a repeated pull. vscode-languageclient asks again 2 s after every answer, for as long
+as the window is open, so a repeated pull must be nearly free:
+
+- Closed files are cached by (path, mtime_ns, size, settings, environment): an unchanged file
+  costs a ``stat`` and a settings lookup, not a read and an analysis.
+- Between files the handler yields to the event loop, so edits to open documents keep being
+  analysed and published while a large workspace is scanned.
+- When the client already holds every result (all "unchanged"), the request is held open (the
+  specification allows a long-running workspace pull) until something that can change the
+  answer happens: a document opened, closed or saved, settings, a pyproject.toml or a preflight
+  report changed; or ``HOLD_S`` passed, which catches files changed on disk behind the
+  editor's back. Keystrokes do not wake it: open documents have their own diagnostics.
 """
 
 from __future__ import annotations
@@ -14,24 +25,51 @@ import asyncio
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lsprotocol import types as T
 
-from ddp_lsp.config import DEFAULT_EXCLUDE
+from ddp_lsp.config import DEFAULT_EXCLUDE, Settings
 from ddp_lsp.core.engine import analyze
+from ddp_lsp.core.env import Environment
 from ddp_lsp.lsp.convert import Codec
 from ddp_lsp.lsp.diagnostics import as_lsp, to_diagnostic
 from ddp_lsp.lsp.state import ServerState
 
 MAX_FILE_BYTES = 2_000_000  # larger "Python" files are generated data, not training code
+HOLD_S = 60.0  # the longest an all-unchanged answer is held back
 
 Progress = Callable[[str, int], None]
 
 
-def python_files(state: ServerState, root: Path) -> Iterator[Path]:
+@dataclass(frozen=True)
+class _Key:
+    mtime_ns: int
+    size: int
+    settings: Settings
+    env: Environment | None
+    encoding: str
+
+
+@dataclass(frozen=True)
+class _Cached:
+    key: _Key
+    diagnostics: list[dict[str, Any]]
+    result_id: str
+
+
+class WorkspaceCache:
+    """Diagnostics of closed files by path, valid while their :class:`_Key` is."""
+
+    def __init__(self) -> None:
+        self.files: dict[Path, _Cached] = {}
+
+
+def python_files(state: ServerState, root: Path) -> Iterator[tuple[Path, Settings]]:
     for directory, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in DEFAULT_EXCLUDE and not d.startswith("."))
         for name in sorted(files):
@@ -39,7 +77,7 @@ def python_files(state: ServerState, root: Path) -> Iterator[Path]:
                 path = Path(directory) / name
                 settings, enabled = state.settings_for(path.as_uri(), path)
                 if enabled:
-                    yield path
+                    yield path, settings
 
 
 def _result_id(diags: list[dict[str, Any]]) -> str:
@@ -47,34 +85,54 @@ def _result_id(diags: list[dict[str, Any]]) -> str:
     return hashlib.sha1(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _file_report(state: ServerState, path: Path) -> list[dict[str, Any]] | None:
+def _file_report(
+    state: ServerState, cache: WorkspaceCache, path: Path, settings: Settings
+) -> tuple[list[dict[str, Any]], str]:
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            return None
-        text = path.read_text(encoding="utf-8", errors="replace")
+        st = path.stat()
     except OSError:
-        return None
-    settings, _ = state.settings_for(path.as_uri(), path)
-    from ddp_lsp.core.document import split_lines
+        cache.files.pop(path, None)
+        return [], _result_id([])
+    key = _Key(
+        st.st_mtime_ns, st.st_size, settings, state.environment_for(path), state.codec.encoding
+    )
+    cached = cache.files.get(path)
+    if cached is not None and cached.key == key:
+        return cached.diagnostics, cached.result_id
+    diags: list[dict[str, Any]] = []
+    if st.st_size <= MAX_FILE_BYTES:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = None
+        if text is not None:
+            from ddp_lsp.core.document import split_lines
 
-    result = analyze(text, settings, state.environment_for(path))
-    lines = split_lines(text)
-    codec: Codec = state.codec
-    return [to_diagnostic(f, i, None, lines, codec) for i, f in enumerate(result.findings)]
+            result = analyze(text, settings, key.env)
+            lines = split_lines(text)
+            codec: Codec = state.codec
+            diags = [to_diagnostic(f, i, None, lines, codec) for i, f in enumerate(result.findings)]
+    rid = _result_id(diags)
+    cache.files[path] = _Cached(key, diags, rid)
+    return diags, rid
 
 
-async def workspace_diagnostics(
-    state: ServerState, params: T.WorkspaceDiagnosticParams, progress: Progress | None
-) -> T.WorkspaceDiagnosticReport:
-    previous = {p.uri: p.value for p in params.previous_result_ids}
+async def _report(
+    state: ServerState,
+    cache: WorkspaceCache,
+    previous: dict[str, str],
+    progress: Progress | None,
+) -> tuple[list[T.WorkspaceDocumentDiagnosticReport], bool]:
+    """(the items, whether any differs from the client's previous results)."""
     roots = [p for _, p in state.folders if p is not None]
-    files: list[Path] = []
+    files: list[tuple[Path, Settings]] = []
     for root in roots:
         files.extend(python_files(state, root))
         await asyncio.sleep(0)
     items: list[T.WorkspaceDocumentDiagnosticReport] = []
     seen: set[str] = set()
-    for n, path in enumerate(files):
+    changed = False
+    for n, (path, settings) in enumerate(files):
         uri = path.as_uri()
         if uri in seen:
             continue  # nested workspace folders
@@ -86,10 +144,10 @@ async def workspace_diagnostics(
             state.ensure_current(unit)
             diags = unit.diagnostics.get(uri, [])
             version = unit.version
+            rid = _result_id(diags)
         else:
-            diags = _file_report(state, path) or []
+            diags, rid = _file_report(state, cache, path, settings)
             version = None
-        rid = _result_id(diags)
         if previous.get(uri) == rid:
             items.append(
                 T.WorkspaceUnchangedDocumentDiagnosticReport(
@@ -97,10 +155,37 @@ async def workspace_diagnostics(
                 )
             )
         else:
+            changed = True
             items.append(
                 T.WorkspaceFullDocumentDiagnosticReport(
                     uri=uri, version=version, items=[as_lsp(d) for d in diags], result_id=rid
                 )
             )
         await asyncio.sleep(0)  # keep serving edits while scanning
-    return T.WorkspaceDiagnosticReport(items=items)
+    if set(previous) - seen:
+        changed = True  # a file the client knows is gone (or now excluded)
+    live = {p for p, _ in files}
+    for gone in [p for p in cache.files if p not in live]:
+        del cache.files[gone]
+    return items, changed
+
+
+async def workspace_diagnostics(
+    state: ServerState,
+    cache: WorkspaceCache,
+    params: T.WorkspaceDiagnosticParams,
+    progress: Progress | None,
+    hold_s: float = HOLD_S,
+) -> T.WorkspaceDiagnosticReport:
+    previous = {p.uri: p.value for p in params.previous_result_ids}
+    deadline = time.monotonic() + hold_s
+    while True:
+        wake = state.workspace_change()  # taken before the scan: a change during it counts
+        items, changed = await _report(state, cache, previous, progress)
+        left = deadline - time.monotonic()
+        if changed or not previous or left <= 0:
+            return T.WorkspaceDiagnosticReport(items=items)
+        try:
+            await asyncio.wait_for(wake.wait(), left)
+        except asyncio.TimeoutError:
+            pass

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import pytest_lsp
 from lsprotocol import types as T
 from pytest_lsp import LanguageClient
 
-from tests.lsp.helpers import CONFIG, PROFILES, TRAIN, Doc, capabilities, ddp, wait_for_diagnostics
+from tests.lsp.helpers import (
+    CONFIG,
+    PROFILES,
+    TIMEOUT,
+    TRAIN,
+    Doc,
+    capabilities,
+    ddp,
+    wait_for_diagnostics,
+)
 
 
 @pytest_lsp.fixture(config=CONFIG, params=PROFILES)
@@ -15,6 +26,8 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
+    (a / "disk.py").write_text(TRAIN)
+    (b / "disk.py").write_text(TRAIN)
     (a / "pyproject.toml").write_text('[tool.ddp-lsp]\nseverity = { DDP201 = "warning" }\n')
     lsp_client.set_configuration(
         {"severity": {"DDP201": "hint"}}, section="ddp-lsp", scope_uri=b.as_uri()
@@ -58,3 +71,22 @@ async def test_each_folder_has_its_own_settings(client: LanguageClient):
     await wait_for_diagnostics(
         client, db.uri, pred=lambda d: _severity(d) == [T.DiagnosticSeverity.Error]
     )
+
+
+async def test_workspace_diagnostic_covers_both_roots(client: LanguageClient):
+    """Closed files of both folders, each with its own folder's settings."""
+    a, b = client.folders  # type: ignore[attr-defined]
+    # Folder b's settings come from workspace/configuration after initialized: wait for them.
+    db = Doc(client, (b / "t.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
+    await wait_for_diagnostics(
+        client, db.uri, pred=lambda d: _severity(d) == [T.DiagnosticSeverity.Hint]
+    )
+    db.close()
+    report = await asyncio.wait_for(
+        client.workspace_diagnostic_async(T.WorkspaceDiagnosticParams(previous_result_ids=[])),
+        TIMEOUT,
+    )
+    by_uri = {item.uri: item for item in report.items}
+    assert set(by_uri) == {(a / "disk.py").as_uri(), (b / "disk.py").as_uri()}
+    assert _severity(by_uri[(a / "disk.py").as_uri()].items) == [T.DiagnosticSeverity.Warning]
+    assert _severity(by_uri[(b / "disk.py").as_uri()].items) == [T.DiagnosticSeverity.Hint]

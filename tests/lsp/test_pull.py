@@ -100,13 +100,30 @@ async def test_workspace_diagnostics_respect_excludes(client: LanguageClient):
     assert [d.code for d in ddp(by_uri[train].items)] == ["DDP201"]
     kinds = [getattr(v, "kind", None) for v in client.progress_reports[token]]
     assert kinds[0] == "begin" and kinds[-1] == "end"
-    # Asking again with the result ids: every file is unchanged.
-    again = await client.workspace_diagnostic_async(
-        T.WorkspaceDiagnosticParams(
-            previous_result_ids=[T.PreviousResultId(i.uri, i.result_id) for i in report.items]
+    # Asking again with the result ids: nothing changed, so the server holds the request open
+    # (vscode-languageclient would otherwise ask again every 2 s) ...
+    held = asyncio.ensure_future(
+        client.workspace_diagnostic_async(
+            T.WorkspaceDiagnosticParams(
+                previous_result_ids=[T.PreviousResultId(i.uri, i.result_id) for i in report.items]
+            )
         )
     )
-    assert all(isinstance(i, T.WorkspaceUnchangedDocumentDiagnosticReport) for i in again.items)
+    # ... while it keeps serving everything else, open documents' diagnostics included.
+    doc = Doc(client, (root / "other.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
+    await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
+    await client.workspace_execute_command_async(
+        T.ExecuteCommandParams(command="ddp-lsp.explainRule", arguments=["DDP201"])
+    )
+    assert not held.done()
+    # A change to what it reports answers it: clean.py opened with a finding in it.
+    clean = (root / "pkg" / "clean.py").as_uri()
+    Doc(client, clean, TRAIN, client.encoding)  # type: ignore[attr-defined]
+    again = await asyncio.wait_for(held, TIMEOUT)
+    by_uri = {item.uri: item for item in again.items}
+    assert isinstance(by_uri[clean], T.WorkspaceFullDocumentDiagnosticReport)
+    assert [d.code for d in ddp(by_uri[clean].items)] == ["DDP201"]
+    assert isinstance(by_uri[train], T.WorkspaceUnchangedDocumentDiagnosticReport)
 
 
 async def test_invalid_initialization_option_is_reported(client: LanguageClient):
