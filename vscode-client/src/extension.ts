@@ -19,6 +19,7 @@ import type { PythonExtensionApi } from "./interpreter";
 import { classifyProbe, pythonEnv, runProbe } from "./probe";
 import { filterLenses, guardCommand, mapConfiguration } from "./middleware";
 import { SECTION } from "./settings";
+import { DOCUMENT_SELECTOR } from "./selector";
 
 let controller: Controller | undefined;
 
@@ -65,10 +66,7 @@ function createClient(spec: ClientSpec, output: vscode.OutputChannel): ServerCli
     options: { cwd: spec.cwd, env: pythonEnv() },
   };
   const clientOptions: LanguageClientOptions = {
-    documentSelector: [
-      { scheme: "file", language: "python" },
-      { scheme: "untitled", language: "python" },
-    ],
+    documentSelector: DOCUMENT_SELECTOR,
     outputChannel: output,
     traceOutputChannel: output,
     initializationOptions: spec.initializationOptions,

@@ -1,9 +1,10 @@
 /**
  * Which Python runs `python -m ddp_lsp serve`.
  *
- * Order: an explicit `ddp-lsp.interpreter` setting (the user asked for it by name), then the
- * environment selected in the Python extension (where the user's torch and usually ddp-lsp
- * live), then `python3` on PATH. The Python extension's API is typed here by hand, only the
+ * Order (issue 6): the environment selected in the Python extension (where the user's torch and
+ * usually ddp-lsp live, and what they switch when they switch projects), else the
+ * `ddp-lsp.interpreter` setting, else `python3` on PATH. In an untrusted workspace an
+ * interpreter inside the workspace is skipped at every step, so the next one is used. The Python extension's API is typed here by hand, only the
  * part we call, so the extension does not need `@vscode/python-extension` at runtime.
  */
 
@@ -87,10 +88,6 @@ export async function resolveInterpreter(options: {
     }
     return true;
   };
-  const configured = options.setting ? expandPath(options.setting, options.workspaceFolder) : "";
-  if (configured && allowed(configured, "ddp-lsp.interpreter")) {
-    return { command: configured, source: "setting" };
-  }
   const api = options.python?.environments;
   if (api) {
     try {
@@ -105,6 +102,10 @@ export async function resolveInterpreter(options: {
     } catch (err) {
       log(`The Python extension could not name an interpreter: ${String(err)}`);
     }
+  }
+  const configured = options.setting ? expandPath(options.setting, options.workspaceFolder) : "";
+  if (configured && allowed(configured, "ddp-lsp.interpreter")) {
+    return { command: configured, source: "setting" };
   }
   return { command: DEFAULT_PYTHON, source: "default" };
 }

@@ -44,6 +44,7 @@ import {
   type WorkspaceEdit,
 } from "vscode-languageserver-protocol";
 import { SERVER_COMMANDS } from "../../src/commands";
+import { CELL_SCHEME, DOCUMENT_SELECTOR, NOTEBOOK_TYPE } from "../../src/selector";
 import { SERVER_ARGS } from "../../src/controller";
 import { pythonEnv } from "../../src/probe";
 import { mapConfiguration } from "../../src/middleware";
@@ -313,6 +314,8 @@ before(async () => {
         hover: { contentFormat: ["markdown", "plaintext"] },
         codeLens: {},
       },
+      // What vscode-languageclient's NotebookDocumentSyncFeature fills in.
+      notebookDocument: { synchronization: { dynamicRegistration: true, executionSummarySupport: true } },
       window: { workDoneProgress: true, showMessage: {} },
     },
   });
@@ -333,6 +336,42 @@ test("the server advertises what the extension relies on", () => {
   assert.ok(commands.includes(SERVER_COMMANDS.explainRule), `commands: ${commands.join(", ")}`);
   assert.ok(caps.codeActionProvider, "code actions");
   assert.ok(caps.textDocumentSync, "text sync");
+});
+
+test("notebook cells: the server claims the cells the selector hands it, and answers for them", async () => {
+  // vscode-languageclient syncs cells through notebookDocument/* when the server's
+  // notebookDocumentSync selects them, and asks hover/code actions for a cell only when the
+  // document selector matches the cell's scheme.
+  const sync = init.capabilities.notebookDocumentSync as
+    | { notebookSelector: { notebook?: string | { notebookType?: string }; cells?: { language: string }[] }[] }
+    | undefined;
+  assert.ok(sync, "notebookDocumentSync advertised");
+  const claimed = sync.notebookSelector.some(
+    (f) =>
+      (f.notebook === NOTEBOOK_TYPE || (typeof f.notebook === "object" && f.notebook.notebookType === NOTEBOOK_TYPE)) &&
+      (f.cells ?? []).some((c) => c.language === "python"),
+  );
+  assert.ok(claimed, JSON.stringify(sync));
+  assert.ok(DOCUMENT_SELECTOR.some((f) => f.scheme === CELL_SCHEME && f.language === "python"));
+  const nb = pathToFileURL(join(dir, "train.ipynb")).href;
+  const cell = `${CELL_SCHEME}:${join(dir, "train.ipynb")}#W0sZmlsZQ%3D%3D`;
+  session.texts.set(cell, { text: TRAIN, version: 1 });
+  await session.conn.sendNotification("notebookDocument/didOpen", {
+    notebookDocument: { uri: nb, notebookType: NOTEBOOK_TYPE, version: 1, cells: [{ kind: 2, document: cell }] },
+    cellTextDocuments: [{ uri: cell, languageId: "python", version: 1, text: TRAIN }],
+  });
+  const d = await session.waitFor("DDP201 in the cell", () => ddp201(session.current(cell)));
+  const actions = (await session.conn.sendRequest(CodeActionRequest.type, {
+    textDocument: { uri: cell },
+    range: d.range,
+    context: { diagnostics: [d], only: ["quickfix"] },
+  })) as CodeAction[] | null;
+  assert.ok(actions?.some((a) => a.isPreferred && editsFor(a.edit!, cell).length > 0), JSON.stringify(actions));
+  await session.conn.sendNotification("notebookDocument/didClose", {
+    notebookDocument: { uri: nb },
+    cellTextDocuments: [{ uri: cell }],
+  });
+  session.texts.delete(cell);
 });
 
 test("diagnostics arrive, and the settings the extension sends are all accepted", async () => {

@@ -96,9 +96,15 @@ test("the server runs as `python -m ddp_lsp serve` with the Python extension's i
   assert.equal(status(), "$(check) DDP");
 });
 
-test("ddp-lsp.interpreter overrides the Python extension; changing it restarts the server", async () => {
+test("the Python extension's interpreter comes before ddp-lsp.interpreter (issue 6)", async () => {
   stub.settings.set("interpreter", "/opt/a/bin/python");
   const h = await start();
+  assert.equal(h.clients[0]!.spec.command, "/venv/bin/python");
+});
+
+test("without the Python extension, ddp-lsp.interpreter; changing it restarts the server", async () => {
+  stub.settings.set("interpreter", "/opt/a/bin/python");
+  const h = await start({ python: false });
   assert.equal(h.clients[0]!.spec.command, "/opt/a/bin/python");
   await stub.changeSettings({ interpreter: "/opt/b/bin/python" });
   await settle();

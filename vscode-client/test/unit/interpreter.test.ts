@@ -26,12 +26,24 @@ function pythonApi(active: { id: string; path: string }, executable?: string, fa
   };
 }
 
-test("an explicit ddp-lsp.interpreter wins over the Python extension", async () => {
+test("the Python extension's interpreter comes first, even with ddp-lsp.interpreter set (issue 6)", async () => {
   const got = await resolveInterpreter({ setting: "/opt/py/bin/python", python: pythonApi({ id: "a", path: "/venv/bin/python" }) });
+  assert.deepEqual(got, { command: "/venv/bin/python", source: "python-extension" });
+});
+
+test("without the Python extension, or when it cannot name one, the ddp-lsp.interpreter setting", async () => {
+  assert.deepEqual(await resolveInterpreter({ setting: "/opt/py/bin/python", python: undefined }), {
+    command: "/opt/py/bin/python",
+    source: "setting",
+  });
+  const got = await resolveInterpreter({
+    setting: "/opt/py/bin/python",
+    python: pythonApi({ id: "x", path: "" }, undefined, true),
+  });
   assert.deepEqual(got, { command: "/opt/py/bin/python", source: "setting" });
 });
 
-test("otherwise the Python extension's active environment, resolved to its executable", async () => {
+test("the Python extension's active environment is resolved to its executable", async () => {
   // A conda environment's path is its folder; resolveEnvironment names the interpreter inside.
   const got = await resolveInterpreter({
     setting: "",
@@ -83,6 +95,14 @@ test("in an untrusted workspace, interpreters inside it are passed over", async 
   });
   assert.deepEqual(got, { command: DEFAULT_PYTHON, source: "default" });
   assert.equal(logged.length, 2);
+  // The Python extension's interpreter inside the untrusted workspace is skipped: the setting
+  // (outside it) is next.
+  const next = await resolveInterpreter({
+    setting: "/opt/py/bin/python",
+    python: pythonApi({ id: "v", path: "/w/.venv/bin/python" }),
+    untrustedRoots: ["/w"],
+  });
+  assert.deepEqual(next, { command: "/opt/py/bin/python", source: "setting" });
   // Outside the workspace is fine, and so is a trusted one.
   const outside = await resolveInterpreter({ setting: "/opt/py/bin/python", python: undefined, untrustedRoots: ["/w"] });
   assert.equal(outside.command, "/opt/py/bin/python");
