@@ -48,15 +48,15 @@ def settings_for(rule: Rule, distributed: bool) -> Settings:
     return Settings(select=(rule.meta.id,), assume_distributed=distributed)
 
 
-def findings(rule: Rule, code: str, distributed: bool = True) -> list[Finding]:
-    result = analyze(code, settings_for(rule, distributed))
+def findings(rule: Rule, code: str, distributed: bool = True, env: object = None) -> list[Finding]:
+    result = analyze(code, settings_for(rule, distributed), env)  # type: ignore[arg-type]
     assert not result.errors, result.errors
     return [f for f in result.findings if f.rule_id == rule.meta.id]
 
 
 def check_invalid(rule: Rule, case: Invalid) -> None:
     m = unmark(case.code)
-    found = findings(rule, m.code, case.distributed)
+    found = findings(rule, m.code, case.distributed, case.env)
     got = sorted((f.span.start, f.span.end) for f in found)
     assert got == m.spans, f"expected spans {m.spans}, got {got}: {[f.message for f in found]}"
     for f in found:
@@ -74,12 +74,12 @@ def check_invalid(rule: Rule, case: Invalid) -> None:
     fixed = apply_edits(m.code, fix.edits)
     assert fixed == case.fixed, f"fixed text differs:\n{fixed}"
     ast.parse(fixed)
-    after = findings(rule, fixed, case.distributed)
+    after = findings(rule, fixed, case.distributed, case.env)
     assert len(after) < len(found), "the fix did not remove its finding"
     assert not any(a.span.start.line == target.span.start.line and a.message == target.message
                    for a in after if len(found) == 1)
     # Idempotent: fixing the fixed text again changes nothing this rule owns.
-    again, _ = fix_text(fixed, settings_for(rule, case.distributed), unsafe=True)
+    again, _ = fix_text(fixed, settings_for(rule, case.distributed), unsafe=True, env=case.env)  # type: ignore[arg-type]
     if len(after) == 0:
         assert again == fixed, "fix-all changed already fixed text"
 

@@ -18,6 +18,7 @@ class MachineInfo:
     cpu_count: int | None
     source: str  # said in messages: where the numbers came from
     gpu_count: int | None = None
+    cuda_available: bool | None = None
     nccl_available: bool | None = None
     shm_free_bytes: int | None = None
     local_world_size: int | None = None

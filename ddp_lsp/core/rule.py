@@ -39,6 +39,7 @@ class Valid:
     code: str
     note: str = ""
     distributed: bool = True
+    env: Environment | None = None  # where the code runs (preflight facts, launch config)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class Invalid:
     note: str = ""
     fix_title: str | None = None
     distributed: bool = True
+    env: Environment | None = None
 
 
 class Index:

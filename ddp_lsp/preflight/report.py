@@ -198,6 +198,7 @@ def machine_info(report: PreflightReport, where: str = "") -> MachineInfo:
         cpu_count=facts.cpu_count,
         source=label,
         gpu_count=facts.gpu_count,
+        cuda_available=facts.cuda_available,
         nccl_available=facts.nccl_available,
         shm_free_bytes=facts.shm_free_bytes,
         local_world_size=facts.local_world_size,
@@ -275,61 +276,3 @@ def facts_markdown(report: PreflightReport, topic: str, now: datetime | None = N
         return None
     head = f"**Preflight** on `{report.host}` ({format_age(age_seconds(report, now))})"
     return head + "\n\n" + "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- contradictions
-
-
-@dataclass(frozen=True)
-class Contradiction:
-    """Code that contradicts the measured machine, for a diagnostic on the offending argument
-    (``source: "ddp-preflight"``). ``severity`` is "error" when the line will fail at run time
-    and "warning" when it will only run badly."""
-
-    code: str
-    severity: str
-    message: str
-
-
-def check_num_workers(facts: MachineFacts, num_workers: int) -> Contradiction | None:
-    """``DataLoader(num_workers=N)``: N per rank, times the ranks on this node, vs usable CPUs."""
-    if facts.cpu_count is None or num_workers <= 0:
-        return None
-    ranks = facts.local_world_size or 1
-    if num_workers * ranks <= facts.cpu_count:
-        return None
-    return Contradiction(
-        "PF-DL-WORKERS",
-        "warning",
-        f"num_workers={num_workers} x {ranks} rank(s) = {num_workers * ranks} workers, but "
-        f"{facts.host} has {facts.cpu_count} usable CPUs (preflight); "
-        f"use num_workers={facts.recommended_num_workers}",
-    )
-
-
-def check_cuda_index(facts: MachineFacts, index: int) -> Contradiction | None:
-    """``cuda:N`` / ``.cuda(N)`` / ``set_device(N)`` with a literal N the machine does not have."""
-    if facts.gpu_count is None or index < facts.gpu_count:
-        return None
-    have = f"{facts.gpu_count} GPU(s)" if facts.gpu_count else "no GPU"
-    return Contradiction(
-        "PF-CUDA-INDEX",
-        "error",
-        f"cuda:{index} does not exist: {facts.host} has {have} (preflight); "
-        "'invalid device ordinal' at run time. Use the local rank: cuda:{local_rank}",
-    )
-
-
-def check_backend(facts: MachineFacts, backend: str) -> Contradiction | None:
-    """``init_process_group(backend="nccl")`` where NCCL or CUDA is missing."""
-    if backend.lower() != "nccl":
-        return None
-    if facts.nccl_available is False or facts.cuda_available is False:
-        why = "this torch has no NCCL" if facts.nccl_available is False else "no CUDA device"
-        return Contradiction(
-            "PF-NCCL",
-            "error",
-            f'backend="nccl" but {why} on {facts.host} (preflight); use "gloo" on CPU, '
-            'or backend="cuda:nccl,cpu:gloo"',
-        )
-    return None

@@ -71,10 +71,12 @@ def test_select_and_ignore_override_config(cli_run, project: Path) -> None:
     assert "DDP201" not in r.out
 
 
-def test_unknown_selector_warns(cli_run, project: Path) -> None:
+def test_unknown_selector_is_a_usage_error(cli_run, project: Path) -> None:
+    """A typo in --select must not make CI check nothing and pass."""
     write(project / "ok.py", CLEAN)
     r = cli_run("check", "ok.py", "--select", "DDP999")
-    assert "--select DDP999 matches no rule" in r.err
+    assert r.rc == 2
+    assert "'DDP999' matches no rule" in r.err and "Traceback" not in r.err
 
 
 def test_bad_config_value_exit_2_without_traceback(cli_run, project: Path) -> None:
@@ -308,3 +310,41 @@ def test_launch_config_and_preflight_report_reach_the_rules(tmp_path, capsys) ->
     assert rc == 1, out
     message = out[0]["message"]
     assert "run.sh" in message and "gpu01" in message, message
+
+
+def test_code_that_contradicts_the_measured_machine(tmp_path, capsys) -> None:
+    """With a preflight report of a 2-GPU node without NCCL: `cuda:3` (DDP507) and
+    backend="nccl" (DDP508) are errors; without the report both rules stay silent."""
+    import json
+
+    from ddp_lsp.cli import main
+
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport torch.distributed as dist\n\n"
+        "def setup():\n"
+        '    dist.init_process_group(backend="nccl")\n'
+        '    return torch.device("cuda:3")\n',
+        encoding="utf-8",
+    )
+
+    def probe(pid: str, status: str, values: dict) -> dict:
+        return {"id": pid, "title": pid, "status": status, "message": "", "values": values,
+                "fix": "", "references": [], "duration_s": 0.0}
+
+    report = {
+        "schema": "ddp-lsp-preflight/1", "host": "gpu01", "created": "2026-11-29T10:00:00+00:00",
+        "python": "/usr/bin/python3", "torch": "2.13.0",
+        "probes": [
+            probe("cuda.basic", "pass", {"device_count": 2}),
+            probe("env.versions", "pass", {"nccl_available": False}),
+        ],
+    }
+    pf = tmp_path / "pf.json"
+    pf.write_text(json.dumps(report), encoding="utf-8")
+    args = ["check", str(tmp_path / "train.py"), "--select", "DDP507,DDP508", "--format", "json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main([*args, "--preflight", str(pf)]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert sorted(f["code"] for f in out) == ["DDP507", "DDP508"]
+    assert all("gpu01" in f["message"] for f in out)

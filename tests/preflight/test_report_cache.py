@@ -234,35 +234,6 @@ def test_static_parameter_estimate() -> None:
     assert estimate_params("x = 1") is None and estimate_params("def (") is None
 
 
-def test_contradictions_between_code_and_machine() -> None:
-    from ddp_lsp.preflight.report import check_backend, check_cuda_index, check_num_workers
-
-    gpu = machine_facts(gpu_report())
-    workers = check_num_workers(gpu, 32)
-    assert (
-        workers is not None
-        and workers.code == "PF-DL-WORKERS"
-        and "num_workers=3" in workers.message
-    )
-    assert check_num_workers(gpu, 4) is None  # 4 x 4 ranks = 16 CPUs
-    index = check_cuda_index(gpu, 4)
-    assert index is not None and index.severity == "error" and "4 GPU(s)" in index.message
-    assert check_cuda_index(gpu, 3) is None
-    assert check_backend(gpu, "nccl") is None
-    cpu = machine_facts(
-        gpu_report().with_probes(
-            [
-                ProbeResult("cuda.basic", "CUDA", Status.SKIP, "CPU-only torch build"),
-                ProbeResult("env.versions", "V", Status.PASS, "", {"nccl_available": False}),
-            ]
-        )
-    )
-    nccl = check_backend(cpu, "nccl")
-    assert nccl is not None and nccl.code == "PF-NCCL" and "no NCCL" in nccl.message
-    assert check_backend(cpu, "gloo") is None
-    assert check_num_workers(cpu, 64) is None  # CPU count unknown: say nothing
-
-
 def test_validate_python_setting(tmp_path: Path) -> None:
     import sys
 

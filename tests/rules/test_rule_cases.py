@@ -25,7 +25,7 @@ def test_every_rule_has_cases() -> None:
 @pytest.mark.parametrize(("rule", "case"), CASES)
 def test_case(rule, case) -> None:
     if isinstance(case, Valid):
-        found = findings(rule, case.code, case.distributed)
+        found = findings(rule, case.code, case.distributed, case.env)
         assert found == [], [f"{f.span.start}: {f.message}" for f in found]
     else:
         check_invalid(rule, case)
