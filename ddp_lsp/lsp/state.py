@@ -154,6 +154,8 @@ class Unit:
     diagnostics: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by view URI
     signatures: dict[str, list[Any]] = field(default_factory=dict)  # what resultId tracks
     result_ids: dict[str, str] = field(default_factory=dict)
+    # Diagnostics built for the current findings, by id(finding): (finding, index, view, dict).
+    rendered: dict[int, tuple[Finding, int, str, dict[str, Any]]] = field(default_factory=dict)
     size_bound: int = 0  # at least the text's length in code points (see _check_size)
     env: Environment | None = None  # launch config next to the file + preflight facts
 
@@ -527,10 +529,26 @@ class ServerState:
     def _render(self, unit: Unit, publish: bool) -> None:
         lines = unit.doc.lines
         by_view: dict[str, list[dict[str, Any]]] = {uri: [] for uri, _, _ in unit.views()}
+        # The core hands back the very same Finding objects for chunks an edit did not touch
+        # (377 of 378 at 20,000 lines), and a Finding is immutable: its diagnostic is reused,
+        # only ``data.version`` is brought up to date. A finding whose index moved, or a
+        # notebook (cells shift under unchanged findings), is rebuilt. A text document's line
+        # shift is already in the finding's span, so the cached range stays right.
+        cache = unit.rendered if unit.notebook is None else {}
+        fresh: dict[int, tuple[Finding, int, str, dict[str, Any]]] = {}
         for i, f in enumerate(unit.findings):
-            uri, offset = unit.locate_line(f.span.start.line)
-            diag = to_diagnostic(f, i, unit.version, lines, self.codec, unit.locate_line, offset)
+            hit = cache.get(id(f))
+            if hit is not None and hit[0] is f and hit[1] == i:
+                uri, diag = hit[2], hit[3]
+                diag["data"]["version"] = unit.version
+            else:
+                uri, offset = unit.locate_line(f.span.start.line)
+                diag = to_diagnostic(
+                    f, i, unit.version, lines, self.codec, unit.locate_line, offset
+                )
+            fresh[id(f)] = (f, i, uri, diag)
             by_view.setdefault(uri, []).append(diag)
+        unit.rendered = fresh
         versions = {uri: v for uri, _, v in unit.views()}
         for uri, diags in by_view.items():
             # The resultId changes when what the user sees changes, not when only the version

@@ -1,0 +1,46 @@
+"""Diagnostics reused across edits for unchanged findings equal freshly built ones."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ddp_lsp.lsp.diagnostics import to_diagnostic
+from ddp_lsp.lsp.state import ServerState
+from tests.lsp.helpers import TRAIN
+
+TEXT = TRAIN + "\n\n" + TRAIN.split("\n\n\n", 1)[1].replace("def train(", "def train2(")
+
+
+def _change(line: int, col: int, end_col: int, text: str) -> Any:
+    return NS(
+        range=NS(start=NS(line=line, character=col), end=NS(line=line, character=end_col)),
+        text=text,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 12), st.sampled_from(["x", "\n", "😀", ""])),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_reused_diagnostics_equal_fresh_ones(edits: list[tuple[int, int, str]]) -> None:
+    published: list[tuple[int | None, list[dict[str, Any]]]] = []
+    state = ServerState(lambda uri, v, d: published.append((v, d)), lambda m, e: None)
+    unit = state.open("file:///tmp/render.py", TEXT, 1, "python")  # no loop: analysed at once
+    for version, (line, col, text) in enumerate(edits, start=2):
+        n = len(unit.doc.lines)
+        line = min(line, n - 1)
+        state.change(unit.key, version, [_change(line, col, col + (text == ""), text)])
+        lines = unit.doc.lines
+        fresh = [
+            to_diagnostic(f, i, version, lines, state.codec, unit.locate_line)
+            for i, f in enumerate(unit.findings)
+        ]
+        assert published[-1] == (version, fresh)
