@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ddp_lsp.cliutil import positive_seconds, unwritable_reason
 from ddp_lsp.preflight.schema import PreflightOptions, ProbeResult, Status
 
 
@@ -64,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--handshake-timeout", type=float, default=10.0, help="seconds for init and barrier"
     )
     p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every probe timeout")
-    p.add_argument("--timeout", type=float, default=900.0, help="overall limit in seconds")
+    p.add_argument(
+        "--timeout", type=positive_seconds, default=900.0, help="overall limit in seconds"
+    )
     p.add_argument("--no-color", action="store_true", help="ASCII status marks")
     return p
 
@@ -82,6 +85,13 @@ def main(argv: Sequence[str]) -> int:
     parser = build_parser()
     try:
         ns = parser.parse_args(list(argv))
+        if ns.json_file:
+            problem = unwritable_reason(ns.json_file)
+            if problem is not None:
+                sys.stderr.write(
+                    f"ddp-lsp preflight: cannot write --json {ns.json_file}: {problem}\n"
+                )
+                return 2
     except SystemExit as exc:
         return int(exc.code or 0) and 2
     from ddp_lsp.preflight.client import PreflightError, run_preflight_sync

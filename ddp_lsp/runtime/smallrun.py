@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddp_lsp.cliutil import positive_seconds, unwritable_reason
 from ddp_lsp.runtime import _proc
 from ddp_lsp.runtime._autoattach import (
     ENV_CENSUS_BUDGET,
@@ -642,7 +643,10 @@ def _parser() -> argparse.ArgumentParser:
         "torchrun --nproc-per-node 2 train.py --epochs 2 --limit-batches 10",
     )
     p.add_argument(
-        "--timeout", type=float, default=600.0, help="seconds before the run counts as hung (600)"
+        "--timeout",
+        type=positive_seconds,
+        default=600.0,
+        help="seconds before the run counts as hung (600)",
     )
     p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' for stdout)")
     p.add_argument("--warmup", type=int, default=5, help="steps excluded from the growth test (5)")
@@ -661,7 +665,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--stall-timeout",
-        type=float,
+        type=positive_seconds,
         metavar="S",
         help="also a hang: no rank finished a step for S seconds (off)",
     )
@@ -686,6 +690,11 @@ def main(argv: Sequence[str]) -> int:
     if not command:
         sys.stderr.write("ddp-lsp smallrun: no command given (put it after --)\n")
         return EXIT_INCONCLUSIVE
+    if args.json:
+        problem = unwritable_reason(args.json)
+        if problem is not None:
+            sys.stderr.write(f"ddp-lsp smallrun: cannot write --json {args.json}: {problem}\n")
+            return EXIT_INCONCLUSIVE
     cfg = SmallRunConfig(
         command=tuple(command),
         timeout_s=args.timeout,
