@@ -250,3 +250,18 @@ def test_dcgm_failure_is_mapped(tmp_path: Path) -> None:
 
 def test_dcgm_absent_skips() -> None:
     assert probe_dcgm(make_ctx(None, {"PATH": ""})).status is Status.SKIP
+
+
+@pytest.mark.torch
+def test_real_ops_read_device_bytes_without_numpy() -> None:
+    """TorchCudaOps.to_host on a real tensor (a view of a bigger one, too) gives exactly its
+    bytes, through the storage rather than numpy (which torch does not depend on)."""
+    import torch
+
+    from ddp_lsp.preflight.probes.gpu import TorchCudaOps
+
+    ops = TorchCudaOps(torch)
+    base = (torch.arange(16, dtype=torch.int32) * 2654435761) ^ 0x5BD1E995
+    view = base[4:9]
+    assert ops.to_host(base) == b"".join(int(v).to_bytes(4, "little", signed=True) for v in base)
+    assert ops.to_host(view) == b"".join(int(v).to_bytes(4, "little", signed=True) for v in view)
