@@ -387,9 +387,11 @@ class ServerState:
         """The client pulls ``uri``: stop pushing it, clearing what was pushed before."""
         if uri in self.pulled:
             return
-        self.pulled.add(uri)
         found = self.lookup(uri)
-        if found is not None and found[0].diagnostics.get(uri):
+        if found is None:
+            return  # not open: nothing is pushed for it anyway (and close would never forget it)
+        self.pulled.add(uri)
+        if found[0].diagnostics.get(uri):
             self.publish(uri, None, [])
 
     def lookup(self, uri: str) -> tuple[Unit, int] | None:
