@@ -364,6 +364,14 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
 
         token = params.work_done_token
         progress = None
+        ended = token is None
+
+        def end() -> None:
+            nonlocal ended
+            if not ended and token is not None:
+                ended = True
+                ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="done"))
+
         if token is not None:
             ls.work_done_progress.begin(
                 token,
@@ -375,13 +383,14 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
                     token, T.WorkDoneProgressReport(message=message, percentage=percent)
                 )
 
+        if ls.workspace_cache is None:
+            ls.workspace_cache = WorkspaceCache()
         try:
-            if ls.workspace_cache is None:
-                ls.workspace_cache = WorkspaceCache()
-            return await workspace_diagnostics(state, ls.workspace_cache, params, progress)
+            return await workspace_diagnostics(
+                state, ls.workspace_cache, params, progress, scanned=end
+            )
         finally:
-            if token is not None:
-                ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="done"))
+            end()
 
     # -- code actions, hover -------------------------------------------------------------------
 

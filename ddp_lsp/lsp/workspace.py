@@ -176,12 +176,18 @@ async def workspace_diagnostics(
     params: T.WorkspaceDiagnosticParams,
     progress: Progress | None,
     hold_s: float = HOLD_S,
+    scanned: Callable[[], None] | None = None,
 ) -> T.WorkspaceDiagnosticReport:
+    """``scanned`` is called once the first scan is done: the progress ends there, not when
+    a held request is finally answered (a client would show a busy bar all along)."""
     previous = {p.uri: p.value for p in params.previous_result_ids}
     deadline = time.monotonic() + hold_s
     while True:
         wake = state.workspace_change()  # taken before the scan: a change during it counts
         items, changed = await _report(state, cache, previous, progress)
+        if scanned is not None:
+            scanned()
+            scanned = progress = None  # later scans of a held request are silent
         left = deadline - time.monotonic()
         if changed or not previous or left <= 0:
             return T.WorkspaceDiagnosticReport(items=items)

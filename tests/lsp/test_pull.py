@@ -102,13 +102,26 @@ async def test_workspace_diagnostics_respect_excludes(client: LanguageClient):
     assert kinds[0] == "begin" and kinds[-1] == "end"
     # Asking again with the result ids: nothing changed, so the server holds the request open
     # (vscode-languageclient would otherwise ask again every 2 s) ...
+    held_token = "ws-held"
+    client.progress_reports[held_token] = []
     held = asyncio.ensure_future(
         client.workspace_diagnostic_async(
             T.WorkspaceDiagnosticParams(
-                previous_result_ids=[T.PreviousResultId(i.uri, i.result_id) for i in report.items]
+                previous_result_ids=[T.PreviousResultId(i.uri, i.result_id) for i in report.items],
+                work_done_token=held_token,
             )
         )
     )
+
+    async def progress_ended() -> None:
+        while not any(
+            getattr(v, "kind", None) == "end" for v in client.progress_reports[held_token]
+        ):
+            await client.wait_for_notification(T.PROGRESS)
+
+    # The scan's progress ends when the scan does, not when the held answer goes out: a client
+    # would otherwise show a busy indicator for as long as the request is held.
+    await asyncio.wait_for(progress_ended(), TIMEOUT)
     # ... while it keeps serving everything else, open documents' diagnostics included.
     doc = Doc(client, (root / "other.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
     await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
