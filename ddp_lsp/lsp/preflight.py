@@ -81,6 +81,20 @@ class PreflightService:
         cached = PreflightCache().load(key, self.python_for(folder))
         return cached.report if cached is not None else None
 
+    def options_for(self, uri: str | None, overrides: Any) -> dict[str, Any]:
+        """The command's options; without ``params``, the parameter count of the models the
+        open document builds (a static estimate: the code is parsed, never imported), so the
+        feasibility probe judges this model rather than its stand-in's size."""
+        opts = _options(overrides)
+        unit = self.state.units.get(uri) if uri else None
+        if "params" not in opts and unit is not None:
+            from ddp_lsp.preflight.paramcount import estimate_params
+
+            estimate = estimate_params(unit.doc.text)
+            if estimate is not None and estimate.params > 0:
+                opts["params"] = estimate.params
+        return opts
+
     # -- running --------------------------------------------------------------------------------
 
     async def run(self, ls: DdpLanguageServer, uri: str | None, overrides: Any) -> dict[str, Any]:
@@ -88,7 +102,7 @@ class PreflightService:
         from ddp_lsp.preflight.report import render_markdown, summary_counts
         from ddp_lsp.preflight.schema import PreflightOptions
 
-        options = PreflightOptions(**_options(overrides))
+        options = PreflightOptions(**self.options_for(uri, overrides))
         folder = self.folder_for(uri)
         key = str(folder)
         if key in self.running:

@@ -25,7 +25,7 @@ from tests.lsp.helpers import (
     wait_for_refresh,
 )
 
-PROBES = ["cpu.workers", "shm.capacity"]
+PROBES = ["cpu.workers", "shm.capacity", "rdzv.port", "env.lint"]
 SCRIPT = """import os
 import torch
 import torch.distributed as dist
@@ -119,7 +119,8 @@ async def test_run_preflight_with_progress_lens_and_hover(client: LanguageClient
     (lens,) = await _lenses(client, doc.uri)
     assert "last: ✗0" in lens.command.title and "just now" in lens.command.title
     facts = await _hover(client, doc.uri, INIT_LINE, init_col)
-    assert facts is None or "Preflight" in facts  # init facts need torch probes
+    assert facts is not None and "**Preflight**" in facts, facts
+    assert "MASTER_PORT" in facts or "port" in facts.lower(), facts  # the rdzv.port fact
     loader_line = next(i for i, ln in enumerate(SCRIPT.splitlines()) if "DataLoader(" in ln)
     col = SCRIPT.splitlines()[loader_line].index("DataLoader")
     facts = await _hover(client, doc.uri, loader_line, col + 2)
