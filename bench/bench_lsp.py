@@ -12,7 +12,7 @@ Measures, per server, in the same run on the same generated DDP-style files (ben
 - code action latency (p50/p95) on a line with a finding;
 - RSS of the server process with the 20,000-line file open.
 
-Prints a Markdown table; docs/performance-lsp.md records a run and this command.
+Prints a Markdown table; docs/performance.md records a run and this command.
 """
 
 from __future__ import annotations
