@@ -1,0 +1,276 @@
+"""Facts that flow across files: parameter kinds, callee properties, "this program is distributed".
+
+Each module's own facts come from the core (``facts.merge`` of its summary). This module adds
+what only the whole project knows, with where each fact came from:
+
+- a parameter's kind from its callers in other modules (``main.py`` passes a DDP-wrapped model
+  to ``engine.train_one_epoch``), also through ``y = x`` and further calls;
+- the properties of a function defined in another module, keyed by the spelling the importing
+  module uses (``du.save_on_master`` guards itself, ``utils.all_reduce_mean`` is collective),
+  transitive properties (collective, no_sync...) following calls across modules;
+- ``distributed`` for every module reachable through imports from a module that initialises a
+  process group (directly or through a helper such as ``utils.init_distributed_mode``).
+
+Both propagations are monotone and run in rounds that read the previous round's state only
+(Jacobi, not Gauss-Seidel), with ties broken by sorting: the result does not depend on the
+order files were read in. Rounds are bounded; cycles (``a`` calls ``b`` calls ``a``) converge.
+
+Decision, the shared engine: an engine called with a DDP model by ``main_ddp.py`` and with a
+plain model by ``train_single.py`` gets the kind "ddp" for its parameter, with ``mixed`` set and
+the DDP caller in its provenance. The engine's code runs under DDP in at least one launch, and
+that is where a missing ``no_sync`` costs an all-reduce per micro-batch; the single-GPU launch
+is unaffected by a finding the user can fix with a conditional context. Rules may use ``mixed``
+to say "when called from main_ddp.py". The single-GPU entry point itself gains nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ddp_lsp.core import facts as F
+from ddp_lsp.project.index import ModuleSummary, ProjectIndex
+from ddp_lsp.project.resolve import Resolver
+
+MAX_ROUNDS = 32
+
+_KIND_TEXT = {
+    F.DDP: "wrapped in DistributedDataParallel",
+    F.FSDP: "wrapped in FullyShardedDataParallel",
+    F.SCALER: "a GradScaler",
+    F.OPTIMIZER: "an optimizer",
+    F.SAMPLER: "a DistributedSampler",
+    F.LOADER: "a DataLoader",
+    F.RANK: "the rank",
+}
+
+
+@dataclass(frozen=True, order=True)
+class Provenance:
+    path: str  # relative to the project root
+    line: int  # 1-based
+    message: str  # "model is wrapped in DistributedDataParallel"
+
+    def __str__(self) -> str:
+        return f"{self.message} at {self.path}:{self.line}"
+
+
+@dataclass(frozen=True, order=True)
+class ParamKind:
+    kind: str
+    origin: Provenance  # where the value got its kind
+    via: tuple[Provenance, ...] = ()  # the calls that carried it here, outermost first
+    mixed: bool = False  # another caller passes a value of no known kind
+
+
+@dataclass(frozen=True)
+class CalleeProps:
+    target: tuple[str, str]  # (module, qualname) of the function
+    props: frozenset[str]
+    origins: Mapping[str, Provenance] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class ModuleProjectFacts:
+    module: str
+    path: str
+    # (scope, path) -> kind the module does not know from its own code.
+    extra_kinds: Mapping[tuple[str, str], ParamKind] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+    # Callee spelling in this module ("du.save_on_master") -> the other module's function.
+    callee_props: Mapping[str, CalleeProps] = field(default_factory=dict, compare=False, hash=False)
+    distributed: Provenance | None = None  # where the process group this module runs in starts
+
+
+@dataclass(frozen=True)
+class ProjectFacts:
+    modules: Mapping[str, ModuleProjectFacts] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+    rounds: int = 0
+
+    def for_path(self, path: str) -> ModuleProjectFacts | None:
+        for m in self.modules.values():
+            if m.path == path:
+                return m
+        return None
+
+
+def _lookup(
+    kinds: Mapping[tuple[str, str], ParamKind], path: str, scope: str, cls: str | None
+) -> ParamKind | None:
+    # The core's ModuleFacts.kind, over kinds with provenance.
+    if path.startswith("self."):
+        return kinds.get((cls, path)) if cls is not None else None
+    s = scope
+    while True:
+        k = kinds.get((s, path))
+        if k is not None:
+            return k
+        if not s:
+            return None
+        s = s.rpartition(".")[0] if "." in s else ""
+
+
+def _line(fi: F.FunctionInfo | None) -> int:
+    return 1 if fi is None or fi.qualname == F.MODULE else fi.line + 1
+
+
+def compute(index: ProjectIndex) -> ProjectFacts:
+    """The project-wide facts of an index."""
+    res = Resolver(index)
+    names = sorted(index.modules)
+    summaries: dict[str, ModuleSummary] = {m: index.modules[m] for m in names}
+    own = {m: F.merge([summaries[m].facts]) for m in names}
+
+    # -- kinds ---------------------------------------------------------------------------------
+    kinds: dict[str, dict[tuple[str, str], ParamKind]] = {m: {} for m in names}
+    for m in names:
+        s = summaries[m]
+        lines = {(sc, p): ln for sc, p, ln in s.binding_lines}
+        seeded = {
+            (b.scope, b.path) for b in s.facts.bindings if b.source and b.source[0] != "=alias"
+        }
+        for key, kind in own[m].kinds.items():
+            if key in seeded:
+                fi = res.functions(m).get(key[0])
+                line = lines.get(key, _line(fi))
+                text = _KIND_TEXT.get(kind, kind)
+                kinds[m][key] = ParamKind(kind, Provenance(s.path, line, f"{key[1]} is {text}"))
+    # Call sites resolved once: (caller module, site, target module, target function).
+    sites: list[tuple[str, F.CallSite, str, F.FunctionInfo]] = []
+    for m in names:
+        for cs in summaries[m].facts.call_sites:
+            t = res.function(m, cs.callee)
+            if t is not None:
+                sites.append((m, cs, t[0], t[1]))
+
+    def params_of(site: F.CallSite, fi: F.FunctionInfo) -> list[tuple[str, str]]:
+        out = []
+        for pos, arg in site.args:
+            if isinstance(pos, int):
+                params = fi.params[1:] if fi.cls else fi.params
+                if pos < len(params):
+                    out.append((params[pos], arg))
+            elif pos in fi.params:
+                out.append((pos, arg))
+        return out
+
+    rounds = 0
+    while rounds < MAX_ROUNDS:
+        rounds += 1
+        proposals: dict[tuple[str, str, str], list[ParamKind]] = {}
+        for m in names:
+            fns = res.functions(m)
+            for b in summaries[m].facts.bindings:
+                if not b.source or b.source[0] != "=alias" or (b.scope, b.path) in kinds[m]:
+                    continue
+                src_scope = b.source[2] if len(b.source) > 2 else b.scope
+                fi = fns.get(src_scope)
+                k = _lookup(kinds[m], b.source[1], src_scope, fi.cls if fi else None)
+                if k is not None:
+                    proposals.setdefault((m, b.scope, b.path), []).append(k)
+        for m, cs, tm, tfi in sites:
+            caller = res.functions(m).get(cs.caller)
+            for param, arg in params_of(cs, tfi):
+                if (tfi.qualname, param) in kinds[tm]:
+                    continue
+                k = _lookup(kinds[m], arg, cs.caller, caller.cls if caller else None)
+                if k is None:
+                    continue
+                hop = Provenance(
+                    summaries[m].path,
+                    _line(caller),
+                    f"{cs.caller if cs.caller else F.MODULE} calls {cs.callee}({param}={arg})",
+                )
+                proposals.setdefault((tm, tfi.qualname, param), []).append(
+                    ParamKind(k.kind, k.origin, (*k.via, hop))
+                )
+        if not proposals:
+            break
+        for (m, scope, path), cands in proposals.items():
+            kinds[m].setdefault((scope, path), min(cands))
+    # Mixed: a caller passes a value of no known kind where another passes a known one.
+    for m, cs, tm, tfi in sites:
+        caller = res.functions(m).get(cs.caller)
+        for param, arg in params_of(cs, tfi):
+            pk = kinds[tm].get((tfi.qualname, param))
+            if pk is None or pk.mixed:
+                continue
+            if _lookup(kinds[m], arg, cs.caller, caller.cls if caller else None) is None:
+                kinds[tm][(tfi.qualname, param)] = ParamKind(pk.kind, pk.origin, pk.via, True)
+
+    # -- function properties ---------------------------------------------------------------------
+    props: dict[tuple[str, str], dict[str, Provenance]] = {}
+    for m in names:
+        for q, ps in own[m].func_props.items():
+            fi = res.functions(m).get(q)
+            props[(m, q)] = {
+                p: Provenance(summaries[m].path, _line(fi), f"{q} {p}") for p in sorted(ps)
+            }
+    calls: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for m in names:
+        for fi in summaries[m].facts.functions:
+            targets = []
+            for callee in sorted(fi.calls):
+                reached_fn = res.function(m, callee)
+                if reached_fn is not None:
+                    targets.append((reached_fn[0], reached_fn[1].qualname))
+            calls[(m, fi.qualname)] = targets
+    carried = F.TRANSITIVE_PROPS | {F.INITS_PG}  # INITS_PG only for "reaches init" below
+    for _ in range(MAX_ROUNDS):
+        updates: dict[tuple[str, str], dict[str, Provenance]] = {}
+        for key in sorted(calls):
+            mine = props.get(key, {})
+            for callee_key in calls[key]:
+                for p, origin in props.get(callee_key, {}).items():
+                    if p in carried and p not in mine:
+                        pending = updates.setdefault(key, {})
+                        if p not in pending or origin < pending[p]:
+                            pending[p] = origin
+        if not updates:
+            break
+        for key, new in updates.items():
+            props.setdefault(key, {}).update(new)
+
+    # -- distributed ------------------------------------------------------------------------------
+    distributed: dict[str, Provenance] = {}
+    starts = []
+    for m in names:
+        origins = [ps[F.INITS_PG] for (mm, _), ps in props.items() if mm == m and F.INITS_PG in ps]
+        if origins:
+            o = min(origins)
+            starts.append((m, Provenance(o.path, o.line, "a process group is initialised")))
+    for m, origin in starts:
+        frontier = [m]
+        while frontier:
+            nxt = []
+            for reached in frontier:
+                if reached in distributed and distributed[reached] <= origin:
+                    continue
+                distributed[reached] = origin
+                nxt.extend(res.imported_modules(reached))
+            frontier = nxt
+
+    # -- per module --------------------------------------------------------------------------------
+    out: dict[str, ModuleProjectFacts] = {}
+    for m in names:
+        s = summaries[m]
+        extra = {key: pk for key, pk in sorted(kinds[m].items()) if key not in own[m].kinds}
+        spelled: set[str] = {cs.callee for cs in s.facts.call_sites}
+        for fi in s.facts.functions:
+            spelled |= fi.calls
+        cprops: dict[str, CalleeProps] = {}
+        for name in sorted(spelled):
+            t = res.function(m, name)
+            if t is None or t[0] == m:
+                continue
+            tq = (t[0], t[1].qualname)
+            found = props.get(tq, {})
+            # INITS_PG stays the core's direct property; carried only to find entry points.
+            direct = own[t[0]].func_props.get(t[1].qualname, frozenset())
+            keep = {p: o for p, o in found.items() if p != F.INITS_PG or p in direct}
+            cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())))
+        out[m] = ModuleProjectFacts(m, s.path, extra, cprops, distributed.get(m))
+    return ProjectFacts(out, rounds)

@@ -1,0 +1,320 @@
+"""The project index: one cheap summary per Python file, and imports resolved across files.
+
+A summary is the core's raw :class:`~ddp_lsp.core.facts.ChunkFacts` of the whole file (the same
+``facts.extract`` the per-file analysis runs on chunks, here on one whole-file ``ast`` parse),
+plus what the core does not record but the project needs: the module's dotted name, the bases of
+its classes (for ``self.`` methods inherited from another module) and the lines of the
+assignments that bind a kind (provenance: "wrapped in DistributedDataParallel at main.py:212").
+
+Summaries are keyed by a hash of the file's bytes and the rank model (``extract`` depends on
+it), kept in memory and on disk under the user's cache directory, one small file per hash: a
+2,000-file repository is parsed once, an edited file costs one parse, and two checkouts of the
+same project share entries. Disk entries are versioned, written atomically and ignored when
+they cannot be read.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import pickle
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddp_lsp.config import DEFAULT_EXCLUDE, Settings
+from ddp_lsp.core import facts as F
+from ddp_lsp.core.ranks import RankModel
+
+# Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
+CACHE_VERSION = 1
+PROJECT_MARKERS = ("pyproject.toml", ".git")
+
+
+@dataclass(frozen=True)
+class ModuleSummary:
+    """What the project needs to know about one file."""
+
+    path: str  # relative to the project root, POSIX separators
+    module: str  # dotted module name ("utils.dist", "trainer" for trainer/__init__.py)
+    is_package: bool  # an __init__.py: its relative imports start at the package itself
+    digest: str
+    lines: int
+    facts: F.ChunkFacts
+    bases: tuple[tuple[str, tuple[str, ...]], ...] = ()  # top-level class -> base spellings
+    # (scope, path) -> 1-based line of the first assignment that binds a kind there.
+    binding_lines: tuple[tuple[str, str, int], ...] = ()
+    syntax_error: bool = False
+
+
+def find_root(paths: Iterable[Path]) -> Path:
+    """The project root of ``paths``: the nearest directory above them with a marker."""
+    resolved = [p.resolve() for p in paths]
+    if not resolved:
+        resolved = [Path.cwd().resolve()]
+    start = resolved[0] if resolved[0].is_dir() else resolved[0].parent
+    if len(resolved) > 1:
+        start = Path(os.path.commonpath([str(p) for p in resolved]))
+        if not start.is_dir():
+            start = start.parent
+    for directory in (start, *start.parents):
+        if any((directory / m).exists() for m in PROJECT_MARKERS):
+            return directory
+    return start
+
+
+def module_name(rel: str) -> tuple[str, bool]:
+    """Dotted name of a file relative to the root; ``src/`` layouts drop the ``src``."""
+    parts = rel.split("/")
+    if len(parts) > 1 and parts[0] == "src":
+        parts = parts[1:]
+    last = parts[-1]
+    stem = last[:-3] if last.endswith(".py") else last
+    if stem == "__init__":
+        return ".".join(parts[:-1]), True
+    return ".".join([*parts[:-1], stem]), False
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ddp-lsp" / "index" / f"v{CACHE_VERSION}"
+
+
+def _ranks_key(ranks: RankModel) -> bytes:
+    return repr((sorted(ranks.names), sorted(ranks.predicates))).encode()
+
+
+def summarise(rel: str, text: str, digest: str, ranks: RankModel) -> ModuleSummary:
+    """Parse one file and summarise it (no cache)."""
+    module, is_package = module_name(rel)
+    lines = text.count("\n") + 1
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        # A file being edited: nothing is known of it until it parses again.
+        return ModuleSummary(
+            rel, module, is_package, digest, lines, F.EMPTY_FACTS, syntax_error=True
+        )
+    cf = F.extract(tree, None, ranks)
+    bases = tuple(
+        (s.name, tuple(d for d in (_dotted(b) for b in s.bases) if d))
+        for s in tree.body
+        if isinstance(s, ast.ClassDef)
+    )
+    return ModuleSummary(
+        rel, module, is_package, digest, lines, cf, bases, _binding_lines(tree, cf)
+    )
+
+
+def _dotted(e: ast.AST) -> str | None:
+    parts: list[str] = []
+    while isinstance(e, ast.Attribute):
+        parts.append(e.attr)
+        e = e.value
+    if not isinstance(e, ast.Name):
+        return None
+    parts.append(e.id)
+    return ".".join(reversed(parts))
+
+
+def _binding_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, int], ...]:
+    # Only files that bind a kind pay for this walk (a handful in a project: where the model is
+    # wrapped, the scaler built); the line is where a message's "at main.py:212" points.
+    kinds = F.merge([cf]).kinds
+    wanted = {p for (_, p) in kinds}
+    if not wanted:
+        return ()
+    first: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                p = F.path_of(t)
+                if p in wanted and (p not in first or node.lineno < first[p]):
+                    first[p] = node.lineno
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
+                if a.arg in wanted and a.arg not in first:
+                    first[a.arg] = node.lineno
+    return tuple(sorted((s, p, first[p]) for (s, p) in kinds if p in first))
+
+
+class SummaryCache:
+    """Summaries by content hash: in memory, and on disk when a directory is given."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self._memory: dict[str, ModuleSummary] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def _file(self, key: str) -> Path | None:
+        if self.directory is None:
+            return None
+        return self.directory / key[:2] / f"{key}.pickle"
+
+    def get(self, key: str) -> ModuleSummary | None:
+        s = self._memory.get(key)
+        if s is not None:
+            return s
+        file = self._file(key)
+        if file is None:
+            return None
+        try:
+            data = file.read_bytes()
+        except OSError:
+            return None
+        try:
+            # Our own files in the user's own cache directory; anything odd is a miss.
+            obj = pickle.loads(data)
+        except Exception:
+            return None
+        if not (isinstance(obj, tuple) and len(obj) == 2 and obj[0] == CACHE_VERSION):
+            return None
+        summary = obj[1]
+        if not isinstance(summary, ModuleSummary):
+            return None
+        self._memory[key] = summary
+        return summary
+
+    def put(self, key: str, summary: ModuleSummary) -> None:
+        self._memory[key] = summary
+        file = self._file(key)
+        if file is None:
+            return
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=".pickle")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    pickle.dump((CACHE_VERSION, summary), fh, protocol=pickle.HIGHEST_PROTOCOL)
+                # Atomic: a reader sees the old entry, the new one, or none, never half of one.
+                os.replace(tmp, file)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+        except OSError:
+            pass  # a read-only or full cache directory only costs speed
+
+
+class ProjectIndex:
+    """Summaries of every Python file of a project root, kept up to date by :meth:`update`."""
+
+    def __init__(
+        self,
+        root: Path,
+        settings: Settings | None = None,
+        cache_dir: Path | None | bool = True,
+    ) -> None:
+        self.root = root.resolve()
+        self.settings = settings if settings is not None else Settings()
+        self.ranks = self.settings.rank_model
+        directory: Path | None
+        if cache_dir is True:
+            directory = default_cache_dir()
+        elif cache_dir is False or cache_dir is None:
+            directory = None
+        else:
+            directory = Path(cache_dir)
+        self.cache = SummaryCache(directory)
+        self._by_path: dict[str, ModuleSummary] = {}
+        self._by_module: dict[str, ModuleSummary] = {}
+        self._ranks_key = _ranks_key(self.ranks)
+
+    # -- building ------------------------------------------------------------------------------
+
+    def files(self) -> Iterator[Path]:
+        """Python files under the root, minus the default and configured excludes."""
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            here = Path(dirpath)
+            dirnames[:] = sorted(
+                d
+                for d in dirnames
+                if d not in DEFAULT_EXCLUDE
+                and not d.startswith(".")
+                and not self.settings.is_excluded(here / d / "x.py", self.root)
+            )
+            for name in sorted(filenames):
+                if name.endswith(".py"):
+                    p = here / name
+                    if not self.settings.is_excluded(p, self.root):
+                        yield p
+
+    def build(self, paths: Iterable[Path] | None = None) -> ProjectIndex:
+        for p in self.files() if paths is None else paths:
+            try:
+                data = p.read_bytes()
+            except OSError:
+                continue
+            self._add(p, data)
+        return self
+
+    def _rel(self, path: Path) -> str:
+        p = path if path.is_absolute() else self.root / path
+        try:
+            return p.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return p.name
+
+    def _add(self, path: Path, data: bytes) -> ModuleSummary:
+        rel = self._rel(path)
+        # The name is part of the key: the summary holds the module name its path gives.
+        h = hashlib.blake2b(digest_size=16)
+        h.update(self._ranks_key)
+        h.update(rel.encode())
+        h.update(b"\0")
+        h.update(data)
+        key = h.hexdigest()
+        summary = self.cache.get(key)
+        if summary is None:
+            self.cache.misses += 1
+            text = data.decode("utf-8", errors="replace")
+            summary = summarise(rel, text, key, self.ranks)
+            self.cache.put(key, summary)
+        else:
+            self.cache.hits += 1
+        old = self._by_path.get(rel)
+        if old is not None and self._by_module.get(old.module) is old:
+            del self._by_module[old.module]
+        self._by_path[rel] = summary
+        # Two files with one module name (a.py and a/__init__.py): the package wins, as Python's
+        # import system would pick it; ties between paths are broken by path, not read order.
+        seen = self._by_module.get(summary.module)
+        if seen is None or (summary.is_package, seen.path) > (seen.is_package, summary.path):
+            self._by_module[summary.module] = summary
+        return summary
+
+    def update(self, path: Path, text: str | None) -> ModuleSummary | None:
+        """An edited file (``text``), or a deleted one (``None``)."""
+        if text is None:
+            rel = self._rel(path)
+            old = self._by_path.pop(rel, None)
+            if old is not None and self._by_module.get(old.module) is old:
+                del self._by_module[old.module]
+                for s in sorted(self._by_path.values(), key=lambda s: s.path):
+                    if s.module == old.module:
+                        self._by_module[s.module] = s
+            return None
+        return self._add(path, text.encode("utf-8"))
+
+    # -- queries -------------------------------------------------------------------------------
+
+    @property
+    def modules(self) -> Mapping[str, ModuleSummary]:
+        return self._by_module
+
+    @property
+    def summaries(self) -> Mapping[str, ModuleSummary]:
+        return self._by_path
+
+    def module_of(self, path: Path) -> str | None:
+        s = self._by_path.get(self._rel(path))
+        return None if s is None else s.module
+
+    def lines(self) -> int:
+        return sum(s.lines for s in self._by_path.values())

@@ -1,0 +1,112 @@
+"""The index: module names, files found, the content cache on disk, updates."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ddp_lsp.config import Settings
+from ddp_lsp.project import ProjectIndex, find_root, module_name
+from ddp_lsp.project.index import CACHE_VERSION, default_cache_dir
+
+from .helpers import FIXTURES, build
+
+
+@pytest.mark.parametrize(
+    ("rel", "expected"),
+    [
+        ("main.py", ("main", False)),
+        ("util/misc.py", ("util.misc", False)),
+        ("util/__init__.py", ("util", True)),
+        ("src/trainer/core/base.py", ("trainer.core.base", False)),
+        ("src/trainer/__init__.py", ("trainer", True)),
+        ("tools/train.py", ("tools.train", False)),
+    ],
+)
+def test_module_names(rel: str, expected: tuple[str, bool]) -> None:
+    assert module_name(rel) == expected
+
+
+def test_root_is_the_nearest_marker() -> None:
+    deep = FIXTURES / "trainer" / "src" / "trainer" / "core" / "base.py"
+    assert find_root([deep]) == (FIXTURES / "trainer").resolve()
+    assert find_root([FIXTURES / "deit" / "engine.py"]) == (FIXTURES / "deit").resolve()
+
+
+def test_files_and_modules_of_a_project() -> None:
+    index = build(FIXTURES / "deit")
+    assert sorted(index.modules) == ["engine", "main", "tools_unused", "util", "util.misc"]
+    s = index.modules["util"]
+    assert s.is_package and s.path == "util/__init__.py"
+    assert index.lines() > 50
+    names = {fi.qualname for fi in index.modules["util.misc"].facts.functions}
+    assert {"save_on_master", "all_reduce_mean", "init_distributed_mode"} <= names
+
+
+def test_excludes(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("")
+    for rel in ("a.py", "build/b.py", ".venv/c.py", "gen/d.py", "pkg/e.py"):
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x = 1\n")
+    index = ProjectIndex(tmp_path, Settings(exclude=("gen",)), cache_dir=False).build()
+    assert sorted(index.modules) == ["a", "pkg.e"]
+
+
+def test_disk_cache_round_trip_and_corrupt_entries(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = build(FIXTURES / "deit", cache_dir=cache)
+    assert first.cache.misses == 5 and first.cache.hits == 0
+    entries = sorted(cache.rglob("*.pickle"))
+    assert len(entries) == 5
+    second = build(FIXTURES / "deit", cache_dir=cache)
+    assert second.cache.hits == 5 and second.cache.misses == 0
+    assert second.modules["util.misc"] == first.modules["util.misc"]
+    # A truncated entry and one of another version are misses, re-written, never errors.
+    entries[0].write_bytes(entries[0].read_bytes()[:10])
+    import pickle
+
+    entries[1].write_bytes(pickle.dumps((CACHE_VERSION + 1, "old")))
+    third = build(FIXTURES / "deit", cache_dir=cache)
+    assert third.cache.misses == 2 and third.cache.hits == 3
+    assert sorted(third.modules) == sorted(first.modules)
+    assert not [p for p in cache.rglob("*") if p.name.startswith(".tmp-")]
+
+
+def test_default_cache_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert default_cache_dir() == tmp_path / "ddp-lsp" / "index" / f"v{CACHE_VERSION}"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert str(default_cache_dir()).startswith(os.path.expanduser("~"))
+
+
+def test_update_reparses_only_the_changed_file(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "a.py").write_text("def f():\n    pass\n")
+    index = ProjectIndex(tmp_path, cache_dir=False).build()
+    old = index.modules["a"]
+    same = index.update(tmp_path / "a.py", "def f():\n    pass\n")
+    assert same is old  # unchanged content: the cached summary
+    new = index.update(tmp_path / "a.py", "def g():\n    pass\n")
+    assert new is not None and new is index.modules["a"]
+    assert [fi.qualname for fi in new.facts.functions] == ["g"]
+    broken = index.update(tmp_path / "a.py", "def g(:\n")
+    assert broken is not None and broken.syntax_error and not broken.facts.functions
+    index.update(tmp_path / "a.py", None)
+    assert "a" not in index.modules
+
+
+def test_rank_model_is_part_of_the_key(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    src = "def save(x):\n    if am_leader():\n        write(x)\n"
+    (tmp_path / "a.py").write_text(src)
+    cache = tmp_path / "cache"
+    plain = ProjectIndex(tmp_path, cache_dir=cache).build()
+    custom = ProjectIndex(tmp_path, Settings(rank_guard_names=("am_leader",)), cache_dir=cache)
+    custom.build()
+    assert custom.cache.misses == 1
+    props = {fi.qualname: fi.props for fi in custom.modules["a"].facts.functions}
+    plain_props = {fi.qualname: fi.props for fi in plain.modules["a"].facts.functions}
+    assert "guards_itself" in props["save"] and "guards_itself" not in plain_props["save"]
