@@ -141,7 +141,7 @@ def compute(index: ProjectIndex) -> ProjectFacts:
     # Call sites resolved once: (caller module, site, target module, target function).
     sites: list[tuple[str, F.CallSite, str, F.FunctionInfo]] = []
     for m in names:
-        for cs in summaries[m].facts.call_sites:
+        for cs in (*summaries[m].facts.call_sites, *summaries[m].dotted_sites):
             t = res.function(m, cs.callee)
             if t is not None:
                 sites.append((m, cs, t[0], t[1]))

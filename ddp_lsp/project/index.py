@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ddp_lsp.config import DEFAULT_EXCLUDE, Settings
 from ddp_lsp.core import facts as F
+from ddp_lsp.core import names as N
 from ddp_lsp.core.ranks import RankModel
 
 # Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
@@ -44,6 +45,9 @@ class ModuleSummary:
     lines: int
     facts: F.ChunkFacts
     bases: tuple[tuple[str, tuple[str, ...]], ...] = ()  # top-level class -> base spellings
+    # Calls through a module attribute (`engine.train_one_epoch(model)`), which the core does
+    # not record as call sites (in one file they reach no local function).
+    dotted_sites: tuple[F.CallSite, ...] = ()
     # (scope, path) -> 1-based line of the first assignment that binds a kind there.
     binding_lines: tuple[tuple[str, str, int], ...] = ()
     syntax_error: bool = False
@@ -97,15 +101,63 @@ def summarise(rel: str, text: str, digest: str, ranks: RankModel) -> ModuleSumma
         return ModuleSummary(
             rel, module, is_package, digest, lines, F.EMPTY_FACTS, syntax_error=True
         )
-    cf = F.extract(tree, None, ranks)
+    cf, dotted_sites = _extract(tree, ranks)
     bases = tuple(
         (s.name, tuple(d for d in (_dotted(b) for b in s.bases) if d))
         for s in tree.body
         if isinstance(s, ast.ClassDef)
     )
     return ModuleSummary(
-        rel, module, is_package, digest, lines, cf, bases, _binding_lines(tree, cf)
+        rel, module, is_package, digest, lines, cf, bases, dotted_sites, _binding_lines(tree, cf)
     )
+
+
+class _Extractor(F._Extractor):
+    """The core's extractor, also keeping the argument paths of ``module.function(...)`` calls."""
+
+    def __init__(self, ranks: RankModel) -> None:
+        super().__init__(ranks)
+        self.dotted_sites: list[F.CallSite] = []
+
+    def call(self, c: ast.Call, scope: str, guarded: bool) -> None:
+        super().call(c, scope, guarded)
+        name = _dotted(c.func)
+        if name is None or "." not in name or name.startswith("self."):
+            return
+        args: list[tuple[int | str, str]] = []
+        for i, a in enumerate(c.args):
+            p = F.path_of(a)
+            if p:
+                args.append((i, p))
+        for kw in c.keywords:
+            p = F.path_of(kw.value) if kw.arg else None
+            if p and kw.arg:
+                args.append((kw.arg, p))
+        if args:
+            self.dotted_sites.append(F.CallSite(scope, name, tuple(args), guarded))
+
+
+def _extract(tree: ast.Module, ranks: RankModel) -> tuple[F.ChunkFacts, tuple[F.CallSite, ...]]:
+    # facts.extract(tree, None, ranks) with the subclass above; tests assert the ChunkFacts are
+    # equal to the core's, so a change there cannot silently diverge from this copy.
+    x = _Extractor(ranks)
+    x._calls.append(set())
+    x._props.append(set())
+    x.block(tree.body, scope="", guarded=False)
+    top_calls, top_props = x._calls.pop(), x._props.pop()
+    if top_calls or top_props:
+        x.functions.append(
+            F.FunctionInfo(F.MODULE, None, (), frozenset(top_calls), frozenset(top_props), 0)
+        )
+    cf = F.ChunkFacts(
+        imports=tuple(x.imports),
+        env_markers=x.env_markers,
+        bindings=tuple(x.bindings),
+        functions=tuple(x.functions),
+        call_sites=tuple(x.call_sites),
+        loads=frozenset(x.loads),
+    )
+    return cf, tuple(x.dotted_sites)
 
 
 def _dotted(e: ast.AST) -> str | None:
@@ -121,24 +173,35 @@ def _dotted(e: ast.AST) -> str | None:
 
 def _binding_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, int], ...]:
     # Only files that bind a kind pay for this walk (a handful in a project: where the model is
-    # wrapped, the scaler built); the line is where a message's "at main.py:212" points.
-    kinds = F.merge([cf]).kinds
-    wanted = {p for (_, p) in kinds}
+    # wrapped, the scaler built); the line is where a message's "at main.py:212" points: the
+    # assignment that gives the kind (`model = DDP(model)`), not the first one (`model = Net()`).
+    merged = F.merge([cf])
+    wanted = {p for (_, p) in merged.kinds}
     if not wanted:
         return ()
     first: dict[str, int] = {}
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
                 p = F.path_of(t)
-                if p in wanted and (p not in first or node.lineno < first[p]):
-                    first[p] = node.lineno
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
-                if a.arg in wanted and a.arg not in first:
-                    first[a.arg] = node.lineno
-    return tuple(sorted((s, p, first[p]) for (s, p) in kinds if p in first))
+                if p in wanted and _gives_kind(node.value, merged.aliases):
+                    if p not in first or node.lineno < first[p]:
+                        first[p] = node.lineno
+    return tuple(sorted((s, p, first[p]) for (s, p) in merged.kinds if p in first))
+
+
+def _gives_kind(value: ast.AST, aliases: Mapping[str, str]) -> bool:
+    node = value
+    while isinstance(node, ast.Call):
+        name = _dotted(node.func)
+        qual = N.resolve(name, aliases) if name else None
+        if qual is not None and F.kind_of_qualname(qual) is not None:
+            return True
+        if not node.args:
+            return False
+        node = node.args[0]
+    return False
 
 
 class SummaryCache:

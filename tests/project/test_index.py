@@ -110,3 +110,23 @@ def test_rank_model_is_part_of_the_key(tmp_path: Path) -> None:
     props = {fi.qualname: fi.props for fi in custom.modules["a"].facts.functions}
     plain_props = {fi.qualname: fi.props for fi in plain.modules["a"].facts.functions}
     assert "guards_itself" in props["save"] and "guards_itself" not in plain_props["save"]
+
+
+@pytest.mark.parametrize("name", ["deit", "resume", "trainer", "shared"])
+def test_summary_facts_are_the_cores(name: str) -> None:
+    # The index runs a subclass of the core's extractor (to keep `module.f(x)` call sites);
+    # its ChunkFacts must stay exactly what facts.extract gives for the whole file.
+    import ast
+
+    from ddp_lsp.core import facts as F
+
+    index = build(FIXTURES / name)
+    for s in index.summaries.values():
+        text = (index.root / s.path).read_text()
+        assert s.facts == F.extract(ast.parse(text), None, index.ranks), s.path
+
+
+def test_dotted_call_sites_are_kept() -> None:
+    index = build(FIXTURES / "deit")
+    sites = {cs.callee: cs.args for cs in index.modules["main"].dotted_sites}
+    assert sites["utils.init_distributed_mode"] == ((0, "args"),)

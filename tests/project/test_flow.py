@@ -1,0 +1,147 @@
+"""Facts across files: parameter kinds, callee properties, distributed, provenance, order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddp_lsp.core import facts as F
+from ddp_lsp.project import ModuleProjectFacts, ProjectFacts, compute
+
+from .helpers import FIXTURES, build, facts_of, plain
+
+
+@pytest.fixture(scope="module")
+def deit() -> ProjectFacts:
+    return facts_of(FIXTURES / "deit")
+
+
+def _m(pf: ProjectFacts, name: str) -> ModuleProjectFacts:
+    return pf.modules[name]
+
+
+def test_engine_parameters_get_their_callers_kinds(deit: ProjectFacts) -> None:
+    engine = _m(deit, "engine")
+    model = engine.extra_kinds[("train_one_epoch", "model")]
+    assert model.kind == F.DDP
+    assert (
+        str(model.origin) == "model is wrapped in DistributedDataParallel at main.py:12"
+    )  # not :11, `model = Linear`
+    assert [v.path for v in model.via] == ["main.py"]
+    assert not model.mixed
+    assert engine.extra_kinds[("train_one_epoch", "loss_scaler")].kind == F.SCALER
+    assert engine.extra_kinds[("train_one_epoch", "optimizer")].kind == F.OPTIMIZER
+    # Through a second call inside engine.py: evaluate(net) -> log_stats(net).
+    deep = engine.extra_kinds[("log_stats", "net")]
+    assert deep.kind == F.DDP and [v.path for v in deep.via] == ["main.py", "engine.py"]
+    # main.py's own kinds are the core's, not extra.
+    assert not _m(deit, "main").extra_kinds
+
+
+def test_helper_properties_by_the_importers_spelling(deit: ProjectFacts) -> None:
+    main = _m(deit, "main")
+    assert F.GUARDS_ITSELF in main.callee_props["utils.save_on_master"].props
+    engine = _m(deit, "engine")
+    assert engine.callee_props["arm"].target == ("util.misc", "all_reduce_mean")
+    assert F.COLLECTIVE in engine.callee_props["arm"].props
+    assert F.RANK_PREDICATE in engine.callee_props["misc.is_main_process"].props
+    # Transitive across files: train_one_epoch reaches all_reduce in util/misc.py.
+    tre = main.callee_props["train_one_epoch"]
+    assert F.COLLECTIVE in tre.props
+    assert tre.origins[F.COLLECTIVE].path == "util/misc.py"
+    # init_process_group stays direct, as in the core: main() is not the initialiser.
+    assert F.INITS_PG in main.callee_props["utils.init_distributed_mode"].props
+    assert F.INITS_PG not in main.callee_props["train_one_epoch"].props
+
+
+def test_distributed_reaches_every_imported_module(deit: ProjectFacts) -> None:
+    for name in ("main", "engine", "util", "util.misc"):
+        d = _m(deit, name).distributed
+        assert d is not None and d.path == "util/misc.py", name
+    assert _m(deit, "tools_unused").distributed is None
+
+
+def test_collective_helper_called_under_a_rank_guard_from_another_module() -> None:
+    pf = facts_of(FIXTURES / "resume")
+    train = _m(pf, "train")
+    resume = train.callee_props["do_resume"]
+    assert resume.target == ("utils.checkpoint", "resume_from")
+    assert F.COLLECTIVE in resume.props
+    assert str(resume.origins[F.COLLECTIVE]).endswith("utils/checkpoint.py:5")
+    assert F.COLLECTIVE not in train.callee_props["load_weights"].props
+    assert _m(pf, "utils.checkpoint").distributed is not None
+
+
+def test_trainer_package_with_relative_imports_and_a_class_hierarchy() -> None:
+    pf = facts_of(FIXTURES / "trainer")
+    base = _m(pf, "trainer.core.base")
+    # launch.py: DDPTrainer(net, scaler) runs BaseTrainer.__init__, which stores them on self.
+    assert base.extra_kinds[("BaseTrainer", "self.model")].kind == F.DDP
+    assert base.extra_kinds[("BaseTrainer", "self.scaler")].kind == F.SCALER
+    origin = base.extra_kinds[("BaseTrainer", "self.model")].origin
+    assert (origin.path, origin.line) == ("src/trainer/launch.py", 11)
+    sub = _m(pf, "trainer.core.ddp_trainer")
+    # self.sync() in DDPTrainer is BaseTrainer.sync, collective through trainer/dist.py.
+    assert sub.callee_props["DDPTrainer.sync"].target == ("trainer.core.base", "BaseTrainer.sync")
+    assert F.COLLECTIVE in sub.callee_props["DDPTrainer.sync"].props
+    assert all(m.distributed is not None for m in pf.modules.values())
+
+
+def test_shared_engine_ddp_and_single_gpu_entry_points() -> None:
+    # Decision (ddp_lsp/project/flow.py): the engine's parameter is "ddp", marked mixed, with
+    # the DDP caller in its provenance; the single-GPU entry point stays non-distributed.
+    pf = facts_of(FIXTURES / "shared")
+    model = _m(pf, "engine").extra_kinds[("train_one_epoch", "model")]
+    assert model.kind == F.DDP and model.mixed
+    assert model.origin.path == "main_ddp.py" and [v.path for v in model.via] == ["main_ddp.py"]
+    opt = _m(pf, "engine").extra_kinds[("train_one_epoch", "optimizer")]
+    assert opt.kind == F.OPTIMIZER and not opt.mixed  # both callers pass an optimizer
+    assert _m(pf, "engine").distributed is not None
+    assert _m(pf, "main_ddp").distributed is not None
+    assert _m(pf, "train_single").distributed is None
+
+
+@pytest.mark.parametrize("name", ["deit", "resume", "trainer", "shared"])
+def test_same_facts_whatever_order_files_are_read_in(name: str) -> None:
+    reference = plain(compute(build(FIXTURES / name)))
+    for seed in range(6):
+        assert plain(compute(build(FIXTURES / name, seed=seed))) == reference
+
+
+def test_call_cycles_across_modules_converge(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "a.py").write_text(
+        "import torch\nimport torch.distributed as dist\nimport b\n\n"
+        "def start(m):\n    dist.init_process_group('nccl')\n"
+        "    m = torch.nn.parallel.DistributedDataParallel(m)\n    ping(m, 3)\n\n"
+        "def ping(model, n):\n    if n:\n        b.pong(model, n - 1)\n"
+    )
+    (tmp_path / "b.py").write_text(
+        "import a\nimport torch.distributed as dist\n\n"
+        "def pong(net, n):\n    dist.barrier()\n    a.ping(net, n)\n"
+    )
+    pf = compute(build(tmp_path))
+    assert pf.rounds < 10
+    assert _m(pf, "b").extra_kinds[("pong", "net")].kind == F.DDP
+    assert F.COLLECTIVE in _m(pf, "a").callee_props["b.pong"].props
+    # ping is collective through pong, and pong through ping: both, without looping.
+    assert F.COLLECTIVE in _m(pf, "b").callee_props["a.ping"].props
+
+
+def test_an_edit_changes_the_facts(tmp_path: Path) -> None:
+    # Removing the DDP wrap from main.py removes the engine's fact; putting it back restores it.
+    (tmp_path / ".git").mkdir()
+    engine = "def train(model):\n    model.train()\n"
+    wrapped = (
+        "from torch.nn.parallel import DistributedDataParallel as DDP\nimport engine\n\n"
+        "def main(m):\n    m = DDP(m)\n    engine.train(m)\n"
+    )
+    (tmp_path / "engine.py").write_text(engine)
+    (tmp_path / "main.py").write_text(wrapped)
+    index = build(tmp_path)
+    assert ("train", "model") in compute(index).modules["engine"].extra_kinds
+    index.update(tmp_path / "main.py", wrapped.replace("m = DDP(m)", "m = m"))
+    assert not compute(index).modules["engine"].extra_kinds
+    index.update(tmp_path / "main.py", wrapped)
+    assert ("train", "model") in compute(index).modules["engine"].extra_kinds

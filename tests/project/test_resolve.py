@@ -1,0 +1,104 @@
+"""Import resolution: aliases, relative imports, package re-exports, src layouts, bases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddp_lsp.project import Resolver
+
+from .helpers import FIXTURES, build
+
+
+@pytest.fixture(scope="module")
+def deit() -> Resolver:
+    return Resolver(build(FIXTURES / "deit"))
+
+
+@pytest.fixture(scope="module")
+def trainer() -> Resolver:
+    return Resolver(build(FIXTURES / "trainer"))
+
+
+def test_module_alias_and_from_import(deit: Resolver) -> None:
+    # import util.misc as utils / from engine import train_one_epoch
+    assert deit.resolve("main", "utils.save_on_master") == ("util.misc", "save_on_master")
+    assert deit.resolve("main", "train_one_epoch") == ("engine", "train_one_epoch")
+    assert deit.resolve("main", "utils") == ("util.misc", "")
+    # from util.misc import all_reduce_mean as arm / from util import misc
+    assert deit.resolve("engine", "arm") == ("util.misc", "all_reduce_mean")
+    assert deit.resolve("engine", "misc.is_main_process") == ("util.misc", "is_main_process")
+
+
+def test_package_reexport(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "util").mkdir()
+    (tmp_path / "util" / "__init__.py").write_text("from .misc import save_on_master\n")
+    (tmp_path / "util" / "misc.py").write_text("def save_on_master(x):\n    pass\n")
+    (tmp_path / "main.py").write_text(
+        "import util\nfrom util import save_on_master as som\nsom(1)\nutil.save_on_master(2)\n"
+    )
+    r = Resolver(build(tmp_path))
+    assert r.resolve("main", "som") == ("util.misc", "save_on_master")
+    assert r.resolve("main", "util.save_on_master") == ("util.misc", "save_on_master")
+
+
+def test_local_names_and_unknown_names(deit: Resolver) -> None:
+    assert deit.resolve("engine", "log_stats") == ("engine", "log_stats")
+    assert deit.resolve("main", "torch.save") is None  # not a project module
+    assert deit.resolve("main", "nowhere") is None
+    assert deit.resolve("no.such.module", "x") is None
+
+
+def test_relative_imports_with_levels_in_a_src_layout(trainer: Resolver) -> None:
+    # from .. import dist as tdist (in trainer/core/base.py)
+    assert trainer.resolve("trainer.core.base", "tdist.reduce_all") == (
+        "trainer.dist",
+        "reduce_all",
+    )
+    # from . import dist (in trainer/launch.py)
+    assert trainer.resolve("trainer.launch", "dist.setup") == ("trainer.dist", "setup")
+    # from .base import BaseTrainer (in trainer/core/ddp_trainer.py)
+    assert trainer.resolve("trainer.core.ddp_trainer", "BaseTrainer") == (
+        "trainer.core.base",
+        "BaseTrainer",
+    )
+    # from trainer import DDPTrainer: the package __init__ re-exports it
+    assert trainer.resolve("trainer.launch", "DDPTrainer") == (
+        "trainer.core.ddp_trainer",
+        "DDPTrainer",
+    )
+
+
+def test_methods_through_bases_in_other_modules(trainer: Resolver) -> None:
+    assert trainer.resolve("trainer.core.ddp_trainer", "DDPTrainer.sync") == (
+        "trainer.core.base",
+        "BaseTrainer.sync",
+    )
+    assert trainer.resolve("trainer.core.ddp_trainer", "DDPTrainer.fit") == (
+        "trainer.core.ddp_trainer",
+        "DDPTrainer.fit",
+    )
+    init = trainer.function("trainer.launch", "DDPTrainer")
+    assert init is not None and init[0] == "trainer.core.base"
+    assert init[1].qualname == "BaseTrainer.__init__"
+
+
+def test_script_directory_imports(tmp_path: Path) -> None:
+    # tools/train.py run as a script imports its sibling tools/engine.py as `engine`.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "engine.py").write_text("def step():\n    pass\n")
+    (tmp_path / "tools" / "train.py").write_text("import engine\nengine.step()\n")
+    r = Resolver(build(tmp_path))
+    assert r.resolve("tools.train", "engine.step") == ("tools.engine", "step")
+    assert r.imported_modules("tools.train") == ["tools.engine"]
+
+
+def test_reexport_cycles_terminate(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "a.py").write_text("from b import f\n")
+    (tmp_path / "b.py").write_text("from a import f\n")
+    r = Resolver(build(tmp_path))
+    assert r.resolve("a", "f") is None
