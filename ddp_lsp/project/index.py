@@ -16,13 +16,16 @@ they cannot be read.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import os
 import pickle
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar, cast
 
 from ddp_lsp.config import DEFAULT_EXCLUDE, Settings
 from ddp_lsp.core import facts as F
@@ -31,6 +34,7 @@ from ddp_lsp.core.ranks import RankModel
 
 # Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
 CACHE_VERSION = 1
+_T = TypeVar("_T")
 PROJECT_MARKERS = ("pyproject.toml", ".git")
 
 
@@ -204,12 +208,47 @@ def _gives_kind(value: ast.AST, aliases: Mapping[str, str]) -> bool:
     return False
 
 
+class _Sharer:
+    """Shares equal strings, tuples and facts between summaries.
+
+    Files of one project spell the same names (``torch.distributed.all_reduce``, ``model``,
+    ``optimizer``) and make the same calls; without sharing, each summary holds its own copies,
+    which is most of the index's memory.
+    """
+
+    def __init__(self) -> None:
+        self._memo: dict[object, object] = {}
+
+    def __call__(self, obj: _T) -> _T:
+        return cast(_T, self._share(obj))
+
+    def _share(self, obj: object) -> object:
+        if isinstance(obj, str):
+            return sys.intern(obj)
+        if isinstance(obj, tuple):
+            obj = tuple(self._share(x) for x in obj)
+        elif isinstance(obj, frozenset):
+            if not obj:
+                return _EMPTY
+            obj = frozenset(self._share(x) for x in obj)
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            values = {f.name: self._share(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+            obj = type(obj)(**values)
+        else:
+            return obj
+        return self._memo.setdefault(obj, obj)
+
+
+_EMPTY: frozenset[str] = frozenset()
+
+
 class SummaryCache:
     """Summaries by content hash: in memory, and on disk when a directory is given."""
 
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
         self._memory: dict[str, ModuleSummary] = {}
+        self.share = _Sharer()
         self.hits = 0
         self.misses = 0
 
@@ -239,14 +278,16 @@ class SummaryCache:
         summary = obj[1]
         if not isinstance(summary, ModuleSummary):
             return None
+        summary = self.share(summary)
         self._memory[key] = summary
         return summary
 
-    def put(self, key: str, summary: ModuleSummary) -> None:
+    def put(self, key: str, summary: ModuleSummary) -> ModuleSummary:
+        summary = self.share(summary)
         self._memory[key] = summary
         file = self._file(key)
         if file is None:
-            return
+            return summary
         try:
             file.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=".pickle")
@@ -263,6 +304,7 @@ class SummaryCache:
                 raise
         except OSError:
             pass  # a read-only or full cache directory only costs speed
+        return summary
 
 
 class ProjectIndex:
@@ -337,8 +379,7 @@ class ProjectIndex:
         if summary is None:
             self.cache.misses += 1
             text = data.decode("utf-8", errors="replace")
-            summary = summarise(rel, text, key, self.ranks)
-            self.cache.put(key, summary)
+            summary = self.cache.put(key, summarise(rel, text, key, self.ranks))
         else:
             self.cache.hits += 1
         old = self._by_path.get(rel)
