@@ -130,3 +130,16 @@ def test_dotted_call_sites_are_kept() -> None:
     index = build(FIXTURES / "deit")
     sites = {cs.callee: cs.args for cs in index.modules["main"].dotted_sites}
     assert sites["utils.init_distributed_mode"] == ((0, "args"),)
+
+
+def test_equal_facts_are_shared_between_files(tmp_path: Path) -> None:
+    # Memory: files spelling the same names and calls hold one copy of them.
+    (tmp_path / ".git").mkdir()
+    src = "import torch.distributed as dist\n\ndef sync(model):\n    dist.barrier()\n"
+    (tmp_path / "a.py").write_text(src)
+    (tmp_path / "b.py").write_text("# another file\n" + src)
+    index = build(tmp_path)
+    fa = index.modules["a"].facts.functions[0]
+    fb = index.modules["b"].facts.functions[0]
+    assert fa.calls is fb.calls and fa.params is fb.params
+    assert index.modules["a"].facts.imports is index.modules["b"].facts.imports
