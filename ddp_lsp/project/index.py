@@ -184,7 +184,7 @@ def _binding_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, 
     if not wanted:
         return ()
     first: dict[str, int] = {}
-    for node in ast.walk(tree):
+    for node in _statements(tree.body):
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
@@ -193,6 +193,23 @@ def _binding_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, 
                     if p not in first or node.lineno < first[p]:
                         first[p] = node.lineno
     return tuple(sorted((s, p, first[p]) for (s, p) in merged.kinds if p in first))
+
+
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    # Statements only: assignments never sit inside expressions (walrus aside, which binds no
+    # kind the core records), and skipping expressions makes this walk a fraction of ast.walk.
+    stack = list(reversed(body))
+    while stack:
+        s = stack.pop()
+        yield s
+        for name in ("body", "orelse", "finalbody"):
+            sub = getattr(s, name, None)
+            if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
+                stack.extend(reversed(sub))
+        for h in getattr(s, "handlers", ()):
+            stack.extend(reversed(h.body))
+        for case in getattr(s, "cases", ()):
+            stack.extend(reversed(case.body))
 
 
 def _gives_kind(value: ast.AST, aliases: Mapping[str, str]) -> bool:
