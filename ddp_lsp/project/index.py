@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from ddp_lsp.config import DEFAULT_EXCLUDE, Settings
 from ddp_lsp.core import facts as F
@@ -55,6 +55,13 @@ class ModuleSummary:
     # (scope, path) -> 1-based line of the first assignment that binds a kind there.
     binding_lines: tuple[tuple[str, str, int], ...] = ()
     syntax_error: bool = False
+
+
+# The frozen dataclasses a summary is made of, with their fields in constructor order.
+_FIELDS: dict[Any, tuple[str, ...]] = {
+    t: tuple(f.name for f in dataclasses.fields(t))
+    for t in (ModuleSummary, F.ChunkFacts, F.FunctionInfo, F.CallSite, F.Binding)
+}
 
 
 def find_root(paths: Iterable[Path]) -> Path:
@@ -242,21 +249,22 @@ class _Sharer:
     def _share(self, obj: object) -> object:
         if isinstance(obj, str):
             return sys.intern(obj)
+        kind = type(obj)
+        if kind is tuple or kind is frozenset or kind in _FIELDS:
+            # An equal object seen before is returned whole, without walking it: most facts of
+            # a file repeat facts of others, and hashing them runs in C.
+            hit = self._memo.get(obj)
+            if hit is not None:
+                return hit
         if isinstance(obj, tuple):
             obj = tuple(self._share(x) for x in obj)
         elif isinstance(obj, frozenset):
-            if not obj:
-                return _EMPTY
             obj = frozenset(self._share(x) for x in obj)
-        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            values = {f.name: self._share(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-            obj = type(obj)(**values)
+        elif kind in _FIELDS:
+            obj = kind(*(self._share(getattr(obj, f)) for f in _FIELDS[kind]))
         else:
             return obj
         return self._memo.setdefault(obj, obj)
-
-
-_EMPTY: frozenset[str] = frozenset()
 
 
 class SummaryCache:
