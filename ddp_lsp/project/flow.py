@@ -236,12 +236,14 @@ def compute(index: ProjectIndex) -> ProjectFacts:
 
     # -- distributed ------------------------------------------------------------------------------
     distributed: dict[str, Provenance] = {}
+    inits: dict[str, list[Provenance]] = {}
+    for (mm, _), fn_props in props.items():
+        if F.INITS_PG in fn_props:
+            inits.setdefault(mm, []).append(fn_props[F.INITS_PG])
     starts = []
-    for m in names:
-        origins = [ps[F.INITS_PG] for (mm, _), ps in props.items() if mm == m and F.INITS_PG in ps]
-        if origins:
-            o = min(origins)
-            starts.append((m, Provenance(o.path, o.line, "a process group is initialised")))
+    for m in sorted(inits):
+        o = min(inits[m])
+        starts.append((m, Provenance(o.path, o.line, "a process group is initialised")))
     for m, origin in starts:
         frontier = [m]
         while frontier:

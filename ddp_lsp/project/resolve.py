@@ -47,6 +47,8 @@ class Resolver:
         self._aliases: dict[str, dict[str, str]] = {}
         self._functions: dict[str, dict[str, F.FunctionInfo]] = {}
         self._classes: dict[str, dict[str, tuple[str, ...]]] = {}
+        # compute() asks for each spelling several times (call sites, calls, callee props).
+        self._function_memo: dict[tuple[str, str], tuple[str, F.FunctionInfo] | None] = {}
 
     # -- per-module tables ---------------------------------------------------------------------
 
@@ -154,6 +156,14 @@ class Resolver:
 
     def function(self, module: str, spelled: str) -> tuple[str, F.FunctionInfo] | None:
         """The function a call spelled ``spelled`` in ``module`` runs (a class: its __init__)."""
+        key = (module, spelled)
+        if key in self._function_memo:
+            return self._function_memo[key]
+        found = self._function(module, spelled)
+        self._function_memo[key] = found
+        return found
+
+    def _function(self, module: str, spelled: str) -> tuple[str, F.FunctionInfo] | None:
         r = self.resolve(module, spelled)
         if r is None:
             return None
