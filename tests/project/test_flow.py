@@ -145,3 +145,25 @@ def test_an_edit_changes_the_facts(tmp_path: Path) -> None:
     assert not compute(index).modules["engine"].extra_kinds
     index.update(tmp_path / "main.py", wrapped)
     assert ("train", "model") in compute(index).modules["engine"].extra_kinds
+
+
+def test_conflicting_callers_resolve_the_same_way_in_any_order(tmp_path: Path) -> None:
+    # Two entry points pass differently wrapped models to one engine: the pick is by sorting
+    # (kind, then provenance), never by which file was read first.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "engine.py").write_text("def train(model):\n    model.train()\n")
+    for name, wrapper in (("z_ddp", "DistributedDataParallel"), ("a_fsdp", "fsdp")):
+        imp = (
+            "from torch.nn.parallel import DistributedDataParallel\n"
+            if wrapper == "DistributedDataParallel"
+            else "from torch.distributed.fsdp import FullyShardedDataParallel as fsdp\n"
+        )
+        (tmp_path / f"{name}.py").write_text(
+            f"{imp}import engine\n\ndef main(m):\n    m = {wrapper}(m)\n    engine.train(m)\n"
+        )
+    seen = set()
+    for seed in range(8):
+        pk = compute(build(tmp_path, seed=seed)).modules["engine"].extra_kinds[("train", "model")]
+        seen.add((pk.kind, pk.origin, pk.via, pk.mixed))
+    assert len(seen) == 1
+    assert next(iter(seen))[0] == F.DDP
