@@ -140,11 +140,18 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                 kinds[m][key] = ParamKind(kind, Provenance(s.path, line, f"{key[1]} is {text}"))
     # Call sites resolved once: (caller module, site, target module, target function).
     sites: list[tuple[str, F.CallSite, str, F.FunctionInfo]] = []
+    site_line: dict[tuple[str, F.CallSite], int] = {}
     for m in names:
-        for cs in (*summaries[m].facts.call_sites, *summaries[m].dotted_sites):
+        s = summaries[m]
+        all_sites = (*s.facts.call_sites, *s.dotted_sites)
+        lines_known = len(s.site_lines) == len(all_sites)
+        for i, cs in enumerate(all_sites):
             t = res.function(m, cs.callee)
             if t is not None:
                 sites.append((m, cs, t[0], t[1]))
+                if lines_known:
+                    # Equal sites in one function (two identical calls): the first line.
+                    site_line.setdefault((m, cs), s.site_lines[i])
 
     def params_of(site: F.CallSite, fi: F.FunctionInfo) -> list[tuple[str, str]]:
         out = []
@@ -181,7 +188,7 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                     continue
                 hop = Provenance(
                     summaries[m].path,
-                    _line(caller),
+                    site_line.get((m, cs), _line(caller)),
                     f"{cs.caller if cs.caller else F.MODULE} calls {cs.callee}({param}={arg})",
                 )
                 proposals.setdefault((tm, tfi.qualname, param), []).append(

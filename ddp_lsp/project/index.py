@@ -33,7 +33,7 @@ from ddp_lsp.core import names as N
 from ddp_lsp.core.ranks import RankModel
 
 # Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 _T = TypeVar("_T")
 PROJECT_MARKERS = ("pyproject.toml", ".git")
 
@@ -52,6 +52,8 @@ class ModuleSummary:
     # Calls through a module attribute (`engine.train_one_epoch(model)`), which the core does
     # not record as call sites (in one file they reach no local function).
     dotted_sites: tuple[F.CallSite, ...] = ()
+    # 1-based line of each call site, facts.call_sites then dotted_sites (provenance).
+    site_lines: tuple[int, ...] = ()
     # (scope, path) -> 1-based line of the first assignment that binds a kind there.
     binding_lines: tuple[tuple[str, str, int], ...] = ()
     syntax_error: bool = False
@@ -112,14 +114,23 @@ def summarise(rel: str, text: str, digest: str, ranks: RankModel) -> ModuleSumma
         return ModuleSummary(
             rel, module, is_package, digest, lines, F.EMPTY_FACTS, syntax_error=True
         )
-    cf, dotted_sites = _extract(tree, ranks)
+    cf, dotted_sites, site_lines = _extract(tree, ranks)
     bases = tuple(
         (s.name, tuple(d for d in (_dotted(b) for b in s.bases) if d))
         for s in tree.body
         if isinstance(s, ast.ClassDef)
     )
     return ModuleSummary(
-        rel, module, is_package, digest, lines, cf, bases, dotted_sites, _binding_lines(tree, cf)
+        rel,
+        module,
+        is_package,
+        digest,
+        lines,
+        cf,
+        bases=bases,
+        dotted_sites=dotted_sites,
+        site_lines=site_lines,
+        binding_lines=_binding_lines(tree, cf),
     )
 
 
@@ -129,9 +140,14 @@ class _Extractor(F._Extractor):
     def __init__(self, ranks: RankModel) -> None:
         super().__init__(ranks)
         self.dotted_sites: list[F.CallSite] = []
+        self.site_lines: list[int] = []
+        self.dotted_lines: list[int] = []
 
     def call(self, c: ast.Call, scope: str, guarded: bool) -> None:
+        before = len(self.call_sites)
         super().call(c, scope, guarded)
+        if len(self.call_sites) > before:
+            self.site_lines.append(c.lineno)
         name = _dotted(c.func)
         if name is None or "." not in name or name.startswith("self."):
             return
@@ -146,9 +162,12 @@ class _Extractor(F._Extractor):
                 args.append((kw.arg, p))
         if args:
             self.dotted_sites.append(F.CallSite(scope, name, tuple(args), guarded))
+            self.dotted_lines.append(c.lineno)
 
 
-def _extract(tree: ast.Module, ranks: RankModel) -> tuple[F.ChunkFacts, tuple[F.CallSite, ...]]:
+def _extract(
+    tree: ast.Module, ranks: RankModel
+) -> tuple[F.ChunkFacts, tuple[F.CallSite, ...], tuple[int, ...]]:
     # facts.extract(tree, None, ranks) with the subclass above; tests assert the ChunkFacts are
     # equal to the core's, so a change there cannot silently diverge from this copy.
     x = _Extractor(ranks)
@@ -168,7 +187,7 @@ def _extract(tree: ast.Module, ranks: RankModel) -> tuple[F.ChunkFacts, tuple[F.
         call_sites=tuple(x.call_sites),
         loads=frozenset(x.loads),
     )
-    return cf, tuple(x.dotted_sites)
+    return cf, tuple(x.dotted_sites), (*x.site_lines, *x.dotted_lines)
 
 
 def _dotted(e: ast.AST) -> str | None:

@@ -29,12 +29,14 @@ def test_engine_parameters_get_their_callers_kinds(deit: ProjectFacts) -> None:
         str(model.origin) == "model is wrapped in DistributedDataParallel at main.py:12"
     )  # not :11, `model = Linear`
     assert [v.path for v in model.via] == ["main.py"]
+    assert model.via[0].line == 18  # the call, not `def main`
     assert not model.mixed
     assert engine.extra_kinds[("train_one_epoch", "loss_scaler")].kind == F.SCALER
     assert engine.extra_kinds[("train_one_epoch", "optimizer")].kind == F.OPTIMIZER
     # Through a second call inside engine.py: evaluate(net) -> log_stats(net).
     deep = engine.extra_kinds[("log_stats", "net")]
-    assert deep.kind == F.DDP and [v.path for v in deep.via] == ["main.py", "engine.py"]
+    assert deep.kind == F.DDP
+    assert [(v.path, v.line) for v in deep.via] == [("main.py", 19), ("engine.py", 24)]
     # main.py's own kinds are the core's, not extra.
     assert not _m(deit, "main").extra_kinds
 
@@ -81,6 +83,8 @@ def test_trainer_package_with_relative_imports_and_a_class_hierarchy() -> None:
     assert base.extra_kinds[("BaseTrainer", "self.scaler")].kind == F.SCALER
     origin = base.extra_kinds[("BaseTrainer", "self.model")].origin
     assert (origin.path, origin.line) == ("src/trainer/launch.py", 11)
+    via = base.extra_kinds[("BaseTrainer", "self.model")].via
+    assert [(v.path, v.line) for v in via] == [("src/trainer/launch.py", 13)]
     sub = _m(pf, "trainer.core.ddp_trainer")
     # self.sync() in DDPTrainer is BaseTrainer.sync, collective through trainer/dist.py.
     assert sub.callee_props["DDPTrainer.sync"].target == ("trainer.core.base", "BaseTrainer.sync")
@@ -140,7 +144,8 @@ def test_an_edit_changes_the_facts(tmp_path: Path) -> None:
     (tmp_path / "engine.py").write_text(engine)
     (tmp_path / "main.py").write_text(wrapped)
     index = build(tmp_path)
-    assert ("train", "model") in compute(index).modules["engine"].extra_kinds
+    pk = compute(index).modules["engine"].extra_kinds[("train", "model")]
+    assert [(v.path, v.line) for v in pk.via] == [("main.py", 6)]  # engine.train(m)
     index.update(tmp_path / "main.py", wrapped.replace("m = DDP(m)", "m = m"))
     assert not compute(index).modules["engine"].extra_kinds
     index.update(tmp_path / "main.py", wrapped)
