@@ -121,16 +121,6 @@ _PROCESS_EXITS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
 # -- rank conditions ------------------------------------------------------------------------------
 
 
-def _last_name(e: ast.AST) -> str | None:
-    if isinstance(e, ast.Call):
-        e = e.func
-    if isinstance(e, ast.Name):
-        return e.id
-    if isinstance(e, ast.Attribute):
-        return e.attr
-    return None
-
-
 def _loop_targets(root: ast.AST) -> set[str]:
     """Names bound as loop or comprehension variables in ``root``'s own frame."""
     out: set[str] = set()
@@ -173,14 +163,14 @@ def _single_process(ctx: ChunkContext, e: ast.AST) -> bool:
         return True
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
         inner = e.operand.func if isinstance(e.operand, ast.Call) else e.operand
-        return (_last_name(inner) or "") in (
+        return (P.last_name(inner) or "") in (
             "is_initialized",
             "is_available",
             "is_dist_avail_and_initialized",
             "distributed",
         )
     if isinstance(e, ast.Compare) and len(e.ops) == 1:
-        return (_last_name(e.left) or "").lower() == "world_size"
+        return (P.last_name(e.left) or "").lower() == "world_size"
     return False
 
 
@@ -417,7 +407,7 @@ class Flow:
         if isinstance(self.root, FUNCS):
             body = self.root.body
             deco = next(
-                (d for d in self.root.decorator_list if _last_name(d) in G.RANK_ZERO_DECORATORS),
+                (d for d in self.root.decorator_list if P.last_name(d) in G.RANK_ZERO_DECORATORS),
                 None,
             )
             if deco is not None:

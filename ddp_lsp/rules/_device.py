@@ -102,30 +102,6 @@ def uses_spawn(ctx: ChunkContext) -> bool:
     return any(q.startswith("torch.multiprocessing") for q in ctx.facts.aliases.values())
 
 
-def _block_path(ctx: ChunkContext, node: ast.AST) -> list[int]:
-    out: list[int] = []
-    child: ast.AST = node
-    for a in ctx.ancestors(node):
-        if isinstance(a, (*FUNCS, ast.ClassDef, ast.Lambda)):
-            break
-        for name in ("body", "orelse", "finalbody", "handlers"):
-            seq = getattr(a, name, None)
-            if isinstance(seq, list) and any(x is child for x in seq):
-                out.append(id(seq))
-                break
-        child = a
-    out.reverse()
-    return out
-
-
-def dominates(ctx: ChunkContext, first: ast.AST, stmt: ast.AST) -> bool:
-    """``first`` runs before ``stmt`` on every path through their function (same block chain)."""
-    if not P.before(first, stmt):
-        return False
-    a, b = _block_path(ctx, first), _block_path(ctx, stmt)
-    return a == b[: len(a)]
-
-
 def _params(ctx: ChunkContext, at: ast.AST) -> list[str]:
     out: list[str] = []
     for a in ctx.ancestors(at):
@@ -184,7 +160,7 @@ def _bound_before(
             and ctx.ranks.mentions_rank(owner.value)
         ):
             continue
-        if dominates(ctx, owner, stmt):
+        if P.dominates(ctx, owner, stmt):
             return True
     return False
 
@@ -208,7 +184,7 @@ def _rank_text(ctx: ChunkContext, stmt: ast.stmt, names: frozenset[str], local: 
             assert isinstance(node.value, ast.Name)
             holder = node.value.id
             if holder == "self" or holder in params or _bound_before(ctx, holder, root, stmt):
-                if isinstance(node.ctx, ast.Store) and not dominates(
+                if isinstance(node.ctx, ast.Store) and not P.dominates(
                     ctx, ctx.statement(node), stmt
                 ):
                     continue

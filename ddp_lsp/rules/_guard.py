@@ -150,16 +150,6 @@ def _index(ctx: ChunkContext, root: ast.AST) -> _ScopeIndex:
 # -- is this code guarded? -----------------------------------------------------------------------
 
 
-def _last_name(e: ast.AST) -> str | None:
-    if isinstance(e, ast.Call):
-        e = e.func
-    if isinstance(e, ast.Name):
-        return e.id
-    if isinstance(e, ast.Attribute):
-        return e.attr
-    return None
-
-
 def assigned_value(ctx: ChunkContext, name: str, root: ast.AST, before: ast.AST) -> ast.expr | None:
     """The value of the last ``name = value`` in ``root``'s own frame before ``before``."""
     found: ast.expr | None = None
@@ -179,7 +169,7 @@ def polarity(ctx: ChunkContext, test: ast.AST, root: ast.AST, depth: int = 0) ->
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         inner = polarity(ctx, test.operand, root, depth + 1)
         return inner.negated() if inner is not None else None
-    if _last_name(test) in EXTRA_PREDICATES:
+    if P.last_name(test) in EXTRA_PREDICATES:
         return Polarity.ZERO
     if isinstance(test, ast.Name):
         value = assigned_value(ctx, test.id, root, test)
@@ -204,7 +194,7 @@ def polarity(ctx: ChunkContext, test: ast.AST, root: ast.AST, depth: int = 0) ->
             return Polarity.ZERO
         return Polarity.SOME
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        if _last_name(test.left) in EXTRA_PREDICATES or polarity(ctx, test.left, root, depth + 1):
+        if P.last_name(test.left) in EXTRA_PREDICATES or polarity(ctx, test.left, root, depth + 1):
             return Polarity.SOME
         if any(_rankish(side) for side in (test.left, *test.comparators)):
             return Polarity.SOME  # dp_rank == 0, mpu.get_data_parallel_rank() == 0
@@ -218,11 +208,11 @@ def _rankish(e: ast.AST) -> bool:
     """A rank of some process group the core's RankModel does not name (Megatron's
     ``mpu.get_data_parallel_rank()``, ``dp_rank``, ``node_rank``), or the GPU index that
     ``mp.spawn`` scripts use as the local rank (``if self.gpu_id == 0:``)."""
-    return bool(_RANKISH.search(_last_name(e) or ""))
+    return bool(_RANKISH.search(P.last_name(e) or ""))
 
 
 def _decorated_rank_zero(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    return any(_last_name(d) in RANK_ZERO_DECORATORS for d in fn.decorator_list)
+    return any(P.last_name(d) in RANK_ZERO_DECORATORS for d in fn.decorator_list)
 
 
 def _early_exit(ctx: ChunkContext, body: Sequence[ast.stmt], upto: ast.AST, root: ast.AST) -> bool:
@@ -315,7 +305,7 @@ class Condition:
 
 
 def _is_local(e: ast.AST) -> bool:
-    name = _last_name(e) or ""
+    name = P.last_name(e) or ""
     if isinstance(e, ast.Subscript):
         key = e.slice
         name = str(key.value) if isinstance(key, ast.Constant) else ""
@@ -326,31 +316,6 @@ def _root_name(e: ast.AST) -> str | None:
     while isinstance(e, (ast.Attribute, ast.Call, ast.Subscript)):
         e = e.func if isinstance(e, ast.Call) else e.value
     return e.id if isinstance(e, ast.Name) else None
-
-
-def _block_path(ctx: ChunkContext, node: ast.AST) -> list[tuple[int, str]]:
-    """The statement lists holding ``node``, outermost first (headers belong to their stmt)."""
-    out: list[tuple[int, str]] = []
-    child: ast.AST = node
-    for a in ctx.ancestors(node):
-        if isinstance(a, FUNCS + (ast.ClassDef, ast.Lambda)):
-            break
-        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
-            seq = getattr(a, name, None)
-            if isinstance(seq, list) and any(x is child for x in seq):
-                out.append((id(a), name))
-                break
-        child = a
-    out.reverse()
-    return out
-
-
-def _dominates(ctx: ChunkContext, evidence: ast.AST, stmt: ast.stmt) -> bool:
-    """``evidence`` is evaluated on every path that reaches ``stmt``, before it."""
-    if not P.before(evidence, stmt):
-        return False
-    ev, st = _block_path(ctx, evidence), _block_path(ctx, stmt)
-    return ev == st[: len(ev)]
 
 
 def _params(ctx: ChunkContext, stmt: ast.stmt) -> set[str]:
@@ -389,9 +354,9 @@ def _visible(ctx: ChunkContext, expr: ast.AST, stmt: ast.stmt, evidence: ast.AST
             continue
         if name in params or name in ctx.facts.aliases or name in ctx.facts.func_props:
             continue
-        if _dominates(ctx, evidence, stmt):
+        if P.dominates(ctx, evidence, stmt):
             continue
-        if not any(_dominates(ctx, n, stmt) for n in _index(ctx, root).names.get(name, ())):
+        if not any(P.dominates(ctx, n, stmt) for n in _index(ctx, root).names.get(name, ())):
             return False
     return True
 
@@ -412,12 +377,12 @@ def _pure_zero_test(ctx: ChunkContext, test: ast.AST) -> bool:
                 ctx.ranks.is_rank_expr(s)
                 or ctx.ranks.is_predicate(s)
                 or isinstance(s, (ast.Constant, ast.Tuple, ast.List, ast.Set, ast.UnaryOp))
-                or (_last_name(s) or "").lower() == "world_size"
+                or (P.last_name(s) or "").lower() == "world_size"
                 for s in sides
             )
         if ctx.ranks.is_predicate(e) or ctx.ranks.is_rank_expr(e):
             return True
-        return isinstance(e, ast.Call) and _last_name(e) in _SINGLE_PROCESS_CALLS
+        return isinstance(e, ast.Call) and P.last_name(e) in _SINGLE_PROCESS_CALLS
 
     return pure(test)
 
@@ -457,8 +422,8 @@ def _find_candidates(
             continue
         if not isinstance(node, (ast.Name, ast.Attribute)):
             continue
-        prop = _WRAPPER_MAIN.get(_last_name(node) or "")
-        if prop is not None and _root_name(node) in (_last_name(node), "self"):
+        prop = _WRAPPER_MAIN.get(P.last_name(node) or "")
+        if prop is not None and _root_name(node) in (P.last_name(node), "self"):
             # `accelerator.backward(loss)` shows an Accelerator in scope: use its own flag.
             yield 1, node, node, f"{ctx.segment(node)}.{prop}"
             continue
@@ -744,7 +709,7 @@ def _write_mode(call: ast.Call) -> bool:
 def _is_buffer(ctx: ChunkContext, dest: ast.expr, root: ast.AST) -> bool:
     """``io.BytesIO()`` (inline or through a variable), a stream parameter (``stream:
     io.IOBase``) or a variable named like one: not a checkpoint path."""
-    if _STREAM_NAME.search(_last_name(dest) or ""):
+    if _STREAM_NAME.search(P.last_name(dest) or ""):
         return True
     value: ast.AST | None = dest
     if isinstance(dest, ast.Name):
@@ -755,7 +720,7 @@ def _is_buffer(ctx: ChunkContext, dest: ast.expr, root: ast.AST) -> bool:
                 if a.arg == dest.id and a.annotation is not None:
                     if _STREAM_TYPE.search(ast.unparse(a.annotation)):
                         return True
-    return isinstance(value, ast.Call) and _last_name(value) in ("BytesIO", "StringIO")
+    return isinstance(value, ast.Call) and P.last_name(value) in ("BytesIO", "StringIO")
 
 
 def _checkpointish(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int = 0) -> bool:
@@ -909,7 +874,7 @@ def log_call(ctx: ChunkContext, call: ast.Call) -> str | None:
         if ctx.call_qualname(receiver) == "logging.getLogger":
             return ctx.segment(func)
         return None
-    name = _last_name(receiver)
+    name = P.last_name(receiver)
     if name is None or not _LOGGER_NAME.match(name):
         return None
     if "logging" not in ctx.facts.aliases.values():

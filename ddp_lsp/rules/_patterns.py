@@ -134,3 +134,40 @@ def starts_own_line(ctx: ChunkContext, stmt: ast.stmt) -> bool:
 
 def is_loop(node: ast.AST) -> bool:
     return isinstance(node, LOOPS)
+
+
+def last_name(e: ast.AST) -> str | None:
+    """``f`` for ``f``, ``a.b.f`` and ``a.b.f(...)``; None for anything else."""
+    if isinstance(e, ast.Call):
+        e = e.func
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Attribute):
+        return e.attr
+    return None
+
+
+def block_path(ctx: ChunkContext, node: ast.AST) -> list[tuple[int, str]]:
+    """The statement lists holding ``node`` inside its frame, outermost first (a compound
+    statement's header belongs to the statement, not to its body)."""
+    out: list[tuple[int, str]] = []
+    child: ast.AST = node
+    for a in ctx.ancestors(node):
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            break
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            seq = getattr(a, name, None)
+            if isinstance(seq, list) and any(x is child for x in seq):
+                out.append((id(a), name))
+                break
+        child = a
+    out.reverse()
+    return out
+
+
+def dominates(ctx: ChunkContext, first: ast.AST, stmt: ast.AST) -> bool:
+    """``first`` runs before ``stmt`` on every path through their frame (same block chain)."""
+    if not before(first, stmt):
+        return False
+    a, b = block_path(ctx, first), block_path(ctx, stmt)
+    return a == b[: len(a)]

@@ -184,7 +184,7 @@ def _training_loop(ctx: ChunkContext, loop: ast.For | ast.AsyncFor | ast.While) 
                     return True
     for node in P.walk_scope(loop):
         if isinstance(node, ast.Call):
-            name = G._last_name(node.func) or ""
+            name = P.last_name(node.func) or ""
             if name in _STEP_METHODS and isinstance(node.func, ast.Attribute):
                 return True
             if isinstance(node.func, (ast.Name, ast.Attribute)) and _LOOP_CALL.search(name):
@@ -194,7 +194,7 @@ def _training_loop(ctx: ChunkContext, loop: ast.For | ast.AsyncFor | ast.While) 
 
 def _chunk_calls(ctx: ChunkContext) -> Iterator[str]:
     for c in ctx.calls():
-        name = G._last_name(c.func)
+        name = P.last_name(c.func)
         if name is not None:
             yield name
 
@@ -219,7 +219,7 @@ def _logging_rank_aware(ctx: ChunkContext) -> bool:
     if any(q.rsplit(".", 1)[-1] in _RANK_AWARE_LOGGING for q in ctx.facts.func_props):
         return True
     for c in ctx.calls():
-        name = G._last_name(c.func)
+        name = P.last_name(c.func)
         if name in ("basicConfig", "setLevel", "setup_logging", "set_verbosity") or (
             name in _RANK_AWARE_LOGGING
         ):
