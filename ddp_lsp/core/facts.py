@@ -117,9 +117,17 @@ class ChunkFacts:
 EMPTY_FACTS = ChunkFacts()
 
 
-def extract(tree: ast.Module, member_of: str | None, ranks: RankModel) -> ChunkFacts:
-    """Raw facts of one chunk (``member_of``: the class its methods belong to)."""
-    x = _Extractor(ranks)
+def extract(
+    tree: ast.Module,
+    member_of: str | None,
+    ranks: RankModel,
+    extractor: _Extractor | None = None,
+) -> ChunkFacts:
+    """Raw facts of one chunk (``member_of``: the class its methods belong to).
+
+    ``extractor``: a subclass instance that records more on the way (the project index keeps
+    ``module.function(...)`` call sites); the facts returned are the same."""
+    x = extractor if extractor is not None else _Extractor(ranks)
     if member_of is not None:
         x.class_stack.append(member_of)
     # Top-level code is summarised like a function named "<module>" (merged across chunks), so

@@ -116,7 +116,7 @@ def summarise(rel: str, text: str, digest: str, ranks: RankModel) -> ModuleSumma
         )
     cf, dotted_sites, site_lines = _extract(tree, ranks)
     bases = tuple(
-        (s.name, tuple(d for d in (_dotted(b) for b in s.bases) if d))
+        (s.name, tuple(d for d in (N.dotted(b) for b in s.bases) if d))
         for s in tree.body
         if isinstance(s, ast.ClassDef)
     )
@@ -148,7 +148,7 @@ class _Extractor(F._Extractor):
         super().call(c, scope, guarded)
         if len(self.call_sites) > before:
             self.site_lines.append(c.lineno)
-        name = _dotted(c.func)
+        name = N.dotted(c.func)
         if name is None or "." not in name or name.startswith("self."):
             return
         args: list[tuple[int | str, str]] = []
@@ -168,37 +168,10 @@ class _Extractor(F._Extractor):
 def _extract(
     tree: ast.Module, ranks: RankModel
 ) -> tuple[F.ChunkFacts, tuple[F.CallSite, ...], tuple[int, ...]]:
-    # facts.extract(tree, None, ranks) with the subclass above; tests assert the ChunkFacts are
-    # equal to the core's, so a change there cannot silently diverge from this copy.
+    # The core's extraction, with the subclass above recording call sites the core leaves out.
     x = _Extractor(ranks)
-    x._calls.append(set())
-    x._props.append(set())
-    x.block(tree.body, scope="", guarded=False)
-    top_calls, top_props = x._calls.pop(), x._props.pop()
-    if top_calls or top_props:
-        x.functions.append(
-            F.FunctionInfo(F.MODULE, None, (), frozenset(top_calls), frozenset(top_props), 0)
-        )
-    cf = F.ChunkFacts(
-        imports=tuple(x.imports),
-        env_markers=x.env_markers,
-        bindings=tuple(x.bindings),
-        functions=tuple(x.functions),
-        call_sites=tuple(x.call_sites),
-        loads=frozenset(x.loads),
-    )
+    cf = F.extract(tree, None, ranks, x)
     return cf, tuple(x.dotted_sites), (*x.site_lines, *x.dotted_lines)
-
-
-def _dotted(e: ast.AST) -> str | None:
-    parts: list[str] = []
-    while isinstance(e, ast.Attribute):
-        parts.append(e.attr)
-        e = e.value
-    if not isinstance(e, ast.Name):
-        return None
-    parts.append(e.id)
-    return ".".join(reversed(parts))
 
 
 def _binding_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, int], ...]:
@@ -241,7 +214,7 @@ def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
 def _gives_kind(value: ast.AST, aliases: Mapping[str, str]) -> bool:
     node = value
     while isinstance(node, ast.Call):
-        name = _dotted(node.func)
+        name = N.dotted(node.func)
         qual = N.resolve(name, aliases) if name else None
         if qual is not None and F.kind_of_qualname(qual) is not None:
             return True
