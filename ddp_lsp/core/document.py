@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddp_lsp.core import chunks as C
+from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, ModuleFacts, extract, merge
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.types import Pos
@@ -210,6 +211,7 @@ class Document:
         self._facts: ModuleFacts | None = None
         self._last_facts: ModuleFacts | None = None
         self._facts_assume: bool | None = None
+        self._facts_project: ModuleProjectFacts | None = None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -238,15 +240,22 @@ class Document:
         """(start line, parsed chunk) in document order."""
         return [(cs.line, pc) for cs, pc in zip(self._starts, self._parsed, strict=True)]
 
-    def module_facts(self, assume_distributed: bool = False) -> ModuleFacts:
-        if self._facts is None or self._facts_assume != assume_distributed:
-            new = merge((pc.facts for pc in self._parsed), assume_distributed)
+    def module_facts(
+        self, assume_distributed: bool = False, project: ModuleProjectFacts | None = None
+    ) -> ModuleFacts:
+        if (
+            self._facts is None
+            or self._facts_assume != assume_distributed
+            or self._facts_project != project
+        ):
+            new = merge((pc.facts for pc in self._parsed), assume_distributed, project)
             # Keep the old object when nothing changed: every chunk's findings cache is keyed
             # by it, and an identity hit is far cheaper than comparing the keys per chunk.
             if self._last_facts is not None and self._last_facts == new:
                 new = self._last_facts
             self._facts = self._last_facts = new
             self._facts_assume = assume_distributed
+            self._facts_project = project
         return self._facts
 
     # -- editing -------------------------------------------------------------------------------

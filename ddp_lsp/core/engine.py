@@ -18,6 +18,7 @@ from ddp_lsp.config import Settings
 from ddp_lsp.core import fixes as F
 from ddp_lsp.core import names as N
 from ddp_lsp.core.document import Document, ParsedChunk, gc_paused
+from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import ModuleFacts
 from ddp_lsp.core.registry import SYNTAX_ERROR, all_rules
@@ -41,8 +42,12 @@ def analyze(
     settings: Settings | None = None,
     env: Environment | None = None,
     rules: Sequence[Rule] | None = None,
+    project: ModuleProjectFacts | None = None,
 ) -> AnalysisResult:
-    """Findings for a module, sorted by position, suppressions and settings applied."""
+    """Findings for a module, sorted by position, suppressions and settings applied.
+
+    ``project``: what the other files of its project say about this module (see
+    :mod:`ddp_lsp.project`); None analyses the module alone."""
     settings = settings or Settings()
     ranks = settings.rank_model
     if isinstance(source, Document):
@@ -53,7 +58,7 @@ def analyze(
     if rules is None:
         # Disabled rules do not run at all (their findings would be dropped anyway).
         rules = tuple(r for r in all_rules() if settings.enabled(r.meta.id))
-    facts = doc.module_facts(settings.assume_distributed)
+    facts = doc.module_facts(settings.assume_distributed, project)
     rank_model = ranks.with_extra(facts.rank_vars, facts.rank_predicates)
     key = _Key((facts, ranks, env, tuple(id(r) for r in rules)))
 
@@ -231,6 +236,7 @@ def fix_text(
     settings: Settings | None = None,
     unsafe: bool = False,
     env: Environment | None = None,
+    project: ModuleProjectFacts | None = None,
 ) -> tuple[str, int]:
     """Apply every safe (or, with ``unsafe``, every preferred) fix; (new text, fixes applied)."""
     settings = settings or Settings()
@@ -238,7 +244,7 @@ def fix_text(
 
     def run(current: str) -> Sequence[Finding]:
         doc.set_text(current)
-        return analyze(doc, settings, env).findings
+        return analyze(doc, settings, env, project=project).findings
 
     def choose(f: Finding) -> Fix | None:
         return f.preferred_fix if unsafe else f.safe_fix

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ddp_lsp.core import names as N
+from ddp_lsp.core.crossfile import ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.core.ranks import Polarity, RankModel
 from ddp_lsp.core.walk import children, walk
 
@@ -123,10 +124,7 @@ def extract(
     ranks: RankModel,
     extractor: _Extractor | None = None,
 ) -> ChunkFacts:
-    """Raw facts of one chunk (``member_of``: the class its methods belong to).
-
-    ``extractor``: a subclass instance that records more on the way (the project index keeps
-    ``module.function(...)`` call sites); the facts returned are the same."""
+    """Raw facts of one chunk (``member_of``: the class its methods belong to)."""
     x = extractor if extractor is not None else _Extractor(ranks)
     if member_of is not None:
         x.class_stack.append(member_of)
@@ -150,9 +148,33 @@ def extract(
     )
 
 
+@dataclass(frozen=True)
+class ModuleExtract:
+    """A whole file's facts as the project index needs them (see :func:`extract_module`)."""
+
+    facts: ChunkFacts
+    # Calls through a module attribute (`engine.train_one_epoch(model)`, `du.save_on_master()`),
+    # which a chunk does not record as call sites (in one file they reach no local function).
+    dotted_sites: tuple[CallSite, ...]
+    # 1-based line of each call site: facts.call_sites, then dotted_sites.
+    site_lines: tuple[int, ...]
+
+
+def extract_module(tree: ast.Module, ranks: RankModel) -> ModuleExtract:
+    """Raw facts of a whole module parsed at once, with the call sites the project needs."""
+    x = _Extractor(ranks, project=True)
+    cf = extract(tree, None, ranks, x)
+    return ModuleExtract(cf, tuple(x.dotted_sites), (*x.site_lines, *x.dotted_lines))
+
+
 class _Extractor:
-    def __init__(self, ranks: RankModel) -> None:
+    def __init__(self, ranks: RankModel, project: bool = False) -> None:
         self.ranks = ranks
+        # Whole-module extraction for the project index: also dotted call sites, and lines.
+        self.project = project
+        self.dotted_sites: list[CallSite] = []
+        self.site_lines: list[int] = []
+        self.dotted_lines: list[int] = []
         self.imports: list[tuple[str, str]] = []
         self.env_markers = False
         self.bindings: list[Binding] = []
@@ -310,7 +332,8 @@ class _Extractor:
             callee = f"{self.class_stack[-1]}.{last}"
         if self._calls:
             self._calls[-1].add(callee)
-        if "." not in name or callee != name:
+        local = "." not in name or callee != name
+        if local or (self.project and not name.startswith("self.")):
             args: list[tuple[int | str, str]] = []
             for i, a in enumerate(c.args):
                 p = _path(a)
@@ -320,7 +343,14 @@ class _Extractor:
                 p = _path(kw.value) if kw.arg else None
                 if p and kw.arg:
                     args.append((kw.arg, p))
-            self.call_sites.append(CallSite(scope, callee, tuple(args), guarded))
+            site = CallSite(scope, callee, tuple(args), guarded)
+            if local:
+                self.call_sites.append(site)
+                if self.project:
+                    self.site_lines.append(c.lineno)
+            else:
+                self.dotted_sites.append(site)
+                self.dotted_lines.append(c.lineno)
 
     def bind(self, target: ast.AST, value: ast.AST, scope: str) -> None:
         path = _path(target)
@@ -442,6 +472,8 @@ class ModuleFacts:
     prop_set: frozenset[str] = frozenset()
     key: tuple[object, ...] = ()
     key_hash: int = 0  # hash(key), computed once: the facts key every chunk's cache lookup
+    # What the rest of the project says (None: analysed alone). Part of ``key``.
+    project: ModuleProjectFacts | None = field(default=None, compare=False, hash=False)
 
     def __hash__(self) -> int:
         return self.key_hash
@@ -495,13 +527,61 @@ class ModuleFacts:
         return self.func_props.get(qualname, frozenset())
 
     def callee_props(self, callee: str, cls: str | None) -> frozenset[str]:
-        """Properties of the function a call spelled ``callee`` reaches in this module."""
+        """Properties of the function a call spelled ``callee`` reaches: in this module, or
+        (``utils.save_on_master``, an inherited ``self.sync``) in another file of the project."""
         if callee.startswith("self.") and cls:
-            return self.props(f"{cls}.{callee[5:]}")
-        return self.props(callee)
+            own = self.func_props.get(f"{cls}.{callee[5:]}")
+            if own is not None:
+                return own
+            callee = f"{cls}.{callee[5:]}"
+        else:
+            own = self.func_props.get(callee)
+            if own is not None:
+                return own
+        if self.project is not None:
+            cp = self.project.callee_props.get(callee)
+            if cp is not None:
+                return cp.props
+        return frozenset()
+
+    # -- where cross-file facts came from -----------------------------------------------------
+
+    def kind_origin(self, path: str, scope: str, cls: str | None) -> ParamKind | None:
+        """For a kind known only from another file: where it came from (else None)."""
+        if self.project is None or not self.project.extra_kinds:
+            return None
+        extra = self.project.extra_kinds
+        if path.startswith("self."):
+            return extra.get((cls, path)) if cls is not None else None
+        s = scope
+        while True:
+            if (s, path) in self.kinds:
+                return extra.get((s, path))
+            if not s:
+                return None
+            s = s.rpartition(".")[0] if "." in s else ""
+
+    def callee_origin(self, callee: str, cls: str | None, prop: str) -> Provenance | None:
+        """For a property of a function in another file: where it holds (else None)."""
+        if self.project is None:
+            return None
+        if callee.startswith("self.") and cls:
+            if f"{cls}.{callee[5:]}" in self.func_props:
+                return None
+            callee = f"{cls}.{callee[5:]}"
+        elif callee in self.func_props:
+            return None
+        cp = self.project.callee_props.get(callee)
+        return None if cp is None else cp.origins.get(prop)
 
 
-def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> ModuleFacts:
+def merge(
+    chunks: Iterable[ChunkFacts],
+    assume_distributed: bool = False,
+    project: ModuleProjectFacts | None = None,
+) -> ModuleFacts:
+    """Module facts of ``chunks``; ``project``: what other files of the project add (kinds of
+    parameters from callers elsewhere, properties of imported helpers, "distributed")."""
     chunk_list = list(chunks)
     aliases: dict[str, str] = {}
     for cf in chunk_list:
@@ -509,6 +589,7 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
             aliases.setdefault(name, qual)
     distributed = (
         assume_distributed
+        or (project is not None and project.distributed is not None)
         or any(cf.env_markers for cf in chunk_list)
         or any(N.is_distributed_import(q) for q in aliases.values())
     )
@@ -536,6 +617,10 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
             k = _kind_of_source(b.source, aliases)
             if k is not None:
                 kinds.setdefault((b.scope, b.path), k)
+    if project is not None:
+        # Parameters of this module's functions given a kind by callers in other files.
+        for key_, pk in project.extra_kinds.items():
+            kinds.setdefault(key_, pk.kind)
 
     facts = ModuleFacts(aliases=aliases, kinds=kinds)
     call_sites = [cs for cf in chunk_list for cs in cf.call_sites]
@@ -594,6 +679,11 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
                     found_props.add(DESTROYS_PG)
                 elif resolved == "torch.cuda.set_device":
                     found_props.add(SETS_DEVICE)
+                if project is not None and callee not in functions:
+                    cp = project.callee_props.get(callee)
+                    if cp is not None:
+                        # A helper in another file: what it does travels to this caller.
+                        found_props |= cp.props & TRANSITIVE_PROPS
                 direct = callee_memo[callee] = frozenset(found_props)
             props |= direct
             if (
@@ -627,10 +717,21 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
     for q, guards in sites_by_callee.items():
         if q in func_props and guards and all(guards):
             func_props[q].add(ONLY_CALLED_GUARDED)
+    if project is not None:
+        for q in project.only_called_guarded:
+            if q in func_props:
+                func_props[q].add(ONLY_CALLED_GUARDED)
 
     rank_predicates = frozenset(
         q.rsplit(".", 1)[-1] for q, p in func_props.items() if RANK_PREDICATE in p
     )
+    if project is not None:
+        # `from utils.misc import is_master` / `misc.is_master()`: a predicate defined elsewhere.
+        rank_predicates |= frozenset(
+            name.rsplit(".", 1)[-1]
+            for name, cp in project.callee_props.items()
+            if RANK_PREDICATE in cp.props
+        )
     # `self.gpu_id` holding the rank makes `gpu_id` a rank name (RankModel matches last parts).
     # Not `args.gpu = int(os.environ["LOCAL_RANK"])`: `args.*` names are too generic to trust.
     rank_vars = frozenset(
@@ -653,6 +754,7 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
         rank_predicates,
         rank_vars,
         names_used,
+        project.key if project is not None else None,
     )
     return ModuleFacts(
         aliases=aliases,
@@ -667,6 +769,7 @@ def merge(chunks: Iterable[ChunkFacts], assume_distributed: bool = False) -> Mod
         prop_set=frozenset().union(*frozen_props.values()) if frozen_props else frozenset(),
         key=key,
         key_hash=hash(key),
+        project=project,
     )
 
 

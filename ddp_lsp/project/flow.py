@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ddp_lsp.core import facts as F
+from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.project.index import ModuleSummary, ProjectIndex
 from ddp_lsp.project.resolve import Resolver
 
@@ -43,44 +44,6 @@ _KIND_TEXT = {
     F.LOADER: "a DataLoader",
     F.RANK: "the rank",
 }
-
-
-@dataclass(frozen=True, order=True)
-class Provenance:
-    path: str  # relative to the project root
-    line: int  # 1-based
-    message: str  # "model is wrapped in DistributedDataParallel"
-
-    def __str__(self) -> str:
-        return f"{self.message} at {self.path}:{self.line}"
-
-
-@dataclass(frozen=True, order=True)
-class ParamKind:
-    kind: str
-    origin: Provenance  # where the value got its kind
-    via: tuple[Provenance, ...] = ()  # the calls that carried it here, outermost first
-    mixed: bool = False  # another caller passes a value of no known kind
-
-
-@dataclass(frozen=True)
-class CalleeProps:
-    target: tuple[str, str]  # (module, qualname) of the function
-    props: frozenset[str]
-    origins: Mapping[str, Provenance] = field(default_factory=dict, compare=False, hash=False)
-
-
-@dataclass(frozen=True)
-class ModuleProjectFacts:
-    module: str
-    path: str
-    # (scope, path) -> kind the module does not know from its own code.
-    extra_kinds: Mapping[tuple[str, str], ParamKind] = field(
-        default_factory=dict, compare=False, hash=False
-    )
-    # Callee spelling in this module ("du.save_on_master") -> the other module's function.
-    callee_props: Mapping[str, CalleeProps] = field(default_factory=dict, compare=False, hash=False)
-    distributed: Provenance | None = None  # where the process group this module runs in starts
 
 
 @dataclass(frozen=True)
@@ -262,7 +225,20 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                 nxt.extend(res.imported_modules(reached))
             frontier = nxt
 
+    # -- only called under a rank-0 guard, by callers in any file ---------------------------------
+    guards: dict[tuple[str, str], list[bool]] = {}
+    for m, cs, tm, tfi in sites:
+        caller_props = own[m].func_props.get(cs.caller, frozenset())
+        guards.setdefault((tm, tfi.qualname), []).append(
+            cs.guarded or F.GUARDS_ITSELF in caller_props or F.ONLY_CALLED_GUARDED in caller_props
+        )
+    only_guarded: dict[str, set[str]] = {}
+    for (tm, q), flags in guards.items():
+        if flags and all(flags):
+            only_guarded.setdefault(tm, set()).add(q)
+
     # -- per module --------------------------------------------------------------------------------
+    root = str(index.root)
     out: dict[str, ModuleProjectFacts] = {}
     for m in names:
         s = summaries[m]
@@ -281,5 +257,13 @@ def compute(index: ProjectIndex) -> ProjectFacts:
             direct = own[t[0]].func_props.get(t[1].qualname, frozenset())
             keep = {p: o for p, o in found.items() if p != F.INITS_PG or p in direct}
             cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())))
-        out[m] = ModuleProjectFacts(m, s.path, extra, cprops, distributed.get(m))
+        out[m] = ModuleProjectFacts(
+            m,
+            s.path,
+            extra,
+            cprops,
+            distributed.get(m),
+            frozenset(only_guarded.get(m, ())),
+            root,
+        )
     return ProjectFacts(out, rounds)

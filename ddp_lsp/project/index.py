@@ -33,7 +33,7 @@ from ddp_lsp.core import names as N
 from ddp_lsp.core.ranks import RankModel
 
 # Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 _T = TypeVar("_T")
 PROJECT_MARKERS = ("pyproject.toml", ".git")
 
@@ -114,7 +114,8 @@ def summarise(rel: str, text: str, digest: str, ranks: RankModel) -> ModuleSumma
         return ModuleSummary(
             rel, module, is_package, digest, lines, F.EMPTY_FACTS, syntax_error=True
         )
-    cf, dotted_sites, site_lines = _extract(tree, ranks)
+    x = F.extract_module(tree, ranks)
+    cf = x.facts
     bases = tuple(
         (s.name, tuple(d for d in (N.dotted(b) for b in s.bases) if d))
         for s in tree.body
@@ -128,50 +129,10 @@ def summarise(rel: str, text: str, digest: str, ranks: RankModel) -> ModuleSumma
         lines,
         cf,
         bases=bases,
-        dotted_sites=dotted_sites,
-        site_lines=site_lines,
+        dotted_sites=x.dotted_sites,
+        site_lines=x.site_lines,
         binding_lines=_binding_lines(tree, cf),
     )
-
-
-class _Extractor(F._Extractor):
-    """The core's extractor, also keeping the argument paths of ``module.function(...)`` calls."""
-
-    def __init__(self, ranks: RankModel) -> None:
-        super().__init__(ranks)
-        self.dotted_sites: list[F.CallSite] = []
-        self.site_lines: list[int] = []
-        self.dotted_lines: list[int] = []
-
-    def call(self, c: ast.Call, scope: str, guarded: bool) -> None:
-        before = len(self.call_sites)
-        super().call(c, scope, guarded)
-        if len(self.call_sites) > before:
-            self.site_lines.append(c.lineno)
-        name = N.dotted(c.func)
-        if name is None or "." not in name or name.startswith("self."):
-            return
-        args: list[tuple[int | str, str]] = []
-        for i, a in enumerate(c.args):
-            p = F.path_of(a)
-            if p:
-                args.append((i, p))
-        for kw in c.keywords:
-            p = F.path_of(kw.value) if kw.arg else None
-            if p and kw.arg:
-                args.append((kw.arg, p))
-        if args:
-            self.dotted_sites.append(F.CallSite(scope, name, tuple(args), guarded))
-            self.dotted_lines.append(c.lineno)
-
-
-def _extract(
-    tree: ast.Module, ranks: RankModel
-) -> tuple[F.ChunkFacts, tuple[F.CallSite, ...], tuple[int, ...]]:
-    # The core's extraction, with the subclass above recording call sites the core leaves out.
-    x = _Extractor(ranks)
-    cf = F.extract(tree, None, ranks, x)
-    return cf, tuple(x.dotted_sites), (*x.site_lines, *x.dotted_lines)
 
 
 def _binding_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, int], ...]:
