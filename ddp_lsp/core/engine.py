@@ -17,8 +17,8 @@ from dataclasses import replace
 from ddp_lsp.config import Settings
 from ddp_lsp.core import fixes as F
 from ddp_lsp.core import names as N
-from ddp_lsp.core.document import Document, ParsedChunk, gc_paused
 from ddp_lsp.core.crossfile import ModuleProjectFacts
+from ddp_lsp.core.document import Document, ParsedChunk, gc_paused
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import ModuleFacts
 from ddp_lsp.core.registry import SYNTAX_ERROR, all_rules

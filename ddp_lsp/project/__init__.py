@@ -1,19 +1,13 @@
 """The project-wide view: an index of every file's summary and the facts that flow across files.
 
-Nothing here changes the per-file analysis yet; rules, the CLI and the server consume
-:class:`ProjectFacts` in a later step (issue 8).
+The analysis of one file consumes its :class:`ModuleProjectFacts` (``analyze(...,
+project=facts.for_path(rel))``); the CLI and the server build the index and keep it current.
 """
 
 from __future__ import annotations
 
-from ddp_lsp.project.flow import (
-    CalleeProps,
-    ModuleProjectFacts,
-    ParamKind,
-    ProjectFacts,
-    Provenance,
-    compute,
-)
+from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
+from ddp_lsp.project.flow import ProjectFacts, compute
 from ddp_lsp.project.index import ModuleSummary, ProjectIndex, find_root, module_name
 from ddp_lsp.project.resolve import Resolver
 
