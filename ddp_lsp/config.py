@@ -67,6 +67,8 @@ class Settings:
     rank_guard_names: tuple[str, ...] = ()
     assume_distributed: bool = False
     exclude: tuple[str, ...] = ()
+    # Analyse each file with what the rest of its project says (ddp_lsp.project); off: alone.
+    project: bool = True
     source: str = field(default="defaults", compare=False)
 
     # -- what the core needs -------------------------------------------------------------------
@@ -124,6 +126,7 @@ class Settings:
             "rank_guard_names": self.rank_guard_names,
             "assume_distributed": self.assume_distributed,
             "exclude": self.exclude,
+            "project": self.project,
         }
         for raw_key, value in data.items():
             key = _normalise_key(str(raw_key))
@@ -136,10 +139,10 @@ class Settings:
                 values["severity"] = _severities(value, where)
             elif key == "rank_guard_names":
                 values["rank_guard_names"] = _identifiers(value, where)
-            elif key == "assume_distributed":
+            elif key in ("assume_distributed", "project"):
                 if not isinstance(value, bool):
                     raise ConfigError(f"{where} must be true or false, got {value!r}")
-                values["assume_distributed"] = value
+                values[key] = value
             elif key == "exclude":
                 values["exclude"] = _strings(value, where)
             elif key in _IGNORED_EDITOR_KEYS:
@@ -147,7 +150,8 @@ class Settings:
             else:
                 raise ConfigError(
                     f"{source}: unknown key {raw_key!r}; expected one of "
-                    "select, ignore, severity, rank-guard-names, assume-distributed, exclude"
+                    "select, ignore, severity, rank-guard-names, assume-distributed, exclude, "
+                    "project"
                 )
         return Settings(source=source, **values)
 

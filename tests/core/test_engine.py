@@ -116,6 +116,7 @@ def test_select_ignore_and_severity() -> None:
         ({"severity": {"DDP201": "loud"}}, "unknown severity 'loud'"),
         ({"severity": {"E501": "hint"}}, "'E501' is not a rule id"),
         ({"assume-distributed": "yes"}, "must be true or false"),
+        ({"project": "off"}, "must be true or false"),
         ({"rank-guard-names": ["not an id"]}, "not a Python identifier"),
         ({"select": ["DDP999"]}, "'DDP999' matches no rule"),
         ({"ignore": ["DDP9"]}, "'DDP9' matches no rule"),
@@ -136,6 +137,7 @@ def test_pyproject_loading(tmp_path) -> None:
     s = Settings.load(sub / "train.py")
     assert s.ignore == ("DDP5",)
     assert "is_leader" in s.rank_model.predicates and "my_rank" in s.rank_model.names
+    assert s.project and not Settings.from_mapping({"project": False}).project
     (tmp_path / "pyproject.toml").write_text("[tool.ddp-lsp\nbroken")
     with pytest.raises(ConfigError, match="invalid TOML"):
         Settings.from_pyproject(tmp_path / "pyproject.toml")
