@@ -39,6 +39,10 @@ from ddp_lsp.reporters import FORMATS, FileReport, ReportContext
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
 
+    from ddp_lsp.core.crossfile import ModuleProjectFacts
+    from ddp_lsp.core.document import Document
+    from ddp_lsp.core.types import AnalysisResult
+
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -139,6 +143,17 @@ class Job:
     unsafe: bool
     data: bytes | None = None  # stdin's bytes
     env: Environment | None = None  # launch config next to the file, preflight facts
+    # What the other files of its project say about this one (only this module's share of the
+    # project's facts: a job is pickled to a worker, and the whole project need not travel).
+    project: ModuleProjectFacts | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the analysis of one file knows besides its text and settings."""
+
+    env: Environment | None = None
+    project: ModuleProjectFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -150,28 +165,31 @@ class Outcome:
 Found = tuple[tuple[Finding, ...], tuple[InternalError, ...]]
 
 
-def _analyze(text: str, settings: Settings, env: Environment | None) -> Found:
-    from ddp_lsp.core.engine import analyze
-
-    result = analyze(text, settings, env)
+def _analyze(text: str, settings: Settings, ctx: Context) -> Found:
+    result = _engine_analyze(text, settings, ctx)
     return result.findings, result.errors
 
 
-def _fix(
-    text: str, settings: Settings, unsafe: bool, env: Environment | None
-) -> tuple[str, int, Found]:
+def _engine_analyze(source: str | Document, settings: Settings, ctx: Context) -> AnalysisResult:
+    from ddp_lsp.core import engine
+
+    if ctx.project is None:  # alone: the engine's plain call, as before projects existed
+        return engine.analyze(source, settings, ctx.env)
+    return engine.analyze(source, settings, ctx.env, project=ctx.project)
+
+
+def _fix(text: str, settings: Settings, unsafe: bool, ctx: Context) -> tuple[str, int, Found]:
     """Fix-all to a fixed point; returns the findings of the final text as well, so the
     remaining findings cost no extra analysis."""
     from ddp_lsp.core import fixes as F
     from ddp_lsp.core.document import Document
-    from ddp_lsp.core.engine import analyze
 
     doc = Document(text, settings.rank_model)
     last: list[tuple[str, Found]] = []
 
     def run(current: str) -> Sequence[Finding]:
         doc.set_text(current)
-        result = analyze(doc, settings, env)
+        result = _engine_analyze(doc, settings, ctx)
         last[:] = [(current, (result.findings, result.errors))]
         return result.findings
 
@@ -208,10 +226,11 @@ def _check_job(job: Job) -> Outcome:
         assert job.abspath is not None
         data = Path(job.abspath).read_bytes()
     source = decode_source(data)
+    ctx = Context(job.env, job.project)
     if job.mode == "check":
-        findings, errors = _analyze(source.text, job.settings, job.env)
+        findings, errors = _analyze(source.text, job.settings, ctx)
         return Outcome(FileReport(job.path, job.abspath, findings, errors))
-    new, applied, (findings, errors) = _fix(source.text, job.settings, job.unsafe, job.env)
+    new, applied, (findings, errors) = _fix(source.text, job.settings, job.unsafe, ctx)
     rep = FileReport(job.path, job.abspath, findings, errors, fixed=applied)
     if new == source.text:
         return Outcome(rep, fixed_text=new if job.data is not None else None)
@@ -307,7 +326,18 @@ def _run_pool(
 
 
 def _run_batch(jobs: list[Job]) -> list[Outcome]:
-    return [check_job(j) for j in jobs]
+    return [check_job(unpickled(j)) for j in jobs]
+
+
+def unpickled(job: Job) -> Job:
+    """A job as a worker process must use it.
+
+    ModuleProjectFacts stores its hash, computed once from strings; a spawned worker hashes
+    strings with another seed, so the stored hash would differ from that of an equal object
+    built there. Rebuilding it (a few small tuples) recomputes the hash in this process."""
+    if job.project is None:
+        return job
+    return replace(job, project=replace(job.project))
 
 
 def _run_isolated(job: Job, ctx: BaseContext) -> Outcome:
@@ -357,7 +387,7 @@ class SettingsResolver:
     """Settings per file: the nearest pyproject.toml with [tool.ddp-lsp] (cached per
     directory), or the one ``--config`` names, with the command line's overrides on top."""
 
-    def __init__(self, config: Path | None, overrides: dict[str, list[str]], cwd: Path) -> None:
+    def __init__(self, config: Path | None, overrides: dict[str, object], cwd: Path) -> None:
         self.cwd = cwd
         self.overrides = overrides
         self._fixed: tuple[Settings, Path] | None = None
@@ -546,6 +576,132 @@ def repo_root(start: Path) -> Path:
     return start
 
 
+# -- the project view -------------------------------------------------------------------------
+
+
+def project_root(directory: Path, memo: dict[Path, Path | None] | None = None) -> Path | None:
+    """The project root of a file in ``directory`` (the nearest directory with a
+    pyproject.toml or a .git), or None when there is none: such files are analysed alone."""
+    from ddp_lsp.project.index import PROJECT_MARKERS, find_root
+
+    if memo is not None and directory in memo:
+        return memo[directory]
+    root: Path | None = find_root([directory])
+    assert root is not None
+    if not any((root / m).exists() for m in PROJECT_MARKERS):
+        root = None
+    if memo is not None:
+        memo[directory] = root
+    return root
+
+
+@dataclass(frozen=True)
+class ProjectView:
+    """One project root's index and cross-file facts, by path relative to the root."""
+
+    root: Path
+    facts: dict[str, ModuleProjectFacts]
+    files: int = 0  # files indexed
+    parsed: int = 0  # of which not found in the cache
+    failed: tuple[str, ...] = ()  # files the index could not summarise (they are still checked)
+    seconds: float = 0.0
+
+
+def project_view(root: Path, settings: Settings) -> ProjectView:
+    """Index every Python file under ``root`` (the settings' excludes apply; summaries are
+    cached under the user's cache directory) and compute the project's cross-file facts.
+
+    A file the index cannot summarise costs only its own contribution: unreadable files are
+    skipped by the index, undecodable bytes are replaced, syntax errors give an empty summary,
+    and anything else (a recursion limit on absurd nesting) is caught here per file."""
+    import time
+
+    from ddp_lsp.project import ProjectIndex, compute
+
+    started = time.perf_counter()
+    index = ProjectIndex(root, settings)
+    failed = []
+    count = 0
+    for path in index.files():
+        count += 1
+        try:
+            index.build([path])
+        except Exception:
+            log.debug("project index: cannot summarise %s", path, exc_info=True)
+            failed.append(path.relative_to(index.root).as_posix())
+    facts = compute(index)
+    return ProjectView(
+        index.root,
+        {m.path: m for m in facts.modules.values()},
+        count,
+        index.cache.misses,
+        tuple(failed),
+        time.perf_counter() - started,
+    )
+
+
+def says_something(facts: ModuleProjectFacts) -> bool:
+    """Whether the project tells a module anything. Most modules of a project receive nothing
+    from the others (no DDP model passed in, no helper of another file called); their
+    analysis with empty facts equals the analysis alone, so they are sent to workers without."""
+    return bool(
+        facts.extra_kinds
+        or facts.callee_props
+        or facts.distributed is not None
+        or facts.only_called_guarded
+    )
+
+
+def with_project(
+    jobs: list[Job], resolver: SettingsResolver, err: TextIO, verbose: bool = False
+) -> list[Job]:
+    """Each job with its module's share of its project's facts.
+
+    The files to check are grouped by project root (a run over several projects builds one
+    index per root) and each root is indexed whole, so a file checked alone gets exactly the
+    findings it gets when its whole project is checked. Stdin, files outside any project and
+    files whose settings say ``project = false`` are analysed alone."""
+    memo: dict[Path, Path | None] = {}
+    by_root: dict[Path, list[int]] = {}
+    for i, job in enumerate(jobs):
+        if job.abspath is None or job.data is not None or not job.settings.project:
+            continue
+        root = project_root(Path(job.abspath).parent, memo)
+        if root is not None:
+            by_root.setdefault(root, []).append(i)
+    out = list(jobs)
+    for root, members in sorted(by_root.items()):
+        settings, _ = resolver.for_dir(root)
+        try:
+            view = project_view(root, settings)
+        except Exception as exc:  # a bug in the cross-file step: the files are still checked
+            log.debug("project index of %s failed", root, exc_info=True)
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            err.write(
+                f"warning: {_display(root, resolver.cwd)}: the project index failed ({detail}); "
+                "its files are analysed alone\n"
+            )
+            continue
+        if verbose:
+            err.write(
+                f"indexed {_display(root, resolver.cwd)}: {view.files} files "
+                f"({view.parsed} parsed, {view.files - view.parsed} from the cache) "
+                f"in {view.seconds:.2f}s\n"
+            )
+            for rel in view.failed:
+                err.write(
+                    f"warning: {rel}: not in the project index (it could not be summarised)\n"
+                )
+        for i in members:
+            path = out[i].abspath
+            assert path is not None
+            rel = Path(path).relative_to(view.root).as_posix()
+            facts = view.facts.get(rel)
+            if facts is not None and says_something(facts):
+                out[i] = replace(out[i], project=facts)
+    return out
+
+
 # -- the commands -----------------------------------------------------------------------------
 
 
@@ -621,6 +777,13 @@ def check_parser(command: str) -> argparse.ArgumentParser:
         " rules use its CPU and GPU counts instead of this machine's",
     )
     p.add_argument(
+        "--project",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="analyse each file with what the other files of its project say (default: the"
+        " config's `project`, else on); --no-project analyses each file alone",
+    )
+    p.add_argument(
         "--force-exclude",
         action="store_true",
         help="apply excludes to files named on the command line too",
@@ -644,15 +807,18 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
     _worker_init()
     started = time.perf_counter()
     cwd = Path.cwd()
-    overrides: dict[str, list[str]] = {}
+    overrides: dict[str, object] = {}
     for key in ("select", "ignore"):
         codes = _split_codes(getattr(args, key))
         if codes is not None:
             overrides[key] = codes
+    if args.project is not None:  # --project / --no-project win over `project` in the config
+        overrides["project"] = args.project
     resolver = SettingsResolver(args.config, overrides, cwd)
     mode = "diff" if args.diff else ("fix" if args.fix else "check")
     jobs, missing = collect_jobs(args, resolver, mode)
     jobs = with_environment(jobs, _machine(args.preflight))
+    jobs = with_project(jobs, resolver, err, args.verbose)
     if not jobs and not missing:
         err.write("warning: no Python files found under the given paths\n")
     outcomes = run_jobs(jobs, args.jobs)

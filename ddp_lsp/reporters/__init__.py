@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TextIO
 
-from ddp_lsp.core.types import Finding, Fix, InternalError, Pos
+from ddp_lsp.core.types import Finding, Fix, InternalError, Pos, Related
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -61,6 +61,27 @@ def repo_path(report: FileReport, root: Path) -> str:
         return path.relative_to(root).as_posix()
     except ValueError:
         return path.as_posix()
+
+
+def related_path(report: FileReport, related: Related, root: Path) -> str:
+    """Where a related location is, as :func:`repo_path` writes the finding's own file: a
+    location in the same file (``path`` None) is in the report's file, one in another file of
+    the project (cross-file provenance: "wrapped in DistributedDataParallel at main.py:12")
+    carries that file's absolute path."""
+    if related.path is None:
+        return repo_path(report, root)
+    path = Path(related.path)
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def related_file(report: FileReport, related: Related) -> str:
+    """The related location's file as JSON names files: absolute (or stdin's name)."""
+    if related.path is None:
+        return report.abspath or report.path
+    return related.path
 
 
 Reporter = Callable[[Sequence[FileReport], TextIO, ReportContext], None]

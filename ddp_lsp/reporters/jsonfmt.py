@@ -3,7 +3,10 @@
 A list of objects: ``code``, ``name``, ``message``, ``severity``, ``filename`` (absolute, as
 ruff prints it), ``location``/``end_location`` (``{row, column}``, 1-based), ``noqa_row``,
 ``fix`` (null, or ``{message, applicability, edits: [{content, location, end_location}]}``),
-``url``, ``cell`` (always null: no notebooks).
+``url``, ``cell`` (always null: no notebooks), and one key ruff does not have: ``related``, the
+places that explain a finding (``{message, filename, location, end_location}``; ``filename`` is
+another file of the project for cross-file provenance, such as where the model was wrapped in
+DistributedDataParallel). Readers of ruff's shape ignore it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any, TextIO
 
 from ddp_lsp.core.registry import meta_by_id
 from ddp_lsp.core.types import Finding, Fix, Pos
-from ddp_lsp.reporters import FileReport, ReportContext, row_col, shown_fix
+from ddp_lsp.reporters import FileReport, ReportContext, related_file, row_col, shown_fix
 
 
 def _loc(pos: Pos) -> dict[str, int]:
@@ -52,6 +55,15 @@ def finding_object(rep: FileReport, f: Finding, unsafe: bool) -> dict[str, Any]:
         "noqa_row": f.span.start.line + 1,
         "fix": fix_object(fix),
         "url": meta.url if meta else None,
+        "related": [
+            {
+                "message": r.message,
+                "filename": related_file(rep, r),
+                "location": _loc(r.span.start),
+                "end_location": _loc(r.span.end),
+            }
+            for r in f.related
+        ],
     }
 
 

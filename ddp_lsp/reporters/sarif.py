@@ -19,7 +19,14 @@ from typing import Any, TextIO
 from ddp_lsp import __version__
 from ddp_lsp.core.registry import all_meta
 from ddp_lsp.core.types import DOCS_BASE_URL, Fix, RuleMeta, Severity, Span
-from ddp_lsp.reporters import FileReport, ReportContext, repo_path, row_col, shown_fix
+from ddp_lsp.reporters import (
+    FileReport,
+    ReportContext,
+    related_path,
+    repo_path,
+    row_col,
+    shown_fix,
+)
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = DOCS_BASE_URL.rsplit("/blob/", 1)[0]
@@ -112,17 +119,18 @@ def sarif_log(reports: Sequence[FileReport], ctx: ReportContext) -> dict[str, An
             if f.rule_id in index:
                 result["ruleIndex"] = index[f.rule_id]
             if f.related:
+                # Related locations in other files (where the model was wrapped, the helper
+                # that performs the collective) use the same base as the result's location.
                 result["relatedLocations"] = [
                     {
                         "id": i,
                         "message": {"text": r.message},
                         "physicalLocation": {
-                            "artifactLocation": _artifact(uri),
+                            "artifactLocation": _artifact(related_path(rep, r, ctx.root)),
                             "region": region(r.span),
                         },
                     }
                     for i, r in enumerate(f.related)
-                    if r.path is None
                 ]
             fix = shown_fix(f, ctx.unsafe_fixes)
             if fix is not None:
