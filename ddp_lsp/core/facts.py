@@ -31,6 +31,10 @@ OPTIMIZER = "optimizer"
 SAMPLER = "sampler"
 LOADER = "loader"
 RANK = "rank"
+# An instance of a project class wrapping a GradScaler whose methods unscale (and step/update)
+# by themselves (timm's NativeScaler, MAE's NativeScalerWithGradNormCount): not a GradScaler
+# for the AMP rules. Only the project index gives this kind (the class is in another file).
+SCALER_WRAPPER = "scaler_wrapper"
 
 # Function properties.
 COLLECTIVE = "collective"
@@ -175,6 +179,8 @@ class _Extractor:
         self.dotted_sites: list[CallSite] = []
         self.site_lines: list[int] = []
         self.dotted_lines: list[int] = []
+        self._imported: dict[str, str] | None = None
+        self._imported_n = 0
         self.imports: list[tuple[str, str]] = []
         self.env_markers = False
         self.bindings: list[Binding] = []
@@ -184,6 +190,18 @@ class _Extractor:
         self.class_stack: list[str] = []
         self._calls: list[set[str]] = []  # per open function
         self._props: list[set[str]] = []
+
+    def _maybe_project_call(self, name: str) -> bool:
+        """``engine.train_one_epoch`` / ``du.save_on_master``: a call through an imported
+        name that may be a project module (not the standard library or a known framework:
+        their call sites are most of a file's and can never reach project code)."""
+        if self._imported is None or self._imported_n != len(self.imports):
+            self._imported = {}
+            for bound, target in self.imports:
+                self._imported.setdefault(bound, target)
+            self._imported_n = len(self.imports)
+        qual = self._imported.get(name.partition(".")[0])
+        return qual is not None and N.may_be_project_module(qual)
 
     # -- statements ----------------------------------------------------------------------------
 
@@ -333,7 +351,7 @@ class _Extractor:
         if self._calls:
             self._calls[-1].add(callee)
         local = "." not in name or callee != name
-        if local or (self.project and not name.startswith("self.")):
+        if local or (self.project and self._maybe_project_call(name)):
             args: list[tuple[int | str, str]] = []
             for i, a in enumerate(c.args):
                 p = _path(a)

@@ -9,6 +9,7 @@ and then canonicalised, so the public path and the defining module's path are th
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Mapping
 
 # Several public spellings of one object; rules compare canonical names only.
@@ -157,6 +158,63 @@ def is_optimizer_class(qual: str) -> bool:
     last = qual.rsplit(".", 1)[-1]
     # torch.optim.Optimizer itself, classes only (modules such as torch.optim.adamw are not).
     return last[:1].isupper() or last.startswith("create_optimizer")
+
+
+# Top-level packages of libraries a project imports but never defines: calls into them are
+# not project call sites (the project index does not record them).
+FRAMEWORKS = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torchtext",
+        "numpy",
+        "scipy",
+        "pandas",
+        "sklearn",
+        "transformers",
+        "timm",
+        "accelerate",
+        "deepspeed",
+        "apex",
+        "einops",
+        "tqdm",
+        "wandb",
+        "PIL",
+        "cv2",
+        "yaml",
+        "omegaconf",
+        "hydra",
+        "mmcv",
+        "mmengine",
+        "detectron2",
+        "lightning",
+        "pytorch_lightning",
+        "fairscale",
+        "datasets",
+        "tokenizers",
+        "safetensors",
+        "triton",
+        "jax",
+        "tensorboard",
+        "matplotlib",
+        "psutil",
+        "requests",
+        "h5py",
+        "lmdb",
+        "webdataset",
+        "fvcore",
+        "peft",
+        "xformers",
+    }
+)
+
+
+def may_be_project_module(qual: str) -> bool:
+    """An import target (``utils.misc``, ``.engine``) that is not the standard library or a
+    known framework: it may name a module of the project being analysed."""
+    top = qual.lstrip(".").partition(".")[0]
+    return qual.startswith(".") or not (top in sys.stdlib_module_names or top in FRAMEWORKS)
 
 
 def is_distributed_import(qual: str) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
+from ddp_lsp.core.crossfile import ParamKind, Provenance
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import ModuleFacts, path_of
 from ddp_lsp.core.ranks import Polarity, RankModel
@@ -229,6 +230,60 @@ class ChunkContext:
         _, cls = self.scope(at if at is not None else call)
         return self.facts.callee_props(name, cls)
 
+    # -- facts from other files of the project ---------------------------------------------------
+
+    def kind_source(self, expr: ast.AST, at: ast.AST | None = None) -> ParamKind | None:
+        """Where ``expr``'s kind came from, when another file gave it (``main.py`` passes a
+        DDP model to this function); None when the module knows it from its own code."""
+        if self.facts.project is None:
+            return None
+        path = path_of(expr)
+        if path is None:
+            return None
+        scope, cls = self.scope(at if at is not None else expr)
+        return self.facts.kind_origin(path, scope, cls)
+
+    def callee_source(
+        self, call: ast.Call, prop: str, at: ast.AST | None = None
+    ) -> Provenance | None:
+        """Where the function ``call`` reaches has ``prop``, when it is defined in another file."""
+        if self.facts.project is None:
+            return None
+        from ddp_lsp.core.names import dotted
+
+        name = dotted(call.func)
+        if name is None:
+            return None
+        _, cls = self.scope(at if at is not None else call)
+        return self.facts.callee_origin(name, cls, prop)
+
+    def cite(self, *sources: ParamKind | Provenance | None) -> tuple[str, tuple[Related, ...]]:
+        """A message suffix and related locations for facts from other files:
+        ``" (model is wrapped in DistributedDataParallel at main.py:12)"``, with the wrap and
+        each call that carried it as related locations. ``("", ())`` when there is none."""
+        project = self.facts.project
+        texts: list[str] = []
+        related: list[Related] = []
+        for src in sources:
+            if src is None or project is None:
+                continue
+            if isinstance(src, ParamKind):
+                text = str(src.origin)
+                if src.mixed:
+                    text += "; some callers pass one that is not"
+                places = (src.origin, *src.via)
+            else:
+                text = str(src)
+                places = (src,)
+            if text not in texts:
+                texts.append(text)
+            for p in places:
+                at = Pos(max(p.line - 1, 0), 0)
+                related.append(Related(Span(at, at), p.message, project.absolute(p.path)))
+        if not texts:
+            return "", ()
+        return f" ({'; '.join(texts)})", tuple(related)
+
     def guard_of(self, node: ast.AST) -> tuple[ast.If, Polarity, bool] | None:
         """The innermost rank guard whose branch holds ``node``: (if, polarity, in_else)."""
         child: ast.AST = node
@@ -437,8 +492,16 @@ class ChunkContext:
         message: str,
         fixes: Sequence[Fix] = (),
         related: Sequence[Related] = (),
+        cite: Sequence[ParamKind | Provenance | None] = (),
     ) -> Finding:
+        """``cite``: facts the finding rests on that other files gave (``kind_source``,
+        ``callee_source``); the message says where they came from, related locations point
+        there."""
         span = where if isinstance(where, Span) else self.span(where)
+        if cite:
+            suffix, elsewhere = self.cite(*cite)
+            message += suffix
+            related = (*related, *elsewhere)
         return Finding(
             rule_id=rule.meta.id,
             span=span,

@@ -43,6 +43,22 @@ _KIND_TEXT = {
     F.SAMPLER: "a DistributedSampler",
     F.LOADER: "a DataLoader",
     F.RANK: "the rank",
+    F.SCALER_WRAPPER: "a GradScaler wrapper that unscales itself",
+}
+
+
+_PROP_TEXT = {
+    F.COLLECTIVE: "performs a collective",
+    F.UNSCALES: "calls unscale_",
+    F.NO_SYNC: "uses no_sync",
+    F.RANK_PREDICATE: "is a rank-0 predicate",
+    F.GUARDS_ITSELF: "runs only on rank 0 by itself",
+    F.ONLY_CALLED_GUARDED: "is only called on rank 0",
+    F.UPDATES_SCALER: "calls the GradScaler's update()",
+    F.SETS_EPOCH: "calls set_epoch",
+    F.SETS_DEVICE: "selects the GPU (torch.cuda.set_device)",
+    F.INITS_PG: "initialises the process group",
+    F.DESTROYS_PG: "destroys the process group",
 }
 
 
@@ -80,6 +96,27 @@ def _line(fi: F.FunctionInfo | None) -> int:
     return 1 if fi is None or fi.qualname == F.MODULE else fi.line + 1
 
 
+def _wraps_scaler(res: Resolver, own: Mapping[str, F.ModuleFacts], module: str, cls: str) -> bool:
+    """A method of ``cls`` (or of a base, in any module) calls ``unscale_`` or a GradScaler's
+    ``update()``: the class manages the scaler itself."""
+    todo = [(module, cls)]
+    seen: set[tuple[str, str]] = set()
+    while todo and len(seen) < 16:
+        mod, c = todo.pop()
+        if (mod, c) in seen or mod not in own:
+            continue
+        seen.add((mod, c))
+        prefix = f"{c}."
+        for q, props in own[mod].func_props.items():
+            if q.startswith(prefix) and (F.UNSCALES in props or F.UPDATES_SCALER in props):
+                return True
+        for base in res.classes(mod).get(c, ()):
+            r = res.resolve(mod, base)
+            if r is not None and r[1] in res.classes(r[0]):
+                todo.append(r)
+    return False
+
+
 def compute(index: ProjectIndex) -> ProjectFacts:
     """The project-wide facts of an index."""
     res = Resolver(index)
@@ -101,6 +138,27 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                 line = lines.get(key, _line(fi))
                 text = _KIND_TEXT.get(kind, kind)
                 kinds[m][key] = ParamKind(kind, Provenance(s.path, line, f"{key[1]} is {text}"))
+    # `loss_scaler = NativeScaler()`: a project class that wraps a GradScaler and unscales
+    # (or updates) it in its own methods.
+    for m in names:
+        s = summaries[m]
+        lines = {(sc, p): ln for sc, p, ln in s.binding_lines}
+        for b in s.facts.bindings:
+            if not b.source or b.source[0].startswith("=") or (b.scope, b.path) in kinds[m]:
+                continue
+            target = res.resolve(m, b.source[0])
+            if target is None or not target[1] or target[1] not in res.classes(target[0]):
+                continue
+            if _wraps_scaler(res, own, target[0], target[1]):
+                fi = res.functions(m).get(b.scope)
+                kinds[m][(b.scope, b.path)] = ParamKind(
+                    F.SCALER_WRAPPER,
+                    Provenance(
+                        s.path,
+                        lines.get((b.scope, b.path), _line(fi)),
+                        f"{b.path} is `{target[1]}`, a GradScaler wrapper that unscales itself",
+                    ),
+                )
     # Call sites resolved once: (caller module, site, target module, target function).
     sites: list[tuple[str, F.CallSite, str, F.FunctionInfo]] = []
     site_line: dict[tuple[str, F.CallSite], int] = {}
@@ -177,7 +235,8 @@ def compute(index: ProjectIndex) -> ProjectFacts:
         for q, ps in own[m].func_props.items():
             fi = res.functions(m).get(q)
             props[(m, q)] = {
-                p: Provenance(summaries[m].path, _line(fi), f"{q} {p}") for p in sorted(ps)
+                p: Provenance(summaries[m].path, _line(fi), f"`{q}` {_PROP_TEXT.get(p, p)}")
+                for p in sorted(ps)
             }
     calls: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for m in names:

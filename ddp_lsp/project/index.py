@@ -136,11 +136,20 @@ def summarise(rel: str, text: str, digest: str, ranks: RankModel) -> ModuleSumma
 
 
 def _binding_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, int], ...]:
-    # Only files that bind a kind pay for this walk (a handful in a project: where the model is
-    # wrapped, the scaler built); the line is where a message's "at main.py:212" points: the
-    # assignment that gives the kind (`model = DDP(model)`), not the first one (`model = Net()`).
+    # Only files that bind a kind, or build an instance of a class of their own project, pay
+    # for this walk; the line is where a message's "at main.py:212" points: the assignment
+    # that gives the kind (`model = DDP(model)`), not the first one (`model = Net()`).
     merged = F.merge([cf])
     wanted = {p for (_, p) in merged.kinds}
+    # `loss_scaler = NativeScaler()`: the project may know the class (a GradScaler wrapper).
+    project_classes = {
+        b.source[0]
+        for b in cf.bindings
+        if b.source
+        and not b.source[0].startswith("=")
+        and _project_class(b.source[0], merged.aliases)
+    }
+    wanted |= {b.path for b in cf.bindings if b.source and b.source[0] in project_classes}
     if not wanted:
         return ()
     first: dict[str, int] = {}
@@ -149,10 +158,20 @@ def _binding_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, 
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
                 p = F.path_of(t)
-                if p in wanted and _gives_kind(node.value, merged.aliases):
+                if p in wanted and _gives_kind(node.value, merged.aliases, project_classes):
                     if p not in first or node.lineno < first[p]:
                         first[p] = node.lineno
-    return tuple(sorted((s, p, first[p]) for (s, p) in merged.kinds if p in first))
+    keys = {(b.scope, b.path) for b in cf.bindings} | set(merged.kinds)
+    return tuple(sorted((s, p, first[p]) for (s, p) in keys if p in first))
+
+
+def _project_class(spelled: str, aliases: Mapping[str, str]) -> bool:
+    last = spelled.rpartition(".")[2]
+    if not last[:1].isupper():
+        return False
+    qual = aliases.get(spelled.partition(".")[0])
+    # None: a class of this file, whose kind is the core's business.
+    return qual is not None and N.may_be_project_module(qual)
 
 
 def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
@@ -172,10 +191,12 @@ def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
             stack.extend(reversed(case.body))
 
 
-def _gives_kind(value: ast.AST, aliases: Mapping[str, str]) -> bool:
+def _gives_kind(value: ast.AST, aliases: Mapping[str, str], classes: set[str]) -> bool:
     node = value
     while isinstance(node, ast.Call):
         name = N.dotted(node.func)
+        if name in classes:
+            return True
         qual = N.resolve(name, aliases) if name else None
         if qual is not None and F.kind_of_qualname(qual) is not None:
             return True

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
+from ddp_lsp.core.crossfile import Provenance
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.ranks import Polarity
 from ddp_lsp.core.rule import ChunkContext
@@ -957,6 +958,14 @@ _EXIT_WORDS = {
 }
 
 
+def elsewhere_source(ctx: ChunkContext, miss: Miss) -> Provenance | None:
+    """For a helper defined in another file: where it performs its collective."""
+    node = miss.event.node
+    if not miss.event.wild or not isinstance(node, ast.Call):
+        return None
+    return ctx.callee_source(node, K.COLLECTIVE)
+
+
 def explain(
     ctx: ChunkContext, miss: Miss, consequence: str
 ) -> tuple[str, list[tuple[ast.AST, str]]]:
@@ -970,7 +979,8 @@ def explain(
         else f"`{short(miss.event.display)}`"
     )
     if miss.event.wild:
-        call += " (which reaches a collective)"
+        src = elsewhere_source(ctx, miss)
+        call += f" (which reaches a collective: {src})" if src else " (which reaches a collective)"
     runner = r.runner
     if r.kind == "some":
         cond = short(ctx.segment(r.node.test))  # type: ignore[attr-defined]

@@ -136,6 +136,8 @@ class AccumulationWithoutNoSync(Rule):
                 assert plan.cond is not None
                 cond = A.one_line(ctx, plan.cond) or "its condition"
                 when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
+            # The model may be DDP only because a caller in another file wraps it.
+            model_expr = next(m for m in models if ctx.segment(m) == model)
             yield ctx.finding(
                 self,
                 call,
@@ -144,6 +146,7 @@ class AccumulationWithoutNoSync(Rule):
                 f"accumulation steps under `{model}.no_sync()` to skip the wasted all-reduces",
                 fixes=fixes,
                 related=(Related(ctx.span(plan.step), "the optimizer steps here"),),
+                cite=(ctx.kind_source(model_expr, call),),
             )
 
     # -- finding the accumulation --------------------------------------------------------------
@@ -291,8 +294,14 @@ class AccumulationWithoutNoSync(Rule):
             return None
         nullctx, imports = ctx.spell("contextlib.nullcontext")
         unit = ctx.indent_unit(start)
+        when = _FLAG
+        source = ctx.kind_source(models[0], backward)
+        if source is not None and source.mixed:
+            # Another caller (a single-GPU entry point) passes a plain module, which has no
+            # no_sync(): keep that launch working.
+            when = f'{_FLAG} and hasattr({model}, "no_sync")'
         header = ctx.insert_before(
-            start, f"{_FLAG} = {flag}\nwith {model}.no_sync() if {_FLAG} else {nullctx}():"
+            start, f"{_FLAG} = {flag}\nwith {model}.no_sync() if {when} else {nullctx}():"
         )
         edits = [replace(header, text=header.text + unit)]
         first, _ = ctx.stmt_lines(start)

@@ -94,11 +94,13 @@ class CollectiveInRankBranch(Rule):
                     continue
                 seen.add(id(miss.event.node))
                 message, related = C.explain(ctx, miss, _CONSEQUENCE)
+                # The message already names the helper's file; the related location goes there.
+                _, elsewhere = ctx.cite(C.elsewhere_source(ctx, miss))
                 yield ctx.finding(
                     self,
                     miss.event.node,
                     message,
-                    related=tuple(Related(ctx.span(n), m) for n, m in related),
+                    related=(*(Related(ctx.span(n), m) for n, m in related), *elsewhere),
                 )
 
 

@@ -119,6 +119,7 @@ class ClipWithoutUnscale(Rule):
                 "or the real gradients are crushed and training stalls",
                 fixes=fixes,
                 related=(Related(ctx.span(backward.call), "gradients are scaled here"),),
+                cite=(ctx.kind_source(scaler, call),),
             )
 
     @staticmethod

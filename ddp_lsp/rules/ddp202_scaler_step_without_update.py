@@ -136,6 +136,7 @@ class ScalerStepWithoutUpdate(Rule):
             f"inf/NaN checks from `{s}.step(...)` and raises; keep exactly one update",
             fixes=fixes,
             related=(Related(ctx.span(first), "the first update"),),
+            cite=(ctx.kind_source(scaler, second),),
         )
 
     @staticmethod
@@ -207,6 +208,7 @@ class ScalerStepWithoutUpdate(Rule):
             "next step raises and the loss scale never adapts",
             fixes=fixes,
             related=related,
+            cite=(ctx.kind_source(scaler, last),),
         )
 
 

@@ -168,6 +168,7 @@ class OptimizerStepBypassesScaler(Rule):
             message,
             fixes=fixes,
             related=(Related(ctx.span(backward.call), "gradients are scaled here"),),
+            cite=(ctx.kind_source(scaler, call), ctx.kind_source(opt, call)),
         )
 
 
