@@ -4,12 +4,18 @@
     .venv/bin/python bench/bench_cli.py                # 300 files, best of 3
     .venv/bin/python bench/bench_cli.py --files 1000 --repeat 5
     .venv/bin/python bench/bench_cli.py --threshold    # where the process pool starts to pay
+    .venv/bin/python bench/bench_cli.py --project      # the project index's cost in the CLI
 
 The baseline reads every file and parses it with libcst in one process (what any libcst-based
 linter pays before running a single rule). ddp-lsp is timed as users run it: a fresh
 ``ddp-lsp check DIR`` process (start-up, discovery, decoding, analysis, reporting), once with
 its default parallelism and once with ``--jobs 1`` for a one-core comparison. The target is
 ddp-lsp at 0.7x or more of libcst's throughput. Results go in docs/performance.md.
+
+These files sit in a temporary directory outside any project, so they are analysed alone.
+``--project`` measures what the project view adds: a generated project (bench/bench_index.py:
+packages of modules that import and call each other, with a pyproject.toml) checked whole and
+one file of it, with an empty index cache (cold), a filled one (warm) and ``--no-project``.
 """
 
 from __future__ import annotations
@@ -145,7 +151,7 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def time_cli(directory: Path, *extra: str) -> Timing:
+def time_cli(directory: Path, *extra: str, env: dict[str, str] | None = None) -> Timing:
     start, cpu = time.perf_counter(), _children_cpu()
     proc = subprocess.run(
         [*CLI, "check", str(directory), "--exit-zero", "-q", *extra],
@@ -153,6 +159,7 @@ def time_cli(directory: Path, *extra: str) -> Timing:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
     took = time.perf_counter() - start, _children_cpu() - cpu
     if proc.returncode != 0:
@@ -210,6 +217,52 @@ def threshold(args: argparse.Namespace) -> None:
             )
 
 
+def project(args: argparse.Namespace) -> None:
+    """The project index in the CLI: cold (empty cache), warm, and off, for the whole project
+    and for one file of it (which needs the whole project indexed)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.bench_index import make_project
+
+    with tempfile.TemporaryDirectory(prefix="ddp-lsp-bench-") as tmp:
+        root = Path(tmp) / "proj"
+        root.mkdir()
+        lines = make_project(root, args.files, args.lines)
+        one = root / "pkg0" / "m1.py"
+        caches = Path(tmp) / "caches"
+        counter = iter(range(10**6))
+
+        def cold(target: Path, *extra: str) -> Timing:
+            env = {**os.environ, "XDG_CACHE_HOME": str(caches / str(next(counter)))}
+            return time_cli(target, *extra, env=env)
+
+        warm_env = {**os.environ, "XDG_CACHE_HOME": str(caches / "warm")}
+        time_cli(root, env=warm_env)  # fill the warm cache
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        print(
+            f"{args.files} files, {lines:,} lines, {cpus} CPUs, load {os.getloadavg()[0]:.1f}, "
+            f"best of {args.repeat}"
+        )
+        print(f"{'':44}{'wall s':>8}{'CPU s':>8}")
+        for jobs in ((), ("--jobs", "1")):
+            tag = " --jobs 1" if jobs else ""
+            rows = [
+                (f"check DIR --no-project{tag}", partial(time_cli, root, "--no-project", *jobs)),
+                (f"check DIR, cold cache{tag}", partial(cold, root, *jobs)),
+                (f"check DIR, warm cache{tag}", partial(time_cli, root, *jobs, env=warm_env)),
+            ]
+            for name, fn in rows:
+                wall, cpu = best(fn, args.repeat)
+                print(f"{name:44}{wall:8.2f}{cpu:8.2f}")
+        rows = [
+            ("check ONE_FILE --no-project", partial(time_cli, one, "--no-project")),
+            ("check ONE_FILE, cold cache", partial(cold, one)),
+            ("check ONE_FILE, warm cache", partial(time_cli, one, env=warm_env)),
+        ]
+        for name, fn in rows:
+            wall, cpu = best(fn, args.repeat)
+            print(f"{name:44}{wall:8.2f}{cpu:8.2f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--files", type=int, default=300)
@@ -218,8 +271,13 @@ def main() -> None:
         "--threshold", action="store_true", help="compare pool vs sequential by input size"
     )
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    p.add_argument("--project", action="store_true", help="the project index's cost")
+    p.add_argument("--lines", type=int, default=300, help="lines per file with --project")
     args = p.parse_args()
-    (threshold if args.threshold else throughput)(args)
+    if args.project:
+        project(args)
+    else:
+        (threshold if args.threshold else throughput)(args)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ddp_lsp.core.crossfile import ModuleProjectFacts
     from ddp_lsp.core.document import Document
     from ddp_lsp.core.types import AnalysisResult
+    from ddp_lsp.project import ProjectIndex
 
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -285,19 +286,13 @@ def _run_pool(
     jobs: Sequence[Job], workers: int, ctx: BaseContext | None = None, attempt: int = 0
 ) -> list[Outcome]:
     import concurrent.futures as cf
-    import multiprocessing
-    import threading
 
     from ddp_lsp.core.registry import all_rules
 
     all_rules()  # import the rules once here, so forked workers inherit them
     if ctx is None:
-        # fork shares what this process has imported (no re-import per worker); it is unsafe
-        # only with other threads alive, and then (or where there is no fork) workers spawn.
         # Chosen once: a retry after a crash must not see the broken pool's own threads.
-        methods = multiprocessing.get_all_start_methods()
-        method = "fork" if "fork" in methods and threading.active_count() == 1 else "spawn"
-        ctx = multiprocessing.get_context(method)
+        ctx = _pool_context()
     results: dict[int, Outcome] = {}
     chunk = max(1, min(16, len(jobs) // (workers * 4)))
     pool = cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_pool_worker_init)
@@ -323,6 +318,17 @@ def _run_pool(
         raise
     pool.shutdown(wait=True)
     return [results[i] for i in range(len(jobs))]
+
+
+def _pool_context() -> BaseContext:
+    import multiprocessing
+    import threading
+
+    # fork shares what this process has imported (no re-import per worker); it is unsafe
+    # only with other threads alive, and then (or where there is no fork) workers spawn.
+    methods = multiprocessing.get_all_start_methods()
+    method = "fork" if "fork" in methods and threading.active_count() == 1 else "spawn"
+    return multiprocessing.get_context(method)
 
 
 def _run_batch(jobs: list[Job]) -> list[Outcome]:
@@ -607,9 +613,19 @@ class ProjectView:
     seconds: float = 0.0
 
 
-def project_view(root: Path, settings: Settings) -> ProjectView:
+# Files summarised in this process before deciding whether the rest are worth a pool: on a
+# warm cache they all come from it, and a pool would only add its start-up.
+INDEX_SAMPLE = 16
+
+
+def project_view(root: Path, settings: Settings, workers: int | None = None) -> ProjectView:
     """Index every Python file under ``root`` (the settings' excludes apply; summaries are
     cached under the user's cache directory) and compute the project's cross-file facts.
+
+    On a cold cache (CI, a first run) and a large project, worker processes summarise the
+    files into the disk cache first, and this process then reads them from it: the index
+    costs about one parse per file, as much as the analysis, and on a machine with many CPUs
+    a serial index would take longer than the pooled analysis. ``workers``: as ``--jobs``.
 
     A file the index cannot summarise costs only its own contribution: unreadable files are
     skipped by the index, undecodable bytes are replaced, syntax errors give an empty summary,
@@ -620,24 +636,90 @@ def project_view(root: Path, settings: Settings) -> ProjectView:
 
     started = time.perf_counter()
     index = ProjectIndex(root, settings)
-    failed = []
-    count = 0
-    for path in index.files():
-        count += 1
-        try:
-            index.build([path])
-        except Exception:
-            log.debug("project index: cannot summarise %s", path, exc_info=True)
-            failed.append(path.relative_to(index.root).as_posix())
+    paths = list(index.files())
+    failed = _summarise(index, paths[:INDEX_SAMPLE])
+    rest = paths[INDEX_SAMPLE:]
+    parsed_elsewhere = 0
+    if rest and index.cache.misses * 2 > min(len(paths), INDEX_SAMPLE):
+        n = _index_workers(rest, index.cache.directory, workers)
+        if n > 1:
+            parsed_elsewhere = _prefill(index.root, settings, rest, n)
+    failed += _summarise(index, rest)
     facts = compute(index)
     return ProjectView(
         index.root,
         {m.path: m for m in facts.modules.values()},
-        count,
-        index.cache.misses,
-        tuple(failed),
+        len(paths),
+        index.cache.misses + parsed_elsewhere,
+        tuple(p.relative_to(index.root).as_posix() for p in failed),
         time.perf_counter() - started,
     )
+
+
+def _summarise(index: ProjectIndex, paths: Sequence[Path]) -> list[Path]:
+    """Add ``paths`` to the index one by one; the ones that raised."""
+    failed = []
+    for path in paths:
+        try:
+            index.build([path])
+        except Exception:
+            log.debug("project index: cannot summarise %s", path, exc_info=True)
+            failed.append(path)
+    return failed
+
+
+def _index_workers(paths: Sequence[Path], cache: Path | None, workers: int | None) -> int:
+    """How many processes should summarise ``paths`` (1: this one). Workers hand their
+    summaries over through the disk cache, so without a writable one they would be wasted."""
+    if workers is None:
+        size = 0
+        for p in paths:
+            with contextlib.suppress(OSError):
+                size += p.stat().st_size
+        if len(paths) < PARALLEL_MIN_FILES or size < PARALLEL_MIN_BYTES:
+            return 1
+        workers = _idle_cpus(_cpu_count())
+    workers = min(workers, len(paths) // PARALLEL_MIN_FILES)
+    if workers <= 1 or cache is None:
+        return 1
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return 1
+    return workers if os.access(cache, os.W_OK) else 1
+
+
+def _prefill(root: Path, settings: Settings, paths: Sequence[Path], workers: int) -> int:
+    """Summarise ``paths`` into the disk cache in a pool; the number of files parsed. A pool
+    that fails (a worker dies) costs nothing but time: this process summarises whatever is
+    not cached."""
+    import concurrent.futures as cf
+
+    step = max(1, len(paths) // (workers * 4))
+    batches = [[str(p) for p in paths[i : i + step]] for i in range(0, len(paths), step)]
+    pool = cf.ProcessPoolExecutor(
+        workers, mp_context=_pool_context(), initializer=_pool_worker_init
+    )
+    parsed = 0
+    try:
+        for n in pool.map(_summarise_batch, [(str(root), settings, b) for b in batches]):
+            parsed += n
+    except Exception:  # a worker died, or the pool could not start: only time is lost
+        log.debug("project index: the pool failed; indexing the rest here", exc_info=True)
+    except BaseException:  # Ctrl-C
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return parsed
+
+
+def _summarise_batch(task: tuple[str, Settings, list[str]]) -> int:
+    from ddp_lsp.project import ProjectIndex
+
+    root, settings, paths = task
+    index = ProjectIndex(Path(root), settings)
+    _summarise(index, [Path(p) for p in paths])
+    return index.cache.misses
 
 
 def says_something(facts: ModuleProjectFacts) -> bool:
@@ -653,7 +735,11 @@ def says_something(facts: ModuleProjectFacts) -> bool:
 
 
 def with_project(
-    jobs: list[Job], resolver: SettingsResolver, err: TextIO, verbose: bool = False
+    jobs: list[Job],
+    resolver: SettingsResolver,
+    err: TextIO,
+    verbose: bool = False,
+    workers: int | None = None,
 ) -> list[Job]:
     """Each job with its module's share of its project's facts.
 
@@ -673,7 +759,7 @@ def with_project(
     for root, members in sorted(by_root.items()):
         settings, _ = resolver.for_dir(root)
         try:
-            view = project_view(root, settings)
+            view = project_view(root, settings, workers)
         except Exception as exc:  # a bug in the cross-file step: the files are still checked
             log.debug("project index of %s failed", root, exc_info=True)
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -818,7 +904,7 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
     mode = "diff" if args.diff else ("fix" if args.fix else "check")
     jobs, missing = collect_jobs(args, resolver, mode)
     jobs = with_environment(jobs, _machine(args.preflight))
-    jobs = with_project(jobs, resolver, err, args.verbose)
+    jobs = with_project(jobs, resolver, err, args.verbose, args.jobs)
     if not jobs and not missing:
         err.write("warning: no Python files found under the given paths\n")
     outcomes = run_jobs(jobs, args.jobs)

@@ -344,3 +344,64 @@ def test_sarif_related_uris_are_relative_to_the_repository_root(
     assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == (
         "sub/deit/engine.py"
     )
+
+
+# -- a cold index in worker processes ------------------------------------------------------------
+
+
+def _big_project(root: Path, files: int = 40) -> None:
+    copy_fixture("deit", root)
+    filler = "".join(f"def helper_{k}(x):\n    return x + {k}\n\n\n" for k in range(400))
+    for i in range(files):
+        write(root / "pkg" / f"m{i}.py", f"# module {i}\n{filler}")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the pool test forks")
+def test_cold_index_in_workers_equals_the_serial_one(
+    cli_run: Run, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _big_project(project)
+    serial = cli_run("check", ".", "--jobs", "1", "--format", "json", "-v")
+    assert "45 files (45 parsed, 0 from the cache)" in serial.err
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other-cache"))
+    real, parsed = checker._prefill, []
+
+    def spy(root, settings, paths, workers):  # type: ignore[no-untyped-def]
+        parsed.append(real(root, settings, paths, workers))
+        return parsed[-1]
+
+    monkeypatch.setattr(checker, "_prefill", spy)
+    pooled = cli_run("check", ".", "--jobs", "2", "--format", "json", "-v")
+    assert parsed == [45 - checker.INDEX_SAMPLE]  # the workers parsed all but the sample
+    assert "45 files (45 parsed, 0 from the cache)" in pooled.err
+    assert pooled.out == serial.out and "DDP101" in codes(pooled, "engine.py")
+
+
+def _dies(task: object) -> int:
+    os._exit(1)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the pool test forks")
+def test_a_dead_index_worker_costs_only_time(
+    cli_run: Run, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _big_project(project)
+    monkeypatch.setattr(checker, "_summarise_batch", _dies)
+    r = cli_run("check", ".", "--jobs", "2", "--format", "json", "-v")
+    assert "45 files (45 parsed, 0 from the cache)" in r.err
+    assert "DDP101" in codes(r, "engine.py")
+
+
+def test_warm_or_small_projects_index_without_a_pool(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _big_project(project)
+    settings = checker.Settings()
+    checker.project_view(project, settings, workers=1)  # fills the cache
+
+    def no_pool(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("a warm cache must not start a pool")
+
+    monkeypatch.setattr(checker, "_prefill", no_pool)
+    view = checker.project_view(project, settings, workers=2)
+    assert view.files == 45 and view.parsed == 0
