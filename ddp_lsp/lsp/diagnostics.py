@@ -8,13 +8,15 @@ to, its index in that version's findings, and whether it has a (safe) fix.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from lsprotocol import types as T
 
-from ddp_lsp.core.types import Finding
+from ddp_lsp.core.types import Finding, Related
 from ddp_lsp.lsp.convert import Codec
 
 SOURCE = "ddp-lsp"
@@ -62,10 +64,14 @@ def to_diagnostic(
         diag["codeDescription"] = {"href": url}
     if finding.tags:
         diag["tags"] = [int(t) for t in finding.tags]
-    if finding.related and uri_for_line is not None:
+    if finding.related:
         related = []
         for rel in finding.related:
             if rel.path is not None:
+                if os.path.isabs(rel.path):  # the core gives other files' absolute paths
+                    related.append(_elsewhere(rel.path, rel))
+                continue
+            if uri_for_line is None:
                 continue
             uri, offset = uri_for_line(rel.span.start.line)
             r = codec.range_dict(lines, rel.span.start, rel.span.end)
@@ -77,14 +83,25 @@ def to_diagnostic(
     return diag
 
 
+def _elsewhere(path: str, rel: Related) -> dict[str, Any]:
+    """A related location in another file (the DDP wrap in main.py of a finding in engine.py).
+
+    Its columns are code points of a text the server does not hold, so the location is its
+    lines: from the start of the first to the start of the line after the last, which is
+    exact in every position encoding.
+    """
+    span = rel.span
+    rng = {
+        "start": {"line": span.start.line, "character": 0},
+        "end": {"line": span.end.line + 1, "character": 0},
+    }
+    return {"location": {"uri": Path(path).as_uri(), "range": rng}, "message": rel.message}
+
+
 def as_lsp(d: dict[str, Any]) -> T.Diagnostic:
     """A published dict as an lsprotocol ``Diagnostic`` (for responses pygls serialises)."""
-    r = d["range"]
     diag = T.Diagnostic(
-        range=T.Range(
-            T.Position(r["start"]["line"], r["start"]["character"]),
-            T.Position(r["end"]["line"], r["end"]["character"]),
-        ),
+        range=_range(d["range"]),
         message=d["message"],
         severity=T.DiagnosticSeverity(d["severity"]),
         code=d["code"],
@@ -95,4 +112,19 @@ def as_lsp(d: dict[str, Any]) -> T.Diagnostic:
         diag.code_description = T.CodeDescription(href=d["codeDescription"]["href"])
     if "tags" in d:
         diag.tags = [T.DiagnosticTag(t) for t in d["tags"]]
+    if "relatedInformation" in d:
+        diag.related_information = [
+            T.DiagnosticRelatedInformation(
+                location=T.Location(r["location"]["uri"], _range(r["location"]["range"])),
+                message=r["message"],
+            )
+            for r in d["relatedInformation"]
+        ]
     return diag
+
+
+def _range(r: dict[str, Any]) -> T.Range:
+    return T.Range(
+        T.Position(r["start"]["line"], r["start"]["character"]),
+        T.Position(r["end"]["line"], r["end"]["character"]),
+    )

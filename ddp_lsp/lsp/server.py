@@ -26,6 +26,7 @@ from ddp_lsp.lsp import config as C
 from ddp_lsp.lsp.convert import Codec, choose_encoding
 from ddp_lsp.lsp.notebook import Cell, Notebook, apply_notebook_change
 from ddp_lsp.lsp.preflight import CMD_RUN_PREFLIGHT, PreflightService
+from ddp_lsp.lsp.project import ProjectService
 from ddp_lsp.lsp.state import PlainText, ServerState, uri_to_path, warm_up
 from ddp_lsp.lsp.transport import serve_stdio
 
@@ -95,9 +96,11 @@ class DdpLanguageServer(LanguageServer):
         )
         self.state = ServerState(self.publish_raw, self.show_error)
         self.preflight = PreflightService(self.state)
+        self.project = ProjectService(self, self.state)
         # Made on the first workspace pull: workspace.py imports the analysis core.
         self.workspace_cache: WorkspaceCache | None = None
         self.initialized = False
+        self.initialized_done = False  # the `initialized` handler has run (settings known)
         self.supports_configuration = False
         self.supports_watch_registration = False
 
@@ -182,20 +185,32 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
                     T.RegistrationParams(
                         registrations=[
                             T.Registration(
-                                id="ddp-lsp-pyproject",
+                                id="ddp-lsp-files",
                                 method=T.WORKSPACE_DID_CHANGE_WATCHED_FILES,
                                 register_options=T.DidChangeWatchedFilesRegistrationOptions(
-                                    watchers=[T.FileSystemWatcher(glob_pattern="**/pyproject.toml")]
+                                    watchers=[
+                                        T.FileSystemWatcher(glob_pattern="**/pyproject.toml"),
+                                        # Python files changed behind the editor: the index.
+                                        T.FileSystemWatcher(glob_pattern="**/*.py"),
+                                    ]
                                 ),
                             )
                         ]
                     )
                 )
             except Exception as exc:  # the client refused: fall back to mtime checks
-                log.info("could not register a pyproject.toml watcher: %s", exc)
+                log.info("could not register file watchers: %s", exc)
                 ls.supports_watch_registration = False
         if ls.supports_configuration:
             await pull_configuration(ls)
+        # Settings are known now (a folder may turn the project view off): index in the
+        # background; open documents are analysed meanwhile with what is known.
+        ls.initialized_done = True
+        ls.project.sync_folders()
+
+    @server.feature(T.SHUTDOWN)
+    def shutdown(ls: DdpLanguageServer, params: None) -> None:
+        ls.project.stop()
 
     async def pull_configuration(ls: DdpLanguageServer, notify: bool = True) -> bool:
         """Ask the client for the ``ddp-lsp`` section (global and per folder); True if changed."""
@@ -229,6 +244,8 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         state.configuration_changed()
         for err in state.editor_global.errors:
             state.report(err)
+        if ls.initialized_done:
+            ls.project.sync_folders()
         ls.refresh_pulled()
 
     @server.feature(T.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -248,6 +265,9 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
     ) -> None:
         if any(C.is_pyproject(ch.uri) for ch in params.changes):
             settings_changed(ls)
+        if any(ch.uri.endswith(".py") for ch in params.changes):
+            ls.project.files_changed(list(params.changes))
+            state.workspace_changed()  # closed files' diagnostics may differ
 
     @server.feature(T.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
     async def did_change_folders(
@@ -488,6 +508,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
             "text": unit.doc.text,
             "encoding": state.codec.encoding,
             "findings": len(unit.findings),
+            "project": ls.project.describe(unit),
         }
 
     @server.command(CMD_FIX_ALL)

@@ -31,6 +31,7 @@ from ddp_lsp.lsp.notebook import Notebook
 
 if TYPE_CHECKING:
     from ddp_lsp.config import Settings
+    from ddp_lsp.core.crossfile import ModuleProjectFacts
     from ddp_lsp.core.document import Document
 
 # The analysis core (document, engine, rules) is imported on first use, not at import time:
@@ -158,6 +159,7 @@ class Unit:
     rendered: dict[int, tuple[Finding, int, str, dict[str, Any]]] = field(default_factory=dict)
     size_bound: int = 0  # at least the text's length in code points (see _check_size)
     env: Environment | None = None  # launch config next to the file + preflight facts
+    project: ModuleProjectFacts | None = None  # the project facts the findings were made with
 
     def views(self) -> Iterator[tuple[str, int, int | None]]:
         """(URI, first line in the unit, version) of every view the client knows."""
@@ -205,6 +207,13 @@ class ServerState:
         self.preflight_lookup: Callable[[Path], Any] = lambda folder: self.preflight.get(
             str(folder)
         )
+        # The project view (lsp/project.py installs these): the facts of an open document and
+        # of a closed file, and who hears that a document was opened, edited or closed.
+        self.project_facts: Callable[[Unit], ModuleProjectFacts | None] = lambda unit: None
+        self.project_facts_at: Callable[[Path, Settings], ModuleProjectFacts | None] = (
+            lambda path, settings: None
+        )
+        self.text_listener: Callable[[Unit, str], None] | None = None
         self._shown: set[str] = set()
         self._workspace_event: asyncio.Event | None = None
         self._flush_scheduled = False
@@ -325,6 +334,8 @@ class ServerState:
         unit.size_bound = len(text)
         self._refresh_settings(unit)
         self.units[uri] = unit
+        if self.text_listener is not None:
+            self.text_listener(unit, "open")
         self.schedule()
         self.workspace_changed()
         return unit
@@ -346,6 +357,8 @@ class ServerState:
         self._check_size(unit, sum(len(ch.text) for ch in changes))
         unit.version = version
         unit.dirty = True
+        if self.text_listener is not None:
+            self.text_listener(unit, "change")
         self.schedule()
 
     def _replace_text(self, unit: Unit, text: str) -> None:
@@ -378,6 +391,8 @@ class ServerState:
     def close(self, uri: str) -> None:
         unit = self.units.pop(uri, None)
         if unit is not None:
+            if self.text_listener is not None:
+                self.text_listener(unit, "close")
             self.workspace_changed()
             for view_uri, _, _ in unit.views():
                 self.pulled.discard(view_uri)
@@ -498,6 +513,7 @@ class ServerState:
 
     def analyse(self, unit: Unit, publish: bool = True) -> None:
         unit.dirty = False
+        unit.project = self.project_facts(unit)
         if isinstance(unit.doc, PlainText):
             if unit.enabled:
                 self.notify_once(
@@ -509,7 +525,7 @@ class ServerState:
             from ddp_lsp.core.engine import analyze
 
             try:
-                result = analyze(unit.doc, unit.settings, unit.env)
+                result = analyze(unit.doc, unit.settings, unit.env, project=unit.project)
                 findings = result.findings
                 for err in result.errors:
                     log.error(

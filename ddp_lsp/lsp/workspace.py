@@ -8,8 +8,8 @@ client's ``previousResultIds`` gets an "unchanged" report.
 Cost of a repeated pull. vscode-languageclient asks again 2 s after every answer, for as long
 as the window is open, so a repeated pull must be nearly free:
 
-- Closed files are cached by (path, mtime_ns, size, settings, environment): an unchanged file
-  costs a ``stat`` and a settings lookup, not a read and an analysis.
+- Closed files are cached by (path, mtime_ns, size, settings, environment, project facts): an
+  unchanged file costs a ``stat`` and a settings lookup, not a read and an analysis.
 - Between files the handler yields to the event loop, so edits to open documents keep being
   analysed and published while a large workspace is scanned.
 - When the client already holds every result (all "unchanged"), the request is held open (the
@@ -34,6 +34,7 @@ from typing import Any
 from lsprotocol import types as T
 
 from ddp_lsp.config import DEFAULT_EXCLUDE, Settings
+from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.engine import analyze
 from ddp_lsp.core.env import Environment
 from ddp_lsp.lsp.convert import Codec
@@ -53,6 +54,7 @@ class _Key:
     settings: Settings
     env: Environment | None
     encoding: str
+    project: ModuleProjectFacts | None  # what the rest of the project says (compared by value)
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,12 @@ def _file_report(
         cache.files.pop(path, None)
         return [], _result_id([])
     key = _Key(
-        st.st_mtime_ns, st.st_size, settings, state.environment_for(path), state.codec.encoding
+        st.st_mtime_ns,
+        st.st_size,
+        settings,
+        state.environment_for(path),
+        state.codec.encoding,
+        state.project_facts_at(path, settings),
     )
     cached = cache.files.get(path)
     if cached is not None and cached.key == key:
@@ -108,7 +115,7 @@ def _file_report(
         if text is not None:
             from ddp_lsp.core.document import split_lines
 
-            result = analyze(text, settings, key.env)
+            result = analyze(text, settings, key.env, project=key.project)
             lines = split_lines(text)
             codec: Codec = state.codec
             diags = [to_diagnostic(f, i, None, lines, codec) for i, f in enumerate(result.findings)]

@@ -86,7 +86,7 @@ async def test_initialize_advertises_features(client: LanguageClient):
     caps = capabilities(client.profile).workspace  # type: ignore[attr-defined]
     watch = caps.did_change_watched_files if caps else None
     if watch and watch.dynamic_registration:
-        # The server registers its pyproject.toml watcher from its `initialized` handler.
+        # The server registers its file watchers from its `initialized` handler.
         await asyncio.wait_for(client.recorder.registered.wait(), TIMEOUT)  # type: ignore[attr-defined]
         regs = client.recorder.registrations  # type: ignore[attr-defined]
         globs = [
@@ -95,7 +95,7 @@ async def test_initialize_advertises_features(client: LanguageClient):
             if r.method == T.WORKSPACE_DID_CHANGE_WATCHED_FILES
             for w in r.register_options["watchers"]
         ]
-        assert globs == ["**/pyproject.toml"]
+        assert globs == ["**/pyproject.toml", "**/*.py"]
 
 
 async def test_open_publishes_diagnostics(client: LanguageClient):

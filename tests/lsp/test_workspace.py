@@ -25,9 +25,9 @@ async def test_unchanged_files_are_not_read_again(tmp_path: Path, monkeypatch: A
     analysed: list[int] = []
     real = W.analyze
 
-    def counting(text: str, *args: Any) -> Any:
+    def counting(text: str, *args: Any, **kwargs: Any) -> Any:
         analysed.append(len(text))
-        return real(text, *args)
+        return real(text, *args, **kwargs)
 
     monkeypatch.setattr(W, "analyze", counting)
     state, cache = _state(tmp_path), W.WorkspaceCache()
