@@ -17,6 +17,7 @@ export interface ServerSettings {
   rankGuardNames: string[];
   assumeDistributed: boolean;
   exclude: string[];
+  project: boolean;
   preflight: { python: string | null };
 }
 
@@ -39,6 +40,7 @@ export const SERVER_KEYS = [
   "rankGuardNames",
   "assumeDistributed",
   "exclude",
+  "project",
   "preflight.python",
 ] as const;
 
@@ -65,6 +67,7 @@ export function serverSettings(config: ConfigReader, trusted: boolean): ServerSe
     rankGuardNames: stringList(config.get("rankGuardNames"), []),
     assumeDistributed: config.get<boolean>("assumeDistributed") ?? false,
     exclude: stringList(config.get("exclude"), []),
+    project: config.get<boolean>("project") ?? true,
     preflight: { python: trusted && python ? python : null },
   };
 }

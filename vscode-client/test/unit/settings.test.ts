@@ -16,6 +16,7 @@ test("defaults map to the server's defaults", () => {
     rankGuardNames: [],
     assumeDistributed: false,
     exclude: [],
+    project: true,
     preflight: { python: null },
   });
 });
@@ -30,6 +31,7 @@ test("every analysis setting is passed through under the server's key", () => {
       rankGuardNames: ["is_leader"],
       assumeDistributed: true,
       exclude: ["legacy/**"],
+      project: false,
       "preflight.python": "/opt/train/bin/python",
       interpreter: "/usr/bin/python3",
       "trace.server": "verbose",
@@ -43,6 +45,7 @@ test("every analysis setting is passed through under the server's key", () => {
   assert.deepEqual(s.rankGuardNames, ["is_leader"]);
   assert.equal(s.assumeDistributed, true);
   assert.deepEqual(s.exclude, ["legacy/**"]);
+  assert.equal(s.project, false);
   assert.deepEqual(s.preflight, { python: "/opt/train/bin/python" });
   // Client-only keys never reach the server.
   assert.equal("interpreter" in s, false);
