@@ -46,6 +46,9 @@ ONLY_CALLED_GUARDED = "only_called_guarded"
 UPDATES_SCALER = "scaler_update"  # calls .update() on a GradScaler
 SETS_EPOCH = "set_epoch"  # calls .set_epoch(...) (on a sampler, a loader's sampler...)
 SETS_DEVICE = "set_device"  # calls torch.cuda.set_device(...)
+# Writes a checkpoint (torch.save, safetensors) to a path given as a parameter, on every rank:
+# where it runs is the caller's decision (`save_checkpoint(state, filename)`).
+SAVES_CALLER_PATH = "saves_caller_path"
 MODULE = "<module>"  # pseudo-function: the module's top-level code (all chunks together)
 INITS_PG = "init_process_group"
 DESTROYS_PG = "destroy_process_group"
@@ -171,6 +174,13 @@ def extract_module(tree: ast.Module, ranks: RankModel) -> ModuleExtract:
     return ModuleExtract(cf, tuple(x.dotted_sites), (*x.site_lines, *x.dotted_lines))
 
 
+_SAVERS = frozenset({"save", "save_file", "save_model"})
+_SAVES_RAW = "saves:"
+_CHECKPOINT_WRITERS = frozenset(
+    {N.TORCH_SAVE, "safetensors.torch.save_file", "safetensors.torch.save_model"}
+)
+
+
 class _Extractor:
     def __init__(self, ranks: RankModel, project: bool = False) -> None:
         self.ranks = ranks
@@ -190,6 +200,7 @@ class _Extractor:
         self.class_stack: list[str] = []
         self._calls: list[set[str]] = []  # per open function
         self._props: list[set[str]] = []
+        self._params: list[frozenset[str]] = []
 
     def _maybe_project_call(self, name: str) -> bool:
         """``engine.train_one_epoch`` / ``du.save_on_master``: a call through an imported
@@ -294,6 +305,7 @@ class _Extractor:
                 self.bindings.append(Binding(qual, a.arg, ("=rank",)))
         self._calls.append(set())
         self._props.append(set())
+        self._params.append(frozenset(params))
         saved_classes = self.class_stack
         self.class_stack = [cls] if cls else []
         body_guarded = _guards_itself(f.body, self.ranks)
@@ -301,6 +313,7 @@ class _Extractor:
         self.class_stack = saved_classes
         calls = self._calls.pop()
         props = self._props.pop()
+        self._params.pop()
         if body_guarded:
             props.add(GUARDS_ITSELF)
         if _is_rank_predicate(f, self.ranks):
@@ -345,6 +358,14 @@ class _Extractor:
             self._prop(SETS_EPOCH)
         elif last == "init_process_group":
             self.env_markers = True
+        elif last in _SAVERS and not guarded and self._params:
+            dest = c.args[1] if len(c.args) > 1 else None
+            for kw in c.keywords:
+                if kw.arg in ("f", "filename"):
+                    dest = kw.value
+            if isinstance(dest, ast.Name) and dest.id in self._params[-1]:
+                # Raw: the spelling is resolved in merge (`torch.save`, not `self.save`).
+                self._prop(f"{_SAVES_RAW}{name}")
         callee = name
         if name.startswith("self.") and name.count(".") == 1 and self.class_stack:
             callee = f"{self.class_stack[-1]}.{last}"
@@ -684,6 +705,11 @@ def merge(
     callee_memo: dict[str, frozenset[str]] = {}
     for q, fi in functions.items():
         props = set(fi.props)
+        raw = [p for p in props if p.startswith(_SAVES_RAW)]
+        if raw:
+            props.difference_update(raw)
+            if any(N.resolve(p[len(_SAVES_RAW) :], aliases) in _CHECKPOINT_WRITERS for p in raw):
+                props.add(SAVES_CALLER_PATH)
         for callee in fi.calls:
             direct = callee_memo.get(callee)
             if direct is None:

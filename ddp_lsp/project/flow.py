@@ -59,6 +59,7 @@ _PROP_TEXT = {
     F.SETS_DEVICE: "selects the GPU (torch.cuda.set_device)",
     F.INITS_PG: "initialises the process group",
     F.DESTROYS_PG: "destroys the process group",
+    F.SAVES_CALLER_PATH: "saves to the path its caller passes, on every rank",
 }
 
 

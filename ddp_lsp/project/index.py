@@ -33,7 +33,7 @@ from ddp_lsp.core import names as N
 from ddp_lsp.core.ranks import RankModel
 
 # Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 _T = TypeVar("_T")
 PROJECT_MARKERS = ("pyproject.toml", ".git")
 
@@ -306,6 +306,19 @@ class SummaryCache:
         return summary
 
 
+def _calls_named(summary: ModuleSummary, names: frozenset[str]) -> frozenset[str]:
+    """Which of ``names`` the file calls (``is_leader()``, ``utils.is_leader()``)."""
+    if not names:
+        return frozenset()
+    found = set()
+    for fi in summary.facts.functions:
+        for callee in fi.calls:
+            last = callee.rpartition(".")[2]
+            if last in names:
+                found.add(last)
+    return frozenset(found)
+
+
 class ProjectIndex:
     """Summaries of every Python file of a project root, kept up to date by :meth:`update`."""
 
@@ -328,7 +341,14 @@ class ProjectIndex:
         self.cache = SummaryCache(directory)
         self._by_path: dict[str, ModuleSummary] = {}
         self._by_module: dict[str, ModuleSummary] = {}
-        self._ranks_key = _ranks_key(self.ranks)
+        # Rank-0 predicates the project defines (`def is_leader(): return get_rank() == 0` in
+        # utils.py): a file calling one is summarised knowing it, so `if utils.is_leader():`
+        # guards its body there too. Files given as text (open in an editor) keep that text.
+        self.project_predicates: frozenset[str] = frozenset()
+        self._texts: dict[str, bytes] = {}
+        self._models: dict[frozenset[str], tuple[RankModel, bytes]] = {
+            frozenset(): (self.ranks, _ranks_key(self.ranks))
+        }
 
     # -- building ------------------------------------------------------------------------------
 
@@ -356,6 +376,7 @@ class ProjectIndex:
             except OSError:
                 continue
             self._add(p, data)
+        self._refresh_predicates()
         return self
 
     def _rel(self, path: Path) -> str:
@@ -365,11 +386,14 @@ class ProjectIndex:
         except ValueError:
             return p.name
 
-    def _add(self, path: Path, data: bytes) -> ModuleSummary:
-        rel = self._rel(path)
+    def _summary(self, rel: str, data: bytes, predicates: frozenset[str]) -> ModuleSummary:
+        model = self._models.get(predicates)
+        if model is None:
+            ranks = self.ranks.with_extra(predicates=predicates)
+            model = self._models[predicates] = (ranks, _ranks_key(ranks))
         # The name is part of the key: the summary holds the module name its path gives.
         h = hashlib.blake2b(digest_size=16)
-        h.update(self._ranks_key)
+        h.update(model[1])
         h.update(rel.encode())
         h.update(b"\0")
         h.update(data)
@@ -378,9 +402,17 @@ class ProjectIndex:
         if summary is None:
             self.cache.misses += 1
             text = data.decode("utf-8", errors="replace")
-            summary = self.cache.put(key, summarise(rel, text, key, self.ranks))
+            summary = self.cache.put(key, summarise(rel, text, key, model[0]))
         else:
             self.cache.hits += 1
+        return summary
+
+    def _add(self, path: Path, data: bytes) -> ModuleSummary:
+        rel = self._rel(path)
+        summary = self._summary(rel, data, frozenset())
+        used = _calls_named(summary, self.project_predicates)
+        if used:
+            summary = self._summary(rel, data, used)
         old = self._by_path.get(rel)
         if old is not None and self._by_module.get(old.module) is old:
             del self._by_module[old.module]
@@ -394,16 +426,49 @@ class ProjectIndex:
 
     def update(self, path: Path, text: str | None) -> ModuleSummary | None:
         """An edited file (``text``), or a deleted one (``None``)."""
+        rel = self._rel(path)
         if text is None:
-            rel = self._rel(path)
+            self._texts.pop(rel, None)
             old = self._by_path.pop(rel, None)
             if old is not None and self._by_module.get(old.module) is old:
                 del self._by_module[old.module]
                 for s in sorted(self._by_path.values(), key=lambda s: s.path):
                     if s.module == old.module:
                         self._by_module[s.module] = s
+            self._refresh_predicates()
             return None
-        return self._add(path, text.encode("utf-8"))
+        data = text.encode("utf-8")
+        self._texts[rel] = data
+        self._add(path, data)
+        self._refresh_predicates()
+        return self._by_path.get(rel)
+
+    def forget_text(self, path: Path) -> None:
+        """The editor closed ``path``: its text on disk counts again (call update after)."""
+        self._texts.pop(self._rel(path), None)
+
+    def _refresh_predicates(self) -> None:
+        """Re-summarise the files whose calls name a predicate that appeared or went away."""
+        defined: set[str] = set()
+        for s in self._by_path.values():
+            for fi in s.facts.functions:
+                if F.RANK_PREDICATE in fi.props:
+                    defined.add(fi.qualname.rpartition(".")[2])
+        new = frozenset(defined - self.ranks.predicates)
+        if new == self.project_predicates:
+            return
+        changed = new ^ self.project_predicates
+        self.project_predicates = new
+        for rel, s in sorted(self._by_path.items()):
+            if not _calls_named(s, changed):
+                continue
+            data = self._texts.get(rel)
+            if data is None:
+                try:
+                    data = (self.root / rel).read_bytes()
+                except OSError:
+                    continue
+            self._add(self.root / rel, data)
 
     # -- queries -------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from typing import Any
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
+from ddp_lsp.core.crossfile import Provenance
 from ddp_lsp.core.ranks import Polarity
 from ddp_lsp.core.rule import ChunkContext
 from ddp_lsp.core.types import Edit, Fix, Pos, Span
@@ -655,6 +656,7 @@ class Write:
     dest: ast.expr | None  # the path (or directory) written
     stmt: ast.stmt | None  # the statement to guard when not the call's own statement
     fixable: bool = True
+    source: Provenance | None = None  # a helper in another file that performs the write
 
 
 def _arg(call: ast.Call, index: int, keyword: str) -> ast.expr | None:
@@ -819,7 +821,23 @@ def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
         mode = _arg(call, 1, "mode")
         label = f"open(..., {ctx.segment(mode)})" if mode is not None else "open"
         return Write(label, path, with_stmt, with_stmt is not None)
-    return None
+    return _helper_write(ctx, call, root)
+
+
+def _helper_write(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> Write | None:
+    """A helper of another file that saves to the path its caller passes, on every rank
+    (``utils.save_checkpoint(state, path)``): where it runs is decided here."""
+    props = ctx.callee_props(call)
+    if K.SAVES_CALLER_PATH not in props or K.GUARDS_ITSELF in props:
+        return None
+    source = ctx.callee_source(call, K.SAVES_CALLER_PATH)
+    if source is None:
+        return None  # a helper of this file: its own save is checked where it is
+    args = [*call.args, *(kw.value for kw in call.keywords)]
+    if any(per_rank_path(ctx, a, root) for a in args):
+        return None
+    label = ctx.segment(call.func)
+    return Write(label if "\n" not in label else "the helper", None, None, source=source)
 
 
 def _saves_into(ctx: ChunkContext, with_stmt: ast.With | ast.AsyncWith) -> bool:

@@ -45,6 +45,13 @@ offered when the condition cannot be evaluated before the forward (it depends on
 computed later in the iteration, or calls a function), or when the loop's length is unknown.
 
 ## Known false positives
+Across files (the project view of the CLI and the server), a model a caller in another file
+wraps in DDP counts (`main.py` wraps it, `engine.py`'s `train_one_epoch(model, ...)`
+accumulates); the message says where it was wrapped. When another caller passes a plain model
+(a single-GPU entry point sharing the engine), the finding stays, since the DDP launch wastes
+the all-reduces, and the fix adds `and hasattr(model, "no_sync")` so the single-GPU launch keeps
+working.
+
 Models wrapped conditionally (`model = DDP(model) if distributed else model`) are not tracked
 and not reported. Any mention of `no_sync`, `require_backward_grad_sync` or
 `accelerator.accumulate` in the function (also through a same-file helper) silences the rule,

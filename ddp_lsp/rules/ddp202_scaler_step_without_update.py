@@ -47,7 +47,10 @@ where the update belongs is a decision.
 Only loops are checked: a `train_step` function without a loop may leave the update to its
 caller, so it is not reported. The rule stays quiet when the scaler is handed to another
 function, or when a same-file helper that can reach it (a method using `self.scaler`) is
-called in the loop, since the update may happen there.
+called in the loop, since the update may happen there. With the project view, an instance of
+a project class that wraps a GradScaler and unscales or updates it in its own methods (timm's
+`NativeScaler`, `NativeScalerWithGradNormCount`) is not a GradScaler: its `step` is not
+reported.
 
 ## References
 - https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler.update

@@ -49,9 +49,16 @@ once per node) and are not reported, nor are per-rank files (the rank in the pat
 themselves and must be called on every rank), `torch.distributed.checkpoint.save` (a
 collective), `save_pretrained(..., is_main_process=...)`, functions that guard themselves
 (`save_on_master`) or are only called under a guard, `@rank_zero_only` functions, and code
-after `mp.spawn(...)` (the parent process). A helper imported from another file
-(`utils.save_checkpoint(...)`) is not reported: whether it guards itself is not visible here,
-and neither is a module-level save helper that writes to the path its caller passes in.
+after `mp.spawn(...)` (the parent process). A module-level save helper that writes to the
+path its caller passes in (`save_checkpoint(state, filename)`) is not reported where it saves:
+the caller decides the rank. With the project view (the CLI and the server index the project;
+`--no-project` turns it off), a call of such a helper defined in another file
+(`utils.save_checkpoint(state, "last.pt")`) is reported where it is made, unless guarded;
+helpers that guard themselves (`utils.save_on_master`) are not; a function whose every caller,
+in any file, calls it under a rank-0 guard (`if utils.is_main_process(): engine.export(model)`)
+is not reported, and rank-0 predicates defined in other files
+(`def is_leader(): return get_rank() == 0`) count as guards. Without the project view, a helper
+imported from another file is not reported.
 
 Still reported: a save inside a method whose only caller guards it with a name not known as a
 rank (the PyTorch DDP tutorial's `if self.gpu_id == 0:` is known; `gpu_id` is a default rank
@@ -117,7 +124,7 @@ class UnguardedCheckpointSave(Rule):
                     f". `{collective}` gathers across ranks, so call it on every rank first "
                     "and guard only the write"
                 )
-            yield ctx.finding(self, call, message, fixes=fixes)
+            yield ctx.finding(self, call, message, fixes=fixes, cite=(write.source,))
 
 
 def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | None) -> bool:

@@ -1,0 +1,340 @@
+"""Rules with facts from other files: each case is a small project, checked with and without
+the project view (the "without" half shows what the per-file analysis misses or gets wrong)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ddp_lsp.config import Settings
+from ddp_lsp.core.engine import analyze, fix_text
+from ddp_lsp.core.types import Finding
+from ddp_lsp.project import ProjectIndex, compute
+from tests.project.helpers import FIXTURES
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    (root / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+
+
+def _findings(root: Path, rel: str, project: bool = True) -> list[Finding]:
+    text = (root / rel).read_text()
+    if not project:
+        return list(analyze(text).findings)
+    facts = compute(ProjectIndex(root, cache_dir=False).build())
+    return list(analyze(text, project=facts.for_path(rel)).findings)
+
+
+def _ids(findings: list[Finding]) -> list[tuple[str, int]]:
+    return [(f.rule_id, f.span.start.line + 1) for f in findings]
+
+
+# -- DDP101: the DDP wrap is in another file ---------------------------------------------------
+
+
+def test_ddp101_in_engine_cites_the_wrap_in_main() -> None:
+    root = FIXTURES / "deit"
+    assert "DDP101" not in {f.rule_id for f in _findings(root, "engine.py", project=False)}
+    [f] = [f for f in _findings(root, "engine.py") if f.rule_id == "DDP101"]
+    assert f.message.endswith("(model is wrapped in DistributedDataParallel at main.py:12)")
+    elsewhere = [(Path(r.path).name, r.span.start.line + 1, r.message) for r in f.related if r.path]
+    assert elsewhere == [
+        ("main.py", 12, "model is wrapped in DistributedDataParallel"),
+        ("main.py", 18, "main calls train_one_epoch(model=model)"),
+    ]
+    assert all(Path(r.path).is_absolute() for r in f.related if r.path)
+
+
+def test_ddp101_shared_engine_fix_keeps_the_single_gpu_caller_working() -> None:
+    root = FIXTURES / "shared"
+    [f] = [f for f in _findings(root, "engine.py") if f.rule_id == "DDP101"]
+    assert "at main_ddp.py:9; some callers pass one that is not)" in f.message
+    facts = compute(ProjectIndex(root, cache_dir=False).build())
+    fixed, n = fix_text((root / "engine.py").read_text(), project=facts.for_path("engine.py"))
+    assert n == 1
+    # train_single.py passes a plain nn.Module, which has no no_sync().
+    assert 'with model.no_sync() if is_accumulating and hasattr(model, "no_sync") else' in fixed
+    compile(fixed, "engine.py", "exec")
+    # The single-GPU entry point itself gets nothing from the project.
+    assert _findings(root, "train_single.py") == []
+
+
+def test_ddp101_fix_is_plain_when_every_caller_wraps(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "engine.py": """\
+            def train(model, loader, optimizer, accum):
+                for i, batch in enumerate(loader):
+                    model(batch).sum().backward()
+                    if (i + 1) % accum == 0:
+                        optimizer.step()
+            """,
+            "main.py": """\
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            import engine
+
+            dist.init_process_group("gloo")
+            net = DDP(torch.nn.Linear(2, 2))
+            engine.train(net, [], torch.optim.SGD(net.parameters(), lr=0.1), 4)
+            """,
+        },
+    )
+    facts = compute(ProjectIndex(tmp_path, cache_dir=False).build())
+    fixed, n = fix_text((tmp_path / "engine.py").read_text(), project=facts.for_path("engine.py"))
+    assert n == 1 and "with model.no_sync() if is_accumulating else" in fixed
+    [f] = [f for f in _findings(tmp_path, "engine.py") if f.rule_id == "DDP101"]
+    assert "(net is wrapped in DistributedDataParallel at main.py:8)" in f.message
+
+
+# -- DDP103: a collective in a helper of another module --------------------------------------------
+
+
+def test_ddp103_rank_guarded_call_into_broadcasting_resume_helper() -> None:
+    root = FIXTURES / "resume"
+    assert "DDP103" not in {f.rule_id for f in _findings(root, "train.py", project=False)}
+    found = [f for f in _findings(root, "train.py") if f.rule_id == "DDP103"]
+    assert _ids(found) == [("DDP103", 12)]  # do_resume; load_weights (no collective) is fine
+    assert "`resume_from` performs a collective at utils/checkpoint.py:5" in found[0].message
+    assert any(r.path and r.path.endswith("utils/checkpoint.py") for r in found[0].related)
+
+
+# -- DDP2xx: the scaler comes from a caller ---------------------------------------------------------
+
+_AMP_MAIN = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import engine
+{imports}
+
+dist.init_process_group("nccl")
+model = DDP(torch.nn.Linear(2, 2).cuda())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loss_scaler = {scaler}
+engine.train(model, [], optimizer, loss_scaler)
+"""
+
+_AMP_ENGINE = """\
+import torch
+
+
+def train(model, loader, solver, loss_scaler):
+    for batch in loader:
+        loss = model(batch).sum()
+        loss_scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        solver.step()
+"""
+
+
+def test_ddp201_ddp203_know_the_scaler_and_optimizer_from_the_caller(tmp_path: Path) -> None:
+    main = _AMP_MAIN.format(imports="", scaler='torch.amp.GradScaler("cuda")')
+    _write(tmp_path, {"main.py": main, "engine.py": _AMP_ENGINE})
+    # Alone, engine.py is not even distributed code; told it is, `solver` is still not known
+    # as an optimizer, and the step that bypasses the scaler is missed.
+    assert _findings(tmp_path, "engine.py", project=False) == []
+    told = analyze((tmp_path / "engine.py").read_text(), Settings(assume_distributed=True))
+    assert {f.rule_id for f in told.findings} == {"DDP201"}
+    found = {f.rule_id: f for f in _findings(tmp_path, "engine.py")}
+    assert found["DDP201"].message.endswith("(loss_scaler is a GradScaler at main.py:11)")
+    assert found["DDP203"].message.endswith(
+        "(loss_scaler is a GradScaler at main.py:11; optimizer is an optimizer at main.py:10)"
+    )
+    assert [Path(r.path).name for r in found["DDP203"].related if r.path] == ["main.py"] * 4
+
+
+_WRAPPER = """\
+import torch
+
+
+class NativeScaler:
+    def __init__(self):
+        self._scaler = torch.amp.GradScaler("cuda")
+
+    def scale(self, loss):
+        return self._scaler.scale(loss)
+
+    def step(self, optimizer, clip=None, parameters=None):
+        self._scaler.unscale_(optimizer)
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(parameters, clip)
+        self._scaler.step(optimizer)
+        self._scaler.update()
+"""
+
+
+@pytest.mark.parametrize("imports", ["from utils.amp import NativeScaler", "from utils import amp"])
+def test_scaler_wrapper_that_unscales_itself_is_not_a_grad_scaler(
+    tmp_path: Path, imports: str
+) -> None:
+    scaler = "NativeScaler()" if "NativeScaler" in imports else "amp.NativeScaler()"
+    engine = """\
+    def train(model, loader, optimizer, loss_scaler):
+        for batch in loader:
+            loss = model(batch).sum()
+            loss_scaler.scale(loss).backward()
+            loss_scaler.step(optimizer, clip=1.0, parameters=model.parameters())
+    """
+    _write(
+        tmp_path,
+        {
+            "main.py": _AMP_MAIN.format(imports=imports, scaler=scaler),
+            "engine.py": engine,
+            "utils/__init__.py": "",
+            "utils/amp.py": _WRAPPER,
+        },
+    )
+    # Alone, `loss_scaler.scale(...)` makes it look like a GradScaler stepped without update().
+    told = analyze((tmp_path / "engine.py").read_text(), Settings(assume_distributed=True))
+    assert "DDP202" in {f.rule_id for f in told.findings}
+    assert "DDP202" not in {f.rule_id for f in _findings(tmp_path, "engine.py")}
+
+
+# -- DDP501: who guards the save ---------------------------------------------------------------------
+
+_SAVE_UTILS = """\
+import torch
+import torch.distributed as dist
+
+
+def is_leader():
+    return dist.get_rank() == 0
+
+
+def save_on_master(*args, **kwargs):
+    if is_leader():
+        torch.save(*args, **kwargs)
+
+
+def save_checkpoint(state, filename):
+    torch.save(state, filename)
+"""
+
+
+def _save_project(tmp_path: Path, main_body: str) -> None:
+    _write(
+        tmp_path,
+        {
+            "utils.py": _SAVE_UTILS,
+            "engine.py": """\
+            import torch
+
+
+            def export(model, path):
+                torch.save(model.state_dict(), "export.pt")
+            """,
+            "main.py": textwrap.dedent(
+                """\
+                import torch
+                import torch.distributed as dist
+
+                import engine
+                import utils
+
+                dist.init_process_group("nccl")
+                model = torch.nn.Linear(2, 2)
+                """
+            )
+            + textwrap.dedent(main_body),
+        },
+    )
+
+
+def test_ddp501_helper_of_another_file_saving_on_every_rank(tmp_path: Path) -> None:
+    _save_project(
+        tmp_path,
+        """\
+        utils.save_checkpoint(model.state_dict(), "last.pt")
+        utils.save_on_master(model.state_dict(), "best.pt")
+        if utils.is_leader():
+            utils.save_checkpoint(model.state_dict(), "guarded.pt")
+        utils.save_checkpoint(model.state_dict(), f"rank{dist.get_rank()}.pt")
+        """,
+    )
+    assert "DDP501" not in {f.rule_id for f in _findings(tmp_path, "main.py", project=False)}
+    found = [f for f in _findings(tmp_path, "main.py") if f.rule_id == "DDP501"]
+    # Only the unguarded call of the helper that saves on every rank: save_on_master guards
+    # itself, the second call is under a predicate defined in utils.py, the last is per rank.
+    assert _ids(found) == [("DDP501", 9)]
+    assert (
+        "`save_checkpoint` saves to the path its caller passes, on every rank at utils.py:14"
+        in (found[0].message)
+    )
+    fix = found[0].preferred_fix
+    assert fix is not None and fix.edits[0].text.startswith("if ")
+
+
+def test_ddp501_function_only_called_under_a_guard_from_another_file(tmp_path: Path) -> None:
+    _save_project(
+        tmp_path,
+        """\
+        if utils.is_leader():
+            engine.export(model, "x")
+        """,
+    )
+    assert (
+        _ids([f for f in _findings(tmp_path, "engine.py", project=False)]) == []
+    )  # not distributed alone
+    # engine.py is distributed through main.py, and export() is only ever called on rank 0.
+    assert [f for f in _findings(tmp_path, "engine.py") if f.rule_id == "DDP501"] == []
+
+
+def test_ddp501_function_called_unguarded_from_another_file(tmp_path: Path) -> None:
+    _save_project(tmp_path, 'engine.export(model, "x")\n')
+    found = [f for f in _findings(tmp_path, "engine.py") if f.rule_id == "DDP501"]
+    assert _ids(found) == [("DDP501", 5)]
+
+
+# -- facts flow as the issue says ---------------------------------------------------------------------
+
+
+def test_engine_without_distributed_imports_is_distributed_through_main() -> None:
+    root = FIXTURES / "deit"
+    facts = compute(ProjectIndex(root, cache_dir=False).build())
+    engine = facts.for_path("engine.py")
+    assert engine is not None and engine.distributed is not None
+    assert str(engine.distributed) == "a process group is initialised at util/misc.py:32"
+    # The unused tool is imported by nothing that runs under a process group.
+    tool = facts.for_path("tools_unused.py")
+    assert tool is not None and tool.distributed is None
+
+
+def test_no_project_facts_for_a_module_analysed_alone_changes_nothing() -> None:
+    text = (FIXTURES / "deit" / "main.py").read_text()
+    assert analyze(text).findings == analyze(text, project=None).findings
+
+
+def test_project_predicates_follow_edits(tmp_path: Path) -> None:
+    _save_project(tmp_path, 'if utils.is_leader():\n    engine.export(model, "x")\n')
+    index = ProjectIndex(tmp_path, cache_dir=False).build()
+    assert index.project_predicates == {"is_leader"}
+
+    def guarded() -> bool:
+        [site] = [s for s in index.summaries["main.py"].dotted_sites if s.callee == "engine.export"]
+        return site.guarded
+
+    assert guarded()
+    # is_leader stops being a rank-0 predicate: main.py is summarised again without it.
+    index.update(tmp_path / "utils.py", _SAVE_UTILS.replace("== 0", "== 1"))
+    assert index.project_predicates == frozenset() and not guarded()
+    assert [f for f in _findings_of(index, tmp_path, "engine.py") if f.rule_id == "DDP501"]
+    # ...and back (the editor's text of main.py, not the disk, is what gets re-read).
+    index.update(tmp_path / "main.py", (tmp_path / "main.py").read_text() + "# edited\n")
+    index.update(tmp_path / "utils.py", _SAVE_UTILS)
+    assert guarded() and index.summaries["main.py"].lines == 12  # 10 lines + "# edited" + ""
+    assert not [f for f in _findings_of(index, tmp_path, "engine.py") if f.rule_id == "DDP501"]
+
+
+def _findings_of(index: ProjectIndex, root: Path, rel: str) -> list[Finding]:
+    return list(analyze((root / rel).read_text(), project=compute(index).for_path(rel)).findings)
