@@ -186,10 +186,24 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                 out.append((pos, arg))
         return out
 
+    # Classes and their project bases: `self.model` set in BaseTrainer.__init__ (base.py) is the
+    # same attribute in DDPTrainer.fit (ddp_trainer.py).
+    inherits: list[tuple[str, str, str, str]] = []  # (module, class, base module, base class)
+    for m in names:
+        for cls_name, bases in sorted(res.classes(m).items()):
+            for base in bases:
+                r = res.resolve(m, base)
+                if r is not None and r[1] and r[1] in res.classes(r[0]):
+                    inherits.append((m, cls_name, r[0], r[1]))
+
     rounds = 0
     while rounds < MAX_ROUNDS:
         rounds += 1
         proposals: dict[tuple[str, str, str], list[ParamKind]] = {}
+        for m, cls_name, bm, bc in inherits:
+            for (sc, p), pk in kinds[bm].items():
+                if sc == bc and p.startswith("self.") and (cls_name, p) not in kinds[m]:
+                    proposals.setdefault((m, cls_name, p), []).append(pk)
         for m in names:
             fns = res.functions(m)
             for b in summaries[m].facts.bindings:

@@ -90,6 +90,9 @@ def test_trainer_package_with_relative_imports_and_a_class_hierarchy() -> None:
     assert sub.callee_props["DDPTrainer.sync"].target == ("trainer.core.base", "BaseTrainer.sync")
     assert F.COLLECTIVE in sub.callee_props["DDPTrainer.sync"].props
     assert all(m.distributed is not None for m in pf.modules.values())
+    # Attributes set in the base class (another module) are the subclass's too.
+    inherited = sub.extra_kinds[("DDPTrainer", "self.model")]
+    assert inherited == base.extra_kinds[("BaseTrainer", "self.model")]
 
 
 def test_shared_engine_ddp_and_single_gpu_entry_points() -> None:

@@ -114,16 +114,18 @@ def test_rank_model_is_part_of_the_key(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["deit", "resume", "trainer", "shared"])
 def test_summary_facts_are_the_cores(name: str) -> None:
-    # The index runs a subclass of the core's extractor (to keep `module.f(x)` call sites);
-    # its ChunkFacts must stay exactly what facts.extract gives for the whole file.
+    # The index runs the core's whole-module extraction (which also keeps `module.f(x)` call
+    # sites); its ChunkFacts must stay exactly what facts.extract gives for the whole file,
+    # knowing the rank-0 predicates the project defines (trainer/dist.py's is_leader).
     import ast
 
     from ddp_lsp.core import facts as F
 
     index = build(FIXTURES / name)
+    ranks = index.ranks.with_extra(predicates=index.project_predicates)
     for s in index.summaries.values():
         text = (index.root / s.path).read_text()
-        assert s.facts == F.extract(ast.parse(text), None, index.ranks), s.path
+        assert s.facts == F.extract(ast.parse(text), None, ranks), s.path
 
 
 def test_dotted_call_sites_are_kept() -> None:

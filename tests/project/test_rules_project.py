@@ -108,6 +108,22 @@ def test_ddp103_rank_guarded_call_into_broadcasting_resume_helper() -> None:
     assert any(r.path and r.path.endswith("utils/checkpoint.py") for r in found[0].related)
 
 
+def test_trainer_package_class_hierarchy_across_modules() -> None:
+    root = FIXTURES / "trainer"
+    rel = "src/trainer/core/ddp_trainer.py"
+    assert _findings(root, rel, project=False) == []
+    found = {f.rule_id: f for f in _findings(root, rel)}
+    assert _ids(list(found.values())) == [("DDP101", 10), ("DDP103", 19)]
+    # self.model is set in BaseTrainer.__init__ (core/base.py) from launch.py's DDP(...).
+    assert found["DDP101"].message.endswith(
+        "(net is wrapped in DistributedDataParallel at src/trainer/launch.py:11)"
+    )
+    # self.sync is BaseTrainer.sync, which all-reduces through trainer/dist.py; is_leader is a
+    # rank-0 predicate of trainer/dist.py.
+    assert "`reduce_all` performs a collective at src/trainer/dist.py:4" in found["DDP103"].message
+    assert "(`if is_leader():`)" in found["DDP103"].message
+
+
 # -- DDP2xx: the scaler comes from a caller ---------------------------------------------------------
 
 _AMP_MAIN = """\
