@@ -123,7 +123,7 @@ def compute(index: ProjectIndex) -> ProjectFacts:
     res = Resolver(index)
     names = sorted(index.modules)
     summaries: dict[str, ModuleSummary] = {m: index.modules[m] for m in names}
-    own = {m: F.merge([summaries[m].facts]) for m in names}
+    own = {m: index.own_facts(summaries[m]) for m in names}
 
     # -- kinds ---------------------------------------------------------------------------------
     kinds: dict[str, dict[tuple[str, str], ParamKind]] = {m: {} for m in names}

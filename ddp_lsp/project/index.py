@@ -346,6 +346,7 @@ class ProjectIndex:
         # guards its body there too. Files given as text (open in an editor) keep that text.
         self.project_predicates: frozenset[str] = frozenset()
         self._texts: dict[str, bytes] = {}
+        self._own: dict[str, F.ModuleFacts] = {}
         self._models: dict[frozenset[str], tuple[RankModel, bytes]] = {
             frozenset(): (self.ranks, _ranks_key(self.ranks))
         }
@@ -471,6 +472,16 @@ class ProjectIndex:
             self._add(self.root / rel, data)
 
     # -- queries -------------------------------------------------------------------------------
+
+    def own_facts(self, summary: ModuleSummary) -> F.ModuleFacts:
+        """The core's module facts of one file alone (kept per content: an edit to one file
+        recomputes the project's facts without merging every other file again)."""
+        facts = self._own.get(summary.digest)
+        if facts is None:
+            if len(self._own) > 2 * len(self._by_path) + 64:
+                self._own.clear()
+            facts = self._own[summary.digest] = F.merge([summary.facts])
+        return facts
 
     @property
     def modules(self) -> Mapping[str, ModuleSummary]:
