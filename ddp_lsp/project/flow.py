@@ -201,9 +201,9 @@ def compute(index: ProjectIndex) -> ProjectFacts:
         rounds += 1
         proposals: dict[tuple[str, str, str], list[ParamKind]] = {}
         for m, cls_name, bm, bc in inherits:
-            for (sc, p), pk in kinds[bm].items():
+            for (sc, p), base_kind in kinds[bm].items():
                 if sc == bc and p.startswith("self.") and (cls_name, p) not in kinds[m]:
-                    proposals.setdefault((m, cls_name, p), []).append(pk)
+                    proposals.setdefault((m, cls_name, p), []).append(base_kind)
         for m in names:
             fns = res.functions(m)
             for b in summaries[m].facts.bindings:
