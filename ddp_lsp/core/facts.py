@@ -98,7 +98,7 @@ class Binding:
 class CallSite:
     caller: str
     callee: str  # "helper" or "Trainer.method"
-    args: tuple[tuple[int | str, str], ...]  # (position or keyword, argument path)
+    args: tuple[tuple[int | str, str], ...]  # (position or keyword, argument path or "")
     guarded: bool  # under a rank-0 guard
 
 
@@ -373,15 +373,16 @@ class _Extractor:
             self._calls[-1].add(callee)
         local = "." not in name or callee != name
         if local or (self.project and self._maybe_project_call(name)):
+            # Every argument, "" for one that is not a name (`train(nn.Linear(2, 2))`): a
+            # caller passing something of no known kind makes a parameter's kind "mixed".
             args: list[tuple[int | str, str]] = []
             for i, a in enumerate(c.args):
-                p = _path(a)
-                if p:
-                    args.append((i, p))
+                if isinstance(a, ast.Starred):
+                    break  # positions after *args are unknown
+                args.append((i, _path(a) or ""))
             for kw in c.keywords:
-                p = _path(kw.value) if kw.arg else None
-                if p and kw.arg:
-                    args.append((kw.arg, p))
+                if kw.arg:
+                    args.append((kw.arg, _path(kw.value) or ""))
             site = CallSite(scope, callee, tuple(args), guarded)
             if local:
                 self.call_sites.append(site)
@@ -682,6 +683,8 @@ def merge(
                 continue
             caller_cls = functions[cs.caller].cls if cs.caller in functions else None
             for pos, arg_path in cs.args:
+                if not arg_path:
+                    continue
                 if isinstance(pos, int):
                     params = target.params[1:] if target.cls else target.params
                     if pos >= len(params):

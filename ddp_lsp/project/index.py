@@ -33,7 +33,7 @@ from ddp_lsp.core import names as N
 from ddp_lsp.core.ranks import RankModel
 
 # Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 _T = TypeVar("_T")
 PROJECT_MARKERS = ("pyproject.toml", ".git")
 

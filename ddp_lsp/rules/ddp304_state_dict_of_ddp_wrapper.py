@@ -83,10 +83,13 @@ class StateDictOfDdpWrapper(Rule):
                 continue
             end = ctx.span(receiver).end
             text = ctx.segment(receiver)
+            source = ctx.kind_source(receiver, call)
             fix = Fix(
                 title=f"Save {text}.module.state_dict()",
                 edits=(Edit(Span(end, end), ".module"),),
-                safe=True,
+                # A caller in another file passes a plain model (single GPU): `.module` would
+                # raise there.
+                safe=source is None or not source.mixed,
                 preferred=True,
             )
             yield ctx.finding(
@@ -96,6 +99,7 @@ class StateDictOfDdpWrapper(Rule):
                 f"`{save}`, has every key prefixed with `module.` and does not load into a "
                 f"plain model; save `{text}.module.state_dict()`",
                 fixes=[fix],
+                cite=(source,),
             )
 
 

@@ -354,3 +354,35 @@ def test_project_predicates_follow_edits(tmp_path: Path) -> None:
 
 def _findings_of(index: ProjectIndex, root: Path, rel: str) -> list[Finding]:
     return list(analyze((root / rel).read_text(), project=compute(index).for_path(rel)).findings)
+
+
+def test_ddp304_state_dict_of_a_model_wrapped_by_callers(tmp_path: Path) -> None:
+    engine = """\
+    import torch
+
+
+    def save(model, path):
+        torch.save(model.state_dict(), path)
+    """
+    ddp = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import engine
+
+    dist.init_process_group("nccl")
+    model = DDP(torch.nn.Linear(2, 2))
+    if dist.get_rank() == 0:
+        engine.save(model, "m.pt")
+    """
+    _write(tmp_path, {"engine.py": engine, "main.py": ddp})
+    [f] = [f for f in _findings(tmp_path, "engine.py") if f.rule_id == "DDP304"]
+    assert f.message.endswith("(model is wrapped in DistributedDataParallel at main.py:8)")
+    assert f.fixes[0].safe
+    # A single-GPU entry point passes a plain model: `.module` would raise there.
+    (tmp_path / "single.py").write_text(
+        "import torch\nimport engine\n\nengine.save(torch.nn.Linear(2, 2), 'm.pt')\n"
+    )
+    [f] = [f for f in _findings(tmp_path, "engine.py") if f.rule_id == "DDP304"]
+    assert "some callers pass one that is not" in f.message and not f.fixes[0].safe
