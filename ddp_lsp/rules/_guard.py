@@ -833,7 +833,14 @@ def _helper_write(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> Write | N
     source = ctx.callee_source(call, K.SAVES_CALLER_PATH)
     if source is None:
         return None  # a helper of this file: its own save is checked where it is
-    args = [*call.args, *(kw.value for kw in call.keywords)]
+    # Which argument is the path is not known: any that names the rank makes the files per
+    # rank, except what is clearly the saved object (a state dict, a dict of them).
+    args = [
+        a
+        for a in (*call.args, *(kw.value for kw in call.keywords))
+        if not isinstance(a, (ast.Dict, ast.List))
+        and not (isinstance(a, ast.Call) and P.method_call(a, "state_dict") is not None)
+    ]
     if any(per_rank_path(ctx, a, root) for a in args):
         return None
     label = ctx.segment(call.func)

@@ -386,3 +386,14 @@ def test_ddp304_state_dict_of_a_model_wrapped_by_callers(tmp_path: Path) -> None
     )
     [f] = [f for f in _findings(tmp_path, "engine.py") if f.rule_id == "DDP304"]
     assert "some callers pass one that is not" in f.message and not f.fixes[0].safe
+
+
+def test_example_project_shows_what_only_the_project_view_finds() -> None:
+    root = Path(__file__).parents[2] / "examples" / "project"
+    found = {rel: _ids(_findings(root, rel)) for rel in ("main.py", "engine.py", "utils.py")}
+    assert found == {
+        "main.py": [("DDP103", 16), ("DDP501", 20)],
+        "engine.py": [("DDP101", 9), ("DDP201", 11)],
+        "utils.py": [],
+    }
+    assert all(_findings(root, rel, project=False) == [] for rel in found)
