@@ -15,7 +15,7 @@ def main(args):
     if args.resume and utils.is_main_process():
         utils.resume(model.module, args.resume)
     loader = []
-    for epoch in range(args.epochs):
+    for _ in range(args.epochs):
         train_one_epoch(model, loader, optimizer, scaler, accum_iter=4)
         utils.save_checkpoint(model.module.state_dict(), "checkpoint.pth")
     torch.distributed.destroy_process_group()
