@@ -332,18 +332,7 @@ def _pool_context() -> BaseContext:
 
 
 def _run_batch(jobs: list[Job]) -> list[Outcome]:
-    return [check_job(unpickled(j)) for j in jobs]
-
-
-def unpickled(job: Job) -> Job:
-    """A job as a worker process must use it.
-
-    ModuleProjectFacts stores its hash, computed once from strings; a spawned worker hashes
-    strings with another seed, so the stored hash would differ from that of an equal object
-    built there. Rebuilding it (a few small tuples) recomputes the hash in this process."""
-    if job.project is None:
-        return job
-    return replace(job, project=replace(job.project))
+    return [check_job(j) for j in jobs]
 
 
 def _run_isolated(job: Job, ctx: BaseContext) -> Outcome:
@@ -588,13 +577,13 @@ def repo_root(start: Path) -> Path:
 def project_root(directory: Path, memo: dict[Path, Path | None] | None = None) -> Path | None:
     """The project root of a file in ``directory`` (the nearest directory with a
     pyproject.toml or a .git), or None when there is none: such files are analysed alone."""
-    from ddp_lsp.project.index import PROJECT_MARKERS, find_root
+    from ddp_lsp.project.index import find_root, is_project_root
 
     if memo is not None and directory in memo:
         return memo[directory]
     root: Path | None = find_root([directory])
     assert root is not None
-    if not any((root / m).exists() for m in PROJECT_MARKERS):
+    if not is_project_root(root):
         root = None
     if memo is not None:
         memo[directory] = root
@@ -648,7 +637,7 @@ def project_view(root: Path, settings: Settings, workers: int | None = None) -> 
     facts = compute(index)
     return ProjectView(
         index.root,
-        {m.path: m for m in facts.modules.values()},
+        dict(facts.by_path),
         len(paths),
         index.cache.misses + parsed_elsewhere,
         tuple(p.relative_to(index.root).as_posix() for p in failed),
@@ -657,15 +646,10 @@ def project_view(root: Path, settings: Settings, workers: int | None = None) -> 
 
 
 def _summarise(index: ProjectIndex, paths: Sequence[Path]) -> list[Path]:
-    """Add ``paths`` to the index one by one; the ones that raised."""
-    failed = []
-    for path in paths:
-        try:
-            index.build([path])
-        except Exception:
-            log.debug("project index: cannot summarise %s", path, exc_info=True)
-            failed.append(path)
-    return failed
+    """Add ``paths`` to the index; the ones whose summary raised."""
+    before = len(index.failed)
+    index.build(paths)
+    return index.failed[before:]
 
 
 def _index_workers(paths: Sequence[Path], cache: Path | None, workers: int | None) -> int:

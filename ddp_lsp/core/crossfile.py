@@ -71,6 +71,22 @@ class ModuleProjectFacts:
         object.__setattr__(self, "_key", key)
         object.__setattr__(self, "_hash", hash(key))
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Rebuilt from its fields where it is unpickled: the stored hash is of strings, and a
+        # process started with another hash seed (a spawned worker) hashes them differently.
+        return (
+            type(self),
+            (
+                self.module,
+                self.path,
+                dict(self.extra_kinds),
+                dict(self.callee_props),
+                self.distributed,
+                self.only_called_guarded,
+                self.root,
+            ),
+        )
+
     @property
     def key(self) -> tuple[object, ...]:
         return self._key  # type: ignore[attr-defined,no-any-return]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ddp_lsp.core import facts as F
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
@@ -70,11 +71,13 @@ class ProjectFacts:
     )
     rounds: int = 0
 
+    @cached_property
+    def by_path(self) -> Mapping[str, ModuleProjectFacts]:
+        """Each module's facts by its path relative to the root."""
+        return {m.path: m for m in self.modules.values()}
+
     def for_path(self, path: str) -> ModuleProjectFacts | None:
-        for m in self.modules.values():
-            if m.path == path:
-                return m
-        return None
+        return self.by_path.get(path)
 
 
 def _lookup(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import logging
 import os
 import pickle
 import sys
@@ -31,6 +32,8 @@ from ddp_lsp.config import DEFAULT_EXCLUDE, Settings
 from ddp_lsp.core import facts as F
 from ddp_lsp.core import names as N
 from ddp_lsp.core.ranks import RankModel
+
+log = logging.getLogger("ddp_lsp.project")
 
 # Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
 CACHE_VERSION = 5
@@ -77,9 +80,26 @@ def find_root(paths: Iterable[Path]) -> Path:
         if not start.is_dir():
             start = start.parent
     for directory in (start, *start.parents):
-        if any((directory / m).exists() for m in PROJECT_MARKERS):
+        if _too_wide(directory):
+            break
+        if is_project_root(directory):
             return directory
     return start
+
+
+def is_project_root(directory: Path) -> bool:
+    """A directory with a project marker, never the home directory or the file system's root:
+    a dotfiles repository (a .git in $HOME) would make a loose script's project everything
+    the user owns."""
+    return not _too_wide(directory) and any((directory / m).exists() for m in PROJECT_MARKERS)
+
+
+def _too_wide(directory: Path) -> bool:
+    try:
+        home = Path.home().resolve()
+    except RuntimeError:  # no home directory
+        home = None
+    return directory == home or directory == Path(directory.anchor)
 
 
 def module_name(rel: str) -> tuple[str, bool]:
@@ -347,6 +367,7 @@ class ProjectIndex:
         self.project_predicates: frozenset[str] = frozenset()
         self._texts: dict[str, bytes] = {}
         self._own: dict[str, F.ModuleFacts] = {}
+        self.failed: list[Path] = []  # files whose summary raised (see build)
         self._models: dict[frozenset[str], tuple[RankModel, bytes]] = {
             frozenset(): (self.ranks, _ranks_key(self.ranks))
         }
@@ -371,12 +392,19 @@ class ProjectIndex:
                         yield p
 
     def build(self, paths: Iterable[Path] | None = None) -> ProjectIndex:
+        """Add ``paths`` (default: every file of the project). A file that cannot be read is
+        skipped; one whose summary raises (absurd nesting) is listed in ``failed``: either way
+        the rest of the project is indexed."""
         for p in self.files() if paths is None else paths:
             try:
                 data = p.read_bytes()
             except OSError:
                 continue
-            self._add(p, data)
+            try:
+                self._add(p, data)
+            except Exception:
+                log.debug("project index: cannot summarise %s", p, exc_info=True)
+                self.failed.append(p)
         self._refresh_predicates()
         return self
 

@@ -168,8 +168,8 @@ def test_unsafe_fixes_flag_marks_and_applies(
 
     real = engine.analyze
 
-    def unsafe_only(source, settings=None, machine=None, rules=None):  # type: ignore[no-untyped-def]
-        res = real(source, settings, machine, rules)
+    def unsafe_only(source, *args, **kwargs):  # type: ignore[no-untyped-def]
+        res = real(source, *args, **kwargs)
         findings = tuple(
             replace(f, fixes=tuple(replace(x, safe=False) for x in f.fixes)) for f in res.findings
         )

@@ -145,3 +145,19 @@ def test_equal_facts_are_shared_between_files(tmp_path: Path) -> None:
     fb = index.modules["b"].facts.functions[0]
     assert fa.calls is fb.calls and fa.params is fb.params
     assert index.modules["a"].facts.imports is index.modules["b"].facts.imports
+
+
+def test_home_directory_is_never_a_project_root(tmp_path: Path, monkeypatch) -> None:
+    # A dotfiles repository: $HOME/.git. A loose script under it is not a 100k-file project.
+    from ddp_lsp.project.index import find_root, is_project_root
+
+    home = tmp_path / "home"
+    (home / ".git").mkdir(parents=True)
+    (home / "scratch").mkdir()
+    (home / "work" / "proj").mkdir(parents=True)
+    (home / "work" / "proj" / "pyproject.toml").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    assert not is_project_root(home)
+    assert not is_project_root(home / "scratch")
+    assert find_root([home / "scratch" / "t.py"]) == home / "scratch"
+    assert find_root([home / "work" / "proj" / "t.py"]) == home / "work" / "proj"
