@@ -1,6 +1,7 @@
 """Benchmark the language server over stdio, against a bare pygls server and ``ruff server``.
 
-Run: .venv/bin/python bench/bench_lsp.py [--quick] [--edits N] [--no-ruff]
+Run: .venv/bin/python bench/bench_lsp.py [--quick] [--edits N] [--no-ruff] [--workspace N]
+     .venv/bin/python bench/bench_lsp.py --index-only [--workspace 500]
 
 Measures, per server, in the same run on the same generated DDP-style files (bench/gen.py):
 
@@ -11,6 +12,14 @@ Measures, per server, in the same run on the same generated DDP-style files (ben
   *for that version* (p50/p95), at 1,500 and 20,000 lines;
 - code action latency (p50/p95) on a line with a finding;
 - RSS of the server process with the 20,000-line file open.
+
+With ``--workspace N`` the edited file sits in a workspace folder of N generated modules
+(``bench/bench_index.py``'s project) that the server starts indexing at ``initialized``, with an
+empty index cache: the edits are timed while the workspace is being indexed (the table says how
+many of them fell before the index's ``$/progress`` end). Every run also times the server's
+indexing of such a workspace, initialized to the end of its ``$/progress``, with an empty
+cache (cold) and again with the cache the first run wrote (warm); ``--index-only`` runs only
+that.
 
 Prints a Markdown table; docs/performance.md records a run and this command.
 """
@@ -50,6 +59,7 @@ CAPABILITIES: dict[str, Any] = {
         },
     },
     "workspace": {"workspaceEdit": {"documentChanges": True}, "configuration": False},
+    "window": {"workDoneProgress": True},  # the index's $/progress (times its end)
 }
 
 
@@ -62,11 +72,21 @@ def pct(values: list[float], p: float) -> float:
 class Client:
     """A minimal stdio JSON-RPC client; a reader thread timestamps every message on arrival."""
 
-    def __init__(self, cmd: list[str], cwd: Path) -> None:
+    def __init__(self, cmd: list[str], cwd: Path, cache: Path | None = None) -> None:
         self.t_spawn = time.perf_counter()
+        env = dict(os.environ)
+        if cache is not None:
+            env["XDG_CACHE_HOME"] = str(cache)  # the server's index cache: cold when empty
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=cwd,
+            env=env,
         )
+        self.index_end: float | None = None  # when the project index's $/progress ended
+        self.lock = threading.Lock()
         self.inbox: queue.Queue[tuple[float, dict[str, Any]] | None] = queue.Queue()
         self.backlog: list[tuple[float, dict[str, Any]]] = []
         self.next_id = 0
@@ -87,14 +107,25 @@ class Client:
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":", 1)[1])
             body = out.read(length)
-            self.inbox.put((time.perf_counter(), json.loads(body)))
+            t, msg = time.perf_counter(), json.loads(body)
+            if msg.get("method") == "$/progress" and str(msg["params"]["token"]).startswith(
+                "ddp-lsp-index-"
+            ):
+                if msg["params"]["value"].get("kind") == "end":
+                    self.index_end = t
+                continue
+            if "method" in msg and "id" in msg:  # server -> client request: accept at once
+                self.send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
+                continue
+            self.inbox.put((t, msg))
 
     def send(self, msg: dict[str, Any]) -> float:
         body = json.dumps(msg).encode()
         assert self.proc.stdin is not None
-        t = time.perf_counter()
-        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        self.proc.stdin.flush()
+        with self.lock:  # the reader thread answers the server's requests
+            t = time.perf_counter()
+            self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            self.proc.stdin.flush()
         return t
 
     def notify(self, method: str, params: Any) -> float:
@@ -129,6 +160,7 @@ class Client:
                 del self.backlog[:-200]
 
     def initialize(self, root: Path) -> float:
+        self.t_initialized = time.perf_counter()
         _, t1, _ = self.request(
             "initialize",
             {
@@ -138,7 +170,7 @@ class Client:
                 "workspaceFolders": [{"uri": root.as_uri(), "name": "bench"}],
             },
         )
-        self.notify("initialized", {})
+        self.t_initialized = self.notify("initialized", {})
         return t1 - self.t_spawn
 
     def close(self) -> None:
@@ -171,12 +203,18 @@ def edit_target(text: str) -> tuple[int, int]:
 
 
 def measure_file(
-    cmd: list[str], root: Path, name: str, text: str, edits: int, actions: bool
+    cmd: list[str],
+    root: Path,
+    name: str,
+    text: str,
+    edits: int,
+    actions: bool,
+    cache: Path | None = None,
 ) -> dict[str, Any]:
     path = root / name
     path.write_text(text)
     uri = path.as_uri()
-    c = Client(cmd, root)
+    c = Client(cmd, root, cache)
     out: dict[str, Any] = {}
     try:
         c.initialize(root)
@@ -215,6 +253,8 @@ def measure_file(
             )
             t1, _ = c.wait(published(uri, version))
             times.append(t1 - t0)
+            if c.index_end is None:
+                out["during_index"] = out.get("during_index", 0) + 1
         out["edit"] = times
         if actions:
             rng = (
@@ -246,6 +286,47 @@ def measure_file(
     return out
 
 
+def index_time(cmd: list[str], root: Path, cache: Path) -> float:
+    """initialized -> the end of the project index's $/progress, in seconds."""
+    c = Client(cmd, root, cache)
+    try:
+        c.initialize(root)
+        deadline = time.monotonic() + 600
+        while c.index_end is None:
+            if time.monotonic() > deadline or c.proc.poll() is not None:
+                raise RuntimeError("the index did not finish")
+            time.sleep(0.01)
+        return c.index_end - c.t_initialized
+    finally:
+        c.close()
+
+
+def index_rows(py: str, files: int, lines: int) -> list[tuple[str, ...]]:
+    from bench.bench_index import make_project
+
+    cmd = [py, "-m", "ddp_lsp", "serve"]
+    with tempfile.TemporaryDirectory(prefix="ddp-lsp-bench-index-") as tmp:
+        root = Path(tmp) / "proj"
+        root.mkdir()
+        total = make_project(root, files, lines)
+        cache = Path(tmp) / "cache"
+        cold = index_time(cmd, root, cache)
+        warm = index_time(cmd, root, cache)
+    what = f"{files} files / {total:,} lines"
+    return [
+        (
+            f"server: index a workspace, {what}, cold",
+            f"{cold:.2f} s",
+            "initialized -> $/progress end",
+        ),
+        (
+            f"server: index a workspace, {what}, warm",
+            f"{warm:.2f} s",
+            "disk cache from the cold run",
+        ),
+    ]
+
+
 def cold_start(cmd: list[str], root: Path, runs: int) -> float:
     times = []
     for _ in range(runs):
@@ -262,8 +343,22 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer runs, 1,500 lines only")
     ap.add_argument("--edits", type=int, default=100)
     ap.add_argument("--no-ruff", action="store_true")
+    ap.add_argument(
+        "--workspace",
+        type=int,
+        default=0,
+        metavar="N",
+        help="edit inside a workspace of N generated modules, indexed (cold) during the edits",
+    )
+    ap.add_argument("--index-only", action="store_true", help="only time the server's indexing")
     args = ap.parse_args()
     py = sys.executable
+    if args.index_only:
+        rows_only = index_rows(py, args.workspace or 500, 300)
+        print("| measurement | result | note |\n| --- | --- | --- |")
+        for row in rows_only:
+            print("| " + " | ".join(row) + " |")
+        return
     servers: dict[str, list[str]] = {"ddp-lsp": [py, "-m", "ddp_lsp", "serve"]}
     ruff = shutil.which("ruff", path=str(Path(py).parent)) or shutil.which("ruff")
     if ruff and not args.no_ruff:
@@ -274,6 +369,12 @@ def main() -> None:
     rows: list[tuple[str, ...]] = []
     with tempfile.TemporaryDirectory(prefix="ddp-lsp-bench-") as tmp:
         root = Path(tmp)
+        ws = root / "ws"
+        ws.mkdir()
+        if args.workspace:
+            from bench.bench_index import make_project
+
+            make_project(ws, args.workspace, 300)
         # Cold starts interleaved so machine load hits every server alike.
         bare_cmd = [py, "-c", BARE_PYGLS]
         starts: dict[str, list[float]] = {"bare pygls": [], **{k: [] for k in servers}}
@@ -292,8 +393,10 @@ def main() -> None:
         for n in sizes:
             text = module(n)
             for k, cmd in servers.items():
+                # A fresh, empty index cache per run: the workspace is indexed during the edits.
+                cache = Path(tempfile.mkdtemp(dir=tmp, prefix="cache-"))
                 results[(k, n)] = measure_file(
-                    cmd, root, f"train_{n}_{k.split()[0]}.py", text, edits, actions=True
+                    cmd, ws, f"train_{n}_{k.split()[0]}.py", text, edits, actions=True, cache=cache
                 )
         for n in sizes:
             lines = module(n).count("\n")
@@ -311,7 +414,12 @@ def main() -> None:
                     (
                         f"edit -> diagnostics for that version, {lines} lines, {k}",
                         f"p50 {statistics.median(e) * 1000:.1f} ms / p95 {pct(e, 95) * 1000:.1f} ms",
-                        f"{len(e)} edits",
+                        f"{len(e)} edits"
+                        + (
+                            f", {r.get('during_index', 0)} during the workspace's indexing"
+                            if args.workspace and k == "ddp-lsp"
+                            else ""
+                        ),
                     )
                 )
                 a = r["action"]
@@ -336,6 +444,8 @@ def main() -> None:
                 rows.append(
                     (f"edit p95 ratio ddp-lsp / ruff server, {lines} lines", f"{ratio:.2f}x", "")
                 )
+    if not args.quick:
+        rows.extend(index_rows(py, args.workspace or 500, 300))
     print("| measurement | result | note |\n| --- | --- | --- |")
     for row in rows:
         print("| " + " | ".join(row) + " |")
