@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 DISK = "<disk>"  # an update item's text: read the file again (closed in the editor, changed)
 MAX_FILE_BYTES = 2_000_000  # as the server's analysis: larger files are data, not code
 PROGRESS_EVERY_S = 0.2
+BATCH = 16  # files per ProjectIndex.build call during a build
 
 log = logging.getLogger("ddp_lsp.indexer")
 _HEADER = struct.Struct(">I")
@@ -118,17 +119,21 @@ class Indexer:
         if self.crash:
             os._exit(70)
         last = time.monotonic()
-        for n, path in enumerate(files, 1):
+        for start in range(0, len(files), BATCH):
             if os.getppid() != self.parent:
                 sys.exit(0)  # the server is gone: nobody wants this index
+            batch = files[start : start + BATCH]
             if self.slow:
-                time.sleep(self.slow)
-            text = overlays.pop(path, DISK)
-            self._apply(index, path, text)
+                time.sleep(self.slow * len(batch))
+            # Files in batches: the index refreshes project-wide predicates once per build.
+            index.build([p for p in batch if p not in overlays and _small(p)])
+            for path in batch:
+                if path in overlays:
+                    self._apply(index, path, overlays.pop(path))
             now = time.monotonic()
             if now - last >= PROGRESS_EVERY_S:
                 last = now
-                self.send(("progress", fid, n, len(files)))
+                self.send(("progress", fid, start + len(batch), len(files)))
         # Open documents the walk did not meet: new, unsaved files under the root.
         for path, text in overlays.items():
             if self._wanted(index, path):
@@ -154,11 +159,16 @@ class Indexer:
         rel = _rel(index.root, path)
         before = index.summaries.get(rel)
         try:
-            if text == DISK:
-                text = _read(path)
-            if text is not None and len(text) > MAX_FILE_BYTES:
-                text = None  # too large to be training code: left out, like the analysis does
-            index.update(path, text)
+            if text == DISK:  # closed in the editor, or changed behind it: the disk's text
+                index.forget_text(path)
+                if _small(path):
+                    index.build([path])
+                else:
+                    index.update(path, None)  # deleted, or too large to be training code
+            elif text is None or len(text) > MAX_FILE_BYTES:
+                index.update(path, None)
+            else:
+                index.update(path, text)
         except Exception:
             # One file that breaks the summariser (a recursion limit, an odd encoding) costs
             # that file only.
@@ -191,7 +201,7 @@ class Indexer:
     def _compute(index: ProjectIndex) -> dict[str, ModuleProjectFacts]:
         from ddp_lsp.project import compute
 
-        return {m.path: m for m in compute(index).modules.values()}
+        return dict(compute(index).by_path)
 
 
 def _rel(root: Path, path: Path) -> str:
@@ -202,13 +212,12 @@ def _rel(root: Path, path: Path) -> str:
         return path.name
 
 
-def _read(path: Path) -> str | None:
+def _small(path: Path) -> bool:
+    """The file exists and is not too large to be training code (like the analysis)."""
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            return None
-        return path.read_bytes().decode("utf-8", errors="replace")
+        return path.stat().st_size <= MAX_FILE_BYTES
     except OSError:
-        return None
+        return False
 
 
 def main() -> int:

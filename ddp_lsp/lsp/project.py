@@ -23,7 +23,6 @@ failure is logged (``window/logMessage``) and every file is analysed on its own 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import logging
 import queue
@@ -253,10 +252,6 @@ class ProjectService:
                 msg = None
             if msg is None:
                 break
-            if msg[0] == "facts":
-                # Facts were hashed in the child, under its own string hash seed: rebuild them
-                # here so they hash (and compare, which starts with the hash) in this process.
-                msg = (*msg[:2], {p: _rehash(m) for p, m in msg[2].items()}, *msg[3:])
             try:
                 loop.call_soon_threadsafe(self._on_message, proc, msg)
             except RuntimeError:
@@ -467,7 +462,3 @@ class ProjectService:
         self._events.clear()
         for fid, batch in items.items():
             self._send(("update", fid, batch))
-
-
-def _rehash(facts: ModuleProjectFacts | None) -> ModuleProjectFacts | None:
-    return None if facts is None else dataclasses.replace(facts)
