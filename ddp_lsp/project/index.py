@@ -368,6 +368,8 @@ class ProjectIndex:
         self._texts: dict[str, bytes] = {}
         self._own: dict[str, F.ModuleFacts] = {}
         self.failed: list[Path] = []  # files whose summary raised (see build)
+        # The predicates each file defines, with the summary they were read from.
+        self._defines: dict[str, tuple[ModuleSummary, frozenset[str]]] = {}
         self._models: dict[frozenset[str], tuple[RankModel, bytes]] = {
             frozenset(): (self.ranks, _ranks_key(self.ranks))
         }
@@ -458,6 +460,7 @@ class ProjectIndex:
         rel = self._rel(path)
         if text is None:
             self._texts.pop(rel, None)
+            self._defines.pop(rel, None)
             old = self._by_path.pop(rel, None)
             if old is not None and self._by_module.get(old.module) is old:
                 del self._by_module[old.module]
@@ -479,10 +482,16 @@ class ProjectIndex:
     def _refresh_predicates(self) -> None:
         """Re-summarise the files whose calls name a predicate that appeared or went away."""
         defined: set[str] = set()
-        for s in self._by_path.values():
-            for fi in s.facts.functions:
-                if F.RANK_PREDICATE in fi.props:
-                    defined.add(fi.qualname.rpartition(".")[2])
+        for rel, s in self._by_path.items():
+            names = self._defines.get(rel)
+            if names is None or names[0] is not s:
+                found = frozenset(
+                    fi.qualname.rpartition(".")[2]
+                    for fi in s.facts.functions
+                    if F.RANK_PREDICATE in fi.props
+                )
+                names = self._defines[rel] = (s, found)
+            defined |= names[1]
         new = frozenset(defined - self.ranks.predicates)
         if new == self.project_predicates:
             return
