@@ -220,13 +220,22 @@ def test_lightning_callback_samples_each_batch(monkeypatch: pytest.MonkeyPatch) 
 def test_census_respects_its_time_budget() -> None:
     budget = 0.3
     mon = MemoryGrowthMonitor(sample_budget=EVERY_STEP, census="auto", census_budget=budget)
-    x = torch.randn(256, 256)
+    # A census costs at least 50 ms and a step about 2 ms, whatever the machine's load: the
+    # budget must space the censuses out (without it they would come on consecutive steps).
+    real_census = mon._take_census
+
+    def slow_census(n: int):  # type: ignore[no-untyped-def]
+        time.sleep(0.05)
+        return real_census(n)
+
+    mon._take_census = slow_census  # type: ignore[method-assign]
+    x = torch.randn(64, 64)
     started = time.perf_counter()
     steps = 0
     # Run until three censuses have happened (the budget decides when), bounded.
     while len(mon.censuses) < 3 and steps < 20000:
-        for _ in range(3):
-            x = torch.tanh(x @ x) / 16  # a little compute per step
+        x = torch.tanh(x @ x) / 16  # a little compute per step
+        time.sleep(0.002)
         mon.step()
         steps += 1
     elapsed = time.perf_counter() - started
