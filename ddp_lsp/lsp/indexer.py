@@ -37,13 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from ddp_lsp.project.index import MAX_FILE_BYTES  # larger files are data, not training code
+
 if TYPE_CHECKING:
     from ddp_lsp.config import Settings
     from ddp_lsp.core.crossfile import ModuleProjectFacts
     from ddp_lsp.project import ProjectIndex
 
 DISK = "<disk>"  # an update item's text: read the file again (closed in the editor, changed)
-MAX_FILE_BYTES = 2_000_000  # as the server's analysis: larger files are data, not code
 PROGRESS_EVERY_S = 0.2
 BATCH = 16  # files per ProjectIndex.build call during a build
 

@@ -23,6 +23,7 @@ import os
 import pickle
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,9 @@ log = logging.getLogger("ddp_lsp.project")
 # Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
 CACHE_VERSION = 5
 _T = TypeVar("_T")
+# Files larger than this are data, not training code: left out (as the analysis leaves them).
+MAX_FILE_BYTES = 2_000_000
+PRUNE_AGE_DAYS = 30
 PROJECT_MARKERS = ("pyproject.toml", ".git")
 
 
@@ -115,8 +119,12 @@ def module_name(rel: str) -> tuple[str, bool]:
 
 
 def default_cache_dir() -> Path:
+    from ddp_lsp import __version__
+
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ddp-lsp" / "index" / f"v{CACHE_VERSION}"
+    # The package version too: an upgrade whose summaries changed shape without a
+    # CACHE_VERSION bump still never reads the old ones.
+    return Path(base) / "ddp-lsp" / "index" / f"v{CACHE_VERSION}-{__version__}"
 
 
 def _ranks_key(ranks: RankModel) -> bytes:
@@ -301,10 +309,12 @@ class SummaryCache:
         self._memory[key] = summary
         return summary
 
-    def put(self, key: str, summary: ModuleSummary) -> ModuleSummary:
+    def put(self, key: str, summary: ModuleSummary, persist: bool = True) -> ModuleSummary:
+        """Keep ``summary``; on disk too unless ``persist`` is false (an editor's unsaved text:
+        every pause while typing would leave a file behind)."""
         summary = self.share(summary)
         self._memory[key] = summary
-        file = self._file(key)
+        file = self._file(key) if persist else None
         if file is None:
             return summary
         try:
@@ -324,6 +334,45 @@ class SummaryCache:
         except OSError:
             pass  # a read-only or full cache directory only costs speed
         return summary
+
+    def retain(self, live: Iterable[ModuleSummary]) -> None:
+        """Forget, in memory, every summary not in ``live`` (edits replace summaries; a server
+        running for days would otherwise keep each version of each edited file)."""
+        keep = {s.digest: s for s in live}
+        if len(self._memory) > len(keep):
+            self._memory = {k: v for k, v in self._memory.items() if k in keep}
+            self.share = _Sharer()
+
+    def prune(self, max_age_days: float = PRUNE_AGE_DAYS) -> int:
+        """Delete disk entries not written for ``max_age_days`` (at most once a day, marked
+        by a stamp file); the number deleted. Entries are rewritten when their file is
+        indexed again, so a live project's entries stay."""
+        if self.directory is None:
+            return 0
+        stamp = self.directory / ".pruned"
+        now = time.time()
+        try:
+            if now - stamp.stat().st_mtime < 86400:
+                return 0
+        except OSError:
+            pass
+        removed = 0
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            stamp.touch()
+            for sub in self.directory.iterdir():
+                if not sub.is_dir():
+                    continue
+                for entry in sub.iterdir():
+                    try:
+                        if now - entry.stat().st_mtime > max_age_days * 86400:
+                            entry.unlink()
+                            removed += 1
+                    except OSError:
+                        continue
+        except OSError:
+            pass
+        return removed
 
 
 def _calls_named(summary: ModuleSummary, names: frozenset[str]) -> frozenset[str]:
@@ -368,6 +417,7 @@ class ProjectIndex:
         self._texts: dict[str, bytes] = {}
         self._own: dict[str, F.ModuleFacts] = {}
         self.failed: list[Path] = []  # files whose summary raised (see build)
+        self._edits = 0
         # The predicates each file defines, with the summary they were read from.
         self._defines: dict[str, tuple[ModuleSummary, frozenset[str]]] = {}
         self._models: dict[frozenset[str], tuple[RankModel, bytes]] = {
@@ -397,8 +447,12 @@ class ProjectIndex:
         """Add ``paths`` (default: every file of the project). A file that cannot be read is
         skipped; one whose summary raises (absurd nesting) is listed in ``failed``: either way
         the rest of the project is indexed."""
+        if paths is None:
+            self.cache.prune()
         for p in self.files() if paths is None else paths:
             try:
+                if p.stat().st_size > MAX_FILE_BYTES:
+                    continue
                 data = p.read_bytes()
             except OSError:
                 continue
@@ -417,7 +471,9 @@ class ProjectIndex:
         except ValueError:
             return p.name
 
-    def _summary(self, rel: str, data: bytes, predicates: frozenset[str]) -> ModuleSummary:
+    def _summary(
+        self, rel: str, data: bytes, predicates: frozenset[str], persist: bool = True
+    ) -> ModuleSummary:
         model = self._models.get(predicates)
         if model is None:
             ranks = self.ranks.with_extra(predicates=predicates)
@@ -433,18 +489,22 @@ class ProjectIndex:
         if summary is None:
             self.cache.misses += 1
             text = data.decode("utf-8", errors="replace")
-            summary = self.cache.put(key, summarise(rel, text, key, model[0]))
+            summary = self.cache.put(key, summarise(rel, text, key, model[0]), persist)
         else:
             self.cache.hits += 1
         return summary
 
-    def _add(self, path: Path, data: bytes) -> ModuleSummary:
+    def _add(self, path: Path, data: bytes, persist: bool = True) -> ModuleSummary:
         rel = self._rel(path)
-        summary = self._summary(rel, data, frozenset())
+        summary = self._summary(rel, data, frozenset(), persist)
         used = _calls_named(summary, self.project_predicates)
         if used:
-            summary = self._summary(rel, data, used)
+            summary = self._summary(rel, data, used, persist)
         old = self._by_path.get(rel)
+        if summary.syntax_error and old is not None and not old.syntax_error:
+            # Half-typed code: what the file said while it last parsed still holds (dropping
+            # it would make other files' findings flicker while the user types).
+            return old
         if old is not None and self._by_module.get(old.module) is old:
             del self._by_module[old.module]
         self._by_path[rel] = summary
@@ -470,9 +530,14 @@ class ProjectIndex:
             self._refresh_predicates()
             return None
         data = text.encode("utf-8")
+        if len(data) > MAX_FILE_BYTES:
+            return self.update(path, None)
         self._texts[rel] = data
-        self._add(path, data)
+        self._add(path, data, persist=False)
         self._refresh_predicates()
+        self._edits += 1
+        if self._edits % 64 == 0:
+            self.cache.retain(self._by_path.values())
         return self._by_path.get(rel)
 
     def forget_text(self, path: Path) -> None:
@@ -506,7 +571,7 @@ class ProjectIndex:
                     data = (self.root / rel).read_bytes()
                 except OSError:
                     continue
-            self._add(self.root / rel, data)
+            self._add(self.root / rel, data, persist=rel not in self._texts)
 
     # -- queries -------------------------------------------------------------------------------
 

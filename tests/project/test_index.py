@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -77,7 +78,10 @@ def test_disk_cache_round_trip_and_corrupt_entries(tmp_path: Path) -> None:
 
 def test_default_cache_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert default_cache_dir() == tmp_path / "ddp-lsp" / "index" / f"v{CACHE_VERSION}"
+    from ddp_lsp import __version__
+
+    expected = tmp_path / "ddp-lsp" / "index" / f"v{CACHE_VERSION}-{__version__}"
+    assert default_cache_dir() == expected
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert str(default_cache_dir()).startswith(os.path.expanduser("~"))
 
@@ -92,7 +96,9 @@ def test_update_reparses_only_the_changed_file(tmp_path: Path) -> None:
     new = index.update(tmp_path / "a.py", "def g():\n    pass\n")
     assert new is not None and new is index.modules["a"]
     assert [fi.qualname for fi in new.facts.functions] == ["g"]
-    broken = index.update(tmp_path / "a.py", "def g(:\n")
+    # Half-typed: the last summary that parsed stays; a file broken from the start is empty.
+    assert index.update(tmp_path / "a.py", "def g(:\n") is new
+    broken = index.update(tmp_path / "b.py", "def g(:\n")
     assert broken is not None and broken.syntax_error and not broken.facts.functions
     index.update(tmp_path / "a.py", None)
     assert "a" not in index.modules
@@ -161,3 +167,61 @@ def test_home_directory_is_never_a_project_root(tmp_path: Path, monkeypatch) -> 
     assert not is_project_root(home / "scratch")
     assert find_root([home / "scratch" / "t.py"]) == home / "scratch"
     assert find_root([home / "work" / "proj" / "t.py"]) == home / "work" / "proj"
+
+
+def test_half_typed_code_keeps_what_the_file_said(tmp_path: Path) -> None:
+    root = tmp_path / "deit"
+    shutil.copytree(FIXTURES / "deit", root)
+    index = ProjectIndex(root, cache_dir=False).build()
+    main = (root / "main.py").read_text()
+    before = index.summaries["main.py"]
+    # A pause in the middle of a statement: the facts of main.py (and so engine.py's DDP101)
+    # must not vanish until the next pause.
+    index.update(root / "main.py", main.replace("lr=1e-3)", "lr="))
+    assert index.summaries["main.py"] is before
+    unwrapped = main.replace("DistributedDataParallel(model, device_ids=[args.gpu])", "model")
+    index.update(root / "main.py", unwrapped)
+    assert index.summaries["main.py"] is not before
+
+
+def test_editor_text_is_not_written_to_the_disk_cache(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "a.py").write_text("import torch.distributed as dist\n")
+    cache = tmp_path / "cache"
+    index = ProjectIndex(tmp_path, cache_dir=cache).build()
+    entries = lambda: sorted(p.name for p in cache.rglob("*.pickle"))  # noqa: E731
+    on_disk = entries()
+    assert len(on_disk) == 1
+    for i in range(5):
+        index.update(tmp_path / "a.py", f"import torch.distributed as dist\nx = {i}\n")
+    assert entries() == on_disk
+    assert index.summaries["a.py"].lines == 3
+
+
+def test_large_files_are_left_out(tmp_path: Path) -> None:
+    from ddp_lsp.project.index import MAX_FILE_BYTES
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "data.py").write_text("X = [\n" + "0,\n" * (MAX_FILE_BYTES // 3) + "]\n")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    index = ProjectIndex(tmp_path, cache_dir=False).build()
+    assert set(index.summaries) == {"a.py"}
+
+
+def test_old_cache_entries_are_pruned_once_a_day(tmp_path: Path) -> None:
+    import time
+
+    from ddp_lsp.project.index import SummaryCache
+
+    cache = SummaryCache(tmp_path)
+    old, new = tmp_path / "ab" / "old.pickle", tmp_path / "cd" / "new.pickle"
+    for p in (old, new):
+        p.parent.mkdir()
+        p.write_bytes(b"x")
+    long_ago = time.time() - 40 * 86400
+    os.utime(old, (long_ago, long_ago))
+    assert cache.prune() == 1
+    assert not old.exists() and new.exists()
+    os.utime(new, (long_ago, long_ago))
+    assert cache.prune() == 0  # pruned today already
+    assert new.exists()
