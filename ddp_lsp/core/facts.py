@@ -175,6 +175,7 @@ def extract_module(tree: ast.Module, ranks: RankModel) -> ModuleExtract:
 
 
 _SAVERS = frozenset({"save", "save_file", "save_model"})
+UNWRAP = "=unwrap"  # a binding's source: `x = y.module`
 _SAVES_RAW = "saves:"
 _CHECKPOINT_WRITERS = frozenset(
     {N.TORCH_SAVE, "safetensors.torch.save_file", "safetensors.torch.save_model"}
@@ -405,6 +406,14 @@ class _Extractor:
         chain = _call_chain(value)
         if chain:
             self.bindings.append(Binding(b_scope, path, chain))
+        elif (
+            isinstance(value, ast.Attribute)
+            and value.attr == "module"
+            and _path(value.value) is not None
+        ):
+            # `model_without_ddp = model.module`: the plain model inside the wrapper. A name
+            # bound so is never given the wrapper's kind through `model_without_ddp = model`.
+            self.bindings.append(Binding(b_scope, path, (UNWRAP, _path(value.value) or "")))
         elif isinstance(value, (ast.Name, ast.Attribute)):
             src = _path(value)
             if src:
@@ -648,9 +657,14 @@ def merge(
     # Kinds from bindings (aliases of aliases resolved in a second pass).
     kinds: dict[tuple[str, str], str] = {}
     alias_bindings: list[tuple[str, str, str, str]] = []
+    unwrapped = unwrapped_names(chunk_list)
     for cf in chunk_list:
         for b in cf.bindings:
+            if b.source[0] == UNWRAP:
+                continue
             if b.source[0] == "=alias":
+                if (b.scope, b.path) in unwrapped:
+                    continue
                 src_scope = b.source[2] if len(b.source) > 2 else b.scope
                 alias_bindings.append((b.scope, b.path, b.source[1], src_scope))
                 continue
@@ -817,6 +831,14 @@ def merge(
         key=key,
         key_hash=hash(key),
         project=project,
+    )
+
+
+def unwrapped_names(chunks: Iterable[ChunkFacts]) -> frozenset[tuple[str, str]]:
+    """(scope, path) of names bound to ``<wrapper>.module`` somewhere: plain models, whatever
+    else they are assigned from (``model_without_ddp = model`` before the wrap)."""
+    return frozenset(
+        (b.scope, b.path) for cf in chunks for b in cf.bindings if b.source[0] == UNWRAP
     )
 
 

@@ -199,6 +199,7 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                 if r is not None and r[1] and r[1] in res.classes(r[0]):
                     inherits.append((m, cls_name, r[0], r[1]))
 
+    unwrapped = {m: F.unwrapped_names([summaries[m].facts]) for m in names}
     rounds = 0
     while rounds < MAX_ROUNDS:
         rounds += 1
@@ -212,6 +213,8 @@ def compute(index: ProjectIndex) -> ProjectFacts:
             for b in summaries[m].facts.bindings:
                 if not b.source or b.source[0] != "=alias" or (b.scope, b.path) in kinds[m]:
                     continue
+                if (b.scope, b.path) in unwrapped[m]:
+                    continue  # `model_without_ddp = model.module` elsewhere in the scope
                 src_scope = b.source[2] if len(b.source) > 2 else b.scope
                 fi = fns.get(src_scope)
                 k = _lookup(kinds[m], b.source[1], src_scope, fi.cls if fi else None)

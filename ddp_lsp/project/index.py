@@ -37,7 +37,7 @@ from ddp_lsp.core.ranks import RankModel
 log = logging.getLogger("ddp_lsp.project")
 
 # Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
-CACHE_VERSION = 5
+CACHE_VERSION = 6
 _T = TypeVar("_T")
 # Files larger than this are data, not training code: left out (as the analysis leaves them).
 MAX_FILE_BYTES = 2_000_000

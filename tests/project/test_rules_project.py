@@ -397,3 +397,46 @@ def test_example_project_shows_what_only_the_project_view_finds() -> None:
         "utils.py": [],
     }
     assert all(_findings(root, rel, project=False) == [] for rel in found)
+
+
+def test_model_without_ddp_is_the_plain_model_across_files(tmp_path: Path) -> None:
+    # DeiT/MAE: `model_without_ddp = model` before the wrap, `= model.module` after it; the
+    # checkpoint helper in another file gets the plain model, its state dict has no `module.`.
+    _write(
+        tmp_path,
+        {
+            "main.py": """\
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            import ckpt
+
+
+            def main():
+                dist.init_process_group("nccl")
+                model = torch.nn.Linear(2, 2).cuda()
+                model_without_ddp = model
+                model = DDP(model)
+                model_without_ddp = model.module
+                if dist.get_rank() == 0:
+                    ckpt.save(model_without_ddp, "m.pt")
+                    ckpt.save_wrapped(model, "w.pt")
+            """,
+            "ckpt.py": """\
+            import torch
+
+
+            def save(net, path):
+                torch.save(net.state_dict(), path)
+
+
+            def save_wrapped(net, path):
+                torch.save(net.state_dict(), path)
+            """,
+        },
+    )
+    assert _ids(_findings(tmp_path, "ckpt.py")) == [("DDP304", 9)]
+    facts = compute(ProjectIndex(tmp_path, cache_dir=False).build())
+    main = facts.for_path("main.py")
+    assert main is not None and ("main", "model_without_ddp") not in main.extra_kinds
