@@ -37,7 +37,7 @@ from ddp_lsp.core.ranks import RankModel
 log = logging.getLogger("ddp_lsp.project")
 
 # Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
-CACHE_VERSION = 6
+CACHE_VERSION = 7
 _T = TypeVar("_T")
 # Files larger than this are data, not training code: left out (as the analysis leaves them).
 MAX_FILE_BYTES = 2_000_000
@@ -131,9 +131,12 @@ def _ranks_key(ranks: RankModel) -> bytes:
     return repr((sorted(ranks.names), sorted(ranks.predicates))).encode()
 
 
-def summarise(rel: str, text: str, digest: str, ranks: RankModel) -> ModuleSummary:
-    """Parse one file and summarise it (no cache)."""
-    module, is_package = module_name(rel)
+def summarise(
+    rel: str, text: str, digest: str, ranks: RankModel, module_rel: str | None = None
+) -> ModuleSummary:
+    """Parse one file and summarise it (no cache). ``module_rel``: the path its module name
+    comes from, when that is not ``rel`` (a project nested in the indexed folder)."""
+    module, is_package = module_name(rel if module_rel is None else module_rel)
     lines = text.count("\n") + 1
     try:
         tree = ast.parse(text)
@@ -418,6 +421,7 @@ class ProjectIndex:
         self._own: dict[str, F.ModuleFacts] = {}
         self.failed: list[Path] = []  # files whose summary raised (see build)
         self._edits = 0
+        self._nested: dict[str, bool] = {}  # directory (relative) -> holds a nested project
         # The predicates each file defines, with the summary they were read from.
         self._defines: dict[str, tuple[ModuleSummary, frozenset[str]]] = {}
         self._models: dict[frozenset[str], tuple[RankModel, bytes]] = {
@@ -471,6 +475,23 @@ class ProjectIndex:
         except ValueError:
             return p.name
 
+    def _module_rel(self, rel: str) -> str:
+        """``rel`` from the innermost project nested in the root that holds it: a workspace
+        folder with the project in ``tr/`` (``tr/pyproject.toml``, ``tr/src/trainer/...``)
+        names modules as the CLI does from ``tr/`` (``trainer.dist``, not ``tr.src...``)."""
+        parts = rel.split("/")
+        for i in range(len(parts) - 1, 0, -1):
+            directory = "/".join(parts[:i])
+            nested = self._nested.get(directory)
+            if nested is None:
+                here = self.root / directory
+                nested = self._nested[directory] = any(
+                    (here / m).is_file() for m in ("pyproject.toml", "setup.py", "setup.cfg")
+                )
+            if nested:
+                return "/".join(parts[i:])
+        return rel
+
     def _summary(
         self, rel: str, data: bytes, predicates: frozenset[str], persist: bool = True
     ) -> ModuleSummary:
@@ -478,10 +499,13 @@ class ProjectIndex:
         if model is None:
             ranks = self.ranks.with_extra(predicates=predicates)
             model = self._models[predicates] = (ranks, _ranks_key(ranks))
-        # The name is part of the key: the summary holds the module name its path gives.
+        module_rel = self._module_rel(rel)
+        # The names are part of the key: the summary holds its path and its module's name.
         h = hashlib.blake2b(digest_size=16)
         h.update(model[1])
         h.update(rel.encode())
+        h.update(b"\0")
+        h.update(module_rel.encode())
         h.update(b"\0")
         h.update(data)
         key = h.hexdigest()
@@ -489,7 +513,7 @@ class ProjectIndex:
         if summary is None:
             self.cache.misses += 1
             text = data.decode("utf-8", errors="replace")
-            summary = self.cache.put(key, summarise(rel, text, key, model[0]), persist)
+            summary = self.cache.put(key, summarise(rel, text, key, model[0], module_rel), persist)
         else:
             self.cache.hits += 1
         return summary

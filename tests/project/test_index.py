@@ -225,3 +225,21 @@ def test_old_cache_entries_are_pruned_once_a_day(tmp_path: Path) -> None:
     os.utime(new, (long_ago, long_ago))
     assert cache.prune() == 0  # pruned today already
     assert new.exists()
+
+
+def test_a_project_nested_in_the_indexed_folder_names_modules_from_its_own_root(
+    tmp_path: Path,
+) -> None:
+    # The server indexes workspace folders; the CLI the nearest project root. A workspace
+    # holding the trainer project in tr/ must see the same modules (and facts) as the CLI.
+    from ddp_lsp.project import compute
+
+    shutil.copytree(FIXTURES / "trainer", tmp_path / "ws" / "tr")
+    (tmp_path / "ws" / ".git").mkdir()
+    from_ws = compute(build(tmp_path / "ws"))
+    from_tr = compute(build(tmp_path / "ws" / "tr"))
+    rel = "src/trainer/core/ddp_trainer.py"
+    a, b = from_ws.for_path(f"tr/{rel}"), from_tr.for_path(rel)
+    assert a is not None and b is not None and a.module == b.module == "trainer.core.ddp_trainer"
+    assert a.callee_props.keys() == b.callee_props.keys() and "is_leader" in a.callee_props
+    assert a.extra_kinds.keys() == b.extra_kinds.keys()
