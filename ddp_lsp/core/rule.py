@@ -232,15 +232,18 @@ class ChunkContext:
 
     # -- facts from other files of the project ---------------------------------------------------
 
-    def kind_source(self, expr: ast.AST, at: ast.AST | None = None) -> ParamKind | None:
-        """Where ``expr``'s kind came from, when another file gave it (``main.py`` passes a
-        DDP model to this function); None when the module knows it from its own code."""
+    def kind_source(self, expr: ast.AST | str, at: ast.AST | None = None) -> ParamKind | None:
+        """Where ``expr``'s kind (``expr``: a node, or a path such as ``"self.sampler"``) came
+        from, when another file gave it (``main.py`` passes a DDP model to this function);
+        None when the module knows it from its own code."""
         if self.facts.project is None:
             return None
-        path = path_of(expr)
+        path = expr if isinstance(expr, str) else path_of(expr)
         if path is None:
             return None
-        scope, cls = self.scope(at if at is not None else expr)
+        where = at if at is not None else expr
+        assert isinstance(where, ast.AST), "a path needs `at`"
+        scope, cls = self.scope(where)
         return self.facts.kind_origin(path, scope, cls)
 
     def callee_source(

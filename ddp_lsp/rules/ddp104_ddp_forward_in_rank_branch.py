@@ -219,8 +219,14 @@ class DdpForwardInRankBranch(Rule):
                     f"SyncBatchNorm layers all-reduce; call `{name}.module(...)` here instead"
                 )
                 message, related = C.explain(ctx, miss, consequence)
+                source = ctx.kind_source(target, call)
                 fixes = []
-                if miss.reason.runner == C.Z and not miss.reason.loop:
+                # `.module` on the plain model a single-GPU caller passes would raise.
+                if (
+                    miss.reason.runner == C.Z
+                    and not miss.reason.loop
+                    and (source is None or not source.mixed)
+                ):
                     # Rank 0 alone runs it (evaluation, sampling): the wrapped module gives the
                     # same result there. Elsewhere (a loop some ranks leave) the ranks must
                     # agree instead, and `.module` would skip gradient synchronisation.
@@ -239,6 +245,7 @@ class DdpForwardInRankBranch(Rule):
                     message,
                     fixes=tuple(fixes),
                     related=tuple(Related(ctx.span(n), m) for n, m in related),
+                    cite=(source,),
                 )
 
 

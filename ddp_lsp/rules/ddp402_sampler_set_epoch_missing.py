@@ -146,6 +146,7 @@ class SamplerSetEpochMissing(Rule):
                 "in the same order on every rank",
                 fixes=fixes,
                 related=(Related(header, "the epoch loop"),) if s.created is not None else (),
+                cite=(ctx.kind_source(s.path, loop),),
             )
 
     # -- the samplers of this chunk ----------------------------------------------------------

@@ -440,3 +440,43 @@ def test_model_without_ddp_is_the_plain_model_across_files(tmp_path: Path) -> No
     facts = compute(ProjectIndex(tmp_path, cache_dir=False).build())
     main = facts.for_path("main.py")
     assert main is not None and ("main", "model_without_ddp") not in main.extra_kinds
+
+
+def test_ddp104_and_ddp402_cite_the_caller_file(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "loop.py": """\
+            import torch.distributed as dist
+
+
+            def train(model, loader, sampler, optimizer, epochs):
+                for epoch in range(epochs):
+                    for x in loader:
+                        model(x).sum().backward()
+                        optimizer.step()
+                if dist.get_rank() == 0:
+                    print(model(x))
+            """,
+            "main.py": """\
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            import loop
+
+            dist.init_process_group("nccl")
+            model = DDP(torch.nn.Linear(2, 2).cuda())
+            sampler = DistributedSampler(range(10))
+            data = DataLoader(range(10), sampler=sampler)
+            loop.train(model, data, sampler, torch.optim.SGD(model.parameters()), 3)
+            """,
+        },
+    )
+    found = {f.rule_id: f for f in _findings(tmp_path, "loop.py")}
+    assert found["DDP104"].message.endswith(
+        "(model is wrapped in DistributedDataParallel at main.py:9)"
+    )
+    assert found["DDP402"].message.endswith("(sampler is a DistributedSampler at main.py:10)")
+    assert any(r.path and r.path.endswith("main.py") for r in found["DDP402"].related)
