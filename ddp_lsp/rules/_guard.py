@@ -824,15 +824,22 @@ def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
     return _helper_write(ctx, call, root)
 
 
+# A function so named that saves to the path its caller passes is a save helper: DDP501 reports
+# its unguarded calls, not its own save (see ddp501's _pass_through_helper).
+SAVE_HELPER_NAME = re.compile(r"save|checkpoint|ckpt|export|dump|serial", re.IGNORECASE)
+
+
 def _helper_write(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> Write | None:
-    """A helper of another file that saves to the path its caller passes, on every rank
-    (``utils.save_checkpoint(state, path)``): where it runs is decided here."""
+    """A helper that saves to the path its caller passes, on every rank
+    (``utils.save_checkpoint(state, path)``): its own save is not reported (the caller
+    decides the rank), so this call is where the decision is missing."""
     props = ctx.callee_props(call)
     if K.SAVES_CALLER_PATH not in props or K.GUARDS_ITSELF in props:
         return None
-    source = ctx.callee_source(call, K.SAVES_CALLER_PATH)
-    if source is None:
-        return None  # a helper of this file: its own save is checked where it is
+    name = N.dotted(call.func) or ""
+    if not SAVE_HELPER_NAME.search(name.rpartition(".")[2]):
+        return None  # not a save helper by name: its own save is reported where it is
+    source = ctx.callee_source(call, K.SAVES_CALLER_PATH)  # None: a helper of this file
     # Which argument is the path is not known: any that names the rank makes the files per
     # rank, except what is clearly the saved object (a state dict, a dict of them).
     args = [

@@ -51,10 +51,10 @@ collective), `save_pretrained(..., is_main_process=...)`, functions that guard t
 (`save_on_master`) or are only called under a guard, `@rank_zero_only` functions, and code
 after `mp.spawn(...)` (the parent process). A module-level save helper that writes to the
 path its caller passes in (`save_checkpoint(state, filename)`) is not reported where it saves:
-the caller decides the rank. With the project view (the CLI and the server index the project;
-`--no-project` turns it off), a call of such a helper defined in another file
-(`utils.save_checkpoint(state, "last.pt")`) is reported where it is made, unless guarded;
-helpers that guard themselves (`utils.save_on_master`) are not; a function whose every caller,
+the caller decides the rank, so its unguarded calls are reported instead. With the project view
+(the CLI and the server index the project; `--no-project` turns it off), so are calls of such a
+helper defined in another file (`utils.save_checkpoint(state, "last.pt")`); helpers that guard
+themselves (`utils.save_on_master`) are not; a function whose every caller,
 in any file, calls it under a rank-0 guard (`if utils.is_main_process(): engine.export(model)`)
 is not reported, and rank-0 predicates defined in other files
 (`def is_leader(): return get_rank() == 0`) count as guards. Without the project view, a helper
@@ -72,15 +72,12 @@ name); add such a name to `rank-guard-names` to teach it.
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterator
 
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _guard as G
 from ddp_lsp.rules import _patterns as P
-
-_HELPER_NAME = re.compile(r"save|checkpoint|ckpt|export|dump|serial", re.IGNORECASE)
 
 
 class UnguardedCheckpointSave(Rule):
@@ -133,7 +130,7 @@ def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | Non
     fn = ctx.enclosing_function(call)
     if fn is None or ctx.parent(fn) is not None or ctx.scope(call)[1] is not None:
         return False
-    if not _HELPER_NAME.search(fn.name):
+    if not G.SAVE_HELPER_NAME.search(fn.name):
         return False
     if not isinstance(dest, ast.Name):
         return False
@@ -795,5 +792,31 @@ def train(model, rank):
         save(model, 2)
 """,
         note="a helper called both guarded and unguarded",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def save_checkpoint(state, filename):
+    torch.save(state, filename)
+
+def train(model, rank, epochs):
+    for epoch in range(epochs):
+        «save_checkpoint(model.module.state_dict(), "last.pt")»
+        if rank == 0:
+            save_checkpoint(model.module.state_dict(), f"epoch{epoch}.pt")
+""",
+        fixed=_HEAD
+        + """\
+def save_checkpoint(state, filename):
+    torch.save(state, filename)
+
+def train(model, rank, epochs):
+    for epoch in range(epochs):
+        if rank == 0:
+            save_checkpoint(model.module.state_dict(), "last.pt")
+        if rank == 0:
+            save_checkpoint(model.module.state_dict(), f"epoch{epoch}.pt")
+""",
+        note="a save helper writing where its caller says: the unguarded call is the bug",
     ),
 )
