@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import select
 import struct
 import sys
 import time
@@ -60,14 +61,50 @@ def write_message(out: IO[bytes], msg: object) -> None:
 
 def read_message(inp: IO[bytes]) -> Any:
     """The next message, or None at the end of the stream."""
-    head = inp.read(_HEADER.size)
-    if len(head) < _HEADER.size:
+    head = _read_exact(inp, _HEADER.size)
+    if head is None:
         return None
     (length,) = _HEADER.unpack(head)
-    data = inp.read(length)
-    if len(data) < length:
-        return None
-    return pickle.loads(data)
+    data = _read_exact(inp, length)
+    return None if data is None else pickle.loads(data)
+
+
+def _read_exact(inp: IO[bytes], n: int) -> bytes | None:
+    # An unbuffered stream (the indexer's stdin) returns what the pipe holds, maybe less.
+    parts = []
+    while n > 0:
+        chunk = inp.read(n)
+        if not chunk:
+            return None
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def _pending(inp: IO[bytes]) -> bool:
+    """More input is waiting (never blocks)."""
+    try:
+        ready, _, _ = select.select([inp], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return bool(ready)
+
+
+def coalesce(messages: list[Any]) -> list[Any]:
+    """Consecutive updates of one folder as one (the last text of each file wins): edits
+    that queued up while a build or a ``compute`` ran cost one ``compute``, not one each."""
+    out: list[Any] = []
+    for msg in messages:
+        last = out[-1] if out else None
+        if msg[0] == "update" and last is not None and last[0] == "update" and last[1] == msg[1]:
+            items = dict(last[2])
+            for path, text in msg[2]:
+                items.pop(path, None)  # re-inserted last: the order of the latest edits
+                items[path] = text
+            out[-1] = ("update", msg[1], list(items.items()))
+        else:
+            out.append(msg)
+    return out
 
 
 @dataclass
@@ -231,18 +268,26 @@ def main() -> int:
     except (AttributeError, OSError):
         pass
     indexer = Indexer(out)
-    inp = sys.stdin.buffer
+    # Unbuffered: select() then tells truly whether another message is waiting.
+    inp = os.fdopen(os.dup(0), "rb", buffering=0)
     while True:
+        batch = []
         try:
             msg = read_message(inp)
+            while msg is not None:
+                batch.append(msg)
+                if not _pending(inp):
+                    break
+                msg = read_message(inp)
         except (OSError, EOFError, pickle.UnpicklingError):
             return 1
+        for m in coalesce(batch):
+            try:
+                indexer.handle(m)
+            except (BrokenPipeError, OSError):
+                return 0  # the server went away mid-answer
         if msg is None:
             return 0
-        try:
-            indexer.handle(msg)
-        except (BrokenPipeError, OSError):
-            return 0  # the server went away mid-answer
 
 
 if __name__ == "__main__":

@@ -405,3 +405,25 @@ async def test_related_locations_in_other_files_are_uris() -> None:
     lsp = as_lsp(d)
     assert lsp.related_information is not None
     assert lsp.related_information[0].location.uri == Path(other).as_uri()
+
+
+def test_queued_edits_cost_one_compute() -> None:
+    from pathlib import Path
+
+    from ddp_lsp.lsp.indexer import coalesce
+
+    a, b = Path("/w/a.py"), Path("/w/b.py")
+    msgs = [
+        ("update", 1, [(a, "v1")]),
+        ("update", 1, [(b, "x"), (a, "v2")]),
+        ("update", 2, [(a, "other folder")]),
+        ("update", 2, [(a, None)]),
+        ("close", 2),
+        ("update", 1, [(a, "v3")]),
+    ]
+    assert coalesce(msgs) == [
+        ("update", 1, [(b, "x"), (a, "v2")]),
+        ("update", 2, [(a, None)]),
+        ("close", 2),
+        ("update", 1, [(a, "v3")]),
+    ]
