@@ -256,8 +256,13 @@ class ProjectService:
                 loop.call_soon_threadsafe(self._on_message, proc, msg)
             except RuntimeError:
                 return  # the loop has closed: the server is exiting
+        # Reaped here, off the event loop (also after stop() kills it: no zombie is left).
         try:
-            loop.call_soon_threadsafe(self._on_exit, proc)
+            rc: int | None = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            rc = None
+        try:
+            loop.call_soon_threadsafe(self._on_exit, proc, rc)
         except RuntimeError:
             pass
 
@@ -290,17 +295,13 @@ class ProjectService:
                 self._end_progress(folder, f"{folder.total} files")
             self._facts_changed()
 
-    def _on_exit(self, proc: subprocess.Popen[bytes]) -> None:
+    def _on_exit(self, proc: subprocess.Popen[bytes], rc: int | None) -> None:
         if proc is not self._proc:
             return
         self._proc = None
         self._outbox.put(None)
         if self._stopping:
             return
-        try:
-            rc = proc.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            rc = None
         self._fail(f"the project indexer stopped (exit status {rc})")
 
     def _fail(self, why: str) -> None:
