@@ -45,7 +45,10 @@ offered when the condition cannot be evaluated before the forward (it depends on
 computed later in the iteration, or calls a function), or when the loop's length is unknown.
 
 ## Known false positives
-Across files (the project view of the CLI and the server), a model a caller in another file
+Across files (the project view of the CLI and the server), MAE's form is found too:
+`loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0)`, where `loss_scaler` is a
+project class wrapping a GradScaler (its call runs the backward every micro-step and steps only
+when `update_grad` holds); no fix is offered for it. A model a caller in another file
 wraps in DDP counts (`main.py` wraps it, `engine.py`'s `train_one_epoch(model, ...)`
 accumulates); the message says where it was wrapped. When another caller passes a plain model
 (a single-GPU entry point sharing the engine), the finding stays, since the DDP launch wastes
@@ -68,6 +71,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from ddp_lsp.core import facts as K
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Related, RuleMeta, Severity
@@ -102,6 +106,10 @@ class AccumulationWithoutNoSync(Rule):
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         seen: set[int] = set()
         for call in ctx.calls():
+            wrapped = self._wrapper_accumulation(ctx, call, seen)
+            if wrapped is not None:
+                yield wrapped
+                continue
             backward = A.is_plain_backward(call)
             if backward is None:
                 continue
@@ -155,6 +163,47 @@ class AccumulationWithoutNoSync(Rule):
                 related=(Related(ctx.span(plan.step), "the optimizer steps here"),),
                 cite=(ctx.kind_source(model_expr, call),),
             )
+
+    def _wrapper_accumulation(
+        self, ctx: ChunkContext, call: ast.Call, seen: set[int]
+    ) -> Finding | None:
+        """MAE's form: ``loss_scaler(loss, optimizer, update_grad=(i + 1) % k == 0)``, where
+        ``loss_scaler`` is a project class wrapping a GradScaler: its call runs the backward on
+        every micro-step and steps only when ``update_grad`` holds."""
+        if not ctx.facts.project or ctx.kind(call.func, call) != K.SCALER_WRAPPER:
+            return None
+        update = next((kw.value for kw in call.keywords if kw.arg == "update_grad"), None)
+        if update is None or isinstance(update, ast.Constant):
+            return None
+        loops = ctx.enclosing_loops(call)
+        if not loops or id(loops[0]) in seen:
+            return None
+        root = P.scope_root(ctx, call)
+        if not A.accumulation_test(ctx, update, root):
+            return None
+        models = A.forward_models(ctx, loops[0], call, call)
+        if not models:
+            return None
+        roots: list[ast.AST] = [root]
+        roots.extend(
+            a for a in ctx.ancestors(root) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
+        )
+        if A.sync_managed(ctx, roots):
+            return None
+        seen.add(id(loops[0]))
+        model = sorted({ctx.segment(m) for m in models})[0]
+        model_expr = next(m for m in models if ctx.segment(m) == model)
+        cond = A.one_line(ctx, update) or "update_grad"
+        wrapper = ctx.segment(call.func)
+        return ctx.finding(
+            self,
+            call,
+            f"`{wrapper}(...)` runs the backward on every micro-step, all-reducing the "
+            f"gradients of DDP model `{model}`, but steps only when `{cond}` holds: run the "
+            f"forward and `{wrapper}(...)` of accumulation steps under `{model}.no_sync()` to "
+            "skip the wasted all-reduces",
+            cite=(ctx.kind_source(model_expr, call), ctx.kind_source(call.func, call)),
+        )
 
     # -- finding the accumulation --------------------------------------------------------------
 

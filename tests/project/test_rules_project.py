@@ -480,3 +480,89 @@ def test_ddp104_and_ddp402_cite_the_caller_file(tmp_path: Path) -> None:
     )
     assert found["DDP402"].message.endswith("(sampler is a DistributedSampler at main.py:10)")
     assert any(r.path and r.path.endswith("main.py") for r in found["DDP402"].related)
+
+
+_MAE_MISC = """\
+import torch
+
+
+class NativeScalerWithGradNormCount:
+    state_dict_key = "amp_scaler"
+
+    def __init__(self):
+        self._scaler = torch.cuda.amp.GradScaler()
+
+    def __call__(self, loss, optimizer, clip_grad=None, parameters=None, update_grad=True):
+        self._scaler.scale(loss).backward()
+        if update_grad:
+            self._scaler.unscale_(optimizer)
+            if clip_grad is not None:
+                torch.nn.utils.clip_grad_norm_(parameters, clip_grad)
+            self._scaler.step(optimizer)
+            self._scaler.update()
+"""
+
+_MAE_ENGINE = """\
+import torch
+
+
+def train_one_epoch(model, data_loader, optimizer, loss_scaler, accum_iter):
+    model.train(True)
+    optimizer.zero_grad()
+    for data_iter_step, (samples, _) in enumerate(data_loader):
+        with torch.cuda.amp.autocast():
+            loss = model(samples)
+        loss_value = loss.item()
+        loss /= accum_iter
+        loss_scaler(loss, optimizer, parameters=model.parameters(),
+                    update_grad=(data_iter_step + 1) % accum_iter == 0)
+        if (data_iter_step + 1) % accum_iter == 0:
+            optimizer.zero_grad()
+    return loss_value
+"""
+
+_MAE_MAIN = """\
+import torch
+import torch.distributed as dist
+
+import util.misc as misc
+from engine_pretrain import train_one_epoch
+from util.misc import NativeScalerWithGradNormCount as NativeScaler
+
+
+def main(args):
+    dist.init_process_group("nccl")
+    model = torch.nn.Linear(8, 8).cuda()
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loss_scaler = NativeScaler()
+    for epoch in range(args.epochs):
+        train_one_epoch(model, [], optimizer, loss_scaler, args.accum_iter)
+"""
+
+
+def test_ddp101_mae_loss_scaler_call_with_update_grad(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "util/__init__.py": "",
+            "util/misc.py": _MAE_MISC,
+            "engine_pretrain.py": _MAE_ENGINE,
+            "main_pretrain.py": _MAE_MAIN,
+        },
+    )
+    found = [f for f in _findings(tmp_path, "engine_pretrain.py") if f.rule_id == "DDP101"]
+    assert _ids(found) == [("DDP101", 12)]
+    assert "steps only when `(data_iter_step + 1) % accum_iter == 0` holds" in found[0].message
+    assert found[0].message.endswith(
+        "(model is wrapped in DistributedDataParallel at main_pretrain.py:12; "
+        "loss_scaler is `NativeScalerWithGradNormCount`, a GradScaler wrapper that unscales "
+        "itself at main_pretrain.py:14)"
+    )
+    # With no_sync on accumulation steps (or update_grad always true) there is nothing to say.
+    synced = _MAE_ENGINE.replace(
+        "        with torch.cuda.amp.autocast():",
+        "        with torch.cuda.amp.autocast(), model.no_sync():",
+    )
+    (tmp_path / "engine_pretrain.py").write_text(synced)
+    assert not [f for f in _findings(tmp_path, "engine_pretrain.py") if f.rule_id == "DDP101"]
