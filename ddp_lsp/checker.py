@@ -26,7 +26,7 @@ import tempfile
 import tokenize
 import traceback
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
@@ -607,7 +607,12 @@ class ProjectView:
 INDEX_SAMPLE = 16
 
 
-def project_view(root: Path, settings: Settings, workers: int | None = None) -> ProjectView:
+def project_view(
+    root: Path,
+    settings: Settings,
+    workers: int | None = None,
+    overlays: Mapping[Path, bytes] | None = None,
+) -> ProjectView:
     """Index every Python file under ``root`` (the settings' excludes apply; summaries are
     cached under the user's cache directory) and compute the project's cross-file facts.
 
@@ -634,6 +639,12 @@ def project_view(root: Path, settings: Settings, workers: int | None = None) -> 
         if n > 1:
             parsed_elsewhere = _prefill(index.root, settings, rest, n)
     failed += _summarise(index, rest)
+    # Code read from stdin with --stdin-filename (an editor's buffer): its text, not the disk's.
+    for path, data in (overlays or {}).items():
+        try:
+            index.update(path, data.decode("utf-8", errors="replace"))
+        except Exception:
+            log.debug("project index: cannot summarise stdin as %s", path, exc_info=True)
     facts = compute(index)
     return ProjectView(
         index.root,
@@ -730,20 +741,25 @@ def with_project(
     The files to check are grouped by project root (a run over several projects builds one
     index per root) and each root is indexed whole, so a file checked alone gets exactly the
     findings it gets when its whole project is checked. Stdin, files outside any project and
-    files whose settings say ``project = false`` are analysed alone."""
+    files whose settings say ``project = false`` are analysed alone; code read from stdin with
+    ``--stdin-filename`` inside a project is analysed with its project, its own text laid over
+    the file's (an editor's unsaved buffer)."""
     memo: dict[Path, Path | None] = {}
     by_root: dict[Path, list[int]] = {}
+    overlays: dict[Path, dict[Path, bytes]] = {}
     for i, job in enumerate(jobs):
-        if job.abspath is None or job.data is not None or not job.settings.project:
+        if job.abspath is None or not job.settings.project:
             continue
         root = project_root(Path(job.abspath).parent, memo)
         if root is not None:
             by_root.setdefault(root, []).append(i)
+            if job.data is not None:  # stdin with --stdin-filename
+                overlays.setdefault(root, {})[Path(job.abspath)] = job.data
     out = list(jobs)
     for root, members in sorted(by_root.items()):
         settings, _ = resolver.for_dir(root)
         try:
-            view = project_view(root, settings, workers)
+            view = project_view(root, settings, workers, overlays.get(root))
         except Exception as exc:  # a bug in the cross-file step: the files are still checked
             log.debug("project index of %s failed", root, exc_info=True)
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()

@@ -112,7 +112,7 @@ def test_one_index_per_root(cli_run: Run, project: Path) -> None:
     assert "indexed one: 5 files" in r.err and "indexed two: 2 files" in r.err
 
 
-def test_outside_any_project_and_stdin_are_analysed_alone(
+def test_outside_any_project_and_bare_stdin_are_analysed_alone(
     cli_run: Run, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loose = copy_fixture("shared", tmp_path / "loose")
@@ -126,7 +126,37 @@ def test_outside_any_project_and_stdin_are_analysed_alone(
     copy_fixture("shared", project)
     monkeypatch.chdir(project)
     source = (project / "engine.py").read_bytes()
+    r = cli_run("check", "-", "--format", "json", stdin=source)
+    assert r.rc == 0 and json.loads(r.out) == []
+
+
+def test_stdin_with_a_filename_in_a_project_uses_the_project(
+    cli_run: Run, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An editor piping its buffer (unsaved) through the CLI: the buffer's text is what the
+    # project sees of that file.
+    copy_fixture("shared", project)
+    monkeypatch.chdir(project)
+    source = (project / "engine.py").read_bytes()
     r = cli_run("check", "-", "--stdin-filename", "engine.py", "--format", "json", stdin=source)
+    assert r.rc == 1 and codes(r, "engine.py") == ["DDP101"]
+    # The buffer renames the parameter: only the buffer's own summary in the index (not the
+    # file on disk) gives `net` the DDP model main_ddp.py passes.
+    edited = source.decode().replace("model", "net")
+    r = cli_run(
+        "check", "-", "--stdin-filename", "engine.py", "--format", "json", stdin=edited.encode()
+    )
+    assert codes(r, "engine.py") == ["DDP101"] and "`net`" in r.out
+    r = cli_run(
+        "check",
+        "-",
+        "--stdin-filename",
+        "engine.py",
+        "--no-project",
+        "--format",
+        "json",
+        stdin=source,
+    )
     assert r.rc == 0 and json.loads(r.out) == []
 
 
