@@ -650,7 +650,7 @@ def project_view(
         index.root,
         dict(facts.by_path),
         len(paths),
-        index.cache.misses + parsed_elsewhere,
+        min(len(paths), index.parsed + parsed_elsewhere),
         tuple(p.relative_to(index.root).as_posix() for p in failed),
         time.perf_counter() - started,
     )
@@ -714,7 +714,7 @@ def _summarise_batch(task: tuple[str, Settings, list[str]]) -> int:
     root, settings, paths = task
     index = ProjectIndex(Path(root), settings)
     _summarise(index, [Path(p) for p in paths])
-    return index.cache.misses
+    return index.parsed
 
 
 def says_something(facts: ModuleProjectFacts) -> bool:

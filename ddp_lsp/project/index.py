@@ -421,6 +421,7 @@ class ProjectIndex:
         self._own: dict[str, F.ModuleFacts] = {}
         self.failed: list[Path] = []  # files whose summary raised (see build)
         self._edits = 0
+        self._parsed: set[str] = set()  # files parsed (not found in the cache), by path
         self._nested: dict[str, bool] = {}  # directory (relative) -> holds a nested project
         # The predicates each file defines, with the summary they were read from.
         self._defines: dict[str, tuple[ModuleSummary, frozenset[str]]] = {}
@@ -512,6 +513,7 @@ class ProjectIndex:
         summary = self.cache.get(key)
         if summary is None:
             self.cache.misses += 1
+            self._parsed.add(rel)
             text = data.decode("utf-8", errors="replace")
             summary = self.cache.put(key, summarise(rel, text, key, model[0], module_rel), persist)
         else:
@@ -598,6 +600,11 @@ class ProjectIndex:
             self._add(self.root / rel, data, persist=rel not in self._texts)
 
     # -- queries -------------------------------------------------------------------------------
+
+    @property
+    def parsed(self) -> int:
+        """How many files this index had to parse (the others came from the cache)."""
+        return len(self._parsed)
 
     def own_facts(self, summary: ModuleSummary) -> F.ModuleFacts:
         """The core's module facts of one file alone (kept per content: an edit to one file
