@@ -91,11 +91,15 @@ def test_fix_all_on_buggy_example_parses_and_is_idempotent(cli_run, project: Pat
 
 
 def test_readme_demo_command_shows_real_findings() -> None:
-    """The README's demo, `ddp-lsp check examples/train_buggy.py`, run as a real process."""
+    """The README's demo, `ddp-lsp check examples/train_buggy.py examples/project`, run as a
+    real process: one script, and a job split over files whose bugs only the project view
+    finds."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "ddp-lsp check examples/train_buggy.py examples/project" in readme
     exe = Path(sys.executable).parent / "ddp-lsp"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ddp_lsp"]
     proc = subprocess.run(
-        [*cmd, "check", "examples/train_buggy.py"],
+        [*cmd, "check", "examples/train_buggy.py", "examples/project"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -105,4 +109,12 @@ def test_readme_demo_command_shows_real_findings() -> None:
     rules = set(re.findall(r"^examples/train_buggy\.py:\d+:\d+: (DDP\d{3}) ", proc.stdout, re.M))
     assert rules and rules <= IMPLEMENTED | {"DDP000"}
     assert "DDP000" not in rules
+    across = re.findall(r"^examples/project/(\w+\.py):\d+:\d+: (DDP\d{3}) ", proc.stdout, re.M)
+    assert sorted(across) == [
+        ("engine.py", "DDP101"),
+        ("engine.py", "DDP201"),
+        ("main.py", "DDP103"),
+        ("main.py", "DDP501"),
+    ]
+    assert "at main.py:12)" in proc.stdout  # where engine.py's model is wrapped
     assert "Found " in proc.stdout and proc.stderr == ""
