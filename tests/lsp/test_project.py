@@ -232,7 +232,15 @@ async def test_open_files_are_published_at_once_and_again_when_indexed(slow: Lan
 async def test_editing_main_removes_and_restores_ddp101_in_engine(client: LanguageClient):
     engine = _open(client, "engine.py")
     main = _open(client, "main.py")
-    at, _ = await _published(client, engine.uri, _has("DDP101"))
+    at, p = await _published(client, engine.uri, _has("DDP101"))
+    # The message says where the model was wrapped, and the related location opens main.py.
+    [d] = [d for d in p.diagnostics if d.code == "DDP101"]
+    assert "(model is wrapped in DistributedDataParallel at main.py:12)" in d.message
+    elsewhere = [r for r in d.related_information or [] if r.location.uri != engine.uri]
+    assert [(r.location.uri, r.location.range.start.line) for r in elsewhere] == [
+        (main.uri, 11),
+        (main.uri, 17),
+    ]
     # Remove the DDP wrap in the editor (unsaved): engine.py loses DDP101.
     start = main.text.index(WRAP)
     main.replace(start, start + len(WRAP), UNWRAPPED)
