@@ -121,10 +121,21 @@ def module_name(rel: str) -> tuple[str, bool]:
 def default_cache_dir() -> Path:
     from ddp_lsp import __version__
 
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = os.environ.get("XDG_CACHE_HOME") or _platform_cache()
     # The package version too: an upgrade whose summaries changed shape without a
     # CACHE_VERSION bump still never reads the old ones.
     return Path(base) / "ddp-lsp" / "index" / f"v{CACHE_VERSION}-{__version__}"
+
+
+def _platform_cache() -> str:
+    """The user's cache directory where ``XDG_CACHE_HOME`` is not set."""
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA")
+        if local:
+            return local
+    elif sys.platform == "darwin":
+        return str(Path.home() / "Library" / "Caches")
+    return str(Path.home() / ".cache")
 
 
 def _ranks_key(ranks: RankModel) -> bytes:

@@ -243,3 +243,23 @@ def test_a_project_nested_in_the_indexed_folder_names_modules_from_its_own_root(
     assert a is not None and b is not None and a.module == b.module == "trainer.core.ddp_trainer"
     assert a.callee_props.keys() == b.callee_props.keys() and "is_leader" in a.callee_props
     assert a.extra_kinds.keys() == b.extra_kinds.keys()
+
+
+@pytest.mark.parametrize(
+    ("platform", "env", "expected"),
+    [
+        ("linux", {}, ".cache"),
+        ("darwin", {}, "Library/Caches"),
+        ("win32", {"LOCALAPPDATA": "C:/Users/u/AppData/Local"}, "C:/Users/u/AppData/Local"),
+    ],
+)
+def test_cache_dir_without_xdg_is_the_platforms(
+    monkeypatch: pytest.MonkeyPatch, platform: str, env: dict[str, str], expected: str
+) -> None:
+    from ddp_lsp.project import index as I
+
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(I.sys, "platform", platform)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert expected in I.default_cache_dir().as_posix()
