@@ -253,10 +253,13 @@ def compute(index: ProjectIndex) -> ProjectFacts:
     # -- function properties ---------------------------------------------------------------------
     props: dict[tuple[str, str], dict[str, Provenance]] = {}
     for m in names:
+        at = {(q, p): line for q, p, line in summaries[m].prop_lines}
         for q, ps in own[m].func_props.items():
             fi = res.functions(m).get(q)
             props[(m, q)] = {
-                p: Provenance(summaries[m].path, _line(fi), f"`{q}` {_PROP_TEXT.get(p, p)}")
+                p: Provenance(
+                    summaries[m].path, at.get((q, p), _line(fi)), f"`{q}` {_PROP_TEXT.get(p, p)}"
+                )
                 for p in sorted(ps)
             }
     calls: dict[tuple[str, str], list[tuple[str, str]]] = {}

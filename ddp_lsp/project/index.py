@@ -37,7 +37,7 @@ from ddp_lsp.core.ranks import RankModel
 log = logging.getLogger("ddp_lsp.project")
 
 # Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
-CACHE_VERSION = 7
+CACHE_VERSION = 8
 _T = TypeVar("_T")
 # Files larger than this are data, not training code: left out (as the analysis leaves them).
 MAX_FILE_BYTES = 2_000_000
@@ -63,6 +63,9 @@ class ModuleSummary:
     site_lines: tuple[int, ...] = ()
     # (scope, path) -> 1-based line of the first assignment that binds a kind there.
     binding_lines: tuple[tuple[str, str, int], ...] = ()
+    # (function, property, 1-based line of the call that gives it): where a message's "performs
+    # a collective at utils.py:18" points, rather than the function's `def` line.
+    prop_lines: tuple[tuple[str, str, int], ...] = ()
     syntax_error: bool = False
 
 
@@ -174,6 +177,7 @@ def summarise(
         dotted_sites=x.dotted_sites,
         site_lines=x.site_lines,
         binding_lines=_binding_lines(tree, cf),
+        prop_lines=_prop_lines(tree, cf),
     )
 
 
@@ -205,6 +209,67 @@ def _binding_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, 
                         first[p] = node.lineno
     keys = {(b.scope, b.path) for b in cf.bindings} | set(merged.kinds)
     return tuple(sorted((s, p, first[p]) for (s, p) in keys if p in first))
+
+
+_CITED_PROPS = (F.COLLECTIVE, F.INITS_PG, F.SAVES_CALLER_PATH)
+
+
+def _prop_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, int], ...]:
+    # Only functions that have a property other files cite pay for this walk (a few a project).
+    merged = F.merge([cf])
+    wanted = {
+        q: [p for p in _CITED_PROPS if p in props]
+        for q, props in merged.func_props.items()
+        if q != F.MODULE and any(p in props for p in _CITED_PROPS)
+    }
+    if not wanted:
+        return ()
+    out: list[tuple[str, str, int]] = []
+    for qual, fn in _functions(tree.body, "", None):
+        props = wanted.get(qual)
+        if not props:
+            continue
+        for prop in props:
+            line = _first_call(fn, prop, merged, qual)
+            if line is not None:
+                out.append((qual, prop, line))
+    return tuple(out)
+
+
+def _functions(
+    body: list[ast.stmt], scope: str, cls: str | None
+) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Functions with the qualnames the core's extractor gives them (``C.m``, ``outer.inner``)."""
+    for s in _statements(body):
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            qual = f"{cls}.{s.name}" if cls else f"{scope}.{s.name}" if scope else s.name
+            yield qual, s
+            yield from _functions(s.body, qual, None)
+        elif isinstance(s, ast.ClassDef) and not scope:
+            yield from _functions(s.body, "", s.name)
+
+
+def _first_call(
+    fn: ast.FunctionDef | ast.AsyncFunctionDef, prop: str, facts: F.ModuleFacts, qual: str
+) -> int | None:
+    cls = qual.rpartition(".")[0] or None
+    calls = sorted(
+        (n for n in ast.walk(fn) if isinstance(n, ast.Call)),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    for c in calls:
+        name = N.dotted(c.func)
+        if name is None:
+            continue
+        if prop == F.COLLECTIVE and F.is_collective_call(name, facts.aliases):
+            return c.lineno
+        if prop == F.INITS_PG and N.resolve(name, facts.aliases) == N.INIT_PROCESS_GROUP:
+            return c.lineno
+        if prop == F.SAVES_CALLER_PATH and N.resolve(name, facts.aliases) == N.TORCH_SAVE:
+            return c.lineno
+        if name != qual and prop in facts.callee_props(name, cls):
+            return c.lineno  # through a helper of this file
+    return None
 
 
 def _project_class(spelled: str, aliases: Mapping[str, str]) -> bool:

@@ -104,7 +104,7 @@ def test_ddp103_rank_guarded_call_into_broadcasting_resume_helper() -> None:
     assert "DDP103" not in {f.rule_id for f in _findings(root, "train.py", project=False)}
     found = [f for f in _findings(root, "train.py") if f.rule_id == "DDP103"]
     assert _ids(found) == [("DDP103", 12)]  # do_resume; load_weights (no collective) is fine
-    assert "`resume_from` performs a collective at utils/checkpoint.py:5" in found[0].message
+    assert "`resume_from` performs a collective at utils/checkpoint.py:7" in found[0].message
     assert any(r.path and r.path.endswith("utils/checkpoint.py") for r in found[0].related)
 
 
@@ -120,7 +120,7 @@ def test_trainer_package_class_hierarchy_across_modules() -> None:
     )
     # self.sync is BaseTrainer.sync, which all-reduces through trainer/dist.py; is_leader is a
     # rank-0 predicate of trainer/dist.py.
-    assert "`reduce_all` performs a collective at src/trainer/dist.py:4" in found["DDP103"].message
+    assert "`reduce_all` performs a collective at src/trainer/dist.py:5" in found["DDP103"].message
     assert "(`if is_leader():`)" in found["DDP103"].message
 
 
@@ -284,7 +284,7 @@ def test_ddp501_helper_of_another_file_saving_on_every_rank(tmp_path: Path) -> N
     # itself, the second call is under a predicate defined in utils.py, the last is per rank.
     assert _ids(found) == [("DDP501", 9)]
     assert (
-        "`save_checkpoint` saves to the path its caller passes, on every rank at utils.py:14"
+        "`save_checkpoint` saves to the path its caller passes, on every rank at utils.py:15"
         in (found[0].message)
     )
     fix = found[0].preferred_fix
@@ -320,7 +320,7 @@ def test_engine_without_distributed_imports_is_distributed_through_main() -> Non
     facts = compute(ProjectIndex(root, cache_dir=False).build())
     engine = facts.for_path("engine.py")
     assert engine is not None and engine.distributed is not None
-    assert str(engine.distributed) == "a process group is initialised at util/misc.py:32"
+    assert str(engine.distributed) == "a process group is initialised at util/misc.py:36"
     # The unused tool is imported by nothing that runs under a process group.
     tool = facts.for_path("tools_unused.py")
     assert tool is not None and tool.distributed is None
