@@ -161,6 +161,7 @@ def summarise(
         )
     x = F.extract_module(tree, ranks)
     cf = x.facts
+    merged = F.merge([cf])  # the file's own facts: which lines provenance needs
     bases = tuple(
         (s.name, tuple(d for d in (N.dotted(b) for b in s.bases) if d))
         for s in tree.body
@@ -176,16 +177,17 @@ def summarise(
         bases=bases,
         dotted_sites=x.dotted_sites,
         site_lines=x.site_lines,
-        binding_lines=_binding_lines(tree, cf),
-        prop_lines=_prop_lines(tree, cf),
+        binding_lines=_binding_lines(tree, cf, merged),
+        prop_lines=_prop_lines(tree, merged),
     )
 
 
-def _binding_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, int], ...]:
+def _binding_lines(
+    tree: ast.Module, cf: F.ChunkFacts, merged: F.ModuleFacts
+) -> tuple[tuple[str, str, int], ...]:
     # Only files that bind a kind, or build an instance of a class of their own project, pay
     # for this walk; the line is where a message's "at main.py:212" points: the assignment
     # that gives the kind (`model = DDP(model)`), not the first one (`model = Net()`).
-    merged = F.merge([cf])
     wanted = {p for (_, p) in merged.kinds}
     # `loss_scaler = NativeScaler()`: the project may know the class (a GradScaler wrapper).
     project_classes = {
@@ -214,9 +216,8 @@ def _binding_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, 
 _CITED_PROPS = (F.COLLECTIVE, F.INITS_PG, F.SAVES_CALLER_PATH)
 
 
-def _prop_lines(tree: ast.Module, cf: F.ChunkFacts) -> tuple[tuple[str, str, int], ...]:
+def _prop_lines(tree: ast.Module, merged: F.ModuleFacts) -> tuple[tuple[str, str, int], ...]:
     # Only functions that have a property other files cite pay for this walk (a few a project).
-    merged = F.merge([cf])
     wanted = {
         q: [p for p in _CITED_PROPS if p in props]
         for q, props in merged.func_props.items()
