@@ -544,18 +544,8 @@ class ModuleFacts:
 
     def kind(self, path: str, scope: str, cls: str | None) -> str | None:
         """What ``path`` (``model``, ``self.scaler``) holds in function ``scope``."""
-        if path.startswith("self."):
-            if cls is None:
-                return None
-            return self.kinds.get((cls, path))
-        s = scope
-        while True:
-            k = self.kinds.get((s, path))
-            if k is not None:
-                return k
-            if not s:
-                return None
-            s = s.rpartition(".")[0] if "." in s else ""
+        key = visible_key(self.kinds, path, scope, cls)
+        return None if key is None else self.kinds[key]
 
     def names_of_kind(self, kind: str, scope: str, cls: str | None) -> list[str]:
         """Every path visible in ``scope`` (its own, enclosing and module level) of a kind."""
@@ -578,20 +568,12 @@ class ModuleFacts:
     def callee_props(self, callee: str, cls: str | None) -> frozenset[str]:
         """Properties of the function a call spelled ``callee`` reaches: in this module, or
         (``utils.save_on_master``, an inherited ``self.sync``) in another file of the project."""
-        if callee.startswith("self.") and cls:
-            own = self.func_props.get(f"{cls}.{callee[5:]}")
-            if own is not None:
-                return own
-            callee = f"{cls}.{callee[5:]}"
-        else:
-            own = self.func_props.get(callee)
-            if own is not None:
-                return own
-        if self.project is not None:
-            cp = self.project.callee_props.get(callee)
-            if cp is not None:
-                return cp.props
-        return frozenset()
+        key = _callee_key(callee, cls)
+        own = self.func_props.get(key)
+        if own is not None:
+            return own
+        cp = self.project.callee_props.get(key) if self.project is not None else None
+        return cp.props if cp is not None else frozenset()
 
     # -- where cross-file facts came from -----------------------------------------------------
 
@@ -599,29 +581,37 @@ class ModuleFacts:
         """For a kind known only from another file: where it came from (else None)."""
         if self.project is None or not self.project.extra_kinds:
             return None
-        extra = self.project.extra_kinds
-        if path.startswith("self."):
-            return extra.get((cls, path)) if cls is not None else None
-        s = scope
-        while True:
-            if (s, path) in self.kinds:
-                return extra.get((s, path))
-            if not s:
-                return None
-            s = s.rpartition(".")[0] if "." in s else ""
+        key = visible_key(self.kinds, path, scope, cls)
+        return None if key is None else self.project.extra_kinds.get(key)
 
     def callee_origin(self, callee: str, cls: str | None, prop: str) -> Provenance | None:
         """For a property of a function in another file: where it holds (else None)."""
-        if self.project is None:
+        key = _callee_key(callee, cls)
+        if self.project is None or key in self.func_props:
             return None
-        if callee.startswith("self.") and cls:
-            if f"{cls}.{callee[5:]}" in self.func_props:
-                return None
-            callee = f"{cls}.{callee[5:]}"
-        elif callee in self.func_props:
-            return None
-        cp = self.project.callee_props.get(callee)
+        cp = self.project.callee_props.get(key)
         return None if cp is None else cp.origins.get(prop)
+
+
+def _callee_key(callee: str, cls: str | None) -> str:
+    """The name facts know a call by: ``self.m()`` in class ``C`` is ``C.m``."""
+    return f"{cls}.{callee[5:]}" if callee.startswith("self.") and cls else callee
+
+
+def visible_key(
+    table: Mapping[tuple[str, str], object], path: str, scope: str, cls: str | None
+) -> tuple[str, str] | None:
+    """The (scope, path) key of ``table`` that ``path`` means in function ``scope``: its own
+    scope, then the enclosing ones up to the module; ``self.x`` in class ``cls``."""
+    if path.startswith("self."):
+        return (cls, path) if cls is not None and (cls, path) in table else None
+    s = scope
+    while True:
+        if (s, path) in table:
+            return (s, path)
+        if not s:
+            return None
+        s = s.rpartition(".")[0] if "." in s else ""
 
 
 def merge(

@@ -164,7 +164,7 @@ class Indexer:
             if self.slow:
                 time.sleep(self.slow * len(batch))
             # Files in batches: the index refreshes project-wide predicates once per build.
-            index.build([p for p in batch if p not in overlays and _small(p)])
+            index.build([p for p in batch if p not in overlays])  # skips large files itself
             for path in batch:
                 if path in overlays:
                     self._apply(index, path, overlays.pop(path))
@@ -203,10 +203,8 @@ class Indexer:
                     index.build([path])
                 else:
                     index.update(path, None)  # deleted, or too large to be training code
-            elif text is None or len(text) > MAX_FILE_BYTES:
-                index.update(path, None)
             else:
-                index.update(path, text)
+                index.update(path, text)  # None: deleted; too large: left out
         except Exception:
             # One file that breaks the summariser (a recursion limit, an odd encoding) costs
             # that file only.

@@ -84,16 +84,8 @@ def _lookup(
     kinds: Mapping[tuple[str, str], ParamKind], path: str, scope: str, cls: str | None
 ) -> ParamKind | None:
     # The core's ModuleFacts.kind, over kinds with provenance.
-    if path.startswith("self."):
-        return kinds.get((cls, path)) if cls is not None else None
-    s = scope
-    while True:
-        k = kinds.get((s, path))
-        if k is not None:
-            return k
-        if not s:
-            return None
-        s = s.rpartition(".")[0] if "." in s else ""
+    key = F.visible_key(kinds, path, scope, cls)
+    return None if key is None else kinds[key]
 
 
 def _line(fi: F.FunctionInfo | None) -> int:
@@ -142,11 +134,8 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                 line = lines.get(key, _line(fi))
                 text = _KIND_TEXT.get(kind, kind)
                 kinds[m][key] = ParamKind(kind, Provenance(s.path, line, f"{key[1]} is {text}"))
-    # `loss_scaler = NativeScaler()`: a project class that wraps a GradScaler and unscales
-    # (or updates) it in its own methods.
-    for m in names:
-        s = summaries[m]
-        lines = {(sc, p): ln for sc, p, ln in s.binding_lines}
+        # `loss_scaler = NativeScaler()`: a project class that wraps a GradScaler and unscales
+        # (or updates) it in its own methods.
         for b in s.facts.bindings:
             if not b.source or b.source[0].startswith("=") or (b.scope, b.path) in kinds[m]:
                 continue
