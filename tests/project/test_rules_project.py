@@ -326,9 +326,15 @@ def test_engine_without_distributed_imports_is_distributed_through_main() -> Non
     assert tool is not None and tool.distributed is None
 
 
-def test_no_project_facts_for_a_module_analysed_alone_changes_nothing() -> None:
-    text = (FIXTURES / "deit" / "main.py").read_text()
-    assert analyze(text).findings == analyze(text, project=None).findings
+def test_empty_project_facts_change_nothing() -> None:
+    # The CLI sends no facts to a worker for a module the project says nothing about: that
+    # must be the same analysis as with its (empty) facts.
+    from ddp_lsp.core.crossfile import ModuleProjectFacts
+
+    for name in ("main.py", "engine.py", "util/misc.py"):
+        text = (FIXTURES / "deit" / name).read_text()
+        empty = ModuleProjectFacts(name[:-3].replace("/", "."), name, root=str(FIXTURES))
+        assert analyze(text, project=empty).findings == analyze(text).findings
 
 
 def test_project_predicates_follow_edits(tmp_path: Path) -> None:
