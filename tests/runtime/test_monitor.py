@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 import sys
 import time
@@ -39,6 +40,9 @@ def test_loss_kept_with_its_graph_is_flagged_with_the_saved_bytes_per_step() -> 
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     history = []
+    # Garbage other tests in this process left behind must not be collected mid-loop (a heap
+    # drop there moves the start of the growth: seen once under pytest-xdist).
+    gc.collect()
     # Two censuses after warm-up whatever the time budget, then one at close.
     with MemoryGrowthMonitor(sample_budget=EVERY_STEP, min_censuses=2) as mon:
         mon.attach(opt)
