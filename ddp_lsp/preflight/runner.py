@@ -194,6 +194,7 @@ def _result(probe: Probe, outcome: Outcome, duration: float) -> ProbeResult:
         outcome.fix,
         tuple(outcome.references) or probe.references,
         duration,
+        outcome.needed and outcome.status is Status.SKIP,
     )
 
 
@@ -366,6 +367,7 @@ def run(
                 Status.SKIP,
                 f"torch is not importable in {sys.executable}: {torch_error}",
                 {},
+                needed=True,  # no torch, no training job: nothing here was checked
             )
         else:
             ctx.previous = dict(results)
@@ -539,11 +541,36 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", dest="json_file", metavar="FILE", help="also write the JSON report here"
     )
     p.add_argument("--list", action="store_true", help="list the probes and exit")
+    p.add_argument("--prefetch-factor", type=int, help="DataLoader prefetch_factor (default 2)")
+    p.add_argument(
+        "--pin-memory",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the DataLoader pins batches (default: assumed where CUDA is)",
+    )
+    p.add_argument(
+        "--script",
+        metavar="FILE",
+        help="read backend, ranks and DataLoader settings from this training script "
+        "(statically; never imported)",
+    )
+    p.add_argument(
+        "--options-json",
+        metavar="JSON",
+        help="all options as one JSON object (what ddp-lsp itself passes; other option flags "
+        "are then ignored)",
+    )
     return p
 
 
 def options_from_args(ns: argparse.Namespace) -> PreflightOptions:
-    return PreflightOptions(
+    if ns.options_json is not None:
+        try:
+            data = json.loads(ns.options_json)
+        except ValueError as exc:
+            raise ValueError(f"--options-json is not JSON: {exc}") from None
+        return PreflightOptions.from_json(data)
+    options = PreflightOptions(
         world_size=ns.world_size,
         backend=ns.backend,
         quick=ns.quick,
@@ -557,7 +584,14 @@ def options_from_args(ns: argparse.Namespace) -> PreflightOptions:
         handshake_timeout_s=ns.handshake_timeout,
         timeout_scale=ns.timeout_scale,
         torchrun=ns.torchrun,
+        prefetch_factor=ns.prefetch_factor,
+        pin_memory=ns.pin_memory,
     )
+    if ns.script:
+        from ddp_lsp.preflight.scriptinfo import options_with_script
+
+        options = options_with_script(options, ns.script)
+    return options
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ new schema id, adding an optional field does not.
 from __future__ import annotations
 
 import enum
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,6 +45,9 @@ class ProbeResult:
     fix: str | None = None
     references: tuple[str, ...] = ()
     duration_s: float = 0.0
+    #: A ``skip`` of something the job needs (its backend, its rank count): what was not
+    #: checked although it matters. ``--strict`` fails on these.
+    needed: bool = False
 
     def to_json(self) -> dict[str, JsonValue]:
         return {
@@ -55,6 +59,7 @@ class ProbeResult:
             "fix": self.fix,
             "references": list(self.references),
             "duration_s": round(self.duration_s, 4),
+            "needed": self.needed,
         }
 
     @classmethod
@@ -68,7 +73,21 @@ class ProbeResult:
             fix=None if data.get("fix") is None else str(data["fix"]),
             references=tuple(str(r) for r in data.get("references") or ()),
             duration_s=float(data.get("duration_s") or 0.0),
+            needed=bool(data.get("needed", False)),
         )
+
+
+_BOOL_OPTIONS = ("quick", "strict", "torchrun", "pin_memory")
+_INT_OPTIONS = (
+    "world_size",
+    "num_workers",
+    "batch_bytes",
+    "params",
+    "grad_bytes_per_param",
+    "prefetch_factor",
+)
+_FLOAT_OPTIONS = ("bucket_cap_mb", "handshake_timeout_s", "timeout_scale")
+_STR_OPTIONS = ("backend", "backend_source", "world_size_source")
 
 
 @dataclass(frozen=True)
@@ -77,7 +96,14 @@ class PreflightOptions:
 
     ``world_size`` is the number of local ranks the probes spawn (default: the GPU count with
     NCCL, 2 with gloo). ``num_workers`` and ``batch_bytes`` describe the user's DataLoader so
-    that /dev/shm and CPU needs can be computed; ``params`` feeds the feasibility estimate.
+    that /dev/shm and CPU needs can be computed; ``params`` feeds the feasibility estimate;
+    ``prefetch_factor`` and ``pin_memory`` size the pinned host buffers (host.memory).
+    ``backend_source`` / ``world_size_source`` say where a backend or rank count read from the
+    training script came from (``train.py:12``), so a failure can point at the line.
+
+    The parent sends these to the child as one JSON object (``--options-json``, see
+    :meth:`to_argv`), validated by :meth:`from_json`: a new option is a field here, its type in
+    the ``_*_OPTIONS`` table and a line in :meth:`to_json`, nothing else.
     """
 
     world_size: int | None = None
@@ -93,6 +119,10 @@ class PreflightOptions:
     handshake_timeout_s: float = 10.0
     timeout_scale: float = 1.0
     torchrun: bool = False
+    prefetch_factor: int | None = None
+    pin_memory: bool | None = None
+    backend_source: str | None = None
+    world_size_source: str | None = None
 
     def __post_init__(self) -> None:
         if self.world_size is not None and not (1 <= self.world_size <= 1024):
@@ -105,6 +135,14 @@ class PreflightOptions:
             raise ValueError(f"batch_bytes out of range: {self.batch_bytes}")
         if self.params is not None and not (1 <= self.params <= 10**13):
             raise ValueError(f"params must be between 1 and 1e13, got {self.params}")
+        if self.prefetch_factor is not None and not (1 <= self.prefetch_factor <= 1024):
+            raise ValueError(
+                f"prefetch_factor must be between 1 and 1024, got {self.prefetch_factor}"
+            )
+        for name in ("backend_source", "world_size_source"):
+            text = getattr(self, name)
+            if text is not None and (len(text) > 500 or "\0" in text):
+                raise ValueError(f"{name} must be a short text")
         if self.grad_bytes_per_param not in (1, 2, 4, 8):
             raise ValueError("grad_bytes_per_param must be 1, 2, 4 or 8")
         for name in ("bucket_cap_mb", "handshake_timeout_s", "timeout_scale"):
@@ -132,6 +170,10 @@ class PreflightOptions:
             "handshake_timeout_s": self.handshake_timeout_s,
             "timeout_scale": self.timeout_scale,
             "torchrun": self.torchrun,
+            "prefetch_factor": self.prefetch_factor,
+            "pin_memory": self.pin_memory,
+            "backend_source": self.backend_source,
+            "world_size_source": self.world_size_source,
         }
 
     @classmethod
@@ -148,27 +190,21 @@ class PreflightOptions:
         for key, value in data.items():
             if value is None:
                 continue
-            if key in ("quick", "strict", "torchrun"):
+            if key in _BOOL_OPTIONS:
                 if not isinstance(value, bool):
                     raise ValueError(f"{key} must be true or false")
                 kwargs[key] = value
-            elif key in (
-                "world_size",
-                "num_workers",
-                "batch_bytes",
-                "params",
-                "grad_bytes_per_param",
-            ):
+            elif key in _INT_OPTIONS:
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise ValueError(f"{key} must be an integer")
                 kwargs[key] = value
-            elif key in ("bucket_cap_mb", "handshake_timeout_s", "timeout_scale"):
+            elif key in _FLOAT_OPTIONS:
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise ValueError(f"{key} must be a number")
                 kwargs[key] = float(value)
-            elif key == "backend":
+            elif key in _STR_OPTIONS:
                 if not isinstance(value, str):
-                    raise ValueError("backend must be a string")
+                    raise ValueError(f"{key} must be a string")
                 kwargs[key] = value
             elif key == "probes":
                 if isinstance(value, str) or not isinstance(value, Sequence):
@@ -179,35 +215,9 @@ class PreflightOptions:
         return cls(**kwargs)
 
     def to_argv(self) -> list[str]:
-        """The runner's command line for these options (see ``ddp_lsp.preflight.runner``)."""
-        argv: list[str] = []
-        if self.world_size is not None:
-            argv += ["--world-size", str(self.world_size)]
-        if self.backend is not None:
-            argv += ["--backend", self.backend]
-        if self.quick:
-            argv.append("--quick")
-        if self.strict:
-            argv.append("--strict")
-        for probe_id in self.probes:
-            argv += ["--probe", probe_id]
-        if self.num_workers is not None:
-            argv += ["--num-workers", str(self.num_workers)]
-        if self.batch_bytes is not None:
-            argv += ["--batch-bytes", str(self.batch_bytes)]
-        if self.params is not None:
-            argv += ["--params", str(self.params)]
-        if self.grad_bytes_per_param != 4:
-            argv += ["--grad-bytes", str(self.grad_bytes_per_param)]
-        if self.bucket_cap_mb != 25.0:
-            argv += ["--bucket-cap-mb", repr(self.bucket_cap_mb)]
-        if self.handshake_timeout_s != 10.0:
-            argv += ["--handshake-timeout", repr(self.handshake_timeout_s)]
-        if self.timeout_scale != 1.0:
-            argv += ["--timeout-scale", repr(self.timeout_scale)]
-        if self.torchrun:
-            argv.append("--torchrun")
-        return argv
+        """The runner's command line for these options: one JSON object, read back with
+        :meth:`from_json` in the child, so the two sides share this one definition."""
+        return ["--options-json", json.dumps(self.to_json(), sort_keys=True)]
 
 
 def _is_probe_id(text: str) -> bool:

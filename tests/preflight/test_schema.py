@@ -83,15 +83,46 @@ def test_options_from_untrusted_json() -> None:
         {"world_size": 4, "backend": "gloo", "quick": True, "probes": ["limits"]}
     )
     assert opts == PreflightOptions(world_size=4, backend="gloo", quick=True, probes=("limits",))
-    assert opts.to_argv() == [
-        "--world-size",
-        "4",
-        "--backend",
-        "gloo",
-        "--quick",
-        "--probe",
-        "limits",
-    ]
+    # The child gets the options as one JSON object and reads them back with from_json: one
+    # definition on both sides, every field included.
+    from ddp_lsp.preflight.runner import build_parser, options_from_args
+
+    full = PreflightOptions(
+        world_size=3,
+        backend="nccl",
+        quick=True,
+        probes=("limits", "host.memory"),
+        num_workers=6,
+        batch_bytes=1 << 20,
+        params=1000,
+        grad_bytes_per_param=2,
+        bucket_cap_mb=50.0,
+        handshake_timeout_s=4.0,
+        timeout_scale=2.0,
+        torchrun=True,
+        prefetch_factor=4,
+        pin_memory=False,
+        backend_source="train.py:12",
+        world_size_source="train.py:40",
+    )
+    for sent in (opts, full, PreflightOptions()):
+        argv = sent.to_argv()
+        assert argv[0] == "--options-json"
+        assert options_from_args(build_parser().parse_args(argv)) == sent
+    # Every field is sent (a field missing from to_json would silently fall back to its default).
+    assert set(full.to_json()) == set(PreflightOptions.__dataclass_fields__)
+    assert all(
+        value != getattr(PreflightOptions(), key)
+        for key, value in full.to_json().items()
+        if key not in ("strict",)
+    )
+
+
+def test_options_json_that_is_not_json_is_a_clear_error() -> None:
+    from ddp_lsp.preflight.runner import build_parser, options_from_args
+
+    with pytest.raises(ValueError, match="--options-json is not JSON"):
+        options_from_args(build_parser().parse_args(["--options-json", "{nope"]))
 
 
 @pytest.mark.parametrize(
@@ -107,6 +138,9 @@ def test_options_from_untrusted_json() -> None:
         ({"python": "/bin/sh"}, "unknown preflight option"),
         ({"handshake_timeout_s": float("nan")}, "positive number"),
         ({"num_workers": True}, "num_workers must be an integer"),
+        ({"pin_memory": 1}, "pin_memory must be true or false"),
+        ({"prefetch_factor": 0}, "prefetch_factor must be between"),
+        ({"backend_source": 12}, "backend_source must be a string"),
     ],
 )
 def test_options_reject_bad_arguments(data: dict[str, object], message: str) -> None:

@@ -30,14 +30,18 @@ class Outcome:
     values: Mapping[str, JsonValue] = field(default_factory=dict)
     fix: str | None = None
     references: tuple[str, ...] = ()
+    #: For a skip: the job needs what was not checked (see ``ProbeResult.needed``).
+    needed: bool = False
 
 
 def ok(message: str, **values: JsonValue) -> Outcome:
     return Outcome(Status.PASS, message, values)
 
 
-def skip(reason: str, **values: JsonValue) -> Outcome:
-    return Outcome(Status.SKIP, reason, values)
+def skip(reason: str, *, needed: bool = False, **values: JsonValue) -> Outcome:
+    """Not checked, with the reason; ``needed``: the job relies on what was not checked (its
+    backend needs it, its rank count needs it), so ``--strict`` fails on it."""
+    return Outcome(Status.SKIP, reason, values, needed=needed)
 
 
 @dataclass(frozen=True)

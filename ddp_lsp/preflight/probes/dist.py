@@ -221,18 +221,24 @@ def _plan(ctx: ProbeContext) -> tuple[Any, str, int] | Outcome:
     gpus = torch.cuda.device_count() if backend == "nccl" else 0
     world = ctx.local_world_size(gpus or None)
     if backend == "nccl":
+        # Where the request came from: the training script's init_process_group, or --backend.
+        where = (
+            f"init_process_group('nccl') at {ctx.options.backend_source}"
+            if ctx.options.backend_source
+            else "backend nccl requested"
+        )
         if not torch.distributed.is_nccl_available():
             return Outcome(
                 Status.FAIL,
-                "backend nccl requested but this torch has no NCCL",
-                {"backend": backend},
+                f"{where}, but this torch has no NCCL: the job fails at start-up",
+                {"backend": backend, "backend_source": ctx.options.backend_source},
                 "install a CUDA build of torch, or use backend='gloo'",
             )
         if gpus < 1:
             return Outcome(
                 Status.FAIL,
-                "backend nccl requested but no CUDA device is visible",
-                {"backend": backend},
+                f"{where}, but no CUDA device is visible: the job fails at start-up",
+                {"backend": backend, "backend_source": ctx.options.backend_source},
                 "use backend='gloo' on CPU, or fix CUDA (see cuda.basic)",
             )
     elif not torch.distributed.is_gloo_available():
