@@ -9,10 +9,12 @@ from ddp_lsp.preflight.probes.base import Outcome, Probe, ProbeContext, SystemHo
 from ddp_lsp.preflight.probes.correctness import CORRECTNESS_PROBES
 from ddp_lsp.preflight.probes.dist import DIST_PROBES
 from ddp_lsp.preflight.probes.gpu import GPU_PROBES
+from ddp_lsp.preflight.probes.memory import MEMORY_PROBES
 from ddp_lsp.preflight.probes.system import SYSTEM_PROBES
 
 ALL_PROBES: tuple[Probe, ...] = (
     *SYSTEM_PROBES,
+    *MEMORY_PROBES,
     *GPU_PROBES,
     *DIST_PROBES[:1],  # dist.handshake: the group forms at all
     *CORRECTNESS_PROBES,  # dist.correctness: DDP on it trains like one process
