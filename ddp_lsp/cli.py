@@ -1,4 +1,4 @@
-"""The ``ddp-lsp`` command line: check | fix | rules | explain | serve | preflight | smallrun.
+"""The ``ddp-lsp`` command line: check | fix | rules | explain | serve | preflight | env | smallrun.
 
 Each subcommand's implementation is imported only when it runs, so ``ddp-lsp check`` never
 pays for pygls and no subcommand imports torch in this process.
@@ -18,6 +18,7 @@ commands:
   explain    print a rule's documentation (ddp-lsp explain DDP201)
   serve      run the language server (stdio by default)
   preflight  probe this machine for distributed training (needs torch in --python)
+  env        print torch/CUDA/NCCL/driver/GPU/CPU/RAM/package facts for a bug report
   smallrun   run a short training command under supervision (memory growth, crashes, hangs)
 
 run 'ddp-lsp <command> --help' for a command's options.
@@ -47,6 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ddp_lsp.preflight.cli import main as preflight_main
 
         return preflight_main(rest)
+    if command == "env":
+        from ddp_lsp.preflight.envinfo import main as env_main
+
+        return env_main(rest)
     if command == "smallrun":
         from ddp_lsp.runtime.smallrun import main as smallrun_main
 

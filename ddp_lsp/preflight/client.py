@@ -51,10 +51,13 @@ def package_root() -> str:
     return str(Path(ddp_lsp.__file__).resolve().parent.parent)
 
 
-def child_argv(python: str, options: PreflightOptions) -> list[str]:
+def child_argv(python: str, options: PreflightOptions | None) -> list[str]:
+    """The child's command line; ``options=None`` asks for the ``ddp-lsp env`` report instead
+    of the probes (same interpreter, same isolation)."""
     # -E: ignore PYTHONPATH/PYTHONSTARTUP, so a project directory on PYTHONPATH cannot shadow
     # our modules or torch's; -c with an empty cwd keeps the project off sys.path too.
-    return [python, "-E", "-c", _BOOTSTRAP, package_root(), "--format", "jsonl", *options.to_argv()]
+    args = ["--env"] if options is None else ["--format", "jsonl", *options.to_argv()]
+    return [python, "-E", "-c", _BOOTSTRAP, package_root(), *args]
 
 
 class PreflightError(RuntimeError):

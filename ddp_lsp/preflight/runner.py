@@ -541,6 +541,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", dest="json_file", metavar="FILE", help="also write the JSON report here"
     )
     p.add_argument("--list", action="store_true", help="list the probes and exit")
+    p.add_argument(
+        "--env",
+        action="store_true",
+        help="print the environment report (ddp-lsp env) as JSON lines and exit",
+    )
     p.add_argument("--prefetch-factor", type=int, help="DataLoader prefetch_factor (default 2)")
     p.add_argument(
         "--pin-memory",
@@ -608,6 +613,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.flush()
     out: IO[str] = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)
+    if ns.env:
+        from ddp_lsp.preflight.envinfo import child_main
+
+        return child_main(out)
     jsonl = ns.format == "jsonl"
 
     def emit(event: dict[str, Any]) -> None:

@@ -96,7 +96,7 @@ class _Reader:
         self.tree = tree
         # Names bound exactly once in the file (any scope) to a literal: `backend = "nccl"`.
         bound: dict[str, list[ast.AST]] = {}
-        self.parser_defaults: dict[str, tuple[object, int]] = {}
+        self.parser_defaults: dict[str, tuple[object, int]] = {}  # flag -> (default, line)
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign):
                 for target in node.targets:
@@ -148,11 +148,12 @@ class _Reader:
             return self.backend(self.bound[node.id], depth + 1)
         if isinstance(node, ast.Attribute) and node.attr in self.parser_defaults:
             if node.attr in _BACKEND_FLAGS or node.attr.endswith("backend"):
-                value, line = self.parser_defaults[node.attr]
-                if isinstance(value, str):
-                    got = self.backend(ast.Constant(value), depth + 1)
+                default, line = self.parser_defaults[node.attr]
+                if isinstance(default, str):
+                    got = self.backend(ast.Constant(default), depth + 1)
                     if got is not None:
-                        return got[0], f"the --{node.attr.replace('_', '-')} default, line {line}"
+                        flag = node.attr.replace("_", "-")
+                        return got[0], f"the --{flag} default, line {line}"
         return None
 
 

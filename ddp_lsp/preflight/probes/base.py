@@ -38,9 +38,13 @@ def ok(message: str, **values: JsonValue) -> Outcome:
     return Outcome(Status.PASS, message, values)
 
 
-def skip(reason: str, *, needed: bool = False, **values: JsonValue) -> Outcome:
-    """Not checked, with the reason; ``needed``: the job relies on what was not checked (its
-    backend needs it, its rank count needs it), so ``--strict`` fails on it."""
+def skip(reason: str, **values: JsonValue) -> Outcome:
+    return Outcome(Status.SKIP, reason, values)
+
+
+def skip_needed(reason: str, needed: bool = True, **values: JsonValue) -> Outcome:
+    """Not checked although the job relies on it (its backend or rank count needs it):
+    ``--strict`` fails on it and the summary names it."""
     return Outcome(Status.SKIP, reason, values, needed=needed)
 
 

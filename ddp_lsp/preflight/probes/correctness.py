@@ -128,8 +128,8 @@ def _correctness_body(env: RankEnv) -> dict[str, Any]:
     # The sampler: this rank's shard of SAMPLES indices, one epoch in.
     from torch.utils.data.distributed import DistributedSampler
 
-    sampler = DistributedSampler(
-        range(SAMPLES),
+    sampler: Any = DistributedSampler(
+        range(SAMPLES),  # type: ignore[arg-type]  # any Sized works: only len() is used
         num_replicas=world,
         rank=rank,
         shuffle=True,

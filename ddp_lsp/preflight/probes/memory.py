@@ -29,7 +29,7 @@ from ddp_lsp.preflight.probes.base import (
     fmt_bytes,
     ok,
     read_text,
-    skip,
+    skip_needed,
 )
 from ddp_lsp.preflight.probes.system import (
     DEFAULT_BATCH_BYTES,
@@ -100,7 +100,7 @@ def probe_host_memory(ctx: ProbeContext) -> Outcome:
         pin = gpu  # GPU jobs pin as a rule; on CPU pin_memory does nothing
         assumed.append("pin_memory")
     if total is None or available is None:
-        return skip("no /proc/meminfo to read", needed=bool(pin and gpu))
+        return skip_needed("no /proc/meminfo to read", bool(pin and gpu))
     cpus, _ = effective_cpus(ctx)
     ranks = ctx.local_world_size()
     workers = ctx.options.num_workers
