@@ -69,6 +69,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=positive_seconds, default=900.0, help="overall limit in seconds"
     )
     p.add_argument("--no-color", action="store_true", help="ASCII status marks")
+    p.add_argument(
+        "--script",
+        metavar="FILE",
+        help="your training script: its init_process_group backend, mp.spawn ranks and "
+        "DataLoader settings become the job the probes check (read statically, never imported)",
+    )
+    p.add_argument("--prefetch-factor", type=int, help="your DataLoader prefetch_factor")
+    p.add_argument(
+        "--pin-memory",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="your DataLoader pins batches (sizes host.memory; default: assumed where CUDA is)",
+    )
     return p
 
 
@@ -79,6 +92,17 @@ def _print_probe(result: ProbeResult, unicode: bool) -> None:
     if result.fix and result.status in (Status.WARN, Status.FAIL):
         sys.stdout.write(f"  {'→' if unicode else '->'} {result.fix}\n")
     sys.stdout.flush()
+
+
+def _with_script(options: PreflightOptions, path: str) -> PreflightOptions:
+    """The job as the script states it (explicit flags win), said in one line per fact."""
+    from ddp_lsp.preflight.scriptinfo import load_script, options_with_facts
+
+    facts = load_script(path)
+    name = os.path.basename(path)
+    for line in facts.describe(name) or ["no init_process_group, spawn or DataLoader settings"]:
+        sys.stdout.write(f"job from {name}: {line}\n")
+    return options_with_facts(options, facts, name)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -95,7 +119,13 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0) and 2
     from ddp_lsp.preflight.client import PreflightError, run_preflight_sync
-    from ddp_lsp.preflight.report import _env_line, _unicode_ok, render_markdown, summary_counts
+    from ddp_lsp.preflight.report import (
+        _unicode_ok,
+        not_checked,
+        render_markdown,
+        summary_counts,
+        summary_line,
+    )
 
     params = ns.params
     if params is None and ns.model_file:
@@ -131,7 +161,11 @@ def main(argv: Sequence[str]) -> int:
             bucket_cap_mb=ns.bucket_cap_mb,
             handshake_timeout_s=ns.handshake_timeout,
             timeout_scale=ns.timeout_scale,
+            prefetch_factor=ns.prefetch_factor,
+            pin_memory=ns.pin_memory,
         )
+        if ns.script:
+            options = _with_script(options, ns.script)
     except ValueError as exc:
         sys.stderr.write(f"ddp-lsp preflight: {exc}\n")
         return 2
@@ -159,20 +193,13 @@ def main(argv: Sequence[str]) -> int:
     if ns.markdown:
         sys.stdout.write(render_markdown(report))
     else:
-        skipped = [p for p in report.probes if p.status is Status.SKIP]
-        if skipped:
-            sys.stdout.write(
-                f"skipped {len(skipped)}: "
-                + "; ".join(f"{p.id} ({p.message})" for p in skipped)
-                + "\n"
-            )
+        for line in not_checked(report):
+            sys.stdout.write(line + "\n")
         for node in report.nodes:
             sys.stdout.write(
                 f"node {node.node_rank} ({node.host}): {summary_counts(node, unicode)}\n"
             )
-        sys.stdout.write(
-            f"{_env_line(report)}  {summary_counts(report, unicode)}  ({report.duration_s:.1f} s)\n"
-        )
+        sys.stdout.write(summary_line(report, unicode) + "\n")
     if report.error:
         sys.stderr.write(f"ddp-lsp preflight: {report.error}\n")
     if ns.json_file:

@@ -55,9 +55,55 @@ def format_age(seconds: float | None) -> str:
 
 def summary_counts(report: PreflightReport, unicode: bool = True) -> str:
     s = report.summary
+    needed = sum(1 for p in report.probes if p.status is Status.SKIP and p.needed)
+    extra = f" ({needed} needed by the job)" if needed else ""
     if unicode:
-        return f"✗{s.failed} ⚠{s.warned} ✓{s.passed} –{s.skipped}"
-    return f"{s.failed} fail, {s.warned} warn, {s.passed} pass, {s.skipped} skip"
+        return f"✗{s.failed} ⚠{s.warned} ✓{s.passed} –{s.skipped}{extra}"
+    return f"{s.failed} fail, {s.warned} warn, {s.passed} pass, {s.skipped} skip{extra}"
+
+
+def summary_line(report: PreflightReport, unicode: bool = True) -> str:
+    """Environment, counts and duration, and the ids of what was not checked (skips, the job's
+    needs first): a clean-looking count must not hide that the GPU path never ran."""
+    line = f"{_env_line(report)}  {summary_counts(report, unicode)}  ({report.duration_s:.1f} s)"
+    skipped = sorted(
+        (p for p in report.probes if p.status is Status.SKIP), key=lambda p: not p.needed
+    )
+    if skipped:
+        line += "  not checked: " + ", ".join(p.id + ("*" if p.needed else "") for p in skipped)
+    return line
+
+
+def not_checked(report: PreflightReport) -> list[str]:
+    """What the run did not check, in words: skipped probes (the job's needs first) and probes
+    this run did not select (``--quick``, ``--probe``). Empty when everything was checked."""
+    skipped = [p for p in report.probes if p.status is Status.SKIP]
+    out = []
+    needed = [p for p in skipped if p.needed]
+    if needed:
+        out.append(
+            "not checked although the job needs it (*): "
+            + "; ".join(f"{p.id} ({p.message})" for p in needed)
+        )
+    rest = [p for p in skipped if not p.needed]
+    if rest:
+        out.append("not checked: " + "; ".join(f"{p.id} ({p.message})" for p in rest))
+    ran = {p.id for p in report.probes}
+    from ddp_lsp.preflight.probes import ALL_PROBES  # torch-free at import
+
+    chosen = report.options.get("probes") or []
+    quick = bool(report.options.get("quick"))
+    if report.error is None:
+        missing = [p.id for p in ALL_PROBES if p.id not in ran]
+        if chosen:
+            missing = [m for m in missing if m not in chosen]
+            why = "not selected with --probe"
+        else:
+            missing = [m for m in missing if quick]
+            why = "--quick"
+        if missing:
+            out.append(f"not run ({why}): {', '.join(missing)}")
+    return out
 
 
 def _env_line(report: PreflightReport) -> str:
@@ -86,9 +132,7 @@ def probe_line(probe: ProbeResult, unicode: bool = True) -> str:
 
 def render_text(report: PreflightReport, unicode: bool | None = None) -> str:
     uni = _unicode_ok() if unicode is None else unicode
-    lines = [
-        f"DDP preflight  {_env_line(report)}  {summary_counts(report, uni)}  ({report.duration_s:.1f} s)"
-    ]
+    lines = [f"DDP preflight  {summary_line(report, uni)}"]
     if report.error:
         lines.append(f"preflight error: {report.error}")
     for probe in report.probes:
@@ -101,9 +145,7 @@ def render_text(report: PreflightReport, unicode: bool | None = None) -> str:
         for probe in node.probes:
             if probe.status in (Status.WARN, Status.FAIL):
                 lines.append("  " + probe_line(probe, uni))
-    skipped = [p for p in report.probes if p.status is Status.SKIP]
-    if skipped:
-        lines.append(f"skipped: {', '.join(p.id for p in skipped)} (reason on each line)")
+    lines += not_checked(report)
     return "\n".join(lines) + "\n"
 
 
@@ -127,6 +169,9 @@ def render_markdown(report: PreflightReport, now: datetime | None = None) -> str
             )
     for node in report.nodes:
         out.append(f"- node {node.node_rank} `{node.host}`: {summary_counts(node)}")
+    gaps = not_checked(report)
+    if gaps:
+        out += ["", *(f"_{_md_escape(line)}_" for line in gaps)]
     return "\n".join(out) + "\n"
 
 

@@ -281,12 +281,16 @@ class PreflightReport:
         return None
 
     def exit_code(self, strict: bool = False) -> int:
-        """0: no failure; 1: a probe failed (or warned, with ``strict``); 2: preflight error."""
+        """0: no failure; 1: a probe failed (with ``strict``: warned, or skipped something the
+        job needs); 2: preflight error."""
         if self.error is not None:
             return 2
         bad = {Status.FAIL, Status.WARN} if strict else {Status.FAIL}
         reports = (self, *self.nodes)
-        return 1 if any(p.status in bad for r in reports for p in r.probes) else 0
+        probes = [p for r in reports for p in r.probes]
+        if any(p.status in bad for p in probes):
+            return 1
+        return 1 if strict and any(p.status is Status.SKIP and p.needed for p in probes) else 0
 
     def with_probes(self, probes: Sequence[ProbeResult]) -> PreflightReport:
         return replace(self, probes=tuple(probes))

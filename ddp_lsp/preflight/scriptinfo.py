@@ -234,17 +234,19 @@ def options_with_facts(
     return replace(options, **changes) if changes else options  # type: ignore[arg-type]
 
 
-def options_with_script(options: PreflightOptions, path: str) -> PreflightOptions:
-    """:func:`options_with_facts` for a file; ``ValueError`` with a clear message when it cannot
-    be read or parsed."""
+def load_script(path: str) -> ScriptFacts:
+    """:func:`read_script` for a file; ``ValueError`` with a clear message when it cannot be
+    read or parsed."""
     try:
         source = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(
-            f"cannot read --script {path}: {getattr(exc, 'strerror', None) or exc}"
-        ) from None
+        reason = getattr(exc, "strerror", None) or exc
+        raise ValueError(f"cannot read --script {path}: {reason}") from None
     try:
-        facts = read_script(source)
+        return read_script(source)
     except (SyntaxError, ValueError) as exc:
         raise ValueError(f"--script {path} is not valid Python: {exc}") from None
-    return options_with_facts(options, facts, Path(path).name)
+
+
+def options_with_script(options: PreflightOptions, path: str) -> PreflightOptions:
+    return options_with_facts(options, load_script(path), Path(path).name)

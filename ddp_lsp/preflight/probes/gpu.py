@@ -23,6 +23,7 @@ from ddp_lsp.preflight.probes.base import (
     ok,
     read_text,
     skip,
+    skip_needed,
 )
 from ddp_lsp.preflight.schema import Status
 
@@ -230,11 +231,16 @@ def probe_cuda_basic(ctx: ProbeContext) -> Outcome:
     visible, vis_problem = parse_visible_devices(ctx.env.get("CUDA_VISIBLE_DEVICES"))
     values: dict[str, object] = {"cuda_build": ops.build(), "cuda_visible_devices": visible}
     want_nccl = ctx.options.backend == "nccl"
+    where = (
+        f"init_process_group('nccl') at {ctx.options.backend_source}"
+        if ctx.options.backend_source
+        else "backend nccl requested"
+    )
     if ops.build() is None:
         if want_nccl:
             return Outcome(
                 Status.FAIL,
-                "backend nccl requested but torch is a CPU-only build",
+                f"{where} but torch is a CPU-only build",
                 values,
                 "install a CUDA build of torch, or use backend='gloo'",
             )
@@ -272,7 +278,9 @@ def probe_cuda_basic(ctx: ProbeContext) -> Outcome:
     if count < lws:
         return Outcome(
             Status.FAIL,
-            f"{count} GPU(s) visible but {lws} ranks per node: rank {count} would ask for cuda:{count} "
+            f"{count} GPU(s) visible but {lws} ranks per node"
+            + (f" ({ctx.options.world_size_source})" if ctx.options.world_size_source else "")
+            + f": rank {count} would ask for cuda:{count} "
             "('invalid device ordinal') or share a GPU",
             values,
             f"torchrun --nproc-per-node={count}, or make more GPUs visible (CUDA_VISIBLE_DEVICES)",
@@ -298,7 +306,8 @@ def probe_cuda_basic(ctx: ProbeContext) -> Outcome:
 def probe_gpu_p2p(ctx: ProbeContext) -> Outcome:
     ops = cuda_ops(ctx)
     if ops.build() is None or not ops.is_available():
-        return skip("no CUDA device")
+        # Not checked; if the job asked for NCCL it needed these copies to work.
+        return skip_needed("no CUDA device", ctx.options.backend == "nccl")
     count = ops.device_count()
     if count < 2:
         return skip(f"{count} GPU: no pair to test")

@@ -93,7 +93,8 @@ def has_nvidia_driver(ctx: ProbeContext) -> bool:
 def probe_host_memory(ctx: ProbeContext) -> Outcome:
     info = read_meminfo(ctx)
     total, available = info.get("MemTotal"), info.get("MemAvailable", info.get("MemFree"))
-    gpu = ctx.options.backend == "nccl" or (ctx.options.backend is None and has_nvidia_driver(ctx))
+    # Pinning needs a CUDA driver on this host, whatever backend the code asks for.
+    gpu = has_nvidia_driver(ctx)
     assumed: list[str] = []
     pin = ctx.options.pin_memory
     if pin is None:
