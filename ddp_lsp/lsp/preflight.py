@@ -84,7 +84,9 @@ class PreflightService:
     def options_for(self, uri: str | None, overrides: Any) -> dict[str, Any]:
         """The command's options; without ``params``, the parameter count of the models the
         open document builds (a static estimate: the code is parsed, never imported), so the
-        feasibility probe judges this model rather than its stand-in's size."""
+        feasibility probe judges this model rather than its stand-in's size. Likewise the job
+        the document states: its ``init_process_group`` backend (NCCL on a host that cannot run
+        it must fail, not pass on gloo), its ``mp.spawn`` ranks and DataLoader settings."""
         opts = _options(overrides)
         unit = self.state.units.get(uri) if uri else None
         if "params" not in opts and unit is not None:
@@ -93,6 +95,8 @@ class PreflightService:
             estimate = estimate_params(unit.doc.text)
             if estimate is not None and estimate.params > 0:
                 opts["params"] = estimate.params
+        if unit is not None and uri is not None:
+            opts.update(_job_from_code(unit.doc.text, uri, opts))
         return opts
 
     # -- running --------------------------------------------------------------------------------
@@ -197,6 +201,33 @@ class PreflightService:
                 )
             )
         return out
+
+
+_JOB_KEYS = (
+    "backend",
+    "backend_source",
+    "world_size",
+    "world_size_source",
+    "num_workers",
+    "pin_memory",
+    "prefetch_factor",
+)
+
+
+def _job_from_code(text: str, uri: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """What the document fixes about the job that the command's options leave open."""
+    from ddp_lsp.preflight.schema import PreflightOptions
+    from ddp_lsp.preflight.scriptinfo import options_with_facts, read_script
+
+    try:
+        facts = read_script(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return {}  # half-typed code: the machine decides, as without a script
+    path = uri_to_path(uri)
+    merged = options_with_facts(PreflightOptions(**opts), facts, path.name if path else "this file")
+    return {
+        k: getattr(merged, k) for k in _JOB_KEYS if k not in opts and getattr(merged, k) is not None
+    }
 
 
 def _options(raw: Any) -> dict[str, Any]:
