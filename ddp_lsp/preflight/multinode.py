@@ -23,12 +23,11 @@ from ddp_lsp.preflight.schema import PreflightOptions, PreflightReport, ProbeRes
 MiB = 1 << 20
 
 
-def _gather(local: PreflightReport, options: PreflightOptions) -> Any:
+def _gather(payload: str, timeout: float) -> Any:
     def body(ctx: ProbeContext) -> Outcome:
         import torch
         import torch.distributed as dist
 
-        timeout = ctx.options.handshake_timeout_s * 3
         t0 = time.perf_counter()
         dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout))
         init_s = time.perf_counter() - t0
@@ -47,7 +46,7 @@ def _gather(local: PreflightReport, options: PreflightOptions) -> Any:
                 dist.all_reduce(buf)
             t_bucket = (time.perf_counter() - t1) / 3
         gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, json.dumps(local.to_json()))
+        dist.all_gather_object(gathered, payload)
         dist.destroy_process_group()
         return ok(
             "gathered",
@@ -73,16 +72,60 @@ def version_mismatches(reports: list[PreflightReport]) -> dict[str, dict[str, st
     return out
 
 
-def run_torchrun(options: PreflightOptions, emit: Any) -> PreflightReport:
-    from ddp_lsp.preflight.runner import run, run_isolated, shm_prefix
+def local_rank(env: Any) -> int:
+    """torchrun's LOCAL_RANK: several preflight processes on one host (``--nproc-per-node`` > 1)
+    are one node; only local rank 0 probes it, the others only join the cross-node group."""
+    value = str(env.get("LOCAL_RANK", "0"))
+    return int(value) if value.isdigit() else 0
 
-    local = run(options, emit)
-    probe = Probe("multinode.handshake", "Cross-node handshake", 0.0, _gather(local, options))
-    ctx = ProbeContext(options=options, env=dict(os.environ), shm_prefix=shm_prefix())
-    timeout = (options.handshake_timeout_s * 3 + 30) * options.timeout_scale
-    gathered = run_isolated(probe, ctx, timeout)
+
+def writes_report(options: PreflightOptions, env: Any) -> bool:
+    """One writer for --json and the full report: global rank 0 (or the only process)."""
+    value = str(env.get("RANK", "0"))
+    return not options.torchrun or not value.isdigit() or int(value) == 0
+
+
+def _idle_report(options: PreflightOptions, env: Any) -> PreflightReport:
+    import platform
+    import socket
+    import sys
+    from datetime import datetime, timezone
+
+    from ddp_lsp.preflight.runner import _node_rank
+
+    return PreflightReport(
+        host=socket.gethostname(),
+        python=sys.executable,
+        python_version=platform.python_version(),
+        platform=platform.platform(),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        duration_s=0.0,
+        probes=(),
+        options=options.to_json(),
+        node_rank=_node_rank(options, env),
+    )
+
+
+def run_torchrun(options: PreflightOptions, emit: Any) -> PreflightReport:
+    from ddp_lsp.preflight.runner import probe_timeout, run, run_isolated, select_probes, shm_prefix
+
+    env = dict(os.environ)
+    lrank = local_rank(env)
+    timeout = options.handshake_timeout_s * 3
+    if lrank == 0:
+        local = run(options, emit)
+    else:
+        local = _idle_report(options, env)
+        # This process waits in the group for its node's local rank 0 to finish every probe.
+        timeout += sum(probe_timeout(p, options) for p in select_probes(options))
+    payload = json.dumps({"local_rank": lrank, "report": local.to_json()})
+    probe = Probe("multinode.handshake", "Cross-node handshake", 0.0, _gather(payload, timeout))
+    ctx = ProbeContext(options=options, env=env, shm_prefix=shm_prefix())
+    gathered = run_isolated(probe, ctx, (timeout + 30) * options.timeout_scale)
     values = dict(gathered.values)
-    reports_json = values.pop("reports", [])
+    payloads = [json.loads(text) for text in values.pop("reports", [])]
+    # One report per node: its local rank 0's (the others ran no probes).
+    reports_json = [p["report"] for p in payloads if p.get("local_rank", 0) == 0]
     extra: list[ProbeResult] = []
     if gathered.status is not Status.PASS:
         extra.append(
@@ -97,14 +140,23 @@ def run_torchrun(options: PreflightOptions, emit: Any) -> PreflightReport:
         emit({"event": "probe", "result": extra[0].to_json()})
         return report
     world = int(values["world"])
+    nodes_count = len(reports_json) if int(values["rank"]) == 0 else None
+    joined = (
+        f"{world} processes on {nodes_count} node(s)"
+        if nodes_count is not None and nodes_count != world
+        else f"{world} nodes"
+    )
     if values.get("correct"):
         extra.append(
             ProbeResult(
                 "multinode.handshake",
                 "Cross-node handshake",
                 Status.PASS,
-                f"{world} nodes joined torchrun's group in {values['init_s']:.2f} s; all_reduce correct",
-                {k: values[k] for k in ("world", "init_s")},
+                f"{joined} joined torchrun's group in {values['init_s']:.2f} s; all_reduce correct",
+                {
+                    **{k: values[k] for k in ("world", "init_s")},
+                    "nodes": nodes_count,
+                },
                 None,
                 (),
                 gathered.duration_s,
@@ -132,7 +184,8 @@ def run_torchrun(options: PreflightOptions, emit: Any) -> PreflightReport:
                 "multinode.busbw",
                 "Cross-node all_reduce bandwidth",
                 Status.PASS,
-                f"gloo busbw {bw:.2f} GB/s at the {values['bucket_bytes'] // MiB} MiB bucket across {world} nodes",
+                f"gloo busbw {bw:.2f} GB/s at the {values['bucket_bytes'] // MiB} MiB bucket across "
+                f"{joined}",
                 {"busbw_at_bucket_gbps": round(bw, 3), "world": world},
                 None,
                 (),
@@ -143,7 +196,7 @@ def run_torchrun(options: PreflightOptions, emit: Any) -> PreflightReport:
         for result in extra:
             emit({"event": "probe", "result": result.to_json()})
         return replace(local, probes=local.probes + tuple(extra))
-    nodes = [PreflightReport.from_json(json.loads(text)) for text in reports_json]
+    nodes = [PreflightReport.from_json(data) for data in reports_json]
     others = tuple(n for n in nodes if n.node_rank != local.node_rank)
     mismatch = version_mismatches(nodes)
     if mismatch:

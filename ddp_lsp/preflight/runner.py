@@ -641,7 +641,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = run_torchrun(options, emit)
     else:
         report = run(options, emit)
-    if ns.json_file and (report.node_rank in (None, 0)):
+    from ddp_lsp.preflight.multinode import local_rank, writes_report
+
+    writer = writes_report(options, os.environ)
+    if ns.json_file and writer:
         with open(ns.json_file, "w", encoding="utf-8") as handle:
             json.dump(report.to_json(), handle, indent=2)
     if jsonl:
@@ -651,8 +654,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         from ddp_lsp.preflight.report import render_markdown, render_text
 
-        if report.node_rank in (None, 0):
+        if writer:
             out.write(render_markdown(report) if ns.format == "markdown" else render_text(report))
+        elif local_rank(os.environ) != 0:
+            out.write(
+                f"node {report.node_rank} ({report.host}), local rank {local_rank(os.environ)}: "
+                "this node is probed by its local rank 0; full report gathered to rank 0\n"
+            )
         else:
             from ddp_lsp.preflight.report import summary_counts
 
