@@ -38,6 +38,8 @@ _OPTION_KEYS = {
     "probes": "probes",
     "numWorkers": "num_workers",
     "batchBytes": "batch_bytes",
+    "prefetchFactor": "prefetch_factor",
+    "pinMemory": "pin_memory",
     "params": "params",
     "handshakeTimeout": "handshake_timeout_s",
     "timeoutScale": "timeout_scale",

@@ -38,7 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the JSON report (schema ddp-lsp-preflight/1)",
     )
     p.add_argument("--markdown", action="store_true", help="print the report as Markdown")
-    p.add_argument("--quick", action="store_true", help="skip the bandwidth sweep and feasibility")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="skip the DDP correctness run, the bandwidth sweep and feasibility",
+    )
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     p.add_argument(
         "--probe",

@@ -290,7 +290,14 @@ def facts_markdown(report: PreflightReport, topic: str, now: datetime | None = N
             if fact:
                 lines.append(fact)
     elif topic == "DistributedDataParallel":
-        for pid in ("feasibility", "dist.busbw", "cuda.basic", "gpu.p2p", "gpu.topo"):
+        for pid in (
+            "dist.correctness",
+            "feasibility",
+            "dist.busbw",
+            "cuda.basic",
+            "gpu.p2p",
+            "gpu.topo",
+        ):
             fact = _fact(report, pid)
             if fact:
                 lines.append(fact)
@@ -309,7 +316,7 @@ def facts_markdown(report: PreflightReport, topic: str, now: datetime | None = N
             lines.append(
                 f"- /dev/shm: {_gib(facts.shm_free_bytes)} free of {_gib(facts.shm_total_bytes)}"
             )
-        for pid in ("shm.capacity", "cpu.workers", "limits"):
+        for pid in ("shm.capacity", "host.memory", "cpu.workers", "limits"):
             probe = report.probe(pid)
             if probe is not None and probe.status in (Status.WARN, Status.FAIL):
                 fact = _fact(report, pid)

@@ -519,7 +519,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--world-size", type=int)
     p.add_argument("--backend", choices=("nccl", "gloo"))
-    p.add_argument("--quick", action="store_true", help="skip the bandwidth sweep and feasibility")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="skip the DDP correctness run, the bandwidth sweep and feasibility",
+    )
     p.add_argument("--strict", action="store_true", help="warnings fail too")
     p.add_argument("--probe", action="extend", nargs="+", default=[], metavar="ID")
     p.add_argument("--num-workers", type=int, help="DataLoader num_workers per rank")
