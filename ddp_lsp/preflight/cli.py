@@ -43,7 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the DDP correctness run, the bandwidth sweep and feasibility",
     )
-    p.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="warnings, and skips of what the job needs, fail too (exit 1)",
+    )
     p.add_argument(
         "--probe",
         action="extend",

@@ -524,7 +524,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the DDP correctness run, the bandwidth sweep and feasibility",
     )
-    p.add_argument("--strict", action="store_true", help="warnings fail too")
+    p.add_argument(
+        "--strict", action="store_true", help="warnings, and skips of what the job needs, fail too"
+    )
     p.add_argument("--probe", action="extend", nargs="+", default=[], metavar="ID")
     p.add_argument("--num-workers", type=int, help="DataLoader num_workers per rank")
     p.add_argument("--batch-bytes", type=int, help="bytes of one batch (for /dev/shm sizing)")
