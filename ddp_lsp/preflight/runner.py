@@ -296,6 +296,8 @@ _HANG_FIX = {
     "dist.busbw": "a collective hangs: run with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 to test P2P",
     "gpu.p2p": "a peer copy hangs: broken P2P (PCIe ACS/IOMMU); export NCCL_P2P_DISABLE=1",
     "cuda.basic": "CUDA initialisation hangs: check the driver (nvidia-smi), GPU persistence mode",
+    "dist.correctness": "a rank hangs in DDP's broadcast or gradient all_reduce: see dist.handshake "
+    "and gpu.p2p; rerun with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL",
 }
 
 

@@ -101,12 +101,13 @@ def test_real_two_rank_ddp_matches_one_process() -> None:
 @pytest.mark.torch
 def test_real_rank_with_different_weights_is_caught() -> None:
     pytest.importorskip("torch")
-    result = _run({INJECT_ENV: "weights:1,sampler:1"})
+    result = _run({INJECT_ENV: "weights:1,sampler:1,rng:1"})
     assert result.status is Status.FAIL, result.message
     assert "parameters of rank(s) 1 differ from rank 0's after the DDP wrap" in result.message
     assert result.values["wrap_param_diff"][1] == pytest.approx(1e-2, rel=1e-3)
     assert "differ from single-process training" in result.message
     assert "DistributedSampler shards of 37 samples are not a partition" in result.message
-    # Only what was injected: RNG and buffers stayed in sync.
-    assert result.values["rng_equal"] == [True, True]
+    assert result.values["rng_equal"] == [True, False]
+    assert "RNG state of rank(s) 1 differs" in result.message
+    # Only what was injected: the buffers (perturbed before the wrap) were synced by DDP.
     assert max(result.values["wrap_buffer_diff"]) == 0.0
