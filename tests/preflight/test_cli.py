@@ -101,6 +101,7 @@ def test_cli_module_never_imports_torch() -> None:
 
     code = (
         "import sys; from ddp_lsp.preflight import cli, client, report, schema, paramcount; "
+        "from ddp_lsp.preflight import envinfo, scriptinfo; "
         "import ddp_lsp.preflight.probes; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

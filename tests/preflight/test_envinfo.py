@@ -5,6 +5,7 @@ fake interpreter that stops answering)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -108,3 +109,15 @@ def test_cli_json_and_bad_interpreter(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["--python", str(tmp_path / "nope"), "--json"]) == 2
     assert "cannot start" in capsys.readouterr().err
     assert main(["--json", "--timeout", "0"]) == 2
+
+
+def test_the_env_command_never_imports_torch_in_its_own_process(tmp_path: Path) -> None:
+    code = (
+        "import sys; from ddp_lsp import cli; rc = cli.main(['env', '--json']); "
+        "print(rc, 'torch' in sys.modules, file=sys.stderr)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=180
+    )
+    assert proc.stderr.strip().splitlines()[-1] == "0 False", proc.stderr
+    assert json.loads(proc.stdout)["schema"] == "ddp-lsp-env/1"
