@@ -41,7 +41,10 @@ class ScriptFacts:
         """One line per fact, for the CLI's header and the server's log."""
         out = []
         if self.backend is not None:
-            out.append(f"backend {self.backend!r} ({name}:{self.backend_line}, {self.backend_how})")
+            out.append(
+                f"backend {self.backend!r} ({name}:{self.backend_line}, {self.backend_how})"
+                + ("" if self.backend in BACKENDS else "; not probed: the preflight runs nccl/gloo")
+            )
         elif self.init_calls:
             out.append("backend chosen at run time (the machine decides)")
         if self.world_size is not None:
@@ -107,7 +110,14 @@ class _Reader:
                     bound.setdefault(node.target.id, []).append(node.value)
             elif isinstance(node, ast.Call) and _func_name(node) == "add_argument":
                 self._parser_default(node)
-        self.bound = {k: v[0] for k, v in bound.items() if len(v) == 1}
+        # A parameter of that name anywhere (`def setup(backend): ...`) is bound by its caller.
+        params = {
+            a.arg
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)
+        }
+        self.bound = {k: v[0] for k, v in bound.items() if len(v) == 1 and k not in params}
 
     def _parser_default(self, call: ast.Call) -> None:
         flags = [

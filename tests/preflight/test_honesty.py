@@ -36,6 +36,8 @@ HEAD = "import torch\nimport torch.distributed as dist\nimport torch.multiproces
         ('dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")\n', None),
         ("dist.init_process_group()\n", None),
         ("def setup(backend):\n    dist.init_process_group(backend)\n", None),
+        # A parameter shadows a module-level name: the caller decides.
+        ('backend = "nccl"\ndef setup(backend):\n    dist.init_process_group(backend)\n', None),
         # Two calls that disagree: the code does not fix one backend.
         ('dist.init_process_group("nccl")\ndist.init_process_group("gloo")\n', None),
         ('b = "nccl"\nb = "gloo"\ndist.init_process_group(b)\n', None),
