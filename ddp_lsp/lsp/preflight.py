@@ -56,14 +56,7 @@ class PreflightService:
     # -- where and with what ------------------------------------------------------------------
 
     def folder_for(self, uri: str | None) -> Path:
-        path = uri_to_path(uri) if uri else None
-        folder = self.state.folder_of(path)
-        if folder is not None:
-            return folder
-        if path is not None:
-            return path if path.is_dir() else path.parent
-        roots = [p for _, p in self.state.folders if p is not None]
-        return roots[0] if roots else Path.cwd()
+        return self.state.machine_folder(uri_to_path(uri) if uri else None)
 
     def python_for(self, folder: Path) -> str:
         from ddp_lsp.preflight.client import default_python

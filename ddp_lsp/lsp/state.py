@@ -253,6 +253,20 @@ class ServerState:
                     best = root
         return best
 
+    def machine_folder(self, path: Path | None) -> Path:
+        """The folder whose preflight report describes the machine a file's code runs on:
+        its workspace folder; without one (a file opened with no root), its own directory;
+        without a path (an untitled buffer), the first workspace folder or the working
+        directory. ``ddp-lsp.runPreflight`` stores its report under the same folder, so the
+        analysis sees the facts of the run it asked for."""
+        folder = self.folder_of(path)
+        if folder is not None:
+            return folder
+        if path is not None:
+            return path if path.is_dir() else path.parent
+        roots = [p for _, p in self.folders if p is not None]
+        return roots[0] if roots else Path.cwd()
+
     def settings_for(self, uri: str, path: Path | None) -> tuple[Settings, bool]:
         """(analysis settings, enabled) for a document; reports invalid keys once each."""
         editor = self.editor_for(uri)
@@ -293,7 +307,12 @@ class ServerState:
         """Where the file's code runs: the launch configuration next to it (torchrun line,
         SLURM header, Accelerate/DeepSpeed config) and the folder's last preflight report."""
         if path is None:
-            return None
+            report = self.preflight_lookup(self.machine_folder(None))
+            if report is None:
+                return None
+            from ddp_lsp.preflight.report import machine_info
+
+            return Environment(machine=machine_info(report), launch=None)
         from ddp_lsp.launch import launch_info
 
         folder = self.folder_of(path)
@@ -303,7 +322,7 @@ class ServerState:
             log.exception("reading the launch configuration for %s failed", path)
             launch = None
         machine = None
-        report = self.preflight_lookup(folder) if folder is not None else None
+        report = self.preflight_lookup(self.machine_folder(path))
         if report is not None:
             from ddp_lsp.preflight.report import machine_info
 
