@@ -290,12 +290,12 @@ export class Controller implements vscode.Disposable {
     if (!client) {
       return undefined;
     }
-    let result: { applied?: boolean; fixes?: number } | null;
+    let result: { applied?: boolean; fixes?: number; message?: string } | null;
     try {
       result = (await client.sendRequest("workspace/executeCommand", {
         command: SERVER_COMMANDS.fixAll,
         arguments: [editor.document.uri.toString()],
-      })) as { applied?: boolean; fixes?: number } | null;
+      })) as { applied?: boolean; fixes?: number; message?: string } | null;
     } catch (err) {
       // The server's refusal (say, a document it does not have open) is a message, not a crash.
       this.log(`${SERVER_COMMANDS.fixAll} failed: ${errorText(err)}`);
@@ -304,6 +304,11 @@ export class Controller implements vscode.Disposable {
     }
     const fixes = typeof result?.fixes === "number" ? result.fixes : 0;
     const applied = result?.applied === true;
+    if (!applied && typeof result?.message === "string") {
+      // Fixes were found but not applied: the edit was refused, or not answered in time.
+      void vscode.window.showWarningMessage(`ddp-lsp: fix all: ${result.message}`);
+      return { applied, fixes };
+    }
     void vscode.window.showInformationMessage(
       applied ? `ddp-lsp: applied ${fixes} fix${fixes === 1 ? "" : "es"}.` : "ddp-lsp: nothing to fix safely in this file.",
     );

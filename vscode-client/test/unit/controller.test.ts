@@ -212,6 +212,17 @@ test("DDP: Fix all runs the server's ddp-lsp.fixAll on the active document", asy
   assert.match(stub.messages.at(-1)!.text, /applied 2 fixes/);
 });
 
+test("DDP: Fix all shows why found fixes were not applied", async () => {
+  const message = "the client did not answer workspace/applyEdit within 30 s: the fixes may not have been applied";
+  await start({ configure: (c) => c.answers.set("ddp-lsp.fixAll", { applied: false, fixes: 3, message }) });
+  window.activeTextEditor = editor();
+  const result = await stub.commands.get(CLIENT_COMMANDS.fixAll)!();
+  assert.deepEqual(result, { applied: false, fixes: 3 });
+  const last = stub.messages.at(-1)!;
+  assert.equal(last.level, "warning");
+  assert.match(last.text, /fix all: the client did not answer/);
+});
+
 test("DDP: Fix all reports a server refusal as a message", async () => {
   await start({ configure: (c) => c.answers.set("ddp-lsp.fixAll", new Error("not an open document")) });
   window.activeTextEditor = editor();
