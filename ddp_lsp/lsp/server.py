@@ -101,10 +101,10 @@ class DdpProtocol(LanguageServerProtocol):
 
     @lsp_method(T.EXIT)
     def lsp_exit(self, *args: Any) -> Any:
+        self._closed = True  # nothing is sent after exit, not even the children's progress end
         server = self._server
         if isinstance(server, DdpLanguageServer):
             server.stop_children()  # exit without shutdown: nothing we started outlives us
-        self._closed = True
         # Closes the output and raises SystemExit (0 after shutdown, 1 without).
         yield from super().lsp_exit(*args)
 
