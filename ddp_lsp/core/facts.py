@@ -120,9 +120,33 @@ class ChunkFacts:
     functions: tuple[FunctionInfo, ...] = ()
     call_sites: tuple[CallSite, ...] = ()
     loads: frozenset[str] = frozenset()
+    # Top-level `if` statements that call a barrier (DDP103: a module-level guarded barrier is
+    # half of a "zero first" pair only if another top-level `if` holds the other half).
+    barrier_ifs: int = 0
 
 
 EMPTY_FACTS = ChunkFacts()
+# Last names of the barrier calls that ``barrier_ifs`` counts (the rules resolve them fully).
+_BARRIER_NAMES = frozenset(
+    {"barrier", "monitored_barrier", "wait_for_everyone", "synchronize", "Barrier"}
+)
+
+
+def _barrier_ifs(body: list[ast.stmt]) -> int:
+    n = 0
+    for stmt in body:
+        if isinstance(stmt, ast.If) and any(
+            isinstance(node, ast.Call)
+            and (
+                node.func.attr
+                if isinstance(node.func, ast.Attribute)
+                else getattr(node.func, "id", "")
+            )
+            in _BARRIER_NAMES
+            for node in ast.walk(stmt)
+        ):
+            n += 1
+    return n
 
 
 def extract(
@@ -152,6 +176,7 @@ def extract(
         functions=tuple(x.functions),
         call_sites=tuple(x.call_sites),
         loads=frozenset(x.loads),
+        barrier_ifs=_barrier_ifs(tree.body) if member_of is None else 0,
     )
 
 
@@ -515,6 +540,7 @@ class ModuleFacts:
     rank_predicates: frozenset[str] = frozenset()
     rank_vars: frozenset[str] = frozenset()
     names_used: frozenset[str] = frozenset()  # imported names loaded somewhere in the module
+    barrier_ifs: int = 0  # top-level `if` statements that call a barrier (ChunkFacts.barrier_ifs)
     # Every kind bound anywhere, every property of any function: rules ask "does this module
     # wrap a model in DDP at all?" per chunk, which must not cost a scan of all functions.
     kind_set: frozenset[str] = frozenset()
@@ -794,6 +820,7 @@ def merge(
     # or every chunk would re-run its rules on every keystroke.
     imported = frozenset(aliases)
     names_used = frozenset(n for cf in chunk_list for n in cf.loads & imported)
+    barrier_ifs = sum(cf.barrier_ifs for cf in chunk_list)
     frozen_props = {q: frozenset(p) for q, p in func_props.items()}
     func_params = {q: fi.params for q, fi in functions.items()}
     key = (
@@ -805,6 +832,7 @@ def merge(
         rank_predicates,
         rank_vars,
         names_used,
+        barrier_ifs,
         project.key if project is not None else None,
     )
     return ModuleFacts(
@@ -816,6 +844,7 @@ def merge(
         rank_predicates=rank_predicates,
         rank_vars=rank_vars,
         names_used=names_used,
+        barrier_ifs=barrier_ifs,
         kind_set=frozenset(kinds.values()),
         prop_set=frozenset().union(*frozen_props.values()) if frozen_props else frozenset(),
         key=key,

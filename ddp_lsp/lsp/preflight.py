@@ -50,6 +50,7 @@ class PreflightService:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self.running: dict[str, asyncio.Event] = {}
+        self.children: dict[str, int] = {}  # folder -> process group of its running child
         self._tokens = itertools.count(1)
         # Analyses use the folder's report too (DDP405 counts its CPUs), cached ones included.
         state.preflight_lookup = self.report_for
@@ -57,14 +58,7 @@ class PreflightService:
     # -- where and with what ------------------------------------------------------------------
 
     def folder_for(self, uri: str | None) -> Path:
-        path = uri_to_path(uri) if uri else None
-        folder = self.state.folder_of(path)
-        if folder is not None:
-            return folder
-        if path is not None:
-            return path if path.is_dir() else path.parent
-        roots = [p for _, p in self.state.folders if p is not None]
-        return roots[0] if roots else Path.cwd()
+        return self.state.machine_folder(uri_to_path(uri) if uri else None)
 
     def python_for(self, folder: Path) -> str:
         from ddp_lsp.preflight.client import default_python
@@ -103,6 +97,18 @@ class PreflightService:
 
     # -- running --------------------------------------------------------------------------------
 
+    def stop(self) -> None:
+        """Shutdown or exit: kill every running child's process group now, and tell the runs.
+
+        The kill is synchronous (the ``exit`` notification leaves no time for the runs to wind
+        down); each run then ends as cancelled when its task next runs, or is cancelled."""
+        from ddp_lsp.preflight.client import kill_group
+
+        for cancel in self.running.values():
+            cancel.set()
+        for pgid in self.children.values():
+            kill_group(pgid)
+
     async def run(self, ls: DdpLanguageServer, uri: str | None, overrides: Any) -> dict[str, Any]:
         from ddp_lsp.preflight.client import PreflightCache, PreflightError, run_preflight
         from ddp_lsp.preflight.report import render_markdown, summary_counts
@@ -136,8 +142,13 @@ class PreflightService:
                     token, T.WorkDoneProgressReport(message=f"{result.id}: {result.status.value}")
                 )
 
+        def on_spawn(pgid: int) -> None:
+            self.children[key] = pgid
+
         try:
-            report = await run_preflight(python, options, on_probe, cancel, on_start=on_start)
+            report = await run_preflight(
+                python, options, on_probe, cancel, on_start=on_start, on_spawn=on_spawn
+            )
         except asyncio.CancelledError:  # $/cancelRequest: run_preflight has killed the child
             if progress:
                 ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="cancelled"))
@@ -149,6 +160,7 @@ class PreflightService:
             return {"ok": False, "error": str(exc)}
         finally:
             self.running.pop(key, None)
+            self.children.pop(key, None)
         if progress:
             ls.work_done_progress.end(
                 token, T.WorkDoneProgressEnd(message=report.error or summary_counts(report))

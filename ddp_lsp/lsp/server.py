@@ -10,7 +10,9 @@ The stdio transport (framing, protocol-level errors, stdout hygiene) is in ``tra
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,7 @@ from lsprotocol import types as T
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
-from pygls.protocol.language_server import lsp_method
+from pygls.protocol.language_server import _prepare_command_arguments, lsp_method
 
 from ddp_lsp import __version__
 from ddp_lsp.lsp import config as C
@@ -40,14 +42,92 @@ CMD_FIX_ALL = "ddp-lsp.fixAll"
 CMD_EXPLAIN = "ddp-lsp.explainRule"
 CMD_DEBUG_DOCUMENT = "ddp-lsp.debugDocument"
 
+# How long ``ddp-lsp.fixAll`` waits for the client to answer ``workspace/applyEdit``. A client
+# that never answers must not hold the command (and shutdown) forever. The environment
+# variable exists for the tests, which cannot wait the full bound.
+APPLY_EDIT_TIMEOUT_S = 30.0
+APPLY_EDIT_TIMEOUT_ENV = "DDP_LSP_APPLY_EDIT_TIMEOUT"
+# Shutdown waits this long for cancelled requests (a preflight, a fix-all) to wind down, so
+# their replies reach the client before the shutdown reply.
+SHUTDOWN_GRACE_S = 5.0
+
 
 class DdpProtocol(LanguageServerProtocol):
-    """pygls' protocol without its own copy of every document.
+    """pygls' protocol without its own copy of every document, and with a clean lifecycle.
 
     pygls keeps a ``Workspace`` copy of each open text, updated on every change (a full line
     split per edit); our state keeps the incremental core document instead, so the built-in
     text-sync handlers here only forward to ours.
+
+    Lifecycle. pygls runs a command as a generator that hands the command to a second task:
+    ``$/cancelRequest`` (and shutdown) cancelled only the outer future, so a preflight went on
+    running, and its child with it. Commands run here as one task per request, so cancelling
+    the request cancels the command. Shutdown cancels what is pending over a copy of the
+    futures (pygls iterated the live dict, which a cancel callback changes), and ``exit``
+    kills what we started and drops anything written after the output is closed (tasks that
+    asyncio cancels on the way out used to log a traceback per message they tried to send).
     """
+
+    _closed = False
+
+    @lsp_method(T.WORKSPACE_EXECUTE_COMMAND)
+    async def lsp_workspace__execute_command(  # type: ignore[override]
+        self, params: T.ExecuteCommandParams
+    ) -> Any:
+        handler = self.fm.commands.get(params.command)
+        if handler is None:
+            raise JsonRpcInvalidParams.of(
+                ValueError(f"Command name {params.command!r} is not defined")
+            )
+        try:
+            args, kwargs = _prepare_command_arguments(handler, params, self._converter)
+        except Exception as exc:
+            raise JsonRpcInvalidParams.of(exc) from exc
+        result = handler(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    @lsp_method(T.SHUTDOWN)
+    def lsp_shutdown(self, *args: Any) -> Any:
+        if (user_handler := self.fm.features.get(T.SHUTDOWN)) is not None:
+            yield user_handler, args, None
+        current = self.msg_id
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != current and not future.done():
+                future.cancel()
+        self._shutdown = True
+        return None
+
+    @lsp_method(T.EXIT)
+    def lsp_exit(self, *args: Any) -> Any:
+        self._closed = True  # nothing is sent after exit, not even the children's progress end
+        server = self._server
+        if isinstance(server, DdpLanguageServer):
+            server.stop_children()  # exit without shutdown: nothing we started outlives us
+        # Closes the output and raises SystemExit (0 after shutdown, 1 without).
+        yield from super().lsp_exit(*args)
+
+    def _send_data(self, data: Any) -> None:
+        if self._closed:
+            log.debug("not sent, the server is exiting: %.200s", data)
+            return
+        super()._send_data(data)
+
+    def _handle_response(self, msg_id: Any, result: Any = None, error: Any = None) -> None:
+        future = self._request_futures.get(msg_id)
+        if future is not None and future.done():
+            # The request was given up (timeout, cancel, shutdown) before the client answered.
+            self._request_futures.pop(msg_id, None)
+            log.info("late response to %s ignored: the request was given up", msg_id)
+            return
+        super()._handle_response(msg_id, result, error)
+
+    def forget_done_requests(self) -> None:
+        """Drop our requests to the client that were given up (their answer may never come)."""
+        for msg_id, future in list(self._request_futures.items()):
+            if future.done():
+                self._request_futures.pop(msg_id, None)
 
     def _forward(self, method: str, params: Any) -> Any:
         if (handler := self.fm.features.get(method)) is not None:
@@ -103,6 +183,37 @@ class DdpLanguageServer(LanguageServer):
         self.initialized_done = False  # the `initialized` handler has run (settings known)
         self.supports_configuration = False
         self.supports_watch_registration = False
+        self.supports_apply_edit = False
+        try:
+            self.apply_edit_timeout_s = float(
+                os.environ.get(APPLY_EDIT_TIMEOUT_ENV, APPLY_EDIT_TIMEOUT_S)
+            )
+        except ValueError:
+            self.apply_edit_timeout_s = APPLY_EDIT_TIMEOUT_S
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def stop_children(self) -> None:
+        """Kill every process we started (preflight children with their process groups, the
+        indexer) now, synchronously: shutdown and exit must not leave one behind."""
+        self.preflight.stop()
+        self.project.stop()
+
+    async def shutdown_requests(self) -> None:
+        """Cancel every request still running (a preflight, a fix-all waiting for the client)
+        and give them a moment to answer "cancelled" before the shutdown reply goes out."""
+        protocol = self.protocol
+        current = protocol.msg_id
+        me: object = asyncio.current_task()
+        tasks: list[asyncio.Future[Any]] = []
+        for msg_id, future in list(protocol._request_futures.items()):
+            if msg_id == current or future is me or future.done():
+                continue
+            future.cancel()
+            if isinstance(future, asyncio.Future):
+                tasks.append(future)
+        if tasks:
+            await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
 
     # -- output --------------------------------------------------------------------------------
 
@@ -142,6 +253,7 @@ def _caps(params: T.InitializeParams) -> dict[str, Any]:
         "configuration": bool(ws and ws.configuration),
         "watch": bool(watch and watch.dynamic_registration),
         "document_changes": bool(edit and edit.document_changes),
+        "apply_edit": bool(ws and ws.apply_edit),
         "refresh": bool(diag and diag.refresh_support),
         "encodings": c.general.position_encodings if c.general else None,
     }
@@ -161,6 +273,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         state.codec = Codec(encoding)
         ls.supports_configuration = caps["configuration"]
         ls.supports_watch_registration = caps["watch"]
+        ls.supports_apply_edit = caps["apply_edit"]
         state.supports_document_changes = caps["document_changes"]
         state.supports_pull_refresh = caps["refresh"]
         folders = params.workspace_folders or []
@@ -209,8 +322,9 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         ls.project.sync_folders()
 
     @server.feature(T.SHUTDOWN)
-    def shutdown(ls: DdpLanguageServer, params: None) -> None:
-        ls.project.stop()
+    async def shutdown(ls: DdpLanguageServer, params: None) -> None:
+        ls.stop_children()
+        await ls.shutdown_requests()
 
     async def pull_configuration(ls: DdpLanguageServer, notify: bool = True) -> bool:
         """Ask the client for the ``ddp-lsp`` section (global and per folder); True if changed."""
@@ -537,9 +651,34 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
             edit = whole_text_edit(state, unit, old, new)
         if edit is None:
             return {"applied": False, "fixes": 0}
-        result = await ls.workspace_apply_edit_async(
-            T.ApplyWorkspaceEditParams(edit=edit, label="ddp-lsp: fix all")
-        )
+        if not ls.supports_apply_edit:
+            # The client cannot apply an edit we send: hand it over as the result instead.
+            return {
+                "applied": False,
+                "fixes": n,
+                "edit": edit,
+                "message": "the client does not support workspace/applyEdit: the fixes are "
+                "returned in 'edit' and were not applied",
+            }
+        try:
+            result = await asyncio.wait_for(
+                ls.workspace_apply_edit_async(
+                    T.ApplyWorkspaceEditParams(edit=edit, label="ddp-lsp: fix all")
+                ),
+                ls.apply_edit_timeout_s,
+            )
+        except asyncio.TimeoutError:
+            if isinstance(ls.protocol, DdpProtocol):
+                ls.protocol.forget_done_requests()
+            message = (
+                f"the client did not answer workspace/applyEdit within "
+                f"{ls.apply_edit_timeout_s:g} s: the fixes may not have been applied"
+            )
+            ls.show_error(f"ddp-lsp: fix all: {message}", False)
+            return {"applied": False, "fixes": n, "message": message}
+        if result is not None and not result.applied:
+            reason = result.failure_reason or "no reason given"
+            return {"applied": False, "fixes": n, "message": f"the client refused: {reason}"}
         return {"applied": bool(result and result.applied), "fixes": n}
 
     return server

@@ -35,6 +35,7 @@ from ddp_lsp.preflight.schema import PreflightOptions, PreflightReport, ProbeRes
 
 ProbeCallback = Callable[[ProbeResult], None]
 StartCallback = Callable[[str, int, int], None]
+SpawnCallback = Callable[[int], None]
 
 #: Generous ceiling for a whole run; each probe also has its own timeout inside the child.
 DEFAULT_TIMEOUT_S = 900.0
@@ -80,7 +81,8 @@ def _error_report(
     )
 
 
-def _kill_group(pgid: int) -> None:
+def kill_group(pgid: int) -> None:
+    """SIGKILL a preflight child's whole process group (the runner, its ranks, their forks)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
 
@@ -101,13 +103,15 @@ async def run_preflight(
     cancel: asyncio.Event | None = None,
     *,
     on_start: StartCallback | None = None,
+    on_spawn: SpawnCallback | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
 ) -> PreflightReport:
     """Run the preflight in ``python`` and return its report.
 
     ``on_start(probe_id, index, total)`` fires as each probe starts, ``on_probe(result)`` as it
-    finishes. Setting ``cancel`` (or exceeding ``timeout_s``) kills the child's process group;
+    finishes; ``on_spawn(pgid)`` once the child runs, so that a caller that must stop at once
+    (the server's ``exit``) can :func:`kill_group` it without waiting for this coroutine. Setting ``cancel`` (or exceeding ``timeout_s``) kills the child's process group;
     the report then carries the finished probes and ``error``. Raises :class:`PreflightError`
     when the interpreter cannot be started.
     """
@@ -129,6 +133,8 @@ async def run_preflight(
         os.rmdir(cwd)
         raise PreflightError(f"cannot start {python}: {exc.strerror or exc}") from exc
     pgid = proc.pid  # session leader: its pid is the process group id
+    if on_spawn is not None:
+        on_spawn(pgid)
     report: PreflightReport | None = None
     error: str | None = None
     stderr_tail: list[bytes] = []
@@ -177,19 +183,19 @@ async def run_preflight(
                 if cancel_task is not None and cancel_task in done
                 else f"timed out after {timeout_s:g} s"
             )
-            _kill_group(pgid)
+            kill_group(pgid)
             readers.cancel()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(proc.wait(), 10)
     except asyncio.CancelledError:
-        _kill_group(pgid)
+        kill_group(pgid)
         raise
     finally:
         if cancel_task is not None:
             cancel_task.cancel()
         # Stragglers in the group (a rank that outlived the runner) go too; PDEATHSIG is the
         # backstop, this is the guarantee.
-        _kill_group(pgid)
+        kill_group(pgid)
         with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
             await asyncio.wait_for(stderr_task, 2)
         stderr_task.cancel()

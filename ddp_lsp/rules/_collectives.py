@@ -31,7 +31,8 @@ Limits, each erring towards silence: conditions on values computed from the rank
 the flag is assigned from a rank test in the same function; a collective on an explicit
 process group (``group=pg``) under a guard is not reported (only the group's members may have
 to call it); at module level a top-level ``if`` is its own chunk, so a guarded barrier there
-may be half of a "zero first" pair in another chunk and is not reported.
+may be half of a "zero first" pair in another chunk and is not reported when another top-level
+``if`` of the module calls a barrier too (``ModuleFacts.barrier_ifs``).
 """
 
 from __future__ import annotations
@@ -795,8 +796,9 @@ class Flow:
             and self.root is self.ctx.module_node
             and ev.label in _BARRIERS
             and any(reason.node is s for s in self.ctx.body)
+            and self.ctx.facts.barrier_ifs > 1
         ):
-            return  # half of a "zero first" pair whose other half is another chunk
+            return  # maybe half of a "zero first" pair whose other half is another chunk
         self.misses[id(ev.node)] = Miss(ev, reason)
 
 

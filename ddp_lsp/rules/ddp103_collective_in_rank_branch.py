@@ -50,8 +50,9 @@ under a guard and broadcasting it on every rank (`if rank == 0: obj = load()` th
 by all. Collectives on an explicit subgroup (`group=pg`) under a guard are not reported,
 since only the group's members call them. Rank flags computed in another function and
 values derived from the rank at run time (a broadcast stop flag) are taken as the same on
-every rank. At module level a guarded barrier in a top-level `if` is not reported: its twin
-may be in another top-level statement. A call that makes a different collective on each
+every rank. At module level (a script without functions) a guarded barrier in a top-level `if`
+is reported only when no other top-level `if` of the module calls a barrier: otherwise that
+one may be its twin ("zero first" written as two top-level `if`s) and both are left alone. A call that makes a different collective on each
 branch at the same point is not reported either, though it is a bug. A rank-guarded `raise`
 before a collective is reported: torchrun's agent stops the other ranks when one fails, but
 under other launchers (`srun`, a hand-written spawn) they wait in the collective instead.
@@ -505,5 +506,28 @@ def evaluate(cfg, model):
     return results
 """,
         note="detectron2 synchronize after a return on the non-main ranks",
+    ),
+    Invalid(
+        _HEAD
+        + """dist.init_process_group("gloo")
+rank = dist.get_rank()
+if rank == 0:
+    torch.save({}, "ckpt.pt")
+    «dist.barrier()»
+dist.destroy_process_group()
+""",
+        note="a script without functions: the module-level guarded barrier has no twin",
+    ),
+    Valid(
+        _HEAD
+        + """dist.init_process_group("gloo")
+rank = dist.get_rank()
+if rank != 0:
+    dist.barrier()
+data = prepare_once()
+if rank == 0:
+    dist.barrier()
+""",
+        note="'zero first' at module level: the two guarded barriers are each other's twin",
     ),
 )

@@ -4,7 +4,8 @@ Edits are generated as string indices into the client's text and sent as LSP ran
 negotiated encoding, computed by the test's own arithmetic (``helpers.position``). The
 alphabet is chosen to hurt: emoji (surrogate pairs in UTF-16, four bytes in UTF-8), CJK, tabs,
 and all three line breaks, including a lone CR that an inserted LF turns into one CRLF break.
-One server per encoding serves every example; each example uses a fresh document.
+One server per encoding serves every example; each example uses a fresh document. After the
+edits, the server's findings (pulled) must equal a fresh full analysis of the client's text.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.lsp.helpers import TRAIN, position, split_lines
+from tests.lsp.helpers import _LINE_BREAK, TRAIN, position, split_lines
 from tests.lsp.rawclient import RawServer
 
 PIECES = [
@@ -87,6 +88,14 @@ def test_random_edits_keep_texts_equal(server: RawServer, start: list[str], batc
     doc = server.document(uri)
     assert doc["version"] == version
     assert doc["text"] == text
+    # Incremental analysis over the edits equals a fresh analysis of the final text, in the
+    # client's encoding (the findings' ranges converted by this test's own arithmetic).
+    pulled = server.request("textDocument/diagnostic", {"textDocument": {"uri": uri}})
+    got = sorted(
+        (d["code"], _tuple(d["range"]["start"]), _tuple(d["range"]["end"]))
+        for d in pulled["result"]["items"]
+    )
+    assert got == _fresh(text, enc)
     # And the server is still analysing: a request that needs findings is answered.
     r = server.request(
         "textDocument/codeAction",
@@ -101,6 +110,28 @@ def test_random_edits_keep_texts_equal(server: RawServer, start: list[str], batc
     )
     assert "result" in r, r
     server.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
+def _tuple(p: dict[str, int]) -> tuple[int, int]:
+    return p["line"], p["character"]
+
+
+def _fresh(text: str, enc: str) -> list[tuple[str, tuple[int, int], tuple[int, int]]]:
+    from ddp_lsp.config import Settings
+    from ddp_lsp.core.engine import analyze
+
+    starts = [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
+    lines = split_lines(text)
+
+    def lsp(line: int, col: int) -> tuple[int, int]:
+        line = min(line, len(lines) - 1)
+        p = position(text, starts[line] + min(col, len(lines[line])), enc)
+        return p.line, p.character
+
+    return sorted(
+        (f.rule_id, lsp(f.span.start.line, f.span.start.col), lsp(f.span.end.line, f.span.end.col))
+        for f in analyze(text, Settings()).findings
+    )
 
 
 def _pos(text: str, i: int, enc: str) -> dict[str, int]:

@@ -343,7 +343,7 @@ def f(rank, t, is_main_process):
     assert lines(run(code, "DDP103")) == [("DDP103", 2), ("DDP103", 3)]
 
 
-def test_module_level_guarded_barrier_is_left_alone_but_other_collectives_are_not() -> None:
+def test_module_level_guarded_barrier_without_a_twin_is_reported() -> None:
     code = """\
 rank = int(os.environ["RANK"])
 t = torch.ones(1)
@@ -354,7 +354,39 @@ if rank != 0:
 if rank == 0:
     dist.all_reduce(t)
 """
+    # No other top-level `if` calls a barrier: the barrier is nobody's "zero first" twin.
+    assert lines(run(code, "DDP103")) == [("DDP103", 5), ("DDP103", 8)]
+
+
+def test_module_level_zero_first_pair_is_left_alone_but_other_collectives_are_not() -> None:
+    code = """\
+rank = int(os.environ["RANK"])
+t = torch.ones(1)
+
+if rank != 0:
+    dist.barrier()
+
+if rank == 0:
+    dist.all_reduce(t)
+    dist.barrier()
+"""
     assert lines(run(code, "DDP103")) == [("DDP103", 8)]
+
+
+def test_module_level_twin_typed_later_silences_the_first_half() -> None:
+    """The count of barrier `if`s is a module fact: adding the twin re-runs the other chunk."""
+    from ddp_lsp.config import Settings
+    from ddp_lsp.core.document import Document
+    from ddp_lsp.core.engine import analyze
+    from ddp_lsp.core.types import Pos
+
+    head = "import torch.distributed as dist\nrank = dist.get_rank()\n"
+    half = "if rank != 0:\n    dist.barrier()\n"
+    settings = Settings(select=("DDP103",), assume_distributed=True)
+    doc = Document(head + half, settings.rank_model)
+    assert [f.span.start.line for f in analyze(doc, settings).findings] == [3]
+    doc.apply_edit(Pos(4, 0), Pos(4, 0), "if rank == 0:\n    dist.barrier()\n")
+    assert analyze(doc, settings).findings == ()
 
 
 def test_subgroup_collective_known_to_be_world_sized_is_reported() -> None:

@@ -9,8 +9,8 @@
 
 import * as vscode from "vscode";
 import { CLIENT_COMMANDS, SERVER_COMMANDS } from "./commands";
-import { installCommand, resolveInterpreter, type Interpreter, type PythonExtensionApi } from "./interpreter";
-import type { ProbeOutcome } from "./probe";
+import { installCommand, interpreterCandidates, type Interpreter, type PythonExtensionApi } from "./interpreter";
+import { ISOLATED, type ProbeOutcome } from "./probe";
 import { SECTION, serverSettings, type ServerSettings } from "./settings";
 import {
   preflightLine,
@@ -48,7 +48,7 @@ export interface ControllerDeps {
   pythonApi: () => Promise<PythonExtensionApi | undefined>;
 }
 
-export const SERVER_ARGS = ["-m", "ddp_lsp", "serve"];
+export const SERVER_ARGS = [...ISOLATED, "-m", "ddp_lsp", "serve"];
 
 const ACTION_SELECT = "Select interpreter";
 const ACTION_INSTALL = "Install ddp-lsp";
@@ -62,6 +62,7 @@ export class Controller implements vscode.Disposable {
   private client: ServerClient | undefined;
   private clientSubscriptions: vscode.Disposable[] = [];
   private interpreter: Interpreter | undefined;
+  private preferred: string | undefined; // the first choice at the last start
   private state: ServerState = "stopped";
   private stateDetail: string | undefined;
   private preflight: PreflightSummary | undefined;
@@ -130,10 +131,10 @@ export class Controller implements vscode.Disposable {
     return this.queue;
   }
 
-  private resolve(log?: (line: string) => void): Promise<Interpreter> {
+  private candidates(log?: (line: string) => void): Promise<Interpreter[]> {
     const folders = vscode.workspace.workspaceFolders ?? [];
     const folder = folders[0];
-    return resolveInterpreter({
+    return interpreterCandidates({
       setting: vscode.workspace.getConfiguration(SECTION).get<string>("interpreter"),
       python: this.python,
       resource: folder?.uri,
@@ -149,16 +150,38 @@ export class Controller implements vscode.Disposable {
       return;
     }
     const config = vscode.workspace.getConfiguration(SECTION);
-    this.interpreter = await this.resolve((line) => this.log(line));
-    const python = this.interpreter.command;
-    this.log(`Interpreter: ${python} (from ${this.interpreter.source})`);
+    const candidates = await this.candidates((line) => this.log(line));
+    this.preferred = candidates[0]?.command;
     this.setState("starting");
-    const outcome = await this.deps.probe(python, this.deps.serverCwd);
-    if (outcome.kind !== "ok") {
-      this.setState(outcome.kind === "broken" ? "error" : "missing", outcome.detail);
-      this.notifyProblem(outcome, python);
+    // The first interpreter that has ddp-lsp runs the server: the Python extension's
+    // environment may lack it while ddp-lsp.interpreter names one that has it (issue 12).
+    const problems: Array<{ candidate: Interpreter; outcome: Exclude<ProbeOutcome, { kind: "ok" }> }> = [];
+    let outcome: ProbeOutcome | undefined;
+    for (const candidate of candidates) {
+      this.log(`Interpreter: ${candidate.command} (from ${candidate.source})`);
+      const found = await this.deps.probe(candidate.command, this.deps.serverCwd);
+      if (this.disposed) {
+        return;
+      }
+      if (found.kind === "ok") {
+        this.interpreter = candidate;
+        outcome = found;
+        break;
+      }
+      problems.push({ candidate, outcome: found });
+      if (candidate !== candidates.at(-1)) {
+        this.log(`${candidate.command} cannot run ddp-lsp (${found.kind}: ${found.detail}); trying the next interpreter.`);
+      }
+    }
+    if (outcome === undefined || outcome.kind !== "ok") {
+      // Offer the fix (select, install) for the first choice: where the user expects it.
+      const first = problems[0]!;
+      this.interpreter = first.candidate;
+      this.setState(first.outcome.kind === "broken" ? "error" : "missing", first.outcome.detail);
+      this.notifyProblem(first.outcome, first.candidate.command, problems.slice(1).map((p) => p.candidate));
       return;
     }
+    const python = this.interpreter!.command;
     this.log(`ddp-lsp ${outcome.version} found; starting ${python} ${SERVER_ARGS.join(" ")}`);
     const client = this.deps.createClient(
       {
@@ -210,9 +233,11 @@ export class Controller implements vscode.Disposable {
   }
 
   private async restartIfInterpreterChanged(): Promise<void> {
-    const next = await this.resolve();
-    if (next.command !== this.interpreter?.command) {
-      this.log(`The interpreter changed to ${next.command}: restarting.`);
+    // Compared with the first choice of the last start, not with the interpreter that runs the
+    // server: that may be a fallback, which the Python extension's choice never equals.
+    const [next] = await this.candidates();
+    if (next?.command !== this.preferred) {
+      this.log(`The interpreter changed to ${next?.command ?? "?"}: restarting.`);
       await this.restart(true);
     }
   }
@@ -265,12 +290,12 @@ export class Controller implements vscode.Disposable {
     if (!client) {
       return undefined;
     }
-    let result: { applied?: boolean; fixes?: number } | null;
+    let result: { applied?: boolean; fixes?: number; message?: string } | null;
     try {
       result = (await client.sendRequest("workspace/executeCommand", {
         command: SERVER_COMMANDS.fixAll,
         arguments: [editor.document.uri.toString()],
-      })) as { applied?: boolean; fixes?: number } | null;
+      })) as { applied?: boolean; fixes?: number; message?: string } | null;
     } catch (err) {
       // The server's refusal (say, a document it does not have open) is a message, not a crash.
       this.log(`${SERVER_COMMANDS.fixAll} failed: ${errorText(err)}`);
@@ -279,6 +304,11 @@ export class Controller implements vscode.Disposable {
     }
     const fixes = typeof result?.fixes === "number" ? result.fixes : 0;
     const applied = result?.applied === true;
+    if (!applied && typeof result?.message === "string") {
+      // Fixes were found but not applied: the edit was refused, or not answered in time.
+      void vscode.window.showWarningMessage(`ddp-lsp: fix all: ${result.message}`);
+      return { applied, fixes };
+    }
     void vscode.window.showInformationMessage(
       applied ? `ddp-lsp: applied ${fixes} fix${fixes === 1 ? "" : "es"}.` : "ddp-lsp: nothing to fix safely in this file.",
     );
@@ -355,7 +385,11 @@ export class Controller implements vscode.Disposable {
 
   // -- messages --------------------------------------------------------------------------------
 
-  private notifyProblem(outcome: Exclude<ProbeOutcome, { kind: "ok" }>, python: string): void {
+  private notifyProblem(
+    outcome: Exclude<ProbeOutcome, { kind: "ok" }>,
+    python: string,
+    alsoTried: readonly Interpreter[] = [],
+  ): void {
     const key = `${outcome.kind}:${python}`;
     this.log(`Cannot start ddp-lsp with ${python}: ${outcome.kind} (${outcome.detail})`);
     if (this.lastNotice === key) {
@@ -372,6 +406,9 @@ export class Controller implements vscode.Disposable {
     } else {
       message = `ddp-lsp cannot start with ${python}: ${outcome.detail}`;
       actions.push(ACTION_INSTALL);
+    }
+    if (alsoTried.length > 0) {
+      message += ` (Also tried: ${alsoTried.map((c) => `${c.command} from ${c.source}`).join(", ")}.)`;
     }
     actions.push(ACTION_OUTPUT);
     void vscode.window.showErrorMessage(message, ...actions).then((choice) => this.onProblemAction(choice, python));

@@ -4,7 +4,10 @@
  * Order (issue 6): the environment selected in the Python extension (where the user's torch and
  * usually ddp-lsp live, and what they switch when they switch projects), else the
  * `ddp-lsp.interpreter` setting, else `python3` on PATH. In an untrusted workspace an
- * interpreter inside the workspace is skipped at every step, so the next one is used. The Python extension's API is typed here by hand, only the
+ * interpreter inside the workspace is skipped at every step, so the next one is used.
+ * `interpreterCandidates` lists every choice in that order (issue 12): when the Python
+ * extension's environment lacks ddp-lsp, the controller falls back to the setting before it
+ * offers to install. The extension bundles no interpreter of its own. The Python extension's API is typed here by hand, only the
  * part we call, so the extension does not need `@vscode/python-extension` at runtime.
  */
 
@@ -67,7 +70,7 @@ export function isInside(file: string, roots: readonly string[]): boolean {
   });
 }
 
-export async function resolveInterpreter(options: {
+export interface ResolveOptions {
   setting: string | undefined;
   python: PythonExtensionApi | undefined;
   resource?: unknown;
@@ -78,8 +81,21 @@ export async function resolveInterpreter(options: {
    */
   untrustedRoots?: readonly string[];
   log?: (line: string) => void;
-}): Promise<Interpreter> {
+}
+
+/** The first choice (see the order above). */
+export async function resolveInterpreter(options: ResolveOptions): Promise<Interpreter> {
+  const [first] = await interpreterCandidates(options);
+  return first ?? { command: DEFAULT_PYTHON, source: "default" };
+}
+
+/**
+ * Every interpreter that may run the server, best first, without duplicates: the Python
+ * extension's, then `ddp-lsp.interpreter`; `python3` on PATH only when neither names one.
+ */
+export async function interpreterCandidates(options: ResolveOptions): Promise<Interpreter[]> {
   const log = options.log ?? (() => undefined);
+  const out: Interpreter[] = [];
   const untrusted = options.untrustedRoots ?? [];
   const allowed = (command: string, from: string): boolean => {
     if (isInside(command, untrusted)) {
@@ -97,17 +113,20 @@ export async function resolveInterpreter(options: {
       const resolved = await api.resolveEnvironment(active);
       const exe = resolved?.executable.uri?.fsPath ?? active.path;
       if (exe && allowed(exe, "the Python extension")) {
-        return { command: exe, source: "python-extension" };
+        out.push({ command: exe, source: "python-extension" });
       }
     } catch (err) {
       log(`The Python extension could not name an interpreter: ${String(err)}`);
     }
   }
   const configured = options.setting ? expandPath(options.setting, options.workspaceFolder) : "";
-  if (configured && allowed(configured, "ddp-lsp.interpreter")) {
-    return { command: configured, source: "setting" };
+  if (configured && !out.some((c) => c.command === configured) && allowed(configured, "ddp-lsp.interpreter")) {
+    out.push({ command: configured, source: "setting" });
   }
-  return { command: DEFAULT_PYTHON, source: "default" };
+  if (out.length === 0) {
+    out.push({ command: DEFAULT_PYTHON, source: "default" });
+  }
+  return out;
 }
 
 /** The shell line that installs ddp-lsp into `python`'s environment, quoted for the platform. */

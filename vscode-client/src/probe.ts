@@ -58,6 +58,14 @@ export function classifyProbe(raw: RawProbe): ProbeOutcome {
   return { kind: "broken", detail: lastLine || `exit code ${String(raw.exitCode)}` };
 }
 
+/**
+ * `-I`, isolated mode, for every Python we start: no current directory or script directory on
+ * sys.path, no PYTHONPATH/PYTHONSTARTUP, no user site-packages. A workspace file named like a
+ * module (`struct.py`, a `ddp_lsp/` folder) is never imported in place of ours. The probe uses
+ * it too, so "found" means what the server will find.
+ */
+export const ISOLATED = ["-I"];
+
 /** Environment for every Python we start: no current directory on sys.path (3.11+). */
 export function pythonEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
   return { ...base, PYTHONSAFEPATH: "1", PYTHONUNBUFFERED: "1" };
@@ -80,7 +88,7 @@ export function runProbe(python: string, cwd?: string, timeoutMs = 20_000): Prom
         resolve(raw);
       }
     };
-    const child = spawn(python, ["-c", PROBE_SCRIPT], {
+    const child = spawn(python, [...ISOLATED, "-c", PROBE_SCRIPT], {
       cwd,
       env: pythonEnv(),
       stdio: ["ignore", "pipe", "pipe"],

@@ -16,7 +16,14 @@ interface Harness {
   setActiveEnv(path: string): void;
 }
 
-async function start(options: { python?: boolean; probe?: ProbeOutcome; configure?: (c: FakeClient) => void } = {}): Promise<Harness> {
+async function start(
+  options: {
+    python?: boolean;
+    probe?: ProbeOutcome;
+    probeFor?: (python: string) => ProbeOutcome | undefined;
+    configure?: (c: FakeClient) => void;
+  } = {},
+): Promise<Harness> {
   const clients: FakeClient[] = [];
   const probes: string[] = [];
   let outcome: ProbeOutcome = options.probe ?? { kind: "ok", version: "0.1.0" };
@@ -40,7 +47,7 @@ async function start(options: { python?: boolean; probe?: ProbeOutcome; configur
     probe: async (python, cwd) => {
       assert.equal(cwd, "/ext/ddp-lsp", "the probe runs outside the workspace");
       probes.push(python);
-      return outcome;
+      return options.probeFor?.(python) ?? outcome;
     },
     pythonApi: async () => (options.python === false ? undefined : api),
   });
@@ -88,7 +95,8 @@ test("the server runs as `python -m ddp_lsp serve` with the Python extension's i
   const spec = h.clients[0]!.spec;
   assert.equal(spec.command, "/venv/bin/python");
   assert.deepEqual(spec.args, SERVER_ARGS);
-  assert.deepEqual(SERVER_ARGS, ["-m", "ddp_lsp", "serve"]);
+  // -I: isolated, so a struct.py or ddp_lsp/ in the workspace is never imported (issue 12).
+  assert.deepEqual(SERVER_ARGS, ["-I", "-m", "ddp_lsp", "serve"]);
   // Not the workspace: `python -m` would import a ddp_lsp/ or pygls.py lying there.
   assert.equal(spec.cwd, "/ext/ddp-lsp");
   assert.deepEqual(spec.initializationOptions.severity, { DDP201: "hint" });
@@ -100,6 +108,44 @@ test("the Python extension's interpreter comes before ddp-lsp.interpreter (issue
   stub.settings.set("interpreter", "/opt/a/bin/python");
   const h = await start();
   assert.equal(h.clients[0]!.spec.command, "/venv/bin/python");
+});
+
+const MISSING: ProbeOutcome = { kind: "no-ddp-lsp", detail: "No module named 'ddp_lsp'" };
+
+test("the Python extension's interpreter lacks ddp-lsp: ddp-lsp.interpreter runs the server (issue 12)", async () => {
+  stub.settings.set("interpreter", "/opt/a/bin/python");
+  const h = await start({ probeFor: (python) => (python === "/venv/bin/python" ? MISSING : undefined) });
+  assert.deepEqual(h.probes, ["/venv/bin/python", "/opt/a/bin/python"]);
+  assert.equal(h.clients.length, 1);
+  assert.equal(h.clients[0]!.spec.command, "/opt/a/bin/python");
+  assert.equal(h.controller.serverState, "running");
+  assert.equal(h.controller.currentInterpreter?.source, "setting");
+  assert.equal(stub.messages.filter((m) => m.level === "error").length, 0, "no install offer");
+  // The Python extension signals a change but names the same environment: no restart.
+  await h.envChanged.fire({});
+  await settle();
+  assert.equal(h.clients.length, 1);
+  // Another environment is selected, which has ddp-lsp: it comes first again.
+  h.setActiveEnv("/venv2/bin/python");
+  await h.envChanged.fire({});
+  await settle();
+  assert.equal(h.clients.at(-1)!.spec.command, "/venv2/bin/python");
+});
+
+test("neither interpreter has ddp-lsp: one notice for the Python extension's, naming the fallback", async () => {
+  stub.answers.set("not installed", "Install ddp-lsp");
+  stub.settings.set("interpreter", "/opt/a/bin/python");
+  const h = await start({ probe: MISSING });
+  assert.deepEqual(h.probes, ["/venv/bin/python", "/opt/a/bin/python"]);
+  assert.equal(h.clients.length, 0);
+  assert.equal(h.controller.serverState, "missing");
+  const errors = stub.messages.filter((m) => m.level === "error");
+  assert.equal(errors.length, 1);
+  assert.match(errors[0]!.text, /not installed in \/venv\/bin\/python.*Also tried: \/opt\/a\/bin\/python from setting/);
+  await settle();
+  const terminal = stub.terminals[0];
+  assert.ok(terminal, "the install runs for the first choice");
+  assert.match(terminal.sent[0]!, /venv\/bin\/python.* -m pip install ddp-lsp/);
 });
 
 test("without the Python extension, ddp-lsp.interpreter; changing it restarts the server", async () => {
@@ -164,6 +210,17 @@ test("DDP: Fix all runs the server's ddp-lsp.fixAll on the active document", asy
     },
   ]);
   assert.match(stub.messages.at(-1)!.text, /applied 2 fixes/);
+});
+
+test("DDP: Fix all shows why found fixes were not applied", async () => {
+  const message = "the client did not answer workspace/applyEdit within 30 s: the fixes may not have been applied";
+  await start({ configure: (c) => c.answers.set("ddp-lsp.fixAll", { applied: false, fixes: 3, message }) });
+  window.activeTextEditor = editor();
+  const result = await stub.commands.get(CLIENT_COMMANDS.fixAll)!();
+  assert.deepEqual(result, { applied: false, fixes: 3 });
+  const last = stub.messages.at(-1)!;
+  assert.equal(last.level, "warning");
+  assert.match(last.text, /fix all: the client did not answer/);
 });
 
 test("DDP: Fix all reports a server refusal as a message", async () => {

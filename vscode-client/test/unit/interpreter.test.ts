@@ -6,6 +6,7 @@ import {
   DEFAULT_PYTHON,
   expandPath,
   installCommand,
+  interpreterCandidates,
   isInside,
   resolveInterpreter,
   type PythonExtensionApi,
@@ -110,4 +111,25 @@ test("in an untrusted workspace, interpreters inside it are passed over", async 
   assert.equal(isInside("/w/a/../b/python", ["/w"]), true);
   assert.equal(isInside("/workspace2/python", ["/w"]), false);
   assert.equal(isInside("python3", ["/w"]), false);
+});
+
+test("candidates: the Python extension's, then ddp-lsp.interpreter, without duplicates (issue 12)", async () => {
+  const api = pythonApi({ id: "a", path: "/venv/bin/python" });
+  assert.deepEqual(await interpreterCandidates({ setting: "/opt/py/bin/python", python: api }), [
+    { command: "/venv/bin/python", source: "python-extension" },
+    { command: "/opt/py/bin/python", source: "setting" },
+  ]);
+  assert.deepEqual(await interpreterCandidates({ setting: "/venv/bin/python", python: api }), [
+    { command: "/venv/bin/python", source: "python-extension" },
+  ]);
+  // python3 on PATH only when nothing names an interpreter.
+  assert.deepEqual(await interpreterCandidates({ setting: "", python: undefined }), [
+    { command: DEFAULT_PYTHON, source: "default" },
+  ]);
+  // An untrusted workspace's own interpreter is skipped; the setting outside it remains.
+  const inside = pythonApi({ id: "w", path: "/w/.venv/bin/python" });
+  assert.deepEqual(
+    await interpreterCandidates({ setting: "/opt/py/bin/python", python: inside, untrustedRoots: ["/w"] }),
+    [{ command: "/opt/py/bin/python", source: "setting" }],
+  );
 });
