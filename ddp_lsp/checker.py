@@ -35,6 +35,7 @@ from ddp_lsp.config import DEFAULT_EXCLUDE, ConfigError, Settings, find_pyprojec
 from ddp_lsp.core.env import Environment, MachineInfo
 from ddp_lsp.core.types import Finding, Fix, InternalError
 from ddp_lsp.reporters import FORMATS, FileReport, ReportContext
+from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source, too_large_message
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
@@ -223,9 +224,14 @@ def check_job(job: Job) -> Outcome:
 def _check_job(job: Job) -> Outcome:
     if job.data is not None:
         data = job.data
+        if len(data) > MAX_SOURCE_BYTES:
+            raise SourceError(too_large_message(len(data)))
     else:
         assert job.abspath is not None
-        data = Path(job.abspath).read_bytes()
+        try:
+            data = read_source(job.abspath)
+        except ReadError as exc:
+            raise SourceError(str(exc)) from None
     source = decode_source(data)
     ctx = Context(job.env, job.project)
     if job.mode == "check":
@@ -418,10 +424,11 @@ class SettingsResolver:
 
 
 def _relative(path: Path, root: Path) -> Path:
+    full = Path(_resolved(path))
     try:
-        return path.resolve().relative_to(root)
+        return full.relative_to(root)
     except ValueError:
-        return Path(os.path.relpath(path.resolve(), root))
+        return Path(os.path.relpath(full, root))
 
 
 def _excluded(path: Path, settings: Settings, root: Path) -> bool:
@@ -509,7 +516,7 @@ def collect_jobs(
         full = path if path.is_absolute() else cwd / path
         if full.is_dir():
             files: Iterable[Path] = _walk(full, resolver, missing)
-        elif full.exists():
+        elif os.path.lexists(full):  # a symlink loop or a dangling link: read_source says so
             settings, root = resolver.for_dir(full.parent)
             # Files named on the command line are checked even if excluded (as ruff does),
             # unless --force-exclude: pre-commit passes every changed file by name.
@@ -520,14 +527,27 @@ def collect_jobs(
             missing.append(FileReport(raw, None, error="no such file or directory"))
             continue
         for file in files:
-            key = os.path.normcase(str(file.resolve()))
+            resolved = _resolved(file)
+            key = os.path.normcase(resolved)
             if key in seen:
                 continue
             seen.add(key)
             settings, _ = resolver.for_dir(file.parent)
             shown = _display(file if path.is_absolute() else Path(os.path.relpath(file, cwd)), cwd)
-            jobs.append(Job(shown, str(file.resolve()), settings, mode, args.unsafe_fixes))
+            jobs.append(Job(shown, resolved, settings, mode, args.unsafe_fixes))
     return jobs, missing
+
+
+def _resolved(path: Path) -> str:
+    """The absolute, symlink-free path; a symlink loop, or a link to something that is not a
+    regular file, stays the link itself (Path.resolve raises on a loop), so that reading it
+    reports what the link is."""
+    try:
+        full = str(path.resolve())
+    except (OSError, RuntimeError):
+        return os.path.abspath(path)
+    # A link to a device or a FIFO keeps its own name, so its error names what was checked.
+    return full if os.path.isfile(full) or not os.path.islink(path) else os.path.abspath(path)
 
 
 def _machine(path: Path | None) -> MachineInfo | None:
@@ -600,6 +620,8 @@ class ProjectView:
     parsed: int = 0  # of which not found in the cache
     failed: tuple[str, ...] = ()  # files the index could not summarise (they are still checked)
     seconds: float = 0.0
+    # Files the index did not read (path, reason kind, message): see sources.py.
+    unread: tuple[tuple[str, str, str], ...] = ()
 
 
 # Files summarised in this process before deciding whether the rest are worth a pool: on a
@@ -653,6 +675,7 @@ def project_view(
         min(len(paths), index.parsed + parsed_elsewhere),
         tuple(p.relative_to(index.root).as_posix() for p in failed),
         time.perf_counter() - started,
+        unread=tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread)),
     )
 
 
@@ -756,6 +779,7 @@ def with_project(
             if job.data is not None:  # stdin with --stdin-filename
                 overlays.setdefault(root, {})[Path(job.abspath)] = job.data
     out = list(jobs)
+    checked = {job.abspath for job in jobs}
     for root, members in sorted(by_root.items()):
         settings, _ = resolver.for_dir(root)
         try:
@@ -778,6 +802,12 @@ def with_project(
                 err.write(
                     f"warning: {rel}: not in the project index (it could not be summarised)\n"
                 )
+        # Odd siblings (a FIFO, a device, a symlink loop) are said once; the checked files
+        # report their own. A large generated sibling is ordinary: only with --verbose.
+        for path, kind, message in view.unread:
+            if _resolved(Path(path)) not in checked and (verbose or kind != "too-large"):
+                shown = _display(Path(path), resolver.cwd)
+                err.write(f"warning: {shown}: {message}; left out of the project index\n")
         for i in members:
             path = out[i].abspath
             assert path is not None
