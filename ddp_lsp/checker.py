@@ -804,9 +804,9 @@ def with_project(
                 )
         # Odd siblings (a FIFO, a device, a symlink loop) are said once; the checked files
         # report their own. A large generated sibling is ordinary: only with --verbose.
-        for path, kind, message in view.unread:
-            if _resolved(Path(path)) not in checked and (verbose or kind != "too-large"):
-                shown = _display(Path(path), resolver.cwd)
+        for sibling, kind, message in view.unread:
+            if _resolved(Path(sibling)) not in checked and (verbose or kind != "too-large"):
+                shown = _display(Path(sibling), resolver.cwd)
                 err.write(f"warning: {shown}: {message}; left out of the project index\n")
         for i in members:
             path = out[i].abspath
