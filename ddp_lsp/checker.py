@@ -2,8 +2,10 @@
 
 ``check`` finds Python files (directories are walked, excludes applied), reads each one the
 way Python would (PEP 263 coding cookie, BOM), analyses it, and reports in one of the formats
-of :mod:`ddp_lsp.reporters`. ``--fix`` writes the fixes back atomically in the file's own
-encoding, BOM and line endings; ``--diff`` shows them instead.
+of :mod:`ddp_lsp.reporters`. ``--fix`` writes the fixes into the file itself (same inode:
+mode, owner and hard links kept; read-only files refused) in its own encoding, BOM and line
+endings, the new text staged and flushed first so that a failed write loses nothing;
+``--diff`` shows them instead.
 
 One file that cannot be read, decoded or written is reported on stderr and the others are
 still checked; the exit status is then 2 (the check is incomplete), else 1 when findings
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import errno
 import fnmatch
 import io
 import logging
@@ -110,27 +113,115 @@ def encode_source(text: str, encoding: str) -> bytes:
         ) from None
 
 
-def write_atomic(path: Path, data: bytes, expected: bytes) -> None:
-    """Replace ``path`` by ``data`` so that readers see the old file or the new one, never a
-    half-written one: a temporary file in the same directory (same file system), fsync,
-    the old permission bits, then ``os.replace``. ``expected`` is what was analysed; if the
-    file changed meanwhile (an editor saved it), nothing is written."""
-    real = Path(os.path.realpath(path))  # write through a symlink, do not replace the link
-    mode = stat.S_IMODE(real.stat().st_mode)
-    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ddp-lsp-tmp")
+def write_in_place(path: Path, data: bytes, expected: bytes) -> None:
+    """Write ``data`` into ``path``'s own inode, so that its mode, owner, ACLs and hard links
+    stay what they were (a rename would give a file owned by whoever ran ``--fix``, with a
+    default mode, and split a hard link from its other names).
+
+    ``expected`` is what was analysed; if the file changed meanwhile (an editor saved it),
+    nothing is written. A file without any write permission bit is refused, not rewritten
+    (root could write it, but a read-only file says "do not change me").
+
+    Never losing the original on a failed write:
+
+    1. the new bytes go to a temporary file first (next to the file when that directory is
+       writable) and are fsynced: a full disk fails here, before the file is touched;
+    2. the file is grown to the new size with ``posix_fallocate`` where that exists, so a
+       full disk fails before its bytes change;
+    3. the bytes are written over the old ones, the file truncated and fsynced;
+    4. if step 3 fails anyway, the original bytes (held in memory) are written back; if even
+       that fails, the error names the temporary file that holds the fixed text.
+    """
+    real = Path(os.path.realpath(path))  # write through a symlink, keep the link
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        if real.read_bytes() != expected:
+        fd = os.open(real, os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    except PermissionError:
+        raise SourceError("the file is read-only (no write permission): not fixed") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SourceError("not a regular file: not written")
+        if not st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+            mode = stat.S_IMODE(st.st_mode)
+            raise SourceError(
+                f"the file is read-only (mode {mode:o}): not fixed; make it writable to fix it"
+            )
+        if _read_fd(fd, len(expected) + 1) != expected:
             raise SourceError("the file changed while it was being fixed; not written")
-        os.replace(tmp, real)
-    except BaseException:
+        tmp = _stage(real, data)
+        try:
+            _overwrite(fd, data, len(expected))
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            try:
+                # Drop what the fallocate added first: the bytes past the original's end.
+                os.ftruncate(fd, len(expected))
+                _overwrite(fd, expected, len(expected))
+            except OSError:
+                raise SourceError(
+                    f"cannot write ({reason}), and the original could not be restored: the "
+                    f"fixed text is in {tmp}"
+                ) from None
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise SourceError(f"cannot write: {reason}; the file is unchanged") from None
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    got = 0
+    os.lseek(fd, 0, os.SEEK_SET)
+    while got < limit:
+        chunk = os.read(fd, min(limit - got, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _stage(real: Path, data: bytes) -> str:
+    """The fixed bytes in an fsynced temporary file (next to ``real`` when possible); its path.
+    Any failure here (a full disk) leaves the original untouched and no temporary behind."""
+    places = [str(real.parent), None]  # None: the system's temporary directory
+    last: OSError | None = None
+    for where in places:
+        try:
+            fd, tmp = tempfile.mkstemp(dir=where, prefix=f".{real.name}.", suffix=".ddp-lsp-fixed")
+        except OSError as exc:
+            last = exc
+            continue
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return tmp
+    assert last is not None
+    raise last
+
+
+def _overwrite(fd: int, data: bytes, old_size: int) -> None:
+    if len(data) > old_size and hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, len(data))  # ENOSPC here changes nothing
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+    view = memoryview(data)
+    offset = 0
+    while offset < len(data):
+        offset += os.pwrite(fd, view[offset:], offset)
+    os.ftruncate(fd, len(data))
+    os.fsync(fd)
 
 
 # -- checking one file (runs in a worker process for big inputs) ---------------------------
@@ -256,7 +347,7 @@ def _check_job(job: Job) -> Outcome:
     if job.data is not None:  # stdin: the fixed code goes to stdout
         return Outcome(rep, fixed_text=new)
     assert job.abspath is not None
-    write_atomic(Path(job.abspath), encode_source(new, source.encoding), data)
+    write_in_place(Path(job.abspath), encode_source(new, source.encoding), data)
     return Outcome(rep)
 
 
