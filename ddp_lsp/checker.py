@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from ddp_lsp.config import DEFAULT_EXCLUDE, ConfigError, Settings, find_pyproject
 from ddp_lsp.core.env import Environment, MachineInfo
-from ddp_lsp.core.types import Finding, Fix, InternalError
+from ddp_lsp.core.types import Finding, Fix, InternalError, NotAnalysed
 from ddp_lsp.reporters import FORMATS, FileReport, ReportContext
 from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source, too_large_message
 
@@ -255,12 +255,12 @@ class Outcome:
     fixed_text: str | None = None  # stdin with --fix: the text to print
 
 
-Found = tuple[tuple[Finding, ...], tuple[InternalError, ...]]
+Found = tuple[tuple[Finding, ...], tuple[InternalError, ...], tuple[NotAnalysed, ...]]
 
 
 def _analyze(text: str, settings: Settings, ctx: Context) -> Found:
     result = _engine_analyze(text, settings, ctx)
-    return result.findings, result.errors
+    return result.findings, result.errors, result.not_analysed
 
 
 def _engine_analyze(source: str | Document, settings: Settings, ctx: Context) -> AnalysisResult:
@@ -283,7 +283,7 @@ def _fix(text: str, settings: Settings, unsafe: bool, ctx: Context) -> tuple[str
     def run(current: str) -> Sequence[Finding]:
         doc.set_text(current)
         result = _engine_analyze(doc, settings, ctx)
-        last[:] = [(current, (result.findings, result.errors))]
+        last[:] = [(current, (result.findings, result.errors, result.not_analysed))]
         return result.findings
 
     def choose(f: Finding) -> Fix | None:
@@ -326,10 +326,10 @@ def _check_job(job: Job) -> Outcome:
     source = decode_source(data)
     ctx = Context(job.env, job.project)
     if job.mode == "check":
-        findings, errors = _analyze(source.text, job.settings, ctx)
-        return Outcome(FileReport(job.path, job.abspath, findings, errors))
-    new, applied, (findings, errors) = _fix(source.text, job.settings, job.unsafe, ctx)
-    rep = FileReport(job.path, job.abspath, findings, errors, fixed=applied)
+        findings, errors, skipped = _analyze(source.text, job.settings, ctx)
+        return Outcome(FileReport(job.path, job.abspath, findings, errors, not_analysed=skipped))
+    new, applied, (findings, errors, skipped) = _fix(source.text, job.settings, job.unsafe, ctx)
+    rep = FileReport(job.path, job.abspath, findings, errors, fixed=applied, not_analysed=skipped)
     if new == source.text:
         return Outcome(rep, fixed_text=new if job.data is not None else None)
     if job.mode == "diff":
@@ -1035,6 +1035,10 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
     for rep in reports:
         if rep.error:
             err.write(f"error: {rep.path}: {rep.error}\n")
+        for skip in rep.not_analysed:
+            first, last = skip.line + 1, skip.end_line + 1
+            where = f"line {first}" if first == last else f"lines {first}-{last}"
+            err.write(f"warning: {rep.path}:{first}: {where} not analysed: {skip.reason}\n")
         if args.verbose:
             for e in rep.internal:
                 err.write(
@@ -1050,7 +1054,9 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
             f"file{'s' if files != 1 else ''} (findings may be missing); "
             "rerun with --verbose for details\n"
         )
-    errors = any(rep.error for rep in reports)
+    # Code left unanalysed makes the check incomplete, like a file that could not be read: exit
+    # 2, so that CI running an older Python than the code's never passes it unexamined.
+    errors = any(rep.error or rep.not_analysed for rep in reports)
     ctx = ReportContext(
         root=repo_root(cwd),
         fix_mode=mode == "fix",

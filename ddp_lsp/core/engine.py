@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -29,6 +30,7 @@ from ddp_lsp.core.types import (
     Finding,
     Fix,
     InternalError,
+    NotAnalysed,
     Pos,
     Span,
 )
@@ -66,7 +68,30 @@ def analyze(
     errors: list[InternalError] = []
     with gc_paused():
         _collect(doc, facts, settings, rank_model, env, rules, key, raw, errors)
-    return _finish(doc, facts, settings, raw, errors)
+    result = _finish(doc, facts, settings, raw, errors)
+    skipped = not_analysed(doc)
+    return replace(result, not_analysed=skipped) if skipped else result
+
+
+def not_analysed(doc: Document) -> tuple[NotAnalysed, ...]:
+    """The chunks skipped because only a newer grammar than this interpreter's parses them."""
+    out: list[NotAnalysed] = []
+    for start, chunk in doc.chunks():
+        if chunk.newer_syntax:
+            body = [i for i, text in enumerate(chunk.lines) if text.strip()]
+            end = start + (body[-1] if body else 0)  # the last line with code on it
+            if out and out[-1].end_line + 1 >= start:  # adjacent chunks: one range
+                out[-1] = NotAnalysed(out[-1].line, end, out[-1].reason)
+            else:
+                out.append(NotAnalysed(start, end, NEWER_GRAMMAR))
+    return tuple(out)
+
+
+NEWER_GRAMMAR = (
+    f"this code parses only in a newer Python than the {sys.version_info[0]}."
+    f"{sys.version_info[1]} running ddp-lsp (e.g. PEP 695 `def f[T]()` or `type X = ...` need "
+    "3.12); run ddp-lsp with the Python the code is written for"
+)
 
 
 class _Key:

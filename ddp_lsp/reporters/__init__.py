@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TextIO
 
-from ddp_lsp.core.types import Finding, Fix, InternalError, Pos, Related
+from ddp_lsp.core.types import Finding, Fix, InternalError, NotAnalysed, Pos, Related
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -29,6 +29,9 @@ class FileReport:
     error: str | None = None  # the file could not be read, decoded, analysed or written
     fixed: int = 0  # fixes applied (--fix) or that would be applied (--diff)
     diff: str = ""  # --diff: the unified diff of the fixes
+    # Code that was not analysed (a newer Python grammar than the running one): the check of
+    # this file is incomplete, and every format says so.
+    not_analysed: tuple[NotAnalysed, ...] = ()
 
 
 @dataclass(frozen=True)
