@@ -16,6 +16,7 @@ in this process, where the pool's start-up would cost more than it saves.
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import difflib
 import errno
@@ -34,7 +35,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from ddp_lsp.config import DEFAULT_EXCLUDE, ConfigError, Settings, find_pyproject
+from ddp_lsp.config import (
+    DEFAULT_EXCLUDE,
+    ConfigError,
+    ConfigFileError,
+    Settings,
+    find_pyproject,
+)
 from ddp_lsp.core.env import Environment, MachineInfo
 from ddp_lsp.core.types import Finding, Fix, InternalError, NotAnalysed
 from ddp_lsp.reporters import FORMATS, FileReport, ReportContext
@@ -83,6 +90,14 @@ def decode_source(data: bytes) -> Source:
     Line endings are kept as they are (``bytes.decode`` does not translate them), so a CRLF
     file is analysed, fixed and written back as CRLF.
     """
+    wide = _wide_encoding(data)
+    if wide is not None:
+        # Python reads source as UTF-8 (or a PEP 263 ASCII-compatible codec): a coding comment
+        # cannot help a UTF-16 file, whose every ASCII character comes with a NUL byte.
+        raise SourceError(
+            f"the file is {wide}, which Python cannot read as source; save it as UTF-8 "
+            "(Windows editors and PowerShell's `>` redirection write UTF-16)"
+        )
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
@@ -102,6 +117,28 @@ def decode_source(data: bytes) -> Source:
             "(# -*- coding: latin-1 -*-)"
         ) from None
     return Source(text, encoding)
+
+
+def _wide_encoding(data: bytes) -> str | None:
+    """"UTF-16"/"UTF-32" (with what says so) when ``data`` is in one of them, else None."""
+    for bom, name in (
+        (codecs.BOM_UTF32_LE, "UTF-32"),  # before UTF-16 LE: it starts with the same bytes
+        (codecs.BOM_UTF32_BE, "UTF-32"),
+        (codecs.BOM_UTF16_LE, "UTF-16"),
+        (codecs.BOM_UTF16_BE, "UTF-16"),
+    ):
+        if data.startswith(bom):
+            return f"{name} (it starts with a {name} byte order mark)"
+    head = data[:200]
+    if len(head) >= 8:
+        # No BOM: ASCII text in UTF-16 has a NUL in every other byte, which no UTF-8 or
+        # latin-1 Python source has.
+        even, odd = head[0::2], head[1::2]
+        if odd.count(0) >= len(odd) * 0.9 and even.count(0) == 0:
+            return "UTF-16 (little-endian, without a byte order mark)"
+        if even.count(0) >= len(even) * 0.9 and odd.count(0) == 0:
+            return "UTF-16 (big-endian, without a byte order mark)"
+    return None
 
 
 def encode_source(text: str, encoding: str) -> bytes:
@@ -485,6 +522,7 @@ class SettingsResolver:
         self._fixed: tuple[Settings, Path] | None = None
         self._by_dir: dict[Path, tuple[Settings, Path]] = {}
         self._by_file: dict[Path | None, tuple[Settings, Path]] = {}
+        self.problems: list[str] = []  # configuration files that could not be used
         if config is not None:
             if not config.is_file():
                 raise ConfigError(f"{config}: no such configuration file")
@@ -508,7 +546,14 @@ class SettingsResolver:
                 if pyproject is None:
                     hit = (self._override(Settings()), self.cwd)
                 else:
-                    hit = (self._override(Settings.from_pyproject(pyproject)), pyproject.parent)
+                    try:
+                        settings = Settings.from_pyproject(pyproject)
+                    except ConfigFileError as exc:
+                        # Not TOML at all: say so (file:line:col) and check with the defaults,
+                        # rather than stop every check until the file is repaired.
+                        self.problems.append(f"{exc}; checking with the default settings")
+                        settings = Settings(source=str(pyproject))
+                    hit = (self._override(settings), pyproject.parent)
                 self._by_file[pyproject] = hit
             self._by_dir[directory] = hit
         return hit
@@ -1032,6 +1077,8 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
     reports = sorted(missing + [o.report for o in outcomes], key=lambda r: r.path)
 
     # Errors about files go to stderr in every format, so stdout stays machine-readable.
+    for problem in resolver.problems:
+        err.write(f"error: {problem}\n")
     for rep in reports:
         if rep.error:
             err.write(f"error: {rep.path}: {rep.error}\n")
@@ -1056,7 +1103,7 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
         )
     # Code left unanalysed makes the check incomplete, like a file that could not be read: exit
     # 2, so that CI running an older Python than the code's never passes it unexamined.
-    errors = any(rep.error or rep.not_analysed for rep in reports)
+    errors = bool(resolver.problems) or any(rep.error or rep.not_analysed for rep in reports)
     ctx = ReportContext(
         root=repo_root(cwd),
         fix_mode=mode == "fix",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import BUGGY, BUGGY_LINE, write
 
 
@@ -174,4 +176,25 @@ def test_engine_crash_costs_one_file(cli_run, project: Path, monkeypatch) -> Non
     r = cli_run("check", ".", "--select", "DDP201", "--jobs", "1")
     assert r.rc == 2
     assert "error: poison.py: internal error while analysing: AssertionError: engine bug" in r.err
+    _others_still_checked(r)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "said"),
+    [
+        ("utf-16", "the file is UTF-16 (it starts with a UTF-16 byte order mark)"),
+        ("utf-16-le", "the file is UTF-16 (little-endian, without a byte order mark)"),
+        ("utf-16-be", "the file is UTF-16 (big-endian, without a byte order mark)"),
+        ("utf-32", "the file is UTF-32 (it starts with a UTF-32 byte order mark)"),
+    ],
+)
+def test_utf16_file_is_named_as_such(cli_run, project: Path, encoding: str, said: str) -> None:
+    """A coding comment cannot make a UTF-16 file readable: the message must not suggest one."""
+    write(project / "good.py", BUGGY)
+    write(project / "wide.py", BUGGY.encode(encoding))
+    r = cli_run("check", "good.py", "wide.py", "--select", "DDP201")
+    assert r.rc == 2
+    (line,) = [x for x in r.err.splitlines() if "wide.py" in x]
+    assert said in line and "save it as UTF-8" in line
+    assert "coding" not in line and "latin-1" not in line
     _others_still_checked(r)
