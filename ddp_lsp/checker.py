@@ -120,7 +120,7 @@ def decode_source(data: bytes) -> Source:
 
 
 def _wide_encoding(data: bytes) -> str | None:
-    """"UTF-16"/"UTF-32" (with what says so) when ``data`` is in one of them, else None."""
+    """ "UTF-16"/"UTF-32" (with what says so) when ``data`` is in one of them, else None."""
     for bom, name in (
         (codecs.BOM_UTF32_LE, "UTF-32"),  # before UTF-16 LE: it starts with the same bytes
         (codecs.BOM_UTF32_BE, "UTF-32"),
