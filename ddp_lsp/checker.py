@@ -276,6 +276,9 @@ class Job:
     # What the other files of its project say about this one (only this module's share of the
     # project's facts: a job is pickled to a worker, and the whole project need not travel).
     project: ModuleProjectFacts | None = None
+    # The project root when no pyproject.toml or .git is found above the file: the folder given
+    # on the command line, or the working directory for a file named there (as ruff does).
+    anchor: str | None = None
 
 
 @dataclass(frozen=True)
@@ -644,14 +647,17 @@ def collect_jobs(
             if args.stdin_filename and args.force_exclude and _excluded(cwd / name, settings, root):
                 continue
             abspath = str((cwd / name).resolve()) if args.stdin_filename else None
+            data = sys.stdin.buffer.read()
             jobs.append(
-                Job(name, abspath, settings, mode, args.unsafe_fixes, sys.stdin.buffer.read())
+                Job(name, abspath, settings, mode, args.unsafe_fixes, data, anchor=str(cwd))
             )
             continue
         path = Path(raw)
         full = path if path.is_absolute() else cwd / path
+        anchor = None
         if full.is_dir():
             files: Iterable[Path] = _walk(full, resolver, missing)
+            anchor = _resolved(full)
         elif os.path.lexists(full):  # a symlink loop or a dangling link: read_source says so
             settings, root = resolver.for_dir(full.parent)
             # Files named on the command line are checked even if excluded (as ruff does),
@@ -670,7 +676,13 @@ def collect_jobs(
             seen.add(key)
             settings, _ = resolver.for_dir(file.parent)
             shown = _display(file if path.is_absolute() else Path(os.path.relpath(file, cwd)), cwd)
-            jobs.append(Job(shown, resolved, settings, mode, args.unsafe_fixes))
+            if anchor is None:  # a file named: the working directory, if the file is under it
+                here = _resolved(cwd)
+                inside = os.path.commonpath([here, resolved]) == here
+                job_anchor = here if inside else os.path.dirname(resolved)
+            else:
+                job_anchor = anchor
+            jobs.append(Job(shown, resolved, settings, mode, args.unsafe_fixes, anchor=job_anchor))
     return jobs, missing
 
 
@@ -728,6 +740,20 @@ def repo_root(start: Path) -> Path:
 
 
 # -- the project view -------------------------------------------------------------------------
+
+
+def _fallback_root(path: Path, anchor: Path) -> Path | None:
+    """``anchor`` as the project of ``path`` when it holds the file and is not the home
+    directory or the file system's root (a loose script there would index everything)."""
+    from ddp_lsp.project.index import is_too_wide
+
+    if is_too_wide(anchor):
+        return None
+    try:
+        path.relative_to(anchor)
+    except ValueError:
+        return None
+    return anchor
 
 
 def project_root(directory: Path, memo: dict[Path, Path | None] | None = None) -> Path | None:
@@ -899,17 +925,36 @@ def with_project(
 
     The files to check are grouped by project root (a run over several projects builds one
     index per root) and each root is indexed whole, so a file checked alone gets exactly the
-    findings it gets when its whole project is checked. Stdin, files outside any project and
-    files whose settings say ``project = false`` are analysed alone; code read from stdin with
-    ``--stdin-filename`` inside a project is analysed with its project, its own text laid over
-    the file's (an editor's unsaved buffer)."""
+    findings it gets when its whole project is checked. A file with no pyproject.toml or .git
+    above it belongs to the folder given on the command line (or the working directory, for a
+    file named there), as in ruff: the files of one job in a plain folder keep their cross-file
+    findings. Bare stdin, files whose settings say ``project = false`` and files whose only
+    candidate is the home directory or the file system's root are analysed alone; code read
+    from stdin with ``--stdin-filename`` inside a project is analysed with its project, its own
+    text laid over the file's (an editor's unsaved buffer)."""
+    from ddp_lsp.project.index import PROJECT_MARKERS
+
     memo: dict[Path, Path | None] = {}
     by_root: dict[Path, list[int]] = {}
+    why: dict[Path, str] = {}
     overlays: dict[Path, dict[Path, bytes]] = {}
     for i, job in enumerate(jobs):
         if job.abspath is None or not job.settings.project:
             continue
         root = project_root(Path(job.abspath).parent, memo)
+        if root is not None:
+            if root not in why:
+                markers = [m for m in PROJECT_MARKERS if (root / m).exists()]
+                why[root] = f"it has {' and '.join(markers)}"
+        elif job.anchor is not None:
+            root = _fallback_root(Path(job.abspath), Path(job.anchor))
+            if root is not None and root not in why:
+                what = (
+                    "the working directory"
+                    if root == Path(_resolved(resolver.cwd))
+                    else ("the folder given")
+                )
+                why[root] = f"no pyproject.toml or .git at or above it: {what}, as ruff does"
         if root is not None:
             by_root.setdefault(root, []).append(i)
             if job.data is not None:  # stdin with --stdin-filename
@@ -929,6 +974,7 @@ def with_project(
             )
             continue
         if verbose:
+            err.write(f"project root {_display(root, resolver.cwd) or '.'}: {why[root]}\n")
             err.write(
                 f"indexed {_display(root, resolver.cwd)}: {view.files} files "
                 f"({view.parsed} parsed, {view.files - view.parsed} from the cache) "

@@ -102,6 +102,11 @@ def is_project_root(directory: Path) -> bool:
     return not _too_wide(directory) and any((directory / m).exists() for m in PROJECT_MARKERS)
 
 
+def is_too_wide(directory: Path) -> bool:
+    """The home directory or the file system's root: never a project (see is_project_root)."""
+    return _too_wide(directory)
+
+
 def _too_wide(directory: Path) -> bool:
     try:
         home = Path.home().resolve()
