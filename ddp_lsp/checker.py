@@ -44,7 +44,7 @@ from ddp_lsp.config import (
 )
 from ddp_lsp.core.env import Environment, MachineInfo
 from ddp_lsp.core.types import Finding, Fix, InternalError, NotAnalysed
-from ddp_lsp.reporters import FORMATS, FileReport, ReportContext
+from ddp_lsp.reporters import FORMATS, FileReport, FixCounts, ReportContext
 from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source, too_large_message
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
     from ddp_lsp.core.crossfile import ModuleProjectFacts
     from ddp_lsp.core.document import Document
+    from ddp_lsp.core.fixes import FixStats
     from ddp_lsp.core.types import AnalysisResult
     from ddp_lsp.project import ProjectIndex
 
@@ -311,7 +312,7 @@ def _engine_analyze(source: str | Document, settings: Settings, ctx: Context) ->
     return engine.analyze(source, settings, ctx.env, project=ctx.project)
 
 
-def _fix(text: str, settings: Settings, unsafe: bool, ctx: Context) -> tuple[str, int, Found]:
+def _fix(text: str, settings: Settings, unsafe: bool, ctx: Context) -> tuple[str, FixStats, Found]:
     """Fix-all to a fixed point; returns the findings of the final text as well, so the
     remaining findings cost no extra analysis."""
     from ddp_lsp.core import fixes as F
@@ -329,10 +330,10 @@ def _fix(text: str, settings: Settings, unsafe: bool, ctx: Context) -> tuple[str
     def choose(f: Finding) -> Fix | None:
         return f.preferred_fix if unsafe else f.safe_fix
 
-    new, applied = F.fix_all(text, run, choose)
+    new, stats = F.fix_all_stats(text, run, choose)
     if not last or last[0][0] != new:  # the pass limit was hit right after applying fixes
         run(new)
-    return new, applied, last[0][1]
+    return new, stats, last[0][1]
 
 
 def check_job(job: Job) -> Outcome:
@@ -368,8 +369,24 @@ def _check_job(job: Job) -> Outcome:
     if job.mode == "check":
         findings, errors, skipped = _analyze(source.text, job.settings, ctx)
         return Outcome(FileReport(job.path, job.abspath, findings, errors, not_analysed=skipped))
-    new, applied, (findings, errors, skipped) = _fix(source.text, job.settings, job.unsafe, ctx)
-    rep = FileReport(job.path, job.abspath, findings, errors, fixed=applied, not_analysed=skipped)
+    from ddp_lsp.core.fixes import fix_key
+
+    new, stats, (findings, errors, skipped) = _fix(source.text, job.settings, job.unsafe, ctx)
+    left = [
+        fix_key(f, fix)
+        for f in findings
+        if (fix := f.preferred_fix if job.unsafe else f.safe_fix) is not None
+    ]
+    absorbed, unapplied = stats.reconcile(left)
+    rep = FileReport(
+        job.path,
+        job.abspath,
+        findings,
+        errors,
+        fixed=stats.applied,
+        not_analysed=skipped,
+        fix_counts=FixCounts(stats.fixable, stats.late, absorbed, unapplied),
+    )
     if new == source.text:
         return Outcome(rep, fixed_text=new if job.data is not None else None)
     if job.mode == "diff":
@@ -1167,10 +1184,11 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
         for d in diffs:
             out.write(d)
         if not args.quiet:
+            from ddp_lsp.reporters import fixed_line
+
             n = sum(r.fixed for r in reports if r.diff)
-            err.write(
-                f"Would fix {n} finding{'s' if n != 1 else ''}.\n" if n else "No fixes available.\n"
-            )
+            shown = [r for r in reports if r.diff]
+            err.write(f"{fixed_line(shown, 'Would fix')}\n" if n else "No fixes available.\n")
         status = EXIT_ERROR if errors else (EXIT_FINDINGS if diffs else EXIT_OK)
     else:
         if args.statistics:

@@ -8,7 +8,9 @@ a bound; the result is a fixed point, so running it again changes nothing (idemp
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from ddp_lsp.core.types import Edit, Finding, Fix, Pos, Span
 
@@ -86,25 +88,96 @@ def select_non_overlapping(fixes: Iterable[Fix]) -> list[Fix]:
     return accepted
 
 
+def _unchanged(text: str, fixes: Sequence[Fix]) -> set[int]:
+    """The ids of ``fixes`` whose every edit writes what is already there (fixed nothing)."""
+    from ddp_lsp.core.document import split_lines
+
+    lines = split_lines(text)
+    starts = _offsets(lines)
+    out = set()
+    for fix in fixes:
+        if all(
+            text[_offset(e.span.start, lines, starts) : _offset(e.span.end, lines, starts)]
+            == e.text
+            for e in fix.edits
+        ):
+            out.add(id(fix))
+    return out
+
+
+FixKey = tuple[str, str]  # (rule id, fix title): a finding's identity across passes
+
+
+def fix_key(finding: Finding, fix: Fix) -> FixKey:
+    # Positions move as fixes insert lines; the rule and the fix's title do not.
+    return finding.rule_id, fix.title
+
+
+@dataclass(frozen=True)
+class FixStats:
+    """How a fix-all went, so that "N fixable" before and "Fixed M" after can be reconciled.
+
+    ``fixable``: findings with a chosen fix in the text as given (what ``check`` counts);
+    ``applied``: fixes applied over every pass; ``late``: of those, fixes of findings that
+    appeared only after other fixes (a fix that adds a call another rule then wants fixed);
+    ``first``: the keys of the fixable findings as given; ``done``: the keys of every fix
+    applied. :meth:`reconcile` adds what is left at the end."""
+
+    fixable: int = 0
+    applied: int = 0
+    late: int = 0
+    first: tuple[FixKey, ...] = ()
+    done: tuple[FixKey, ...] = ()
+
+    def reconcile(self, left: Iterable[FixKey]) -> tuple[int, int]:
+        """(absorbed, left): of the findings fixable at first and not fixed by their own fix,
+        how many went away with the fixes of others, and how many are still fixable at the
+        end (their edits kept overlapping, or changed nothing)."""
+        first, done = Counter(self.first), Counter(self.done)
+        unfixed = first - done
+        still = sum((unfixed & Counter(left)).values())
+        return sum(unfixed.values()) - still, still
+
+
 def fix_all(
     text: str,
     analyze: Callable[[str], Sequence[Finding]],
     choose: Callable[[Finding], Fix | None],
 ) -> tuple[str, int]:
     """Apply fixes until none applies; returns (new text, number of fixes applied)."""
+    new, stats = fix_all_stats(text, analyze, choose)
+    return new, stats.applied
+
+
+def fix_all_stats(
+    text: str,
+    analyze: Callable[[str], Sequence[Finding]],
+    choose: Callable[[Finding], Fix | None],
+) -> tuple[str, FixStats]:
+    """:func:`fix_all`, with the :class:`FixStats` of the run."""
     applied = 0
+    first: list[FixKey] | None = None
+    done: list[FixKey] = []
     for _ in range(MAX_PASSES):
         findings = analyze(text)
-        fixes = [f for f in (choose(x) for x in findings) if f is not None]
-        if not fixes:
+        pairs = [(x, f) for x, f in ((x, choose(x)) for x in findings) if f is not None]
+        if first is None:
+            first = [fix_key(x, f) for x, f in pairs]
+        if not pairs:
             break
-        chosen = select_non_overlapping(fixes)
+        chosen = select_non_overlapping([f for _, f in pairs])
         new = apply_edits(text, [e for f in chosen for e in f.edits])
         if new == text:
             break
-        applied += len(chosen)
+        same = _unchanged(text, chosen)
+        ids = {id(f) for f in chosen if id(f) not in same}
+        fixed = [fix_key(x, f) for x, f in pairs if id(f) in ids]
+        done.extend(fixed)  # a fix shared by two findings fixes both: each counts
+        applied += len(fixed)
         text = new
-    return text, applied
+    first = first or []
+    late = sum((Counter(done) - Counter(first)).values())
+    return text, FixStats(len(first), applied, late, tuple(first), tuple(done))
 
 
 # -- imports --------------------------------------------------------------------------------

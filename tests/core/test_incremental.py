@@ -29,32 +29,10 @@ SCRIPTS = [module(120)] + [
 # decorators, new top-level defs, indentation, CRLF.
 FRAGMENTS = st.sampled_from(
     [
-        "",
-        "x",
-        "\n",
-        "\r\n",
-        "(",
-        ")",
-        "[",
-        "]",
-        "'",
-        '"',
-        '"""',
-        "#",
-        "\\\n",
-        ":",
-        "    ",
-        "\t",
-        "@decorator\n",
-        "def f():\n    pass\n",
-        "class C:\n    def m(self):\n        pass\n",
-        "import torch.distributed as dist\n",
-        "model = DDP(model)\n",
-        "losses.append(loss)\n",
-        "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
-        "é",
-        "😀",
-        "else:\n",
+        "", "x", "\n", "\r\n", "(", ")", "[", "]", "'", '"', '"""', "#", "\\\n", ":", "    ",
+        "\t", "@decorator\n", "def f():\n    pass\n", "class C:\n    def m(self):\n        pass\n",
+        "import torch.distributed as dist\n", "model = DDP(model)\n", "losses.append(loss)\n",
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n", "é", "😀", "else:\n",
     ]
 )
 
@@ -97,15 +75,8 @@ def test_incremental_equals_full(data: st.DataObject, which: int) -> None:
 
 def test_break_and_restore_keeps_other_findings() -> None:
     """A syntax error mid-typing costs only its own chunk's findings."""
-    code = unmark(
-        next(
-            c.code
-            for r in all_rules()
-            if r.meta.id == "DDP201"
-            for c in r.cases
-            if isinstance(c, Invalid)
-        )
-    ).code
+    code = unmark(next(c.code for r in all_rules() if r.meta.id == "DDP201"
+                       for c in r.cases if isinstance(c, Invalid))).code
     text = code + "\n\ndef later():\n    return 1\n"
     doc = Document(text, SETTINGS.rank_model)
     before = [f for f in analyze(doc, SETTINGS).findings if f.rule_id == "DDP201"]

@@ -10,9 +10,7 @@ from ddp_lsp.core.rule import Invalid, Valid
 from tests.casekit import check_invalid, findings
 
 CASES = [
-    pytest.param(
-        rule, case, id=f"{rule.meta.id}-{'valid' if isinstance(case, Valid) else 'invalid'}-{i}"
-    )
+    pytest.param(rule, case, id=f"{rule.meta.id}-{'valid' if isinstance(case, Valid) else 'invalid'}-{i}")
     for rule in all_rules()
     for i, case in enumerate(rule.cases)
 ]
@@ -42,13 +40,9 @@ def test_silent_in_non_distributed_code(rule) -> None:
 
             code = unmark(case.code).code
             plain = "\n".join(
-                line
-                for line in code.splitlines()
-                if "distributed" not in line
-                and "DistributedDataParallel" not in line
-                and "DDP" not in line
-                and "RANK" not in line
-                and "init_process_group" not in line
+                line for line in code.splitlines()
+                if "distributed" not in line and "DistributedDataParallel" not in line
+                and "DDP" not in line and "RANK" not in line and "init_process_group" not in line
             )
             try:
                 compile(plain, "<case>", "exec")

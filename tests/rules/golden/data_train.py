@@ -2,7 +2,6 @@
 
 torchrun --nproc_per_node 4 data_train.py --data train.jsonl --val val.jsonl
 """
-
 import argparse
 import json
 import os

@@ -146,9 +146,7 @@ def evaluate(model: DDP, loader: DataLoader) -> float:
     return correct.item() / (total * dist.get_world_size())
 
 
-def save(
-    model: DDP, optimizer: torch.optim.Optimizer, epoch: int, args: argparse.Namespace
-) -> None:
+def save(model: DDP, optimizer: torch.optim.Optimizer, epoch: int, args: argparse.Namespace) -> None:
     if dist.get_rank() != 0:
         return
     # DDP304: "module." in every key.
