@@ -172,7 +172,7 @@ def _finish(
 ) -> AnalysisResult:
     lines = doc.lines
     out: list[Finding] = []
-    import_line: int | None = None
+    layout: F.ImportLayout | None = None
     for f in raw:
         if not settings.enabled(f.rule_id):
             continue
@@ -182,11 +182,11 @@ def _finish(
         if sev != f.severity:
             f = replace(f, severity=sev)
         if any(fix.imports for fix in f.fixes):
-            if import_line is None:
-                import_line = _import_line(doc)
+            if layout is None:
+                layout = _import_layout(doc)
             f = replace(
                 f,
-                fixes=tuple(_with_imports(fix, facts, import_line, doc.newline) for fix in f.fixes),
+                fixes=tuple(_with_imports(fix, facts, layout, doc.newline) for fix in f.fixes),
             )
         if doc.newline != "\n" and f.fixes:
             f = replace(f, fixes=tuple(_newlines(fix, doc.newline) for fix in f.fixes))
@@ -215,20 +215,21 @@ def _run_rules(
     return tuple(found), tuple(errors)
 
 
-def _import_line(doc: Document) -> int:
+def _import_layout(doc: Document) -> F.ImportLayout:
     head = []
     for start, chunk in doc.chunks()[:4]:
         head.append((start, chunk.tree, chunk.line_base))
-    line = F.import_insertion_line(head)
-    if line == 0:
+    layout = F.import_layout(head)
+    if layout.end == 0:
         # Never above a shebang, an encoding line or the file's leading comments.
-        lines = doc.lines
+        line, lines = 0, doc.lines
         while line < len(lines) - 1 and lines[line].lstrip().startswith("#"):
             line += 1
-    return line
+        layout = replace(layout, end=line)
+    return layout
 
 
-def _with_imports(fix: Fix, facts: ModuleFacts, line: int, newline: str) -> Fix:
+def _with_imports(fix: Fix, facts: ModuleFacts, layout: F.ImportLayout, newline: str) -> Fix:
     if not fix.imports:
         return fix
 
@@ -240,10 +241,10 @@ def _with_imports(fix: Fix, facts: ModuleFacts, line: int, newline: str) -> Fix:
         assert isinstance(node, (ast.Import, ast.ImportFrom))
         return all(facts.aliases.get(name) == qual for name, qual in N.import_bindings(node))
 
-    edit = F.import_edit(fix.imports, present, line, newline)
-    if edit is None:
+    edits = F.import_edits(fix.imports, present, layout, newline)
+    if not edits:
         return replace(fix, imports=())
-    return replace(fix, edits=(*fix.edits, edit))
+    return replace(fix, edits=(*fix.edits, *edits))
 
 
 def _newlines(fix: Fix, newline: str) -> Fix:
