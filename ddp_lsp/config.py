@@ -23,6 +23,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -252,17 +253,24 @@ def find_pyproject(start: Path) -> Path | None:
     here = here.resolve()
     for directory in (here, *here.parents):
         candidate = directory / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                text = read_pyproject(candidate)
-            except ConfigFileError:
-                return candidate  # unreadable or not UTF-8: from_pyproject says so
-            if _configures(candidate, text):
-                return candidate
+        try:
+            st = candidate.stat()
+        except OSError:
+            continue
+        if _configures(str(candidate), st.st_mtime_ns, st.st_size):
+            return candidate
     return None
 
 
-def _configures(path: Path, text: str) -> bool:
+@lru_cache(maxsize=256)
+def _configures(name: str, mtime_ns: int, size: int) -> bool:
+    """Whether a pyproject.toml configures ddp-lsp (see find_pyproject); parsed once per
+    version of the file, however many directories below it look it up."""
+    path = Path(name)
+    try:
+        text = read_pyproject(path)
+    except ConfigFileError:
+        return path.is_file()  # unreadable: reported when used; a FIFO or a directory: no config
     try:
         data = parse_pyproject(path, text)
     except ConfigFileError:
