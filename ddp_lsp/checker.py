@@ -256,8 +256,13 @@ def _overwrite(fd: int, data: bytes, old_size: int) -> None:
                 raise
     view = memoryview(data)
     offset = 0
+    if not hasattr(os, "pwrite"):  # Windows
+        os.lseek(fd, 0, os.SEEK_SET)
     while offset < len(data):
-        offset += os.pwrite(fd, view[offset:], offset)
+        if hasattr(os, "pwrite"):
+            offset += os.pwrite(fd, view[offset:], offset)
+        else:
+            offset += os.write(fd, view[offset:])
     os.ftruncate(fd, len(data))
     os.fsync(fd)
 
