@@ -859,7 +859,7 @@ def project_view(
         min(len(paths), index.parsed + parsed_elsewhere),
         tuple(p.relative_to(index.root).as_posix() for p in failed),
         time.perf_counter() - started,
-        unread=tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread)),
+        unread=tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread.items())),
     )
 
 

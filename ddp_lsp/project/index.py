@@ -503,7 +503,9 @@ class ProjectIndex:
         self._texts: dict[str, bytes] = {}
         self._own: dict[str, F.ModuleFacts] = {}
         self.failed: list[Path] = []  # files whose summary raised (see build)
-        self.unread: list[tuple[Path, ReadError]] = []  # files not read (see sources.read_source)
+        # Files not read (see sources.read_source), by path: the latest reason, dropped once the
+        # file reads again (a long-lived server index must not grow with every retry).
+        self.unread: dict[Path, ReadError] = {}
         self._edits = 0
         self._parsed: set[str] = set()  # files parsed (not found in the cache), by path
         self._nested: dict[str, bool] = {}  # directory (relative) -> holds a nested project
@@ -542,8 +544,9 @@ class ProjectIndex:
             try:
                 data = read_source(p)
             except ReadError as exc:  # a FIFO, a device, a loop, too large: left out
-                self.unread.append((p, exc))
+                self.unread[p] = exc
                 continue
+            self.unread.pop(p, None)
             try:
                 self._add(p, data)
             except Exception:

@@ -76,7 +76,7 @@ def test_indexer_skips_odd_files(tmp_path: Path) -> None:
     assert facts, sent
     index = ix.folders[1].index
     assert set(index.summaries) == {"train.py"}
-    kinds = {p.name: e.kind for p, e in index.unread}
+    kinds = {p.name: e.kind for p, e in index.unread.items()}
     assert kinds == {
         "zero.py": "not-regular",
         "pipe.py": "not-regular",
@@ -87,3 +87,8 @@ def test_indexer_skips_odd_files(tmp_path: Path) -> None:
     # An editor closing a FIFO "file" asks for the disk's text: still not read.
     assert not I._small(tmp_path / "pipe.py")
     assert not ix._apply(index, tmp_path / "pipe.py", I.DISK)
+    # The pipe becomes a file: read, summarised, no longer listed as unread.
+    (tmp_path / "pipe.py").unlink()
+    (tmp_path / "pipe.py").write_text("x = 1\n")
+    assert ix._apply(index, tmp_path / "pipe.py", I.DISK)
+    assert "pipe.py" in index.summaries and tmp_path / "pipe.py" not in index.unread
