@@ -2,8 +2,10 @@
 
 ``check`` finds Python files (directories are walked, excludes applied), reads each one the
 way Python would (PEP 263 coding cookie, BOM), analyses it, and reports in one of the formats
-of :mod:`ddp_lsp.reporters`. ``--fix`` writes the fixes back atomically in the file's own
-encoding, BOM and line endings; ``--diff`` shows them instead.
+of :mod:`ddp_lsp.reporters`. ``--fix`` writes the fixes into the file itself (same inode:
+mode, owner and hard links kept; read-only files refused) in its own encoding, BOM and line
+endings, the new text staged and flushed first so that a failed write loses nothing;
+``--diff`` shows them instead.
 
 One file that cannot be read, decoded or written is reported on stderr and the others are
 still checked; the exit status is then 2 (the check is incomplete), else 1 when findings
@@ -14,8 +16,10 @@ in this process, where the pool's start-up would cost more than it saves.
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import difflib
+import errno
 import fnmatch
 import io
 import logging
@@ -31,16 +35,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from ddp_lsp.config import DEFAULT_EXCLUDE, ConfigError, Settings, find_pyproject
+from ddp_lsp.config import (
+    DEFAULT_EXCLUDE,
+    ConfigError,
+    ConfigFileError,
+    Settings,
+    find_pyproject,
+)
 from ddp_lsp.core.env import Environment, MachineInfo
-from ddp_lsp.core.types import Finding, Fix, InternalError
-from ddp_lsp.reporters import FORMATS, FileReport, ReportContext
+from ddp_lsp.core.types import Finding, Fix, InternalError, NotAnalysed
+from ddp_lsp.reporters import FORMATS, FileReport, FixCounts, ReportContext
+from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source, too_large_message
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
 
     from ddp_lsp.core.crossfile import ModuleProjectFacts
     from ddp_lsp.core.document import Document
+    from ddp_lsp.core.fixes import FixStats
     from ddp_lsp.core.types import AnalysisResult
     from ddp_lsp.project import ProjectIndex
 
@@ -79,6 +91,14 @@ def decode_source(data: bytes) -> Source:
     Line endings are kept as they are (``bytes.decode`` does not translate them), so a CRLF
     file is analysed, fixed and written back as CRLF.
     """
+    wide = _wide_encoding(data)
+    if wide is not None:
+        # Python reads source as UTF-8 (or a PEP 263 ASCII-compatible codec): a coding comment
+        # cannot help a UTF-16 file, whose every ASCII character comes with a NUL byte.
+        raise SourceError(
+            f"the file is {wide}, which Python cannot read as source; save it as UTF-8 "
+            "(Windows editors and PowerShell's `>` redirection write UTF-16)"
+        )
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
@@ -100,6 +120,28 @@ def decode_source(data: bytes) -> Source:
     return Source(text, encoding)
 
 
+def _wide_encoding(data: bytes) -> str | None:
+    """ "UTF-16"/"UTF-32" (with what says so) when ``data`` is in one of them, else None."""
+    for bom, name in (
+        (codecs.BOM_UTF32_LE, "UTF-32"),  # before UTF-16 LE: it starts with the same bytes
+        (codecs.BOM_UTF32_BE, "UTF-32"),
+        (codecs.BOM_UTF16_LE, "UTF-16"),
+        (codecs.BOM_UTF16_BE, "UTF-16"),
+    ):
+        if data.startswith(bom):
+            return f"{name} (it starts with a {name} byte order mark)"
+    head = data[:200]
+    if len(head) >= 8:
+        # No BOM: ASCII text in UTF-16 has a NUL in every other byte, which no UTF-8 or
+        # latin-1 Python source has.
+        even, odd = head[0::2], head[1::2]
+        if odd.count(0) >= len(odd) * 0.9 and even.count(0) == 0:
+            return "UTF-16 (little-endian, without a byte order mark)"
+        if even.count(0) >= len(even) * 0.9 and odd.count(0) == 0:
+            return "UTF-16 (big-endian, without a byte order mark)"
+    return None
+
+
 def encode_source(text: str, encoding: str) -> bytes:
     try:
         return text.encode(encoding)
@@ -109,27 +151,120 @@ def encode_source(text: str, encoding: str) -> bytes:
         ) from None
 
 
-def write_atomic(path: Path, data: bytes, expected: bytes) -> None:
-    """Replace ``path`` by ``data`` so that readers see the old file or the new one, never a
-    half-written one: a temporary file in the same directory (same file system), fsync,
-    the old permission bits, then ``os.replace``. ``expected`` is what was analysed; if the
-    file changed meanwhile (an editor saved it), nothing is written."""
-    real = Path(os.path.realpath(path))  # write through a symlink, do not replace the link
-    mode = stat.S_IMODE(real.stat().st_mode)
-    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ddp-lsp-tmp")
+def write_in_place(path: Path, data: bytes, expected: bytes) -> None:
+    """Write ``data`` into ``path``'s own inode, so that its mode, owner, ACLs and hard links
+    stay what they were (a rename would give a file owned by whoever ran ``--fix``, with a
+    default mode, and split a hard link from its other names).
+
+    ``expected`` is what was analysed; if the file changed meanwhile (an editor saved it),
+    nothing is written. A file without any write permission bit is refused, not rewritten
+    (root could write it, but a read-only file says "do not change me").
+
+    Never losing the original on a failed write:
+
+    1. the new bytes go to a temporary file first (next to the file when that directory is
+       writable) and are fsynced: a full disk fails here, before the file is touched;
+    2. the file is grown to the new size with ``posix_fallocate`` where that exists, so a
+       full disk fails before its bytes change;
+    3. the bytes are written over the old ones, the file truncated and fsynced;
+    4. if step 3 fails anyway, the original bytes (held in memory) are written back; if even
+       that fails, the error names the temporary file that holds the fixed text.
+    """
+    real = Path(os.path.realpath(path))  # write through a symlink, keep the link
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        if real.read_bytes() != expected:
+        fd = os.open(real, os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    except PermissionError:
+        raise SourceError("the file is read-only (no write permission): not fixed") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SourceError("not a regular file: not written")
+        if not st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+            mode = stat.S_IMODE(st.st_mode)
+            raise SourceError(
+                f"the file is read-only (mode {mode:o}): not fixed; make it writable to fix it"
+            )
+        if _read_fd(fd, len(expected) + 1) != expected:
             raise SourceError("the file changed while it was being fixed; not written")
-        os.replace(tmp, real)
-    except BaseException:
+        tmp = _stage(real, data)
+        try:
+            _overwrite(fd, data, len(expected))
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            try:
+                # Drop what the fallocate added first: the bytes past the original's end.
+                os.ftruncate(fd, len(expected))
+                _overwrite(fd, expected, len(expected))
+            except OSError:
+                raise SourceError(
+                    f"cannot write ({reason}), and the original could not be restored: the "
+                    f"fixed text is in {tmp}"
+                ) from None
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise SourceError(f"cannot write: {reason}; the file is unchanged") from None
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    got = 0
+    os.lseek(fd, 0, os.SEEK_SET)
+    while got < limit:
+        chunk = os.read(fd, min(limit - got, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _stage(real: Path, data: bytes) -> str:
+    """The fixed bytes in an fsynced temporary file (next to ``real`` when possible); its path.
+    Any failure here (a full disk) leaves the original untouched and no temporary behind."""
+    places = [str(real.parent), None]  # None: the system's temporary directory
+    last: OSError | None = None
+    for where in places:
+        try:
+            fd, tmp = tempfile.mkstemp(dir=where, prefix=f".{real.name}.", suffix=".ddp-lsp-fixed")
+        except OSError as exc:
+            last = exc
+            continue
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return tmp
+    assert last is not None
+    raise last
+
+
+def _overwrite(fd: int, data: bytes, old_size: int) -> None:
+    if len(data) > old_size and hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, len(data))  # ENOSPC here changes nothing
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+    view = memoryview(data)
+    offset = 0
+    if not hasattr(os, "pwrite"):  # Windows
+        os.lseek(fd, 0, os.SEEK_SET)
+    while offset < len(data):
+        if hasattr(os, "pwrite"):
+            offset += os.pwrite(fd, view[offset:], offset)
+        else:
+            offset += os.write(fd, view[offset:])
+    os.ftruncate(fd, len(data))
+    os.fsync(fd)
 
 
 # -- checking one file (runs in a worker process for big inputs) ---------------------------
@@ -147,6 +282,9 @@ class Job:
     # What the other files of its project say about this one (only this module's share of the
     # project's facts: a job is pickled to a worker, and the whole project need not travel).
     project: ModuleProjectFacts | None = None
+    # The project root when no pyproject.toml or .git is found above the file: the folder given
+    # on the command line, or the working directory for a file named there (as ruff does).
+    anchor: str | None = None
 
 
 @dataclass(frozen=True)
@@ -163,12 +301,12 @@ class Outcome:
     fixed_text: str | None = None  # stdin with --fix: the text to print
 
 
-Found = tuple[tuple[Finding, ...], tuple[InternalError, ...]]
+Found = tuple[tuple[Finding, ...], tuple[InternalError, ...], tuple[NotAnalysed, ...]]
 
 
 def _analyze(text: str, settings: Settings, ctx: Context) -> Found:
     result = _engine_analyze(text, settings, ctx)
-    return result.findings, result.errors
+    return result.findings, result.errors, result.not_analysed
 
 
 def _engine_analyze(source: str | Document, settings: Settings, ctx: Context) -> AnalysisResult:
@@ -179,7 +317,7 @@ def _engine_analyze(source: str | Document, settings: Settings, ctx: Context) ->
     return engine.analyze(source, settings, ctx.env, project=ctx.project)
 
 
-def _fix(text: str, settings: Settings, unsafe: bool, ctx: Context) -> tuple[str, int, Found]:
+def _fix(text: str, settings: Settings, unsafe: bool, ctx: Context) -> tuple[str, FixStats, Found]:
     """Fix-all to a fixed point; returns the findings of the final text as well, so the
     remaining findings cost no extra analysis."""
     from ddp_lsp.core import fixes as F
@@ -191,16 +329,16 @@ def _fix(text: str, settings: Settings, unsafe: bool, ctx: Context) -> tuple[str
     def run(current: str) -> Sequence[Finding]:
         doc.set_text(current)
         result = _engine_analyze(doc, settings, ctx)
-        last[:] = [(current, (result.findings, result.errors))]
+        last[:] = [(current, (result.findings, result.errors, result.not_analysed))]
         return result.findings
 
     def choose(f: Finding) -> Fix | None:
         return f.preferred_fix if unsafe else f.safe_fix
 
-    new, applied = F.fix_all(text, run, choose)
+    new, stats = F.fix_all_stats(text, run, choose)
     if not last or last[0][0] != new:  # the pass limit was hit right after applying fixes
         run(new)
-    return new, applied, last[0][1]
+    return new, stats, last[0][1]
 
 
 def check_job(job: Job) -> Outcome:
@@ -223,16 +361,37 @@ def check_job(job: Job) -> Outcome:
 def _check_job(job: Job) -> Outcome:
     if job.data is not None:
         data = job.data
+        if len(data) > MAX_SOURCE_BYTES:
+            raise SourceError(too_large_message(len(data)))
     else:
         assert job.abspath is not None
-        data = Path(job.abspath).read_bytes()
+        try:
+            data = read_source(job.abspath)
+        except ReadError as exc:
+            raise SourceError(str(exc)) from None
     source = decode_source(data)
     ctx = Context(job.env, job.project)
     if job.mode == "check":
-        findings, errors = _analyze(source.text, job.settings, ctx)
-        return Outcome(FileReport(job.path, job.abspath, findings, errors))
-    new, applied, (findings, errors) = _fix(source.text, job.settings, job.unsafe, ctx)
-    rep = FileReport(job.path, job.abspath, findings, errors, fixed=applied)
+        findings, errors, skipped = _analyze(source.text, job.settings, ctx)
+        return Outcome(FileReport(job.path, job.abspath, findings, errors, not_analysed=skipped))
+    from ddp_lsp.core.fixes import fix_key
+
+    new, stats, (findings, errors, skipped) = _fix(source.text, job.settings, job.unsafe, ctx)
+    left = [
+        fix_key(f, fix)
+        for f in findings
+        if (fix := f.preferred_fix if job.unsafe else f.safe_fix) is not None
+    ]
+    absorbed, unapplied = stats.reconcile(left)
+    rep = FileReport(
+        job.path,
+        job.abspath,
+        findings,
+        errors,
+        fixed=stats.applied,
+        not_analysed=skipped,
+        fix_counts=FixCounts(stats.fixable, stats.late, absorbed, unapplied),
+    )
     if new == source.text:
         return Outcome(rep, fixed_text=new if job.data is not None else None)
     if job.mode == "diff":
@@ -250,7 +409,7 @@ def _check_job(job: Job) -> Outcome:
     if job.data is not None:  # stdin: the fixed code goes to stdout
         return Outcome(rep, fixed_text=new)
     assert job.abspath is not None
-    write_atomic(Path(job.abspath), encode_source(new, source.encoding), data)
+    write_in_place(Path(job.abspath), encode_source(new, source.encoding), data)
     return Outcome(rep)
 
 
@@ -388,6 +547,7 @@ class SettingsResolver:
         self._fixed: tuple[Settings, Path] | None = None
         self._by_dir: dict[Path, tuple[Settings, Path]] = {}
         self._by_file: dict[Path | None, tuple[Settings, Path]] = {}
+        self.problems: list[str] = []  # configuration files that could not be used
         if config is not None:
             if not config.is_file():
                 raise ConfigError(f"{config}: no such configuration file")
@@ -411,17 +571,25 @@ class SettingsResolver:
                 if pyproject is None:
                     hit = (self._override(Settings()), self.cwd)
                 else:
-                    hit = (self._override(Settings.from_pyproject(pyproject)), pyproject.parent)
+                    try:
+                        settings = Settings.from_pyproject(pyproject)
+                    except ConfigFileError as exc:
+                        # Not TOML at all: say so (file:line:col) and check with the defaults,
+                        # rather than stop every check until the file is repaired.
+                        self.problems.append(f"{exc}; checking with the default settings")
+                        settings = Settings(source=str(pyproject))
+                    hit = (self._override(settings), pyproject.parent)
                 self._by_file[pyproject] = hit
             self._by_dir[directory] = hit
         return hit
 
 
 def _relative(path: Path, root: Path) -> Path:
+    full = Path(_resolved(path))
     try:
-        return path.resolve().relative_to(root)
+        return full.relative_to(root)
     except ValueError:
-        return Path(os.path.relpath(path.resolve(), root))
+        return Path(os.path.relpath(full, root))
 
 
 def _excluded(path: Path, settings: Settings, root: Path) -> bool:
@@ -501,15 +669,18 @@ def collect_jobs(
             if args.stdin_filename and args.force_exclude and _excluded(cwd / name, settings, root):
                 continue
             abspath = str((cwd / name).resolve()) if args.stdin_filename else None
+            data = sys.stdin.buffer.read()
             jobs.append(
-                Job(name, abspath, settings, mode, args.unsafe_fixes, sys.stdin.buffer.read())
+                Job(name, abspath, settings, mode, args.unsafe_fixes, data, anchor=str(cwd))
             )
             continue
         path = Path(raw)
         full = path if path.is_absolute() else cwd / path
+        anchor = None
         if full.is_dir():
             files: Iterable[Path] = _walk(full, resolver, missing)
-        elif full.exists():
+            anchor = _resolved(full)
+        elif os.path.lexists(full):  # a symlink loop or a dangling link: read_source says so
             settings, root = resolver.for_dir(full.parent)
             # Files named on the command line are checked even if excluded (as ruff does),
             # unless --force-exclude: pre-commit passes every changed file by name.
@@ -520,14 +691,33 @@ def collect_jobs(
             missing.append(FileReport(raw, None, error="no such file or directory"))
             continue
         for file in files:
-            key = os.path.normcase(str(file.resolve()))
+            resolved = _resolved(file)
+            key = os.path.normcase(resolved)
             if key in seen:
                 continue
             seen.add(key)
             settings, _ = resolver.for_dir(file.parent)
             shown = _display(file if path.is_absolute() else Path(os.path.relpath(file, cwd)), cwd)
-            jobs.append(Job(shown, str(file.resolve()), settings, mode, args.unsafe_fixes))
+            if anchor is None:  # a file named: the working directory, if the file is under it
+                here = _resolved(cwd)
+                inside = os.path.commonpath([here, resolved]) == here
+                job_anchor = here if inside else os.path.dirname(resolved)
+            else:
+                job_anchor = anchor
+            jobs.append(Job(shown, resolved, settings, mode, args.unsafe_fixes, anchor=job_anchor))
     return jobs, missing
+
+
+def _resolved(path: Path) -> str:
+    """The absolute, symlink-free path; a symlink loop, or a link to something that is not a
+    regular file, stays the link itself (Path.resolve raises on a loop), so that reading it
+    reports what the link is."""
+    try:
+        full = str(path.resolve())
+    except (OSError, RuntimeError):
+        return os.path.abspath(path)
+    # A link to a device or a FIFO keeps its own name, so its error names what was checked.
+    return full if os.path.isfile(full) or not os.path.islink(path) else os.path.abspath(path)
 
 
 def _machine(path: Path | None) -> MachineInfo | None:
@@ -574,6 +764,20 @@ def repo_root(start: Path) -> Path:
 # -- the project view -------------------------------------------------------------------------
 
 
+def _fallback_root(path: Path, anchor: Path) -> Path | None:
+    """``anchor`` as the project of ``path`` when it holds the file and is not the home
+    directory or the file system's root (a loose script there would index everything)."""
+    from ddp_lsp.project.index import is_too_wide
+
+    if is_too_wide(anchor):
+        return None
+    try:
+        path.relative_to(anchor)
+    except ValueError:
+        return None
+    return anchor
+
+
 def project_root(directory: Path, memo: dict[Path, Path | None] | None = None) -> Path | None:
     """The project root of a file in ``directory`` (the nearest directory with a
     pyproject.toml or a .git), or None when there is none: such files are analysed alone."""
@@ -600,6 +804,8 @@ class ProjectView:
     parsed: int = 0  # of which not found in the cache
     failed: tuple[str, ...] = ()  # files the index could not summarise (they are still checked)
     seconds: float = 0.0
+    # Files the index did not read (path, reason kind, message): see sources.py.
+    unread: tuple[tuple[str, str, str], ...] = ()
 
 
 # Files summarised in this process before deciding whether the rest are worth a pool: on a
@@ -653,6 +859,7 @@ def project_view(
         min(len(paths), index.parsed + parsed_elsewhere),
         tuple(p.relative_to(index.root).as_posix() for p in failed),
         time.perf_counter() - started,
+        unread=tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread.items())),
     )
 
 
@@ -740,22 +947,42 @@ def with_project(
 
     The files to check are grouped by project root (a run over several projects builds one
     index per root) and each root is indexed whole, so a file checked alone gets exactly the
-    findings it gets when its whole project is checked. Stdin, files outside any project and
-    files whose settings say ``project = false`` are analysed alone; code read from stdin with
-    ``--stdin-filename`` inside a project is analysed with its project, its own text laid over
-    the file's (an editor's unsaved buffer)."""
+    findings it gets when its whole project is checked. A file with no pyproject.toml or .git
+    above it belongs to the folder given on the command line (or the working directory, for a
+    file named there), as in ruff: the files of one job in a plain folder keep their cross-file
+    findings. Bare stdin, files whose settings say ``project = false`` and files whose only
+    candidate is the home directory or the file system's root are analysed alone; code read
+    from stdin with ``--stdin-filename`` inside a project is analysed with its project, its own
+    text laid over the file's (an editor's unsaved buffer)."""
+    from ddp_lsp.project.index import PROJECT_MARKERS
+
     memo: dict[Path, Path | None] = {}
     by_root: dict[Path, list[int]] = {}
+    why: dict[Path, str] = {}
     overlays: dict[Path, dict[Path, bytes]] = {}
     for i, job in enumerate(jobs):
         if job.abspath is None or not job.settings.project:
             continue
         root = project_root(Path(job.abspath).parent, memo)
         if root is not None:
+            if root not in why:
+                markers = [m for m in PROJECT_MARKERS if (root / m).exists()]
+                why[root] = f"it has {' and '.join(markers)}"
+        elif job.anchor is not None:
+            root = _fallback_root(Path(job.abspath), Path(job.anchor))
+            if root is not None and root not in why:
+                what = (
+                    "the working directory"
+                    if root == Path(_resolved(resolver.cwd))
+                    else ("the folder given")
+                )
+                why[root] = f"no pyproject.toml or .git at or above it: {what}, as ruff does"
+        if root is not None:
             by_root.setdefault(root, []).append(i)
             if job.data is not None:  # stdin with --stdin-filename
                 overlays.setdefault(root, {})[Path(job.abspath)] = job.data
     out = list(jobs)
+    checked = {job.abspath for job in jobs}
     for root, members in sorted(by_root.items()):
         settings, _ = resolver.for_dir(root)
         try:
@@ -769,6 +996,7 @@ def with_project(
             )
             continue
         if verbose:
+            err.write(f"project root {_display(root, resolver.cwd) or '.'}: {why[root]}\n")
             err.write(
                 f"indexed {_display(root, resolver.cwd)}: {view.files} files "
                 f"({view.parsed} parsed, {view.files - view.parsed} from the cache) "
@@ -778,6 +1006,12 @@ def with_project(
                 err.write(
                     f"warning: {rel}: not in the project index (it could not be summarised)\n"
                 )
+        # Odd siblings (a FIFO, a device, a symlink loop) are said once; the checked files
+        # report their own. A large generated sibling is ordinary: only with --verbose.
+        for sibling, kind, message in view.unread:
+            if _resolved(Path(sibling)) not in checked and (verbose or kind != "too-large"):
+                shown = _display(Path(sibling), resolver.cwd)
+                err.write(f"warning: {shown}: {message}; left out of the project index\n")
         for i in members:
             path = out[i].abspath
             assert path is not None
@@ -911,9 +1145,15 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
     reports = sorted(missing + [o.report for o in outcomes], key=lambda r: r.path)
 
     # Errors about files go to stderr in every format, so stdout stays machine-readable.
+    for problem in resolver.problems:
+        err.write(f"error: {problem}\n")
     for rep in reports:
         if rep.error:
             err.write(f"error: {rep.path}: {rep.error}\n")
+        for skip in rep.not_analysed:
+            first, last = skip.line + 1, skip.end_line + 1
+            where = f"line {first}" if first == last else f"lines {first}-{last}"
+            err.write(f"warning: {rep.path}:{first}: {where} not analysed: {skip.reason}\n")
         if args.verbose:
             for e in rep.internal:
                 err.write(
@@ -929,7 +1169,9 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
             f"file{'s' if files != 1 else ''} (findings may be missing); "
             "rerun with --verbose for details\n"
         )
-    errors = any(rep.error for rep in reports)
+    # Code left unanalysed makes the check incomplete, like a file that could not be read: exit
+    # 2, so that CI running an older Python than the code's never passes it unexamined.
+    errors = bool(resolver.problems) or any(rep.error or rep.not_analysed for rep in reports)
     ctx = ReportContext(
         root=repo_root(cwd),
         fix_mode=mode == "fix",
@@ -947,10 +1189,11 @@ def run_check(command: str, argv: Sequence[str], out: TextIO, err: TextIO) -> in
         for d in diffs:
             out.write(d)
         if not args.quiet:
+            from ddp_lsp.reporters import fixed_line
+
             n = sum(r.fixed for r in reports if r.diff)
-            err.write(
-                f"Would fix {n} finding{'s' if n != 1 else ''}.\n" if n else "No fixes available.\n"
-            )
+            shown = [r for r in reports if r.diff]
+            err.write(f"{fixed_line(shown, 'Would fix')}\n" if n else "No fixes available.\n")
         status = EXIT_ERROR if errors else (EXIT_FINDINGS if diffs else EXIT_OK)
     else:
         if args.statistics:

@@ -23,6 +23,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -57,6 +58,11 @@ _PREDICATE_HINT = re.compile(r"^(is|am)_|main|master|leader|zero|chief|primary",
 
 class ConfigError(ValueError):
     """An invalid setting; the message names the key and where it came from."""
+
+
+class ConfigFileError(ConfigError):
+    """A pyproject.toml that is not valid TOML: nothing in it can be trusted, so front ends
+    report it (file, line, column) and carry on with the default settings."""
 
 
 @dataclass(frozen=True)
@@ -165,16 +171,72 @@ class Settings:
 
     @classmethod
     def from_pyproject(cls, path: Path) -> Settings:
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-        table = data.get("tool", {}).get(SECTION)
+        """Settings from ``path``; :class:`ConfigFileError` when it cannot be read or parsed,
+        :class:`ConfigError` when ``[tool.ddp-lsp]`` holds an invalid value (or is not a
+        table: ``[tool] ddp-lsp = 5``)."""
+        text = read_pyproject(path)
+        table = section_of(path, text, parse_pyproject(path, text))
         if table is None:
             return cls(source=str(path))
         return cls.from_mapping(table, f"{path} [tool.{SECTION}]")
+
+
+def section_of(path: Path, text: str, data: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ``[tool.ddp-lsp]`` table of a parsed pyproject.toml (None: there is none);
+    :class:`ConfigFileError` when it is not a table (``[tool] ddp-lsp = 5``): none of it is
+    usable, as with a file that is not TOML."""
+    tool = data.get("tool")
+    if tool is None:
+        return None
+    if not isinstance(tool, Mapping):
+        line = _line_of(text, r"^\s*tool\s*=")
+        raise ConfigFileError(f"{path}{line}: `tool` must be a table, got {_type(tool)}")
+    table = tool.get(SECTION)
+    if table is None or isinstance(table, Mapping):
+        return table
+    line = _line_of(text, rf"^\s*(\"{SECTION}\"|'{SECTION}'|{SECTION})\s*=")
+    raise ConfigFileError(
+        f"{path}{line}: [tool.{SECTION}] must be a table of settings, got {_type(table)} "
+        f"({table!r}); write the settings under a `[tool.{SECTION}]` header"
+    )
+
+
+def read_pyproject(path: Path) -> str:
+    """A pyproject.toml's text (a FIFO or a device is not read: see ddp_lsp.sources)."""
+    from ddp_lsp.sources import ReadError, read_source
+
+    try:
+        return read_source(path).decode("utf-8")
+    except ReadError as exc:
+        raise ConfigFileError(f"{path}: cannot read: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(f"{path}: cannot read: not UTF-8 ({exc.reason})") from None
+
+
+def parse_pyproject(path: Path, text: str) -> dict[str, Any]:
+    """The TOML of ``path``, or :class:`ConfigFileError` naming the file, line and column."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib writes "Unclosed array (at line 3, column 5)": the position goes up front,
+        # where editors and terminals make file:line:col clickable.
+        msg = str(exc)
+        m = re.search(r" \(at line (\d+), column (\d+)\)$", msg)
+        if m is not None:
+            where = f"{path}:{m.group(1)}:{m.group(2)}"
+            msg = msg[: m.start()]
+        else:
+            m = re.search(r" \(at end of document\)$", msg)
+            lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+            where = f"{path}:{max(lines, 1)}"
+            msg = msg[: m.start()] + " at the end of the file" if m is not None else msg
+        raise ConfigFileError(f"{where}: invalid TOML: {msg}") from None
+
+
+def _line_of(text: str, pattern: str) -> str:
+    """``":N"`` for the first line matching ``pattern``, else ``""``."""
+    m = re.search(pattern, text, re.MULTILINE)
+    return f":{text.count(chr(10), 0, m.start()) + 1}" if m is not None else ""
 
 
 # Editor-only settings the server reads elsewhere (they are not analysis settings).
@@ -182,18 +244,43 @@ _IGNORED_EDITOR_KEYS = frozenset({"enable", "interpreter", "preflight", "trace",
 
 
 def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml that configures ddp-lsp: one whose TOML has a ``tool``
+    entry named ``ddp-lsp`` in any spelling (``[tool.ddp-lsp]``, ``[tool] ddp-lsp = ...``,
+    dotted keys), or one that is not valid TOML at all (it may hold the settings; reading it
+    reports the error instead of silently skipping to a parent's settings). Valid files
+    without the section are passed by, as before."""
     here = start if start.is_dir() else start.parent
     here = here.resolve()
     for directory in (here, *here.parents):
         candidate = directory / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                text = candidate.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            if f"[tool.{SECTION}" in text or f'[tool."{SECTION}"' in text:
-                return candidate
+        try:
+            st = candidate.stat()
+        except OSError:
+            continue
+        if _configures(str(candidate), st.st_mtime_ns, st.st_size):
+            return candidate
     return None
+
+
+@lru_cache(maxsize=256)
+def _configures(name: str, mtime_ns: int, size: int) -> bool:
+    """Whether a pyproject.toml configures ddp-lsp (see find_pyproject); parsed once per
+    version of the file, however many directories below it look it up."""
+    path = Path(name)
+    try:
+        text = read_pyproject(path)
+    except ConfigFileError:
+        return path.is_file()  # unreadable: reported when used; a FIFO or a directory: no config
+    try:
+        data = parse_pyproject(path, text)
+    except ConfigFileError:
+        return True
+    tool = data.get("tool")
+    return tool is not None and (
+        not isinstance(tool, Mapping)
+        and SECTION in text
+        or (isinstance(tool, Mapping) and SECTION in tool)
+    )
 
 
 def _normalise_key(key: str) -> str:

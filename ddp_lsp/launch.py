@@ -58,11 +58,11 @@ def _int(value: str | None) -> int | None:
 
 
 def _read(path: Path) -> str | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    if st.st_size > _MAX_BYTES:
+    from ddp_lsp.sources import ReadError, check_source
+
+    try:  # a FIFO or a device named run.sh is never opened (it could hang the check)
+        st = check_source(path, _MAX_BYTES)
+    except ReadError:
         return None
     return _read_cached(str(path), st.st_mtime_ns, st.st_size)
 
@@ -71,10 +71,11 @@ def _read(path: Path) -> str | None:
 def _read_cached(path: str, mtime_ns: int, size: int) -> str | None:
     """A launch file's text, read once per version (the key changes when the file does): a
     directory of 300 training scripts shares one run.sh."""
+    from ddp_lsp.sources import ReadError, read_source
+
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
+        return read_source(path, _MAX_BYTES).decode("utf-8", errors="replace")
+    except ReadError:
         return None
 
 
@@ -249,8 +250,11 @@ def _merge(a: LaunchInfo | None, b: LaunchInfo | None, source: str) -> LaunchInf
 
 def launch_info(script: Path, root: Path | None = None) -> LaunchInfo | None:
     """Launch facts for a training script, or None when nothing says how it is launched."""
-    script = script.resolve()
-    top = (root or script.parent).resolve()
+    try:
+        script = script.resolve()
+        top = (root or script.parent).resolve()
+    except (OSError, RuntimeError):  # a symlink loop: nothing to read next to it
+        return None
     dirs = [script.parent]
     while dirs[-1] != top and top in dirs[-1].parents:
         dirs.append(dirs[-1].parent)

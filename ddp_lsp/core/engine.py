@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -29,6 +30,7 @@ from ddp_lsp.core.types import (
     Finding,
     Fix,
     InternalError,
+    NotAnalysed,
     Pos,
     Span,
 )
@@ -66,7 +68,30 @@ def analyze(
     errors: list[InternalError] = []
     with gc_paused():
         _collect(doc, facts, settings, rank_model, env, rules, key, raw, errors)
-    return _finish(doc, facts, settings, raw, errors)
+    result = _finish(doc, facts, settings, raw, errors)
+    skipped = not_analysed(doc)
+    return replace(result, not_analysed=skipped) if skipped else result
+
+
+def not_analysed(doc: Document) -> tuple[NotAnalysed, ...]:
+    """The chunks skipped because only a newer grammar than this interpreter's parses them."""
+    out: list[NotAnalysed] = []
+    for start, chunk in doc.chunks():
+        if chunk.newer_syntax:
+            body = [i for i, text in enumerate(chunk.lines) if text.strip()]
+            end = start + (body[-1] if body else 0)  # the last line with code on it
+            if out and out[-1].end_line + 1 >= start:  # adjacent chunks: one range
+                out[-1] = NotAnalysed(out[-1].line, end, out[-1].reason)
+            else:
+                out.append(NotAnalysed(start, end, NEWER_GRAMMAR))
+    return tuple(out)
+
+
+NEWER_GRAMMAR = (
+    f"this code parses only in a newer Python than the {sys.version_info[0]}."
+    f"{sys.version_info[1]} running ddp-lsp (e.g. PEP 695 `def f[T]()` or `type X = ...` need "
+    "3.12); run ddp-lsp with the Python the code is written for"
+)
 
 
 class _Key:
@@ -147,7 +172,7 @@ def _finish(
 ) -> AnalysisResult:
     lines = doc.lines
     out: list[Finding] = []
-    import_line: int | None = None
+    layout: F.ImportLayout | None = None
     for f in raw:
         if not settings.enabled(f.rule_id):
             continue
@@ -157,11 +182,11 @@ def _finish(
         if sev != f.severity:
             f = replace(f, severity=sev)
         if any(fix.imports for fix in f.fixes):
-            if import_line is None:
-                import_line = _import_line(doc)
+            if layout is None:
+                layout = _import_layout(doc)
             f = replace(
                 f,
-                fixes=tuple(_with_imports(fix, facts, import_line, doc.newline) for fix in f.fixes),
+                fixes=tuple(_with_imports(fix, facts, layout, doc.newline) for fix in f.fixes),
             )
         if doc.newline != "\n" and f.fixes:
             f = replace(f, fixes=tuple(_newlines(fix, doc.newline) for fix in f.fixes))
@@ -190,20 +215,21 @@ def _run_rules(
     return tuple(found), tuple(errors)
 
 
-def _import_line(doc: Document) -> int:
+def _import_layout(doc: Document) -> F.ImportLayout:
     head = []
     for start, chunk in doc.chunks()[:4]:
         head.append((start, chunk.tree, chunk.line_base))
-    line = F.import_insertion_line(head)
-    if line == 0:
+    layout = F.import_layout(head)
+    if layout.end == 0:
         # Never above a shebang, an encoding line or the file's leading comments.
-        lines = doc.lines
+        line, lines = 0, doc.lines
         while line < len(lines) - 1 and lines[line].lstrip().startswith("#"):
             line += 1
-    return line
+        layout = replace(layout, end=line)
+    return layout
 
 
-def _with_imports(fix: Fix, facts: ModuleFacts, line: int, newline: str) -> Fix:
+def _with_imports(fix: Fix, facts: ModuleFacts, layout: F.ImportLayout, newline: str) -> Fix:
     if not fix.imports:
         return fix
 
@@ -215,10 +241,10 @@ def _with_imports(fix: Fix, facts: ModuleFacts, line: int, newline: str) -> Fix:
         assert isinstance(node, (ast.Import, ast.ImportFrom))
         return all(facts.aliases.get(name) == qual for name, qual in N.import_bindings(node))
 
-    edit = F.import_edit(fix.imports, present, line, newline)
-    if edit is None:
+    edits = F.import_edits(fix.imports, present, layout, newline)
+    if not edits:
         return replace(fix, imports=())
-    return replace(fix, edits=(*fix.edits, edit))
+    return replace(fix, edits=(*fix.edits, *edits))
 
 
 def _newlines(fix: Fix, newline: str) -> Fix:

@@ -197,6 +197,18 @@ class InternalError:
 
 
 @dataclass(frozen=True)
+class NotAnalysed:
+    """Code the analysis skipped: it parses only in a newer Python grammar than the one running
+    (PEP 695 ``def f[T](x: T)`` or ``type X = int`` under Python 3.11). Lines are 0-based and
+    inclusive; front ends say so instead of reporting an unexamined file as clean."""
+
+    line: int
+    end_line: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class AnalysisResult:
     findings: tuple[Finding, ...]
     errors: tuple[InternalError, ...] = field(default=())
+    not_analysed: tuple[NotAnalysed, ...] = field(default=())

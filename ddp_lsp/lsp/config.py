@@ -194,25 +194,16 @@ class ProjectConfigs:
 
 
 def _load_table(path: Path, mtime: int) -> _ProjectFile:
-    import sys
-
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib
+    from ddp_lsp.config import ConfigFileError, parse_pyproject, read_pyproject, section_of
 
     where = f"{path} [tool.{SECTION}]"
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        return _ProjectFile(mtime, (), (f"{path}: cannot read: {exc}",))
-    except tomllib.TOMLDecodeError as exc:
-        return _ProjectFile(mtime, (), (f"{path}: invalid TOML: {exc}",))
-    table = data.get("tool", {}).get(SECTION)
+    try:  # file:line:col messages, shown with showMessage; the defaults apply
+        text = read_pyproject(path)
+        table = section_of(path, text, parse_pyproject(path, text))
+    except ConfigFileError as exc:
+        return _ProjectFile(mtime, (), (str(exc),))
     if table is None:
         return _ProjectFile(mtime, (), ())
-    if not isinstance(table, Mapping):
-        return _ProjectFile(mtime, (), (f"{where}: expected a table",))
     items: list[tuple[str, Any]] = []
     errors: list[str] = []
     for key, value in table.items():

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ddp_lsp.project.index import MAX_FILE_BYTES  # larger files are data, not training code
+from ddp_lsp.sources import ReadError, check_source
 
 if TYPE_CHECKING:
     from ddp_lsp.config import Settings
@@ -249,11 +249,13 @@ def _rel(root: Path, path: Path) -> str:
 
 
 def _small(path: Path) -> bool:
-    """The file exists and is not too large to be training code (like the analysis)."""
+    """The file is a regular file, not too large to be training code (like the analysis);
+    the index reads it through sources.read_source, which checks again when it opens it."""
     try:
-        return path.stat().st_size <= MAX_FILE_BYTES
-    except OSError:
+        check_source(path)
+    except ReadError:
         return False
+    return True
 
 
 def main() -> int:

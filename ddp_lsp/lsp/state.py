@@ -28,6 +28,7 @@ from ddp_lsp.lsp import config as C
 from ddp_lsp.lsp.convert import UTF16, Codec
 from ddp_lsp.lsp.diagnostics import to_diagnostic
 from ddp_lsp.lsp.notebook import Notebook
+from ddp_lsp.sources import MAX_SOURCE_BYTES, too_large_message
 
 if TYPE_CHECKING:
     from ddp_lsp.config import Settings
@@ -67,7 +68,7 @@ log = logging.getLogger("ddp_lsp.lsp")
 # Larger files are kept in sync but not analysed: the first analysis of a 5 MB module takes
 # the core close to a minute, during which the server could answer nothing. Training scripts
 # are far below this (a 20,000-line file is about 0.7 MB).
-MAX_ANALYSED_CHARS = 2_000_000
+MAX_ANALYSED_CHARS = MAX_SOURCE_BYTES  # one limit for CLI, index and server: ddp_lsp/sources.py
 
 # Garbage collection. With a 20,000-line file open the heap holds millions of AST nodes and
 # findings; a full (generation 2) collection over them takes ~0.4 s, and one lands in the
@@ -575,8 +576,7 @@ class ServerState:
         if isinstance(unit.doc, PlainText):
             if unit.enabled:
                 self.notify_once(
-                    f"ddp-lsp: {unit.path.name if unit.path else unit.key} is larger than "
-                    f"{MAX_ANALYSED_CHARS // 1_000_000} MB and is not analysed"
+                    f"ddp-lsp: {unit.path.name if unit.path else unit.key} " + too_large_message()
                 )
             findings: tuple[Finding, ...] = ()
         elif unit.enabled:

@@ -40,8 +40,9 @@ from ddp_lsp.core.env import Environment
 from ddp_lsp.lsp.convert import Codec
 from ddp_lsp.lsp.diagnostics import as_lsp, to_diagnostic
 from ddp_lsp.lsp.state import ServerState
+from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source
 
-MAX_FILE_BYTES = 2_000_000  # larger "Python" files are generated data, not training code
+MAX_FILE_BYTES = MAX_SOURCE_BYTES  # larger "Python" files are generated data, not training code
 HOLD_S = 60.0  # the longest an all-unchanged answer is held back
 
 Progress = Callable[[str, int], None]
@@ -108,9 +109,9 @@ def _file_report(
         return cached.diagnostics, cached.result_id
     diags: list[dict[str, Any]] = []
     if st.st_size <= MAX_FILE_BYTES:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        try:  # a FIFO, a device or a loop named *.py is never read (it would hang the server)
+            text: str | None = read_source(path).decode("utf-8", errors="replace")
+        except ReadError:
             text = None
         if text is not None:
             from ddp_lsp.core.document import split_lines

@@ -40,10 +40,31 @@ SpawnCallback = Callable[[int], None]
 #: Generous ceiling for a whole run; each probe also has its own timeout inside the child.
 DEFAULT_TIMEOUT_S = 900.0
 
+#: The oldest Python the probe code runs on (pyproject.toml's requires-python).
+MIN_PYTHON = (3, 10)
+_TOO_OLD = "ddp-lsp: too old:"
+# The version check comes first and is valid Python 2 as well: an old interpreter gets a clear
+# message (see _too_old) instead of a SyntaxError traceback from our `from __future__` lines.
 _BOOTSTRAP = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "import sys\n"
+    f"if sys.version_info < {MIN_PYTHON!r}:\n"
+    f"    sys.stderr.write('{_TOO_OLD} %d.%d\\n' % tuple(sys.version_info[:2])); sys.exit(3)\n"
+    "sys.path.insert(0, sys.argv.pop(1)); "
     "from ddp_lsp.preflight.runner import main; sys.exit(main(sys.argv[1:]))"
 )
+
+
+def _too_old(python: str, stderr: str) -> str | None:
+    """The message for an interpreter older than :data:`MIN_PYTHON`, from the child's stderr."""
+    for line in stderr.splitlines():
+        if line.startswith(_TOO_OLD):
+            have = line[len(_TOO_OLD) :].strip()
+            need = ".".join(map(str, MIN_PYTHON))
+            return (
+                f"{python} is Python {have}; the preflight needs Python {need} or newer. Pass "
+                "--python the interpreter your training job runs with (the one with torch)"
+            )
+    return None
 
 
 def package_root() -> str:
@@ -209,8 +230,9 @@ async def run_preflight(
         return report
     if error is None:
         tail = b"".join(stderr_tail).decode("utf-8", "replace").strip()[-1500:]
-        error = f"preflight child exited with {proc.returncode} without a report" + (
-            f": {tail}" if tail else ""
+        error = _too_old(python, tail) or (
+            f"preflight child exited with {proc.returncode} without a report"
+            + (f": {tail}" if tail else "")
         )
     return _error_report(python, options, results, error, started)
 

@@ -33,6 +33,7 @@ from ddp_lsp.config import DEFAULT_EXCLUDE, Settings
 from ddp_lsp.core import facts as F
 from ddp_lsp.core import names as N
 from ddp_lsp.core.ranks import RankModel
+from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source
 
 log = logging.getLogger("ddp_lsp.project")
 
@@ -40,7 +41,7 @@ log = logging.getLogger("ddp_lsp.project")
 CACHE_VERSION = 8
 _T = TypeVar("_T")
 # Files larger than this are data, not training code: left out (as the analysis leaves them).
-MAX_FILE_BYTES = 2_000_000
+MAX_FILE_BYTES = MAX_SOURCE_BYTES
 PRUNE_AGE_DAYS = 30
 PROJECT_MARKERS = ("pyproject.toml", ".git")
 
@@ -99,6 +100,11 @@ def is_project_root(directory: Path) -> bool:
     a dotfiles repository (a .git in $HOME) would make a loose script's project everything
     the user owns."""
     return not _too_wide(directory) and any((directory / m).exists() for m in PROJECT_MARKERS)
+
+
+def is_too_wide(directory: Path) -> bool:
+    """The home directory or the file system's root: never a project (see is_project_root)."""
+    return _too_wide(directory)
 
 
 def _too_wide(directory: Path) -> bool:
@@ -497,6 +503,9 @@ class ProjectIndex:
         self._texts: dict[str, bytes] = {}
         self._own: dict[str, F.ModuleFacts] = {}
         self.failed: list[Path] = []  # files whose summary raised (see build)
+        # Files not read (see sources.read_source), by path: the latest reason, dropped once the
+        # file reads again (a long-lived server index must not grow with every retry).
+        self.unread: dict[Path, ReadError] = {}
         self._edits = 0
         self._parsed: set[str] = set()  # files parsed (not found in the cache), by path
         self._nested: dict[str, bool] = {}  # directory (relative) -> holds a nested project
@@ -533,11 +542,11 @@ class ProjectIndex:
             self.cache.prune()
         for p in self.files() if paths is None else paths:
             try:
-                if p.stat().st_size > MAX_FILE_BYTES:
-                    continue
-                data = p.read_bytes()
-            except OSError:
+                data = read_source(p)
+            except ReadError as exc:  # a FIFO, a device, a loop, too large: left out
+                self.unread[p] = exc
                 continue
+            self.unread.pop(p, None)
             try:
                 self._add(p, data)
             except Exception:
@@ -671,8 +680,8 @@ class ProjectIndex:
             data = self._texts.get(rel)
             if data is None:
                 try:
-                    data = (self.root / rel).read_bytes()
-                except OSError:
+                    data = read_source(self.root / rel)
+                except ReadError:
                     continue
             self._add(self.root / rel, data, persist=rel not in self._texts)
 

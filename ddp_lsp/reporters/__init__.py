@@ -13,9 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TextIO
 
-from ddp_lsp.core.types import Finding, Fix, InternalError, Pos, Related
+from ddp_lsp.core.types import Finding, Fix, InternalError, NotAnalysed, Pos, Related
 
 FORMATS = ("text", "json", "sarif", "github")
+
+
+@dataclass(frozen=True)
+class FixCounts:
+    """How ``--fix`` (or ``--diff``) relates to the "N fixable" that ``check`` printed:
+    ``fixable`` findings had a fix in the file as given; of the fixes applied, ``late`` were for
+    findings that appeared only after other fixes; of the fixable ones, ``absorbed`` went away
+    with the fixes of others, ``left`` are still there (their edits overlap, or change nothing).
+    So: fixed = fixable - absorbed - left + late."""
+
+    fixable: int = 0
+    late: int = 0
+    absorbed: int = 0
+    left: int = 0
 
 
 @dataclass(frozen=True)
@@ -29,6 +43,10 @@ class FileReport:
     error: str | None = None  # the file could not be read, decoded, analysed or written
     fixed: int = 0  # fixes applied (--fix) or that would be applied (--diff)
     diff: str = ""  # --diff: the unified diff of the fixes
+    # Code that was not analysed (a newer Python grammar than the running one): the check of
+    # this file is incomplete, and every format says so.
+    not_analysed: tuple[NotAnalysed, ...] = ()
+    fix_counts: FixCounts | None = None  # --fix / --diff: see FixCounts
 
 
 @dataclass(frozen=True)
@@ -39,6 +57,34 @@ class ReportContext:
     fix_mode: bool = False  # fixes were applied; findings are the ones left
     unsafe_fixes: bool = False
     quiet: bool = False
+
+
+def fixed_line(reports: Sequence[FileReport], verb: str = "Fixed") -> str:
+    """``Fixed N findings.``, with why N differs from the fixable count ``check`` printed."""
+    fixed = sum(r.fixed for r in reports)
+    counts = [r.fix_counts for r in reports if r.fix_counts is not None]
+    fixable = sum(c.fixable for c in counts)
+    late = sum(c.late for c in counts)
+    absorbed = sum(c.absorbed for c in counts)
+    left = sum(c.left for c in counts)
+    head = f"{verb} {fixed} finding{'' if fixed == 1 else 's'}"
+    if not counts or (fixed == fixable and not (late or absorbed or left)):
+        return head + "."
+    why = []
+    if absorbed:
+        why.append(f"{absorbed} went away with the fixes of others")
+    if left:
+        why.append(
+            f"{left} could not be applied (overlapping or empty edits; "
+            f"{'it is' if left == 1 else 'they are'} reported below)"
+        )
+    if late:
+        why.append(
+            f"{late} more appeared only after other fixes and {'was' if late == 1 else 'were'}"
+            " fixed too"
+        )
+    was = "was" if fixable == 1 else "were"
+    return f"{head} ({fixable} {was} fixable: {'; '.join(why)})."
 
 
 def row_col(pos: Pos) -> tuple[int, int]:

@@ -27,6 +27,12 @@ def report(reports: Sequence[FileReport], out: TextIO, ctx: ReportContext) -> No
         path = escape_property(repo_path(rep, ctx.root))
         if rep.error:
             out.write(f"::error file={path},title=ddp-lsp::{escape_data(rep.error)}\n")
+        for n in rep.not_analysed:
+            text = escape_data(f"not analysed: {n.reason}")
+            out.write(
+                f"::warning file={path},line={n.line + 1},endLine={n.end_line + 1},"
+                f"title=ddp-lsp not-analysed::{text}\n"
+            )
         for f in rep.findings:
             kind = "error" if f.severity == Severity.ERROR else "warning"
             row, col = row_col(f.span.start)

@@ -6,7 +6,9 @@ ruff prints it), ``location``/``end_location`` (``{row, column}``, 1-based), ``n
 ``url``, ``cell`` (always null: no notebooks), and one key ruff does not have: ``related``, the
 places that explain a finding (``{message, filename, location, end_location}``; ``filename`` is
 another file of the project for cross-file provenance, such as where the model was wrapped in
-DistributedDataParallel). Readers of ruff's shape ignore it.
+DistributedDataParallel). Readers of ruff's shape ignore it. Code that was not analysed (a
+newer Python grammar than the running one) is an entry with ``code`` null and ``name``
+``not-analysed``, the way ruff writes a syntax error.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from ddp_lsp.core.registry import meta_by_id
-from ddp_lsp.core.types import Finding, Fix, Pos
+from ddp_lsp.core.types import Finding, Fix, NotAnalysed, Pos
 from ddp_lsp.reporters import FileReport, ReportContext, related_file, row_col, shown_fix
 
 
@@ -67,7 +69,29 @@ def finding_object(rep: FileReport, f: Finding, unsafe: bool) -> dict[str, Any]:
     }
 
 
+def not_analysed_object(rep: FileReport, n: NotAnalysed) -> dict[str, Any]:
+    """Code that was not analysed, as ruff writes a syntax error: ``code`` null (no rule),
+    so readers of ruff's shape see an entry that is not a rule's finding."""
+    return {
+        "cell": None,
+        "code": None,
+        "name": "not-analysed",
+        "message": f"not analysed: {n.reason}",
+        "severity": "warning",
+        "filename": rep.abspath or rep.path,
+        "location": {"row": n.line + 1, "column": 1},
+        "end_location": {"row": n.end_line + 1, "column": 1},
+        "noqa_row": None,
+        "fix": None,
+        "url": None,
+        "related": [],
+    }
+
+
 def report(reports: Sequence[FileReport], out: TextIO, ctx: ReportContext) -> None:
-    items = [finding_object(r, f, ctx.unsafe_fixes) for r in reports for f in r.findings]
+    items: list[dict[str, Any]] = []
+    for r in reports:
+        items.extend(finding_object(r, f, ctx.unsafe_fixes) for f in r.findings)
+        items.extend(not_analysed_object(r, n) for n in r.not_analysed)
     json.dump(items, out, indent=2, ensure_ascii=False)
     out.write("\n")

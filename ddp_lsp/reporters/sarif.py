@@ -102,6 +102,21 @@ def sarif_log(reports: Sequence[FileReport], ctx: ReportContext) -> dict[str, An
                     "locations": [{"physicalLocation": {"artifactLocation": _artifact(uri)}}],
                 }
             )
+        for n in rep.not_analysed:
+            notifications.append(
+                {
+                    "level": "warning",
+                    "message": {"text": f"{rep.path}: not analysed: {n.reason}"},
+                    "locations": [
+                        {
+                            "physicalLocation": {
+                                "artifactLocation": _artifact(uri),
+                                "region": {"startLine": n.line + 1, "endLine": n.end_line + 1},
+                            }
+                        }
+                    ],
+                }
+            )
         for f in rep.findings:
             result: dict[str, Any] = {
                 "ruleId": f.rule_id,

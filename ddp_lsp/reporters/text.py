@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from ddp_lsp.core.types import Severity
-from ddp_lsp.reporters import FileReport, ReportContext, row_col, shown_fix
+from ddp_lsp.reporters import FileReport, ReportContext, fixed_line, row_col, shown_fix
 
 
 def finding_lines(reports: Sequence[FileReport], ctx: ReportContext) -> list[str]:
@@ -30,13 +30,19 @@ def summary(reports: Sequence[FileReport], ctx: ReportContext) -> list[str]:
     findings = [f for r in reports for f in r.findings]
     fixed = sum(r.fixed for r in reports)
     broken = sum(1 for r in reports if r.error)
+    partial = sum(1 for r in reports if r.not_analysed and not r.error)
     lines: list[str] = []
     if broken:
         lines.append(f"{_plural(broken, 'file')} could not be checked (errors above).")
-    if fixed:
-        lines.append(f"Fixed {_plural(fixed, 'finding')}.")
+    if partial:
+        lines.append(
+            f"{_plural(partial, 'file')} not fully analysed: code in a newer Python grammar "
+            "than the one running ddp-lsp (warnings above)."
+        )
+    if fixed or any(r.fix_counts and r.fix_counts.fixable for r in reports):
+        lines.append(fixed_line(reports))
     if not findings:
-        if not any(r.error for r in reports):
+        if not broken and not partial:
             lines.append("All checks passed!" if not fixed else "No findings left.")
         return lines
     by_sev = Counter(f.severity for f in findings)

@@ -888,7 +888,8 @@ def train(model, loader, optimizer, criterion, scaler, accum_steps):
             optimizer.zero_grad(set_to_none=True)
 """
         + _MAIN,
-        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        fixed="import contextlib\n\n"
+        + _HEAD
         + """\
 def train(model, loader, optimizer, criterion, scaler, accum_steps):
     for i, (x, y) in enumerate(loader):
@@ -958,7 +959,8 @@ def train(loader, gradient_accumulation_steps, log):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 """,
-        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        fixed="import contextlib\n\n"
+        + _HEAD
         + """\
 def train(loader, gradient_accumulation_steps, log):
     model = DDP(build_model())
@@ -990,7 +992,8 @@ def main(batches):
     for batch in batches:
         train_step(model, optimizer, batch)
 """,
-        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        fixed="import contextlib\n\n"
+        + _HEAD
         + """\
 def train_step(model, optimizer, batch):
     micro_batches = batch.chunk(4)
@@ -1022,7 +1025,8 @@ def train(loader, criterion, accum):
         optimizer.step()
         optimizer.zero_grad()
 """,
-        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        fixed="import contextlib\n\n"
+        + _HEAD
         + """\
 def train(loader, criterion, accum):
     model = DDP(build_model())
@@ -1057,7 +1061,8 @@ class Trainer:
 \t\t\t\tself.optimizer.step()
 \t\t\t\tself.optimizer.zero_grad()
 """,
-        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        fixed="import contextlib\n\n"
+        + _HEAD
         + """\
 class Trainer:
 \tdef __init__(self, model, accum_steps):
@@ -1098,7 +1103,8 @@ def train(loader, criterion, scaler, accum_steps, clip):
                 optimizer.step()
             optimizer.zero_grad()
 """,
-        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        fixed="import contextlib\n\n"
+        + _HEAD
         + """\
 def train(loader, criterion, scaler, accum_steps, clip):
     model = DDP(build_model())
@@ -1140,7 +1146,8 @@ def train(loader, scaler, use_amp, k):
         if (i + 1) % k == 0:
             optimizer.step()
 """,
-        fixed=_HEAD.replace("DDP\n", "DDP\nimport contextlib\n")
+        fixed="import contextlib\n\n"
+        + _HEAD
         + """\
 def train(loader, scaler, use_amp, k):
     model = DDP(build_model())

@@ -493,15 +493,15 @@ def finish(model, out_dir):
 \"\"\"Training entry point.\"\"\"
 import os
 
+import torch.distributed
 from torch import save
 from torch.nn.parallel import DistributedDataParallel
-import torch.distributed
 
 def finish(model, out_dir):
     if torch.distributed.get_rank() == 0:
         save(model.module.state_dict(), os.path.join(out_dir, "final.pt"))
 """,
-        note="the import get_rank needs is added once, after the import block",
+        note="the import get_rank needs is added once, sorted into its import section",
     ),
     Invalid(
         _HEAD

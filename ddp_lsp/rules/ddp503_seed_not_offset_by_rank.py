@@ -436,9 +436,10 @@ def main(model):
     return DDP(model)
 """,
         fixed="""\
+import os
+
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
-import os
 
 def main(model):
     torch.manual_seed(42 + int(os.environ.get("RANK", 0)))

@@ -390,9 +390,10 @@ def build(net):
     return DistributedDataParallel(net)
 """,
         fixed="""\
+import os
+
 import torch
 from torch.nn.parallel import DistributedDataParallel
-import os
 
 def build(net):
     net = net.cuda(int(os.environ["LOCAL_RANK"]))

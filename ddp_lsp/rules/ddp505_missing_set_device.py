@@ -417,9 +417,10 @@ def setup():
     «dist.init_process_group(backend)»
 """,
         fixed="""\
-import torch.distributed as dist
-import torch.cuda
 import os
+
+import torch.cuda
+import torch.distributed as dist
 
 def setup():
     backend = "nccl"

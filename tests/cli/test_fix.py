@@ -111,18 +111,21 @@ def test_symlink_target_is_fixed_and_link_kept(cli_run, project: Path) -> None:
     assert FIXED_LINE in target.read_text()
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names fds through /proc")
 def test_failed_replace_leaves_old_file_and_no_temp(
     cli_run, project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write(project / "train.py", BUGGY)
     other = write(project / "other.py", BUGGY)
 
-    def boom(src: str, dst: str) -> None:
-        if str(dst).endswith("train.py"):
-            raise OSError(28, "No space left on device")
-        os.rename(src, dst)
+    real_fsync = os.fsync
 
-    monkeypatch.setattr(checker.os, "replace", boom)
+    def full_disk(fd: int) -> None:  # the staged copy of train.py's fix cannot be flushed
+        if os.readlink(f"/proc/self/fd/{fd}").split("/")[-1].startswith(".train.py."):
+            raise OSError(28, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(checker.os, "fsync", full_disk)
     r = cli_run("fix", ".", "--select", "DDP201", "--jobs", "1")
     assert r.rc == 2
     assert "error: train.py: cannot read or write: No space left on device" in r.err

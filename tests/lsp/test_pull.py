@@ -247,8 +247,9 @@ async def test_pulling_client_is_told_to_refresh_on_configuration_change(client:
     [
         ('[tool.ddp-lsp]\nseverity = { DDP201 = "loud" }\n', "loud"),
         ("[tool.ddp-lsp\nseverity = 1\n", "invalid TOML"),
+        ("[tool]\nddp-lsp = 5\n", ":2: [tool.ddp-lsp] must be a table"),
     ],
-    ids=["invalid-value", "invalid-toml"],
+    ids=["invalid-value", "invalid-toml", "not-a-table"],
 )
 async def test_bad_pyproject_shows_message(client: LanguageClient, content: str, needle: str):
     root = client.root  # type: ignore[attr-defined]
