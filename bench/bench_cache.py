@@ -1,9 +1,11 @@
 """Benchmark the index cache's disk format: JSON entries (now) against pickle (before issue 12).
 
-Run: .venv/bin/python bench/bench_cache.py [--files 300] [--lines 300] [--repeat 3]
+Run: .venv/bin/python bench/bench_cache.py [--files 300] [--lines 300] [--repeat 3] [--check]
 Generates the project of bench/bench_index.py, summarises every file once, then times, per
 format, writing every summary as one entry file and reading them all back (the warm start's
 share of a ``ddp-lsp check``), plus a whole warm ``ProjectIndex.build`` from the JSON cache.
+``--check`` also times a warm ``ddp-lsp check ONE_FILE`` process (CPU seconds of the child;
+run it with ``PYTHONPATH`` set to another checkout's root to time that version's format).
 Times are CPU seconds (best of ``--repeat``). Prints a Markdown table; docs/performance.md ("Index cache format") records the results.
 """
 
@@ -13,9 +15,12 @@ import argparse
 import gc
 import os
 import pickle
+import resource
+import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,11 +42,27 @@ def best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
     return min(times)
 
 
+def warm_check(root: Path, cache_home: Path, repeat: int) -> float:
+    """CPU seconds of a ``ddp-lsp check`` of one file whose project is in a warm cache."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home)}
+    argv = [sys.executable, "-m", "ddp_lsp", "check", "-q"]
+    run = partial(subprocess.run, env=env, cwd=root.parent, capture_output=True, check=False)
+    run([*argv, str(root)])  # fill the cache
+    times = []
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        run([*argv, str(root / "pkg0" / "m1.py")])
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        times.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return min(times)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=300)
     ap.add_argument("--lines", type=int, default=300)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--check", action="store_true", help="also a warm `ddp-lsp check ONE_FILE`")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "proj"
@@ -104,6 +125,7 @@ def main() -> None:
             assert warm.cache.misses == 0
 
         t_warm = best(warm_build, args.repeat)
+        t_check = warm_check(root, Path(tmp) / "xdg", args.repeat) if args.check else None
 
     print(f"{n} summaries of {args.files} generated files ({args.lines} lines each)\n")
     print("| format | store all | load all | load per entry | on disk |")
@@ -113,6 +135,14 @@ def main() -> None:
     print(
         f"\nwarm ProjectIndex.build from the JSON cache (read, hash, load, share): {t_warm:.2f} s"
     )
+    if t_check is not None:
+        where = subprocess.run(
+            [sys.executable, "-c", "import ddp_lsp; print(ddp_lsp.__file__)"],
+            cwd=tempfile.gettempdir(),
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        print(f"warm `ddp-lsp check pkg0/m1.py` (the code in {where}): {t_check:.2f} CPU s")
 
 
 if __name__ == "__main__":

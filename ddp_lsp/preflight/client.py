@@ -53,7 +53,10 @@ def package_root() -> str:
 
 def child_argv(python: str, options: PreflightOptions) -> list[str]:
     # -E: ignore PYTHONPATH/PYTHONSTARTUP, so a project directory on PYTHONPATH cannot shadow
-    # our modules or torch's; -c with an empty cwd keeps the project off sys.path too.
+    # our modules or torch's; -c with an empty private cwd (mkdtemp, 0700) keeps the project off
+    # sys.path too. Not -I: that would also drop the user site, where the user's training
+    # interpreter may keep torch (`pip install --user`); and not -P, which Pythons before 3.11
+    # (still supported as training interpreters) reject. See SECURITY.md.
     return [python, "-E", "-c", _BOOTSTRAP, package_root(), "--format", "jsonl", *options.to_argv()]
 
 
