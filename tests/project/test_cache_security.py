@@ -131,6 +131,7 @@ def test_an_entry_that_fails_verification_is_a_miss_and_is_rewritten(
     assert second.summaries == first.summaries
     third = _build(FIXTURE, cache)  # rewritten: read back from the disk cache
     assert third.parsed == 0 and third.cache.hits == len(first.summaries)
+    assert third.summaries == first.summaries
 
 
 @posix_only
