@@ -600,6 +600,7 @@ class ProjectView:
     parsed: int = 0  # of which not found in the cache
     failed: tuple[str, ...] = ()  # files the index could not summarise (they are still checked)
     seconds: float = 0.0
+    cache_warning: str | None = None  # the disk cache is not trusted (SummaryCache.warning)
 
 
 # Files summarised in this process before deciding whether the rest are worth a pool: on a
@@ -653,6 +654,7 @@ def project_view(
         min(len(paths), index.parsed + parsed_elsewhere),
         tuple(p.relative_to(index.root).as_posix() for p in failed),
         time.perf_counter() - started,
+        index.cache.warning,
     )
 
 
@@ -768,6 +770,8 @@ def with_project(
                 "its files are analysed alone\n"
             )
             continue
+        if view.cache_warning:
+            err.write(f"warning: {view.cache_warning}\n")
         if verbose:
             err.write(
                 f"indexed {_display(root, resolver.cwd)}: {view.files} files "

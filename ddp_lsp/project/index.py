@@ -439,6 +439,9 @@ class SummaryCache:
         self.share = _Sharer()
         self.hits = 0
         self.misses = 0
+        # Why the directory is not used, the first time this process meets it (the CLI prints
+        # it as a warning; the server's indexer logs it); None when it is used or was reported.
+        self.warning: str | None = None
         if directory is not None:
             try:
                 why = _private_dir(directory)
@@ -448,7 +451,8 @@ class SummaryCache:
                 self.directory = None
                 if str(directory) not in _warned:
                     _warned.add(str(directory))
-                    log.warning("ddp-lsp: not using the index cache %s: %s", directory, why)
+                    self.warning = f"not using the index cache {directory}: {why}"
+                    log.warning("ddp-lsp: %s", self.warning)
 
     def _file(self, key: str) -> Path | None:
         if self.directory is None:

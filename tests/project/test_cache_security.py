@@ -263,3 +263,22 @@ def test_a_relative_xdg_cache_home_is_ignored(monkeypatch: pytest.MonkeyPatch) -
     # whatever folder the editor started the server in: the repository.
     monkeypatch.setenv("XDG_CACHE_HOME", "cache")
     assert I.default_cache_dir().is_absolute()
+
+
+@posix_only
+def test_the_cli_says_once_why_it_does_not_use_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _project(tmp_path)
+    cache_home = tmp_path / "shared-cache"
+    cache_home.mkdir()
+    cache_home.chmod(0o777)  # a shared XDG_CACHE_HOME, not sticky
+    result = _check(root, cache_home)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
+    warnings = [line for line in result.stderr.splitlines() if "index cache" in line]
+    assert warnings == [
+        f"warning: not using the index cache {I.default_cache_dir()}: "
+        f"{cache_home} is writable by other users (mode 0777)"
+    ], result.stderr
+    assert "DDP101" in result.stdout  # the project view still works, from memory
+    assert not list(cache_home.rglob("*.json"))
