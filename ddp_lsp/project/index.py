@@ -37,7 +37,8 @@ from ddp_lsp.core.ranks import RankModel
 
 log = logging.getLogger("ddp_lsp.project")
 
-# Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
+# Bump when what facts.extract records changes: old entries are then never read. (A change of
+# the summary dataclasses' fields is also caught by the codec's shape fingerprint.)
 CACHE_VERSION = 9
 _T = TypeVar("_T")
 # Files larger than this are data, not training code: left out (as the analysis leaves them).
