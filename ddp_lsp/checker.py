@@ -806,6 +806,7 @@ class ProjectView:
     seconds: float = 0.0
     # Files the index did not read (path, reason kind, message): see sources.py.
     unread: tuple[tuple[str, str, str], ...] = ()
+    cache_warning: str | None = None  # the disk cache is not trusted (SummaryCache.warning)
 
 
 # Files summarised in this process before deciding whether the rest are worth a pool: on a
@@ -860,6 +861,7 @@ def project_view(
         tuple(p.relative_to(index.root).as_posix() for p in failed),
         time.perf_counter() - started,
         unread=tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread.items())),
+        cache_warning=index.cache.warning,
     )
 
 
@@ -995,6 +997,8 @@ def with_project(
                 "its files are analysed alone\n"
             )
             continue
+        if view.cache_warning:
+            err.write(f"warning: {view.cache_warning}\n")
         if verbose:
             err.write(f"project root {_display(root, resolver.cwd) or '.'}: {why[root]}\n")
             err.write(

@@ -1,9 +1,10 @@
 """The project indexer: a child process that owns the server's project indexes.
 
-``python -m ddp_lsp.lsp.indexer`` holds one :class:`~ddp_lsp.project.ProjectIndex` per
-workspace folder, builds it from disk (with the editor's text of open files laid over it),
-applies edits and file events, recomputes :class:`~ddp_lsp.project.ProjectFacts` and sends the
-server only the modules whose facts changed.
+The server starts it isolated (``python -I``, the server's own ``sys.path``, the filesystem root
+as working directory: see :mod:`ddp_lsp._isolation`). It holds one
+:class:`~ddp_lsp.project.ProjectIndex` per workspace folder, builds it from disk (with the
+editor's text of open files laid over it), applies edits and file events, recomputes
+:class:`~ddp_lsp.project.ProjectFacts` and sends the server only the modules whose facts changed.
 
 Why a process and not a thread: parsing a workspace and ``compute`` are pure-Python CPU work
 (``compute`` alone is ~0.5 s for 500 modules). In a thread they hold the GIL in 5 ms slices
@@ -11,14 +12,19 @@ against the event loop, which doubles the latency of every keystroke analysed me
 child process runs on the other core (and at a lower priority), so the editor's own file is
 analysed exactly as fast while the workspace is indexed.
 
-Wire format, both ways: a 4-byte big-endian length, then a pickle (our own process, our own
-objects). Requests: ``("open", fid, root, settings, cache_dir, overlays)``, ``("update", fid,
-items)`` where an item is ``(path, text)``: a ``str`` is the editor's text, ``None`` a deleted
-file and :data:`DISK` "read it from disk again"; ``("close", fid)``. Answers: ``("begin", fid,
-total)``, ``("progress", fid, done, total)``, ``("facts", fid, changed, full)`` where
-``changed`` maps a project-relative path to its :class:`ModuleProjectFacts` (``None``: gone),
-``("error", fid, text)``. A file that cannot be read or parsed is skipped, never fatal; the
-process exits when its input closes or its parent goes away.
+Wire format, both ways: a 4-byte big-endian length, then a pickle. Pickle is safe here, and only
+here: both ends are our own processes on an anonymous pipe that no other process holds, and
+every message is made by ``pickle.dumps`` of our own values; the repository's text travels
+inside them as ``str`` data, which pickling never turns into code (SECURITY.md). Nothing read
+from disk is ever unpickled: the on-disk index cache is JSON.
+
+Requests: ``("open", fid, root, settings, cache_dir, overlays)``, ``("update", fid, items)``
+where an item is ``(path, text)``: a ``str`` is the editor's text, ``None`` a deleted file and
+:data:`DISK` "read it from disk again"; ``("close", fid)``. Answers: ``("begin", fid, total)``,
+``("progress", fid, done, total)``, ``("facts", fid, changed, full)`` where ``changed`` maps a
+project-relative path to its :class:`ModuleProjectFacts` (``None``: gone), ``("error", fid,
+text)``. A file that cannot be read or parsed is skipped, never fatal; the process exits when
+its input closes or its parent goes away.
 
 ``DDP_LSP_INDEX_INJECT`` exists for the tests: ``slow:SECONDS`` sleeps before each file of a
 build, ``crash`` exits at the first build as a crash would.

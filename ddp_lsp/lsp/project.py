@@ -27,7 +27,6 @@ import itertools
 import logging
 import queue
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from lsprotocol import types as T
 
+from ddp_lsp._isolation import NEUTRAL_CWD, python_argv
 from ddp_lsp.lsp.indexer import DISK, read_message
 from ddp_lsp.lsp.state import PlainText, ServerState, Unit, uri_to_path
 
@@ -200,10 +200,14 @@ class ProjectService:
             return False
         self._loop = asyncio.get_running_loop()
         try:
+            # Isolated (-I, our own sys.path, the filesystem root as working directory): with
+            # `-m` in the editor's working directory, a `struct.py` or a `ddp_lsp/` folder of the
+            # opened repository would be imported instead of ours, and run.
             proc = subprocess.Popen(
-                [sys.executable, "-m", "ddp_lsp.lsp.indexer"],
+                python_argv("ddp_lsp.lsp.indexer"),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
+                cwd=NEUTRAL_CWD,
             )
         except OSError as exc:
             self._fail(f"could not start the project indexer: {exc}")

@@ -77,7 +77,10 @@ def child_argv(python: str, options: PreflightOptions | None) -> list[str]:
     """The child's command line; ``options=None`` asks for the ``ddp-lsp env`` report instead
     of the probes (same interpreter, same isolation)."""
     # -E: ignore PYTHONPATH/PYTHONSTARTUP, so a project directory on PYTHONPATH cannot shadow
-    # our modules or torch's; -c with an empty cwd keeps the project off sys.path too.
+    # our modules or torch's; -c with an empty private cwd (mkdtemp, 0700) keeps the project off
+    # sys.path too. Not -I: that would also drop the user site, where the user's training
+    # interpreter may keep torch (`pip install --user`); and not -P, which Pythons before 3.11
+    # (still supported as training interpreters) reject. See SECURITY.md.
     args = ["--env"] if options is None else ["--format", "jsonl", *options.to_argv()]
     return [python, "-E", "-c", _BOOTSTRAP, package_root(), *args]
 

@@ -9,8 +9,9 @@ assignments that bind a kind (provenance: "wrapped in DistributedDataParallel at
 Summaries are keyed by a hash of the file's bytes and the rank model (``extract`` depends on
 it), kept in memory and on disk under the user's cache directory, one small file per hash: a
 2,000-file repository is parsed once, an edited file costs one parse, and two checkouts of the
-same project share entries. Disk entries are versioned, written atomically and ignored when
-they cannot be read.
+same project share entries. Disk entries are plain JSON, versioned, written atomically in
+user-only directories and ignored (then rewritten) when they fail any check: see
+:class:`SummaryCache` and SECURITY.md.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import json
 import logging
 import os
-import pickle
 import sys
 import tempfile
 import time
@@ -37,8 +38,9 @@ from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source
 
 log = logging.getLogger("ddp_lsp.project")
 
-# Bump when ModuleSummary or facts.extract change shape: old entries are then never read.
-CACHE_VERSION = 8
+# Bump when what facts.extract records changes: old entries are then never read. (A change of
+# the summary dataclasses' fields is also caught by the codec's shape fingerprint.)
+CACHE_VERSION = 9
 _T = TypeVar("_T")
 # Files larger than this are data, not training code: left out (as the analysis leaves them).
 MAX_FILE_BYTES = MAX_SOURCE_BYTES
@@ -130,7 +132,9 @@ def module_name(rel: str) -> tuple[str, bool]:
 def default_cache_dir() -> Path:
     from ddp_lsp import __version__
 
-    base = os.environ.get("XDG_CACHE_HOME") or _platform_cache()
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # unset, or relative: the XDG spec says to ignore it
+        base = _platform_cache()
     # The package version too: an upgrade whose summaries changed shape without a
     # CACHE_VERSION bump still never reads the old ones.
     return Path(base) / "ddp-lsp" / "index" / f"v{CACHE_VERSION}-{__version__}"
@@ -329,7 +333,8 @@ class _Sharer:
     """
 
     def __init__(self) -> None:
-        self._memo: dict[object, object] = {}
+        # Also filled by the cache's decoder, which builds summaries shared as it reads them.
+        self.memo: dict[object, object] = {}
 
     def __call__(self, obj: _T) -> _T:
         return cast(_T, self._share(obj))
@@ -341,7 +346,7 @@ class _Sharer:
         if kind is tuple or kind is frozenset or kind in _FIELDS:
             # An equal object seen before is returned whole, without walking it: most facts of
             # a file repeat facts of others, and hashing them runs in C.
-            hit = self._memo.get(obj)
+            hit = self.memo.get(obj)
             if hit is not None:
                 return hit
         if isinstance(obj, tuple):
@@ -352,11 +357,88 @@ class _Sharer:
             obj = kind(*(self._share(getattr(obj, f)) for f in _FIELDS[kind]))
         else:
             return obj
-        return self._memo.setdefault(obj, obj)
+        return self.memo.setdefault(obj, obj)
+
+
+# An entry is the summary of one file of at most MAX_FILE_BYTES; anything far larger is not
+# one of ours (and is not read into memory to find out).
+MAX_ENTRY_BYTES = 4 * MAX_FILE_BYTES
+_ENTRY_FORMAT = "ddp-lsp-index-entry"
+_codec: Any = None
+_warned: set[str] = set()  # untrusted cache directories already reported by this process
+
+
+def _summary_codec() -> Any:
+    global _codec
+    if _codec is None:
+        from ddp_lsp.project.codec import Codec
+
+        _codec = Codec(ModuleSummary)
+    return _codec
+
+
+def _untrusted(st: os.stat_result, uid: int, leaf: bool) -> str | None:
+    """Why a directory with this status cannot hold our cache (None: it can). The cache
+    directory itself must be the user's and writable by nobody else; a directory above it may
+    also be root's, or writable by others when sticky (``/tmp``): nobody else can then rename
+    or replace what is in it."""
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    if st.st_uid != uid and (leaf or st.st_uid != 0):
+        return f"owned by uid {st.st_uid}, not by this user (uid {uid})"
+    if st.st_mode & 0o022 and (leaf or not st.st_mode & stat.S_ISVTX):
+        return f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _private_dir(directory: Path) -> str | None:
+    """Create ``directory`` (each missing level 0700, as the XDG spec asks of the cache home)
+    and say why it cannot be trusted with the cache, or None."""
+    missing: list[Path] = []
+    p = directory
+    while not p.exists() and p.parent != p:
+        missing.append(p)
+        p = p.parent
+    for p in reversed(missing):
+        try:
+            p.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+    if os.name != "posix":
+        return None  # ownership and modes as checked here are POSIX's
+    uid = os.getuid()
+    st = directory.stat()
+    why = _untrusted(st, uid, leaf=True)
+    if why is not None:
+        return why
+    # The directories above, as given and as resolved (a symbolic link on the way).
+    seen: set[Path] = set()
+    for start in (directory.absolute(), directory.resolve()):
+        for parent in start.parents:
+            if parent in seen:
+                continue
+            seen.add(parent)
+            why = _untrusted(parent.stat(), uid, leaf=False)
+            if why is not None:
+                return f"{parent} is {why}"
+    if st.st_mode & 0o077:
+        directory.chmod(0o700)  # ours, from before entries were private: make it so
+    return None
 
 
 class SummaryCache:
-    """Summaries by content hash: in memory, and on disk when a directory is given."""
+    """Summaries by content hash: in memory, and on disk when a directory is given.
+
+    Disk entries are plain data: ``<key[:2]>/<key>.json`` holds the format name, the version,
+    the shape's fingerprint, the key and the summary (:mod:`ddp_lsp.project.codec`), written
+    atomically, 0600 in 0700 directories. An entry is read only if it is a regular file of this
+    user, writable by nobody else, at most ``MAX_ENTRY_BYTES``, and every field checks out;
+    anything else is a miss, and the entry is rewritten. A directory owned by another user or
+    writable by others (a shared ``XDG_CACHE_HOME``, a CI cache restored from elsewhere) is
+    not used at all, with one warning: whoever can write there could otherwise choose what
+    the analysis believes about a file."""
 
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
@@ -364,11 +446,25 @@ class SummaryCache:
         self.share = _Sharer()
         self.hits = 0
         self.misses = 0
+        # Why the directory is not used, the first time this process meets it (the CLI prints
+        # it as a warning; the server's indexer logs it); None when it is used or was reported.
+        self.warning: str | None = None
+        if directory is not None:
+            try:
+                why = _private_dir(directory)
+            except OSError as exc:
+                why = f"cannot be created or read ({exc.strerror or exc})"
+            if why is not None:
+                self.directory = None
+                if str(directory) not in _warned:
+                    _warned.add(str(directory))
+                    self.warning = f"not using the index cache {directory}: {why}"
+                    log.warning("ddp-lsp: %s", self.warning)
 
     def _file(self, key: str) -> Path | None:
         if self.directory is None:
             return None
-        return self.directory / key[:2] / f"{key}.pickle"
+        return self.directory / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> ModuleSummary | None:
         s = self._memory.get(key)
@@ -377,21 +473,12 @@ class SummaryCache:
         file = self._file(key)
         if file is None:
             return None
-        try:
-            data = file.read_bytes()
-        except OSError:
+        data = _read_entry(file)
+        if data is None:
             return None
-        try:
-            # Our own files in the user's own cache directory; anything odd is a miss.
-            obj = pickle.loads(data)
-        except Exception:
+        summary = _decode_entry(data, key, self.share.memo)  # built shared (see _Sharer)
+        if summary is None:
             return None
-        if not (isinstance(obj, tuple) and len(obj) == 2 and obj[0] == CACHE_VERSION):
-            return None
-        summary = obj[1]
-        if not isinstance(summary, ModuleSummary):
-            return None
-        summary = self.share(summary)
         self._memory[key] = summary
         return summary
 
@@ -403,12 +490,23 @@ class SummaryCache:
         file = self._file(key) if persist else None
         if file is None:
             return summary
+        codec = _summary_codec()
+        entry = {
+            "format": _ENTRY_FORMAT,
+            "version": CACHE_VERSION,
+            "schema": codec.fingerprint,
+            "key": key,
+            "summary": codec.encode(summary),
+        }
+        data = json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(data) > MAX_ENTRY_BYTES:
+            return summary  # it would never be read back
         try:
-            file.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=".pickle")
+            file.parent.mkdir(mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=".json")  # 0600
             try:
                 with os.fdopen(fd, "wb") as fh:
-                    pickle.dump((CACHE_VERSION, summary), fh, protocol=pickle.HIGHEST_PROTOCOL)
+                    fh.write(data)
                 # Atomic: a reader sees the old entry, the new one, or none, never half of one.
                 os.replace(tmp, file)
             except BaseException:
@@ -444,8 +542,8 @@ class SummaryCache:
             pass
         removed = 0
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            stamp.touch()
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            stamp.touch(mode=0o600)
             for sub in self.directory.iterdir():
                 if not sub.is_dir():
                     continue
@@ -459,6 +557,52 @@ class SummaryCache:
         except OSError:
             pass
         return removed
+
+
+def _read_entry(file: Path) -> bytes | None:
+    """The bytes of a cache entry that may be read: a regular file (never a link, a FIFO or a
+    device), this user's and writable by nobody else, not larger than ``MAX_ENTRY_BYTES``."""
+    import stat
+
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(file, flags)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+            return None
+        if os.name == "posix" and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_ENTRY_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= MAX_ENTRY_BYTES else None
+
+
+def _decode_entry(data: bytes, key: str, memo: dict[object, object]) -> ModuleSummary | None:
+    """The summary in an entry, if the entry is in every respect one we would have written for
+    ``key``; None otherwise (never an exception)."""
+    codec = _summary_codec()
+    try:
+        entry = json.loads(data)
+        if (
+            type(entry) is not dict
+            or entry.get("format") != _ENTRY_FORMAT
+            or entry.get("version") != CACHE_VERSION
+            or entry.get("schema") != codec.fingerprint
+            or entry.get("key") != key
+            or len(entry) != 5
+        ):
+            return None
+        summary = codec.decode(entry["summary"], memo)
+    except (ValueError, TypeError, RecursionError):
+        return None  # not JSON, or not our shape (codec.SchemaError is a ValueError)
+    return summary if summary.digest == key else None
 
 
 def _calls_named(summary: ModuleSummary, names: frozenset[str]) -> frozenset[str]:

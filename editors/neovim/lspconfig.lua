@@ -10,6 +10,9 @@ local util = require('lspconfig.util')
 if not configs.ddp_lsp then
   configs.ddp_lsp = {
     default_config = {
+      -- The console script, not `python3 -m`: Neovim starts servers in the project root, and
+      -- `-m` would put it first on sys.path (a repository's struct.py would run). Through an
+      -- interpreter, isolate it: { 'python3', '-I', '-m', 'ddp_lsp', 'serve' }.
       cmd = { 'ddp-lsp', 'serve' },
       filetypes = { 'python' },
       root_dir = util.root_pattern('pyproject.toml', 'setup.cfg', 'setup.py', '.git'),

@@ -8,6 +8,9 @@ vim.api.nvim_create_autocmd('FileType', {
     local root = vim.fs.root(args.buf, { 'pyproject.toml', 'setup.cfg', 'setup.py', '.git' })
     vim.lsp.start({
       name = 'ddp_lsp',
+      -- The console script, not `python3 -m`: Neovim starts servers in the project root, and
+      -- `-m` would put it first on sys.path (a repository's struct.py would run). Through an
+      -- interpreter, isolate it: { 'python3', '-I', '-m', 'ddp_lsp', 'serve' }.
       cmd = { 'ddp-lsp', 'serve' },
       root_dir = root or vim.fn.getcwd(),
       settings = { ['ddp-lsp'] = { enable = true } },

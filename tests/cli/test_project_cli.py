@@ -243,7 +243,7 @@ def test_index_cache_lives_under_xdg_cache_home(
     copy_fixture("deit", project)
     cold = cli_run("check", ".", "-v")
     assert "indexed .: 5 files (5 parsed, 0 from the cache)" in cold.err
-    assert list((cache_home / "ddp-lsp" / "index").rglob("*.pickle"))
+    assert list((cache_home / "ddp-lsp" / "index").rglob("*.json"))
     warm = cli_run("check", ".", "-v")
     assert "indexed .: 5 files (0 parsed, 5 from the cache)" in warm.err
     assert warm.out == cold.out

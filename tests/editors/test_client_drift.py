@@ -26,11 +26,6 @@ from ddp_lsp.core.registry import all_meta
 from ddp_lsp.lsp.config import EditorSettings, parse_editor_settings
 from tests.editors.handshake import REPO, StdioSession, initialize
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - 3.10 only
-    import tomli as tomllib
-
 VSCODE = REPO / "vscode-client"
 EDITORS = REPO / "editors"
 PACKAGE = json.loads((VSCODE / "package.json").read_text(encoding="utf-8"))
@@ -214,9 +209,10 @@ def test_every_contributed_setting_is_read_by_the_server(key: str) -> None:
 
 def test_editor_configs_use_the_same_setting_names() -> None:
     names = contributed_settings()
-    helix = tomllib.loads((EDITORS / "helix" / "languages.toml").read_text(encoding="utf-8"))
+    from tests.editors.test_helix import example_config
+
     sections = [
-        ("helix", helix["language-server"]["ddp-lsp"]["config"]["ddp-lsp"]),
+        ("helix example", example_config()["ddp-lsp"]),
         (
             "jetbrains settings",
             json.loads((EDITORS / "jetbrains" / "settings.json").read_text())["ddp-lsp"],

@@ -44,15 +44,33 @@ def server_entry(languages: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def example_config() -> dict[str, Any]:
+    """The commented-out settings example, uncommented: it must stay valid when a user does."""
+    lines = LANGUAGES.read_text(encoding="utf-8").splitlines()
+    start = lines.index("# [language-server.ddp-lsp.config.ddp-lsp]")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#"):
+            break
+        block.append(line[2:])
+    parsed = tomllib.loads("\n".join(block))
+    config = parsed["language-server"]["ddp-lsp"]["config"]
+    assert isinstance(config, dict)
+    return config
+
+
 def test_server_table_has_helix_shape(languages: dict[str, Any]) -> None:
     entry = server_entry(languages)
     assert isinstance(entry["command"], str) and entry["command"]
     assert isinstance(entry["args"], list) and all(isinstance(a, str) for a in entry["args"])
     assert entry["args"][-1] == "serve"
+    # Helix starts servers in the project root: the interpreter must not put it on sys.path.
+    assert entry["command"] != "python3" or entry["args"][:3] == ["-I", "-m", "ddp_lsp"]
+    # The defaults apply: nothing is set that would only repeat them (issue 12).
+    assert "config" not in entry
     # Helix sends ``config`` as initializationOptions and answers workspace/configuration for
-    # section "ddp-lsp" from config["ddp-lsp"]: the settings must sit one level down.
-    config = entry["config"]
-    assert set(config) == {"ddp-lsp"}, config
+    # section "ddp-lsp" from config["ddp-lsp"]: the example's settings sit one level down.
+    assert set(example_config()) == {"ddp-lsp"}
 
 
 def test_python_uses_ddp_lsp_beside_other_servers(languages: dict[str, Any]) -> None:
@@ -64,8 +82,8 @@ def test_python_uses_ddp_lsp_beside_other_servers(languages: dict[str, Any]) -> 
     assert names[-1] == "ddp-lsp"
 
 
-def test_config_is_accepted_by_the_server(languages: dict[str, Any]) -> None:
-    config = server_entry(languages)["config"]
+def test_config_example_is_accepted_by_the_server() -> None:
+    config = example_config()
     parsed = parse_editor_settings(config, "helix config")
     assert parsed.errors == ()
     # Every key was understood (analysis or editor option), none silently dropped.
@@ -77,10 +95,11 @@ def test_command_serves_lsp_and_pushes_diagnostics(
     languages: dict[str, Any], tmp_path: Path
 ) -> None:
     entry = server_entry(languages)
+    config = entry.get("config", {})  # none: Helix sends no initializationOptions
     session = StdioSession([entry["command"], *entry["args"]], cwd=tmp_path)
-    session.answer = lambda request: section_lookup(entry["config"], request)
+    session.answer = lambda request: section_lookup(config, request)
     try:
-        result = initialize(session, tmp_path, entry["config"], configuration=True)
+        result = initialize(session, tmp_path, config or None, configuration=True)
         assert result["serverInfo"]["name"] == "ddp-lsp"
         caps = result["capabilities"]
         assert caps["codeActionProvider"]
@@ -98,8 +117,9 @@ def test_command_serves_lsp_and_pushes_diagnostics(
         code = session.close()
     assert code == 0, session.stderr
     assert show_messages(session) == [], "the config produced settings errors"
-    # The server pulled its section, and Helix's lookup found the table for it.
+    # The server pulled its section; Helix answers null without a config table, and the
+    # server then keeps its defaults (the DDP201 above), without a settings error.
     pulls = [r for r in session.server_requests if r["method"] == "workspace/configuration"]
     assert pulls, "the server never asked for its configuration"
-    answers = [section_lookup(entry["config"], r) for r in pulls]
-    assert all(a and a[0] == entry["config"]["ddp-lsp"] for a in answers), answers
+    answers = [section_lookup(config, r) for r in pulls]
+    assert all(a and a[0] == config.get("ddp-lsp") for a in answers), answers

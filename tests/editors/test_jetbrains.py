@@ -44,7 +44,8 @@ def test_template_shape(template: dict[str, Any]) -> None:
     assert set(args) <= {"default", "windows", "mac", "linux"} and "default" in args
     for line in args.values():
         words = shlex.split(line)
-        assert words[1:] == ["-m", "ddp_lsp", "serve"], line
+        # -I: the IDE starts the server in the project, which must not land on sys.path.
+        assert words[1:] == ["-I", "-m", "ddp_lsp", "serve"], line
     # LSP4IJ maps files to the server by IntelliJ language and/or by file type; both must say
     # "python" as the LSP languageId, or the server sees an unknown language.
     langs = template.get("languageMappings", [])

@@ -60,16 +60,17 @@ def test_disk_cache_round_trip_and_corrupt_entries(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = build(FIXTURES / "deit", cache_dir=cache)
     assert first.cache.misses == 5 and first.cache.hits == 0
-    entries = sorted(cache.rglob("*.pickle"))
+    entries = sorted(cache.rglob("*.json"))
     assert len(entries) == 5
     second = build(FIXTURES / "deit", cache_dir=cache)
     assert second.cache.hits == 5 and second.cache.misses == 0
     assert second.modules["util.misc"] == first.modules["util.misc"]
     # A truncated entry and one of another version are misses, re-written, never errors.
     entries[0].write_bytes(entries[0].read_bytes()[:10])
-    import pickle
+    import json
 
-    entries[1].write_bytes(pickle.dumps((CACHE_VERSION + 1, "old")))
+    entry = json.loads(entries[1].read_bytes())
+    entries[1].write_text(json.dumps({**entry, "version": CACHE_VERSION + 1}))
     third = build(FIXTURES / "deit", cache_dir=cache)
     assert third.cache.misses == 2 and third.cache.hits == 3
     assert sorted(third.modules) == sorted(first.modules)
@@ -189,7 +190,7 @@ def test_editor_text_is_not_written_to_the_disk_cache(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("import torch.distributed as dist\n")
     cache = tmp_path / "cache"
     index = ProjectIndex(tmp_path, cache_dir=cache).build()
-    entries = lambda: sorted(p.name for p in cache.rglob("*.pickle"))  # noqa: E731
+    entries = lambda: sorted(p.name for p in cache.rglob("*.json"))  # noqa: E731
     on_disk = entries()
     assert len(on_disk) == 1
     for i in range(5):
@@ -214,7 +215,7 @@ def test_old_cache_entries_are_pruned_once_a_day(tmp_path: Path) -> None:
     from ddp_lsp.project.index import SummaryCache
 
     cache = SummaryCache(tmp_path)
-    old, new = tmp_path / "ab" / "old.pickle", tmp_path / "cd" / "new.pickle"
+    old, new = tmp_path / "ab" / "old.json", tmp_path / "cd" / "new.json"
     for p in (old, new):
         p.parent.mkdir()
         p.write_bytes(b"x")

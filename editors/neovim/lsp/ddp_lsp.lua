@@ -8,6 +8,9 @@
 -- Override anything with vim.lsp.config('ddp_lsp', { settings = { ['ddp-lsp'] = {...} } }).
 -- Settings are also read from [tool.ddp-lsp] in the nearest pyproject.toml, which wins.
 return {
+  -- The console script, not `python3 -m`: Neovim starts servers in the project root, and
+  -- `-m` would put it first on sys.path (a repository's struct.py would run). Through an
+  -- interpreter, isolate it: { 'python3', '-I', '-m', 'ddp_lsp', 'serve' }.
   cmd = { 'ddp-lsp', 'serve' },
   filetypes = { 'python' },
   root_markers = { 'pyproject.toml', 'setup.cfg', 'setup.py', '.git' },
