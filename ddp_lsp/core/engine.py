@@ -15,6 +15,7 @@ import ast
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import cast
 
 from ddp_lsp.config import Settings
 from ddp_lsp.core import fixes as F
@@ -22,7 +23,14 @@ from ddp_lsp.core import names as N
 from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.document import Document, ParsedChunk, gc_paused
 from ddp_lsp.core.env import Environment
-from ddp_lsp.core.facts import RANKS, Entry, FactsView, ModuleFacts, changed_entries
+from ddp_lsp.core.facts import (
+    Entry,
+    FactsView,
+    ModuleFacts,
+    changed_entries,
+    recording_ranks,
+)
+from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.registry import SYNTAX_ERROR, all_rules
 from ddp_lsp.core.rule import ChunkContext, Rule
 from ddp_lsp.core.suppress import is_suppressed
@@ -123,7 +131,10 @@ def _collect(
             # Computed with other module facts: still right if none of what it read changed.
             memo = changes.get(id(cached.facts))
             if memo is None or memo[0] is not cached.facts:
-                memo = changes[id(cached.facts)] = (cached.facts, changed_entries(cached.facts, facts))
+                memo = changes[id(cached.facts)] = (
+                    cached.facts,
+                    changed_entries(cached.facts, facts),
+                )
             if cached.reads.isdisjoint(memo[1]):
                 cached.facts = facts
             else:
@@ -213,7 +224,11 @@ def _run_rules(
     rules: Sequence[Rule],
 ) -> _Result:
     view = FactsView(facts)
-    ctx = ChunkContext(chunk, view, settings, ranks, env)  # type: ignore[arg-type]
+    assert isinstance(ranks, RankModel)
+    # The rank model holds the module's rank variables and predicates: its reads are recorded.
+    # The view answers every question ModuleFacts does (duck-typed: rules need no change).
+    facts_seen = cast(ModuleFacts, view)
+    ctx = ChunkContext(chunk, facts_seen, settings, recording_ranks(ranks, view.reads), env)
     found: list[Finding] = []
     errors: list[InternalError] = []
     for rule in rules:
@@ -226,16 +241,12 @@ def _run_rules(
         # The chunk parsed only once its half-typed statement was repaired: what the rules
         # say about that statement is about text the user has not written.
         found = [f for f in found if not _touches(f, chunk.repaired)]
-    # Every rule sees the rank model built from the module's rank names and predicates.
-    view.reads.add(RANKS)
     return _Result(facts, frozenset(view.reads), tuple(found), tuple(errors))
 
 
 def _touches(f: Finding, lines: frozenset[int]) -> bool:
     spans = [f.span, *(e.span for fix in f.fixes for e in fix.edits)]
-    return any(
-        not lines.isdisjoint(range(sp.start.line, sp.end.line + 1)) for sp in spans
-    )
+    return any(not lines.isdisjoint(range(sp.start.line, sp.end.line + 1)) for sp in spans)
 
 
 def _import_line(doc: Document) -> int:

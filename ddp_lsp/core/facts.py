@@ -916,8 +916,8 @@ def iter_functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctio
 # and WHOLE for a read that depends on the whole table (iterating it, its length).
 
 WHOLE = "\x00*"  # no name, path or qualified name can be this
+VALUES = "\x00values"  # the set of a table's distinct values
 EVERYTHING = ("\x00everything",)  # a read the view cannot narrow down (the facts' key itself)
-RANKS = ("ranks",)  # the rank model the rules get (rank names and predicates of the module)
 DIST = ("dist",)
 PROJECT = ("proj",)  # the project facts as a whole (a rule holding the object)
 HAS_PROJECT = ("proj?",)  # whether the module is analysed inside a project
@@ -959,7 +959,10 @@ class _RecMap(Mapping[Any, Any]):
         return self._d.keys()
 
     def values(self) -> Any:
-        self._reads.add((self._tag, WHOLE))
+        # Rules ask whether some value is there (`"logging" in aliases.values()`, `any(...)`),
+        # so this read rests on the set of distinct values: a new alias of a module already
+        # imported (`import torch.distributed as d` while typing `dist`) leaves it unchanged.
+        self._reads.add((self._tag, VALUES))
         return self._d.values()
 
     def items(self) -> Any:
@@ -1010,10 +1013,37 @@ class _RecSet(AbstractSet[Any]):
         self._reads.add((self._tag, WHOLE))
         return self._s == (other._s if isinstance(other, _RecSet) else other)
 
-    __hash__ = None  # type: ignore[assignment]
+    def __hash__(self) -> int:
+        self._reads.add((self._tag, WHOLE))
+        return hash(self._s)
 
     def __repr__(self) -> str:
         return f"_RecSet({self._tag}, {self._s!r})"
+
+
+class _RecProject:
+    """The project facts, recording any use beyond "there are some" as a read of all of it."""
+
+    __slots__ = ("_p", "_reads")
+
+    def __init__(self, p: ModuleProjectFacts, reads: set[Entry]) -> None:
+        self._p = p
+        self._reads = reads
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        self._reads.add(PROJECT)
+        return getattr(self._p, name)
+
+    def __eq__(self, other: object) -> bool:
+        self._reads.add(PROJECT)
+        return self._p == (other._p if isinstance(other, _RecProject) else other)
+
+    def __hash__(self) -> int:
+        self._reads.add(PROJECT)
+        return hash(self._p)
 
 
 class FactsView:
@@ -1041,8 +1071,12 @@ class FactsView:
 
     @property
     def project(self) -> ModuleProjectFacts | None:
-        self.reads.add(PROJECT)
-        return self.base.project
+        # `if ctx.facts.project` / `is None` rests only on there being one; what is read of
+        # it rests on all of it.
+        self.reads.add(HAS_PROJECT)
+        if self.base.project is None:
+            return None
+        return _RecProject(self.base.project, self.reads)  # type: ignore[return-value]
 
     @property
     def key(self) -> tuple[object, ...]:
@@ -1102,6 +1136,16 @@ class FactsView:
         return self.base.callee_origin(callee, cls, prop)
 
 
+def recording_ranks(model: RankModel, reads: set[Entry]) -> RankModel:
+    """``model`` (the module's rank model: configured names and predicates with the module's
+    rank variables and predicate functions) recording each name it is asked about. Configured
+    names never change under an analysis key, so a name's entry is the module's own one."""
+    return RankModel(
+        _RecSet(model.names, "rv", reads),  # type: ignore[arg-type]
+        _RecSet(model.predicates, "rp", reads),  # type: ignore[arg-type]
+    )
+
+
 def _visible_scopes(scope: str, cls: str | None) -> set[str]:
     visible = {scope, ""}
     s = scope
@@ -1125,12 +1169,17 @@ def _diff_map(out: set[Entry], tag: str, old: Mapping[Any, Any], new: Mapping[An
             if tag == "k":
                 out.add(("ks", k[0]))
     out.add((tag, WHOLE))
+    try:
+        if set(old.values()) != set(new.values()):
+            out.add((tag, VALUES))
+    except TypeError:  # unhashable values
+        out.add((tag, VALUES))
 
 
 def _diff_set(out: set[Entry], tag: str, old: AbstractSet[Any], new: AbstractSet[Any]) -> None:
     if old is new or old == new:
         return
-    for x in old ^ new:  # type: ignore[operator]
+    for x in old ^ new:
         out.add((tag, x))
     out.add((tag, WHOLE))
 
@@ -1154,8 +1203,6 @@ def changed_entries(old: ModuleFacts, new: ModuleFacts) -> frozenset[Entry]:
     _diff_set(out, "n", old.names_used, new.names_used)
     _diff_set(out, "kset", old.kind_set, new.kind_set)
     _diff_set(out, "pset", old.prop_set, new.prop_set)
-    if old.rank_vars != new.rank_vars or old.rank_predicates != new.rank_predicates:
-        out.add(RANKS)
     if old.distributed != new.distributed:
         out.add(DIST)
     if old.project != new.project:
