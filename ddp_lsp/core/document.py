@@ -21,7 +21,7 @@ from typing import Any
 
 from ddp_lsp.core import chunks as C
 from ddp_lsp.core.crossfile import ModuleProjectFacts
-from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, ModuleFacts, extract, merge
+from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, MergeCache, ModuleFacts, extract, merge
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.types import Pos
 
@@ -443,6 +443,7 @@ class Document:
         self._last_facts: ModuleFacts | None = None
         self._facts_assume: bool | None = None
         self._facts_project: ModuleProjectFacts | None = None
+        self._merge_cache = MergeCache()
         self.rules_ran = 0  # chunks whose rules the last analysis ran (tests, benchmarks)
 
     # -- reading -------------------------------------------------------------------------------
@@ -480,7 +481,9 @@ class Document:
             or self._facts_assume != assume_distributed
             or self._facts_project != project
         ):
-            new = merge((pc.facts for pc in self._parsed), assume_distributed, project)
+            new = merge(
+                (pc.facts for pc in self._parsed), assume_distributed, project, self._merge_cache
+            )
             # Keep the old object when nothing changed: every chunk's findings cache is keyed
             # by it, and an identity hit is far cheaper than comparing the keys per chunk.
             if self._last_facts is not None and self._last_facts == new:

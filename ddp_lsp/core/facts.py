@@ -503,7 +503,8 @@ def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankMod
 
 @dataclass(frozen=True)
 class ModuleFacts:
-    """Facts of a whole module, derived from its chunks. Hashable: it keys the findings cache."""
+    """Facts of a whole module, derived from its chunks. Compared by value (tables compare as
+    dicts, in C); hashable, with the hash computed on first use."""
 
     aliases: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
     distributed: bool = False
@@ -521,21 +522,50 @@ class ModuleFacts:
     # wrap a model in DDP at all?" per chunk, which must not cost a scan of all functions.
     kind_set: frozenset[str] = frozenset()
     prop_set: frozenset[str] = frozenset()
-    key: tuple[object, ...] = ()
-    key_hash: int = 0  # hash(key), computed once: the facts key every chunk's cache lookup
     # What the rest of the project says (None: analysed alone). Part of ``key``.
     project: ModuleProjectFacts | None = field(default=None, compare=False, hash=False)
 
+    @property
+    def key(self) -> tuple[object, ...]:
+        """Everything the facts say, as one hashable value (built on first use: sorting every
+        table costs more than the merge that made them)."""
+        key = self.__dict__.get("_key")
+        if key is None:
+            key = (
+                tuple(sorted(self.aliases.items())),
+                self.distributed,
+                tuple(sorted(self.kinds.items())),
+                tuple(sorted((q, tuple(sorted(p))) for q, p in self.func_props.items())),
+                tuple(sorted(self.func_params.items())),
+                self.rank_predicates,
+                self.rank_vars,
+                self.names_used,
+                self.project.key if self.project is not None else None,
+            )
+            object.__setattr__(self, "_key", key)
+        return key
+
     def __hash__(self) -> int:
-        return self.key_hash
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(self.key)
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
         return (
             isinstance(other, ModuleFacts)
-            and self.key_hash == other.key_hash
-            and self.key == other.key
+            and self.distributed == other.distributed
+            and self.rank_predicates == other.rank_predicates
+            and self.rank_vars == other.rank_vars
+            and self.names_used == other.names_used
+            and self.aliases == other.aliases
+            and self.kinds == other.kinds
+            and self.func_props == other.func_props
+            and self.func_params == other.func_params
+            and self.project == other.project
         )
 
     def resolve(self, dotted_name: str) -> str | None:
@@ -619,18 +649,123 @@ def visible_key(
         s = s.rpartition(".")[0] if "." in s else ""
 
 
+class MergeCache:
+    """What :func:`merge` derived from each chunk's facts and each function under the module's
+    aliases and project facts. A :class:`~ddp_lsp.core.document.Document` keeps one between
+    edits, so a merge after an edit re-derives only what the edited chunks hold (at 20,000
+    lines, resolving every binding and callee again was most of a merge's cost)."""
+
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] | None = None
+        self.project: ModuleProjectFacts | None = None
+        self.chunks: dict[int, tuple[ChunkFacts, _ChunkPart]] = {}
+        self.functions: dict[int, tuple[FunctionInfo, frozenset[str], tuple[str, ...]]] = {}
+
+    def reset_if_changed(self, aliases: dict[str, str], project: ModuleProjectFacts | None) -> None:
+        if self.aliases != aliases or self.project != project:
+            self.aliases = dict(aliases)
+            self.project = project
+            self.chunks.clear()
+            self.functions.clear()
+
+
+@dataclass(frozen=True)
+class _ChunkPart:
+    kinds: tuple[tuple[tuple[str, str], str], ...]  # from bindings to a known callee
+    alias_bindings: tuple[tuple[str, str, str, str], ...]  # `y = x`: (scope, path, src, scope)
+    unwrapped: frozenset[tuple[str, str]]
+    names_used: frozenset[str]
+
+
+def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
+    kinds: list[tuple[tuple[str, str], str]] = []
+    alias_bindings: list[tuple[str, str, str, str]] = []
+    for b in cf.bindings:
+        if b.source[0] == UNWRAP:
+            continue
+        if b.source[0] == "=alias":
+            src_scope = b.source[2] if len(b.source) > 2 else b.scope
+            alias_bindings.append((b.scope, b.path, b.source[1], src_scope))
+            continue
+        k = _kind_of_source(b.source, aliases)
+        if k is not None:
+            kinds.append(((b.scope, b.path), k))
+    return _ChunkPart(
+        tuple(kinds),
+        tuple(alias_bindings),
+        unwrapped_names((cf,)),
+        frozenset(cf.loads.intersection(aliases)),
+    )
+
+
+def _callee_props_by_name(callee: str, aliases: Mapping[str, str]) -> frozenset[str]:
+    """What a call spelled ``callee`` does, known from the name alone."""
+    found: set[str] = set()
+    if is_collective_call(callee, aliases):
+        found.add(COLLECTIVE)
+    resolved = N.resolve(callee, aliases)
+    if resolved == N.INIT_PROCESS_GROUP:
+        found.add(INITS_PG)
+    elif resolved == N.DESTROY_PROCESS_GROUP:
+        found.add(DESTROYS_PG)
+    elif resolved == "torch.cuda.set_device":
+        found.add(SETS_DEVICE)
+    return frozenset(found)
+
+
+def _function_part(
+    fi: FunctionInfo, aliases: Mapping[str, str], memo: dict[str, frozenset[str]]
+) -> tuple[frozenset[str], tuple[str, ...]]:
+    """A function's own properties (syntactic, and from the names it calls), and the
+    receivers of its `x.update()` calls (a scaler update once `x`'s kind is known)."""
+    props = set(fi.props)
+    raw = [p for p in props if p.startswith(_SAVES_RAW)]
+    if raw:
+        props.difference_update(raw)
+        if any(N.resolve(p[len(_SAVES_RAW) :], aliases) in _CHECKPOINT_WRITERS for p in raw):
+            props.add(SAVES_CALLER_PATH)
+    receivers: list[str] = []
+    for callee in fi.calls:
+        direct = memo.get(callee)
+        if direct is None:
+            direct = memo[callee] = _callee_props_by_name(callee, aliases)
+        props |= direct
+        if (
+            callee.endswith(".update")
+            and callee.count(".") == 1
+            or callee.startswith("self.")
+            and callee.endswith(".update")
+        ):
+            receivers.append(callee.rsplit(".", 1)[0])
+    return frozenset(props), tuple(receivers)
+
+
 def merge(
     chunks: Iterable[ChunkFacts],
     assume_distributed: bool = False,
     project: ModuleProjectFacts | None = None,
+    cache: MergeCache | None = None,
 ) -> ModuleFacts:
     """Module facts of ``chunks``; ``project``: what other files of the project add (kinds of
-    parameters from callers elsewhere, properties of imported helpers, "distributed")."""
+    parameters from callers elsewhere, properties of imported helpers, "distributed");
+    ``cache``: what an earlier merge of (mostly) the same chunks derived (see MergeCache)."""
     chunk_list = list(chunks)
     aliases: dict[str, str] = {}
     for cf in chunk_list:
         for name, qual in cf.imports:
             aliases.setdefault(name, qual)
+    if cache is None:
+        cache = MergeCache()
+    cache.reset_if_changed(aliases, project)
+    parts: list[_ChunkPart] = []
+    kept: dict[int, tuple[ChunkFacts, _ChunkPart]] = {}
+    for cf in chunk_list:
+        hit = cache.chunks.get(id(cf))
+        if hit is None or hit[0] is not cf:
+            hit = (cf, _chunk_part(cf, aliases))
+        kept[id(cf)] = hit
+        parts.append(hit[1])
+    cache.chunks = kept
     distributed = (
         assume_distributed
         or (project is not None and project.distributed is not None)
@@ -652,20 +787,13 @@ def merge(
     # Kinds from bindings (aliases of aliases resolved in a second pass).
     kinds: dict[tuple[str, str], str] = {}
     alias_bindings: list[tuple[str, str, str, str]] = []
-    unwrapped = unwrapped_names(chunk_list)
-    for cf in chunk_list:
-        for b in cf.bindings:
-            if b.source[0] == UNWRAP:
-                continue
-            if b.source[0] == "=alias":
-                if (b.scope, b.path) in unwrapped:
-                    continue
-                src_scope = b.source[2] if len(b.source) > 2 else b.scope
-                alias_bindings.append((b.scope, b.path, b.source[1], src_scope))
-                continue
-            k = _kind_of_source(b.source, aliases)
-            if k is not None:
-                kinds.setdefault((b.scope, b.path), k)
+    unwrapped = frozenset().union(*(part.unwrapped for part in parts))
+    for part in parts:
+        for key_, kind_ in part.kinds:
+            kinds.setdefault(key_, kind_)
+        for ab in part.alias_bindings:
+            if (ab[0], ab[1]) not in unwrapped:
+                alias_bindings.append(ab)
     if project is not None:
         # Parameters of this module's functions given a kind by callers in other files.
         for key_, pk in project.extra_kinds.items():
@@ -715,56 +843,42 @@ def merge(
     # Function properties: syntactic ones, collectives by resolved name, then transitively.
     func_props: dict[str, set[str]] = {}
     callee_memo: dict[str, frozenset[str]] = {}
+    fn_kept: dict[int, tuple[FunctionInfo, frozenset[str], tuple[str, ...]]] = {}
     for q, fi in functions.items():
-        props = set(fi.props)
-        raw = [p for p in props if p.startswith(_SAVES_RAW)]
-        if raw:
-            props.difference_update(raw)
-            if any(N.resolve(p[len(_SAVES_RAW) :], aliases) in _CHECKPOINT_WRITERS for p in raw):
-                props.add(SAVES_CALLER_PATH)
-        for callee in fi.calls:
-            direct = callee_memo.get(callee)
-            if direct is None:
-                found_props: set[str] = set()
-                if is_collective_call(callee, aliases):
-                    found_props.add(COLLECTIVE)
-                resolved = N.resolve(callee, aliases)
-                if resolved == N.INIT_PROCESS_GROUP:
-                    found_props.add(INITS_PG)
-                elif resolved == N.DESTROY_PROCESS_GROUP:
-                    found_props.add(DESTROYS_PG)
-                elif resolved == "torch.cuda.set_device":
-                    found_props.add(SETS_DEVICE)
-                if project is not None and callee not in functions:
+        fhit = cache.functions.get(id(fi))
+        if fhit is None or fhit[0] is not fi:
+            fhit = (fi, *_function_part(fi, aliases, callee_memo))
+        fn_kept[id(fi)] = fhit
+        props = set(fhit[1])
+        if project is not None:
+            for callee in fi.calls:
+                if callee not in functions:
                     cp = project.callee_props.get(callee)
                     if cp is not None:
                         # A helper in another file: what it does travels to this caller.
-                        found_props |= cp.props & TRANSITIVE_PROPS
-                direct = callee_memo[callee] = frozenset(found_props)
-            props |= direct
-            if (
-                callee.endswith(".update")
-                and callee.count(".") == 1
-                or callee.startswith("self.")
-                and callee.endswith(".update")
-            ):
-                receiver = callee.rsplit(".", 1)[0]
-                if facts.kind(receiver, q, fi.cls) == SCALER:
-                    props.add(UPDATES_SCALER)
+                        props |= cp.props & TRANSITIVE_PROPS
+        for receiver in fhit[2]:
+            if facts.kind(receiver, q, fi.cls) == SCALER:
+                props.add(UPDATES_SCALER)
         func_props[q] = props
-    for _ in range(len(functions) + 1):
-        changed = False
-        for q, fi in functions.items():
-            for callee in fi.calls:
-                inherited = func_props.get(callee)
-                if inherited is None:
-                    continue
-                new = (inherited & TRANSITIVE_PROPS) - func_props[q]
-                if new:
-                    func_props[q] |= new
-                    changed = True
-        if not changed:
-            break
+    cache.functions = fn_kept
+    # Transitively through same-file helpers: a worklist from each function that has a
+    # transitive property to its callers (linear in the calls, not in functions x calls).
+    callers: dict[str, list[str]] = {}
+    for q, fi in functions.items():
+        for callee in fi.calls:
+            if callee in func_props:
+                callers.setdefault(callee, []).append(q)
+    work = [q for q, p in func_props.items() if p & TRANSITIVE_PROPS and q in callers]
+    while work:
+        done = work.pop()
+        carried = func_props[done] & TRANSITIVE_PROPS
+        for q in callers.get(done, ()):
+            new_props = carried - func_props[q]
+            if new_props:
+                func_props[q] |= new_props
+                if q in callers:
+                    work.append(q)
     sites_by_callee: dict[str, list[bool]] = {}
     for cs in call_sites:
         sites_by_callee.setdefault(cs.callee, []).append(
@@ -797,21 +911,9 @@ def merge(
     )
     # Only imported names: the set must not change while the user types a new local name,
     # or every chunk would re-run its rules on every keystroke.
-    imported = frozenset(aliases)
-    names_used = frozenset(n for cf in chunk_list for n in cf.loads & imported)
+    names_used = frozenset().union(*(part.names_used for part in parts))
     frozen_props = {q: frozenset(p) for q, p in func_props.items()}
     func_params = {q: fi.params for q, fi in functions.items()}
-    key = (
-        tuple(sorted(aliases.items())),
-        distributed,
-        tuple(sorted(kinds.items())),
-        tuple(sorted((q, tuple(sorted(p))) for q, p in frozen_props.items())),
-        tuple(sorted(func_params.items())),
-        rank_predicates,
-        rank_vars,
-        names_used,
-        project.key if project is not None else None,
-    )
     return ModuleFacts(
         aliases=aliases,
         distributed=distributed,
@@ -823,8 +925,6 @@ def merge(
         names_used=names_used,
         kind_set=frozenset(kinds.values()),
         prop_set=frozenset().union(*frozen_props.values()) if frozen_props else frozenset(),
-        key=key,
-        key_hash=hash(key),
         project=project,
     )
 
