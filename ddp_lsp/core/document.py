@@ -127,7 +127,7 @@ def _broken(
         col = max((exc.offset or 1) - 1, 0)
         col = min(col, len(lines[line].rstrip("\r\n"))) if lines else 0
         message = _problem_message(exc)
-        newer = _newer_grammar_accepts(text, member_of)
+        newer = _may_be_newer_syntax(lines, line) and _newer_grammar_accepts(text, member_of)
     if newer:
         # Valid in a newer Python: not reported, and only the whole statements before it (in
         # a run of module-level statements) are analysed.
@@ -197,6 +197,21 @@ def _problem_message(exc: BaseException) -> str:
 
 
 _MAX_FALLBACK_DEPTH = 64
+# What Pythons newer than the running one accept and it does not: `type X = ...` and
+# `def f[T]` / `class C[T]` (3.12), f-strings reusing their quotes or holding backslashes and
+# comments (3.12), t-strings and `except A, B:` without brackets (3.14).
+_NEWER_MARKERS = re.compile(
+    r"""\btype\b|\b(?:def|class)\s+\w+\s*\[|(?<![\w.])(?:[fFtT][rR]?|[rR][fFtT])["']|\bexcept\b"""
+)
+
+
+def _may_be_newer_syntax(lines: list[str], error_line: int) -> bool:
+    """The statement with the error holds a construct of a newer grammar. Most syntax errors
+    are half-typed statements with none; asking libcst costs its import (0.2 s) and a parse."""
+    if not lines:
+        return False
+    first, end = _statement_at(lines, error_line)
+    return _NEWER_MARKERS.search("".join(lines[first:end])) is not None
 
 
 def _newer_grammar_accepts(text: str, member_of: str | None) -> bool:
