@@ -68,13 +68,14 @@ def analyze(
     if rules is None:
         # Disabled rules do not run at all (their findings would be dropped anyway).
         rules = tuple(r for r in all_rules() if settings.enabled(r.meta.id))
-    facts = doc.module_facts(settings.assume_distributed, project)
-    rank_model = ranks.with_extra(facts.rank_vars, facts.rank_predicates)
-    key = _Key((ranks, env, tuple(id(r) for r in rules)))
-
     raw: list[Finding] = []
     errors: list[InternalError] = []
+    # The merge and the rules allocate many small objects: a cyclic collection triggered
+    # among them would scan every AST node of the document (0.4 s at 20,000 lines).
     with gc_paused():
+        facts = doc.module_facts(settings.assume_distributed, project)
+        rank_model = ranks.with_extra(facts.rank_vars, facts.rank_predicates)
+        key = _Key((ranks, env, tuple(id(r) for r in rules)))
         doc.rules_ran = _collect(doc, facts, settings, rank_model, env, rules, key, raw, errors)
     return _finish(doc, facts, settings, raw, errors)
 
