@@ -8,8 +8,11 @@ Measures, per server, in the same run on the same generated DDP-style files (ben
 - cold start: spawn to the ``initialize`` result (median of several starts; the bare pygls
   server that registers nothing is the floor ddp-lsp is held to);
 - first diagnostics: ``didOpen`` of a 1,500-line file to its ``publishDiagnostics``;
-- edit latency: a one-character ``didChange`` in the middle of the file to the diagnostics
-  *for that version* (p50/p95), at 1,500 and 20,000 lines;
+- edit latency: each ``didChange`` to the diagnostics *for that version* (p50/p95/max), for
+  the edits people make (``bench/edits.py``, the same seed for every server): ``char`` (a
+  character typed into an identifier anywhere in the file's functions, then deleted),
+  ``rename`` (an identifier renamed, then back), ``type`` (a statement typed key by key on a
+  new line of a function body, then the line deleted), at 1,500 and 20,000 lines;
 - code action latency (p50/p95) on a line with a finding;
 - RSS of the server process with the 20,000-line file open.
 
@@ -43,6 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.edits import KINDS, plan  # noqa: E402
 from bench.gen import module  # noqa: E402
 
 BARE_PYGLS = "from pygls.lsp.server import LanguageServer\nLanguageServer('bare', '0').start_io()\n"
@@ -210,6 +214,7 @@ def measure_file(
     edits: int,
     actions: bool,
     cache: Path | None = None,
+    seed: int = 2,
 ) -> dict[str, Any]:
     path = root / name
     path.write_text(text)
@@ -227,34 +232,27 @@ def measure_file(
         diags = first["params"]["diagnostics"]
         out["findings"] = len(diags)
         line, col = edit_target(text)
-        times = []
+        times: dict[str, list[float]] = {}
         version = 1
-        for k in range(edits):
-            version += 1
-            if k % 2 == 0:
+        # The same edits (same seed) for every server: char, rename and type, over the file.
+        for kind in KINDS:
+            for _, e in plan(text, edits, seed, (kind,)):
+                version += 1
                 change = {
                     "range": {
-                        "start": {"line": line, "character": col},
-                        "end": {"line": line, "character": col},
+                        "start": {"line": e.line, "character": e.col},
+                        "end": {"line": e.end_line, "character": e.end_col},
                     },
-                    "text": "x",
+                    "text": e.text,
                 }
-            else:
-                change = {
-                    "range": {
-                        "start": {"line": line, "character": col},
-                        "end": {"line": line, "character": col + 1},
-                    },
-                    "text": "",
-                }
-            t0 = c.notify(
-                "textDocument/didChange",
-                {"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]},
-            )
-            t1, _ = c.wait(published(uri, version))
-            times.append(t1 - t0)
-            if c.index_end is None:
-                out["during_index"] = out.get("during_index", 0) + 1
+                t0 = c.notify(
+                    "textDocument/didChange",
+                    {"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]},
+                )
+                t1, _ = c.wait(published(uri, version))
+                times.setdefault(kind, []).append(t1 - t0)
+                if c.index_end is None:
+                    out["during_index"] = out.get("during_index", 0) + 1
         out["edit"] = times
         if actions:
             rng = (
@@ -341,7 +339,8 @@ def cold_start(cmd: list[str], root: Path, runs: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer runs, 1,500 lines only")
-    ap.add_argument("--edits", type=int, default=100)
+    ap.add_argument("--edits", type=int, default=100, help="edits per kind")
+    ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--no-ruff", action="store_true")
     ap.add_argument(
         "--workspace",
@@ -396,13 +395,19 @@ def main() -> None:
                 # A fresh, empty index cache per run: the workspace is indexed during the edits.
                 cache = Path(tempfile.mkdtemp(dir=tmp, prefix="cache-"))
                 results[(k, n)] = measure_file(
-                    cmd, ws, f"train_{n}_{k.split()[0]}.py", text, edits, actions=True, cache=cache
+                    cmd,
+                    ws,
+                    f"train_{n}_{k.split()[0]}.py",
+                    text,
+                    edits,
+                    actions=True,
+                    cache=cache,
+                    seed=args.seed,
                 )
         for n in sizes:
             lines = module(n).count("\n")
             for k in servers:
                 r = results[(k, n)]
-                e = r["edit"]
                 rows.append(
                     (
                         f"first diagnostics after didOpen, {lines} lines, {k}",
@@ -410,18 +415,20 @@ def main() -> None:
                         f"{r['findings']} diagnostics",
                     )
                 )
-                rows.append(
-                    (
-                        f"edit -> diagnostics for that version, {lines} lines, {k}",
-                        f"p50 {statistics.median(e) * 1000:.1f} ms / p95 {pct(e, 95) * 1000:.1f} ms",
-                        f"{len(e)} edits"
-                        + (
-                            f", {r.get('during_index', 0)} during the workspace's indexing"
-                            if args.workspace and k == "ddp-lsp"
-                            else ""
-                        ),
+                for kind, e in r["edit"].items():
+                    rows.append(
+                        (
+                            f"`{kind}` edit -> diagnostics for that version, {lines} lines, {k}",
+                            f"p50 {statistics.median(e) * 1000:.1f} / p95 {pct(e, 95) * 1000:.1f}"
+                            f" / max {max(e) * 1000:.0f} ms",
+                            f"{len(e)} edits"
+                            + (
+                                f", {r.get('during_index', 0)} during the workspace's indexing"
+                                if args.workspace and k == "ddp-lsp"
+                                else ""
+                            ),
+                        )
                     )
-                )
                 a = r["action"]
                 rows.append(
                     (
@@ -440,12 +447,19 @@ def main() -> None:
                     )
             if "ruff server" in servers:
                 d, rf = results[("ddp-lsp", n)], results[("ruff server", n)]
-                ratio = pct(d["edit"], 95) / pct(rf["edit"], 95)
-                rows.append(
-                    (f"edit p95 ratio ddp-lsp / ruff server, {lines} lines", f"{ratio:.2f}x", "")
-                )
+                for kind in KINDS:
+                    ratio = pct(d["edit"][kind], 95) / pct(rf["edit"][kind], 95)
+                    rows.append(
+                        (
+                            f"`{kind}` edit p95 ratio ddp-lsp / ruff server, {lines} lines",
+                            f"{ratio:.2f}x",
+                            "",
+                        )
+                    )
     if not args.quick:
         rows.extend(index_rows(py, args.workspace or 500, 300))
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"load average (1, 5, 15 min) at the end: {load} on {os.cpu_count()} CPUs\n")
     print("| measurement | result | note |\n| --- | --- | --- |")
     for row in rows:
         print("| " + " | ".join(row) + " |")

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Any
 
 from ddp_lsp.core import names as N
-from ddp_lsp.core.crossfile import ModuleProjectFacts, ParamKind, Provenance
+from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.core.ranks import Polarity, RankModel
 from ddp_lsp.core.walk import children, walk
 
@@ -526,7 +528,8 @@ def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankMod
 
 @dataclass(frozen=True)
 class ModuleFacts:
-    """Facts of a whole module, derived from its chunks. Hashable: it keys the findings cache."""
+    """Facts of a whole module, derived from its chunks. Compared by value (tables compare as
+    dicts, in C); hashable, with the hash computed on first use."""
 
     aliases: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
     distributed: bool = False
@@ -545,21 +548,52 @@ class ModuleFacts:
     # wrap a model in DDP at all?" per chunk, which must not cost a scan of all functions.
     kind_set: frozenset[str] = frozenset()
     prop_set: frozenset[str] = frozenset()
-    key: tuple[object, ...] = ()
-    key_hash: int = 0  # hash(key), computed once: the facts key every chunk's cache lookup
     # What the rest of the project says (None: analysed alone). Part of ``key``.
     project: ModuleProjectFacts | None = field(default=None, compare=False, hash=False)
 
+    @property
+    def key(self) -> tuple[object, ...]:
+        """Everything the facts say, as one hashable value (built on first use: sorting every
+        table costs more than the merge that made them)."""
+        key = self.__dict__.get("_key")
+        if key is None:
+            key = (
+                tuple(sorted(self.aliases.items())),
+                self.distributed,
+                tuple(sorted(self.kinds.items())),
+                tuple(sorted((q, tuple(sorted(p))) for q, p in self.func_props.items())),
+                tuple(sorted(self.func_params.items())),
+                self.rank_predicates,
+                self.rank_vars,
+                self.names_used,
+                self.barrier_ifs,
+                self.project.key if self.project is not None else None,
+            )
+            object.__setattr__(self, "_key", key)
+        return key
+
     def __hash__(self) -> int:
-        return self.key_hash
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(self.key)
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
         return (
             isinstance(other, ModuleFacts)
-            and self.key_hash == other.key_hash
-            and self.key == other.key
+            and self.distributed == other.distributed
+            and self.rank_predicates == other.rank_predicates
+            and self.rank_vars == other.rank_vars
+            and self.names_used == other.names_used
+            and self.barrier_ifs == other.barrier_ifs
+            and self.aliases == other.aliases
+            and self.kinds == other.kinds
+            and self.func_props == other.func_props
+            and self.func_params == other.func_params
+            and self.project == other.project
         )
 
     def resolve(self, dotted_name: str) -> str | None:
@@ -567,6 +601,9 @@ class ModuleFacts:
 
     def qualname(self, expr: ast.AST) -> str | None:
         return N.qualname(expr, self.aliases)
+
+    def has_project(self) -> bool:
+        return self.project is not None
 
     def kind(self, path: str, scope: str, cls: str | None) -> str | None:
         """What ``path`` (``model``, ``self.scaler``) holds in function ``scope``."""
@@ -640,18 +677,123 @@ def visible_key(
         s = s.rpartition(".")[0] if "." in s else ""
 
 
+class MergeCache:
+    """What :func:`merge` derived from each chunk's facts and each function under the module's
+    aliases and project facts. A :class:`~ddp_lsp.core.document.Document` keeps one between
+    edits, so a merge after an edit re-derives only what the edited chunks hold (at 20,000
+    lines, resolving every binding and callee again was most of a merge's cost)."""
+
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] | None = None
+        self.project: ModuleProjectFacts | None = None
+        self.chunks: dict[int, tuple[ChunkFacts, _ChunkPart]] = {}
+        self.functions: dict[int, tuple[FunctionInfo, frozenset[str], tuple[str, ...]]] = {}
+
+    def reset_if_changed(self, aliases: dict[str, str], project: ModuleProjectFacts | None) -> None:
+        if self.aliases != aliases or self.project != project:
+            self.aliases = dict(aliases)
+            self.project = project
+            self.chunks.clear()
+            self.functions.clear()
+
+
+@dataclass(frozen=True)
+class _ChunkPart:
+    kinds: tuple[tuple[tuple[str, str], str], ...]  # from bindings to a known callee
+    alias_bindings: tuple[tuple[str, str, str, str], ...]  # `y = x`: (scope, path, src, scope)
+    unwrapped: frozenset[tuple[str, str]]
+    names_used: frozenset[str]
+
+
+def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
+    kinds: list[tuple[tuple[str, str], str]] = []
+    alias_bindings: list[tuple[str, str, str, str]] = []
+    for b in cf.bindings:
+        if b.source[0] == UNWRAP:
+            continue
+        if b.source[0] == "=alias":
+            src_scope = b.source[2] if len(b.source) > 2 else b.scope
+            alias_bindings.append((b.scope, b.path, b.source[1], src_scope))
+            continue
+        k = _kind_of_source(b.source, aliases)
+        if k is not None:
+            kinds.append(((b.scope, b.path), k))
+    return _ChunkPart(
+        tuple(kinds),
+        tuple(alias_bindings),
+        unwrapped_names((cf,)),
+        frozenset(cf.loads.intersection(aliases)),
+    )
+
+
+def _callee_props_by_name(callee: str, aliases: Mapping[str, str]) -> frozenset[str]:
+    """What a call spelled ``callee`` does, known from the name alone."""
+    found: set[str] = set()
+    if is_collective_call(callee, aliases):
+        found.add(COLLECTIVE)
+    resolved = N.resolve(callee, aliases)
+    if resolved == N.INIT_PROCESS_GROUP:
+        found.add(INITS_PG)
+    elif resolved == N.DESTROY_PROCESS_GROUP:
+        found.add(DESTROYS_PG)
+    elif resolved == "torch.cuda.set_device":
+        found.add(SETS_DEVICE)
+    return frozenset(found)
+
+
+def _function_part(
+    fi: FunctionInfo, aliases: Mapping[str, str], memo: dict[str, frozenset[str]]
+) -> tuple[frozenset[str], tuple[str, ...]]:
+    """A function's own properties (syntactic, and from the names it calls), and the
+    receivers of its `x.update()` calls (a scaler update once `x`'s kind is known)."""
+    props = set(fi.props)
+    raw = [p for p in props if p.startswith(_SAVES_RAW)]
+    if raw:
+        props.difference_update(raw)
+        if any(N.resolve(p[len(_SAVES_RAW) :], aliases) in _CHECKPOINT_WRITERS for p in raw):
+            props.add(SAVES_CALLER_PATH)
+    receivers: list[str] = []
+    for callee in fi.calls:
+        direct = memo.get(callee)
+        if direct is None:
+            direct = memo[callee] = _callee_props_by_name(callee, aliases)
+        props |= direct
+        if (
+            callee.endswith(".update")
+            and callee.count(".") == 1
+            or callee.startswith("self.")
+            and callee.endswith(".update")
+        ):
+            receivers.append(callee.rsplit(".", 1)[0])
+    return frozenset(props), tuple(receivers)
+
+
 def merge(
     chunks: Iterable[ChunkFacts],
     assume_distributed: bool = False,
     project: ModuleProjectFacts | None = None,
+    cache: MergeCache | None = None,
 ) -> ModuleFacts:
     """Module facts of ``chunks``; ``project``: what other files of the project add (kinds of
-    parameters from callers elsewhere, properties of imported helpers, "distributed")."""
+    parameters from callers elsewhere, properties of imported helpers, "distributed");
+    ``cache``: what an earlier merge of (mostly) the same chunks derived (see MergeCache)."""
     chunk_list = list(chunks)
     aliases: dict[str, str] = {}
     for cf in chunk_list:
         for name, qual in cf.imports:
             aliases.setdefault(name, qual)
+    if cache is None:
+        cache = MergeCache()
+    cache.reset_if_changed(aliases, project)
+    parts: list[_ChunkPart] = []
+    kept: dict[int, tuple[ChunkFacts, _ChunkPart]] = {}
+    for cf in chunk_list:
+        hit = cache.chunks.get(id(cf))
+        if hit is None or hit[0] is not cf:
+            hit = (cf, _chunk_part(cf, aliases))
+        kept[id(cf)] = hit
+        parts.append(hit[1])
+    cache.chunks = kept
     distributed = (
         assume_distributed
         or (project is not None and project.distributed is not None)
@@ -673,20 +815,13 @@ def merge(
     # Kinds from bindings (aliases of aliases resolved in a second pass).
     kinds: dict[tuple[str, str], str] = {}
     alias_bindings: list[tuple[str, str, str, str]] = []
-    unwrapped = unwrapped_names(chunk_list)
-    for cf in chunk_list:
-        for b in cf.bindings:
-            if b.source[0] == UNWRAP:
-                continue
-            if b.source[0] == "=alias":
-                if (b.scope, b.path) in unwrapped:
-                    continue
-                src_scope = b.source[2] if len(b.source) > 2 else b.scope
-                alias_bindings.append((b.scope, b.path, b.source[1], src_scope))
-                continue
-            k = _kind_of_source(b.source, aliases)
-            if k is not None:
-                kinds.setdefault((b.scope, b.path), k)
+    unwrapped = frozenset().union(*(part.unwrapped for part in parts))
+    for part in parts:
+        for key_, kind_ in part.kinds:
+            kinds.setdefault(key_, kind_)
+        for ab in part.alias_bindings:
+            if (ab[0], ab[1]) not in unwrapped:
+                alias_bindings.append(ab)
     if project is not None:
         # Parameters of this module's functions given a kind by callers in other files.
         for key_, pk in project.extra_kinds.items():
@@ -736,56 +871,42 @@ def merge(
     # Function properties: syntactic ones, collectives by resolved name, then transitively.
     func_props: dict[str, set[str]] = {}
     callee_memo: dict[str, frozenset[str]] = {}
+    fn_kept: dict[int, tuple[FunctionInfo, frozenset[str], tuple[str, ...]]] = {}
     for q, fi in functions.items():
-        props = set(fi.props)
-        raw = [p for p in props if p.startswith(_SAVES_RAW)]
-        if raw:
-            props.difference_update(raw)
-            if any(N.resolve(p[len(_SAVES_RAW) :], aliases) in _CHECKPOINT_WRITERS for p in raw):
-                props.add(SAVES_CALLER_PATH)
-        for callee in fi.calls:
-            direct = callee_memo.get(callee)
-            if direct is None:
-                found_props: set[str] = set()
-                if is_collective_call(callee, aliases):
-                    found_props.add(COLLECTIVE)
-                resolved = N.resolve(callee, aliases)
-                if resolved == N.INIT_PROCESS_GROUP:
-                    found_props.add(INITS_PG)
-                elif resolved == N.DESTROY_PROCESS_GROUP:
-                    found_props.add(DESTROYS_PG)
-                elif resolved == "torch.cuda.set_device":
-                    found_props.add(SETS_DEVICE)
-                if project is not None and callee not in functions:
+        fhit = cache.functions.get(id(fi))
+        if fhit is None or fhit[0] is not fi:
+            fhit = (fi, *_function_part(fi, aliases, callee_memo))
+        fn_kept[id(fi)] = fhit
+        props = set(fhit[1])
+        if project is not None:
+            for callee in fi.calls:
+                if callee not in functions:
                     cp = project.callee_props.get(callee)
                     if cp is not None:
                         # A helper in another file: what it does travels to this caller.
-                        found_props |= cp.props & TRANSITIVE_PROPS
-                direct = callee_memo[callee] = frozenset(found_props)
-            props |= direct
-            if (
-                callee.endswith(".update")
-                and callee.count(".") == 1
-                or callee.startswith("self.")
-                and callee.endswith(".update")
-            ):
-                receiver = callee.rsplit(".", 1)[0]
-                if facts.kind(receiver, q, fi.cls) == SCALER:
-                    props.add(UPDATES_SCALER)
+                        props |= cp.props & TRANSITIVE_PROPS
+        for receiver in fhit[2]:
+            if facts.kind(receiver, q, fi.cls) == SCALER:
+                props.add(UPDATES_SCALER)
         func_props[q] = props
-    for _ in range(len(functions) + 1):
-        changed = False
-        for q, fi in functions.items():
-            for callee in fi.calls:
-                inherited = func_props.get(callee)
-                if inherited is None:
-                    continue
-                new = (inherited & TRANSITIVE_PROPS) - func_props[q]
-                if new:
-                    func_props[q] |= new
-                    changed = True
-        if not changed:
-            break
+    cache.functions = fn_kept
+    # Transitively through same-file helpers: a worklist from each function that has a
+    # transitive property to its callers (linear in the calls, not in functions x calls).
+    callers: dict[str, list[str]] = {}
+    for q, fi in functions.items():
+        for callee in fi.calls:
+            if callee in func_props:
+                callers.setdefault(callee, []).append(q)
+    work = [q for q, p in func_props.items() if p & TRANSITIVE_PROPS and q in callers]
+    while work:
+        done = work.pop()
+        carried = func_props[done] & TRANSITIVE_PROPS
+        for q in callers.get(done, ()):
+            new_props = carried - func_props[q]
+            if new_props:
+                func_props[q] |= new_props
+                if q in callers:
+                    work.append(q)
     sites_by_callee: dict[str, list[bool]] = {}
     for cs in call_sites:
         sites_by_callee.setdefault(cs.callee, []).append(
@@ -818,23 +939,10 @@ def merge(
     )
     # Only imported names: the set must not change while the user types a new local name,
     # or every chunk would re-run its rules on every keystroke.
-    imported = frozenset(aliases)
-    names_used = frozenset(n for cf in chunk_list for n in cf.loads & imported)
+    names_used = frozenset().union(*(part.names_used for part in parts))
     barrier_ifs = sum(cf.barrier_ifs for cf in chunk_list)
     frozen_props = {q: frozenset(p) for q, p in func_props.items()}
     func_params = {q: fi.params for q, fi in functions.items()}
-    key = (
-        tuple(sorted(aliases.items())),
-        distributed,
-        tuple(sorted(kinds.items())),
-        tuple(sorted((q, tuple(sorted(p))) for q, p in frozen_props.items())),
-        tuple(sorted(func_params.items())),
-        rank_predicates,
-        rank_vars,
-        names_used,
-        barrier_ifs,
-        project.key if project is not None else None,
-    )
     return ModuleFacts(
         aliases=aliases,
         distributed=distributed,
@@ -847,8 +955,6 @@ def merge(
         barrier_ifs=barrier_ifs,
         kind_set=frozenset(kinds.values()),
         prop_set=frozenset().union(*frozen_props.values()) if frozen_props else frozenset(),
-        key=key,
-        key_hash=hash(key),
         project=project,
     )
 
@@ -928,3 +1034,325 @@ def iter_functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctio
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield node
+
+
+# -- what a chunk's rules read of the module facts ------------------------------------------------
+#
+# Salsa-style red-green invalidation (as in rust-analyzer): a chunk's findings record which
+# entries of the module facts its rules read; when the facts change, the engine compares only
+# those entries between the facts the findings were computed with and the new ones, and re-runs
+# the chunk's rules only when one of them differs. An entry is a tuple: a table tag and a key
+# (an alias name, a (scope, path) kind key, a function's qualified name...), or the table tag
+# and WHOLE for a read that depends on the whole table (iterating it, its length).
+
+WHOLE = "\x00*"  # no name, path or qualified name can be this
+VALUES = "\x00values"  # the set of a table's distinct values
+EVERYTHING = ("\x00everything",)  # a read the view cannot narrow down (the facts' key itself)
+DIST = ("dist",)
+PROJECT = ("proj",)  # the project facts as a whole (a rule holding the object)
+HAS_PROJECT = ("proj?",)  # whether the module is analysed inside a project
+BARRIER_IFS = ("bifs",)  # how many top-level ifs call a barrier
+Entry = tuple[object, ...]
+
+
+class _RecMap(Mapping[Any, Any]):
+    """A read-only mapping that records each key it is asked for (and whole-table reads)."""
+
+    __slots__ = ("_d", "_tag", "_reads")
+
+    def __init__(self, d: Mapping[Any, Any], tag: str, reads: set[Entry]) -> None:
+        self._d = d
+        self._tag = tag
+        self._reads = reads
+
+    def __getitem__(self, k: Any) -> Any:
+        self._reads.add((self._tag, k))
+        return self._d[k]
+
+    def get(self, k: Any, default: Any = None) -> Any:
+        self._reads.add((self._tag, k))
+        return self._d.get(k, default)
+
+    def __contains__(self, k: object) -> bool:
+        self._reads.add((self._tag, k))
+        return k in self._d
+
+    def __iter__(self) -> Iterator[Any]:
+        self._reads.add((self._tag, WHOLE))
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        self._reads.add((self._tag, WHOLE))
+        return len(self._d)
+
+    def keys(self) -> Any:
+        self._reads.add((self._tag, WHOLE))
+        return self._d.keys()
+
+    def values(self) -> Any:
+        # Rules ask whether some value is there (`"logging" in aliases.values()`, `any(...)`),
+        # so this read rests on the set of distinct values: a new alias of a module already
+        # imported (`import torch.distributed as d` while typing `dist`) leaves it unchanged.
+        self._reads.add((self._tag, VALUES))
+        return self._d.values()
+
+    def items(self) -> Any:
+        self._reads.add((self._tag, WHOLE))
+        return self._d.items()
+
+    def __eq__(self, other: object) -> bool:
+        self._reads.add((self._tag, WHOLE))
+        return self._d == (other._d if isinstance(other, _RecMap) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"_RecMap({self._tag}, {self._d!r})"
+
+
+class _RecSet(AbstractSet[Any]):
+    """A read-only set that records each membership test (and whole-set reads)."""
+
+    __slots__ = ("_s", "_tag", "_reads")
+
+    def __init__(self, s: AbstractSet[Any], tag: str, reads: set[Entry]) -> None:
+        self._s = s
+        self._tag = tag
+        self._reads = reads
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[Any]) -> frozenset[Any]:
+        return frozenset(it)
+
+    def __contains__(self, x: object) -> bool:
+        self._reads.add((self._tag, x))
+        return x in self._s
+
+    def __iter__(self) -> Iterator[Any]:
+        self._reads.add((self._tag, WHOLE))
+        return iter(self._s)
+
+    def __len__(self) -> int:
+        self._reads.add((self._tag, WHOLE))
+        return len(self._s)
+
+    def __bool__(self) -> bool:
+        self._reads.add((self._tag, WHOLE))
+        return bool(self._s)
+
+    def __eq__(self, other: object) -> bool:
+        self._reads.add((self._tag, WHOLE))
+        return self._s == (other._s if isinstance(other, _RecSet) else other)
+
+    def __hash__(self) -> int:
+        self._reads.add((self._tag, WHOLE))
+        return hash(self._s)
+
+    def __repr__(self) -> str:
+        return f"_RecSet({self._tag}, {self._s!r})"
+
+
+class _RecProject:
+    """The project facts, recording any use beyond "there are some" as a read of all of it."""
+
+    __slots__ = ("_p", "_reads")
+
+    def __init__(self, p: ModuleProjectFacts, reads: set[Entry]) -> None:
+        self._p = p
+        self._reads = reads
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        self._reads.add(PROJECT)
+        return getattr(self._p, name)
+
+    def __eq__(self, other: object) -> bool:
+        self._reads.add(PROJECT)
+        return self._p == (other._p if isinstance(other, _RecProject) else other)
+
+    def __hash__(self) -> int:
+        self._reads.add(PROJECT)
+        return hash(self._p)
+
+
+class FactsView:
+    """The module facts as one chunk's rules see them: the same questions as
+    :class:`ModuleFacts`, each answer recorded in ``reads`` as the entries it rests on."""
+
+    def __init__(self, facts: ModuleFacts) -> None:
+        self.base = facts
+        reads: set[Entry] = set()
+        self.reads = reads
+        self.aliases: Mapping[str, str] = _RecMap(facts.aliases, "a", reads)
+        self.kinds: Mapping[tuple[str, str], str] = _RecMap(facts.kinds, "k", reads)
+        self.func_props: Mapping[str, frozenset[str]] = _RecMap(facts.func_props, "p", reads)
+        self.func_params: Mapping[str, tuple[str, ...]] = _RecMap(facts.func_params, "fp", reads)
+        self.rank_predicates: AbstractSet[str] = _RecSet(facts.rank_predicates, "rp", reads)
+        self.rank_vars: AbstractSet[str] = _RecSet(facts.rank_vars, "rv", reads)
+        self.names_used: AbstractSet[str] = _RecSet(facts.names_used, "n", reads)
+        self.kind_set: AbstractSet[str] = _RecSet(facts.kind_set, "kset", reads)
+        self.prop_set: AbstractSet[str] = _RecSet(facts.prop_set, "pset", reads)
+
+    @property
+    def distributed(self) -> bool:
+        self.reads.add(DIST)
+        return self.base.distributed
+
+    @property
+    def barrier_ifs(self) -> int:
+        self.reads.add(BARRIER_IFS)
+        return self.base.barrier_ifs
+
+    @property
+    def project(self) -> ModuleProjectFacts | None:
+        # `if ctx.facts.project` / `is None` rests only on there being one; what is read of
+        # it rests on all of it.
+        self.reads.add(HAS_PROJECT)
+        if self.base.project is None:
+            return None
+        return _RecProject(self.base.project, self.reads)  # type: ignore[return-value]
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        self.reads.add(EVERYTHING)
+        return self.base.key
+
+    def has_project(self) -> bool:
+        self.reads.add(HAS_PROJECT)
+        return self.base.project is not None
+
+    def resolve(self, dotted_name: str) -> str | None:
+        return N.resolve(dotted_name, self.aliases)
+
+    def qualname(self, expr: ast.AST) -> str | None:
+        return N.qualname(expr, self.aliases)
+
+    def kind(self, path: str, scope: str, cls: str | None) -> str | None:
+        key = visible_key(self.kinds, path, scope, cls)
+        return None if key is None else self.kinds[key]
+
+    def names_of_kind(self, kind: str, scope: str, cls: str | None) -> list[str]:
+        # Depends on every kind bound in the visible scopes: one entry per scope.
+        for s in _visible_scopes(scope, cls):
+            self.reads.add(("ks", s))
+        return self.base.names_of_kind(kind, scope, cls)
+
+    def props(self, qualname: str) -> frozenset[str]:
+        found = self.func_props.get(qualname)
+        return found if found is not None else frozenset()
+
+    def callee_props(self, callee: str, cls: str | None) -> frozenset[str]:
+        key = _callee_key(callee, cls)
+        own = self.func_props.get(key)
+        if own is not None:
+            return own
+        self.reads.add(("pc", key))
+        return self.base.callee_props(callee, cls)
+
+    def kind_origin(self, path: str, scope: str, cls: str | None) -> ParamKind | None:
+        self.reads.add(HAS_PROJECT)
+        if self.base.project is None:
+            return None
+        key = visible_key(self.kinds, path, scope, cls)
+        if key is None:
+            return None
+        self.reads.add(("pk", key))
+        return self.base.project.extra_kinds.get(key)
+
+    def callee_origin(self, callee: str, cls: str | None, prop: str) -> Provenance | None:
+        self.reads.add(HAS_PROJECT)
+        if self.base.project is None:
+            return None
+        key = _callee_key(callee, cls)
+        if key in self.func_props:
+            return None
+        self.reads.add(("pc", key))
+        return self.base.callee_origin(callee, cls, prop)
+
+
+def recording_ranks(model: RankModel, reads: set[Entry]) -> RankModel:
+    """``model`` (the module's rank model: configured names and predicates with the module's
+    rank variables and predicate functions) recording each name it is asked about. Configured
+    names never change under an analysis key, so a name's entry is the module's own one."""
+    return RankModel(
+        _RecSet(model.names, "rv", reads),  # type: ignore[arg-type]
+        _RecSet(model.predicates, "rp", reads),  # type: ignore[arg-type]
+    )
+
+
+def _visible_scopes(scope: str, cls: str | None) -> set[str]:
+    visible = {scope, ""}
+    s = scope
+    while "." in s:
+        s = s.rpartition(".")[0]
+        visible.add(s)
+    if cls:
+        visible.add(cls)
+    return visible
+
+
+_MISSING = object()
+
+
+def _diff_map(out: set[Entry], tag: str, old: Mapping[Any, Any], new: Mapping[Any, Any]) -> None:
+    if old is new or old == new:
+        return
+    for k in old.keys() | new.keys():
+        if old.get(k, _MISSING) != new.get(k, _MISSING):
+            out.add((tag, k))
+            if tag == "k":
+                out.add(("ks", k[0]))
+    out.add((tag, WHOLE))
+    try:
+        if set(old.values()) != set(new.values()):
+            out.add((tag, VALUES))
+    except TypeError:  # unhashable values
+        out.add((tag, VALUES))
+
+
+def _diff_set(out: set[Entry], tag: str, old: AbstractSet[Any], new: AbstractSet[Any]) -> None:
+    if old is new or old == new:
+        return
+    for x in old ^ new:
+        out.add((tag, x))
+    out.add((tag, WHOLE))
+
+
+def _callee_entries(cp: Mapping[str, CalleeProps]) -> dict[str, object]:
+    return {k: (v, tuple(sorted(v.origins.items()))) for k, v in cp.items()}
+
+
+def changed_entries(old: ModuleFacts, new: ModuleFacts) -> frozenset[Entry]:
+    """The entries (see :class:`FactsView`) whose value differs between two module facts;
+    findings that read none of them are the same under both."""
+    if old is new or old == new:
+        return frozenset()
+    out: set[Entry] = {EVERYTHING}
+    _diff_map(out, "a", old.aliases, new.aliases)
+    _diff_map(out, "k", old.kinds, new.kinds)
+    _diff_map(out, "p", old.func_props, new.func_props)
+    _diff_map(out, "fp", old.func_params, new.func_params)
+    _diff_set(out, "rp", old.rank_predicates, new.rank_predicates)
+    _diff_set(out, "rv", old.rank_vars, new.rank_vars)
+    _diff_set(out, "n", old.names_used, new.names_used)
+    _diff_set(out, "kset", old.kind_set, new.kind_set)
+    _diff_set(out, "pset", old.prop_set, new.prop_set)
+    if old.distributed != new.distributed:
+        out.add(DIST)
+    if old.barrier_ifs != new.barrier_ifs:
+        out.add(BARRIER_IFS)
+    if old.project != new.project:
+        out.add(PROJECT)
+        op, np_ = old.project, new.project
+        if (op is None) != (np_ is None):
+            out.add(HAS_PROJECT)
+        _diff_map(out, "pk", op.extra_kinds if op else {}, np_.extra_kinds if np_ else {})
+        _diff_map(
+            out,
+            "pc",
+            _callee_entries(op.callee_props) if op else {},
+            _callee_entries(np_.callee_props) if np_ else {},
+        )
+    return frozenset(out)

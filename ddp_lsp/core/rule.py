@@ -236,7 +236,7 @@ class ChunkContext:
         """Where ``expr``'s kind (``expr``: a node, or a path such as ``"self.sampler"``) came
         from, when another file gave it (``main.py`` passes a DDP model to this function);
         None when the module knows it from its own code."""
-        if self.facts.project is None:
+        if not self.facts.has_project():
             return None
         path = expr if isinstance(expr, str) else path_of(expr)
         if path is None:
@@ -250,7 +250,7 @@ class ChunkContext:
         self, call: ast.Call, prop: str, at: ast.AST | None = None
     ) -> Provenance | None:
         """Where the function ``call`` reaches has ``prop``, when it is defined in another file."""
-        if self.facts.project is None:
+        if not self.facts.has_project():
             return None
         from ddp_lsp.core.names import dotted
 

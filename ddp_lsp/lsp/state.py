@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,8 @@ IDLE_COLLECT_S = 5.0
 IDLE_COLLECT_MIN_ANALYSES = 50  # a full collection costs ~0.4 s at 20,000 lines: not per pause
 
 Publish = Callable[[str, "int | None", list[dict[str, Any]]], None]
+# A diagnostic as published: (finding, index, view URI, dict, text of the lines it covers).
+_Rendered = tuple[Finding, int, str, dict[str, Any], tuple[str, ...]]
 ShowError = Callable[[str, bool], None]  # (message, is_error)
 
 
@@ -180,8 +183,9 @@ class Unit:
     diagnostics: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by view URI
     signatures: dict[str, list[Any]] = field(default_factory=dict)  # what resultId tracks
     result_ids: dict[str, str] = field(default_factory=dict)
-    # Diagnostics built for the current findings, by id(finding): (finding, index, view, dict).
-    rendered: dict[int, tuple[Finding, int, str, dict[str, Any]]] = field(default_factory=dict)
+    # Diagnostics built for the current findings, by id(finding): (finding, index, view, dict,
+    # the text of the lines it covers).
+    rendered: dict[int, _Rendered] = field(default_factory=dict)
     size_bound: int = 0  # at least the text's length in code points (see _check_size)
     env: Environment | None = None  # launch config next to the file + preflight facts
     project: ModuleProjectFacts | None = None  # the project facts the findings were made with
@@ -202,6 +206,108 @@ class Unit:
         if view is None:
             return self.key, 0
         return view.cell.uri, view.start
+
+
+def _content_key(f: Finding) -> tuple[object, ...]:
+    """What a diagnostic shows of a finding, with its lines (and those of its related
+    locations in the same file) counted from its first line."""
+    sp = f.span
+    first = sp.start.line
+    related = tuple(
+        (
+            r.message,
+            r.path,
+            r.span.start.line - (first if r.path is None else 0),
+            r.span.start.col,
+            r.span.end.line - (first if r.path is None else 0),
+            r.span.end.col,
+        )
+        for r in f.related
+    )
+    return (
+        f.rule_id,
+        f.message,
+        f.severity,
+        f.tags,
+        bool(f.fixes),
+        sp.start.col,
+        sp.end.col,
+        sp.end.line - first,
+        related,
+    )
+
+
+def _covered(f: Finding, lines: list[str]) -> tuple[str, ...]:
+    """The text of the lines a finding's diagnostic covers: its own and its same-file related
+    locations' (equal texts give equal columns in any position encoding)."""
+    out = tuple(lines[f.span.start.line : f.span.end.line + 1])
+    for r in f.related:
+        if r.path is None:
+            out += ("\n",) + tuple(lines[r.span.start.line : r.span.end.line + 1])
+    return out
+
+
+def _moved_pool(
+    cache: dict[int, _Rendered], findings: tuple[Finding, ...]
+) -> dict[tuple[object, ...], list[_Rendered]]:
+    """Diagnostics of the previous findings that are gone, by what they show but their lines."""
+    # The cache holds its findings alive, so an id shared with a current finding is that
+    # very finding (reused by identity, not moved).
+    current = {id(f) for f in findings}
+    pool: dict[tuple[object, ...], list[_Rendered]] = {}
+    for key, hit in cache.items():
+        if key in current:
+            continue
+        pool.setdefault(_content_key(hit[0]), []).append(hit)
+    return pool
+
+
+def _reuse_moved(
+    pool: dict[tuple[object, ...], list[_Rendered]],
+    f: Finding,
+    index: int,
+    version: int | None,
+    lines: list[str],
+) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    candidates = pool.get(_content_key(f))
+    if not candidates:
+        return None, ()
+    texts = _covered(f, lines)
+    for k, old in enumerate(candidates):
+        if old[4] != texts:
+            continue
+        del candidates[k]
+        src = old[3]
+        delta = f.span.start.line - src["range"]["start"]["line"]
+        diag = dict(src)
+        diag["range"] = _moved_range(src["range"], delta)
+        if "relatedInformation" in src:
+            # Same-file locations move with the finding; other files' do not. Entries are in
+            # the order of ``f.related`` (see diagnostics.to_diagnostic).
+            moved_rel = []
+            shown = [r for r in f.related if r.path is None or os.path.isabs(r.path)]
+            for r, entry in zip(shown, src["relatedInformation"], strict=True):
+                if r.path is None:
+                    loc = entry["location"]
+                    entry = {
+                        "location": {"uri": loc["uri"], "range": _moved_range(loc["range"], delta)},
+                        "message": entry["message"],
+                    }
+                moved_rel.append(entry)
+            diag["relatedInformation"] = moved_rel
+        data = dict(src["data"])
+        data["version"] = version
+        data["index"] = index
+        diag["data"] = data
+        return diag, texts
+    return None, texts
+
+
+def _moved_range(rng: dict[str, Any], delta: int) -> dict[str, Any]:
+    return {
+        "start": {"line": rng["start"]["line"] + delta, "character": rng["start"]["character"]},
+        "end": {"line": rng["end"]["line"] + delta, "character": rng["end"]["character"]},
+    }
 
 
 class ServerState:
@@ -607,22 +713,38 @@ class ServerState:
         by_view: dict[str, list[dict[str, Any]]] = {uri: [] for uri, _, _ in unit.views()}
         # The core hands back the very same Finding objects for chunks an edit did not touch
         # (377 of 378 at 20,000 lines), and a Finding is immutable: its diagnostic is reused,
-        # only ``data.version`` is brought up to date. A finding whose index moved, or a
-        # notebook (cells shift under unchanged findings), is rebuilt. A text document's line
-        # shift is already in the finding's span, so the cached range stays right.
+        # only ``data.version`` and ``data.index`` are brought up to date. A finding that moved
+        # with its chunk (lines inserted above it) is a new object equal to an old one but for
+        # its lines: the old diagnostic is copied with its lines moved, when the lines it
+        # covers hold the same text (so the columns, in the client's encoding, are the same).
+        # Anything else, and every finding of a notebook (cells shift under unchanged
+        # findings), is converted afresh.
         cache = unit.rendered if unit.notebook is None else {}
-        fresh: dict[int, tuple[Finding, int, str, dict[str, Any]]] = {}
+        moved: dict[tuple[object, ...], list[_Rendered]] | None = None
+        fresh: dict[int, _Rendered] = {}
         for i, f in enumerate(unit.findings):
             hit = cache.get(id(f))
-            if hit is not None and hit[0] is f and hit[1] == i:
+            if hit is not None and hit[0] is f:
                 uri, diag = hit[2], hit[3]
-                diag["data"]["version"] = unit.version
+                data = diag["data"]
+                data["version"] = unit.version
+                data["index"] = i
+                texts = hit[4]
             else:
-                uri, offset = unit.locate_line(f.span.start.line)
-                diag = to_diagnostic(
-                    f, i, unit.version, lines, self.codec, unit.locate_line, offset
-                )
-            fresh[id(f)] = (f, i, uri, diag)
+                copied = None
+                if cache:
+                    if moved is None:
+                        moved = _moved_pool(cache, unit.findings)
+                    copied, texts = _reuse_moved(moved, f, i, unit.version, lines)
+                if copied is not None:
+                    uri, diag = unit.key, copied
+                else:
+                    uri, offset = unit.locate_line(f.span.start.line)
+                    diag = to_diagnostic(
+                        f, i, unit.version, lines, self.codec, unit.locate_line, offset
+                    )
+                    texts = _covered(f, lines)
+            fresh[id(f)] = (f, i, uri, diag, texts)
             by_view.setdefault(uri, []).append(diag)
         unit.rendered = fresh
         versions = {uri: v for uri, _, v in unit.views()}

@@ -148,3 +148,26 @@ def test_example_script_keeps_its_findings_while_an_import_is_typed() -> None:
     during = [f.rule_id for f in analyze(typing, S).findings]
     assert during.count("DDP000") == 1
     assert sorted(r for r in during if r != "DDP000") == sorted(before)
+
+
+def test_pep701_fstring_is_newer_syntax_not_an_error() -> None:
+    text = BUGGY + '\n\ndef show(d):\n    print(f"{d["loss"]:.3f}")\n'
+    found = ids(text)
+    assert "DDP000" not in found and "DDP201" in found
+
+
+def test_a_half_typed_statement_does_not_load_libcst() -> None:
+    """Checking for a newer grammar costs libcst's import and a parse: only a statement with a
+    newer construct in it (a `type` alias, PEP 701 f-string...) is worth asking about."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from ddp_lsp.core.engine import analyze\n"
+        f"found = analyze({(BUGGY + chr(10) + 'def f(x):' + chr(10) + '    with x.' + chr(10))!r})\n"
+        "assert any(f.rule_id == 'DDP000' for f in found.findings)\n"
+        "print('libcst' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -73,7 +73,34 @@ def test_findings_are_reused_while_chunk_and_facts_are_unchanged() -> None:
     Counting.runs = 0
     doc.apply_edit(Pos(0, 0), Pos(0, 0), "import contextlib\n")  # a new import: facts change
     analyze(doc, Settings(), rules=rules)
-    assert Counting.runs == len(doc.chunks())
+    # ... but this rule reads none of them: only the edited chunk runs again.
+    assert Counting.runs == 1
+
+
+class ReadsAlias(Rule):
+    """Counts its runs; reads one alias of the module facts."""
+
+    meta = RuleMeta("DDP992", "reads-alias", Severity.HINT, "reads an alias")
+    runs = 0
+    name = "contextlib"
+
+    def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        ReadsAlias.runs += 1
+        ctx.facts.aliases.get(self.name)
+        return iter(())
+
+
+def test_a_fact_change_reruns_only_the_chunks_that_read_it() -> None:
+    reads_new, reads_old = ReadsAlias(), ReadsAlias()
+    reads_old.name = "torch"
+    for rule, expect_all in ((reads_new, True), (reads_old, False)):
+        doc = Document(BUGGY)
+        analyze(doc, Settings(), rules=(rule,))
+        ReadsAlias.runs = 0
+        doc.apply_edit(Pos(0, 0), Pos(0, 0), "import contextlib\n")
+        analyze(doc, Settings(), rules=(rule,))
+        assert doc.rules_ran == ReadsAlias.runs
+        assert ReadsAlias.runs == (len(doc.chunks()) if expect_all else 1), rule.name
 
 
 def test_suppression_comments() -> None:

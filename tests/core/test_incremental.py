@@ -17,7 +17,7 @@ from ddp_lsp.core.document import Document, split_lines
 from ddp_lsp.core.engine import analyze
 from ddp_lsp.core.registry import all_rules
 from ddp_lsp.core.rule import Invalid
-from ddp_lsp.core.types import Pos
+from ddp_lsp.core.types import Finding, Pos
 from tests.casekit import unmark
 
 SETTINGS = Settings()
@@ -88,3 +88,187 @@ def test_break_and_restore_keeps_other_findings() -> None:
     assert [f for f in during if f.rule_id == "DDP201"] == before
     doc.apply_edit(Pos(last, 4), Pos(last, 5), "")
     assert analyze(doc, SETTINGS).findings == analyze(text, SETTINGS).findings
+
+
+# -- real typing -------------------------------------------------------------------------------
+
+# Statements typed key by key: most of their prefixes do not parse (`wit`, `with`, `dist.all(`),
+# and several change what the module knows once complete (a collective, a process group, a
+# scaler, a rank variable).
+STATEMENTS = [
+    "with torch.no_grad():",
+    "dist.all_reduce(loss)",
+    "if dist.get_rank() == 0:",
+    "torch.save(model.state_dict(), f'ckpt_{epoch}.pt')",
+    "dist.init_process_group(backend='nccl')",
+    "scaler = torch.cuda.amp.GradScaler()",
+    "model = DDP(model, device_ids=[local_rank])",
+    "local_rank = int(os.environ['LOCAL_RANK'])",
+    "for batch in loader: sampler.set_epoch(epoch)",
+    "xs = [dist.barrier() for _ in range(2)",
+]
+# Names that carry facts: an import alias, a wrapper, a kind, a collective, a rank variable.
+FACT_NAMES = [
+    "dist", "DDP", "model", "scaler", "GradScaler", "init_process_group", "local_rank",
+    "sampler", "optimizer", "all_reduce", "barrier", "destroy_process_group", "rank", "torch",
+]
+_INDENTED = [
+    [i for i, line in enumerate(split_lines(t)) if line.startswith((" ", "\t")) and line.strip()]
+    for t in SCRIPTS
+]
+
+
+def _check(doc: Document, text: str) -> None:
+    assert doc.text == text
+    assert _key(doc) == _key(text)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), which=st.integers(min_value=0, max_value=len(SCRIPTS) - 1))
+def test_typing_a_statement_key_by_key_equals_full(data: st.DataObject, which: int) -> None:
+    """A new line in a function body, a statement typed into it key by key, then deleted key
+    by key: after every key, incremental analysis equals a fresh one."""
+    text = SCRIPTS[which]
+    doc = Document(text, SETTINGS.rank_model)
+    analyze(doc, SETTINGS)
+    line = data.draw(st.sampled_from(_INDENTED[which]), label="after line")
+    lines = split_lines(text)
+    indent = lines[line][: len(lines[line]) - len(lines[line].lstrip(" \t"))]
+    at = line + 1
+    stmt = data.draw(st.sampled_from(STATEMENTS), label="statement")
+    offset = sum(len(x) for x in lines[:at])
+    doc.apply_edit(Pos(at, 0), Pos(at, 0), indent + "\n")
+    text = text[:offset] + indent + "\n" + text[offset:]
+    col = len(indent)
+    for ch in stmt:
+        doc.apply_edit(Pos(at, col), Pos(at, col), ch)
+        text = text[: offset + col] + ch + text[offset + col :]
+        col += 1
+        _check(doc, text)
+    for _ in range(data.draw(st.integers(min_value=1, max_value=len(stmt)), label="backspaces")):
+        doc.apply_edit(Pos(at, col - 1), Pos(at, col), "")
+        text = text[: offset + col - 1] + text[offset + col :]
+        col -= 1
+        _check(doc, text)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), which=st.integers(min_value=0, max_value=len(SCRIPTS) - 1))
+def test_editing_a_fact_bearing_name_equals_full(data: st.DataObject, which: int) -> None:
+    """An import alias, a DDP-wrapped name, a collective's name... shortened key by key and
+    retyped (or changed): the module facts change on the way, findings stay exact."""
+    import re
+
+    text = SCRIPTS[which]
+    spots = [
+        (m.start(), m.end())
+        for name in FACT_NAMES
+        for m in re.finditer(rf"\b{re.escape(name)}\b", text)
+    ]
+    if not spots:
+        return
+    doc = Document(text, SETTINGS.rank_model)
+    analyze(doc, SETTINGS)
+    start, end = data.draw(st.sampled_from(sorted(spots)), label="name")
+    word = text[start:end]
+    cut = data.draw(st.integers(min_value=1, max_value=len(word)), label="deleted")
+    retype = data.draw(st.sampled_from([word[len(word) - cut :], "x", "_2", ""]), label="typed")
+
+    def pos(offset: int) -> Pos:
+        head = text[:offset]
+        line = head.count("\n")
+        return Pos(line, offset - (head.rfind("\n") + 1))
+
+    cur = end
+    for _ in range(cut):
+        p0, p1 = pos(cur - 1), pos(cur)
+        doc.apply_edit(p0, p1, "")
+        text = text[: cur - 1] + text[cur:]
+        cur -= 1
+        _check(doc, text)
+    for ch in retype:
+        doc.apply_edit(pos(cur), pos(cur), ch)
+        text = text[:cur] + ch + text[cur:]
+        cur += 1
+        _check(doc, text)
+
+
+def _outside(findings: tuple[Finding, ...], lo: int, hi: int) -> list[Finding]:
+    return [f for f in findings if not lo <= f.span.start.line <= hi]
+
+
+def test_untouched_chunks_never_flicker_while_a_line_is_half_typed() -> None:
+    """While statements are typed into one function of a 400-line module, no other chunk's
+    findings change and no other chunk re-runs its rules; the function's own other lines keep
+    their findings until the statement is complete."""
+    text = module(400)
+    doc = Document(text, SETTINGS.rank_model)
+    analyze(doc, SETTINGS)
+    at = next(i for i, line in enumerate(doc.lines) if i > 150 and "running += loss" in line) + 1
+    doc.apply_edit(Pos(at, 0), Pos(at, 0), "        \n")
+    base = analyze(doc, SETTINGS).findings
+    start = max(s for s, _ in doc.chunks() if s <= at)
+    end = min((s for s, _ in doc.chunks() if s > at), default=doc.line_count) - 1
+    outside = _outside(base, start, end)
+    inside = [f for f in base if start <= f.span.start.line <= end]
+    assert outside and inside
+    typed = ["with torch.no_grad():", "if dist.get_rank() == 0:", "print(f'loss {loss.item()}')"]
+    for stmt in typed:
+        for k in range(1, len(stmt) + 1):
+            doc.apply_edit(Pos(at, 8), Pos(at, len(doc.lines[at].rstrip("\n"))), stmt[:k])
+            now = analyze(doc, SETTINGS).findings
+            assert _outside(now, start, end) == outside, stmt[:k]
+            assert doc.rules_ran <= 1, stmt[:k]
+            if k < len(stmt):
+                mine = [f for f in now if start <= f.span.start.line <= end and f.span.start.line != at]
+                assert [f for f in mine if f.rule_id != "DDP000"] == inside, stmt[:k]
+        doc.apply_edit(Pos(at, 8), Pos(at, len(doc.lines[at].rstrip("\n"))), "")
+
+
+def test_a_process_group_edit_reruns_only_the_chunks_that_depend_on_it() -> None:
+    """Editing `dist.init_process_group(...)` in main, through states that do not parse, re-runs
+    a handful of chunks, not every chunk of the module, and stays equal to a full analysis."""
+    text = module(1500)
+    doc = Document(text, SETTINGS.rank_model)
+    analyze(doc, SETTINGS)
+    line = next(i for i, s in enumerate(doc.lines) if "dist.init_process_group(" in s)
+    chunks = len(doc.chunks())
+    for new in (
+        '    dist.init_process_group("nccl", timeout=None)',
+        '    dist.init_process_group("nccl", timeout=',
+        '    dist.init_process_grou("nccl")',
+        '    dist.init_process_group("gloo")',
+    ):
+        doc.apply_edit(Pos(line, 0), Pos(line, len(doc.lines[line].rstrip("\n"))), new)
+        assert _key(doc) == _key(doc.text)
+        assert doc.rules_ran <= 3 < chunks, new
+
+
+_CASES = [
+    unmark(c.code).code if isinstance(c, Invalid) else c.code
+    for r in all_rules()
+    for c in r.cases
+]
+
+
+def test_renaming_each_fact_bearing_name_of_every_rule_case_equals_full() -> None:
+    """Every rule case, every occurrence of a name that carries facts, renamed and restored:
+    the chunks that read the old entry re-run, the others keep findings that are still exact."""
+    import re
+
+    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, FACT_NAMES)) + r")\b")
+    checked = 0
+    for text in _CASES:
+        doc = Document(text, SETTINGS.rank_model)
+        if len(doc.chunks()) < 2:
+            continue
+        base = _key(doc)
+        for m in pattern.finditer(text):
+            head = text[: m.end()]
+            at = Pos(head.count("\n"), m.end() - (head.rfind("\n") + 1))
+            doc.apply_edit(at, at, "x")
+            assert _key(doc) == _key(doc.text), (text, m.group())
+            doc.apply_edit(at, Pos(at.line, at.col + 1), "")
+            assert _key(doc) == base, (text, m.group())
+            checked += 1
+    assert checked > 200

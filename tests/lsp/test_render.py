@@ -44,3 +44,28 @@ def test_reused_diagnostics_equal_fresh_ones(edits: list[tuple[int, int, str]]) 
             for i, f in enumerate(unit.findings)
         ]
         assert published[-1] == (version, fresh)
+
+
+def test_findings_moved_by_an_edit_above_are_not_converted_again(monkeypatch: Any) -> None:
+    """A line inserted at the top moves every finding: each diagnostic is the old one with its
+    lines moved (only moved lines are re-rendered), and equals a fresh conversion."""
+    import ddp_lsp.lsp.state as S
+
+    published: list[tuple[int | None, list[dict[str, Any]]]] = []
+    state = ServerState(lambda uri, v, d: published.append((v, d)), lambda m, e: None)
+    unit = state.open("file:///tmp/render.py", TEXT, 1, "python")
+    assert len(unit.findings) >= 2
+    calls = []
+
+    def counting(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(args[0])
+        return to_diagnostic(*args, **kwargs)
+
+    monkeypatch.setattr(S, "to_diagnostic", counting)
+    state.change(unit.key, 2, [_change(0, 0, 0, "# a comment line\n")])
+    assert calls == []
+    fresh = [
+        to_diagnostic(f, i, 2, unit.doc.lines, state.codec, unit.locate_line)
+        for i, f in enumerate(unit.findings)
+    ]
+    assert published[-1] == (2, fresh)
