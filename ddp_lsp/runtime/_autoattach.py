@@ -188,10 +188,10 @@ class _Session:
             from ddp_lsp.runtime.memory import MemoryGrowthMonitor
 
             self.monitor = MemoryGrowthMonitor(
-                warmup_steps=int(os.environ.get(ENV_WARMUP, "5")),
+                warmup_steps=int(os.environ.get(ENV_WARMUP, "2")),
                 min_bytes_per_step=float(os.environ.get(ENV_MIN_BYTES, "1024")),
                 census_budget=float(os.environ.get(ENV_CENSUS_BUDGET, "0.5")),
-                min_censuses=int(os.environ.get(ENV_MIN_CENSUSES, "12")),
+                min_censuses=int(os.environ.get(ENV_MIN_CENSUSES, "40")),
                 # A small run is a diagnosis, not production: read memory at every step.
                 sample_budget=1e9,
                 sink=self._on_sample,
@@ -234,7 +234,10 @@ class _Session:
                 "step": census.step,
                 "count": census.count,
                 "bytes": census.bytes,
-                "groups": [[g.kind, g.count, g.bytes, g.grad_fn, g.numel] for g in census.groups],
+                "nodes": census.nodes,
+                "groups": [
+                    [g.kind, g.count, g.bytes, g.grad_fn, g.numel, g.nodes] for g in census.groups
+                ],
             }
         )
 

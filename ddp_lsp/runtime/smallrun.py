@@ -38,10 +38,18 @@ from ddp_lsp.runtime._autoattach import (
     ENV_CENSUS_BUDGET,
     ENV_DIR,
     ENV_MIN_BYTES,
+    ENV_MIN_CENSUSES,
     ENV_WARMUP,
     STACK_SIGNAL,
 )
-from ddp_lsp.runtime.memory import Census, GrowthReport, TensorGroup, build_report, format_bytes
+from ddp_lsp.runtime.memory import (
+    BYTES_WARMUP_STEPS,
+    Census,
+    GrowthReport,
+    TensorGroup,
+    build_report,
+    format_bytes,
+)
 
 SCHEMA = "ddp-lsp-smallrun/1"
 SHIM_DIR = Path(__file__).resolve().parent / "_shim"
@@ -54,7 +62,12 @@ EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE = 0, 1, 2
 class SmallRunConfig:
     command: tuple[str, ...]
     timeout_s: float = 600.0
-    warmup_steps: int = 5
+    #: Steps before the census series are judged (the first step allocates gradients and
+    #: optimizer state); the byte series wait BYTES_WARMUP_STEPS at least.
+    warmup_steps: int = 2
+    #: Censuses taken at every step before the time budget applies: a small run of the
+    #: method's size (2 epochs of 10 samples) is censused at every step.
+    min_censuses: int = 40
     min_bytes_per_step: float = 1024.0
     census_budget: float = 0.5
     kill_grace_s: float = 3.0
@@ -89,7 +102,7 @@ class RankSummary:
 
 @dataclass(frozen=True)
 class SmallRunResult:
-    status: str  # pass | crash | hang | leak | inconclusive | error
+    status: str  # pass | suspect | crash | hang | leak | inconclusive | error
     exit_code: int
     command: tuple[str, ...]
     duration_s: float
@@ -161,8 +174,13 @@ def _read_series(path: Path) -> _Series | None:
                 value = rec.get(name)
                 series.values[name].append(-1 if value is None else int(value))
         elif kind == "c":
-            groups = tuple(TensorGroup(g[0], g[1], g[2], g[3], g[4]) for g in rec.get("groups", []))
-            series.censuses.append(Census(rec["step"], rec["count"], rec["bytes"], groups))
+            groups = tuple(
+                TensorGroup(g[0], g[1], g[2], g[3], g[4], g[5] if len(g) > 5 else 0)
+                for g in rec.get("groups", [])
+            )
+            series.censuses.append(
+                Census(rec["step"], rec["count"], rec["bytes"], groups, int(rec.get("nodes", -1)))
+            )
     return series
 
 
@@ -218,6 +236,7 @@ def _child_env(cfg: SmallRunConfig, workdir: Path) -> dict[str, str]:
     env[ENV_WARMUP] = str(cfg.warmup_steps)
     env[ENV_MIN_BYTES] = str(cfg.min_bytes_per_step)
     env[ENV_CENSUS_BUDGET] = str(cfg.census_budget)
+    env[ENV_MIN_CENSUSES] = str(cfg.min_censuses)
     if not cfg.keep_caches:
         env.setdefault("MKL_DISABLE_FAST_MM", "1")
         tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
@@ -443,6 +462,7 @@ def _judge(
                 warmup_steps=cfg.warmup_steps,
                 min_bytes_per_step=cfg.min_bytes_per_step,
                 min_tensors_per_step=0.5,
+                bytes_warmup_steps=max(cfg.warmup_steps, BYTES_WARMUP_STEPS),
             )
             reports[pid] = report
         stuck = None
@@ -566,6 +586,10 @@ def _judge(
             findings.append(
                 Finding("leak", rank_of(pid), f"{_label(rank_of(pid), pid)}: {report.summary()}")
             )
+        elif report.verdict == "suspect":
+            findings.append(
+                Finding("suspect", rank_of(pid), f"{_label(rank_of(pid), pid)}: {report.summary()}")
+            )
     if not any(f.kind in ("crash", "hang", "leak") for f in findings):
         if not reports:
             findings.append(
@@ -583,13 +607,14 @@ def _judge(
                 Finding(
                     "inconclusive",
                     None,
-                    f"too few steps to judge memory growth ({'; '.join(note)}); run more steps "
-                    f"than the {cfg.warmup_steps} warm-up steps plus 8",
+                    f"too few steps to judge memory growth ({'; '.join(note)}); run at least "
+                    f"{cfg.warmup_steps + 5} steps per rank (the {cfg.warmup_steps} warm-up "
+                    "steps plus 5 censused ones)",
                 )
             )
     kinds = {f.kind for f in findings}
     status = "pass"
-    for kind in ("crash", "hang", "leak", "no-data", "inconclusive"):
+    for kind in ("crash", "hang", "leak", "no-data", "inconclusive", "suspect"):
         if kind in kinds:
             status = "inconclusive" if kind == "no-data" else kind
             break
@@ -622,15 +647,34 @@ def render_text(result: SmallRunResult) -> str:
     )
     lines = [head]
     for f in result.findings:
-        mark = {"crash": "x", "hang": "x", "leak": "x", "leftover": "!"}.get(f.kind, "?")
+        mark = {"crash": "x", "hang": "x", "leak": "x", "leftover": "!", "suspect": "!"}.get(
+            f.kind, "?"
+        )
         body = f.message.replace("\n", "\n      ")
         lines.append(f"  {mark} [{f.kind}] {body}")
     for r in ranked:
         mem = r.memory or {}
         per = mem.get("bytes_per_step")
-        detail = f", {format_bytes(per)}/step" if mem.get("grows") and per is not None else ""
-        state = "grows" if mem.get("grows") else "flat" if mem else "no samples"
-        lines.append(f"    {_label(r.rank, r.pid)}: {r.steps} steps, memory {state}{detail}")
+        verdict = mem.get("verdict")
+        detail = ""
+        if verdict in ("leak", "suspect"):
+            if per is not None and per >= 1:
+                detail = f", {format_bytes(per)}/step"
+            elif mem.get("tensors_per_step"):
+                detail = f", {mem['tensors_per_step']:.2f} live tensors/step"
+            elif mem.get("nodes_per_step"):
+                detail = f", {mem['nodes_per_step']:.2f} graph nodes/step"
+        state = {
+            "leak": "grows",
+            "suspect": "suspect",
+            "flat": "flat",
+            "inconclusive": "not judged (too few steps)",
+        }.get(verdict or "", "no samples")
+        censuses = mem.get("censuses")
+        judged = f" ({censuses} censuses)" if censuses and verdict in ("flat", "leak") else ""
+        lines.append(
+            f"    {_label(r.rank, r.pid)}: {r.steps} steps, memory {state}{detail}{judged}"
+        )
     return "\n".join(lines)
 
 
@@ -649,7 +693,12 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds before the run counts as hung (600)",
     )
     p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' for stdout)")
-    p.add_argument("--warmup", type=int, default=5, help="steps excluded from the growth test (5)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="steps excluded from the growth test (2; the heap waits 5 at least)",
+    )
     p.add_argument(
         "--min-growth",
         type=float,
