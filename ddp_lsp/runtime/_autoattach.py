@@ -62,6 +62,18 @@ def _dist_rank() -> int | None:
     return _env_rank()
 
 
+def _cmdline() -> list[str]:
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            return [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a][:12]
+    except OSError:
+        return []
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) else None
+
+
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     try:
@@ -81,6 +93,9 @@ class _Session:
         self._leader: int | None = None
         self._hook: Any = None
         self._stack_file: Any = None
+        #: The process-group rank once seen (kept for the exit record: the group may be
+        #: destroyed by then).
+        self.rank: int | None = None
 
     # -- start-up (stdlib only) -------------------------------------------------------------
 
@@ -93,6 +108,7 @@ class _Session:
                 "rank": _env_rank(),
                 "local_rank": os.environ.get("LOCAL_RANK"),
                 "argv": list(sys.argv) if hasattr(sys, "argv") else [],
+                "cmdline": _cmdline(),
                 "executable": sys.executable,
                 "host": socket.gethostname(),
                 "time": time.time(),
@@ -117,6 +133,42 @@ class _Session:
 
         sys.excepthook = excepthook
         atexit.register(self.at_exit)
+        self._hook_multiprocessing()
+
+    def _hook_multiprocessing(self) -> None:
+        """Record an exception that ends a ``multiprocessing.Process`` (a hand-made launcher).
+
+        ``BaseProcess._bootstrap`` catches the target's exception, prints it and exits with
+        status 1 through ``sys.exit``: it never reaches ``sys.excepthook``, and the child
+        looks like it exited normally. Wrapping the process's ``run`` inside
+        ``_bootstrap`` (so that subclasses overriding ``run`` are covered too) records it.
+        """
+        try:
+            from multiprocessing import process
+        except ImportError:
+            return
+        original = process.BaseProcess._bootstrap  # type: ignore[attr-defined]
+        if getattr(original, "_ddp_lsp", False):
+            return
+        session = self
+
+        def _bootstrap(proc: Any, *args: Any, **kwargs: Any) -> Any:
+            run = proc.run
+
+            def recorded_run() -> Any:
+                try:
+                    return run()
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    session.record_crash(type(exc), exc, exc.__traceback__)
+                    raise
+
+            proc.run = recorded_run
+            return original(proc, *args, **kwargs)
+
+        _bootstrap._ddp_lsp = True  # type: ignore[attr-defined]
+        process.BaseProcess._bootstrap = _bootstrap  # type: ignore[attr-defined]
 
     def record_crash(
         self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
@@ -139,6 +191,13 @@ class _Session:
                 "where": where,
                 "traceback": "".join(traceback.format_exception(exc_type, exc, tb))[-8000:],
                 "failed_rank": getattr(exc, "failed_rank", None),
+                # torch.multiprocessing.spawn's ProcessRaisedException / ProcessExitedException:
+                # the parent's report of a child (which process, its pid, its traceback).
+                "error_index": _int_or_none(getattr(exc, "error_index", None)),
+                "error_pid": _int_or_none(getattr(exc, "error_pid", None)),
+                "child_error": str(exc)[-8000:]
+                if getattr(exc, "error_index", None) is not None
+                else None,
                 "time": time.time(),
             },
         )
@@ -158,7 +217,15 @@ class _Session:
                 self._series.close()
             except OSError:
                 pass
-        _write_json(self.dir / f"exit-{self.pid}.json", {"pid": self.pid, "time": time.time()})
+        # The rank as the process group knew it (an mp.spawn child has no RANK variable).
+        _write_json(
+            self.dir / f"exit-{self.pid}.json",
+            {
+                "pid": self.pid,
+                "rank": _dist_rank() if self.rank is None else self.rank,
+                "time": time.time(),
+            },
+        )
 
     # -- once torch is imported -------------------------------------------------------------
 
@@ -196,16 +263,18 @@ class _Session:
                 sample_budget=1e9,
                 sink=self._on_sample,
                 census_sink=self._on_census,
+                retain_censuses=False,  # the supervisor reads them from the series file
             )
         return self.monitor
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._series is None:
             self._series = open(self.dir / f"series-{self.pid}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            self.rank = _dist_rank()
             header = {
                 "k": "header",
                 "pid": self.pid,
-                "rank": _dist_rank(),
+                "rank": self.rank,
                 "host": socket.gethostname(),
             }
             self._series.write(json.dumps(header) + "\n")

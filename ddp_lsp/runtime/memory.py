@@ -306,6 +306,7 @@ class MemoryGrowthMonitor:
         census: str = "auto",
         census_budget: float = 0.005,
         min_censuses: int = 8,
+        retain_censuses: bool = True,
         sample_budget: float = 0.01,
         max_stride: int = 16,
         raise_on_growth: bool = False,
@@ -321,6 +322,10 @@ class MemoryGrowthMonitor:
         self.census_mode = census
         self.census_budget = census_budget
         self.min_censuses = min_censuses
+        #: False when a census sink stores them (smallrun): keep only the first and the last,
+        #: or the kept censuses would themselves grow the heap a little every step.
+        self.retain_censuses = retain_censuses
+        self._census_count = 0
         self.sample_budget = sample_budget
         self.max_stride = max_stride
         self._stride = 1
@@ -439,7 +444,7 @@ class MemoryGrowthMonitor:
             return True
         if n - self._first_step < self.warmup_steps or self._t0 is None:
             return False
-        if len(self._censuses) < max(self.min_censuses, 1):
+        if self._census_count < max(self.min_censuses, 1):
             # A short run (smallrun) gets a live-tensor series to judge; every run gets the
             # baseline census that a growing heap is compared against to name its kind.
             return True
@@ -495,7 +500,11 @@ class MemoryGrowthMonitor:
             ),
             nodes=len(seen_nodes),
         )
-        self._censuses.append(census)
+        self._census_count += 1
+        if not self.retain_censuses and len(self._censuses) >= 2:
+            self._censuses[-1] = census
+        else:
+            self._censuses.append(census)
         if self._census_sink is not None:
             self._census_sink(census)
         return census

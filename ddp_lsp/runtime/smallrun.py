@@ -79,6 +79,10 @@ class SmallRunConfig:
     keep_caches: bool = False
     #: A hang is also "no rank recorded a step for this long" (after the first step).
     stall_timeout_s: float | None = None
+    #: When a rank has died (an exception, a signal), the rest of the job gets this long to
+    #: end on its own; then its stacks are taken and the tree is killed (the dead-rank guard
+    #: from outside: peers stuck in a rendezvous or a collective would wait for its timeout).
+    dead_rank_grace_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -130,11 +134,20 @@ def _load_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+#: Helper processes that multiprocessing starts with the parent's environment (``RANK``
+#: included, when a launcher sets it before starting its ranks): never ranks.
+_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
 def _records(workdir: Path, prefix: str) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
     for path in workdir.glob(f"{prefix}-*.json"):
         data = _load_json(path)
         if data is not None and isinstance(data.get("pid"), int):
+            if prefix == "proc":
+                words = " ".join(map(str, [*data.get("argv", []), *data.get("cmdline", [])]))
+                if any(h in words for h in _HELPERS):
+                    data = {**data, "rank": None, "helper": True}
             out[data["pid"]] = data
     return out
 
@@ -276,6 +289,50 @@ class _Interrupted(Exception):
     pass
 
 
+def _rank_pids(workdir: Path, root_pid: int) -> set[int]:
+    series = {
+        int(m.group(1))
+        for p in workdir.glob("series-*.jsonl")
+        if (m := re.match(r"series-(\d+)", p.name))
+    }
+    procs = _records(workdir, "proc")
+    ranks = {pid for pid, rec in procs.items() if rec.get("rank") is not None} | series
+    ranks.discard(root_pid)
+    return ranks
+
+
+def _live_ranks(workdir: Path, seen: dict[int, int], root_pid: int) -> list[int]:
+    known = [(pid, seen[pid]) for pid in _rank_pids(workdir, root_pid) if pid in seen]
+    return [info.pid for info in _proc.alive(known)]
+
+
+def _dead_rank(workdir: Path, seen: dict[int, int], root_pid: int) -> tuple[int, str] | None:
+    """A rank of this run that has died while the command still runs: (pid, how).
+
+    A rank is a process with a rank (``RANK``, or the process group's) or a step series. It
+    died when it recorded an uncaught exception (the shim's excepthook, or the failure
+    record of ``guard_distributed``) or when its process is gone without an exit record (a
+    signal, the OOM killer, a native crash).
+    """
+    ranks = _rank_pids(workdir, root_pid)
+    for prefix in ("guard", "crash"):
+        for pid, rec in _records(workdir, prefix).items():
+            if pid in ranks or (
+                prefix == "crash" and rec.get("rank") is not None and pid != root_pid
+            ):
+                return pid, f"{rec.get('exc_type')}: {str(rec.get('message'))[:120]}"
+    if not ranks:
+        return None
+    exits = _records(workdir, "exit")
+    for pid in sorted(ranks):
+        start = seen.get(pid)
+        if pid in exits or start is None:
+            continue
+        if not _proc.alive([(pid, start)]):
+            return pid, "ended without an exception or an exit (a signal?)"
+    return None
+
+
 def _series_bytes(workdir: Path) -> int:
     total = 0
     for path in workdir.glob("series-*.jsonl"):
@@ -327,18 +384,36 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
         except ValueError:  # not the main thread
             pass
     next_scan = 0.0
+    dead: tuple[int, str] | None = None
+    dead_at: float | None = None
+    dead_kill = False
     try:
         while proc.poll() is None:
             now = time.monotonic()
             if now - started > cfg.timeout_s:
                 hung = True
                 break
+            if dead_at is not None and now - dead_at > cfg.dead_rank_grace_s:
+                # Ranks still running: stuck (in a rendezvous, a collective). Only the
+                # launcher left: it is tearing down; give it longer before killing it.
+                if _live_ranks(workdir, seen, proc.pid) or now - dead_at > max(
+                    30.0, 6 * cfg.dead_rank_grace_s
+                ):
+                    dead_kill = True
+                    break
             if now >= next_scan:
                 # Remember every descendant while the tree is intact: a rank orphaned by a
                 # dying agent must still be found at kill time.
                 for info in _proc.descendants(proc.pid).values():
                     seen.setdefault(info.pid, info.start)
+                for pid in _records(workdir, "proc"):
+                    if pid not in seen and (info := _proc._read_stat(pid)) is not None:
+                        seen[pid] = info.start
                 next_scan = now + 0.25
+                if dead_at is None:
+                    dead = _dead_rank(workdir, seen, proc.pid)
+                    if dead is not None:
+                        dead_at = now
                 if cfg.stall_timeout_s is not None:
                     size = _series_bytes(workdir)
                     if size != progress_size:
@@ -366,7 +441,7 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
     killed: list[_proc.ProcInfo] = []
     stacks_requested: list[int] = []
     kill_time: float | None = None
-    if hung or interrupted:
+    if hung or interrupted or dead_kill:
         kill_time = time.time()
         live = {i.pid for i in _proc.alive(seen.items())}
         stacks_requested = [pid for pid in procs if pid in live]
@@ -378,6 +453,13 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
             pass
     else:
         leftovers = _proc.alive(seen.items())
+        # Helpers that end when their parent does (multiprocessing's resource tracker sees
+        # its pipe close) get a moment to do so before they count as left behind.
+        settle = time.monotonic() + 1.0
+        while leftovers and time.monotonic() < settle:
+            time.sleep(0.05)
+            _proc.reap_children()
+            leftovers = _proc.alive(seen.items())
         if leftovers:
             killed = _proc.kill_tree(
                 proc.pid, seen, cfg.kill_grace_s, marker=(ENV_DIR, str(workdir))
@@ -396,6 +478,7 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
         stacks_requested=stacks_requested,
         kill_time=kill_time,
         stalled=stalled,
+        dead_kill=dead_kill,
     )
     if own_dir and not cfg.keep_workdir:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -403,6 +486,41 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
 
 
 # -- judging ------------------------------------------------------------------------------------
+
+_PY_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
+
+
+def _spawn_child_crash(rec: dict[str, Any], child: int, rank: int | None) -> dict[str, Any]:
+    """The child's crash, from its parent's ProcessRaisedException (the child's traceback)."""
+    text = str(rec.get("child_error") or "")
+    exc_type, message, where = rec.get("exc_type"), str(rec.get("message") or ""), None
+    lines = [line for line in text.splitlines() if line.strip()]
+    frames = [m for line in lines if (m := _PY_FRAME.match(line))]
+    user = [
+        m for m in frames if "site-packages" not in m["file"] and "/lib/python" not in m["file"]
+    ]
+    if user:
+        m = user[-1]
+        where = f"{os.path.basename(m['file'])}:{m['line']} in {m['func']}"
+    if frames and lines:
+        last = _EXC_LINE.match(lines[-1].strip())
+        if last:
+            exc_type, message = last["type"].rsplit(".", 1)[-1], (last["msg"] or "")[:500]
+    elif text.strip():
+        message = text.strip().splitlines()[0][:500]  # "process 1 terminated with signal ..."
+    index = rec.get("error_index")
+    return {
+        "pid": child,
+        "rank": rank if rank is not None else index,
+        "exc_type": exc_type,
+        "message": message,
+        "where": where,
+        "traceback": text,
+        "time": rec.get("time", 0.0) - 1e-3,  # before the parent's report of it
+        "spawned": True,
+        "error_index": index,
+    }
 
 
 def _label(rank: int | None, pid: int) -> str:
@@ -422,6 +540,7 @@ def _judge(
     stacks_requested: list[int],
     kill_time: float | None = None,
     stalled: bool = False,
+    dead_kill: bool = False,
 ) -> SmallRunResult:
     procs = _records(workdir, "proc")
     crashes = _records(workdir, "crash")
@@ -437,16 +556,29 @@ def _judge(
     killed_pids = {k.pid for k in killed}
 
     def rank_of(pid: int) -> int | None:
+        if procs.get(pid, {}).get("helper"):
+            return None
         if pid in series and series[pid].rank is not None:
             return series[pid].rank
         if pid in crashes and crashes[pid].get("rank") is not None:
             return int(crashes[pid]["rank"])
+        if pid in exits and exits[pid].get("rank") is not None:
+            return int(exits[pid]["rank"])
         rec = procs.get(pid)
         return rec.get("rank") if rec else None
 
+    # An mp.spawn parent reports its child's failure (ProcessRaisedException): the crash is
+    # the child's, named by its rank, with the child's own exception and line.
+    for pid, rec in list(crashes.items()):
+        child = rec.get("error_pid")
+        if isinstance(child, int) and child not in crashes:
+            crashes[child] = _spawn_child_crash(rec, child, rank_of(child))
+            crashes[pid] = {**rec, "consequence": True}
+
     # The processes that matter: ranks (a RANK, or a series) and the command itself.
     relevant = sorted(
-        pid for pid in procs if rank_of(pid) is not None or pid in series or pid == root_pid
+        {pid for pid in procs if rank_of(pid) is not None or pid in series or pid == root_pid}
+        | {pid for pid, c in crashes.items() if c.get("spawned")}
     )
     findings: list[Finding] = []
     ranks: list[RankSummary] = []
@@ -492,24 +624,30 @@ def _judge(
     crash_list = sorted(
         (c for pid, c in crashes.items() if pid in relevant), key=lambda c: c.get("time", 0.0)
     )
-    roots = [c for c in crash_list if c.get("exc_type") != "RankFailureError"]
+    roots = [
+        c
+        for c in crash_list
+        if c.get("exc_type") != "RankFailureError" and not c.get("consequence")
+    ]
     if crash_list:
         first = roots[0] if roots else crash_list[0]
         if first.get("exc_type") == "RankFailureError" and first.get("failed_rank") is not None:
             first = {**first, "rank": first["failed_rank"]}
         where = f" at {first['where']}" if first.get("where") else ""
+        who = _label(first.get("rank"), first["pid"])
+        if first.get("spawned"):
+            who += f" (mp.spawn process {first['error_index']}, pid {first['pid']})"
         findings.append(
             Finding(
                 "crash",
                 first.get("rank"),
-                f"{_label(first.get('rank'), first['pid'])} crashed: "
-                f"{first.get('exc_type')}: {first.get('message')}{where}",
+                f"{who} crashed: {first.get('exc_type')}: {first.get('message')}{where}",
             )
         )
         for other in crash_list:
             if other is first or other.get("pid") == first.get("pid"):
                 continue
-            if other.get("rank") is None:
+            if other.get("rank") is None or other.get("consequence"):
                 continue  # the launcher reporting its child's failure (ChildFailedError)
             findings.append(
                 Finding(
@@ -539,6 +677,30 @@ def _judge(
                     f"exit{detail}",
                 )
             )
+    if dead_kill:
+        alive_ranks = [r for r in ranks if r.rank is not None and r.pid in killed_pids]
+        dead_label = next(
+            (f.message.split(" crashed")[0] for f in findings if f.kind == "crash"), "a rank"
+        )
+        for summary in alive_ranks:
+            at = f" after step {summary.last_step}" if summary.last_step is not None else ""
+            where = f", stuck in {summary.stuck_in}" if summary.stuck_in else ""
+            findings.append(
+                Finding(
+                    "hang",
+                    summary.rank,
+                    f"{_label(summary.rank, summary.pid)} was still running "
+                    f"{cfg.dead_rank_grace_s:g} s after {dead_label} died{at}{where}",
+                )
+            )
+        findings.append(
+            Finding(
+                "hang",
+                None,
+                f"the job did not end within {cfg.dead_rank_grace_s:g} s of a rank's death: "
+                f"killed {len(killed)} processes (the whole tree)",
+            )
+        )
     if hung or interrupted:
         what = (
             "interrupted"
@@ -576,7 +738,7 @@ def _judge(
         findings.append(
             Finding("crash", None, f"the command failed ({how}) without a Python traceback")
         )
-    if killed and not hung and not interrupted:
+    if killed and not hung and not interrupted and not dead_kill:
         names = ", ".join(f"{k.pid} ({k.cmdline[:60]})" for k in killed[:5])
         findings.append(
             Finding("leftover", None, f"processes left behind after exit, killed: {names}")
