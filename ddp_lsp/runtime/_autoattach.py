@@ -30,6 +30,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -41,6 +42,10 @@ ENV_WARMUP = "DDP_LSP_SMALLRUN_WARMUP"
 ENV_CENSUS_BUDGET = "DDP_LSP_SMALLRUN_CENSUS_BUDGET"
 ENV_MIN_BYTES = "DDP_LSP_SMALLRUN_MIN_BYTES"
 ENV_MIN_CENSUSES = "DDP_LSP_SMALLRUN_MIN_CENSUSES"
+#: Set by smallrun when the flight recorder is on: ranks dump it when asked (a hang).
+ENV_FLIGHT_RECORDER = "DDP_LSP_SMALLRUN_FLIGHT_RECORDER"
+#: The file whose appearance asks every rank for a flight-recorder dump.
+FR_REQUEST = "fr-request"
 #: Where the supervisor asks for a stack dump on a hang (POSIX; None on Windows).
 STACK_SIGNAL: signal.Signals | None = getattr(signal, "SIGUSR2", None)
 
@@ -96,6 +101,8 @@ class _Session:
         #: The process-group rank once seen (kept for the exit record: the group may be
         #: destroyed by then).
         self.rank: int | None = None
+        self._ddp_ref: Any = None
+        self._ddp_searched = False
 
     # -- start-up (stdlib only) -------------------------------------------------------------
 
@@ -235,6 +242,40 @@ class _Session:
         except ImportError:
             return
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        if os.environ.get(ENV_FLIGHT_RECORDER) == "1":
+            threading.Thread(
+                target=self._serve_flight_recorder, name="ddp-lsp-fr", daemon=True
+            ).start()
+
+    def _serve_flight_recorder(self) -> None:
+        """Dump the flight recorder into ``fr-<pid>.json`` when the supervisor asks (a hang).
+
+        A thread of its own: the main thread is the one that is stuck (in a collective's
+        wait, which releases the GIL). JSON (``_dump_fr_trace_json``), so that the supervisor
+        never unpickles anything; ``_dump_nccl_trace_json`` on torch versions before the
+        recorder was made backend-neutral.
+        """
+        request = self.dir / FR_REQUEST
+        while True:
+            time.sleep(0.2)
+            if os.getpid() != self.pid:
+                return
+            if not request.exists():
+                continue
+            c10d = sys.modules.get("torch._C._distributed_c10d")
+            dump = getattr(c10d, "_dump_fr_trace_json", None) or getattr(
+                c10d, "_dump_nccl_trace_json", None
+            )
+            record: dict[str, Any] = {"pid": self.pid, "rank": _dist_rank(), "time": time.time()}
+            try:
+                if dump is None:
+                    raise RuntimeError("this torch has no flight recorder dump")
+                raw = dump()
+                record["dump"] = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+            except Exception as exc:
+                record["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            _write_json(self.dir / f"fr-{self.pid}.json", record)
+            return
 
     def _on_optimizer_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
         if self.manual or os.getpid() != self.pid:
@@ -293,6 +334,7 @@ class _Session:
                 "cuda": sample.cuda,
                 "tensors": sample.tensors,
                 "tensor_bytes": sample.tensor_bytes,
+                "o": round(sample.overhead_s, 6),
             }
         )
 
@@ -309,6 +351,63 @@ class _Session:
                 ],
             }
         )
+        self._write_ddp_timing(census.step)
+
+    #: DDP's reducer times its first 10 iterations, then one in 100 (its sample rate).
+    _DDP_KEYS = (
+        "avg_forward_compute_time",
+        "avg_backward_compute_time",
+        "avg_backward_comm_time",
+        "avg_backward_compute_comm_overlap_time",
+        "iteration",
+        "num_buckets_reduced",
+        "bucket_cap_bytes",
+    )
+
+    def _write_ddp_timing(self, step: int) -> None:
+        """The share of the step DDP spends in its gradient all-reduce, from DDP's own timers.
+
+        ``DistributedDataParallel._get_ddp_logging_data()`` carries the reducer's averages
+        (forward, backward compute, backward communication and their overlap, in ns) on every
+        backend: no hook, nothing changed in the job. The model is found once, in the census's
+        walk of the heap, and read at each census after that.
+        """
+        ddp = self._ddp() if self._ddp_ref is None else self._ddp_ref()
+        if ddp is None:
+            return
+        try:
+            data = ddp._get_ddp_logging_data()
+        except Exception:
+            return
+        values = {k: data.get(k) for k in self._DDP_KEYS if isinstance(data.get(k), int)}
+        if values.get("avg_backward_comm_time"):
+            self._write({"k": "ddp", "step": step, **values})
+
+    def _ddp(self) -> Any:
+        if self._ddp_searched:
+            return None
+        self._ddp_searched = True
+        nn_parallel = sys.modules.get("torch.nn.parallel")
+        cls = getattr(nn_parallel, "DistributedDataParallel", None)
+        if cls is None:
+            return None
+        import gc
+        import weakref
+
+        # type() membership, not isinstance(): isinstance on a lazy module object would
+        # trigger its import hooks.
+        types: set[type] = set()
+        todo: list[type] = [cls]
+        while todo:
+            t = todo.pop()
+            if t not in types:
+                types.add(t)
+                todo.extend(t.__subclasses__())
+        for obj in gc.get_objects():
+            if type(obj) in types:
+                self._ddp_ref = weakref.ref(obj)
+                return obj
+        return None
 
 
 class _TorchImportHook(importlib.abc.MetaPathFinder):

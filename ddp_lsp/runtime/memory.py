@@ -65,6 +65,8 @@ class MemorySample:
     cuda: int | None = None
     tensors: int | None = None
     tensor_bytes: int | None = None
+    #: Seconds the monitor itself spent in this step (readings and census), after time_s.
+    overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -431,7 +433,10 @@ class MemoryGrowthMonitor:
         for name, value in zip(FIELDS, values, strict=True):
             self._series[name].append(-1 if value is None else value)
         if self._sink is not None:
-            self._sink(MemorySample(n, now - self._t0, heap, rss, cuda, tensors, tensor_bytes))
+            overhead = time.perf_counter() - now
+            self._sink(
+                MemorySample(n, now - self._t0, heap, rss, cuda, tensors, tensor_bytes, overhead)
+            )
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         """Callback form: any hook signature (Lightning, Accelerate, custom loops)."""

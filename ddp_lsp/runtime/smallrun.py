@@ -34,12 +34,15 @@ from typing import Any
 
 from ddp_lsp.cliutil import positive_seconds, unwritable_reason
 from ddp_lsp.runtime import _proc
+from ddp_lsp.runtime import flight as flight_recorder
 from ddp_lsp.runtime._autoattach import (
     ENV_CENSUS_BUDGET,
     ENV_DIR,
+    ENV_FLIGHT_RECORDER,
     ENV_MIN_BYTES,
     ENV_MIN_CENSUSES,
     ENV_WARMUP,
+    FR_REQUEST,
     STACK_SIGNAL,
 )
 from ddp_lsp.runtime.memory import (
@@ -83,6 +86,14 @@ class SmallRunConfig:
     #: end on its own; then its stacks are taken and the tree is killed (the dead-rank guard
     #: from outside: peers stuck in a rendezvous or a collective would wait for its timeout).
     dead_rank_grace_s: float = 5.0
+    #: TORCH_DISTRIBUTED_DEBUG=DETAIL in the run: every collective is checked against the
+    #: other ranks' first, so a mismatch (op, shape, dtype) fails naming both sides.
+    debug_collectives: bool = False
+    #: The c10d flight recorder (a ring buffer of the last collectives, per rank), dumped
+    #: on a hang and attached to the report: ``on``, ``off``, or ``auto`` (on where an NVIDIA
+    #: driver is present, i.e. where the job runs NCCL; it costs heap per collective, which
+    #: a CPU gloo gate does not need).
+    flight_recorder: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -102,11 +113,13 @@ class RankSummary:
     crashed: dict[str, Any] | None = None
     stuck_in: str | None = None
     memory: dict[str, Any] | None = None
+    #: DDP's own timers (the reducer's averages) against the step time measured here.
+    communication: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class SmallRunResult:
-    status: str  # pass | suspect | crash | hang | leak | inconclusive | error
+    status: str  # pass | suspect | mismatch | crash | hang | leak | inconclusive | error
     exit_code: int
     command: tuple[str, ...]
     duration_s: float
@@ -117,6 +130,9 @@ class SmallRunResult:
     killed: tuple[dict[str, Any], ...] = ()
     workdir: str | None = None
     schema: str = SCHEMA
+    #: Per rank, the flight recorder's view on a hang: the last collectives it enqueued and
+    #: completed, and its newest entries (op, sizes, state, the user frame that issued it).
+    flight_recorder: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
@@ -159,6 +175,10 @@ class _Series:
     steps: list[int] = field(default_factory=list)
     values: dict[str, list[int]] = field(default_factory=dict)
     censuses: list[Census] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    #: The monitor's own time after each sample (census, readings): not the job's.
+    overheads: list[float] = field(default_factory=list)
+    ddp: dict[str, Any] | None = None
 
 
 def _read_series(path: Path) -> _Series | None:
@@ -181,7 +201,11 @@ def _read_series(path: Path) -> _Series | None:
         kind = rec.get("k")
         if kind == "header":
             series.rank = rec.get("rank")
+        elif kind == "ddp":
+            series.ddp = rec
         elif kind == "s":
+            series.times.append(float(rec.get("t", 0.0)))
+            series.overheads.append(float(rec.get("o", 0.0)))
             series.steps.append(int(rec["step"]))
             for name in names:
                 value = rec.get(name)
@@ -195,6 +219,49 @@ def _read_series(path: Path) -> _Series | None:
                 Census(rec["step"], rec["count"], rec["bytes"], groups, int(rec.get("nodes", -1)))
             )
     return series
+
+
+def communication_share(
+    steps: list[int],
+    times: list[float],
+    ddp: dict[str, Any] | None,
+    warmup: int = 2,
+    overheads: list[float] | None = None,
+) -> dict[str, Any] | None:
+    """The share of a step spent in DDP's gradient all-reduce, and how much of it is exposed.
+
+    Step time: the median interval between consecutive steps after warm-up (the monitor's
+    clock, after ``optimizer.step()``). Communication: the reducer's average backward
+    communication time, and its overlap with backward compute (both ns, DDP's timers).
+    """
+    if not ddp or not ddp.get("avg_backward_comm_time"):
+        return None
+    own = overheads if overheads and len(overheads) == len(steps) else [0.0] * len(steps)
+    pairs = list(zip(steps, times, own, strict=False))
+    # The monitor's census after a sample is inside the next interval: not the job's time.
+    intervals = sorted(
+        (t1 - t0 - o0) / (s1 - s0)
+        for (s0, t0, o0), (s1, t1, _) in zip(pairs, pairs[1:], strict=False)
+        if s1 > s0 and s0 >= steps[0] + warmup
+    )
+    if not intervals:
+        return None
+    step_s = intervals[len(intervals) // 2]
+    comm_s = ddp["avg_backward_comm_time"] / 1e9
+    overlap_s = (ddp.get("avg_backward_compute_comm_overlap_time") or 0) / 1e9
+    exposed_s = max(comm_s - overlap_s, 0.0)
+    return {
+        "step_ms": round(step_s * 1e3, 3),
+        "allreduce_ms": round(comm_s * 1e3, 3),
+        "overlapped_ms": round(overlap_s * 1e3, 3),
+        "exposed_ms": round(exposed_s * 1e3, 3),
+        "share": round(min(comm_s / step_s, 1.0), 4) if step_s > 0 else None,
+        "exposed_share": round(min(exposed_s / step_s, 1.0), 4) if step_s > 0 else None,
+        "forward_ms": round((ddp.get("avg_forward_compute_time") or 0) / 1e6, 3),
+        "backward_compute_ms": round((ddp.get("avg_backward_compute_time") or 0) / 1e6, 3),
+        "ddp_iterations": ddp.get("iteration"),
+        "buckets": ddp.get("num_buckets_reduced"),
+    }
 
 
 def _fatal_location(workdir: Path, pid: int) -> str | None:
@@ -250,6 +317,16 @@ def _child_env(cfg: SmallRunConfig, workdir: Path) -> dict[str, str]:
     env[ENV_MIN_BYTES] = str(cfg.min_bytes_per_step)
     env[ENV_CENSUS_BUDGET] = str(cfg.census_budget)
     env[ENV_MIN_CENSUSES] = str(cfg.min_censuses)
+    if cfg.debug_collectives:
+        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    if flight_recorder_enabled(cfg.flight_recorder):
+        env[ENV_FLIGHT_RECORDER] = "1"
+        for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+            env.setdefault(name, "2000")
+        # NCCL's own dump on a watchdog timeout (pickle, per rank) lands in the run's dir.
+        for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+            env.setdefault(name, str(workdir / "fr-native-rank-"))
+        env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     if not cfg.keep_caches:
         env.setdefault("MKL_DISABLE_FAST_MM", "1")
         tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
@@ -257,6 +334,25 @@ def _child_env(cfg: SmallRunConfig, workdir: Path) -> dict[str, str]:
             tunables.append("glibc.malloc.tcache_count=0")
         env["GLIBC_TUNABLES"] = ":".join(tunables)
     return env
+
+
+def flight_recorder_enabled(mode: str) -> bool:
+    if mode in ("on", "off"):
+        return mode == "on"
+    return os.path.exists("/dev/nvidiactl") or os.path.isdir("/proc/driver/nvidia")
+
+
+def _request_flight_recorder(workdir: Path, pids: list[int], wait_s: float = 3.0) -> None:
+    """Ask the live ranks for their flight-recorder dumps and wait for them (bounded)."""
+    try:
+        (workdir / FR_REQUEST).write_text("dump\n", encoding="utf-8")
+    except OSError:
+        return
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if all((workdir / f"fr-{pid}.json").exists() for pid in pids):
+            return
+        time.sleep(0.05)
 
 
 def _request_stacks(workdir: Path, pids: list[int], wait_s: float = 3.0) -> None:
@@ -445,6 +541,9 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
         kill_time = time.time()
         live = {i.pid for i in _proc.alive(seen.items())}
         stacks_requested = [pid for pid in procs if pid in live]
+        if flight_recorder_enabled(cfg.flight_recorder):
+            ranks_live = [p for p in _rank_pids(workdir, proc.pid) if p in live]
+            _request_flight_recorder(workdir, ranks_live)
         _request_stacks(workdir, stacks_requested)
         killed = _proc.kill_tree(proc.pid, seen, cfg.kill_grace_s, marker=(ENV_DIR, str(workdir)))
         try:
@@ -489,6 +588,38 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
 
 _PY_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
+
+
+_FINGERPRINT = (
+    r"Rank (?P<{p}rank>\d+) is running collective: CollectiveFingerPrint\("
+    r"SequenceNumber=(?P<{p}seq>\d+), OpType=(?P<{p}op>\w+), TensorShape=(?P<{p}shape>\[[^\]]*\]), "
+    r"TensorDtypes=(?P<{p}dtype>\w+)"
+)
+_MISMATCH = re.compile(_FINGERPRINT.format(p="a") + r".*?but " + _FINGERPRINT.format(p="b"), re.S)
+
+
+def collective_mismatch(text: str) -> dict[str, Any] | None:
+    """The two sides of a mismatch TORCH_DISTRIBUTED_DEBUG=DETAIL detected, from its error.
+
+    ``Detected mismatch between collectives on ranks. Rank 0 is running collective:
+    CollectiveFingerPrint(SequenceNumber=1, OpType=ALLREDUCE, TensorShape=[4], ...), but
+    Rank 1 is running collective: CollectiveFingerPrint(...)`` (ProcessGroupWrapper).
+    """
+    m = _MISMATCH.search(text)
+    if m is None:
+        return None
+    sides = []
+    for p in ("a", "b"):
+        sides.append(
+            {
+                "rank": int(m[p + "rank"]),
+                "sequence": int(m[p + "seq"]),
+                "op": m[p + "op"],
+                "shape": m[p + "shape"],
+                "dtype": m[p + "dtype"],
+            }
+        )
+    return {"sides": sides}
 
 
 def _spawn_child_crash(rec: dict[str, Any], child: int, rank: int | None) -> dict[str, Any]:
@@ -617,6 +748,11 @@ def _judge(
                 crashed=crashes.get(pid),
                 stuck_in=stuck,
                 memory=memory,
+                communication=communication_share(
+                    s.steps, s.times, s.ddp, cfg.warmup_steps, s.overheads
+                )
+                if s is not None and s.steps
+                else None,
             )
         )
 
@@ -657,6 +793,33 @@ def _judge(
                     f"{other.get('exc_type')}: {str(other.get('message'))[:160]}",
                 )
             )
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL: ranks that ran different collectives, named.
+    mismatch = None
+    for c in crash_list:
+        mismatch = collective_mismatch(str(c.get("traceback") or c.get("message") or ""))
+        if mismatch is not None:
+            break
+    if mismatch is not None:
+        where = {
+            c.get("rank"): c.get("where")
+            for c in crash_list
+            if c.get("rank") is not None and c.get("where")
+        }
+        parts = []
+        for side in mismatch["sides"]:
+            at = f" at {where[side['rank']]}" if where.get(side["rank"]) else ""
+            parts.append(
+                f"rank {side['rank']} ran {side['op']} of {side['shape']} {side['dtype']}{at}"
+            )
+        findings.insert(
+            0,
+            Finding(
+                "mismatch",
+                mismatch["sides"][0]["rank"],
+                f"mismatched collectives at collective #{mismatch['sides'][0]['sequence']} "
+                f"(TORCH_DISTRIBUTED_DEBUG=DETAIL): " + "; ".join(parts),
+            ),
+        )
     # Ranks that vanished without an exception or a normal exit: a signal (OOM killer?), or
     # a crash in native code, whose Python stack faulthandler left in the stack file.
     for pid in relevant:
@@ -701,6 +864,25 @@ def _judge(
                 f"killed {len(killed)} processes (the whole tree)",
             )
         )
+    flight: dict[str, Any] = {}
+    if hung or interrupted or dead_kill:
+        dumps: dict[int, dict[str, Any]] = {}
+        errors: dict[int, str] = {}
+        for pid, rec in _records(workdir, "fr").items():
+            rank = rank_of(pid) if rec.get("rank") is None else int(rec["rank"])
+            if rank is None:
+                continue
+            if isinstance(rec.get("dump"), dict):
+                dumps[rank] = rec["dump"]
+            else:
+                errors[rank] = str(rec.get("error") or "no dump")
+        if dumps or errors:
+            fr_report = flight_recorder.summarize(dumps, errors)
+            flight = fr_report.to_dict()
+            findings.extend(Finding("hang", None, text) for text in fr_report.findings)
+        native = sorted(p.name for p in workdir.glob("fr-native-rank-*"))
+        if native:
+            flight["native_dumps"] = native  # NCCL's own, on its watchdog timeout (pickle)
     if hung or interrupted:
         what = (
             "interrupted"
@@ -776,13 +958,13 @@ def _judge(
             )
     kinds = {f.kind for f in findings}
     status = "pass"
-    for kind in ("crash", "hang", "leak", "no-data", "inconclusive", "suspect"):
+    for kind in ("mismatch", "crash", "hang", "leak", "no-data", "inconclusive", "suspect"):
         if kind in kinds:
             status = "inconclusive" if kind == "no-data" else kind
             break
     exit_code = (
         EXIT_FAIL
-        if status in ("crash", "hang", "leak")
+        if status in ("crash", "hang", "leak", "mismatch")
         else EXIT_INCONCLUSIVE
         if status == "inconclusive"
         else EXIT_PASS
@@ -798,6 +980,7 @@ def _judge(
         ranks=tuple(ranks),
         killed=tuple({"pid": k.pid, "cmdline": k.cmdline} for k in killed),
         workdir=str(workdir) if (cfg.keep_workdir or cfg.workdir) else None,
+        flight_recorder=flight,
     )
 
 
@@ -809,9 +992,14 @@ def render_text(result: SmallRunResult) -> str:
     )
     lines = [head]
     for f in result.findings:
-        mark = {"crash": "x", "hang": "x", "leak": "x", "leftover": "!", "suspect": "!"}.get(
-            f.kind, "?"
-        )
+        mark = {
+            "crash": "x",
+            "hang": "x",
+            "leak": "x",
+            "mismatch": "x",
+            "leftover": "!",
+            "suspect": "!",
+        }.get(f.kind, "?")
         body = f.message.replace("\n", "\n      ")
         lines.append(f"  {mark} [{f.kind}] {body}")
     for r in ranked:
@@ -834,8 +1022,15 @@ def render_text(result: SmallRunResult) -> str:
         }.get(verdict or "", "no samples")
         censuses = mem.get("censuses")
         judged = f" ({censuses} censuses)" if censuses and verdict in ("flat", "leak") else ""
+        comm = r.communication or {}
+        talk = ""
+        if comm.get("share") is not None:
+            talk = (
+                f"; all-reduce {comm['share']:.0%} of the step ({comm['allreduce_ms']:.1f} of "
+                f"{comm['step_ms']:.1f} ms, {comm['exposed_ms']:.1f} ms not overlapped)"
+            )
         lines.append(
-            f"    {_label(r.rank, r.pid)}: {r.steps} steps, memory {state}{detail}{judged}"
+            f"    {_label(r.rank, r.pid)}: {r.steps} steps, memory {state}{detail}{judged}{talk}"
         )
     return "\n".join(lines)
 
@@ -883,6 +1078,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kill-grace", type=float, default=3.0, help="seconds between SIGTERM and SIGKILL (3)"
     )
+    p.add_argument(
+        "--dead-rank-grace",
+        type=positive_seconds,
+        default=5.0,
+        metavar="S",
+        help="once a rank died, seconds the others get to end before they are killed (5)",
+    )
+    p.add_argument(
+        "--debug-collectives",
+        action="store_true",
+        help="run with TORCH_DISTRIBUTED_DEBUG=DETAIL: a mismatched collective is named",
+    )
+    p.add_argument(
+        "--flight-recorder",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="record the ranks' collectives and attach them to a hang's report "
+        "(auto: on where an NVIDIA driver is present)",
+    )
     p.add_argument("--dir", type=Path, help="keep the ranks' series and stack files in DIR")
     p.add_argument(
         "--keep-caches",
@@ -917,6 +1131,9 @@ def main(argv: Sequence[str]) -> int:
         keep_workdir=args.dir is not None,
         keep_caches=args.keep_caches,
         stall_timeout_s=args.stall_timeout,
+        dead_rank_grace_s=args.dead_rank_grace,
+        debug_collectives=args.debug_collectives,
+        flight_recorder=args.flight_recorder,
     )
     result = run_smallrun(cfg)
     sys.stdout.flush()

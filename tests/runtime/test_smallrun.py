@@ -101,8 +101,19 @@ def test_a_crashing_rank_is_named(tmp_path: Path) -> None:
 def test_a_hanging_run_is_killed_whole_and_each_rank_says_where(tmp_path: Path) -> None:
     # A hang counted as 4 s without a step from any rank (start-up on a busy 2-core CI box
     # can take longer than any fixed whole-run timeout short enough for a test).
-    r = smallrun(tmp_path, "hang", "--stall-timeout", "4")
+    # --flight-recorder on: the c10d flight recorder also works on gloo (torch 2.13), so the
+    # dump-on-hang path that matters on NCCL runs here for real.
+    r = smallrun(tmp_path, "hang", "--stall-timeout", "4", "--flight-recorder", "on")
     assert r["_exit"] == 1 and r["status"] == "hang", r["findings"]
+    fr = r["flight_recorder"]
+    assert set(fr["ranks"]) == {"0", "1"}, fr
+    behind, ahead = fr["ranks"]["1"], fr["ranks"]["0"]
+    assert behind["last_enqueued"] == ahead["last_enqueued"] - 1  # rank 1 never called it
+    assert ahead["recent"][-1]["op"] == "gloo:all_reduce"
+    assert any(
+        f"rank 1 never entered collective #{ahead['last_enqueued']}" in f["message"]
+        for f in r["findings"]
+    ), r["findings"]
     assert "crash" not in _kinds(r)  # torchrun's reaction to our SIGTERM is not a crash
     stuck = {
         f["rank"]: f["message"]
@@ -110,7 +121,7 @@ def test_a_hanging_run_is_killed_whole_and_each_rank_says_where(tmp_path: Path) 
         if f["kind"] == "hang" and f["rank"] is not None
     }
     assert set(stuck) == {0, 1}
-    assert "no rank finished a step for 4 s" in r["findings"][0]["message"]
+    assert any("no rank finished a step for 4 s" in f["message"] for f in r["findings"])
     # Rank 1 sleeps in its loop; rank 0 waits in DDP's gradient all-reduce inside backward().
     assert "ddp_toy.py" in stuck[1] and "backward" in stuck[0]
     # The agent and both ranks (in sessions of their own, under torchrun) were killed.
@@ -269,3 +280,51 @@ def test_a_spawn_parents_report_of_a_killed_child_names_the_child() -> None:
     assert (child["rank"], child["exc_type"]) == (3, "RuntimeError")
     assert child["message"] == "CUDA error: out of memory"
     assert child["where"] == "train.py:31 in worker"
+
+
+def test_debug_collectives_names_both_sides_of_a_mismatch(tmp_path: Path) -> None:
+    token = uuid.uuid4().hex
+    out = tmp_path / "mismatch.json"
+    cmd = [PYTHON, "-m", "ddp_lsp.cli", "smallrun", "--timeout", "120", "--json", str(out)]
+    cmd += ["--debug-collectives", "--", *TORCHRUN, "--nproc-per-node", "2"]
+    cmd += [str(WORKERS / "mismatch.py")]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=child_env(DDP_LSP_TEST_TOKEN=token),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    r = json.loads(out.read_text())
+    assert proc.returncode == 1 and r["status"] == "mismatch", r["findings"]
+    first = r["findings"][0]
+    assert first["kind"] == "mismatch"
+    assert "rank 0 ran ALLREDUCE of [4] Float at mismatch.py:21" in first["message"]
+    assert "rank 1 ran BROADCAST of [3] Float at mismatch.py:23" in first["message"]
+    assert _survivors(token) == []
+
+
+def test_a_mismatch_is_read_from_the_process_group_wrappers_error() -> None:
+    from ddp_lsp.runtime.smallrun import collective_mismatch
+
+    text = (
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 3 is running "
+        "collective: CollectiveFingerPrint(SequenceNumber=42, OpType=ALLGATHER, "
+        "TensorShape=[8, 2], TensorDtypes=BFloat16, TensorDeviceTypes=TensorOptions(dtype="
+        "c10::BFloat16, device=cuda:3)), but Rank 0 is running collective: "
+        "CollectiveFingerPrint(SequenceNumber=42, OpType=REDUCE_SCATTER, TensorShape=[16], "
+        "TensorDtypes=BFloat16, TensorDeviceTypes=TensorOptions(dtype=c10::BFloat16))."
+    )
+    found = collective_mismatch(text)
+    assert found is not None
+    a, b = found["sides"]
+    assert (a["rank"], a["sequence"], a["op"], a["shape"], a["dtype"]) == (
+        3,
+        42,
+        "ALLGATHER",
+        "[8, 2]",
+        "BFloat16",
+    )
+    assert (b["rank"], b["op"], b["shape"]) == (0, "REDUCE_SCATTER", "[16]")
+    assert collective_mismatch("RuntimeError: Connection closed by peer") is None
