@@ -108,7 +108,9 @@ def main() -> int:
     print("\ntime to verdict per run (s): case, variant: min / median / max")
     for case in cases:
         for expected in ("leak", "clean"):
-            times = [float(r["wall_s"]) for r in runs if r["case"] == case and r["expected"] == expected]  # type: ignore[arg-type]
+            times = [
+                float(r["wall_s"]) for r in runs if r["case"] == case and r["expected"] == expected
+            ]  # type: ignore[arg-type]
             if times:
                 print(
                     f"  {case:6s} {expected:5s}: {min(times):5.1f} / "

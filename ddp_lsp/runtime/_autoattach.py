@@ -299,7 +299,7 @@ class _Session:
                 warmup_steps=int(os.environ.get(ENV_WARMUP, "2")),
                 min_bytes_per_step=float(os.environ.get(ENV_MIN_BYTES, "1024")),
                 census_budget=float(os.environ.get(ENV_CENSUS_BUDGET, "0.5")),
-                min_censuses=int(os.environ.get(ENV_MIN_CENSUSES, "40")),
+                min_censuses=int(os.environ.get(ENV_MIN_CENSUSES, "12")),
                 # A small run is a diagnosis, not production: read memory at every step.
                 sample_budget=1e9,
                 sink=self._on_sample,

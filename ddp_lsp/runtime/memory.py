@@ -585,8 +585,10 @@ class MemoryGrowthMonitor:
     def samples(self) -> list[MemorySample]:
         out = []
         for i, n in enumerate(self._steps):
-            vals = [self._series[name][i] for name in FIELDS]
-            out.append(MemorySample(n, self._times[i], *[None if v < 0 else int(v) for v in vals]))
+            heap, rss, cuda, tensors, tensor_bytes = (
+                None if v < 0 else int(v) for v in (self._series[name][i] for name in FIELDS)
+            )
+            out.append(MemorySample(n, self._times[i], heap, rss, cuda, tensors, tensor_bytes))
         return out
 
     @property

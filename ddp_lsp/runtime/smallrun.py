@@ -68,9 +68,10 @@ class SmallRunConfig:
     #: Steps before the census series are judged (the first step allocates gradients and
     #: optimizer state); the byte series wait BYTES_WARMUP_STEPS at least.
     warmup_steps: int = 2
-    #: Censuses taken at every step before the time budget applies: a small run of the
-    #: method's size (2 epochs of 10 samples) is censused at every step.
-    min_censuses: int = 40
+    #: Censuses taken at every step after warm-up before the time budget applies: a small
+    #: run of the method's size (2 epochs of 10 samples, 10 steps) is censused at every step;
+    #: a longer one gets these 12, then as many as half its time affords.
+    min_censuses: int = 12
     min_bytes_per_step: float = 1024.0
     census_budget: float = 0.5
     kill_grace_s: float = 3.0
@@ -503,8 +504,8 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
                 for info in _proc.descendants(proc.pid).values():
                     seen.setdefault(info.pid, info.start)
                 for pid in _records(workdir, "proc"):
-                    if pid not in seen and (info := _proc._read_stat(pid)) is not None:
-                        seen[pid] = info.start
+                    if pid not in seen and (stat := _proc._read_stat(pid)) is not None:
+                        seen[pid] = stat.start
                 next_scan = now + 0.25
                 if dead_at is None:
                     dead = _dead_rank(workdir, seen, proc.pid)
@@ -800,14 +801,14 @@ def _judge(
         if mismatch is not None:
             break
     if mismatch is not None:
-        where = {
+        lines_at = {
             c.get("rank"): c.get("where")
             for c in crash_list
             if c.get("rank") is not None and c.get("where")
         }
         parts = []
         for side in mismatch["sides"]:
-            at = f" at {where[side['rank']]}" if where.get(side["rank"]) else ""
+            at = f" at {lines_at[side['rank']]}" if lines_at.get(side["rank"]) else ""
             parts.append(
                 f"rank {side['rank']} ran {side['op']} of {side['shape']} {side['dtype']}{at}"
             )
