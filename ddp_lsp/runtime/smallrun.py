@@ -166,6 +166,13 @@ def _records(workdir: Path, prefix: str) -> dict[int, dict[str, Any]]:
                 if any(h in words for h in _HELPERS):
                     data = {**data, "rank": None, "helper": True}
             out[data["pid"]] = data
+    if prefix == "proc":
+        # A process started by a rank (a DataLoader worker under the spawn start method
+        # inherits RANK) is that rank's helper, not a rank of its own.
+        ranked = {pid for pid, rec in out.items() if rec.get("rank") is not None}
+        for pid, rec in list(out.items()):
+            if rec.get("ppid") in ranked and rec.get("rank") is not None:
+                out[pid] = {**rec, "rank": None, "helper": True}
     return out
 
 

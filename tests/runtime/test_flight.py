@@ -1,4 +1,5 @@
-"""The flight-recorder reading on a hang, from injected NCCL-shaped dumps (no GPU here).
+"""smallrun's readings from injected facts: flight-recorder dumps (NCCL-shaped; no GPU here),
+the all-reduce share of a step, which processes are ranks.
 
 The dump layout is the one ``_dump_fr_trace_json`` gives on torch 2.13 (seen on gloo in
 tests/runtime/test_smallrun.py): ``pg_status`` per process group, and ``entries`` with the
@@ -7,6 +8,7 @@ collective's sequence number, op, sizes, dtypes, state and the issuing Python fr
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ddp_lsp.runtime.flight import summarize
@@ -99,3 +101,22 @@ def test_the_communication_share_uses_ddps_timers_and_leaves_out_the_monitors_ti
     assert (c["allreduce_ms"], c["exposed_ms"]) == (8.0, 6.0)
     assert c["share"] == 0.4 and c["exposed_share"] == 0.3
     assert communication_share(steps, times, None) is None  # no DDP model: nothing said
+
+
+def test_helpers_that_inherit_rank_are_not_ranks(tmp_path: Path) -> None:
+    import json
+
+    from ddp_lsp.runtime.smallrun import _records
+
+    def proc(pid: int, ppid: int, rank: int | None, cmdline: list[str]) -> None:
+        rec = {"pid": pid, "ppid": ppid, "rank": rank, "argv": [], "cmdline": cmdline}
+        (tmp_path / f"proc-{pid}.json").write_text(json.dumps(rec))
+
+    proc(10, 1, None, ["python", "launch.py"])
+    proc(11, 10, 0, ["python", "-c", "from multiprocessing.spawn import spawn_main"])
+    proc(12, 10, 0, ["python", "-c", "from multiprocessing.resource_tracker import main"])
+    proc(13, 11, 0, ["python", "-c", "from multiprocessing.spawn import spawn_main"])  # worker
+    procs = _records(tmp_path, "proc")
+    assert procs[11]["rank"] == 0 and not procs[11].get("helper")
+    assert procs[12]["rank"] is None and procs[12]["helper"]  # the resource tracker
+    assert procs[13]["rank"] is None and procs[13]["helper"]  # rank 0's DataLoader worker
