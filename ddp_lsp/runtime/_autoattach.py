@@ -335,6 +335,7 @@ class _Session:
                 "tensors": sample.tensors,
                 "tensor_bytes": sample.tensor_bytes,
                 "o": round(sample.overhead_s, 6),
+                "ddp": self._ddp_reading(),
             }
         )
 
@@ -353,35 +354,46 @@ class _Session:
         )
         self._write_ddp_timing(census.step)
 
-    #: DDP's reducer times its first 10 iterations, then one in 100 (its sample rate).
-    _DDP_KEYS = (
-        "avg_forward_compute_time",
-        "avg_backward_compute_time",
-        "avg_backward_comm_time",
-        "avg_backward_compute_comm_overlap_time",
-        "iteration",
-        "num_buckets_reduced",
-        "bucket_cap_bytes",
-    )
-
     def _write_ddp_timing(self, step: int) -> None:
-        """The share of the step DDP spends in its gradient all-reduce, from DDP's own timers.
+        """Find the job's DDP model once (in the census's walk of the heap) and time every step.
 
-        ``DistributedDataParallel._get_ddp_logging_data()`` carries the reducer's averages
-        (forward, backward compute, backward communication and their overlap, in ns) on every
-        backend: no hook, nothing changed in the job. The model is found once, in the census's
-        walk of the heap, and read at each census after that.
+        ``DistributedDataParallel._get_ddp_logging_data()`` carries the reducer's own timers
+        (backward communication, its overlap with backward compute, forward and backward
+        compute, in ns) on every backend. The reducer samples its first 10 iterations, then
+        one in 100: the small run asks for every iteration (``_set_ddp_runtime_logging_
+        sample_rate(1)``), so that the steps without a census (whose skew between ranks
+        would count as communication) can be read. Nothing else of the model is touched.
         """
-        ddp = self._ddp() if self._ddp_ref is None else self._ddp_ref()
+        if self._ddp_ref is not None or self._ddp_searched:
+            return
+        ddp = self._ddp()
         if ddp is None:
             return
         try:
+            ddp._set_ddp_runtime_logging_sample_rate(1)
+        except Exception:
+            pass
+
+    def _ddp_reading(self) -> list[int] | None:
+        """The latest timed iteration: [iteration, comm, overlap, forward, backward] (ns)."""
+        ddp = self._ddp_ref() if self._ddp_ref is not None else None
+        if ddp is None:
+            return None
+        try:
             data = ddp._get_ddp_logging_data()
         except Exception:
-            return
-        values = {k: data.get(k) for k in self._DDP_KEYS if isinstance(data.get(k), int)}
-        if values.get("avg_backward_comm_time"):
-            self._write({"k": "ddp", "step": step, **values})
+            return None
+        keys = (
+            "iteration",
+            "backward_comm_time",
+            "backward_compute_comm_overlap_time",
+            "forward_compute_time",
+            "backward_compute_time",
+        )
+        values = [data.get(k) for k in keys]
+        if not all(isinstance(v, int) for v in values) or not values[1]:
+            return None
+        return [int(v) for v in values if isinstance(v, int)]
 
     def _ddp(self) -> Any:
         if self._ddp_searched:

@@ -186,7 +186,8 @@ class _Series:
     times: list[float] = field(default_factory=list)
     #: The monitor's own time after each sample (census, readings): not the job's.
     overheads: list[float] = field(default_factory=list)
-    ddp: dict[str, Any] | None = None
+    #: Per sample, DDP's latest timed iteration: [iteration, comm, overlap, fwd, bwd] ns.
+    ddp: list[list[int] | None] = field(default_factory=list)
 
 
 def _read_series(path: Path) -> _Series | None:
@@ -209,9 +210,9 @@ def _read_series(path: Path) -> _Series | None:
         kind = rec.get("k")
         if kind == "header":
             series.rank = rec.get("rank")
-        elif kind == "ddp":
-            series.ddp = rec
         elif kind == "s":
+            reading = rec.get("ddp")
+            series.ddp.append(reading if isinstance(reading, list) and len(reading) == 5 else None)
             series.times.append(float(rec.get("t", 0.0)))
             series.overheads.append(float(rec.get("o", 0.0)))
             series.steps.append(int(rec["step"]))
@@ -229,46 +230,74 @@ def _read_series(path: Path) -> _Series | None:
     return series
 
 
+#: A step whose previous sample took a census (or other monitor work) longer than this is
+#: not used for the communication share: the census delays this rank's next all-reduce, and
+#: its peer counts that wait as communication.
+QUIET_OVERHEAD_S = 0.005
+
+
 def communication_share(
     steps: list[int],
     times: list[float],
-    ddp: dict[str, Any] | None,
-    warmup: int = 2,
-    overheads: list[float] | None = None,
+    ddp: list[list[int] | None],
+    overheads: list[float],
+    min_steps: int = 3,
 ) -> dict[str, Any] | None:
-    """The share of a step spent in DDP's gradient all-reduce, and how much of it is exposed.
+    """The share of a step spent in DDP's gradient all-reduce, from the steps without a census.
 
-    Step time: the median interval between consecutive steps after warm-up (the monitor's
-    clock, after ``optimizer.step()``). Communication: the reducer's average backward
-    communication time, and its overlap with backward compute (both ns, DDP's timers).
+    DDP's reducer reports an iteration's timers at the next forward, so the reading taken
+    after step ``n`` describes step ``n - 1``. A step ``j`` counts when the monitor did no
+    census after the sample before it (``overheads[j - 1]`` small): its interval is then the
+    job's own step time, and its communication time holds no wait for a peer's census.
     """
-    if not ddp or not ddp.get("avg_backward_comm_time"):
-        return None
-    own = overheads if overheads and len(overheads) == len(steps) else [0.0] * len(steps)
-    pairs = list(zip(steps, times, own, strict=False))
-    # The monitor's census after a sample is inside the next interval: not the job's time.
-    intervals = sorted(
-        (t1 - t0 - o0) / (s1 - s0)
-        for (s0, t0, o0), (s1, t1, _) in zip(pairs, pairs[1:], strict=False)
-        if s1 > s0 and s0 >= steps[0] + warmup
-    )
-    if not intervals:
-        return None
-    step_s = intervals[len(intervals) // 2]
-    comm_s = ddp["avg_backward_comm_time"] / 1e9
-    overlap_s = (ddp.get("avg_backward_compute_comm_overlap_time") or 0) / 1e9
-    exposed_s = max(comm_s - overlap_s, 0.0)
+    index = {s: i for i, s in enumerate(steps)}
+    step_ms: list[float] = []
+    comm_ms: list[float] = []
+    overlap_ms: list[float] = []
+    fwd_ms: list[float] = []
+    bwd_ms: list[float] = []
+    for i, reading in enumerate(ddp):
+        if reading is None or i >= len(steps):
+            continue
+        j = index.get(steps[i] - 1)  # the step this reading describes
+        if j is None or j == 0 or steps[j - 1] != steps[j] - 1:
+            continue
+        if overheads[j - 1] > QUIET_OVERHEAD_S or overheads[j] > QUIET_OVERHEAD_S:
+            continue
+        interval = times[j] - times[j - 1] - overheads[j - 1]
+        if interval <= 0:
+            continue
+        step_ms.append(interval * 1e3)
+        comm_ms.append(reading[1] / 1e6)
+        overlap_ms.append(reading[2] / 1e6)
+        fwd_ms.append(reading[3] / 1e6)
+        bwd_ms.append(reading[4] / 1e6)
+    if not any(r is not None for r in ddp):
+        return None  # no DDP model in this process
+    if len(step_ms) < min_steps:
+        return {
+            "share": None,
+            "steps": len(step_ms),
+            "reason": f"{len(step_ms)} steps without a census, need {min_steps}: run more steps "
+            "than the censused ones to measure it",
+        }
+
+    def med(values: list[float]) -> float:
+        ordered = sorted(values)
+        return ordered[len(ordered) // 2]
+
+    step, comm, overlap = med(step_ms), med(comm_ms), med(overlap_ms)
+    exposed = max(comm - overlap, 0.0)
     return {
-        "step_ms": round(step_s * 1e3, 3),
-        "allreduce_ms": round(comm_s * 1e3, 3),
-        "overlapped_ms": round(overlap_s * 1e3, 3),
-        "exposed_ms": round(exposed_s * 1e3, 3),
-        "share": round(min(comm_s / step_s, 1.0), 4) if step_s > 0 else None,
-        "exposed_share": round(min(exposed_s / step_s, 1.0), 4) if step_s > 0 else None,
-        "forward_ms": round((ddp.get("avg_forward_compute_time") or 0) / 1e6, 3),
-        "backward_compute_ms": round((ddp.get("avg_backward_compute_time") or 0) / 1e6, 3),
-        "ddp_iterations": ddp.get("iteration"),
-        "buckets": ddp.get("num_buckets_reduced"),
+        "steps": len(step_ms),
+        "step_ms": round(step, 3),
+        "allreduce_ms": round(comm, 3),
+        "overlapped_ms": round(overlap, 3),
+        "exposed_ms": round(exposed, 3),
+        "share": round(min(comm / step, 1.0), 4),
+        "exposed_share": round(min(exposed / step, 1.0), 4),
+        "forward_ms": round(med(fwd_ms), 3),
+        "backward_compute_ms": round(med(bwd_ms), 3),
     }
 
 
@@ -756,9 +785,7 @@ def _judge(
                 crashed=crashes.get(pid),
                 stuck_in=stuck,
                 memory=memory,
-                communication=communication_share(
-                    s.steps, s.times, s.ddp, cfg.warmup_steps, s.overheads
-                )
+                communication=communication_share(s.steps, s.times, s.ddp, s.overheads)
                 if s is not None and s.steps
                 else None,
             )
@@ -1035,8 +1062,11 @@ def render_text(result: SmallRunResult) -> str:
         if comm.get("share") is not None:
             talk = (
                 f"; all-reduce {comm['share']:.0%} of the step ({comm['allreduce_ms']:.1f} of "
-                f"{comm['step_ms']:.1f} ms, {comm['exposed_ms']:.1f} ms not overlapped)"
+                f"{comm['step_ms']:.1f} ms, {comm['exposed_ms']:.1f} ms not overlapped, "
+                f"{comm['steps']} steps)"
             )
+        elif comm:
+            talk = "; all-reduce share not measured (every step censused)"
         lines.append(
             f"    {_label(r.rank, r.pid)}: {r.steps} steps, memory {state}{detail}{judged}{talk}"
         )

@@ -76,31 +76,31 @@ def test_a_rank_that_could_not_dump_is_said_and_the_rest_still_read() -> None:
     )
 
 
-def test_the_communication_share_uses_ddps_timers_and_leaves_out_the_monitors_time() -> None:
+def test_the_communication_share_comes_from_steps_without_a_census() -> None:
     from ddp_lsp.runtime.smallrun import communication_share
 
-    steps = list(range(10))
-    # 20 ms steps, plus a 300 ms census after each sample from step 2 on (the gate's own).
-    times, overheads, t = [], [], 0.0
+    # 20 steps of 20 ms; a 300 ms census after the samples of steps 2..13 (the gate's own);
+    # DDP's reading after step n describes step n - 1.
+    steps = list(range(20))
+    times, overheads, ddp, t = [], [], [], 0.0
     for s in steps:
         times.append(t)
-        o = 0.3 if s >= 2 else 0.0
+        o = 0.3 if 2 <= s <= 13 else 0.0
         overheads.append(o)
+        # A censused neighbour inflates the comm (waiting for the peer's census): 250 ms.
+        comm = 250_000_000 if 2 <= s - 1 <= 14 else 8_000_000
+        ddp.append([s, comm, 2_000_000, 5_000_000, 6_000_000] if s >= 1 else None)
         t += 0.020 + o
-    ddp = {
-        "avg_backward_comm_time": 8_000_000,  # 8 ms
-        "avg_backward_compute_comm_overlap_time": 2_000_000,
-        "avg_forward_compute_time": 5_000_000,
-        "avg_backward_compute_time": 6_000_000,
-        "iteration": 10,
-        "num_buckets_reduced": 1,
-    }
-    c = communication_share(steps, times, ddp, warmup=2, overheads=overheads)
-    assert c is not None
+    c = communication_share(steps, times, ddp, overheads)
+    # Steps 1 and 15..18 (each described by the next reading) had no census around them.
+    assert c is not None and c["steps"] == 5
     assert abs(c["step_ms"] - 20.0) < 1e-6
     assert (c["allreduce_ms"], c["exposed_ms"]) == (8.0, 6.0)
     assert c["share"] == 0.4 and c["exposed_share"] == 0.3
-    assert communication_share(steps, times, None) is None  # no DDP model: nothing said
+    # A 10-step run is censused at every step after warm-up: not measured, and said so.
+    short = communication_share(steps[:10], times[:10], ddp[:10], overheads[:10])
+    assert short is not None and short["share"] is None and "censused" in short["reason"]
+    assert communication_share(steps, times, [None] * 20, overheads) is None  # no DDP model
 
 
 def test_helpers_that_inherit_rank_are_not_ranks(tmp_path: Path) -> None:
