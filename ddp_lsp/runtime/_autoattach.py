@@ -30,6 +30,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -41,6 +42,10 @@ ENV_WARMUP = "DDP_LSP_SMALLRUN_WARMUP"
 ENV_CENSUS_BUDGET = "DDP_LSP_SMALLRUN_CENSUS_BUDGET"
 ENV_MIN_BYTES = "DDP_LSP_SMALLRUN_MIN_BYTES"
 ENV_MIN_CENSUSES = "DDP_LSP_SMALLRUN_MIN_CENSUSES"
+#: Set by smallrun when the flight recorder is on: ranks dump it when asked (a hang).
+ENV_FLIGHT_RECORDER = "DDP_LSP_SMALLRUN_FLIGHT_RECORDER"
+#: The file whose appearance asks every rank for a flight-recorder dump.
+FR_REQUEST = "fr-request"
 #: Where the supervisor asks for a stack dump on a hang (POSIX; None on Windows).
 STACK_SIGNAL: signal.Signals | None = getattr(signal, "SIGUSR2", None)
 
@@ -62,6 +67,18 @@ def _dist_rank() -> int | None:
     return _env_rank()
 
 
+def _cmdline() -> list[str]:
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            return [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a][:12]
+    except OSError:
+        return []
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) else None
+
+
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     try:
@@ -81,6 +98,11 @@ class _Session:
         self._leader: int | None = None
         self._hook: Any = None
         self._stack_file: Any = None
+        #: The process-group rank once seen (kept for the exit record: the group may be
+        #: destroyed by then).
+        self.rank: int | None = None
+        self._ddp_ref: Any = None
+        self._ddp_searched = False
 
     # -- start-up (stdlib only) -------------------------------------------------------------
 
@@ -93,6 +115,7 @@ class _Session:
                 "rank": _env_rank(),
                 "local_rank": os.environ.get("LOCAL_RANK"),
                 "argv": list(sys.argv) if hasattr(sys, "argv") else [],
+                "cmdline": _cmdline(),
                 "executable": sys.executable,
                 "host": socket.gethostname(),
                 "time": time.time(),
@@ -117,6 +140,42 @@ class _Session:
 
         sys.excepthook = excepthook
         atexit.register(self.at_exit)
+        self._hook_multiprocessing()
+
+    def _hook_multiprocessing(self) -> None:
+        """Record an exception that ends a ``multiprocessing.Process`` (a hand-made launcher).
+
+        ``BaseProcess._bootstrap`` catches the target's exception, prints it and exits with
+        status 1 through ``sys.exit``: it never reaches ``sys.excepthook``, and the child
+        looks like it exited normally. Wrapping the process's ``run`` inside
+        ``_bootstrap`` (so that subclasses overriding ``run`` are covered too) records it.
+        """
+        try:
+            from multiprocessing import process
+        except ImportError:
+            return
+        original = process.BaseProcess._bootstrap  # type: ignore[attr-defined]
+        if getattr(original, "_ddp_lsp", False):
+            return
+        session = self
+
+        def _bootstrap(proc: Any, *args: Any, **kwargs: Any) -> Any:
+            run = proc.run
+
+            def recorded_run() -> Any:
+                try:
+                    return run()
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    session.record_crash(type(exc), exc, exc.__traceback__)
+                    raise
+
+            proc.run = recorded_run
+            return original(proc, *args, **kwargs)
+
+        _bootstrap._ddp_lsp = True  # type: ignore[attr-defined]
+        process.BaseProcess._bootstrap = _bootstrap  # type: ignore[attr-defined]
 
     def record_crash(
         self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
@@ -139,6 +198,13 @@ class _Session:
                 "where": where,
                 "traceback": "".join(traceback.format_exception(exc_type, exc, tb))[-8000:],
                 "failed_rank": getattr(exc, "failed_rank", None),
+                # torch.multiprocessing.spawn's ProcessRaisedException / ProcessExitedException:
+                # the parent's report of a child (which process, its pid, its traceback).
+                "error_index": _int_or_none(getattr(exc, "error_index", None)),
+                "error_pid": _int_or_none(getattr(exc, "error_pid", None)),
+                "child_error": str(exc)[-8000:]
+                if getattr(exc, "error_index", None) is not None
+                else None,
                 "time": time.time(),
             },
         )
@@ -158,7 +224,15 @@ class _Session:
                 self._series.close()
             except OSError:
                 pass
-        _write_json(self.dir / f"exit-{self.pid}.json", {"pid": self.pid, "time": time.time()})
+        # The rank as the process group knew it (an mp.spawn child has no RANK variable).
+        _write_json(
+            self.dir / f"exit-{self.pid}.json",
+            {
+                "pid": self.pid,
+                "rank": _dist_rank() if self.rank is None else self.rank,
+                "time": time.time(),
+            },
+        )
 
     # -- once torch is imported -------------------------------------------------------------
 
@@ -168,6 +242,40 @@ class _Session:
         except ImportError:
             return
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        if os.environ.get(ENV_FLIGHT_RECORDER) == "1":
+            threading.Thread(
+                target=self._serve_flight_recorder, name="ddp-lsp-fr", daemon=True
+            ).start()
+
+    def _serve_flight_recorder(self) -> None:
+        """Dump the flight recorder into ``fr-<pid>.json`` when the supervisor asks (a hang).
+
+        A thread of its own: the main thread is the one that is stuck (in a collective's
+        wait, which releases the GIL). JSON (``_dump_fr_trace_json``), so that the supervisor
+        never unpickles anything; ``_dump_nccl_trace_json`` on torch versions before the
+        recorder was made backend-neutral.
+        """
+        request = self.dir / FR_REQUEST
+        while True:
+            time.sleep(0.2)
+            if os.getpid() != self.pid:
+                return
+            if not request.exists():
+                continue
+            c10d = sys.modules.get("torch._C._distributed_c10d")
+            dump = getattr(c10d, "_dump_fr_trace_json", None) or getattr(
+                c10d, "_dump_nccl_trace_json", None
+            )
+            record: dict[str, Any] = {"pid": self.pid, "rank": _dist_rank(), "time": time.time()}
+            try:
+                if dump is None:
+                    raise RuntimeError("this torch has no flight recorder dump")
+                raw = dump()
+                record["dump"] = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+            except Exception as exc:
+                record["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            _write_json(self.dir / f"fr-{self.pid}.json", record)
+            return
 
     def _on_optimizer_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
         if self.manual or os.getpid() != self.pid:
@@ -188,7 +296,7 @@ class _Session:
             from ddp_lsp.runtime.memory import MemoryGrowthMonitor
 
             self.monitor = MemoryGrowthMonitor(
-                warmup_steps=int(os.environ.get(ENV_WARMUP, "5")),
+                warmup_steps=int(os.environ.get(ENV_WARMUP, "2")),
                 min_bytes_per_step=float(os.environ.get(ENV_MIN_BYTES, "1024")),
                 census_budget=float(os.environ.get(ENV_CENSUS_BUDGET, "0.5")),
                 min_censuses=int(os.environ.get(ENV_MIN_CENSUSES, "12")),
@@ -196,16 +304,18 @@ class _Session:
                 sample_budget=1e9,
                 sink=self._on_sample,
                 census_sink=self._on_census,
+                retain_censuses=False,  # the supervisor reads them from the series file
             )
         return self.monitor
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._series is None:
             self._series = open(self.dir / f"series-{self.pid}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            self.rank = _dist_rank()
             header = {
                 "k": "header",
                 "pid": self.pid,
-                "rank": _dist_rank(),
+                "rank": self.rank,
                 "host": socket.gethostname(),
             }
             self._series.write(json.dumps(header) + "\n")
@@ -224,6 +334,8 @@ class _Session:
                 "cuda": sample.cuda,
                 "tensors": sample.tensors,
                 "tensor_bytes": sample.tensor_bytes,
+                "o": round(sample.overhead_s, 6),
+                "ddp": self._ddp_reading(),
             }
         )
 
@@ -234,9 +346,80 @@ class _Session:
                 "step": census.step,
                 "count": census.count,
                 "bytes": census.bytes,
-                "groups": [[g.kind, g.count, g.bytes, g.grad_fn, g.numel] for g in census.groups],
+                "nodes": census.nodes,
+                "groups": [
+                    [g.kind, g.count, g.bytes, g.grad_fn, g.numel, g.nodes] for g in census.groups
+                ],
             }
         )
+        self._write_ddp_timing(census.step)
+
+    def _write_ddp_timing(self, step: int) -> None:
+        """Find the job's DDP model once (in the census's walk of the heap) and time every step.
+
+        ``DistributedDataParallel._get_ddp_logging_data()`` carries the reducer's own timers
+        (backward communication, its overlap with backward compute, forward and backward
+        compute, in ns) on every backend. The reducer samples its first 10 iterations, then
+        one in 100: the small run asks for every iteration (``_set_ddp_runtime_logging_
+        sample_rate(1)``), so that the steps without a census (whose skew between ranks
+        would count as communication) can be read. Nothing else of the model is touched.
+        """
+        if self._ddp_ref is not None or self._ddp_searched:
+            return
+        ddp = self._ddp()
+        if ddp is None:
+            return
+        try:
+            ddp._set_ddp_runtime_logging_sample_rate(1)
+        except Exception:
+            pass
+
+    def _ddp_reading(self) -> list[int] | None:
+        """The latest timed iteration: [iteration, comm, overlap, forward, backward] (ns)."""
+        ddp = self._ddp_ref() if self._ddp_ref is not None else None
+        if ddp is None:
+            return None
+        try:
+            data = ddp._get_ddp_logging_data()
+        except Exception:
+            return None
+        keys = (
+            "iteration",
+            "backward_comm_time",
+            "backward_compute_comm_overlap_time",
+            "forward_compute_time",
+            "backward_compute_time",
+        )
+        values = [data.get(k) for k in keys]
+        if not all(isinstance(v, int) for v in values) or not values[1]:
+            return None
+        return [int(v) for v in values if isinstance(v, int)]
+
+    def _ddp(self) -> Any:
+        if self._ddp_searched:
+            return None
+        self._ddp_searched = True
+        nn_parallel = sys.modules.get("torch.nn.parallel")
+        cls = getattr(nn_parallel, "DistributedDataParallel", None)
+        if cls is None:
+            return None
+        import gc
+        import weakref
+
+        # type() membership, not isinstance(): isinstance on a lazy module object would
+        # trigger its import hooks.
+        types: set[type] = set()
+        todo: list[type] = [cls]
+        while todo:
+            t = todo.pop()
+            if t not in types:
+                types.add(t)
+                todo.extend(t.__subclasses__())
+        for obj in gc.get_objects():
+            if type(obj) in types:
+                self._ddp_ref = weakref.ref(obj)
+                return obj
+        return None
 
 
 class _TorchImportHook(importlib.abc.MetaPathFinder):

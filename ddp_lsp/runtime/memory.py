@@ -36,7 +36,13 @@ from types import TracebackType
 from typing import Any
 
 from ddp_lsp.runtime import probes
-from ddp_lsp.runtime.stats import TrendResult, analyze_series
+from ddp_lsp.runtime.stats import (
+    StepGrowth,
+    TrendResult,
+    analyze_series,
+    delta_noise_floor,
+    step_growth,
+)
 
 #: Assumed cost of the first census, before one has been timed (seconds).
 FIRST_CENSUS_ESTIMATE_S = 0.1
@@ -59,6 +65,8 @@ class MemorySample:
     cuda: int | None = None
     tensors: int | None = None
     tensor_bytes: int | None = None
+    #: Seconds the monitor itself spent in this step (readings and census), after time_s.
+    overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,8 @@ class TensorGroup:
     grad_fn: str | None
     #: Elements of one tensor of the kind (the first one seen).
     numel: int = 0
+    #: Autograd graph nodes first reached from this kind's tensors' ``grad_fn``.
+    nodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,31 @@ class Census:
     count: int
     bytes: int
     groups: tuple[TensorGroup, ...]
+    #: Distinct autograd graph nodes reachable from the live tensors (-1: not counted).
+    nodes: int = -1
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A census series that grew at (nearly) every judged step: what a leak verdict rests on."""
+
+    #: ``live tensors``, ``autograd graph nodes``, ``tensor bytes``, or ``kind`` (of ``kind``).
+    what: str
+    kind: str | None
+    per_step: float
+    unit: str  # tensors | nodes | bytes
+    rising: int
+    intervals: int
+
+    def describe(self) -> str:
+        amount = (
+            format_bytes(self.per_step)
+            if self.unit == "bytes"
+            else f"{self.per_step:.2f} {self.unit}"
+        )
+        subject = self.kind if self.kind else self.what
+        extra = " (graph nodes it keeps)" if self.kind and self.unit == "nodes" else ""
+        return f"{subject}{extra}: +{amount}/step, up in {self.rising} of {self.intervals} steps"
 
 
 @dataclass(frozen=True)
@@ -119,23 +154,56 @@ class GrowthReport:
     cause: LeakCause | None
     trends: tuple[MetricTrend, ...]
     notes: tuple[str, ...] = ()
+    #: ``leak`` (== ``grows``), ``suspect`` (bytes grow, no tensor kind or graph does),
+    #: ``flat`` or ``inconclusive``.
+    verdict: str = "flat"
+    #: The census series that grew at every step (a leak verdict needs one, or a bytes
+    #: growth above the noise floor together with a named tensor kind).
+    evidence: tuple[Evidence, ...] = ()
+    #: Growth per step that this run's own step-to-step variance can fake (bytes metric).
+    noise_floor: float | None = None
+    #: Censuses judged after warm-up.
+    censuses: int = 0
+    #: Autograd graph nodes added per step, when the graph grew at every step.
+    nodes_per_step: float | None = None
 
     def summary(self) -> str:
+        if self.verdict == "suspect":
+            return (
+                f"memory: suspect, not a leak verdict: {self.metric} grew "
+                f"{format_bytes(self.bytes_per_step or 0)}/step (noise floor of this run "
+                f"{format_bytes(self.noise_floor or 0)}/step) but no live tensor, tensor kind "
+                f"or autograd graph grew over {self.censuses} censuses: allocator noise or "
+                "non-tensor memory (numpy arrays, Python objects); rerun with more steps to tell"
+            )
         if self.inconclusive and not self.grows:
             return f"memory: inconclusive ({'; '.join(self.notes) or 'too few steps'})"
         if not self.grows:
-            return f"memory: no growth with the step count over {self.steps} steps"
-        parts = [f"memory grows with the step count ({self.metric})"]
-        if self.bytes_per_step is not None:
+            judged = f", {self.censuses} censuses flat" if self.censuses else ""
+            return f"memory: no growth with the step count over {self.steps} steps{judged}"
+        label = {
+            "graph": "autograd graph nodes",
+            "tensors": "live tensors",
+            "tensor_bytes": "live tensor bytes",
+        }.get(self.metric or "", self.metric or "")
+        parts = [f"memory grows with the step count ({label})"]
+        if self.bytes_per_step is not None and self.bytes_per_step >= 1:
             parts.append(f"{format_bytes(self.bytes_per_step)}/step")
         if self.tensors_per_step is not None:
             parts.append(f"{self.tensors_per_step:.2f} live tensors/step")
+        if self.nodes_per_step is not None:
+            parts.append(f"{self.nodes_per_step:.2f} graph nodes/step")
         if self.start_step is not None:
             parts.append(f"from step {self.start_step}")
         text = ", ".join(parts)
+        if self.evidence:
+            text += "\n  grew at every step: " + "; ".join(e.describe() for e in self.evidence[:3])
         if self.cause is not None:
-            text += f"\n  likely cause: {self.cause.kind} accumulates"
-            text += f" (+{self.cause.tensors_per_step:.2f}/step)"
+            if self.cause.tensors_per_step > 0:
+                text += f"\n  likely cause: {self.cause.kind} accumulates"
+                text += f" (+{self.cause.tensors_per_step:.2f}/step)"
+            else:
+                text += f"\n  likely cause: {self.cause.kind} keeps a growing autograd graph"
             if self.cause.holder:
                 text += f", held by {self.cause.holder}"
             if self.cause.also:
@@ -239,7 +307,8 @@ class MemoryGrowthMonitor:
         min_tensors_per_step: float = 0.5,
         census: str = "auto",
         census_budget: float = 0.005,
-        min_censuses: int = 0,
+        min_censuses: int = 8,
+        retain_censuses: bool = True,
         sample_budget: float = 0.01,
         max_stride: int = 16,
         raise_on_growth: bool = False,
@@ -255,6 +324,10 @@ class MemoryGrowthMonitor:
         self.census_mode = census
         self.census_budget = census_budget
         self.min_censuses = min_censuses
+        #: False when a census sink stores them (smallrun): keep only the first and the last,
+        #: or the kept censuses would themselves grow the heap a little every step.
+        self.retain_censuses = retain_censuses
+        self._census_count = 0
         self.sample_budget = sample_budget
         self.max_stride = max_stride
         self._stride = 1
@@ -360,7 +433,10 @@ class MemoryGrowthMonitor:
         for name, value in zip(FIELDS, values, strict=True):
             self._series[name].append(-1 if value is None else value)
         if self._sink is not None:
-            self._sink(MemorySample(n, now - self._t0, heap, rss, cuda, tensors, tensor_bytes))
+            overhead = time.perf_counter() - now
+            self._sink(
+                MemorySample(n, now - self._t0, heap, rss, cuda, tensors, tensor_bytes, overhead)
+            )
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         """Callback form: any hook signature (Lightning, Accelerate, custom loops)."""
@@ -373,8 +449,10 @@ class MemoryGrowthMonitor:
             return True
         if n - self._first_step < self.warmup_steps or self._t0 is None:
             return False
-        if len(self._censuses) < self.min_censuses:
-            return True  # a short run (smallrun) still gets a live-tensor series to judge
+        if self._census_count < max(self.min_censuses, 1):
+            # A short run (smallrun) gets a live-tensor series to judge; every run gets the
+            # baseline census that a growing heap is compared against to name its kind.
+            return True
         # Every census, the first (the baseline the cause analysis compares against)
         # included, waits until the budget affords it: with ~10^5 objects a census costs
         # tens of ms, i.e. about 20 s into a loop at the default 0.5 %.
@@ -388,6 +466,8 @@ class MemoryGrowthMonitor:
         tensors = _live_tensors(torch)
         groups: dict[str, list[Any]] = {}
         seen_ptrs: set[int] = set()
+        seen_nodes: set[int] = set()
+        keep_nodes: list[Any] = []  # ids are only unique while the node objects live
         total_bytes = 0
         for t in tensors:
             try:
@@ -409,18 +489,27 @@ class MemoryGrowthMonitor:
                 numel = int(t.numel())
             except Exception:
                 numel = 0
-            entry = groups.setdefault(kind, [0, 0, gname, numel])
+            entry = groups.setdefault(kind, [0, 0, gname, numel, 0])
             entry[0] += 1
             entry[1] += nbytes
             total_bytes += nbytes
-        del tensors
+            if gname is not None:
+                entry[4] += _walk_graph(t, seen_nodes, keep_nodes)
+        del tensors, keep_nodes
         census = Census(
             step=n,
             count=sum(v[0] for v in groups.values()),
             bytes=total_bytes,
-            groups=tuple(TensorGroup(k, v[0], v[1], v[2], v[3]) for k, v in sorted(groups.items())),
+            groups=tuple(
+                TensorGroup(k, v[0], v[1], v[2], v[3], v[4]) for k, v in sorted(groups.items())
+            ),
+            nodes=len(seen_nodes),
         )
-        self._censuses.append(census)
+        self._census_count += 1
+        if not self.retain_censuses and len(self._censuses) >= 2:
+            self._censuses[-1] = census
+        else:
+            self._censuses.append(census)
         if self._census_sink is not None:
             self._census_sink(census)
         return census
@@ -496,8 +585,10 @@ class MemoryGrowthMonitor:
     def samples(self) -> list[MemorySample]:
         out = []
         for i, n in enumerate(self._steps):
-            vals = [self._series[name][i] for name in FIELDS]
-            out.append(MemorySample(n, self._times[i], *[None if v < 0 else int(v) for v in vals]))
+            heap, rss, cuda, tensors, tensor_bytes = (
+                None if v < 0 else int(v) for v in (self._series[name][i] for name in FIELDS)
+            )
+            out.append(MemorySample(n, self._times[i], heap, rss, cuda, tensors, tensor_bytes))
         return out
 
     @property
@@ -603,6 +694,37 @@ def _live_tensors(torch: Any) -> list[Any]:
         del objs
 
 
+#: A graph walk stops counting here (a leak is evident long before; bounds the census cost).
+MAX_GRAPH_NODES = 200_000
+
+
+def _walk_graph(t: Any, seen: set[int], keep: list[Any]) -> int:
+    """Count the autograd nodes reachable from ``t.grad_fn`` not yet in ``seen``.
+
+    A loss kept with its graph (or ``total = total + loss``) keeps every node of every step's
+    graph alive even after backward() freed the saved activations: the node count grows
+    every step while the live-tensor count may not (one ``total`` tensor, replaced).
+    """
+    try:
+        root = t.grad_fn
+    except Exception:
+        return 0
+    found = 0
+    todo = [root]
+    while todo and len(seen) < MAX_GRAPH_NODES:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        keep.append(node)
+        found += 1
+        try:
+            todo.extend(nxt for nxt, _ in node.next_functions)
+        except Exception:
+            continue
+    return found
+
+
 def _kind_of(t: Any) -> str:
     grad_fn = t.grad_fn
     gname = type(grad_fn).__name__ if grad_fn is not None else None
@@ -670,6 +792,124 @@ def find_cause(
     )
 
 
+def census_evidence(
+    censuses: list[Census] | tuple[Census, ...],
+    *,
+    warmup_steps: int,
+    first_step: int,
+    min_bytes_per_step: float,
+    min_tensors_per_step: float,
+) -> tuple[list[Evidence], StepGrowth | None]:
+    """Which census series grew at every judged step, and the verdict on the live-tensor count.
+
+    Candidates: the live-tensor count, the autograd graph's node count, the live tensor bytes,
+    and per tensor kind its count and the graph nodes its tensors keep. Returns the growing
+    ones (per-kind first, most per step first) and the live-count verdict (None: no census).
+    """
+    if not censuses:
+        return [], None
+    steps = [c.step for c in censuses]
+
+    def judge(values: list[float], min_rate: float) -> StepGrowth:
+        return step_growth(
+            steps, values, warmup_steps=warmup_steps, min_rate=min_rate, first_step=first_step
+        )
+
+    total = judge([float(c.count) for c in censuses], min_tensors_per_step)
+    found: list[Evidence] = []
+
+    def add(what: str, kind: str | None, unit: str, g: StepGrowth) -> None:
+        if g.grows:
+            found.append(Evidence(what, kind, g.rate_per_step, unit, g.rising, g.intervals))
+
+    cut = first_step + warmup_steps
+    kinds: dict[str, None] = {}
+    for c in censuses:
+        if c.step >= cut:
+            for g in c.groups:
+                kinds.setdefault(g.kind)
+    for kind in kinds:
+        per = [{g.kind: g for g in c.groups}.get(kind) for c in censuses]
+        add(
+            "kind",
+            kind,
+            "tensors",
+            judge([float(g.count if g else 0) for g in per], min_tensors_per_step),
+        )
+        if any(g is not None and g.grad_fn for g in per):
+            add(
+                "kind",
+                kind,
+                "nodes",
+                judge([float(g.nodes if g else 0) for g in per], min_tensors_per_step),
+            )
+    add("live tensors", None, "tensors", total)
+    if all(c.nodes >= 0 for c in censuses):
+        add(
+            "autograd graph nodes",
+            None,
+            "nodes",
+            judge([float(c.nodes) for c in censuses], min_tensors_per_step),
+        )
+    add(
+        "tensor bytes", None, "bytes", judge([float(c.bytes) for c in censuses], min_bytes_per_step)
+    )
+    return found, total
+
+
+def _cause_from_evidence(
+    evidence: list[Evidence], censuses: list[Census] | tuple[Census, ...]
+) -> LeakCause | None:
+    """The tensor kind a leak verdict names, from the kinds that grew at every step."""
+    kinds = [e for e in evidence if e.kind is not None]
+    if not kinds:
+        return None
+    last = {g.kind: g for g in censuses[-1].groups} if censuses else {}
+    counted = [e for e in kinds if e.unit == "tensors"]
+    if counted:
+        with_graph = [e for e in counted if last.get(e.kind or "") and last[e.kind or ""].grad_fn]
+        # A kept tensor with a grad_fn keeps its graph (and what it saved) alive: the root
+        # of the leak even when its graph weighs more; the loss end is usually a scalar.
+        pick = (
+            min(with_graph, key=lambda e: last[e.kind or ""].numel)
+            if with_graph
+            else max(
+                counted,
+                key=lambda e: (
+                    e.per_step * max(1, last[e.kind or ""].bytes if e.kind in last else 1)
+                ),
+            )
+        )
+    else:
+        pick = max(kinds, key=lambda e: e.per_step)
+    group = last.get(pick.kind or "")
+    grad_fn = group.grad_fn if group is not None else None
+    type_name = (pick.kind or "").split(" ", 1)[0]
+    hint = _hint_for(grad_fn, type_name)
+    if pick.unit == "nodes":
+        hint = (
+            f"one {pick.kind} holds an autograd graph that grows every step "
+            "(`total = total + loss`, a running metric or an EMA computed from tensors with "
+            "grad): accumulate `loss.item()` or `loss.detach()` instead."
+        )
+    others = tuple(e.describe() for e in kinds if e.kind != pick.kind)
+    return LeakCause(
+        kind=pick.kind or "",
+        tensors_per_step=pick.per_step if pick.unit == "tensors" else 0.0,
+        bytes_per_step=(group.bytes / max(group.count, 1) * pick.per_step)
+        if group is not None and pick.unit == "tensors"
+        else 0.0,
+        grad_fn=grad_fn,
+        hint=hint,
+        also=others,
+    )
+
+
+#: The C heap keeps moving for a few steps after the first ones (allocator arenas, lazily
+#: built kernels): a byte series is judged from this many steps on whatever the warm-up.
+BYTES_WARMUP_STEPS = 5
+
+
 def build_report(
     *,
     steps: list[int],
@@ -678,10 +918,23 @@ def build_report(
     warmup_steps: int,
     min_bytes_per_step: float,
     min_tensors_per_step: float,
+    bytes_warmup_steps: int | None = None,
 ) -> GrowthReport:
-    """Judge recorded series. Also used by the smallrun supervisor on the ranks' files."""
+    """Judge recorded series. Also used by the smallrun supervisor on the ranks' files.
+
+    A ``leak`` verdict needs evidence that grows with the steps and is not allocator noise:
+
+    1. a census series (live tensors, graph nodes, tensor bytes, one kind's count) that rose
+       at nearly every step after warm-up (:func:`ddp_lsp.runtime.stats.step_growth`); or
+    2. the byte series (CUDA allocated, C heap, RSS) growing by the robust trend criteria,
+       faster than the noise floor measured on this same series, *and* a tensor kind whose
+       count grew between the first steady census and the last (the kind is named).
+
+    Bytes growing without any growing kind is ``suspect`` (numbers given; not a failure).
+    """
     trends: list[MetricTrend] = []
     notes: list[str] = []
+    bytes_warmup = warmup_steps if bytes_warmup_steps is None else bytes_warmup_steps
     bytes_metric: str | None = None
     for name in ("cuda", "heap", "rss"):
         xs, _ = _column(steps, series.get(name, []))
@@ -690,67 +943,126 @@ def build_report(
             break
     if bytes_metric == "rss":
         notes.append("no allocator reading here (not glibc): RSS alone misses small leaks")
-    for name, unit, min_slope in (
-        ("cuda", "bytes", min_bytes_per_step),
-        ("heap", "bytes", min_bytes_per_step),
-        ("rss", "bytes", min_bytes_per_step),
-        ("tensors", "tensors", min_tensors_per_step),
-        ("tensor_bytes", "bytes", min_bytes_per_step),
+    for name, unit, min_slope, warm in (
+        ("cuda", "bytes", min_bytes_per_step, bytes_warmup),
+        ("heap", "bytes", min_bytes_per_step, bytes_warmup),
+        ("rss", "bytes", min_bytes_per_step, bytes_warmup),
+        ("tensors", "tensors", min_tensors_per_step, warmup_steps),
+        ("tensor_bytes", "bytes", min_bytes_per_step, warmup_steps),
     ):
         xs, ys = _column(steps, series.get(name, []))
         if not xs:
             continue
-        trend = analyze_series(
-            xs, ys, warmup_steps=warmup_steps, min_slope=min_slope, first_step=steps[0]
-        )
-        decides = name == bytes_metric or name == "tensors"
+        trend = analyze_series(xs, ys, warmup_steps=warm, min_slope=min_slope, first_step=steps[0])
+        decides = name in (bytes_metric, "tensors")
         trends.append(MetricTrend(name, unit, decides, trend))
-    deciding = [t for t in trends if t.decides and not t.trend.inconclusive]
-    growing = [t for t in deciding if t.trend.grows]
     by_name = {t.metric: t for t in trends}
-    if bytes_metric == "heap" and "rss" in by_name and by_name["rss"].trend.grows and not growing:
+    first = steps[0] if steps else 0
+    evidence, live = census_evidence(
+        censuses,
+        warmup_steps=warmup_steps,
+        first_step=first,
+        min_bytes_per_step=min_bytes_per_step,
+        min_tensors_per_step=min_tensors_per_step,
+    )
+    judged_censuses = len([c for c in censuses if c.step >= first + warmup_steps])
+    bytes_trend = by_name.get(bytes_metric or "")
+    floor: float | None = None
+    bytes_grow = False
+    if bytes_trend is not None and not bytes_trend.trend.inconclusive:
+        xs, ys = _column(steps, series.get(bytes_metric or "", []))
+        cut = first + bytes_warmup
+        steady = [(x, y) for x, y in zip(xs, ys, strict=True) if x >= cut]
+        floor = max(
+            min_bytes_per_step,
+            delta_noise_floor([x for x, _ in steady], [y for _, y in steady]),
+        )
+        bytes_grow = bytes_trend.trend.grows and bytes_trend.trend.slope_per_step >= floor
+        if bytes_trend.trend.grows and not bytes_grow:
+            notes.append(
+                f"{bytes_metric} rose {format_bytes(bytes_trend.trend.slope_per_step)}/step, "
+                f"within this run's noise floor of {format_bytes(floor)}/step"
+            )
+    if (
+        bytes_metric == "heap"
+        and "rss" in by_name
+        and by_name["rss"].trend.grows
+        and not bytes_grow
+    ):
         notes.append(
             "RSS grows but allocated memory does not: the allocator keeps freed pages "
             "(fragmentation), not a tensor leak"
         )
-    inconclusive = not deciding
-    if inconclusive:
-        shown = [t for t in trends if t.decides]
-        notes.append(shown[0].trend.reason if shown else "no samples recorded")
-    cause = find_cause(censuses, warmup_steps, steps[0]) if growing and steps else None
-    if growing and bytes_metric == "heap" and cause is None and "tensors" in by_name:
+    cause = _cause_from_evidence(evidence, censuses)
+    if bytes_grow and cause is None:
+        cause = find_cause(censuses, warmup_steps, first)
+    verdict = "flat"
+    if evidence or (bytes_grow and cause is not None):
+        verdict = "leak"
+    elif bytes_grow:
+        verdict = "suspect"
         notes.append(
-            "the C heap grows but no tensor kind accumulates: non-tensor memory (numpy "
+            f"the {bytes_metric} grows but no tensor kind accumulates: non-tensor memory (numpy "
             "arrays, Python objects) or a library cache such as MKL's per-size buffers, which "
             "grows with each new matrix shape (MKL_DISABLE_FAST_MM=1 turns it off)"
         )
+    elif (live is None or live.inconclusive) and (
+        bytes_trend is None or bytes_trend.trend.inconclusive
+    ):
+        verdict = "inconclusive"
+        reasons = []
+        if live is not None:
+            reasons.append(live.reason)
+        if bytes_trend is not None:
+            reasons.append(f"{bytes_metric}: {bytes_trend.trend.reason}")
+        notes.append("; ".join(reasons) or "no samples recorded")
     metric: str | None = None
     bytes_per_step: float | None = None
     tensors_per_step: float | None = None
     start: int | None = None
-    for t in growing:
-        if t.metric != "tensors" and bytes_per_step is None:
-            metric, bytes_per_step, start = t.metric, t.trend.slope_per_step, t.trend.start_step
-    if "tensors" in by_name and by_name["tensors"].trend.grows:
-        tensors_per_step = by_name["tensors"].trend.slope_per_step
-        if metric is None:
-            metric, start = "tensors", by_name["tensors"].trend.start_step
-            tb = by_name.get("tensor_bytes")
-            bytes_per_step = tb.trend.slope_per_step if tb is not None else None
-    if growing and tensors_per_step is None and cause is not None:
+    if bytes_trend is not None and (bytes_grow or verdict == "leak") and bytes_trend.trend.grows:
+        metric = bytes_metric
+        bytes_per_step = bytes_trend.trend.slope_per_step
+        start = bytes_trend.trend.start_step
+    live_ev = next((e for e in evidence if e.what == "live tensors"), None)
+    if live_ev is not None:
+        tensors_per_step = live_ev.per_step
+    if verdict == "leak" and metric is None:
+        top = live_ev or next((e for e in evidence if e.kind is None), None) or evidence[0]
+        metric = {"tensors": "tensors", "nodes": "graph", "bytes": "tensor_bytes"}[top.unit]
+        start = live.first_step if live is not None else None
+        tb = next((e for e in evidence if e.what == "tensor bytes"), None)
+        bytes_per_step = (
+            tb.per_step if tb is not None else (cause.bytes_per_step if cause else None)
+        )
+    if (
+        verdict == "leak"
+        and tensors_per_step is None
+        and cause is not None
+        and cause.tensors_per_step
+    ):
         tensors_per_step = cause.tensors_per_step
+    if verdict == "suspect":
+        metric = bytes_metric
+        bytes_per_step = bytes_trend.trend.slope_per_step if bytes_trend is not None else None
+    graph_ev = next((e for e in evidence if e.what == "autograd graph nodes"), None)
     return GrowthReport(
-        grows=bool(growing),
-        inconclusive=inconclusive,
+        grows=verdict == "leak",
+        inconclusive=verdict == "inconclusive",
         metric=metric,
         bytes_per_step=bytes_per_step,
         tensors_per_step=tensors_per_step,
         start_step=start,
         steps=len(steps),
         warmup_steps=warmup_steps,
-        cause=cause,
+        cause=cause if verdict == "leak" else None,
         trends=tuple(trends),
         notes=tuple(notes),
+        verdict=verdict,
+        evidence=tuple(evidence),
+        noise_floor=floor,
+        censuses=judged_censuses,
+        nodes_per_step=graph_ev.per_step if graph_ev is not None else None,
     )
 
 
@@ -814,6 +1126,7 @@ def lightning_callback(**kwargs: Any) -> Any:
 
 __all__ = [
     "Census",
+    "Evidence",
     "GrowthReport",
     "LeakCause",
     "MemoryGrowthError",
@@ -822,6 +1135,7 @@ __all__ = [
     "MetricTrend",
     "TensorGroup",
     "build_report",
+    "census_evidence",
     "find_cause",
     "format_bytes",
     "lightning_callback",

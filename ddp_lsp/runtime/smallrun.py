@@ -34,14 +34,25 @@ from typing import Any
 
 from ddp_lsp.cliutil import positive_seconds, unwritable_reason
 from ddp_lsp.runtime import _proc
+from ddp_lsp.runtime import flight as flight_recorder
 from ddp_lsp.runtime._autoattach import (
     ENV_CENSUS_BUDGET,
     ENV_DIR,
+    ENV_FLIGHT_RECORDER,
     ENV_MIN_BYTES,
+    ENV_MIN_CENSUSES,
     ENV_WARMUP,
+    FR_REQUEST,
     STACK_SIGNAL,
 )
-from ddp_lsp.runtime.memory import Census, GrowthReport, TensorGroup, build_report, format_bytes
+from ddp_lsp.runtime.memory import (
+    BYTES_WARMUP_STEPS,
+    Census,
+    GrowthReport,
+    TensorGroup,
+    build_report,
+    format_bytes,
+)
 
 SCHEMA = "ddp-lsp-smallrun/1"
 SHIM_DIR = Path(__file__).resolve().parent / "_shim"
@@ -54,7 +65,13 @@ EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE = 0, 1, 2
 class SmallRunConfig:
     command: tuple[str, ...]
     timeout_s: float = 600.0
-    warmup_steps: int = 5
+    #: Steps before the census series are judged (the first step allocates gradients and
+    #: optimizer state); the byte series wait BYTES_WARMUP_STEPS at least.
+    warmup_steps: int = 2
+    #: Censuses taken at every step after warm-up before the time budget applies: a small
+    #: run of the method's size (2 epochs of 10 samples, 10 steps) is censused at every step;
+    #: a longer one gets these 12, then as many as half its time affords.
+    min_censuses: int = 12
     min_bytes_per_step: float = 1024.0
     census_budget: float = 0.5
     kill_grace_s: float = 3.0
@@ -66,6 +83,18 @@ class SmallRunConfig:
     keep_caches: bool = False
     #: A hang is also "no rank recorded a step for this long" (after the first step).
     stall_timeout_s: float | None = None
+    #: When a rank has died (an exception, a signal), the rest of the job gets this long to
+    #: end on its own; then its stacks are taken and the tree is killed (the dead-rank guard
+    #: from outside: peers stuck in a rendezvous or a collective would wait for its timeout).
+    dead_rank_grace_s: float = 5.0
+    #: TORCH_DISTRIBUTED_DEBUG=DETAIL in the run: every collective is checked against the
+    #: other ranks' first, so a mismatch (op, shape, dtype) fails naming both sides.
+    debug_collectives: bool = False
+    #: The c10d flight recorder (a ring buffer of the last collectives, per rank), dumped
+    #: on a hang and attached to the report: ``on``, ``off``, or ``auto`` (on where an NVIDIA
+    #: driver is present, i.e. where the job runs NCCL; it costs heap per collective, which
+    #: a CPU gloo gate does not need).
+    flight_recorder: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -85,11 +114,13 @@ class RankSummary:
     crashed: dict[str, Any] | None = None
     stuck_in: str | None = None
     memory: dict[str, Any] | None = None
+    #: DDP's own timers (the reducer's averages) against the step time measured here.
+    communication: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class SmallRunResult:
-    status: str  # pass | crash | hang | leak | inconclusive | error
+    status: str  # pass | suspect | mismatch | crash | hang | leak | inconclusive | error
     exit_code: int
     command: tuple[str, ...]
     duration_s: float
@@ -100,6 +131,9 @@ class SmallRunResult:
     killed: tuple[dict[str, Any], ...] = ()
     workdir: str | None = None
     schema: str = SCHEMA
+    #: Per rank, the flight recorder's view on a hang: the last collectives it enqueued and
+    #: completed, and its newest entries (op, sizes, state, the user frame that issued it).
+    flight_recorder: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,12 +151,28 @@ def _load_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+#: Helper processes that multiprocessing starts with the parent's environment (``RANK``
+#: included, when a launcher sets it before starting its ranks): never ranks.
+_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
 def _records(workdir: Path, prefix: str) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
     for path in workdir.glob(f"{prefix}-*.json"):
         data = _load_json(path)
         if data is not None and isinstance(data.get("pid"), int):
+            if prefix == "proc":
+                words = " ".join(map(str, [*data.get("argv", []), *data.get("cmdline", [])]))
+                if any(h in words for h in _HELPERS):
+                    data = {**data, "rank": None, "helper": True}
             out[data["pid"]] = data
+    if prefix == "proc":
+        # A process started by a rank (a DataLoader worker under the spawn start method
+        # inherits RANK) is that rank's helper, not a rank of its own.
+        ranked = {pid for pid, rec in out.items() if rec.get("rank") is not None}
+        for pid, rec in list(out.items()):
+            if rec.get("ppid") in ranked and rec.get("rank") is not None:
+                out[pid] = {**rec, "rank": None, "helper": True}
     return out
 
 
@@ -133,6 +183,11 @@ class _Series:
     steps: list[int] = field(default_factory=list)
     values: dict[str, list[int]] = field(default_factory=dict)
     censuses: list[Census] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    #: The monitor's own time after each sample (census, readings): not the job's.
+    overheads: list[float] = field(default_factory=list)
+    #: Per sample, DDP's latest timed iteration: [iteration, comm, overlap, fwd, bwd] ns.
+    ddp: list[list[int] | None] = field(default_factory=list)
 
 
 def _read_series(path: Path) -> _Series | None:
@@ -156,14 +211,94 @@ def _read_series(path: Path) -> _Series | None:
         if kind == "header":
             series.rank = rec.get("rank")
         elif kind == "s":
+            reading = rec.get("ddp")
+            series.ddp.append(reading if isinstance(reading, list) and len(reading) == 5 else None)
+            series.times.append(float(rec.get("t", 0.0)))
+            series.overheads.append(float(rec.get("o", 0.0)))
             series.steps.append(int(rec["step"]))
             for name in names:
                 value = rec.get(name)
                 series.values[name].append(-1 if value is None else int(value))
         elif kind == "c":
-            groups = tuple(TensorGroup(g[0], g[1], g[2], g[3], g[4]) for g in rec.get("groups", []))
-            series.censuses.append(Census(rec["step"], rec["count"], rec["bytes"], groups))
+            groups = tuple(
+                TensorGroup(g[0], g[1], g[2], g[3], g[4], g[5] if len(g) > 5 else 0)
+                for g in rec.get("groups", [])
+            )
+            series.censuses.append(
+                Census(rec["step"], rec["count"], rec["bytes"], groups, int(rec.get("nodes", -1)))
+            )
     return series
+
+
+#: A step whose previous sample took a census (or other monitor work) longer than this is
+#: not used for the communication share: the census delays this rank's next all-reduce, and
+#: its peer counts that wait as communication.
+QUIET_OVERHEAD_S = 0.005
+
+
+def communication_share(
+    steps: list[int],
+    times: list[float],
+    ddp: list[list[int] | None],
+    overheads: list[float],
+    min_steps: int = 3,
+) -> dict[str, Any] | None:
+    """The share of a step spent in DDP's gradient all-reduce, from the steps without a census.
+
+    DDP's reducer reports an iteration's timers at the next forward, so the reading taken
+    after step ``n`` describes step ``n - 1``. A step ``j`` counts when the monitor did no
+    census after the sample before it (``overheads[j - 1]`` small): its interval is then the
+    job's own step time, and its communication time holds no wait for a peer's census.
+    """
+    index = {s: i for i, s in enumerate(steps)}
+    step_ms: list[float] = []
+    comm_ms: list[float] = []
+    overlap_ms: list[float] = []
+    fwd_ms: list[float] = []
+    bwd_ms: list[float] = []
+    for i, reading in enumerate(ddp):
+        if reading is None or i >= len(steps):
+            continue
+        j = index.get(steps[i] - 1)  # the step this reading describes
+        if j is None or j == 0 or steps[j - 1] != steps[j] - 1:
+            continue
+        if overheads[j - 1] > QUIET_OVERHEAD_S or overheads[j] > QUIET_OVERHEAD_S:
+            continue
+        interval = times[j] - times[j - 1] - overheads[j - 1]
+        if interval <= 0:
+            continue
+        step_ms.append(interval * 1e3)
+        comm_ms.append(reading[1] / 1e6)
+        overlap_ms.append(reading[2] / 1e6)
+        fwd_ms.append(reading[3] / 1e6)
+        bwd_ms.append(reading[4] / 1e6)
+    if not any(r is not None for r in ddp):
+        return None  # no DDP model in this process
+    if len(step_ms) < min_steps:
+        return {
+            "share": None,
+            "steps": len(step_ms),
+            "reason": f"{len(step_ms)} steps without a census, need {min_steps}: run more steps "
+            "than the censused ones to measure it",
+        }
+
+    def med(values: list[float]) -> float:
+        ordered = sorted(values)
+        return ordered[len(ordered) // 2]
+
+    step, comm, overlap = med(step_ms), med(comm_ms), med(overlap_ms)
+    exposed = max(comm - overlap, 0.0)
+    return {
+        "steps": len(step_ms),
+        "step_ms": round(step, 3),
+        "allreduce_ms": round(comm, 3),
+        "overlapped_ms": round(overlap, 3),
+        "exposed_ms": round(exposed, 3),
+        "share": round(min(comm / step, 1.0), 4),
+        "exposed_share": round(min(exposed / step, 1.0), 4),
+        "forward_ms": round(med(fwd_ms), 3),
+        "backward_compute_ms": round(med(bwd_ms), 3),
+    }
 
 
 def _fatal_location(workdir: Path, pid: int) -> str | None:
@@ -218,6 +353,17 @@ def _child_env(cfg: SmallRunConfig, workdir: Path) -> dict[str, str]:
     env[ENV_WARMUP] = str(cfg.warmup_steps)
     env[ENV_MIN_BYTES] = str(cfg.min_bytes_per_step)
     env[ENV_CENSUS_BUDGET] = str(cfg.census_budget)
+    env[ENV_MIN_CENSUSES] = str(cfg.min_censuses)
+    if cfg.debug_collectives:
+        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    if flight_recorder_enabled(cfg.flight_recorder):
+        env[ENV_FLIGHT_RECORDER] = "1"
+        for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+            env.setdefault(name, "2000")
+        # NCCL's own dump on a watchdog timeout (pickle, per rank) lands in the run's dir.
+        for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+            env.setdefault(name, str(workdir / "fr-native-rank-"))
+        env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     if not cfg.keep_caches:
         env.setdefault("MKL_DISABLE_FAST_MM", "1")
         tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
@@ -225,6 +371,25 @@ def _child_env(cfg: SmallRunConfig, workdir: Path) -> dict[str, str]:
             tunables.append("glibc.malloc.tcache_count=0")
         env["GLIBC_TUNABLES"] = ":".join(tunables)
     return env
+
+
+def flight_recorder_enabled(mode: str) -> bool:
+    if mode in ("on", "off"):
+        return mode == "on"
+    return os.path.exists("/dev/nvidiactl") or os.path.isdir("/proc/driver/nvidia")
+
+
+def _request_flight_recorder(workdir: Path, pids: list[int], wait_s: float = 3.0) -> None:
+    """Ask the live ranks for their flight-recorder dumps and wait for them (bounded)."""
+    try:
+        (workdir / FR_REQUEST).write_text("dump\n", encoding="utf-8")
+    except OSError:
+        return
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if all((workdir / f"fr-{pid}.json").exists() for pid in pids):
+            return
+        time.sleep(0.05)
 
 
 def _request_stacks(workdir: Path, pids: list[int], wait_s: float = 3.0) -> None:
@@ -255,6 +420,50 @@ def _request_stacks(workdir: Path, pids: list[int], wait_s: float = 3.0) -> None
 
 class _Interrupted(Exception):
     pass
+
+
+def _rank_pids(workdir: Path, root_pid: int) -> set[int]:
+    series = {
+        int(m.group(1))
+        for p in workdir.glob("series-*.jsonl")
+        if (m := re.match(r"series-(\d+)", p.name))
+    }
+    procs = _records(workdir, "proc")
+    ranks = {pid for pid, rec in procs.items() if rec.get("rank") is not None} | series
+    ranks.discard(root_pid)
+    return ranks
+
+
+def _live_ranks(workdir: Path, seen: dict[int, int], root_pid: int) -> list[int]:
+    known = [(pid, seen[pid]) for pid in _rank_pids(workdir, root_pid) if pid in seen]
+    return [info.pid for info in _proc.alive(known)]
+
+
+def _dead_rank(workdir: Path, seen: dict[int, int], root_pid: int) -> tuple[int, str] | None:
+    """A rank of this run that has died while the command still runs: (pid, how).
+
+    A rank is a process with a rank (``RANK``, or the process group's) or a step series. It
+    died when it recorded an uncaught exception (the shim's excepthook, or the failure
+    record of ``guard_distributed``) or when its process is gone without an exit record (a
+    signal, the OOM killer, a native crash).
+    """
+    ranks = _rank_pids(workdir, root_pid)
+    for prefix in ("guard", "crash"):
+        for pid, rec in _records(workdir, prefix).items():
+            if pid in ranks or (
+                prefix == "crash" and rec.get("rank") is not None and pid != root_pid
+            ):
+                return pid, f"{rec.get('exc_type')}: {str(rec.get('message'))[:120]}"
+    if not ranks:
+        return None
+    exits = _records(workdir, "exit")
+    for pid in sorted(ranks):
+        start = seen.get(pid)
+        if pid in exits or start is None:
+            continue
+        if not _proc.alive([(pid, start)]):
+            return pid, "ended without an exception or an exit (a signal?)"
+    return None
 
 
 def _series_bytes(workdir: Path) -> int:
@@ -308,18 +517,36 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
         except ValueError:  # not the main thread
             pass
     next_scan = 0.0
+    dead: tuple[int, str] | None = None
+    dead_at: float | None = None
+    dead_kill = False
     try:
         while proc.poll() is None:
             now = time.monotonic()
             if now - started > cfg.timeout_s:
                 hung = True
                 break
+            if dead_at is not None and now - dead_at > cfg.dead_rank_grace_s:
+                # Ranks still running: stuck (in a rendezvous, a collective). Only the
+                # launcher left: it is tearing down; give it longer before killing it.
+                if _live_ranks(workdir, seen, proc.pid) or now - dead_at > max(
+                    30.0, 6 * cfg.dead_rank_grace_s
+                ):
+                    dead_kill = True
+                    break
             if now >= next_scan:
                 # Remember every descendant while the tree is intact: a rank orphaned by a
                 # dying agent must still be found at kill time.
                 for info in _proc.descendants(proc.pid).values():
                     seen.setdefault(info.pid, info.start)
+                for pid in _records(workdir, "proc"):
+                    if pid not in seen and (stat := _proc._read_stat(pid)) is not None:
+                        seen[pid] = stat.start
                 next_scan = now + 0.25
+                if dead_at is None:
+                    dead = _dead_rank(workdir, seen, proc.pid)
+                    if dead is not None:
+                        dead_at = now
                 if cfg.stall_timeout_s is not None:
                     size = _series_bytes(workdir)
                     if size != progress_size:
@@ -347,10 +574,13 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
     killed: list[_proc.ProcInfo] = []
     stacks_requested: list[int] = []
     kill_time: float | None = None
-    if hung or interrupted:
+    if hung or interrupted or dead_kill:
         kill_time = time.time()
         live = {i.pid for i in _proc.alive(seen.items())}
         stacks_requested = [pid for pid in procs if pid in live]
+        if flight_recorder_enabled(cfg.flight_recorder):
+            ranks_live = [p for p in _rank_pids(workdir, proc.pid) if p in live]
+            _request_flight_recorder(workdir, ranks_live)
         _request_stacks(workdir, stacks_requested)
         killed = _proc.kill_tree(proc.pid, seen, cfg.kill_grace_s, marker=(ENV_DIR, str(workdir)))
         try:
@@ -359,6 +589,13 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
             pass
     else:
         leftovers = _proc.alive(seen.items())
+        # Helpers that end when their parent does (multiprocessing's resource tracker sees
+        # its pipe close) get a moment to do so before they count as left behind.
+        settle = time.monotonic() + 1.0
+        while leftovers and time.monotonic() < settle:
+            time.sleep(0.05)
+            _proc.reap_children()
+            leftovers = _proc.alive(seen.items())
         if leftovers:
             killed = _proc.kill_tree(
                 proc.pid, seen, cfg.kill_grace_s, marker=(ENV_DIR, str(workdir))
@@ -377,6 +614,7 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
         stacks_requested=stacks_requested,
         kill_time=kill_time,
         stalled=stalled,
+        dead_kill=dead_kill,
     )
     if own_dir and not cfg.keep_workdir:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -384,6 +622,73 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
 
 
 # -- judging ------------------------------------------------------------------------------------
+
+_PY_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
+
+
+_FINGERPRINT = (
+    r"Rank (?P<{p}rank>\d+) is running collective: CollectiveFingerPrint\("
+    r"SequenceNumber=(?P<{p}seq>\d+), OpType=(?P<{p}op>\w+), TensorShape=(?P<{p}shape>\[[^\]]*\]), "
+    r"TensorDtypes=(?P<{p}dtype>\w+)"
+)
+_MISMATCH = re.compile(_FINGERPRINT.format(p="a") + r".*?but " + _FINGERPRINT.format(p="b"), re.S)
+
+
+def collective_mismatch(text: str) -> dict[str, Any] | None:
+    """The two sides of a mismatch TORCH_DISTRIBUTED_DEBUG=DETAIL detected, from its error.
+
+    ``Detected mismatch between collectives on ranks. Rank 0 is running collective:
+    CollectiveFingerPrint(SequenceNumber=1, OpType=ALLREDUCE, TensorShape=[4], ...), but
+    Rank 1 is running collective: CollectiveFingerPrint(...)`` (ProcessGroupWrapper).
+    """
+    m = _MISMATCH.search(text)
+    if m is None:
+        return None
+    sides = []
+    for p in ("a", "b"):
+        sides.append(
+            {
+                "rank": int(m[p + "rank"]),
+                "sequence": int(m[p + "seq"]),
+                "op": m[p + "op"],
+                "shape": m[p + "shape"],
+                "dtype": m[p + "dtype"],
+            }
+        )
+    return {"sides": sides}
+
+
+def _spawn_child_crash(rec: dict[str, Any], child: int, rank: int | None) -> dict[str, Any]:
+    """The child's crash, from its parent's ProcessRaisedException (the child's traceback)."""
+    text = str(rec.get("child_error") or "")
+    exc_type, message, where = rec.get("exc_type"), str(rec.get("message") or ""), None
+    lines = [line for line in text.splitlines() if line.strip()]
+    frames = [m for line in lines if (m := _PY_FRAME.match(line))]
+    user = [
+        m for m in frames if "site-packages" not in m["file"] and "/lib/python" not in m["file"]
+    ]
+    if user:
+        m = user[-1]
+        where = f"{os.path.basename(m['file'])}:{m['line']} in {m['func']}"
+    if frames and lines:
+        last = _EXC_LINE.match(lines[-1].strip())
+        if last:
+            exc_type, message = last["type"].rsplit(".", 1)[-1], (last["msg"] or "")[:500]
+    elif text.strip():
+        message = text.strip().splitlines()[0][:500]  # "process 1 terminated with signal ..."
+    index = rec.get("error_index")
+    return {
+        "pid": child,
+        "rank": rank if rank is not None else index,
+        "exc_type": exc_type,
+        "message": message,
+        "where": where,
+        "traceback": text,
+        "time": rec.get("time", 0.0) - 1e-3,  # before the parent's report of it
+        "spawned": True,
+        "error_index": index,
+    }
 
 
 def _label(rank: int | None, pid: int) -> str:
@@ -403,6 +708,7 @@ def _judge(
     stacks_requested: list[int],
     kill_time: float | None = None,
     stalled: bool = False,
+    dead_kill: bool = False,
 ) -> SmallRunResult:
     procs = _records(workdir, "proc")
     crashes = _records(workdir, "crash")
@@ -418,16 +724,29 @@ def _judge(
     killed_pids = {k.pid for k in killed}
 
     def rank_of(pid: int) -> int | None:
+        if procs.get(pid, {}).get("helper"):
+            return None
         if pid in series and series[pid].rank is not None:
             return series[pid].rank
         if pid in crashes and crashes[pid].get("rank") is not None:
             return int(crashes[pid]["rank"])
+        if pid in exits and exits[pid].get("rank") is not None:
+            return int(exits[pid]["rank"])
         rec = procs.get(pid)
         return rec.get("rank") if rec else None
 
+    # An mp.spawn parent reports its child's failure (ProcessRaisedException): the crash is
+    # the child's, named by its rank, with the child's own exception and line.
+    for pid, rec in list(crashes.items()):
+        child = rec.get("error_pid")
+        if isinstance(child, int) and child not in crashes:
+            crashes[child] = _spawn_child_crash(rec, child, rank_of(child))
+            crashes[pid] = {**rec, "consequence": True}
+
     # The processes that matter: ranks (a RANK, or a series) and the command itself.
     relevant = sorted(
-        pid for pid in procs if rank_of(pid) is not None or pid in series or pid == root_pid
+        {pid for pid in procs if rank_of(pid) is not None or pid in series or pid == root_pid}
+        | {pid for pid, c in crashes.items() if c.get("spawned")}
     )
     findings: list[Finding] = []
     ranks: list[RankSummary] = []
@@ -443,6 +762,7 @@ def _judge(
                 warmup_steps=cfg.warmup_steps,
                 min_bytes_per_step=cfg.min_bytes_per_step,
                 min_tensors_per_step=0.5,
+                bytes_warmup_steps=max(cfg.warmup_steps, BYTES_WARMUP_STEPS),
             )
             reports[pid] = report
         stuck = None
@@ -465,6 +785,9 @@ def _judge(
                 crashed=crashes.get(pid),
                 stuck_in=stuck,
                 memory=memory,
+                communication=communication_share(s.steps, s.times, s.ddp, s.overheads)
+                if s is not None and s.steps
+                else None,
             )
         )
 
@@ -472,24 +795,30 @@ def _judge(
     crash_list = sorted(
         (c for pid, c in crashes.items() if pid in relevant), key=lambda c: c.get("time", 0.0)
     )
-    roots = [c for c in crash_list if c.get("exc_type") != "RankFailureError"]
+    roots = [
+        c
+        for c in crash_list
+        if c.get("exc_type") != "RankFailureError" and not c.get("consequence")
+    ]
     if crash_list:
         first = roots[0] if roots else crash_list[0]
         if first.get("exc_type") == "RankFailureError" and first.get("failed_rank") is not None:
             first = {**first, "rank": first["failed_rank"]}
         where = f" at {first['where']}" if first.get("where") else ""
+        who = _label(first.get("rank"), first["pid"])
+        if first.get("spawned"):
+            who += f" (mp.spawn process {first['error_index']}, pid {first['pid']})"
         findings.append(
             Finding(
                 "crash",
                 first.get("rank"),
-                f"{_label(first.get('rank'), first['pid'])} crashed: "
-                f"{first.get('exc_type')}: {first.get('message')}{where}",
+                f"{who} crashed: {first.get('exc_type')}: {first.get('message')}{where}",
             )
         )
         for other in crash_list:
             if other is first or other.get("pid") == first.get("pid"):
                 continue
-            if other.get("rank") is None:
+            if other.get("rank") is None or other.get("consequence"):
                 continue  # the launcher reporting its child's failure (ChildFailedError)
             findings.append(
                 Finding(
@@ -499,6 +828,33 @@ def _judge(
                     f"{other.get('exc_type')}: {str(other.get('message'))[:160]}",
                 )
             )
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL: ranks that ran different collectives, named.
+    mismatch = None
+    for c in crash_list:
+        mismatch = collective_mismatch(str(c.get("traceback") or c.get("message") or ""))
+        if mismatch is not None:
+            break
+    if mismatch is not None:
+        lines_at = {
+            c.get("rank"): c.get("where")
+            for c in crash_list
+            if c.get("rank") is not None and c.get("where")
+        }
+        parts = []
+        for side in mismatch["sides"]:
+            at = f" at {lines_at[side['rank']]}" if lines_at.get(side["rank"]) else ""
+            parts.append(
+                f"rank {side['rank']} ran {side['op']} of {side['shape']} {side['dtype']}{at}"
+            )
+        findings.insert(
+            0,
+            Finding(
+                "mismatch",
+                mismatch["sides"][0]["rank"],
+                f"mismatched collectives at collective #{mismatch['sides'][0]['sequence']} "
+                f"(TORCH_DISTRIBUTED_DEBUG=DETAIL): " + "; ".join(parts),
+            ),
+        )
     # Ranks that vanished without an exception or a normal exit: a signal (OOM killer?), or
     # a crash in native code, whose Python stack faulthandler left in the stack file.
     for pid in relevant:
@@ -519,6 +875,49 @@ def _judge(
                     f"exit{detail}",
                 )
             )
+    if dead_kill:
+        alive_ranks = [r for r in ranks if r.rank is not None and r.pid in killed_pids]
+        dead_label = next(
+            (f.message.split(" crashed")[0] for f in findings if f.kind == "crash"), "a rank"
+        )
+        for summary in alive_ranks:
+            at = f" after step {summary.last_step}" if summary.last_step is not None else ""
+            where = f", stuck in {summary.stuck_in}" if summary.stuck_in else ""
+            findings.append(
+                Finding(
+                    "hang",
+                    summary.rank,
+                    f"{_label(summary.rank, summary.pid)} was still running "
+                    f"{cfg.dead_rank_grace_s:g} s after {dead_label} died{at}{where}",
+                )
+            )
+        findings.append(
+            Finding(
+                "hang",
+                None,
+                f"the job did not end within {cfg.dead_rank_grace_s:g} s of a rank's death: "
+                f"killed {len(killed)} processes (the whole tree)",
+            )
+        )
+    flight: dict[str, Any] = {}
+    if hung or interrupted or dead_kill:
+        dumps: dict[int, dict[str, Any]] = {}
+        errors: dict[int, str] = {}
+        for pid, rec in _records(workdir, "fr").items():
+            rank = rank_of(pid) if rec.get("rank") is None else int(rec["rank"])
+            if rank is None:
+                continue
+            if isinstance(rec.get("dump"), dict):
+                dumps[rank] = rec["dump"]
+            else:
+                errors[rank] = str(rec.get("error") or "no dump")
+        if dumps or errors:
+            fr_report = flight_recorder.summarize(dumps, errors)
+            flight = fr_report.to_dict()
+            findings.extend(Finding("hang", None, text) for text in fr_report.findings)
+        native = sorted(p.name for p in workdir.glob("fr-native-rank-*"))
+        if native:
+            flight["native_dumps"] = native  # NCCL's own, on its watchdog timeout (pickle)
     if hung or interrupted:
         what = (
             "interrupted"
@@ -556,7 +955,7 @@ def _judge(
         findings.append(
             Finding("crash", None, f"the command failed ({how}) without a Python traceback")
         )
-    if killed and not hung and not interrupted:
+    if killed and not hung and not interrupted and not dead_kill:
         names = ", ".join(f"{k.pid} ({k.cmdline[:60]})" for k in killed[:5])
         findings.append(
             Finding("leftover", None, f"processes left behind after exit, killed: {names}")
@@ -565,6 +964,10 @@ def _judge(
         if report.grows:
             findings.append(
                 Finding("leak", rank_of(pid), f"{_label(rank_of(pid), pid)}: {report.summary()}")
+            )
+        elif report.verdict == "suspect":
+            findings.append(
+                Finding("suspect", rank_of(pid), f"{_label(rank_of(pid), pid)}: {report.summary()}")
             )
     if not any(f.kind in ("crash", "hang", "leak") for f in findings):
         if not reports:
@@ -583,19 +986,20 @@ def _judge(
                 Finding(
                     "inconclusive",
                     None,
-                    f"too few steps to judge memory growth ({'; '.join(note)}); run more steps "
-                    f"than the {cfg.warmup_steps} warm-up steps plus 8",
+                    f"too few steps to judge memory growth ({'; '.join(note)}); run at least "
+                    f"{cfg.warmup_steps + 5} steps per rank (the {cfg.warmup_steps} warm-up "
+                    "steps plus 5 censused ones)",
                 )
             )
     kinds = {f.kind for f in findings}
     status = "pass"
-    for kind in ("crash", "hang", "leak", "no-data", "inconclusive"):
+    for kind in ("mismatch", "crash", "hang", "leak", "no-data", "inconclusive", "suspect"):
         if kind in kinds:
             status = "inconclusive" if kind == "no-data" else kind
             break
     exit_code = (
         EXIT_FAIL
-        if status in ("crash", "hang", "leak")
+        if status in ("crash", "hang", "leak", "mismatch")
         else EXIT_INCONCLUSIVE
         if status == "inconclusive"
         else EXIT_PASS
@@ -611,6 +1015,7 @@ def _judge(
         ranks=tuple(ranks),
         killed=tuple({"pid": k.pid, "cmdline": k.cmdline} for k in killed),
         workdir=str(workdir) if (cfg.keep_workdir or cfg.workdir) else None,
+        flight_recorder=flight,
     )
 
 
@@ -622,15 +1027,49 @@ def render_text(result: SmallRunResult) -> str:
     )
     lines = [head]
     for f in result.findings:
-        mark = {"crash": "x", "hang": "x", "leak": "x", "leftover": "!"}.get(f.kind, "?")
+        mark = {
+            "crash": "x",
+            "hang": "x",
+            "leak": "x",
+            "mismatch": "x",
+            "leftover": "!",
+            "suspect": "!",
+        }.get(f.kind, "?")
         body = f.message.replace("\n", "\n      ")
         lines.append(f"  {mark} [{f.kind}] {body}")
     for r in ranked:
         mem = r.memory or {}
         per = mem.get("bytes_per_step")
-        detail = f", {format_bytes(per)}/step" if mem.get("grows") and per is not None else ""
-        state = "grows" if mem.get("grows") else "flat" if mem else "no samples"
-        lines.append(f"    {_label(r.rank, r.pid)}: {r.steps} steps, memory {state}{detail}")
+        verdict = mem.get("verdict")
+        detail = ""
+        if verdict in ("leak", "suspect"):
+            if per is not None and per >= 1:
+                detail = f", {format_bytes(per)}/step"
+            elif mem.get("tensors_per_step"):
+                detail = f", {mem['tensors_per_step']:.2f} live tensors/step"
+            elif mem.get("nodes_per_step"):
+                detail = f", {mem['nodes_per_step']:.2f} graph nodes/step"
+        state = {
+            "leak": "grows",
+            "suspect": "suspect",
+            "flat": "flat",
+            "inconclusive": "not judged (too few steps)",
+        }.get(verdict or "", "no samples")
+        censuses = mem.get("censuses")
+        judged = f" ({censuses} censuses)" if censuses and verdict in ("flat", "leak") else ""
+        comm = r.communication or {}
+        talk = ""
+        if comm.get("share") is not None:
+            talk = (
+                f"; all-reduce {comm['share']:.0%} of the step ({comm['allreduce_ms']:.1f} of "
+                f"{comm['step_ms']:.1f} ms, {comm['exposed_ms']:.1f} ms not overlapped, "
+                f"{comm['steps']} steps)"
+            )
+        elif comm:
+            talk = "; all-reduce share not measured (every step censused)"
+        lines.append(
+            f"    {_label(r.rank, r.pid)}: {r.steps} steps, memory {state}{detail}{judged}{talk}"
+        )
     return "\n".join(lines)
 
 
@@ -649,7 +1088,12 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds before the run counts as hung (600)",
     )
     p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' for stdout)")
-    p.add_argument("--warmup", type=int, default=5, help="steps excluded from the growth test (5)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="steps excluded from the growth test (2; the heap waits 5 at least)",
+    )
     p.add_argument(
         "--min-growth",
         type=float,
@@ -671,6 +1115,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--kill-grace", type=float, default=3.0, help="seconds between SIGTERM and SIGKILL (3)"
+    )
+    p.add_argument(
+        "--dead-rank-grace",
+        type=positive_seconds,
+        default=5.0,
+        metavar="S",
+        help="once a rank died, seconds the others get to end before they are killed (5)",
+    )
+    p.add_argument(
+        "--debug-collectives",
+        action="store_true",
+        help="run with TORCH_DISTRIBUTED_DEBUG=DETAIL: a mismatched collective is named",
+    )
+    p.add_argument(
+        "--flight-recorder",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="record the ranks' collectives and attach them to a hang's report "
+        "(auto: on where an NVIDIA driver is present)",
     )
     p.add_argument("--dir", type=Path, help="keep the ranks' series and stack files in DIR")
     p.add_argument(
@@ -706,6 +1169,9 @@ def main(argv: Sequence[str]) -> int:
         keep_workdir=args.dir is not None,
         keep_caches=args.keep_caches,
         stall_timeout_s=args.stall_timeout,
+        dead_rank_grace_s=args.dead_rank_grace,
+        debug_collectives=args.debug_collectives,
+        flight_recorder=args.flight_recorder,
     )
     result = run_smallrun(cfg)
     sys.stdout.flush()

@@ -260,3 +260,125 @@ def analyze_series(
         points=n,
         reason="grows: every criterion met" if grows else "; ".join(failed),
     )
+
+
+@dataclass(frozen=True)
+class StepGrowth:
+    """Does a census series (live tensors, graph nodes, tensor bytes) grow at every step?
+
+    Census series are exact counts read at the same point of every step (after
+    ``optimizer.step()``), so a healthy loop gives the same value step after step and a leak
+    adds to it step after step. That makes a short series decisive where a byte series from
+    the allocator is not: no fit, no significance test, just the steps themselves.
+    """
+
+    grows: bool
+    inconclusive: bool
+    #: Net change per step over the judged window.
+    rate_per_step: float
+    #: Intervals (between consecutive judged samples) in which the value rose / fell.
+    rising: int
+    falling: int
+    intervals: int
+    first_step: int | None
+    last_step: int | None
+    reason: str
+
+
+def step_growth(
+    steps: Sequence[int],
+    values: Sequence[float],
+    *,
+    warmup_steps: int,
+    min_rate: float,
+    first_step: int | None = None,
+    min_points: int = 5,
+    every: float = 0.75,
+) -> StepGrowth:
+    """Decide whether ``values`` grows at (nearly) every step after the warm-up.
+
+    Grows when, over the samples from ``first_step + warmup_steps`` on (at least
+    ``min_points`` of them):
+
+    - it rose in at least ``every`` of the intervals between consecutive samples;
+    - it rose in both halves of the window (a cache that filled early is flat later);
+    - what it lost in falling intervals is under a tenth of what it gained (a list cleared
+      every few steps is a sawtooth, not a leak);
+    - its net change is at least ``min_rate`` per step.
+    """
+    if len(steps) != len(values):
+        raise ValueError("steps and values differ in length")
+    pairs = sorted(zip(steps, values, strict=True))
+    if pairs:
+        cut = (pairs[0][0] if first_step is None else first_step) + warmup_steps
+        pairs = [(s, v) for s, v in pairs if s >= cut]
+    n = len(pairs)
+    if n < min_points:
+        return StepGrowth(
+            grows=False,
+            inconclusive=True,
+            rate_per_step=0.0,
+            rising=0,
+            falling=0,
+            intervals=max(n - 1, 0),
+            first_step=int(pairs[0][0]) if pairs else None,
+            last_step=int(pairs[-1][0]) if pairs else None,
+            reason=f"{n} steady-state censuses, need at least {min_points}",
+        )
+    xs = [int(s) for s, _ in pairs]
+    ys = [float(v) for _, v in pairs]
+    deltas = [b - a for a, b in zip(ys, ys[1:], strict=False)]
+    rising = sum(1 for d in deltas if d > 0)
+    falling = sum(1 for d in deltas if d < 0)
+    gained = sum(d for d in deltas if d > 0)
+    lost = -sum(d for d in deltas if d < 0)
+    span = xs[-1] - xs[0]
+    rate = (ys[-1] - ys[0]) / span if span > 0 else 0.0
+    mid = len(ys) // 2
+    failed: list[str] = []
+    need = math.ceil(every * len(deltas))
+    if rising < need:
+        failed.append(f"rose in {rising} of {len(deltas)} intervals, need {need}")
+    if not (ys[mid] > ys[0] and ys[-1] > ys[mid]):
+        failed.append("did not rise in both halves")
+    if lost > 0.1 * gained:
+        failed.append(f"fell by {lost:.4g} against a rise of {gained:.4g}")
+    if rate < min_rate:
+        failed.append(f"net {rate:.4g}/step < {min_rate:.4g}")
+    return StepGrowth(
+        grows=not failed,
+        inconclusive=False,
+        rate_per_step=rate,
+        rising=rising,
+        falling=falling,
+        intervals=len(deltas),
+        first_step=xs[0],
+        last_step=xs[-1],
+        reason="grows at every step" if not failed else "; ".join(failed),
+    )
+
+
+def delta_noise_floor(
+    steps: Sequence[int], values: Sequence[float], *, sigmas: float = 3.0
+) -> float:
+    """The per-step growth that noise alone can fake on this series: ``sigmas`` standard errors.
+
+    From the step-to-step changes of the series itself (the allocator's jumps, the run's
+    variance): a mean slope over ``k`` intervals whose changes scatter with deviation ``sd``
+    is uncertain by ``sd / sqrt(k)``. ``sd`` is estimated robustly (the interquartile range
+    / 1.349, or 1.4826 x the median absolute deviation if larger), so one garbage collection
+    in the middle of the run does not raise the floor above a real leak, while an allocator
+    that grows its arena by a page every few steps (most changes 0, some 4 KiB) does.
+    """
+    pairs = sorted(zip(steps, values, strict=True))
+    rates = []
+    for (s0, v0), (s1, v1) in zip(pairs, pairs[1:], strict=False):
+        if s1 > s0:
+            rates.append((v1 - v0) / (s1 - s0))
+    if len(rates) < 2:
+        return math.inf
+    centre = median(rates)
+    mad_sd = 1.4826 * median([abs(r - centre) for r in rates])
+    iqr_sd = (quantile(rates, 0.75) - quantile(rates, 0.25)) / 1.349
+    sd = max(mad_sd, iqr_sd)
+    return sigmas * sd / math.sqrt(len(rates))

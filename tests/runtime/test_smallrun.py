@@ -101,8 +101,19 @@ def test_a_crashing_rank_is_named(tmp_path: Path) -> None:
 def test_a_hanging_run_is_killed_whole_and_each_rank_says_where(tmp_path: Path) -> None:
     # A hang counted as 4 s without a step from any rank (start-up on a busy 2-core CI box
     # can take longer than any fixed whole-run timeout short enough for a test).
-    r = smallrun(tmp_path, "hang", "--stall-timeout", "4")
+    # --flight-recorder on: the c10d flight recorder also works on gloo (torch 2.13), so the
+    # dump-on-hang path that matters on NCCL runs here for real.
+    r = smallrun(tmp_path, "hang", "--stall-timeout", "4", "--flight-recorder", "on")
     assert r["_exit"] == 1 and r["status"] == "hang", r["findings"]
+    fr = r["flight_recorder"]
+    assert set(fr["ranks"]) == {"0", "1"}, fr
+    behind, ahead = fr["ranks"]["1"], fr["ranks"]["0"]
+    assert behind["last_enqueued"] == ahead["last_enqueued"] - 1  # rank 1 never called it
+    assert ahead["recent"][-1]["op"] == "gloo:all_reduce"
+    assert any(
+        f"rank 1 never entered collective #{ahead['last_enqueued']}" in f["message"]
+        for f in r["findings"]
+    ), r["findings"]
     assert "crash" not in _kinds(r)  # torchrun's reaction to our SIGTERM is not a crash
     stuck = {
         f["rank"]: f["message"]
@@ -110,7 +121,7 @@ def test_a_hanging_run_is_killed_whole_and_each_rank_says_where(tmp_path: Path) 
         if f["kind"] == "hang" and f["rank"] is not None
     }
     assert set(stuck) == {0, 1}
-    assert "no rank finished a step for 4 s" in r["findings"][0]["message"]
+    assert any("no rank finished a step for 4 s" in f["message"] for f in r["findings"])
     # Rank 1 sleeps in its loop; rank 0 waits in DDP's gradient all-reduce inside backward().
     assert "ddp_toy.py" in stuck[1] and "backward" in stuck[0]
     # The agent and both ranks (in sessions of their own, under torchrun) were killed.
@@ -190,3 +201,130 @@ def test_processes_left_behind_after_a_normal_exit_are_killed_and_reported(
     leftovers = [f for f in r["findings"] if f["kind"] == "leftover"]
     assert len(leftovers) == 1 and "sleep 300" in leftovers[0]["message"]
     assert r["_survivors"] == []
+
+
+def _job(tmp_path: Path, mode: str, timeout: float = 200) -> dict[str, Any]:
+    token = uuid.uuid4().hex
+    out = tmp_path / f"{mode}.json"
+    cmd = [PYTHON, "-m", "ddp_lsp.cli", "smallrun", "--timeout", str(timeout), "--json", str(out)]
+    cmd += ["--", PYTHON, str(WORKERS / "spawn_job.py"), mode]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=child_env(DDP_LSP_TEST_TOKEN=token),
+        capture_output=True,
+        text=True,
+        timeout=timeout + 60,
+    )
+    result: dict[str, Any] = json.loads(out.read_text())
+    result["_exit"] = proc.returncode
+    result["_survivors"] = _survivors(token)
+    return result
+
+
+def test_a_dead_rank_ends_the_run_instead_of_its_peers_timeout(tmp_path: Path) -> None:
+    # Rank 1 raises before the rendezvous; rank 0 waits in it (300 s timeout) and the
+    # launcher joins rank 0 first. Without the dead-rank guard this is a hang at --timeout.
+    r = _job(tmp_path, "early-crash")
+    assert r["_exit"] == 1 and r["status"] == "crash", r["findings"]
+    first = r["findings"][0]
+    assert first["rank"] == 1 and "ValueError: no data shard for rank 1" in first["message"]
+    assert "spawn_job.py" in first["message"]
+    stuck = [f for f in r["findings"] if f["kind"] == "hang" and f["rank"] == 0]
+    assert len(stuck) == 1, r["findings"]  # multiprocessing's resource tracker is no rank
+    assert "after rank 1 died" in stuck[0]["message"]
+    assert "_create_c10d_store" in stuck[0]["message"]  # where rank 0 waited
+    assert not any("still running after" in f["message"] for f in r["findings"])
+    assert r["_survivors"] == []
+
+
+def test_an_mp_spawn_crash_names_the_rank_and_its_line(tmp_path: Path) -> None:
+    r = _job(tmp_path, "spawn-crash")
+    assert r["_exit"] == 1 and r["status"] == "crash", r["findings"]
+    first = r["findings"][0]
+    assert first["rank"] == 1, r["findings"]
+    assert "ValueError: bad batch on rank 1" in first["message"]
+    assert "spawn_job.py" in first["message"] and "in spawned" in first["message"]
+    assert "mp.spawn process 1" in first["message"]
+    assert "ProcessRaisedException" not in first["message"]
+    assert r["_survivors"] == []
+
+
+def test_a_spawn_parents_report_of_a_killed_child_names_the_child() -> None:
+    from ddp_lsp.runtime.smallrun import _spawn_child_crash
+
+    # ProcessExitedException: the child died from a signal, no traceback of its own.
+    rec = {
+        "pid": 10,
+        "rank": None,
+        "exc_type": "ProcessExitedException",
+        "message": "process 1 terminated with signal SIGKILL",
+        "child_error": "process 1 terminated with signal SIGKILL",
+        "error_index": 1,
+        "error_pid": 12,
+        "time": 100.0,
+    }
+    child = _spawn_child_crash(rec, 12, rank=None)
+    assert child["pid"] == 12 and child["rank"] == 1 and child["spawned"]
+    assert child["message"] == "process 1 terminated with signal SIGKILL"
+    assert child["time"] < rec["time"]
+    # ProcessRaisedException: the child's traceback; the rank its process group gave it.
+    trace = (
+        "\n\n-- Process 0 terminated with the following error:\nTraceback (most recent call "
+        'last):\n  File "/x/site-packages/torch/multiprocessing/spawn.py", line 90, in _wrap\n'
+        '    fn(i, *args)\n  File "/job/train.py", line 31, in worker\n    step(batch)\n'
+        "RuntimeError: CUDA error: out of memory\n"
+    )
+    rec = {**rec, "exc_type": "ProcessRaisedException", "child_error": trace, "error_index": 0}
+    child = _spawn_child_crash(rec, 12, rank=3)
+    assert (child["rank"], child["exc_type"]) == (3, "RuntimeError")
+    assert child["message"] == "CUDA error: out of memory"
+    assert child["where"] == "train.py:31 in worker"
+
+
+def test_debug_collectives_names_both_sides_of_a_mismatch(tmp_path: Path) -> None:
+    token = uuid.uuid4().hex
+    out = tmp_path / "mismatch.json"
+    cmd = [PYTHON, "-m", "ddp_lsp.cli", "smallrun", "--timeout", "120", "--json", str(out)]
+    cmd += ["--debug-collectives", "--", *TORCHRUN, "--nproc-per-node", "2"]
+    cmd += [str(WORKERS / "mismatch.py")]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=child_env(DDP_LSP_TEST_TOKEN=token),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    r = json.loads(out.read_text())
+    assert proc.returncode == 1 and r["status"] == "mismatch", r["findings"]
+    first = r["findings"][0]
+    assert first["kind"] == "mismatch"
+    assert "rank 0 ran ALLREDUCE of [4] Float at mismatch.py:21" in first["message"]
+    assert "rank 1 ran BROADCAST of [3] Float at mismatch.py:23" in first["message"]
+    assert _survivors(token) == []
+
+
+def test_a_mismatch_is_read_from_the_process_group_wrappers_error() -> None:
+    from ddp_lsp.runtime.smallrun import collective_mismatch
+
+    text = (
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 3 is running "
+        "collective: CollectiveFingerPrint(SequenceNumber=42, OpType=ALLGATHER, "
+        "TensorShape=[8, 2], TensorDtypes=BFloat16, TensorDeviceTypes=TensorOptions(dtype="
+        "c10::BFloat16, device=cuda:3)), but Rank 0 is running collective: "
+        "CollectiveFingerPrint(SequenceNumber=42, OpType=REDUCE_SCATTER, TensorShape=[16], "
+        "TensorDtypes=BFloat16, TensorDeviceTypes=TensorOptions(dtype=c10::BFloat16))."
+    )
+    found = collective_mismatch(text)
+    assert found is not None
+    a, b = found["sides"]
+    assert (a["rank"], a["sequence"], a["op"], a["shape"], a["dtype"]) == (
+        3,
+        42,
+        "ALLGATHER",
+        "[8, 2]",
+        "BFloat16",
+    )
+    assert (b["rank"], b["op"], b["shape"]) == (0, "REDUCE_SCATTER", "[16]")
+    assert collective_mismatch("RuntimeError: Connection closed by peer") is None
