@@ -41,11 +41,12 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "bench" / "corpus" / "manifest.toml"
@@ -166,7 +167,9 @@ def snapshot_dir(snapshots: Path, repo: Repo) -> Path:
     for candidate in (snapshots / repo.slug / "repo", snapshots / repo.slug):
         if (candidate / "HEAD").is_file() and (candidate / "objects").is_dir():
             return candidate
-    raise FileNotFoundError(f"no snapshot of {repo.name} under {snapshots} (looked for {repo.slug}/repo)")
+    raise FileNotFoundError(
+        f"no snapshot of {repo.name} under {snapshots} (looked for {repo.slug}/repo)"
+    )
 
 
 def lay_out(repo: Repo, snapshots: Path, workdir: Path, fresh: bool = False) -> Path:
@@ -182,7 +185,9 @@ def lay_out(repo: Repo, snapshots: Path, workdir: Path, fresh: bool = False) -> 
         check=False,
     )
     if archive.returncode != 0:
-        raise RuntimeError(f"{repo.name}: git archive failed: {archive.stderr.decode(errors='replace').strip()}")
+        raise RuntimeError(
+            f"{repo.name}: git archive failed: {archive.stderr.decode(errors='replace').strip()}"
+        )
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -221,10 +226,21 @@ def ddp_lsp_command() -> list[str]:
 
 def run_check(checkout: Path, paths: Sequence[str], extra: Sequence[str] = ()) -> list[dict]:
     """``ddp-lsp check --format json`` over ``paths`` of ``checkout``, with the project view."""
-    cmd = [*ddp_lsp_command(), "check", "--format", "json", "--exit-zero", "--project", *extra, *paths]
+    cmd = [
+        *ddp_lsp_command(),
+        "check",
+        "--format",
+        "json",
+        "--exit-zero",
+        "--project",
+        *extra,
+        *paths,
+    ]
     proc = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, check=False)
     if proc.returncode not in (0, 1):
-        raise RuntimeError(f"ddp-lsp check failed ({proc.returncode}) in {checkout}: {proc.stderr[-2000:]}")
+        raise RuntimeError(
+            f"ddp-lsp check failed ({proc.returncode}) in {checkout}: {proc.stderr[-2000:]}"
+        )
     out = proc.stdout.strip()
     return json.loads(out) if out else []
 
@@ -240,7 +256,9 @@ def to_hits(repo: Repo, checkout: Path, raw: Iterable[dict]) -> list[Hit]:
             rel = path.resolve().relative_to(root).as_posix()
         except ValueError:
             rel = path.as_posix()
-        hits.append(Hit(repo.name, rel, int(item["location"]["row"]), item["code"], item.get("message", "")))
+        hits.append(
+            Hit(repo.name, rel, int(item["location"]["row"]), item["code"], item.get("message", ""))
+        )
     return hits
 
 
@@ -262,7 +280,9 @@ def check_repo(repo: Repo, snapshots: Path, workdir: Path, fresh: bool = False) 
         rel = f.relative_to(root).as_posix()
         result.files += 1
         result.lines += text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-        if not is_distributed_text(text) or any(rel == m or rel.startswith(m + "/") for m in marked):
+        if not is_distributed_text(text) or any(
+            rel == m or rel.startswith(m + "/") for m in marked
+        ):
             result.non_distributed_files.add(rel)
     try:
         result.hits = to_hits(repo, checkout, run_check(checkout, repo.paths))
@@ -296,7 +316,9 @@ class RuleScore:
         return (self.true + self.misses_found) / denom if denom else None
 
 
-def score(results: Sequence[RepoResult], labels: Labels, only: frozenset[str] | None = None) -> dict[str, RuleScore]:
+def score(
+    results: Sequence[RepoResult], labels: Labels, only: frozenset[str] | None = None
+) -> dict[str, RuleScore]:
     rules: dict[str, RuleScore] = defaultdict(RuleScore)
     checked = {r.repo.name for r in results if not r.error}
     found_keys = {h.key for r in results for h in r.hits}
@@ -344,11 +366,15 @@ def report(results: Sequence[RepoResult], labels: Labels, out=sys.stdout) -> dic
     kloc = sum(r.lines for r in ok) / 1000.0
     scores = score(ok, labels)
     w = out.write
-    w(f"corpus: {len(ok)} repositories checked, {sum(r.files for r in ok)} files, {kloc:.1f} kLOC\n")
+    w(
+        f"corpus: {len(ok)} repositories checked, {sum(r.files for r in ok)} files, {kloc:.1f} kLOC\n"
+    )
     for r in results:
         if r.error:
             w(f"  ERROR {r.repo.name}: {r.error}\n")
-    w("\n| rule | findings | per kLOC | labelled | true | false | precision | misses (found) | recall |\n")
+    w(
+        "\n| rule | findings | per kLOC | labelled | true | false | precision | misses (found) | recall |\n"
+    )
     w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
     for rule in sorted(scores):
         s = scores[rule]
@@ -359,7 +385,10 @@ def report(results: Sequence[RepoResult], labels: Labels, out=sys.stdout) -> dic
         )
     total = combined(scores, scores)
     serious = combined(scores, SERIOUS)
-    for title, s in (("serious (DDP101, DDP103, DDP104, DDP201-204, DDP301)", serious), ("all rules", total)):
+    for title, s in (
+        ("serious (DDP101, DDP103, DDP104, DDP201-204, DDP301)", serious),
+        ("all rules", total),
+    ):
         per = s.findings / kloc if kloc else 0.0
         w(
             f"| {title} | {s.findings} | {per:.2f} | {s.labelled} | {s.true} | {s.false} | "
@@ -410,22 +439,34 @@ def report(results: Sequence[RepoResult], labels: Labels, out=sys.stdout) -> dic
         "serious_precision": serious.precision,
         "non_distributed_findings": dict(nd),
         "non_distributed_any_module_findings": dict(nd_any),
-        "findings": [h.__dict__ | {"label": labels.verdicts.get(h.key)} for r in ok for h in r.hits],
+        "findings": [
+            h.__dict__ | {"label": labels.verdicts.get(h.key)} for r in ok for h in r.hits
+        ],
     }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--manifest", type=Path, default=MANIFEST)
     ap.add_argument("--labels", type=Path, default=LABELS)
-    ap.add_argument("--snapshots", type=Path, default=DEFAULT_SNAPSHOTS, help="folder of bare git snapshots")
-    ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="where checkouts are laid out")
+    ap.add_argument(
+        "--snapshots", type=Path, default=DEFAULT_SNAPSHOTS, help="folder of bare git snapshots"
+    )
+    ap.add_argument(
+        "--workdir", type=Path, default=DEFAULT_WORKDIR, help="where checkouts are laid out"
+    )
     ap.add_argument("--repo", action="append", default=[], help="only this repository (repeatable)")
-    ap.add_argument("--tag", action="append", default=[], help="only repositories with this style tag")
+    ap.add_argument(
+        "--tag", action="append", default=[], help="only repositories with this style tag"
+    )
     ap.add_argument("--fresh", action="store_true", help="lay every checkout out again")
     ap.add_argument("--list", action="store_true", help="print every finding with its label")
     ap.add_argument("--unlabelled", action="store_true", help="print the findings no label covers")
-    ap.add_argument("--select", default="", help="with --list/--unlabelled: only these rules (comma-separated)")
+    ap.add_argument(
+        "--select", default="", help="with --list/--unlabelled: only these rules (comma-separated)"
+    )
     ap.add_argument("--json", type=Path, help="write the results as JSON here")
     args = ap.parse_args(argv)
 

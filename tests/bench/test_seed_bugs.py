@@ -1,0 +1,259 @@
+"""The seeding operators of bench/seed_bugs.py and the pure helpers of bench/triage.py, on
+snippets of our own (the corpus itself is not part of the test suite: no network in CI)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bench import seed_bugs, triage
+
+LOOP = textwrap.dedent(
+    """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+
+
+    def train(args, model, loader, opt, scaler, train_sampler, train_set):
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group("nccl")
+        model = DDP(model, device_ids=[args.local_rank])
+        train_loader = DataLoader(train_set, sampler=train_sampler, batch_size=4)
+        torch.manual_seed(args.seed + dist.get_rank())
+        for epoch in range(3):
+            train_sampler.set_epoch(epoch)
+            for i, (x, y) in enumerate(loader):
+                with model.no_sync():
+                    loss = model(x)
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(opt)
+                scaler.update()
+            dist.barrier()
+            if dist.get_rank() == 0:
+                torch.save(model.module.state_dict(), "ckpt.pt")
+            if args.rank == 0:
+                print("epoch", epoch)
+        ckpt = torch.load("x.pt", map_location="cpu")
+        dist.destroy_process_group()
+    """
+)
+
+
+def changed(before: str, after: str) -> list[tuple[str, str]]:
+    """The (old, new) line pairs that differ, for rewrites that keep the line count."""
+    a, b = before.splitlines(), after.splitlines()
+    assert len(a) == len(b)
+    return [(x.strip(), y.strip()) for x, y in zip(a, b, strict=True) if x != y]
+
+
+def only(operator: str, text: str = LOOP) -> list[seed_bugs.Site]:
+    return list(seed_bugs.sites(text, [operator]))
+
+
+EXPECTED = {
+    "drop-scaler-update": [("scaler.update()", "pass")],
+    "drop-unscale": [("scaler.unscale_(opt)", "pass")],
+    "scaler-step-to-optimizer-step": [("scaler.step(opt)", "opt.step()")],
+    "update-before-step": [
+        ("scaler.step(opt)", "scaler.update()"),
+        ("scaler.update()", "scaler.step(opt)"),
+    ],
+    "drop-no-sync": [("with model.no_sync():", "if True:")],
+    "barrier-under-rank0": [("dist.barrier()", "if dist.get_rank() == 0: dist.barrier()")],
+    "drop-set-epoch": [("train_sampler.set_epoch(epoch)", "pass")],
+    "add-shuffle": [
+        (
+            "train_loader = DataLoader(train_set, sampler=train_sampler, batch_size=4)",
+            "train_loader = DataLoader(train_set, sampler=train_sampler, shuffle=True, batch_size=4)",
+        )
+    ],
+    "drop-sampler": [
+        (
+            "train_loader = DataLoader(train_set, sampler=train_sampler, batch_size=4)",
+            "train_loader = DataLoader(train_set, sampler=None, batch_size=4)",
+        )
+    ],
+    "unguard-save": [("if dist.get_rank() == 0:", "if True:")],
+    "unguard-print": [("if args.rank == 0:", "if True:")],
+    "forward-under-rank0": [("loss = model(x)", "if dist.get_rank() == 0: loss = model(x)")],
+    "drop-set-device": [("torch.cuda.set_device(args.local_rank)", "pass")],
+    "drop-destroy": [("dist.destroy_process_group()", "pass")],
+    "drop-map-location": [
+        (
+            'ckpt = torch.load("x.pt", map_location="cpu")',
+            'ckpt = torch.load("x.pt", map_location=None)',
+        )
+    ],
+    "wrapper-state-dict": [
+        (
+            'torch.save(model.module.state_dict(), "ckpt.pt")',
+            'torch.save(model.state_dict(), "ckpt.pt")',
+        )
+    ],
+    "drop-seed-offset": [
+        ("torch.manual_seed(args.seed + dist.get_rank())", "torch.manual_seed(args.seed)")
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_operator_rewrites_one_site_in_place(name: str) -> None:
+    (site,) = only(name)
+    assert site.rule == seed_bugs.OPERATORS[name][0]
+    assert changed(LOOP, site.text) == EXPECTED[name]
+    ast.parse(site.text)
+
+
+def test_every_operator_has_a_case() -> None:
+    assert set(seed_bugs.OPERATORS) == set(EXPECTED) | {"append-loss", "hardcode-device"}
+
+
+def test_append_loss_keeps_the_loss_past_the_iteration() -> None:
+    (site,) = only("append-loss")
+    lines = site.text.splitlines()
+    assert (
+        lines[site.line - 1].strip() == "scaler.scale(loss).backward(); seeded_history.append(loss)"
+    )
+    # The list is made once, before the outermost loop of the function.
+    assert lines.index("    seeded_history = []") == LOOP.splitlines().index(
+        "    for epoch in range(3):"
+    )
+
+
+def test_hardcode_device_covers_set_device_and_device_ids() -> None:
+    got = [changed(LOOP, s.text) for s in only("hardcode-device")]
+    assert got == [
+        [("torch.cuda.set_device(args.local_rank)", "torch.cuda.set_device(0)")],
+        [
+            (
+                "model = DDP(model, device_ids=[args.local_rank])",
+                "model = DDP(model, device_ids=[0])",
+            )
+        ],
+    ]
+
+
+def test_operators_leave_code_without_the_idiom_alone() -> None:
+    plain = textwrap.dedent(
+        """\
+        import torch
+
+        def fit(model, loader, opt):
+            for x, y in loader:
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+            if model.training:
+                torch.save(model.state_dict(), "m.pt")
+        """
+    )
+    kinds = {s.operator for s in seed_bugs.sites(plain)}
+    # Only the loss-keeping operator applies: there is no scaler, no_sync, collective, rank
+    # guard or sampler to remove.
+    assert kinds <= {"append-loss"}
+    assert not list(
+        seed_bugs.sites(plain, ["drop-scaler-update", "unguard-save", "barrier-under-rank0"])
+    )
+
+
+def test_collective_of_another_module_is_not_guarded() -> None:
+    text = "import helpers\n\ndef f():\n    helpers.barrier()\n"
+    assert only("barrier-under-rank0", text) == []
+
+
+def test_scaler_update_without_a_step_in_scope_is_left() -> None:
+    text = "def f(meter):\n    meter.update()\n"
+    assert only("drop-scaler-update", text) == []
+
+
+def test_replace_span_counts_columns_in_utf8_bytes() -> None:
+    text = 'x = "é"; dist.barrier()\n'
+    call = ast.parse(text).body[1]
+    assert seed_bugs.replace_span(text, call, "pass") == 'x = "é"; pass\n'
+
+
+def test_unparsable_input_gives_no_sites() -> None:
+    assert list(seed_bugs.sites("def f(:\n")) == []
+
+
+# -- triage helpers --------------------------------------------------------------------------
+
+
+def test_manifest_and_labels_load(tmp_path: Path) -> None:
+    manifest = tmp_path / "m.toml"
+    manifest.write_text(
+        '[[repo]]\nname = "a/b"\ncommit = "' + "0" * 40 + '"\npaths = ["src"]\ntags = ["raw-ddp"]\n'
+    )
+    (repo,) = triage.load_manifest(manifest)
+    assert (repo.slug, repo.paths, repo.tags) == ("a+b", ("src",), ("raw-ddp",))
+    labels = tmp_path / "l.json"
+    labels.write_text(
+        json.dumps(
+            {
+                "findings": [
+                    {
+                        "repo": "a/b",
+                        "path": "t.py",
+                        "line": 3,
+                        "rule": "DDP103",
+                        "verdict": "true",
+                        "reason": "r",
+                    },
+                    {
+                        "repo": "a/b",
+                        "path": "t.py",
+                        "line": 9,
+                        "rule": "DDP103",
+                        "verdict": "false",
+                        "reason": "r",
+                    },
+                ],
+                "misses": [
+                    {"repo": "a/b", "path": "t.py", "line": 20, "rule": "DDP103", "reason": "r"}
+                ],
+            }
+        )
+    )
+    lab = triage.load_labels(labels)
+    hits = [
+        triage.Hit("a/b", "t.py", 3, "DDP103"),
+        triage.Hit("a/b", "t.py", 9, "DDP103"),
+        triage.Hit("a/b", "t.py", 12, "DDP103"),
+    ]
+    result = triage.RepoResult(repo, lines=1000, files=1, hits=hits)
+    s = triage.score([result], lab)["DDP103"]
+    assert (s.findings, s.true, s.false, s.misses, s.misses_found) == (3, 1, 1, 1, 0)
+    assert s.precision == 0.5 and s.recall == 0.5
+
+
+def test_bad_verdict_is_a_clear_error(tmp_path: Path) -> None:
+    labels = tmp_path / "l.json"
+    labels.write_text(
+        json.dumps(
+            {"findings": [{"repo": "a/b", "path": "t", "line": 1, "rule": "X", "verdict": "yes"}]}
+        )
+    )
+    with pytest.raises(SystemExit, match="verdict"):
+        triage.load_labels(labels)
+
+
+@pytest.mark.parametrize(
+    ("text", "distributed"),
+    [
+        ("import torch.distributed as dist\n", True),
+        ("loss.backward()\n", True),
+        ("from accelerate import Accelerator\n", True),
+        ("def tokenize(s):\n    return s.split()\n", False),
+        ("import matplotlib.pyplot as plt\nplt.plot([1, 2])\n", False),
+    ],
+)
+def test_distributed_markers(text: str, distributed: bool) -> None:
+    assert triage.is_distributed_text(text) is distributed
