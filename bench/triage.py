@@ -10,7 +10,7 @@ The corpus is bench/corpus/manifest.toml (repository, pinned commit, paths to ch
 tags). Third-party code never enters this repository: each repository is laid out as a
 checkout under ``--workdir`` (default /work/corpus/<owner>+<name>) from a local snapshot folder
 ``--snapshots`` (default /work/.mirror) that holds, per repository, a bare git directory at
-``<owner>+<name>/repo`` or ``<owner>+<name>`` (``git archive <commit>`` is unpacked; a layout
+``<owner>+<name>/repo`` or ``<owner>+<name>`` (the files of ``<commit>`` are written out; a layout
 already at the right commit is reused). Nothing here touches the network and nothing from the
 checkouts is executed: they are only read by ``ddp-lsp check``.
 
@@ -33,14 +33,12 @@ plotting script: no distributed, launcher or training-loop marker in the file, o
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -173,27 +171,58 @@ def snapshot_dir(snapshots: Path, repo: Repo) -> Path:
 
 
 def lay_out(repo: Repo, snapshots: Path, workdir: Path, fresh: bool = False) -> Path:
-    """Unpack ``repo`` at its pinned commit into ``workdir/<owner>+<name>`` (reused if there)."""
+    """Write ``repo`` at its pinned commit into ``workdir/<owner>+<name>`` (reused if there).
+
+    Snapshots may lack large files (data, media, LFS content): every blob the snapshot has is
+    written, the missing ones are skipped (they are never Python sources of interest).
+    """
     dest = workdir / repo.slug
     marker = dest / MARKER
     if not fresh and marker.is_file() and marker.read_text().strip() == repo.commit:
         return dest
     git_dir = snapshot_dir(snapshots, repo)
-    archive = subprocess.run(
-        ["git", "--git-dir", str(git_dir), "archive", "--format=tar", repo.commit],
-        capture_output=True,
-        check=False,
+    git = ["git", "--git-dir", str(git_dir)]
+    tree = subprocess.run(
+        [*git, "ls-tree", "-r", "-z", repo.commit], capture_output=True, check=False
     )
-    if archive.returncode != 0:
+    if tree.returncode != 0:
         raise RuntimeError(
-            f"{repo.name}: git archive failed: {archive.stderr.decode(errors='replace').strip()}"
+            f"{repo.name}: git ls-tree failed: {tree.stderr.decode(errors='replace').strip()}"
         )
+    entries: list[tuple[str, str]] = []  # (sha, path) of regular files
+    for rec in tree.stdout.split(b"\0"):
+        if not rec:
+            continue
+        meta, _, path = rec.partition(b"\t")
+        mode, kind, sha = meta.split()
+        if kind == b"blob" and mode in (b"100644", b"100755"):
+            entries.append((sha.decode(), path.decode("utf-8", errors="surrogateescape")))
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        members = [m for m in tar.getmembers() if m.isfile() or m.isdir()]
-        tar.extractall(dest, members=members, filter="data")
+    root = dest.resolve()
+    batch = subprocess.run(
+        [*git, "cat-file", "--batch"],
+        input="".join(f"{sha}\n" for sha, _ in entries).encode(),
+        capture_output=True,
+        check=False,
+    )
+    out = batch.stdout
+    pos = 0
+    for _sha, rel in entries:
+        nl = out.index(b"\n", pos)
+        header = out[pos:nl].split()
+        pos = nl + 1
+        if len(header) < 3 or header[1] != b"blob":
+            continue  # "<sha> missing": not in the snapshot
+        size = int(header[2])
+        data = out[pos : pos + size]
+        pos += size + 1
+        target = (dest / rel).resolve()
+        if root not in target.parents:
+            continue  # a path that would leave the checkout
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
     marker.write_text(repo.commit + "\n")
     return dest
 
