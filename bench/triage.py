@@ -179,6 +179,8 @@ def lay_out(repo: Repo, snapshots: Path, workdir: Path, fresh: bool = False) -> 
     dest = workdir / repo.slug
     marker = dest / MARKER
     if not fresh and marker.is_file() and marker.read_text().strip() == repo.commit:
+        if not (dest / ".git").exists():
+            subprocess.run(["git", "init", "-q", str(dest)], capture_output=True, check=False)
         return dest
     git_dir = snapshot_dir(snapshots, repo)
     git = ["git", "--git-dir", str(git_dir)]
@@ -223,6 +225,9 @@ def lay_out(repo: Repo, snapshots: Path, workdir: Path, fresh: bool = False) -> 
             continue  # a path that would leave the checkout
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
+    # A clone has a .git: it marks the project root that the project view analyses from (a
+    # layout without one would measure the root fallback, not what users get).
+    subprocess.run(["git", "init", "-q", str(dest)], capture_output=True, check=False)
     marker.write_text(repo.commit + "\n")
     return dest
 
