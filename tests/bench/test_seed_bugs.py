@@ -234,6 +234,23 @@ def test_manifest_and_labels_load(tmp_path: Path) -> None:
     assert s.precision == 0.5 and s.recall == 0.5
 
 
+def test_a_marked_miss_found_later_counts_once(tmp_path: Path) -> None:
+    repo = triage.Repo("a/b", "0" * 40)
+    labels = triage.Labels(
+        verdicts={("a/b", "t.py", 5, "DDP101"): True},
+        misses={
+            ("a/b", "t.py", 5, "DDP101"): "marked, now found and labelled",
+            ("a/b", "t.py", 7, "DDP101"): "marked, now found",
+            ("a/b", "t.py", 9, "DDP101"): "marked, still missed",
+            ("c/d", "t.py", 9, "DDP101"): "a repository not checked this run",
+        },
+    )
+    hits = [triage.Hit("a/b", "t.py", 5, "DDP101"), triage.Hit("a/b", "t.py", 7, "DDP101")]
+    s = triage.score([triage.RepoResult(repo, hits=hits)], labels)["DDP101"]
+    assert (s.true, s.misses_found, s.misses) == (1, 1, 1)
+    assert s.recall == pytest.approx(2 / 3)
+
+
 def test_bad_verdict_is_a_clear_error(tmp_path: Path) -> None:
     labels = tmp_path / "l.json"
     labels.write_text(
