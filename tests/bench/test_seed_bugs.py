@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,7 @@ EXPECTED = {
     "drop-map-location": [
         (
             'ckpt = torch.load("x.pt", map_location="cpu")',
-            'ckpt = torch.load("x.pt", map_location=None)',
+            'ckpt = torch.load("x.pt")',
         )
     ],
     "wrapper-state-dict": [
@@ -162,6 +163,20 @@ def test_operators_leave_code_without_the_idiom_alone() -> None:
     assert not list(
         seed_bugs.sites(plain, ["drop-scaler-update", "unguard-save", "barrier-under-rank0"])
     )
+
+
+def test_logging_outside_a_loop_is_not_a_per_step_site() -> None:
+    text = "def f(rank):\n    if rank == 0:\n        print('done')\n"
+    assert only("unguard-print", text) == []
+
+
+def test_found_new_compares_messages_not_counts() -> None:
+    before = Counter({("DDP103", "runs only where `ddp` holds"): 1})
+    same = Counter({("DDP103", "runs only where `ddp` holds"): 1})
+    other = Counter({("DDP103", "runs only on rank 0"): 1})
+    assert not seed_bugs.found_new(before, same, "DDP103")
+    assert seed_bugs.found_new(before, other, "DDP103")
+    assert not seed_bugs.found_new(before, Counter({("DDP501", "x"): 1}), "DDP103")
 
 
 def test_collective_of_another_module_is_not_guarded() -> None:
