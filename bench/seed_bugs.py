@@ -410,12 +410,13 @@ def _kw(call: ast.Call, name: str) -> ast.keyword | None:
 
 @operator("drop-sampler", "DDP401")
 def drop_sampler(tree: ast.Module, text: str) -> Iterator[Site]:
-    """A training ``DataLoader(..., sampler=<distributed sampler>)`` gets ``sampler=None``."""
+    """A training ``DataLoader(..., sampler=<distributed sampler>)`` shuffles by itself
+    instead (``shuffle=True``, no sampler): what a script without DDP's sampler looks like."""
     for call in _dataloaders(tree):
         kw = _kw(call, "sampler")
         if (
             kw is None
-            or not one_line(kw.value)
+            or not one_line(kw)
             or (isinstance(kw.value, ast.Constant) and kw.value.value is None)
         ):
             continue
@@ -426,13 +427,17 @@ def drop_sampler(tree: ast.Module, text: str) -> Iterator[Site]:
             or "val" in segment(text, kw.value).lower()
         ):
             continue
-        yield Site(
-            "drop-sampler",
-            "DDP401",
-            kw.value.lineno,
-            replace_span(text, kw.value, "None"),
-            segment(text, kw.value),
-        )
+        shuffle = _kw(call, "shuffle")
+        if shuffle is None:
+            new = replace_span(text, kw, "shuffle=True")
+        elif one_line(shuffle):
+            first, second = sorted((kw, shuffle), key=lambda n: (n.lineno, n.col_offset))
+            words = {id(kw): "sampler=None", id(shuffle): "shuffle=True"}
+            new = replace_span(text, second, words[id(second)])  # the later one first
+            new = replace_span(new, first, words[id(first)])
+        else:
+            continue
+        yield Site("drop-sampler", "DDP401", kw.value.lineno, new, segment(text, kw.value))
 
 
 @operator("add-shuffle", "DDP403")

@@ -79,7 +79,7 @@ EXPECTED = {
     "drop-sampler": [
         (
             "train_loader = DataLoader(train_set, sampler=train_sampler, batch_size=4)",
-            "train_loader = DataLoader(train_set, sampler=None, batch_size=4)",
+            "train_loader = DataLoader(train_set, shuffle=True, batch_size=4)",
         )
     ],
     "unguard-save": [("if dist.get_rank() == 0:", "if True:")],
@@ -163,6 +163,12 @@ def test_operators_leave_code_without_the_idiom_alone() -> None:
     assert not list(
         seed_bugs.sites(plain, ["drop-scaler-update", "unguard-save", "barrier-under-rank0"])
     )
+
+
+def test_drop_sampler_turns_a_conditional_shuffle_on() -> None:
+    text = "loader = DataLoader(train_ds, shuffle=(train_sampler is None), sampler=train_sampler)\n"
+    (site,) = only("drop-sampler", text)
+    assert site.text == "loader = DataLoader(train_ds, shuffle=True, sampler=None)\n"
 
 
 def test_logging_outside_a_loop_is_not_a_per_step_site() -> None:
