@@ -27,7 +27,7 @@ import ast
 import json
 import re
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -747,6 +747,76 @@ def found_new(before: Counter[tuple[str, str]], after: Counter[tuple[str, str]],
     return any(code == rule for code, _msg in after - before)
 
 
+#: A file is distributed code on its own when it names a process group, a rank, a launcher or
+#: a distributed wrapper (stricter than triage's marker: a backward pass alone does not count).
+_DIST_ONLY = re.compile(
+    r"torch\.distributed|DistributedDataParallel|\bDDP\b|init_process_group|init_distributed|"
+    r"LOCAL_RANK|\bRANK\b|WORLD_SIZE|get_rank|get_world_size|is_main_process|is_master|"
+    r"master_process|rank_zero|global_rank|local_rank|\brank\b|accelerate|lightning|deepspeed|"
+    r"\bFabric\b|FullyShardedDataParallel|fully_shard|DistributedSampler|mpi4py|\bMPI\b|"
+    r"\bdist\b|mp\.spawn"
+)
+
+
+def counts(site_rule: str, text: str) -> bool:
+    """Whether a site measures the rule: rules that only apply to distributed code are measured
+    in files that are distributed code themselves (a seeded ``torch.load`` in a single-process
+    sampling script is not a DDP bug); any-module rules (AMP, graph lifetime) everywhere."""
+    return site_rule in triage.ANY_MODULE or _DIST_ONLY.search(text) is not None
+
+
+def measured(row: dict, workdir: Path) -> bool:
+    """``counts`` for a saved site, reading its file from the checkout (kept if unreadable)."""
+    path = workdir / row["repo"].replace("/", "+") / row["path"]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return True
+    return counts(row["rule"], text)
+
+
+def summarize(rows: Sequence[dict], out=sys.stdout) -> dict[str, tuple[int, int]]:
+    """Print recall per operator (and per rule) of the sites in ``rows``; return it."""
+    total: Counter[str] = Counter(r["operator"] for r in rows)
+    found: Counter[str] = Counter(r["operator"] for r in rows if r["found"])
+    result: dict[str, tuple[int, int]] = {}
+    out.write(
+        "\n| operator | rule | sites | found | recall |\n| --- | --- | ---: | ---: | ---: |\n"
+    )
+    for name, (rule, _fn) in OPERATORS.items():
+        n, f = total[name], found[name]
+        result[name] = (n, f)
+        out.write(
+            f"| {name} | {rule} | {n} | {f} | {f / n:.2f} |\n"
+            if n
+            else f"| {name} | {rule} | 0 | 0 | - |\n"
+        )
+    n_all, f_all = sum(total.values()), sum(found.values())
+    out.write(
+        f"| all | | {n_all} | {f_all} | {f_all / n_all:.2f} |\n"
+        if n_all
+        else "| all | | 0 | 0 | - |\n"
+    )
+    serious = [r for r in rows if r["rule"] in triage.SERIOUS]
+    if serious:
+        fs = sum(1 for r in serious if r["found"])
+        out.write(
+            f"| serious rules ({', '.join(triage.SERIOUS)}) | | {len(serious)} | {fs} | {fs / len(serious):.2f} |\n"
+        )
+    return result
+
+
+def merge(files: Sequence[Path]) -> list[dict]:
+    """Rows of several saved runs; a later file's rows replace an earlier file's rows of the
+    same operators (to rerun one operator after changing it)."""
+    rows: list[dict] = []
+    for f in files:
+        new = json.loads(f.read_text(encoding="utf-8"))["sites"]
+        ops = {r["operator"] for r in new}
+        rows = [r for r in rows if r["operator"] not in ops] + new
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--manifest", type=Path, default=triage.MANIFEST)
@@ -759,14 +829,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--list", action="store_true", help="print every site and whether it was found")
     ap.add_argument("--json", type=Path, help="write the per-site results here")
+    ap.add_argument(
+        "--summarize",
+        type=Path,
+        nargs="+",
+        help="print the table of saved runs (--json files) and run nothing; a later file's "
+        "operators replace an earlier file's",
+    )
     args = ap.parse_args(argv)
+    if args.summarize:
+        rows = merge(args.summarize)
+        kept = [r for r in rows if measured(r, args.workdir)]
+        if len(kept) != len(rows):
+            print(
+                f"{len(rows) - len(kept)} sites left out: distributed-only rule seeded in a non-distributed file"
+            )
+        summarize(kept)
+        return 0
 
     repos = triage.load_manifest(args.manifest)
     if args.repo:
         repos = [r for r in repos if r.name in set(args.repo)]
-    found: Counter[str] = Counter()
-    total: Counter[str] = Counter()
-    rows = []
+    rows: list[dict] = []
     for repo in repos:
         try:
             checkout = triage.lay_out(repo, args.snapshots, args.workdir)
@@ -783,7 +867,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except UnicodeDecodeError:
                 continue
             for site in sites(text, args.operator or None):
-                if per_op[site.operator] >= args.max_sites:
+                if per_op[site.operator] >= args.max_sites or not counts(site.rule, text):
                     continue
                 per_op[site.operator] += 1
                 if rel not in baseline:
@@ -794,8 +878,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 finally:
                     path.write_bytes(original)
                 hit = found_new(baseline[rel], after, site.rule)
-                total[site.operator] += 1
-                found[site.operator] += hit
                 rows.append(
                     {
                         "repo": repo.name,
@@ -812,22 +894,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"{'found' if hit else 'MISS '} {site.operator:30} {repo.name} {rel}:{site.line} {site.note}",
                         flush=True,
                     )
-    print("\n| operator | rule | sites | found | recall |")
-    print("| --- | --- | ---: | ---: | ---: |")
-    by_rule: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for name, (rule, _fn) in OPERATORS.items():
-        n = total[name]
-        by_rule[rule][0] += n
-        by_rule[rule][1] += found[name]
-        print(
-            f"| {name} | {rule} | {n} | {found[name]} | {found[name] / n:.2f} |"
-            if n
-            else f"| {name} | {rule} | 0 | 0 | - |"
-        )
-    n_all, f_all = sum(total.values()), sum(found.values())
-    print(
-        f"| all | | {n_all} | {f_all} | {f_all / n_all:.2f} |" if n_all else "| all | | 0 | 0 | - |"
-    )
+    summarize(rows)
     if args.json:
         args.json.write_text(json.dumps({"sites": rows}, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -4,6 +4,7 @@ snippets of our own (the corpus itself is not part of the test suite: no network
 from __future__ import annotations
 
 import ast
+import io
 import json
 import textwrap
 from collections import Counter
@@ -183,6 +184,38 @@ def test_found_new_compares_messages_not_counts() -> None:
     assert not seed_bugs.found_new(before, same, "DDP103")
     assert seed_bugs.found_new(before, other, "DDP103")
     assert not seed_bugs.found_new(before, Counter({("DDP501", "x"): 1}), "DDP103")
+
+
+def test_distributed_only_rules_are_measured_in_distributed_files() -> None:
+    single = "import torch\nckpt = torch.load('x.pt')\n"
+    assert not seed_bugs.counts("DDP303", single)
+    assert seed_bugs.counts("DDP303", "import torch.distributed as dist\n" + single)
+    assert seed_bugs.counts("DDP202", single)  # AMP rules apply to any module
+
+
+def test_merge_replaces_an_operators_rows(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    row = {"repo": "a/b", "path": "t.py", "line": 1, "rule": "DDP401", "note": ""}
+    first.write_text(
+        json.dumps(
+            {
+                "sites": [
+                    row | {"operator": "drop-sampler", "found": False},
+                    row | {"operator": "add-shuffle", "rule": "DDP403", "found": True},
+                ]
+            }
+        )
+    )
+    second.write_text(json.dumps({"sites": [row | {"operator": "drop-sampler", "found": True}]}))
+    rows = seed_bugs.merge([first, second])
+    assert sorted((r["operator"], r["found"]) for r in rows) == [
+        ("add-shuffle", True),
+        ("drop-sampler", True),
+    ]
+    out = io.StringIO()
+    result = seed_bugs.summarize(rows, out)
+    assert result["drop-sampler"] == (1, 1) and result["drop-unscale"] == (0, 0)
+    assert "| all | | 2 | 2 | 1.00 |" in out.getvalue()
 
 
 def test_collective_of_another_module_is_not_guarded() -> None:
