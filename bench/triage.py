@@ -56,19 +56,32 @@ MARKER = ".ddp-lsp-triage-commit"
 #: The rules issue 14 holds to precision >= 0.95 together.
 SERIOUS = ("DDP101", "DDP103", "DDP104", "DDP201", "DDP202", "DDP203", "DDP204", "DDP301")
 #: Rules whose bug is a bug in any module, distributed or not (a scaler misuse, a graph kept
-#: alive, a deprecated API): their findings in non-distributed modules are not counted against
-#: the "0 findings in non-distributed modules" goal.
-ANY_MODULE = frozenset({"DDP201", "DDP202", "DDP203", "DDP204", "DDP205", "DDP301", "DDP302"})
+#: alive, a deprecated API, a data-loading cost): their findings in non-distributed modules are
+#: not counted against the "0 findings in non-distributed modules" goal.
+ANY_MODULE = frozenset(
+    {
+        "DDP201",
+        "DDP202",
+        "DDP203",
+        "DDP204",
+        "DDP205",
+        "DDP301",
+        "DDP302",
+        "DDP404",
+        "DDP405",
+        "DDP406",
+    }
+)
 
 #: A module is distributed (or training) code on its own when its text says so: collectives,
-#: ranks, launchers, wrappers, framework entry points, or a backward pass.
+#: ranks, launchers, wrappers, framework entry points, a backward pass or an optimizer.
 _DIST_MARKERS = re.compile(
     r"torch\.distributed|DistributedDataParallel|\bDDP\b|init_process_group|LOCAL_RANK|"
     r"\bRANK\b|WORLD_SIZE|get_rank|get_world_size|is_main_process|is_master|master_process|"
     r"rank_zero|global_rank|local_rank|\brank\b|accelerate|lightning|deepspeed|\bFabric\b|"
     r"FullyShardedDataParallel|fully_shard|DistributedSampler|mpi4py|\bMPI\b|barrier|"
     r"all_reduce|all_gather|broadcast|no_sync|GradScaler|\.backward\(|mp\.spawn|"
-    r"multiprocessing\.spawn|torchrun|horovod|\bdist\b"
+    r"multiprocessing\.spawn|torchrun|horovod|\bdist\b|\boptimizer\b|loss_scaler"
 )
 
 
