@@ -16,11 +16,12 @@ checkouts is executed: they are only read by ``ddp-lsp check``.
 
 The labels (bench/corpus/labels.json) are a reviewer's verdicts:
 
-- ``findings``: ``{repo, path, line, rule, verdict, reason}`` with ``verdict`` ``"true"`` (a real
-  problem a senior DDP engineer would want reported) or ``"false"`` (a false alarm), ``line``
+- ``findings``: ``{repo, path, line, rule, verdict, reason[, pattern]}`` with ``verdict``
+  ``"true"`` (a real problem a senior DDP engineer would want reported) or ``"false"`` (a false
+  alarm, with the false-alarm pattern of docs/accuracy.md it belongs to, "F2"), ``line``
   1-based as the JSON reporter prints it;
-- ``misses``: ``{repo, path, line, rule, reason}``, a real problem that the rule should report
-  at that line and does not.
+- ``misses``: ``{repo, path, line, rule, reason[, pattern]}``, a real problem that the rule
+  should report at that line and does not.
 
 Printed: per-rule findings, labelled counts, precision (true / labelled), recall against the
 marked misses ((true findings + marked misses found now) / (those + marked misses still
@@ -151,6 +152,8 @@ class Labels:
     verdicts: dict[tuple[str, str, int, str], bool] = field(default_factory=dict)
     reasons: dict[tuple[str, str, int, str], str] = field(default_factory=dict)
     misses: dict[tuple[str, str, int, str], str] = field(default_factory=dict)
+    #: the false-alarm or miss pattern of docs/accuracy.md a label belongs to ("F2", "M1")
+    patterns: dict[tuple[str, str, int, str], str] = field(default_factory=dict)
 
 
 def load_labels(path: Path = LABELS) -> Labels:
@@ -165,9 +168,13 @@ def load_labels(path: Path = LABELS) -> Labels:
             raise SystemExit(f"labels: verdict must be 'true' or 'false', not {verdict!r}: {key}")
         labels.verdicts[key] = verdict == "true"
         labels.reasons[key] = item.get("reason", "")
+        if item.get("pattern"):
+            labels.patterns[key] = item["pattern"]
     for item in data.get("misses", []):
         key = (item["repo"], item["path"], int(item["line"]), item["rule"])
         labels.misses[key] = item.get("reason", "")
+        if item.get("pattern"):
+            labels.patterns[key] = item["pattern"]
     return labels
 
 
@@ -445,6 +452,16 @@ def report(results: Sequence[RepoResult], labels: Labels, out=sys.stdout) -> dic
             f"| {title} | {s.findings} | {per:.2f} | {s.labelled} | {s.true} | {s.false} | "
             f"{_fmt(s.precision)} | {s.misses} ({s.misses_found}) | {_fmt(s.recall)} |\n"
         )
+    # False alarms by pattern (docs/accuracy.md), counted on this run's findings.
+    by_pattern: Counter[tuple[str, str]] = Counter()
+    for r in ok:
+        for h in r.hits:
+            if labels.verdicts.get(h.key) is False:
+                by_pattern[(labels.patterns.get(h.key, "?"), h.rule)] += 1
+    if by_pattern:
+        w("\nfalse alarms by pattern: ")
+        order = sorted(by_pattern, key=lambda k: (len(k[0]), k))
+        w(", ".join(f"{p} {rule} {by_pattern[(p, rule)]}" for p, rule in order) + "\n")
     # Findings in non-distributed modules of a distributed project.
     nd: Counter[str] = Counter()
     nd_any: Counter[str] = Counter()
@@ -488,6 +505,9 @@ def report(results: Sequence[RepoResult], labels: Labels, out=sys.stdout) -> dic
             for k, v in sorted(scores.items())
         },
         "serious_precision": serious.precision,
+        "false_alarms_by_pattern": {
+            f"{p} {rule}": n for (p, rule), n in sorted(by_pattern.items())
+        },
         "non_distributed_findings": dict(nd),
         "non_distributed_any_module_findings": dict(nd_any),
         "findings": [
