@@ -12,8 +12,9 @@ sites where the correct idiom is present (a ``scaler.update()`` after ``scaler.s
 no_sync, put the barrier under ``if <dist>.get_rank() == 0:``, keep the loss in a list...).
 Most rewrites keep every line where it was (a dropped statement becomes ``pass``, a guard goes
 on the same line). The file is then checked with ``ddp-lsp check --select <rule> --project``
-from the checkout root, and the site counts as found when the rule reports, in that file, a
-finding whose message the untouched file does not get (so a rewrite that moves lines, and a
+from the checkout root together with the project files it imports (two levels: a finding can
+land where the sampler or the helper is defined), and the site counts as found when the rule
+reports there a finding whose message the untouched files do not get (so a rewrite that moves lines, and a
 site where the rule already fired for another reason, are both judged right). The file is restored after every site, even on
 an error or Ctrl-C.
 
@@ -734,17 +735,68 @@ def sites(text: str, names: Sequence[str] | None = None) -> Iterator[Site]:
 # -- running ---------------------------------------------------------------------------------
 
 
-def messages(checkout: Path, rel: str, rule: str | None = None) -> Counter[tuple[str, str]]:
-    """(rule, message) of every finding in ``rel``, checked from the checkout root."""
-    raw = triage.run_check(checkout, [rel], ["--select", rule] if rule else [])
-    return Counter((item["code"], item["message"]) for item in raw)
+def imported_files(root: Path, rel: str, text: str) -> list[str]:
+    """Project files that ``rel`` imports (``from a.b import c``, ``import a.b``, relative
+    imports), as paths relative to ``root``: a finding about the seeded line may land there
+    (DDP402 reports at the sampler's construction, which can sit in a data module)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    here = Path(rel).parent
+    names: list[tuple[Path, str]] = []  # (base directory, dotted module)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend((Path(), a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = Path()
+            if node.level:
+                base = here
+                for _ in range(node.level - 1):
+                    base = base.parent
+            module = node.module or ""
+            names.append((base, module))
+            names.extend((base, f"{module}.{a.name}" if module else a.name) for a in node.names)
+    found: list[str] = []
+    for base, dotted_name in names:
+        if not dotted_name:
+            continue
+        parts = dotted_name.split(".")
+        for start in {base, here, Path("src")} if base == Path() else {base}:
+            stem = start.joinpath(*parts)
+            for candidate in (stem.with_suffix(".py"), stem / "__init__.py"):
+                if (root / candidate).is_file() and candidate.as_posix() not in found:
+                    found.append(candidate.as_posix())
+    return [f for f in found if f != rel]
 
 
-def found_new(before: Counter[tuple[str, str]], after: Counter[tuple[str, str]], rule: str) -> bool:
+def neighbourhood(root: Path, rel: str, text: str) -> list[str]:
+    """``rel``, the project files it imports, and the files those import (two levels: a
+    package ``__init__`` that re-exports a submodule is followed to it)."""
+    first = imported_files(root, rel, text)
+    files = [rel, *first]
+    for f in first:
+        try:
+            sub = (root / f).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        files.extend(x for x in imported_files(root, f, sub) if x not in files)
+    return files
+
+
+def messages(
+    checkout: Path, files: Sequence[str], rule: str | None = None
+) -> Counter[tuple[str, str, str]]:
+    """(rule, file, message) of every finding in ``files``, checked from the checkout root."""
+    raw = triage.run_check(checkout, list(files), ["--select", rule] if rule else [])
+    return Counter((item["code"], item["filename"], item["message"]) for item in raw)
+
+
+def found_new(before: Counter[tuple[str, ...]], after: Counter[tuple[str, ...]], rule: str) -> bool:
     """The rule says something it did not say on the untouched file. Compared by message, not
     line, so rewrites that move lines and sites where the rule already fired (with another
     message, e.g. a false alarm on the same line) are both judged right."""
-    return any(code == rule for code, _msg in after - before)
+    return any(key[0] == rule for key in after - before)
 
 
 #: A file is distributed code on its own when it names a process group, a rank, a launcher or
@@ -858,7 +910,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"skip {repo.name}: {exc}", file=sys.stderr)
             continue
         per_op: Counter[str] = Counter()
-        baseline: dict[str, Counter[tuple[str, str]]] = {}
+        baseline: dict[str, Counter[tuple[str, str, str]]] = {}
         for path in triage.python_files(checkout, repo.paths):
             rel = path.relative_to(checkout.resolve()).as_posix()
             original = path.read_bytes()
@@ -870,11 +922,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if per_op[site.operator] >= args.max_sites or not counts(site.rule, text):
                     continue
                 per_op[site.operator] += 1
+                files = neighbourhood(checkout.resolve(), rel, text)
                 if rel not in baseline:
-                    baseline[rel] = messages(checkout, rel)
+                    baseline[rel] = messages(checkout, files)
                 try:
                     path.write_text(site.text, encoding="utf-8")
-                    after = messages(checkout, rel, site.rule)
+                    after = messages(checkout, files, site.rule)
                 finally:
                     path.write_bytes(original)
                 hit = found_new(baseline[rel], after, site.rule)

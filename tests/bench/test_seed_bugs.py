@@ -178,12 +178,23 @@ def test_logging_outside_a_loop_is_not_a_per_step_site() -> None:
 
 
 def test_found_new_compares_messages_not_counts() -> None:
-    before = Counter({("DDP103", "runs only where `ddp` holds"): 1})
-    same = Counter({("DDP103", "runs only where `ddp` holds"): 1})
-    other = Counter({("DDP103", "runs only on rank 0"): 1})
+    before = Counter({("DDP103", "t.py", "runs only where `ddp` holds"): 1})
+    same = Counter({("DDP103", "t.py", "runs only where `ddp` holds"): 1})
+    other = Counter({("DDP103", "t.py", "runs only on rank 0"): 1})
     assert not seed_bugs.found_new(before, same, "DDP103")
     assert seed_bugs.found_new(before, other, "DDP103")
-    assert not seed_bugs.found_new(before, Counter({("DDP501", "x"): 1}), "DDP103")
+    assert not seed_bugs.found_new(before, Counter({("DDP501", "t.py", "x"): 1}), "DDP103")
+
+
+def test_neighbourhood_follows_project_imports_two_levels(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "__init__.py").write_text("from .build import build_loader\n")
+    (tmp_path / "data" / "build.py").write_text("import torch\n")
+    (tmp_path / "utils.py").write_text("")
+    main = "import os\nimport utils\nfrom data import build_loader\n"
+    (tmp_path / "main.py").write_text(main)
+    got = seed_bugs.neighbourhood(tmp_path, "main.py", main)
+    assert got == ["main.py", "utils.py", "data/__init__.py", "data/build.py"]
 
 
 def test_distributed_only_rules_are_measured_in_distributed_files() -> None:
