@@ -18,7 +18,9 @@ reports there a finding whose message the untouched files do not get (so a rewri
 site where the rule already fired for another reason, are both judged right). The file is restored after every site, even on
 an error or Ctrl-C.
 
-Checkouts and the manifest are bench/triage.py's (same ``--snapshots``/``--workdir``).
+The manifest and the snapshots are bench/triage.py's; the checkouts are laid out in a folder of
+their own (``--workdir``, default /work/corpus-seed), so a triage run never reads a file while
+it is seeded.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class Site:
 
 
 Operator = Callable[[ast.Module, str], Iterator[Site]]
+
+#: Seeding rewrites files in place: its checkouts are its own, apart from bench/triage.py's.
+SEED_WORKDIR = Path("/work/corpus-seed")
 OPERATORS: dict[str, tuple[str, Operator]] = {}
 
 
@@ -873,7 +878,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--manifest", type=Path, default=triage.MANIFEST)
     ap.add_argument("--snapshots", type=Path, default=triage.DEFAULT_SNAPSHOTS)
-    ap.add_argument("--workdir", type=Path, default=triage.DEFAULT_WORKDIR)
+    ap.add_argument(
+        "--workdir",
+        type=Path,
+        default=SEED_WORKDIR,
+        help=f"where checkouts are laid out and seeded (default {SEED_WORKDIR}: not triage's, "
+        "so a triage run never reads a seeded file)",
+    )
     ap.add_argument("--repo", action="append", default=[])
     ap.add_argument("--operator", action="append", default=[], choices=sorted(OPERATORS))
     ap.add_argument(
