@@ -5,6 +5,7 @@ and measure it against a reviewer's labels (docs/accuracy.md).
     .venv/bin/python bench/triage.py --repo karpathy/nanoGPT --list   # one, with each finding
     .venv/bin/python bench/triage.py --unlabelled --select DDP103     # what is left to triage
     .venv/bin/python bench/triage.py --json results.json   # machine-readable results
+    .venv/bin/python bench/triage.py --rescore results.json   # new labels, same findings
 
 The corpus is bench/corpus/manifest.toml (repository, pinned commit, paths to check, style
 tags). Third-party code never enters this repository: each repository is laid out as a
@@ -513,7 +514,52 @@ def report(results: Sequence[RepoResult], labels: Labels, out=sys.stdout) -> dic
         "findings": [
             h.__dict__ | {"label": labels.verdicts.get(h.key)} for r in ok for h in r.hits
         ],
+        "repos": {
+            r.repo.name: {
+                "commit": r.repo.commit,
+                "lines": r.lines,
+                "files": r.files,
+                "non_distributed_files": sorted(r.non_distributed_files),
+                "error": r.error,
+            }
+            for r in results
+        },
     }
+
+
+def load_results(path: Path, repos: Sequence[Repo]) -> list[RepoResult]:
+    """The results a ``--json`` run saved, for scoring them again against newer labels."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    saved = data.get("repos")
+    if saved is None:
+        raise SystemExit(
+            f"{path}: no per-repository data (written by an older triage.py): run again"
+        )
+    by_repo: dict[str, list[Hit]] = defaultdict(list)
+    for f in data["findings"]:
+        by_repo[f["repo"]].append(
+            Hit(f["repo"], f["path"], int(f["line"]), f["rule"], f.get("message", ""))
+        )
+    results = []
+    for repo in repos:
+        info = saved.get(repo.name)
+        if info is None:
+            continue
+        if info.get("commit") not in (None, repo.commit):
+            raise SystemExit(
+                f"{path}: {repo.name} was checked at {info['commit']}, the manifest pins {repo.commit}"
+            )
+        results.append(
+            RepoResult(
+                repo,
+                lines=info["lines"],
+                files=info["files"],
+                hits=by_repo.get(repo.name, []),
+                non_distributed_files=set(info["non_distributed_files"]),
+                error=info.get("error", ""),
+            )
+        )
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -539,6 +585,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--select", default="", help="with --list/--unlabelled: only these rules (comma-separated)"
     )
     ap.add_argument("--json", type=Path, help="write the results as JSON here")
+    ap.add_argument(
+        "--rescore",
+        type=Path,
+        metavar="JSON",
+        help="score the results a --json run saved against the current labels; run nothing",
+    )
     args = ap.parse_args(argv)
 
     repos = load_manifest(args.manifest)
@@ -551,10 +603,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tag:
         repos = [r for r in repos if set(args.tag) & set(r.tags)]
     labels = load_labels(args.labels)
-    results = []
-    for repo in repos:
-        print(f"checking {repo.name} ...", file=sys.stderr, flush=True)
-        results.append(check_repo(repo, args.snapshots, args.workdir, args.fresh))
+    if args.rescore:
+        results = load_results(args.rescore, repos)
+    else:
+        results = []
+        for repo in repos:
+            print(f"checking {repo.name} ...", file=sys.stderr, flush=True)
+            results.append(check_repo(repo, args.snapshots, args.workdir, args.fresh))
     summary = report(results, labels)
     select = {s.strip() for s in args.select.split(",") if s.strip()}
     if args.list or args.unlabelled:

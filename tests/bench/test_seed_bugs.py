@@ -316,6 +316,26 @@ def test_a_marked_miss_found_later_counts_once(tmp_path: Path) -> None:
     assert s.recall == pytest.approx(2 / 3)
 
 
+def test_saved_results_score_again(tmp_path: Path) -> None:
+    repo = triage.Repo("a/b", "1" * 40)
+    hits = [triage.Hit("a/b", "t.py", 3, "DDP103", "m")]
+    result = triage.RepoResult(
+        repo, lines=2000, files=2, hits=hits, non_distributed_files={"tok.py"}
+    )
+    saved = tmp_path / "r.json"
+    saved.write_text(json.dumps(triage.report([result], triage.Labels(), io.StringIO())))
+    (again,) = triage.load_results(saved, [repo])
+    assert (again.lines, again.files, again.hits, again.non_distributed_files) == (
+        2000,
+        2,
+        hits,
+        {"tok.py"},
+    )
+    other = triage.Repo("a/b", "2" * 40)
+    with pytest.raises(SystemExit, match="pins"):
+        triage.load_results(saved, [other])
+
+
 def test_bad_verdict_is_a_clear_error(tmp_path: Path) -> None:
     labels = tmp_path / "l.json"
     labels.write_text(
