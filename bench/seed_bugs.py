@@ -35,8 +35,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import triage  # noqa: E402  (bench/ is not a package on sys.path when run as a script)
+try:  # imported as bench.seed_bugs (the tests)
+    from bench import triage
+except ImportError:  # run as a script: bench/ is on sys.path
+    import triage  # type: ignore[no-redef]
 
 
 @dataclass(frozen=True)
