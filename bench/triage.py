@@ -369,9 +369,10 @@ class RuleScore:
     def recall(self) -> float | None:
         """Real problems found over real problems known: the true findings and the marked
         misses that are found now, over those and the marked misses still missed."""
+        if not (self.misses or self.misses_found):
+            return None  # no marked miss: nothing to measure recall against
         found = self.true + self.misses_found
-        denom = found + self.misses
-        return found / denom if denom else None
+        return found / (found + self.misses)
 
 
 def score(
