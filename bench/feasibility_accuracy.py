@@ -94,6 +94,9 @@ def main() -> int:
                 "dominant": dominant,
                 "exposed_ms": (analysis.parts_n.comm if analysis.parts_n else 0) * 1e3,
                 "model_allreduce_ms": analysis.predicted.comm_s * 1e3,
+                "alpha_us": analysis.model.alpha_s * 1e6 if analysis.model else None,
+                "busbw_gbps": analysis.model.busbw_Bps / 1e9 if analysis.model else None,
+                "sweep": (analysis.multi or {}).get("sweep"),
                 "wall_s": wall,
             }
             rows.append(row)
@@ -105,7 +108,8 @@ def main() -> int:
                 f"2r {row['t2_ms']:7.1f} ms  measured x{measured:.2f}  "
                 f"predicted x{pred:.2f} ({row['error_from_one_process']:+.0%})  "
                 f"projection x{proj:.2f} ({row['error_projection']:+.0%})  "
-                f"all-reduce exposed {row['exposed_ms']:.1f} / model {row['model_allreduce_ms']:.1f} ms  "
+                f"all-reduce exposed {row['exposed_ms']:.1f} / model {row['model_allreduce_ms']:.1f} ms "
+                f"({row['alpha_us'] or 0:.0f} us/hop, {row['busbw_gbps'] or 0:.2f} GB/s)  "
                 f"dominant: {dominant}  [{wall:.0f} s]{'' if ok else '  OUT OF TOLERANCE'}",
                 flush=True,
             )

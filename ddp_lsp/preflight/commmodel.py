@@ -207,21 +207,3 @@ def verdict_label(efficiency: float) -> str:
     if efficiency >= 0.5:
         return "marginal"
     return "communication-bound" if efficiency > 0 else "no speed-up"
-
-
-def ddp_buckets(param_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int) -> list[int]:
-    """DDP's bucket sizes for parameters given in registration order (reversed, as DDP does:
-    gradients of the last layers are ready first). The first bucket is capped at
-    ``first_cap_bytes`` (1 MiB in DDP) so communication starts early."""
-    out: list[int] = []
-    cur = 0
-    cap = first_cap_bytes
-    for nbytes in reversed(list(param_bytes)):
-        cur += nbytes
-        if cur >= cap:
-            out.append(cur)
-            cur = 0
-            cap = cap_bytes
-    if cur:
-        out.append(cur)
-    return out

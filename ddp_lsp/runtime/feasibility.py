@@ -766,11 +766,27 @@ def run_feasibility(cfg: FeasibilityConfig) -> tuple[Analysis | None, str]:
         single = one.ranks[0]
         gpus = int(single.get("device_count") or 0) if single.get("cuda") else 0
         nproc = cfg.nproc or (gpus if gpus >= 2 else 2)
-        if single.get("cuda") and gpus < nproc:
-            return None, (
-                f"one-process run used a GPU but {gpus} GPU(s) are visible: DDP over "
-                f"{nproc} ranks needs one GPU per rank (give --nproc, or run where there are more)\n"
+        sweep = preflight_sweep(cfg.preflight) if cfg.preflight is not None else None
+        inter = None
+        if cfg.inter_node_gbps:
+            inter = AlphaBeta(
+                cfg.inter_node_latency_us / 1e6,
+                cfg.inter_node_gbps * 1e9,
+                f"given: {cfg.inter_node_gbps:g} GB/s busbw, {cfg.inter_node_latency_us:g} us/hop",
             )
+        if single.get("cuda") and gpus < nproc:
+            # NCCL refuses two ranks on one GPU: no DDP run here. The one-GPU steps and a
+            # preflight sweep (from the machine the job will run on) still give a prediction.
+            analysis = analyse(entry, single, None, nproc, sweep=sweep, inter_node=inter)
+            analysis.notes.append(
+                f"{gpus} GPU(s) visible: no DDP run over {nproc} GPUs here (one GPU per rank); "
+                + (
+                    "the prediction rests on the one-GPU steps and the preflight's sweep"
+                    if sweep
+                    else "give --preflight with a dist.busbw sweep for a prediction"
+                )
+            )
+            return analysis, ""
         sizes = sweep_sizes([b.nbytes for b in buckets_of(single)]) if single.get("ddp") else []
         if cfg.preflight is not None:
             sizes = []
@@ -784,14 +800,6 @@ def run_feasibility(cfg: FeasibilityConfig) -> tuple[Analysis | None, str]:
             return None, (
                 f"DDP run ({nproc} ranks): the script built no DistributedDataParallel under "
                 "torchrun (does it wrap the model when RANK/WORLD_SIZE are set?)\n"
-            )
-        sweep = preflight_sweep(cfg.preflight) if cfg.preflight is not None else None
-        inter = None
-        if cfg.inter_node_gbps:
-            inter = AlphaBeta(
-                cfg.inter_node_latency_us / 1e6,
-                cfg.inter_node_gbps * 1e9,
-                f"given: {cfg.inter_node_gbps:g} GB/s busbw, {cfg.inter_node_latency_us:g} us/hop",
             )
         analysis = analyse(entry, single, multi.ranks, nproc, sweep=sweep, inter_node=inter)
         return analysis, ""

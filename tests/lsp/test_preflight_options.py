@@ -30,3 +30,12 @@ def test_explicit_params_win_and_unknown_documents_add_nothing() -> None:
     state.open("file:///proj/train.py", MODEL, 1, "python")
     assert service.options_for("file:///proj/train.py", {"params": 7})["params"] == 7
     assert "params" not in service.options_for("file:///proj/other.py", None)
+
+
+def test_a_lower_bound_is_no_model_size() -> None:
+    # The case: layers sized from a config object make the count a lower bound
+    # (9,472 estimated for a ~25.6 M model); no verdict may rest on it.
+    service, state = _service()
+    text = MODEL + "\nhead = nn.Linear(cfg.hidden, cfg.vocab)\n"
+    state.open("file:///proj/train.py", text, 1, "python")
+    assert "params" not in service.options_for("file:///proj/train.py", {"quick": False})
