@@ -63,11 +63,7 @@ def fit_alpha_beta(
     if not pts:
         raise ValueError("no usable sweep points")
     if around:
-        near = [
-            p
-            for p in pts
-            if any(a > 0 and 1 / 16 <= p[0] / a <= 16 for a in around)
-        ]
+        near = [p for p in pts if any(a > 0 and 1 / 16 <= p[0] / a <= 16 for a in around)]
         if len(near) >= 2:
             pts = near
     hops = 2 * (world - 1)
@@ -167,6 +163,22 @@ class StepParts:
         return name, names[name]
 
 
+#: E[max of n standard normals] for small n (order statistics); sqrt(2 ln n) beyond.
+_EXPECTED_MAX = {1: 0.0, 2: 0.5642, 3: 0.8463, 4: 1.0294, 8: 1.4236, 16: 1.7660}
+
+
+def straggler_wait(step_stdev_s: float, ranks: int) -> float:
+    """Seconds per step that DDP ranks wait for the slowest one: every step ends with a
+    collective, so a step takes the max of n ranks' step times. With independent step times of
+    standard deviation sigma, E[max] - mean = sigma * E[max of n standard normals]."""
+    if ranks < 2 or step_stdev_s <= 0:
+        return 0.0
+    factor = _EXPECTED_MAX.get(ranks)
+    if factor is None:
+        factor = math.sqrt(2 * math.log(ranks))
+    return step_stdev_s * factor
+
+
 @dataclass(frozen=True)
 class Projection:
     ranks: int
@@ -190,11 +202,19 @@ def project(
     ranks: int,
     overlap: bool,
     nodes: int = 1,
+    comm_scale: float = 1.0,
+    step_stdev_s: float = 0.0,
 ) -> Projection:
     """Speed-up of ``ranks`` data-parallel ranks over one process, each rank running the same
-    per-rank batch: ``ranks * t_single / (t_rank_compute + exposed all-reduce)``."""
-    comm = comm_time(buckets, model, ranks)
-    exposed = exposed_comm(buckets, backward_s, model, ranks, overlap)
+    per-rank batch: ``ranks * t_single / (t_rank_compute + exposed all-reduce)``.
+
+    ``comm_scale``: what the all-reduce cost inside the real job relative to the sweep (ranks
+    that share cores with compute, waits for a slower rank); 1 when not calibrated.
+    ``step_stdev_s``: the step-to-step spread of one process; the ranks wait for the slowest
+    (:func:`straggler_wait`), counted with the exposed all-reduce where the wait shows up."""
+    comm = comm_time(buckets, model, ranks) * comm_scale
+    exposed = exposed_comm(buckets, backward_s, model, ranks, overlap) * comm_scale
+    exposed += straggler_wait(step_stdev_s, ranks)
     step = rank_compute_s + exposed
     speedup = ranks * single_step_s / step if step > 0 else 0.0
     return Projection(ranks, nodes, step, comm, exposed, speedup)

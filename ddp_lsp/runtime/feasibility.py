@@ -41,6 +41,7 @@ from ddp_lsp.preflight.commmodel import (
     StepParts,
     fit_alpha_beta,
     project,
+    straggler_wait,
     verdict_label,
 )
 from ddp_lsp.runtime import _proc
@@ -280,6 +281,13 @@ def step_parts(rank: dict[str, Any], phase: str = "main") -> StepParts:
     return StepParts(data, forward, bwd_compute, exposed, optimizer)
 
 
+def step_stdev(rank: dict[str, Any], phase: str = "main") -> float:
+    """Standard deviation of the step time (consecutive optimizer steps' end times)."""
+    ends = [r["t_end"] for r in rank["records"][phase] if "t_end" in r]
+    steps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+    return statistics.stdev(steps) if len(steps) >= 3 else 0.0
+
+
 def buckets_of(rank: dict[str, Any]) -> list[Bucket]:
     """DDP's buckets as the comm hook saw them in the steady steps (DDP rebuilds its buckets
     after the first iteration), with each bucket's median ready time within backward."""
@@ -351,7 +359,7 @@ def preflight_sweep(path: Path) -> tuple[list[tuple[float, float]], int, str]:
 def analyse(
     entry: Entry,
     single: dict[str, Any],
-    multi: dict[str, dict[str, Any]] | None,
+    multi: dict[int, dict[str, Any]] | None,
     nproc: int,
     *,
     sweep: tuple[list[tuple[float, float]], int, str] | None = None,
@@ -386,7 +394,9 @@ def analyse(
     around = [float(b.nbytes) for b in buckets]
     if sweep is not None:
         points, world, backend = sweep
-        model = fit_alpha_beta(points, world, around, f"preflight dist.busbw ({backend}, {world} ranks)")
+        model = fit_alpha_beta(
+            points, world, around, f"preflight dist.busbw ({backend}, {world} ranks)"
+        )
         model_source = model.source
     elif rank0 is not None and _sweep_points(rank0):
         backend = str(rank0.get("backend", "?"))
@@ -422,18 +432,62 @@ def analyse(
     # CPU ranks share the host's cores: one rank computes at the thread count it gets there
     # (measured in the one-process run's extra phase); a GPU rank owns its device.
     rank_compute = t1_shared if not cuda else t1
+    if not cuda:
+        # ... and all N ranks (with their DataLoader workers) need N times one process's CPU
+        # seconds per step from the same cores: a rank cannot step faster than that allows.
+        phase = "shared" if single["steps"].get("shared") else "main"
+        cpu = (single.get("cpu_s") or {}).get(phase)
+        cores = single.get("cpus") or 0
+        if cpu and cores:
+            cpu_step = cpu / single["steps"][phase]
+            bound = nproc * cpu_step / cores
+            if bound > rank_compute:
+                notes.append(
+                    f"{nproc} ranks need {nproc * cpu_step * 1e3:.0f} ms of CPU per step (their "
+                    f"DataLoader workers included) from {cores} cores: a rank steps in "
+                    f">= {_ms(bound)}"
+                )
+                rank_compute = bound
     bwd_for_overlap = parts1.backward
+    sigma = step_stdev(single)
     predicted = None
+    comm_scale = 1.0
     projections: list[Projection] = []
     node_projections: list[Projection] = []
     if model is not None and buckets:
-        predicted = project(t1, rank_compute, bwd_for_overlap, buckets, model, nproc, cuda)
+        predicted = project(
+            t1, rank_compute, bwd_for_overlap, buckets, model, nproc, cuda, 1, 1.0, sigma
+        )
         # Beyond the local ranks: each rank computes as the measured DDP ranks did (their
-        # step without the exposed all-reduce), the all-reduce is the model's.
+        # step without the exposed all-reduce), the all-reduce is the model's. CPU ranks
+        # expose all of it, so the model is calibrated to what the job's all-reduce cost
+        # (cores shared with compute, waits for the slower rank) against the sweep's.
         base = (t_n - parts_n.comm) if (t_n is not None and parts_n is not None) else rank_compute
         bwd = parts_n.backward if parts_n is not None else bwd_for_overlap
+        modelled = predicted.comm_s
+        if not cuda and parts_n is not None and modelled > 0:
+            comm_scale = parts_n.comm / modelled
+            if comm_scale > 1.5 or comm_scale < 0.67:
+                notes.append(
+                    f"the all-reduce inside the job cost x{comm_scale:.1f} what the sweep "
+                    f"measured ({_ms(parts_n.comm)} vs {_ms(modelled)} per step): ranks share "
+                    "the cores with compute and wait for the slower rank; projections use "
+                    "the job's cost"
+                )
         for n in sorted(set(project_ranks) | {nproc}):
-            projections.append(project(t1, base, bwd, buckets, model, n, cuda))
+            # The measured base already waited for the slower of the local ranks.
+            extra = max(0.0, straggler_wait(sigma, n) - straggler_wait(sigma, nproc))
+            p = project(t1, base, bwd, buckets, model, n, cuda, 1, comm_scale)
+            projections.append(
+                Projection(
+                    n,
+                    1,
+                    p.step_s + extra,
+                    p.comm_s,
+                    p.exposed_s + extra,
+                    n * t1 / (p.step_s + extra) if p.step_s + extra > 0 else 0.0,
+                )
+            )
         if inter_node is not None:
             for m in project_nodes:
                 n = m * nproc
@@ -510,9 +564,7 @@ def advise(a: Analysis) -> list[str]:
                 f"({latency / comm:.0%} of the all-reduce)"
             )
         elif len(a.buckets) == 1 and a.device == "GPU" and a.grad_bytes > 2 * MiB:
-            out.append(
-                "smaller bucket_cap_mb: one bucket starts reducing only when backward ends"
-            )
+            out.append("smaller bucket_cap_mb: one bucket starts reducing only when backward ends")
     if ddp and not ddp.get("gradient_as_bucket_view") and a.grad_bytes:
         out.append(
             "DistributedDataParallel(..., gradient_as_bucket_view=True): saves a copy of "
@@ -552,9 +604,7 @@ def render(a: Analysis) -> str:
         if a.buckets
         else "gradient buckets: not seen"
     )
-    lines.append(
-        f"  model: {params:,} trainable parameters, {grad}" if params else f"  {grad}"
-    )
+    lines.append(f"  model: {params:,} trainable parameters, {grad}" if params else f"  {grad}")
 
     def sps(t: float, ranks: int) -> str:
         return f"{ranks * batch / t:.1f} samples/s" if batch else f"{ranks / t:.2f} steps/s"
@@ -594,7 +644,11 @@ def render(a: Analysis) -> str:
             f"busbw {a.model.busbw_Bps / 1e9:.2f} GB/s near the buckets [{a.model_source}]"
         )
     if a.predicted is not None:
-        overlap = "overlapped with backward" if a.device == "GPU" else "not hidden (ranks share the cores)"
+        overlap = (
+            "overlapped with backward"
+            if a.device == "GPU"
+            else "not hidden (ranks share the cores)"
+        )
         pred = a.predicted
         line = (
             f"  model check: predicted x{pred.speedup:.2f} on {a.nproc} ranks from the one-process "
@@ -607,7 +661,9 @@ def render(a: Analysis) -> str:
         lines.append(line)
     if a.projections:
         where = "GPUs on one node" if a.device == "GPU" else "CPU ranks, each with cores of its own"
-        cells = ", ".join(f"{p.ranks}: x{p.speedup:.1f} ({p.efficiency:.0%})" for p in a.projections)
+        cells = ", ".join(
+            f"{p.ranks}: x{p.speedup:.1f} ({p.efficiency:.0%})" for p in a.projections
+        )
         lines.append(f"  projection, {where}: {cells}")
     if a.node_projections:
         cells = ", ".join(
@@ -644,7 +700,7 @@ def verdict_line(a: Analysis) -> str:
 
 
 def to_json(a: Analysis) -> dict[str, Any]:
-    def parts(p: StepParts | None) -> dict[str, float] | None:
+    def parts(p: StepParts | None) -> dict[str, Any] | None:
         if p is None:
             return None
         return {
@@ -792,7 +848,9 @@ def run_feasibility(cfg: FeasibilityConfig) -> tuple[Analysis | None, str]:
             sizes = []
         if not sizes:
             sizes = [64 << 10, 1 << 20, 4 << 20, 16 << 20, 25 << 20]
-        multi = _run(entry, nproc, workdir, {**base, ENV_SWEEP: ",".join(map(str, sizes))}, cfg.timeout_s)
+        multi = _run(
+            entry, nproc, workdir, {**base, ENV_SWEEP: ",".join(map(str, sizes))}, cfg.timeout_s
+        )
         problem = multi.error()
         if problem:
             return None, f"DDP run ({nproc} ranks): {problem}\n"

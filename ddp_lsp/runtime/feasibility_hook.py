@@ -11,7 +11,7 @@ torch, this module patches, without touching the user's code:
 - ``torch.autograd.backward`` (``loss.backward()`` and ``scaler.scale(loss).backward()`` go
   through it): backward time, and how many backward passes one step has (accumulation);
 - ``DataLoader`` iterators' ``__next__``: the time the loop waited for data, and the batch size;
-- ``DistributedDataParallel``: after construction, a comm hook that runs the default
+- ``DistributedDataParallel``: at its first backward, a comm hook that runs the default
   all-reduce (or the user's own hook, wrapped) and records each bucket's size and the moment
   its gradients were ready; the step's *exposed* all-reduce is the time from the last bucket's
   ready to the end of backward (what DDP could not hide behind backward compute). With one
@@ -103,10 +103,12 @@ class _Session:
         self.phase_start: dict[str, float] = {}
         self.phase_end: dict[str, float] = {}
         self.phase_steps: dict[str, int] = {}
+        self.phase_cpu: dict[str, float] = {}
         self.batch: int | None = None
         self.batch_shape: list[int] | None = None
         self.ddp: list[Any] = []
         self.hooked: set[int] = set()
+        self._register: Any = None
         self.user_hook: str | None = None
         self.cuda = False
         self.iters: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -138,6 +140,7 @@ class _Session:
                 return original(*args, **kwargs)
             step = session.cur
             step.backward_calls += 1
+            session._hook_ddps()
             if session.cuda:
                 ev = torch.cuda.Event(enable_timing=True)
                 ev.record()
@@ -179,7 +182,7 @@ class _Session:
                 session._note_batch(batch)
             return batch
 
-        cls.__next__ = __next__
+        cls.__next__ = __next__  # type: ignore[method-assign,assignment]
 
     def _note_batch(self, batch: Any) -> None:
         torch = self.torch
@@ -207,25 +210,32 @@ class _Session:
                 session.ddp.append(ddp)
                 session.cuda = session.cuda or ddp.device_type == "cuda"
 
+        self._register = register
+
         def forward_(ddp: Any, *args: Any, **kwargs: Any) -> Any:
-            if os.getpid() == session.pid and id(ddp) not in session.hooked:
-                # The user had until the first forward to register a hook of their own.
-                session.hooked.add(id(ddp))
-                register(ddp, None, session._make_hook(ddp, None))
             if session.batch is None and args:
                 session._note_batch(args[0])
             return forward(ddp, *args, **kwargs)
 
         def register_comm_hook(ddp: Any, state: object, hook: Any) -> None:
             if os.getpid() != session.pid or id(ddp) in session.hooked:
-                return register(ddp, state, hook)
+                register(ddp, state, hook)
+                return
             session.hooked.add(id(ddp))
             session.user_hook = getattr(hook, "__qualname__", repr(hook))
-            return register(ddp, state, session._make_hook(ddp, hook))
+            register(ddp, state, session._make_hook(ddp, hook))
 
         cls.__init__ = __init__
         cls.forward = forward_
         cls.register_comm_hook = register_comm_hook
+
+    def _hook_ddps(self) -> None:
+        """Our timing hook on every DDP that has none, at its first backward: the user had
+        until then to register a hook of their own (which we wrap instead)."""
+        for ddp in self.ddp:
+            if id(ddp) not in self.hooked:
+                self.hooked.add(id(ddp))
+                self._register(ddp, None, self._make_hook(ddp, None))
 
     def _make_hook(self, ddp: Any, user_hook: Any) -> Any:
         torch = self.torch
@@ -300,6 +310,33 @@ class _Session:
         self.cur = _Step()
         self._advance(t)
 
+    def _cpu(self) -> float:
+        """CPU seconds used so far by this rank (all its threads) and its DataLoader workers:
+        what N ranks will ask of the host's cores."""
+        t = os.times()
+        total = t.user + t.system
+        tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        for it in list(self.iters):
+            for worker in getattr(it, "_workers", None) or []:
+                try:
+                    with open(f"/proc/{worker.pid}/stat", "rb") as fh:
+                        data = fh.read().decode("ascii", "replace")
+                    fields = data[data.rfind(")") + 2 :].split()
+                    total += (int(fields[11]) + int(fields[12])) / tick
+                except (OSError, ValueError, IndexError, AttributeError):
+                    continue
+        return total
+
+    def _start_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.phase_steps[phase] = 0
+        self.phase_cpu[phase] = -self._cpu()
+        self.phase_start[phase] = _now()
+
+    def _end_phase(self, phase: str) -> None:
+        self.phase_end[phase] = _now()
+        self.phase_cpu[phase] += self._cpu()
+
     def _sync(self) -> None:
         if self.cuda:
             self.torch.cuda.synchronize()
@@ -311,9 +348,7 @@ class _Session:
                 self.cuda = True  # a GPU job without DDP (the one-process run of some scripts)
             self._sync()
             self.threads_main = int(self.torch.get_num_threads())
-            self.phase = "main"
-            self.phase_start["main"] = _now()
-            self.phase_steps["main"] = 0
+            self._start_phase("main")
             return
         if self.phase in ("main", "shared"):
             self.phase_steps[self.phase] = self.phase_steps.get(self.phase, 0) + 1
@@ -321,7 +356,7 @@ class _Session:
                 self._gpu_util()
             if self.phase == "main" and self.phase_steps["main"] >= self.steps:
                 self._sync()
-                self.phase_end["main"] = _now()
+                self._end_phase("main")
                 self._resolve_events("main")
                 if self.shared_steps > 0 and self.shared_threads > 0 and not self.cuda:
                     self.torch.set_num_threads(self.shared_threads)
@@ -330,15 +365,13 @@ class _Session:
                     return
                 self._finish()
             elif self.phase == "shared" and self.phase_steps["shared"] >= self.shared_steps:
-                self.phase_end["shared"] = _now()
+                self._end_phase("shared")
                 self._finish()
             return
         if self.phase == "shared-warmup":
             self.phase_steps["shared-warmup"] += 1
             if self.phase_steps["shared-warmup"] >= 2:
-                self.phase = "shared"
-                self.phase_start["shared"] = _now()
-                self.phase_steps["shared"] = 0
+                self._start_phase("shared")
 
     def _record(self, step: _Step, t_end: float) -> dict[str, Any]:
         buckets = []
@@ -406,7 +439,7 @@ class _Session:
                 dev.copy_(host, non_blocking=True)
             end.record()
             torch.cuda.synchronize()
-            return 3 * host.numel() / (start.elapsed_time(end) / 1e3) / 1e9
+            return float(3 * host.numel() / (start.elapsed_time(end) / 1e3) / 1e9)
         except Exception:
             return None
 
@@ -452,6 +485,7 @@ class _Session:
                 if k in self.phase_start
             },
             "records": {k: [dict(r) for r in v] for k, v in self.records.items()},
+            "cpu_s": {k: v for k, v in self.phase_cpu.items() if k in self.phase_end},
             "batch": self.batch,
             "batch_shape": self.batch_shape,
             "threads": self.threads_main,

@@ -1,7 +1,7 @@
 """A small conv net fed by a real DataLoader (DistributedSampler, worker processes) over a
 synthetic image data set.
 
-Shape: few parameters (~0.1 M), much compute per sample (convolutions over 32x32 images):
+Shape: few parameters (~0.07 M), much compute per sample (convolutions over 32x32 images):
 the all-reduce is small next to the step. Example for ``ddp-lsp feasibility``:
 
     ddp-lsp feasibility -- python examples/feasibility/convnet.py --workers 1
@@ -39,9 +39,15 @@ def make_model() -> nn.Module:
         return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
 
     return nn.Sequential(
-        block(3, 32), block(32, 32), nn.MaxPool2d(2),
-        block(32, 64), block(64, 64), nn.MaxPool2d(2),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+        block(3, 32),
+        block(32, 32),
+        nn.MaxPool2d(2),
+        block(32, 64),
+        block(64, 64),
+        nn.MaxPool2d(2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
     )
 
 

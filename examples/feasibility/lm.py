@@ -1,7 +1,7 @@
 """A small transformer language model (causal self-attention) on synthetic token streams.
 
 Shape: an embedding and an output head of vocab x d_model, a few pre-norm transformer layers,
-AdamW: gradients of ~2 M parameters next to attention compute over 64-token sequences.
+AdamW: gradients of ~1.5 M parameters next to attention compute over 64-token sequences.
 Example for ``ddp-lsp feasibility``:
 
     ddp-lsp feasibility -- python examples/feasibility/lm.py

@@ -36,7 +36,12 @@ def main() -> None:
     torch.manual_seed(0)
     w = args.width
     model: nn.Module = nn.Sequential(
-        nn.Linear(256, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(),
+        nn.Linear(256, w),
+        nn.ReLU(),
+        nn.Linear(w, w),
+        nn.ReLU(),
+        nn.Linear(w, w),
+        nn.ReLU(),
         nn.Linear(w, 10),
     ).to(device)
     if distributed:

@@ -85,3 +85,15 @@ def test_step_parts_dominant() -> None:
     parts = StepParts(data=0.01, forward=0.02, backward=0.03, comm=0.05, optimizer=0.001)
     assert parts.dominant() == ("exposed all-reduce", 0.05)
     assert parts.total == pytest.approx(0.111)
+
+
+def test_ranks_wait_for_the_slowest_one() -> None:
+    from ddp_lsp.preflight.commmodel import straggler_wait
+
+    assert straggler_wait(0.010, 1) == 0.0
+    # Two ranks with independent steps of sd 10 ms: E[max] - mean = 10 ms / sqrt(pi).
+    assert straggler_wait(0.010, 2) == pytest.approx(0.010 / math.sqrt(math.pi), rel=1e-3)
+    assert straggler_wait(0.010, 64) == pytest.approx(0.010 * math.sqrt(2 * math.log(64)))
+    base = project(0.1, 0.1, 0.05, [], AlphaBeta(0.0, 1e9), 2, overlap=False)
+    noisy = project(0.1, 0.1, 0.05, [], AlphaBeta(0.0, 1e9), 2, overlap=False, step_stdev_s=0.01)
+    assert noisy.step_s == pytest.approx(base.step_s + straggler_wait(0.01, 2))

@@ -118,5 +118,3 @@ def test_feasibility_without_a_model_size_gives_no_verdict() -> None:
     assert result.status is Status.PASS, result.message
     assert result.values["verdict"] is None and result.values["params_source"] == "stand-in"
     assert "no verdict" in result.message and "ddp-lsp feasibility --" in result.message
-
-

@@ -63,7 +63,9 @@ def test_entry_from_module_and_from_torchrun() -> None:
         ["torchrun", "--nnodes", "1", "--nproc_per_node=8", "--standalone", "train.py", "-b", "4"]
     )
     assert (e.target, e.module, e.args) == ("train.py", False, ("-b", "4"))
-    e = parse_command(["python", "-m", "torch.distributed.run", "--nproc-per-node", "4", "-m", "a.b"])
+    e = parse_command(
+        ["python", "-m", "torch.distributed.run", "--nproc-per-node", "4", "-m", "a.b"]
+    )
     assert (e.target, e.module) == ("a.b", True)
 
 
