@@ -444,17 +444,21 @@ class _Session:
             return None
 
     def _sweep(self) -> list[list[float]]:
+        """Mean seconds per all_reduce at each size: five rounds over all sizes, the median
+        round per size. Rounds interleave the sizes so that a neighbour's burst on a shared
+        host lands on every size alike rather than on one (which would bend the fit)."""
         torch, dist = self.torch, self.torch.distributed
         group = self.ddp[0].process_group if self.ddp else None
         device = "cuda" if self.cuda else "cpu"
-        out = []
-        for nbytes in self.sweep_sizes:
-            buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
+        bufs = {
+            n: torch.zeros(max(1, n // 4), dtype=torch.float32, device=device)
+            for n in self.sweep_sizes
+        }
+        for buf in bufs.values():
             dist.all_reduce(buf, group=group)
-            times = []
-            # Five trials, the median: a neighbour's burst on a shared host must not become
-            # the bandwidth the whole prediction rests on.
-            for _ in range(5):
+        times: dict[int, list[float]] = {n: [] for n in bufs}
+        for _ in range(5):
+            for nbytes, buf in bufs.items():
                 iters = 3 if nbytes >= 8 << 20 else 10
                 dist.barrier(group=group)
                 self._sync()
@@ -462,8 +466,10 @@ class _Session:
                 for _ in range(iters):
                     dist.all_reduce(buf, group=group)
                 self._sync()
-                times.append((_now() - t0) / iters)
-            t = torch.tensor([sorted(times)[2]], dtype=torch.float64, device=device)
+                times[nbytes].append((_now() - t0) / iters)
+        out = []
+        for nbytes, ts in times.items():
+            t = torch.tensor([sorted(ts)[len(ts) // 2]], dtype=torch.float64, device=device)
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
             out.append([nbytes, float(t.item())])
         return out
