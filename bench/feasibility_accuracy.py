@@ -98,6 +98,9 @@ def main() -> int:
                 "busbw_gbps": analysis.model.busbw_Bps / 1e9 if analysis.model else None,
                 "sweep": (analysis.multi or {}).get("sweep"),
                 "wall_s": wall,
+                "cpu_got": (analysis.single.get("own_cpu_s") or {}).get("main", 0)
+                / analysis.single["wall"]["main"],
+                "notes": analysis.notes,
             }
             rows.append(row)
             ok = abs(row["error_from_one_process"]) <= ns.tolerance
@@ -110,7 +113,7 @@ def main() -> int:
                 f"projection x{proj:.2f} ({row['error_projection']:+.0%})  "
                 f"all-reduce exposed {row['exposed_ms']:.1f} / model {row['model_allreduce_ms']:.1f} ms "
                 f"({row['alpha_us'] or 0:.0f} us/hop, {row['busbw_gbps'] or 0:.2f} GB/s)  "
-                f"dominant: {dominant}  [{wall:.0f} s]{'' if ok else '  OUT OF TOLERANCE'}",
+                f"dominant: {dominant}  1p got {row['cpu_got']:.2f} cores  [{wall:.0f} s]{'' if ok else '  OUT OF TOLERANCE'}",
                 flush=True,
             )
     if ns.json_file:

@@ -288,6 +288,48 @@ def step_stdev(rank: dict[str, Any], phase: str = "main") -> float:
     return statistics.stdev(steps) if len(steps) >= 3 else 0.0
 
 
+def cpu_rank_step(single: dict[str, Any], nproc: int, t_phase: float) -> tuple[float, str]:
+    """One CPU rank's step when ``nproc`` ranks share the host's cores, from the one-process
+    run at a rank's thread count (``t_phase``).
+
+    The rank's main process computed with ``k`` threads and got ``s`` cores on average (its CPU
+    seconds over wall time). If ``s < k`` something else was runnable: with a fair scheduler
+    ``s = k*C/(L+k)`` gives the other load ``L`` on ``C`` cores (none when it got ``k``). ``nproc`` ranks of ``k``
+    threads then get ``k*C/(L+nproc*k)`` cores each (at most ``k``), and a step takes longer in
+    proportion. The ranks' DataLoader workers count too: all of them together cannot use more
+    than the ``C`` cores (``nproc`` times the run's CPU seconds per step, workers included).
+    """
+    phase = "shared" if single["steps"].get("shared") else "main"
+    steps = single["steps"][phase]
+    wall = single["wall"][phase]
+    cores = int(single.get("cpus") or 0)
+    own = (single.get("own_cpu_s") or {}).get(phase)
+    total = (single.get("cpu_s") or {}).get(phase)
+    k = int(single.get("shared_threads") or single.get("threads") or 1)
+    if not cores or not own or wall <= 0:
+        return t_phase, ""
+    got = min(float(k), own / wall)
+    # A process that got all the cores it asked for tells nothing about other load: take none.
+    other = max(0.0, cores * k / got - k) if 0 < got < 0.98 * k else 0.0
+    share = k * min(1.0, cores / (other + nproc * k))
+    t = t_phase * max(1.0, got / share) if share > 0 else t_phase
+    why = ""
+    if t > t_phase * 1.02:
+        why = (
+            f"one process got {got:.2f} of {cores} cores at {k} thread(s) (other load ~{other:.1f}"
+            f" runnable); {nproc} ranks get ~{share:.2f} each: a rank steps in ~{_ms(t)}"
+        )
+    if total and steps:
+        bound = nproc * (total / steps) / cores
+        if bound > t:
+            why = (
+                f"{nproc} ranks need {nproc * total / steps * 1e3:.0f} ms of CPU per step (their "
+                f"DataLoader workers included) from {cores} cores: a rank steps in >= {_ms(bound)}"
+            )
+            t = bound
+    return t, why
+
+
 def buckets_of(rank: dict[str, Any]) -> list[Bucket]:
     """DDP's buckets as the comm hook saw them in the steady steps (DDP rebuilds its buckets
     after the first iteration), with each bucket's median ready time within backward."""
@@ -433,21 +475,9 @@ def analyse(
     # (measured in the one-process run's extra phase); a GPU rank owns its device.
     rank_compute = t1_shared if not cuda else t1
     if not cuda:
-        # ... and all N ranks (with their DataLoader workers) need N times one process's CPU
-        # seconds per step from the same cores: a rank cannot step faster than that allows.
-        phase = "shared" if single["steps"].get("shared") else "main"
-        cpu = (single.get("cpu_s") or {}).get(phase)
-        cores = single.get("cpus") or 0
-        if cpu and cores:
-            cpu_step = cpu / single["steps"][phase]
-            bound = nproc * cpu_step / cores
-            if bound > rank_compute:
-                notes.append(
-                    f"{nproc} ranks need {nproc * cpu_step * 1e3:.0f} ms of CPU per step (their "
-                    f"DataLoader workers included) from {cores} cores: a rank steps in "
-                    f">= {_ms(bound)}"
-                )
-                rank_compute = bound
+        rank_compute, why = cpu_rank_step(single, nproc, rank_compute)
+        if why:
+            notes.append(why)
     bwd_for_overlap = parts1.backward
     sigma = step_stdev(single)
     predicted = None
@@ -594,8 +624,9 @@ def advise(a: Analysis) -> list[str]:
 def render(a: Analysis) -> str:
     lines: list[str] = []
     batch = a.batch
-    cmd = " ".join(shlex.quote(x) for x in a.entry.torchrun(a.nproc)[3:])
-    lines.append(f"DDP feasibility  {cmd}")
+    e = a.entry
+    cmd = " ".join(shlex.quote(x) for x in (*(["-m"] if e.module else []), e.target, *e.args))
+    lines.append(f"DDP feasibility  {cmd}  (1 process, then {a.nproc} ranks under torchrun)")
     ddp = (a.multi or a.single).get("ddp") or {}
     params = ddp.get("params")
     grad = (

@@ -104,6 +104,7 @@ class _Session:
         self.phase_end: dict[str, float] = {}
         self.phase_steps: dict[str, int] = {}
         self.phase_cpu: dict[str, float] = {}
+        self.phase_own_cpu: dict[str, float] = {}
         self.batch: int | None = None
         self.batch_shape: list[int] | None = None
         self.ddp: list[Any] = []
@@ -235,7 +236,12 @@ class _Session:
         for ddp in self.ddp:
             if id(ddp) not in self.hooked:
                 self.hooked.add(id(ddp))
-                self._register(ddp, None, self._make_hook(ddp, None))
+                try:
+                    self._register(ddp, None, self._make_hook(ddp, None))
+                except RuntimeError:
+                    # A built-in hook (register_builtin_comm_hook) is already there: the job
+                    # runs as it is, without bucket timings.
+                    self.user_hook = "a built-in comm hook (not timed)"
 
     def _make_hook(self, ddp: Any, user_hook: Any) -> Any:
         torch = self.torch
@@ -327,15 +333,22 @@ class _Session:
                     continue
         return total
 
+    @staticmethod
+    def _own_cpu() -> float:
+        t = os.times()
+        return t.user + t.system
+
     def _start_phase(self, phase: str) -> None:
         self.phase = phase
         self.phase_steps[phase] = 0
         self.phase_cpu[phase] = -self._cpu()
+        self.phase_own_cpu[phase] = -self._own_cpu()
         self.phase_start[phase] = _now()
 
     def _end_phase(self, phase: str) -> None:
         self.phase_end[phase] = _now()
         self.phase_cpu[phase] += self._cpu()
+        self.phase_own_cpu[phase] += self._own_cpu()
 
     def _sync(self) -> None:
         if self.cuda:
@@ -492,6 +505,7 @@ class _Session:
             },
             "records": {k: [dict(r) for r in v] for k, v in self.records.items()},
             "cpu_s": {k: v for k, v in self.phase_cpu.items() if k in self.phase_end},
+            "own_cpu_s": {k: v for k, v in self.phase_own_cpu.items() if k in self.phase_end},
             "batch": self.batch,
             "batch_shape": self.batch_shape,
             "threads": self.threads_main,

@@ -388,3 +388,22 @@ def test_gpu_run_of_the_mlp_example() -> None:
         assert "GPU: utilisation" in text
     else:
         assert analysis.multi is None and "no DDP run over 2 GPUs" in text
+
+
+def test_cpu_ranks_share_the_cores_with_each_other_and_the_neighbours() -> None:
+    from ddp_lsp.runtime.feasibility import cpu_rank_step
+
+    def single(own: float, total: float | None = None) -> dict[str, Any]:
+        r = rank(world=1, step=0.1, backward=0.05)
+        r.update(cpus=2, threads=1, own_cpu_s={"main": own}, cpu_s={"main": total or own})
+        return r
+
+    # Alone on 2 cores (got a whole core): 2 one-thread ranks fit, no slowdown.
+    assert cpu_rank_step(single(1.0), 2, 0.1) == (0.1, "")
+    # Got 0.8 of a core: other load L = 2*1/0.8 - 1 = 1.5; 2 ranks get 2/3.5 each.
+    t, why = cpu_rank_step(single(0.8), 2, 0.1)
+    assert t == pytest.approx(0.1 * 0.8 / (2 / 3.5))
+    assert "other load ~1.5" in why
+    # DataLoader workers: 2 ranks need 2 x 1.8 CPU-s per step... from 2 cores.
+    t, why = cpu_rank_step(single(1.0, total=1.8), 2, 0.1)
+    assert t == pytest.approx(2 * 0.18 / 2) and "DataLoader workers included" in why
