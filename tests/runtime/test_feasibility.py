@@ -407,3 +407,29 @@ def test_cpu_ranks_share_the_cores_with_each_other_and_the_neighbours() -> None:
     # DataLoader workers: 2 ranks need 2 x 1.8 CPU-s per step... from 2 cores.
     t, why = cpu_rank_step(single(1.0, total=1.8), 2, 0.1)
     assert t == pytest.approx(2 * 0.18 / 2) and "DataLoader workers included" in why
+
+
+def test_supervisor_and_shim_stay_cheap_and_chain(tmp_path: Path) -> None:
+    import subprocess
+
+    from ddp_lsp.runtime.feasibility import SHIM_DIR
+
+    from .conftest import child_env
+
+    probe = "import sys, ddp_lsp.runtime.feasibility; print('torch' in sys.modules)"
+    out = subprocess.run(
+        [PY, "-c", probe], cwd=REPO, env=child_env(), capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False", out.stderr
+    (tmp_path / "sitecustomize.py").write_text("import builtins; builtins.CHAINED = True\n")
+    env = child_env()
+    env["PYTHONPATH"] = f"{SHIM_DIR}:{tmp_path}:{REPO}"
+    # The torchrun agent of a feasibility run: the directory is set, RANK is not.
+    env["DDP_LSP_FEAS_DIR"] = str(tmp_path)
+    env.pop("RANK", None)
+    code = (
+        "import builtins, sys; from ddp_lsp.runtime import feasibility_hook as h;"
+        "print(getattr(builtins, 'CHAINED', False), 'torch' in sys.modules, h._session is None)"
+    )
+    out = subprocess.run([PY, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["True", "False", "True"], out.stderr
