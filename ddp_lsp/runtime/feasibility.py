@@ -479,7 +479,9 @@ def analyse(
         if why:
             notes.append(why)
     bwd_for_overlap = parts1.backward
-    sigma = step_stdev(single)
+    # The spread of the steps a rank will run: at a rank's thread count where that was timed
+    # (the full-thread steps of an oversubscribed host spread far more than a rank's).
+    sigma = step_stdev(single, "shared" if single["steps"].get("shared") else "main")
     predicted = None
     comm_scale = 1.0
     projections: list[Projection] = []

@@ -433,3 +433,20 @@ def test_supervisor_and_shim_stay_cheap_and_chain(tmp_path: Path) -> None:
     )
     out = subprocess.run([PY, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
     assert out.stdout.split() == ["True", "False", "True"], out.stderr
+
+
+def test_the_wait_for_the_slowest_rank_comes_from_steps_at_a_ranks_thread_count() -> None:
+    from ddp_lsp.runtime.feasibility import step_stdev
+
+    single = rank(world=1, step=0.5, backward=0.2, shared_step=0.1)
+    # Full threads on an oversubscribed host: steps of 0.1-0.9 s; one thread: steady 0.1 s.
+    for i, r in enumerate(single["records"]["main"]):
+        r["t_end"] = sum(0.1 if j % 2 else 0.9 for j in range(i + 1))
+    single["records"]["shared"] = [
+        dict(r, t_end=0.1 * i) for i, r in enumerate(single["records"]["main"])
+    ]
+    assert step_stdev(single, "main") > 0.3 and step_stdev(single, "shared") < 1e-9
+    multi = {r: rank(world=2, step=0.12, backward=0.06, sweep=linear_sweep(0, 1e9)) for r in (0, 1)}
+    a = analyse(parse_command([PY, "t.py"]), single, multi, 2)
+    assert a.predicted is not None
+    assert a.predicted.exposed_s == pytest.approx(a.predicted.comm_s)  # no wait added
