@@ -523,7 +523,7 @@ def analyse(
         if inter_node is not None:
             for m in project_nodes:
                 n = m * nproc
-                p = project(t1, base, bwd, buckets, inter_node, n, True)
+                p = project(t1, base, bwd, buckets, inter_node, n, cuda)
                 node_projections.append(
                     Projection(n, m, p.step_s, p.comm_s, p.exposed_s, p.speedup)
                 )
