@@ -573,27 +573,32 @@ def advise(a: Analysis) -> list[str]:
     model = a.model
     n = a.nproc
     if model is not None and a.buckets and comm_share >= 0.1:
-        comm = sum(model.time(b.nbytes, n) for b in a.buckets)
+        modelled = sum(model.time(b.nbytes, n) for b in a.buckets)
+        # What the all-reduce costs in this job: measured where there was a DDP run, else
+        # the model's price; savings are scaled the same way.
+        comm = parts.comm if a.parts_n is not None else modelled
+        scale = comm / modelled if modelled > 0 else 1.0
         out.append(
             f"bigger per-rank batch: the all-reduce costs ~{_ms(comm)} per step whatever the "
             f"batch, now {comm_share:.0%} of the step; twice the batch halves that share"
         )
         out.append(
             "gradient accumulation under `with model.no_sync():` for k-1 of every k "
-            f"micro-batches: one all-reduce per k (k=4 saves ~{_ms(comm * 3 / 4)} per 4 steps' worth)"
+            f"micro-batches: one all-reduce per k (k=4 skips 3 of 4, ~{_ms(comm)} each)"
         )
         if str(ddp.get("grad_dtype", "float32")) == "float32" and a.grad_bytes:
             half = sum(model.time(b.nbytes / 2, n) for b in a.buckets)
             out.append(
                 "bf16 gradients on the wire: `model.register_comm_hook(None, "
                 "default_hooks.bf16_compress_hook)` (NCCL) halves "
-                f"{_bytes(a.grad_bytes)} -> {_bytes(a.grad_bytes / 2)}, ~{_ms(comm - half)} less"
+                f"{_bytes(a.grad_bytes)} -> {_bytes(a.grad_bytes / 2)}, "
+                f"~{_ms((modelled - half) * scale)} less"
             )
         latency = len(a.buckets) * 2 * (n - 1) * model.alpha_s
-        if comm > 0 and latency / comm > 0.3:
+        if modelled > 0 and latency / modelled > 0.3:
             out.append(
                 f"larger bucket_cap_mb: {len(a.buckets)} buckets pay {_ms(latency)} of latency "
-                f"({latency / comm:.0%} of the all-reduce)"
+                f"({latency / modelled:.0%} of the all-reduce's price)"
             )
         elif len(a.buckets) == 1 and a.device == "GPU" and a.grad_bytes > 2 * MiB:
             out.append("smaller bucket_cap_mb: one bucket starts reducing only when backward ends")
@@ -651,7 +656,11 @@ def render(a: Analysis) -> str:
     threads = a.single.get("threads")
     lines.append(
         f"  1 process : step {_ms(a.t1)}, {sps(a.t1, 1)}"
-        + (f" ({threads} threads)" if a.device == "CPU" and threads else "")
+        + (
+            f" ({threads} thread{'s' if threads != 1 else ''})"
+            if a.device == "CPU" and threads
+            else ""
+        )
     )
     lines.append(f"              {split(a.parts1)}")
     if a.t_n is not None and a.parts_n is not None:

@@ -266,7 +266,8 @@ class _Session:
             elif size == 1:
                 # One rank: nothing to reduce. A finished future keeps DDP's bucketing (the
                 # copy into buckets and back) in the baseline, as a one-process job has it.
-                fut = torch.futures.Future()
+                # A future holding CUDA tensors must name their devices at construction.
+                fut = torch.futures.Future(devices=[buf.device] if buf.is_cuda else None)
                 fut.set_result(buf)
                 return fut
             else:
