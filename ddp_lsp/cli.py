@@ -1,4 +1,5 @@
-"""The ``ddp-lsp`` command line: check | fix | rules | explain | serve | preflight | env | smallrun.
+"""The ``ddp-lsp`` command line: check | fix | rules | explain | serve | preflight | env |
+smallrun | feasibility.
 
 Each subcommand's implementation is imported only when it runs, so ``ddp-lsp check`` never
 pays for pygls and no subcommand imports torch in this process.
@@ -20,6 +21,7 @@ commands:
   preflight  probe this machine for distributed training (needs torch in --python)
   env        print torch/CUDA/NCCL/driver/GPU/CPU/RAM/package facts for a bug report
   smallrun   run a short training command under supervision (memory growth, crashes, hangs)
+  feasibility  run ~50 steps of the training command alone and under DDP: is DDP worth it?
 
 run 'ddp-lsp <command> --help' for a command's options.
 """
@@ -56,6 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ddp_lsp.runtime.smallrun import main as smallrun_main
 
         return smallrun_main(rest)
+    if command == "feasibility":
+        from ddp_lsp.runtime.feasibility import main as feasibility_main
+
+        return feasibility_main(rest)
     sys.stderr.write(f"ddp-lsp: unknown command {command!r}\n\n{USAGE}")
     return 2
 

@@ -89,7 +89,9 @@ class PreflightService:
             from ddp_lsp.preflight.paramcount import estimate_params
 
             estimate = estimate_params(unit.doc.text)
-            if estimate is not None and estimate.params > 0:
+            # Only a complete count: layers sized from config objects make it a lower bound,
+            # and a verdict from a lower bound would judge another model.
+            if estimate is not None and estimate.params > 0 and not estimate.unresolved:
                 opts["params"] = estimate.params
         if unit is not None and uri is not None:
             opts.update(_job_from_code(unit.doc.text, uri, opts))

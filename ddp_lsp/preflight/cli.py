@@ -149,11 +149,19 @@ def main(argv: Sequence[str]) -> int:
             sys.stderr.write(
                 f"ddp-lsp preflight: no layer sizes found in {ns.model_file}; pass --params\n"
             )
+        elif estimate.unresolved:
+            # A lower bound is no model size: a verdict from it would judge another model.
+            sys.stdout.write(
+                f"model: >= {estimate.params:,} parameters in {estimate.layers} layers of "
+                f"{ns.model_file}, {estimate.unresolved} layers unresolved: not used for a "
+                "verdict (pass --params, or measure the job: ddp-lsp feasibility -- python "
+                f"{ns.model_file})\n"
+            )
         else:
             params = estimate.params
             sys.stdout.write(
-                f"model: >= {params:,} parameters in {estimate.layers} layers of {ns.model_file} "
-                f"(static estimate{f', {estimate.unresolved} layers unresolved' if estimate.unresolved else ''})\n"
+                f"model: {params:,} parameters in {estimate.layers} layers of {ns.model_file} "
+                "(static estimate)\n"
             )
     try:
         options = PreflightOptions(

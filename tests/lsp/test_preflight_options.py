@@ -58,3 +58,12 @@ def test_the_job_comes_from_the_open_document() -> None:
     assert "backend_source" not in mine and "world_size_source" not in mine
     state.open("file:///proj/half.py", JOB + "def broken(:\n", 1, "python")
     assert "backend" not in service.options_for("file:///proj/half.py", None)
+
+
+def test_a_lower_bound_is_no_model_size() -> None:
+    # The case: layers sized from a config object make the count a lower bound
+    # (9,472 estimated for a ~25.6 M model); no verdict may rest on it.
+    service, state = _service()
+    text = MODEL + "\nhead = nn.Linear(cfg.hidden, cfg.vocab)\n"
+    state.open("file:///proj/train.py", text, 1, "python")
+    assert "params" not in service.options_for("file:///proj/train.py", {"quick": False})

@@ -96,6 +96,34 @@ def test_model_file_parameter_estimate_reaches_the_options(
     assert "8,393,728 parameters" in capsys.readouterr().out
 
 
+def test_model_file_with_unresolved_layers_gives_no_parameter_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "model.py"
+    model.write_text(
+        "import torch.nn as nn\nnet = nn.Sequential(nn.Linear(64, 128), nn.Linear(cfg.d, cfg.v))\n"
+    )
+    seen = {}
+
+    def fake_run(python, options, on_probe=None, **kw):  # type: ignore[no-untyped-def]
+        seen["params"] = options.params
+        return PreflightReport(
+            host="h",
+            python=python,
+            python_version="",
+            platform="",
+            created="2026-01-01T00:00:00+00:00",
+            duration_s=0.0,
+            probes=(),
+        )
+
+    monkeypatch.setattr("ddp_lsp.preflight.client.run_preflight_sync", fake_run)
+    assert main(["--model-file", str(model), "--probe", "feasibility"]) == 0
+    assert seen["params"] is None
+    out = capsys.readouterr().out
+    assert ">= 8,320 parameters" in out and "1 layers unresolved: not used for a verdict" in out
+
+
 def test_cli_module_never_imports_torch() -> None:
     import subprocess
 

@@ -100,10 +100,21 @@ def test_feasibility_measures_a_stand_in_and_scales_to_the_given_model() -> None
     result = run_probe("feasibility", params=100_000_000)
     assert result.status in (Status.PASS, Status.WARN), result.message
     v = result.values
+    assert v["estimate"] and result.message.startswith("estimate:")
     assert v["params_source"] == "given" and v["grad_bytes"] == 400_000_000
+    # 400 MB of gradients: 15 full 25 MiB buckets and a remainder, each paying the latency.
+    assert v["buckets"] == 16
+    latency = 16 * 2 * v["latency_us_per_hop"] / 1e6
     assert v["t_allreduce_s"] == pytest.approx(
-        bus_factor(2) * 4e8 / (v["busbw_gbps"] * 1e9), rel=0.01
+        latency + bus_factor(2) * 4e8 / (v["busbw_gbps"] * 1e9), rel=0.01
     )
     assert v["ratio"] == pytest.approx(v["t_allreduce_s"] / v["t_compute_s"], rel=0.02)
     assert v["standin"]["t_step_s"] > 0 and v["standin"]["t_ddp_step_s"] > 0
     assert v["verdict"] in result.message
+
+
+def test_feasibility_without_a_model_size_gives_no_verdict() -> None:
+    result = run_probe("feasibility")
+    assert result.status is Status.PASS, result.message
+    assert result.values["verdict"] is None and result.values["params_source"] == "stand-in"
+    assert "no verdict" in result.message and "ddp-lsp feasibility --" in result.message

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from ddp_lsp.preflight.commmodel import fit_alpha_beta
 from ddp_lsp.preflight.probes.base import Outcome, Probe, ProbeContext, fmt_bytes, ok, skip
 from ddp_lsp.preflight.schema import Status
 
@@ -630,8 +631,9 @@ def _feasibility_body(env: RankEnv) -> dict[str, Any]:
         "params": sum(p.numel() for p in model.parameters()),
         "batch": batch,
     }
-    if env.extra["measure_bucket"]:
-        out["t_bucket"] = _time_allreduce(env, env.extra["bucket_bytes"], 0.3, 1, 10)
+    # The all-reduce at the sizes the estimate will price (its buckets) and smaller, for the
+    # alpha-beta fit, when the preflight has no dist.busbw sweep to take them from.
+    out["sweep"] = [[n, _time_allreduce(env, n, 0.2, 1, 10)] for n in env.extra["sizes"]]
     return out
 
 
@@ -656,7 +658,17 @@ def verdict(t_ar: float, t_c: float, t_bwd: float, world: int) -> Verdict:
     return Verdict(r, label, speedup)
 
 
+def estimate_buckets(grad_bytes: int, bucket_bytes: int) -> tuple[int, int]:
+    """DDP's buckets for ``grad_bytes`` of gradients when only the total is known: how many
+    full ``bucket_cap_mb`` buckets, and the remainder's size (0: none)."""
+    return divmod(grad_bytes, bucket_bytes)
+
+
 def probe_feasibility(ctx: ProbeContext) -> Outcome:
+    """The quick estimate: a stand-in MLP's step, scaled to a given parameter count, against
+    the alpha-beta all-reduce model at the model's buckets. Labelled an estimate; without a
+    parameter count it reports the stand-in's numbers and no verdict. ``ddp-lsp feasibility
+    -- <training command>`` measures the job itself."""
     plan = _plan(ctx)
     if isinstance(plan, Outcome):
         return plan
@@ -668,13 +680,18 @@ def probe_feasibility(ctx: ProbeContext) -> Outcome:
     sweep = (
         prev.values.get("sweep") if prev is not None and prev.status is not Status.FAIL else None
     )
+    standin_params = sum(a * b + b for a, b in zip(STANDIN_DIMS, STANDIN_DIMS[1:], strict=False))
+    params = ctx.options.params or standin_params
+    grad_bytes = params * ctx.options.grad_bytes_per_param
+    full, rest = estimate_buckets(grad_bytes, bucket)
+    real_sizes = [b for b in ((bucket if full else 0), rest) if b]
+    sizes = sorted({*real_sizes, 64 * 1024, 1 * MiB, max(4096, min(real_sizes) // 16)})
 
     def body(env: RankEnv) -> dict[str, Any]:
         env.extra.update(
             steps=4,
             bucket_cap_mb=ctx.options.bucket_cap_mb,
-            bucket_bytes=bucket,
-            measure_bucket=not sweep,
+            sizes=[] if sweep else sizes,
         )
         return _feasibility_body(env)
 
@@ -693,17 +710,18 @@ def probe_feasibility(ctx: ProbeContext) -> Outcome:
             {"errors": {str(k): v for k, v in res.errors().items()}},
         )
     r0 = res.results[0]
-    standin_params = int(r0["params"])
-    params = ctx.options.params or standin_params
-    grad_bytes = params * ctx.options.grad_bytes_per_param
-    b = min(grad_bytes, bucket)
     if sweep:
-        bw = busbw_at(list(sweep), b)
-        source = "dist.busbw sweep"
+        points = [(float(r["bytes"]), float(r["time_us"]) / 1e6) for r in sweep]
+        model = fit_alpha_beta(points, world, real_sizes, "dist.busbw sweep")
     else:
-        bw = bucket / float(r0["t_bucket"]) / 1e9 * bus_factor(world)
-        source = "one all_reduce at the bucket size"
-    t_ar = bus_factor(world) * grad_bytes / (bw * 1e9)
+        model = fit_alpha_beta(
+            [(float(b), float(t)) for b, t in r0["sweep"]],
+            world,
+            real_sizes,
+            "all_reduce at the estimate's bucket sizes",
+        )
+    t_ar = full * model.time(bucket, world) + model.time(rest, world)
+    n_buckets = full + (1 if rest else 0)
     # Compute of a dense model at a fixed batch grows with its parameter count.
     scale = params / standin_params
     t_c = float(r0["t_c"]) * scale
@@ -716,18 +734,22 @@ def probe_feasibility(ctx: ProbeContext) -> Outcome:
     exposed = max(0.0, s_t_ddp - s_t_c) * grad_bytes / (standin_params * 4)
     measured_speedup = world * t_c / (t_c + exposed) if t_c > 0 else 0.0
     speedup = min(v.speedup, measured_speedup)
+    given = bool(ctx.options.params)
     values = {
+        "estimate": True,
         "params": params,
-        "params_source": "given" if ctx.options.params else "stand-in",
+        "params_source": "given" if given else "stand-in",
         "grad_bytes": grad_bytes,
         "bucket_bytes": bucket,
-        "busbw_gbps": round(bw, 3),
-        "busbw_source": source,
+        "buckets": n_buckets,
+        "busbw_gbps": round(model.busbw_Bps / 1e9, 3),
+        "latency_us_per_hop": round(model.alpha_s * 1e6, 1),
+        "busbw_source": model.source,
         "t_allreduce_s": round(t_ar, 5),
         "t_compute_s": round(t_c, 5),
         "t_backward_s": round(t_bwd, 5),
         "ratio": round(v.ratio, 3),
-        "verdict": v.label,
+        "verdict": v.label if given else None,
         "speedup_overlap_model": round(v.speedup, 2),
         "speedup_measured_overhead": round(measured_speedup, 2),
         "predicted_speedup": round(speedup, 2),
@@ -742,14 +764,26 @@ def probe_feasibility(ctx: ProbeContext) -> Outcome:
         },
         "compute_note": (
             "compute scaled from the stand-in MLP at the same batch"
-            if ctx.options.params
-            else "no parameter count given: verdict for the stand-in MLP itself"
+            if given
+            else "no parameter count: the stand-in MLP's own numbers, no verdict"
         ),
         "device": "GPU" if backend == "nccl" else "CPU",
     }
+    numbers = (
+        f"grads {fmt_bytes(grad_bytes)} in {n_buckets} bucket(s), t_ar {t_ar * 1e3:.1f} ms "
+        f"({model.alpha_s * 1e6:.0f} us/hop + {model.busbw_Bps / 1e9:.2f} GB/s) vs step "
+        f"{t_c * 1e3:.1f} ms -> r={v.ratio:.2f}"
+    )
+    measure = "for a measured answer: ddp-lsp feasibility -- python train.py ..."
+    if not given:
+        return ok(
+            f"stand-in MLP only ({standin_params:,} params; no model size given, so no verdict): "
+            f"{numbers}; {measure}",
+            **values,
+        )
     msg = (
-        f"grads {fmt_bytes(grad_bytes)}, t_ar {t_ar * 1e3:.1f} ms vs step {t_c * 1e3:.1f} ms -> "
-        f"r={v.ratio:.2f} {v.label} (x{speedup:.1f} on {world} ranks; {values['device']} estimate)"
+        f"estimate: {numbers} {v.label} (x{speedup:.1f} on {world} ranks; "
+        f"{values['device']}, compute scaled from a stand-in)"
     )
     if v.label == "worth it":
         return ok(msg, **values)
@@ -758,7 +792,7 @@ def probe_feasibility(ctx: ProbeContext) -> Outcome:
         msg,
         values,
         "larger per-rank batch; gradient accumulation under ddp.no_sync(); bf16 gradients "
-        "(register_comm_hook(bf16_compress_hook)); larger bucket_cap_mb",
+        "(register_comm_hook(bf16_compress_hook)); larger bucket_cap_mb; " + measure,
         ("https://docs.pytorch.org/docs/stable/notes/ddp.html",),
     )
 

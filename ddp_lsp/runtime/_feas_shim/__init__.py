@@ -1,0 +1,1 @@
+"""Holds the ``sitecustomize`` shim that ``ddp-lsp feasibility`` puts on ``PYTHONPATH``."""
