@@ -66,7 +66,7 @@ def test_server_table_has_helix_shape(languages: dict[str, Any]) -> None:
     assert entry["args"][-1] == "serve"
     # Helix starts servers in the project root: the interpreter must not put it on sys.path.
     assert entry["command"] != "python3" or entry["args"][:3] == ["-I", "-m", "ddp_lsp"]
-    # The defaults apply: nothing is set that would only repeat them (issue 12).
+    # The defaults apply: nothing is set that would only repeat them.
     assert "config" not in entry
     # Helix sends ``config`` as initializationOptions and answers workspace/configuration for
     # section "ddp-lsp" from config["ddp-lsp"]: the example's settings sit one level down.

@@ -1,4 +1,4 @@
-"""Opening a repository never runs its code (issue 12).
+"""Opening a repository never runs its code.
 
 Each test plants code in the workspace that writes a marker file when it is imported, then
 starts the server the way an editor does: with the repository as its working directory

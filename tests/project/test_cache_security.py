@@ -1,4 +1,4 @@
-"""The index cache holds plain data in private folders, and a poisoned entry runs nothing (issue 12).
+"""The index cache holds plain data in private folders, and a poisoned entry runs nothing.
 
 Whoever can write to the cache (a shared ``XDG_CACHE_HOME`` on a cluster, a CI cache restored from
 another branch) must not be able to run code at the next ``ddp-lsp check``, nor to change what
@@ -158,7 +158,7 @@ def test_cache_folders_are_private(tmp_path: Path) -> None:
 def test_an_existing_cache_folder_of_ours_is_made_private(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o755)
-    cache.chmod(0o755)  # as versions before issue 12 left it
+    cache.chmod(0o755)  # as versions before 0.1.0 left it
     _build(FIXTURE, cache)
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
 

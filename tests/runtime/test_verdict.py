@@ -1,6 +1,6 @@
 """The leak verdict from recorded series: evidence that grows with the steps, never noise alone.
 
-Series are injected (no torch): the shapes are the ones measured on real runs (issue 16: a
+Series are injected (no torch): the shapes are the ones measured on real runs (a
 clean script's heap rising ~1.1 KiB/step with a flat tensor count; a kept loss adding one
 tensor and ~5 graph nodes a step; ``total = total + loss`` adding nodes with a flat count).
 """

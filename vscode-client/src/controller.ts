@@ -154,7 +154,7 @@ export class Controller implements vscode.Disposable {
     this.preferred = candidates[0]?.command;
     this.setState("starting");
     // The first interpreter that has ddp-lsp runs the server: the Python extension's
-    // environment may lack it while ddp-lsp.interpreter names one that has it (issue 12).
+    // environment may lack it while ddp-lsp.interpreter names one that has it.
     const problems: Array<{ candidate: Interpreter; outcome: Exclude<ProbeOutcome, { kind: "ok" }> }> = [];
     let outcome: ProbeOutcome | undefined;
     for (const candidate of candidates) {

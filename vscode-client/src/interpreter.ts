@@ -1,11 +1,11 @@
 /**
  * Which Python runs `python -m ddp_lsp serve`.
  *
- * Order (issue 6): the environment selected in the Python extension (where the user's torch and
+ * Order: the environment selected in the Python extension (where the user's torch and
  * usually ddp-lsp live, and what they switch when they switch projects), else the
  * `ddp-lsp.interpreter` setting, else `python3` on PATH. In an untrusted workspace an
  * interpreter inside the workspace is skipped at every step, so the next one is used.
- * `interpreterCandidates` lists every choice in that order (issue 12): when the Python
+ * `interpreterCandidates` lists every choice in that order: when the Python
  * extension's environment lacks ddp-lsp, the controller falls back to the setting before it
  * offers to install. The extension bundles no interpreter of its own. The Python extension's API is typed here by hand, only the
  * part we call, so the extension does not need `@vscode/python-extension` at runtime.

@@ -95,7 +95,7 @@ test("the server runs as `python -m ddp_lsp serve` with the Python extension's i
   const spec = h.clients[0]!.spec;
   assert.equal(spec.command, "/venv/bin/python");
   assert.deepEqual(spec.args, SERVER_ARGS);
-  // -I: isolated, so a struct.py or ddp_lsp/ in the workspace is never imported (issue 12).
+  // -I: isolated, so a struct.py or ddp_lsp/ in the workspace is never imported.
   assert.deepEqual(SERVER_ARGS, ["-I", "-m", "ddp_lsp", "serve"]);
   // Not the workspace: `python -m` would import a ddp_lsp/ or pygls.py lying there.
   assert.equal(spec.cwd, "/ext/ddp-lsp");
@@ -104,7 +104,7 @@ test("the server runs as `python -m ddp_lsp serve` with the Python extension's i
   assert.equal(status(), "$(check) DDP");
 });
 
-test("the Python extension's interpreter comes before ddp-lsp.interpreter (issue 6)", async () => {
+test("the Python extension's interpreter comes before ddp-lsp.interpreter", async () => {
   stub.settings.set("interpreter", "/opt/a/bin/python");
   const h = await start();
   assert.equal(h.clients[0]!.spec.command, "/venv/bin/python");
@@ -112,7 +112,7 @@ test("the Python extension's interpreter comes before ddp-lsp.interpreter (issue
 
 const MISSING: ProbeOutcome = { kind: "no-ddp-lsp", detail: "No module named 'ddp_lsp'" };
 
-test("the Python extension's interpreter lacks ddp-lsp: ddp-lsp.interpreter runs the server (issue 12)", async () => {
+test("the Python extension's interpreter lacks ddp-lsp: ddp-lsp.interpreter runs the server", async () => {
   stub.settings.set("interpreter", "/opt/a/bin/python");
   const h = await start({ probeFor: (python) => (python === "/venv/bin/python" ? MISSING : undefined) });
   assert.deepEqual(h.probes, ["/venv/bin/python", "/opt/a/bin/python"]);

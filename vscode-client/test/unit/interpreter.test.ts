@@ -27,7 +27,7 @@ function pythonApi(active: { id: string; path: string }, executable?: string, fa
   };
 }
 
-test("the Python extension's interpreter comes first, even with ddp-lsp.interpreter set (issue 6)", async () => {
+test("the Python extension's interpreter comes first, even with ddp-lsp.interpreter set", async () => {
   const got = await resolveInterpreter({ setting: "/opt/py/bin/python", python: pythonApi({ id: "a", path: "/venv/bin/python" }) });
   assert.deepEqual(got, { command: "/venv/bin/python", source: "python-extension" });
 });
@@ -113,7 +113,7 @@ test("in an untrusted workspace, interpreters inside it are passed over", async 
   assert.equal(isInside("python3", ["/w"]), false);
 });
 
-test("candidates: the Python extension's, then ddp-lsp.interpreter, without duplicates (issue 12)", async () => {
+test("candidates: the Python extension's, then ddp-lsp.interpreter, without duplicates", async () => {
   const api = pythonApi({ id: "a", path: "/venv/bin/python" });
   assert.deepEqual(await interpreterCandidates({ setting: "/opt/py/bin/python", python: api }), [
     { command: "/venv/bin/python", source: "python-extension" },
