@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from ddp_lsp.config import DEFAULT_EXCLUDE, Settings
+from ddp_lsp.config import Settings
 from ddp_lsp.core import facts as F
 from ddp_lsp.core import names as N
 from ddp_lsp.core.ranks import RankModel
@@ -662,21 +662,11 @@ class ProjectIndex:
     # -- building ------------------------------------------------------------------------------
 
     def files(self) -> Iterator[Path]:
-        """Python files under the root, minus the default and configured excludes."""
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            here = Path(dirpath)
-            dirnames[:] = sorted(
-                d
-                for d in dirnames
-                if d not in DEFAULT_EXCLUDE
-                and not d.startswith(".")
-                and not self.settings.is_excluded(here / d / "x.py", self.root)
-            )
-            for name in sorted(filenames):
-                if name.endswith(".py"):
-                    p = here / name
-                    if not self.settings.is_excluded(p, self.root):
-                        yield p
+        """The project's modules: the ``.py`` files :func:`~ddp_lsp.project.discover.discover`
+        lists under the root (the ``ddp-lsp check`` walk; stubs have no bodies to summarise)."""
+        from ddp_lsp.project.discover import discover
+
+        return (p for p in discover(self.root, self.settings) if p.suffix == ".py")
 
     def build(self, paths: Iterable[Path] | None = None) -> ProjectIndex:
         """Add ``paths`` (default: every file of the project). A file that cannot be read is
