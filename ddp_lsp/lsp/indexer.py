@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ddp_lsp.project.build import fill
-from ddp_lsp.project.discover import is_discovered
+from ddp_lsp.project.discover import is_discovered, nearest_settings
 from ddp_lsp.sources import ReadError, check_source
 
 if TYPE_CHECKING:
@@ -192,10 +192,11 @@ class Indexer:
         """A module of the index: under its root, and listed by the walk were it on disk."""
         if path.suffix != ".py":
             return False
-        if is_discovered(path, index.root, index.settings):
+        at = nearest_settings(index.root, index.settings)
+        if is_discovered(path, index.root, at):
             return True
         try:  # the editor's name for it goes through a symlink
-            return is_discovered(path.resolve(), index.root, index.settings)
+            return is_discovered(path.resolve(), index.root, at)
         except OSError:
             return False
 

@@ -20,7 +20,8 @@ default names are pruned here by entry name, below the root.
 
 Settings may differ per directory (the CLI and the server honour the nearest pyproject.toml):
 ``settings`` is then a function from a directory to (its settings, the root its ``exclude``
-patterns are relative to).
+patterns are relative to); :func:`nearest_settings` makes one from a project's own settings
+and the pyproject.toml files of nested projects below it.
 """
 
 from __future__ import annotations
@@ -60,7 +61,33 @@ def discover(
                     yield path
 
 
-def is_discovered(path: Path, root: Path, settings: Settings) -> bool:
+def nearest_settings(root: Path, settings: Settings) -> SettingsAt:
+    """Per directory under ``root``: ``settings`` (relative to ``root``), or those of a nested
+    project's pyproject.toml with a ``[tool.ddp-lsp]`` table (relative to its directory), as
+    ``ddp-lsp check`` and the server resolve them. A nested file that cannot be read or is
+    invalid leaves ``settings`` in force (the check reports it; the walk must not stop)."""
+    from ddp_lsp.config import ConfigError, find_pyproject
+
+    top = root.resolve()
+    loaded: dict[Path, tuple[Settings, Path]] = {}
+
+    def at(directory: Path) -> tuple[Settings, Path]:
+        found = find_pyproject(directory)
+        if found is None or top not in found.parent.parents:
+            return settings, root
+        hit = loaded.get(found)
+        if hit is None:
+            try:
+                hit = (Settings.from_pyproject(found), found.parent)
+            except (ConfigError, OSError):
+                hit = (settings, root)
+            loaded[found] = hit
+        return hit
+
+    return at
+
+
+def is_discovered(path: Path, root: Path, settings: Settings | SettingsAt) -> bool:
     """Whether :func:`discover` (``root``, ``settings``) lists ``path``, without walking: for
     a file the walk has not met (a file event, an editor's new buffer). Symlinked directories
     on the way are not checked (the answer is about names)."""
@@ -72,10 +99,12 @@ def is_discovered(path: Path, root: Path, settings: Settings) -> bool:
         return False
     if any(pruned_dir(part) for part in rel.parts[:-1]):
         return False
+    at: SettingsAt = settings if callable(settings) else _fixed(settings, root)
     here = root
-    for part in rel.parts:
+    for part in rel.parts:  # each entry judged by its directory's settings, as the walk does
+        current, base = at(here)
         here = here / part
-        if pattern_excluded(here, settings, root):
+        if pattern_excluded(here, current, base):
             return False
     return True
 

@@ -663,10 +663,12 @@ class ProjectIndex:
 
     def files(self) -> Iterator[Path]:
         """The project's modules: the ``.py`` files :func:`~ddp_lsp.project.discover.discover`
-        lists under the root (the ``ddp-lsp check`` walk; stubs have no bodies to summarise)."""
-        from ddp_lsp.project.discover import discover
+        lists under the root (the ``ddp-lsp check`` walk, a nested project's excludes
+        included; stubs have no bodies to summarise)."""
+        from ddp_lsp.project.discover import discover, nearest_settings
 
-        return (p for p in discover(self.root, self.settings) if p.suffix == ".py")
+        at = nearest_settings(self.root, self.settings)
+        return (p for p in discover(self.root, at) if p.suffix == ".py")
 
     def build(self, paths: Iterable[Path] | None = None) -> ProjectIndex:
         """Add ``paths`` (default: every file of the project). A file that cannot be read is
