@@ -31,7 +31,7 @@ from ddp_lsp.project.build import fallback_root, project_root, project_view, say
 from ddp_lsp.project.discover import discover
 from ddp_lsp.reporters import FileReport
 
-log = logging.getLogger("ddp_lsp.checker")
+log = logging.getLogger("ddp_lsp.cli")
 
 
 def collect_jobs(

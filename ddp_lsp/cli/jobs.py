@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ddp_lsp.core.fixes import FixStats
     from ddp_lsp.core.types import AnalysisResult
 
-log = logging.getLogger("ddp_lsp.checker")
+log = logging.getLogger("ddp_lsp.cli")
 
 
 @dataclass(frozen=True)
