@@ -40,10 +40,13 @@ import struct
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from ddp_lsp.project.build import fill
+from ddp_lsp.project.discover import is_discovered, nearest_settings
 from ddp_lsp.sources import ReadError, check_source
 
 if TYPE_CHECKING:
@@ -53,7 +56,6 @@ if TYPE_CHECKING:
 
 DISK = "<disk>"  # an update item's text: read the file again (closed in the editor, changed)
 PROGRESS_EVERY_S = 0.2
-BATCH = 16  # files per ProjectIndex.build call during a build
 
 log = logging.getLogger("ddp_lsp.indexer")
 _HEADER = struct.Struct(">I")
@@ -163,21 +165,21 @@ class Indexer:
         if self.crash:
             os._exit(70)
         last = time.monotonic()
-        for start in range(0, len(files), BATCH):
+
+        def before(batch: Sequence[Path]) -> None:
             if os.getppid() != self.parent:
                 sys.exit(0)  # the server is gone: nobody wants this index
-            batch = files[start : start + BATCH]
             if self.slow:
                 time.sleep(self.slow * len(batch))
-            # Files in batches: the index refreshes project-wide predicates once per build.
-            index.build([p for p in batch if p not in overlays])  # skips large files itself
-            for path in batch:
-                if path in overlays:
-                    self._apply(index, path, overlays.pop(path))
+
+        def after(done: int) -> None:
+            nonlocal last
             now = time.monotonic()
             if now - last >= PROGRESS_EVERY_S:
                 last = now
-                self.send(("progress", fid, start + len(batch), len(files)))
+                self.send(("progress", fid, done, len(files)))
+
+        fill(index, files, overlays, before, after)
         # Open documents the walk did not meet: new, unsaved files under the root.
         for path, text in overlays.items():
             if self._wanted(index, path):
@@ -187,16 +189,16 @@ class Indexer:
         self.send(("facts", fid, dict(folder.facts), True))
 
     def _wanted(self, index: ProjectIndex, path: Path) -> bool:
+        """A module of the index: under its root, and listed by the walk were it on disk."""
         if path.suffix != ".py":
             return False
-        try:
-            path.relative_to(index.root)
-        except ValueError:
-            try:
-                path.resolve().relative_to(index.root)
-            except (OSError, ValueError):
-                return False
-        return not index.settings.is_excluded(path, index.root)
+        at = nearest_settings(index.root, index.settings)
+        if is_discovered(path, index.root, at):
+            return True
+        try:  # the editor's name for it goes through a symlink
+            return is_discovered(path.resolve(), index.root, at)
+        except OSError:
+            return False
 
     def _apply(self, index: ProjectIndex, path: Path, text: str | None) -> bool:
         """Lay ``text`` over ``path`` in the index; True when its summary changed."""

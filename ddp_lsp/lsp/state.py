@@ -405,9 +405,20 @@ class ServerState:
         for err in errors:
             self.report(err)
         enabled = editor.options.enable
-        if enabled and path is not None and settings.is_excluded(path, self.folder_of(path)):
-            enabled = False
+        if enabled and path is not None:
+            # Relative to where the patterns are written (as ddp-lsp check matches them): an
+            # absolute path would exclude a whole workspace that lives under ~/build/.
+            base = self.exclude_root(path)
+            rel = path.relative_to(base) if base is not None and base in path.parents else path
+            if settings.is_excluded(rel):
+                enabled = False
         return settings, enabled
+
+    def exclude_root(self, path: Path) -> Path | None:
+        """The directory a file's ``exclude`` patterns are relative to: its pyproject.toml's,
+        else its workspace folder."""
+        pyproject = self.projects.pyproject_for(path)
+        return pyproject.parent if pyproject is not None else self.folder_of(path)
 
     def notify_once(self, message: str) -> None:
         if message not in self._shown:

@@ -1,4 +1,4 @@
-"""``workspace/diagnostic``: every Python file of every workspace folder, excludes respected.
+"""``workspace/diagnostic``: every Python file of every workspace folder, as ``ddp-lsp check`` finds them.
 
 Closed files are read from disk and analysed with a fresh document each (their settings come
 from their own nearest pyproject.toml, like ``ddp-lsp check``); open ones report what the
@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,13 +32,14 @@ from typing import Any
 
 from lsprotocol import types as T
 
-from ddp_lsp.config import DEFAULT_EXCLUDE, Settings
+from ddp_lsp.config import Settings
 from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.engine import analyze
 from ddp_lsp.core.env import Environment
 from ddp_lsp.lsp.convert import Codec
 from ddp_lsp.lsp.diagnostics import as_lsp, to_diagnostic
 from ddp_lsp.lsp.state import ServerState
+from ddp_lsp.project.discover import discover
 from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source
 
 MAX_FILE_BYTES = MAX_SOURCE_BYTES  # larger "Python" files are generated data, not training code
@@ -73,14 +73,19 @@ class WorkspaceCache:
 
 
 def python_files(state: ServerState, root: Path) -> Iterator[tuple[Path, Settings]]:
-    for directory, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in DEFAULT_EXCLUDE and not d.startswith("."))
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = Path(directory) / name
-                settings, enabled = state.settings_for(path.as_uri(), path)
-                if enabled:
-                    yield path, settings
+    """The files :func:`~ddp_lsp.project.discover.discover` lists under a workspace folder
+    (the ``ddp-lsp check`` walk, each directory with its own settings), minus the ones the
+    editor's settings disable."""
+
+    def at(directory: Path) -> tuple[Settings, Path]:
+        probe = directory / "__init__.py"  # a file of that directory, for its settings
+        settings, _ = state.settings_for(probe.as_uri(), probe)
+        return settings, state.exclude_root(probe) or root
+
+    for path in discover(root, at):
+        settings, enabled = state.settings_for(path.as_uri(), path)
+        if enabled:
+            yield path, settings
 
 
 def _result_id(diags: list[dict[str, Any]]) -> str:

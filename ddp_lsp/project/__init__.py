@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.project.flow import ProjectFacts, compute
-from ddp_lsp.project.index import ModuleSummary, ProjectIndex, find_root, module_name
+from ddp_lsp.project.index import ProjectIndex, find_root
 from ddp_lsp.project.resolve import Resolver
+from ddp_lsp.project.summary import ModuleSummary, module_name
 
 __all__ = [
     "CalleeProps",

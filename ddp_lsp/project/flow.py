@@ -31,8 +31,9 @@ from functools import cached_property
 
 from ddp_lsp.core import facts as F
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
-from ddp_lsp.project.index import ModuleSummary, ProjectIndex
+from ddp_lsp.project.index import ProjectIndex
 from ddp_lsp.project.resolve import Resolver
+from ddp_lsp.project.summary import ModuleSummary
 
 MAX_ROUNDS = 32
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from functools import cached_property
 
 from ddp_lsp.core import facts as F
-from ddp_lsp.project.index import ModuleSummary, ProjectIndex
+from ddp_lsp.project.index import ProjectIndex
+from ddp_lsp.project.summary import ModuleSummary
 
 # Re-exports followed through at most this many modules; bases through this many classes.
 MAX_DEPTH = 4

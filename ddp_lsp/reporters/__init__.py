@@ -1,9 +1,10 @@
 """Output formats of ``ddp-lsp check``: text, json (ruff's shape), sarif (2.1.0), github.
 
-The checker turns every file into a :class:`FileReport`; a reporter turns the reports into
-text on a stream. Reporters never read files or run rules, so each can be tested on
-hand-built reports. Positions in the core are 0-based lines and code-point columns; every
-format here prints 1-based rows and columns, as ruff and SARIF (``unicodeCodePoints``) do.
+``ddp-lsp check`` (:mod:`ddp_lsp.cli.check`) turns every file into a :class:`FileReport`; a
+reporter turns the reports into text on a stream. Reporters never read files or run rules,
+so each can be tested on hand-built reports. Positions in the core are 0-based lines and
+code-point columns; every format here prints 1-based rows and columns, as ruff and SARIF
+(``unicodeCodePoints``) do.
 """
 
 from __future__ import annotations

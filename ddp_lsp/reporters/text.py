@@ -1,7 +1,7 @@
 """The human format: ``path:row:col: DDP201 [error] [*] message``, then a summary.
 
 ``[*]`` marks findings that ``--fix`` resolves (like ruff). With ``--quiet`` only the finding
-lines are printed; errors about files go to stderr in every format (the checker prints them).
+lines are printed; errors about files go to stderr in every format (ddp_lsp.cli.check prints them).
 """
 
 from __future__ import annotations

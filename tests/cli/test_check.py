@@ -254,16 +254,16 @@ def test_explicit_directory_with_a_default_excluded_name_is_checked(cli_run, pro
 
 
 def test_unlistable_directory_is_reported(cli_run, project: Path, monkeypatch) -> None:
-    from ddp_lsp import checker
+    from ddp_lsp.project import discover
 
     write(project / "pkg" / "a.py", BUGGY)
-    real_walk = checker.os.walk
+    real_walk = discover.os.walk
 
     def walk(top, onerror=None, **kw):  # type: ignore[no-untyped-def]
         onerror(PermissionError(13, "Permission denied", str(project / "pkg" / "secret")))
         yield from real_walk(top, onerror=onerror, **kw)
 
-    monkeypatch.setattr(checker.os, "walk", walk)
+    monkeypatch.setattr(discover.os, "walk", walk)
     r = cli_run("check", ".", "--select", "DDP201")
     assert r.rc == 2
     assert "error: pkg/secret: cannot list: Permission denied" in r.err

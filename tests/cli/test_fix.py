@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp import checker
+from ddp_lsp import config, sources
+from ddp_lsp.cli import jobs as cli_jobs
 from tests.cli.conftest import BUGGY, FIXED_LINE, write
 
 
@@ -125,7 +126,7 @@ def test_failed_replace_leaves_old_file_and_no_temp(
             raise OSError(28, "No space left on device")
         real_fsync(fd)
 
-    monkeypatch.setattr(checker.os, "fsync", full_disk)
+    monkeypatch.setattr(sources.os, "fsync", full_disk)
     r = cli_run("fix", ".", "--select", "DDP201", "--jobs", "1")
     assert r.rc == 2
     assert "error: train.py: cannot read or write: No space left on device" in r.err
@@ -138,16 +139,16 @@ def test_file_changed_during_fix_is_not_overwritten(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write(project / "train.py", BUGGY)
-    real_fix = checker._fix
+    real_fix = cli_jobs._fix
 
     def edit_meanwhile(text, settings, unsafe, env):  # type: ignore[no-untyped-def]
         out = real_fix(text, settings, unsafe, env)
         path.write_text(BUGGY + "# saved by the editor\n")
         return out
 
-    monkeypatch.setattr(checker, "_fix", edit_meanwhile)
-    job = checker.Job("train.py", str(path), checker.Settings(select=("DDP201",)), "fix", False)
-    outcome = checker.check_job(job)
+    monkeypatch.setattr(cli_jobs, "_fix", edit_meanwhile)
+    job = cli_jobs.Job("train.py", str(path), config.Settings(select=("DDP201",)), "fix", False)
+    outcome = cli_jobs.check_job(job)
     assert (
         outcome.report.error is not None
         and "changed while it was being fixed" in outcome.report.error
@@ -157,8 +158,8 @@ def test_file_changed_during_fix_is_not_overwritten(
 
 
 def test_unencodable_fix_is_not_written() -> None:
-    with pytest.raises(checker.SourceError, match="cannot be encoded as ascii"):
-        checker.encode_source("x = 'é'\n", "ascii")
+    with pytest.raises(sources.SourceError, match="cannot be encoded as ascii"):
+        sources.encode_source("x = 'é'\n", "ascii")
 
 
 def test_unsafe_fixes_flag_marks_and_applies(

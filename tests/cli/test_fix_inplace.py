@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp import checker
+from ddp_lsp import sources
 from tests.cli.conftest import BUGGY, FIXED_LINE, write
 
 ARGS = ("fix", "train.py", "--select", "DDP201", "--jobs", "1")
@@ -71,7 +71,7 @@ def test_longer_text_on_a_full_disk_changes_nothing(
     def full(fd: int, offset: int, length: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checker.os, "posix_fallocate", full, raising=False)
+    monkeypatch.setattr(sources.os, "posix_fallocate", full, raising=False)
     r = cli_run(*ARGS)
     assert r.rc == 2 and "No space left on device; the file is unchanged" in r.err
     assert path.read_text() == BUGGY and _temps(project) == []
@@ -91,8 +91,8 @@ def test_write_failing_half_way_restores_the_original(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_pwrite(fd, data, offset)
 
-    monkeypatch.setattr(checker.os, "posix_fallocate", lambda *a: None, raising=False)
-    monkeypatch.setattr(checker.os, "pwrite", half_then_enospc)
+    monkeypatch.setattr(sources.os, "posix_fallocate", lambda *a: None, raising=False)
+    monkeypatch.setattr(sources.os, "pwrite", half_then_enospc)
     r = cli_run(*ARGS)
     assert failed and r.rc == 2
     assert "cannot write: No space left on device; the file is unchanged" in r.err
@@ -107,7 +107,7 @@ def test_when_even_the_restore_fails_the_fixed_text_is_kept(
     def broken(fd: int, data: bytes, offset: int) -> int:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(checker.os, "pwrite", broken)
+    monkeypatch.setattr(sources.os, "pwrite", broken)
     r = cli_run(*ARGS)
     assert r.rc == 2 and "the original could not be restored: the fixed text is in" in r.err
     (kept,) = _temps(project)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp import checker
+from ddp_lsp import config
+from ddp_lsp.cli import jobs as cli_jobs
 from tests.cli.conftest import BUGGY, write
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the pool test forks")
@@ -40,15 +41,15 @@ def test_automatic_choice_is_sequential_for_small_inputs(
 ) -> None:
     _tree(project, 3)
     jobs = [
-        checker.Job(p.name, str(p), checker.Settings(), "check", False)
+        cli_jobs.Job(p.name, str(p), config.Settings(), "check", False)
         for p in sorted(project.rglob("*.py"))
     ]
 
     def no_pool(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError("small inputs must not start a pool")
 
-    monkeypatch.setattr(checker, "_run_pool", no_pool)
-    assert len(checker.run_jobs(jobs)) == 3
+    monkeypatch.setattr(cli_jobs, "_run_pool", no_pool)
+    assert len(cli_jobs.run_jobs(jobs)) == 3
 
 
 @pytest.mark.parametrize("files", [8, 40])  # 40: enough left over to retry in a fresh pool
@@ -57,7 +58,7 @@ def test_dead_worker_costs_one_file(
 ) -> None:
     _tree(project, files)
     write(project / "kills.py", "x = 1\n")
-    real = checker.check_job
+    real = cli_jobs.check_job
 
     def crash_on_kills(job):  # type: ignore[no-untyped-def]
         if job.path.endswith("kills.py") and os.getpid() != parent:
@@ -65,13 +66,13 @@ def test_dead_worker_costs_one_file(
         return real(job)
 
     parent = os.getpid()
-    monkeypatch.setattr(checker, "check_job", crash_on_kills)
+    monkeypatch.setattr(cli_jobs, "check_job", crash_on_kills)
     paths = sorted(project.rglob("*.py"))
     jobs = [
-        checker.Job(p.name, str(p), checker.Settings(select=("DDP201",)), "check", False)
+        cli_jobs.Job(p.name, str(p), config.Settings(select=("DDP201",)), "check", False)
         for p in paths
     ]
-    outcomes = checker.run_jobs(jobs, workers=2)
+    outcomes = cli_jobs.run_jobs(jobs, workers=2)
     by_name = {o.report.path: o.report for o in outcomes}
     assert by_name["kills.py"].error == "the analysis crashed the worker process"
     others = [r for name, r in by_name.items() if name != "kills.py"]
@@ -88,15 +89,15 @@ def test_workers_follow_idle_cpus(
     for p in project.rglob("*.py"):
         p.write_text(p.read_text() + "PAD = 0\n" * 3000)  # past PARALLEL_MIN_BYTES
     jobs = [
-        checker.Job(p.name, str(p), checker.Settings(), "check", False)
+        cli_jobs.Job(p.name, str(p), config.Settings(), "check", False)
         for p in project.rglob("*.py")
     ]
     seen: list[int] = []
-    monkeypatch.setattr(checker.os, "getloadavg", lambda: (load, load, load))
-    monkeypatch.setattr(checker, "_cpu_count", lambda: 4)
-    monkeypatch.setattr(checker, "_run_pool", lambda jobs, workers: seen.append(workers) or [])
-    monkeypatch.setattr(checker, "check_job", lambda job: seen.append(1) or None)
-    checker.run_jobs(jobs)
+    monkeypatch.setattr(cli_jobs.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(cli_jobs, "_cpu_count", lambda: 4)
+    monkeypatch.setattr(cli_jobs, "_run_pool", lambda jobs, workers: seen.append(workers) or [])
+    monkeypatch.setattr(cli_jobs, "check_job", lambda job: seen.append(1) or None)
+    cli_jobs.run_jobs(jobs)
     if expected > 1:
         assert seen == [expected]  # one pool of that many workers
     else:

@@ -19,8 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp import checker
-from ddp_lsp.project import ProjectIndex, compute
+from ddp_lsp import config
+from ddp_lsp.cli import collect
+from ddp_lsp.cli import jobs as cli_jobs
+from ddp_lsp.cli import settings as cli_settings
+from ddp_lsp.project import ProjectIndex, build, compute
 from tests.cli import sarif_schema
 from tests.cli.conftest import Result, write
 
@@ -117,7 +120,7 @@ def test_outside_any_project_the_folder_is_the_project_and_bare_stdin_is_alone(
 ) -> None:
     loose = copy_fixture("shared", tmp_path / "loose")
     (loose / "pyproject.toml").unlink()
-    if checker.project_root(loose) is not None:
+    if build.project_root(loose) is not None:
         pytest.skip("the temporary directory is inside a project")
     monkeypatch.chdir(loose)
     # No pyproject.toml or .git: the working directory is the project (ruff's fallback), so
@@ -261,13 +264,13 @@ def test_an_unwritable_cache_costs_only_speed(
 # -- the process pool --------------------------------------------------------------------------
 
 
-def _project_jobs(root: Path) -> list[checker.Job]:
-    resolver = checker.SettingsResolver(None, {}, root)
+def _project_jobs(root: Path) -> list[cli_jobs.Job]:
+    resolver = cli_settings.SettingsResolver(None, {}, root)
     jobs = [
-        checker.Job(p.relative_to(root).as_posix(), str(p), checker.Settings(), "check", False)
+        cli_jobs.Job(p.relative_to(root).as_posix(), str(p), config.Settings(), "check", False)
         for p in sorted(root.rglob("*.py"))
     ]
-    return checker.with_project(jobs, resolver, sys.stderr)
+    return collect.with_project(jobs, resolver, sys.stderr)
 
 
 def test_each_job_carries_only_its_own_module_facts(project: Path) -> None:
@@ -296,7 +299,7 @@ def test_worker_rehashes_facts_under_another_hash_seed(project: Path) -> None:
     jobs = [j for j in _project_jobs(project) if j.project is not None]
     code = (
         "import pickle, sys\n"
-        "from ddp_lsp import checker\n"
+        "from ddp_lsp.cli import jobs\n"
         "for job in pickle.loads(sys.stdin.buffer.read()):\n"
         "    p = job.project\n"
         "    assert hash(p) == hash(p.key), job.path\n"
@@ -304,7 +307,7 @@ def test_worker_rehashes_facts_under_another_hash_seed(project: Path) -> None:
         "        p.distributed, p.only_called_guarded, p.root), job.path\n"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    root = Path(checker.__file__).resolve().parent.parent
+    root = Path(cli_jobs.__file__).resolve().parent.parent.parent
     out = subprocess.run(
         [sys.executable, "-c", code],
         input=pickle.dumps(jobs),
@@ -330,8 +333,8 @@ def test_spawned_workers_get_the_project_facts(project: Path) -> None:
 
     copy_fixture("deit", project)
     jobs = _project_jobs(project)
-    seq = [checker.check_job(j).report for j in jobs]
-    par = checker._run_pool(jobs, 2, multiprocessing.get_context("spawn"))
+    seq = [cli_jobs.check_job(j).report for j in jobs]
+    par = cli_jobs._run_pool(jobs, 2, multiprocessing.get_context("spawn"))
     assert [o.report for o in par] == seq
     assert "DDP101" in [f.rule_id for r in seq if r.path == "engine.py" for f in r.findings]
 
@@ -397,15 +400,15 @@ def test_cold_index_in_workers_equals_the_serial_one(
     serial = cli_run("check", ".", "--jobs", "1", "--format", "json", "-v")
     assert "45 files (45 parsed, 0 from the cache)" in serial.err
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other-cache"))
-    real, parsed = checker._prefill, []
+    real, parsed = build._prefill, []
 
     def spy(root, settings, paths, workers):  # type: ignore[no-untyped-def]
         parsed.append(real(root, settings, paths, workers))
         return parsed[-1]
 
-    monkeypatch.setattr(checker, "_prefill", spy)
+    monkeypatch.setattr(build, "_prefill", spy)
     pooled = cli_run("check", ".", "--jobs", "2", "--format", "json", "-v")
-    assert parsed == [45 - checker.INDEX_SAMPLE]  # the workers parsed all but the sample
+    assert parsed == [45 - build.INDEX_SAMPLE]  # the workers parsed all but the sample
     assert "45 files (45 parsed, 0 from the cache)" in pooled.err
     assert pooled.out == serial.out and "DDP101" in codes(pooled, "engine.py")
 
@@ -419,7 +422,7 @@ def test_a_dead_index_worker_costs_only_time(
     cli_run: Run, project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _big_project(project)
-    monkeypatch.setattr(checker, "_summarise_batch", _dies)
+    monkeypatch.setattr(build, "_summarise_batch", _dies)
     r = cli_run("check", ".", "--jobs", "2", "--format", "json", "-v")
     assert "45 files (45 parsed, 0 from the cache)" in r.err
     assert "DDP101" in codes(r, "engine.py")
@@ -429,12 +432,12 @@ def test_warm_or_small_projects_index_without_a_pool(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _big_project(project)
-    settings = checker.Settings()
-    checker.project_view(project, settings, workers=1)  # fills the cache
+    settings = config.Settings()
+    build.project_view(project, settings, workers=1)  # fills the cache
 
     def no_pool(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError("a warm cache must not start a pool")
 
-    monkeypatch.setattr(checker, "_prefill", no_pool)
-    view = checker.project_view(project, settings, workers=2)
+    monkeypatch.setattr(build, "_prefill", no_pool)
+    view = build.project_view(project, settings, workers=2)
     assert view.files == 45 and view.parsed == 0

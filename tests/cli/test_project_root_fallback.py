@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp import checker
+from ddp_lsp.project import build
 from tests.cli.conftest import Result
 
 FIXTURES = Path(__file__).parent.parent / "project" / "fixtures"
@@ -31,7 +31,7 @@ def loose(tmp_path: Path) -> Path:
     folder = tmp_path / "jobs" / "loose"
     shutil.copytree(FIXTURES / "shared", folder)
     (folder / "pyproject.toml").unlink()
-    if checker.project_root(folder) is not None:
+    if build.project_root(folder) is not None:
         pytest.skip("the temporary directory is inside a project")
     return folder
 

@@ -1,0 +1,240 @@
+"""Building a project's index: the one build the CLI and the server's indexer share.
+
+:func:`fill` summarises files into a :class:`~ddp_lsp.project.ProjectIndex` batch by batch,
+laying an editor's (or stdin's) text over the files it meets; the server's indexer process
+(:mod:`ddp_lsp.lsp.indexer`) drives it with progress reports, and :func:`project_view` (``ddp-lsp
+check``) with a process pool that fills the disk cache first on a cold cache. The files are
+the ones :func:`~ddp_lsp.project.discover.discover` lists (``ProjectIndex.files``).
+
+:func:`project_root` finds the project a file belongs to (the nearest pyproject.toml or .git).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ddp_lsp.config import Settings
+from ddp_lsp.pools import (
+    PARALLEL_MIN_BYTES,
+    PARALLEL_MIN_FILES,
+    cpu_count,
+    idle_cpus,
+    pool_context,
+    pool_worker_init,
+)
+
+if TYPE_CHECKING:
+    from ddp_lsp.core.crossfile import ModuleProjectFacts
+    from ddp_lsp.project.index import ProjectIndex
+
+log = logging.getLogger("ddp_lsp.project")
+
+BATCH = 16  # files per ProjectIndex.build call: project-wide predicates refresh once per batch
+
+
+def fill(
+    index: ProjectIndex,
+    paths: Sequence[Path],
+    overlays: dict[Path, str] | None = None,
+    before: Callable[[Sequence[Path]], None] | None = None,
+    after: Callable[[int], None] | None = None,
+) -> list[Path]:
+    """Summarise ``paths`` into ``index`` in batches of :data:`BATCH`; a path in ``overlays``
+    gets that text instead of the disk's (and leaves ``overlays``: what is left there, the
+    caller lays over as it sees fit). ``before(batch)`` runs before each batch, ``after(done)``
+    after it. Returns the files whose summary raised (see ProjectIndex.build)."""
+    overlays = {} if overlays is None else overlays
+    failed_before = len(index.failed)
+    for start in range(0, len(paths), BATCH):
+        batch = paths[start : start + BATCH]
+        if before is not None:
+            before(batch)
+        index.build([p for p in batch if p not in overlays])  # skips large files itself
+        for path in batch:
+            if path in overlays:
+                lay_over(index, path, overlays.pop(path))
+        if after is not None:
+            after(start + len(batch))
+    return index.failed[failed_before:]
+
+
+def lay_over(index: ProjectIndex, path: Path, text: str | None) -> None:
+    """``text`` in place of ``path``'s (None: deleted). One file that breaks the summariser (a
+    recursion limit on absurd nesting) costs that file only: it leaves the index."""
+    try:
+        index.update(path, text)
+    except Exception:
+        log.warning("indexing %s failed", path, exc_info=True)
+        index.update(path, None)
+
+
+@dataclass(frozen=True)
+class ProjectView:
+    """One project root's index and cross-file facts, by path relative to the root."""
+
+    root: Path
+    facts: dict[str, ModuleProjectFacts]
+    files: int = 0  # files indexed
+    parsed: int = 0  # of which not found in the cache
+    failed: tuple[str, ...] = ()  # files the index could not summarise (they are still checked)
+    seconds: float = 0.0
+    # Files the index did not read (path, reason kind, message): see sources.py.
+    unread: tuple[tuple[str, str, str], ...] = ()
+    cache_warning: str | None = None  # the disk cache is not trusted (SummaryCache.warning)
+
+
+# Files summarised in this process before deciding whether the rest are worth a pool: on a
+# warm cache they all come from it, and a pool would only add its start-up.
+INDEX_SAMPLE = 16
+
+
+def project_view(
+    root: Path,
+    settings: Settings,
+    workers: int | None = None,
+    overlays: Mapping[Path, bytes] | None = None,
+) -> ProjectView:
+    """Index every Python file under ``root`` (the settings' excludes apply; summaries are
+    cached under the user's cache directory) and compute the project's cross-file facts.
+
+    On a cold cache (CI, a first run) and a large project, worker processes summarise the
+    files into the disk cache first, and this process then reads them from it: the index
+    costs about one parse per file, as much as the analysis, and on a machine with many CPUs
+    a serial index would take longer than the pooled analysis. ``workers``: as ``--jobs``.
+
+    A file the index cannot summarise costs only its own contribution: unreadable files are
+    skipped by the index, undecodable bytes are replaced, syntax errors give an empty summary,
+    and anything else (a recursion limit on absurd nesting) is caught here per file."""
+    import time
+
+    from ddp_lsp.project import ProjectIndex, compute
+
+    started = time.perf_counter()
+    index = ProjectIndex(root, settings)
+    paths = list(index.files())
+    # Code read from stdin with --stdin-filename (an editor's buffer): its text, not the disk's.
+    texts = {p: data.decode("utf-8", errors="replace") for p, data in (overlays or {}).items()}
+    failed = fill(index, paths[:INDEX_SAMPLE], texts)
+    rest = paths[INDEX_SAMPLE:]
+    parsed_elsewhere = 0
+    if rest and index.cache.misses * 2 > min(len(paths), INDEX_SAMPLE):
+        n = _index_workers(rest, index.cache.directory, workers)
+        if n > 1:
+            parsed_elsewhere = _prefill(index.root, settings, rest, n)
+    failed += fill(index, rest, texts)
+    for path, text in texts.items():  # a new file, not on disk yet: still part of the project
+        lay_over(index, path, text)
+    facts = compute(index)
+    return ProjectView(
+        index.root,
+        dict(facts.by_path),
+        len(paths),
+        min(len(paths), index.parsed + parsed_elsewhere),
+        tuple(p.relative_to(index.root).as_posix() for p in failed),
+        time.perf_counter() - started,
+        unread=tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread.items())),
+        cache_warning=index.cache.warning,
+    )
+
+
+def _index_workers(paths: Sequence[Path], cache: Path | None, workers: int | None) -> int:
+    """How many processes should summarise ``paths`` (1: this one). Workers hand their
+    summaries over through the disk cache, so without a writable one they would be wasted."""
+    if workers is None:
+        size = 0
+        for p in paths:
+            with contextlib.suppress(OSError):
+                size += p.stat().st_size
+        if len(paths) < PARALLEL_MIN_FILES or size < PARALLEL_MIN_BYTES:
+            return 1
+        workers = idle_cpus(cpu_count())
+    workers = min(workers, len(paths) // PARALLEL_MIN_FILES)
+    if workers <= 1 or cache is None:
+        return 1
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return 1
+    return workers if os.access(cache, os.W_OK) else 1
+
+
+def _prefill(root: Path, settings: Settings, paths: Sequence[Path], workers: int) -> int:
+    """Summarise ``paths`` into the disk cache in a pool; the number of files parsed. A pool
+    that fails (a worker dies) costs nothing but time: this process summarises whatever is
+    not cached."""
+    import concurrent.futures as cf
+
+    step = max(1, len(paths) // (workers * 4))
+    batches = [[str(p) for p in paths[i : i + step]] for i in range(0, len(paths), step)]
+    pool = cf.ProcessPoolExecutor(workers, mp_context=pool_context(), initializer=pool_worker_init)
+    parsed = 0
+    try:
+        for n in pool.map(_summarise_batch, [(str(root), settings, b) for b in batches]):
+            parsed += n
+    except Exception:  # a worker died, or the pool could not start: only time is lost
+        log.debug("project index: the pool failed; indexing the rest here", exc_info=True)
+    except BaseException:  # Ctrl-C
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return parsed
+
+
+def _summarise_batch(task: tuple[str, Settings, list[str]]) -> int:
+    from ddp_lsp.project import ProjectIndex
+
+    root, settings, paths = task
+    index = ProjectIndex(Path(root), settings)
+    fill(index, [Path(p) for p in paths])
+    return index.parsed
+
+
+def says_something(facts: ModuleProjectFacts) -> bool:
+    """Whether the project tells a module anything. Most modules of a project receive nothing
+    from the others (no DDP model passed in, no helper of another file called); their
+    analysis with empty facts equals the analysis alone, so they are sent to workers without."""
+    return bool(
+        facts.extra_kinds
+        or facts.callee_props
+        or facts.distributed is not None
+        or facts.only_called_guarded
+    )
+
+
+# -- which project a file belongs to --------------------------------------------------------
+
+
+def fallback_root(path: Path, anchor: Path) -> Path | None:
+    """``anchor`` as the project of ``path`` when it holds the file and is not the home
+    directory or the file system's root (a loose script there would index everything)."""
+    from ddp_lsp.project.index import is_too_wide
+
+    if is_too_wide(anchor):
+        return None
+    try:
+        path.relative_to(anchor)
+    except ValueError:
+        return None
+    return anchor
+
+
+def project_root(directory: Path, memo: dict[Path, Path | None] | None = None) -> Path | None:
+    """The project root of a file in ``directory`` (the nearest directory with a
+    pyproject.toml or a .git), or None when there is none: such files are analysed alone."""
+    from ddp_lsp.project.index import find_root, is_project_root
+
+    if memo is not None and directory in memo:
+        return memo[directory]
+    root: Path | None = find_root([directory])
+    assert root is not None
+    if not is_project_root(root):
+        root = None
+    if memo is not None:
+        memo[directory] = root
+    return root

@@ -1,0 +1,224 @@
+"""One file's summary for the project index: what the other files need to know about it.
+
+A :class:`ModuleSummary` is the core's raw :class:`~ddp_lsp.core.facts.ChunkFacts` of the whole
+file (the same ``facts.extract`` the per-file analysis runs on chunks, here on one whole-file
+``ast`` parse), plus what the core does not record but the project needs: the module's dotted
+name, the bases of its classes (for ``self.`` methods inherited from another module) and the
+lines of the assignments that bind a kind (provenance: "wrapped in DistributedDataParallel at
+main.py:212"). :mod:`ddp_lsp.project.index` keys, caches and serves them.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from ddp_lsp.core import facts as F
+from ddp_lsp.core import names as N
+from ddp_lsp.core.ranks import RankModel
+
+
+@dataclass(frozen=True)
+class ModuleSummary:
+    """What the project needs to know about one file."""
+
+    path: str  # relative to the project root, POSIX separators
+    module: str  # dotted module name ("utils.dist", "trainer" for trainer/__init__.py)
+    is_package: bool  # an __init__.py: its relative imports start at the package itself
+    digest: str
+    lines: int
+    facts: F.ChunkFacts
+    bases: tuple[tuple[str, tuple[str, ...]], ...] = ()  # top-level class -> base spellings
+    # Calls through a module attribute (`engine.train_one_epoch(model)`), which the core does
+    # not record as call sites (in one file they reach no local function).
+    dotted_sites: tuple[F.CallSite, ...] = ()
+    # 1-based line of each call site, facts.call_sites then dotted_sites (provenance).
+    site_lines: tuple[int, ...] = ()
+    # (scope, path) -> 1-based line of the first assignment that binds a kind there.
+    binding_lines: tuple[tuple[str, str, int], ...] = ()
+    # (function, property, 1-based line of the call that gives it): where a message's "performs
+    # a collective at utils.py:18" points, rather than the function's `def` line.
+    prop_lines: tuple[tuple[str, str, int], ...] = ()
+    syntax_error: bool = False
+
+
+def module_name(rel: str) -> tuple[str, bool]:
+    """Dotted name of a file relative to the root; ``src/`` layouts drop the ``src``."""
+    parts = rel.split("/")
+    if len(parts) > 1 and parts[0] == "src":
+        parts = parts[1:]
+    last = parts[-1]
+    stem = last[:-3] if last.endswith(".py") else last
+    if stem == "__init__":
+        return ".".join(parts[:-1]), True
+    return ".".join([*parts[:-1], stem]), False
+
+
+def summarise(
+    rel: str, text: str, digest: str, ranks: RankModel, module_rel: str | None = None
+) -> ModuleSummary:
+    """Parse one file and summarise it (no cache). ``module_rel``: the path its module name
+    comes from, when that is not ``rel`` (a project nested in the indexed folder)."""
+    module, is_package = module_name(rel if module_rel is None else module_rel)
+    lines = text.count("\n") + 1
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        # A file being edited: nothing is known of it until it parses again.
+        return ModuleSummary(
+            rel, module, is_package, digest, lines, F.EMPTY_FACTS, syntax_error=True
+        )
+    x = F.extract_module(tree, ranks)
+    cf = x.facts
+    merged = F.merge([cf])  # the file's own facts: which lines provenance needs
+    bases = tuple(
+        (s.name, tuple(d for d in (N.dotted(b) for b in s.bases) if d))
+        for s in tree.body
+        if isinstance(s, ast.ClassDef)
+    )
+    return ModuleSummary(
+        rel,
+        module,
+        is_package,
+        digest,
+        lines,
+        cf,
+        bases=bases,
+        dotted_sites=x.dotted_sites,
+        site_lines=x.site_lines,
+        binding_lines=_binding_lines(tree, cf, merged),
+        prop_lines=_prop_lines(tree, merged),
+    )
+
+
+def _binding_lines(
+    tree: ast.Module, cf: F.ChunkFacts, merged: F.ModuleFacts
+) -> tuple[tuple[str, str, int], ...]:
+    # Only files that bind a kind, or build an instance of a class of their own project, pay
+    # for this walk; the line is where a message's "at main.py:212" points: the assignment
+    # that gives the kind (`model = DDP(model)`), not the first one (`model = Net()`).
+    wanted = {p for (_, p) in merged.kinds}
+    # `loss_scaler = NativeScaler()`: the project may know the class (a GradScaler wrapper).
+    project_classes = {
+        b.source[0]
+        for b in cf.bindings
+        if b.source
+        and not b.source[0].startswith("=")
+        and _project_class(b.source[0], merged.aliases)
+    }
+    wanted |= {b.path for b in cf.bindings if b.source and b.source[0] in project_classes}
+    if not wanted:
+        return ()
+    first: dict[str, int] = {}
+    for node in _statements(tree.body):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                p = F.path_of(t)
+                if p in wanted and _gives_kind(node.value, merged.aliases, project_classes):
+                    if p not in first or node.lineno < first[p]:
+                        first[p] = node.lineno
+    keys = {(b.scope, b.path) for b in cf.bindings} | set(merged.kinds)
+    return tuple(sorted((s, p, first[p]) for (s, p) in keys if p in first))
+
+
+_CITED_PROPS = (F.COLLECTIVE, F.INITS_PG, F.SAVES_CALLER_PATH)
+
+
+def _prop_lines(tree: ast.Module, merged: F.ModuleFacts) -> tuple[tuple[str, str, int], ...]:
+    # Only functions that have a property other files cite pay for this walk (a few a project).
+    wanted = {
+        q: [p for p in _CITED_PROPS if p in props]
+        for q, props in merged.func_props.items()
+        if q != F.MODULE and any(p in props for p in _CITED_PROPS)
+    }
+    if not wanted:
+        return ()
+    out: list[tuple[str, str, int]] = []
+    for qual, fn in _functions(tree.body, "", None):
+        props = wanted.get(qual)
+        if not props:
+            continue
+        for prop in props:
+            line = _first_call(fn, prop, merged, qual)
+            if line is not None:
+                out.append((qual, prop, line))
+    return tuple(out)
+
+
+def _functions(
+    body: list[ast.stmt], scope: str, cls: str | None
+) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Functions with the qualnames the core's extractor gives them (``C.m``, ``outer.inner``)."""
+    for s in _statements(body):
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            qual = f"{cls}.{s.name}" if cls else f"{scope}.{s.name}" if scope else s.name
+            yield qual, s
+            yield from _functions(s.body, qual, None)
+        elif isinstance(s, ast.ClassDef) and not scope:
+            yield from _functions(s.body, "", s.name)
+
+
+def _first_call(
+    fn: ast.FunctionDef | ast.AsyncFunctionDef, prop: str, facts: F.ModuleFacts, qual: str
+) -> int | None:
+    cls = qual.rpartition(".")[0] or None
+    calls = sorted(
+        (n for n in ast.walk(fn) if isinstance(n, ast.Call)),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    for c in calls:
+        name = N.dotted(c.func)
+        if name is None:
+            continue
+        if prop == F.COLLECTIVE and F.is_collective_call(name, facts.aliases):
+            return c.lineno
+        if prop == F.INITS_PG and N.resolve(name, facts.aliases) == N.INIT_PROCESS_GROUP:
+            return c.lineno
+        if prop == F.SAVES_CALLER_PATH and N.resolve(name, facts.aliases) == N.TORCH_SAVE:
+            return c.lineno
+        if name != qual and prop in facts.callee_props(name, cls):
+            return c.lineno  # through a helper of this file
+    return None
+
+
+def _project_class(spelled: str, aliases: Mapping[str, str]) -> bool:
+    last = spelled.rpartition(".")[2]
+    if not last[:1].isupper():
+        return False
+    qual = aliases.get(spelled.partition(".")[0])
+    # None: a class of this file, whose kind is the core's business.
+    return qual is not None and N.may_be_project_module(qual)
+
+
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    # Statements only: assignments never sit inside expressions (walrus aside, which binds no
+    # kind the core records), and skipping expressions makes this walk a fraction of ast.walk.
+    stack = list(reversed(body))
+    while stack:
+        s = stack.pop()
+        yield s
+        for name in ("body", "orelse", "finalbody"):
+            sub = getattr(s, name, None)
+            if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
+                stack.extend(reversed(sub))
+        for h in getattr(s, "handlers", ()):
+            stack.extend(reversed(h.body))
+        for case in getattr(s, "cases", ()):
+            stack.extend(reversed(case.body))
+
+
+def _gives_kind(value: ast.AST, aliases: Mapping[str, str], classes: set[str]) -> bool:
+    node = value
+    while isinstance(node, ast.Call):
+        name = N.dotted(node.func)
+        if name in classes:
+            return True
+        qual = N.resolve(name, aliases) if name else None
+        if qual is not None and F.kind_of_qualname(qual) is not None:
+            return True
+        if not node.args:
+            return False
+        node = node.args[0]
+    return False
