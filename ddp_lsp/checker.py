@@ -41,6 +41,8 @@ from ddp_lsp.config import (
     ConfigFileError,
     Settings,
     find_pyproject,
+    merge_settings,
+    settings_from_pyproject,
 )
 from ddp_lsp.core.env import Environment, MachineInfo
 from ddp_lsp.core.types import Finding, Fix, InternalError, NotAnalysed
@@ -551,11 +553,11 @@ class SettingsResolver:
         if config is not None:
             if not config.is_file():
                 raise ConfigError(f"{config}: no such configuration file")
-            self._fixed = (self._override(Settings.from_pyproject(config)), config.resolve().parent)
+            self._fixed = (self._override(settings_from_pyproject(config)), config.resolve().parent)
 
     def _override(self, settings: Settings) -> Settings:
         if self.overrides:
-            settings = settings.merged(self.overrides, "command line")
+            settings = merge_settings(settings, self.overrides, "command line")
         return settings
 
     def for_dir(self, directory: Path) -> tuple[Settings, Path]:
@@ -572,7 +574,7 @@ class SettingsResolver:
                     hit = (self._override(Settings()), self.cwd)
                 else:
                     try:
-                        settings = Settings.from_pyproject(pyproject)
+                        settings = settings_from_pyproject(pyproject)
                     except ConfigFileError as exc:
                         # Not TOML at all: say so (file:line:col) and check with the defaults,
                         # rather than stop every check until the file is repaired.

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze
 from ddp_lsp.core.registry import all_rules
+from ddp_lsp.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 BUGGY = ROOT / "examples" / "train_buggy.py"
