@@ -30,10 +30,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.edits import KINDS, plan  # noqa: E402
 from bench.gen import module  # noqa: E402
-from ddp_lsp.config import Settings  # noqa: E402
 from ddp_lsp.core.document import Document  # noqa: E402
 from ddp_lsp.core.engine import analyze  # noqa: E402
 from ddp_lsp.core.registry import all_rules  # noqa: E402
+from ddp_lsp.core.settings import Settings  # noqa: E402
 from ddp_lsp.core.types import Pos  # noqa: E402
 
 

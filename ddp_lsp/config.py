@@ -1,4 +1,7 @@
-"""Settings: ``[tool.ddp-lsp]`` in the nearest pyproject.toml, plus editor settings.
+"""Loading settings: ``[tool.ddp-lsp]`` in the nearest pyproject.toml, plus editor settings.
+
+This module finds, reads, parses and validates; the result is the core's plain frozen value
+:class:`ddp_lsp.core.settings.Settings` (re-exported here), which is all the analysis sees.
 
 Every key is validated; a wrong one raises :class:`ConfigError` with a message that names the
 key, the file and what was expected. Front ends decide what to do with it: the CLI exits 2, the
@@ -18,16 +21,15 @@ Keys (kebab-case in pyproject.toml; the editor may also send camelCase):
 
 from __future__ import annotations
 
-import fnmatch
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
-from ddp_lsp.core.ranks import DEFAULT_PREDICATES, DEFAULT_RANK_NAMES, RankModel
+# The value itself lives in the core (which reads no files); re-exported for the front ends.
+from ddp_lsp.core.settings import DEFAULT_EXCLUDE, Settings
 from ddp_lsp.core.types import Severity
 
 if sys.version_info >= (3, 11):
@@ -35,25 +37,24 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+__all__ = [
+    "DEFAULT_EXCLUDE",
+    "SECTION",
+    "ConfigError",
+    "ConfigFileError",
+    "Settings",
+    "find_pyproject",
+    "load_settings",
+    "merge_settings",
+    "parse_pyproject",
+    "read_pyproject",
+    "section_of",
+    "settings_from_mapping",
+    "settings_from_pyproject",
+]
+
 SECTION = "ddp-lsp"
-DEFAULT_EXCLUDE = (
-    ".git",
-    ".hg",
-    ".venv",
-    "venv",
-    "env",
-    ".tox",
-    ".nox",
-    "__pycache__",
-    "node_modules",
-    "build",
-    "dist",
-    "site-packages",
-    ".mypy_cache",
-    ".ruff_cache",
-)
 _SELECTOR = re.compile(r"^DDP\d{0,3}$")
-_PREDICATE_HINT = re.compile(r"^(is|am)_|main|master|leader|zero|chief|primary", re.IGNORECASE)
 
 
 class ConfigError(ValueError):
@@ -65,120 +66,69 @@ class ConfigFileError(ConfigError):
     report it (file, line, column) and carry on with the default settings."""
 
 
-@dataclass(frozen=True)
-class Settings:
-    select: tuple[str, ...] = ("DDP",)
-    ignore: tuple[str, ...] = ()
-    severity: tuple[tuple[str, Severity], ...] = ()
-    rank_guard_names: tuple[str, ...] = ()
-    assume_distributed: bool = False
-    exclude: tuple[str, ...] = ()
-    # Analyse each file with what the rest of its project says (ddp_lsp.project); off: alone.
-    project: bool = True
-    source: str = field(default="defaults", compare=False)
+def settings_from_mapping(data: Mapping[str, Any], source: str = "settings") -> Settings:
+    """The defaults overridden by ``data`` (validated; unknown keys are errors)."""
+    return merge_settings(Settings(), data, source)
 
-    # -- what the core needs -------------------------------------------------------------------
 
-    def enabled(self, rule_id: str) -> bool:
-        if rule_id == "DDP000":
-            return not _matches(rule_id, self.ignore)
-        return _matches(rule_id, self.select) and not _best_ignore(rule_id, self)
+def merge_settings(base: Settings, data: Mapping[str, Any], source: str = "settings") -> Settings:
+    """``base`` overridden by ``data`` (validated; unknown keys are errors)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a table of settings, got {_type(data)}")
+    values: dict[str, Any] = {
+        "select": base.select,
+        "ignore": base.ignore,
+        "severity": base.severity,
+        "rank_guard_names": base.rank_guard_names,
+        "assume_distributed": base.assume_distributed,
+        "exclude": base.exclude,
+        "project": base.project,
+    }
+    for raw_key, value in data.items():
+        key = _normalise_key(str(raw_key))
+        where = f"{source}: {raw_key!r}"
+        if key in ("select", "ignore"):
+            values[key] = _selectors(value, where)
+        elif key == "extend_select":
+            values["select"] = values["select"] + _selectors(value, where)
+        elif key == "severity":
+            values["severity"] = _severities(value, where)
+        elif key == "rank_guard_names":
+            values["rank_guard_names"] = _identifiers(value, where)
+        elif key in ("assume_distributed", "project"):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where} must be true or false, got {value!r}")
+            values[key] = value
+        elif key == "exclude":
+            values["exclude"] = _strings(value, where)
+        elif key in _IGNORED_EDITOR_KEYS:
+            continue
+        else:
+            raise ConfigError(
+                f"{source}: unknown key {raw_key!r}; expected one of "
+                "select, ignore, severity, rank-guard-names, assume-distributed, exclude, "
+                "project"
+            )
+    return Settings(source=source, **values)
 
-    def severity_for(self, rule_id: str, default: Severity) -> Severity:
-        for rid, sev in self.severity:
-            if rid == rule_id:
-                return sev
-        return default
 
-    @property
-    def rank_model(self) -> RankModel:
-        names = {n for n in self.rank_guard_names if not _PREDICATE_HINT.search(n)}
-        predicates = {n for n in self.rank_guard_names if _PREDICATE_HINT.search(n)}
-        return RankModel(DEFAULT_RANK_NAMES | names, DEFAULT_PREDICATES | predicates)
+def load_settings(start: Path) -> Settings:
+    """Settings for a file or directory: the nearest pyproject.toml with [tool.ddp-lsp]."""
+    path = find_pyproject(start)
+    if path is None:
+        return Settings()
+    return settings_from_pyproject(path)
 
-    def is_excluded(self, path: PurePath, root: PurePath | None = None) -> bool:
-        parts = path.parts
-        if any(p in DEFAULT_EXCLUDE for p in parts[:-1]):
-            return True
-        rel = path
-        if root is not None:
-            try:
-                rel = path.relative_to(root)
-            except ValueError:
-                rel = path
-        text = rel.as_posix()
-        for pattern in self.exclude:
-            pat = pattern.rstrip("/")
-            if fnmatch.fnmatch(text, pat) or fnmatch.fnmatch(text, f"{pat}/*"):
-                return True
-            if fnmatch.fnmatch(path.name, pat) or any(fnmatch.fnmatch(p, pat) for p in rel.parts):
-                return True
-        return False
 
-    # -- building ------------------------------------------------------------------------------
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], source: str = "settings") -> Settings:
-        return cls().merged(data, source)
-
-    def merged(self, data: Mapping[str, Any], source: str = "settings") -> Settings:
-        """These settings overridden by ``data`` (validated; unknown keys are errors)."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{source}: expected a table of settings, got {_type(data)}")
-        values: dict[str, Any] = {
-            "select": self.select,
-            "ignore": self.ignore,
-            "severity": self.severity,
-            "rank_guard_names": self.rank_guard_names,
-            "assume_distributed": self.assume_distributed,
-            "exclude": self.exclude,
-            "project": self.project,
-        }
-        for raw_key, value in data.items():
-            key = _normalise_key(str(raw_key))
-            where = f"{source}: {raw_key!r}"
-            if key in ("select", "ignore"):
-                values[key] = _selectors(value, where)
-            elif key == "extend_select":
-                values["select"] = values["select"] + _selectors(value, where)
-            elif key == "severity":
-                values["severity"] = _severities(value, where)
-            elif key == "rank_guard_names":
-                values["rank_guard_names"] = _identifiers(value, where)
-            elif key in ("assume_distributed", "project"):
-                if not isinstance(value, bool):
-                    raise ConfigError(f"{where} must be true or false, got {value!r}")
-                values[key] = value
-            elif key == "exclude":
-                values["exclude"] = _strings(value, where)
-            elif key in _IGNORED_EDITOR_KEYS:
-                continue
-            else:
-                raise ConfigError(
-                    f"{source}: unknown key {raw_key!r}; expected one of "
-                    "select, ignore, severity, rank-guard-names, assume-distributed, exclude, "
-                    "project"
-                )
-        return Settings(source=source, **values)
-
-    @classmethod
-    def load(cls, start: Path) -> Settings:
-        """Settings for a file or directory: the nearest pyproject.toml with [tool.ddp-lsp]."""
-        path = find_pyproject(start)
-        if path is None:
-            return cls()
-        return cls.from_pyproject(path)
-
-    @classmethod
-    def from_pyproject(cls, path: Path) -> Settings:
-        """Settings from ``path``; :class:`ConfigFileError` when it cannot be read or parsed,
-        :class:`ConfigError` when ``[tool.ddp-lsp]`` holds an invalid value (or is not a
-        table: ``[tool] ddp-lsp = 5``)."""
-        text = read_pyproject(path)
-        table = section_of(path, text, parse_pyproject(path, text))
-        if table is None:
-            return cls(source=str(path))
-        return cls.from_mapping(table, f"{path} [tool.{SECTION}]")
+def settings_from_pyproject(path: Path) -> Settings:
+    """Settings from ``path``; :class:`ConfigFileError` when it cannot be read or parsed,
+    :class:`ConfigError` when ``[tool.ddp-lsp]`` holds an invalid value (or is not a
+    table: ``[tool] ddp-lsp = 5``)."""
+    text = read_pyproject(path)
+    table = section_of(path, text, parse_pyproject(path, text))
+    if table is None:
+        return Settings(source=str(path))
+    return settings_from_mapping(table, f"{path} [tool.{SECTION}]")
 
 
 def section_of(path: Path, text: str, data: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -345,16 +295,3 @@ def _severities(value: Any, where: str) -> tuple[tuple[str, Severity], ...]:
         except ValueError as exc:
             raise ConfigError(f"{where}.{rid}: {exc}") from None
     return tuple(out)
-
-
-def _matches(rule_id: str, selectors: tuple[str, ...]) -> bool:
-    return any(rule_id.startswith(s) for s in selectors)
-
-
-def _best_ignore(rule_id: str, settings: Settings) -> bool:
-    """``ignore`` wins unless ``select`` names the rule more specifically (ruff's habit)."""
-    ign = [s for s in settings.ignore if rule_id.startswith(s)]
-    if not ign:
-        return False
-    sel = [s for s in settings.select if rule_id.startswith(s)]
-    return max(map(len, ign)) >= max(map(len, sel), default=0)

@@ -153,7 +153,7 @@ def main() -> None:
     val_set = SyntheticImages(2_000)
     # BUG(DDP401): no DistributedSampler: every rank warms up on the whole dataset.
     # BUG(DDP404): workers feed a GPU without pin_memory=True.
-    # BUG(DDP405): 32 workers per process, times the processes per node.
+    # BUG(DDP405): 32 workers per process, times the processes per node (`--preflight` of a node).
     warmup_loader = DataLoader(
         train_set, batch_size=args.batch_size, shuffle=True, num_workers=32
     )

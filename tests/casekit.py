@@ -6,10 +6,10 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze, fix_text
 from ddp_lsp.core.fixes import apply_edits
 from ddp_lsp.core.rule import Invalid, Rule
+from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.types import Finding, Pos
 
 OPEN, CLOSE = "«", "»"

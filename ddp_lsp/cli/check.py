@@ -110,7 +110,7 @@ def check_parser(command: str) -> argparse.ArgumentParser:
         type=Path,
         metavar="JSON",
         help="a preflight report (ddp-lsp preflight --json FILE) of the machine the job runs on:"
-        " rules use its CPU and GPU counts instead of this machine's",
+        " rules use its CPU and GPU counts (without one, no machine facts: never this machine's)",
     )
     p.add_argument(
         "--project",

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddp_lsp.config import ConfigError, ConfigFileError, Settings, find_pyproject
+from ddp_lsp.config import (
+    ConfigError,
+    ConfigFileError,
+    Settings,
+    find_pyproject,
+    merge_settings,
+    settings_from_pyproject,
+)
 
 
 class SettingsResolver:
@@ -22,11 +29,11 @@ class SettingsResolver:
         if config is not None:
             if not config.is_file():
                 raise ConfigError(f"{config}: no such configuration file")
-            self._fixed = (self._override(Settings.from_pyproject(config)), config.resolve().parent)
+            self._fixed = (self._override(settings_from_pyproject(config)), config.resolve().parent)
 
     def _override(self, settings: Settings) -> Settings:
         if self.overrides:
-            settings = settings.merged(self.overrides, "command line")
+            settings = merge_settings(settings, self.overrides, "command line")
         return settings
 
     def for_dir(self, directory: Path) -> tuple[Settings, Path]:
@@ -43,7 +50,7 @@ class SettingsResolver:
                     hit = (self._override(Settings()), self.cwd)
                 else:
                     try:
-                        settings = Settings.from_pyproject(pyproject)
+                        settings = settings_from_pyproject(pyproject)
                     except ConfigFileError as exc:
                         # Not TOML at all: say so (file:line:col) and check with the defaults,
                         # rather than stop every check until the file is repaired.

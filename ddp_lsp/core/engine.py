@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import cast
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core import fixes as F
 from ddp_lsp.core import names as N
 from ddp_lsp.core.crossfile import ModuleProjectFacts
@@ -34,6 +33,7 @@ from ddp_lsp.core.facts import (
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.registry import SYNTAX_ERROR, all_rules
 from ddp_lsp.core.rule import ChunkContext, Rule
+from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.suppress import is_suppressed
 from ddp_lsp.core.types import (
     AnalysisResult,

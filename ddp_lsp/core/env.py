@@ -1,15 +1,18 @@
 """Facts about where the code will run, supplied by front ends (never read by the core).
 
-``MachineInfo`` comes from a preflight result when one is known (the server and the CLI load
-it from the preflight cache), else from ``os.cpu_count()`` on this machine. ``LaunchInfo``
-comes from launch configuration next to the training file (see :mod:`ddp_lsp.launch`):
-an Accelerate or DeepSpeed config, a torchrun command line, a SLURM script. Rules use these
-to sharpen messages and to stay quiet where the launch makes a pattern correct.
+``MachineInfo`` comes only from a preflight report of the machine the job runs on, passed in
+by a front end (the server's last preflight of the folder, ``ddp-lsp check --preflight
+report.json``; see ``ddp_lsp.preflight.report.machine_info``). Without one there are no
+machine facts: the core never asks the host it runs on, whose CPUs and GPUs are rarely the
+training node's, so a finding cannot depend on where the linter happens to run. Rules that
+need a machine fact stay silent without it, or use only what the code says. ``LaunchInfo``
+comes from launch configuration next to the training file (see :mod:`ddp_lsp.launch`): an
+Accelerate or DeepSpeed config, a torchrun command line, a SLURM script. Rules use these to
+sharpen messages and to stay quiet where the launch makes a pattern correct.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 
@@ -22,14 +25,6 @@ class MachineInfo:
     nccl_available: bool | None = None
     shm_free_bytes: int | None = None
     local_world_size: int | None = None
-
-    @classmethod
-    def this_machine(cls) -> MachineInfo:
-        try:
-            cpus: int | None = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cpus = os.cpu_count()
-        return cls(cpu_count=cpus, source="os.cpu_count() on this machine")
 
 
 @dataclass(frozen=True)
@@ -49,9 +44,11 @@ class Environment:
     launch: LaunchInfo | None = None
 
     def cpu_count(self) -> tuple[int | None, str]:
-        """CPUs available to the job and where that number came from."""
-        machine = self.machine or MachineInfo.this_machine()
-        return machine.cpu_count, machine.source
+        """CPUs available to the job and where that number came from; ``(None, "")`` without
+        machine facts (never this host's count)."""
+        if self.machine is None:
+            return None, ""
+        return self.machine.cpu_count, self.machine.source
 
     def procs_per_node(self) -> tuple[int | None, str]:
         if self.launch is not None and self.launch.nproc_per_node:

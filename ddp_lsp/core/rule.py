@@ -24,8 +24,8 @@ from ddp_lsp.core.types import Edit, Finding, Fix, Pos, Related, RuleMeta, Span
 from ddp_lsp.core.walk import children
 
 if TYPE_CHECKING:
-    from ddp_lsp.config import Settings
     from ddp_lsp.core.document import ParsedChunk
+    from ddp_lsp.core.settings import Settings
 
 T = TypeVar("T", bound=ast.AST)
 U = TypeVar("U")

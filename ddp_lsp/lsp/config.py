@@ -8,7 +8,7 @@ settings fill in what the project leaves unset.
 Every key is validated on its own: one invalid value is reported (``window/showMessage``
 naming the key) and dropped, so it falls back to its default while every other key still
 applies. Editor-only keys (``enable``, ``preflight.python``, ``trace.server``) are read here
-and never reach :class:`~ddp_lsp.config.Settings`.
+and never reach :class:`~ddp_lsp.core.settings.Settings`.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ SECTION = "ddp-lsp"
 
 def _validate(key: str, value: Any, source: str) -> str | None:
     """None if ``key = value`` is a valid analysis setting, else the message naming it."""
-    from ddp_lsp.config import ConfigError, Settings
+    from ddp_lsp.config import ConfigError, settings_from_mapping
 
     try:
-        Settings().merged({key: value}, source)
+        settings_from_mapping({key: value}, source)
     except ConfigError as exc:
         return str(exc)
     return None
@@ -50,7 +50,7 @@ class EditorOptions:
 class EditorSettings:
     """One scope's ``ddp-lsp`` section, validated: analysis keys plus editor-only options."""
 
-    analysis: tuple[tuple[str, Any], ...] = ()  # (key, value) pairs Settings.merged accepts
+    analysis: tuple[tuple[str, Any], ...] = ()  # (key, value) pairs merge_settings accepts
     options: EditorOptions = EditorOptions()
     errors: tuple[str, ...] = ()
 
@@ -219,16 +219,16 @@ def effective_settings(
     editor: EditorSettings, projects: ProjectConfigs, path: Path | None
 ) -> tuple[Settings, tuple[str, ...]]:
     """Settings for one file and the messages for every invalid key met on the way."""
-    from ddp_lsp.config import Settings
+    from ddp_lsp.config import merge_settings, settings_from_mapping
 
-    settings = Settings().merged(dict(editor.analysis), "editor settings")
+    settings = settings_from_mapping(dict(editor.analysis), "editor settings")
     errors = list(editor.errors)
     if path is not None:
         pyproject = projects.pyproject_for(path)
         if pyproject is not None:
             loaded = projects.table(pyproject)
             errors.extend(loaded.errors)
-            settings = settings.merged(dict(loaded.table), str(pyproject))
+            settings = merge_settings(settings, dict(loaded.table), str(pyproject))
     return settings, tuple(errors)
 
 

@@ -31,7 +31,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ddp_lsp.config import DEFAULT_EXCLUDE, Settings
+from ddp_lsp.config import DEFAULT_EXCLUDE, Settings, settings_from_pyproject
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 
@@ -78,7 +78,7 @@ def nearest_settings(root: Path, settings: Settings) -> SettingsAt:
         hit = loaded.get(found)
         if hit is None:
             try:
-                hit = (Settings.from_pyproject(found), found.parent)
+                hit = (settings_from_pyproject(found), found.parent)
             except (ConfigError, OSError):
                 hit = (settings, root)
             loaded[found] = hit

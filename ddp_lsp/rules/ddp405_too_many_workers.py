@@ -4,10 +4,12 @@
 Finds a `DataLoader` whose `num_workers` (a literal, a local `name = 16`, an `argparse`
 default in the same function, or `os.cpu_count()` itself) times the processes per node is more
 than the CPUs available.
-The CPU count comes from the preflight result when one is known, else from `os.cpu_count()`
-on this machine; the processes per node from the launch configuration next to the script
+The CPU count comes only from a preflight report of the training node (the server's last
+preflight of the folder, `ddp-lsp check --preflight report.json`), never from the machine
+running the linter; the processes per node from the launch configuration next to the script
 (`torchrun --nproc_per_node` in `run.sh`, an Accelerate config...) or the GPUs preflight saw.
-The message says where each number came from.
+The message says where each number came from. Without a report the rule reports only what the
+code says on any node: `num_workers=os.cpu_count()` in each of several processes per node.
 
 ## Why is this bad?
 Every rank starts its own `num_workers` worker processes: 8 ranks with `num_workers=16` are
@@ -34,10 +36,12 @@ None: the right number depends on the node the job runs on. The message suggests
 `max(1, cpus // procs - 1)`, the bound PyTorch Lightning warns with.
 
 ## Known false positives
-The CPUs of the machine that runs the editor are not those of the training node: run the
-preflight on the node (`ddp-lsp preflight`) so the rule uses its count. When the processes
+A report of another node than the one the job runs on gives the wrong CPU count: run the
+preflight on the training node (`ddp-lsp preflight --json report.json`). When the processes
 per node are unknown the rule counts one, so it reports only loaders that oversubscribe even
-a single process. A `num_workers` it cannot resolve to a number is not reported.
+a single process. A `num_workers` it cannot resolve to a number is not reported, nor is a
+number without a report (`num_workers=16` is fine on a 128-CPU node): the CPUs of the machine
+running the editor or CI say nothing about the training node, so they are never used.
 
 ## References
 - https://pytorch.org/docs/stable/data.html#multi-process-data-loading
@@ -50,6 +54,7 @@ import ast
 from collections.abc import Iterator
 
 from ddp_lsp.core import names as N
+from ddp_lsp.core.env import Environment, LaunchInfo, MachineInfo
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _data as D
@@ -70,14 +75,18 @@ class TooManyWorkers(Rule):
         if not calls:
             return
         cpus, cpu_source = ctx.env.cpu_count()
-        if not cpus:
-            return
         procs, proc_source = ctx.env.procs_per_node()
+        if not cpus and not (procs and procs > 1):
+            return  # no machine facts and one process (or unknown): nothing the code says
         for call in calls:
             if D.has_star(call) and D.arg(call, "num_workers") is None:
                 continue
-            root = P.scope_root(ctx, call)
             expr = D.arg(call, "num_workers")
+            if not cpus:
+                if procs and expr is not None and _is_cpu_count(ctx, expr):
+                    yield self._every_cpu_per_rank(ctx, call, expr, procs, proc_source)
+                continue
+            root = P.scope_root(ctx, call)
             resolved = D.resolve_int(ctx, root, expr)
             if resolved is None and expr is not None and _is_cpu_count(ctx, expr):
                 resolved = (cpus, "")  # every CPU, in each of the processes
@@ -101,16 +110,35 @@ class TooManyWorkers(Rule):
                     f"{value} starts {workers} worker processes in each rank (processes per node "
                     "unknown: counted 1)"
                 )
-            kw = D.keyword(call, "num_workers")
-            target = kw if kw is not None else expr
-            assert target is not None
             yield ctx.finding(
                 self,
-                target,
+                _target(call, expr),
                 f"{load} for {cpus} CPUs ({cpu_source}): the workers contend for CPUs and "
                 f"starve the processes driving the GPUs; use at most "
                 f"max(1, cpus // procs - 1) = {bound}",
             )
+
+    def _every_cpu_per_rank(
+        self, ctx: ChunkContext, call: ast.Call, expr: ast.expr, procs: int, proc_source: str
+    ) -> Finding:
+        """No machine facts, but the code says it all: every rank starts one worker per CPU of
+        the node, so ``procs`` ranks start ``procs`` times the CPUs, on any node."""
+        text = ctx.segment(expr)
+        return ctx.finding(
+            self,
+            _target(call, expr),
+            f"num_workers={text} (every CPU) × {procs} processes per node ({proc_source}) = "
+            f"{procs} times the CPUs of the node in worker processes: the workers contend for "
+            f"CPUs and starve the processes driving the GPUs; use at most "
+            f"max(1, {text} // {procs} - 1)",
+        )
+
+
+def _target(call: ast.Call, expr: ast.expr | None) -> ast.AST:
+    kw = D.keyword(call, "num_workers")
+    target = kw if kw is not None else expr
+    assert target is not None
+    return target
 
 
 _CPU_COUNTS = frozenset(
@@ -137,6 +165,11 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 """
+# Machine facts come only from a preflight report, so cases that need a CPU count say so.
+_NODE_16 = Environment(machine=MachineInfo(cpu_count=16, source="preflight on gpu01"))
+_TORCHRUN_8 = Environment(
+    launch=LaunchInfo(nproc_per_node=8, launcher="torchrun", sources=("run.sh",))
+)
 
 TooManyWorkers.cases = (
     Valid(
@@ -181,6 +214,7 @@ def main(dataset, sampler):
     return DataLoader(dataset, batch_size=64, sampler=sampler, «num_workers=512»)
 """,
         fixed=None,
+        env=_NODE_16,
     ),
     Invalid(
         _HEAD
@@ -195,5 +229,36 @@ def main(dataset, sampler):
 """,
         fixed=None,
         note="an argparse default",
+        env=_NODE_16,
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(dataset, sampler):
+    return DataLoader(dataset, batch_size=64, sampler=sampler, num_workers=512)
+""",
+        note="no preflight report: the CPUs of the machine running the linter are not used",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import os
+
+def main(dataset, sampler):
+    return DataLoader(dataset, sampler=sampler, num_workers=os.cpu_count())
+""",
+        note="no report and one process per node (as far as anyone knows): may use every CPU",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import os
+
+def main(dataset, sampler):
+    return DataLoader(dataset, sampler=sampler, «num_workers=os.cpu_count()»)
+""",
+        fixed=None,
+        note="no report, but 8 processes per node each with every CPU: over on any node",
+        env=_TORCHRUN_8,
     ),
 )

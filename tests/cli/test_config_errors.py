@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp.config import ConfigFileError, Settings, find_pyproject
+from ddp_lsp.config import ConfigFileError, find_pyproject, settings_from_pyproject
 from ddp_lsp.lsp.config import ProjectConfigs
 from tests.cli.conftest import BUGGY, BUGGY_LINE, write
 
@@ -60,7 +60,7 @@ def test_valid_pyproject_without_the_section_is_passed_by(tmp_path: Path) -> Non
     write(tmp_path / "sub" / "pyproject.toml", '[project]\nname = "sub\n')
     assert find_pyproject(tmp_path / "sub" / "x.py") == tmp_path / "sub" / "pyproject.toml"
     with pytest.raises(ConfigFileError, match=r"pyproject.toml:2:\d+: invalid TOML"):
-        Settings.from_pyproject(tmp_path / "sub" / "pyproject.toml")
+        settings_from_pyproject(tmp_path / "sub" / "pyproject.toml")
 
 
 def test_explicit_broken_config_is_a_configuration_error(cli_run, project: Path) -> None:

@@ -15,15 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze
+from ddp_lsp.core.env import Environment, MachineInfo
 from ddp_lsp.core.registry import all_rules
+from ddp_lsp.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 BUGGY = ROOT / "examples" / "train_buggy.py"
 FIXED = ROOT / "examples" / "train_fixed.py"
 MARK = re.compile(r"BUG\((DDP\d{3})\)")
 FIX_MARK = re.compile(r"FIX\(([^)]*)\)")
+# Machine facts come only from a preflight report (DDP405 compares with its CPU count): the
+# example is checked as on a 16-CPU training node, whatever machine runs the tests.
+NODE = Environment(machine=MachineInfo(cpu_count=16, source="preflight on a 16-CPU node"))
 
 
 def _marked(path: Path, pattern: re.Pattern[str]) -> dict[str, list[int]]:
@@ -57,7 +61,7 @@ def test_buggy_example_is_found_by(rule_id: str) -> None:
     if rule_id not in IMPLEMENTED:
         pytest.skip(f"{rule_id} is not implemented yet")
     text = BUGGY.read_text(encoding="utf-8")
-    found = [f for f in analyze(text, Settings()).findings if f.rule_id == rule_id]
+    found = [f for f in analyze(text, Settings(), NODE).findings if f.rule_id == rule_id]
     lines = EXERCISED[rule_id]
     assert found, (
         f"{rule_id} finds nothing in examples/train_buggy.py, which has its bug at line(s) "
@@ -66,7 +70,7 @@ def test_buggy_example_is_found_by(rule_id: str) -> None:
 
 
 def test_fixed_example_is_clean() -> None:
-    result = analyze(FIXED.read_text(encoding="utf-8"), Settings())
+    result = analyze(FIXED.read_text(encoding="utf-8"), Settings(), NODE)
     assert [
         f"{f.span.start.line + 1}:{f.span.start.col + 1} {f.rule_id} {f.message}"
         for f in result.findings

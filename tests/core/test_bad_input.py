@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.document import Document
 from ddp_lsp.core.engine import analyze
+from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.types import Pos
 
 S = Settings()

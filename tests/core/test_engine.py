@@ -7,11 +7,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from ddp_lsp.config import ConfigError, Settings
+from ddp_lsp.config import (
+    ConfigError,
+    load_settings,
+    settings_from_mapping,
+    settings_from_pyproject,
+)
 from ddp_lsp.core.document import Document
 from ddp_lsp.core.engine import analyze, fix_text
 from ddp_lsp.core.registry import all_rules
 from ddp_lsp.core.rule import ChunkContext, Rule
+from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.suppress import add_suppression, codes_on_line
 from ddp_lsp.core.types import Finding, Pos, RuleMeta, Severity
 
@@ -127,7 +133,7 @@ def test_add_suppression_extends_existing_comment() -> None:
 def test_select_ignore_and_severity() -> None:
     assert not analyze(BUGGY, Settings(ignore=("DDP2",))).findings
     assert analyze(BUGGY, Settings(select=("DDP201",))).findings
-    s = Settings.from_mapping({"severity": {"DDP201": "hint"}})
+    s = settings_from_mapping({"severity": {"DDP201": "hint"}})
     f = next(f for f in analyze(BUGGY, s).findings if f.rule_id == "DDP201")
     assert f.severity is Severity.HINT
     # A more specific select wins over a broader ignore (ruff's habit).
@@ -152,7 +158,7 @@ def test_select_ignore_and_severity() -> None:
 )
 def test_invalid_settings_name_the_key(data: dict[str, object], needle: str) -> None:
     with pytest.raises(ConfigError) as err:
-        Settings.from_mapping(data, "pyproject.toml [tool.ddp-lsp]")
+        settings_from_mapping(data, "pyproject.toml [tool.ddp-lsp]")
     assert needle in str(err.value)
     assert "pyproject.toml" in str(err.value)
 
@@ -161,13 +167,13 @@ def test_pyproject_loading(tmp_path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.ddp-lsp]\nignore = ["DDP5"]\nrank-guard-names = ["is_leader", "my_rank"]\n')
     sub = tmp_path / "pkg"
     sub.mkdir()
-    s = Settings.load(sub / "train.py")
+    s = load_settings(sub / "train.py")
     assert s.ignore == ("DDP5",)
     assert "is_leader" in s.rank_model.predicates and "my_rank" in s.rank_model.names
-    assert s.project and not Settings.from_mapping({"project": False}).project
+    assert s.project and not settings_from_mapping({"project": False}).project
     (tmp_path / "pyproject.toml").write_text("[tool.ddp-lsp\nbroken")
     with pytest.raises(ConfigError, match="invalid TOML"):
-        Settings.from_pyproject(tmp_path / "pyproject.toml")
+        settings_from_pyproject(tmp_path / "pyproject.toml")
 
 
 def test_assume_distributed_and_plain_code() -> None:

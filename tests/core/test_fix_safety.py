@@ -15,11 +15,11 @@ import ast
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze, fix_text
 from ddp_lsp.core.fixes import apply_edits
 from ddp_lsp.core.registry import all_rules
 from ddp_lsp.core.rule import Invalid
+from ddp_lsp.core.settings import Settings
 from tests.casekit import unmark
 
 SNIPPETS = sorted({unmark(c.code).code for r in all_rules() for c in r.cases if c.env is None})

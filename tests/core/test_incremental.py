@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.gen import module
-from ddp_lsp.config import Settings
 from ddp_lsp.core.document import Document, split_lines
 from ddp_lsp.core.engine import analyze
 from ddp_lsp.core.registry import all_rules
 from ddp_lsp.core.rule import Invalid
+from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.types import Finding, Pos
 from tests.casekit import unmark
 

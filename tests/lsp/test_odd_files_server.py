@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from lsprotocol import types as T
 
-from ddp_lsp.config import Settings
+from ddp_lsp.core.settings import Settings
 from ddp_lsp.lsp import indexer as I
 from ddp_lsp.lsp import workspace as W
 from ddp_lsp.lsp.state import ServerState

@@ -117,8 +117,8 @@ def _tuple(p: dict[str, int]) -> tuple[int, int]:
 
 
 def _fresh(text: str, enc: str) -> list[tuple[str, tuple[int, int], tuple[int, int]]]:
-    from ddp_lsp.config import Settings
     from ddp_lsp.core.engine import analyze
+    from ddp_lsp.core.settings import Settings
 
     starts = [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
     lines = split_lines(text)

@@ -12,7 +12,7 @@ import pytest
 
 from ddp_lsp.cli import collect
 from ddp_lsp.cli.settings import SettingsResolver
-from ddp_lsp.config import Settings
+from ddp_lsp.config import Settings, settings_from_pyproject
 from ddp_lsp.lsp import workspace
 from ddp_lsp.lsp.state import ServerState
 from ddp_lsp.project import ProjectIndex
@@ -105,7 +105,7 @@ def test_check_workspace_and_index_list_the_same_files(tree: Path) -> None:
     state = ServerState(lambda uri, version, diags: None, lambda message, is_error: None)
     state.folders = [(tree.as_uri(), tree)]
     pulled = _rel(tree, (p for p, _ in workspace.python_files(state, tree)))
-    settings = Settings.from_pyproject(tree / "pyproject.toml")
+    settings = settings_from_pyproject(tree / "pyproject.toml")
     indexed = _rel(tree, ProjectIndex(tree, settings, cache_dir=False).files())
 
     assert check == EXPECTED and not problems
@@ -114,7 +114,7 @@ def test_check_workspace_and_index_list_the_same_files(tree: Path) -> None:
 
 
 def test_is_discovered_agrees_with_the_walk(tree: Path) -> None:
-    settings = Settings.from_pyproject(tree / "pyproject.toml")
+    settings = settings_from_pyproject(tree / "pyproject.toml")
     at = nearest_settings(tree, settings)
     walked = _rel(tree, discover(tree, at))
     every = {

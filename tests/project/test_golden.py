@@ -93,8 +93,8 @@ def test_each_file_alone_equals_its_part_of_the_project(
 def test_no_project_is_the_per_file_analysis(
     name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ddp_lsp.config import Settings
     from ddp_lsp.core.engine import analyze
+    from ddp_lsp.core.settings import Settings
 
     root = FIXTURES / name
     got = run_json(root, capsys, monkeypatch, "--no-project", ".")

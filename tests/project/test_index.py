@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp.config import Settings
+from ddp_lsp.core.settings import Settings
 from ddp_lsp.project import ProjectIndex, find_root, module_name
 from ddp_lsp.project.index import CACHE_VERSION, default_cache_dir
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze, fix_text
+from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.types import Finding
 from ddp_lsp.project import ProjectIndex, compute
 from tests.project.helpers import FIXTURES

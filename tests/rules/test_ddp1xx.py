@@ -8,8 +8,8 @@ import ast
 
 import pytest
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze, fix_text
+from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.types import Finding
 
 HEAD = """\
@@ -375,9 +375,9 @@ if rank == 0:
 
 def test_module_level_twin_typed_later_silences_the_first_half() -> None:
     """The count of barrier `if`s is a module fact: adding the twin re-runs the other chunk."""
-    from ddp_lsp.config import Settings
     from ddp_lsp.core.document import Document
     from ddp_lsp.core.engine import analyze
+    from ddp_lsp.core.settings import Settings
     from ddp_lsp.core.types import Pos
 
     head = "import torch.distributed as dist\nrank = dist.get_rank()\n"
@@ -596,8 +596,8 @@ def test_many_flag_branches_before_a_guarded_collective_still_find_it() -> None:
 
 def test_wrapper_collective_found_through_any_alias() -> None:
     """detectron2's comm.synchronize() is a barrier whatever the module is imported as."""
-    from ddp_lsp.config import Settings
     from ddp_lsp.core.engine import analyze
+    from ddp_lsp.core.settings import Settings
 
     src = (
         "import torch.distributed as dist\n"

@@ -8,9 +8,9 @@ import itertools
 
 import pytest
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze, fix_text
 from ddp_lsp.core.fixes import apply_edits
+from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.types import Finding
 
 AMP_RULES = Settings(select=("DDP202", "DDP203", "DDP204", "DDP205"))

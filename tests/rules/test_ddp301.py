@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze, fix_text
+from ddp_lsp.core.settings import Settings
 
 RULE = "DDP301"
 SETTINGS = Settings(select=(RULE,))
@@ -149,8 +149,8 @@ def test_crlf_fix() -> None:
 def test_loop_carried_augmented_assignment_does_not_recurse() -> None:
     """`iter_num += 1` later in the loop is the only binding of `iter_num`: looking it up used to
     recurse forever (a RecursionError inside the rule)."""
-    from ddp_lsp.config import Settings
     from ddp_lsp.core.engine import analyze
+    from ddp_lsp.core.settings import Settings
 
     src = (
         "import torch.distributed as dist\n"

@@ -8,9 +8,9 @@ import ast
 
 import pytest
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze, fix_text
 from ddp_lsp.core.fixes import apply_edits
+from ddp_lsp.core.settings import Settings
 
 FAMILY = ("DDP302", "DDP303", "DDP304")
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze, fix_text
 from ddp_lsp.core.env import Environment, LaunchInfo, MachineInfo
 from ddp_lsp.core.fixes import apply_edits
+from ddp_lsp.core.settings import Settings
 
 DATA = Settings(select=("DDP4",))
 HEAD = """\
@@ -84,10 +84,28 @@ def test_ddp405_unknown_cpu_count_is_quiet() -> None:
     assert found(WORKERS_8, "DDP405", env(None, procs=8)) == []
 
 
-def test_ddp405_says_os_cpu_count_without_preflight() -> None:
+def test_ddp405_never_uses_the_cpus_of_the_machine_running_the_linter() -> None:
     code = HEAD + "loader = DataLoader(ds, sampler=s, num_workers=100000)\n"
-    (f,) = found(code, "DDP405")
-    assert "os.cpu_count() on this machine" in f.message
+    assert found(code, "DDP405") == []  # no preflight report: no CPU count to compare with
+    assert found(code, "DDP405", Environment(launch=LaunchInfo(nproc_per_node=8))) == []
+    (f,) = found(code, "DDP405", env(16))
+    assert "for 16 CPUs (preflight on gpu01)" in f.message
+
+
+def test_ddp405_without_a_report_reports_every_cpu_in_each_of_several_processes() -> None:
+    code = (
+        "import os\n"
+        + HEAD
+        + "def main(dataset, sampler):\n"
+        + "    return DataLoader(dataset, sampler=sampler, num_workers=os.cpu_count())\n"
+    )
+    torchrun_8 = Environment(
+        launch=LaunchInfo(nproc_per_node=8, launcher="torchrun", sources=("run.sh",))
+    )
+    (f,) = found(code, "DDP405", torchrun_8)
+    assert "num_workers=os.cpu_count() (every CPU) × 8 processes per node (run.sh)" in f.message
+    assert "use at most max(1, os.cpu_count() // 8 - 1)" in f.message
+    assert found(code, "DDP405") == []  # one process (as far as anyone knows) may use them all
 
 
 def test_ddp405_resolves_a_local_name_and_says_where_the_number_came_from() -> None:

@@ -9,10 +9,10 @@ import ast
 
 import pytest
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze, fix_text
 from ddp_lsp.core.env import Environment, LaunchInfo
 from ddp_lsp.core.fixes import apply_edits
+from ddp_lsp.core.settings import Settings
 
 FAMILY = ("DDP503", "DDP504", "DDP505", "DDP506")
 SETTINGS = Settings(select=FAMILY)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import ast
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze, fix_text
 from ddp_lsp.core.fixes import apply_edits
+from ddp_lsp.core.settings import Settings
 
 SETTINGS = Settings(select=("DDP501", "DDP502"))
 

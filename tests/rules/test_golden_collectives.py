@@ -6,8 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.engine import analyze, fix_text
+from ddp_lsp.core.settings import Settings
 from tests.casekit import check_golden
 
 FIXTURE = Path(__file__).parent / "golden" / "collectives_train.py"

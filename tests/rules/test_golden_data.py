@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddp_lsp.config import Settings
 from ddp_lsp.core.env import Environment, LaunchInfo, MachineInfo
+from ddp_lsp.core.settings import Settings
 from tests.casekit import check_golden
 
 GOLDEN = Path(__file__).parent / "golden" / "data_train.py"
