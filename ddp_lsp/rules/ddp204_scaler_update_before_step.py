@@ -343,4 +343,20 @@ def train(model, loader, optimizer, scaler, accum):
 """,
         note="the update moves into the accumulation branch, after the step",
     ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler, max_norm):
+    for x, y in loader:
+        scaler.scale(model(x).sum()).backward()
+        «scaler.update()»
+        if max_norm:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+        else:
+            scaler.step(optimizer)
+""",
+        note="no fix: the steps sit in other blocks than the update",
+    ),
 )

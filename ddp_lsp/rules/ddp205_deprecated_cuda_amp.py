@@ -445,4 +445,13 @@ def train(model, x):
 """,
         note="the module imported under another name, torch imported as th",
     ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, x, amp_args):
+    with «torch.cuda.amp.autocast»(*amp_args):
+        return model(x)
+""",
+        note="no fix: positions from *args cannot be mapped to keywords",
+    ),
 )

@@ -98,7 +98,7 @@ class SeedNotOffsetByRank(Rule):
         name="seed-not-offset-by-rank",
         severity=Severity.INFORMATION,
         summary="The same random seed on every rank: identical dropout and augmentation.",
-        fix=FixAvailability.SOMETIMES,
+        fix=FixAvailability.ALWAYS,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:

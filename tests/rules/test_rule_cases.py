@@ -49,3 +49,28 @@ def test_silent_in_non_distributed_code(rule) -> None:
             except SyntaxError:
                 continue
             assert findings(rule, plain, distributed=False) == []
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.meta.id)
+def test_fix_availability_matches_the_cases(rule) -> None:
+    """``RuleMeta.fix`` (what `ddp-lsp rules` and the docs promise) agrees with the cases:
+    NONE offers no fix on any case, ALWAYS on every one, SOMETIMES on some but not all."""
+    from ddp_lsp.core.types import FixAvailability
+    from tests.casekit import unmark
+
+    offered = []
+    for case in rule.cases:
+        if isinstance(case, Invalid):
+            m = unmark(case.code)
+            found = findings(rule, m.code, case.distributed, case.env)
+            offered.append(any(f.fixes for f in found))
+    assert offered, f"{rule.meta.id} has no INVALID case"
+    if rule.meta.fix is FixAvailability.NONE:
+        assert not any(offered), f"{rule.meta.id} says fix=none but a case offers a fix"
+    elif rule.meta.fix is FixAvailability.ALWAYS:
+        assert all(offered), f"{rule.meta.id} says fix=always but a case offers none"
+    else:
+        assert any(offered) and not all(offered), (
+            f"{rule.meta.id} says fix=sometimes, but {sum(offered)} of {len(offered)} cases "
+            "offer a fix: add the case that shows the other side, or correct RuleMeta.fix"
+        )
