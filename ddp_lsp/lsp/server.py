@@ -484,7 +484,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
             return T.RelatedFullDocumentDiagnosticReport(items=[])
         unit, _ = found
         state.ensure_current(unit)
-        rid = unit.result_ids.get(uri)
+        rid = state.result_ids.current(uri)
         if rid is not None and params.previous_result_id == rid:
             return T.RelatedUnchangedDocumentDiagnosticReport(result_id=rid)
         items = [as_lsp(d) for d in unit.diagnostics.get(uri, [])]

@@ -181,8 +181,6 @@ class Unit:
     analysed_version: object = None  # the (version) the findings belong to
     dirty: bool = True
     diagnostics: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by view URI
-    signatures: dict[str, list[Any]] = field(default_factory=dict)  # what resultId tracks
-    result_ids: dict[str, str] = field(default_factory=dict)
     # Diagnostics built for the current findings, by id(finding): (finding, index, view, dict,
     # the text of the lines it covers).
     rendered: dict[int, _Rendered] = field(default_factory=dict)
@@ -310,6 +308,35 @@ def _moved_range(rng: dict[str, Any], delta: int) -> dict[str, Any]:
     }
 
 
+class ResultIds:
+    """The resultIds of pulled diagnostics, one scheme for document and workspace pulls: a
+    document's id changes exactly when what the user sees of it changes (range, code, message,
+    severity; not the version in ``data``), and ids come from one server-wide counter, so a
+    document reopened (or a closed file re-read after an open) is never answered "unchanged"
+    against an id an earlier incarnation handed out."""
+
+    def __init__(self) -> None:
+        self._seq = 0
+        self._held: dict[str, tuple[list[Any], str]] = {}
+
+    def get(self, uri: str, diagnostics: list[dict[str, Any]]) -> str:
+        sig = [(d["range"], d["code"], d["message"], d["severity"]) for d in diagnostics]
+        held = self._held.get(uri)
+        if held is not None and held[0] == sig:
+            return held[1]
+        self._seq += 1
+        rid = str(self._seq)
+        self._held[uri] = (sig, rid)
+        return rid
+
+    def current(self, uri: str) -> str | None:
+        held = self._held.get(uri)
+        return None if held is None else held[1]
+
+    def forget(self, uri: str) -> None:
+        self._held.pop(uri, None)
+
+
 class ServerState:
     def __init__(self, publish: Publish, show_error: ShowError) -> None:
         self.publish = publish
@@ -325,9 +352,8 @@ class ServerState:
         # not pushed, or the client would show every finding twice; every other URI (notebook
         # cells in VS Code, documents of a client that never pulls) keeps being pushed.
         self.pulled: set[str] = set()
-        # resultIds come from one server-wide counter, so a reopened document can never be
-        # answered "unchanged" against a resultId its previous incarnation handed out.
-        self._result_seq = 0
+        # The one resultId scheme of document and workspace pulls (see ResultIds).
+        self.result_ids = ResultIds()
         self.supports_document_changes = False
         self.supports_pull_refresh = False
         # Preflight reports by workspace folder path (filled by the preflight integration;
@@ -572,6 +598,7 @@ class ServerState:
             self.workspace_changed()
             for view_uri, _, _ in unit.views():
                 self.pulled.discard(view_uri)
+                self.result_ids.forget(view_uri)
                 self.publish(view_uri, None, [])
 
     def start_pulling(self, uri: str) -> None:
@@ -627,7 +654,7 @@ class ServerState:
             self.publish(gone, None, [])
             self.pulled.discard(gone)
             unit.diagnostics.pop(gone, None)
-            unit.signatures.pop(gone, None)
+            self.result_ids.forget(gone)
         unit.dirty = True
         self.schedule()
 
@@ -762,11 +789,7 @@ class ServerState:
         for uri, diags in by_view.items():
             # The resultId changes when what the user sees changes, not when only the version
             # in ``data`` does: an edit elsewhere gets an "unchanged" pull report.
-            sig = [(d["range"], d["code"], d["message"], d["severity"]) for d in diags]
-            if unit.signatures.get(uri) != sig or uri not in unit.result_ids:
-                unit.signatures[uri] = sig
-                self._result_seq += 1
-                unit.result_ids[uri] = f"{self._result_seq}"
+            self.result_ids.get(uri, diags)
             unit.diagnostics[uri] = diags
             if publish and uri not in self.pulled:
                 self.publish(uri, versions.get(uri, unit.version), diags)

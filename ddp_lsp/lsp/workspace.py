@@ -22,8 +22,6 @@ as the window is open, so a repeated pull must be nearly free:
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -62,7 +60,6 @@ class _Key:
 class _Cached:
     key: _Key
     diagnostics: list[dict[str, Any]]
-    result_id: str
 
 
 class WorkspaceCache:
@@ -88,11 +85,6 @@ def python_files(state: ServerState, root: Path) -> Iterator[tuple[Path, Setting
             yield path, settings
 
 
-def _result_id(diags: list[dict[str, Any]]) -> str:
-    sig = [(d["range"], d["code"], d["message"], d["severity"]) for d in diags]
-    return hashlib.sha1(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def _file_report(
     state: ServerState, cache: WorkspaceCache, path: Path, settings: Settings
 ) -> tuple[list[dict[str, Any]], str]:
@@ -100,7 +92,7 @@ def _file_report(
         st = path.stat()
     except OSError:
         cache.files.pop(path, None)
-        return [], _result_id([])
+        return [], state.result_ids.get(path.as_uri(), [])
     key = _Key(
         st.st_mtime_ns,
         st.st_size,
@@ -111,7 +103,7 @@ def _file_report(
     )
     cached = cache.files.get(path)
     if cached is not None and cached.key == key:
-        return cached.diagnostics, cached.result_id
+        return cached.diagnostics, state.result_ids.get(path.as_uri(), cached.diagnostics)
     diags: list[dict[str, Any]] = []
     if st.st_size <= MAX_FILE_BYTES:
         try:  # a FIFO, a device or a loop named *.py is never read (it would hang the server)
@@ -125,9 +117,8 @@ def _file_report(
             lines = split_lines(text)
             codec: Codec = state.codec
             diags = [to_diagnostic(f, i, None, lines, codec) for i, f in enumerate(result.findings)]
-    rid = _result_id(diags)
-    cache.files[path] = _Cached(key, diags, rid)
-    return diags, rid
+    cache.files[path] = _Cached(key, diags)
+    return diags, state.result_ids.get(path.as_uri(), diags)
 
 
 async def _report(
@@ -157,7 +148,7 @@ async def _report(
             state.ensure_current(unit)
             diags = unit.diagnostics.get(uri, [])
             version = unit.version
-            rid = _result_id(diags)
+            rid = state.result_ids.get(uri, diags)
         else:
             diags, rid = _file_report(state, cache, path, settings)
             version = None

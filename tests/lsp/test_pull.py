@@ -265,3 +265,20 @@ async def test_bad_pyproject_shows_message(client: LanguageClient, content: str,
     # The defaults apply: DDP201 is still an error.
     pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
     assert [d.severity for d in ddp(pub.diagnostics)] == [T.DiagnosticSeverity.Error]
+
+
+async def test_document_and_workspace_pulls_share_one_result_id(client: LanguageClient):
+    # One resultId scheme: the id a document pull hands out for an open file is the id the
+    # workspace pull reports for it (a client may mix the two), until what it shows changes.
+    root = client.root  # type: ignore[attr-defined]
+    uri = (root / "pkg" / "train.py").as_uri()
+    Doc(client, uri, TRAIN, client.encoding)  # type: ignore[attr-defined]
+    single = await _pull(client, uri)
+    report = await asyncio.wait_for(
+        client.workspace_diagnostic_async(T.WorkspaceDiagnosticParams(previous_result_ids=[])),
+        TIMEOUT,
+    )
+    by_uri = {item.uri: item for item in report.items}
+    assert single.result_id and by_uri[uri].result_id == single.result_id  # type: ignore[attr-defined]
+    again = await _pull(client, uri, single.result_id)  # type: ignore[attr-defined]
+    assert isinstance(again, T.RelatedUnchangedDocumentDiagnosticReport)
