@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import ddp_lsp
+from ddp_lsp import proctree
 from ddp_lsp.preflight.schema import PreflightOptions, PreflightReport, ProbeResult, Status
 
 ProbeCallback = Callable[[ProbeResult], None]
@@ -107,8 +108,7 @@ def _error_report(
 
 def kill_group(pgid: int) -> None:
     """SIGKILL a preflight child's whole process group (the runner, its ranks, their forks)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+    proctree.kill_group(pgid)
 
 
 def _clean_shm(pgid: int) -> None:

@@ -21,12 +21,13 @@ import json
 import os
 import platform
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
+
+from ddp_lsp import proctree
 
 SCHEMA = "ddp-lsp-env/1"
 
@@ -272,16 +273,14 @@ def collect(
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        proctree.kill_group(proc.pid)
         stdout, stderr = proc.communicate()
         notes.append(
             f"timed out after {timeout_s:g} s (CUDA initialisation hung?); sections "
             "that finished are shown"
         )
     finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        proctree.kill_group(proc.pid)
         with contextlib.suppress(OSError):
             os.rmdir(cwd)
     report: dict[str, Any] = {"schema": SCHEMA, "interpreter": python}

@@ -14,7 +14,6 @@ a CUDA context does not survive fork.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import platform
@@ -28,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import IO, Any
 
+from ddp_lsp import proctree
 from ddp_lsp.preflight.probes import ALL_PROBES, PROBES_BY_ID, Probe, ProbeContext
 from ddp_lsp.preflight.probes.base import Outcome, SystemHooks
 from ddp_lsp.preflight.probes.dist import INJECT_ENV, set_pdeathsig
@@ -42,102 +42,7 @@ def shm_prefix() -> str:
 
 
 # --------------------------------------------------------------------------- process trees
-
-
-def descendants(pid: int) -> list[int]:
-    """All live descendants of ``pid`` (children first-found order), read from /proc."""
-    parent_of: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        # The command name may contain spaces and parentheses: fields start after the last ')'.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1:
-            parent_of[int(entry)] = int(fields[1])
-    children: dict[int, list[int]] = {}
-    for child, parent in parent_of.items():
-        children.setdefault(parent, []).append(child)
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def kill_tree(pid: int) -> list[int]:
-    """SIGSTOP the tree so nothing forks while we look, then SIGKILL all of it."""
-    killed: list[int] = []
-    seen: set[int] = set()
-    for _ in range(3):
-        batch = [p for p in [pid, *descendants(pid)] if p not in seen]
-        if not batch:
-            break
-        for p in batch:
-            try:
-                os.kill(p, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
-        seen.update(batch)
-    for p in seen:
-        try:
-            os.kill(p, signal.SIGKILL)
-            killed.append(p)
-        except ProcessLookupError:
-            pass
-    return killed
-
-
-def reap_orphans() -> None:
-    """Collect zombies re-parented to us (we are a subreaper)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def reap(pids: Sequence[int], within_s: float) -> list[int]:
-    """Wait (bounded) for killed processes; they are our children or, as orphans of a killed
-    worker, re-parented to us. A process stuck in the kernel (D state, e.g. inside a GPU driver
-    call) cannot die on SIGKILL until the call returns: report it rather than block the run."""
-    left = set(pids)
-    deadline = time.monotonic() + within_s
-    while left:
-        for p in list(left):
-            try:
-                done, _ = os.waitpid(p, os.WNOHANG)
-            except ChildProcessError:  # not our child (already reaped, or reaped elsewhere)
-                done = p if not _alive(p) else 0
-            if done:
-                left.discard(p)
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    reap_orphans()
-    return sorted(left)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def become_subreaper() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
+# ddp_lsp.proctree: the process-tree toolkit shared with smallrun and feasibility.
 
 
 def shm_snapshot() -> set[str]:
@@ -253,8 +158,8 @@ def run_isolated(probe: Probe, ctx: ProbeContext, timeout_s: float) -> ProbeResu
                 chunks.append(data)
     duration = time.perf_counter() - t0
     if timed_out:
-        killed = kill_tree(pid)
-        stuck = reap(killed, 3.0)
+        killed = proctree.freeze_and_kill(pid)
+        stuck = proctree.reap(killed, 3.0)
         removed = clean_shm(before, killed, ctx.shm_prefix)
         return ProbeResult(
             probe.id,
@@ -273,7 +178,7 @@ def run_isolated(probe: Probe, ctx: ProbeContext, timeout_s: float) -> ProbeResu
             duration,
         )
     _, wait_status = os.waitpid(pid, 0)
-    reap_orphans()
+    proctree.reap_children()
     try:
         return ProbeResult.from_json(json.loads(b"".join(chunks).decode("utf-8")))
     except (ValueError, KeyError):
@@ -411,7 +316,7 @@ class SideRunner:
         with os.fdopen(self.read_fd, "rb") as pipe:
             data = pipe.read()
         os.waitpid(self.pid, 0)
-        reap_orphans()
+        proctree.reap_children()
         try:
             return {r["id"]: ProbeResult.from_json(r) for r in json.loads(data.decode("utf-8"))}
         except (ValueError, KeyError, TypeError):
@@ -435,7 +340,7 @@ def start_side_runner(
         try:
             os.close(read_fd)
             set_pdeathsig()
-            become_subreaper()
+            proctree.set_child_subreaper()
             for index, probe in enumerate(probes):
                 run_one(probe, index)
             payload = json.dumps([results[p.id].to_json() for p in probes])
@@ -641,7 +546,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             sys.stderr.write(f"preflight: {exc}\n")
         return 2
-    become_subreaper()
+    proctree.set_child_subreaper()
     signal.signal(signal.SIGTERM, _on_term)
     if options.torchrun:
         from ddp_lsp.preflight.multinode import run_torchrun
@@ -682,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _on_term(signum: int, frame: Any) -> None:
     """Cancelled: take every worker and rank down with us (the client also kills the group)."""
-    for pid in descendants(os.getpid()):
+    for pid in proctree.descendants(os.getpid()):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

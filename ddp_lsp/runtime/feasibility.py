@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddp_lsp import proctree
 from ddp_lsp.preflight.commmodel import (
     AlphaBeta,
     Bucket,
@@ -44,7 +45,6 @@ from ddp_lsp.preflight.commmodel import (
     straggler_wait,
     verdict_label,
 )
-from ddp_lsp.runtime import _proc
 from ddp_lsp.runtime.feasibility_hook import (
     ENV_DIR,
     ENV_SHARED_STEPS,
@@ -215,7 +215,7 @@ def _run(
     env.update(env_extra)
     log_path = rundir / "output.log"
     started = time.monotonic()
-    _proc.set_child_subreaper()
+    proctree.set_child_subreaper()
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(
@@ -234,17 +234,17 @@ def _run(
             if time.monotonic() - started > timeout_s:
                 timed_out = True
                 break
-            for info in _proc.descendants(proc.pid).values():
+            for info in proctree.descendants(proc.pid).values():
                 seen.setdefault(info.pid, info.start)
             time.sleep(0.1)
         # Ranks leave with os._exit after writing their results; DataLoader workers and a
         # slow agent may linger: nothing of this run outlives it.
-        _proc.kill_tree(proc.pid, seen, 3.0, marker=(ENV_DIR, str(rundir)))
+        proctree.kill_tree(proc.pid, seen, 3.0, marker=(ENV_DIR, str(rundir)))
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        _proc.reap_children()
+        proctree.reap_children()
     ranks: dict[int, dict[str, Any]] = {}
     for path in rundir.glob("rank-*.json"):
         try:

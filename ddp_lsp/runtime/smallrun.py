@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddp_lsp import proctree
 from ddp_lsp.cliutil import positive_seconds, unwritable_reason
-from ddp_lsp.runtime import _proc
 from ddp_lsp.runtime import flight as flight_recorder
 from ddp_lsp.runtime._autoattach import (
     ENV_CENSUS_BUDGET,
@@ -436,7 +436,7 @@ def _rank_pids(workdir: Path, root_pid: int) -> set[int]:
 
 def _live_ranks(workdir: Path, seen: dict[int, int], root_pid: int) -> list[int]:
     known = [(pid, seen[pid]) for pid in _rank_pids(workdir, root_pid) if pid in seen]
-    return [info.pid for info in _proc.alive(known)]
+    return [info.pid for info in proctree.alive(known)]
 
 
 def _dead_rank(workdir: Path, seen: dict[int, int], root_pid: int) -> tuple[int, str] | None:
@@ -461,7 +461,7 @@ def _dead_rank(workdir: Path, seen: dict[int, int], root_pid: int) -> tuple[int,
         start = seen.get(pid)
         if pid in exits or start is None:
             continue
-        if not _proc.alive([(pid, start)]):
+        if not proctree.alive([(pid, start)]):
             return pid, "ended without an exception or an exit (a signal?)"
     return None
 
@@ -481,7 +481,7 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
     workdir = cfg.workdir or Path(tempfile.mkdtemp(prefix="ddp-lsp-smallrun-"))
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    _proc.set_child_subreaper()
+    proctree.set_child_subreaper()
     try:
         proc = subprocess.Popen(
             list(cfg.command), env=_child_env(cfg, workdir), start_new_session=True
@@ -498,7 +498,7 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
             ranks=(),
         )
     seen: dict[int, int] = {}
-    root_info = _proc._read_stat(proc.pid)
+    root_info = proctree._read_stat(proc.pid)
     if root_info is not None:
         seen[proc.pid] = root_info.start
     hung = False
@@ -537,10 +537,10 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
             if now >= next_scan:
                 # Remember every descendant while the tree is intact: a rank orphaned by a
                 # dying agent must still be found at kill time.
-                for info in _proc.descendants(proc.pid).values():
+                for info in proctree.descendants(proc.pid).values():
                     seen.setdefault(info.pid, info.start)
                 for pid in _records(workdir, "proc"):
-                    if pid not in seen and (stat := _proc._read_stat(pid)) is not None:
+                    if pid not in seen and (stat := proctree._read_stat(pid)) is not None:
                         seen[pid] = stat.start
                 next_scan = now + 0.25
                 if dead_at is None:
@@ -562,45 +562,45 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
             signal.signal(signal.SIGTERM, previous)
         except (ValueError, TypeError):
             pass
-    for info in _proc.marked(ENV_DIR, str(workdir)):
+    for info in proctree.marked(ENV_DIR, str(workdir)):
         seen.setdefault(info.pid, info.start)
     procs = _records(workdir, "proc")
     for pid in procs:
         # Every Python process of this run registered itself in this run's own directory:
         # keep it even if it left the tree (a rank in a session of its own, reparented).
-        registered = _proc._read_stat(pid)
+        registered = proctree._read_stat(pid)
         if registered is not None and pid not in seen:
             seen[pid] = registered.start
-    killed: list[_proc.ProcInfo] = []
+    killed: list[proctree.ProcInfo] = []
     stacks_requested: list[int] = []
     kill_time: float | None = None
     if hung or interrupted or dead_kill:
         kill_time = time.time()
-        live = {i.pid for i in _proc.alive(seen.items())}
+        live = {i.pid for i in proctree.alive(seen.items())}
         stacks_requested = [pid for pid in procs if pid in live]
         if flight_recorder_enabled(cfg.flight_recorder):
             ranks_live = [p for p in _rank_pids(workdir, proc.pid) if p in live]
             _request_flight_recorder(workdir, ranks_live)
         _request_stacks(workdir, stacks_requested)
-        killed = _proc.kill_tree(proc.pid, seen, cfg.kill_grace_s, marker=(ENV_DIR, str(workdir)))
+        killed = proctree.kill_tree(proc.pid, seen, cfg.kill_grace_s, marker=(ENV_DIR, str(workdir)))
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
     else:
-        leftovers = _proc.alive(seen.items())
+        leftovers = proctree.alive(seen.items())
         # Helpers that end when their parent does (multiprocessing's resource tracker sees
         # its pipe close) get a moment to do so before they count as left behind.
         settle = time.monotonic() + 1.0
         while leftovers and time.monotonic() < settle:
             time.sleep(0.05)
-            _proc.reap_children()
-            leftovers = _proc.alive(seen.items())
+            proctree.reap_children()
+            leftovers = proctree.alive(seen.items())
         if leftovers:
-            killed = _proc.kill_tree(
+            killed = proctree.kill_tree(
                 proc.pid, seen, cfg.kill_grace_s, marker=(ENV_DIR, str(workdir))
             )
-    _proc.reap_children()
+    proctree.reap_children()
     duration = time.monotonic() - started
     result = _judge(
         cfg,
@@ -703,7 +703,7 @@ def _judge(
     *,
     hung: bool,
     interrupted: bool,
-    killed: list[_proc.ProcInfo],
+    killed: list[proctree.ProcInfo],
     root_pid: int,
     stacks_requested: list[int],
     kill_time: float | None = None,

@@ -1,9 +1,13 @@
-"""Process-tree bookkeeping for the smallrun supervisor: find every descendant, kill them all.
+"""Process trees: find every descendant of a process, kill them all, reap what we adopted.
+
+One toolkit for everything ddp-lsp starts that may start more: the preflight runner (probe
+workers, fork-based ranks), smallrun and feasibility (the user's launcher and its ranks).
+stdlib only: the preflight child imports it in the user's training interpreter.
 
 Killing the command's process group is not enough for a distributed run: torchrun starts
 each rank with ``start_new_session=True`` (torch/distributed/elastic/.../subprocess_handler.py),
 so ranks are in sessions and process groups of their own, and if the agent dies first they
-are reparented to init. The supervisor therefore
+are reparented to init. A supervisor therefore
 
 - makes itself a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``), so orphaned ranks are
   reparented to it instead of init and stay findable as its descendants;
@@ -225,3 +229,62 @@ def kill_tree(
         time.sleep(0.05)
     reap_children()
     return sorted(killed.values(), key=lambda i: i.pid)
+
+
+def is_zombie_or_gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs (exited, or a zombie waiting to be reaped)."""
+    info = _read_stat(pid)
+    return info is None or info.state in ("Z", "X")
+
+
+def freeze_and_kill(pid: int) -> list[int]:
+    """SIGSTOP ``pid`` and its descendants so nothing forks while we look, then SIGKILL all of
+    them; returns the pids signalled. For trees that get no chance to clean up (a hung probe)."""
+    seen: set[int] = set()
+    for _ in range(3):
+        batch = [p for p in [pid, *descendants(pid)] if p not in seen]
+        if not batch:
+            break
+        for p in batch:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except (ProcessLookupError, PermissionError):
+                pass
+        seen.update(batch)
+    killed: list[int] = []
+    for p in seen:
+        try:
+            os.kill(p, signal.SIGKILL)
+            killed.append(p)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return killed
+
+
+def reap(pids: Iterable[int], within_s: float) -> list[int]:
+    """Wait (bounded) for killed processes; they are our children or, as orphans of a killed
+    worker, re-parented to us. A process stuck in the kernel (D state, e.g. inside a GPU driver
+    call) cannot die on SIGKILL until the call returns: return it rather than block."""
+    left = set(pids)
+    deadline = time.monotonic() + within_s
+    while left:
+        for p in list(left):
+            try:
+                done, _ = os.waitpid(p, os.WNOHANG)
+            except ChildProcessError:  # not our child (already reaped, or reaped elsewhere)
+                done = p if is_zombie_or_gone(p) else 0
+            if done:
+                left.discard(p)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    reap_children()
+    return sorted(left)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a whole process group (a child started with ``start_new_session=True``)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
