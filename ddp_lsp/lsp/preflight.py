@@ -27,6 +27,7 @@ from ddp_lsp.lsp.state import ServerState, Unit, uri_to_path
 
 if TYPE_CHECKING:
     from ddp_lsp.lsp.server import DdpLanguageServer
+    from ddp_lsp.preflight.client import ChildHandle
 
 log = logging.getLogger("ddp_lsp.lsp")
 
@@ -50,7 +51,7 @@ class PreflightService:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self.running: dict[str, asyncio.Event] = {}
-        self.children: dict[str, int] = {}  # folder -> process group of its running child
+        self.children: dict[str, ChildHandle] = {}  # folder -> its running child
         self._tokens = itertools.count(1)
         # Analyses use the folder's report too (DDP405 counts its CPUs), cached ones included.
         state.preflight_lookup = self.report_for
@@ -104,12 +105,10 @@ class PreflightService:
 
         The kill is synchronous (the ``exit`` notification leaves no time for the runs to wind
         down); each run then ends as cancelled when its task next runs, or is cancelled."""
-        from ddp_lsp.preflight.client import kill_group
-
         for cancel in self.running.values():
             cancel.set()
-        for pgid in self.children.values():
-            kill_group(pgid)
+        for child in self.children.values():
+            child.stop()
 
     async def run(self, ls: DdpLanguageServer, uri: str | None, overrides: Any) -> dict[str, Any]:
         from ddp_lsp.preflight.client import PreflightCache, PreflightError, run_preflight
@@ -144,8 +143,8 @@ class PreflightService:
                     token, T.WorkDoneProgressReport(message=f"{result.id}: {result.status.value}")
                 )
 
-        def on_spawn(pgid: int) -> None:
-            self.children[key] = pgid
+        def on_spawn(child: ChildHandle) -> None:
+            self.children[key] = child
 
         try:
             report = await run_preflight(

@@ -36,7 +36,28 @@ from ddp_lsp.preflight.schema import PreflightOptions, PreflightReport, ProbeRes
 
 ProbeCallback = Callable[[ProbeResult], None]
 StartCallback = Callable[[str, int, int], None]
-SpawnCallback = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class ChildHandle:
+    """A running preflight child, for a caller that must stop it at once (the server's
+    ``exit``), without waiting for :func:`run_preflight` to wind down."""
+
+    pgid: int  # the child leads its own session: its pid is the process group id
+    process: Any  # the asyncio Process
+
+    def stop(self) -> None:
+        """Kill the group and close the child's transport now, while the event loop still
+        runs: a transport left to the garbage collector after the loop has closed prints
+        "Exception ignored ... Event loop is closed" on the way out."""
+        kill_group(self.pgid)
+        transport = getattr(self.process, "_transport", None)  # asyncio has no public close
+        if transport is not None:
+            with contextlib.suppress(Exception):
+                transport.close()
+
+
+SpawnCallback = Callable[[ChildHandle], None]
 
 #: Generous ceiling for a whole run; each probe also has its own timeout inside the child.
 DEFAULT_TIMEOUT_S = 900.0
@@ -134,8 +155,9 @@ async def run_preflight(
     """Run the preflight in ``python`` and return its report.
 
     ``on_start(probe_id, index, total)`` fires as each probe starts, ``on_probe(result)`` as it
-    finishes; ``on_spawn(pgid)`` once the child runs, so that a caller that must stop at once
-    (the server's ``exit``) can :func:`kill_group` it without waiting for this coroutine. Setting ``cancel`` (or exceeding ``timeout_s``) kills the child's process group;
+    finishes; ``on_spawn(handle)`` once the child runs, so that a caller that must stop at once
+    (the server's ``exit``) can stop it (:meth:`ChildHandle.stop`) without waiting for this
+    coroutine. Setting ``cancel`` (or exceeding ``timeout_s``) kills the child's process group;
     the report then carries the finished probes and ``error``. Raises :class:`PreflightError`
     when the interpreter cannot be started.
     """
@@ -158,7 +180,7 @@ async def run_preflight(
         raise PreflightError(f"cannot start {python}: {exc.strerror or exc}") from exc
     pgid = proc.pid  # session leader: its pid is the process group id
     if on_spawn is not None:
-        on_spawn(pgid)
+        on_spawn(ChildHandle(pgid, proc))
     report: PreflightReport | None = None
     error: str | None = None
     stderr_tail: list[bytes] = []

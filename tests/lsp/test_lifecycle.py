@@ -182,7 +182,8 @@ def test_shutdown_during_preflight(workspace: Path) -> None:
     pending, shutdown = _replies_in_order(s, [rid, sid])
     assert pending["error"]["code"] == REQUEST_CANCELLED, pending
     assert shutdown == {"jsonrpc": "2.0", "id": sid, "result": None}
-    assert _live_in_group(pgid) == []  # killed before the shutdown reply, grandchild included
+    # SIGKILLed before the shutdown reply, grandchild included (dying takes the kernel a moment).
+    _wait_until(lambda: _live_in_group(pgid) == [], "the preflight group to die")
     assert _exit(s) == 0
     _quiet(s)
 
@@ -207,7 +208,7 @@ def test_cancel_during_preflight(workspace: Path) -> None:
     rid2, pgid2 = _start_preflight(s, workspace)
     assert pgid2 != pgid
     assert s.request("shutdown")["result"] is None
-    assert _live_in_group(pgid2) == []
+    _wait_until(lambda: _live_in_group(pgid2) == [], "the second preflight group to die")
     assert _exit(s) == 0
     _quiet(s)
 
