@@ -60,6 +60,22 @@ is not reported, and rank-0 predicates defined in other files
 (`def is_leader(): return get_rank() == 0`) count as guards. Without the project view, a helper
 imported from another file is not reported.
 
+Saves that every rank makes on purpose are not reported either: a path built with a function
+of the rank (`f"model.{rankstr()}.pth"`, also through a file-system wrapper's
+`with path_manager.open(path, "wb") as f`), a function that selects FSDP's
+`LOCAL_STATE_DICT` / `SHARDED_STATE_DICT` (each rank writes its shard), and `save_pretrained`
+in a module that shards its model with tensor parallelism or FSDP2 (`fully_shard`,
+`parallelize_module`, `init_device_mesh`, accelerate's `ParallelismConfig`: the save gathers
+DTensors, and guarding it would hang the other ranks). Nor are saves that one process makes:
+functions registered with `accelerator.register_save_state_pre_hook` (called on the main
+process), and the single-process side of a uniform branch (the `else:` of
+`if cfg.enable_fsdp:` / `if dist.is_initialized():`, the body of `if not args.distributed:`).
+Caches: a write inside `with torch_distributed_zero_first(rank):` or
+`accelerator.main_process_first()`, and writes of a dataset class (one with `__getitem__`),
+per-sample files, or a cache built by its `__init__` or a `*cache*` method where the module
+uses a zero-first block. `torch.save(*args, **kwargs)` is a save: in a forwarding helper named
+like one (`save_everywhere(*args, **kwargs)`) its unguarded callers are reported.
+
 Still reported: a save inside a method whose only caller guards it with a name not known as a
 rank (the PyTorch DDP tutorial's `if self.gpu_id == 0:` is known; `gpu_id` is a default rank
 name); add such a name to `rank-guard-names` to teach it.

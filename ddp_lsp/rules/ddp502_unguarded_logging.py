@@ -50,10 +50,19 @@ rank-aware loggers, `logger.warning`/`error` (per-rank problems should be seen),
 files that call `setup_for_distributed` / `init_distributed_mode` (DeiT, DETR, torchvision
 references: they silence `print` on other ranks), and `logger.info` where the logger is
 rank-aware (accelerate's `get_logger`, detectron2's `setup_logger`, mmcv's
-`get_root_logger`, Swin's `create_logger`) or its level is set from the rank. Only loggers of
-the standard `logging` module imported by the file are checked. Still reported: `print` or
-`logger.info` in a file whose output another file silences on the other ranks; silence the
-rule for that file, or guard the call.
+`get_root_logger`, Swin's `create_logger`) or its level is set from the rank. Output that is
+already silenced on the other ranks: `print` in a file whose functions replace
+`builtins.print` / `__builtin__.print` (whatever the helper is called), or call a set-up helper
+that does, in any file of the project (`setup_for_distributed(is_master)`); `logging` in a file
+that sets a level or filter per rank (`basicConfig(level=INFO if rank in (-1, 0) else WARN)`,
+`logger.setLevel(...)` under a rank condition), itself or through such a helper; and
+`print(..., force=True)`. Messages that are not per-step metrics: the last statement before
+leaving (`raise`, `sys.exit(...)`, `break`, `return` right after it in its block: an error about
+a non-finite loss, "stopping early"). The single-process side of a uniform branch (the `else:`
+of `if cfg.enable_fsdp:`). Only loggers of the standard `logging` module imported by the file
+are checked. Still reported: `print` or `logger.info` in a file whose output is silenced by a
+module it neither is nor calls (the entry script installs the print, this `engine.py` only
+logs); silence the rule for that file, or guard the call.
 
 ## References
 - https://pytorch.org/docs/stable/distributed.html#torch.distributed.get_rank
