@@ -57,8 +57,8 @@ that does, in any file of the project (`setup_for_distributed(is_master)`); `log
 that sets a level or filter per rank (`basicConfig(level=INFO if rank in (-1, 0) else WARN)`,
 `logger.setLevel(...)` under a rank condition), itself or through such a helper; and
 `print(..., force=True)`. Messages that are not per-step metrics: the last statement before
-leaving (`raise`, `sys.exit(...)`, `break`, `return` right after it in its block: an error about
-a non-finite loss, "stopping early"). The single-process side of a uniform branch (the `else:`
+leaving (`raise`, `sys.exit(...)`, an `assert` that fails there, `break` or `return` after it
+in its block: an error about a non-finite loss, "stopping early"). The single-process side of a uniform branch (the `else:`
 of `if cfg.enable_fsdp:`). Only loggers of the standard `logging` module imported by the file
 are checked. Still reported: `print` or `logger.info` in a file whose output is silenced by a
 module it neither is nor calls (the entry script installs the print, this `engine.py` only
@@ -236,8 +236,20 @@ def _before_exit(ctx: ChunkContext, call: ast.Call) -> bool:
     for s in after:
         if isinstance(s, (ast.Raise, ast.Break, ast.Return)):
             return True
+        if isinstance(s, ast.Assert) and _fails(s, parent):
+            return True
         if isinstance(s, ast.Expr) and _exit_call(ctx, s.value):
             return True
+    return False
+
+
+def _fails(a: ast.Assert, parent: ast.AST) -> bool:
+    """``assert False``, or ``assert x`` in the body of ``if not x:`` (it always fails there)."""
+    if isinstance(a.test, ast.Constant):
+        return not a.test.value
+    test = parent.test if isinstance(parent, ast.If) and a in parent.body else None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return ast.dump(test.operand) == ast.dump(a.test)
     return False
 
 
@@ -536,6 +548,7 @@ def train(model, loader, optimizer, rank):
         _HEAD
         + """\
 import logging
+import math
 import sys
 
 logger = logging.getLogger(__name__)
@@ -552,6 +565,9 @@ def train(model, loader, optimizer, rank, max_steps):
             print(f"Loss is {loss.item()}, stopping training", force=True)
             print(f"bad batch {batch}")
             sys.exit(1)
+        if not math.isfinite(loss.item()):
+            print(f"Loss is {loss.item()}")
+            assert math.isfinite(loss.item())
         loss.backward()
         optimizer.step()
         logger.info("step %d loss %.4f", step, loss.item())
