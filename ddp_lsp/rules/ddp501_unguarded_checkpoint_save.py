@@ -67,8 +67,9 @@ of the rank (`f"model.{rankstr()}.pth"`, also through a file-system wrapper's
 in a module that shards its model with tensor parallelism or FSDP2 (`fully_shard`,
 `parallelize_module`, `init_device_mesh`, accelerate's `ParallelismConfig`: the save gathers
 DTensors, and guarding it would hang the other ranks). Nor are saves that one process makes:
-functions registered with `accelerator.register_save_state_pre_hook` (called on the main
-process), and the single-process side of a uniform branch (the `else:` of
+functions registered with `accelerator.register_save_state_pre_hook` where every
+`accelerator.save_state(...)` of the registering code is under a main-process guard (the hook
+runs where `save_state` runs), and the single-process side of a uniform branch (the `else:` of
 `if cfg.enable_fsdp:` / `if dist.is_initialized():`, the body of `if not args.distributed:`).
 Caches: a write inside `with torch_distributed_zero_first(rank):` or
 `accelerator.main_process_first()`, and writes of a dataset class (one with `__getitem__`),
@@ -179,16 +180,24 @@ def _every_rank_on_purpose(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> 
 
 
 def _framework_hook(ctx: ChunkContext, call: ast.Call) -> bool:
-    """The save is in a function registered with ``accelerator.register_save_state_pre_hook``:
-    accelerate calls it from ``save_state`` on the main process only."""
+    """The save is in a function registered with ``accelerator.register_save_state_pre_hook``,
+    and every ``save_state(...)`` of the code that registers it runs on the main process only
+    (``if accelerator.is_main_process: accelerator.save_state(path)``): accelerate calls the
+    hook from ``save_state``, so it runs where that runs. An unguarded ``save_state`` (every
+    rank, as DeepSpeed needs) leaves the hook's own save to be reported."""
     fn = ctx.enclosing_function(call)
     if fn is None:
         return False
+    registered = False
+    save_states: list[ast.Call] = []
     for c in ctx.calls():
-        if P.last_name(c.func) in _MAIN_PROCESS_HOOKS and isinstance(c.func, ast.Attribute):
-            if any(isinstance(a, ast.Name) and a.id == fn.name for a in c.args):
-                return True
-    return False
+        if not isinstance(c.func, ast.Attribute):
+            continue
+        if c.func.attr in _MAIN_PROCESS_HOOKS:
+            registered |= any(isinstance(a, ast.Name) and a.id == fn.name for a in c.args)
+        elif c.func.attr == "save_state":
+            save_states.append(c)
+    return registered and bool(save_states) and all(G.is_guarded(ctx, c) for c in save_states)
 
 
 def _cache_write(ctx: ChunkContext, call: ast.Call) -> bool:
@@ -958,15 +967,48 @@ def finish(model, out_dir):
     Valid(
         _HEAD
         + """\
-def main(accelerator, unet):
+def main(accelerator, unet, loader, out_dir):
     def keep_adapters(models, weights, out_dir):
         for m in models:
             m.save_pretrained(os.path.join(out_dir, "adapter"))
             weights.pop()
 
     accelerator.register_save_state_pre_hook(keep_adapters)
+    for step, batch in enumerate(loader):
+        if accelerator.is_main_process and step % 500 == 0:
+            accelerator.save_state(os.path.join(out_dir, f"state-{step}"))
 """,
-        note="accelerate calls save-state pre-hooks on the main process only",
+        note="a save-state pre-hook runs where save_state runs: here on the main process only",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(accelerator, unet, loader, out_dir):
+    def keep_adapters(models, weights, out_dir):
+        for m in models:
+            «m.save_pretrained(os.path.join(out_dir, "adapter"))»
+            weights.pop()
+
+    accelerator.register_save_state_pre_hook(keep_adapters)
+    for step, batch in enumerate(loader):
+        if step % 500 == 0:
+            accelerator.save_state(os.path.join(out_dir, f"state-{step}"))
+""",
+        fixed=_HEAD
+        + """\
+def main(accelerator, unet, loader, out_dir):
+    def keep_adapters(models, weights, out_dir):
+        for m in models:
+            if dist.get_rank() == 0:
+                m.save_pretrained(os.path.join(out_dir, "adapter"))
+            weights.pop()
+
+    accelerator.register_save_state_pre_hook(keep_adapters)
+    for step, batch in enumerate(loader):
+        if step % 500 == 0:
+            accelerator.save_state(os.path.join(out_dir, f"state-{step}"))
+""",
+        note="save_state on every rank (as DeepSpeed needs) runs the hook on every rank",
     ),
     Valid(
         _HEAD
