@@ -1063,6 +1063,9 @@ _DIST_FLAG = re.compile(
     r"(fsdp|ddp|distributed|deepspeed|multi_?gpu|multiprocessing_distributed|dist_training)$",
     re.IGNORECASE,
 )
+# A flag for one engine: its other side may still be distributed (`if use_fsdp: FSDP(m)
+# else: DDP(m)`), so it counts only in a module that wraps no model in DDP.
+_ENGINE_FLAG = re.compile(r"fsdp|deepspeed", re.IGNORECASE)
 _DIST_FLAG_CALLS = frozenset({"is_initialized", "is_dist_avail_and_initialized", "is_distributed"})
 _WORLD_NAMES = frozenset({"world_size", "num_processes", "n_gpu", "ngpus", "num_gpus"})
 
@@ -1105,6 +1108,9 @@ def single_process_branch(ctx: ChunkContext, node: ast.AST) -> bool:
             return False
         if isinstance(a, ast.If) and child is not a.test:
             distributed = _distributed_test(a.test)
+            if distributed is not None and _ENGINE_FLAG.search(ast.unparse(a.test)):
+                if K.DDP in ctx.facts.kind_set:
+                    distributed = None
             if distributed is not None:
                 in_else = any(child is s for s in a.orelse)
                 if in_else == distributed:

@@ -70,8 +70,8 @@ DTensors, and guarding it would hang the other ranks). Nor are saves that one pr
 functions registered with `accelerator.register_save_state_pre_hook` where every
 `accelerator.save_state(...)` of the registering code is under a main-process guard (the hook
 runs where `save_state` runs), and the single-process side of a uniform branch (the `else:` of
-`if cfg.enable_fsdp:` / `if dist.is_initialized():`, the body of `if not args.distributed:`).
-Caches: a write inside `with torch_distributed_zero_first(rank):` or
+`if cfg.enable_fsdp:` / `if dist.is_initialized():`, the body of `if not args.distributed:`;
+an FSDP or DeepSpeed flag counts only in a module that wraps no model in DDP). Caches: a write inside `with torch_distributed_zero_first(rank):` or
 `accelerator.main_process_first()`, and writes of a dataset class (one with `__getitem__`),
 per-sample files, or a cache built by its `__init__` or a `*cache*` method where the module
 uses a zero-first block. `torch.save(*args, **kwargs)` is a save: in a forwarding helper named
@@ -1129,6 +1129,36 @@ def end_of_epoch(model, cfg, rank):
         torch.save(model.state_dict(), "final.pt")
 """,
         note="the distributed side of the same branch is still reported",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def end_of_epoch(model, cfg, device):
+    if cfg.enable_fsdp:
+        model = FSDP(model)
+    else:
+        model = DDP(model, device_ids=[device])
+    train(model)
+    if cfg.enable_fsdp:
+        save_sharded(model)
+    else:
+        «torch.save(model.module.state_dict(), "final.pt")»
+""",
+        fixed=_HEAD
+        + """\
+def end_of_epoch(model, cfg, device):
+    if cfg.enable_fsdp:
+        model = FSDP(model)
+    else:
+        model = DDP(model, device_ids=[device])
+    train(model)
+    if cfg.enable_fsdp:
+        save_sharded(model)
+    else:
+        if dist.get_rank() == 0:
+            torch.save(model.module.state_dict(), "final.pt")
+""",
+        note="the other side of an FSDP flag is DDP here: still distributed",
     ),
     Invalid(
         _HEAD
