@@ -51,13 +51,29 @@ SETS_DEVICE = "set_device"  # calls torch.cuda.set_device(...)
 # Writes a checkpoint (torch.save, safetensors) to a path given as a parameter, on every rank:
 # where it runs is the caller's decision (`save_checkpoint(state, filename)`).
 SAVES_CALLER_PATH = "saves_caller_path"
+# Silences the other ranks' output for the whole process: replaces `builtins.print` (DeiT's
+# `setup_for_distributed(is_master)`), or sets a logging level / filter per rank
+# (`logging.basicConfig(level=INFO if rank == 0 else WARN)`, `logger.setLevel(...)` under a
+# rank condition). Transitive: calling such a set-up helper installs it too.
+SILENCES_PRINT = "silences_print"
+SILENCES_LOGGING = "silences_logging"
 MODULE = "<module>"  # pseudo-function: the module's top-level code (all chunks together)
 INITS_PG = "init_process_group"
 DESTROYS_PG = "destroy_process_group"
 # INITS_PG stays direct: a function that calls the worker which starts the group is not
 # itself a worker that must destroy it (DDP506 would report both).
 TRANSITIVE_PROPS = frozenset(
-    {COLLECTIVE, UNSCALES, NO_SYNC, UPDATES_SCALER, SETS_EPOCH, SETS_DEVICE, DESTROYS_PG}
+    {
+        COLLECTIVE,
+        UNSCALES,
+        NO_SYNC,
+        UPDATES_SCALER,
+        SETS_EPOCH,
+        SETS_DEVICE,
+        DESTROYS_PG,
+        SILENCES_PRINT,
+        SILENCES_LOGGING,
+    }
 )
 
 # Callables that return their (first) argument's kind unchanged.
@@ -209,6 +225,21 @@ _CHECKPOINT_WRITERS = frozenset(
 )
 
 
+# Calls that set which log records are emitted: a level or filter chosen per rank silences the
+# other ranks' INFO logging.
+_LEVEL_SETTERS = frozenset({"basicConfig", "setLevel", "addFilter", "set_verbosity", "disable"})
+
+
+def _is_builtin_print(t: ast.expr) -> bool:
+    """``builtins.print = ...`` / ``__builtin__.print = ...``."""
+    return (
+        isinstance(t, ast.Attribute)
+        and t.attr == "print"
+        and isinstance(t.value, ast.Name)
+        and t.value.id in ("builtins", "__builtin__", "__builtins__")
+    )
+
+
 class _Extractor:
     def __init__(self, ranks: RankModel, project: bool = False) -> None:
         self.ranks = ranks
@@ -229,6 +260,7 @@ class _Extractor:
         self._calls: list[set[str]] = []  # per open function
         self._props: list[set[str]] = []
         self._params: list[frozenset[str]] = []
+        self._rank_branches = 0  # depth of `if <rank condition>:` branches around the statement
 
     def _maybe_project_call(self, name: str) -> bool:
         """``engine.train_one_epoch`` / ``du.save_on_master``: a call through an imported
@@ -276,12 +308,16 @@ class _Extractor:
         if isinstance(s, ast.If):
             pol = self.ranks.guard(s.test)
             self.expr(s.test, scope, guarded)
+            self._rank_branches += pol is not None
             self.block(s.body, scope, guarded or pol is Polarity.ZERO)
             self.block(s.orelse, scope, guarded or pol is Polarity.NONZERO)
+            self._rank_branches -= pol is not None
             return
         if isinstance(s, (ast.Assign, ast.AnnAssign)):
             value = s.value
             targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+            if any(_is_builtin_print(t) for t in targets):
+                self._prop(SILENCES_PRINT)
             if value is not None:
                 for t in targets:
                     self.bind(t, value, scope)
@@ -324,6 +360,8 @@ class _Extractor:
         for d in f.decorator_list:
             self.expr(d, scope, False)
         params = [a.arg for a in (*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs)]
+        if f.args.vararg is not None:  # `*args` forwarded whole (`torch.save(*args, **kwargs)`)
+            params.append(f"*{f.args.vararg.arg}")
         for a in (*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs):
             if a.annotation is not None:
                 src = N.dotted(a.annotation)
@@ -376,6 +414,17 @@ class _Extractor:
             self._props[-1].add(prop)
 
     def call(self, c: ast.Call, scope: str, guarded: bool) -> None:
+        if (  # `logging.getLogger().setLevel(...)` too: no dotted name needed
+            isinstance(c.func, ast.Attribute)
+            and c.func.attr in _LEVEL_SETTERS
+            and (
+                self._rank_branches
+                or any(
+                    self.ranks.mentions_rank(a) for a in (*c.args, *(k.value for k in c.keywords))
+                )
+            )
+        ):
+            self._prop(SILENCES_LOGGING)
         name = N.dotted(c.func)
         if name is None:
             return
@@ -391,7 +440,14 @@ class _Extractor:
             for kw in c.keywords:
                 if kw.arg in ("f", "filename"):
                     dest = kw.value
-            if isinstance(dest, ast.Name) and dest.id in self._params[-1]:
+            forwarded = (  # `torch.save(*args, **kwargs)`: the caller's arguments, path too
+                dest is None
+                and c.args
+                and isinstance(c.args[0], ast.Starred)
+                and isinstance(c.args[0].value, ast.Name)
+                and f"*{c.args[0].value.id}" in self._params[-1]
+            )
+            if forwarded or isinstance(dest, ast.Name) and dest.id in self._params[-1]:
                 # Raw: the spelling is resolved in merge (`torch.save`, not `self.save`).
                 self._prop(f"{_SAVES_RAW}{name}")
         callee = name

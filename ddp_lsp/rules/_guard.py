@@ -691,6 +691,27 @@ def _open_handle(ctx: ChunkContext, name: str, at: ast.AST) -> ast.Call | None:
     return None
 
 
+def _other_open_handle(ctx: ChunkContext, name: str, at: ast.AST) -> ast.expr | None:
+    """The path of an enclosing ``with <fs>.open(path, ...) as name`` (a file-system
+    wrapper's open: iopath's ``path_manager.open``, fsspec's ``fs.open``)."""
+    for a in ctx.ancestors(at):
+        if isinstance(a, (ast.With, ast.AsyncWith)):
+            for item in a.items:
+                v, e = item.optional_vars, item.context_expr
+                if (
+                    isinstance(v, ast.Name)
+                    and v.id == name
+                    and isinstance(e, ast.Call)
+                    and isinstance(e.func, ast.Attribute)
+                    and e.func.attr == "open"
+                    and e.args
+                ):
+                    return e.args[0]
+        if isinstance(a, FUNCS):
+            break
+    return None
+
+
 def _is_open(ctx: ChunkContext, e: ast.AST) -> bool:
     if not isinstance(e, ast.Call):
         return False
@@ -760,6 +781,8 @@ def per_rank_path(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int =
                     return True
         elif isinstance(node, ast.Attribute) and _RANK_NAME.search(node.attr):
             return True
+        elif isinstance(node, ast.Call) and _RANK_WORD.search(P.last_name(node) or ""):
+            return True  # `f"{name}.{rankstr()}.pth"`: a function of the rank
     return False
 
 
@@ -790,11 +813,16 @@ def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
     root = P.scope_root(ctx, call)
     if qual == N.TORCH_SAVE:
         dest = _arg(call, 1, "f")
+        if dest is None and call.args and isinstance(call.args[0], ast.Starred):
+            return Write("torch.save", call.args[0], None)  # `torch.save(*args, **kwargs)`
         if dest is None or _is_buffer(ctx, dest, root):
             return None
         if isinstance(dest, ast.Name):
             if _open_handle(ctx, dest.id, call) is not None:
                 return None  # the `with open(...)` is the write (reported there)
+            opened = _other_open_handle(ctx, dest.id, call)
+            if opened is not None:  # `with path_manager.open(path, "wb") as f`: the path counts
+                return Write("torch.save", opened, None)
             value = assigned_value(ctx, dest.id, root, dest)
             if _is_open(ctx, value) if value is not None else False:
                 assert isinstance(value, ast.Call)
@@ -1024,3 +1052,68 @@ def guard_run_fix(ctx: ChunkContext, stmt: ast.stmt, cond: Condition, title: str
     if fix is None and len(run) > 1:
         return guard_fix(ctx, [stmt], cond, title)
     return None if fix is None else replace(fix, title=title)
+
+
+# -- code that one process runs, or that every rank runs on purpose ----------------------------
+
+# A flag that says "this run is distributed": every rank takes the same side of a branch on it,
+# and the single-process side is taken by no rank of a distributed run.
+_DIST_FLAG = re.compile(
+    r"^(is_|use_|enable_|using_|with_)?"
+    r"(fsdp|ddp|distributed|deepspeed|multi_?gpu|multiprocessing_distributed|dist_training)$",
+    re.IGNORECASE,
+)
+# A flag for one engine: its other side may still be distributed (`if use_fsdp: FSDP(m)
+# else: DDP(m)`), so it counts only in a module that wraps no model in DDP.
+_ENGINE_FLAG = re.compile(r"fsdp|deepspeed", re.IGNORECASE)
+_DIST_FLAG_CALLS = frozenset({"is_initialized", "is_dist_avail_and_initialized", "is_distributed"})
+_WORLD_NAMES = frozenset({"world_size", "num_processes", "n_gpu", "ngpus", "num_gpus"})
+
+
+def _distributed_test(test: ast.AST) -> bool | None:
+    """True when ``test`` holds exactly in a distributed run (``cfg.enable_fsdp``,
+    ``dist.is_initialized()``, ``world_size > 1``), False when exactly in a single-process run
+    (``not args.distributed``, ``world_size == 1``), None when it says neither."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _distributed_test(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        return True if _DIST_FLAG.match(P.last_name(test) or "") else None
+    if isinstance(test, ast.Call) and not test.args and not test.keywords:
+        return True if P.last_name(test) in _DIST_FLAG_CALLS else None
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and (P.last_name(test.left) or "").lower() in _WORLD_NAMES
+        and not isinstance(test.left, ast.Call)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == 1
+    ):
+        op = test.ops[0]
+        if isinstance(op, (ast.Gt, ast.NotEq)):
+            return True
+        if isinstance(op, (ast.Eq, ast.LtE)):
+            return False
+    return None
+
+
+def single_process_branch(ctx: ChunkContext, node: ast.AST) -> bool:
+    """``node`` is on the single-process side of a uniform "is this run distributed?" branch:
+    the ``else:`` of ``if cfg.enable_fsdp:`` / ``if dist.is_initialized():``, the body of
+    ``if not args.distributed:`` or ``if world_size == 1:``. Every rank takes the same side,
+    and no rank of a distributed run takes that one."""
+    child: ast.AST = node
+    for a in ctx.ancestors(node):
+        if isinstance(a, _NEW_SCOPE):
+            return False
+        if isinstance(a, ast.If) and child is not a.test:
+            distributed = _distributed_test(a.test)
+            if distributed is not None and _ENGINE_FLAG.search(ast.unparse(a.test)):
+                if K.DDP in ctx.facts.kind_set:
+                    distributed = None
+            if distributed is not None:
+                in_else = any(child is s for s in a.orelse)
+                if in_else == distributed:
+                    return True
+        child = a
+    return False

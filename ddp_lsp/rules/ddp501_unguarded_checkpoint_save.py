@@ -60,6 +60,23 @@ is not reported, and rank-0 predicates defined in other files
 (`def is_leader(): return get_rank() == 0`) count as guards. Without the project view, a helper
 imported from another file is not reported.
 
+Saves that every rank makes on purpose are not reported either: a path built with a function
+of the rank (`f"model.{rankstr()}.pth"`, also through a file-system wrapper's
+`with path_manager.open(path, "wb") as f`), a function that selects FSDP's
+`LOCAL_STATE_DICT` / `SHARDED_STATE_DICT` (each rank writes its shard), and `save_pretrained`
+in a module that shards its model with tensor parallelism or FSDP2 (`fully_shard`,
+`parallelize_module`, `init_device_mesh`, accelerate's `ParallelismConfig`: the save gathers
+DTensors, and guarding it would hang the other ranks). Nor are saves that one process makes:
+functions registered with `accelerator.register_save_state_pre_hook` where every
+`accelerator.save_state(...)` of the registering code is under a main-process guard (the hook
+runs where `save_state` runs), and the single-process side of a uniform branch (the `else:` of
+`if cfg.enable_fsdp:` / `if dist.is_initialized():`, the body of `if not args.distributed:`;
+an FSDP or DeepSpeed flag counts only in a module that wraps no model in DDP). Caches: a write inside `with torch_distributed_zero_first(rank):` or
+`accelerator.main_process_first()`, and writes of a dataset class (one with `__getitem__`),
+per-sample files, or a cache built by its `__init__` or a `*cache*` method where the module
+uses a zero-first block. `torch.save(*args, **kwargs)` is a save: in a forwarding helper named
+like one (`save_everywhere(*args, **kwargs)`) its unguarded callers are reported.
+
 Still reported: a save inside a method whose only caller guards it with a name not known as a
 rank (the PyTorch DDP tutorial's `if self.gpu_id == 0:` is known; `gpu_id` is a default rank
 name); add such a name to `rank-guard-names` to teach it.
@@ -72,6 +89,7 @@ name); add such a name to `rank-guard-names` to teach it.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -101,6 +119,10 @@ class UnguardedCheckpointSave(Rule):
                 continue
             if write.dest is not None and G.per_rank_path(ctx, write.dest, root):
                 continue
+            if _every_rank_on_purpose(ctx, call, root) or G.single_process_branch(ctx, call):
+                continue
+            if _framework_hook(ctx, call) or _cache_write(ctx, call):
+                continue
             stmt = write.stmt or ctx.statement(call)
             cond = G.rank_condition(ctx, stmt)
             collective = G.collective_in(ctx, stmt)
@@ -124,6 +146,85 @@ class UnguardedCheckpointSave(Rule):
             yield ctx.finding(self, call, message, fixes=fixes, cite=(write.source,))
 
 
+# Per-rank state-dict types: each rank saves its own shard (to a file named with its rank).
+_SHARDED_TYPES = frozenset({"LOCAL_STATE_DICT", "SHARDED_STATE_DICT"})
+# Tensor-parallel / FSDP2 set-up in a module: its model's parameters are DTensors, and
+# `save_pretrained` gathers them (a collective every rank must call).
+_DTENSOR_MARKERS = frozenset(
+    {
+        "fully_shard",
+        "parallelize_module",
+        "ParallelismConfig",
+        "init_device_mesh",
+        "distribute_tensor",
+    }
+)
+# Registrations of functions that a framework calls on the main process only.
+_MAIN_PROCESS_HOOKS = frozenset({"register_save_state_pre_hook"})
+# Context managers in which ranks take turns (the first rank writes, the others then read).
+_RANK_ORDERED = re.compile(r"zero_first|main_process_first|rank_first", re.IGNORECASE)
+
+
+def _every_rank_on_purpose(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> bool:
+    """A per-rank or collective save by design: a sharded state dict (FSDP
+    ``LOCAL_STATE_DICT`` / ``SHARDED_STATE_DICT`` in the same function: each rank writes its
+    shard), or ``save_pretrained`` in a module that shards its model with tensor parallelism or
+    FSDP2 (the save gathers DTensors: guarding it would hang the other ranks)."""
+    for node in P.walk_scope(root):
+        if isinstance(node, ast.Attribute) and node.attr in _SHARDED_TYPES:
+            return True
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "save_pretrained":
+        names = {q.rsplit(".", 1)[-1] for q in ctx.facts.aliases.values()}
+        return not names.isdisjoint(_DTENSOR_MARKERS)
+    return False
+
+
+def _framework_hook(ctx: ChunkContext, call: ast.Call) -> bool:
+    """The save is in a function registered with ``accelerator.register_save_state_pre_hook``,
+    and every ``save_state(...)`` of the code that registers it runs on the main process only
+    (``if accelerator.is_main_process: accelerator.save_state(path)``): accelerate calls the
+    hook from ``save_state``, so it runs where that runs. An unguarded ``save_state`` (every
+    rank, as DeepSpeed needs) leaves the hook's own save to be reported."""
+    fn = ctx.enclosing_function(call)
+    if fn is None:
+        return False
+    registered = False
+    save_states: list[ast.Call] = []
+    for c in ctx.calls():
+        if not isinstance(c.func, ast.Attribute):
+            continue
+        if c.func.attr in _MAIN_PROCESS_HOOKS:
+            registered |= any(isinstance(a, ast.Name) and a.id == fn.name for a in c.args)
+        elif c.func.attr == "save_state":
+            save_states.append(c)
+    return registered and bool(save_states) and all(G.is_guarded(ctx, c) for c in save_states)
+
+
+def _cache_write(ctx: ChunkContext, call: ast.Call) -> bool:
+    """A cache written in rank order or per sample: inside ``with torch_distributed_zero_first(
+    rank):`` / ``accelerator.main_process_first()``, or by a dataset class (one that defines
+    ``__getitem__``): a per-sample file (ranks read disjoint shards), or a cache its
+    ``__init__`` or a ``*cache*`` method builds where the module orders the ranks with a
+    zero-first block (the first rank writes, the others read)."""
+    for a in ctx.ancestors(call):
+        if isinstance(a, (ast.With, ast.AsyncWith)):
+            if any(_RANK_ORDERED.search(P.last_name(i.context_expr) or "") for i in a.items):
+                return True
+    qual, cls = ctx.scope(call)
+    if cls is None or f"{cls}.__getitem__" not in ctx.facts.func_props:
+        return False
+    method = qual.rsplit(".", 1)[-1]
+    if method == "__init__" or "cache" in method.lower():
+        return _rank_ordered_module(ctx)
+    return True
+
+
+def _rank_ordered_module(ctx: ChunkContext) -> bool:
+    """The module uses a zero-first context (imported, or a function of its own)."""
+    names = (*ctx.facts.aliases, *ctx.facts.names_used, *ctx.facts.func_props)
+    return any(_RANK_ORDERED.search(n) for n in names)
+
+
 def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | None) -> bool:
     """A module-level save helper writing to the path its caller passes in (the ImageNet
     example's ``save_checkpoint(state, is_best, filename)``): the caller decides the rank."""
@@ -132,6 +233,11 @@ def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | Non
         return False
     if not G.SAVE_HELPER_NAME.search(fn.name):
         return False
+    if isinstance(dest, ast.Starred):  # `torch.save(*args, **kwargs)`: all of the caller's
+        vararg = fn.args.vararg
+        return (
+            vararg is not None and isinstance(dest.value, ast.Name) and dest.value.id == vararg.arg
+        )
     if not isinstance(dest, ast.Name):
         return False
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
@@ -818,5 +924,274 @@ def train(model, rank, epochs):
             save_checkpoint(model.module.state_dict(), f"epoch{epoch}.pt")
 """,
         note="a save helper writing where its caller says: the unguarded call is the bug",
+    ),
+    # -- per-rank and collective saves, restricted hooks and branches, caches (F12/F15/F17) -----
+    Valid(
+        _HEAD
+        + """\
+def rank_tag():
+    return "rank%02d" % dist.get_rank()
+
+def write_shard(model, fs, out_dir):
+    target = os.path.join(out_dir, f"model.{rank_tag()}.pth")
+    with fs.open(target, "wb") as handle:
+        torch.save(model.state_dict(), handle)
+""",
+        note="a file-system wrapper's open of a path named by a rank function: one file per rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+
+def dump_local(model, ckpt_dir):
+    with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+        shard = model.state_dict()
+    torch.save(shard, os.path.join(ckpt_dir, "shard.pt"))
+""",
+        note="a sharded state dict: each rank holds (and writes) its own shard",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from torch.distributed.fsdp import fully_shard
+
+def finish(model, out_dir):
+    for block in model.layers:
+        fully_shard(block)
+    fully_shard(model)
+    model.save_pretrained(out_dir)
+""",
+        note="save_pretrained of an FSDP2 model gathers DTensors: every rank must call it",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(accelerator, unet, loader, out_dir):
+    def keep_adapters(models, weights, out_dir):
+        for m in models:
+            m.save_pretrained(os.path.join(out_dir, "adapter"))
+            weights.pop()
+
+    accelerator.register_save_state_pre_hook(keep_adapters)
+    for step, batch in enumerate(loader):
+        if accelerator.is_main_process and step % 500 == 0:
+            accelerator.save_state(os.path.join(out_dir, f"state-{step}"))
+""",
+        note="a save-state pre-hook runs where save_state runs: here on the main process only",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(accelerator, unet, loader, out_dir):
+    def keep_adapters(models, weights, out_dir):
+        for m in models:
+            «m.save_pretrained(os.path.join(out_dir, "adapter"))»
+            weights.pop()
+
+    accelerator.register_save_state_pre_hook(keep_adapters)
+    for step, batch in enumerate(loader):
+        if step % 500 == 0:
+            accelerator.save_state(os.path.join(out_dir, f"state-{step}"))
+""",
+        fixed=_HEAD
+        + """\
+def main(accelerator, unet, loader, out_dir):
+    def keep_adapters(models, weights, out_dir):
+        for m in models:
+            if dist.get_rank() == 0:
+                m.save_pretrained(os.path.join(out_dir, "adapter"))
+            weights.pop()
+
+    accelerator.register_save_state_pre_hook(keep_adapters)
+    for step, batch in enumerate(loader):
+        if step % 500 == 0:
+            accelerator.save_state(os.path.join(out_dir, f"state-{step}"))
+""",
+        note="save_state on every rank (as DeepSpeed needs) runs the hook on every rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def end_of_epoch(model, cfg, rank):
+    if cfg.enable_fsdp:
+        if rank == 0:
+            torch.save(model.state_dict(), "final.pt")
+    else:
+        torch.save(model.state_dict(), "final.pt")
+    if not dist.is_initialized():
+        torch.save(model.state_dict(), "single.pt")
+""",
+        note="the single-process side of a uniform is-distributed branch",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from torch.utils.data import Dataset
+
+class SpeechSet(Dataset):
+    def __init__(self, files):
+        self.files = files
+
+    def features(self, wav_path):
+        spec_path = wav_path.replace(".wav", ".spec.pt")
+        spec = torch.randn(80, 100)
+        torch.save(spec, spec_path)
+        return spec
+
+    def __getitem__(self, i):
+        return self.features(self.files[i])
+""",
+        note="a per-sample cache written by the dataset: ranks read disjoint shards",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from contextlib import contextmanager
+
+@contextmanager
+def zero_first(rank):
+    if rank > 0:
+        dist.barrier()
+    yield
+    if rank == 0:
+        dist.barrier()
+
+class Labels:
+    def __init__(self, path):
+        self.items = self.build_cache(path)
+
+    def build_cache(self, path):
+        cache = {"labels": []}
+        torch.save(cache, path + ".cache")
+        return cache
+
+    def __getitem__(self, i):
+        return self.items["labels"][i]
+
+def make_loader(path, rank):
+    with zero_first(rank):
+        dataset = Labels(path)
+    with zero_first(rank):
+        torch.save({"n": 0}, os.path.join(path, "index.cache"))
+    return dataset
+""",
+        note="a label cache built in a zero-first block: rank 0 writes, the others then read",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Labels:
+    def __init__(self, path):
+        self.items = self.build_cache(path)
+
+    def build_cache(self, path):
+        cache = {"labels": []}
+        «torch.save(cache, path + ".cache")»
+        return cache
+
+    def __getitem__(self, i):
+        return self.items["labels"][i]
+""",
+        fixed=_HEAD
+        + """\
+class Labels:
+    def __init__(self, path):
+        self.items = self.build_cache(path)
+
+    def build_cache(self, path):
+        cache = {"labels": []}
+        if dist.get_rank() == 0:
+            torch.save(cache, path + ".cache")
+        return cache
+
+    def __getitem__(self, i):
+        return self.items["labels"][i]
+""",
+        note="a dataset's label cache built by every rank at once (no zero-first block)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def end_of_epoch(model, cfg, rank):
+    if cfg.enable_fsdp:
+        «torch.save(model.state_dict(), "final.pt")»
+    else:
+        torch.save(model.state_dict(), "final.pt")
+""",
+        fixed=_HEAD
+        + """\
+def end_of_epoch(model, cfg, rank):
+    if cfg.enable_fsdp:
+        if rank == 0:
+            torch.save(model.state_dict(), "final.pt")
+    else:
+        torch.save(model.state_dict(), "final.pt")
+""",
+        note="the distributed side of the same branch is still reported",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def end_of_epoch(model, cfg, device):
+    if cfg.enable_fsdp:
+        model = FSDP(model)
+    else:
+        model = DDP(model, device_ids=[device])
+    train(model)
+    if cfg.enable_fsdp:
+        save_sharded(model)
+    else:
+        «torch.save(model.module.state_dict(), "final.pt")»
+""",
+        fixed=_HEAD
+        + """\
+def end_of_epoch(model, cfg, device):
+    if cfg.enable_fsdp:
+        model = FSDP(model)
+    else:
+        model = DDP(model, device_ids=[device])
+    train(model)
+    if cfg.enable_fsdp:
+        save_sharded(model)
+    else:
+        if dist.get_rank() == 0:
+            torch.save(model.module.state_dict(), "final.pt")
+""",
+        note="the other side of an FSDP flag is DDP here: still distributed",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def persist(*args, **kwargs):
+    «torch.save(*args, **kwargs)»
+""",
+        fixed=_HEAD
+        + """\
+def persist(*args, **kwargs):
+    if dist.get_rank() == 0:
+        torch.save(*args, **kwargs)
+""",
+        note="torch.save(*args, **kwargs) is a save (M11)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def save_everywhere(*args, **kwargs):
+    torch.save(*args, **kwargs)
+
+def train(model, rank):
+    «save_everywhere(model.state_dict(), "last.pt")»
+""",
+        fixed=_HEAD
+        + """\
+def save_everywhere(*args, **kwargs):
+    torch.save(*args, **kwargs)
+
+def train(model, rank):
+    if rank == 0:
+        save_everywhere(model.state_dict(), "last.pt")
+""",
+        note="a helper forwarding all its arguments to torch.save: its unguarded call is the bug",
     ),
 )

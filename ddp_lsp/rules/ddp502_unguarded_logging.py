@@ -50,10 +50,19 @@ rank-aware loggers, `logger.warning`/`error` (per-rank problems should be seen),
 files that call `setup_for_distributed` / `init_distributed_mode` (DeiT, DETR, torchvision
 references: they silence `print` on other ranks), and `logger.info` where the logger is
 rank-aware (accelerate's `get_logger`, detectron2's `setup_logger`, mmcv's
-`get_root_logger`, Swin's `create_logger`) or its level is set from the rank. Only loggers of
-the standard `logging` module imported by the file are checked. Still reported: `print` or
-`logger.info` in a file whose output another file silences on the other ranks; silence the
-rule for that file, or guard the call.
+`get_root_logger`, Swin's `create_logger`) or its level is set from the rank. Output that is
+already silenced on the other ranks: `print` in a file whose functions replace
+`builtins.print` / `__builtin__.print` (whatever the helper is called), or call a set-up helper
+that does, in any file of the project (`setup_for_distributed(is_master)`); `logging` in a file
+that sets a level or filter per rank (`basicConfig(level=INFO if rank in (-1, 0) else WARN)`,
+`logger.setLevel(...)` under a rank condition), itself or through such a helper; and
+`print(..., force=True)`. Messages that are not per-step metrics: the last statement before
+leaving (`raise`, `sys.exit(...)`, an `assert` that fails there, `break` or `return` after it
+in its block: an error about a non-finite loss, "stopping early"). The single-process side of a uniform branch (the `else:`
+of `if cfg.enable_fsdp:` in a module that wraps no model in DDP, of `if args.distributed:`). Only loggers of the standard `logging` module imported by the file
+are checked. Still reported: `print` or `logger.info` in a file whose output is silenced by a
+module it neither is nor calls (the entry script installs the print, this `engine.py` only
+logs); silence the rule for that file, or guard the call.
 
 ## References
 - https://pytorch.org/docs/stable/distributed.html#torch.distributed.get_rank
@@ -67,6 +76,7 @@ import re
 from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
@@ -95,6 +105,7 @@ _LOOP_CALL = re.compile(
     re.IGNORECASE,
 )
 _STEP_METHODS = frozenset({"backward", "step", "zero_grad"})
+_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
 
 
 class UnguardedLogging(Rule):
@@ -119,7 +130,9 @@ class UnguardedLogging(Rule):
             loops = ctx.enclosing_loops(call)
             if not any(self._is_training(ctx, loop, seen) for loop in loops):
                 continue
-            if G.is_guarded(ctx, call):
+            if G.is_guarded(ctx, call) or G.single_process_branch(ctx, call):
+                continue
+            if _forced(call) or _before_exit(ctx, call):
                 continue
             root = P.scope_root(ctx, call)
             if G.spawns_processes(ctx, root):
@@ -192,6 +205,54 @@ def _training_loop(ctx: ChunkContext, loop: ast.For | ast.AsyncFor | ast.While) 
     return False
 
 
+def _forced(call: ast.Call) -> bool:
+    """``print(..., force=True)``: the keyword of a rank-0-only ``print`` (DeiT's
+    ``setup_for_distributed``) that prints on every rank on purpose."""
+    return any(kw.arg == "force" for kw in call.keywords)
+
+
+def _exit_call(ctx: ChunkContext, node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    qual = ctx.call_qualname(node) or N.dotted(node.func) or ""
+    return qual in _EXITS
+
+
+def _before_exit(ctx: ChunkContext, call: ast.Call) -> bool:
+    """The message is the last word before leaving the loop or the process (an error before
+    ``sys.exit(1)`` / ``raise``, a "stopping early" line before ``break``): printed once, not a
+    per-step metric. The statements after it in its block (to the end of the block) decide."""
+    stmt = ctx.statement(call)
+    parent = ctx.parent(stmt)
+    if parent is None:
+        return False
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and any(s is stmt for s in block):
+            break
+    else:
+        return False
+    after = block[[id(s) for s in block].index(id(stmt)) + 1 :]
+    for s in after:
+        if isinstance(s, (ast.Raise, ast.Break, ast.Return)):
+            return True
+        if isinstance(s, ast.Assert) and _fails(s, parent):
+            return True
+        if isinstance(s, ast.Expr) and _exit_call(ctx, s.value):
+            return True
+    return False
+
+
+def _fails(a: ast.Assert, parent: ast.AST) -> bool:
+    """``assert False``, or ``assert x`` in the body of ``if not x:`` (it always fails there)."""
+    if isinstance(a.test, ast.Constant):
+        return not a.test.value
+    test = parent.test if isinstance(parent, ast.If) and a in parent.body else None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return ast.dump(test.operand) == ast.dump(a.test)
+    return False
+
+
 def _chunk_calls(ctx: ChunkContext) -> Iterator[str]:
     for c in ctx.calls():
         name = P.last_name(c.func)
@@ -206,6 +267,8 @@ def _print_patched(ctx: ChunkContext) -> bool:
             return True
     if any(name in _PRINT_PATCHERS for name in ctx.facts.func_props):
         return True
+    if any(K.SILENCES_PRINT in props for props in ctx.facts.func_props.values()):
+        return True  # a function of this file replaces `builtins.print`, or calls one that does
     if any(name in _PRINT_PATCHERS for name in ctx.facts.names_used):
         return True
     return any(name in _PRINT_PATCHERS for name in _chunk_calls(ctx))
@@ -218,6 +281,8 @@ def _logging_rank_aware(ctx: ChunkContext) -> bool:
             return True
     if any(q.rsplit(".", 1)[-1] in _RANK_AWARE_LOGGING for q in ctx.facts.func_props):
         return True
+    if any(K.SILENCES_LOGGING in props for props in ctx.facts.func_props.values()):
+        return True  # a level or filter set per rank, here or in a set-up helper this file calls
     for c in ctx.calls():
         name = P.last_name(c.func)
         if name in ("basicConfig", "setLevel", "setup_logging", "set_verbosity") or (
@@ -225,6 +290,8 @@ def _logging_rank_aware(ctx: ChunkContext) -> bool:
         ):
             if any(ctx.ranks.mentions_rank(a) for a in [*c.args, *(k.value for k in c.keywords)]):
                 return True
+            if name != "setup_logging" and ctx.guard_of(c) is not None:
+                return True  # `if rank != 0: logger.setLevel(logging.WARNING)`
     return False
 
 
@@ -452,6 +519,81 @@ def train(model, loader, optimizer):
         distributed=False,
         note="single-process code",
     ),
+    Valid(
+        _HEAD
+        + """\
+import builtins
+import sys
+
+def quiet_other_ranks(is_master):
+    plain = builtins.print
+
+    def gated(*args, force=False, **kw):
+        if is_master or force:
+            plain(*args, **kw)
+
+    builtins.print = gated
+
+def train(model, loader, optimizer, rank):
+    quiet_other_ranks(rank == 0)
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        print(f"step {step} loss {loss.item()}")
+""",
+        note="builtins.print replaced on the other ranks (by what the helper does, any name)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import logging
+import math
+import sys
+
+logger = logging.getLogger(__name__)
+
+def setup(rank):
+    if rank != 0:
+        logging.getLogger().setLevel(logging.WARNING)
+
+def train(model, loader, optimizer, rank, max_steps):
+    setup(rank)
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        if not torch.isfinite(loss):
+            print(f"Loss is {loss.item()}, stopping training", force=True)
+            print(f"bad batch {batch}")
+            sys.exit(1)
+        if not math.isfinite(loss.item()):
+            print(f"Loss is {loss.item()}")
+            assert math.isfinite(loss.item())
+        loss.backward()
+        optimizer.step()
+        logger.info("step %d loss %.4f", step, loss.item())
+        if step >= max_steps:
+            print(f"stopping early at step {step}")
+            break
+""",
+        note="a level set per rank in a set-up helper; error and stop messages before exiting",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, cfg, rank):
+    for epoch in range(cfg.epochs):
+        for batch in loader:
+            loss = model(batch).sum()
+            loss.backward()
+            optimizer.step()
+        if cfg.enable_fsdp:
+            if rank == 0:
+                print(f"epoch {epoch} loss {loss.item()}")
+        else:
+            print(f"epoch {epoch} loss {loss.item()}")
+""",
+        note="the single-process side of `if cfg.enable_fsdp:`",
+    ),
     # -- findings --------------------------------------------------------------------------------
     Invalid(
         _HEAD
@@ -632,5 +774,35 @@ while iter_num < max_iters:
     iter_num += 1
 """,
         note="module-level nanoGPT-style loop: master_process reused",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import sys
+
+def train(model, loader, optimizer, rank):
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        «print(f"step {step} loss {loss.item()}")»
+        if not torch.isfinite(loss):
+            sys.exit(1)
+""",
+        fixed=_HEAD
+        + """\
+import sys
+
+def train(model, loader, optimizer, rank):
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        if rank == 0:
+            print(f"step {step} loss {loss.item()}")
+        if not torch.isfinite(loss):
+            sys.exit(1)
+""",
+        note="an exit under a later condition does not make the per-step line a last word",
     ),
 )
