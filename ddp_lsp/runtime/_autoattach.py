@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import atexit
 import faulthandler
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import signal
@@ -36,6 +34,8 @@ import traceback
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
+
+from ddp_lsp.runtime._torch_import import after_torch_import
 
 ENV_DIR = "DDP_LSP_SMALLRUN_DIR"
 ENV_WARMUP = "DDP_LSP_SMALLRUN_WARMUP"
@@ -422,37 +422,6 @@ class _Session:
         return None
 
 
-class _TorchImportHook(importlib.abc.MetaPathFinder):
-    """Runs ``on_torch`` right after ``import torch`` completes, without importing it early."""
-
-    def __init__(self, session: _Session) -> None:
-        self.session = session
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        session = self.session
-
-        class _Loader(importlib.abc.Loader):
-            def create_module(self, spec: Any) -> Any:
-                return loader.create_module(spec)
-
-            def exec_module(self, module: ModuleType) -> None:
-                loader.exec_module(module)
-                try:
-                    session.on_torch(module)
-                except Exception:
-                    pass  # never break the user's import of torch
-
-        spec.loader = _Loader()
-        return spec
-
-
 def install_from_env() -> None:
     """Called by the shim's ``sitecustomize`` in every Python process of a small run."""
     global _session
@@ -464,11 +433,7 @@ def install_from_env() -> None:
         return
     _session = _Session(path)
     _session.start()
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        _session.on_torch(torch)
-    else:
-        sys.meta_path.insert(0, _TorchImportHook(_session))
+    after_torch_import(_session.on_torch)
 
 
 def session_monitor(*, manual: bool) -> Any:

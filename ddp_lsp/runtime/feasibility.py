@@ -54,7 +54,7 @@ from ddp_lsp.runtime.feasibility_hook import (
     ENV_WARMUP,
 )
 
-SHIM_DIR = Path(__file__).resolve().parent / "_feas_shim"
+SHIM_DIR = Path(__file__).resolve().parent / "_shim"  # the sitecustomize smallrun uses too
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 EXIT_OK, EXIT_ERROR = 0, 2

@@ -1,7 +1,7 @@
 """The rank side of ``ddp-lsp feasibility``: time the user's own training steps, then stop.
 
 ``ddp-lsp feasibility`` runs the user's entry point under ``torchrun`` with
-``ddp_lsp/runtime/_feas_shim`` first on ``PYTHONPATH`` and ``DDP_LSP_FEAS_DIR`` set; the shim's
+``ddp_lsp/runtime/_shim`` first on ``PYTHONPATH`` and ``DDP_LSP_FEAS_DIR`` set; the shim's
 ``sitecustomize`` calls :func:`install_from_env` in every Python process (stdlib only; torch
 is never imported by us). In a rank (``RANK`` in the environment), once the script imports
 torch, this module patches, without touching the user's code:
@@ -27,8 +27,6 @@ sweep at the real bucket sizes on the job's own process group. The rank writes
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
@@ -37,6 +35,8 @@ import weakref
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from ddp_lsp.runtime._torch_import import after_torch_import
 
 ENV_DIR = "DDP_LSP_FEAS_DIR"
 ENV_STEPS = "DDP_LSP_FEAS_STEPS"
@@ -585,37 +585,6 @@ class _Session:
         )
 
 
-class _TorchImportHook(importlib.abc.MetaPathFinder):
-    """Runs ``on_torch`` right after ``import torch`` completes, without importing it early."""
-
-    def __init__(self, session: _Session) -> None:
-        self.session = session
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        session = self.session
-
-        class _Loader(importlib.abc.Loader):
-            def create_module(self, spec: Any) -> Any:
-                return loader.create_module(spec)
-
-            def exec_module(self, module: ModuleType) -> None:
-                loader.exec_module(module)
-                try:
-                    session.on_torch(module)
-                except Exception as exc:  # never break the user's import of torch
-                    sys.stderr.write(f"ddp-lsp feasibility: hooks not attached: {exc!r}\n")
-
-        spec.loader = _Loader()
-        return spec
-
-
 def install_from_env() -> None:
     """Called by the shim's ``sitecustomize``: only in a rank (torchrun sets ``RANK``), not in
     the torchrun agent or in DataLoader workers started by spawn (they have no ``RANK``...
@@ -631,8 +600,8 @@ def install_from_env() -> None:
     import atexit
 
     atexit.register(_session.at_exit)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        _session.on_torch(torch)
-    else:
-        sys.meta_path.insert(0, _TorchImportHook(_session))
+    after_torch_import(_session.on_torch, _hooks_not_attached)
+
+
+def _hooks_not_attached(exc: Exception) -> None:
+    sys.stderr.write(f"ddp-lsp feasibility: hooks not attached: {exc!r}\n")

@@ -1,1 +1,1 @@
-"""Holds the ``sitecustomize`` shim that ``ddp-lsp smallrun`` puts on ``PYTHONPATH``."""
+"""Holds the ``sitecustomize`` shim that ``ddp-lsp smallrun`` and ``ddp-lsp feasibility`` put on ``PYTHONPATH``."""

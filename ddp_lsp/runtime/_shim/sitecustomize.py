@@ -1,38 +1,48 @@
-"""Start-up hook that ``ddp-lsp smallrun`` puts first on ``PYTHONPATH``.
+"""Start-up hook that ``ddp-lsp smallrun`` and ``ddp-lsp feasibility`` put first on ``PYTHONPATH``.
 
 Python imports ``sitecustomize`` in every interpreter it starts (unless ``-S`` or ``-I``).
-Outside a small run (no ``DDP_LSP_SMALLRUN_DIR``) it does nothing. Inside one it installs the
-monitor hooks of :mod:`ddp_lsp.runtime._autoattach` (stdlib only; torch is not imported), then
-runs the ``sitecustomize`` this one shadows, if the environment had one.
+Outside a supervised run it does nothing. Inside one it installs that run's hooks (stdlib only
+until the script imports torch): :mod:`ddp_lsp.runtime._autoattach` for a small run
+(``DDP_LSP_SMALLRUN_DIR``), :mod:`ddp_lsp.runtime.feasibility_hook` for a feasibility run
+(``DDP_LSP_FEAS_DIR``); then it runs the ``sitecustomize`` this one shadows, if the environment
+had one.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.machinery
 import importlib.util
 import os
 import sys
 
+# (environment variable naming the run's directory, hook module, what a failure is called)
+_HOOKS = (
+    ("DDP_LSP_SMALLRUN_DIR", "ddp_lsp.runtime._autoattach", "ddp-lsp smallrun: monitor"),
+    ("DDP_LSP_FEAS_DIR", "ddp_lsp.runtime.feasibility_hook", "ddp-lsp feasibility: hooks"),
+)
 
-def _boot() -> None:
-    if not os.environ.get("DDP_LSP_SMALLRUN_DIR"):
+
+def _boot(variable: str, module_name: str, label: str) -> None:
+    if not os.environ.get(variable):
         return
     try:
-        from ddp_lsp.runtime import _autoattach
+        module = importlib.import_module(module_name)
     except ImportError:
         # The user's interpreter may not have ddp-lsp installed: use the supervisor's copy.
         root = os.environ.get("DDP_LSP_PACKAGE_ROOT")
         if not root:
             return
-        sys.path.append(root)
+        if root not in sys.path:
+            sys.path.append(root)
         try:
-            from ddp_lsp.runtime import _autoattach
+            module = importlib.import_module(module_name)
         except ImportError:
             return
     try:
-        _autoattach.install_from_env()
+        module.install_from_env()
     except Exception as exc:  # never stop the user's program from starting
-        sys.stderr.write(f"ddp-lsp smallrun: monitor not attached: {exc!r}\n")
+        sys.stderr.write(f"{label} not attached: {exc!r}\n")
 
 
 def _chain() -> None:
@@ -45,5 +55,6 @@ def _chain() -> None:
     spec.loader.exec_module(module)
 
 
-_boot()
+for _hook in _HOOKS:
+    _boot(*_hook)
 _chain()

@@ -1,1 +1,0 @@
-"""Holds the ``sitecustomize`` shim that ``ddp-lsp feasibility`` puts on ``PYTHONPATH``."""
