@@ -39,9 +39,10 @@ with no CUDA work in between (nanoGPT sets the device right after `init_process_
 any CUDA call, which is harmless), `CUDA_VISIBLE_DEVICES` set per process, a same-file helper
 called before `init_process_group` that sets the device (directly or through another helper),
 launches configured with one process per node or machines where preflight found one GPU
-(GPU 0 is then the right one), accelerate / Lightning (they select the device), and
-a bare module-level `init_process_group` outside any block (the script lines before it are
-analysed in another chunk and may select the device; inside `if ddp:` it is checked).
+(GPU 0 is then the right one), accelerate / Lightning (they select the device), and a
+module-level script (the tutorial shape) that calls `set_device` anywhere at its top level or
+in a helper called there (its lines may sit in several chunks, so the order is not checked
+there). A module-level script that never selects its GPU is reported.
 Still reported: a set-up helper that only initialises the group while its caller sets the
 device afterwards; move the `set_device` into the helper, before `init_process_group`.
 
@@ -88,9 +89,10 @@ class MissingSetDevice(Rule):
             if not _is_nccl(ctx, call, root):
                 continue
             stmt = ctx.statement(call)
-            if root is ctx.module_node and any(stmt is s for s in ctx.body):
-                # A bare module-level statement: the lines before it (where a script selects
-                # its GPU) may sit in another chunk of the same run, invisible from here.
+            if root is ctx.module_node and K.SETS_DEVICE in ctx.facts.props(K.MODULE):
+                # A script's top level (the tutorial shape): its lines may sit in other chunks,
+                # so order is not known; a `set_device` anywhere at the top level (or in a
+                # helper called there) counts as selecting the GPU.
                 continue
             if _device_selected(ctx, root, call, stmt):
                 continue
@@ -354,6 +356,39 @@ torch.cuda.set_device(local_rank)
 dist.init_process_group("nccl")
 """,
         note="a script's module-level set-up (its lines may be split across chunks)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+dist.init_process_group("nccl")
+local_rank = int(os.environ["LOCAL_RANK"])
+
+def pick(local_rank):
+    torch.cuda.set_device(local_rank)
+
+pick(local_rank)
+""",
+        note="a module-level script selecting its GPU through a helper, after the group",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+local_rank = int(os.environ["LOCAL_RANK"])
+«dist.init_process_group("nccl")»
+model = DDP(torch.nn.Linear(2, 2).cuda(local_rank), device_ids=[local_rank])
+for step in range(10):
+    model(torch.randn(4, 2).cuda(local_rank)).sum().backward()
+""",
+        fixed=_HEAD
+        + """\
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+dist.init_process_group("nccl")
+model = DDP(torch.nn.Linear(2, 2).cuda(local_rank), device_ids=[local_rank])
+for step in range(10):
+    model(torch.randn(4, 2).cuda(local_rank)).sum().backward()
+""",
+        note="module-level script (tutorial shape) that never selects its GPU",
     ),
     Valid(
         _HEAD

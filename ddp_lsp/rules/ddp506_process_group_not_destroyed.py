@@ -44,9 +44,11 @@ Not reported: a destroy anywhere in the function (in a `finally`, under `if ddp:
 function that destroys the group (`setup()` / `cleanup()` helpers called from `main`), a file
 that imports `destroy_process_group` by name and uses it, or that imports `atexit`, and
 accelerate / Lightning (they own the group), and a set-up helper that only initialises the
-group and does no work after it (its callers are checked instead). Group initialisation at module level is not
-checked: the rest of the script is not visible from one chunk. A destroy at module level
-(`if __name__ == "__main__": main(); dist.destroy_process_group()`) counts too.
+group and does no work after it (its callers are checked instead). A destroy at module level
+(`if __name__ == "__main__": main(); dist.destroy_process_group()`) counts too. A group
+initialised at the top level of a script (the tutorial shape, directly or through a same-file
+`setup()`) is reported when the file destroys it nowhere (no fix: the end of the script may sit
+in another chunk).
 
 ## References
 - https://pytorch.org/docs/stable/distributed.html#shutdown
@@ -87,7 +89,20 @@ class ProcessGroupNotDestroyed(Rule):
         done: set[int] = set()
         for call in starts:
             fn = ctx.enclosing_function(call)
-            if fn is None or id(fn) in done:
+            if fn is None:
+                if _module_level_start(ctx, call):
+                    # A script's top level (the tutorial shape): the script is the worker,
+                    # and the file destroys the group nowhere (checked above, in any chunk).
+                    destroy, _ = ctx.spell(N.DESTROY_PROCESS_GROUP)
+                    yield ctx.finding(
+                        self,
+                        call,
+                        "the script initialises a process group at module level and never "
+                        "destroys it: PyTorch warns at exit and teardown may hang; call "
+                        f"`{destroy}()` at the end of the script",
+                    )
+                continue
+            if id(fn) in done:
                 continue
             if not _is_worker(ctx, fn, call):
                 continue  # a set-up helper: its callers are checked where they call it
@@ -118,6 +133,16 @@ def _starts_group(ctx: ChunkContext, call: ast.Call) -> bool:
     if ctx.call_qualname(call) == N.INIT_PROCESS_GROUP:
         return True
     return K.INITS_PG in ctx.callee_props(call)
+
+
+def _module_level_start(ctx: ChunkContext, call: ast.Call) -> bool:
+    """``dist.init_process_group(...)`` at the top level, or a same-file set-up helper called
+    there (``setup()``); not ``main()`` of a worker that starts the group itself (the worker is
+    checked where it starts it)."""
+    if ctx.call_qualname(call) == N.INIT_PROCESS_GROUP:
+        return True
+    name = (N.dotted(call.func) or "").rsplit(".", 1)[-1]
+    return bool(_SETUP.search(name)) and not _WORK.search(name)
 
 
 def _file_destroys(ctx: ChunkContext) -> bool:
@@ -213,6 +238,38 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 ProcessGroupNotDestroyed.cases = (
+    Invalid(
+        _HEAD
+        + """\
+«dist.init_process_group("gloo")»
+model = DDP(torch.nn.Linear(2, 2))
+for step in range(10):
+    model(torch.randn(4, 2)).sum().backward()
+""",
+        note="module-level script (tutorial shape) that never destroys its group",
+    ),
+    Valid(
+        _HEAD
+        + """\
+dist.init_process_group("gloo")
+model = DDP(torch.nn.Linear(2, 2))
+for step in range(10):
+    model(torch.randn(4, 2)).sum().backward()
+dist.destroy_process_group()
+""",
+        note="module-level script that destroys its group at the end",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def setup():
+    dist.init_process_group("gloo")
+
+«setup()»
+model = DDP(torch.nn.Linear(2, 2))
+""",
+        note="module-level script starting its group through a same-file set-up helper",
+    ),
     Valid(
         _HEAD
         + """\

@@ -522,7 +522,9 @@ def batches(loader):
     assert f.fixes == ()
 
 
-def test_module_level_init_is_not_checked_by_ddp506() -> None:
+def test_module_level_init_is_checked_by_ddp506() -> None:
+    # Issue 14 ("more shapes"): the tutorial shape is reported, once, without a fix (the end
+    # of the script may sit in another chunk); a destroy anywhere in the file silences it.
     code = """\
 import torch.distributed as dist
 
@@ -530,7 +532,9 @@ dist.init_process_group("gloo")
 for step in range(10):
     pass
 """
-    assert _found(code, rules=("DDP506",)) == []
+    (f,) = _found(code, rules=("DDP506",))
+    assert f.span.start.line == 2 and f.fixes == ()
+    assert _found(code + "dist.destroy_process_group()\n", rules=("DDP506",)) == []
 
 
 def test_suppression_comment() -> None:
