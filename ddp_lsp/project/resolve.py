@@ -95,6 +95,14 @@ class Resolver:
         """
         if name in self._module_names:
             return name
+        if name == "src" or name.startswith("src."):
+            # Module names drop a leading `src/` (index.module_name: the `src` layout), but a
+            # project whose code runs from the root imports the folder as a package named
+            # `src` (`from src.utils import init_distributed_mode`): both spellings resolve.
+            bare = name[4:]
+            s = self.modules.get(bare)
+            if s is not None and s.path.startswith("src/"):
+                return bare
         parent = importer.rpartition(".")[0]
         s = self.modules.get(importer)
         if s is not None and s.is_package:

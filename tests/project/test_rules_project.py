@@ -572,3 +572,34 @@ def test_ddp101_mae_loss_scaler_call_with_update_grad(tmp_path: Path) -> None:
     )
     (tmp_path / "engine_pretrain.py").write_text(synced)
     assert not [f for f in _findings(tmp_path, "engine_pretrain.py") if f.rule_id == "DDP101"]
+
+
+def test_package_named_src_resolves_both_spellings(tmp_path: Path) -> None:
+    # `src/utils.py` is the module `utils` (the src layout), and a project run from its root
+    # imports it as `src.utils`: both spellings resolve, so the helper that starts the process
+    # group is found and the checkpoint written on every rank is reported.
+    _write(
+        tmp_path,
+        {
+            "src/__init__.py": "",
+            "src/utils.py": """
+                import torch.distributed as dist
+
+                def init_distributed_mode(args):
+                    dist.init_process_group("nccl")
+            """,
+            "eval_linear.py": """
+                import torch
+                from src.utils import init_distributed_mode
+
+                def main(args, model):
+                    init_distributed_mode(args)
+                    torch.save(model.state_dict(), "ckpt.pt")
+            """,
+        },
+    )
+    facts = compute(ProjectIndex(tmp_path, cache_dir=False).build())
+    main = facts.for_path("eval_linear.py")
+    assert main.callee_props["init_distributed_mode"].target == ("utils", "init_distributed_mode")
+    assert main.distributed is not None
+    assert [f.rule_id for f in _findings(tmp_path, "eval_linear.py")].count("DDP501") == 1
