@@ -98,8 +98,10 @@ class SmallRunConfig:
 
 
 @dataclass(frozen=True)
-class Finding:
-    kind: str  # crash | hang | leak | inconclusive | no-data | leftover | error
+class RunFinding:
+    """One thing a small run found (not a lint ``Finding``: no span, no fix)."""
+
+    kind: str  # crash | hang | mismatch | leak | suspect | inconclusive | no-data | leftover | error
     rank: int | None
     message: str
 
@@ -126,7 +128,7 @@ class SmallRunResult:
     duration_s: float
     timeout_s: float
     returncode: int | None
-    findings: tuple[Finding, ...]
+    findings: tuple[RunFinding, ...]
     ranks: tuple[RankSummary, ...]
     killed: tuple[dict[str, Any], ...] = ()
     workdir: str | None = None
@@ -494,7 +496,7 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
             duration_s=0.0,
             timeout_s=cfg.timeout_s,
             returncode=None,
-            findings=(Finding("error", None, f"cannot start {cfg.command[0]!r}: {exc}"),),
+            findings=(RunFinding("error", None, f"cannot start {cfg.command[0]!r}: {exc}"),),
             ranks=(),
         )
     seen: dict[int, int] = {}
@@ -582,7 +584,9 @@ def run_smallrun(cfg: SmallRunConfig) -> SmallRunResult:
             ranks_live = [p for p in _rank_pids(workdir, proc.pid) if p in live]
             _request_flight_recorder(workdir, ranks_live)
         _request_stacks(workdir, stacks_requested)
-        killed = proctree.kill_tree(proc.pid, seen, cfg.kill_grace_s, marker=(ENV_DIR, str(workdir)))
+        killed = proctree.kill_tree(
+            proc.pid, seen, cfg.kill_grace_s, marker=(ENV_DIR, str(workdir))
+        )
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -748,7 +752,7 @@ def _judge(
         {pid for pid in procs if rank_of(pid) is not None or pid in series or pid == root_pid}
         | {pid for pid, c in crashes.items() if c.get("spawned")}
     )
-    findings: list[Finding] = []
+    findings: list[RunFinding] = []
     ranks: list[RankSummary] = []
     reports: dict[int, GrowthReport] = {}
     for pid in relevant:
@@ -809,7 +813,7 @@ def _judge(
         if first.get("spawned"):
             who += f" (mp.spawn process {first['error_index']}, pid {first['pid']})"
         findings.append(
-            Finding(
+            RunFinding(
                 "crash",
                 first.get("rank"),
                 f"{who} crashed: {first.get('exc_type')}: {first.get('message')}{where}",
@@ -821,7 +825,7 @@ def _judge(
             if other.get("rank") is None or other.get("consequence"):
                 continue  # the launcher reporting its child's failure (ChildFailedError)
             findings.append(
-                Finding(
+                RunFinding(
                     "crash",
                     other.get("rank"),
                     f"then {_label(other.get('rank'), other['pid'])} failed: "
@@ -848,7 +852,7 @@ def _judge(
             )
         findings.insert(
             0,
-            Finding(
+            RunFinding(
                 "mismatch",
                 mismatch["sides"][0]["rank"],
                 f"mismatched collectives at collective #{mismatch['sides'][0]['sequence']} "
@@ -868,7 +872,7 @@ def _judge(
                 else ": killed by a signal (the OOM killer?) or a crash in native code"
             )
             findings.append(
-                Finding(
+                RunFinding(
                     "crash",
                     rank_of(pid),
                     f"{_label(rank_of(pid), pid)} ended without a Python exception or a normal "
@@ -884,7 +888,7 @@ def _judge(
             at = f" after step {summary.last_step}" if summary.last_step is not None else ""
             where = f", stuck in {summary.stuck_in}" if summary.stuck_in else ""
             findings.append(
-                Finding(
+                RunFinding(
                     "hang",
                     summary.rank,
                     f"{_label(summary.rank, summary.pid)} was still running "
@@ -892,7 +896,7 @@ def _judge(
                 )
             )
         findings.append(
-            Finding(
+            RunFinding(
                 "hang",
                 None,
                 f"the job did not end within {cfg.dead_rank_grace_s:g} s of a rank's death: "
@@ -914,7 +918,7 @@ def _judge(
         if dumps or errors:
             fr_report = flight_recorder.summarize(dumps, errors)
             flight = fr_report.to_dict()
-            findings.extend(Finding("hang", None, text) for text in fr_report.findings)
+            findings.extend(RunFinding("hang", None, text) for text in fr_report.findings)
         native = sorted(p.name for p in workdir.glob("fr-native-rank-*"))
         if native:
             flight["native_dumps"] = native  # NCCL's own, on its watchdog timeout (pickle)
@@ -927,7 +931,7 @@ def _judge(
             else f"still running after {cfg.timeout_s:g} s"
         )
         findings.append(
-            Finding("hang", None, f"{what}: killed {len(killed)} processes (the whole tree)")
+            RunFinding("hang", None, f"{what}: killed {len(killed)} processes (the whole tree)")
         )
         rank_summaries = [r for r in ranks if r.rank is not None] or ranks
         for summary in rank_summaries:
@@ -935,7 +939,7 @@ def _judge(
                 at = f" after step {summary.last_step}" if summary.last_step is not None else ""
                 where = f", in {summary.stuck_in}" if summary.stuck_in else ""
                 findings.append(
-                    Finding(
+                    RunFinding(
                         "hang",
                         summary.rank,
                         f"{_label(summary.rank, summary.pid)} was stuck{at}{where}",
@@ -953,26 +957,28 @@ def _judge(
             else f"exit code {returncode}"
         )
         findings.append(
-            Finding("crash", None, f"the command failed ({how}) without a Python traceback")
+            RunFinding("crash", None, f"the command failed ({how}) without a Python traceback")
         )
     if killed and not hung and not interrupted and not dead_kill:
         names = ", ".join(f"{k.pid} ({k.cmdline[:60]})" for k in killed[:5])
         findings.append(
-            Finding("leftover", None, f"processes left behind after exit, killed: {names}")
+            RunFinding("leftover", None, f"processes left behind after exit, killed: {names}")
         )
     for pid, report in reports.items():
         if report.grows:
             findings.append(
-                Finding("leak", rank_of(pid), f"{_label(rank_of(pid), pid)}: {report.summary()}")
+                RunFinding("leak", rank_of(pid), f"{_label(rank_of(pid), pid)}: {report.summary()}")
             )
         elif report.verdict == "suspect":
             findings.append(
-                Finding("suspect", rank_of(pid), f"{_label(rank_of(pid), pid)}: {report.summary()}")
+                RunFinding(
+                    "suspect", rank_of(pid), f"{_label(rank_of(pid), pid)}: {report.summary()}"
+                )
             )
     if not any(f.kind in ("crash", "hang", "leak") for f in findings):
         if not reports:
             findings.append(
-                Finding(
+                RunFinding(
                     "no-data",
                     None,
                     "no training step seen: the monitor samples after optimizer.step(). If the "
@@ -983,7 +989,7 @@ def _judge(
         elif all(r.inconclusive for r in reports.values()):
             note = next(iter(reports.values())).notes
             findings.append(
-                Finding(
+                RunFinding(
                     "inconclusive",
                     None,
                     f"too few steps to judge memory growth ({'; '.join(note)}); run at least "
