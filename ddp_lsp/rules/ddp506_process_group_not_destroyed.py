@@ -87,10 +87,14 @@ class ProcessGroupNotDestroyed(Rule):
         if not starts or _file_destroys(ctx):
             return
         done: set[int] = set()
+        module_reported = False
         for call in starts:
             fn = ctx.enclosing_function(call)
             if fn is None:
-                if _module_level_start(ctx, call):
+                # One finding per script, at its first start: the branches of
+                # `if cuda: init("nccl") elif mps: ... else: init("gloo")` are one process group.
+                if not module_reported and _module_level_start(ctx, call):
+                    module_reported = True
                     # A script's top level (the tutorial shape): the script is the worker,
                     # and the file destroys the group nowhere (checked above, in any chunk).
                     destroy, _ = ctx.spell(N.DESTROY_PROCESS_GROUP)
@@ -247,6 +251,18 @@ for step in range(10):
     model(torch.randn(4, 2)).sum().backward()
 """,
         note="module-level script (tutorial shape) that never destroys its group",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+if torch.cuda.is_available():
+    «dist.init_process_group("nccl")»
+else:
+    dist.init_process_group("gloo")
+model = DDP(torch.nn.Linear(2, 2))
+model(torch.randn(4, 2)).sum().backward()
+""",
+        note="one finding per script: the branches start the same process group",
     ),
     Valid(
         _HEAD
