@@ -30,7 +30,7 @@ from typing import IO, Any
 from ddp_lsp import proctree
 from ddp_lsp.preflight.probes import ALL_PROBES, PROBES_BY_ID, Probe, ProbeContext
 from ddp_lsp.preflight.probes.base import Outcome, SystemHooks
-from ddp_lsp.preflight.probes.dist import INJECT_ENV, set_pdeathsig
+from ddp_lsp.preflight.probes.ranks import INJECT_ENV, set_pdeathsig
 from ddp_lsp.preflight.schema import PreflightOptions, PreflightReport, ProbeResult, Status
 
 SHM_DIR = "/dev/shm"

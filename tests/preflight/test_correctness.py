@@ -13,7 +13,7 @@ import pytest
 from ddp_lsp.preflight.probes import PROBES_BY_ID
 from ddp_lsp.preflight.probes.base import ProbeContext
 from ddp_lsp.preflight.probes.correctness import TOLERANCE, judge
-from ddp_lsp.preflight.probes.dist import INJECT_ENV
+from ddp_lsp.preflight.probes.ranks import INJECT_ENV
 from ddp_lsp.preflight.runner import run_isolated
 from ddp_lsp.preflight.schema import PreflightOptions, Status
 

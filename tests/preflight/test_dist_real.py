@@ -13,12 +13,12 @@ import pytest
 from ddp_lsp.preflight.probes import PROBES_BY_ID
 from ddp_lsp.preflight.probes.base import ProbeContext
 from ddp_lsp.preflight.probes.dist import (
-    INJECT_ENV,
     bus_factor,
     busbw_at,
     missing_from_barrier,
     verdict,
 )
+from ddp_lsp.preflight.probes.ranks import INJECT_ENV
 from ddp_lsp.preflight.runner import run_isolated
 from ddp_lsp.preflight.schema import PreflightOptions, Status
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from ddp_lsp.preflight.client import run_preflight, run_preflight_sync
-from ddp_lsp.preflight.probes.dist import INJECT_ENV
+from ddp_lsp.preflight.probes.ranks import INJECT_ENV
 from ddp_lsp.preflight.schema import PreflightOptions, ProbeResult, Status
 
 from .conftest import new_marker, processes_with_marker

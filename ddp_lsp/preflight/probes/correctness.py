@@ -28,7 +28,7 @@ import os
 from typing import Any
 
 from ddp_lsp.preflight.probes.base import Outcome, Probe, ProbeContext, ok, skip
-from ddp_lsp.preflight.probes.dist import RankEnv, _plan, injected, run_ranks
+from ddp_lsp.preflight.probes.ranks import RankEnv, injected, plan_ranks, run_ranks
 from ddp_lsp.preflight.schema import Status
 
 SEED = 1234
@@ -258,7 +258,7 @@ def judge(values: dict[str, Any], world: int, backend: str) -> Outcome:
 
 
 def probe_correctness(ctx: ProbeContext) -> Outcome:
-    plan = _plan(ctx)
+    plan = plan_ranks(ctx)
     if isinstance(plan, Outcome):
         return plan
     _, backend, world = plan
