@@ -128,3 +128,113 @@ def _range(r: dict[str, Any]) -> T.Range:
         T.Position(r["start"]["line"], r["start"]["character"]),
         T.Position(r["end"]["line"], r["end"]["character"]),
     )
+
+
+# -- reusing the diagnostics of the previous analysis ------------------------------------------
+# ServerState._render reuses the diagnostic of a finding that is the very same object as
+# before, and copies with its lines moved the one of a finding that moved with its chunk.
+
+# A diagnostic as published: (finding, index, view URI, dict, text of the lines it covers).
+Rendered = tuple[Finding, int, str, dict[str, Any], tuple[str, ...]]
+
+
+def content_key(f: Finding) -> tuple[object, ...]:
+    """What a diagnostic shows of a finding, with its lines (and those of its related
+    locations in the same file) counted from its first line."""
+    sp = f.span
+    first = sp.start.line
+    related = tuple(
+        (
+            r.message,
+            r.path,
+            r.span.start.line - (first if r.path is None else 0),
+            r.span.start.col,
+            r.span.end.line - (first if r.path is None else 0),
+            r.span.end.col,
+        )
+        for r in f.related
+    )
+    return (
+        f.rule_id,
+        f.message,
+        f.severity,
+        f.tags,
+        bool(f.fixes),
+        sp.start.col,
+        sp.end.col,
+        sp.end.line - first,
+        related,
+    )
+
+
+def covered_lines(f: Finding, lines: list[str]) -> tuple[str, ...]:
+    """The text of the lines a finding's diagnostic covers: its own and its same-file related
+    locations' (equal texts give equal columns in any position encoding)."""
+    out = tuple(lines[f.span.start.line : f.span.end.line + 1])
+    for r in f.related:
+        if r.path is None:
+            out += ("\n",) + tuple(lines[r.span.start.line : r.span.end.line + 1])
+    return out
+
+
+def moved_pool(
+    cache: dict[int, Rendered], findings: tuple[Finding, ...]
+) -> dict[tuple[object, ...], list[Rendered]]:
+    """Diagnostics of the previous findings that are gone, by what they show but their lines."""
+    # The cache holds its findings alive, so an id shared with a current finding is that
+    # very finding (reused by identity, not moved).
+    current = {id(f) for f in findings}
+    pool: dict[tuple[object, ...], list[Rendered]] = {}
+    for key, hit in cache.items():
+        if key in current:
+            continue
+        pool.setdefault(content_key(hit[0]), []).append(hit)
+    return pool
+
+
+def reuse_moved(
+    pool: dict[tuple[object, ...], list[Rendered]],
+    f: Finding,
+    index: int,
+    version: int | None,
+    lines: list[str],
+) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    candidates = pool.get(content_key(f))
+    if not candidates:
+        return None, ()
+    texts = covered_lines(f, lines)
+    for k, old in enumerate(candidates):
+        if old[4] != texts:
+            continue
+        del candidates[k]
+        src = old[3]
+        delta = f.span.start.line - src["range"]["start"]["line"]
+        diag = dict(src)
+        diag["range"] = moved_range(src["range"], delta)
+        if "relatedInformation" in src:
+            # Same-file locations move with the finding; other files' do not. Entries are in
+            # the order of ``f.related`` (see diagnostics.to_diagnostic).
+            moved_rel = []
+            shown = [r for r in f.related if r.path is None or os.path.isabs(r.path)]
+            for r, entry in zip(shown, src["relatedInformation"], strict=True):
+                if r.path is None:
+                    loc = entry["location"]
+                    entry = {
+                        "location": {"uri": loc["uri"], "range": moved_range(loc["range"], delta)},
+                        "message": entry["message"],
+                    }
+                moved_rel.append(entry)
+            diag["relatedInformation"] = moved_rel
+        data = dict(src["data"])
+        data["version"] = version
+        data["index"] = index
+        diag["data"] = data
+        return diag, texts
+    return None, texts
+
+
+def moved_range(rng: dict[str, Any], delta: int) -> dict[str, Any]:
+    return {
+        "start": {"line": rng["start"]["line"] + delta, "character": rng["start"]["character"]},
+        "end": {"line": rng["end"]["line"] + delta, "character": rng["end"]["character"]},
+    }

@@ -23,11 +23,15 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types as T
 from pygls.exceptions import JsonRpcInvalidParams
 
-from ddp_lsp.lsp.state import ServerState, Unit, uri_to_path
+from ddp_lsp.lsp.configuration import uri_to_path
+from ddp_lsp.lsp.pygls_adapter import progress_future
+from ddp_lsp.lsp.state import ServerState, Unit
 
 if TYPE_CHECKING:
+    from ddp_lsp.lsp.configuration import ConfigurationService
     from ddp_lsp.lsp.server import DdpLanguageServer
     from ddp_lsp.preflight.client import ChildHandle
+    from ddp_lsp.preflight.schema import PreflightReport
 
 log = logging.getLogger("ddp_lsp.lsp")
 
@@ -47,36 +51,48 @@ _OPTION_KEYS = {
 }
 
 
-class PreflightService:
-    def __init__(self, state: ServerState) -> None:
-        self.state = state
-        self.running: dict[str, asyncio.Event] = {}
-        self.children: dict[str, ChildHandle] = {}  # folder -> its running child
-        self._tokens = itertools.count(1)
-        # Analyses use the folder's report too (DDP405 counts its CPUs), cached ones included.
-        state.preflight_lookup = self.report_for
+class PreflightReports:
+    """The preflight reports by workspace folder: this session's runs, else the cache's.
 
-    # -- where and with what ------------------------------------------------------------------
+    What the analyses read (DDP405 counts the folder's CPUs) and hovers and lenses show; the
+    :class:`~ddp_lsp.lsp.state.MachineProvider` given to the server's state."""
+
+    def __init__(self, config: ConfigurationService) -> None:
+        self.config = config
+        # Reports of this session's runs by folder path (None: never measured here).
+        self.session: dict[str, PreflightReport] = {}
 
     def folder_for(self, uri: str | None) -> Path:
-        return self.state.machine_folder(uri_to_path(uri) if uri else None)
+        return self.config.machine_folder(uri_to_path(uri) if uri else None)
 
     def python_for(self, folder: Path) -> str:
         from ddp_lsp.preflight.client import default_python
 
-        editor = self.state.editor_for(folder.as_uri())
+        editor = self.config.editor_for(folder.as_uri())
         return editor.options.preflight_python or default_python()
 
-    def report_for(self, folder: Path) -> Any:
+    def report_for(self, folder: Path) -> PreflightReport | None:
         """The folder's last report: this session's, else the cache's (None when never run)."""
         key = str(folder)
-        report = self.state.preflight.get(key)
+        report = self.session.get(key)
         if report is not None:
             return report
         from ddp_lsp.preflight.client import PreflightCache
 
         cached = PreflightCache().load(key, self.python_for(folder))
         return cached.report if cached is not None else None
+
+
+class PreflightService:
+    """``ddp-lsp.runPreflight`` and the "Run preflight" code lens, over the state's documents;
+    what a run measures goes to ``reports`` (the state's machine facts)."""
+
+    def __init__(self, state: ServerState, reports: PreflightReports) -> None:
+        self.state = state
+        self.reports = reports
+        self.running: dict[str, asyncio.Event] = {}
+        self.children: dict[str, ChildHandle] = {}  # folder -> its running child
+        self._tokens = itertools.count(1)
 
     def options_for(self, uri: str | None, overrides: Any) -> dict[str, Any]:
         """The command's options; without ``params``, the parameter count of the models the
@@ -116,13 +132,13 @@ class PreflightService:
         from ddp_lsp.preflight.schema import PreflightOptions
 
         options = PreflightOptions(**self.options_for(uri, overrides))
-        folder = self.folder_for(uri)
+        folder = self.reports.folder_for(uri)
         key = str(folder)
         if key in self.running:
             raise JsonRpcInvalidParams(
                 f"{CMD_RUN_PREFLIGHT}: a preflight is already running for {key}"
             )
-        python = self.python_for(folder)
+        python = self.reports.python_for(folder)
         cancel = asyncio.Event()
         self.running[key] = cancel
         token = f"ddp-lsp-preflight-{next(self._tokens)}"
@@ -167,7 +183,7 @@ class PreflightService:
                 token, T.WorkDoneProgressEnd(message=report.error or summary_counts(report))
             )
         if report.error is None:
-            self.state.preflight[key] = report
+            self.reports.session[key] = report
             try:
                 PreflightCache().save(key, python, report)
             except OSError as exc:
@@ -191,12 +207,12 @@ class PreflightService:
         calls = [(a, b) for a, b, topic in topic_calls(unit) if topic == "init_process_group"]
         if not calls:
             return []
-        folder = self.folder_for(unit.key)
+        folder = self.reports.folder_for(unit.key)
         title = "▶ Run preflight"
         if str(folder) in self.running:
             title = "Preflight running..."
         else:
-            report = self.report_for(folder)
+            report = self.reports.report_for(folder)
             if report is not None:
                 from ddp_lsp.preflight.report import age_seconds, format_age, summary_counts
 
@@ -280,7 +296,7 @@ async def _begin(ls: DdpLanguageServer, token: str, title: str, cancel: asyncio.
     ls.work_done_progress.begin(
         token, T.WorkDoneProgressBegin(title=title, cancellable=True, percentage=0)
     )
-    fut = ls.work_done_progress.tokens.get(token)
+    fut = progress_future(ls, token)
     if fut is not None:
         # window/workDoneProgress/cancel cancels this future (pygls): stop the child.
         fut.add_done_callback(lambda f: cancel.set() if f.cancelled() else None)

@@ -36,8 +36,9 @@ from typing import IO, TYPE_CHECKING, Any
 from lsprotocol import types as T
 
 from ddp_lsp._isolation import NEUTRAL_CWD, python_argv
+from ddp_lsp.lsp.configuration import uri_to_path
 from ddp_lsp.lsp.indexer import DISK, read_message
-from ddp_lsp.lsp.state import PlainText, ServerState, Unit, uri_to_path
+from ddp_lsp.lsp.state import PlainText, ServerState, Unit
 
 if TYPE_CHECKING:
     from ddp_lsp.config import Settings
@@ -70,9 +71,8 @@ class Folder:
 
 
 class ProjectService:
-    def __init__(self, ls: DdpLanguageServer, state: ServerState) -> None:
+    def __init__(self, ls: DdpLanguageServer) -> None:
         self.ls = ls
-        self.state = state
         self.folders: dict[Path, Folder] = {}
         self._by_fid: dict[int, Folder] = {}
         self._fids = itertools.count(1)
@@ -88,14 +88,17 @@ class ProjectService:
         self._events: dict[Path, str | None] = {}
         self._due = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        state.project_facts = self.facts_for
-        state.project_facts_at = self.facts_at
-        state.text_listener = self.text_changed
+
+    @property
+    def state(self) -> ServerState:
+        """The server's state, which is given this service as its project view: read when
+        the service runs, never while the server is being built."""
+        return self.ls.state
 
     # -- facts for the analysis ------------------------------------------------------------------
 
     def _folder_of(self, path: Path) -> tuple[Folder, str] | None:
-        root = self.state.folder_of(path)
+        root = self.state.config.folder_of(path)
         folder = self.folders.get(root) if root is not None else None
         if folder is None:
             return None
@@ -144,11 +147,11 @@ class ProjectService:
         if self._stopping:
             return
         wanted: dict[Path, tuple[str, Settings]] = {}
-        for uri, root in self.state.folders:
+        for uri, root in self.state.config.folders:
             if root is None or root in wanted:
                 continue
             probe = uri.rstrip("/") + "/pyproject.toml"
-            if not self.state.editor_for(probe).options.enable:
+            if not self.state.config.editor_for(probe).options.enable:
                 continue
             settings, _ = self.state.settings_for(probe, root / "pyproject.toml")
             if settings.project:
@@ -178,7 +181,7 @@ class ProjectService:
             return
         overlays: dict[Path, str] = {}
         for unit in self.state.units.values():
-            if self._indexed(unit) and self.state.folder_of(unit.path) == root:
+            if self._indexed(unit) and self.state.config.folder_of(unit.path) == root:
                 overlays[unit.path] = unit.doc.text  # type: ignore[index]
                 self._edited.discard(unit.key)
         self._send(("open", folder.fid, resolved, settings, True, overlays))

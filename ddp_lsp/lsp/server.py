@@ -1,35 +1,45 @@
-"""``ddp-lsp serve``: the pygls server, its handlers, and the stdio loop that drives it.
+"""``ddp-lsp serve``: the server's handlers, the table that registers them, and ``main``.
 
-Handlers are thin: they translate LSP parameters and call :class:`ServerState` (documents,
-findings, settings), :mod:`actions`, :mod:`hover` and :mod:`workspace`. Nothing here is
-module-level mutable state: :func:`build_server` makes a fresh server with its own state.
+Handlers are module-level functions ``handler(ls, params)`` that translate LSP parameters and
+call ``ls.state`` (:class:`ServerState`: documents, findings), its configuration service,
+:mod:`actions`, :mod:`hover` and :mod:`workspace`. ``HANDLERS`` at the end of the handlers is
+the one table of what the server answers; :func:`build_server` makes a fresh server (its own
+state, no module-level mutable state) and registers the table. To add a handler, write the
+function (here, or in a feature module exporting its own ``HANDLERS`` tuple) and add its row:
+see :mod:`ddp_lsp.lsp.registration`.
 
-The stdio transport (framing, protocol-level errors, stdout hygiene) is in ``transport.py``.
+pygls' private API is used only through :mod:`ddp_lsp.lsp.pygls_adapter`; the stdio transport
+(framing, protocol-level errors, stdout hygiene) is in ``transport.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as T
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
-from pygls.protocol.language_server import _prepare_command_arguments, lsp_method
 
 from ddp_lsp import __version__
 from ddp_lsp.lsp import config as C
+from ddp_lsp.lsp.configuration import SECTION, ConfigurationService
 from ddp_lsp.lsp.convert import Codec, choose_encoding
 from ddp_lsp.lsp.notebook import Cell, Notebook, apply_notebook_change
-from ddp_lsp.lsp.preflight import CMD_RUN_PREFLIGHT, PreflightService
+from ddp_lsp.lsp.preflight import CMD_RUN_PREFLIGHT, PreflightReports, PreflightService
 from ddp_lsp.lsp.project import ProjectService
-from ddp_lsp.lsp.state import PlainText, ServerState, uri_to_path, warm_up
+from ddp_lsp.lsp.pygls_adapter import (
+    DdpProtocol,
+    forget_given_up,
+    pending_requests,
+    send_raw,
+)
+from ddp_lsp.lsp.registration import Command, Feature, Handler, register
+from ddp_lsp.lsp.state import PlainText, ServerState, warm_up
 from ddp_lsp.lsp.transport import serve_stdio
 
 if TYPE_CHECKING:
@@ -37,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ddp_lsp.lsp")
 
-SECTION = "ddp-lsp"
 CMD_FIX_ALL = "ddp-lsp.fixAll"
 CMD_EXPLAIN = "ddp-lsp.explainRule"
 CMD_DEBUG_DOCUMENT = "ddp-lsp.debugDocument"
@@ -50,112 +59,6 @@ APPLY_EDIT_TIMEOUT_ENV = "DDP_LSP_APPLY_EDIT_TIMEOUT"
 # Shutdown waits this long for cancelled requests (a preflight, a fix-all) to wind down, so
 # their replies reach the client before the shutdown reply.
 SHUTDOWN_GRACE_S = 5.0
-
-
-class DdpProtocol(LanguageServerProtocol):
-    """pygls' protocol without its own copy of every document, and with a clean lifecycle.
-
-    pygls keeps a ``Workspace`` copy of each open text, updated on every change (a full line
-    split per edit); our state keeps the incremental core document instead, so the built-in
-    text-sync handlers here only forward to ours.
-
-    Lifecycle. pygls runs a command as a generator that hands the command to a second task:
-    ``$/cancelRequest`` (and shutdown) cancelled only the outer future, so a preflight went on
-    running, and its child with it. Commands run here as one task per request, so cancelling
-    the request cancels the command. Shutdown cancels what is pending over a copy of the
-    futures (pygls iterated the live dict, which a cancel callback changes), and ``exit``
-    kills what we started and drops anything written after the output is closed (tasks that
-    asyncio cancels on the way out used to log a traceback per message they tried to send).
-    """
-
-    _closed = False
-
-    @lsp_method(T.WORKSPACE_EXECUTE_COMMAND)
-    async def lsp_workspace__execute_command(  # type: ignore[override]
-        self, params: T.ExecuteCommandParams
-    ) -> Any:
-        handler = self.fm.commands.get(params.command)
-        if handler is None:
-            raise JsonRpcInvalidParams.of(
-                ValueError(f"Command name {params.command!r} is not defined")
-            )
-        try:
-            args, kwargs = _prepare_command_arguments(handler, params, self._converter)
-        except Exception as exc:
-            raise JsonRpcInvalidParams.of(exc) from exc
-        result = handler(*args, **kwargs)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-
-    @lsp_method(T.SHUTDOWN)
-    def lsp_shutdown(self, *args: Any) -> Any:
-        if (user_handler := self.fm.features.get(T.SHUTDOWN)) is not None:
-            yield user_handler, args, None
-        current = self.msg_id
-        for msg_id, future in list(self._request_futures.items()):
-            if msg_id != current and not future.done():
-                future.cancel()
-        self._shutdown = True
-        return None
-
-    @lsp_method(T.EXIT)
-    def lsp_exit(self, *args: Any) -> Any:
-        self._closed = True  # nothing is sent after exit, not even the children's progress end
-        server = self._server
-        if isinstance(server, DdpLanguageServer):
-            server.stop_children()  # exit without shutdown: nothing we started outlives us
-        # Closes the output and raises SystemExit (0 after shutdown, 1 without).
-        yield from super().lsp_exit(*args)
-
-    def _send_data(self, data: Any) -> None:
-        if self._closed:
-            log.debug("not sent, the server is exiting: %.200s", data)
-            return
-        super()._send_data(data)
-
-    def _handle_response(self, msg_id: Any, result: Any = None, error: Any = None) -> None:
-        future = self._request_futures.get(msg_id)
-        if future is not None and future.done():
-            # The request was given up (timeout, cancel, shutdown) before the client answered.
-            self._request_futures.pop(msg_id, None)
-            log.info("late response to %s ignored: the request was given up", msg_id)
-            return
-        super()._handle_response(msg_id, result, error)
-
-    def forget_done_requests(self) -> None:
-        """Drop our requests to the client that were given up (their answer may never come)."""
-        for msg_id, future in list(self._request_futures.items()):
-            if future.done():
-                self._request_futures.pop(msg_id, None)
-
-    def _forward(self, method: str, params: Any) -> Any:
-        if (handler := self.fm.features.get(method)) is not None:
-            yield handler, (params,), None
-
-    @lsp_method(T.TEXT_DOCUMENT_DID_OPEN)
-    def lsp_text_document__did_open(self, params: T.DidOpenTextDocumentParams) -> Any:
-        yield from self._forward(T.TEXT_DOCUMENT_DID_OPEN, params)
-
-    @lsp_method(T.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(self, params: T.DidChangeTextDocumentParams) -> Any:
-        yield from self._forward(T.TEXT_DOCUMENT_DID_CHANGE, params)
-
-    @lsp_method(T.TEXT_DOCUMENT_DID_CLOSE)
-    def lsp_text_document__did_close(self, params: T.DidCloseTextDocumentParams) -> Any:
-        yield from self._forward(T.TEXT_DOCUMENT_DID_CLOSE, params)
-
-    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_OPEN)
-    def lsp_notebook_document__did_open(self, params: T.DidOpenNotebookDocumentParams) -> Any:
-        yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_OPEN, params)
-
-    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_CHANGE)
-    def lsp_notebook_document__did_change(self, params: T.DidChangeNotebookDocumentParams) -> Any:
-        yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_CHANGE, params)
-
-    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_CLOSE)
-    def lsp_notebook_document__did_close(self, params: T.DidCloseNotebookDocumentParams) -> Any:
-        yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_CLOSE, params)
 
 
 class DdpLanguageServer(LanguageServer):
@@ -174,9 +77,14 @@ class DdpLanguageServer(LanguageServer):
             ),
             protocol_cls=DdpProtocol,
         )
-        self.state = ServerState(self.publish_raw, self.show_error)
-        self.preflight = PreflightService(self.state)
-        self.project = ProjectService(self, self.state)
+        config = ConfigurationService()
+        reports = PreflightReports(config)
+        # The project view reads ``self.state`` when it runs (it is the state's provider).
+        self.project = ProjectService(self)
+        self.state = ServerState(
+            self.publish_raw, self.show_error, config=config, project=self.project, machine=reports
+        )
+        self.preflight = PreflightService(self.state, reports)
         # Made on the first workspace pull: workspace.py imports the analysis core.
         self.workspace_cache: WorkspaceCache | None = None
         self.initialized = False
@@ -206,7 +114,7 @@ class DdpLanguageServer(LanguageServer):
         current = protocol.msg_id
         me: object = asyncio.current_task()
         tasks: list[asyncio.Future[Any]] = []
-        for msg_id, future in list(protocol._request_futures.items()):
+        for msg_id, future in pending_requests(protocol):
             if msg_id == current or future is me or future.done():
                 continue
             future.cancel()
@@ -222,8 +130,9 @@ class DdpLanguageServer(LanguageServer):
         if version is not None:
             params["version"] = version
         # A plain dict: json.dumps needs no converter, which matters at 20,000 lines.
-        self.protocol._send_data(
-            {"jsonrpc": "2.0", "method": T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS, "params": params}
+        send_raw(
+            self.protocol,
+            {"jsonrpc": "2.0", "method": T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS, "params": params},
         )
 
     def refresh_pulled(self) -> None:
@@ -238,8 +147,9 @@ class DdpLanguageServer(LanguageServer):
         self.window_show_message(T.ShowMessageParams(type=kind, message=message))
 
     def send_error(self, msg_id: Any, code: int, message: str) -> None:
-        self.protocol._send_data(
-            {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
+        send_raw(
+            self.protocol,
+            {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}},
         )
 
 
@@ -259,428 +169,470 @@ def _caps(params: T.InitializeParams) -> dict[str, Any]:
     }
 
 
-def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block per feature
-    server = DdpLanguageServer()
-    state = server.state
+# -- lifecycle -----------------------------------------------------------------------------
 
-    # -- lifecycle -----------------------------------------------------------------------------
 
-    @server.feature(T.INITIALIZE)
-    def initialize(ls: DdpLanguageServer, params: T.InitializeParams) -> None:
-        caps = _caps(params)
-        negotiated = ls.workspace.position_encoding or choose_encoding(caps["encodings"])
-        encoding = str(getattr(negotiated, "value", negotiated))  # an enum member or a str
-        state.codec = Codec(encoding)
-        ls.supports_configuration = caps["configuration"]
-        ls.supports_watch_registration = caps["watch"]
-        ls.supports_apply_edit = caps["apply_edit"]
-        state.supports_document_changes = caps["document_changes"]
-        state.supports_pull_refresh = caps["refresh"]
-        folders = params.workspace_folders or []
-        if folders:
-            state.folders = [(f.uri, uri_to_path(f.uri)) for f in folders]
-        elif params.root_uri:
-            state.folders = [(params.root_uri, uri_to_path(params.root_uri))]
-        state.editor_global = C.parse_editor_settings(
-            params.initialization_options, "initializationOptions"
-        )
-        ls.initialized = True
-        # Runs once the initialize response is written: the core loads while the client reads it.
-        asyncio.get_running_loop().call_soon(warm_up)
+def initialize(ls: DdpLanguageServer, params: T.InitializeParams) -> None:
+    caps = _caps(params)
+    negotiated = ls.workspace.position_encoding or choose_encoding(caps["encodings"])
+    encoding = str(getattr(negotiated, "value", negotiated))  # an enum member or a str
+    ls.state.codec = Codec(encoding)
+    ls.supports_configuration = caps["configuration"]
+    ls.supports_watch_registration = caps["watch"]
+    ls.supports_apply_edit = caps["apply_edit"]
+    ls.state.supports_document_changes = caps["document_changes"]
+    ls.state.supports_pull_refresh = caps["refresh"]
+    folders = params.workspace_folders or []
+    if folders:
+        ls.state.config.set_folders(f.uri for f in folders)
+    elif params.root_uri:
+        ls.state.config.set_folders([params.root_uri])
+    ls.state.config.set_editor_settings(params.initialization_options, "initializationOptions")
+    ls.initialized = True
+    # Runs once the initialize response is written: the core loads while the client reads it.
+    asyncio.get_running_loop().call_soon(warm_up)
 
-    @server.feature(T.INITIALIZED)
-    async def initialized(ls: DdpLanguageServer, params: T.InitializedParams) -> None:
-        for err in state.editor_global.errors:
-            state.report(err)
-        if ls.supports_watch_registration:
-            try:
-                await ls.client_register_capability_async(
-                    T.RegistrationParams(
-                        registrations=[
-                            T.Registration(
-                                id="ddp-lsp-files",
-                                method=T.WORKSPACE_DID_CHANGE_WATCHED_FILES,
-                                register_options=T.DidChangeWatchedFilesRegistrationOptions(
-                                    watchers=[
-                                        T.FileSystemWatcher(glob_pattern="**/pyproject.toml"),
-                                        # Python files changed behind the editor: the index.
-                                        T.FileSystemWatcher(glob_pattern="**/*.py"),
-                                    ]
-                                ),
-                            )
-                        ]
-                    )
-                )
-            except Exception as exc:  # the client refused: fall back to mtime checks
-                log.info("could not register file watchers: %s", exc)
-                ls.supports_watch_registration = False
-        if ls.supports_configuration:
-            await pull_configuration(ls)
-        # Settings are known now (a folder may turn the project view off): index in the
-        # background; open documents are analysed meanwhile with what is known.
-        ls.initialized_done = True
-        ls.project.sync_folders()
 
-    @server.feature(T.SHUTDOWN)
-    async def shutdown(ls: DdpLanguageServer, params: None) -> None:
-        ls.stop_children()
-        await ls.shutdown_requests()
-
-    async def pull_configuration(ls: DdpLanguageServer, notify: bool = True) -> bool:
-        """Ask the client for the ``ddp-lsp`` section (global and per folder); True if changed."""
-        scopes = [uri for uri, _ in state.folders]
-        items = [T.ConfigurationItem(section=SECTION)] + [
-            T.ConfigurationItem(scope_uri=uri, section=SECTION) for uri in scopes
-        ]
+async def initialized(ls: DdpLanguageServer, params: T.InitializedParams) -> None:
+    for err in ls.state.config.editor_global.errors:
+        ls.state.report(err)
+    if ls.supports_watch_registration:
         try:
-            result = await ls.workspace_configuration_async(T.ConfigurationParams(items=items))
-        except Exception as exc:
-            log.info("workspace/configuration failed: %s", exc)
-            return False
-        if not isinstance(result, (list, tuple)) or not result:  # pygls structures it as a tuple
-            return False
-        changed = False
-        if result[0] is not None:
-            new = C.parse_editor_settings(result[0], "workspace/configuration")
-            changed |= new != state.editor_global
-            state.editor_global = new
-        scoped: dict[str, C.EditorSettings] = {}
-        for uri, value in zip(scopes, result[1:], strict=False):
-            if value is not None and value != result[0]:
-                scoped[uri] = C.parse_editor_settings(value, f"workspace/configuration ({uri})")
-        changed |= scoped != state.editor_scoped
-        state.editor_scoped = scoped
-        if changed and notify:
-            settings_changed(ls)
-        return changed
-
-    def settings_changed(ls: DdpLanguageServer) -> None:
-        state.configuration_changed()
-        for err in state.editor_global.errors:
-            state.report(err)
-        if ls.initialized_done:
-            ls.project.sync_folders()
-        ls.refresh_pulled()
-
-    @server.feature(T.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    async def did_change_configuration(
-        ls: DdpLanguageServer, params: T.DidChangeConfigurationParams
-    ) -> None:
-        settings = params.settings
-        if isinstance(settings, dict) and isinstance(settings.get(SECTION), dict):
-            state.editor_global = C.parse_editor_settings(settings[SECTION], "settings")
-        if ls.supports_configuration:
-            await pull_configuration(ls, notify=False)
-        settings_changed(ls)  # once, whatever changed
-
-    @server.feature(T.WORKSPACE_DID_CHANGE_WATCHED_FILES)
-    def did_change_watched_files(
-        ls: DdpLanguageServer, params: T.DidChangeWatchedFilesParams
-    ) -> None:
-        if any(C.is_pyproject(ch.uri) for ch in params.changes):
-            settings_changed(ls)
-        if any(ch.uri.endswith(".py") for ch in params.changes):
-            ls.project.files_changed(list(params.changes))
-            state.workspace_changed()  # closed files' diagnostics may differ
-
-    @server.feature(T.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
-    async def did_change_folders(
-        ls: DdpLanguageServer, params: T.DidChangeWorkspaceFoldersParams
-    ) -> None:
-        removed = {f.uri for f in params.event.removed}
-        state.folders = [f for f in state.folders if f[0] not in removed]
-        state.folders += [(f.uri, uri_to_path(f.uri)) for f in params.event.added]
-        for uri in removed:
-            state.editor_scoped.pop(uri, None)
-        if ls.supports_configuration:
-            await pull_configuration(ls, notify=False)
-        settings_changed(ls)
-
-    def check_project_files(ls: DdpLanguageServer) -> None:
-        # Clients that cannot watch files (Neovim on Linux) still get pyproject.toml reloads:
-        # a stat per known file on open and save is cheap.
-        if not ls.supports_watch_registration and state.projects.changed():
-            settings_changed(ls)
-
-    # -- text documents ------------------------------------------------------------------------
-
-    @server.feature(T.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: DdpLanguageServer, params: T.DidOpenTextDocumentParams) -> None:
-        doc = params.text_document
-        check_project_files(ls)
-        state.open(doc.uri, doc.text, doc.version, doc.language_id)
-
-    @server.feature(T.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: DdpLanguageServer, params: T.DidChangeTextDocumentParams) -> None:
-        state.change(
-            params.text_document.uri, params.text_document.version, list(params.content_changes)
-        )
-
-    @server.feature(T.TEXT_DOCUMENT_DID_SAVE)
-    def did_save(ls: DdpLanguageServer, params: T.DidSaveTextDocumentParams) -> None:
-        state.workspace_changed()  # the saved text is what a workspace pull reads from disk
-        if C.is_pyproject(params.text_document.uri):
-            settings_changed(ls)
-        else:
-            check_project_files(ls)
-
-    @server.feature(T.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls: DdpLanguageServer, params: T.DidCloseTextDocumentParams) -> None:
-        state.close(params.text_document.uri)
-
-    # -- notebooks -----------------------------------------------------------------------------
-
-    @server.feature(T.NOTEBOOK_DOCUMENT_DID_OPEN)
-    def nb_open(ls: DdpLanguageServer, params: T.DidOpenNotebookDocumentParams) -> None:
-        texts = {d.uri: d for d in params.cell_text_documents}
-        cells = []
-        for c in params.notebook_document.cells:
-            item = texts.get(c.document)
-            cells.append(
-                Cell(
-                    c.document,
-                    int(c.kind),
-                    item.text if item else "",
-                    item.version if item else None,
-                    item.language_id if item else "python",
+            await ls.client_register_capability_async(
+                T.RegistrationParams(
+                    registrations=[
+                        T.Registration(
+                            id="ddp-lsp-files",
+                            method=T.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                            register_options=T.DidChangeWatchedFilesRegistrationOptions(
+                                watchers=[
+                                    T.FileSystemWatcher(glob_pattern="**/pyproject.toml"),
+                                    # Python files changed behind the editor: the index.
+                                    T.FileSystemWatcher(glob_pattern="**/*.py"),
+                                ]
+                            ),
+                        )
+                    ]
                 )
             )
-        nb = Notebook(params.notebook_document.uri, params.notebook_document.version, cells)
-        state.open_notebook(nb)
+        except Exception as exc:  # the client refused: fall back to mtime checks
+            log.info("could not register file watchers: %s", exc)
+            ls.supports_watch_registration = False
+    if ls.supports_configuration:
+        await pull_configuration(ls)
+    # Settings are known now (a folder may turn the project view off): index in the
+    # background; open documents are analysed meanwhile with what is known.
+    ls.initialized_done = True
+    ls.project.sync_folders()
 
-    @server.feature(T.NOTEBOOK_DOCUMENT_DID_CHANGE)
-    def nb_change(ls: DdpLanguageServer, params: T.DidChangeNotebookDocumentParams) -> None:
-        uri = params.notebook_document.uri
-        unit = state.units.get(uri)
-        if unit is None or unit.notebook is None:
-            log.warning("notebookDocument/didChange for a notebook that is not open: %s", uri)
-            return
-        unit.notebook.version = unit.version = params.notebook_document.version
-        for closed in apply_notebook_change(unit.notebook, params.change, state.codec):
-            state.cell_owner.pop(closed, None)
-        state.notebook_changed(uri)
 
-    @server.feature(T.NOTEBOOK_DOCUMENT_DID_CLOSE)
-    def nb_close(ls: DdpLanguageServer, params: T.DidCloseNotebookDocumentParams) -> None:
-        state.close_notebook(params.notebook_document.uri)
+async def shutdown(ls: DdpLanguageServer, params: None) -> None:
+    ls.stop_children()
+    await ls.shutdown_requests()
 
-    # -- diagnostics (pull) --------------------------------------------------------------------
 
-    @server.feature(
+async def pull_configuration(ls: DdpLanguageServer, notify: bool = True) -> bool:
+    """Ask the client for the ``ddp-lsp`` section (global and per folder); True if changed."""
+    config = ls.state.config
+    scopes = config.scopes()
+    items = [T.ConfigurationItem(section=SECTION)] + [
+        T.ConfigurationItem(scope_uri=uri, section=SECTION) for uri in scopes
+    ]
+    try:
+        result = await ls.workspace_configuration_async(T.ConfigurationParams(items=items))
+    except Exception as exc:
+        log.info("workspace/configuration failed: %s", exc)
+        return False
+    if not isinstance(result, (list, tuple)) or not result:  # pygls structures it as a tuple
+        return False
+    changed = config.apply_pulled(scopes, result)
+    if changed and notify:
+        settings_changed(ls)
+    return changed
+
+
+def settings_changed(ls: DdpLanguageServer) -> None:
+    ls.state.configuration_changed()
+    for err in ls.state.config.editor_global.errors:
+        ls.state.report(err)
+    if ls.initialized_done:
+        ls.project.sync_folders()
+    ls.refresh_pulled()
+
+
+async def did_change_configuration(
+    ls: DdpLanguageServer, params: T.DidChangeConfigurationParams
+) -> None:
+    settings = params.settings
+    if isinstance(settings, dict) and isinstance(settings.get(SECTION), dict):
+        ls.state.config.set_editor_settings(settings[SECTION], "settings")
+    if ls.supports_configuration:
+        await pull_configuration(ls, notify=False)
+    settings_changed(ls)  # once, whatever changed
+
+
+def did_change_watched_files(ls: DdpLanguageServer, params: T.DidChangeWatchedFilesParams) -> None:
+    if any(C.is_pyproject(ch.uri) for ch in params.changes):
+        settings_changed(ls)
+    if any(ch.uri.endswith(".py") for ch in params.changes):
+        ls.project.files_changed(list(params.changes))
+        ls.state.workspace_changed()  # closed files' diagnostics may differ
+
+
+async def did_change_folders(
+    ls: DdpLanguageServer, params: T.DidChangeWorkspaceFoldersParams
+) -> None:
+    ls.state.config.change_folders(
+        added=[f.uri for f in params.event.added], removed=[f.uri for f in params.event.removed]
+    )
+    if ls.supports_configuration:
+        await pull_configuration(ls, notify=False)
+    settings_changed(ls)
+
+
+def check_project_files(ls: DdpLanguageServer) -> None:
+    # Clients that cannot watch files (Neovim on Linux) still get pyproject.toml reloads:
+    # a stat per known file on open and save is cheap.
+    if not ls.supports_watch_registration and ls.state.config.projects.changed():
+        settings_changed(ls)
+
+
+# -- text documents ------------------------------------------------------------------------
+
+
+def did_open(ls: DdpLanguageServer, params: T.DidOpenTextDocumentParams) -> None:
+    doc = params.text_document
+    check_project_files(ls)
+    ls.state.open(doc.uri, doc.text, doc.version, doc.language_id)
+
+
+def did_change(ls: DdpLanguageServer, params: T.DidChangeTextDocumentParams) -> None:
+    ls.state.change(
+        params.text_document.uri, params.text_document.version, list(params.content_changes)
+    )
+
+
+def did_save(ls: DdpLanguageServer, params: T.DidSaveTextDocumentParams) -> None:
+    ls.state.workspace_changed()  # the saved text is what a workspace pull reads from disk
+    if C.is_pyproject(params.text_document.uri):
+        settings_changed(ls)
+    else:
+        check_project_files(ls)
+
+
+def did_close(ls: DdpLanguageServer, params: T.DidCloseTextDocumentParams) -> None:
+    ls.state.close(params.text_document.uri)
+
+
+# -- notebooks -----------------------------------------------------------------------------
+
+
+def nb_open(ls: DdpLanguageServer, params: T.DidOpenNotebookDocumentParams) -> None:
+    texts = {d.uri: d for d in params.cell_text_documents}
+    cells = []
+    for c in params.notebook_document.cells:
+        item = texts.get(c.document)
+        cells.append(
+            Cell(
+                c.document,
+                int(c.kind),
+                item.text if item else "",
+                item.version if item else None,
+                item.language_id if item else "python",
+            )
+        )
+    nb = Notebook(params.notebook_document.uri, params.notebook_document.version, cells)
+    ls.state.open_notebook(nb)
+
+
+def nb_change(ls: DdpLanguageServer, params: T.DidChangeNotebookDocumentParams) -> None:
+    uri = params.notebook_document.uri
+    unit = ls.state.units.get(uri)
+    if unit is None or unit.notebook is None:
+        log.warning("notebookDocument/didChange for a notebook that is not open: %s", uri)
+        return
+    unit.notebook.version = unit.version = params.notebook_document.version
+    for closed in apply_notebook_change(unit.notebook, params.change, ls.state.codec):
+        ls.state.cell_owner.pop(closed, None)
+    ls.state.notebook_changed(uri)
+
+
+def nb_close(ls: DdpLanguageServer, params: T.DidCloseNotebookDocumentParams) -> None:
+    ls.state.close_notebook(params.notebook_document.uri)
+
+
+# -- diagnostics (pull) --------------------------------------------------------------------
+
+
+def pull_diagnostics(
+    ls: DdpLanguageServer, params: T.DocumentDiagnosticParams
+) -> T.DocumentDiagnosticReport:
+    from ddp_lsp.lsp.diagnostics import as_lsp
+
+    uri = params.text_document.uri
+    ls.state.start_pulling(uri)
+    found = ls.state.lookup(uri)
+    if found is None:
+        return T.RelatedFullDocumentDiagnosticReport(items=[])
+    unit, _ = found
+    ls.state.ensure_current(unit)
+    rid = ls.state.result_ids.current(uri)
+    if rid is not None and params.previous_result_id == rid:
+        return T.RelatedUnchangedDocumentDiagnosticReport(result_id=rid)
+    items = [as_lsp(d) for d in unit.diagnostics.get(uri, [])]
+    return T.RelatedFullDocumentDiagnosticReport(items=items, result_id=rid)
+
+
+async def workspace_diagnostic(
+    ls: DdpLanguageServer, params: T.WorkspaceDiagnosticParams
+) -> T.WorkspaceDiagnosticReport:
+    from ddp_lsp.lsp.workspace import WorkspaceCache, workspace_diagnostics
+
+    token = params.work_done_token
+    progress = None
+    ended = token is None
+
+    def end() -> None:
+        nonlocal ended
+        if not ended and token is not None:
+            ended = True
+            ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="done"))
+
+    if token is not None:
+        ls.work_done_progress.begin(
+            token,
+            T.WorkDoneProgressBegin(title="ddp-lsp: checking the workspace", percentage=0),
+        )
+
+        def progress(message: str, percent: int) -> None:
+            ls.work_done_progress.report(
+                token, T.WorkDoneProgressReport(message=message, percentage=percent)
+            )
+
+    if ls.workspace_cache is None:
+        ls.workspace_cache = WorkspaceCache()
+    try:
+        return await workspace_diagnostics(
+            ls.state, ls.workspace_cache, params, progress, scanned=end
+        )
+    finally:
+        end()
+
+
+# -- code actions, hover -------------------------------------------------------------------
+
+
+def code_action(ls: DdpLanguageServer, params: T.CodeActionParams) -> list[T.CodeAction] | None:
+    from ddp_lsp.lsp.actions import code_actions
+
+    found = ls.state.lookup(params.text_document.uri)
+    if found is None:
+        return None
+    unit, offset = found
+    return (
+        code_actions(ls.state, unit, offset, params.text_document.uri, params.range, params.context)
+        or None
+    )
+
+
+def hover(ls: DdpLanguageServer, params: T.HoverParams) -> T.Hover | None:
+    from ddp_lsp.lsp import hover as H
+
+    found = ls.state.lookup(params.text_document.uri)
+    if found is None:
+        return None
+    unit, offset = found
+    ls.state.ensure_current(unit)
+    if not unit.enabled:
+        return None
+    pos = ls.state.codec.to_core(
+        unit.doc.lines, params.position.line + offset, params.position.character
+    )
+    parts = [H.rule_hover(unit, pos)]
+    topic = H.preflight_topic(unit, pos)
+    reports = ls.preflight.reports
+    report = reports.report_for(reports.folder_for(unit.key)) if topic else None
+    if topic and report is not None:
+        parts.append(H.preflight_hover(report, topic))
+    text = "\n\n---\n\n".join(p for p in parts if p)
+    if not text:
+        return None
+    return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=text))
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def code_lens(ls: DdpLanguageServer, params: T.CodeLensParams) -> list[T.CodeLens] | None:
+    found = ls.state.lookup(params.text_document.uri)
+    if found is None:
+        return None
+    unit, offset = found
+    if not unit.enabled:
+        return None
+    return ls.preflight.lenses(unit, params.text_document.uri, offset) or None
+
+
+async def run_preflight(ls: DdpLanguageServer, *args: Any) -> dict[str, Any]:
+    if len(args) > 2 or (args and args[0] is not None and not isinstance(args[0], str)):
+        raise JsonRpcInvalidParams(
+            f"{CMD_RUN_PREFLIGHT} takes [uri] or [uri, options]; got {list(args)!r}"
+        )
+    uri = args[0] if args else None
+    return await ls.preflight.run(ls, uri, args[1] if len(args) > 1 else None)
+
+
+def explain_rule(ls: DdpLanguageServer, *args: Any) -> str:
+    from ddp_lsp.docs import rule_markdown
+
+    if len(args) != 1 or not isinstance(args[0], str):
+        raise JsonRpcInvalidParams(
+            f'{CMD_EXPLAIN} takes one argument, a rule id such as "DDP201"; got {list(args)!r}'
+        )
+    text = rule_markdown(args[0])
+    if text is None:
+        raise JsonRpcInvalidParams(f"{CMD_EXPLAIN}: unknown rule {args[0]!r}")
+    return text
+
+
+def debug_document(ls: DdpLanguageServer, *args: Any) -> dict[str, Any]:
+    """The server's copy of a document: for bug reports about out-of-sync positions."""
+    if len(args) != 1 or not isinstance(args[0], str):
+        raise JsonRpcInvalidParams(
+            f"{CMD_DEBUG_DOCUMENT} takes one argument, the document URI; got {list(args)!r}"
+        )
+    unit = ls.state.units.get(args[0])
+    if unit is None:
+        raise JsonRpcInvalidParams(f"{CMD_DEBUG_DOCUMENT}: {args[0]!r} is not an open document")
+    return {
+        "version": unit.version,
+        "text": unit.doc.text,
+        "encoding": ls.state.codec.encoding,
+        "findings": len(unit.findings),
+        "project": ls.project.describe(unit),
+    }
+
+
+async def fix_all(ls: DdpLanguageServer, *args: Any) -> dict[str, Any]:
+    from ddp_lsp.core.engine import fix_text
+    from ddp_lsp.lsp.actions import fix_all_action, whole_text_edit
+
+    if len(args) != 1 or not isinstance(args[0], str):
+        raise JsonRpcInvalidParams(
+            f"{CMD_FIX_ALL} takes one argument, the document URI; got {list(args)!r}"
+        )
+    found = ls.state.lookup(args[0])
+    if found is None:
+        raise JsonRpcInvalidParams(f"{CMD_FIX_ALL}: {args[0]!r} is not an open document")
+    unit, _ = found
+    ls.state.ensure_current(unit)
+    if not unit.enabled or isinstance(unit.doc, PlainText):
+        return {"applied": False, "fixes": 0}
+    if unit.notebook is not None:
+        action = fix_all_action(ls.state, unit)
+        edit = action.edit if action else None
+        n = sum(1 for f in unit.findings if f.safe_fix) if edit else 0
+    else:
+        old = unit.doc.text
+        new, n = fix_text(old, unit.settings, env=unit.env)
+        edit = whole_text_edit(ls.state, unit, old, new)
+    if edit is None:
+        return {"applied": False, "fixes": 0}
+    if not ls.supports_apply_edit:
+        # The client cannot apply an edit we send: hand it over as the result instead.
+        return {
+            "applied": False,
+            "fixes": n,
+            "edit": edit,
+            "message": "the client does not support workspace/applyEdit: the fixes are "
+            "returned in 'edit' and were not applied",
+        }
+    try:
+        result = await asyncio.wait_for(
+            ls.workspace_apply_edit_async(
+                T.ApplyWorkspaceEditParams(edit=edit, label="ddp-lsp: fix all")
+            ),
+            ls.apply_edit_timeout_s,
+        )
+    except asyncio.TimeoutError:
+        forget_given_up(ls.protocol)
+        message = (
+            f"the client did not answer workspace/applyEdit within "
+            f"{ls.apply_edit_timeout_s:g} s: the fixes may not have been applied"
+        )
+        ls.show_error(f"ddp-lsp: fix all: {message}", False)
+        return {"applied": False, "fixes": n, "message": message}
+    if result is not None and not result.applied:
+        reason = result.failure_reason or "no reason given"
+        return {"applied": False, "fixes": n, "message": f"the client refused: {reason}"}
+    return {"applied": bool(result and result.applied), "fixes": n}
+
+
+# -- the handler table -------------------------------------------------------------------------
+
+LIFECYCLE: tuple[Handler, ...] = (
+    Feature(T.INITIALIZE, initialize),
+    Feature(T.INITIALIZED, initialized),
+    Feature(T.SHUTDOWN, shutdown),
+)
+WORKSPACE: tuple[Handler, ...] = (
+    Feature(T.WORKSPACE_DID_CHANGE_CONFIGURATION, did_change_configuration),
+    Feature(T.WORKSPACE_DID_CHANGE_WATCHED_FILES, did_change_watched_files),
+    Feature(T.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS, did_change_folders),
+)
+DOCUMENTS: tuple[Handler, ...] = (
+    Feature(T.TEXT_DOCUMENT_DID_OPEN, did_open),
+    Feature(T.TEXT_DOCUMENT_DID_CHANGE, did_change),
+    Feature(T.TEXT_DOCUMENT_DID_SAVE, did_save),
+    Feature(T.TEXT_DOCUMENT_DID_CLOSE, did_close),
+    Feature(T.NOTEBOOK_DOCUMENT_DID_OPEN, nb_open),
+    Feature(T.NOTEBOOK_DOCUMENT_DID_CHANGE, nb_change),
+    Feature(T.NOTEBOOK_DOCUMENT_DID_CLOSE, nb_close),
+)
+DIAGNOSTICS: tuple[Handler, ...] = (
+    Feature(
         T.TEXT_DOCUMENT_DIAGNOSTIC,
+        pull_diagnostics,
         T.DiagnosticOptions(
             identifier="ddp-lsp", inter_file_dependencies=False, workspace_diagnostics=True
         ),
-    )
-    def pull_diagnostics(
-        ls: DdpLanguageServer, params: T.DocumentDiagnosticParams
-    ) -> T.DocumentDiagnosticReport:
-        from ddp_lsp.lsp.diagnostics import as_lsp
-
-        uri = params.text_document.uri
-        state.start_pulling(uri)
-        found = state.lookup(uri)
-        if found is None:
-            return T.RelatedFullDocumentDiagnosticReport(items=[])
-        unit, _ = found
-        state.ensure_current(unit)
-        rid = state.result_ids.current(uri)
-        if rid is not None and params.previous_result_id == rid:
-            return T.RelatedUnchangedDocumentDiagnosticReport(result_id=rid)
-        items = [as_lsp(d) for d in unit.diagnostics.get(uri, [])]
-        return T.RelatedFullDocumentDiagnosticReport(items=items, result_id=rid)
-
-    @server.feature(T.WORKSPACE_DIAGNOSTIC)
-    async def workspace_diagnostic(
-        ls: DdpLanguageServer, params: T.WorkspaceDiagnosticParams
-    ) -> T.WorkspaceDiagnosticReport:
-        from ddp_lsp.lsp.workspace import WorkspaceCache, workspace_diagnostics
-
-        token = params.work_done_token
-        progress = None
-        ended = token is None
-
-        def end() -> None:
-            nonlocal ended
-            if not ended and token is not None:
-                ended = True
-                ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="done"))
-
-        if token is not None:
-            ls.work_done_progress.begin(
-                token,
-                T.WorkDoneProgressBegin(title="ddp-lsp: checking the workspace", percentage=0),
-            )
-
-            def progress(message: str, percent: int) -> None:
-                ls.work_done_progress.report(
-                    token, T.WorkDoneProgressReport(message=message, percentage=percent)
-                )
-
-        if ls.workspace_cache is None:
-            ls.workspace_cache = WorkspaceCache()
-        try:
-            return await workspace_diagnostics(
-                state, ls.workspace_cache, params, progress, scanned=end
-            )
-        finally:
-            end()
-
-    # -- code actions, hover -------------------------------------------------------------------
-
-    @server.feature(
+    ),
+    Feature(T.WORKSPACE_DIAGNOSTIC, workspace_diagnostic),
+)
+EDITING: tuple[Handler, ...] = (
+    Feature(
         T.TEXT_DOCUMENT_CODE_ACTION,
+        code_action,
         T.CodeActionOptions(
             code_action_kinds=[T.CodeActionKind.QuickFix, "source.fixAll.ddp-lsp"],
             resolve_provider=False,
         ),
-    )
-    def code_action(ls: DdpLanguageServer, params: T.CodeActionParams) -> list[T.CodeAction] | None:
-        from ddp_lsp.lsp.actions import code_actions
+    ),
+    Feature(T.TEXT_DOCUMENT_HOVER, hover),
+    Feature(T.TEXT_DOCUMENT_CODE_LENS, code_lens, T.CodeLensOptions(resolve_provider=False)),
+)
+COMMANDS: tuple[Handler, ...] = (
+    Command(CMD_RUN_PREFLIGHT, run_preflight),
+    Command(CMD_EXPLAIN, explain_rule),
+    Command(CMD_DEBUG_DOCUMENT, debug_document),
+    Command(CMD_FIX_ALL, fix_all),
+)
 
-        found = state.lookup(params.text_document.uri)
-        if found is None:
-            return None
-        unit, offset = found
-        return (
-            code_actions(
-                state, unit, offset, params.text_document.uri, params.range, params.context
-            )
-            or None
-        )
+# Everything the server answers. A new feature module adds its tuple here (see registration.py).
+HANDLERS: tuple[Handler, ...] = (
+    *LIFECYCLE,
+    *WORKSPACE,
+    *DOCUMENTS,
+    *DIAGNOSTICS,
+    *EDITING,
+    *COMMANDS,
+)
 
-    @server.feature(T.TEXT_DOCUMENT_HOVER)
-    def hover(ls: DdpLanguageServer, params: T.HoverParams) -> T.Hover | None:
-        from ddp_lsp.lsp import hover as H
 
-        found = state.lookup(params.text_document.uri)
-        if found is None:
-            return None
-        unit, offset = found
-        state.ensure_current(unit)
-        if not unit.enabled:
-            return None
-        pos = state.codec.to_core(
-            unit.doc.lines, params.position.line + offset, params.position.character
-        )
-        parts = [H.rule_hover(unit, pos)]
-        topic = H.preflight_topic(unit, pos)
-        report = ls.preflight.report_for(ls.preflight.folder_for(unit.key)) if topic else None
-        if topic and report is not None:
-            parts.append(H.preflight_hover(report, topic))
-        text = "\n\n---\n\n".join(p for p in parts if p)
-        if not text:
-            return None
-        return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=text))
-
-    # -- commands ------------------------------------------------------------------------------
-
-    @server.feature(T.TEXT_DOCUMENT_CODE_LENS, T.CodeLensOptions(resolve_provider=False))
-    def code_lens(ls: DdpLanguageServer, params: T.CodeLensParams) -> list[T.CodeLens] | None:
-        found = state.lookup(params.text_document.uri)
-        if found is None:
-            return None
-        unit, offset = found
-        if not unit.enabled:
-            return None
-        return ls.preflight.lenses(unit, params.text_document.uri, offset) or None
-
-    @server.command(CMD_RUN_PREFLIGHT)
-    async def run_preflight(ls: DdpLanguageServer, *args: Any) -> dict[str, Any]:
-        if len(args) > 2 or (args and args[0] is not None and not isinstance(args[0], str)):
-            raise JsonRpcInvalidParams(
-                f"{CMD_RUN_PREFLIGHT} takes [uri] or [uri, options]; got {list(args)!r}"
-            )
-        uri = args[0] if args else None
-        return await ls.preflight.run(ls, uri, args[1] if len(args) > 1 else None)
-
-    @server.command(CMD_EXPLAIN)
-    def explain_rule(ls: DdpLanguageServer, *args: Any) -> str:
-        from ddp_lsp.docs import rule_markdown
-
-        if len(args) != 1 or not isinstance(args[0], str):
-            raise JsonRpcInvalidParams(
-                f'{CMD_EXPLAIN} takes one argument, a rule id such as "DDP201"; got {list(args)!r}'
-            )
-        text = rule_markdown(args[0])
-        if text is None:
-            raise JsonRpcInvalidParams(f"{CMD_EXPLAIN}: unknown rule {args[0]!r}")
-        return text
-
-    @server.command(CMD_DEBUG_DOCUMENT)
-    def debug_document(ls: DdpLanguageServer, *args: Any) -> dict[str, Any]:
-        """The server's copy of a document: for bug reports about out-of-sync positions."""
-        if len(args) != 1 or not isinstance(args[0], str):
-            raise JsonRpcInvalidParams(
-                f"{CMD_DEBUG_DOCUMENT} takes one argument, the document URI; got {list(args)!r}"
-            )
-        unit = state.units.get(args[0])
-        if unit is None:
-            raise JsonRpcInvalidParams(f"{CMD_DEBUG_DOCUMENT}: {args[0]!r} is not an open document")
-        return {
-            "version": unit.version,
-            "text": unit.doc.text,
-            "encoding": state.codec.encoding,
-            "findings": len(unit.findings),
-            "project": ls.project.describe(unit),
-        }
-
-    @server.command(CMD_FIX_ALL)
-    async def fix_all(ls: DdpLanguageServer, *args: Any) -> dict[str, Any]:
-        from ddp_lsp.core.engine import fix_text
-        from ddp_lsp.lsp.actions import fix_all_action, whole_text_edit
-
-        if len(args) != 1 or not isinstance(args[0], str):
-            raise JsonRpcInvalidParams(
-                f"{CMD_FIX_ALL} takes one argument, the document URI; got {list(args)!r}"
-            )
-        found = state.lookup(args[0])
-        if found is None:
-            raise JsonRpcInvalidParams(f"{CMD_FIX_ALL}: {args[0]!r} is not an open document")
-        unit, _ = found
-        state.ensure_current(unit)
-        if not unit.enabled or isinstance(unit.doc, PlainText):
-            return {"applied": False, "fixes": 0}
-        if unit.notebook is not None:
-            action = fix_all_action(state, unit)
-            edit = action.edit if action else None
-            n = sum(1 for f in unit.findings if f.safe_fix) if edit else 0
-        else:
-            old = unit.doc.text
-            new, n = fix_text(old, unit.settings, env=unit.env)
-            edit = whole_text_edit(state, unit, old, new)
-        if edit is None:
-            return {"applied": False, "fixes": 0}
-        if not ls.supports_apply_edit:
-            # The client cannot apply an edit we send: hand it over as the result instead.
-            return {
-                "applied": False,
-                "fixes": n,
-                "edit": edit,
-                "message": "the client does not support workspace/applyEdit: the fixes are "
-                "returned in 'edit' and were not applied",
-            }
-        try:
-            result = await asyncio.wait_for(
-                ls.workspace_apply_edit_async(
-                    T.ApplyWorkspaceEditParams(edit=edit, label="ddp-lsp: fix all")
-                ),
-                ls.apply_edit_timeout_s,
-            )
-        except asyncio.TimeoutError:
-            if isinstance(ls.protocol, DdpProtocol):
-                ls.protocol.forget_done_requests()
-            message = (
-                f"the client did not answer workspace/applyEdit within "
-                f"{ls.apply_edit_timeout_s:g} s: the fixes may not have been applied"
-            )
-            ls.show_error(f"ddp-lsp: fix all: {message}", False)
-            return {"applied": False, "fixes": n, "message": message}
-        if result is not None and not result.applied:
-            reason = result.failure_reason or "no reason given"
-            return {"applied": False, "fixes": n, "message": f"the client refused: {reason}"}
-        return {"applied": bool(result and result.applied), "fixes": n}
-
+def build_server(handlers: Iterable[Handler] = HANDLERS) -> DdpLanguageServer:
+    """A fresh server with its own state, answering ``handlers`` (the whole table)."""
+    server = DdpLanguageServer()
+    register(server, handlers)
     return server
 
 

@@ -16,18 +16,22 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.types import Finding, Pos
-from ddp_lsp.lsp import config as C
+from ddp_lsp.lsp.configuration import ConfigurationService, uri_to_path
 from ddp_lsp.lsp.convert import UTF16, Codec
-from ddp_lsp.lsp.diagnostics import to_diagnostic
+from ddp_lsp.lsp.diagnostics import (
+    Rendered,
+    covered_lines,
+    moved_pool,
+    reuse_moved,
+    to_diagnostic,
+)
 from ddp_lsp.lsp.notebook import Notebook
 from ddp_lsp.sources import MAX_SOURCE_BYTES, too_large_message
 
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
     from ddp_lsp.config import Settings
     from ddp_lsp.core.crossfile import ModuleProjectFacts
     from ddp_lsp.core.document import Document
+    from ddp_lsp.preflight.schema import PreflightReport
 
 # The analysis core (document, engine, rules) is imported on first use, not at import time:
 # the server must answer ``initialize`` as fast as a bare pygls server. ``warm_up`` loads it
@@ -81,8 +86,6 @@ IDLE_COLLECT_S = 5.0
 IDLE_COLLECT_MIN_ANALYSES = 50  # a full collection costs ~0.4 s at 20,000 lines: not per pause
 
 Publish = Callable[[str, "int | None", list[dict[str, Any]]], None]
-# A diagnostic as published: (finding, index, view URI, dict, text of the lines it covers).
-_Rendered = tuple[Finding, int, str, dict[str, Any], tuple[str, ...]]
 ShowError = Callable[[str, bool], None]  # (message, is_error)
 
 
@@ -159,14 +162,6 @@ def make_document(text: str, settings: Settings) -> Document | PlainText:
     return Document(text, settings.rank_model)
 
 
-def uri_to_path(uri: str) -> Path | None:
-    parsed = urlparse(uri)
-    if parsed.scheme != "file":
-        return None
-    path = unquote(parsed.path)
-    return Path(path) if path else None
-
-
 @dataclass
 class Unit:
     key: str  # the text document's or the notebook's URI
@@ -183,7 +178,7 @@ class Unit:
     diagnostics: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by view URI
     # Diagnostics built for the current findings, by id(finding): (finding, index, view, dict,
     # the text of the lines it covers).
-    rendered: dict[int, _Rendered] = field(default_factory=dict)
+    rendered: dict[int, Rendered] = field(default_factory=dict)
     size_bound: int = 0  # at least the text's length in code points (see _check_size)
     env: Environment | None = None  # launch config next to the file + preflight facts
     project: ModuleProjectFacts | None = None  # the project facts the findings were made with
@@ -204,108 +199,6 @@ class Unit:
         if view is None:
             return self.key, 0
         return view.cell.uri, view.start
-
-
-def _content_key(f: Finding) -> tuple[object, ...]:
-    """What a diagnostic shows of a finding, with its lines (and those of its related
-    locations in the same file) counted from its first line."""
-    sp = f.span
-    first = sp.start.line
-    related = tuple(
-        (
-            r.message,
-            r.path,
-            r.span.start.line - (first if r.path is None else 0),
-            r.span.start.col,
-            r.span.end.line - (first if r.path is None else 0),
-            r.span.end.col,
-        )
-        for r in f.related
-    )
-    return (
-        f.rule_id,
-        f.message,
-        f.severity,
-        f.tags,
-        bool(f.fixes),
-        sp.start.col,
-        sp.end.col,
-        sp.end.line - first,
-        related,
-    )
-
-
-def _covered(f: Finding, lines: list[str]) -> tuple[str, ...]:
-    """The text of the lines a finding's diagnostic covers: its own and its same-file related
-    locations' (equal texts give equal columns in any position encoding)."""
-    out = tuple(lines[f.span.start.line : f.span.end.line + 1])
-    for r in f.related:
-        if r.path is None:
-            out += ("\n",) + tuple(lines[r.span.start.line : r.span.end.line + 1])
-    return out
-
-
-def _moved_pool(
-    cache: dict[int, _Rendered], findings: tuple[Finding, ...]
-) -> dict[tuple[object, ...], list[_Rendered]]:
-    """Diagnostics of the previous findings that are gone, by what they show but their lines."""
-    # The cache holds its findings alive, so an id shared with a current finding is that
-    # very finding (reused by identity, not moved).
-    current = {id(f) for f in findings}
-    pool: dict[tuple[object, ...], list[_Rendered]] = {}
-    for key, hit in cache.items():
-        if key in current:
-            continue
-        pool.setdefault(_content_key(hit[0]), []).append(hit)
-    return pool
-
-
-def _reuse_moved(
-    pool: dict[tuple[object, ...], list[_Rendered]],
-    f: Finding,
-    index: int,
-    version: int | None,
-    lines: list[str],
-) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
-    candidates = pool.get(_content_key(f))
-    if not candidates:
-        return None, ()
-    texts = _covered(f, lines)
-    for k, old in enumerate(candidates):
-        if old[4] != texts:
-            continue
-        del candidates[k]
-        src = old[3]
-        delta = f.span.start.line - src["range"]["start"]["line"]
-        diag = dict(src)
-        diag["range"] = _moved_range(src["range"], delta)
-        if "relatedInformation" in src:
-            # Same-file locations move with the finding; other files' do not. Entries are in
-            # the order of ``f.related`` (see diagnostics.to_diagnostic).
-            moved_rel = []
-            shown = [r for r in f.related if r.path is None or os.path.isabs(r.path)]
-            for r, entry in zip(shown, src["relatedInformation"], strict=True):
-                if r.path is None:
-                    loc = entry["location"]
-                    entry = {
-                        "location": {"uri": loc["uri"], "range": _moved_range(loc["range"], delta)},
-                        "message": entry["message"],
-                    }
-                moved_rel.append(entry)
-            diag["relatedInformation"] = moved_rel
-        data = dict(src["data"])
-        data["version"] = version
-        data["index"] = index
-        diag["data"] = data
-        return diag, texts
-    return None, texts
-
-
-def _moved_range(rng: dict[str, Any], delta: int) -> dict[str, Any]:
-    return {
-        "start": {"line": rng["start"]["line"] + delta, "character": rng["start"]["character"]},
-        "end": {"line": rng["end"]["line"] + delta, "character": rng["end"]["character"]},
-    }
 
 
 class ResultIds:
@@ -337,17 +230,70 @@ class ResultIds:
         self._held.pop(uri, None)
 
 
+class ProjectProvider(Protocol):
+    """The project view as an analysis sees it (:class:`~ddp_lsp.lsp.project.ProjectService`)."""
+
+    def facts_for(self, unit: Unit) -> ModuleProjectFacts | None:
+        """The project facts of an open document: called at every analysis."""
+
+    def facts_at(self, path: Path, settings: Settings) -> ModuleProjectFacts | None:
+        """The project facts of a closed file (workspace diagnostics)."""
+
+    def text_changed(self, unit: Unit, event: str) -> None:
+        """A document was opened, edited or closed (``event``: open, change, close)."""
+
+
+class MachineProvider(Protocol):
+    """Where the facts about the machine come from
+    (:class:`~ddp_lsp.lsp.preflight.PreflightService`)."""
+
+    def report_for(self, folder: Path) -> PreflightReport | None:
+        """A folder's last preflight report (None when never measured)."""
+
+
+class NoProject:
+    """No project view: every file is analysed on its own."""
+
+    def facts_for(self, unit: Unit) -> ModuleProjectFacts | None:
+        return None
+
+    def facts_at(self, path: Path, settings: Settings) -> ModuleProjectFacts | None:
+        return None
+
+    def text_changed(self, unit: Unit, event: str) -> None:
+        pass
+
+
+class NoMachine:
+    """No preflight: analyses know nothing of the machine."""
+
+    def report_for(self, folder: Path) -> PreflightReport | None:
+        return None
+
+
 class ServerState:
-    def __init__(self, publish: Publish, show_error: ShowError) -> None:
+    """Documents, findings and their diagnostics. What it does not own comes in through the
+    constructor: where settings come from (``config``), the project view (``project``) and
+    the preflight reports (``machine``); without them, defaults of no project and no
+    machine facts (the unit tests' state)."""
+
+    def __init__(
+        self,
+        publish: Publish,
+        show_error: ShowError,
+        *,
+        config: ConfigurationService | None = None,
+        project: ProjectProvider | None = None,
+        machine: MachineProvider | None = None,
+    ) -> None:
         self.publish = publish
         self.show_error = show_error
+        self.config = config if config is not None else ConfigurationService()
+        self.project: ProjectProvider = project if project is not None else NoProject()
+        self.machine: MachineProvider = machine if machine is not None else NoMachine()
         self.codec = Codec(UTF16)
         self.units: dict[str, Unit] = {}
         self.cell_owner: dict[str, str] = {}  # cell URI -> notebook URI
-        self.folders: list[tuple[str, Path | None]] = []  # (URI, path) of workspace folders
-        self.editor_global = C.EditorSettings()
-        self.editor_scoped: dict[str, C.EditorSettings] = {}
-        self.projects = C.ProjectConfigs()
         # URIs whose diagnostics the client pulls (``textDocument/diagnostic``): those are
         # not pushed, or the client would show every finding twice; every other URI (notebook
         # cells in VS Code, documents of a client that never pulls) keeps being pushed.
@@ -356,21 +302,6 @@ class ServerState:
         self.result_ids = ResultIds()
         self.supports_document_changes = False
         self.supports_pull_refresh = False
-        # Preflight reports by workspace folder path (filled by the preflight integration;
-        # hover reads them). None means "never measured here".
-        self.preflight: dict[str, Any] = {}
-        # How to find a folder's report (this session's or the cache's); the preflight
-        # integration installs its lookup, which knows the interpreter.
-        self.preflight_lookup: Callable[[Path], Any] = lambda folder: self.preflight.get(
-            str(folder)
-        )
-        # The project view (lsp/project.py installs these): the facts of an open document and
-        # of a closed file, and who hears that a document was opened, edited or closed.
-        self.project_facts: Callable[[Unit], ModuleProjectFacts | None] = lambda unit: None
-        self.project_facts_at: Callable[[Path, Settings], ModuleProjectFacts | None] = (
-            lambda path, settings: None
-        )
-        self.text_listener: Callable[[Unit, str], None] | None = None
         self._shown: set[str] = set()
         self._workspace_event: asyncio.Event | None = None
         self._flush_scheduled = False
@@ -393,58 +324,12 @@ class ServerState:
 
     # -- configuration -------------------------------------------------------------------------
 
-    def editor_for(self, uri: str) -> C.EditorSettings:
-        best: tuple[int, C.EditorSettings] | None = None
-        for folder, settings in self.editor_scoped.items():
-            if uri.startswith(folder.rstrip("/") + "/") and (best is None or len(folder) > best[0]):
-                best = (len(folder), settings)
-        return best[1] if best else self.editor_global
-
-    def folder_of(self, path: Path | None) -> Path | None:
-        if path is None:
-            return None
-        best: Path | None = None
-        for _, root in self.folders:
-            if root is not None and (path == root or root in path.parents):
-                if best is None or len(root.parts) > len(best.parts):
-                    best = root
-        return best
-
-    def machine_folder(self, path: Path | None) -> Path:
-        """The folder whose preflight report describes the machine a file's code runs on:
-        its workspace folder; without one (a file opened with no root), its own directory;
-        without a path (an untitled buffer), the first workspace folder or the working
-        directory. ``ddp-lsp.runPreflight`` stores its report under the same folder, so the
-        analysis sees the facts of the run it asked for."""
-        folder = self.folder_of(path)
-        if folder is not None:
-            return folder
-        if path is not None:
-            return path if path.is_dir() else path.parent
-        roots = [p for _, p in self.folders if p is not None]
-        return roots[0] if roots else Path.cwd()
-
     def settings_for(self, uri: str, path: Path | None) -> tuple[Settings, bool]:
         """(analysis settings, enabled) for a document; reports invalid keys once each."""
-        editor = self.editor_for(uri)
-        settings, errors = C.effective_settings(editor, self.projects, path)
+        settings, enabled, errors = self.config.resolve(uri, path)
         for err in errors:
             self.report(err)
-        enabled = editor.options.enable
-        if enabled and path is not None:
-            # Relative to where the patterns are written (as ddp-lsp check matches them): an
-            # absolute path would exclude a whole workspace that lives under ~/build/.
-            base = self.exclude_root(path)
-            rel = path.relative_to(base) if base is not None and base in path.parents else path
-            if settings.is_excluded(rel):
-                enabled = False
         return settings, enabled
-
-    def exclude_root(self, path: Path) -> Path | None:
-        """The directory a file's ``exclude`` patterns are relative to: its pyproject.toml's,
-        else its workspace folder."""
-        pyproject = self.projects.pyproject_for(path)
-        return pyproject.parent if pyproject is not None else self.folder_of(path)
 
     def notify_once(self, message: str) -> None:
         if message not in self._shown:
@@ -459,7 +344,7 @@ class ServerState:
     def configuration_changed(self) -> None:
         """Settings may differ for every document: recompute, re-analyse, re-publish."""
         self._shown.clear()
-        self.projects.forget()
+        self.config.projects.forget()
         for unit in self.units.values():
             unit.dirty = True
             self._refresh_settings(unit)
@@ -475,7 +360,7 @@ class ServerState:
         """Where the file's code runs: the launch configuration next to it (torchrun line,
         SLURM header, Accelerate/DeepSpeed config) and the folder's last preflight report."""
         if path is None:
-            report = self.preflight_lookup(self.machine_folder(None))
+            report = self.machine.report_for(self.config.machine_folder(None))
             if report is None:
                 return None
             from ddp_lsp.preflight.report import machine_info
@@ -483,14 +368,14 @@ class ServerState:
             return Environment(machine=machine_info(report), launch=None)
         from ddp_lsp.launch import launch_info
 
-        folder = self.folder_of(path)
+        folder = self.config.folder_of(path)
         try:
             launch = launch_info(path, folder)
         except Exception:  # a launch file we cannot make sense of must not stop analysis
             log.exception("reading the launch configuration for %s failed", path)
             launch = None
         machine = None
-        report = self.preflight_lookup(self.machine_folder(path))
+        report = self.machine.report_for(self.config.machine_folder(path))
         if report is not None:
             from ddp_lsp.preflight.report import machine_info
 
@@ -521,8 +406,7 @@ class ServerState:
         unit.size_bound = len(text)
         self._refresh_settings(unit)
         self.units[uri] = unit
-        if self.text_listener is not None:
-            self.text_listener(unit, "open")
+        self.project.text_changed(unit, "open")
         self.schedule()
         self.workspace_changed()
         return unit
@@ -545,8 +429,7 @@ class ServerState:
         self._check_size(unit, sum(len(ch.text) for ch in changes))
         unit.version = version
         unit.dirty = True
-        if self.text_listener is not None:
-            self.text_listener(unit, "change")
+        self.project.text_changed(unit, "change")
         self.schedule()
 
     def _replace_text(self, unit: Unit, text: str) -> None:
@@ -593,8 +476,7 @@ class ServerState:
     def close(self, uri: str) -> None:
         unit = self.units.pop(uri, None)
         if unit is not None:
-            if self.text_listener is not None:
-                self.text_listener(unit, "close")
+            self.project.text_changed(unit, "close")
             self.workspace_changed()
             for view_uri, _, _ in unit.views():
                 self.pulled.discard(view_uri)
@@ -716,7 +598,7 @@ class ServerState:
 
     def analyse(self, unit: Unit, publish: bool = True) -> None:
         unit.dirty = False
-        unit.project = self.project_facts(unit)
+        unit.project = self.project.facts_for(unit)
         if isinstance(unit.doc, PlainText):
             if unit.enabled:
                 self.notify_once(
@@ -758,8 +640,8 @@ class ServerState:
         # Anything else, and every finding of a notebook (cells shift under unchanged
         # findings), is converted afresh.
         cache = unit.rendered if unit.notebook is None else {}
-        moved: dict[tuple[object, ...], list[_Rendered]] | None = None
-        fresh: dict[int, _Rendered] = {}
+        moved: dict[tuple[object, ...], list[Rendered]] | None = None
+        fresh: dict[int, Rendered] = {}
         for i, f in enumerate(unit.findings):
             hit = cache.get(id(f))
             if hit is not None and hit[0] is f:
@@ -772,8 +654,8 @@ class ServerState:
                 copied = None
                 if cache:
                     if moved is None:
-                        moved = _moved_pool(cache, unit.findings)
-                    copied, texts = _reuse_moved(moved, f, i, unit.version, lines)
+                        moved = moved_pool(cache, unit.findings)
+                    copied, texts = reuse_moved(moved, f, i, unit.version, lines)
                 if copied is not None:
                     uri, diag = unit.key, copied
                 else:
@@ -781,7 +663,7 @@ class ServerState:
                     diag = to_diagnostic(
                         f, i, unit.version, lines, self.codec, unit.locate_line, offset
                     )
-                    texts = _covered(f, lines)
+                    texts = covered_lines(f, lines)
             fresh[id(f)] = (f, i, uri, diag, texts)
             by_view.setdefault(uri, []).append(diag)
         unit.rendered = fresh

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types as T
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
+from ddp_lsp.lsp.pygls_adapter import is_shut_down
+
 if TYPE_CHECKING:
     from ddp_lsp.lsp.server import DdpLanguageServer
 
@@ -156,7 +158,7 @@ class _Dispatcher:
             # under open documents; the session goes on as negotiated.
             server.send_error(msg_id, -32600, "Invalid Request: the server is already initialized")
             return
-        if is_request and self.protocol._shutdown:
+        if is_request and is_shut_down(self.protocol):
             server.send_error(msg_id, -32600, f"Invalid Request: {method} after shutdown")
             return
         try:
@@ -304,4 +306,4 @@ def serve_stdio(server: DdpLanguageServer) -> int:
     if code is not None:
         return code
     # stdin closed without shutdown/exit: the client went away.
-    return 0 if server.protocol._shutdown else 1
+    return 0 if is_shut_down(server.protocol) else 1

@@ -77,7 +77,7 @@ def python_files(state: ServerState, root: Path) -> Iterator[tuple[Path, Setting
     def at(directory: Path) -> tuple[Settings, Path]:
         probe = directory / "__init__.py"  # a file of that directory, for its settings
         settings, _ = state.settings_for(probe.as_uri(), probe)
-        return settings, state.exclude_root(probe) or root
+        return settings, state.config.exclude_root(probe) or root
 
     for path in discover(root, at):
         settings, enabled = state.settings_for(path.as_uri(), path)
@@ -99,7 +99,7 @@ def _file_report(
         settings,
         state.environment_for(path),
         state.codec.encoding,
-        state.project_facts_at(path, settings),
+        state.project.facts_at(path, settings),
     )
     cached = cache.files.get(path)
     if cached is not None and cached.key == key:
@@ -128,7 +128,7 @@ async def _report(
     progress: Progress | None,
 ) -> tuple[list[T.WorkspaceDocumentDiagnosticReport], bool]:
     """(the items, whether any differs from the client's previous results)."""
-    roots = [p for _, p in state.folders if p is not None]
+    roots = [p for _, p in state.config.folders if p is not None]
     files: list[tuple[Path, Settings]] = []
     for root in roots:
         files.extend(python_files(state, root))

@@ -54,7 +54,7 @@ def _odd_folder(root: Path) -> None:
 async def test_workspace_pull_skips_odd_files(tmp_path: Path) -> None:
     _odd_folder(tmp_path)
     state = ServerState(lambda uri, version, diags: None, lambda message, is_error: None)
-    state.folders = [(tmp_path.as_uri(), tmp_path)]
+    state.config.folders = [(tmp_path.as_uri(), tmp_path)]
     params = T.WorkspaceDiagnosticParams(previous_result_ids=[])
     report = await W.workspace_diagnostics(state, W.WorkspaceCache(), params, None)
     by_name = {Path(i.uri).name: i for i in report.items}

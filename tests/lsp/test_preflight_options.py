@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ddp_lsp.lsp.preflight import PreflightService
+from ddp_lsp.lsp.configuration import ConfigurationService
+from ddp_lsp.lsp.preflight import PreflightReports, PreflightService
 from ddp_lsp.lsp.state import ServerState
 
 MODEL = """import torch
@@ -13,9 +14,16 @@ model = nn.Sequential(nn.Linear(1024, 4096), nn.Linear(4096, 1024))
 
 
 def _service() -> tuple[PreflightService, ServerState]:
-    state = ServerState(publish=lambda *a, **k: None, show_error=lambda *a, **k: None)
+    config = ConfigurationService()
+    reports = PreflightReports(config)
+    state = ServerState(
+        publish=lambda *a, **k: None,
+        show_error=lambda *a, **k: None,
+        config=config,
+        machine=reports,
+    )
     state.schedule = lambda: None  # type: ignore[method-assign]  # no event loop here
-    return PreflightService(state), state
+    return PreflightService(state, reports), state
 
 
 def test_params_are_estimated_from_the_open_document() -> None:

@@ -15,7 +15,7 @@ from tests.lsp.helpers import TRAIN
 
 def _state(root: Path) -> ServerState:
     state = ServerState(lambda uri, version, diags: None, lambda message, is_error: None)
-    state.folders = [(root.as_uri(), root)]
+    state.config.folders = [(root.as_uri(), root)]
     return state
 
 
@@ -55,7 +55,7 @@ async def test_settings_change_invalidates_the_cache(tmp_path: Path, monkeypatch
     assert [d.severity for d in first.items[0].items] == [T.DiagnosticSeverity.Error]
     from ddp_lsp.lsp import config as C
 
-    state.editor_global = C.parse_editor_settings({"severity": {"DDP201": "hint"}}, "test")
+    state.config.editor_global = C.parse_editor_settings({"severity": {"DDP201": "hint"}}, "test")
     state.configuration_changed()
     again = await W.workspace_diagnostics(state, cache, params, None)
     assert [d.severity for d in again.items[0].items] == [T.DiagnosticSeverity.Hint]  # type: ignore[union-attr]

@@ -103,7 +103,7 @@ def test_check_workspace_and_index_list_the_same_files(tree: Path) -> None:
     problems: list[FileReport] = []
     check = _rel(tree, collect._walk(tree, SettingsResolver(None, {}, tree), problems))
     state = ServerState(lambda uri, version, diags: None, lambda message, is_error: None)
-    state.folders = [(tree.as_uri(), tree)]
+    state.config.folders = [(tree.as_uri(), tree)]
     pulled = _rel(tree, (p for p, _ in workspace.python_files(state, tree)))
     settings = settings_from_pyproject(tree / "pyproject.toml")
     indexed = _rel(tree, ProjectIndex(tree, settings, cache_dir=False).files())

@@ -1,0 +1,172 @@
+"""Everything ddp-lsp takes from pygls beyond its public API, in one module.
+
+pygls 2.x gives no public way to do a few things the server needs, so this module reaches
+into pygls' private names, and no other module does (``tests/lsp/test_pygls_adapter.py`` pins
+the behaviour relied on here, so a pygls upgrade that changes it fails that test first):
+
+- ``JsonRPCProtocol._send_data(dict)`` writes one message: diagnostics go out as plain dicts,
+  skipping the converter (which matters at 20,000 lines), and protocol errors are answered
+  for messages pygls never parsed (see ``transport.py``);
+- ``JsonRPCProtocol._shutdown``: set by ``shutdown``; ``lsp_exit`` exits 0 when it is set;
+- ``JsonRPCProtocol._request_futures`` (message id -> future, both ways) and ``msg_id``
+  (the request being handled): shutdown cancels what is pending, except itself;
+- ``JsonRPCProtocol._handle_response``: a late answer to a request we gave up is dropped;
+- ``JsonRPCProtocol._server`` (the ``LanguageServer``) and ``_converter``;
+- ``pygls.protocol.language_server._prepare_command_arguments`` and ``lsp_method``: our own
+  ``workspace/executeCommand``, one task per request;
+- ``ProgressManager.tokens``: the future ``window/workDoneProgress/cancel`` cancels.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types as T
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import _prepare_command_arguments, lsp_method
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from pygls.lsp.server import LanguageServer
+
+log = logging.getLogger("ddp_lsp.lsp")
+
+
+class DdpProtocol(LanguageServerProtocol):
+    """pygls' protocol without its own copy of every document, and with a clean lifecycle.
+
+    pygls keeps a ``Workspace`` copy of each open text, updated on every change (a full line
+    split per edit); our state keeps the incremental core document instead, so the built-in
+    text-sync handlers here only forward to ours.
+
+    Lifecycle. pygls runs a command as a generator that hands the command to a second task:
+    ``$/cancelRequest`` (and shutdown) cancelled only the outer future, so a preflight went on
+    running, and its child with it. Commands run here as one task per request, so cancelling
+    the request cancels the command. Shutdown cancels what is pending over a copy of the
+    futures (pygls iterated the live dict, which a cancel callback changes), and ``exit``
+    kills what we started (the server's ``stop_children``) and drops anything written after
+    the output is closed (tasks that asyncio cancels on the way out used to log a traceback
+    per message they tried to send).
+    """
+
+    _closed = False
+
+    @lsp_method(T.WORKSPACE_EXECUTE_COMMAND)
+    async def lsp_workspace__execute_command(  # type: ignore[override]
+        self, params: T.ExecuteCommandParams
+    ) -> Any:
+        handler = self.fm.commands.get(params.command)
+        if handler is None:
+            raise JsonRpcInvalidParams.of(
+                ValueError(f"Command name {params.command!r} is not defined")
+            )
+        try:
+            args, kwargs = _prepare_command_arguments(handler, params, self._converter)
+        except Exception as exc:
+            raise JsonRpcInvalidParams.of(exc) from exc
+        result = handler(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    @lsp_method(T.SHUTDOWN)
+    def lsp_shutdown(self, *args: Any) -> Any:
+        if (user_handler := self.fm.features.get(T.SHUTDOWN)) is not None:
+            yield user_handler, args, None
+        current = self.msg_id
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != current and not future.done():
+                future.cancel()
+        self._shutdown = True
+        return None
+
+    @lsp_method(T.EXIT)
+    def lsp_exit(self, *args: Any) -> Any:
+        self._closed = True  # nothing is sent after exit, not even the children's progress end
+        stop_children = getattr(self._server, "stop_children", None)
+        if callable(stop_children):
+            stop_children()  # exit without shutdown: nothing we started outlives us
+        # Closes the output and raises SystemExit (0 after shutdown, 1 without).
+        yield from super().lsp_exit(*args)
+
+    def _send_data(self, data: Any) -> None:
+        if self._closed:
+            log.debug("not sent, the server is exiting: %.200s", data)
+            return
+        super()._send_data(data)
+
+    def _handle_response(self, msg_id: Any, result: Any = None, error: Any = None) -> None:
+        future = self._request_futures.get(msg_id)
+        if future is not None and future.done():
+            # The request was given up (timeout, cancel, shutdown) before the client answered.
+            self._request_futures.pop(msg_id, None)
+            log.info("late response to %s ignored: the request was given up", msg_id)
+            return
+        super()._handle_response(msg_id, result, error)
+
+    def forget_done_requests(self) -> None:
+        """Drop our requests to the client that were given up (their answer may never come)."""
+        for msg_id, future in list(self._request_futures.items()):
+            if future.done():
+                self._request_futures.pop(msg_id, None)
+
+    def _forward(self, method: str, params: Any) -> Any:
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: T.DidOpenTextDocumentParams) -> Any:
+        yield from self._forward(T.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: T.DidChangeTextDocumentParams) -> Any:
+        yield from self._forward(T.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(T.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: T.DidCloseTextDocumentParams) -> Any:
+        yield from self._forward(T.TEXT_DOCUMENT_DID_CLOSE, params)
+
+    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def lsp_notebook_document__did_open(self, params: T.DidOpenNotebookDocumentParams) -> Any:
+        yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def lsp_notebook_document__did_change(self, params: T.DidChangeNotebookDocumentParams) -> Any:
+        yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def lsp_notebook_document__did_close(self, params: T.DidCloseNotebookDocumentParams) -> Any:
+        yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_CLOSE, params)
+
+
+# -- the private state other modules need, through functions ------------------------------------
+
+
+def send_raw(protocol: LanguageServerProtocol, message: dict[str, Any]) -> None:
+    """Write one JSON-RPC message given as a plain dict (no converter round trip)."""
+    protocol._send_data(message)
+
+
+def is_shut_down(protocol: LanguageServerProtocol) -> bool:
+    """Whether ``shutdown`` has been handled (requests are refused from then on)."""
+    return bool(protocol._shutdown)
+
+
+def pending_requests(protocol: LanguageServerProtocol) -> list[tuple[Any, Future[Any]]]:
+    """(message id, future) of every request in flight, both ways, as a copy."""
+    return list(protocol._request_futures.items())
+
+
+def forget_given_up(protocol: LanguageServerProtocol) -> None:
+    """Drop our requests to the client that were given up (see ``DdpProtocol``)."""
+    if isinstance(protocol, DdpProtocol):
+        protocol.forget_done_requests()
+
+
+def progress_future(server: LanguageServer, token: str) -> Future[Any] | None:
+    """The future ``window/workDoneProgress/cancel`` cancels for ``token``, once begun."""
+    return server.work_done_progress.tokens.get(token)
