@@ -36,19 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("ddp_lsp.lsp")
 
 CMD_RUN_PREFLIGHT = "ddp-lsp.runPreflight"
-_OPTION_KEYS = {
-    "worldSize": "world_size",
-    "backend": "backend",
-    "quick": "quick",
-    "probes": "probes",
-    "numWorkers": "num_workers",
-    "batchBytes": "batch_bytes",
-    "prefetchFactor": "prefetch_factor",
-    "pinMemory": "pin_memory",
-    "params": "params",
-    "handshakeTimeout": "handshake_timeout_s",
-    "timeoutScale": "timeout_scale",
-}
 
 
 class PreflightReports:
@@ -266,13 +253,16 @@ def _options(raw: Any) -> dict[str, Any]:
         return {}
     if not isinstance(raw, dict):
         raise JsonRpcInvalidParams(f"{CMD_RUN_PREFLIGHT}: options must be an object, got {raw!r}")
+    from ddp_lsp.preflight.schema import lsp_option_keys
+
+    keys = lsp_option_keys()  # the command's keys: PreflightOptions' fields say which
     out: dict[str, Any] = {}
     for key, value in raw.items():
-        name = _OPTION_KEYS.get(key)
+        name = keys.get(key)
         if name is None:
             raise JsonRpcInvalidParams(
                 f"{CMD_RUN_PREFLIGHT}: unknown option {key!r}; expected one of "
-                + ", ".join(sorted(_OPTION_KEYS))
+                + ", ".join(sorted(keys))
             )
         out[name] = tuple(value) if name == "probes" and isinstance(value, list) else value
     try:

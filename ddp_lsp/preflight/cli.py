@@ -15,7 +15,13 @@ import sys
 from collections.abc import Sequence
 
 from ddp_lsp.cliutil import positive_seconds, unwritable_reason
-from ddp_lsp.preflight.schema import PreflightOptions, ProbeResult, Status
+from ddp_lsp.preflight.schema import (
+    PreflightOptions,
+    ProbeResult,
+    Status,
+    add_option_flags,
+    options_from_flags,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,8 +35,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=sys.executable,
         help="the interpreter you train with (default: this one)",
     )
-    p.add_argument("--world-size", type=int, help="ranks per node (default: GPUs, or 2 on CPU)")
-    p.add_argument("--backend", choices=("nccl", "gloo"))
     p.add_argument(
         "--json",
         dest="json_file",
@@ -39,40 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--markdown", action="store_true", help="print the report as Markdown")
     p.add_argument(
-        "--quick",
-        action="store_true",
-        help="skip the DDP correctness run, the bandwidth sweep and feasibility",
-    )
-    p.add_argument(
-        "--strict",
-        action="store_true",
-        help="warnings, and skips of what the job needs, fail too (exit 1)",
-    )
-    p.add_argument(
-        "--probe",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="ID",
-        help="run only these probes",
-    )
-    p.add_argument("--num-workers", type=int, help="your DataLoader num_workers per rank")
-    p.add_argument("--batch-bytes", type=int, help="bytes of one batch (sizes /dev/shm need)")
-    p.add_argument("--params", type=int, help="model parameter count (feasibility)")
-    p.add_argument(
         "--model-file",
         help="estimate the parameter count statically from this file (never imported)",
     )
-    p.add_argument(
-        "--grad-bytes", type=int, default=4, help="bytes per gradient element: 4 fp32, 2 bf16"
-    )
-    p.add_argument(
-        "--bucket-cap-mb", type=float, default=25.0, help="DDP bucket_cap_mb (default 25)"
-    )
-    p.add_argument(
-        "--handshake-timeout", type=float, default=10.0, help="seconds for init and barrier"
-    )
-    p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every probe timeout")
     p.add_argument(
         "--timeout", type=positive_seconds, default=900.0, help="overall limit in seconds"
     )
@@ -83,13 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="your training script: its init_process_group backend, mp.spawn ranks and "
         "DataLoader settings become the job the probes check (read statically, never imported)",
     )
-    p.add_argument("--prefetch-factor", type=int, help="your DataLoader prefetch_factor")
-    p.add_argument(
-        "--pin-memory",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="your DataLoader pins batches (sizes host.memory; default: assumed where CUDA is)",
-    )
+    # The options themselves (--world-size, --quick, --probe ...): PreflightOptions' fields.
+    add_option_flags(p, runner=False)
     return p
 
 
@@ -164,22 +132,7 @@ def main(argv: Sequence[str]) -> int:
                 "(static estimate)\n"
             )
     try:
-        options = PreflightOptions(
-            world_size=ns.world_size,
-            backend=ns.backend,
-            quick=ns.quick,
-            strict=ns.strict,
-            probes=tuple(ns.probe),
-            num_workers=ns.num_workers,
-            batch_bytes=ns.batch_bytes,
-            params=params,
-            grad_bytes_per_param=ns.grad_bytes,
-            bucket_cap_mb=ns.bucket_cap_mb,
-            handshake_timeout_s=ns.handshake_timeout,
-            timeout_scale=ns.timeout_scale,
-            prefetch_factor=ns.prefetch_factor,
-            pin_memory=ns.pin_memory,
-        )
+        options = options_from_flags(ns, params=params)
         if ns.script:
             options = _with_script(options, ns.script)
     except ValueError as exc:

@@ -31,7 +31,14 @@ from ddp_lsp import proctree
 from ddp_lsp.preflight.probes import ALL_PROBES, PROBES_BY_ID, Probe, ProbeContext
 from ddp_lsp.preflight.probes.base import Outcome, SystemHooks
 from ddp_lsp.preflight.probes.ranks import INJECT_ENV, set_pdeathsig
-from ddp_lsp.preflight.schema import PreflightOptions, PreflightReport, ProbeResult, Status
+from ddp_lsp.preflight.schema import (
+    PreflightOptions,
+    PreflightReport,
+    ProbeResult,
+    Status,
+    add_option_flags,
+    options_from_flags,
+)
 
 SHM_DIR = "/dev/shm"
 
@@ -424,31 +431,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m ddp_lsp.preflight",
         description="Probe this machine for PyTorch distributed training.",
     )
-    p.add_argument("--world-size", type=int)
-    p.add_argument("--backend", choices=("nccl", "gloo"))
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="skip the DDP correctness run, the bandwidth sweep and feasibility",
-    )
-    p.add_argument(
-        "--strict", action="store_true", help="warnings, and skips of what the job needs, fail too"
-    )
-    p.add_argument("--probe", action="extend", nargs="+", default=[], metavar="ID")
-    p.add_argument("--num-workers", type=int, help="DataLoader num_workers per rank")
-    p.add_argument("--batch-bytes", type=int, help="bytes of one batch (for /dev/shm sizing)")
-    p.add_argument("--params", type=int, help="model parameter count (feasibility)")
-    p.add_argument(
-        "--grad-bytes", type=int, default=4, help="bytes per gradient element (4 fp32, 2 bf16)"
-    )
-    p.add_argument("--bucket-cap-mb", type=float, default=25.0)
-    p.add_argument("--handshake-timeout", type=float, default=10.0)
-    p.add_argument("--timeout-scale", type=float, default=1.0)
-    p.add_argument(
-        "--torchrun",
-        action="store_true",
-        help="one process per node under torchrun; gather to rank 0",
-    )
     p.add_argument("--format", choices=("text", "markdown", "json", "jsonl"), default="text")
     p.add_argument(
         "--json", dest="json_file", metavar="FILE", help="also write the JSON report here"
@@ -458,13 +440,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--env",
         action="store_true",
         help="print the environment report (ddp-lsp env) as JSON lines and exit",
-    )
-    p.add_argument("--prefetch-factor", type=int, help="DataLoader prefetch_factor (default 2)")
-    p.add_argument(
-        "--pin-memory",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="the DataLoader pins batches (default: assumed where CUDA is)",
     )
     p.add_argument(
         "--script",
@@ -478,6 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="all options as one JSON object (what ddp-lsp itself passes; other option flags "
         "are then ignored)",
     )
+    # The options themselves, for a run by hand: PreflightOptions' fields, as in ddp-lsp
+    # preflight plus the runner-only ones (--torchrun).
+    add_option_flags(p, runner=True)
     return p
 
 
@@ -488,23 +466,7 @@ def options_from_args(ns: argparse.Namespace) -> PreflightOptions:
         except ValueError as exc:
             raise ValueError(f"--options-json is not JSON: {exc}") from None
         return PreflightOptions.from_json(data)
-    options = PreflightOptions(
-        world_size=ns.world_size,
-        backend=ns.backend,
-        quick=ns.quick,
-        strict=ns.strict,
-        probes=tuple(ns.probe),
-        num_workers=ns.num_workers,
-        batch_bytes=ns.batch_bytes,
-        params=ns.params,
-        grad_bytes_per_param=ns.grad_bytes,
-        bucket_cap_mb=ns.bucket_cap_mb,
-        handshake_timeout_s=ns.handshake_timeout,
-        timeout_scale=ns.timeout_scale,
-        torchrun=ns.torchrun,
-        prefetch_factor=ns.prefetch_factor,
-        pin_memory=ns.pin_memory,
-    )
+    options = options_from_flags(ns)
     if ns.script:
         from ddp_lsp.preflight.scriptinfo import options_with_script
 

@@ -12,8 +12,11 @@ import enum
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import argparse
 
 SCHEMA_ID = "ddp-lsp-preflight/1"
 
@@ -77,17 +80,35 @@ class ProbeResult:
         )
 
 
-_BOOL_OPTIONS = ("quick", "strict", "torchrun", "pin_memory")
-_INT_OPTIONS = (
-    "world_size",
-    "num_workers",
-    "batch_bytes",
-    "params",
-    "grad_bytes_per_param",
-    "prefetch_factor",
-)
-_FLOAT_OPTIONS = ("bucket_cap_mb", "handshake_timeout_s", "timeout_scale")
-_STR_OPTIONS = ("backend", "backend_source", "world_size_source")
+class OptionKind(str, enum.Enum):
+    """An option's type at the boundaries (JSON check, argparse action)."""
+
+    BOOL = "bool"  # --x
+    FLAG = "flag"  # a bool that may be unset: --x / --no-x
+    INT = "int"
+    FLOAT = "float"
+    STR = "str"
+    PROBES = "probes"  # a list of probe ids: --probe ID ...
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """How one preflight option is spelled at each boundary; the field's type and default are
+    the dataclass field's. ``flag``: the command-line flag of
+    ``ddp-lsp preflight`` and of the runner (None: none, set from ``--script``); ``cli``: False
+    for a flag only the runner takes. ``lsp``: the key in ``ddp-lsp.runPreflight``'s options
+    object (None: not accepted from the editor)."""
+
+    kind: OptionKind
+    flag: str | None = None
+    help: str | None = None
+    lsp: str | None = None
+    cli: bool = True
+    metavar: str | None = None
+
+
+def _option(default: Any, spec: OptionSpec) -> Any:
+    return field(default=default, metadata={"option": spec})
 
 
 @dataclass(frozen=True)
@@ -101,28 +122,111 @@ class PreflightOptions:
     ``backend_source`` / ``world_size_source`` say where a backend or rank count read from the
     training script came from (``train.py:12``), so a failure can point at the line.
 
-    The parent sends these to the child as one JSON object (``--options-json``, see
-    :meth:`to_argv`), validated by :meth:`from_json`: a new option is a field here, its type in
-    the ``_*_OPTIONS`` table and a line in :meth:`to_json`, nothing else.
+    Each field is the one definition of its option: its :class:`OptionSpec` gives the JSON
+    the parent sends the child (``--options-json``, :meth:`to_json` / :meth:`from_json`), the
+    flags of ``ddp-lsp preflight`` and of the runner (:func:`add_option_flags`,
+    :func:`options_from_flags`) and the key of ``ddp-lsp.runPreflight`` (:func:`lsp_option_keys`).
+    A new option is a field here with its spec, nothing else.
     """
 
-    world_size: int | None = None
-    backend: str | None = None
-    quick: bool = False
-    strict: bool = False
-    probes: tuple[str, ...] = ()
-    num_workers: int | None = None
-    batch_bytes: int | None = None
-    params: int | None = None
-    grad_bytes_per_param: int = 4
-    bucket_cap_mb: float = 25.0
-    handshake_timeout_s: float = 10.0
-    timeout_scale: float = 1.0
-    torchrun: bool = False
-    prefetch_factor: int | None = None
-    pin_memory: bool | None = None
-    backend_source: str | None = None
-    world_size_source: str | None = None
+    world_size: int | None = _option(
+        None,
+        OptionSpec(
+            OptionKind.INT,
+            "--world-size",
+            "ranks per node (default: GPUs, or 2 on CPU)",
+            "worldSize",
+        ),
+    )
+    backend: str | None = _option(None, OptionSpec(OptionKind.STR, "--backend", None, "backend"))
+    quick: bool = _option(
+        False,
+        OptionSpec(
+            OptionKind.BOOL,
+            "--quick",
+            "skip the DDP correctness run, the bandwidth sweep and feasibility",
+            "quick",
+        ),
+    )
+    strict: bool = _option(
+        False,
+        OptionSpec(
+            OptionKind.BOOL,
+            "--strict",
+            "warnings, and skips of what the job needs, fail too (exit 1)",
+        ),
+    )
+    probes: tuple[str, ...] = _option(
+        (),
+        OptionSpec(OptionKind.PROBES, "--probe", "run only these probes", "probes", metavar="ID"),
+    )
+    num_workers: int | None = _option(
+        None,
+        OptionSpec(
+            OptionKind.INT, "--num-workers", "your DataLoader num_workers per rank", "numWorkers"
+        ),
+    )
+    batch_bytes: int | None = _option(
+        None,
+        OptionSpec(
+            OptionKind.INT,
+            "--batch-bytes",
+            "bytes of one batch (sizes /dev/shm need)",
+            "batchBytes",
+        ),
+    )
+    params: int | None = _option(
+        None,
+        OptionSpec(OptionKind.INT, "--params", "model parameter count (feasibility)", "params"),
+    )
+    grad_bytes_per_param: int = _option(
+        4, OptionSpec(OptionKind.INT, "--grad-bytes", "bytes per gradient element: 4 fp32, 2 bf16")
+    )
+    bucket_cap_mb: float = _option(
+        25.0, OptionSpec(OptionKind.FLOAT, "--bucket-cap-mb", "DDP bucket_cap_mb (default 25)")
+    )
+    handshake_timeout_s: float = _option(
+        10.0,
+        OptionSpec(
+            OptionKind.FLOAT,
+            "--handshake-timeout",
+            "seconds for init and barrier",
+            "handshakeTimeout",
+        ),
+    )
+    timeout_scale: float = _option(
+        1.0,
+        OptionSpec(
+            OptionKind.FLOAT, "--timeout-scale", "multiply every probe timeout", "timeoutScale"
+        ),
+    )
+    torchrun: bool = _option(
+        False,
+        OptionSpec(
+            OptionKind.BOOL,
+            "--torchrun",
+            "one process per node under torchrun; gather to rank 0",
+            cli=False,
+        ),
+    )
+    prefetch_factor: int | None = _option(
+        None,
+        OptionSpec(
+            OptionKind.INT, "--prefetch-factor", "your DataLoader prefetch_factor", "prefetchFactor"
+        ),
+    )
+    pin_memory: bool | None = _option(
+        None,
+        OptionSpec(
+            OptionKind.FLAG,
+            "--pin-memory",
+            "your DataLoader pins batches (sizes host.memory; default: assumed where CUDA is)",
+            "pinMemory",
+        ),
+    )
+    # Where a backend or rank count read from the training script came from (``--script``).
+    backend_source: str | None = _option(None, OptionSpec(OptionKind.STR))
+    world_size_source: str | None = _option(None, OptionSpec(OptionKind.STR))
 
     def __post_init__(self) -> None:
         if self.world_size is not None and not (1 <= self.world_size <= 1024):
@@ -156,25 +260,11 @@ class PreflightOptions:
                 raise ValueError(f"not a probe id: {probe_id!r}")
 
     def to_json(self) -> dict[str, JsonValue]:
-        return {
-            "world_size": self.world_size,
-            "backend": self.backend,
-            "quick": self.quick,
-            "strict": self.strict,
-            "probes": list(self.probes),
-            "num_workers": self.num_workers,
-            "batch_bytes": self.batch_bytes,
-            "params": self.params,
-            "grad_bytes_per_param": self.grad_bytes_per_param,
-            "bucket_cap_mb": self.bucket_cap_mb,
-            "handshake_timeout_s": self.handshake_timeout_s,
-            "timeout_scale": self.timeout_scale,
-            "torchrun": self.torchrun,
-            "prefetch_factor": self.prefetch_factor,
-            "pin_memory": self.pin_memory,
-            "backend_source": self.backend_source,
-            "world_size_source": self.world_size_source,
-        }
+        out: dict[str, JsonValue] = {}
+        for name, spec in option_specs().items():
+            value = getattr(self, name)
+            out[name] = list(value) if spec.kind is OptionKind.PROBES else value
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, JsonValue]) -> PreflightOptions:
@@ -186,27 +276,29 @@ class PreflightOptions:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown preflight option(s): {', '.join(unknown)}")
+        specs = option_specs()
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
             if value is None:
                 continue
-            if key in _BOOL_OPTIONS:
+            kind = specs[key].kind
+            if kind in (OptionKind.BOOL, OptionKind.FLAG):
                 if not isinstance(value, bool):
                     raise ValueError(f"{key} must be true or false")
                 kwargs[key] = value
-            elif key in _INT_OPTIONS:
+            elif kind is OptionKind.INT:
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise ValueError(f"{key} must be an integer")
                 kwargs[key] = value
-            elif key in _FLOAT_OPTIONS:
+            elif kind is OptionKind.FLOAT:
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise ValueError(f"{key} must be a number")
                 kwargs[key] = float(value)
-            elif key in _STR_OPTIONS:
+            elif kind is OptionKind.STR:
                 if not isinstance(value, str):
                     raise ValueError(f"{key} must be a string")
                 kwargs[key] = value
-            elif key == "probes":
+            elif kind is OptionKind.PROBES:
                 if isinstance(value, str) or not isinstance(value, Sequence):
                     raise ValueError("probes must be a list of probe ids")
                 if not all(isinstance(p, str) for p in value):
@@ -218,6 +310,56 @@ class PreflightOptions:
         """The runner's command line for these options: one JSON object, read back with
         :meth:`from_json` in the child, so the two sides share this one definition."""
         return ["--options-json", json.dumps(self.to_json(), sort_keys=True)]
+
+
+def option_specs() -> dict[str, OptionSpec]:
+    """Every option's :class:`OptionSpec`, by field name, in field order."""
+    return {f.name: f.metadata["option"] for f in fields(PreflightOptions)}
+
+
+def lsp_option_keys() -> dict[str, str]:
+    """``ddp-lsp.runPreflight``'s option keys (camelCase) -> field names."""
+    return {spec.lsp: name for name, spec in option_specs().items() if spec.lsp is not None}
+
+
+def add_option_flags(parser: argparse.ArgumentParser, *, runner: bool) -> None:
+    """Add the option flags to ``ddp-lsp preflight``'s parser (``runner=False``) or to the
+    runner's (``python -m ddp_lsp.preflight``, which also takes the runner-only ones)."""
+    import argparse  # not at the top: the language server imports this module
+
+    defaults = {f.name: f.default for f in fields(PreflightOptions)}
+    for name, spec in option_specs().items():
+        if spec.flag is None or not (spec.cli or runner):
+            continue
+        kwargs: dict[str, Any] = {"dest": name, "help": spec.help}
+        if spec.kind is OptionKind.BOOL:
+            kwargs["action"] = "store_true"
+        elif spec.kind is OptionKind.FLAG:
+            kwargs.update(action=argparse.BooleanOptionalAction, default=None)
+        elif spec.kind is OptionKind.PROBES:
+            kwargs.update(action="extend", nargs="+", default=[], metavar=spec.metavar)
+        else:
+            kwargs["type"] = {OptionKind.INT: int, OptionKind.FLOAT: float, OptionKind.STR: str}[
+                spec.kind
+            ]
+            kwargs["default"] = defaults[name]
+            if name == "backend":
+                kwargs["choices"] = BACKENDS
+            else:  # as argparse names it from the flag: --grad-bytes GRAD_BYTES
+                kwargs["metavar"] = spec.metavar or spec.flag[2:].upper().replace("-", "_")
+        parser.add_argument(spec.flag, **kwargs)
+
+
+def options_from_flags(ns: argparse.Namespace, **overrides: Any) -> PreflightOptions:
+    """The options a parser made by :func:`add_option_flags` read; ``overrides`` win (a
+    parameter count estimated from ``--model-file``). Raises ``ValueError`` on a bad value."""
+    kwargs: dict[str, Any] = {}
+    for name, spec in option_specs().items():
+        if hasattr(ns, name):
+            value = getattr(ns, name)
+            kwargs[name] = tuple(value) if spec.kind is OptionKind.PROBES else value
+    kwargs.update(overrides)
+    return PreflightOptions(**kwargs)
 
 
 def _is_probe_id(text: str) -> bool:
