@@ -26,7 +26,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from ddp_lsp import __version__
-from ddp_lsp.lsp import config as C
+from ddp_lsp.lsp.config import is_pyproject
 from ddp_lsp.lsp.configuration import SECTION, ConfigurationService
 from ddp_lsp.lsp.convert import Codec, choose_encoding
 from ddp_lsp.lsp.notebook import Cell, Notebook, apply_notebook_change
@@ -272,7 +272,7 @@ async def did_change_configuration(
 
 
 def did_change_watched_files(ls: DdpLanguageServer, params: T.DidChangeWatchedFilesParams) -> None:
-    if any(C.is_pyproject(ch.uri) for ch in params.changes):
+    if any(is_pyproject(ch.uri) for ch in params.changes):
         settings_changed(ls)
     if any(ch.uri.endswith(".py") for ch in params.changes):
         ls.project.files_changed(list(params.changes))
@@ -314,7 +314,7 @@ def did_change(ls: DdpLanguageServer, params: T.DidChangeTextDocumentParams) -> 
 
 def did_save(ls: DdpLanguageServer, params: T.DidSaveTextDocumentParams) -> None:
     ls.state.workspace_changed()  # the saved text is what a workspace pull reads from disk
-    if C.is_pyproject(params.text_document.uri):
+    if is_pyproject(params.text_document.uri):
         settings_changed(ls)
     else:
         check_project_files(ls)
