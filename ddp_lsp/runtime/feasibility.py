@@ -34,6 +34,7 @@ from typing import Any
 
 from ddp_lsp import proctree
 from ddp_lsp.preflight.commmodel import AlphaBeta
+from ddp_lsp.runtime import hostload
 from ddp_lsp.runtime.feasibility_analysis import (
     Analysis,
     advise,
@@ -151,12 +152,17 @@ def _run(
             raise CommandError(f"cannot start {entry.python!r}: {exc.strerror}") from exc
         seen: dict[int, int] = {}
         timed_out = False
+        load: list[hostload.Sample] = []
         while proc.poll() is None:
             if time.monotonic() - started > timeout_s:
                 timed_out = True
                 break
-            for info in proctree.descendants(proc.pid).values():
+            tree = proctree.descendants(proc.pid)
+            for info in tree.values():
                 seen.setdefault(info.pid, info.start)
+            point = hostload.sample([proc.pid, *tree])
+            if point is not None:
+                load.append(point)
             time.sleep(0.1)
         # Ranks leave with os._exit after writing their results; DataLoader workers and a
         # slow agent may linger: nothing of this run outlives it.
@@ -172,6 +178,12 @@ def _run(
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
+        # The host's other load over each measured phase (the rank's own monotonic bounds).
+        data["other_load"] = {
+            phase: value
+            for phase, (start, end) in (data.get("mono") or {}).items()
+            if (value := hostload.other_load(load, start, end)) is not None
+        }
         ranks[int(data.get("rank", -1))] = data
     log_text = log_path.read_text(encoding="utf-8", errors="replace")[-20000:]
     return RunResult(nproc, proc.returncode, ranks, log_text, time.monotonic() - started, timed_out)

@@ -65,7 +65,9 @@ def step_stdev(rank: dict[str, Any], phase: str = "main") -> float:
     return statistics.stdev(steps) if len(steps) >= 3 else 0.0
 
 
-def cpu_rank_step(single: dict[str, Any], nproc: int, t_phase: float) -> tuple[float, str]:
+def cpu_rank_step(
+    single: dict[str, Any], nproc: int, t_phase: float, other_now: float | None = None
+) -> tuple[float, str]:
     """One CPU rank's step when ``nproc`` ranks share the host's cores, from the one-process
     run at a rank's thread count (``t_phase``).
 
@@ -75,6 +77,12 @@ def cpu_rank_step(single: dict[str, Any], nproc: int, t_phase: float) -> tuple[f
     threads then get ``k*C/(L+nproc*k)`` cores each (at most ``k``), and a step takes longer in
     proportion. The ranks' DataLoader workers count too: all of them together cannot use more
     than the ``C`` cores (``nproc`` times the run's CPU seconds per step, workers included).
+
+    ``L`` is the load of the one-process run's time. When the host's other load was measured
+    in both runs (``other_load`` of the phase, and ``other_now`` over the DDP run's measured
+    steps: :mod:`ddp_lsp.runtime.hostload`) and moved by half a task or more, the note says so:
+    on a shared host the neighbours' load moves between the two runs, and the prediction is
+    only as good as the assumption that it did not.
     """
     phase = "shared" if single["steps"].get("shared") else "main"
     steps = single["steps"][phase]
@@ -104,6 +112,17 @@ def cpu_rank_step(single: dict[str, Any], nproc: int, t_phase: float) -> tuple[f
                 f"DataLoader workers included) from {cores} cores: a rank steps in >= {fmt_ms(bound)}"
             )
             t = bound
+    then = (single.get("other_load") or {}).get(phase)
+    if then is not None and other_now is not None and abs(other_now - then) >= 0.5:
+        # Said, not modelled: scaling the ranks' share by the measured change made the
+        # prediction worse in two of the three runs where it applied, on the shared 2-CPU
+        # host; a runnable count is not the weight the scheduler gives those tasks.
+        moved = (
+            f"the host's other load went from ~{then:.1f} to ~{other_now:.1f} runnable tasks "
+            "between the one-process run and the DDP run (measured): the prediction assumes "
+            "the first"
+        )
+        why = f"{why}; {moved}" if why else moved
     return t, why
 
 
@@ -252,7 +271,9 @@ def analyse(
     # (measured in the one-process run's extra phase); a GPU rank owns its device.
     rank_compute = t1_shared if not cuda else t1
     if not cuda:
-        rank_compute, why = cpu_rank_step(single, nproc, rank_compute)
+        # The host's other load over the DDP run's measured steps (not the job's own timing).
+        other_now = (rank0.get("other_load") or {}).get("main") if rank0 is not None else None
+        rank_compute, why = cpu_rank_step(single, nproc, rank_compute, other_now)
         if why:
             notes.append(why)
     bwd_for_overlap = parts1.backward
