@@ -101,6 +101,15 @@ def main() -> int:
                 "cpu_got": (analysis.single.get("own_cpu_s") or {}).get("main", 0)
                 / analysis.single["wall"]["main"],
                 "notes": analysis.notes,
+                # The host's other runnable tasks over each run's measured steps.
+                "other_load_1p": {
+                    k: round(v, 1) for k, v in (analysis.single.get("other_load") or {}).items()
+                },
+                "other_load_ddp": {
+                    k: round(v, 1)
+                    for k, v in ((analysis.multi or {}).get("other_load") or {}).items()
+                },
+                "load_avg": os.getloadavg()[0],
             }
             rows.append(row)
             ok = abs(row["error_from_one_process"]) <= ns.tolerance
@@ -113,7 +122,9 @@ def main() -> int:
                 f"projection x{proj:.2f} ({row['error_projection']:+.0%})  "
                 f"all-reduce exposed {row['exposed_ms']:.1f} / model {row['model_allreduce_ms']:.1f} ms "
                 f"({row['alpha_us'] or 0:.0f} us/hop, {row['busbw_gbps'] or 0:.2f} GB/s)  "
-                f"dominant: {dominant}  1p got {row['cpu_got']:.2f} cores  [{wall:.0f} s]{'' if ok else '  OUT OF TOLERANCE'}",
+                f"dominant: {dominant}  1p got {row['cpu_got']:.2f} cores  "
+                f"other load 1p {row['other_load_1p']} ddp {row['other_load_ddp']}  "
+                f"load {row['load_avg']:.1f}  [{wall:.0f} s]{'' if ok else '  OUT OF TOLERANCE'}",
                 flush=True,
             )
     if ns.json_file:

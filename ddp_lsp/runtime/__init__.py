@@ -18,22 +18,21 @@ if TYPE_CHECKING:
         guard_distributed,
     )
     from ddp_lsp.runtime.memory import (
-        GrowthReport,
-        LeakCause,
         MemoryGrowthError,
         MemoryGrowthMonitor,
         MemorySample,
         lightning_callback,
         monitor_steps,
     )
+    from ddp_lsp.runtime.memory_verdict import GrowthReport, LeakCause
 
 _EXPORTS = {
     "DistributedGuard": "ddp_lsp.runtime.guard",
     "FailureRecord": "ddp_lsp.runtime.guard",
     "RankFailureError": "ddp_lsp.runtime.guard",
     "guard_distributed": "ddp_lsp.runtime.guard",
-    "GrowthReport": "ddp_lsp.runtime.memory",
-    "LeakCause": "ddp_lsp.runtime.memory",
+    "GrowthReport": "ddp_lsp.runtime.memory_verdict",
+    "LeakCause": "ddp_lsp.runtime.memory_verdict",
     "MemoryGrowthError": "ddp_lsp.runtime.memory",
     "MemoryGrowthMonitor": "ddp_lsp.runtime.memory",
     "MemorySample": "ddp_lsp.runtime.memory",

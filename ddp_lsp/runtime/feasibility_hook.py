@@ -102,6 +102,9 @@ class _Session:
         self.records: dict[str, list[dict[str, Any]]] = {"main": [], "shared": []}
         self.phase_start: dict[str, float] = {}
         self.phase_end: dict[str, float] = {}
+        #: Each phase's [start, end] on the host's monotonic clock: the supervisor's samples
+        #: of the host's other load (:mod:`ddp_lsp.runtime.hostload`) are taken on it.
+        self.phase_mono: dict[str, list[float]] = {}
         self.phase_steps: dict[str, int] = {}
         self.phase_cpu: dict[str, float] = {}
         self.phase_own_cpu: dict[str, float] = {}
@@ -345,9 +348,11 @@ class _Session:
         self.phase_cpu[phase] = -self._cpu()
         self.phase_own_cpu[phase] = -self._own_cpu()
         self.phase_start[phase] = _now()
+        self.phase_mono[phase] = [time.monotonic()]
 
     def _end_phase(self, phase: str) -> None:
         self.phase_end[phase] = _now()
+        self.phase_mono[phase].append(time.monotonic())
         self.phase_cpu[phase] += self._cpu()
         self.phase_own_cpu[phase] += self._own_cpu()
 
@@ -507,6 +512,7 @@ class _Session:
             "records": {k: [dict(r) for r in v] for k, v in self.records.items()},
             "cpu_s": {k: v for k, v in self.phase_cpu.items() if k in self.phase_end},
             "own_cpu_s": {k: v for k, v in self.phase_own_cpu.items() if k in self.phase_end},
+            "mono": {k: v for k, v in self.phase_mono.items() if len(v) == 2},
             "batch": self.batch,
             "batch_shape": self.batch_shape,
             "threads": self.threads_main,

@@ -346,6 +346,10 @@ def test_real_run_measures_the_users_steps(one_thread: None) -> None:
     # The ranks left after the measured steps, stopped by the hook.
     assert analysis.multi["ended"] == "steps" and analysis.single["ended"] == "steps"
     assert "verdict:" in render(analysis)
+    # Each run's measured phase on the host's monotonic clock, for the host-load samples.
+    start, end = analysis.multi["mono"]["main"]
+    assert start <= end
+    assert all(v >= 0 for v in analysis.multi["other_load"].values())
 
 
 def test_real_run_of_a_script_that_ends_early(one_thread: None) -> None:
@@ -407,6 +411,53 @@ def test_cpu_ranks_share_the_cores_with_each_other_and_the_neighbours() -> None:
     # DataLoader workers: 2 ranks need 2 x 1.8 CPU-s per step... from 2 cores.
     t, why = cpu_rank_step(single(1.0, total=1.8), 2, 0.1)
     assert t == pytest.approx(2 * 0.18 / 2) and "DataLoader workers included" in why
+
+
+def test_a_change_of_the_hosts_load_between_the_runs_is_said() -> None:
+    from ddp_lsp.runtime.feasibility import cpu_rank_step
+
+    def single(own: float, then: float | None) -> dict[str, Any]:
+        r = rank(world=1, step=0.1, backward=0.05)
+        r.update(cpus=2, threads=1, own_cpu_s={"main": own}, cpu_s={"main": own})
+        r["other_load"] = {} if then is None else {"main": then}
+        return r
+
+    base_t, base_why = cpu_rank_step(single(0.8, None), 2, 0.1)
+    # The neighbours' measured load fell from 2.0 to 0.5 runnable tasks: said, not modelled
+    # (the prediction keeps the one-process run's load).
+    t, why = cpu_rank_step(single(0.8, 2.0), 2, 0.1, other_now=0.5)
+    assert t == base_t
+    assert why.startswith(base_why) and "went from ~2.0 to ~0.5 runnable tasks" in why
+    # Within half a task, or not measured in one of the runs: nothing to say.
+    assert cpu_rank_step(single(0.8, 2.0), 2, 0.1, other_now=2.3) == (base_t, base_why)
+    assert cpu_rank_step(single(0.8, None), 2, 0.1, other_now=0.5) == (base_t, base_why)
+    assert cpu_rank_step(single(0.8, 2.0), 2, 0.1, other_now=None) == (base_t, base_why)
+    # Alone on the cores (nothing else to say) the change is still reported.
+    t, why = cpu_rank_step(single(1.0, 0.0), 2, 0.1, other_now=3.0)
+    assert t == 0.1 and why.startswith("the host's other load went from ~0.0 to ~3.0")
+
+
+def test_the_report_names_a_load_change_between_the_runs() -> None:
+    """Injected timings: the same runs with the host's other load measured lower during the
+    DDP run: the same prediction, and a note that says what moved."""
+
+    def runs(then: float | None, now: float | None) -> Any:
+        single = rank(world=1, step=0.4, backward=0.2)
+        # 10 steps of 0.4 s on 0.25 s of CPU each: got 0.625 of a core (other load ~2.2).
+        single.update(cpus=2, threads=1, own_cpu_s={"main": 2.5}, cpu_s={"main": 2.5})
+        single["other_load"] = {"main": then} if then is not None else {}
+        multi = {
+            r: rank(world=2, step=0.45, backward=0.22, sweep=linear_sweep(50e-6, 1e9))
+            for r in (0, 1)
+        }
+        multi[0]["other_load"] = {"main": now} if now is not None else {}
+        return analyse(parse_command([PY, "t.py"]), single, multi, 2)
+
+    steady, fell = runs(6.0, 6.0), runs(6.0, 2.0)
+    assert fell.predicted == steady.predicted == runs(None, None).predicted
+    assert any("went from ~6.0 to ~2.0 runnable tasks" in n for n in fell.notes)
+    assert not any("runnable tasks between" in n for n in steady.notes)
+    assert "went from ~6.0 to ~2.0" in render(fell)
 
 
 def test_supervisor_and_shim_stay_cheap_and_chain(tmp_path: Path) -> None:

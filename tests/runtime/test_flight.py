@@ -77,7 +77,7 @@ def test_a_rank_that_could_not_dump_is_said_and_the_rest_still_read() -> None:
 
 
 def test_the_communication_share_comes_from_steps_without_a_census() -> None:
-    from ddp_lsp.runtime.smallrun import communication_share
+    from ddp_lsp.runtime.smallrun_judge import communication_share
 
     # 20 steps of 20 ms; a 300 ms census after the samples of steps 2..13 (the gate's own);
     # DDP's reading after step n describes step n - 1.
@@ -106,7 +106,7 @@ def test_the_communication_share_comes_from_steps_without_a_census() -> None:
 def test_helpers_that_inherit_rank_are_not_ranks(tmp_path: Path) -> None:
     import json
 
-    from ddp_lsp.runtime.smallrun import _records
+    from ddp_lsp.runtime.smallrun_files import records
 
     def proc(pid: int, ppid: int, rank: int | None, cmdline: list[str]) -> None:
         rec = {"pid": pid, "ppid": ppid, "rank": rank, "argv": [], "cmdline": cmdline}
@@ -116,7 +116,7 @@ def test_helpers_that_inherit_rank_are_not_ranks(tmp_path: Path) -> None:
     proc(11, 10, 0, ["python", "-c", "from multiprocessing.spawn import spawn_main"])
     proc(12, 10, 0, ["python", "-c", "from multiprocessing.resource_tracker import main"])
     proc(13, 11, 0, ["python", "-c", "from multiprocessing.spawn import spawn_main"])  # worker
-    procs = _records(tmp_path, "proc")
+    procs = records(tmp_path, "proc")
     assert procs[11]["rank"] == 0 and not procs[11].get("helper")
     assert procs[12]["rank"] is None and procs[12]["helper"]  # the resource tracker
     assert procs[13]["rank"] is None and procs[13]["helper"]  # rank 0's DataLoader worker

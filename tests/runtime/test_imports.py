@@ -7,7 +7,8 @@ import subprocess
 from tests.runtime.conftest import PYTHON, REPO, child_env
 
 PROBE = (
-    "import sys, ddp_lsp.runtime, ddp_lsp.runtime.smallrun, ddp_lsp.runtime.stats;"
+    "import sys, ddp_lsp.runtime, ddp_lsp.runtime.smallrun, ddp_lsp.runtime.stats,"
+    " ddp_lsp.runtime.feasibility;"
     "print('torch' in sys.modules)"
 )
 

@@ -251,7 +251,7 @@ def test_an_mp_spawn_crash_names_the_rank_and_its_line(tmp_path: Path) -> None:
 
 
 def test_a_spawn_parents_report_of_a_killed_child_names_the_child() -> None:
-    from ddp_lsp.runtime.smallrun import _spawn_child_crash
+    from ddp_lsp.runtime.smallrun_judge import spawn_child_crash
 
     # ProcessExitedException: the child died from a signal, no traceback of its own.
     rec = {
@@ -264,7 +264,7 @@ def test_a_spawn_parents_report_of_a_killed_child_names_the_child() -> None:
         "error_pid": 12,
         "time": 100.0,
     }
-    child = _spawn_child_crash(rec, 12, rank=None)
+    child = spawn_child_crash(rec, 12, rank=None)
     assert child["pid"] == 12 and child["rank"] == 1 and child["spawned"]
     assert child["message"] == "process 1 terminated with signal SIGKILL"
     assert child["time"] < rec["time"]
@@ -276,7 +276,7 @@ def test_a_spawn_parents_report_of_a_killed_child_names_the_child() -> None:
         "RuntimeError: CUDA error: out of memory\n"
     )
     rec = {**rec, "exc_type": "ProcessRaisedException", "child_error": trace, "error_index": 0}
-    child = _spawn_child_crash(rec, 12, rank=3)
+    child = spawn_child_crash(rec, 12, rank=3)
     assert (child["rank"], child["exc_type"]) == (3, "RuntimeError")
     assert child["message"] == "CUDA error: out of memory"
     assert child["where"] == "train.py:31 in worker"
@@ -306,7 +306,7 @@ def test_debug_collectives_names_both_sides_of_a_mismatch(tmp_path: Path) -> Non
 
 
 def test_a_mismatch_is_read_from_the_process_group_wrappers_error() -> None:
-    from ddp_lsp.runtime.smallrun import collective_mismatch
+    from ddp_lsp.runtime.smallrun_judge import collective_mismatch
 
     text = (
         "RuntimeError: Detected mismatch between collectives on ranks. Rank 3 is running "

@@ -7,7 +7,7 @@ tensor and ~5 graph nodes a step; ``total = total + loss`` adding nodes with a f
 
 from __future__ import annotations
 
-from ddp_lsp.runtime.memory import Census, TensorGroup, build_report
+from ddp_lsp.runtime.memory_verdict import Census, TensorGroup, build_report
 from ddp_lsp.runtime.stats import delta_noise_floor, step_growth
 
 PARAM = TensorGroup("Parameter float32 [64, 32] on cpu requires_grad", 4, 16_000, None, 2048)
