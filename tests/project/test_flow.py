@@ -176,3 +176,38 @@ def test_conflicting_callers_resolve_the_same_way_in_any_order(tmp_path: Path) -
         seen.add((pk.kind, pk.origin, pk.via, pk.mixed))
     assert len(seen) == 1
     assert next(iter(seen))[0] == F.DDP
+
+
+def _chain(root: Path, n: int) -> None:
+    """c0 wraps a model in DDP and passes it down c1.step ... c{n-1}.step; the last one
+    performs a collective: the kind travels n-1 calls down, the property n-1 calls up."""
+    (root / ".git").mkdir()
+    (root / "c0.py").write_text(
+        "import torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\nimport c1\n\n"
+        "def run(m):\n    dist.init_process_group('nccl')\n    m = DDP(m)\n    c1.step(m)\n"
+    )
+    for i in range(1, n - 1):
+        (root / f"c{i}.py").write_text(
+            f"import c{i + 1}\n\ndef step(model):\n    c{i + 1}.step(model)\n"
+        )
+    (root / f"c{n - 1}.py").write_text(
+        "import torch.distributed as dist\n\ndef step(model):\n    dist.barrier()\n"
+    )
+
+
+def test_propagation_costs_the_project_size_not_size_times_chain_length(tmp_path: Path) -> None:
+    # Each round of the fixed point looks only at what reads a fact that changed in the round
+    # before (semi-naive evaluation): along a chain of n modules the rounds together look at
+    # each call a bounded number of times. Re-evaluating every call in every round, as
+    # before, looked at about n * n of them.
+    n = 30
+    _chain(tmp_path, n)
+    pf = compute(build(tmp_path))
+    last = _m(pf, f"c{n - 1}").extra_kinds[("step", "model")]
+    assert last.kind == F.DDP
+    assert len(last.via) == n - 1
+    assert F.COLLECTIVE in _m(pf, "c0").callee_props["c1.step"].props
+    assert all(_m(pf, f"c{i}").distributed is not None for i in range(n))
+    assert pf.rounds >= n - 1  # one hop per round
+    assert pf.evaluations <= 6 * n, pf.evaluations
