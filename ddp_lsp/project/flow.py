@@ -74,6 +74,13 @@ class ProjectFacts:
     # Items the propagation rounds looked at (a site, a binding, a call edge each time):
     # linear in the project's size (tests/project check it on long chains of calls).
     evaluations: int = 0
+    # The resolver of this computation and each module's resolved parts, for the next one
+    # (see compute's ``previous``); how many modules' parts this one had to resolve.
+    resolver: Resolver | None = field(default=None, compare=False, hash=False, repr=False)
+    parts: Mapping[str, _ModuleParts] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+    prepared: int = 0
 
     @cached_property
     def by_path(self) -> Mapping[str, ModuleProjectFacts]:
@@ -143,9 +150,73 @@ class _ScalerWrappers:
         return False
 
 
-def compute(index: ProjectIndex) -> ProjectFacts:
-    """The project-wide facts of an index."""
-    res = Resolver(index)
+_Site = tuple[str, F.CallSite, str, F.FunctionInfo]  # caller module, site, target module, fn
+
+
+@dataclass
+class _ModuleParts:
+    """What a module contributes that depends only on its summary and on import resolution:
+    kept between computations while both stay (see compute's ``previous``)."""
+
+    summary: ModuleSummary
+    sites: list[_Site]  # its call sites that reach a project function
+    site_line: dict[tuple[str, F.CallSite], int]
+    inherits: list[tuple[str, str, str, str]]  # (module, class, base module, base class)
+    calls: dict[tuple[str, str], list[tuple[str, str]]]  # (module, fn) -> functions it calls
+    targets: dict[str, tuple[str, str]]  # a callee it spells -> a function of another module
+
+
+def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
+    # Call sites resolved once: (caller module, site, target module, target function).
+    sites: list[_Site] = []
+    site_line: dict[tuple[str, F.CallSite], int] = {}
+    all_sites = (*s.facts.call_sites, *s.dotted_sites)
+    lines_known = len(s.site_lines) == len(all_sites)
+    for i, cs in enumerate(all_sites):
+        t = res.function(m, cs.callee)
+        if t is not None:
+            sites.append((m, cs, t[0], t[1]))
+            if lines_known:
+                # Equal sites in one function (two identical calls): the first line.
+                site_line.setdefault((m, cs), s.site_lines[i])
+    # Classes and their project bases: `self.model` set in BaseTrainer.__init__ (base.py) is
+    # the same attribute in DDPTrainer.fit (ddp_trainer.py).
+    inherits: list[tuple[str, str, str, str]] = []
+    for cls_name, bases in sorted(res.classes(m).items()):
+        for base in bases:
+            r = res.resolve(m, base)
+            if r is not None and r[1] and r[1] in res.classes(r[0]):
+                inherits.append((m, cls_name, r[0], r[1]))
+    calls: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for fi in s.facts.functions:
+        reached = []
+        for callee in sorted(fi.calls):
+            reached_fn = res.function(m, callee)
+            if reached_fn is not None:
+                reached.append((reached_fn[0], reached_fn[1].qualname))
+        calls[(m, fi.qualname)] = reached
+    spelled: set[str] = {cs.callee for cs in s.facts.call_sites}
+    for fi in s.facts.functions:
+        spelled |= fi.calls
+    targets: dict[str, tuple[str, str]] = {}
+    for name in sorted(spelled):
+        t = res.function(m, name)
+        if t is not None and t[0] != m:
+            targets[name] = (t[0], t[1].qualname)
+    return _ModuleParts(s, sites, site_line, inherits, calls, targets)
+
+
+def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> ProjectFacts:
+    """The project-wide facts of an index. ``previous``: the facts computed for the same
+    index before its latest updates (the server's indexer after an edit); its import
+    resolution is reused when no module was added or removed and the changed ones kept their
+    imports, functions' signatures and classes (an edit inside a function body)."""
+    res = previous.resolver if previous is not None else None
+    kept: Mapping[str, _ModuleParts] = {}
+    if res is None or not res.reuse(index):
+        res = Resolver(index)
+    elif previous is not None:
+        kept = previous.parts
     names = sorted(index.modules)
     summaries: dict[str, ModuleSummary] = {m: index.modules[m] for m in names}
     own = {m: index.own_facts(summaries[m]) for m in names}
@@ -184,20 +255,16 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                         f"{b.path} is `{target[1]}`, a GradScaler wrapper that unscales itself",
                     ),
                 )
-    # Call sites resolved once: (caller module, site, target module, target function).
-    sites: list[tuple[str, F.CallSite, str, F.FunctionInfo]] = []
-    site_line: dict[tuple[str, F.CallSite], int] = {}
+    parts: dict[str, _ModuleParts] = {}
+    prepared = 0
     for m in names:
-        s = summaries[m]
-        all_sites = (*s.facts.call_sites, *s.dotted_sites)
-        lines_known = len(s.site_lines) == len(all_sites)
-        for i, cs in enumerate(all_sites):
-            t = res.function(m, cs.callee)
-            if t is not None:
-                sites.append((m, cs, t[0], t[1]))
-                if lines_known:
-                    # Equal sites in one function (two identical calls): the first line.
-                    site_line.setdefault((m, cs), s.site_lines[i])
+        part = kept.get(m)
+        if part is None or part.summary is not summaries[m]:
+            part = _module_parts(res, m, summaries[m])
+            prepared += 1
+        parts[m] = part
+    sites = [site for m in names for site in parts[m].sites]
+    site_line = {k: v for m in names for k, v in parts[m].site_line.items()}
 
     def params_of(site: F.CallSite, fi: F.FunctionInfo) -> list[tuple[str, str]]:
         out = []
@@ -210,15 +277,7 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                 out.append((pos, arg))
         return out
 
-    # Classes and their project bases: `self.model` set in BaseTrainer.__init__ (base.py) is the
-    # same attribute in DDPTrainer.fit (ddp_trainer.py).
-    inherits: list[tuple[str, str, str, str]] = []  # (module, class, base module, base class)
-    for m in names:
-        for cls_name, bases in sorted(res.classes(m).items()):
-            for base in bases:
-                r = res.resolve(m, base)
-                if r is not None and r[1] and r[1] in res.classes(r[0]):
-                    inherits.append((m, cls_name, r[0], r[1]))
+    inherits = [item for m in names for item in parts[m].inherits]
 
     unwrapped = {m: F.unwrapped_names([summaries[m].facts]) for m in names}
     # What each round reads, by the module whose kinds it reads: a round after the first looks
@@ -234,7 +293,7 @@ def compute(index: ProjectIndex) -> ProjectFacts:
         for b in summaries[m].facts.bindings:
             if b.source and b.source[0] == "=alias":
                 alias_bindings.setdefault(m, []).append(b)
-    sites_from: dict[str, list[tuple[str, F.CallSite, str, F.FunctionInfo]]] = {}
+    sites_from: dict[str, list[_Site]] = {}
     for site in sites:
         sites_from.setdefault(site[0], []).append(site)
     changed: list[str] = names
@@ -309,15 +368,7 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                 )
                 for p in sorted(ps)
             }
-    calls: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for m in names:
-        for fi in summaries[m].facts.functions:
-            targets = []
-            for callee in sorted(fi.calls):
-                reached_fn = res.function(m, callee)
-                if reached_fn is not None:
-                    targets.append((reached_fn[0], reached_fn[1].qualname))
-            calls[(m, fi.qualname)] = targets
+    calls = {k: v for m in names for k, v in parts[m].calls.items()}
     carried = F.TRANSITIVE_PROPS | {F.INITS_PG}  # INITS_PG only for "reaches init" below
     # Semi-naive, as the kinds above: a round after the first looks only at the callers of a
     # function that gained a property in the round before.
@@ -384,18 +435,11 @@ def compute(index: ProjectIndex) -> ProjectFacts:
     for m in names:
         s = summaries[m]
         extra = {key: pk for key, pk in sorted(kinds[m].items()) if key not in own[m].kinds}
-        spelled: set[str] = {cs.callee for cs in s.facts.call_sites}
-        for fi in s.facts.functions:
-            spelled |= fi.calls
         cprops: dict[str, CalleeProps] = {}
-        for name in sorted(spelled):
-            t = res.function(m, name)
-            if t is None or t[0] == m:
-                continue
-            tq = (t[0], t[1].qualname)
+        for name, tq in parts[m].targets.items():
             found = props.get(tq, {})
             # INITS_PG stays the core's direct property; carried only to find entry points.
-            direct = own[t[0]].func_props.get(t[1].qualname, frozenset())
+            direct = own[tq[0]].func_props.get(tq[1], frozenset())
             keep = {p: o for p, o in found.items() if p != F.INITS_PG or p in direct}
             cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())))
         out[m] = ModuleProjectFacts(
@@ -407,4 +451,4 @@ def compute(index: ProjectIndex) -> ProjectFacts:
             frozenset(only_guarded.get(m, ())),
             root,
         )
-    return ProjectFacts(out, rounds, evaluations)
+    return ProjectFacts(out, rounds, evaluations, res, parts, prepared)
