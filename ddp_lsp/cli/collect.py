@@ -206,8 +206,9 @@ def with_project(
     checked = {job.abspath for job in jobs}
     for root, members in sorted(by_root.items()):
         settings, _ = resolver.for_dir(root)
+        wanted = [_rel_to(jobs[i].abspath, root) for i in members]
         try:
-            view = project_view(root, settings, workers, overlays.get(root))
+            view = project_view(root, settings, workers, overlays.get(root), wanted)
         except Exception as exc:  # a bug in the cross-file step: the files are still checked
             log.debug("project index of %s failed", root, exc_info=True)
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -243,3 +244,12 @@ def with_project(
             if facts is not None and says_something(facts):
                 out[i] = replace(out[i], project=facts)
     return out
+
+
+def _rel_to(path: str | None, root: Path) -> str:
+    """``path`` relative to the project root as the index names files (POSIX separators)."""
+    assert path is not None
+    try:
+        return Path(path).relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return Path(path).name

@@ -17,9 +17,9 @@ import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from ddp_lsp.core import chunks as C
+from ddp_lsp.core.chunkcache import ChunkCache
 from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, MergeCache, ModuleFacts, extract, merge
 from ddp_lsp.core.ranks import RankModel
@@ -74,11 +74,9 @@ class ParsedChunk:
     # Chunk-relative lines a repair changed to make the chunk parse (see ``repair``): the rules
     # run on the repaired tree, and their findings touching these lines are dropped.
     repaired: frozenset[int] = frozenset()
-    # Findings cached per (module facts, analysis settings); see engine.analyze.
-    results: dict[object, object] = field(default_factory=dict)
-    index: object | None = None  # the shared traversal, built on first use (engine)
-    # (start line, cached result, findings moved to that line, errors moved): see engine.
-    placed: tuple[int, object, tuple[Any, ...], tuple[Any, ...]] | None = None
+    # What the engine derived from the chunk (findings per analysis key, findings moved to
+    # the chunk's line, the rules' shared traversal): see core/chunkcache.py.
+    cache: ChunkCache = field(default_factory=ChunkCache)
 
 
 def parse_chunk(text: str, member_of: str | None, ranks: RankModel) -> ParsedChunk:

@@ -21,6 +21,7 @@ from typing import cast
 from ddp_lsp.core import fixes as F
 from ddp_lsp.core import names as N
 from ddp_lsp.core.crossfile import ModuleProjectFacts
+from ddp_lsp.core.chunkcache import AnalysisKey, ChunkResult, Placed
 from ddp_lsp.core.document import Document, ParsedChunk, gc_paused
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import (
@@ -46,7 +47,6 @@ from ddp_lsp.core.types import (
 )
 
 log = logging.getLogger("ddp_lsp.engine")
-_CACHE_KEYS_PER_CHUNK = 2
 
 
 def analyze(
@@ -77,7 +77,7 @@ def analyze(
     with gc_paused():
         facts = doc.module_facts(settings.assume_distributed, project)
         rank_model = ranks.with_extra(facts.rank_vars, facts.rank_predicates)
-        key = _Key((ranks, env, tuple(id(r) for r in rules)))
+        key = AnalysisKey((ranks, env, tuple(id(r) for r in rules)))
         doc.rules_ran = _collect(doc, facts, settings, rank_model, env, rules, key, raw, errors)
     result = _finish(doc, facts, settings, raw, errors)
     skipped = not_analysed(doc)
@@ -105,32 +105,14 @@ NEWER_GRAMMAR = (
 )
 
 
-class _Key:
-    """The findings-cache key of an analysis, hashed once (every chunk looks it up)."""
-
-    __slots__ = ("parts", "hash")
-
-    def __init__(self, parts: tuple[object, ...]) -> None:
-        self.parts = parts
-        self.hash = hash(parts)
-
-    def __hash__(self) -> int:
-        return self.hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Key) and (
-            self is other or (self.hash == other.hash and self.parts == other.parts)
-        )
-
-
 def _collect(
     doc: Document,
     facts: ModuleFacts,
     settings: Settings,
-    rank_model: object,
+    rank_model: RankModel,
     env: Environment | None,
     rules: Sequence[Rule],
-    key: object,
+    key: AnalysisKey,
     raw: list[Finding],
     errors: list[InternalError],
 ) -> int:
@@ -152,7 +134,8 @@ def _collect(
             # The statements before the error (if any parsed) are still checked below.
         if chunk.tree is None or not facts.distributed:
             continue
-        cached: _Result | None = chunk.results.get(key)  # type: ignore[assignment]
+        cache = chunk.cache
+        cached = cache.result(key)
         if cached is not None and cached.facts is not facts:
             # Computed with other module facts: still right if none of what it read changed.
             memo = changes.get(id(cached.facts))
@@ -167,26 +150,23 @@ def _collect(
                 cached = None
         if cached is None:
             cached = _run_rules(chunk, facts, settings, rank_model, env, rules)
-            if len(chunk.results) >= _CACHE_KEYS_PER_CHUNK:
-                chunk.results.clear()
-            chunk.results[key] = cached
+            cache.store(key, cached)
             reran += 1
         found, errs = cached.found, cached.errors
         if not found and not errs:
             continue
         # Moving a chunk's findings to document lines costs new objects per finding; keep the
         # moved ones while the chunk stays where it was (every chunk above an edit does).
-        moved = chunk.placed
-        if moved is None or moved[0] != start or moved[1] is not cached:
-            moved = (
+        moved = cache.placed
+        if moved is None or moved.start != start or moved.result is not cached:
+            moved = cache.placed = Placed(
                 start,
                 cached,
                 tuple(f.shifted(start) for f in found),
                 tuple(replace(e, line=e.line + start) for e in errs),
             )
-            chunk.placed = moved
-        raw.extend(moved[2])
-        errors.extend(moved[3])
+        raw.extend(moved.findings)
+        errors.extend(moved.errors)
     return reran
 
 
@@ -222,35 +202,15 @@ def _finish(
     return AnalysisResult(tuple(out), tuple(errors))
 
 
-class _Result:
-    """One chunk's findings under one analysis key, with the fact entries its rules read and
-    the module facts they were last checked against."""
-
-    __slots__ = ("facts", "reads", "found", "errors")
-
-    def __init__(
-        self,
-        facts: ModuleFacts,
-        reads: frozenset[Entry],
-        found: tuple[Finding, ...],
-        errors: tuple[InternalError, ...],
-    ) -> None:
-        self.facts = facts
-        self.reads = reads
-        self.found = found
-        self.errors = errors
-
-
 def _run_rules(
     chunk: ParsedChunk,
     facts: ModuleFacts,
     settings: Settings,
-    ranks: object,
+    ranks: RankModel,
     env: Environment | None,
     rules: Sequence[Rule],
-) -> _Result:
+) -> ChunkResult:
     view = FactsView(facts)
-    assert isinstance(ranks, RankModel)
     # The rank model holds the module's rank variables and predicates: its reads are recorded.
     # The view answers every question ModuleFacts does (duck-typed: rules need no change).
     facts_seen = cast(ModuleFacts, view)
@@ -267,7 +227,7 @@ def _run_rules(
         # The chunk parsed only once its half-typed statement was repaired: what the rules
         # say about that statement is about text the user has not written.
         found = [f for f in found if not _touches(f, chunk.repaired)]
-    return _Result(facts, frozenset(view.reads), tuple(found), tuple(errors))
+    return ChunkResult(facts, frozenset(view.reads), tuple(found), tuple(errors))
 
 
 def _touches(f: Finding, lines: frozenset[int]) -> bool:

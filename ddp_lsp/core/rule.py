@@ -98,10 +98,10 @@ class ChunkContext:
         self.body: list[ast.stmt] = chunk.body
         self.member_of = chunk.member_of
         self._line_base = chunk.line_base
-        if chunk.index is None:
-            chunk.index = Index(chunk.body)
-        assert isinstance(chunk.index, Index)
-        self._index: Index = chunk.index
+        cache = chunk.cache
+        if cache.index is None:
+            cache.index = Index(chunk.body)
+        self._index: Index = cache.index
         # The chunk's module-level code as one node: the same object every time it is asked
         # for, so rules can compare scopes by identity.
         self.module_node = ast.Module(body=self.body, type_ignores=[])

@@ -52,7 +52,7 @@ from ddp_lsp.sources import ReadError, check_source
 if TYPE_CHECKING:
     from ddp_lsp.config import Settings
     from ddp_lsp.core.crossfile import ModuleProjectFacts
-    from ddp_lsp.project import ProjectIndex
+    from ddp_lsp.project import ProjectFacts, ProjectIndex
 
 DISK = "<disk>"  # an update item's text: read the file again (closed in the editor, changed)
 PROGRESS_EVERY_S = 0.2
@@ -119,6 +119,8 @@ def coalesce(messages: list[Any]) -> list[Any]:
 class _Folder:
     index: ProjectIndex
     facts: dict[str, ModuleProjectFacts] = field(default_factory=dict)
+    # The last computation: the next one after an edit reuses its import resolution.
+    computed: ProjectFacts | None = None
 
 
 class Indexer:
@@ -185,7 +187,7 @@ class Indexer:
             if self._wanted(index, path):
                 self._apply(index, path, text)
         self.send(("progress", fid, len(files), len(files)))
-        folder.facts = self._compute(index)
+        folder.facts = self._compute(folder)
         self.send(("facts", fid, dict(folder.facts), True))
 
     def _wanted(self, index: ProjectIndex, path: Path) -> bool:
@@ -232,7 +234,7 @@ class Indexer:
             changed |= self._apply(folder.index, path, text)
         if not changed:
             return
-        new = self._compute(folder.index)
+        new = self._compute(folder)
         diff: dict[str, ModuleProjectFacts | None] = {
             p: m for p, m in new.items() if folder.facts.get(p) != m
         }
@@ -242,10 +244,11 @@ class Indexer:
             self.send(("facts", fid, diff, False))
 
     @staticmethod
-    def _compute(index: ProjectIndex) -> dict[str, ModuleProjectFacts]:
+    def _compute(folder: _Folder) -> dict[str, ModuleProjectFacts]:
         from ddp_lsp.project import compute
 
-        return dict(compute(index).by_path)
+        folder.computed = compute(folder.index, folder.computed)
+        return dict(folder.computed.by_path)
 
 
 def _rel(root: Path, path: Path) -> str:

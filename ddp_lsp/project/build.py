@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,18 +44,21 @@ def fill(
     overlays: dict[Path, str] | None = None,
     before: Callable[[Sequence[Path]], None] | None = None,
     after: Callable[[int], None] | None = None,
+    contents: dict[Path, bytes] | None = None,
 ) -> list[Path]:
     """Summarise ``paths`` into ``index`` in batches of :data:`BATCH`; a path in ``overlays``
     gets that text instead of the disk's (and leaves ``overlays``: what is left there, the
     caller lays over as it sees fit). ``before(batch)`` runs before each batch, ``after(done)``
-    after it. Returns the files whose summary raised (see ProjectIndex.build)."""
+    after it; ``contents``: files already read (taken out as they are summarised). Returns the files whose summary raised (see
+    ProjectIndex.build)."""
     overlays = {} if overlays is None else overlays
     failed_before = len(index.failed)
     for start in range(0, len(paths), BATCH):
         batch = paths[start : start + BATCH]
         if before is not None:
             before(batch)
-        index.build([p for p in batch if p not in overlays])  # skips large files itself
+        # (The index skips large files itself.)
+        index.build([p for p in batch if p not in overlays], contents)
         for path in batch:
             if path in overlays:
                 lay_over(index, path, overlays.pop(path))
@@ -99,9 +102,15 @@ def project_view(
     settings: Settings,
     workers: int | None = None,
     overlays: Mapping[Path, bytes] | None = None,
+    wanted: Collection[str] | None = None,
 ) -> ProjectView:
     """Index every Python file under ``root`` (the settings' excludes apply; summaries are
     cached under the user's cache directory) and compute the project's cross-file facts.
+
+    ``wanted``: the paths (relative to the root) whose facts the caller needs (None: all).
+    When no file changed since the last computation for this root, its snapshot on disk
+    answers (:mod:`ddp_lsp.project.snapshot`): the files are read and hashed, and only the
+    wanted files' facts are decoded; ``facts`` then holds those with any.
 
     On a cold cache (CI, a first run) and a large project, worker processes summarise the
     files into the disk cache first, and this process then reads them from it: the index
@@ -113,30 +122,66 @@ def project_view(
     and anything else (a recursion limit on absurd nesting) is caught here per file."""
     import time
 
-    from ddp_lsp.project import ProjectIndex, compute
+    from ddp_lsp.project import ProjectIndex, compute, snapshot
+    from ddp_lsp.sources import ReadError, read_source
 
     started = time.perf_counter()
     index = ProjectIndex(root, settings)
     paths = list(index.files())
     # Code read from stdin with --stdin-filename (an editor's buffer): its text, not the disk's.
     texts = {p: data.decode("utf-8", errors="replace") for p, data in (overlays or {}).items()}
-    failed = fill(index, paths[:INDEX_SAMPLE], texts)
+    # The project's state: each file's summary key, from the bytes the index then summarises.
+    contents: dict[Path, bytes] = {}
+    keys: list[tuple[str, str]] = []
+    on_disk = set(paths)
+    for p in (*paths, *(p for p in texts if p not in on_disk)):
+        if p in texts:
+            data = texts[p].encode("utf-8")
+        else:
+            try:
+                data = contents[p] = read_source(p)
+            except ReadError as exc:
+                index.unread[p] = exc
+                continue
+        keys.append(index.content_key(p, data))
+    state = snapshot.project_key(index.root, keys)
+    cache_dir = index.cache.directory
+    snap = snapshot.load(cache_dir, index.root, index.ranks_key, state, wanted)
+    unread = tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread.items()))
+    if snap is not None:
+        contents.clear()
+        return ProjectView(
+            index.root,
+            snap.facts,
+            len(paths),
+            0,
+            snap.failed,
+            time.perf_counter() - started,
+            unread=unread,
+            cache_warning=index.cache.warning,
+        )
+    index.unread.clear()  # read again below
+    failed = fill(index, paths[:INDEX_SAMPLE], texts, contents=contents)
     rest = paths[INDEX_SAMPLE:]
     parsed_elsewhere = 0
     if rest and index.cache.misses * 2 > min(len(paths), INDEX_SAMPLE):
         n = _index_workers(rest, index.cache.directory, workers)
         if n > 1:
             parsed_elsewhere = _prefill(index.root, settings, rest, n)
-    failed += fill(index, rest, texts)
+    failed += fill(index, rest, texts, contents=contents)
     for path, text in texts.items():  # a new file, not on disk yet: still part of the project
         lay_over(index, path, text)
     facts = compute(index)
+    failed_rel = tuple(p.relative_to(index.root).as_posix() for p in failed)
+    snapshot.store(
+        cache_dir, index.root, index.ranks_key, state, len(paths), failed_rel, facts.by_path
+    )
     return ProjectView(
         index.root,
         dict(facts.by_path),
         len(paths),
         min(len(paths), index.parsed + parsed_elsewhere),
-        tuple(p.relative_to(index.root).as_posix() for p in failed),
+        failed_rel,
         time.perf_counter() - started,
         unread=tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread.items())),
         cache_warning=index.cache.warning,

@@ -71,6 +71,16 @@ class ProjectFacts:
         default_factory=dict, compare=False, hash=False
     )
     rounds: int = 0
+    # Items the propagation rounds looked at (a site, a binding, a call edge each time):
+    # linear in the project's size (tests/project check it on long chains of calls).
+    evaluations: int = 0
+    # The resolver of this computation and each module's resolved parts, for the next one
+    # (see compute's ``previous``); how many modules' parts this one had to resolve.
+    resolver: Resolver | None = field(default=None, compare=False, hash=False, repr=False)
+    parts: Mapping[str, _ModuleParts] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+    prepared: int = 0
 
     @cached_property
     def by_path(self) -> Mapping[str, ModuleProjectFacts]:
@@ -93,33 +103,125 @@ def _line(fi: F.FunctionInfo | None) -> int:
     return 1 if fi is None or fi.qualname == F.MODULE else fi.line + 1
 
 
-def _wraps_scaler(res: Resolver, own: Mapping[str, F.ModuleFacts], module: str, cls: str) -> bool:
-    """A method of ``cls`` (or of a base, in any module) calls ``unscale_`` or a GradScaler's
-    ``update()``: the class manages the scaler itself."""
-    todo = [(module, cls)]
-    seen: set[tuple[str, str]] = set()
-    while todo and len(seen) < 16:
-        mod, c = todo.pop()
-        if (mod, c) in seen or mod not in own:
-            continue
-        seen.add((mod, c))
-        prefix = f"{c}."
-        for q, props in own[mod].func_props.items():
-            if q.startswith(prefix) and (F.UNSCALES in props or F.UPDATES_SCALER in props):
+class _ScalerWrappers:
+    """Whether a class manages a GradScaler itself: a method of it (or of a base, in any
+    module) calls ``unscale_`` or a GradScaler's ``update()``. Answers are kept per class (a
+    project builds the same wrapper class in many files)."""
+
+    def __init__(self, res: Resolver, own: Mapping[str, F.ModuleFacts]) -> None:
+        self.res = res
+        self.own = own
+        self._owners: dict[str, frozenset[str]] = {}
+        self._memo: dict[tuple[str, str], bool] = {}
+
+    def _classes_with_scaler_methods(self, module: str) -> frozenset[str]:
+        found = self._owners.get(module)
+        if found is None:
+            names: set[str] = set()
+            for q, props in self.own[module].func_props.items():
+                if F.UNSCALES in props or F.UPDATES_SCALER in props:
+                    parts = q.split(".")
+                    names.update(".".join(parts[:i]) for i in range(1, len(parts)))
+            found = self._owners[module] = frozenset(names)
+        return found
+
+    def __call__(self, module: str, cls: str) -> bool:
+        key = (module, cls)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self._search(module, cls)
+        return hit
+
+    def _search(self, module: str, cls: str) -> bool:
+        res = self.res
+        todo = [(module, cls)]
+        seen: set[tuple[str, str]] = set()
+        while todo and len(seen) < 16:
+            mod, c = todo.pop()
+            if (mod, c) in seen or mod not in self.own:
+                continue
+            seen.add((mod, c))
+            if c in self._classes_with_scaler_methods(mod):
                 return True
-        for base in res.classes(mod).get(c, ()):
-            r = res.resolve(mod, base)
-            if r is not None and r[1] in res.classes(r[0]):
-                todo.append(r)
-    return False
+            for base in res.classes(mod).get(c, ()):
+                r = res.resolve(mod, base)
+                if r is not None and r[1] in res.classes(r[0]):
+                    todo.append(r)
+        return False
 
 
-def compute(index: ProjectIndex) -> ProjectFacts:
-    """The project-wide facts of an index."""
-    res = Resolver(index)
+_Site = tuple[str, F.CallSite, str, F.FunctionInfo]  # caller module, site, target module, fn
+
+
+@dataclass
+class _ModuleParts:
+    """What a module contributes that depends only on its summary and on import resolution:
+    kept between computations while both stay (see compute's ``previous``)."""
+
+    summary: ModuleSummary
+    sites: list[_Site]  # its call sites that reach a project function
+    site_line: dict[tuple[str, F.CallSite], int]
+    inherits: list[tuple[str, str, str, str]]  # (module, class, base module, base class)
+    calls: dict[tuple[str, str], list[tuple[str, str]]]  # (module, fn) -> functions it calls
+    targets: dict[str, tuple[str, str]]  # a callee it spells -> a function of another module
+
+
+def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
+    # Call sites resolved once: (caller module, site, target module, target function).
+    sites: list[_Site] = []
+    site_line: dict[tuple[str, F.CallSite], int] = {}
+    all_sites = (*s.facts.call_sites, *s.dotted_sites)
+    lines_known = len(s.site_lines) == len(all_sites)
+    for i, cs in enumerate(all_sites):
+        t = res.function(m, cs.callee)
+        if t is not None:
+            sites.append((m, cs, t[0], t[1]))
+            if lines_known:
+                # Equal sites in one function (two identical calls): the first line.
+                site_line.setdefault((m, cs), s.site_lines[i])
+    # Classes and their project bases: `self.model` set in BaseTrainer.__init__ (base.py) is
+    # the same attribute in DDPTrainer.fit (ddp_trainer.py).
+    inherits: list[tuple[str, str, str, str]] = []
+    for cls_name, bases in sorted(res.classes(m).items()):
+        for base in bases:
+            r = res.resolve(m, base)
+            if r is not None and r[1] and r[1] in res.classes(r[0]):
+                inherits.append((m, cls_name, r[0], r[1]))
+    calls: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for fi in s.facts.functions:
+        reached = []
+        for callee in sorted(fi.calls):
+            reached_fn = res.function(m, callee)
+            if reached_fn is not None:
+                reached.append((reached_fn[0], reached_fn[1].qualname))
+        calls[(m, fi.qualname)] = reached
+    spelled: set[str] = {cs.callee for cs in s.facts.call_sites}
+    for fi in s.facts.functions:
+        spelled |= fi.calls
+    targets: dict[str, tuple[str, str]] = {}
+    for name in sorted(spelled):
+        t = res.function(m, name)
+        if t is not None and t[0] != m:
+            targets[name] = (t[0], t[1].qualname)
+    return _ModuleParts(s, sites, site_line, inherits, calls, targets)
+
+
+def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> ProjectFacts:
+    """The project-wide facts of an index. ``previous``: the facts computed for the same
+    index before its latest updates (the server's indexer after an edit); its import
+    resolution is reused when no module was added or removed and the changed ones kept their
+    imports, functions' signatures and classes (an edit inside a function body)."""
+    res = previous.resolver if previous is not None else None
+    kept: Mapping[str, _ModuleParts] = {}
+    if res is None or not res.reuse(index):
+        res = Resolver(index)
+    elif previous is not None:
+        kept = previous.parts
     names = sorted(index.modules)
     summaries: dict[str, ModuleSummary] = {m: index.modules[m] for m in names}
     own = {m: index.own_facts(summaries[m]) for m in names}
+    wraps_scaler = _ScalerWrappers(res, own)
+    evaluations = 0  # what the propagation rounds looked at (linear in the project's size)
 
     # -- kinds ---------------------------------------------------------------------------------
     kinds: dict[str, dict[tuple[str, str], ParamKind]] = {m: {} for m in names}
@@ -143,7 +245,7 @@ def compute(index: ProjectIndex) -> ProjectFacts:
             target = res.resolve(m, b.source[0])
             if target is None or not target[1] or target[1] not in res.classes(target[0]):
                 continue
-            if _wraps_scaler(res, own, target[0], target[1]):
+            if wraps_scaler(target[0], target[1]):
                 fi = res.functions(m).get(b.scope)
                 kinds[m][(b.scope, b.path)] = ParamKind(
                     F.SCALER_WRAPPER,
@@ -153,20 +255,16 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                         f"{b.path} is `{target[1]}`, a GradScaler wrapper that unscales itself",
                     ),
                 )
-    # Call sites resolved once: (caller module, site, target module, target function).
-    sites: list[tuple[str, F.CallSite, str, F.FunctionInfo]] = []
-    site_line: dict[tuple[str, F.CallSite], int] = {}
+    parts: dict[str, _ModuleParts] = {}
+    prepared = 0
     for m in names:
-        s = summaries[m]
-        all_sites = (*s.facts.call_sites, *s.dotted_sites)
-        lines_known = len(s.site_lines) == len(all_sites)
-        for i, cs in enumerate(all_sites):
-            t = res.function(m, cs.callee)
-            if t is not None:
-                sites.append((m, cs, t[0], t[1]))
-                if lines_known:
-                    # Equal sites in one function (two identical calls): the first line.
-                    site_line.setdefault((m, cs), s.site_lines[i])
+        part = kept.get(m)
+        if part is None or part.summary is not summaries[m]:
+            part = _module_parts(res, m, summaries[m])
+            prepared += 1
+        parts[m] = part
+    sites = [site for m in names for site in parts[m].sites]
+    site_line = {k: v for m in names for k, v in parts[m].site_line.items()}
 
     def params_of(site: F.CallSite, fi: F.FunctionInfo) -> list[tuple[str, str]]:
         out = []
@@ -179,29 +277,41 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                 out.append((pos, arg))
         return out
 
-    # Classes and their project bases: `self.model` set in BaseTrainer.__init__ (base.py) is the
-    # same attribute in DDPTrainer.fit (ddp_trainer.py).
-    inherits: list[tuple[str, str, str, str]] = []  # (module, class, base module, base class)
-    for m in names:
-        for cls_name, bases in sorted(res.classes(m).items()):
-            for base in bases:
-                r = res.resolve(m, base)
-                if r is not None and r[1] and r[1] in res.classes(r[0]):
-                    inherits.append((m, cls_name, r[0], r[1]))
+    inherits = [item for m in names for item in parts[m].inherits]
 
     unwrapped = {m: F.unwrapped_names([summaries[m].facts]) for m in names}
+    # What each round reads, by the module whose kinds it reads: a round after the first looks
+    # only at what reads a module that gained a kind in the round before (semi-naive
+    # evaluation: anything else proposed nothing then and would propose nothing now, since
+    # kinds only grow), so the rounds together cost the project's size, not its size times
+    # the longest chain of calls.
+    inherits_from: dict[str, list[tuple[str, str, str, str]]] = {}
+    for item in inherits:
+        inherits_from.setdefault(item[2], []).append(item)
+    alias_bindings: dict[str, list[F.Binding]] = {}
+    for m in names:
+        for b in summaries[m].facts.bindings:
+            if b.source and b.source[0] == "=alias":
+                alias_bindings.setdefault(m, []).append(b)
+    sites_from: dict[str, list[_Site]] = {}
+    for site in sites:
+        sites_from.setdefault(site[0], []).append(site)
+    changed: list[str] = names
     rounds = 0
     while rounds < MAX_ROUNDS:
         rounds += 1
         proposals: dict[tuple[str, str, str], list[ParamKind]] = {}
-        for m, cls_name, bm, bc in inherits:
-            for (sc, p), base_kind in kinds[bm].items():
-                if sc == bc and p.startswith("self.") and (cls_name, p) not in kinds[m]:
-                    proposals.setdefault((m, cls_name, p), []).append(base_kind)
-        for m in names:
+        for bm in changed:
+            for m, cls_name, _, bc in inherits_from.get(bm, ()):
+                for (sc, p), base_kind in kinds[bm].items():
+                    evaluations += 1
+                    if sc == bc and p.startswith("self.") and (cls_name, p) not in kinds[m]:
+                        proposals.setdefault((m, cls_name, p), []).append(base_kind)
+        for m in changed:
             fns = res.functions(m)
-            for b in summaries[m].facts.bindings:
-                if not b.source or b.source[0] != "=alias" or (b.scope, b.path) in kinds[m]:
+            for b in alias_bindings.get(m, ()):
+                evaluations += 1
+                if (b.scope, b.path) in kinds[m]:
                     continue
                 if (b.scope, b.path) in unwrapped[m]:
                     continue  # `model_without_ddp = model.module` elsewhere in the scope
@@ -210,26 +320,32 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                 k = _lookup(kinds[m], b.source[1], src_scope, fi.cls if fi else None)
                 if k is not None:
                     proposals.setdefault((m, b.scope, b.path), []).append(k)
-        for m, cs, tm, tfi in sites:
-            caller = res.functions(m).get(cs.caller)
-            for param, arg in params_of(cs, tfi):
-                if (tfi.qualname, param) in kinds[tm]:
-                    continue
-                k = _lookup(kinds[m], arg, cs.caller, caller.cls if caller else None)
-                if k is None:
-                    continue
-                hop = Provenance(
-                    summaries[m].path,
-                    site_line.get((m, cs), _line(caller)),
-                    f"{cs.caller if cs.caller else F.MODULE} calls {cs.callee}({param}={arg})",
-                )
-                proposals.setdefault((tm, tfi.qualname, param), []).append(
-                    ParamKind(k.kind, k.origin, (*k.via, hop))
-                )
+        for m0 in changed:
+            for m, cs, tm, tfi in sites_from.get(m0, ()):
+                evaluations += 1
+                caller = res.functions(m).get(cs.caller)
+                for param, arg in params_of(cs, tfi):
+                    if (tfi.qualname, param) in kinds[tm]:
+                        continue
+                    k = _lookup(kinds[m], arg, cs.caller, caller.cls if caller else None)
+                    if k is None:
+                        continue
+                    hop = Provenance(
+                        summaries[m].path,
+                        site_line.get((m, cs), _line(caller)),
+                        f"{cs.caller if cs.caller else F.MODULE} calls {cs.callee}({param}={arg})",
+                    )
+                    proposals.setdefault((tm, tfi.qualname, param), []).append(
+                        ParamKind(k.kind, k.origin, (*k.via, hop))
+                    )
         if not proposals:
             break
+        gained: set[str] = set()
         for (m, scope, path), cands in proposals.items():
-            kinds[m].setdefault((scope, path), min(cands))
+            if (scope, path) not in kinds[m]:
+                kinds[m][(scope, path)] = min(cands)
+                gained.add(m)
+        changed = sorted(gained)
     # Mixed: a caller passes a value of no known kind where another passes a known one.
     for m, cs, tm, tfi in sites:
         caller = res.functions(m).get(cs.caller)
@@ -252,21 +368,21 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                 )
                 for p in sorted(ps)
             }
-    calls: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for m in names:
-        for fi in summaries[m].facts.functions:
-            targets = []
-            for callee in sorted(fi.calls):
-                reached_fn = res.function(m, callee)
-                if reached_fn is not None:
-                    targets.append((reached_fn[0], reached_fn[1].qualname))
-            calls[(m, fi.qualname)] = targets
+    calls = {k: v for m in names for k, v in parts[m].calls.items()}
     carried = F.TRANSITIVE_PROPS | {F.INITS_PG}  # INITS_PG only for "reaches init" below
+    # Semi-naive, as the kinds above: a round after the first looks only at the callers of a
+    # function that gained a property in the round before.
+    callers: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for key, targets in calls.items():
+        for callee_key in targets:
+            callers.setdefault(callee_key, set()).add(key)
+    todo = sorted(calls)
     for _ in range(MAX_ROUNDS):
         updates: dict[tuple[str, str], dict[str, Provenance]] = {}
-        for key in sorted(calls):
+        for key in todo:
             mine = props.get(key, {})
             for callee_key in calls[key]:
+                evaluations += 1
                 for p, origin in props.get(callee_key, {}).items():
                     if p in carried and p not in mine:
                         pending = updates.setdefault(key, {})
@@ -276,6 +392,7 @@ def compute(index: ProjectIndex) -> ProjectFacts:
             break
         for key, new in updates.items():
             props.setdefault(key, {}).update(new)
+        todo = sorted({c for key in updates for c in callers.get(key, ())})
 
     # -- distributed ------------------------------------------------------------------------------
     distributed: dict[str, Provenance] = {}
@@ -286,8 +403,10 @@ def compute(index: ProjectIndex) -> ProjectFacts:
     starts = []
     for m in sorted(inits):
         o = min(inits[m])
-        starts.append((m, Provenance(o.path, o.line, "a process group is initialised")))
-    for m, origin in starts:
+        starts.append((Provenance(o.path, o.line, "a process group is initialised"), m))
+    # Earliest origin first: a module reached once keeps it (each module is visited once per
+    # origin that is smaller than what it holds, so once in all).
+    for origin, m in sorted(starts):
         frontier = [m]
         while frontier:
             nxt = []
@@ -316,18 +435,11 @@ def compute(index: ProjectIndex) -> ProjectFacts:
     for m in names:
         s = summaries[m]
         extra = {key: pk for key, pk in sorted(kinds[m].items()) if key not in own[m].kinds}
-        spelled: set[str] = {cs.callee for cs in s.facts.call_sites}
-        for fi in s.facts.functions:
-            spelled |= fi.calls
         cprops: dict[str, CalleeProps] = {}
-        for name in sorted(spelled):
-            t = res.function(m, name)
-            if t is None or t[0] == m:
-                continue
-            tq = (t[0], t[1].qualname)
+        for name, tq in parts[m].targets.items():
             found = props.get(tq, {})
             # INITS_PG stays the core's direct property; carried only to find entry points.
-            direct = own[t[0]].func_props.get(t[1].qualname, frozenset())
+            direct = own[tq[0]].func_props.get(tq[1], frozenset())
             keep = {p: o for p, o in found.items() if p != F.INITS_PG or p in direct}
             cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())))
         out[m] = ModuleProjectFacts(
@@ -339,4 +451,4 @@ def compute(index: ProjectIndex) -> ProjectFacts:
             frozenset(only_guarded.get(m, ())),
             root,
         )
-    return ProjectFacts(out, rounds)
+    return ProjectFacts(out, rounds, evaluations, res, parts, prepared)

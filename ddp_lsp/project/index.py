@@ -352,9 +352,9 @@ class SummaryCache:
         return removed
 
 
-def _read_entry(file: Path) -> bytes | None:
+def _read_entry(file: Path, limit: int = MAX_ENTRY_BYTES) -> bytes | None:
     """The bytes of a cache entry that may be read: a regular file (never a link, a FIFO or a
-    device), this user's and writable by nobody else, not larger than ``MAX_ENTRY_BYTES``."""
+    device), this user's and writable by nobody else, not larger than ``limit``."""
     import stat
 
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -364,17 +364,17 @@ def _read_entry(file: Path) -> bytes | None:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             return None
         if os.name == "posix" and (st.st_uid != os.getuid() or st.st_mode & 0o022):
             return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(MAX_ENTRY_BYTES + 1)
+            data = fh.read(limit + 1)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return data if len(data) <= MAX_ENTRY_BYTES else None
+    return data if len(data) <= limit else None
 
 
 def _decode_entry(data: bytes, key: str, memo: dict[object, object]) -> ModuleSummary | None:
@@ -463,15 +463,20 @@ class ProjectIndex:
         at = nearest_settings(self.root, self.settings)
         return (p for p in discover(self.root, at) if p.suffix == ".py")
 
-    def build(self, paths: Iterable[Path] | None = None) -> ProjectIndex:
+    def build(
+        self, paths: Iterable[Path] | None = None, contents: dict[Path, bytes] | None = None
+    ) -> ProjectIndex:
         """Add ``paths`` (default: every file of the project). A file that cannot be read is
         skipped; one whose summary raises (absurd nesting) is listed in ``failed``: either way
-        the rest of the project is indexed."""
+        the rest of the project is indexed. ``contents``: the bytes of files already read
+        (taken out of it as they are summarised)."""
         if paths is None:
             self.cache.prune()
         for p in self.files() if paths is None else paths:
+            data = None if contents is None else contents.pop(p, None)
             try:
-                data = read_source(p)
+                if data is None:
+                    data = read_source(p)
             except ReadError as exc:  # a FIFO, a device, a loop, too large: left out
                 self.unread[p] = exc
                 continue
@@ -508,23 +513,41 @@ class ProjectIndex:
                 return "/".join(parts[i:])
         return rel
 
-    def _summary(
-        self, rel: str, data: bytes, predicates: frozenset[str], persist: bool = True
-    ) -> ModuleSummary:
+    def _model(self, predicates: frozenset[str]) -> tuple[RankModel, bytes]:
         model = self._models.get(predicates)
         if model is None:
             ranks = self.ranks.with_extra(predicates=predicates)
             model = self._models[predicates] = (ranks, _ranks_key(ranks))
+        return model
+
+    @property
+    def ranks_key(self) -> bytes:
+        return self._model(frozenset())[1]
+
+    def content_key(self, path: Path, data: bytes) -> tuple[str, str]:
+        """(path relative to the root, the key of the summary of ``data`` as that file with
+        the settings' rank model): what names the file's part of the project's state."""
+        rel = self._rel(path)
+        return rel, self._key(rel, data, self._model(frozenset())[1])
+
+    def _key(self, rel: str, data: bytes, ranks_key: bytes) -> str:
         module_rel = self._module_rel(rel)
         # The names are part of the key: the summary holds its path and its module's name.
         h = hashlib.blake2b(digest_size=16)
-        h.update(model[1])
+        h.update(ranks_key)
         h.update(rel.encode())
         h.update(b"\0")
         h.update(module_rel.encode())
         h.update(b"\0")
         h.update(data)
-        key = h.hexdigest()
+        return h.hexdigest()
+
+    def _summary(
+        self, rel: str, data: bytes, predicates: frozenset[str], persist: bool = True
+    ) -> ModuleSummary:
+        model = self._model(predicates)
+        module_rel = self._module_rel(rel)
+        key = self._key(rel, data, model[1])
         summary = self.cache.get(key)
         if summary is None:
             self.cache.misses += 1

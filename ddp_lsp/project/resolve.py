@@ -39,8 +39,23 @@ def absolute_import(importer: ModuleSummary, qual: str) -> str:
     return ".".join([*package, stripped]) if package else stripped
 
 
+def interface(s: ModuleSummary) -> tuple[object, ...]:
+    """What resolution reads of a module: its name, imports, functions' names and parameters
+    and classes' bases. An edit inside a function body leaves it equal."""
+    return (
+        s.module,
+        s.path,
+        s.is_package,
+        s.facts.imports,
+        tuple((fi.qualname, fi.cls, fi.params) for fi in s.facts.functions),
+        s.bases,
+    )
+
+
 class Resolver:
-    """Name resolution over a :class:`ProjectIndex` (a snapshot: rebuild after an update)."""
+    """Name resolution over a :class:`ProjectIndex`. After an update, :meth:`reuse` says
+    whether its answers still hold (only function bodies changed) and refreshes what it keeps
+    of the changed modules; otherwise build a new one."""
 
     def __init__(self, index: ProjectIndex) -> None:
         self.index = index
@@ -48,8 +63,37 @@ class Resolver:
         self._aliases: dict[str, dict[str, str]] = {}
         self._functions: dict[str, dict[str, F.FunctionInfo]] = {}
         self._classes: dict[str, dict[str, tuple[str, ...]]] = {}
-        # compute() asks for each spelling several times (call sites, calls, callee props).
-        self._function_memo: dict[tuple[str, str], tuple[str, F.FunctionInfo] | None] = {}
+        # compute() asks for each spelling several times (call sites, calls, callee props);
+        # (module, qualname) of the function, looked up in the module's current table.
+        self._function_memo: dict[tuple[str, str], tuple[str, str] | None] = {}
+        self._resolve_memo: dict[tuple[str, str], tuple[str, str] | None] = {}
+        # The summaries resolution read, by module, with their interfaces.
+        self._seen: dict[str, tuple[ModuleSummary, tuple[object, ...]]] = {
+            m: (s, interface(s)) for m, s in self.modules.items()
+        }
+        self.tables_built = 0  # per-module tables built (tests count what an update rebuilt)
+
+    def reuse(self, index: ProjectIndex) -> bool:
+        """Whether this resolver answers for ``index`` as it is now: the same modules, and
+        every changed summary with the same :func:`interface`. If so, what it kept of the
+        changed modules is dropped (rebuilt from their new summaries on demand)."""
+        if index is not self.index or len(self.modules) != len(self._seen):
+            return False
+        changed = []
+        for m, s in self.modules.items():
+            seen = self._seen.get(m)
+            if seen is None:
+                return False
+            if seen[0] is not s:
+                if interface(s) != seen[1]:
+                    return False
+                changed.append((m, s))
+        for m, s in changed:
+            self._seen[m] = (s, self._seen[m][1])
+            self._aliases.pop(m, None)
+            self._functions.pop(m, None)
+            self._classes.pop(m, None)
+        return True
 
     # -- per-module tables ---------------------------------------------------------------------
 
@@ -57,6 +101,7 @@ class Resolver:
         """Bound name -> absolute qualified name, first import of a name wins (as in merge)."""
         table = self._aliases.get(module)
         if table is None:
+            self.tables_built += 1
             table = {}
             s = self.modules.get(module)
             if s is not None:
@@ -68,6 +113,7 @@ class Resolver:
     def functions(self, module: str) -> dict[str, F.FunctionInfo]:
         table = self._functions.get(module)
         if table is None:
+            self.tables_built += 1
             s = self.modules.get(module)
             table = {} if s is None else {fi.qualname: fi for fi in s.facts.functions}
             self._functions[module] = table
@@ -115,6 +161,15 @@ class Resolver:
 
     def resolve(self, module: str, dotted_name: str, depth: int = 0) -> tuple[str, str] | None:
         """``(module, qualname)`` of what ``dotted_name`` names in ``module``; ``""`` for a module."""
+        if depth:
+            return self._resolve(module, dotted_name, depth)
+        key = (module, dotted_name)
+        if key in self._resolve_memo:
+            return self._resolve_memo[key]
+        found = self._resolve_memo[key] = self._resolve(module, dotted_name, 0)
+        return found
+
+    def _resolve(self, module: str, dotted_name: str, depth: int) -> tuple[str, str] | None:
         if module not in self.modules or depth > MAX_DEPTH:
             return None
         head, _, rest = dotted_name.partition(".")
@@ -167,9 +222,10 @@ class Resolver:
         """The function a call spelled ``spelled`` in ``module`` runs (a class: its __init__)."""
         key = (module, spelled)
         if key in self._function_memo:
-            return self._function_memo[key]
+            hit = self._function_memo[key]
+            return None if hit is None else (hit[0], self.functions(hit[0])[hit[1]])
         found = self._function(module, spelled)
-        self._function_memo[key] = found
+        self._function_memo[key] = None if found is None else (found[0], found[1].qualname)
         return found
 
     def _function(self, module: str, spelled: str) -> tuple[str, F.FunctionInfo] | None:

@@ -1,0 +1,143 @@
+"""Benchmark checking one file of a large project: the cost as the project grows.
+
+Run: .venv/bin/python bench/bench_project.py [--source DIR] [--sizes 8,4,2,1] [--file REL]
+     [--generated N,...] [--workdir DIR]
+
+``--source`` (default: the ``torch`` package of the running interpreter) is copied into
+``--workdir`` (default: a temporary directory, never the repository) as 4 projects of 1/8,
+2/8, 4/8 and 8/8 of its ``.py`` files (picked by a hash of the path, so each is a subset of
+the next, ``--file`` always included), each with a pyproject.toml. ``--generated N,...``
+measures generated projects of N files instead (``bench_index.make_project``). For each size,
+``ddp-lsp check FILE`` runs as a subprocess with its own index cache directory:
+
+- cold: empty cache (every file parsed and summarised; ``--jobs 1``);
+- summaries warm: every summary from the cache, another file's bytes changed since the last run
+  (the facts snapshot misses: all summaries read, the cross-file facts computed again);
+- unchanged: nothing changed since the last run (the snapshot answers).
+
+CPU seconds of the child (user + system) are the figure: the 2-CPU development machine is
+shared, and wall time moves with the load; the load average is printed with the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.bench_index import make_project  # noqa: E402
+
+DDP_LSP = [sys.executable, "-m", "ddp_lsp"]
+
+
+def subsets(source: Path, work: Path, eighths: list[int], keep: str) -> list[tuple[Path, int]]:
+    files = sorted(source.rglob("*.py"))
+    out = []
+    for k in eighths:
+        root = work / f"part{k}"
+        if root.exists():
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        (root / "pyproject.toml").write_text("[project]\nname = 'bench'\n")
+        n = 0
+        for p in files:
+            rel = p.relative_to(source.parent).as_posix()
+            h = int(hashlib.md5(rel.encode()).hexdigest(), 16) % 8
+            if h < k or rel == keep:
+                dest = root / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(p, dest)
+                n += 1
+        out.append((root, n))
+    return out
+
+
+def check(root: Path, rel: str, cache: Path) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of ``ddp-lsp check rel`` in ``root``."""
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(
+        [*DDP_LSP, "check", "-q", "--exit-zero", "--jobs", "1", rel],
+        cwd=root,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall
+
+
+def measure(root: Path, files: int, rel: str, cache: Path) -> str:
+    lines = sum(p.read_bytes().count(b"\n") for p in root.rglob("*.py"))
+    cold = check(root, rel, cache)
+    # Another file's bytes change: every summary but one comes from the cache, the snapshot
+    # misses. (The file is put back afterwards; its old summary is still cached.)
+    other = next(p for p in sorted(root.rglob("*.py")) if p.as_posix() != (root / rel).as_posix())
+    text = other.read_bytes()
+    other.write_bytes(text + b"\n# edited\n")
+    warm = check(root, rel, cache)
+    other.write_bytes(text)
+    check(root, rel, cache)  # the snapshot of the state being measured next
+    same = check(root, rel, cache)
+    return (
+        f"| {files:,} | {lines:,} | {cold[0]:.2f} ({cold[1]:.1f}) | {warm[0]:.2f} ({warm[1]:.1f}) "
+        f"| {same[0]:.2f} ({same[1]:.1f}) |"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--source", type=Path, default=None)
+    ap.add_argument("--sizes", default="1,2,4,8", help="eighths of --source's files")
+    ap.add_argument("--file", default="torch/distributed/run.py")
+    ap.add_argument("--generated", default="", help="generated projects of these file counts")
+    ap.add_argument("--workdir", type=Path, default=None)
+    a = ap.parse_args()
+    tmp = None
+    if a.workdir is None:
+        tmp = tempfile.TemporaryDirectory()
+        a.workdir = Path(tmp.name)
+    try:
+        print(
+            "| files | lines | cold CPU s (wall) | summaries warm, facts recomputed | unchanged |"
+        )
+        print("| --- | --- | --- | --- | --- |")
+        if a.generated:
+            for n in (int(x) for x in a.generated.split(",")):
+                root = a.workdir / f"gen{n}"
+                root.mkdir(parents=True)
+                make_project(root, n, 300)
+                files = len(list(root.rglob("*.py")))
+                print(measure(root, files, "pkg0/m1.py", a.workdir / f"cache-gen{n}"), flush=True)
+        else:
+            if a.source is None:
+                import importlib.util
+
+                spec = importlib.util.find_spec("torch")  # found, not imported
+                assert spec is not None and spec.origin is not None, "torch is not installed"
+                a.source = Path(spec.origin).parent
+            eighths = [int(x) for x in a.sizes.split(",")]
+            for root, n in subsets(a.source, a.workdir, eighths, a.file):
+                print(measure(root, n, a.file, a.workdir / f"cache-{root.name}"), flush=True)
+        print(
+            f"\nload average {os.getloadavg()[0]:.1f}, {time.strftime('%H:%M UTC', time.gmtime())}"
+        )
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""The project facts snapshot: an unchanged project's facts come from disk, for the wanted
+files only; any change of a file's bytes, any new or removed file, recomputes them."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ddp_lsp.config import Settings
+from ddp_lsp.project import build, snapshot
+from ddp_lsp.project.build import says_something
+
+from .helpers import FIXTURES, facts_of
+
+
+@pytest.fixture
+def deit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "deit"
+    shutil.copytree(FIXTURES / "deit", root)
+    return root
+
+
+def _no_compute(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: object, **kwargs: object) -> object:
+        raise AssertionError("the facts were computed again")
+
+    monkeypatch.setattr(build, "fill", fail)
+    monkeypatch.setattr("ddp_lsp.project.compute", fail)
+
+
+def _wanted(root: Path) -> list[str]:
+    full = facts_of(root)
+    return sorted(m.path for m in full.modules.values() if says_something(m))
+
+
+def test_an_unchanged_project_reads_the_wanted_facts_from_the_snapshot(
+    deit: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = facts_of(deit).by_path
+    wanted = _wanted(deit)
+    assert len(wanted) >= 2
+    first = build.project_view(deit, Settings(), workers=1)
+    assert first.parsed > 0
+    _no_compute(monkeypatch)  # from here on, neither summaries nor compute may run
+    view = build.project_view(deit, Settings(), workers=1, wanted=wanted[:1])
+    assert view.parsed == 0 and view.files == first.files
+    assert list(view.facts) == wanted[:1]  # only what was asked for is decoded
+    got = view.facts[wanted[0]]
+    assert got == full[wanted[0]] and got.key == full[wanted[0]].key
+    every = build.project_view(deit, Settings(), workers=1)
+    assert sorted(every.facts) == wanted
+    assert all(every.facts[p] == full[p] for p in wanted)
+
+
+@pytest.mark.parametrize("change", ["edit", "add", "remove"])
+def test_any_change_of_a_file_recomputes(deit: Path, change: str) -> None:
+    build.project_view(deit, Settings(), workers=1)
+    main = deit / "main.py"
+    if change == "edit":
+        # main.py no longer wraps the model: the engine's parameter loses its kind.
+        main.write_text(main.read_text().replace("DistributedDataParallel(", "identity("))
+    elif change == "add":
+        (deit / "extra.py").write_text("x = 1\n")
+    else:
+        (deit / "tools_unused.py").unlink()
+    view = build.project_view(deit, Settings(), workers=1)
+    assert view.parsed >= (0 if change == "remove" else 1)
+    expected = {m.path: m for m in facts_of(deit).modules.values() if says_something(m)}
+    assert {p: f for p, f in view.facts.items() if says_something(f)} == expected
+    again = build.project_view(deit, Settings(), workers=1)
+    assert again.parsed == 0 and again.facts == expected
+
+
+def test_a_stdin_text_is_part_of_the_state(deit: Path) -> None:
+    build.project_view(deit, Settings(), workers=1)
+    main = deit / "main.py"
+    edited = main.read_text().replace("DistributedDataParallel(", "identity(").encode()
+    view = build.project_view(deit, Settings(), workers=1, overlays={main.resolve(): edited})
+    assert view.facts != build.project_view(deit, Settings(), workers=1).facts
+
+
+def test_a_tampered_snapshot_is_a_miss(deit: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ddp_lsp.project as P
+
+    build.project_view(deit, Settings(), workers=1)
+    files = list((deit.parent / "cache").rglob("projects/*.json"))
+    assert len(files) == 1
+    good = files[0].read_text()
+    real = P.compute
+    runs: list[int] = []
+
+    def counted(index: P.ProjectIndex) -> P.ProjectFacts:
+        runs.append(1)
+        return real(index)
+
+    monkeypatch.setattr(P, "compute", counted)
+    build.project_view(deit, Settings(), workers=1)
+    assert runs == []  # the untouched snapshot answers
+    tampered = (
+        "{",
+        "[]",
+        good.replace('"modules":{', '"modules":{"x.py":[1],', 1),
+        good.replace('"files":', '"more":1,"files":', 1),
+        good.replace('"version":', '"version":"1","was":', 1),
+    )
+    for n, bad in enumerate(tampered, 1):
+        files[0].write_text(bad)
+        view = build.project_view(deit, Settings(), workers=1, wanted=["x.py", "engine.py"])
+        assert len(runs) == n, bad[:40]
+        assert "x.py" not in view.facts and "engine.py" in view.facts
