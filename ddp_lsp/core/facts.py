@@ -57,6 +57,9 @@ SAVES_CALLER_PATH = "saves_caller_path"
 # rank condition). Transitive: calling such a set-up helper installs it too.
 SILENCES_PRINT = "silences_print"
 SILENCES_LOGGING = "silences_logging"
+# Reads a tensor value back to the host on every call (`.item()` / `.tolist()` of a parameter
+# or of a loop variable, not under an `if`): called every training step, one stall per step.
+HOST_SYNC = "host_sync"
 MODULE = "<module>"  # pseudo-function: the module's top-level code (all chunks together)
 INITS_PG = "init_process_group"
 DESTROYS_PG = "destroy_process_group"
@@ -267,6 +270,7 @@ class _Extractor:
         self._rank_branches = 0  # depth of `if <rank condition>:` branches around the statement
         self._ifs = 0  # depth of `if` branches around the statement, in its own function
         self._assigned: list[set[str]] = [set()]  # paths assigned so far, per open function
+        self._loop_names: list[set[str]] = []  # names bound by `for` targets, per open function
 
     def _maybe_project_call(self, name: str) -> bool:
         """``engine.train_one_epoch`` / ``du.save_on_master``: a call through an imported
@@ -296,6 +300,8 @@ class _Extractor:
                 guarded = True
 
     def stmt(self, s: ast.stmt, scope: str, guarded: bool) -> None:
+        if isinstance(s, (ast.For, ast.AsyncFor)) and self._loop_names:
+            self._loop_names[-1].update(n.id for n in ast.walk(s.target) if isinstance(n, ast.Name))
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
             self.function(s, scope)
             return
@@ -384,8 +390,10 @@ class _Extractor:
         self.class_stack = [cls] if cls else []
         self._ifs = 0
         self._assigned.append(set())
+        self._loop_names.append(set())
         body_guarded = _guards_itself(f.body, self.ranks)
         self.block(f.body, qual, body_guarded)
+        self._loop_names.pop()
         self._assigned.pop()
         self.class_stack, self._ifs = saved_classes, saved_ifs
         calls = self._calls.pop()
@@ -407,6 +415,14 @@ class _Extractor:
                 if isinstance(node.ctx, ast.Load):
                     self.loads.add(node.id)
             elif isinstance(node, ast.Call):
+                if self._ifs == 0 and self._loop_names and _reads_back(node):
+                    root = node.func.value  # type: ignore[attr-defined]
+                    while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
+                        root = root.func if isinstance(root, ast.Call) else root.value
+                    if isinstance(root, ast.Name) and (
+                        root.id in self._params[-1] or root.id in self._loop_names[-1]
+                    ):
+                        self._prop(HOST_SYNC)
                 self.call(node, scope, guarded)
             elif isinstance(node, ast.Attribute):
                 if node.attr in ("no_sync", "require_backward_grad_sync", "accumulate"):
@@ -542,6 +558,16 @@ def _path(e: ast.AST) -> str | None:
 
 def path_of(e: ast.AST) -> str | None:
     return _path(e)
+
+
+def _reads_back(call: ast.Call) -> bool:
+    """``x.item()`` / ``x.tolist()``: a tensor's value copied to the host."""
+    return (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr in ("item", "tolist")
+        and not call.args
+        and not call.keywords
+    )
 
 
 def _call_chain(value: ast.AST) -> tuple[str, ...]:
