@@ -72,8 +72,9 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -353,23 +354,17 @@ class AccumulationWithoutNoSync(Rule):
         if flag is None:
             return None
         nullctx, imports = ctx.spell("contextlib.nullcontext")
-        unit = ctx.indent_unit(start)
         when = _FLAG
         if not L.kind_on_every_launch(ctx, models[0], backward):
             # DDP on some launches only (`if args.distributed: model = DDP(model)`, or another
             # caller passes a plain module): a plain module has no no_sync(), so keep the
             # single-GPU launch working.
             when = f'{_FLAG} and hasattr({model}, "no_sync")'
-        header = ctx.insert_before(
-            start, f"{_FLAG} = {flag}\nwith {model}.no_sync() if {when} else {nullctx}():"
+        edits = E.wrap_block(
+            ctx,
+            block[i : j + 1],
+            f"{_FLAG} = {flag}\nwith {model}.no_sync() if {when} else {nullctx}():",
         )
-        edits = [replace(header, text=header.text + unit)]
-        first, _ = ctx.stmt_lines(start)
-        _, last = ctx.stmt_lines(end)
-        skip: set[int] = {first}
-        for s in block[i : j + 1]:
-            skip |= ctx.string_lines(s)
-        edits.extend(ctx.reindent(first, last, unit, skip))
         edits.extend(extra_edits)
         return Fix(
             title=f"Wrap forward and backward in `{model}.no_sync()` on accumulation steps",
@@ -520,7 +515,7 @@ class AccumulationWithoutNoSync(Rule):
             if any(isinstance(n, ast.Name) and n.id == "micro_step" for n in W.bfs(root)):
                 return None
             name = "micro_step"
-            extra.append(ctx.replace_node(index, name))
+            extra.append(E.replace_node(ctx, index, name))
         return f"{name} < {last}"
 
     def _loops_between(self, ctx: ChunkContext, node: ast.AST, stop: ast.AST) -> list[ast.AST]:

@@ -52,6 +52,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
@@ -99,8 +100,8 @@ class ClipWithoutUnscale(Rule):
                     Fix(
                         title=f"Move {ctx.segment(late).strip()} before {clip_name}",
                         edits=(
-                            ctx.insert_before(stmt, ctx.segment(late)),
-                            ctx.delete_lines(first, last),
+                            E.insert_before(ctx, stmt, ctx.segment(late)),
+                            E.delete_lines(first, last),
                         ),
                         safe=True,
                         preferred=True,
@@ -120,7 +121,7 @@ class ClipWithoutUnscale(Rule):
                 fixes.append(
                     Fix(
                         title=f"Insert {scaler_text}.unscale_({optimizer}) before {clip_name}",
-                        edits=(ctx.insert_before(stmt, line),),
+                        edits=(E.insert_before(ctx, stmt, line),),
                         safe=safe,
                         preferred=True,
                     )

@@ -48,11 +48,12 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
-from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, RuleMeta, Severity, Span
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _guard as G
 from ddp_lsp.rules import _launch as L
 from ddp_lsp.rules import _patterns as P
@@ -85,13 +86,12 @@ class StateDictOfDdpWrapper(Rule):
             save = _saved_by(ctx, call)
             if save is None:
                 continue
-            end = ctx.span(receiver).end
             text = ctx.segment(receiver)
             source = ctx.kind_source(receiver, call)
             if L.kind_on_every_launch(ctx, receiver, call):
                 fix = Fix(
                     title=f"Save {text}.module.state_dict()",
-                    edits=(Edit(Span(end, end), ".module"),),
+                    edits=(E.insert_after_node(ctx, receiver, ".module"),),
                     safe=True,
                     preferred=True,
                 )
@@ -100,7 +100,7 @@ class StateDictOfDdpWrapper(Rule):
                 # caller passes a plain model): `.module` would raise on the single-GPU one.
                 fix = Fix(
                     title=f'Save getattr({text}, "module", {text}).state_dict()',
-                    edits=(ctx.replace_node(receiver, f'getattr({text}, "module", {text})'),),
+                    edits=(E.replace_node(ctx, receiver, f'getattr({text}, "module", {text})'),),
                     safe=True,
                     preferred=True,
                 )

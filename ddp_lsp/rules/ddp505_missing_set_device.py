@@ -61,6 +61,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
@@ -113,7 +114,7 @@ class MissingSetDevice(Rule):
                 fixes.append(
                     Fix(
                         title=f"Insert {line} before init_process_group",
-                        edits=(ctx.insert_before(stmt, line),),
+                        edits=(E.insert_before(ctx, stmt, line),),
                         safe=rank.from_code,
                         preferred=True,
                         imports=tuple(dict.fromkeys((*imports, *rank.imports))),
