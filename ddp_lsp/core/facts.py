@@ -117,6 +117,9 @@ class Binding:
     # (`model = Net(); if args.distributed: model = DDP(model)`): the name may hold this
     # value's kind on some launches only.
     conditional: bool = False
+    # Bound inside an `if` of its function (`if args.distributed: model = DDP(net)
+    # else: model = net` is conditional through the other binding).
+    in_branch: bool = False
 
 
 @dataclass(frozen=True)
@@ -517,7 +520,9 @@ class _Extractor:
         self._assigned[-1].add(path)
         chain = _call_chain(value)
         if chain:
-            self.bindings.append(Binding(b_scope, path, chain, self._ifs > 0 and earlier))
+            self.bindings.append(
+                Binding(b_scope, path, chain, self._ifs > 0 and earlier, self._ifs > 0)
+            )
         elif (
             isinstance(value, ast.Attribute)
             and value.attr == "module"
@@ -819,17 +824,28 @@ def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
     alias_bindings: list[tuple[str, str, str, str]] = []
     conditional: set[tuple[str, str]] = set()
     unconditional: set[tuple[str, str]] = set()
+    in_branch: set[tuple[str, str]] = set()
+    plain: set[tuple[str, str]] = set()  # bound to a value of no kind (or another name)
     for b in cf.bindings:
         if b.source[0] == UNWRAP:
             continue
         if b.source[0] == "=alias":
             src_scope = b.source[2] if len(b.source) > 2 else b.scope
             alias_bindings.append((b.scope, b.path, b.source[1], src_scope))
+            plain.add((b.scope, b.path))
             continue
         k = _kind_of_source(b.source, aliases)
         if k is not None:
             kinds.append(((b.scope, b.path), k))
-            (conditional if b.conditional else unconditional).add((b.scope, b.path))
+            if b.conditional:
+                conditional.add((b.scope, b.path))
+            else:
+                (in_branch if b.in_branch else unconditional).add((b.scope, b.path))
+        elif b.source[0] != "=rank":
+            plain.add((b.scope, b.path))
+    # `if d: model = DDP(net) else: model = net`: the kind is one branch's only.
+    conditional |= in_branch & plain
+    unconditional |= in_branch - plain
     return _ChunkPart(
         tuple(kinds),
         tuple(alias_bindings),

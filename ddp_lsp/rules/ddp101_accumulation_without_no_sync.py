@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
@@ -360,11 +360,17 @@ class AccumulationWithoutNoSync(Rule):
             # caller passes a plain module): a plain module has no no_sync(), so keep the
             # single-GPU launch working.
             when = f'{_FLAG} and hasattr({model}, "no_sync")'
-        edits = E.wrap_block(
-            ctx,
-            block[i : j + 1],
-            f"{_FLAG} = {flag}\nwith {model}.no_sync() if {when} else {nullctx}():",
+        unit = ctx.indent_unit(start)
+        header = E.insert_before(
+            ctx, start, f"{_FLAG} = {flag}\nwith {model}.no_sync() if {when} else {nullctx}():"
         )
+        edits = [replace(header, text=header.text + unit)]
+        first, _ = ctx.stmt_lines(start)
+        _, last = ctx.stmt_lines(end)
+        skip: set[int] = {first}
+        for s in block[i : j + 1]:
+            skip |= E.string_lines(ctx, s)
+        edits.extend(E.reindent(ctx, first, last, unit, skip))
         edits.extend(extra_edits)
         return Fix(
             title=f"Wrap forward and backward in `{model}.no_sync()` on accumulation steps",

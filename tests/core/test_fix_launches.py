@@ -61,6 +61,25 @@ def run(args, loader):
 """,
     ),
     Shape(
+        "ddp101-wrap-in-if-else",
+        "DDP101",
+        """\
+def run(args, loader):
+    net = torch.nn.Linear(4, 4)
+    if args.distributed:
+        model = DDP(net)
+    else:
+        model = net
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(loader):
+        loss = (model(x) - y).pow(2).mean() / 4
+        loss.backward()
+        if (i + 1) % 4 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+    ),
+    Shape(
         "ddp101-helper-of-conditional-wrap",
         "DDP101",
         """\

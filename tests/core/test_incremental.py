@@ -226,9 +226,9 @@ def test_untouched_chunks_never_flicker_while_a_line_is_half_typed() -> None:
                 # related location once it parses: same place, message and related grow.
                 assert [(f.rule_id, f.span) for f in mine] == [(f.rule_id, f.span) for f in inside]
                 grouped = [any(r.span.start.line == at for r in f.related) for f in mine]
-                assert all(f.rule_id == "DDP302" for f, g in zip(mine, grouped) if g), stmt[:k]
-                assert [f for f, g in zip(mine, grouped) if not g] == [
-                    f for f, g in zip(inside, grouped) if not g
+                assert all(f.rule_id == "DDP302" for f, g in zip(mine, grouped, strict=True) if g), stmt[:k]
+                assert [f for f, g in zip(mine, grouped, strict=True) if not g] == [
+                    f for f, g in zip(inside, grouped, strict=True) if not g
                 ], stmt[:k]
         doc.apply_edit(Pos(at, 8), Pos(at, len(doc.lines[at].rstrip("\n"))), "")
 
