@@ -15,7 +15,7 @@ Two layers, so that incremental analysis stays cheap:
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +57,9 @@ SAVES_CALLER_PATH = "saves_caller_path"
 # rank condition). Transitive: calling such a set-up helper installs it too.
 SILENCES_PRINT = "silences_print"
 SILENCES_LOGGING = "silences_logging"
+# Reads a tensor value back to the host on every call (`.item()` / `.tolist()` of a parameter
+# or of a loop variable, not under an `if`): called every training step, one stall per step.
+HOST_SYNC = "host_sync"
 MODULE = "<module>"  # pseudo-function: the module's top-level code (all chunks together)
 INITS_PG = "init_process_group"
 DESTROYS_PG = "destroy_process_group"
@@ -110,6 +113,13 @@ class Binding:
     scope: str  # "" module, "train" function, "Trainer.step" method, "Trainer" for self.x
     path: str  # "model", "self.model"
     source: tuple[str, ...]  # callee spellings outer -> inner ("torch.compile", "DDP")
+    # Bound inside an `if` of its function over an earlier value or a parameter
+    # (`model = Net(); if args.distributed: model = DDP(model)`): the name may hold this
+    # value's kind on some launches only.
+    conditional: bool = False
+    # Bound inside an `if` of its function (`if args.distributed: model = DDP(net)
+    # else: model = net` is conditional through the other binding).
+    in_branch: bool = False
 
 
 @dataclass(frozen=True)
@@ -261,6 +271,9 @@ class _Extractor:
         self._props: list[set[str]] = []
         self._params: list[frozenset[str]] = []
         self._rank_branches = 0  # depth of `if <rank condition>:` branches around the statement
+        self._ifs = 0  # depth of `if` branches around the statement, in its own function
+        self._assigned: list[set[str]] = [set()]  # paths assigned so far, per open function
+        self._loop_names: list[set[str]] = []  # names bound by `for` targets, per open function
 
     def _maybe_project_call(self, name: str) -> bool:
         """``engine.train_one_epoch`` / ``du.save_on_master``: a call through an imported
@@ -290,6 +303,8 @@ class _Extractor:
                 guarded = True
 
     def stmt(self, s: ast.stmt, scope: str, guarded: bool) -> None:
+        if isinstance(s, (ast.For, ast.AsyncFor)) and self._loop_names:
+            self._loop_names[-1].update(n.id for n in ast.walk(s.target) if isinstance(n, ast.Name))
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
             self.function(s, scope)
             return
@@ -309,8 +324,10 @@ class _Extractor:
             pol = self.ranks.guard(s.test)
             self.expr(s.test, scope, guarded)
             self._rank_branches += pol is not None
+            self._ifs += 1
             self.block(s.body, scope, guarded or pol is Polarity.ZERO)
             self.block(s.orelse, scope, guarded or pol is Polarity.NONZERO)
+            self._ifs -= 1
             self._rank_branches -= pol is not None
             return
         if isinstance(s, (ast.Assign, ast.AnnAssign)):
@@ -372,11 +389,16 @@ class _Extractor:
         self._calls.append(set())
         self._props.append(set())
         self._params.append(frozenset(params))
-        saved_classes = self.class_stack
+        saved_classes, saved_ifs = self.class_stack, self._ifs
         self.class_stack = [cls] if cls else []
+        self._ifs = 0
+        self._assigned.append(set())
+        self._loop_names.append(set())
         body_guarded = _guards_itself(f.body, self.ranks)
         self.block(f.body, qual, body_guarded)
-        self.class_stack = saved_classes
+        self._loop_names.pop()
+        self._assigned.pop()
+        self.class_stack, self._ifs = saved_classes, saved_ifs
         calls = self._calls.pop()
         props = self._props.pop()
         self._params.pop()
@@ -396,6 +418,14 @@ class _Extractor:
                 if isinstance(node.ctx, ast.Load):
                     self.loads.add(node.id)
             elif isinstance(node, ast.Call):
+                if self._ifs == 0 and self._loop_names and _reads_back(node):
+                    root = node.func.value  # type: ignore[attr-defined]
+                    while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
+                        root = root.func if isinstance(root, ast.Call) else root.value
+                    if isinstance(root, ast.Name) and (
+                        root.id in self._params[-1] or root.id in self._loop_names[-1]
+                    ):
+                        self._prop(HOST_SYNC)
                 self.call(node, scope, guarded)
             elif isinstance(node, ast.Attribute):
                 if node.attr in ("no_sync", "require_backward_grad_sync", "accumulate"):
@@ -486,9 +516,13 @@ class _Extractor:
         if self.ranks.is_rank_expr(value):
             self.bindings.append(Binding(b_scope, path, ("=rank",)))
             return
+        earlier = path in self._assigned[-1] or path in (self._params[-1] if self._params else ())
+        self._assigned[-1].add(path)
         chain = _call_chain(value)
         if chain:
-            self.bindings.append(Binding(b_scope, path, chain))
+            self.bindings.append(
+                Binding(b_scope, path, chain, self._ifs > 0 and earlier, self._ifs > 0)
+            )
         elif (
             isinstance(value, ast.Attribute)
             and value.attr == "module"
@@ -529,6 +563,16 @@ def _path(e: ast.AST) -> str | None:
 
 def path_of(e: ast.AST) -> str | None:
     return _path(e)
+
+
+def _reads_back(call: ast.Call) -> bool:
+    """``x.item()`` / ``x.tolist()``: a tensor's value copied to the host."""
+    return (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr in ("item", "tolist")
+        and not call.args
+        and not call.keywords
+    )
 
 
 def _call_chain(value: ast.AST) -> tuple[str, ...]:
@@ -604,6 +648,10 @@ class ModuleFacts:
     # wrap a model in DDP at all?" per chunk, which must not cost a scan of all functions.
     kind_set: frozenset[str] = frozenset()
     prop_set: frozenset[str] = frozenset()
+    # Keys of ``kinds`` that hold their kind on some launches only: wrapped under an `if`
+    # (`if args.distributed: model = DDP(model)`), or passed by a caller that also passes a
+    # value of no known kind. A safe fix never calls a DDP-only method on them unguarded.
+    sometimes: frozenset[tuple[str, str]] = frozenset()
     # What the rest of the project says (None: analysed alone). Part of ``key``.
     project: ModuleProjectFacts | None = field(default=None, compare=False, hash=False)
 
@@ -623,6 +671,7 @@ class ModuleFacts:
                 self.rank_vars,
                 self.names_used,
                 self.barrier_ifs,
+                tuple(sorted(self.sometimes)),
                 self.project.key if self.project is not None else None,
             )
             object.__setattr__(self, "_key", key)
@@ -647,6 +696,7 @@ class ModuleFacts:
             and self.barrier_ifs == other.barrier_ifs
             and self.aliases == other.aliases
             and self.kinds == other.kinds
+            and self.sometimes == other.sometimes
             and self.func_props == other.func_props
             and self.func_params == other.func_params
             and self.project == other.project
@@ -665,6 +715,11 @@ class ModuleFacts:
         """What ``path`` (``model``, ``self.scaler``) holds in function ``scope``."""
         key = visible_key(self.kinds, path, scope, cls)
         return None if key is None else self.kinds[key]
+
+    def kind_on_every_launch(self, path: str, scope: str, cls: str | None) -> bool:
+        """``path`` has a kind in ``scope`` and holds it on every launch (see ``sometimes``)."""
+        key = visible_key(self.kinds, path, scope, cls)
+        return key is not None and key not in self.sometimes
 
     def names_of_kind(self, kind: str, scope: str, cls: str | None) -> list[str]:
         """Every path visible in ``scope`` (its own, enclosing and module level) of a kind."""
@@ -759,26 +814,45 @@ class _ChunkPart:
     alias_bindings: tuple[tuple[str, str, str, str], ...]  # `y = x`: (scope, path, src, scope)
     unwrapped: frozenset[tuple[str, str]]
     names_used: frozenset[str]
+    # Keys with a kind bound conditionally (Binding.conditional), and otherwise.
+    conditional: frozenset[tuple[str, str]] = frozenset()
+    unconditional: frozenset[tuple[str, str]] = frozenset()
 
 
 def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
     kinds: list[tuple[tuple[str, str], str]] = []
     alias_bindings: list[tuple[str, str, str, str]] = []
+    conditional: set[tuple[str, str]] = set()
+    unconditional: set[tuple[str, str]] = set()
+    in_branch: set[tuple[str, str]] = set()
+    plain: set[tuple[str, str]] = set()  # bound to a value of no kind (or another name)
     for b in cf.bindings:
         if b.source[0] == UNWRAP:
             continue
         if b.source[0] == "=alias":
             src_scope = b.source[2] if len(b.source) > 2 else b.scope
             alias_bindings.append((b.scope, b.path, b.source[1], src_scope))
+            plain.add((b.scope, b.path))
             continue
         k = _kind_of_source(b.source, aliases)
         if k is not None:
             kinds.append(((b.scope, b.path), k))
+            if b.conditional:
+                conditional.add((b.scope, b.path))
+            else:
+                (in_branch if b.in_branch else unconditional).add((b.scope, b.path))
+        elif b.source[0] != "=rank":
+            plain.add((b.scope, b.path))
+    # `if d: model = DDP(net) else: model = net`: the kind is one branch's only.
+    conditional |= in_branch & plain
+    unconditional |= in_branch - plain
     return _ChunkPart(
         tuple(kinds),
         tuple(alias_bindings),
         unwrapped_names((cf,)),
         frozenset(cf.loads.intersection(aliases)),
+        frozenset(conditional),
+        frozenset(unconditional),
     )
 
 
@@ -923,6 +997,7 @@ def merge(
                     changed = True
         if not changed:
             break
+    sometimes = _sometimes(kinds, parts, functions, alias_bindings, call_sites, project)
 
     # Function properties: syntactic ones, collectives by resolved name, then transitively.
     func_props: dict[str, set[str]] = {}
@@ -1011,8 +1086,62 @@ def merge(
         barrier_ifs=barrier_ifs,
         kind_set=frozenset(kinds.values()),
         prop_set=frozenset().union(*frozen_props.values()) if frozen_props else frozenset(),
+        sometimes=sometimes,
         project=project,
     )
+
+
+def _sometimes(
+    kinds: Mapping[tuple[str, str], str],
+    parts: Sequence[_ChunkPart],
+    functions: Mapping[str, FunctionInfo],
+    alias_bindings: Sequence[tuple[str, str, str, str]],
+    call_sites: Sequence[CallSite],
+    project: ModuleProjectFacts | None,
+) -> frozenset[tuple[str, str]]:
+    """The keys of ``kinds`` whose kind holds on some launches only (``ModuleFacts.sometimes``):
+    bound to it only under an `if` over an earlier value (Binding.conditional), a parameter
+    some caller in another file passes a value of no known kind (``ParamKind.mixed``), or
+    bound from such a value through `y = x` or a call. (A same-file argument of no known kind,
+    `save(build_model(), ...)` into `def save(model: DDP)`, is not evidence of a plain model.)"""
+    conditional = frozenset().union(*(p.conditional for p in parts))
+    unconditional = frozenset().union(*(p.unconditional for p in parts))
+    out: set[tuple[str, str]] = set(conditional - unconditional)
+    if project is not None:
+        out.update(k for k, pk in project.extra_kinds.items() if pk.mixed and k in kinds)
+    # Carried by `y = x` and by call sites, to a bounded fixed point.
+    for _ in range(6):
+        changed = False
+        for scope, path, src, src_scope in alias_bindings:
+            fn = functions.get(src_scope)
+            src_key = visible_key(kinds, src, src_scope, fn.cls if fn is not None else None)
+            if src_key in out and (scope, path) in kinds and (scope, path) not in out:
+                out.add((scope, path))
+                changed = True
+        for cs in call_sites:
+            target = functions.get(cs.callee) or functions.get(f"{cs.callee}.__init__")
+            if target is None:
+                continue
+            caller_cls = functions[cs.caller].cls if cs.caller in functions else None
+            for pos, arg_path in cs.args:
+                param = _param_at(target, pos)
+                key = (target.qualname, param) if param is not None else None
+                if key is None or not arg_path or key not in kinds or key in out:
+                    continue
+                if visible_key(kinds, arg_path, cs.caller, caller_cls) in out:
+                    out.add(key)
+                    changed = True
+        if not changed:
+            break
+    return frozenset(out)
+
+
+def _param_at(target: FunctionInfo, pos: int | str) -> str | None:
+    """The parameter of ``target`` a call's argument at ``pos`` (index or keyword) binds."""
+    if isinstance(pos, int):
+        params = target.params[1:] if target.cls else target.params
+        return params[pos] if pos < len(params) else None
+    return pos if pos in target.params else None
 
 
 def unwrapped_names(chunks: Iterable[ChunkFacts]) -> frozenset[tuple[str, str]]:
@@ -1289,6 +1418,13 @@ class FactsView:
         key = visible_key(self.kinds, path, scope, cls)
         return None if key is None else self.kinds[key]
 
+    def kind_on_every_launch(self, path: str, scope: str, cls: str | None) -> bool:
+        key = visible_key(self.kinds, path, scope, cls)
+        if key is None:
+            return False
+        self.reads.add(("sm", key))
+        return key not in self.base.sometimes
+
     def names_of_kind(self, kind: str, scope: str, cls: str | None) -> list[str]:
         # Depends on every kind bound in the visible scopes: one entry per scope.
         for s in _visible_scopes(scope, cls):
@@ -1395,6 +1531,7 @@ def changed_entries(old: ModuleFacts, new: ModuleFacts) -> frozenset[Entry]:
     _diff_set(out, "n", old.names_used, new.names_used)
     _diff_set(out, "kset", old.kind_set, new.kind_set)
     _diff_set(out, "pset", old.prop_set, new.prop_set)
+    _diff_set(out, "sm", old.sometimes, new.sometimes)
     if old.distributed != new.distributed:
         out.add(DIST)
     if old.barrier_ifs != new.barrier_ifs:

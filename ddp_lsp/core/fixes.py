@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ddp_lsp.core.types import Edit, Finding, Fix, Pos, Span
+from ddp_lsp.core.edits import insert_at
+from ddp_lsp.core.types import Edit, Finding, Fix, Pos
 
 MAX_PASSES = 10
 
@@ -334,5 +335,5 @@ def import_edits(
             text += stmt + newline
         if items[-1][3] == "blank-after":
             text += newline
-        edits.append(Edit(Span(Pos(line, 0), Pos(line, 0)), text))
+        edits.append(insert_at(Pos(line, 0), text))
     return tuple(edits)

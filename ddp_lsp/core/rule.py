@@ -20,7 +20,7 @@ from ddp_lsp.core.crossfile import ParamKind, Provenance
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import ModuleFacts, path_of
 from ddp_lsp.core.ranks import Polarity, RankModel
-from ddp_lsp.core.types import Edit, Finding, Fix, Pos, Related, RuleMeta, Span
+from ddp_lsp.core.types import Finding, Fix, Pos, Related, RuleMeta, Span
 from ddp_lsp.core.walk import children
 
 if TYPE_CHECKING:
@@ -422,55 +422,6 @@ class ChunkContext:
         if decorators:
             first = min(d.lineno for d in decorators)
         return self.rel_line(first), self.rel_line(stmt.end_lineno or stmt.lineno)
-
-    def insert_before(self, stmt: ast.stmt, code: str) -> Edit:
-        """Insert ``code`` (one or more lines, no indent) as statements just before ``stmt``."""
-        first, _ = self.stmt_lines(stmt)
-        indent = self.indent_of(stmt)
-        text = "".join(f"{indent}{line}\n" for line in code.splitlines())
-        return Edit(Span(Pos(first, 0), Pos(first, 0)), text)
-
-    def insert_after(self, stmt: ast.stmt, code: str) -> Edit:
-        _, last = self.stmt_lines(stmt)
-        indent = self.indent_of(stmt)
-        text = "".join(f"{indent}{line}\n" for line in code.splitlines())
-        return Edit(Span(Pos(last + 1, 0), Pos(last + 1, 0)), text)
-
-    def delete_lines(self, first: int, last: int) -> Edit:
-        """Remove chunk-relative lines ``first..last`` entirely."""
-        return Edit(Span(Pos(first, 0), Pos(last + 1, 0)), "")
-
-    def replace_node(self, node: ast.AST, text: str) -> Edit:
-        return Edit(self.span(node), text)
-
-    def string_lines(self, stmt: ast.stmt) -> set[int]:
-        """Chunk-relative lines inside ``stmt`` that start inside a multi-line string (their
-        indentation is content and must not change when a fix re-indents the statement)."""
-        out: set[int] = set()
-        for node in ast.walk(stmt):
-            if (
-                isinstance(node, (ast.Constant, ast.JoinedStr))
-                and (node.end_lineno or 0) > node.lineno
-            ):
-                if isinstance(node, ast.Constant) and not isinstance(node.value, (str, bytes)):
-                    continue
-                out.update(
-                    range(self.rel_line(node.lineno) + 1, self.rel_line(node.end_lineno or 0) + 1)
-                )
-        return out
-
-    def reindent(
-        self, first: int, last: int, extra: str, skip: set[int] | None = None
-    ) -> list[Edit]:
-        """Edits that add ``extra`` in front of every non-blank line ``first..last``."""
-        edits = []
-        for rel in range(first, last + 1):
-            if skip and rel in skip:
-                continue
-            text = self.chunk.lines[rel] if rel < len(self.chunk.lines) else ""
-            if text.strip():
-                edits.append(Edit(Span(Pos(rel, 0), Pos(rel, 0)), extra))
-        return edits
 
     def spell(self, qual: str) -> tuple[str, tuple[str, ...]]:
         """How to write ``torch.distributed.get_rank`` here, and the import it needs (if any)."""

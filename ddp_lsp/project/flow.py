@@ -353,7 +353,13 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
             pk = kinds[tm].get((tfi.qualname, param))
             if pk is None or pk.mixed:
                 continue
-            if _lookup(kinds[m], arg, cs.caller, caller.cls if caller else None) is None:
+            cls = caller.cls if caller else None
+            # ... or one that holds the kind on some launches only (`if args.distributed:
+            # model = DDP(model)` in the caller).
+            if (
+                _lookup(kinds[m], arg, cs.caller, cls) is None
+                or F.visible_key(own[m].kinds, arg, cs.caller, cls) in own[m].sometimes
+            ):
                 kinds[tm][(tfi.qualname, param)] = ParamKind(pk.kind, pk.origin, pk.via, True)
 
     # -- function properties ---------------------------------------------------------------------

@@ -15,7 +15,6 @@ from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import LOOPS, ChunkContext
-from ddp_lsp.core.types import Edit, Pos, Span
 from ddp_lsp.rules import _patterns as P
 
 Loop = ast.For | ast.AsyncFor | ast.While
@@ -287,23 +286,6 @@ def stmt_source(ctx: ChunkContext, stmt: ast.stmt) -> str:
         line = ctx.chunk.lines[rel].rstrip("\r\n")
         out.append(line[len(indent) :] if line.startswith(indent) else line.lstrip(" \t"))
     return "\n".join(out)
-
-
-def insert_after(ctx: ChunkContext, stmt: ast.stmt, code: str) -> Edit:
-    """Like ``ctx.insert_after`` but also right when the statement ends the text unterminated."""
-    _, last = ctx.stmt_lines(stmt)
-    line = ctx.chunk.lines[last] if last < len(ctx.chunk.lines) else ""
-    if line.endswith(("\n", "\r")):
-        return ctx.insert_after(stmt, code)
-    indent = ctx.indent_of(stmt)
-    text = "".join(f"\n{indent}{ln}" for ln in code.splitlines())
-    end = len(line)
-    return Edit(Span(Pos(last, end), Pos(last, end)), text)
-
-
-def delete_stmt(ctx: ChunkContext, stmt: ast.stmt) -> Edit:
-    first, last = ctx.stmt_lines(stmt)
-    return ctx.delete_lines(first, last)
 
 
 def can_delete(ctx: ChunkContext, stmt: ast.stmt) -> bool:

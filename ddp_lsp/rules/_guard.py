@@ -27,13 +27,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.crossfile import Provenance
 from ddp_lsp.core.ranks import Polarity
 from ddp_lsp.core.rule import ChunkContext
-from ddp_lsp.core.types import Edit, Fix, Pos, Span
+from ddp_lsp.core.types import Fix
 from ddp_lsp.rules import _patterns as P
 
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -579,34 +580,9 @@ def guard_fix(
         return None
     if _changes_more(ctx, stmts):
         return None
-    indent = ctx.indent_of(first)
-    unit = ctx.indent_unit(first)
-    first_line, _ = ctx.stmt_lines(first)
-    _, last_line = ctx.stmt_lines(last)
-    skip: set[int] = set()
-    for s in stmts:
-        skip |= ctx.string_lines(s)
-    # One edit for the first line, so the header and its indent cannot be applied apart.
-    edits = [
-        Edit(
-            Span(Pos(first_line, len(indent)), Pos(first_line, len(indent))),
-            f"if {cond.text}:\n{indent}{unit}",
-        )
-    ]
-    lines = ctx.chunk.lines
-    for rel in range(first_line + 1, last_line + 1):
-        if rel in skip or rel >= len(lines):
-            continue
-        text = lines[rel]
-        if not text.strip():
-            continue
-        # Body lines get one more level after the statement's own indent; continuation lines
-        # indented less (inside brackets) are left alone, where any indent is valid.
-        if text.startswith(indent):
-            edits.append(Edit(Span(Pos(rel, len(indent)), Pos(rel, len(indent))), unit))
     return Fix(
         title=title,
-        edits=tuple(edits),
+        edits=tuple(E.wrap_block(ctx, stmts, f"if {cond.text}:")),
         safe=cond.from_code,
         preferred=True,
         imports=cond.imports,

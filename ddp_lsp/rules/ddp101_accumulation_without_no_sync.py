@@ -55,8 +55,11 @@ accumulates); the message says where it was wrapped. When another caller passes 
 the all-reduces, and the fix adds `and hasattr(model, "no_sync")` so the single-GPU launch keeps
 working.
 
-Models wrapped conditionally (`model = DDP(model) if distributed else model`) are not tracked
-and not reported. Any mention of `no_sync`, `require_backward_grad_sync` or
+A model wrapped under an `if` (`model = build(); if args.distributed: model = DDP(model)`,
+also in a caller or a trainer's `__init__`) is reported, and the fix adds the same
+`hasattr(model, "no_sync")` test, since the single-GPU launch's model has no `no_sync()`.
+Models wrapped in a conditional expression (`model = DDP(model) if distributed else model`)
+are not tracked and not reported. Any mention of `no_sync`, `require_backward_grad_sync` or
 `accelerator.accumulate` in the function (also through a same-file helper) silences the rule,
 even if it covers a different loop. FSDP's own `no_sync` is not this rule's business.
 
@@ -71,11 +74,13 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Related, RuleMeta, Severity
 from ddp_lsp.rules import _accum as A
+from ddp_lsp.rules import _launch as L
 from ddp_lsp.rules import _patterns as P
 
 _FLAG = "is_accumulating"
@@ -349,23 +354,23 @@ class AccumulationWithoutNoSync(Rule):
         if flag is None:
             return None
         nullctx, imports = ctx.spell("contextlib.nullcontext")
-        unit = ctx.indent_unit(start)
         when = _FLAG
-        source = ctx.kind_source(models[0], backward)
-        if source is not None and source.mixed:
-            # Another caller (a single-GPU entry point) passes a plain module, which has no
-            # no_sync(): keep that launch working.
+        if not L.kind_on_every_launch(ctx, models[0], backward):
+            # DDP on some launches only (`if args.distributed: model = DDP(model)`, or another
+            # caller passes a plain module): a plain module has no no_sync(), so keep the
+            # single-GPU launch working.
             when = f'{_FLAG} and hasattr({model}, "no_sync")'
-        header = ctx.insert_before(
-            start, f"{_FLAG} = {flag}\nwith {model}.no_sync() if {when} else {nullctx}():"
+        unit = ctx.indent_unit(start)
+        header = E.insert_before(
+            ctx, start, f"{_FLAG} = {flag}\nwith {model}.no_sync() if {when} else {nullctx}():"
         )
         edits = [replace(header, text=header.text + unit)]
         first, _ = ctx.stmt_lines(start)
         _, last = ctx.stmt_lines(end)
         skip: set[int] = {first}
         for s in block[i : j + 1]:
-            skip |= ctx.string_lines(s)
-        edits.extend(ctx.reindent(first, last, unit, skip))
+            skip |= E.string_lines(ctx, s)
+        edits.extend(E.reindent(ctx, first, last, unit, skip))
         edits.extend(extra_edits)
         return Fix(
             title=f"Wrap forward and backward in `{model}.no_sync()` on accumulation steps",
@@ -516,7 +521,7 @@ class AccumulationWithoutNoSync(Rule):
             if any(isinstance(n, ast.Name) and n.id == "micro_step" for n in W.bfs(root)):
                 return None
             name = "micro_step"
-            extra.append(ctx.replace_node(index, name))
+            extra.append(E.replace_node(ctx, index, name))
         return f"{name} < {last}"
 
     def _loops_between(self, ctx: ChunkContext, node: ast.AST, stop: ast.AST) -> list[ast.AST]:
@@ -583,6 +588,122 @@ def main(local_rank, loader, accum_steps):
 """
 
 AccumulationWithoutNoSync.cases = (
+    Invalid(
+        _HEAD
+        + """\
+def main(args, loader):
+    model = torch.nn.Linear(4, 4)
+    if args.distributed:
+        dist.init_process_group("nccl")
+        model = DDP(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(loader):
+        loss = (model(x) - y).pow(2).mean() / 4
+        «loss.backward()»
+        if (i + 1) % 4 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        fixed="import contextlib\n\n"
+        + _HEAD
+        + """\
+def main(args, loader):
+    model = torch.nn.Linear(4, 4)
+    if args.distributed:
+        dist.init_process_group("nccl")
+        model = DDP(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(loader):
+        is_accumulating = (i + 1) % 4 != 0
+        with model.no_sync() if is_accumulating and hasattr(model, "no_sync") else contextlib.nullcontext():
+            loss = (model(x) - y).pow(2).mean() / 4
+            loss.backward()
+        if (i + 1) % 4 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        note="DDP on distributed launches only: the single-GPU model has no no_sync()",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer):
+    for i, (x, y) in enumerate(loader):
+        loss = (model(x) - y).pow(2).mean() / 4
+        «loss.backward()»
+        if (i + 1) % 4 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def main(args, loader):
+    model = torch.nn.Linear(4, 4)
+    if args.distributed:
+        model = DDP(model)
+    train(model, loader, torch.optim.SGD(model.parameters(), lr=0.1))
+""",
+        fixed="import contextlib\n\n"
+        + _HEAD
+        + """\
+def train(model, loader, optimizer):
+    for i, (x, y) in enumerate(loader):
+        is_accumulating = (i + 1) % 4 != 0
+        with model.no_sync() if is_accumulating and hasattr(model, "no_sync") else contextlib.nullcontext():
+            loss = (model(x) - y).pow(2).mean() / 4
+            loss.backward()
+        if (i + 1) % 4 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def main(args, loader):
+    model = torch.nn.Linear(4, 4)
+    if args.distributed:
+        model = DDP(model)
+    train(model, loader, torch.optim.SGD(model.parameters(), lr=0.1))
+""",
+        note="a helper given a model its caller wraps on distributed launches only",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, args, net):
+        self.model = net
+        if args.distributed:
+            self.model = DDP(self.model)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def fit(self, loader):
+        for i, (x, y) in enumerate(loader):
+            loss = (self.model(x) - y).pow(2).mean() / 4
+            «loss.backward()»
+            if (i + 1) % 4 == 0:
+                self.optimizer.step()
+                self.optimizer.zero_grad()
+""",
+        fixed="import contextlib\n\n"
+        + _HEAD
+        + """\
+class Trainer:
+    def __init__(self, args, net):
+        self.model = net
+        if args.distributed:
+            self.model = DDP(self.model)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def fit(self, loader):
+        for i, (x, y) in enumerate(loader):
+            is_accumulating = (i + 1) % 4 != 0
+            with self.model.no_sync() if is_accumulating and hasattr(self.model, "no_sync") else contextlib.nullcontext():
+                loss = (self.model(x) - y).pow(2).mean() / 4
+                loss.backward()
+            if (i + 1) % 4 == 0:
+                self.optimizer.step()
+                self.optimizer.zero_grad()
+""",
+        note="a trainer that wraps its model on distributed launches only",
+    ),
     Valid(
         _HEAD
         + """\

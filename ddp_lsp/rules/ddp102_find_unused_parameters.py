@@ -47,9 +47,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
-from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Pos, RuleMeta, Severity, Span
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 
 # Callables that take DDP's own `find_unused_parameters` / `static_graph` keywords.
 _DDP_LIKE = frozenset(
@@ -96,12 +97,12 @@ class FindUnusedParameters(Rule):
                     "iteration"
                 )
                 fixes = []
-                edit = self._removal(ctx, call, kw)
-                if edit is not None:
+                edits = E.remove_argument(ctx, call, kw)
+                if edits:
                     fixes.append(
                         Fix(
                             title=f"Remove {_FLAG}=True (only if no parameter goes unused)",
-                            edits=(edit,),
+                            edits=tuple(edits),
                             safe=False,
                             preferred=False,
                         )
@@ -127,48 +128,6 @@ class FindUnusedParameters(Rule):
                         '15-30 % slower steps); use `strategy="ddp"` if every parameter takes '
                         "part in every forward",
                     )
-
-    @staticmethod
-    def _removal(ctx: ChunkContext, call: ast.Call, kw: ast.keyword) -> Edit | None:
-        """Delete ``find_unused_parameters=True`` with its comma, keeping the layout."""
-        items: list[ast.AST] = sorted(
-            [*call.args, *call.keywords],
-            key=lambda n: (n.lineno, n.col_offset),  # type: ignore[attr-defined]
-        )
-        idx = next(i for i, n in enumerate(items) if n is kw)
-        span = ctx.span(kw)
-        lines = ctx.chunk.lines
-        if idx + 1 < len(items):
-            nxt = ctx.span(items[idx + 1])
-            if nxt.start.line == span.end.line:
-                return Edit(Span(span.start, nxt.start), "")
-            # The next argument is on a later line: drop the comma after ours, and the line
-            # when nothing else is on it (a trailing comment stays where it was).
-            text = lines[span.end.line].rstrip("\r\n")
-            rest = text[span.end.col :].lstrip()
-            if not rest.startswith(","):
-                return None
-            rest = rest[1:].strip()
-            before = lines[span.start.line][: span.start.col]
-            if span.start.line == span.end.line and not before.strip():
-                if not rest:
-                    return Edit(Span(Pos(span.start.line, 0), Pos(span.start.line + 1, 0)), "")
-                if rest.startswith("#"):
-                    return Edit(Span(span.start, Pos(span.end.line, len(text))), rest)
-            if idx > 0 and before.strip():
-                # `model, find_unused_parameters=True,` then more on the next line.
-                return Edit(Span(ctx.span(items[idx - 1]).end, span.end), "")
-            return None
-        if idx == 0:
-            # The only argument: remove it and a trailing comma.
-            text = lines[span.end.line].rstrip("\r\n")
-            end = span.end.col
-            tail = text[end:]
-            if tail.lstrip().startswith(","):
-                end += len(tail) - len(tail.lstrip()) + 1
-            return Edit(Span(span.start, Pos(span.end.line, end)), "")
-        prev = ctx.span(items[idx - 1])
-        return Edit(Span(prev.end, span.end), "")
 
 
 _HEAD = """\

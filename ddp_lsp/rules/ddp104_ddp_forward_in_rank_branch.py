@@ -66,19 +66,18 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import (
-    Edit,
     Finding,
     Fix,
     FixAvailability,
     Related,
     RuleMeta,
     Severity,
-    Span,
 )
 from ddp_lsp.rules import _collectives as C
 from ddp_lsp.rules import _patterns as P
@@ -234,7 +233,7 @@ class DdpForwardInRankBranch(Rule):
                     fixes.append(
                         Fix(
                             title=f"Call `{name}.module(...)` (bypass the DDP wrapper)",
-                            edits=(Edit(Span(end, end), ".module"),),
+                            edits=(E.insert_at(end, ".module"),),
                             safe=False,
                             preferred=True,
                         )

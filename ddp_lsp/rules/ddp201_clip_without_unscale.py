@@ -32,7 +32,11 @@ scaler.update()
 ## Fix
 Inserts `scaler.unscale_(optimizer)` on the line before the clip, with the scaler and optimizer
 names taken from `scaler.step(optimizer)` in the same function, or from the only optimizer in
-scope. When it cannot tell which optimizer, it offers no fix.
+scope. When it cannot tell which optimizer, it offers no fix. When the scaled backward runs
+under an `if` the clip is not under (`if scaler is not None: scaler.scale(loss).backward()
+else: loss.backward()`), launches without AMP may have no scaler at the clip: the inserted
+line goes under the same test (`if scaler is not None: scaler.unscale_(optimizer)`), or, when
+the test cannot be repeated (a call, the `else` branch), the fix is marked unsafe.
 
 ## Known false positives
 `GradScaler(enabled=False)` is reported too: the order is still wrong the day AMP is turned on.
@@ -48,11 +52,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
+from ddp_lsp.rules import _launch as L
 from ddp_lsp.rules import _patterns as P
 
 
@@ -94,19 +100,29 @@ class ClipWithoutUnscale(Rule):
                     Fix(
                         title=f"Move {ctx.segment(late).strip()} before {clip_name}",
                         edits=(
-                            ctx.insert_before(stmt, ctx.segment(late)),
-                            ctx.delete_lines(first, last),
+                            E.insert_before(ctx, stmt, ctx.segment(late)),
+                            E.delete_lines(first, last),
                         ),
                         safe=True,
                         preferred=True,
                     )
                 )
             elif late is None and optimizer is not None and P.starts_own_line(ctx, stmt):
+                line = f"{scaler_text}.unscale_({optimizer})"
+                # `if scaler is not None: scaler.scale(loss).backward() else: loss.backward()`:
+                # launches without AMP have no scaler at the clip; unscale under the same test.
+                apart = L.branch_apart(ctx, backward.call, call)
+                safe = apart is None
+                if apart is not None and L.in_body(apart, backward.call):
+                    test = ctx.segment(apart.test)
+                    if L.plain_test(apart.test) and "\n" not in test:
+                        line = f"if {test}:\n{ctx.indent_unit(stmt)}{line}"
+                        safe = True
                 fixes.append(
                     Fix(
                         title=f"Insert {scaler_text}.unscale_({optimizer}) before {clip_name}",
-                        edits=(ctx.insert_before(stmt, f"{scaler_text}.unscale_({optimizer})"),),
-                        safe=True,
+                        edits=(E.insert_before(ctx, stmt, line),),
+                        safe=safe,
                         preferred=True,
                     )
                 )
@@ -188,6 +204,45 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 ClipWithoutUnscale.cases = (
+    Invalid(
+        _HEAD
+        + """\
+def train(args, model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda") if args.amp else None
+    for x, y in loader:
+        loss = model(x).sum()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        «torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)»
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+""",
+        fixed=_HEAD
+        + """\
+def train(args, model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda") if args.amp else None
+    for x, y in loader:
+        loss = model(x).sum()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+""",
+        note="no scaler on launches without AMP: unscale under the test the backward is under",
+    ),
     Valid(
         _HEAD
         + """\

@@ -62,6 +62,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
 from ddp_lsp.rules import _amp as A
@@ -127,7 +128,7 @@ class ScalerStepWithoutUpdate(Rule):
             fixes.append(
                 Fix(
                     title=f"Remove the second {s}.update()",
-                    edits=(A.delete_stmt(ctx, stmt),),
+                    edits=(E.delete_stmt(ctx, stmt),),
                     safe=True,
                     preferred=True,
                 )
@@ -186,8 +187,8 @@ class ScalerStepWithoutUpdate(Rule):
                         Fix(
                             title=f"Move {s}.update() after {s}.step(...) into the loop",
                             edits=(
-                                A.insert_after(ctx, last_stmt, A.stmt_source(ctx, moved)),
-                                A.delete_stmt(ctx, moved),
+                                E.insert_after(ctx, last_stmt, A.stmt_source(ctx, moved)),
+                                E.delete_stmt(ctx, moved),
                             ),
                             safe=True,
                             preferred=True,
@@ -197,7 +198,7 @@ class ScalerStepWithoutUpdate(Rule):
                 fixes.append(
                     Fix(
                         title=f"Insert {s}.update() after {s}.step(...)",
-                        edits=(A.insert_after(ctx, last_stmt, f"{s}.update()"),),
+                        edits=(E.insert_after(ctx, last_stmt, f"{s}.update()"),),
                         safe=True,
                         preferred=True,
                     )

@@ -54,6 +54,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
 from ddp_lsp.rules import _amp as A
@@ -144,11 +145,11 @@ class OptimizerStepBypassesScaler(Rule):
         fixes: list[Fix] = []
         stmt = A.expr_stmt_of(ctx, call)
         if stmt is not None and not stepped and not call.args and not call.keywords:
-            edits = [ctx.replace_node(call, f"{s}.step({o})")]
+            edits = [E.replace_node(ctx, call, f"{s}.step({o})")]
             title = f"Replace with {s}.step({o})"
             own_pass = A.innermost_loop(ctx, call) is (region if region is not root else None)
             if is_last and own_pass and not A.scaler_calls(ctx, region, root, "update", scaler):
-                edits.append(A.insert_after(ctx, stmt, f"{s}.update()"))
+                edits.append(E.insert_after(ctx, stmt, f"{s}.update()"))
                 title += f" and {s}.update()"
             fixes.append(Fix(title=title, edits=tuple(edits), safe=True, preferred=True))
         if stepped:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
 from ddp_lsp.rules import _amp as A
@@ -130,7 +131,7 @@ class ScalerUpdateBeforeStep(Rule):
                 fixes.append(
                     Fix(
                         title=f"Remove the early {s}.update() (one already follows the step)",
-                        edits=(A.delete_stmt(ctx, moved),),
+                        edits=(E.delete_stmt(ctx, moved),),
                         safe=True,
                         preferred=True,
                     )
@@ -140,8 +141,8 @@ class ScalerUpdateBeforeStep(Rule):
                     Fix(
                         title=f"Move {s}.update() after {s}.step(...)",
                         edits=(
-                            A.insert_after(ctx, last_stmt, A.stmt_source(ctx, moved)),
-                            A.delete_stmt(ctx, moved),
+                            E.insert_after(ctx, last_stmt, A.stmt_source(ctx, moved)),
+                            E.delete_stmt(ctx, moved),
                         ),
                         safe=True,
                         preferred=True,

@@ -56,6 +56,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -67,7 +68,6 @@ from ddp_lsp.core.types import (
     Pos,
     RuleMeta,
     Severity,
-    Span,
     Tag,
 )
 from ddp_lsp.rules import _amp as A
@@ -111,8 +111,8 @@ class DeprecatedCudaAmp(Rule):
         fixes: list[Fix] = []
         inserts = self._arg_inserts(ctx, call, attr)
         if inserts is not None:
-            edits = [ctx.replace_node(call.func, new)]
-            edits.extend(Edit(Span(p, p), text) for p, text in sorted(inserts.items()))
+            edits = [E.replace_node(ctx, call.func, new)]
+            edits.extend(E.insert_at(p, text) for p, text in sorted(inserts.items()))
             fixes.append(
                 Fix(
                     title=f'Use {new}("cuda", ...)',
@@ -207,12 +207,12 @@ class DeprecatedCudaAmp(Rule):
         if not keep:
             if not A.can_delete(ctx, imp):
                 return None
-            return A.delete_stmt(ctx, imp)
+            return E.delete_stmt(ctx, imp)
         first, last = ctx.stmt_lines(imp)
         if last > first and any("#" in ctx.chunk.lines[r] for r in range(first, last + 1)):
             return None  # comments inside a wrapped import: leave it to the user
         names = ", ".join(a.name if a.asname is None else f"{a.name} as {a.asname}" for a in keep)
-        return ctx.replace_node(imp, f"from {imp.module} import {names}")
+        return E.replace_node(ctx, imp, f"from {imp.module} import {names}")
 
 
 def _torch_spelling(ctx: ChunkContext) -> tuple[str, tuple[str, ...]]:

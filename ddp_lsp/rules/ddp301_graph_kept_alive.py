@@ -55,6 +55,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -263,7 +264,7 @@ class GraphKeptAlive(Rule):
             span, wrapped = grouped, f"({text})"
 
         def edit(method: str) -> Edit:
-            return Edit(span, f"{wrapped}.{method}()")
+            return E.replace_span(span, f"{wrapped}.{method}()")
 
         fixes = [
             Fix(

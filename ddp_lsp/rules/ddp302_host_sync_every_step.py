@@ -44,7 +44,11 @@ training step),
 values the loop's control flow needs (`if not math.isfinite(loss.item()):`, a variable read by
 an `if`/`assert`/`while` test in the same loop, NaN checks), and the second read of a chain
 (`x.cpu().numpy()` is reported once, at `.cpu()`). `print` is reported only for values known to
-be tensors (a loss or model output). A read inside a helper called every step is not followed.
+be tensors (a loss or model output). All reads of one step are one stall: one finding per
+training loop, at its first read, with the others as related locations. A same-file helper
+called every step that calls `.item()` / `.tolist()` on a parameter or a loop variable outside
+any `if` (`for p in model.parameters(): norms.append(p.grad.norm().item())`) is reported once,
+at the call.
 
 ## References
 - https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution
@@ -61,7 +65,7 @@ from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import LOOPS, ChunkContext, Invalid, Rule, Valid
-from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
+from ddp_lsp.core.types import Finding, FixAvailability, Related, RuleMeta, Severity
 from ddp_lsp.rules import _graph as GR
 from ddp_lsp.rules import _patterns as P
 
@@ -86,8 +90,13 @@ class HostSyncEveryStep(Rule):
         training: dict[int, bool] = {}
         tested: dict[int, set[str]] = {}
         flows: dict[int, GR.GraphFlow] = {}
+        # Every read of one training loop's iteration is one stall: one finding per loop, at
+        # its first read, the others as related locations.
+        per_loop: dict[int, list[tuple[ast.AST, str]]] = {}
         for call in ctx.calls():
             target, label = self._sync(ctx, call, flows)
+            if target is None:
+                target, label = self._helper_sync(ctx, call)
             if target is None:
                 continue
             loops = ctx.enclosing_loops(call)
@@ -101,13 +110,34 @@ class HostSyncEveryStep(Rule):
                 continue
             if _feeds_control_flow(ctx, call, loop, tested):
                 continue
+            per_loop.setdefault(id(loop), []).append((target, label))
+        for reads in per_loop.values():
+            reads.sort(key=lambda r: P.order(r[0]))
+            target, label = reads[0]
+            more = len(reads) - 1
+            also = (
+                f" (and {more} more read{'s' if more > 1 else ''} in the same step)" if more else ""
+            )
             yield ctx.finding(
                 self,
                 target,
-                f"{label} on every training step makes the CPU wait for the GPU (a device "
+                f"{label}{also} on every training step makes the CPU wait for the GPU (a device "
                 "synchronisation per iteration); keep the value on the device (`.detach()`) and "
                 "read it every N steps (`if step % log_every == 0:`)",
+                related=tuple(
+                    Related(ctx.span(t), f"{lab} reads back to the host in the same step")
+                    for t, lab in reads[1:]
+                ),
             )
+
+    @staticmethod
+    def _helper_sync(ctx: ChunkContext, call: ast.Call) -> tuple[ast.AST | None, str]:
+        """A call of a helper that reads tensors back to the host on every call
+        (``grad_norms(model)`` looping ``p.grad.norm().item()`` over the parameters): one
+        stall per call, reported at the call."""
+        if K.HOST_SYNC not in ctx.callee_props(call):
+            return None, ""
+        return call, f"`{ctx.segment(call.func)}(...)` (it calls `.item()`/`.tolist()`)"
 
     @staticmethod
     def _sync(
@@ -394,11 +424,32 @@ def train(model, loader, optimizer, criterion):
         loss.backward()
         optimizer.step()
         total += «loss.item()»
-        preds = «model(x).argmax(1).cpu()».numpy()
-        print(«loss»)
+        preds = model(x).argmax(1).cpu().numpy()
+        print(loss)
     return total
 """,
         fixed=None,
+        note="three reads in one step are one stall: one finding, the others related",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def grad_norms(model):
+    norms = []
+    for p in model.parameters():
+        norms.append(p.grad.norm().item())
+    return norms
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        model(x).sum().backward()
+        history = «grad_norms(model)»
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+        fixed=None,
+        note="a per-parameter read in a helper called every step: one finding, at the call",
     ),
     Invalid(
         _HEAD

@@ -46,9 +46,10 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
-from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, RuleMeta, Severity, Span
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _device as D
 from ddp_lsp.rules import _guard as G
 from ddp_lsp.rules import _patterns as P
@@ -81,10 +82,9 @@ class LoadWithoutMapLocation(Rule):
                 continue
             parts: list[ast.expr] = [*call.args, *(kw.value for kw in call.keywords)]
             last = max(parts, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
-            end = ctx.span(last).end
             fix = Fix(
                 title='Add map_location="cpu"',
-                edits=(Edit(Span(end, end), ', map_location="cpu"'),),
+                edits=(E.insert_after_node(ctx, last, ', map_location="cpu"'),),
                 safe=True,
                 preferred=True,
             )

@@ -25,7 +25,10 @@ torch.save(model.module.state_dict(), "model.pt")
 ```
 
 ## Fix
-Inserts `.module` before `.state_dict()`.
+Inserts `.module` before `.state_dict()`. When the model is DDP on some launches only (wrapped
+under `if args.distributed:`, or a caller passes a plain model), it writes
+`getattr(model, "module", model).state_dict()` instead, which also works on the single-GPU
+launch.
 
 ## Known false positives
 Not reported: `model.module.state_dict()`, models that are not DDP-wrapped in this file, a name
@@ -45,12 +48,14 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
-from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, RuleMeta, Severity, Span
+from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _guard as G
+from ddp_lsp.rules import _launch as L
 from ddp_lsp.rules import _patterns as P
 
 _SAVE_NAME = re.compile(r"save", re.IGNORECASE)
@@ -81,17 +86,24 @@ class StateDictOfDdpWrapper(Rule):
             save = _saved_by(ctx, call)
             if save is None:
                 continue
-            end = ctx.span(receiver).end
             text = ctx.segment(receiver)
             source = ctx.kind_source(receiver, call)
-            fix = Fix(
-                title=f"Save {text}.module.state_dict()",
-                edits=(Edit(Span(end, end), ".module"),),
-                # A caller in another file passes a plain model (single GPU): `.module` would
-                # raise there.
-                safe=source is None or not source.mixed,
-                preferred=True,
-            )
+            if L.kind_on_every_launch(ctx, receiver, call):
+                fix = Fix(
+                    title=f"Save {text}.module.state_dict()",
+                    edits=(E.insert_after_node(ctx, receiver, ".module"),),
+                    safe=True,
+                    preferred=True,
+                )
+            else:
+                # DDP on some launches only (`if args.distributed: model = DDP(model)`, or a
+                # caller passes a plain model): `.module` would raise on the single-GPU one.
+                fix = Fix(
+                    title=f'Save getattr({text}, "module", {text}).state_dict()',
+                    edits=(E.replace_node(ctx, receiver, f'getattr({text}, "module", {text})'),),
+                    safe=True,
+                    preferred=True,
+                )
             yield ctx.finding(
                 self,
                 call,
@@ -260,6 +272,56 @@ def main(net, rank):
     if rank == 0:
         torch.save(model.module.state_dict(), "model.pt")
 """,
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args):
+    model = torch.nn.Linear(4, 4)
+    if args.distributed:
+        dist.init_process_group("nccl")
+        model = DDP(model)
+    if not args.distributed or dist.get_rank() == 0:
+        torch.save(«model.state_dict()», "model.pt")
+""",
+        fixed=_HEAD
+        + """\
+def main(args):
+    model = torch.nn.Linear(4, 4)
+    if args.distributed:
+        dist.init_process_group("nccl")
+        model = DDP(model)
+    if not args.distributed or dist.get_rank() == 0:
+        torch.save(getattr(model, "module", model).state_dict(), "model.pt")
+""",
+        note="DDP on distributed launches only: `.module` would raise on the single-GPU one",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def save(model, path):
+    torch.save(«model.state_dict()», path)
+
+
+def main(args):
+    model = torch.nn.Linear(4, 4)
+    if args.distributed:
+        model = DDP(model)
+    save(model, "model.pt")
+""",
+        fixed=_HEAD
+        + """\
+def save(model, path):
+    torch.save(getattr(model, "module", model).state_dict(), path)
+
+
+def main(args):
+    model = torch.nn.Linear(4, 4)
+    if args.distributed:
+        model = DDP(model)
+    save(model, "model.pt")
+""",
+        note="a helper given a model its caller wraps on distributed launches only",
     ),
     Invalid(
         _HEAD

@@ -54,6 +54,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
@@ -126,14 +127,14 @@ class MissingDistributedSampler(Rule):
             spelled, imports = D.sampler_spelling(ctx)
             if shuffle_kw is None:
                 new = f"sampler={spelled}({ds_text}, shuffle=False)"
-                edits = D.add_argument(ctx, call, new)
+                edits = E.add_argument(ctx, call, new)
                 title = f"Add {new}"
             else:
                 if shuffled:
                     new = f"sampler={spelled}({ds_text})"
                 else:
                     new = f"sampler={spelled}({ds_text}, shuffle={ctx.segment(shuffle_kw.value)})"
-                edits = D.replace_argument(ctx, shuffle_kw, new)
+                edits = E.replace_argument(ctx, shuffle_kw, new)
                 title = f"Replace {ctx.segment(shuffle_kw)} with {new}"
             if edits:
                 fixes.append(

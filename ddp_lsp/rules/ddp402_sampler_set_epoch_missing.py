@@ -58,6 +58,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
@@ -72,7 +73,6 @@ from ddp_lsp.core.types import (
     Related,
     RuleMeta,
     Severity,
-    Span,
 )
 from ddp_lsp.rules import _data as D
 from ddp_lsp.rules import _patterns as P
@@ -347,7 +347,7 @@ class SamplerSetEpochMissing(Rule):
             line -= 1
         indent = ctx.indent_of(first_stmt)
         text = "".join(f"{indent}{part}\n" for part in code.splitlines())
-        return Edit(Span(Pos(line, 0), Pos(line, 0)), text)
+        return E.insert_at(Pos(line, 0), text)
 
     @staticmethod
     def _epoch_var(loop: Loop) -> str | None:

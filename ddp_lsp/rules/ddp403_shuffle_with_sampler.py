@@ -42,6 +42,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _data as D
@@ -81,13 +82,13 @@ class ShuffleWithSampler(Rule):
             if shuffle_kw is not None:
                 sampler_text = ctx.segment(sampler)
                 if maybe_none and isinstance(sampler, ast.Name):
-                    edits = D.replace_argument(ctx, shuffle_kw, f"shuffle=({sampler_text} is None)")
+                    edits = E.replace_argument(ctx, shuffle_kw, f"shuffle=({sampler_text} is None)")
                     title = f"Replace shuffle=True with shuffle=({sampler_text} is None)"
                 elif maybe_none:
                     edits = []
                     title = ""
                 else:
-                    edits = D.remove_argument(ctx, call, shuffle_kw)
+                    edits = E.remove_argument(ctx, call, shuffle_kw)
                     title = "Remove shuffle=True (the sampler decides the order)"
                 if edits:
                     fixes.append(Fix(title=title, edits=tuple(edits), safe=True, preferred=True))

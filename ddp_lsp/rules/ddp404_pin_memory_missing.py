@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _data as D
@@ -89,7 +90,7 @@ class PinMemoryMissing(Rule):
                 )
             if not feeds_gpu:
                 continue
-            edits = D.add_argument(ctx, call, "pin_memory=True")
+            edits = E.add_argument(ctx, call, "pin_memory=True")
             fixes = (
                 [Fix(title="Add pin_memory=True", edits=tuple(edits), safe=True, preferred=True)]
                 if edits

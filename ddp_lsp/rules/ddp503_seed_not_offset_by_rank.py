@@ -57,6 +57,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -128,7 +129,7 @@ class SeedNotOffsetByRank(Rule):
             label = ctx.segment(call.func)
             fix = Fix(
                 title=f"Offset the seed by the rank: {label}({new})",
-                edits=(ctx.replace_node(seed, new),),
+                edits=(E.replace_node(ctx, seed, new),),
                 safe=rank.from_code,
                 preferred=True,
                 imports=rank.imports,

@@ -52,6 +52,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
@@ -97,7 +98,7 @@ class HardcodedDevice(Rule):
                 fixes.append(
                     Fix(
                         title=f"Use the local rank: {new}",
-                        edits=(ctx.replace_node(node, new),),
+                        edits=(E.replace_node(ctx, node, new),),
                         safe=rank.from_code,
                         preferred=True,
                         imports=rank.imports,

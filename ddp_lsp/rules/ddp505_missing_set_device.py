@@ -30,7 +30,12 @@ model = DDP(model.cuda(), device_ids=[local_rank])
 Inserts `torch.cuda.set_device(<local rank>)` on the line before `init_process_group`, with the
 local rank the function already has (`local_rank`, `args.gpu`, the `gpu` parameter of an
 `mp.spawn` worker...). Otherwise it writes `int(os.environ["LOCAL_RANK"])` and adds
-`import os` (marked unsafe; not offered in files that use `mp.spawn`).
+`import os` (marked unsafe; not offered in files that use `mp.spawn`). `mpiexec` and `srun` do
+not set `LOCAL_RANK`: in a script that reads an MPI launcher's or Slurm's variables
+(`OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `SLURM_PROCID`...) or uses mpi4py, the fix reads the
+launcher's local-rank variable the script already reads (`OMPI_COMM_WORLD_LOCAL_RANK`,
+`MPI_LOCALRANKID`, `SLURM_LOCALID`...), or else takes the global rank the code has modulo
+`torch.cuda.device_count()` (marked unsafe), or offers no fix.
 
 ## Known false positives
 Not reported: the gloo or mpi backends, a backend that cannot be resolved, `device_id=`,
@@ -56,6 +61,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
@@ -98,13 +104,17 @@ class MissingSetDevice(Rule):
                 continue
             fixes = []
             rank = D.local_rank_text(ctx, stmt)
+            if rank is not None and not rank.from_code:
+                # No local rank in the code: `LOCAL_RANK` exists only under torchrun-style
+                # launchers; an `mpiexec` launch has its own variables.
+                rank = _launcher_rank(ctx, root, stmt)
             if rank is not None and P.starts_own_line(ctx, stmt):
                 spelled, imports = ctx.spell("torch.cuda.set_device")
                 line = f"{spelled}({rank.text})"
                 fixes.append(
                     Fix(
                         title=f"Insert {line} before init_process_group",
-                        edits=(ctx.insert_before(stmt, line),),
+                        edits=(E.insert_before(ctx, stmt, line),),
                         safe=rank.from_code,
                         preferred=True,
                         imports=tuple(dict.fromkeys((*imports, *rank.imports))),
@@ -119,6 +129,48 @@ class MissingSetDevice(Rule):
                 "first (or pass `device_id=`)",
                 fixes=fixes,
             )
+
+
+# Variables MPI launchers (Open MPI, MVAPICH2, MPICH/Intel MPI, PMIx) and Slurm set: the
+# global rank, and the rank on the node.
+_MPI_GLOBAL = frozenset(
+    {"OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}
+)
+_MPI_LOCAL = frozenset(
+    {
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MV2_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+        "PALS_LOCAL_RANKID",
+        "SLURM_LOCALID",
+    }
+)
+
+
+def _launcher_rank(ctx: ChunkContext, root: ast.AST, stmt: ast.stmt) -> D.RankText | None:
+    """The local rank as the script's launcher gives it, when the code has no variable for it.
+
+    A script that reads an MPI launcher's (or Slurm's) variables is started by `mpiexec` /
+    `srun`, which do not set ``LOCAL_RANK``: read the launcher's local-rank variable when the
+    script reads one, else its global rank modulo the node's GPU count (ranks are placed node
+    by node), else nothing. Any other script keeps the ``LOCAL_RANK`` fallback. Never safe: the
+    variable the fix reads is a guess about how the job is started."""
+    strings = {
+        n.value
+        for n in W.bfs(root)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and len(n.value) < 40
+    }
+    mpi4py = any(q.startswith("mpi4py") for q in ctx.facts.aliases.values())
+    local = sorted(strings & _MPI_LOCAL)
+    if "LOCAL_RANK" in strings or not (local or mpi4py or strings & _MPI_GLOBAL):
+        return D.RankText(D.LOCAL_ENV, ("import os",), from_code=False)
+    if local:
+        return D.RankText(f'int(os.environ["{local[0]}"])', ("import os",), from_code=False)
+    rank = D.global_rank_text(ctx, stmt)
+    if not rank.from_code:
+        return None
+    count, _ = ctx.spell("torch.cuda.device_count")
+    return D.RankText(f"{rank.text} % {count}()", rank.imports, from_code=False)
 
 
 def _backend_value(ctx: ChunkContext, expr: ast.AST, root: ast.AST, depth: int = 0) -> str | None:
@@ -226,6 +278,54 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 MissingSetDevice.cases = (
+    Invalid(
+        _HEAD
+        + """\
+def setup():
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    world_size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    «dist.init_process_group("nccl", rank=rank, world_size=world_size)»
+""",
+        fixed=_HEAD
+        + """\
+def setup():
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    world_size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+""",
+        note="mpiexec sets no LOCAL_RANK: the global rank the script has, per node",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def setup():
+    node_slot = int(os.environ["SLURM_LOCALID"])
+    print("slot", node_slot)
+    «dist.init_process_group("nccl", rank=int(os.environ["SLURM_PROCID"]), world_size=8)»
+""",
+        fixed=_HEAD
+        + """\
+def setup():
+    node_slot = int(os.environ["SLURM_LOCALID"])
+    print("slot", node_slot)
+    torch.cuda.set_device(int(os.environ["SLURM_LOCALID"]))
+    dist.init_process_group("nccl", rank=int(os.environ["SLURM_PROCID"]), world_size=8)
+""",
+        note="srun: the local-rank variable the script reads",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from mpi4py import MPI
+
+
+def setup():
+    comm = MPI.COMM_WORLD
+    «dist.init_process_group("nccl", rank=comm.Get_rank(), world_size=comm.Get_size())»
+""",
+        note="mpi4py and no rank variable: no LOCAL_RANK to read, no fix",
+    ),
     Valid(
         _HEAD
         + """\

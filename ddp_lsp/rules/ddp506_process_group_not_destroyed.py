@@ -60,6 +60,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -220,9 +221,9 @@ def _fix(
     if isinstance(last, ast.Return):
         if not P.starts_own_line(ctx, last):
             return None
-        edit = ctx.insert_before(last, code)
+        edit = E.insert_before(ctx, last, code)
     else:
-        edit = ctx.insert_after(last, code)
+        edit = E.insert_after(ctx, last, code)
     return Fix(
         title=f"Add {destroy}() at the end of {fn.name}",
         edits=(edit,),

@@ -385,13 +385,15 @@ def test_ddp304_state_dict_of_a_model_wrapped_by_callers(tmp_path: Path) -> None
     _write(tmp_path, {"engine.py": engine, "main.py": ddp})
     [f] = [f for f in _findings(tmp_path, "engine.py") if f.rule_id == "DDP304"]
     assert f.message.endswith("(model is wrapped in DistributedDataParallel at main.py:8)")
-    assert f.fixes[0].safe
-    # A single-GPU entry point passes a plain model: `.module` would raise there.
+    assert f.fixes[0].safe and f.fixes[0].edits[0].text == ".module"
+    # A single-GPU entry point passes a plain model: `.module` would raise there, so the fix
+    # unwraps only a wrapper, and stays safe.
     (tmp_path / "single.py").write_text(
         "import torch\nimport engine\n\nengine.save(torch.nn.Linear(2, 2), 'm.pt')\n"
     )
     [f] = [f for f in _findings(tmp_path, "engine.py") if f.rule_id == "DDP304"]
-    assert "some callers pass one that is not" in f.message and not f.fixes[0].safe
+    assert "some callers pass one that is not" in f.message and f.fixes[0].safe
+    assert [e.text for e in f.fixes[0].edits] == ['getattr(model, "module", model)']
 
 
 def test_example_project_shows_what_only_the_project_view_finds() -> None:

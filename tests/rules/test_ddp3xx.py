@@ -293,3 +293,57 @@ def main(net, strip_prefix):
     torch.save(strip_prefix(model.state_dict()), "model.pt")
 """
     assert _found(code, ("DDP304",)) == []
+
+
+def test_reads_of_one_step_are_one_finding_with_the_others_related() -> None:
+    code = """\
+import torch
+import torch.distributed as dist
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        out = model(x)
+        loss = (out - y).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        stats = {"loss": loss.item(), "max": out.max().item()}
+        top = out.argmax(1).cpu()
+        print(stats, top)
+"""
+    [f] = _found(code, ("DDP302",))
+    lines = code.splitlines()
+    assert lines[f.span.start.line].strip().startswith("stats = ")
+    assert "(and 2 more reads in the same step)" in f.message
+    related = [(r.span.start.line, r.span.start.col) for r in f.related]
+    assert related == [(10, 45), (11, 14)]
+    assert all("reads back to the host in the same step" in r.message for r in f.related)
+
+
+def test_a_helper_read_every_step_is_reported_at_the_call() -> None:
+    code = """\
+import torch
+import torch.distributed as dist
+
+
+def log_grads(model, history):
+    for name, p in model.named_parameters():
+        history[name].append(p.grad.norm().item())
+
+
+def occasional(model):
+    for p in model.parameters():
+        if p.grad is None:
+            print(p.grad.norm().item())
+
+
+def train(model, loader, optimizer, history):
+    for x, y in loader:
+        model(x).sum().backward()
+        log_grads(model, history)
+        occasional(model)
+        optimizer.step()
+"""
+    [f] = _found(code, ("DDP302",))
+    assert code.splitlines()[f.span.start.line].strip() == "log_grads(model, history)"
+    assert "`log_grads(...)`" in f.message
