@@ -20,8 +20,8 @@ from typing import cast
 
 from ddp_lsp.core import fixes as F
 from ddp_lsp.core import names as N
-from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.chunkcache import AnalysisKey, ChunkResult, Placed
+from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.document import Document, ParsedChunk, gc_paused
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import (

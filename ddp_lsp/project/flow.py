@@ -164,6 +164,7 @@ class _ModuleParts:
     inherits: list[tuple[str, str, str, str]]  # (module, class, base module, base class)
     calls: dict[tuple[str, str], list[tuple[str, str]]]  # (module, fn) -> functions it calls
     targets: dict[str, tuple[str, str]]  # a callee it spells -> a function of another module
+    unwrapped: frozenset[tuple[str, str]]  # F.unwrapped_names of its bindings
 
 
 def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
@@ -203,7 +204,8 @@ def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
         t = res.function(m, name)
         if t is not None and t[0] != m:
             targets[name] = (t[0], t[1].qualname)
-    return _ModuleParts(s, sites, site_line, inherits, calls, targets)
+    unwrapped = F.unwrapped_names([s.facts])
+    return _ModuleParts(s, sites, site_line, inherits, calls, targets, unwrapped)
 
 
 def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> ProjectFacts:
@@ -279,7 +281,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
 
     inherits = [item for m in names for item in parts[m].inherits]
 
-    unwrapped = {m: F.unwrapped_names([summaries[m].facts]) for m in names}
+    unwrapped = {m: parts[m].unwrapped for m in names}
     # What each round reads, by the module whose kinds it reads: a round after the first looks
     # only at what reads a module that gained a kind in the round before (semi-naive
     # evaluation: anything else proposed nothing then and would propose nothing now, since

@@ -67,6 +67,7 @@ class Resolver:
         # (module, qualname) of the function, looked up in the module's current table.
         self._function_memo: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._resolve_memo: dict[tuple[str, str], tuple[str, str] | None] = {}
+        self._imported_memo: dict[str, list[str]] = {}
         # The summaries resolution read, by module, with their interfaces.
         self._seen: dict[str, tuple[ModuleSummary, tuple[object, ...]]] = {
             m: (s, interface(s)) for m, s in self.modules.items()
@@ -244,6 +245,12 @@ class Resolver:
 
     def imported_modules(self, module: str) -> list[str]:
         """Project modules ``module`` imports (with the packages Python runs on the way)."""
+        hit = self._imported_memo.get(module)
+        if hit is None:
+            hit = self._imported_memo[module] = self._imported_modules(module)
+        return hit
+
+    def _imported_modules(self, module: str) -> list[str]:
         out: set[str] = set()
         for target in self.aliases(module).values():
             parts = target.split(".")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddp_lsp.config import Settings
-from ddp_lsp.project import build, snapshot
+from ddp_lsp.project import build
 from ddp_lsp.project.build import says_something
 
 from .helpers import FIXTURES, facts_of
