@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from ddp_lsp.core.crossfile import ParamKind, Provenance
 from ddp_lsp.core.env import Environment
-from ddp_lsp.core.facts import ModuleFacts, path_of
+from ddp_lsp.core.facts import MODULE, ModuleFacts, path_of
 from ddp_lsp.core.ranks import Polarity, RankModel
 from ddp_lsp.core.types import Edit, Finding, Fix, Pos, Related, RuleMeta, Span
 from ddp_lsp.core.walk import children
@@ -354,6 +354,35 @@ class ChunkContext:
         value = compute()
         self._memo[key] = value
         return value
+
+    def single_process_scopes(self) -> frozenset[str]:
+        """The functions of this module the project finds single-process (not distributed
+        code: project/reach.py); empty when analysed alone or when the project says nothing."""
+        project = self.facts.project
+        return project.single_process if project is not None else frozenset()
+
+    def in_single_process(self, span: Span) -> bool:
+        """The code at ``span`` (chunk lines) is in a function the project finds
+        single-process; the innermost function holding its first line decides."""
+        scopes = self.single_process_scopes()
+        if not scopes:
+            return False
+
+        def table() -> list[tuple[int, int, str]]:
+            out = []
+            fns: list[FunctionNode] = self.nodes(ast.FunctionDef, ast.AsyncFunctionDef)
+            for fn in fns:
+                first = fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno
+                qual = self.scope(fn.body[0])[0]
+                out.append((self.rel_line(first), self.rel_line(fn.end_lineno or fn.lineno), qual))
+            return out
+
+        line = span.start.line
+        best: tuple[int, int, str] | None = None
+        for entry in self.memo(("single-process table",), table):
+            if entry[0] <= line <= entry[1] and (best is None or entry[0] >= best[0]):
+                best = entry
+        return (best[2] if best is not None else MODULE) in scopes
 
     # -- source and positions ------------------------------------------------------------------
 

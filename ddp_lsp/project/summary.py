@@ -41,6 +41,11 @@ class ModuleSummary:
     # a collective at utils.py:18" points, rather than the function's `def` line.
     prop_lines: tuple[tuple[str, str, int], ...] = ()
     syntax_error: bool = False
+    # (scope, spelling) of each name handed to a call as a value, not called there:
+    # `mp.spawn(run, args=(cfg, train))` in `main` gives ("main", "run") and ("main", "train"),
+    # `launch(main_worker, ...)` at the top level ("<module>", "main_worker"). Whoever
+    # receives a function runs it: the project follows these edges to find distributed code.
+    handed: tuple[tuple[str, str], ...] = ()
 
 
 def module_name(rel: str) -> tuple[str, bool]:
@@ -89,7 +94,49 @@ def summarise(
         site_lines=x.site_lines,
         binding_lines=_binding_lines(tree, cf, merged),
         prop_lines=_prop_lines(tree, merged),
+        handed=handed_names(tree),
     )
+
+
+def handed_names(tree: ast.Module) -> tuple[tuple[str, str], ...]:
+    """(scope, spelling) of the names and attributes passed as arguments (also inside a tuple
+    or list argument: ``args=(cfg, train)``), scopes named as the core names functions
+    (``Trainer.fit``, ``main.worker``, ``<module>``). Most are data, not functions: the
+    project keeps those that resolve to a function of its own."""
+    out: set[tuple[str, str]] = set()
+
+    def visit(node: ast.AST, scope: str, cls: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if cls is not None:
+                    qual = f"{cls}.{child.name}"
+                elif scope != F.MODULE:
+                    qual = f"{scope}.{child.name}"
+                else:
+                    qual = child.name
+                for d in child.decorator_list:
+                    visit(d, scope, None)
+                for stmt in child.body:
+                    visit(stmt, qual, None)
+                continue
+            if isinstance(child, ast.ClassDef):
+                for stmt in child.body:
+                    visit(stmt, scope, child.name if scope == F.MODULE else None)
+                continue
+            if isinstance(child, ast.Call):
+                values = [*child.args, *(kw.value for kw in child.keywords)]
+                for v in values:
+                    items = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
+                    for e in items:
+                        if isinstance(e, ast.Starred):
+                            e = e.value
+                        spelled = N.dotted(e)
+                        if spelled:
+                            out.add((scope, spelled))
+            visit(child, scope, cls)
+
+    visit(tree, F.MODULE, None)
+    return tuple(sorted(out))
 
 
 def _binding_lines(

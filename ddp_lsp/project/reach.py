@@ -1,0 +1,204 @@
+"""Which functions of a project are distributed code (issue 14: F16, "0 findings in
+non-distributed modules").
+
+A module that imports ``torch.distributed`` (or the project's utilities that do) is not yet
+distributed code: an export tool, a tokenizer, a plotting script or a unit test of a
+distributed project imports the same helpers and runs as one process. The unit is the
+function, not the module: ``val.py`` holds both the function the training loop calls and the
+``main`` its command line runs alone.
+
+A function is distributed code when
+
+- it does something distributed itself: calls ``torch.distributed`` (not only asks
+  ``is_initialized()``/``is_available()``), wraps in DDP/FSDP, builds a
+  ``DistributedSampler``, starts ranks (``mp.spawn``), uses accelerate/DeepSpeed, holds a rank
+  variable, a DDP model or a sampler, performs a collective, selects a GPU per rank or asks
+  a rank-0 predicate; or
+- a distributed entry point reaches it on every rank: an entry point is a function that
+  initialises a process group, directly or through what it calls or hands to a launcher
+  (``mp.spawn(run, args=(cfg, train))``, ``launch(main_worker)``); from there the flow follows
+  calls that are not under a rank-0 guard, functions handed as arguments, and the methods of
+  the classes it instantiates. A call made on rank 0 only (``if rank == 0: evaluate(...)``)
+  does not make its callee run on every rank.
+
+Everything else in the project is single-process code. Rules that only apply to distributed
+code (an unguarded save, unguarded logging, a hard-coded device, a loader without a
+``DistributedSampler``, a seed not offset by rank, ``torch.load`` without ``map_location``)
+stay silent there; rules whose bug is a bug in any process (a scaler misuse, a deprecated API,
+a graph kept alive) do not ask. Without any distributed function in the project nothing is
+decided here (the module-level "distributed" context applies as before).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ddp_lsp.core import facts as F
+from ddp_lsp.core import names as N
+from ddp_lsp.project.resolve import Resolver
+from ddp_lsp.project.summary import ModuleSummary
+
+#: Under a distributed prefix, but asked by single-process code before it decides
+#: (`get_rank() if dist.is_initialized() else 0`), or DeepSpeed's device abstraction (used by
+#: single-GPU scripts too).
+PROBES = frozenset(
+    {
+        "torch.distributed.is_available",
+        "torch.distributed.is_initialized",
+        "torch.distributed.is_nccl_available",
+        "torch.distributed.is_gloo_available",
+        "torch.distributed.is_mpi_available",
+        "torch.distributed.is_torchelastic_launched",
+    }
+)
+NOT_DISTRIBUTED_PREFIXES = ("deepspeed.accelerator",)
+
+#: Kinds that only distributed code holds.
+DISTRIBUTED_KINDS = frozenset({F.DDP, F.FSDP, F.SAMPLER, F.RANK})
+#: The function's own (syntactic) properties that are distributed.
+DISTRIBUTED_PROPS = frozenset(
+    {
+        F.COLLECTIVE,
+        F.NO_SYNC,
+        F.RANK_PREDICATE,
+        F.GUARDS_ITSELF,
+        F.SETS_DEVICE,
+        F.INITS_PG,
+        F.DESTROYS_PG,
+    }
+)
+
+Key = tuple[str, str]  # (module, qualname); qualname "<module>" for the top level
+
+
+def is_distributed_call(qual: str) -> bool:
+    """A call of ``qual`` is distributed code (not a probe such as ``dist.is_initialized()``)."""
+    return (
+        N.is_distributed_import(qual)
+        and qual not in PROBES
+        and not qual.startswith(NOT_DISTRIBUTED_PREFIXES)
+    )
+
+
+def _does_distributed(
+    m: str, fi: F.FunctionInfo, own: F.ModuleFacts, scopes_with_kinds: Mapping[str, bool]
+) -> bool:
+    if fi.props & DISTRIBUTED_PROPS or own.func_props.get(fi.qualname, frozenset()) & (
+        DISTRIBUTED_PROPS
+    ):
+        return True
+    if scopes_with_kinds.get(fi.qualname, False):
+        return True
+    for callee in fi.calls:
+        qual = N.resolve(callee, own.aliases)
+        if qual is not None and is_distributed_call(qual):
+            return True
+    return False
+
+
+def single_process(
+    res: Resolver,
+    names: Iterable[str],
+    summaries: Mapping[str, ModuleSummary],
+    own: Mapping[str, F.ModuleFacts],
+    props: Mapping[Key, Mapping[str, object]],
+    sites: Iterable[tuple[str, F.CallSite, str, F.FunctionInfo]],
+) -> tuple[dict[str, frozenset[str]], set[str]]:
+    """(module -> its functions that are not distributed code, modules an entry point
+    reaches). Both empty when nothing in the project is distributed code."""
+    names = list(names)
+    nodes: dict[str, list[str]] = {}
+    for m in names:
+        quals = [fi.qualname for fi in summaries[m].facts.functions]
+        if F.MODULE not in quals:
+            quals.append(F.MODULE)
+        nodes[m] = quals
+    # -- edges: calls (unguarded / guarded), handed functions, instantiated classes ------------
+    unguarded: dict[Key, set[Key]] = {}
+    guarded_only: dict[Key, set[Key]] = {}
+    site_guard: dict[tuple[Key, Key], bool] = {}  # every site from caller to callee guarded
+    for m, cs, tm, tfi in sites:
+        caller = (m, cs.caller or F.MODULE)
+        pair = (caller, (tm, tfi.qualname))
+        site_guard[pair] = site_guard.get(pair, True) and cs.guarded
+
+    def members(tm: str, cls: str) -> list[Key]:
+        prefix = f"{cls}."
+        return [(tm, q) for q in nodes.get(tm, ()) if q.startswith(prefix)]
+
+    def targets(m: str, scope: str, spelled: str) -> list[Key]:
+        if spelled.startswith("self.") and spelled.count(".") == 1:
+            fi = res.functions(m).get(scope)
+            if fi is None or fi.cls is None:
+                return []
+            spelled = f"{fi.cls}.{spelled[5:]}"
+        r = res.resolve(m, spelled)
+        if r is None or not r[1] or r[0] not in nodes:
+            return []
+        tm, q = r
+        if q in res.classes(tm):
+            return members(tm, q)  # instantiated (or handed): its methods run
+        return [(tm, q)] if q in res.functions(tm) else []
+
+    for m in names:
+        s = summaries[m]
+        for fi in s.facts.functions:
+            src = (m, fi.qualname)
+            for callee in sorted(fi.calls):
+                for t in targets(m, fi.qualname, callee):
+                    if site_guard.get((src, t), False):
+                        guarded_only.setdefault(src, set()).add(t)
+                    else:
+                        unguarded.setdefault(src, set()).add(t)
+        for scope, spelled in s.handed:
+            for t in targets(m, scope, spelled):
+                unguarded.setdefault((m, scope), set()).add(t)
+    # -- seeds: functions that do distributed things themselves ---------------------------------
+    seeds: set[Key] = set()
+    for m in names:
+        o = own[m]
+        with_kinds: dict[str, bool] = {}
+        for (scope, _), kind in o.kinds.items():
+            if kind in DISTRIBUTED_KINDS:
+                with_kinds[scope or F.MODULE] = True
+        for fi in summaries[m].facts.functions:
+            if _does_distributed(m, fi, o, with_kinds):
+                seeds.add((m, fi.qualname))
+        if summaries[m].facts.env_markers and not any(k[0] == m for k in seeds):
+            seeds.add((m, F.MODULE))  # the rank read from the environment, place unknown
+    if not seeds:
+        return {}, set()
+    # -- entry points: what reaches a process-group initialisation (through calls and handed
+    # functions, guarded or not: rank 0 alone does not initialise a group) -------------------
+    callers: dict[Key, set[Key]] = {}
+    for table in (unguarded, guarded_only):
+        for src, ts in table.items():
+            for t in ts:
+                callers.setdefault(t, set()).add(src)
+    entries = {k for k, p in props.items() if F.INITS_PG in p}
+    todo = sorted(entries)
+    while todo:
+        nxt = []
+        for k in todo:
+            for c in sorted(callers.get(k, ())):
+                if c not in entries:
+                    entries.add(c)
+                    nxt.append(c)
+        todo = nxt
+    # -- reach: from entry points and self-distributed functions, along unguarded edges -------
+    reached: set[Key] = set()
+    from_entries: set[Key] = set()
+    for start, out in ((sorted(entries), from_entries), (sorted(seeds | entries), reached)):
+        todo = list(start)
+        while todo:
+            k = todo.pop()
+            if k in out:
+                continue
+            out.add(k)
+            todo.extend(sorted(unguarded.get(k, ())))
+    local: dict[str, frozenset[str]] = {}
+    for m in names:
+        rest = frozenset(q for q in nodes[m] if (m, q) not in reached)
+        if rest:
+            local[m] = rest
+    return local, {m for m, _ in from_entries}
