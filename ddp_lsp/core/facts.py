@@ -309,8 +309,12 @@ class _Extractor:
             pol = self.ranks.guard(s.test)
             self.expr(s.test, scope, guarded)
             self._rank_branches += pol is not None
+            mark = len(self.bindings)
             self.block(s.body, scope, guarded or pol is Polarity.ZERO)
+            self._drop_if_raises(s.body, scope, mark)
+            mark = len(self.bindings)
             self.block(s.orelse, scope, guarded or pol is Polarity.NONZERO)
+            self._drop_if_raises(s.orelse, scope, mark)
             self._rank_branches -= pol is not None
             return
         if isinstance(s, (ast.Assign, ast.AnnAssign)):
@@ -343,11 +347,23 @@ class _Extractor:
         for handler in getattr(s, "handlers", ()):
             if handler.type is not None:
                 self.expr(handler.type, scope, guarded)
+            mark = len(self.bindings)
             self.block(handler.body, scope, guarded)
+            self._drop_if_raises(handler.body, scope, mark)
         for name in ("orelse", "finalbody"):
             tail = getattr(s, name, None)
             if isinstance(tail, list) and tail and isinstance(tail[0], ast.stmt):
                 self.block(tail, scope, guarded)
+
+    def _drop_if_raises(self, body: list[ast.stmt], scope: str, mark: int) -> None:
+        """A branch that ends in ``raise`` leaves by the exception: the local names it bound
+        (``model = DDP(model)`` before ``raise ValueError(...)``) never reach the code after
+        it, so they give no kind to the merged facts. Attributes (``self.model``) stay: the
+        object outlives the exception."""
+        if body and isinstance(body[-1], ast.Raise) and len(self.bindings) > mark:
+            kept = [b for b in self.bindings[mark:] if b.scope != scope]
+            del self.bindings[mark:]
+            self.bindings.extend(kept)
 
     def function(self, f: ast.FunctionDef | ast.AsyncFunctionDef, scope: str) -> None:
         cls = self.class_stack[-1] if self.class_stack and not scope else None

@@ -192,6 +192,19 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 StateDictOfDdpWrapper.cases = (
+    Valid(
+        _HEAD
+        + """\
+def main(net, rank, wrap):
+    model = net
+    if wrap == "ddp-legacy":
+        model = DDP(net)
+        raise ValueError("--wrap ddp-legacy was removed; launch with torchrun instead")
+    if rank == 0:
+        torch.save(model.state_dict(), "model.pt")
+""",
+        note="the wrap is in a branch that ends in raise: the saved model is never the wrapper",
+    ),
     Invalid(
         _HEAD
         + """\
