@@ -13,6 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+#: The statements under a top-level ``if __name__ == "__main__":``, as a scope of
+#: ``ModuleProjectFacts.single_process``: they run when the file is the script, not when
+#: another module imports it.
+MAIN_BLOCK = "<__main__>"
+
 
 @dataclass(frozen=True, order=True)
 class Provenance:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
-from ddp_lsp.core.crossfile import ParamKind, Provenance
+from ddp_lsp.core.crossfile import MAIN_BLOCK, ParamKind, Provenance
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import MODULE, ModuleFacts, path_of
 from ddp_lsp.core.ranks import Polarity, RankModel
@@ -377,12 +377,23 @@ class ChunkContext:
                 out.append((self.rel_line(first), self.rel_line(fn.end_lineno or fn.lineno), qual))
             return out
 
+        def main_blocks() -> list[tuple[int, int]]:
+            return [
+                (self.rel_line(s.lineno), self.rel_line(s.end_lineno or s.lineno))
+                for s in self.body
+                if isinstance(s, ast.If) and _is_main_guard(s.test)
+            ]
+
         line = span.start.line
         best: tuple[int, int, str] | None = None
         for entry in self.memo(("single-process table",), table):
             if entry[0] <= line <= entry[1] and (best is None or entry[0] >= best[0]):
                 best = entry
-        return (best[2] if best is not None else MODULE) in scopes
+        if best is not None:
+            return best[2] in scopes
+        if any(a <= line <= b for a, b in self.memo(("main blocks",), main_blocks)):
+            return MAIN_BLOCK in scopes
+        return MODULE in scopes
 
     # -- source and positions ------------------------------------------------------------------
 
@@ -544,6 +555,18 @@ class ChunkContext:
             tags=rule.meta.tags,
             name=rule.meta.name,
         )
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    if not (
+        isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+    ):
+        return False
+    sides = (test.left, test.comparators[0])
+    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and any(
+        isinstance(x, ast.Constant) and x.value == "__main__" for x in sides
+    )
 
 
 class Rule:

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 
 from ddp_lsp.core import facts as F
 from ddp_lsp.core import names as N
+from ddp_lsp.core.crossfile import MAIN_BLOCK
 from ddp_lsp.project.resolve import Resolver
 from ddp_lsp.project.summary import ModuleSummary
 
@@ -137,7 +138,7 @@ def single_process(
             return []
         tm, q = r
         if q in res.classes(tm):
-            return members(tm, q)  # instantiated (or handed): its methods run
+            return [(tm, q)]  # the class: instantiated (or handed), see `live` below
         return [(tm, q)] if q in res.functions(tm) else []
 
     for m in names:
@@ -185,20 +186,93 @@ def single_process(
                     entries.add(c)
                     nxt.append(c)
         todo = nxt
-    # -- reach: from entry points and self-distributed functions, along unguarded edges -------
-    reached: set[Key] = set()
-    from_entries: set[Key] = set()
-    for start, out in ((sorted(entries), from_entries), (sorted(seeds | entries), reached)):
-        todo = list(start)
+    # -- reach: from entry points and self-distributed functions, along unguarded edges. A
+    # class reached (built or handed) runs its constructor and special methods (`forward`
+    # through `__call__`), and the methods reached code calls by name (`tok.encode(...)`).
+    attr_calls: dict[Key, set[str]] = {}
+    for m in names:
+        for fi in summaries[m].facts.functions:
+            attr_calls[(m, fi.qualname)] = {c.rsplit(".", 1)[1] for c in fi.calls if "." in c}
+        for scope, spelled in summaries[m].handed:
+            if "." in spelled:
+                attr_calls.setdefault((m, scope), set()).add(spelled.rsplit(".", 1)[1])
+
+    def is_class(k: Key) -> bool:
+        return k[1] in res.classes(k[0])
+
+    def runs_when_built(q: str) -> bool:
+        name = q.rsplit(".", 1)[1]
+        return name == "forward" or (name.startswith("__") and name.endswith("__"))
+
+    def flood(start: Iterable[Key]) -> set[Key]:
+        out: set[Key] = set()
+        live: list[Key] = []
+        called: set[str] = set()
+        todo = sorted(start)
         while todo:
-            k = todo.pop()
-            if k in out:
-                continue
-            out.add(k)
-            todo.extend(sorted(unguarded.get(k, ())))
+            while todo:
+                k = todo.pop()
+                if k in out:
+                    continue
+                out.add(k)
+                if is_class(k):
+                    live.append(k)
+                    todo.extend(
+                        t
+                        for t in members(*k)
+                        if runs_when_built(t[1]) or t[1].rsplit(".", 1)[1] in called
+                    )
+                    continue
+                called |= attr_calls.get(k, set())
+                todo.extend(sorted(unguarded.get(k, ())))
+            for c in live:
+                todo.extend(
+                    t for t in members(*c) if t not in out and t[1].rsplit(".", 1)[1] in called
+                )
+        return out
+
+    from_entries = flood(entries)
+    reached = flood(seeds | entries)
+    # Unknown is not single-process: a function or class nothing in the project refers to
+    # (a loss class another training script may build, a library's public function) in a
+    # module whose other code distributed code reaches keeps the module's context, and so
+    # does the top level of a module that reached code runs or imports. Known callers that
+    # are all single-process (a tool's `main`), or a module nothing distributed reaches (a
+    # unit test, an export script), make it single-process.
+    referenced: set[Key] = set()
+    for table in (unguarded, guarded_only):
+        for ts in table.values():
+            referenced |= ts
+    reached_modules = {m for m, _ in reached}
+    touched = set(reached_modules)
+    for m in reached_modules:
+        touched.update(res.imported_modules(m))
     local: dict[str, frozenset[str]] = {}
     for m in names:
-        rest = frozenset(q for q in nodes[m] if (m, q) not in reached)
+        rest = set()
+        for q in nodes[m]:
+            if (m, q) in reached or _enclosing_reached(m, q, reached, res.classes(m)):
+                continue
+            if q == F.MODULE:
+                rest.add(MAIN_BLOCK)  # the top level itself is not a distributed entry point
+                if m not in touched:
+                    rest.add(q)
+                continue
+            owner = (m, q.split(".", 1)[0])
+            known = (m, q) in referenced or (is_class(owner) and owner in referenced)
+            if known or m not in reached_modules:
+                rest.add(q)
         if rest:
-            local[m] = rest
+            local[m] = frozenset(rest)
     return local, {m for m, _ in from_entries}
+
+
+def _enclosing_reached(m: str, q: str, reached: set[Key], classes: Mapping[str, object]) -> bool:
+    """A nested function (``main.worker``) runs where the function around it runs."""
+    while "." in q:
+        q = q.rsplit(".", 1)[0]
+        if q in classes:
+            return False  # a method: reached on its own (see `flood`)
+        if (m, q) in reached:
+            return True
+    return False

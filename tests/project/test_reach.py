@@ -236,3 +236,90 @@ def test_distributed_only_rules_say_so() -> None:
     for r in all_rules():
         doc = sys.modules[type(r).__module__].__doc__ or ""
         assert ("Distributed code only:" in doc) == r.meta.distributed_only, r.meta.id
+
+
+def test_methods_of_a_built_class_run_when_called_by_name(tmp_path: Path) -> None:
+    # The training script builds the tokenizer and calls `encode` on every rank; nothing
+    # distributed calls `save_pretrained` (a tool's method): it is single-process code.
+    _write(
+        tmp_path,
+        {
+            "utils.py": UTILS,
+            "tok.py": """
+                import torch
+
+
+                class Tokenizer:
+                    def __init__(self, vocab):
+                        self.vocab = vocab
+                        torch.save(vocab, "vocab-cache.pt")
+
+                    def encode(self, text):
+                        torch.save(text, "last-text.pt")
+                        return [self.vocab.get(w, 0) for w in text.split()]
+
+                    def save_pretrained(self, dest):
+                        torch.save(self.vocab, dest + "/vocab.pt")
+            """,
+            "train.py": """
+                from tok import Tokenizer
+                from utils import setup
+
+
+                def main():
+                    setup()
+                    tok = Tokenizer({"a": 1})
+                    return tok.encode("a b")
+            """,
+        },
+    )
+    assert _found(tmp_path, "tok.py") == [("DDP501", 7), ("DDP501", 10)]
+
+
+def test_code_nothing_refers_to_keeps_its_module_context(tmp_path: Path) -> None:
+    # `LegacyLoss` is built by no file of the project (another launch may build it), in a
+    # module whose other class the training loop builds: unknown, so still distributed code.
+    # The unit test's function is called by nothing either, in a module nothing distributed
+    # reaches: single-process.
+    _write(
+        tmp_path,
+        {
+            "utils.py": UTILS,
+            "loss.py": """
+                import torch
+
+
+                class Loss:
+                    def __call__(self, x):
+                        return x.sum()
+
+
+                class LegacyLoss:
+                    def __call__(self, x):
+                        return (x - torch.zeros(1, device="cuda:0")).sum()
+            """,
+            "train.py": """
+                from loss import Loss
+                from utils import setup
+
+
+                def main(x):
+                    setup()
+                    return Loss()(x)
+            """,
+            "test_loss.py": """
+                import torch
+                import torch.distributed as dist
+
+                from loss import Loss
+
+
+                def test_loss():
+                    x = torch.ones(2, device="cuda:0")
+                    assert Loss()(x) == 2
+            """,
+        },
+    )
+    assert ("DDP504", 11) in _found(tmp_path, "loss.py")
+    assert ("DDP504", 8) in _found(tmp_path, "test_loss.py", project=False)
+    assert _found(tmp_path, "test_loss.py") == []
