@@ -241,12 +241,24 @@ def single_process(
     # unit test, an export script), make it single-process.
     referenced: set[Key] = set()
     for table in (unguarded, guarded_only):
-        for ts in table.values():
-            referenced |= ts
+        for src, ts in table.items():
+            for t in ts:
+                # Not from its own code (`super(LegacyLoss, self).__init__()`, recursion).
+                if src[0] != t[0] or (src[1] != t[1] and not src[1].startswith(t[1] + ".")):
+                    referenced.add(t)
     reached_modules = {m for m, _ in reached}
     touched = set(reached_modules)
     for m in reached_modules:
         touched.update(res.imported_modules(m))
+    orphans: set[Key] = set()
+    for m in sorted(reached_modules):
+        for q in nodes[m]:
+            if q == F.MODULE or (m, q) in reached:
+                continue
+            owner = (m, q.split(".", 1)[0])
+            if (m, q) not in referenced and not (is_class(owner) and owner in referenced):
+                orphans.add(owner if is_class(owner) else (m, q))
+    unknown = flood(orphans)  # and what only they call (`self.build_targets(...)`)
     local: dict[str, frozenset[str]] = {}
     for m in names:
         rest = set()
@@ -258,9 +270,7 @@ def single_process(
                 if m not in touched:
                     rest.add(q)
                 continue
-            owner = (m, q.split(".", 1)[0])
-            known = (m, q) in referenced or (is_class(owner) and owner in referenced)
-            if known or m not in reached_modules:
+            if (m, q) not in unknown and not _enclosing_reached(m, q, unknown, res.classes(m)):
                 rest.add(q)
         if rest:
             local[m] = frozenset(rest)

@@ -106,36 +106,37 @@ def handed_names(tree: ast.Module) -> tuple[tuple[str, str], ...]:
     out: set[tuple[str, str]] = set()
 
     def visit(node: ast.AST, scope: str, cls: str | None) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if cls is not None:
+                qual = f"{cls}.{node.name}"
+            elif scope != F.MODULE:
+                qual = f"{scope}.{node.name}"
+            else:
+                qual = node.name
+            for d in node.decorator_list:
+                visit(d, scope, None)
+            for stmt in node.body:
+                visit(stmt, qual, None)
+            return
+        if isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                visit(stmt, scope, node.name if scope == F.MODULE else None)
+            return
+        if isinstance(node, ast.Call):
+            for v in (*node.args, *(kw.value for kw in node.keywords)):
+                items = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
+                for e in items:
+                    spelled = N.dotted(e.value if isinstance(e, ast.Starred) else e)
+                    if spelled:
+                        out.add((scope, spelled))
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if cls is not None:
-                    qual = f"{cls}.{child.name}"
-                elif scope != F.MODULE:
-                    qual = f"{scope}.{child.name}"
-                else:
-                    qual = child.name
-                for d in child.decorator_list:
-                    visit(d, scope, None)
-                for stmt in child.body:
-                    visit(stmt, qual, None)
-                continue
-            if isinstance(child, ast.ClassDef):
-                for stmt in child.body:
-                    visit(stmt, scope, child.name if scope == F.MODULE else None)
-                continue
-            if isinstance(child, ast.Call):
-                values = [*child.args, *(kw.value for kw in child.keywords)]
-                for v in values:
-                    items = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
-                    for e in items:
-                        if isinstance(e, ast.Starred):
-                            e = e.value
-                        spelled = N.dotted(e)
-                        if spelled:
-                            out.add((scope, spelled))
-            visit(child, scope, cls)
+            visit(child, scope, cls if isinstance(node, (ast.Module, ast.ClassDef)) else None)
 
-    visit(tree, F.MODULE, None)
+    for stmt in tree.body:
+        try:
+            visit(stmt, F.MODULE, None)
+        except RecursionError:  # absurdly nested code: what was found so far
+            continue
     return tuple(sorted(out))
 
 

@@ -46,6 +46,10 @@ an `if`/`assert`/`while` test in the same loop, NaN checks), and the second read
 (`x.cpu().numpy()` is reported once, at `.cpu()`). `print` is reported only for values known to
 be tensors (a loss or model output). A read inside a helper called every step is not followed.
 
+Any module: the bug is a bug in a single-process script too, so in a project this rule
+also reports in functions that are not distributed code (a tokenizer, a plotting script, an
+export tool), where the rules that need several ranks are silent.
+
 ## References
 - https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution
 - https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html

@@ -230,12 +230,29 @@ def test_launcher_helper_that_receives_the_training_function(tmp_path: Path) -> 
     assert _found(tmp_path, "train_net.py") == [("DDP501", 8)]
 
 
+# Rules whose bug is a bug in any process: they also report in single-process code.
+ANY_MODULE = {
+    "DDP201",
+    "DDP202",
+    "DDP203",
+    "DDP204",
+    "DDP205",
+    "DDP301",
+    "DDP302",
+    "DDP404",
+    "DDP405",
+    "DDP406",
+}
+
+
 def test_distributed_only_rules_say_so() -> None:
     only = {r.meta.id for r in all_rules() if r.meta.distributed_only}
     assert only == {"DDP303", "DDP401", "DDP501", "DDP502", "DDP503", "DDP504"}
     for r in all_rules():
         doc = sys.modules[type(r).__module__].__doc__ or ""
         assert ("Distributed code only:" in doc) == r.meta.distributed_only, r.meta.id
+        if r.meta.id in ANY_MODULE:
+            assert "Any module:" in doc and not r.meta.distributed_only, r.meta.id
 
 
 def test_methods_of_a_built_class_run_when_called_by_name(tmp_path: Path) -> None:
@@ -294,7 +311,10 @@ def test_code_nothing_refers_to_keeps_its_module_context(tmp_path: Path) -> None
                         return x.sum()
 
 
-                class LegacyLoss:
+                class LegacyLoss(Loss):
+                    def __init__(self):
+                        super(LegacyLoss, self).__init__()
+
                     def __call__(self, x):
                         return (x - torch.zeros(1, device="cuda:0")).sum()
             """,
@@ -320,6 +340,6 @@ def test_code_nothing_refers_to_keeps_its_module_context(tmp_path: Path) -> None
             """,
         },
     )
-    assert ("DDP504", 11) in _found(tmp_path, "loss.py")
+    assert ("DDP504", 14) in _found(tmp_path, "loss.py")
     assert ("DDP504", 8) in _found(tmp_path, "test_loss.py", project=False)
     assert _found(tmp_path, "test_loss.py") == []
