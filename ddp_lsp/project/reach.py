@@ -69,6 +69,22 @@ DISTRIBUTED_PROPS = frozenset(
     }
 )
 
+#: Bases that call none of a subclass's methods by name except special ones (`forward`
+#: through `__call__`, `__getitem__`): a subclass of anything else may have any method called.
+PLAIN_BASES = frozenset(
+    {
+        "object",
+        "torch.nn.Module",
+        "torch.nn.modules.module.Module",
+        "torch.utils.data.Dataset",
+        "torch.utils.data.dataset.Dataset",
+        "torch.utils.data.IterableDataset",
+        "Exception",
+        "ValueError",
+        "RuntimeError",
+    }
+)
+
 Key = tuple[str, str]  # (module, qualname); qualname "<module>" for the top level
 
 
@@ -139,7 +155,14 @@ def single_process(
         tm, q = r
         if q in res.classes(tm):
             return [(tm, q)]  # the class: instantiated (or handed), see `live` below
-        return [(tm, q)] if q in res.functions(tm) else []
+        if q in res.functions(tm):
+            return [(tm, q)]
+        owner = q.rsplit(".", 1)[0] if "." in q else ""
+        if owner in res.classes(tm):
+            # `Model.from_pretrained(...)` inherited from a base: the class is in use, and the
+            # name is called (see `flood`).
+            return [(tm, owner)]
+        return []
 
     for m in names:
         s = summaries[m]
@@ -200,6 +223,21 @@ def single_process(
     def is_class(k: Key) -> bool:
         return k[1] in res.classes(k[0])
 
+    def bases(k: Key) -> tuple[list[Key], bool]:
+        """The project bases of a class, and whether another base (not ``object``,
+        ``nn.Module``, ``Dataset``) may call any of its methods (a framework's Checkpointer
+        calling the `_load_file` the class overrides)."""
+        project: list[Key] = []
+        foreign = False
+        for base in res.classes(k[0]).get(k[1], ()):
+            r = res.resolve(k[0], base)
+            if r is not None and r[1] and r[1] in res.classes(r[0]):
+                project.append((r[0], r[1]))
+                continue
+            qual = N.resolve(base, own[k[0]].aliases) or base
+            foreign = foreign or qual not in PLAIN_BASES
+        return project, foreign
+
     def runs_when_built(q: str) -> bool:
         name = q.rsplit(".", 1)[1]
         return name == "forward" or (name.startswith("__") and name.endswith("__"))
@@ -217,10 +255,12 @@ def single_process(
                 out.add(k)
                 if is_class(k):
                     live.append(k)
+                    project_bases, foreign = bases(k)
+                    todo.extend(project_bases)  # inherited methods run on the instance
                     todo.extend(
                         t
                         for t in members(*k)
-                        if runs_when_built(t[1]) or t[1].rsplit(".", 1)[1] in called
+                        if foreign or runs_when_built(t[1]) or t[1].rsplit(".", 1)[1] in called
                     )
                     continue
                 called |= attr_calls.get(k, set())

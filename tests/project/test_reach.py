@@ -343,3 +343,45 @@ def test_code_nothing_refers_to_keeps_its_module_context(tmp_path: Path) -> None
     assert ("DDP504", 14) in _found(tmp_path, "loss.py")
     assert ("DDP504", 8) in _found(tmp_path, "test_loss.py", project=False)
     assert _found(tmp_path, "test_loss.py") == []
+
+
+def test_overrides_a_framework_base_calls_and_inherited_methods_stay_distributed(
+    tmp_path: Path,
+) -> None:
+    _write(
+        tmp_path,
+        {
+            "utils.py": UTILS,
+            "ckpt.py": """
+                import torch
+                from fvcore.common.checkpoint import Checkpointer
+
+
+                class MyCheckpointer(Checkpointer):
+                    def _load_file(self, f):
+                        return torch.load(f)
+
+
+                class Pretrained:
+                    @classmethod
+                    def from_pretrained(cls, path):
+                        return torch.load(path)
+
+
+                class Bert(Pretrained):
+                    pass
+            """,
+            "train.py": """
+                from ckpt import Bert, MyCheckpointer
+                from utils import setup
+
+
+                def main(model, path):
+                    setup()
+                    MyCheckpointer(model).resume_or_load(path)
+                    return Bert.from_pretrained(path)
+            """,
+        },
+    )
+    # The base class (not in the project) calls `_load_file`; `from_pretrained` is inherited.
+    assert _found(tmp_path, "ckpt.py") == [("DDP303", 7), ("DDP303", 13)]
