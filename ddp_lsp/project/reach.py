@@ -298,7 +298,9 @@ def single_process(
             owner = (m, q.split(".", 1)[0])
             if (m, q) not in referenced and not (is_class(owner) and owner in referenced):
                 orphans.add(owner if is_class(owner) else (m, q))
-    unknown = flood(orphans)  # and what only they call (`self.build_targets(...)`)
+    # An unreferenced class's methods are all unknown (any of them may be its users' entry),
+    # and so is what only they call (`self.build_targets(...)`).
+    unknown = flood(orphans | {t for o in orphans if is_class(o) for t in members(*o)})
     local: dict[str, frozenset[str]] = {}
     for m in names:
         rest = set()
