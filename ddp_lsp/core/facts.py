@@ -1123,6 +1123,7 @@ EVERYTHING = ("\x00everything",)  # a read the view cannot narrow down (the fact
 DIST = ("dist",)
 PROJECT = ("proj",)  # the project facts as a whole (a rule holding the object)
 HAS_PROJECT = ("proj?",)  # whether the module is analysed inside a project
+SINGLE_PROCESS = ("proj-sp",)  # the project's single-process functions of the module
 BARRIER_IFS = ("bifs",)  # how many top-level ifs call a barrier
 Entry = tuple[object, ...]
 
@@ -1237,7 +1238,9 @@ class _RecProject:
         return True
 
     def __getattr__(self, name: str) -> Any:
-        self._reads.add(PROJECT)
+        # Every distributed-only rule asks for the single-process functions: a read of its
+        # own, so a change elsewhere in the project facts does not re-run them all.
+        self._reads.add(SINGLE_PROCESS if name == "single_process" else PROJECT)
         return getattr(self._p, name)
 
     def __eq__(self, other: object) -> bool:
@@ -1420,6 +1423,8 @@ def changed_entries(old: ModuleFacts, new: ModuleFacts) -> frozenset[Entry]:
         op, np_ = old.project, new.project
         if (op is None) != (np_ is None):
             out.add(HAS_PROJECT)
+        if (op.single_process if op else None) != (np_.single_process if np_ else None):
+            out.add(SINGLE_PROCESS)
         _diff_map(out, "pk", op.extra_kinds if op else {}, np_.extra_kinds if np_ else {})
         _diff_map(
             out,

@@ -385,3 +385,29 @@ def test_overrides_a_framework_base_calls_and_inherited_methods_stay_distributed
     )
     # The base class (not in the project) calls `_load_file`; `from_pretrained` is inherited.
     assert _found(tmp_path, "ckpt.py") == [("DDP303", 7), ("DDP303", 13)]
+
+
+def test_single_process_change_reruns_the_rules_of_a_cached_document() -> None:
+    from dataclasses import replace
+
+    from ddp_lsp.core.crossfile import ModuleProjectFacts
+    from ddp_lsp.core.document import Document
+    from ddp_lsp.core.settings import Settings
+
+    text = textwrap.dedent(
+        """
+        import torch
+        import torch.distributed as dist
+
+
+        def export(model, path):
+            torch.save(model.state_dict(), path + ".pt")
+        """
+    ).lstrip("\n")
+    doc = Document(text, Settings().rank_model)
+    facts = ModuleProjectFacts("tool", "tool.py")
+    ids = lambda r: [f.rule_id for f in r.findings]  # noqa: E731
+    assert ids(analyze(doc, project=facts)) == ["DDP501"]
+    quiet = replace(facts, single_process=frozenset({"export"}))
+    assert ids(analyze(doc, project=quiet)) == []
+    assert ids(analyze(doc, project=facts)) == ["DDP501"]
