@@ -40,8 +40,9 @@ from ddp_lsp.project.resolve import Resolver
 from ddp_lsp.project.summary import ModuleSummary
 
 #: Under a distributed prefix, but asked by single-process code before it decides
-#: (`get_rank() if dist.is_initialized() else 0`), or DeepSpeed's device abstraction (used by
-#: single-GPU scripts too).
+#: (`get_rank() if dist.is_initialized() else 0`); below, DeepSpeed's device abstraction and
+#: accelerate's big-model helpers (used by single-GPU scripts too). Framework knowledge: to move
+#: into the framework tables (core/frameworks) once they hold "not distributed" entries.
 PROBES = frozenset(
     {
         "torch.distributed.is_available",
@@ -52,7 +53,24 @@ PROBES = frozenset(
         "torch.distributed.is_torchelastic_launched",
     }
 )
-NOT_DISTRIBUTED_PREFIXES = ("deepspeed.accelerator",)
+NOT_DISTRIBUTED_PREFIXES = (
+    "deepspeed.accelerator",
+    # accelerate's big-model placement: one process spreading a model over its devices.
+    "accelerate.init_empty_weights",
+    "accelerate.init_on_device",
+    "accelerate.cpu_offload",
+    "accelerate.disk_offload",
+    "accelerate.dispatch_model",
+    "accelerate.infer_auto_device_map",
+    "accelerate.load_checkpoint_and_dispatch",
+    "accelerate.load_checkpoint_in_model",
+    "accelerate.big_modeling",
+    "accelerate.hooks",
+    "accelerate.utils.modeling",
+    "accelerate.utils.get_balanced_memory",
+    "accelerate.utils.get_max_memory",
+    "accelerate.utils.load_checkpoint_in_model",
+)
 
 #: Kinds that only distributed code holds.
 DISTRIBUTED_KINDS = frozenset({F.DDP, F.FSDP, F.SAMPLER, F.RANK})

@@ -411,3 +411,37 @@ def test_single_process_change_reruns_the_rules_of_a_cached_document() -> None:
     quiet = replace(facts, single_process=frozenset({"export"}))
     assert ids(analyze(doc, project=quiet)) == []
     assert ids(analyze(doc, project=facts)) == ["DDP501"]
+
+
+def test_big_model_placement_is_not_distributed_code(tmp_path: Path) -> None:
+    # A vendored quantisation library: it spreads one model over the devices of one process.
+    _write(
+        tmp_path,
+        {
+            "utils.py": UTILS,
+            "quant.py": """
+                import accelerate
+                import torch
+
+
+                def load(model, path):
+                    with accelerate.init_empty_weights():
+                        pass
+                    return accelerate.infer_auto_device_map(model)
+
+
+                class Quantized:
+                    def save_quantized(self, path):
+                        torch.save(self.state, path + "/model.pt")
+            """,
+            "train.py": """
+                from utils import setup
+
+
+                def main():
+                    setup()
+            """,
+        },
+    )
+    assert _found(tmp_path, "quant.py", project=False) == [("DDP501", 13)]
+    assert _found(tmp_path, "quant.py") == []
