@@ -115,8 +115,22 @@ def is_distributed_call(qual: str) -> bool:
     )
 
 
+def _distributed_heads(aliases: Mapping[str, str]) -> frozenset[str]:
+    """Names whose dotted uses may resolve under a distributed prefix (`dist`, `torch`, `DDP`,
+    `accelerate`): the only heads worth resolving."""
+    prefixes = N.DISTRIBUTED_MODULE_PREFIXES
+    return frozenset(
+        h
+        for h, q in aliases.items()
+        if q.startswith(prefixes) or any(p.startswith(q + ".") for p in prefixes)
+    )
+
+
 def _does_distributed(
-    m: str, fi: F.FunctionInfo, own: F.ModuleFacts, scopes_with_kinds: Mapping[str, bool]
+    fi: F.FunctionInfo,
+    own: F.ModuleFacts,
+    scopes_with_kinds: Mapping[str, bool],
+    heads: frozenset[str],
 ) -> bool:
     if fi.props & DISTRIBUTED_PROPS or own.func_props.get(fi.qualname, frozenset()) & (
         DISTRIBUTED_PROPS
@@ -125,6 +139,8 @@ def _does_distributed(
     if scopes_with_kinds.get(fi.qualname, False):
         return True
     for callee in fi.calls:
+        if callee.partition(".")[0] not in heads:
+            continue
         qual = N.resolve(callee, own.aliases)
         if qual is not None and is_distributed_call(qual):
             return True
@@ -157,9 +173,19 @@ def single_process(
         pair = (caller, (tm, tfi.qualname))
         site_guard[pair] = site_guard.get(pair, True) and cs.guarded
 
+    member_table: dict[Key, list[Key]] = {}
+    for m in names:
+        for q in nodes[m]:
+            if "." in q:
+                member_table.setdefault((m, q.split(".", 1)[0]), []).append((m, q))
+
     def members(tm: str, cls: str) -> list[Key]:
-        prefix = f"{cls}."
-        return [(tm, q) for q in nodes.get(tm, ()) if q.startswith(prefix)]
+        return member_table.get((tm, cls), [])
+
+    local_heads = {m: set(res.functions(m)) | set(res.classes(m)) for m in names}
+    project_tops = {m.partition(".")[0] for m in names}
+    alias_of = {m: res.aliases(m) for m in names}
+    memo: dict[tuple[str, str], list[Key]] = {}
 
     def targets(m: str, scope: str, spelled: str) -> list[Key]:
         if spelled.startswith("self.") and spelled.count(".") == 1:
@@ -167,6 +193,30 @@ def single_process(
             if fi is None or fi.cls is None:
                 return []
             spelled = f"{fi.cls}.{spelled[5:]}"
+        key = (m, spelled)
+        found = memo.get(key)
+        if found is None:
+            if not may_resolve(m, spelled):
+                found = []
+            elif spelled.rpartition(".")[2][:1].isupper():
+                found = resolved(m, spelled)  # a class, exactly (not the base its __init__ is in)
+            else:
+                # A function: the flow resolved it already (memoised), `Cls.from_pretrained`
+                # inherited included.
+                r = res.function(m, spelled)
+                found = [] if r is None or r[0] not in nodes else [(r[0], r[1].qualname)]
+            memo[key] = found
+        return found
+
+    def may_resolve(m: str, spelled: str) -> bool:
+        head = spelled.partition(".")[0]
+        qual = alias_of[m].get(head)
+        if qual is None:
+            return head in local_heads[m]  # not a local variable or a builtin (`x.sum()`)
+        # Not the standard library, torch or a framework (unless the project is one).
+        return N.may_be_project_module(qual) or qual.partition(".")[0] in project_tops
+
+    def resolved(m: str, spelled: str) -> list[Key]:
         r = res.resolve(m, spelled)
         if r is None or not r[1] or r[0] not in nodes:
             return []
@@ -199,12 +249,13 @@ def single_process(
     seeds: set[Key] = set()
     for m in names:
         o = own[m]
+        heads = _distributed_heads(o.aliases)
         with_kinds: dict[str, bool] = {}
         for (scope, _), kind in o.kinds.items():
             if kind in DISTRIBUTED_KINDS:
                 with_kinds[scope or F.MODULE] = True
         for fi in summaries[m].facts.functions:
-            if _does_distributed(m, fi, o, with_kinds):
+            if _does_distributed(fi, o, with_kinds, heads):
                 seeds.add((m, fi.qualname))
         if summaries[m].facts.env_markers and not any(k[0] == m for k in seeds):
             seeds.add((m, F.MODULE))  # the rank read from the environment, place unknown
@@ -230,13 +281,17 @@ def single_process(
     # -- reach: from entry points and self-distributed functions, along unguarded edges. A
     # class reached (built or handed) runs its constructor and special methods (`forward`
     # through `__call__`), and the methods reached code calls by name (`tok.encode(...)`).
-    attr_calls: dict[Key, set[str]] = {}
+    infos = {(m, fi.qualname): fi for m in names for fi in summaries[m].facts.functions}
+    handed_attrs: dict[Key, set[str]] = {}
     for m in names:
-        for fi in summaries[m].facts.functions:
-            attr_calls[(m, fi.qualname)] = {c.rsplit(".", 1)[1] for c in fi.calls if "." in c}
         for scope, spelled in summaries[m].handed:
             if "." in spelled:
-                attr_calls.setdefault((m, scope), set()).add(spelled.rsplit(".", 1)[1])
+                handed_attrs.setdefault((m, scope), set()).add(spelled.rsplit(".", 1)[1])
+
+    def attr_calls(k: Key) -> set[str]:
+        fi = infos.get(k)
+        out = {c.rsplit(".", 1)[1] for c in fi.calls if "." in c} if fi is not None else set()
+        return out | handed_attrs.get(k, set())
 
     def is_class(k: Key) -> bool:
         return k[1] in res.classes(k[0])
@@ -281,7 +336,7 @@ def single_process(
                         if foreign or runs_when_built(t[1]) or t[1].rsplit(".", 1)[1] in called
                     )
                     continue
-                called |= attr_calls.get(k, set())
+                called |= attr_calls(k)
                 todo.extend(sorted(unguarded.get(k, ())))
             for c in live:
                 todo.extend(
