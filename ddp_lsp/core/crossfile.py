@@ -13,6 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+#: The statements under a top-level ``if __name__ == "__main__":``, as a scope of
+#: ``ModuleProjectFacts.single_process``: they run when the file is the script, not when
+#: another module imports it.
+MAIN_BLOCK = "<__main__>"
+
 
 @dataclass(frozen=True, order=True)
 class Provenance:
@@ -52,6 +57,11 @@ class ModuleProjectFacts:
     # (callers in other modules included: `if is_main_process(): engine.save(model)`).
     only_called_guarded: frozenset[str] = frozenset()
     root: str = ""  # the project root, absolute (related locations point into other files)
+    # Functions of this module (qualnames, ``<module>`` for its top level) that are not
+    # distributed code: no distributed entry point reaches them on every rank and they do
+    # nothing distributed themselves (an export tool, a tokenizer, a plotting helper). Rules
+    # that only apply to distributed code stay silent in them (project/reach.py).
+    single_process: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         key = (
@@ -67,6 +77,7 @@ class ModuleProjectFacts:
             self.distributed,
             tuple(sorted(self.only_called_guarded)),
             self.root,
+            tuple(sorted(self.single_process)),
         )
         object.__setattr__(self, "_key", key)
         object.__setattr__(self, "_hash", hash(key))
@@ -84,6 +95,7 @@ class ModuleProjectFacts:
                 self.distributed,
                 self.only_called_guarded,
                 self.root,
+                self.single_process,
             ),
         )
 

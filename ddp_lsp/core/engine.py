@@ -219,6 +219,9 @@ def _run_rules(
     errors: list[InternalError] = []
     for rule in rules:
         try:
+            if rule.meta.distributed_only and ctx.single_process_scopes():
+                found.extend(f for f in rule.check(ctx) if not ctx.in_single_process(f.span))
+                continue
             found.extend(rule.check(ctx))
         except Exception as exc:  # one rule's crash is one rule's loss
             log.exception("rule %s failed", rule.meta.id)

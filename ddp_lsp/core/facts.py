@@ -325,8 +325,12 @@ class _Extractor:
             self.expr(s.test, scope, guarded)
             self._rank_branches += pol is not None
             self._ifs += 1
+            mark = len(self.bindings)
             self.block(s.body, scope, guarded or pol is Polarity.ZERO)
+            self._drop_if_raises(s.body, scope, mark)
+            mark = len(self.bindings)
             self.block(s.orelse, scope, guarded or pol is Polarity.NONZERO)
+            self._drop_if_raises(s.orelse, scope, mark)
             self._ifs -= 1
             self._rank_branches -= pol is not None
             return
@@ -360,11 +364,23 @@ class _Extractor:
         for handler in getattr(s, "handlers", ()):
             if handler.type is not None:
                 self.expr(handler.type, scope, guarded)
+            mark = len(self.bindings)
             self.block(handler.body, scope, guarded)
+            self._drop_if_raises(handler.body, scope, mark)
         for name in ("orelse", "finalbody"):
             tail = getattr(s, name, None)
             if isinstance(tail, list) and tail and isinstance(tail[0], ast.stmt):
                 self.block(tail, scope, guarded)
+
+    def _drop_if_raises(self, body: list[ast.stmt], scope: str, mark: int) -> None:
+        """A branch that ends in ``raise`` leaves by the exception: the local names it bound
+        (``model = DDP(model)`` before ``raise ValueError(...)``) never reach the code after
+        it, so they give no kind to the merged facts. Attributes (``self.model``) stay: the
+        object outlives the exception."""
+        if body and isinstance(body[-1], ast.Raise) and len(self.bindings) > mark:
+            kept = [b for b in self.bindings[mark:] if b.scope != scope]
+            del self.bindings[mark:]
+            self.bindings.extend(kept)
 
     def function(self, f: ast.FunctionDef | ast.AsyncFunctionDef, scope: str) -> None:
         cls = self.class_stack[-1] if self.class_stack and not scope else None
@@ -1236,6 +1252,7 @@ EVERYTHING = ("\x00everything",)  # a read the view cannot narrow down (the fact
 DIST = ("dist",)
 PROJECT = ("proj",)  # the project facts as a whole (a rule holding the object)
 HAS_PROJECT = ("proj?",)  # whether the module is analysed inside a project
+SINGLE_PROCESS = ("proj-sp",)  # the project's single-process functions of the module
 BARRIER_IFS = ("bifs",)  # how many top-level ifs call a barrier
 Entry = tuple[object, ...]
 
@@ -1350,7 +1367,9 @@ class _RecProject:
         return True
 
     def __getattr__(self, name: str) -> Any:
-        self._reads.add(PROJECT)
+        # Every distributed-only rule asks for the single-process functions: a read of its
+        # own, so a change elsewhere in the project facts does not re-run them all.
+        self._reads.add(SINGLE_PROCESS if name == "single_process" else PROJECT)
         return getattr(self._p, name)
 
     def __eq__(self, other: object) -> bool:
@@ -1541,6 +1560,8 @@ def changed_entries(old: ModuleFacts, new: ModuleFacts) -> frozenset[Entry]:
         op, np_ = old.project, new.project
         if (op is None) != (np_ is None):
             out.add(HAS_PROJECT)
+        if (op.single_process if op else None) != (np_.single_process if np_ else None):
+            out.add(SINGLE_PROCESS)
         _diff_map(out, "pk", op.extra_kinds if op else {}, np_.extra_kinds if np_ else {})
         _diff_map(
             out,

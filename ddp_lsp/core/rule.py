@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
-from ddp_lsp.core.crossfile import ParamKind, Provenance
+from ddp_lsp.core.crossfile import MAIN_BLOCK, ParamKind, Provenance
 from ddp_lsp.core.env import Environment
-from ddp_lsp.core.facts import ModuleFacts, path_of
+from ddp_lsp.core.facts import MODULE, ModuleFacts, path_of
 from ddp_lsp.core.ranks import Polarity, RankModel
 from ddp_lsp.core.types import Finding, Fix, Pos, Related, RuleMeta, Span
 from ddp_lsp.core.walk import children
@@ -355,6 +355,46 @@ class ChunkContext:
         self._memo[key] = value
         return value
 
+    def single_process_scopes(self) -> frozenset[str]:
+        """The functions of this module the project finds single-process (not distributed
+        code: project/reach.py); empty when analysed alone or when the project says nothing."""
+        project = self.facts.project
+        return project.single_process if project is not None else frozenset()
+
+    def in_single_process(self, span: Span) -> bool:
+        """The code at ``span`` (chunk lines) is in a function the project finds
+        single-process; the innermost function holding its first line decides."""
+        scopes = self.single_process_scopes()
+        if not scopes:
+            return False
+
+        def table() -> list[tuple[int, int, str]]:
+            out = []
+            fns: list[FunctionNode] = self.nodes(ast.FunctionDef, ast.AsyncFunctionDef)
+            for fn in fns:
+                first = fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno
+                qual = self.scope(fn.body[0])[0]
+                out.append((self.rel_line(first), self.rel_line(fn.end_lineno or fn.lineno), qual))
+            return out
+
+        def main_blocks() -> list[tuple[int, int]]:
+            return [
+                (self.rel_line(s.lineno), self.rel_line(s.end_lineno or s.lineno))
+                for s in self.body
+                if isinstance(s, ast.If) and _is_main_guard(s.test)
+            ]
+
+        line = span.start.line
+        best: tuple[int, int, str] | None = None
+        for entry in self.memo(("single-process table",), table):
+            if entry[0] <= line <= entry[1] and (best is None or entry[0] >= best[0]):
+                best = entry
+        if best is not None:
+            return best[2] in scopes
+        if any(a <= line <= b for a, b in self.memo(("main blocks",), main_blocks)):
+            return MAIN_BLOCK in scopes
+        return MODULE in scopes
+
     # -- source and positions ------------------------------------------------------------------
 
     def line(self, node_line: int) -> str:
@@ -466,6 +506,18 @@ class ChunkContext:
             tags=rule.meta.tags,
             name=rule.meta.name,
         )
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    if not (
+        isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+    ):
+        return False
+    sides = (test.left, test.comparators[0])
+    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and any(
+        isinstance(x, ast.Constant) and x.value == "__main__" for x in sides
+    )
 
 
 class Rule:

@@ -178,6 +178,10 @@ class RuleMeta:
     summary: str  # one line, shown by `ddp-lsp rules`
     fix: FixAvailability = FixAvailability.NONE
     tags: tuple[Tag, ...] = ()
+    # The bug exists only where several ranks run the code (an unguarded save, a hard-coded
+    # device): silent in the functions the project finds single-process (project/reach.py).
+    # False: a bug in any process (a scaler misuse, a deprecated API, a data-loading cost).
+    distributed_only: bool = False
 
     @property
     def url(self) -> str:

@@ -249,6 +249,7 @@ def says_something(facts: ModuleProjectFacts) -> bool:
         or facts.callee_props
         or facts.distributed is not None
         or facts.only_called_guarded
+        or facts.single_process
     )
 
 

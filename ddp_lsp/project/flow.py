@@ -32,6 +32,7 @@ from functools import cached_property
 from ddp_lsp.core import facts as F
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.project.index import ProjectIndex
+from ddp_lsp.project.reach import single_process
 from ddp_lsp.project.resolve import Resolver
 from ddp_lsp.project.summary import ModuleSummary
 
@@ -412,6 +413,13 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     for m in sorted(inits):
         o = min(inits[m])
         starts.append((Provenance(o.path, o.line, "a process group is initialised"), m))
+    # Functions an entry point reaches through calls and handed functions (`mp.spawn(run,
+    # args=(cfg, train))`, `launch(main_worker)`) run in the ranks: their modules are
+    # distributed code even when no import leads there from the initialising module.
+    local, entered = single_process(res, names, summaries, own, props, sites)
+    if starts:
+        first = min(o for o, _ in starts)
+        starts.extend((first, m) for m in sorted(entered) if m not in inits)
     # Earliest origin first: a module reached once keeps it (each module is visited once per
     # origin that is smaller than what it holds, so once in all).
     for origin, m in sorted(starts):
@@ -458,5 +466,6 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
             distributed.get(m),
             frozenset(only_guarded.get(m, ())),
             root,
+            local.get(m, frozenset()),
         )
     return ProjectFacts(out, rounds, evaluations, res, parts, prepared)

@@ -41,6 +41,11 @@ class ModuleSummary:
     # a collective at utils.py:18" points, rather than the function's `def` line.
     prop_lines: tuple[tuple[str, str, int], ...] = ()
     syntax_error: bool = False
+    # (scope, spelling) of each name handed to a call as a value, not called there:
+    # `mp.spawn(run, args=(cfg, train))` in `main` gives ("main", "run") and ("main", "train"),
+    # `launch(main_worker, ...)` at the top level ("<module>", "main_worker"). Whoever
+    # receives a function runs it: the project follows these edges to find distributed code.
+    handed: tuple[tuple[str, str], ...] = ()
 
 
 def module_name(rel: str) -> tuple[str, bool]:
@@ -89,7 +94,50 @@ def summarise(
         site_lines=x.site_lines,
         binding_lines=_binding_lines(tree, cf, merged),
         prop_lines=_prop_lines(tree, merged),
+        handed=handed_names(tree),
     )
+
+
+def handed_names(tree: ast.Module) -> tuple[tuple[str, str], ...]:
+    """(scope, spelling) of the names and attributes passed as arguments (also inside a tuple
+    or list argument: ``args=(cfg, train)``), scopes named as the core names functions
+    (``Trainer.fit``, ``main.worker``, ``<module>``). Most are data, not functions: the
+    project keeps those that resolve to a function of its own."""
+    out: set[tuple[str, str]] = set()
+
+    def visit(node: ast.AST, scope: str, cls: str | None) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if cls is not None:
+                qual = f"{cls}.{node.name}"
+            elif scope != F.MODULE:
+                qual = f"{scope}.{node.name}"
+            else:
+                qual = node.name
+            for d in node.decorator_list:
+                visit(d, scope, None)
+            for stmt in node.body:
+                visit(stmt, qual, None)
+            return
+        if isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                visit(stmt, scope, node.name if scope == F.MODULE else None)
+            return
+        if isinstance(node, ast.Call):
+            for v in (*node.args, *(kw.value for kw in node.keywords)):
+                items = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
+                for e in items:
+                    spelled = N.dotted(e.value if isinstance(e, ast.Starred) else e)
+                    if spelled:
+                        out.add((scope, spelled))
+        for child in ast.iter_child_nodes(node):
+            visit(child, scope, cls if isinstance(node, (ast.Module, ast.ClassDef)) else None)
+
+    for stmt in tree.body:
+        try:
+            visit(stmt, F.MODULE, None)
+        except RecursionError:  # absurdly nested code: what was found so far
+            continue
+    return tuple(sorted(out))
 
 
 def _binding_lines(

@@ -123,7 +123,9 @@ def _wrapped_here(ctx: ChunkContext, target: ast.expr, call: ast.Call) -> bool:
     holders = {id(a) for a in ctx.ancestors(call)}
     before = [(s, v) for s, v in found if P.before(s, call) and id(s) not in holders]
     if before:
-        value = before[-1][1]
+        # The latest binding before the call decides (`model = build().cuda(g)` then
+        # `model = DDP(model)`): the scope walk is not in source order.
+        value = max(before, key=lambda sv: P.order(sv[0]))[1]
         verdict = _wraps_ddp(ctx, value)
         if verdict is None:  # `model = other`: DDP only if `other` is
             return path_of(value) is not None and ctx.kind(value, call) == K.DDP
@@ -257,6 +259,47 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 DdpForwardInRankBranch.cases = (
+    Invalid(
+        _HEAD
+        + """\
+def build_model():
+    return nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))
+
+
+def run(gpu, rank, x_val):
+    model = build_model().cuda(gpu)
+    model = DDP(model, device_ids=[gpu])
+    if rank == 0:
+        with torch.no_grad():
+            print(«model(x_val)».mean())
+""",
+        fixed=_HEAD
+        + """\
+def build_model():
+    return nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))
+
+
+def run(gpu, rank, x_val):
+    model = build_model().cuda(gpu)
+    model = DDP(model, device_ids=[gpu])
+    if rank == 0:
+        with torch.no_grad():
+            print(model.module(x_val).mean())
+""",
+        note="the wrap rebinds the name: the latest binding before the call decides",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def run(net, gpu, rank, x_val):
+    model = DDP(net.cuda(gpu), device_ids=[gpu])
+    model = model.module
+    if rank == 0:
+        with torch.no_grad():
+            print(model(x_val).mean())
+""",
+        note="rebound to the wrapped module after the wrap: a plain forward",
+    ),
     Valid(
         _HEAD
         + """\

@@ -43,6 +43,10 @@ the test cannot be repeated (a call, the `else` branch), the fix is marked unsaf
 Scaler wrappers that unscale themselves (timm's `NativeScaler` called with `clip_grad=`) are
 not reported, and neither is `unscale_` called through a helper function of the same file.
 
+Any module: the bug is a bug in a single-process script too, so in a project this rule
+also reports in functions that are not distributed code (a tokenizer, a plotting script, an
+export tool), where the rules that need several ranks are silent.
+
 ## References
 - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping
 """

@@ -52,6 +52,10 @@ a project class that wraps a GradScaler and unscales or updates it in its own me
 `NativeScaler`, `NativeScalerWithGradNormCount`) is not a GradScaler: its `step` is not
 reported.
 
+Any module: the bug is a bug in a single-process script too, so in a project this rule
+also reports in functions that are not distributed code (a tokenizer, a plotting script, an
+export tool), where the rules that need several ranks are silent.
+
 ## References
 - https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler.update
 - https://pytorch.org/docs/stable/notes/amp_examples.html

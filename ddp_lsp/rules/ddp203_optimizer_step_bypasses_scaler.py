@@ -44,6 +44,10 @@ known optimizer factory), handed to `scaler.step`/`scaler.unscale_`, or clearly 
 scaled backward (`if scaler is not None: ... else: loss.backward(); optimizer.step()`), or
 after a later plain `loss.backward()` (a second model trained without AMP), is not reported.
 
+Any module: the bug is a bug in a single-process script too, so in a project this rule
+also reports in functions that are not distributed code (a tokenizer, a plotting script, an
+export tool), where the rules that need several ranks are silent.
+
 ## References
 - https://pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training
 - https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler.step

@@ -39,6 +39,10 @@ An update under a condition of its own before the step (`if i > 0: scaler.update
 deliberately deferred update for the previous iteration) is not reported, and neither is an
 update in a different loop than the step.
 
+Any module: the bug is a bug in a single-process script too, so in a project this rule
+also reports in functions that are not distributed code (a tokenizer, a plotting script, an
+export tool), where the rules that need several ranks are silent.
+
 ## References
 - https://pytorch.org/docs/stable/notes/amp_examples.html#working-with-multiple-models-losses-and-optimizers
 - https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler.update

@@ -45,6 +45,10 @@ Version-compatibility code is left alone: deprecated names used in an `except Im
 / `except AttributeError:` fallback or under a condition on the PyTorch version or `hasattr`.
 `torch.cuda.amp.custom_fwd` / `custom_bwd` and `torch.cpu.amp` are not covered.
 
+Any module: the bug is a bug in a single-process script too, so in a project this rule
+also reports in functions that are not distributed code (a tokenizer, a plotting script, an
+export tool), where the rules that need several ranks are silent.
+
 ## References
 - https://pytorch.org/docs/stable/amp.html#torch.amp.autocast
 - https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler

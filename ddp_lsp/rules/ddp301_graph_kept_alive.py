@@ -45,6 +45,10 @@ an evaluation loop without `torch.no_grad()` and without `backward()` is not rep
 (re)created or cleared inside the training loop are fine and not reported. An entry stored under
 a constant key (`log["loss"] = loss`) is overwritten every iteration and not reported.
 
+Any module: the bug is a bug in a single-process script too, so in a project this rule
+also reports in functions that are not distributed code (a tokenizer, a plotting script, an
+export tool), where the rules that need several ranks are silent.
+
 ## References
 - https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory
 """

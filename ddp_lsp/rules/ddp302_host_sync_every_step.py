@@ -50,6 +50,10 @@ called every step that calls `.item()` / `.tolist()` on a parameter or a loop va
 any `if` (`for p in model.parameters(): norms.append(p.grad.norm().item())`) is reported once,
 at the call.
 
+Any module: the bug is a bug in a single-process script too, so in a project this rule
+also reports in functions that are not distributed code (a tokenizer, a plotting script, an
+export tool), where the rules that need several ranks are silent.
+
 ## References
 - https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution
 - https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html

@@ -35,6 +35,10 @@ process per node (or a machine with one GPU): GPU 0 is then every process's. A c
 from the CPU is reported too: the rule cannot see how the file was written, and
 `map_location="cpu"` costs nothing there. DDP504 reports `map_location="cuda:0"`.
 
+Distributed code only: in a project, a function that no distributed entry point reaches on
+every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
+script, a helper called on rank 0 only) is single-process code, and this rule is silent there.
+
 ## References
 - https://pytorch.org/docs/stable/generated/torch.load.html
 - https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints
@@ -62,6 +66,7 @@ class LoadWithoutMapLocation(Rule):
         severity=Severity.WARNING,
         summary="torch.load without map_location: every rank loads onto the saving GPU.",
         fix=FixAvailability.ALWAYS,
+        distributed_only=True,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:

@@ -3,8 +3,9 @@
 ## What it does
 Finds `ddp_model.state_dict()` written to a checkpoint, where `ddp_model` is the
 `DistributedDataParallel` wrapper: `torch.save(model.state_dict(), path)`, a dict holding it
-(`torch.save({"model": model.state_dict()}, path)`), or a dict built first and saved later in
-the same function, also through a save helper (`save_on_master`, `save_checkpoint`).
+(`torch.save({"model": model.state_dict()}, path)`, also spelled
+`dict(model=model.state_dict())`), or a dict built first and saved later in the same
+function, also through a save helper (`save_on_master`, `save_checkpoint`).
 
 ## Why is this bad?
 The wrapper holds the real model as `module`, so every key of its state dict starts with
@@ -150,6 +151,9 @@ def _saved_by(ctx: ChunkContext, sd: ast.Call) -> str | None:
     name it was stored in (``ckpt = {"model": m.state_dict()}; torch.save(ckpt, path)``)."""
     child: ast.AST = sd
     for a in ctx.ancestors(sd):
+        if isinstance(a, ast.Call) and a.func is not child and _builds_container(ctx, a):
+            child = a  # `dict(model=m.state_dict(), step=step)`: a dict literal spelled as a call
+            continue
         if isinstance(a, ast.Call):
             label = _save_label(ctx, a)
             if label is not None:
@@ -178,6 +182,16 @@ def _saved_by(ctx: ChunkContext, sd: ast.Call) -> str | None:
     return None
 
 
+_CONTAINERS = frozenset({"collections.OrderedDict", "builtins.dict", "builtins.list"})
+
+
+def _builds_container(ctx: ChunkContext, call: ast.Call) -> bool:
+    """``dict(...)``, ``OrderedDict(...)``, ``list(...)``: holds what it is given, unchanged."""
+    if isinstance(call.func, ast.Name) and call.func.id in ("dict", "list", "tuple"):
+        return call.func.id not in ctx.facts.aliases  # not a name imported as `dict`
+    return ctx.call_qualname(call) in _CONTAINERS
+
+
 def _contains(tree: ast.AST, node: ast.AST) -> bool:
     return any(n is node for n in W.bfs(tree))
 
@@ -190,6 +204,36 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 StateDictOfDdpWrapper.cases = (
+    Valid(
+        _HEAD
+        + """\
+def main(net, rank, wrap):
+    model = net
+    if wrap == "ddp-legacy":
+        model = DDP(net)
+        raise ValueError("--wrap ddp-legacy was removed; launch with torchrun instead")
+    if rank == 0:
+        torch.save(model.state_dict(), "model.pt")
+""",
+        note="the wrap is in a branch that ends in raise: the saved model is never the wrapper",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(net, rank, epoch):
+    model = DDP(net)
+    if rank == 0:
+        torch.save(dict(model=«model.state_dict()», epoch=epoch), "checkpoint.pt")
+""",
+        fixed=_HEAD
+        + """\
+def main(net, rank, epoch):
+    model = DDP(net)
+    if rank == 0:
+        torch.save(dict(model=model.module.state_dict(), epoch=epoch), "checkpoint.pt")
+""",
+        note="a dict built with dict(...) is a dict literal",
+    ),
     Valid(
         _HEAD
         + """\

@@ -44,6 +44,10 @@ used on rank 0 only. A loader without `shuffle=True` is reported only with evide
 trains (a backward pass in its loop) over a map-style dataset, because unshuffled loaders over
 self-sharding datasets are common and deliberate.
 
+Distributed code only: in a project, a function that no distributed entry point reaches on
+every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
+script, a helper called on rank 0 only) is single-process code, and this rule is silent there.
+
 ## References
 - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
 - https://pytorch.org/tutorials/intermediate/ddp_series_multigpu.html
@@ -69,6 +73,7 @@ class MissingDistributedSampler(Rule):
         severity=Severity.WARNING,
         summary="Training DataLoader without a DistributedSampler: every rank reads all data.",
         fix=FixAvailability.SOMETIMES,
+        distributed_only=True,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:

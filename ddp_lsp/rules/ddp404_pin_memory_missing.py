@@ -36,6 +36,10 @@ default in the same function), loaders whose batches it does not see going to a 
 calls with `**kwargs`. Pinned memory is page-locked host RAM: with many workers and large
 batches on a host short of memory, `pin_memory=False` can be a deliberate choice; write it.
 
+Any module: the bug is a bug in a single-process script too, so in a project this rule
+also reports in functions that are not distributed code (a tokenizer, a plotting script, an
+export tool), where the rules that need several ranks are silent.
+
 ## References
 - https://pytorch.org/docs/stable/data.html#memory-pinning
 - https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html

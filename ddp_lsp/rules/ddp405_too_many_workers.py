@@ -43,6 +43,10 @@ a single process. A `num_workers` it cannot resolve to a number is not reported,
 number without a report (`num_workers=16` is fine on a 128-CPU node): the CPUs of the machine
 running the editor or CI say nothing about the training node, so they are never used.
 
+Any module: the bug is a bug in a single-process script too, so in a project this rule
+also reports in functions that are not distributed code (a tokenizer, a plotting script, an
+export tool), where the rules that need several ranks are silent.
+
 ## References
 - https://pytorch.org/docs/stable/data.html#multi-process-data-loading
 - https://lightning.ai/docs/pytorch/stable/advanced/speed.html#dataloaders

@@ -50,6 +50,10 @@ literal lists (class names), lookup tables named like class or label maps and vo
 (`class_to_idx`, `label2id`, `vocab`, `stoi`: bounded by the label set, not the data), and
 comprehensions over literals.
 
+Any module: the bug is a bug in a single-process script too, so in a project this rule
+also reports in functions that are not distributed code (a tokenizer, a plotting script, an
+export tool), where the rules that need several ranks are silent.
+
 ## References
 - https://github.com/pytorch/pytorch/issues/13246
 - https://docs.pytorch.org/docs/stable/data.html#multi-process-data-loading

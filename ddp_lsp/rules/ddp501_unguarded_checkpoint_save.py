@@ -81,6 +81,10 @@ Still reported: a save inside a method whose only caller guards it with a name n
 rank (the PyTorch DDP tutorial's `if self.gpu_id == 0:` is known; `gpu_id` is a default rank
 name); add such a name to `rank-guard-names` to teach it.
 
+Distributed code only: in a project, a function that no distributed entry point reaches on
+every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
+script, a helper called on rank 0 only) is single-process code, and this rule is silent there.
+
 ## References
 - https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints
 - https://pytorch.org/docs/stable/notes/serialization.html
@@ -105,6 +109,7 @@ class UnguardedCheckpointSave(Rule):
         severity=Severity.WARNING,
         summary="Checkpoint written by every rank at once: save on rank 0 only.",
         fix=FixAvailability.SOMETIMES,
+        distributed_only=True,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:

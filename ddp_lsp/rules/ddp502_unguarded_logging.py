@@ -64,6 +64,10 @@ are checked. Still reported: `print` or `logger.info` in a file whose output is 
 module it neither is nor calls (the entry script installs the print, this `engine.py` only
 logs); silence the rule for that file, or guard the call.
 
+Distributed code only: in a project, a function that no distributed entry point reaches on
+every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
+script, a helper called on rank 0 only) is single-process code, and this rule is silent there.
+
 ## References
 - https://pytorch.org/docs/stable/distributed.html#torch.distributed.get_rank
 - https://huggingface.co/docs/accelerate/usage_guides/logging
@@ -115,6 +119,7 @@ class UnguardedLogging(Rule):
         severity=Severity.HINT,
         summary="Training metrics logged by every rank: log on rank 0 only.",
         fix=FixAvailability.SOMETIMES,
+        distributed_only=True,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:

@@ -46,6 +46,10 @@ in module-level script code, such a function imported by name and used anywhere 
 every rank), `transformers.set_seed`, `accelerate.utils.set_seed` and Lightning's
 `seed_everything`.
 
+Distributed code only: in a project, a function that no distributed entry point reaches on
+every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
+script, a helper called on rank 0 only) is single-process code, and this rule is silent there.
+
 ## References
 - https://pytorch.org/docs/stable/notes/randomness.html
 - https://huggingface.co/docs/accelerate/package_reference/utilities#accelerate.utils.set_seed
@@ -100,6 +104,7 @@ class SeedNotOffsetByRank(Rule):
         severity=Severity.INFORMATION,
         summary="The same random seed on every rank: identical dropout and augmentation.",
         fix=FixAvailability.ALWAYS,
+        distributed_only=True,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:

@@ -42,6 +42,10 @@ process then sees its own GPU as `cuda:0`). Setting `CUDA_VISIBLE_DEVICES` in an
 or in the launcher, is not visible here: such code is reported; silence it with
 `# ddp-lsp: ignore[DDP504]`.
 
+Distributed code only: in a project, a function that no distributed entry point reaches on
+every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
+script, a helper called on rank 0 only) is single-process code, and this rule is silent there.
+
 ## References
 - https://pytorch.org/docs/stable/notes/ddp.html
 - https://pytorch.org/tutorials/intermediate/ddp_tutorial.html
@@ -70,6 +74,7 @@ class HardcodedDevice(Rule):
         severity=Severity.WARNING,
         summary="A fixed GPU index in distributed code puts every rank on the same GPU.",
         fix=FixAvailability.SOMETIMES,
+        distributed_only=True,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:

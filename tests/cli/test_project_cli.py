@@ -278,7 +278,10 @@ def test_each_job_carries_only_its_own_module_facts(project: Path) -> None:
     jobs = {j.path: j for j in _project_jobs(project)}
     engine = jobs["engine.py"].project
     assert engine is not None and engine.path == "engine.py" and engine.extra_kinds
-    assert jobs["tools_unused.py"].project is None  # nothing flows into it
+    # Nothing flows into it but what the project says of its functions: single-process code.
+    unused = jobs["tools_unused.py"].project
+    assert unused is not None and not unused.extra_kinds and not unused.callee_props
+    assert unused.distributed is None and "standalone" in unused.single_process
 
 
 def test_module_facts_pickle_round_trip(project: Path) -> None:
@@ -304,7 +307,7 @@ def test_worker_rehashes_facts_under_another_hash_seed(project: Path) -> None:
         "    p = job.project\n"
         "    assert hash(p) == hash(p.key), job.path\n"
         "    assert p == type(p)(p.module, p.path, p.extra_kinds, p.callee_props,\n"
-        "        p.distributed, p.only_called_guarded, p.root), job.path\n"
+        "        p.distributed, p.only_called_guarded, p.root, p.single_process), job.path\n"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     root = Path(cli_jobs.__file__).resolve().parent.parent.parent

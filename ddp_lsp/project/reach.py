@@ -1,0 +1,403 @@
+"""Which functions of a project are distributed code (issue 14: F16, "0 findings in
+non-distributed modules").
+
+A module that imports ``torch.distributed`` (or the project's utilities that do) is not yet
+distributed code: an export tool, a tokenizer, a plotting script or a unit test of a
+distributed project imports the same helpers and runs as one process. The unit is the
+function, not the module: ``val.py`` holds both the function the training loop calls and the
+``main`` its command line runs alone.
+
+A function is distributed code when
+
+- it does something distributed itself: calls ``torch.distributed`` (not only asks
+  ``is_initialized()``/``is_available()``), wraps in DDP/FSDP, builds a
+  ``DistributedSampler``, starts ranks (``mp.spawn``), uses accelerate/DeepSpeed, holds a rank
+  variable, a DDP model or a sampler, performs a collective, selects a GPU per rank or asks
+  a rank-0 predicate; or
+- a distributed entry point reaches it on every rank: an entry point is a function that
+  initialises a process group, directly or through what it calls or hands to a launcher
+  (``mp.spawn(run, args=(cfg, train))``, ``launch(main_worker)``); from there the flow follows
+  calls that are not under a rank-0 guard, functions handed as arguments, and the methods of
+  the classes it instantiates. A call made on rank 0 only (``if rank == 0: evaluate(...)``)
+  does not make its callee run on every rank.
+
+Everything else in the project is single-process code. Rules that only apply to distributed
+code (an unguarded save, unguarded logging, a hard-coded device, a loader without a
+``DistributedSampler``, a seed not offset by rank, ``torch.load`` without ``map_location``)
+stay silent there; rules whose bug is a bug in any process (a scaler misuse, a deprecated API,
+a graph kept alive) do not ask. Without any distributed function in the project nothing is
+decided here (the module-level "distributed" context applies as before).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ddp_lsp.core import facts as F
+from ddp_lsp.core import names as N
+from ddp_lsp.core.crossfile import MAIN_BLOCK
+from ddp_lsp.project.resolve import Resolver
+from ddp_lsp.project.summary import ModuleSummary
+
+#: Under a distributed prefix, but asked by single-process code before it decides
+#: (`get_rank() if dist.is_initialized() else 0`); below, DeepSpeed's device abstraction and
+#: accelerate's big-model helpers (used by single-GPU scripts too). Framework knowledge: to move
+#: into the framework tables (core/frameworks) once they hold "not distributed" entries.
+PROBES = frozenset(
+    {
+        "torch.distributed.is_available",
+        "torch.distributed.is_initialized",
+        "torch.distributed.is_nccl_available",
+        "torch.distributed.is_gloo_available",
+        "torch.distributed.is_mpi_available",
+        "torch.distributed.is_torchelastic_launched",
+    }
+)
+NOT_DISTRIBUTED_PREFIXES = (
+    "deepspeed.accelerator",
+    # accelerate's big-model placement: one process spreading a model over its devices.
+    "accelerate.init_empty_weights",
+    "accelerate.init_on_device",
+    "accelerate.cpu_offload",
+    "accelerate.disk_offload",
+    "accelerate.dispatch_model",
+    "accelerate.infer_auto_device_map",
+    "accelerate.load_checkpoint_and_dispatch",
+    "accelerate.load_checkpoint_in_model",
+    "accelerate.big_modeling",
+    "accelerate.hooks",
+    "accelerate.utils.modeling",
+    "accelerate.utils.get_balanced_memory",
+    "accelerate.utils.get_max_memory",
+    "accelerate.utils.load_checkpoint_in_model",
+)
+
+#: Kinds that only distributed code holds.
+DISTRIBUTED_KINDS = frozenset({F.DDP, F.FSDP, F.SAMPLER, F.RANK})
+#: The function's own (syntactic) properties that are distributed.
+DISTRIBUTED_PROPS = frozenset(
+    {
+        F.COLLECTIVE,
+        F.NO_SYNC,
+        F.RANK_PREDICATE,
+        F.GUARDS_ITSELF,
+        F.SETS_DEVICE,
+        F.INITS_PG,
+        F.DESTROYS_PG,
+    }
+)
+
+#: Bases that call none of a subclass's methods by name except special ones (`forward`
+#: through `__call__`, `__getitem__`): a subclass of anything else may have any method called.
+PLAIN_BASES = frozenset(
+    {
+        "object",
+        "torch.nn.Module",
+        "torch.nn.modules.module.Module",
+        "torch.utils.data.Dataset",
+        "torch.utils.data.dataset.Dataset",
+        "torch.utils.data.IterableDataset",
+        "Exception",
+        "ValueError",
+        "RuntimeError",
+    }
+)
+
+Key = tuple[str, str]  # (module, qualname); qualname "<module>" for the top level
+
+
+def is_distributed_call(qual: str) -> bool:
+    """A call of ``qual`` is distributed code (not a probe such as ``dist.is_initialized()``)."""
+    return (
+        N.is_distributed_import(qual)
+        and qual not in PROBES
+        and not qual.startswith(NOT_DISTRIBUTED_PREFIXES)
+    )
+
+
+def _distributed_heads(aliases: Mapping[str, str]) -> frozenset[str]:
+    """Names whose dotted uses may resolve under a distributed prefix (`dist`, `torch`, `DDP`,
+    `accelerate`): the only heads worth resolving."""
+    prefixes = N.DISTRIBUTED_MODULE_PREFIXES
+    return frozenset(
+        h
+        for h, q in aliases.items()
+        if q.startswith(prefixes) or any(p.startswith(q + ".") for p in prefixes)
+    )
+
+
+def _does_distributed(
+    fi: F.FunctionInfo,
+    own: F.ModuleFacts,
+    scopes_with_kinds: Mapping[str, bool],
+    heads: frozenset[str],
+) -> bool:
+    if fi.props & DISTRIBUTED_PROPS or own.func_props.get(fi.qualname, frozenset()) & (
+        DISTRIBUTED_PROPS
+    ):
+        return True
+    if scopes_with_kinds.get(fi.qualname, False):
+        return True
+    for callee in fi.calls:
+        if callee.partition(".")[0] not in heads:
+            continue
+        qual = N.resolve(callee, own.aliases)
+        if qual is not None and is_distributed_call(qual):
+            return True
+    return False
+
+
+def single_process(
+    res: Resolver,
+    names: Iterable[str],
+    summaries: Mapping[str, ModuleSummary],
+    own: Mapping[str, F.ModuleFacts],
+    props: Mapping[Key, Mapping[str, object]],
+    sites: Iterable[tuple[str, F.CallSite, str, F.FunctionInfo]],
+) -> tuple[dict[str, frozenset[str]], set[str]]:
+    """(module -> its functions that are not distributed code, modules an entry point
+    reaches). Both empty when nothing in the project is distributed code."""
+    names = list(names)
+    nodes: dict[str, list[str]] = {}
+    for m in names:
+        quals = [fi.qualname for fi in summaries[m].facts.functions]
+        if F.MODULE not in quals:
+            quals.append(F.MODULE)
+        nodes[m] = quals
+    # -- edges: calls (unguarded / guarded), handed functions, instantiated classes ------------
+    unguarded: dict[Key, set[Key]] = {}
+    guarded_only: dict[Key, set[Key]] = {}
+    site_guard: dict[tuple[Key, Key], bool] = {}  # every site from caller to callee guarded
+    for m, cs, tm, tfi in sites:
+        caller = (m, cs.caller or F.MODULE)
+        pair = (caller, (tm, tfi.qualname))
+        site_guard[pair] = site_guard.get(pair, True) and cs.guarded
+
+    member_table: dict[Key, list[Key]] = {}
+    for m in names:
+        for q in nodes[m]:
+            if "." in q:
+                member_table.setdefault((m, q.split(".", 1)[0]), []).append((m, q))
+
+    def members(tm: str, cls: str) -> list[Key]:
+        return member_table.get((tm, cls), [])
+
+    local_heads = {m: set(res.functions(m)) | set(res.classes(m)) for m in names}
+    project_tops = {m.partition(".")[0] for m in names}
+    alias_of = {m: res.aliases(m) for m in names}
+    memo: dict[tuple[str, str], list[Key]] = {}
+
+    def targets(m: str, scope: str, spelled: str) -> list[Key]:
+        if spelled.startswith("self.") and spelled.count(".") == 1:
+            fi = res.functions(m).get(scope)
+            if fi is None or fi.cls is None:
+                return []
+            spelled = f"{fi.cls}.{spelled[5:]}"
+        key = (m, spelled)
+        found = memo.get(key)
+        if found is None:
+            if not may_resolve(m, spelled):
+                found = []
+            elif spelled.rpartition(".")[2][:1].isupper():
+                found = resolved(m, spelled)  # a class, exactly (not the base its __init__ is in)
+            else:
+                # A function: the flow resolved it already (memoised), `Cls.from_pretrained`
+                # inherited included.
+                r = res.function(m, spelled)
+                found = [] if r is None or r[0] not in nodes else [(r[0], r[1].qualname)]
+            memo[key] = found
+        return found
+
+    def may_resolve(m: str, spelled: str) -> bool:
+        head = spelled.partition(".")[0]
+        qual = alias_of[m].get(head)
+        if qual is None:
+            return head in local_heads[m]  # not a local variable or a builtin (`x.sum()`)
+        # Not the standard library, torch or a framework (unless the project is one).
+        return N.may_be_project_module(qual) or qual.partition(".")[0] in project_tops
+
+    def resolved(m: str, spelled: str) -> list[Key]:
+        r = res.resolve(m, spelled)
+        if r is None or not r[1] or r[0] not in nodes:
+            return []
+        tm, q = r
+        if q in res.classes(tm):
+            return [(tm, q)]  # the class: instantiated (or handed), see `live` below
+        if q in res.functions(tm):
+            return [(tm, q)]
+        owner = q.rsplit(".", 1)[0] if "." in q else ""
+        if owner in res.classes(tm):
+            # `Model.from_pretrained(...)` inherited from a base: the class is in use, and the
+            # name is called (see `flood`).
+            return [(tm, owner)]
+        return []
+
+    for m in names:
+        s = summaries[m]
+        for fi in s.facts.functions:
+            src = (m, fi.qualname)
+            for callee in sorted(fi.calls):
+                for t in targets(m, fi.qualname, callee):
+                    if site_guard.get((src, t), False):
+                        guarded_only.setdefault(src, set()).add(t)
+                    else:
+                        unguarded.setdefault(src, set()).add(t)
+        for scope, spelled in s.handed:
+            for t in targets(m, scope, spelled):
+                unguarded.setdefault((m, scope), set()).add(t)
+    # -- seeds: functions that do distributed things themselves ---------------------------------
+    seeds: set[Key] = set()
+    for m in names:
+        o = own[m]
+        heads = _distributed_heads(o.aliases)
+        with_kinds: dict[str, bool] = {}
+        for (scope, _), kind in o.kinds.items():
+            if kind in DISTRIBUTED_KINDS:
+                with_kinds[scope or F.MODULE] = True
+        for fi in summaries[m].facts.functions:
+            if _does_distributed(fi, o, with_kinds, heads):
+                seeds.add((m, fi.qualname))
+        if summaries[m].facts.env_markers and not any(k[0] == m for k in seeds):
+            seeds.add((m, F.MODULE))  # the rank read from the environment, place unknown
+    if not seeds:
+        return {}, set()
+    # -- entry points: what reaches a process-group initialisation (through calls and handed
+    # functions, guarded or not: rank 0 alone does not initialise a group) -------------------
+    callers: dict[Key, set[Key]] = {}
+    for table in (unguarded, guarded_only):
+        for src, ts in table.items():
+            for t in ts:
+                callers.setdefault(t, set()).add(src)
+    entries = {k for k, p in props.items() if F.INITS_PG in p}
+    todo = sorted(entries)
+    while todo:
+        nxt = []
+        for k in todo:
+            for c in sorted(callers.get(k, ())):
+                if c not in entries:
+                    entries.add(c)
+                    nxt.append(c)
+        todo = nxt
+    # -- reach: from entry points and self-distributed functions, along unguarded edges. A
+    # class reached (built or handed) runs its constructor and special methods (`forward`
+    # through `__call__`), and the methods reached code calls by name (`tok.encode(...)`).
+    infos = {(m, fi.qualname): fi for m in names for fi in summaries[m].facts.functions}
+    handed_attrs: dict[Key, set[str]] = {}
+    for m in names:
+        for scope, spelled in summaries[m].handed:
+            if "." in spelled:
+                handed_attrs.setdefault((m, scope), set()).add(spelled.rsplit(".", 1)[1])
+
+    def attr_calls(k: Key) -> set[str]:
+        fi = infos.get(k)
+        out = {c.rsplit(".", 1)[1] for c in fi.calls if "." in c} if fi is not None else set()
+        return out | handed_attrs.get(k, set())
+
+    def is_class(k: Key) -> bool:
+        return k[1] in res.classes(k[0])
+
+    def bases(k: Key) -> tuple[list[Key], bool]:
+        """The project bases of a class, and whether another base (not ``object``,
+        ``nn.Module``, ``Dataset``) may call any of its methods (a framework's Checkpointer
+        calling the `_load_file` the class overrides)."""
+        project: list[Key] = []
+        foreign = False
+        for base in res.classes(k[0]).get(k[1], ()):
+            r = res.resolve(k[0], base)
+            if r is not None and r[1] and r[1] in res.classes(r[0]):
+                project.append((r[0], r[1]))
+                continue
+            qual = N.resolve(base, own[k[0]].aliases) or base
+            foreign = foreign or qual not in PLAIN_BASES
+        return project, foreign
+
+    def runs_when_built(q: str) -> bool:
+        name = q.rsplit(".", 1)[1]
+        return name == "forward" or (name.startswith("__") and name.endswith("__"))
+
+    def flood(start: Iterable[Key]) -> set[Key]:
+        out: set[Key] = set()
+        live: list[Key] = []
+        called: set[str] = set()
+        todo = sorted(start)
+        while todo:
+            while todo:
+                k = todo.pop()
+                if k in out:
+                    continue
+                out.add(k)
+                if is_class(k):
+                    live.append(k)
+                    project_bases, foreign = bases(k)
+                    todo.extend(project_bases)  # inherited methods run on the instance
+                    todo.extend(
+                        t
+                        for t in members(*k)
+                        if foreign or runs_when_built(t[1]) or t[1].rsplit(".", 1)[1] in called
+                    )
+                    continue
+                called |= attr_calls(k)
+                todo.extend(sorted(unguarded.get(k, ())))
+            for c in live:
+                todo.extend(
+                    t for t in members(*c) if t not in out and t[1].rsplit(".", 1)[1] in called
+                )
+        return out
+
+    from_entries = flood(entries)
+    reached = flood(seeds | entries)
+    # Unknown is not single-process: a function or class nothing in the project refers to
+    # (a loss class another training script may build, a library's public function) in a
+    # module whose other code distributed code reaches keeps the module's context, and so
+    # does the top level of a module that reached code runs or imports. Known callers that
+    # are all single-process (a tool's `main`), or a module nothing distributed reaches (a
+    # unit test, an export script), make it single-process.
+    referenced: set[Key] = set()
+    for table in (unguarded, guarded_only):
+        for src, ts in table.items():
+            for t in ts:
+                # Not from its own code (`super(LegacyLoss, self).__init__()`, recursion).
+                if src[0] != t[0] or (src[1] != t[1] and not src[1].startswith(t[1] + ".")):
+                    referenced.add(t)
+    reached_modules = {m for m, _ in reached}
+    touched = set(reached_modules)
+    for m in reached_modules:
+        touched.update(res.imported_modules(m))
+    orphans: set[Key] = set()
+    for m in sorted(reached_modules):
+        for q in nodes[m]:
+            if q == F.MODULE or (m, q) in reached:
+                continue
+            owner = (m, q.split(".", 1)[0])
+            if (m, q) not in referenced and not (is_class(owner) and owner in referenced):
+                orphans.add(owner if is_class(owner) else (m, q))
+    # An unreferenced class's methods are all unknown (any of them may be its users' entry),
+    # and so is what only they call (`self.build_targets(...)`).
+    unknown = flood(orphans | {t for o in orphans if is_class(o) for t in members(*o)})
+    local: dict[str, frozenset[str]] = {}
+    for m in names:
+        rest = set()
+        for q in nodes[m]:
+            if (m, q) in reached or _enclosing_reached(m, q, reached, res.classes(m)):
+                continue
+            if q == F.MODULE:
+                rest.add(MAIN_BLOCK)  # the top level itself is not a distributed entry point
+                if m not in touched:
+                    rest.add(q)
+                continue
+            if (m, q) not in unknown and not _enclosing_reached(m, q, unknown, res.classes(m)):
+                rest.add(q)
+        if rest:
+            local[m] = frozenset(rest)
+    return local, {m for m, _ in from_entries}
+
+
+def _enclosing_reached(m: str, q: str, reached: set[Key], classes: Mapping[str, object]) -> bool:
+    """A nested function (``main.worker``) runs where the function around it runs."""
+    while "." in q:
+        q = q.rsplit(".", 1)[0]
+        if q in classes:
+            return False  # a method: reached on its own (see `flood`)
+        if (m, q) in reached:
+            return True
+    return False
