@@ -62,6 +62,7 @@ class StoredFacts:
     callees: tuple[_Callee, ...]
     distributed: tuple[Provenance, ...]  # empty or one
     guarded: frozenset[str]
+    single_process: frozenset[str]
 
     @staticmethod
     def of(f: ModuleProjectFacts) -> StoredFacts:
@@ -75,6 +76,7 @@ class StoredFacts:
             ),
             () if f.distributed is None else (f.distributed,),
             f.only_called_guarded,
+            f.single_process,
         )
 
     def facts(self, root: str) -> ModuleProjectFacts:
@@ -91,6 +93,7 @@ class StoredFacts:
             self.distributed[0] if self.distributed else None,
             self.guarded,
             root,
+            self.single_process,
         )
 
 
