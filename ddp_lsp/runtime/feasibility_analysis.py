@@ -114,9 +114,9 @@ def cpu_rank_step(
             t = bound
     then = (single.get("other_load") or {}).get(phase)
     if then is not None and other_now is not None and abs(other_now - then) >= 0.5:
-        # Said, not modelled: scaling the ranks' share by the measured change made the
-        # prediction worse in two of the three runs where it applied, on the shared 2-CPU
-        # host; a runnable count is not the weight the scheduler gives those tasks.
+        # Said, not modelled: scaling the ranks' share by the measured change moved the
+        # prediction the right way in two of four runs on the shared 2-CPU host and the wrong
+        # way in two; a runnable count is not the weight the scheduler gives those tasks.
         moved = (
             f"the host's other load went from ~{then:.1f} to ~{other_now:.1f} runnable tasks "
             "between the one-process run and the DDP run (measured): the prediction assumes "

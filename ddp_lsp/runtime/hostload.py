@@ -13,8 +13,9 @@ So the supervisor samples, every poll, the kernel's count of runnable tasks
 of every process of the job's tree); the difference, minus the sampling process itself, is
 the other load. The analysis takes its mean over each run's measured phase (the ranks report
 their phase's start and end on the same monotonic clock) and says when it moved between the
-runs; it does not rescale the prediction by it (tried: worse in two of three runs here, a
-runnable count not being the share the scheduler gives). On a dedicated machine it is ~0.
+runs; it does not rescale the prediction by it (tried: right in two of four runs here and
+wrong in two, a runnable count not being the share the scheduler gives). On a dedicated
+machine it is ~0.
 """
 
 from __future__ import annotations
