@@ -25,6 +25,7 @@ from pygls.protocol.language_server import _prepare_command_arguments, lsp_metho
 
 from ddp_lsp import __version__
 from ddp_lsp.lsp import config as C
+from ddp_lsp.lsp import rankview
 from ddp_lsp.lsp.convert import Codec, choose_encoding
 from ddp_lsp.lsp.notebook import Cell, Notebook, apply_notebook_change
 from ddp_lsp.lsp.preflight import CMD_RUN_PREFLIGHT, PreflightService
@@ -361,6 +362,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         if ls.initialized_done:
             ls.project.sync_folders()
         ls.refresh_pulled()
+        rankview.refresh(ls)
 
     @server.feature(T.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(
@@ -563,7 +565,7 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         pos = state.codec.to_core(
             unit.doc.lines, params.position.line + offset, params.position.character
         )
-        parts = [H.rule_hover(unit, pos)]
+        parts = [H.rule_hover(unit, pos), rankview.hover(state, unit, pos)]
         topic = H.preflight_topic(unit, pos)
         report = ls.preflight.report_for(ls.preflight.folder_for(unit.key)) if topic else None
         if topic and report is not None:
@@ -572,6 +574,8 @@ def build_server() -> DdpLanguageServer:  # noqa: C901 - one registration block 
         if not text:
             return None
         return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=text))
+
+    rankview.register(server)  # inlay hints, semantic tokens, ddp-lsp.showRankPaths
 
     # -- commands ------------------------------------------------------------------------------
 

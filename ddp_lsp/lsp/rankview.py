@@ -1,0 +1,1106 @@
+"""The rank view: which ranks run each line, shown where people read code.
+
+Four front ends over one per-chunk answer (:class:`ChunkView`):
+
+- ``textDocument/inlayHint``: a hint at the start of each block that runs on a subset of the
+  ranks (``rank 0``, ``local rank 0``, ``ranks ≠ 0``, ``ranks where <condition>``) and on each
+  collective (``all ranks``; ``⚠ ...`` when some path skips it, which is exactly when DDP103
+  reports it). Code that every rank runs gets no hint. The editor setting
+  ``rankView.hints`` is ``"all"`` (the default), ``"collectives"`` or ``"off"``.
+- hover on a collective or a rank guard: the divergence points that decide which ranks reach
+  it (file:line with the condition, other files through the project index); on a call: which
+  ranks call the function from here and from its other callers.
+- the command ``ddp-lsp.showRankPaths`` ``[uri, {line, character}]``: the locations that make
+  that line rank-dependent (VS Code shows them in a peek view).
+- ``textDocument/semanticTokens/full`` (and ``/range``): a ``rankCode`` token over the code of
+  each rank-dependent line with the modifier ``rankDependent`` (plus ``rankZero`` where only
+  rank 0 runs it), for themes that tint rank-0 code. Off unless ``rankView.semanticTokens`` is
+  true: VS Code uses a single semantic-token provider per document, and Pylance's must win.
+
+Per chunk, the answer is computed once and cached with the chunk (a chunk's parse lives as long
+as its text is unchanged): after an edit, a request for the visible range computes the chunks
+it overlaps and nothing else. A cached answer stays valid across edits elsewhere unless one of
+the module facts it read changed (the engine's red-green check, over the same recorded reads).
+
+Where the answer comes from is :func:`core_statements`, the only function here that asks the
+analysis core; everything else is presentation.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from lsprotocol import types as T
+
+from ddp_lsp.core.types import Pos
+
+if TYPE_CHECKING:
+    from ddp_lsp.core.document import Document, ParsedChunk
+    from ddp_lsp.core.env import Environment
+    from ddp_lsp.core.facts import Entry, ModuleFacts
+    from ddp_lsp.core.rule import ChunkContext
+    from ddp_lsp.core.settings import Settings
+    from ddp_lsp.lsp.server import DdpLanguageServer
+    from ddp_lsp.lsp.state import ServerState, Unit
+
+log = logging.getLogger("ddp_lsp.rankview")
+
+CMD_SHOW_RANK_PATHS = "ddp-lsp.showRankPaths"
+HINTS_ALL = "all"
+HINTS_COLLECTIVES = "collectives"
+HINTS_OFF = "off"
+HINT_MODES = (HINTS_ALL, HINTS_COLLECTIVES, HINTS_OFF)
+WARN = "⚠"
+TOKEN_TYPES = ["rankCode"]
+TOKEN_MODIFIERS = ["rankDependent", "rankZero"]
+LEGEND = T.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN_MODIFIERS)
+_MOD_DEPENDENT = 1
+_MOD_ZERO = 2
+
+
+# -- the answer, per chunk (chunk-relative lines, code-point columns) ---------------------------
+
+
+@dataclass(frozen=True)
+class Point:
+    """A divergence point: a place that decides which ranks get further."""
+
+    line: int  # chunk-relative (document-relative once placed), 0-based
+    col: int
+    end_line: int
+    end_col: int
+    text: str  # "`if rank == 0:`", "`return` under `if rank != 0:`"
+    path: str | None = None  # another file (absolute), from the project index
+    other_line: int = 0  # 1-based line in that file
+
+    def placed(self, start: int) -> Point:
+        if self.path is not None:
+            return self
+        return Point(self.line + start, self.col, self.end_line + start, self.end_col, self.text)
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Which ranks run a statement: rank 0 (``zero``), the others (``others``), narrowed by
+    rank conditions the analysis cannot name (``conds``)."""
+
+    zero: bool = True
+    others: bool = True
+    conds: tuple[str, ...] = ()
+    local: bool = False
+    points: tuple[Point, ...] = ()
+
+    @property
+    def everyone(self) -> bool:
+        return self.zero and self.others and not self.conds
+
+    @property
+    def nobody(self) -> bool:
+        return not self.zero and not self.others
+
+    @property
+    def only_zero(self) -> bool:
+        return self.zero and not self.others
+
+    def describe(self) -> str:
+        if self.nobody:
+            return "no rank"
+        if self.everyone:
+            return "all ranks"
+        local = "local " if self.local else ""
+        if self.only_zero:
+            base = f"{local}rank 0"
+        elif not self.zero:
+            base = f"{local}ranks ≠ 0"
+        else:
+            base = "ranks"
+        if self.conds:
+            return f"{base} where {' and '.join(self.conds)}"
+        return base
+
+    def same_set(self, other: Ranks) -> bool:
+        return (self.zero, self.others, self.conds, self.local) == (
+            other.zero,
+            other.others,
+            other.conds,
+            other.local,
+        )
+
+    def narrowed(
+        self, zero: bool, others: bool, cond: str | None, local: bool, point: Point
+    ) -> Ranks:
+        conds = self.conds + ((cond,) if cond and cond not in self.conds else ())
+        z, o = self.zero and zero, self.others and others
+        return Ranks(
+            z, o, conds, (self.local or local) and (z != o), _merge_points(self.points, (point,))
+        )
+
+    def union(self, other: Ranks) -> Ranks:
+        if self.nobody:
+            return other
+        if other.nobody:
+            return self
+        z, o = self.zero or other.zero, self.others or other.others
+        conds = tuple(c for c in self.conds if c in other.conds)
+        local = self.local and other.local and (z != o)
+        if z and o and not conds:
+            return EVERYONE
+        return Ranks(z, o, conds, local, _merge_points(self.points, other.points))
+
+
+EVERYONE = Ranks()
+NOBODY = Ranks(False, False)
+
+
+def _merge_points(a: Sequence[Point], b: Sequence[Point]) -> tuple[Point, ...]:
+    out = list(a)
+    for p in b:
+        if p not in out:
+            out.append(p)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Stmt:
+    """One statement: the lines it covers itself (a block header only its header), where
+    its code starts, and which ranks run it."""
+
+    line: int
+    col: int
+    last_line: int
+    ranks: Ranks
+    header_end_col: int = -1  # -1: to the end of the line
+
+
+@dataclass(frozen=True)
+class Collective:
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    display: str  # "dist.barrier()"
+    ranks: Ranks
+    skipped: bool  # some path skips it: DDP103 reports it
+    why: str = ""  # DDP103's explanation when skipped
+    skip_points: tuple[Point, ...] = ()
+
+
+@dataclass(frozen=True)
+class CallSite:
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    callee: str  # the function's qualified name in this module, or the dotted spelling
+    local: bool  # defined in this module
+    ranks: Ranks
+    only_called_guarded: bool = False  # every caller in the project guards it (project index)
+
+
+@dataclass(frozen=True)
+class ChunkView:
+    stmts: tuple[Stmt, ...] = ()
+    collectives: tuple[Collective, ...] = ()
+    calls: tuple[CallSite, ...] = ()
+    hints: tuple[tuple[int, int, str, str, bool], ...] = ()  # (line, col, label, tooltip, coll)
+
+
+EMPTY_VIEW = ChunkView()
+
+
+# -- the adapter: the one place that asks the core --------------------------------------------
+
+_EXIT_CALLS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
+
+
+def core_statements(ctx: ChunkContext) -> ChunkView:
+    """Per statement of the chunk, the ranks that run it and the divergence points deciding
+    it; per collective, whether some path skips it.
+
+    Built over the analysis the rules use: the rank conditions are ``_collectives.Flow``'s
+    (``polarity``: rank guards, rank-derived flags, predicates from the project index), and
+    "some path skips this collective" is exactly the set of DDP103's misses from the same
+    ``Flow`` run, so a hint agrees with DDP103 by construction.
+    """
+    from ddp_lsp.rules import _collectives as C
+
+    extract = C.collective_extractor(ctx)
+    stmts: list[Stmt] = []
+    collectives: list[Collective] = []
+    calls: list[CallSite] = []
+    for root in C.roots(ctx):
+        flow = C.Flow(ctx, root, extract)
+        try:
+            misses = {id(m.event.node): m for m in flow.run()}
+        except RecursionError:
+            continue
+        walk = _Walk(ctx, flow, root, extract, misses, stmts, collectives, calls)
+        try:
+            walk.run()
+        except RecursionError:
+            continue
+    stmts.sort(key=lambda s: (s.line, s.col))
+    collectives.sort(key=lambda c: (c.line, c.col))
+    calls.sort(key=lambda c: (c.line, c.col))
+    return ChunkView(tuple(stmts), tuple(collectives), tuple(calls))
+
+
+class _Walk:
+    """One frame (a function, or the chunk's module code) walked once with the set of ranks
+    that reach each statement. ``return``/``raise``/``sys.exit()`` end a rank set's walk,
+    ``break``/``continue`` its loop iteration; branches rejoin as the union of what falls
+    through them."""
+
+    def __init__(
+        self,
+        ctx: ChunkContext,
+        flow: Any,
+        root: ast.AST,
+        extract: Any,
+        misses: dict[int, Any],
+        stmts: list[Stmt],
+        collectives: list[Collective],
+        calls: list[CallSite],
+    ) -> None:
+        self.ctx = ctx
+        self.flow = flow
+        self.root = root
+        self.extract = extract
+        self.misses = misses
+        self.stmts = stmts
+        self.collectives = collectives
+        self.calls = calls
+        self.loop_left: list[Ranks] = []  # per enclosing loop: ranks that broke/continued
+
+    def run(self) -> None:
+        from ddp_lsp.core import facts as K
+        from ddp_lsp.rules import _collectives as C
+        from ddp_lsp.rules import _guard as G
+        from ddp_lsp.rules import _patterns as P
+
+        ctx, root = self.ctx, self.root
+        start = EVERYONE
+        if isinstance(root, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body: list[ast.stmt] = root.body
+            deco = next(
+                (d for d in root.decorator_list if P.last_name(d) in G.RANK_ZERO_DECORATORS), None
+            )
+            if deco is not None:
+                sp = ctx.span(deco)
+                start = EVERYONE.narrowed(
+                    True,
+                    False,
+                    None,
+                    False,
+                    Point(
+                        sp.start.line,
+                        sp.start.col,
+                        sp.end.line,
+                        sp.end.col,
+                        f"`@{C.short(ctx.segment(deco))}` runs `{root.name}` on rank 0 only",
+                    ),
+                )
+            elif body:
+                qual, _ = ctx.scope(body[0])
+                if K.ONLY_CALLED_GUARDED in ctx.facts.props(qual):
+                    sp = ctx.span(root)
+                    start = EVERYONE.narrowed(
+                        True,
+                        False,
+                        None,
+                        False,
+                        Point(
+                            sp.start.line,
+                            sp.start.col,
+                            sp.start.line,
+                            sp.start.col + len(ctx.line(root.lineno).rstrip()),
+                            f"every call of `{root.name}` in the project is under a rank-0 guard",
+                        ),
+                    )
+        else:
+            body = [
+                s
+                for s in ctx.body
+                if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            ]
+        self.block(body, start)
+
+    # -- statements ----------------------------------------------------------------------------
+
+    def block(self, body: Sequence[ast.stmt], cur: Ranks) -> Ranks:
+        for s in body:
+            if cur.nobody:
+                break  # unreachable on every rank: no hint
+            cur = self.stmt(s, cur)
+        return cur
+
+    def record(self, s: ast.stmt, cur: Ranks, header_end: ast.AST | None = None) -> None:
+        ctx = self.ctx
+        start = ctx.pos(s.lineno, s.col_offset)
+        if header_end is s:  # `try:`, `def f(...):`, `class C:`: the header line only
+            last = ctx.rel_line(s.lineno)
+        elif header_end is not None:
+            end_line = getattr(header_end, "end_lineno", None) or getattr(header_end, "lineno", 0)
+            last = ctx.rel_line(end_line or s.lineno)
+        else:
+            last = ctx.rel_line(s.end_lineno or s.lineno)
+        self.stmts.append(Stmt(start.line, start.col, max(last, start.line), cur))
+        for node in _own_nodes(s):
+            if isinstance(node, ast.Call):
+                self.call(node, cur)
+
+    def call(self, node: ast.Call, cur: Ranks) -> None:
+        from ddp_lsp.core import facts as K
+        from ddp_lsp.core.names import dotted
+        from ddp_lsp.rules import _collectives as C
+
+        ctx = self.ctx
+        ev = self.extract(node)
+        sp = ctx.span(node)
+        if ev is not None:
+            miss = self.misses.get(id(node))
+            why = ""
+            skip_points: tuple[Point, ...] = ()
+            if miss is not None:
+                why, related = C.explain(ctx, miss, "the job hangs until the NCCL timeout")
+                pts: list[Point] = []
+                for n, label in related:
+                    rs = ctx.span(n)
+                    pts.append(
+                        Point(
+                            rs.start.line,
+                            rs.start.col,
+                            rs.end.line,
+                            rs.end.col,
+                            f"{label}: `{C.short(ctx.segment(n))}`",
+                        )
+                    )
+                src = C.elsewhere_source(ctx, miss)
+                proj = ctx.facts.project
+                if src is not None and proj is not None:
+                    pts.append(Point(0, 0, 0, 0, src.message, proj.absolute(src.path), src.line))
+                skip_points = tuple(pts)
+            self.collectives.append(
+                Collective(
+                    sp.start.line,
+                    sp.start.col,
+                    sp.end.line,
+                    sp.end.col,
+                    ev.display,
+                    cur,
+                    miss is not None,
+                    why,
+                    skip_points,
+                )
+            )
+        name = dotted(node.func)
+        if name is None:
+            return
+        qual = name if name in ctx.facts.func_params else None
+        if qual is None and isinstance(node.func, ast.Attribute) and name.startswith("self."):
+            _, cls = ctx.scope(node)
+            if cls is not None and f"{cls}.{node.func.attr}" in ctx.facts.func_params:
+                qual = f"{cls}.{node.func.attr}"
+        guarded = qual is not None and K.ONLY_CALLED_GUARDED in ctx.facts.props(qual)
+        self.calls.append(
+            CallSite(
+                sp.start.line,
+                sp.start.col,
+                sp.end.line,
+                sp.end.col,
+                qual or name,
+                qual is not None,
+                cur,
+                guarded,
+            )
+        )
+
+    def stmt(self, s: ast.stmt, cur: Ranks) -> Ranks:
+        if isinstance(s, ast.If):
+            self.record(s, cur, s.test)
+            return self.if_(s, cur)
+        if isinstance(s, (ast.Return, ast.Raise)):
+            self.record(s, cur)
+            return NOBODY
+        if isinstance(s, (ast.Break, ast.Continue)):
+            self.record(s, cur)
+            if self.loop_left:
+                self.loop_left[-1] = self.loop_left[-1].union(cur)
+            return NOBODY
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+            self.record(s, cur)
+            if self.ctx.call_qualname(s.value) in _EXIT_CALLS:
+                return NOBODY
+            return cur
+        if isinstance(s, (ast.For, ast.AsyncFor, ast.While)):
+            head = s.iter if isinstance(s, (ast.For, ast.AsyncFor)) else s.test
+            self.record(s, cur, head)
+            self.loop_left.append(NOBODY)
+            fell = self.block(s.body, cur)
+            left = self.loop_left.pop()
+            after = fell.union(left).union(cur) if not _is_forever(s) else left
+            if s.orelse:
+                after = self.block(s.orelse, fell.union(cur) if not _is_forever(s) else NOBODY)
+                after = after.union(left)
+            return after
+        if isinstance(s, (ast.With, ast.AsyncWith)):
+            self.record(s, cur, s.items[-1].context_expr if s.items else None)
+            return self.block(s.body, cur)
+        if isinstance(s, (ast.Try, *_TRY_STAR)):
+            self.record(s, cur, s)  # header only: `try:` line
+            t = cast("ast.Try", s)
+            out = self.block(t.body, cur)
+            out = self.block(t.orelse, out) if t.orelse else out
+            for h in t.handlers:
+                self.record_handler(h, cur)
+                out = out.union(self.block(h.body, cur))
+            if t.finalbody:
+                self.block(t.finalbody, cur)
+            return out
+        if isinstance(s, ast.Match):
+            self.record(s, cur, s.subject)
+            out = NOBODY
+            for case in s.cases:
+                out = out.union(self.block(case.body, cur))
+            return out.union(cur)
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            # Its own frame (a root of its own); the `def` line runs where the code reaches it.
+            self.record(s, cur, s)
+            return cur
+        self.record(s, cur)
+        return cur
+
+    def record_handler(self, h: ast.excepthandler, cur: Ranks) -> None:
+        start = self.ctx.pos(h.lineno, h.col_offset)
+        self.stmts.append(Stmt(start.line, start.col, start.line, cur))
+
+    def if_(self, s: ast.If, cur: Ranks) -> Ranks:
+        from ddp_lsp.core.ranks import Polarity
+        from ddp_lsp.rules import _collectives as C
+
+        ctx = self.ctx
+        pol = self.flow.polarity(s.test)
+        if pol is None:  # the same on every rank: both branches see the same ranks
+            return self.block(s.body, cur).union(self.block(s.orelse, cur))
+        test_text = C.short(ctx.segment(s.test), 60)
+        sp = ctx.span(s.test)
+        local = C.is_local(ctx, s.test)
+        exit_ = _ends_in_exit(ctx, s.body)
+        where = self.elsewhere(s.test)
+        proj = ctx.facts.project
+        true_pt = Point(sp.start.line, sp.start.col, sp.end.line, sp.end.col, f"`if {test_text}:`")
+        if exit_ is not None and not s.orelse:
+            false_text = f"`{C.short(ctx.segment(exit_), 30)}` under `if {test_text}:`"
+        else:
+            false_text = f"the `else` of `if {test_text}:`"
+        false_pt = Point(sp.start.line, sp.start.col, sp.end.line, sp.end.col, false_text)
+        if where is not None and proj is not None:
+            # The predicate is defined in another file: say where (project index).
+            here = f" ({where.message} at {where.path}:{where.line})"
+            true_pt = Point(*_fields(true_pt), true_pt.text + here)
+            false_pt = Point(*_fields(false_pt), false_pt.text + here)
+            foreign = Point(0, 0, 0, 0, where.message, proj.absolute(where.path), where.line)
+        else:
+            foreign = None
+        if pol is Polarity.ZERO or pol is Polarity.NONZERO:
+            zero = pol is Polarity.ZERO
+            t = cur.narrowed(zero, not zero, None, local, true_pt)
+            if self.flow.nonrank_conjuncts(s.test):
+                # `rank == 0 and not evaluate`: the else runs on rank 0 too, when it is false.
+                f = cur.narrowed(True, True, f"not ({test_text})", False, false_pt)
+            else:
+                f = cur.narrowed(not zero, zero, None, local, false_pt)
+        else:
+            t = cur.narrowed(True, True, test_text, False, true_pt)
+            f = cur.narrowed(True, True, f"not ({test_text})", False, false_pt)
+        if foreign is not None:
+            t = _with_point(t, foreign)
+            f = _with_point(f, foreign)
+        return self.block(s.body, t).union(self.block(s.orelse, f) if s.orelse else f)
+
+    def elsewhere(self, test: ast.AST) -> Any:
+        """Where a rank predicate used in ``test`` is defined, when in another file."""
+        from ddp_lsp.core import facts as K
+
+        for node in ast.walk(test):
+            if isinstance(node, ast.Call):
+                src = self.ctx.callee_source(node, K.RANK_PREDICATE)
+                if src is not None:
+                    return src
+        return None
+
+
+_TRY_STAR: tuple[type, ...] = (ast.TryStar,) if hasattr(ast, "TryStar") else ()
+
+
+def _with_point(r: Ranks, p: Point) -> Ranks:
+    return Ranks(r.zero, r.others, r.conds, r.local, _merge_points(r.points, (p,)))
+
+
+def _fields(p: Point) -> tuple[int, int, int, int]:
+    return (p.line, p.col, p.end_line, p.end_col)
+
+
+def _is_forever(s: ast.stmt) -> bool:
+    return (
+        isinstance(s, ast.While)
+        and isinstance(s.test, ast.Constant)
+        and bool(s.test.value)
+        and not s.orelse
+    )
+
+
+def _ends_in_exit(ctx: ChunkContext, body: Sequence[ast.stmt]) -> ast.stmt | None:
+    if not body:
+        return None
+    last = body[-1]
+    if isinstance(last, (ast.Return, ast.Raise, ast.Break, ast.Continue)):
+        return last
+    if (
+        isinstance(last, ast.Expr)
+        and isinstance(last.value, ast.Call)
+        and ctx.call_qualname(last.value) in _EXIT_CALLS
+    ):
+        return last
+    return None
+
+
+def _own_nodes(s: ast.stmt) -> Iterable[ast.AST]:
+    """The nodes of ``s`` itself: a block statement's header, not its body; no nested frames."""
+    if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        roots: list[ast.AST] = list(s.decorator_list)
+    elif isinstance(s, ast.If):
+        roots = [s.test]
+    elif isinstance(s, (ast.For, ast.AsyncFor)):
+        roots = [s.iter]
+    elif isinstance(s, ast.While):
+        roots = [s.test]
+    elif isinstance(s, (ast.With, ast.AsyncWith)):
+        roots = [i.context_expr for i in s.items]
+    elif isinstance(s, ast.Match):
+        roots = [s.subject]
+    elif isinstance(s, (ast.Try, *_TRY_STAR)):
+        roots = []
+    else:
+        roots = [s]
+    out: list[ast.AST] = []
+    stack = list(reversed(roots))
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        if isinstance(n, ast.Lambda):
+            continue
+        stack.extend(reversed(list(ast.iter_child_nodes(n))))
+    return out
+
+
+# -- hints from the answer ----------------------------------------------------------------------
+
+
+def _tooltip(title: str, points: Sequence[Point], extra: str = "") -> str:
+    parts = [title]
+    if extra:
+        parts.append(extra)
+    if points:
+        parts.append("Decided by:")
+        parts.extend(f"- {point_text(p)}" for p in points)
+    return "\n".join(parts)
+
+
+def point_text(p: Point, uri_path: str | None = None) -> str:
+    if p.path is not None:
+        return f"{p.path}:{p.other_line}: {p.text}"
+    where = f"{uri_path}:" if uri_path else "line "
+    return f"{where}{p.line + 1}: {p.text}"
+
+
+def build_hints(view: ChunkView) -> tuple[tuple[int, int, str, str, bool], ...]:
+    """(line, column, label, tooltip, is-collective), chunk-relative, in order."""
+    out: dict[tuple[int, int], tuple[int, int, str, str, bool]] = {}
+    prev: Ranks | None = None
+    for s in view.stmts:
+        if (
+            not s.ranks.everyone
+            and not s.ranks.nobody
+            and (prev is None or not prev.same_set(s.ranks))
+        ):
+            label = s.ranks.describe()
+            out[(s.line, s.col)] = (
+                s.line,
+                s.col,
+                label,
+                _tooltip(f"ddp-lsp: this block runs on {label}.", s.ranks.points),
+                False,
+            )
+        prev = s.ranks
+    for c in view.collectives:
+        label = collective_label(c)
+        if c.skipped:
+            title = f"ddp-lsp: some path skips {c.display}: {c.why}"
+        else:
+            title = f"ddp-lsp: {c.display} is reached by {c.ranks.describe()}"
+            if not c.ranks.everyone:
+                title += " (the other ranks make the same collective on their own path)"
+        points = c.skip_points if c.skipped else c.ranks.points
+        # A collective at the start of its statement replaces the block hint there.
+        out[(c.line, c.col)] = (c.line, c.col, label, _tooltip(title + ".", points), True)
+        stmt_key = _stmt_start_for(view, c.line, c.col)
+        if stmt_key is not None and stmt_key in out and not out[stmt_key][4]:
+            if stmt_key[0] == c.line:
+                del out[stmt_key]
+    return tuple(out[k] for k in sorted(out))
+
+
+def _stmt_start_for(view: ChunkView, line: int, col: int) -> tuple[int, int] | None:
+    best: tuple[int, int] | None = None
+    for s in view.stmts:
+        if (s.line, s.col) <= (line, col) and line <= s.last_line:
+            best = (s.line, s.col)
+    return best
+
+
+def collective_label(c: Collective) -> str:
+    if c.skipped:
+        return (
+            f"{WARN} skipped on some path" if c.ranks.everyone else f"{WARN} {c.ranks.describe()}"
+        )
+    return c.ranks.describe()
+
+
+# -- the per-chunk cache ----------------------------------------------------------------------
+
+
+@dataclass
+class _Cached:
+    key: tuple[object, ...]
+    facts: ModuleFacts
+    reads: frozenset[Entry]
+    view: ChunkView
+
+
+# Lives and dies with the parsed chunk (shared by every document holding the same text).
+_CACHE: weakref.WeakKeyDictionary[ParsedChunk, _Cached] = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class Analysis:
+    """What one request needs to compute chunk views: the module facts and settings."""
+
+    doc: Document
+    facts: ModuleFacts
+    settings: Settings
+    env: Environment | None
+    key: tuple[object, ...]
+    changes: dict[int, tuple[ModuleFacts, frozenset[Entry]]] = field(default_factory=dict)
+    computed: int = 0  # chunks computed (not from the cache) by this request
+
+    def view(self, chunk: ParsedChunk) -> ChunkView:
+        if chunk.tree is None or not self.facts.distributed:
+            return EMPTY_VIEW
+        cached = _CACHE.get(chunk)
+        if cached is not None and cached.key == self.key:
+            if cached.facts is self.facts:
+                return cached.view
+            from ddp_lsp.core.facts import changed_entries
+
+            memo = self.changes.get(id(cached.facts))
+            if memo is None or memo[0] is not cached.facts:
+                memo = self.changes[id(cached.facts)] = (
+                    cached.facts,
+                    changed_entries(cached.facts, self.facts),
+                )
+            if cached.reads.isdisjoint(memo[1]):
+                cached.facts = self.facts
+                return cached.view
+        from ddp_lsp.core.facts import FactsView, recording_ranks
+        from ddp_lsp.core.rule import ChunkContext
+
+        view_facts = FactsView(self.facts)
+        ranks = self.settings.rank_model.with_extra(
+            self.facts.rank_vars, self.facts.rank_predicates
+        )
+        ctx = ChunkContext(
+            chunk,
+            cast("ModuleFacts", view_facts),
+            self.settings,
+            recording_ranks(ranks, view_facts.reads),
+            self.env,
+        )
+        try:
+            view = core_statements(ctx)
+        except Exception:  # the rank view of one chunk must never take the server down
+            log.exception("rank view of a chunk failed")
+            view = EMPTY_VIEW
+        if chunk.repaired:
+            # A half-typed statement was repaired to parse: say nothing about its lines.
+            view = _without_lines(view, chunk.repaired)
+        view = ChunkView(view.stmts, view.collectives, view.calls, build_hints(view))
+        _CACHE[chunk] = _Cached(self.key, self.facts, frozenset(view_facts.reads), view)
+        self.computed += 1
+        return view
+
+
+def _without_lines(view: ChunkView, lines: frozenset[int]) -> ChunkView:
+    return ChunkView(
+        tuple(s for s in view.stmts if s.line not in lines),
+        tuple(c for c in view.collectives if c.line not in lines),
+        tuple(c for c in view.calls if c.line not in lines),
+    )
+
+
+def analysis_for(
+    doc: Document, settings: Settings, env: Environment | None, project: Any = None
+) -> Analysis:
+    facts = doc.module_facts(settings.assume_distributed, project)
+    return Analysis(doc, facts, settings, env, (settings, env))
+
+
+def chunks_in(doc: Document, first: int, last: int) -> list[tuple[int, ParsedChunk]]:
+    """The chunks overlapping lines ``first..last`` (document lines, inclusive)."""
+    chunks = doc.chunks()
+    out: list[tuple[int, ParsedChunk]] = []
+    for i, (start, pc) in enumerate(chunks):
+        end = chunks[i + 1][0] - 1 if i + 1 < len(chunks) else doc.line_count - 1
+        if end < first:
+            continue
+        if start > last:
+            break
+        out.append((start, pc))
+    return out
+
+
+# -- LSP front ends --------------------------------------------------------------------------
+
+
+def _unit_analysis(state: ServerState, unit: Unit) -> Analysis | None:
+    from ddp_lsp.core.document import Document
+
+    if not unit.enabled or not isinstance(unit.doc, Document):
+        return None
+    return analysis_for(unit.doc, unit.settings, unit.env, unit.project)
+
+
+def hint_mode(state: ServerState, uri: str) -> str:
+    return state.editor_for(uri).options.rank_hints
+
+
+def inlay_hints(
+    state: ServerState, unit: Unit, offset: int, rng: T.Range, mode: str
+) -> list[T.InlayHint]:
+    """Hints for the view lines ``rng`` (a notebook cell's view starts at ``offset``)."""
+    if mode == HINTS_OFF:
+        return []
+    an = _unit_analysis(state, unit)
+    if an is None:
+        return []
+    lines = unit.doc.lines
+    first = rng.start.line + offset
+    last = rng.end.line + offset
+    out: list[T.InlayHint] = []
+    codec = state.codec
+    for start, chunk in chunks_in(an.doc, first, last):
+        for line, col, label, tooltip, coll in an.view(chunk).hints:
+            if mode == HINTS_COLLECTIVES and not coll:
+                continue
+            dl = start + line
+            if dl < first or dl > last or dl >= len(lines):
+                continue
+            vline, vchar = codec.to_lsp(lines, Pos(dl, col))
+            out.append(
+                T.InlayHint(
+                    position=T.Position(line=vline - offset, character=vchar),
+                    label=label,
+                    padding_right=True,
+                    tooltip=T.MarkupContent(kind=T.MarkupKind.Markdown, value=tooltip),
+                )
+            )
+    return out
+
+
+def _doc_lines_hit(an: Analysis, line: int) -> tuple[int, ChunkView] | None:
+    for start, chunk in chunks_in(an.doc, line, line):
+        return start, an.view(chunk)
+    return None
+
+
+def _stmt_at(view: ChunkView, rel: int) -> Stmt | None:
+    best: Stmt | None = None
+    for s in view.stmts:
+        if s.line <= rel <= s.last_line and (
+            best is None or (s.line, s.col) >= (best.line, best.col)
+        ):
+            best = s
+    return best
+
+
+def _inside(line: int, col: int, l0: int, c0: int, l1: int, c1: int) -> bool:
+    return (l0, c0) <= (line, col) <= (l1, c1)
+
+
+def hover(state: ServerState, unit: Unit, pos: Pos) -> str | None:
+    """Markdown for a collective, a rank guard or a call under ``pos`` (unit coordinates)."""
+    an = _unit_analysis(state, unit)
+    if an is None:
+        return None
+    hit = _doc_lines_hit(an, pos.line)
+    if hit is None:
+        return None
+    start, view = hit
+    rel = Pos(pos.line - start, pos.col)
+    path = str(unit.path) if unit.path is not None else None
+    for c in view.collectives:
+        if _inside(rel.line, rel.col, c.line, c.col, c.end_line, c.end_col):
+            return _collective_hover(c, start, path)
+    for s in view.stmts:
+        if s.line == rel.line:
+            for p in view_guard_points(view, s):
+                if _inside(rel.line, rel.col, p.line, p.col, p.end_line, p.end_col):
+                    return _guard_hover(an, view, start, p, path)
+    best: CallSite | None = None
+    for cs in view.calls:
+        if _inside(rel.line, rel.col, cs.line, cs.col, cs.end_line, cs.end_col):
+            best = cs  # the innermost call: the last one that starts before
+    if best is not None:
+        return _call_hover(an, best, start, path)
+    return None
+
+
+def view_guard_points(view: ChunkView, s: Stmt) -> list[Point]:
+    """The rank conditions written on the header of ``s`` (an `if` that splits the ranks)."""
+    out: list[Point] = []
+    for other in view.stmts:
+        for p in other.ranks.points:
+            if p.path is None and p.line == s.line and p not in out:
+                out.append(p)
+    return out
+
+
+def _points_md(points: Sequence[Point], start: int, path: str | None) -> list[str]:
+    return [f"- {point_text(p.placed(start), path)}" for p in points]
+
+
+def _collective_hover(c: Collective, start: int, path: str | None) -> str:
+    head = f"**ddp-lsp rank view** · `{c.display}` · {collective_label(c)}"
+    lines = [head, ""]
+    if c.skipped:
+        lines.append(f"Some path skips this collective: {c.why}.")
+        pts = _merge_points(c.skip_points, c.ranks.points)
+    else:
+        lines.append(f"Reached by {c.ranks.describe()}.")
+        if not c.ranks.everyone:
+            lines.append("The other ranks make the same collective on their own path.")
+        pts = c.ranks.points
+    if pts:
+        lines += ["", "Divergence points that decide which ranks reach it:"]
+        lines += _points_md(pts, start, path)
+    else:
+        lines += ["", "No rank-dependent branch or exit decides whether it runs."]
+    return "\n".join(lines)
+
+
+def _guard_hover(an: Analysis, view: ChunkView, start: int, p: Point, path: str | None) -> str:
+    lines = [f"**ddp-lsp rank view** · rank condition {p.text}", ""]
+    branches: list[str] = []
+    for s in view.stmts:
+        if p in s.ranks.points and (s.line > p.line):
+            desc = s.ranks.describe()
+            if desc not in branches:
+                branches.append(desc)
+    if branches:
+        lines.append("Code under it runs on: " + "; ".join(branches) + ".")
+    colls = [c for c in view.collectives if p in c.ranks.points or p in c.skip_points]
+    if colls:
+        lines += ["", "Collectives it decides:"]
+        for c in colls:
+            lines.append(f"- line {c.line + start + 1}: `{c.display}` · {collective_label(c)}")
+    return "\n".join(lines)
+
+
+def _call_hover(an: Analysis, cs: CallSite, start: int, path: str | None) -> str:
+    label = cs.callee
+    lines = [f"**ddp-lsp rank view** · `{label}()` is called here on {cs.ranks.describe()}"]
+    if cs.ranks.points:
+        lines += ["", "Decided by:"] + _points_md(cs.ranks.points, start, path)
+    if cs.local:
+        others: list[str] = []
+        for cstart, chunk in an.doc.chunks():
+            for other in an.view(chunk).calls:
+                if other.callee != cs.callee or (
+                    cstart + other.line == start + cs.line and other.col == cs.col
+                ):
+                    continue
+                others.append(f"- line {cstart + other.line + 1}: {other.ranks.describe()}")
+        if others:
+            lines += ["", "Its other callers in this file:"] + others[:20]
+            if len(others) > 20:
+                lines.append(f"- … and {len(others) - 20} more")
+        if cs.only_called_guarded:
+            lines += [
+                "",
+                "Every caller in the project calls it under a rank-0 guard (project index).",
+            ]
+    return "\n".join(lines)
+
+
+def rank_paths(
+    state: ServerState, unit: Unit, uri: str, offset: int, line: int
+) -> list[T.Location]:
+    """The locations that make view line ``line`` rank-dependent (empty: every rank runs it)."""
+    an = _unit_analysis(state, unit)
+    if an is None:
+        return []
+    dl = line + offset
+    hit = _doc_lines_hit(an, dl)
+    if hit is None:
+        return []
+    start, view = hit
+    rel = dl - start
+    points: list[Point] = []
+    for c in view.collectives:
+        if c.line <= rel <= c.end_line and c.skipped:
+            points = list(_merge_points(points, c.skip_points))
+    s = _stmt_at(view, rel)
+    if s is not None:
+        points = list(_merge_points(points, s.ranks.points))
+    lines = unit.doc.lines
+    out: list[T.Location] = []
+    for p in points:
+        if p.path is not None:
+            from pathlib import Path
+
+            at = T.Position(line=max(p.other_line - 1, 0), character=0)
+            out.append(T.Location(uri=Path(p.path).as_uri(), range=T.Range(start=at, end=at)))
+            continue
+        placed = p.placed(start)
+        vuri, voff = unit.locate_line(placed.line)
+        if unit.notebook is None:
+            vuri, voff = uri, 0
+        rng = state.codec.range_dict(
+            lines, Pos(placed.line, placed.col), Pos(placed.end_line, placed.end_col)
+        )
+        out.append(
+            T.Location(
+                uri=vuri,
+                range=T.Range(
+                    start=T.Position(
+                        line=rng["start"]["line"] - voff, character=rng["start"]["character"]
+                    ),
+                    end=T.Position(
+                        line=rng["end"]["line"] - voff, character=rng["end"]["character"]
+                    ),
+                ),
+            )
+        )
+    return out
+
+
+def semantic_tokens(
+    state: ServerState, unit: Unit, offset: int, first: int, last: int
+) -> list[int]:
+    """Encoded tokens (LSP relative form) over the view lines ``first..last``."""
+    an = _unit_analysis(state, unit)
+    if an is None:
+        return []
+    lines = unit.doc.lines
+    codec = state.codec
+    per_line: dict[int, int] = {}
+    for start, chunk in chunks_in(an.doc, first + offset, last + offset):
+        for s in an.view(chunk).stmts:
+            if s.ranks.everyone or s.ranks.nobody:
+                continue
+            mods = _MOD_DEPENDENT | (_MOD_ZERO if s.ranks.only_zero else 0)
+            for rel in range(s.line, s.last_line + 1):
+                per_line[start + rel] = mods
+    data: list[int] = []
+    prev_line = 0
+    for dl in sorted(per_line):
+        if dl < first + offset or dl > last + offset or dl >= len(lines):
+            continue
+        text = lines[dl].rstrip("\r\n")
+        body = text.lstrip()
+        if not body or body.startswith("#"):
+            continue
+        c0 = len(text) - len(body)
+        _, s0 = codec.to_lsp(lines, Pos(dl, c0))
+        _, s1 = codec.to_lsp(lines, Pos(dl, len(text.rstrip())))
+        vline = dl - offset
+        delta_line = vline - prev_line
+        data += [delta_line, s0 if delta_line or not data else s0, s1 - s0, 0, per_line[dl]]
+        prev_line = vline
+    return data
+
+
+# -- registration (called from server.build_server) --------------------------------------------
+
+
+def register(server: DdpLanguageServer) -> None:
+    """Register the rank view's handlers on ``server`` (a DdpLanguageServer)."""
+    from pygls.exceptions import JsonRpcInvalidParams
+
+    state: ServerState = server.state
+
+    @server.feature(T.TEXT_DOCUMENT_INLAY_HINT, T.InlayHintOptions(resolve_provider=False))
+    def inlay_hint(ls: Any, params: T.InlayHintParams) -> list[T.InlayHint] | None:
+        uri = params.text_document.uri
+        found = state.lookup(uri)
+        if found is None:
+            return None
+        unit, offset = found
+        return inlay_hints(state, unit, offset, params.range, hint_mode(state, unit.key))
+
+    @server.feature(T.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
+    def tokens_full(ls: Any, params: T.SemanticTokensParams) -> T.SemanticTokens | None:
+        return _tokens(params.text_document.uri, None)
+
+    @server.feature(T.TEXT_DOCUMENT_SEMANTIC_TOKENS_RANGE, LEGEND)
+    def tokens_range(ls: Any, params: T.SemanticTokensRangeParams) -> T.SemanticTokens | None:
+        return _tokens(params.text_document.uri, params.range)
+
+    def _tokens(uri: str, rng: T.Range | None) -> T.SemanticTokens | None:
+        found = state.lookup(uri)
+        if found is None:
+            return None
+        unit, offset = found
+        if not state.editor_for(unit.key).options.rank_tokens:
+            return None  # another provider's tokens (Pylance's) win
+        first = rng.start.line if rng is not None else 0
+        last = rng.end.line if rng is not None else len(unit.doc.lines)
+        return T.SemanticTokens(data=semantic_tokens(state, unit, offset, first, last))
+
+    @server.command(CMD_SHOW_RANK_PATHS)
+    def show_rank_paths(ls: Any, *args: Any) -> list[T.Location]:
+        if (
+            len(args) != 2
+            or not isinstance(args[0], str)
+            or not isinstance(args[1], dict)
+            or not isinstance(args[1].get("line"), int)
+        ):
+            raise JsonRpcInvalidParams(
+                f'{CMD_SHOW_RANK_PATHS} takes [uri, {{"line": N, "character": N}}]; '
+                f"got {list(args)!r}"
+            )
+        found = state.lookup(args[0])
+        if found is None:
+            raise JsonRpcInvalidParams(
+                f"{CMD_SHOW_RANK_PATHS}: {args[0]!r} is not an open document"
+            )
+        unit, offset = found
+        return rank_paths(state, unit, args[0], offset, int(args[1]["line"]))
+
+
+def refresh(server: Any) -> None:
+    """Ask the client to re-request hints and tokens (the settings changed)."""
+    caps = getattr(server, "client_capabilities", None)
+    ws = getattr(caps, "workspace", None) if caps is not None else None
+    try:
+        if ws is not None and ws.inlay_hint is not None and ws.inlay_hint.refresh_support:
+            server.workspace_inlay_hint_refresh(None)
+        if ws is not None and ws.semantic_tokens is not None and ws.semantic_tokens.refresh_support:
+            server.workspace_semantic_tokens_refresh(None)
+    except Exception as exc:  # a refresh is a courtesy; never fail the settings change
+        log.info("inlay hint refresh failed: %s", exc)
