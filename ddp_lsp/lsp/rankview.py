@@ -77,6 +77,7 @@ class Point:
     text: str  # "`if rank == 0:`", "`return` under `if rank != 0:`"
     path: str | None = None  # another file (absolute), from the project index
     other_line: int = 0  # 1-based line in that file
+    shown: str = ""  # that file as the project index names it (relative to the project root)
 
     def placed(self, start: int) -> Point:
         if self.path is not None:
@@ -383,7 +384,9 @@ class _Walk:
                 src = C.elsewhere_source(ctx, miss)
                 proj = ctx.facts.project
                 if src is not None and proj is not None:
-                    pts.append(Point(0, 0, 0, 0, src.message, proj.absolute(src.path), src.line))
+                    pts.append(
+                        Point(0, 0, 0, 0, src.message, proj.absolute(src.path), src.line, src.path)
+                    )
                 skip_points = tuple(pts)
             self.collectives.append(
                 Collective(
@@ -504,7 +507,9 @@ class _Walk:
             here = f" ({where.message} at {where.path}:{where.line})"
             true_pt = Point(*_fields(true_pt), true_pt.text + here)
             false_pt = Point(*_fields(false_pt), false_pt.text + here)
-            foreign = Point(0, 0, 0, 0, where.message, proj.absolute(where.path), where.line)
+            foreign = Point(
+                0, 0, 0, 0, where.message, proj.absolute(where.path), where.line, where.path
+            )
         else:
             foreign = None
         if pol is Polarity.ZERO or pol is Polarity.NONZERO:
@@ -614,7 +619,7 @@ def _tooltip(title: str, points: Sequence[Point], extra: str = "") -> str:
 
 def point_text(p: Point, uri_path: str | None = None) -> str:
     if p.path is not None:
-        return f"{p.path}:{p.other_line}: {p.text}"
+        return f"{p.shown or p.path}:{p.other_line}: {p.text}"
     where = f"{uri_path}:" if uri_path else "line "
     return f"{where}{p.line + 1}: {p.text}"
 
@@ -852,7 +857,7 @@ def hover(state: ServerState, unit: Unit, pos: Pos) -> str | None:
         return None
     start, view = hit
     rel = Pos(pos.line - start, pos.col)
-    path = str(unit.path) if unit.path is not None else None
+    path = unit.path.name if unit.path is not None else None
     for c in view.collectives:
         if _inside(rel.line, rel.col, c.line, c.col, c.end_line, c.end_col):
             return _collective_hover(c, start, path)

@@ -1,0 +1,258 @@
+"""End-to-end: the rank view (inlay hints, hover, ddp-lsp.showRankPaths, semantic tokens)
+through the real server over stdio, with pytest-lsp's recorded client profiles."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import pytest_lsp
+from lsprotocol import types as T
+from pytest_lsp import LanguageClient
+
+from tests.lsp.helpers import CONFIG, PROFILES, TIMEOUT, Doc, capabilities, wait_for_diagnostics
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+RANKS = """\
+import torch
+import torch.distributed as dist
+
+
+def train(model, rank, loader, t):
+    dist.init_process_group("nccl")
+    for x in loader:
+        model(x)
+    if rank == 0:
+        torch.save(model.state_dict(), "ckpt.pt")
+        dist.barrier()
+    dist.all_reduce(t)
+    if rank != 0:
+        return
+    print("ëé 🙂 done")
+    dist.all_reduce(t)
+"""
+GUARD_LINE, SAVE_LINE, BARRIER_LINE, REDUCE_LINE = 8, 9, 10, 11
+EXIT_GUARD_LINE, EXIT_LINE, PRINT_LINE, LATE_REDUCE_LINE = 12, 13, 14, 15
+WARN = "⚠"
+
+
+@pytest_lsp.fixture(config=CONFIG, scope="module", params=PROFILES)
+async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp_path_factory):
+    root = tmp_path_factory.mktemp(f"rv-{request.param}")
+    result = await lsp_client.initialize_session(
+        T.InitializeParams(
+            capabilities=capabilities(request.param),
+            root_uri=root.as_uri(),
+            workspace_folders=[T.WorkspaceFolder(uri=root.as_uri(), name="ws")],
+        )
+    )
+    lsp_client.encoding = str(result.capabilities.position_encoding or "utf-16")  # type: ignore[attr-defined]
+    lsp_client.root = root  # type: ignore[attr-defined]
+    lsp_client.server_caps = result.capabilities  # type: ignore[attr-defined]
+    yield
+    await lsp_client.shutdown_session()
+
+
+def _open(client: LanguageClient, name: str, text: str = RANKS) -> Doc:
+    uri = (client.root / name).as_uri()  # type: ignore[attr-defined]
+    return Doc(client, uri, text, client.encoding)  # type: ignore[attr-defined]
+
+
+async def _hints(
+    client: LanguageClient, doc: Doc, first: int = 0, last: int = 200
+) -> list[T.InlayHint]:
+    result = await asyncio.wait_for(
+        client.text_document_inlay_hint_async(
+            T.InlayHintParams(
+                T.TextDocumentIdentifier(doc.uri),
+                T.Range(T.Position(first, 0), T.Position(last, 0)),
+            )
+        ),
+        TIMEOUT,
+    )
+    return list(result or [])
+
+
+def _labels(hints: list[T.InlayHint]) -> list[tuple[int, str]]:
+    return [(h.position.line, str(h.label)) for h in hints]
+
+
+async def _hints_until(client: LanguageClient, doc: Doc, pred: Any) -> list[T.InlayHint]:
+    """Ask again after each publication until ``pred`` holds (settings apply asynchronously)."""
+
+    async def loop() -> list[T.InlayHint]:
+        while True:
+            hints = await _hints(client, doc)
+            if pred(_labels(hints)):
+                return hints
+            await client.wait_for_notification(T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+
+    return await asyncio.wait_for(loop(), TIMEOUT)
+
+
+async def test_capabilities(client: LanguageClient):
+    caps: T.ServerCapabilities = client.server_caps  # type: ignore[attr-defined]
+    assert caps.inlay_hint_provider
+    assert caps.semantic_tokens_provider is not None
+    legend = caps.semantic_tokens_provider.legend
+    assert "rankDependent" in legend.token_modifiers and "rankZero" in legend.token_modifiers
+    assert caps.execute_command_provider is not None
+    assert "ddp-lsp.showRankPaths" in caps.execute_command_provider.commands
+
+
+async def test_inlay_hints_mark_rank_subsets_and_collectives(client: LanguageClient):
+    doc = _open(client, "hints.py")
+    await wait_for_diagnostics(client, doc.uri, 1)
+    hints = await _hints(client, doc)
+    assert _labels(hints) == [
+        (SAVE_LINE, "rank 0"),
+        (BARRIER_LINE, f"{WARN} rank 0"),
+        (REDUCE_LINE, "all ranks"),
+        (EXIT_LINE, "ranks ≠ 0"),
+        (PRINT_LINE, "rank 0"),
+        (LATE_REDUCE_LINE, f"{WARN} rank 0"),
+    ]
+    assert all(h.position.character == 4 or h.position.character == 8 for h in hints)
+    barrier = hints[1]
+    assert isinstance(barrier.tooltip, T.MarkupContent)
+    assert "if rank == 0:" in barrier.tooltip.value
+    # The hints of a visible range only.
+    assert _labels(await _hints(client, doc, REDUCE_LINE, EXIT_LINE)) == [
+        (REDUCE_LINE, "all ranks"),
+        (EXIT_LINE, "ranks ≠ 0"),
+    ]
+    doc.close()
+
+
+async def test_hints_follow_edits(client: LanguageClient):
+    doc = _open(client, "hints_edit.py")
+    await wait_for_diagnostics(client, doc.uri, 1)
+    # Un-guard the barrier: rank 0's block loses it and the barrier runs on every rank.
+    at = doc.text.index("        dist.barrier()\n")
+    doc.replace(at, at + len("        dist.barrier()\n"), "")
+    at = doc.text.index("    dist.all_reduce(t)\n")
+    doc.replace(at, at, "    dist.barrier()\n")
+    labels = _labels(await _hints(client, doc))
+    assert (BARRIER_LINE, "all ranks") in labels and (BARRIER_LINE, f"{WARN} rank 0") not in labels
+    doc.close()
+
+
+async def test_setting_collectives_only_and_off(client: LanguageClient):
+    doc = _open(client, "hints_setting.py")
+    await wait_for_diagnostics(client, doc.uri, 1)
+    client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams(settings={"ddp-lsp": {"rankView": {"hints": "collectives"}}})
+    )
+    hints = await _hints_until(client, doc, lambda ls: (SAVE_LINE, "rank 0") not in ls)
+    assert [line for line, _ in _labels(hints)] == [BARRIER_LINE, REDUCE_LINE, LATE_REDUCE_LINE]
+    client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams(settings={"ddp-lsp": {"rankView": {"hints": "off"}}})
+    )
+    await _hints_until(client, doc, lambda ls: ls == [])
+    client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
+    )
+    await _hints_until(client, doc, lambda ls: (SAVE_LINE, "rank 0") in ls)
+    doc.close()
+
+
+async def test_hover_on_collective_guard_and_call(client: LanguageClient):
+    doc = _open(client, "hover_rank.py")
+    await wait_for_diagnostics(client, doc.uri, 1)
+
+    async def hover(line: int, character: int) -> str:
+        h = await asyncio.wait_for(
+            client.text_document_hover_async(
+                T.HoverParams(T.TextDocumentIdentifier(doc.uri), T.Position(line, character))
+            ),
+            TIMEOUT,
+        )
+        assert h is not None and isinstance(h.contents, T.MarkupContent)
+        return h.contents.value
+
+    text = await hover(LATE_REDUCE_LINE, 10)
+    assert (
+        "rank view" in text
+        and f"hover_rank.py:{EXIT_GUARD_LINE + 1}: `return` under `if rank != 0:`" in text
+    )
+    text = await hover(GUARD_LINE, 8)  # on `rank == 0`
+    assert "rank condition" in text and "rank 0" in text and "dist.barrier()" in text
+    text = await hover(SAVE_LINE, 10)  # on torch.save(...)
+    assert (
+        "called here on rank 0" in text
+        and f"hover_rank.py:{GUARD_LINE + 1}: `if rank == 0:`" in text
+    )
+    doc.close()
+
+
+async def test_show_rank_paths_command(client: LanguageClient):
+    doc = _open(client, "paths.py")
+    await wait_for_diagnostics(client, doc.uri, 1)
+    locs = await asyncio.wait_for(
+        client.workspace_execute_command_async(
+            T.ExecuteCommandParams(
+                "ddp-lsp.showRankPaths", [doc.uri, {"line": PRINT_LINE, "character": 4}]
+            )
+        ),
+        TIMEOUT,
+    )
+    assert [(loc["uri"], loc["range"]["start"]["line"]) for loc in locs] == [
+        (doc.uri, EXIT_GUARD_LINE)
+    ]
+    assert locs[0]["range"]["start"]["character"] == 7  # `rank != 0`
+    none = await client.workspace_execute_command_async(
+        T.ExecuteCommandParams(
+            "ddp-lsp.showRankPaths", [doc.uri, {"line": REDUCE_LINE, "character": 4}]
+        )
+    )
+    assert none == []
+    with pytest.raises(Exception, match="showRankPaths takes"):
+        await client.workspace_execute_command_async(
+            T.ExecuteCommandParams("ddp-lsp.showRankPaths", [doc.uri])
+        )
+    doc.close()
+
+
+async def test_semantic_tokens_are_opt_in(client: LanguageClient):
+    doc = _open(client, "tokens.py")
+    await wait_for_diagnostics(client, doc.uri, 1)
+    params = T.SemanticTokensParams(T.TextDocumentIdentifier(doc.uri))
+    assert await client.text_document_semantic_tokens_full_async(params) is None
+    client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams(settings={"ddp-lsp": {"rankView": {"semanticTokens": True}}})
+    )
+
+    async def tokens() -> list[int]:
+        while True:
+            got = await client.text_document_semantic_tokens_full_async(params)
+            if got is not None:
+                return list(got.data)
+            await client.wait_for_notification(T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+
+    data = await asyncio.wait_for(tokens(), TIMEOUT)
+    line, rows = 0, []
+    for i in range(0, len(data), 5):
+        line += data[i]
+        rows.append((line, data[i + 1], data[i + 4]))
+    zero = 1 | 2  # rankDependent | rankZero
+    assert rows == [
+        (SAVE_LINE, 8, zero),
+        (BARRIER_LINE, 8, zero),
+        (EXIT_LINE, 8, 1),
+        (PRINT_LINE, 4, zero),
+        (LATE_REDUCE_LINE, 4, zero),
+    ]
+    # The print line holds non-ASCII text: its length is in the negotiated encoding.
+    length = data[3 * 5 + 2]
+    body = 'print("ëé 🙂 done")'
+    enc = client.encoding  # type: ignore[attr-defined]
+    expected = {"utf-8": len(body.encode()), "utf-16": len(body.encode("utf-16-le")) // 2}.get(
+        enc, len(body)
+    )
+    assert length == expected
+    client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
+    )
+    doc.close()
