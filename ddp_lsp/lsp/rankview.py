@@ -974,7 +974,12 @@ def rank_paths(
         points = list(_merge_points(points, s.ranks.points))
     lines = unit.doc.lines
     out: list[T.Location] = []
+    seen: set[tuple[object, ...]] = set()
     for p in points:
+        where = (p.path, p.other_line) if p.path is not None else _fields(p)
+        if where in seen:  # DDP103's "rank condition" and the guard itself: one place
+            continue
+        seen.add(where)
         if p.path is not None:
             from pathlib import Path
 
