@@ -22,7 +22,8 @@ from typing import Any
 
 from ddp_lsp.core import names as N
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
-from ddp_lsp.core.ranks import Polarity, RankModel
+from ddp_lsp.core.ranks import RankModel
+from ddp_lsp.core.uniformity import condition_ranks
 from ddp_lsp.core.walk import children, walk
 
 # Kinds of values the rules care about.
@@ -285,7 +286,7 @@ class _Extractor:
                 and isinstance(stmt, ast.If)
                 and stmt.body
                 and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise))
-                and self.ranks.guard(stmt.test) is Polarity.NONZERO
+                and _nonzero(condition_ranks(self.ranks, stmt.test))
             ):
                 guarded = True
 
@@ -306,11 +307,11 @@ class _Extractor:
             self.imports.extend(N.import_bindings(s))
             return
         if isinstance(s, ast.If):
-            pol = self.ranks.guard(s.test)
+            pol = condition_ranks(self.ranks, s.test)
             self.expr(s.test, scope, guarded)
             self._rank_branches += pol is not None
-            self.block(s.body, scope, guarded or pol is Polarity.ZERO)
-            self.block(s.orelse, scope, guarded or pol is Polarity.NONZERO)
+            self.block(s.body, scope, guarded or _zero(pol))
+            self.block(s.orelse, scope, guarded or _nonzero(pol))
             self._rank_branches -= pol is not None
             return
         if isinstance(s, (ast.Assign, ast.AnnAssign)):
@@ -552,14 +553,10 @@ def _guards_itself(body: list[ast.stmt], ranks: RankModel) -> bool:
         return False
     first = stmts[0]
     if isinstance(first, ast.If):
-        pol = ranks.guard(first.test)
-        if pol is Polarity.ZERO and len(stmts) == 1 and not first.orelse:
+        pol = condition_ranks(ranks, first.test)
+        if _zero(pol) and len(stmts) == 1 and not first.orelse:
             return True
-        if (
-            pol is Polarity.NONZERO
-            and first.body
-            and isinstance(first.body[-1], (ast.Return, ast.Raise))
-        ):
+        if _nonzero(pol) and first.body and isinstance(first.body[-1], (ast.Return, ast.Raise)):
             return True
     return False
 
@@ -576,7 +573,16 @@ def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankMod
     returns = [n for n in walk(f) if isinstance(n, ast.Return) and n.value is not None]
     if not returns:
         return False
-    return all(ranks.guard(r.value) is Polarity.ZERO for r in returns if r.value is not None)
+    return all(_zero(condition_ranks(ranks, r.value)) for r in returns if r.value is not None)
+
+
+def _zero(found: object) -> bool:
+    """Rank 0 only (global or local), with no uniform escape (the uniformity analysis)."""
+    return getattr(found, "zero", False) and not getattr(found, "unless", "")
+
+
+def _nonzero(found: object) -> bool:
+    return getattr(found, "nonzero", False) and not getattr(found, "unless", "")
 
 
 # -- module facts -------------------------------------------------------------------------------

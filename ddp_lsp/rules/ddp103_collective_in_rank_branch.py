@@ -66,6 +66,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ddp_lsp.core import rankpaths as R
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, Related, RuleMeta, Severity
 from ddp_lsp.rules import _collectives as C
@@ -83,26 +84,49 @@ class CollectiveInRankBranch(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        extract = C.collective_extractor(ctx)
-        seen: set[int] = set()
-        for root in C.roots(ctx):
-            try:
-                misses = C.Flow(ctx, root, extract).run()
-            except RecursionError:  # absurdly nested code: no findings rather than a crash
-                continue
-            for miss in misses:
-                if id(miss.event.node) in seen:
-                    continue
-                seen.add(id(miss.event.node))
-                message, related = C.explain(ctx, miss, _CONSEQUENCE)
-                # The message already names the helper's file; the related location goes there.
-                _, elsewhere = ctx.cite(C.elsewhere_source(ctx, miss))
+        misses = R.chunk_misses(ctx, R.collective_extractor(ctx))
+        # One finding per divergence point: the misses one branch or exit strands together.
+        groups: dict[tuple[object, ...], list[R.Miss]] = {}
+        for miss in misses:
+            groups.setdefault(R.divergence_key(miss), []).append(miss)
+        for group in groups.values():
+            first = group[0]
+            message, related = C.explain(ctx, first, _CONSEQUENCE)
+            # The message already names the helper's file; the related location goes there.
+            _, elsewhere = ctx.cite(*(C.elsewhere_source(ctx, m) for m in group))
+            others = [m.event.node for m in group[1:]]
+            if others:
+                message += (
+                    f" (and {len(others)} more collective{'s' if len(others) > 1 else ''} "
+                    "stranded the same way: see the related locations)"
+                )
+            stranded = tuple(
+                Related(ctx.span(n), "also reached by these ranks only") for n in others
+            )
+            exit_node = first.reason.node if first.reason.kind == "exit" else None
+            if exit_node is not None:
+                # The exit is where the ranks split: report it there, the collectives related.
+                at_calls = tuple(
+                    Related(ctx.span(m.event.node), "a collective the exiting ranks never reach")
+                    for m in group
+                )
                 yield ctx.finding(
                     self,
-                    miss.event.node,
+                    exit_node,
                     message,
-                    related=(*(Related(ctx.span(n), m) for n, m in related), *elsewhere),
+                    related=(
+                        *(Related(ctx.span(n), m) for n, m in related if n is not exit_node),
+                        *at_calls,
+                        *elsewhere,
+                    ),
                 )
+                continue
+            yield ctx.finding(
+                self,
+                first.event.node,
+                message,
+                related=(*(Related(ctx.span(n), m) for n, m in related), *stranded, *elsewhere),
+            )
 
 
 _HEAD = """\
@@ -398,8 +422,8 @@ class Trainer:
 
     def validate(self, t):
         if self.rank != 0:
-            return None
-        return «self._gather(t)»
+            «return None»
+        return self._gather(t)
 """,
         note="a guarded early return skips a self.-method collective",
     ),
@@ -411,9 +435,9 @@ def train(model, loader, optimizer, rank):
         loss = model(x).sum()
         loss.backward()
         optimizer.step()
-        «dist.all_reduce(loss)»
+        dist.all_reduce(loss)
         if rank == 0 and loss.item() > 100:
-            break
+            «break»
 """,
         note="rank 0 leaves the loop; the others all_reduce alone in the next iteration",
     ),
@@ -423,8 +447,8 @@ def train(model, loader, optimizer, rank):
 def train(model, loader, rank):
     for x, y in loader:
         if rank != 0 and x is None:
-            continue
-        «dist.barrier()»
+            «continue»
+        dist.barrier()
 """,
         note="a rank-guarded continue skips the barrier for this iteration",
     ),
@@ -500,9 +524,9 @@ from detectron2.utils import comm
 
 def evaluate(cfg, model):
     if not comm.is_main_process():
-        return {}
+        «return {}»
     results = {"ap": 0.5}
-    «comm.synchronize()»
+    comm.synchronize()
     return results
 """,
         note="detectron2 synchronize after a return on the non-main ranks",
