@@ -31,7 +31,7 @@ from __future__ import annotations
 import ast
 import logging
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ddp_lsp.core.facts import Entry, ModuleFacts
     from ddp_lsp.core.rule import ChunkContext
     from ddp_lsp.core.settings import Settings
+    from ddp_lsp.core.uniformity import ChunkUniformity, Divergence, RankSet
     from ddp_lsp.lsp.server import DdpLanguageServer
     from ddp_lsp.lsp.state import ServerState, Unit
 
@@ -87,75 +88,22 @@ class Point:
 
 @dataclass(frozen=True)
 class Ranks:
-    """Which ranks run a statement: rank 0 (``zero``), the others (``others``), narrowed by
-    rank conditions the analysis cannot name (``conds``)."""
+    """Which ranks run a statement, as the rank view shows it: the core's description
+    (``RankSet.describe()``) and the divergence points deciding it."""
 
-    zero: bool = True
-    others: bool = True
-    conds: tuple[str, ...] = ()
-    local: bool = False
+    text: str = "all ranks"
+    everyone: bool = True
+    only_zero: bool = False  # global or local rank 0 and no other rank
     points: tuple[Point, ...] = ()
 
-    @property
-    def everyone(self) -> bool:
-        return self.zero and self.others and not self.conds
-
-    @property
-    def nobody(self) -> bool:
-        return not self.zero and not self.others
-
-    @property
-    def only_zero(self) -> bool:
-        return self.zero and not self.others
-
     def describe(self) -> str:
-        if self.nobody:
-            return "no rank"
-        if self.everyone:
-            return "all ranks"
-        local = "local " if self.local else ""
-        if self.only_zero:
-            base = f"{local}rank 0"
-        elif not self.zero:
-            base = f"{local}ranks ≠ 0"
-        else:
-            base = "ranks"
-        if self.conds:
-            return f"{base} where {' and '.join(self.conds)}"
-        return base
+        return self.text
 
     def same_set(self, other: Ranks) -> bool:
-        return (self.zero, self.others, self.conds, self.local) == (
-            other.zero,
-            other.others,
-            other.conds,
-            other.local,
-        )
-
-    def narrowed(
-        self, zero: bool, others: bool, cond: str | None, local: bool, point: Point
-    ) -> Ranks:
-        conds = self.conds + ((cond,) if cond and cond not in self.conds else ())
-        z, o = self.zero and zero, self.others and others
-        return Ranks(
-            z, o, conds, (self.local or local) and (z != o), _merge_points(self.points, (point,))
-        )
-
-    def union(self, other: Ranks) -> Ranks:
-        if self.nobody:
-            return other
-        if other.nobody:
-            return self
-        z, o = self.zero or other.zero, self.others or other.others
-        conds = tuple(c for c in self.conds if c in other.conds)
-        local = self.local and other.local and (z != o)
-        if z and o and not conds:
-            return EVERYONE
-        return Ranks(z, o, conds, local, _merge_points(self.points, other.points))
+        return self.text == other.text
 
 
 EVERYONE = Ranks()
-NOBODY = Ranks(False, False)
 
 
 def _merge_points(a: Sequence[Point], b: Sequence[Point]) -> tuple[Point, ...]:
@@ -216,392 +164,184 @@ EMPTY_VIEW = ChunkView()
 
 # -- the adapter: the one place that asks the core --------------------------------------------
 
-_EXIT_CALLS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
-
 
 def core_statements(ctx: ChunkContext) -> ChunkView:
     """Per statement of the chunk, the ranks that run it and the divergence points deciding
-    it; per collective, whether some path skips it.
+    it; per collective, whether some path skips it; per call, the ranks that make it.
 
-    Built over the analysis the rules use: the rank conditions are ``_collectives.Flow``'s
-    (``polarity``: rank guards, rank-derived flags, predicates from the project index), and
-    "some path skips this collective" is exactly the set of DDP103's misses from the same
-    ``Flow`` run, so a hint agrees with DDP103 by construction.
+    All of it is the core's rank-uniformity analysis (:mod:`ddp_lsp.core.uniformity`), the one
+    the rules ask: "some path skips this collective" is the path analysis DDP103 reports from
+    (:mod:`ddp_lsp.core.rankpaths`), so a hint agrees with DDP103 by construction.
     """
-    from ddp_lsp.rules import _collectives as C
+    from ddp_lsp.core.uniformity import uniformity
 
-    extract = C.collective_extractor(ctx)
+    u = uniformity(ctx)
     stmts: list[Stmt] = []
-    collectives: list[Collective] = []
-    calls: list[CallSite] = []
-    for root in C.roots(ctx):
-        flow = C.Flow(ctx, root, extract)
-        try:
-            misses = {id(m.event.node): m for m in flow.run()}
-        except RecursionError:
-            continue
-        walk = _Walk(ctx, flow, root, extract, misses, stmts, collectives, calls)
-        try:
-            walk.run()
-        except RecursionError:
-            continue
-    stmts.sort(key=lambda s: (s.line, s.col))
-    collectives.sort(key=lambda c: (c.line, c.col))
-    calls.sort(key=lambda c: (c.line, c.col))
-    return ChunkView(tuple(stmts), tuple(collectives), tuple(calls))
-
-
-class _Walk:
-    """One frame (a function, or the chunk's module code) walked once with the set of ranks
-    that reach each statement. ``return``/``raise``/``sys.exit()`` end a rank set's walk,
-    ``break``/``continue`` its loop iteration; branches rejoin as the union of what falls
-    through them."""
-
-    def __init__(
-        self,
-        ctx: ChunkContext,
-        flow: Any,
-        root: ast.AST,
-        extract: Any,
-        misses: dict[int, Any],
-        stmts: list[Stmt],
-        collectives: list[Collective],
-        calls: list[CallSite],
-    ) -> None:
-        self.ctx = ctx
-        self.flow = flow
-        self.root = root
-        self.extract = extract
-        self.misses = misses
-        self.stmts = stmts
-        self.collectives = collectives
-        self.calls = calls
-        self.loop_left: list[Ranks] = []  # per enclosing loop: ranks that broke/continued
-
-    def run(self) -> None:
-        from ddp_lsp.core import facts as K
-        from ddp_lsp.rules import _collectives as C
-        from ddp_lsp.rules import _guard as G
-        from ddp_lsp.rules import _patterns as P
-
-        ctx, root = self.ctx, self.root
-        start = EVERYONE
-        if isinstance(root, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            body: list[ast.stmt] = root.body
-            deco = next(
-                (d for d in root.decorator_list if P.last_name(d) in G.RANK_ZERO_DECORATORS), None
-            )
-            if deco is not None:
-                sp = ctx.span(deco)
-                start = EVERYONE.narrowed(
-                    True,
-                    False,
-                    None,
-                    False,
-                    Point(
-                        sp.start.line,
-                        sp.start.col,
-                        sp.end.line,
-                        sp.end.col,
-                        f"`@{C.short(ctx.segment(deco))}` runs `{root.name}` on rank 0 only",
-                    ),
-                )
-            elif body:
-                qual, _ = ctx.scope(body[0])
-                if K.ONLY_CALLED_GUARDED in ctx.facts.props(qual):
-                    sp = ctx.span(root)
-                    start = EVERYONE.narrowed(
-                        True,
-                        False,
-                        None,
-                        False,
-                        Point(
-                            sp.start.line,
-                            sp.start.col,
-                            sp.start.line,
-                            sp.start.col + len(ctx.line(root.lineno).rstrip()),
-                            f"every call of `{root.name}` in the project is under a rank-0 guard",
-                        ),
-                    )
-        else:
-            body = [
-                s
-                for s in ctx.body
-                if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-            ]
-        self.block(body, start)
-
-    # -- statements ----------------------------------------------------------------------------
-
-    def block(self, body: Sequence[ast.stmt], cur: Ranks) -> Ranks:
-        for s in body:
-            if cur.nobody:
-                break  # unreachable on every rank: no hint
-            cur = self.stmt(s, cur)
-        return cur
-
-    def record(self, s: ast.stmt, cur: Ranks, header_end: ast.AST | None = None) -> None:
-        ctx = self.ctx
+    for sr in u.statements():
+        s = sr.stmt
         start = ctx.pos(s.lineno, s.col_offset)
-        if header_end is s:  # `try:`, `def f(...):`, `class C:`: the header line only
-            last = ctx.rel_line(s.lineno)
-        elif header_end is not None:
-            end_line = getattr(header_end, "end_lineno", None) or getattr(header_end, "lineno", 0)
-            last = ctx.rel_line(end_line or s.lineno)
-        else:
-            last = ctx.rel_line(s.end_lineno or s.lineno)
-        self.stmts.append(Stmt(start.line, start.col, max(last, start.line), cur))
-        for node in _own_nodes(s):
-            if isinstance(node, ast.Call):
-                self.call(node, cur)
-
-    def call(self, node: ast.Call, cur: Ranks) -> None:
-        from ddp_lsp.core import facts as K
-        from ddp_lsp.core.names import dotted
-        from ddp_lsp.rules import _collectives as C
-
-        ctx = self.ctx
-        ev = self.extract(node)
-        sp = ctx.span(node)
-        if ev is not None:
-            miss = self.misses.get(id(node))
-            why = ""
-            skip_points: tuple[Point, ...] = ()
-            if miss is not None:
-                why, related = C.explain(ctx, miss, "the job hangs until the NCCL timeout")
-                pts: list[Point] = []
-                for n, label in related:
-                    rs = ctx.span(n)
-                    pts.append(
-                        Point(
-                            rs.start.line,
-                            rs.start.col,
-                            rs.end.line,
-                            rs.end.col,
-                            f"{label}: `{C.short(ctx.segment(n))}`",
-                        )
-                    )
-                src = C.elsewhere_source(ctx, miss)
-                proj = ctx.facts.project
-                if src is not None and proj is not None:
-                    pts.append(
-                        Point(0, 0, 0, 0, src.message, proj.absolute(src.path), src.line, src.path)
-                    )
-                skip_points = tuple(pts)
-            self.collectives.append(
-                Collective(
-                    sp.start.line,
-                    sp.start.col,
-                    sp.end.line,
-                    sp.end.col,
-                    ev.display,
-                    cur,
-                    miss is not None,
-                    why,
-                    skip_points,
-                )
-            )
-        name = dotted(node.func)
-        if name is None:
-            return
-        qual = name if name in ctx.facts.func_params else None
-        if qual is None and isinstance(node.func, ast.Attribute) and name.startswith("self."):
-            _, cls = ctx.scope(node)
-            if cls is not None and f"{cls}.{node.func.attr}" in ctx.facts.func_params:
-                qual = f"{cls}.{node.func.attr}"
-        guarded = qual is not None and K.ONLY_CALLED_GUARDED in ctx.facts.props(qual)
-        self.calls.append(
-            CallSite(
+        stmts.append(
+            Stmt(start.line, start.col, _header_last(ctx, s), _ranks(ctx, sr.ranks, sr.divergences))
+        )
+    collectives: list[Collective] = []
+    for reach in u.collectives():
+        call = reach.call
+        sp = ctx.span(call)
+        ranks = _ranks(ctx, u.ranks_of(call), u.divergences_of(call))
+        skip_points: tuple[Point, ...] = ()
+        why = ""
+        if reach.skipped:
+            d = reach.divergence
+            if d is not None:
+                skip_points = (_point(ctx, d),)
+                why = f"some ranks never get here: {_point_text(ctx, d)}"
+            else:
+                why = "a rank-dependent path reaches it on some ranks only"
+            elsewhere = _elsewhere(ctx, call, "collective")
+            if elsewhere is not None:
+                skip_points += (elsewhere,)
+        collectives.append(
+            Collective(
                 sp.start.line,
                 sp.start.col,
                 sp.end.line,
                 sp.end.col,
-                qual or name,
-                qual is not None,
-                cur,
-                guarded,
+                _display(ctx, call, reach.label),
+                ranks,
+                reach.skipped,
+                why,
+                skip_points,
             )
         )
+    calls: list[CallSite] = []
+    for call in ctx.calls():
+        site = _call_site(ctx, u, call)
+        if site is not None:
+            calls.append(site)
+    return ChunkView(tuple(stmts), tuple(collectives), tuple(calls))
 
-    def stmt(self, s: ast.stmt, cur: Ranks) -> Ranks:
-        if isinstance(s, ast.If):
-            self.record(s, cur, s.test)
-            return self.if_(s, cur)
-        if isinstance(s, (ast.Return, ast.Raise)):
-            self.record(s, cur)
-            return NOBODY
-        if isinstance(s, (ast.Break, ast.Continue)):
-            self.record(s, cur)
-            if self.loop_left:
-                self.loop_left[-1] = self.loop_left[-1].union(cur)
-            return NOBODY
-        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
-            self.record(s, cur)
-            if self.ctx.call_qualname(s.value) in _EXIT_CALLS:
-                return NOBODY
-            return cur
-        if isinstance(s, (ast.For, ast.AsyncFor, ast.While)):
-            head = s.iter if isinstance(s, (ast.For, ast.AsyncFor)) else s.test
-            self.record(s, cur, head)
-            self.loop_left.append(NOBODY)
-            fell = self.block(s.body, cur)
-            left = self.loop_left.pop()
-            after = fell.union(left).union(cur) if not _is_forever(s) else left
-            if s.orelse:
-                after = self.block(s.orelse, fell.union(cur) if not _is_forever(s) else NOBODY)
-                after = after.union(left)
-            return after
-        if isinstance(s, (ast.With, ast.AsyncWith)):
-            self.record(s, cur, s.items[-1].context_expr if s.items else None)
-            return self.block(s.body, cur)
-        if isinstance(s, (ast.Try, *_TRY_STAR)):
-            self.record(s, cur, s)  # header only: `try:` line
-            t = cast("ast.Try", s)
-            out = self.block(t.body, cur)
-            out = self.block(t.orelse, out) if t.orelse else out
-            for h in t.handlers:
-                self.record_handler(h, cur)
-                out = out.union(self.block(h.body, cur))
-            if t.finalbody:
-                self.block(t.finalbody, cur)
-            return out
-        if isinstance(s, ast.Match):
-            self.record(s, cur, s.subject)
-            out = NOBODY
-            for case in s.cases:
-                out = out.union(self.block(case.body, cur))
-            return out.union(cur)
-        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            # Its own frame (a root of its own); the `def` line runs where the code reaches it.
-            self.record(s, cur, s)
-            return cur
-        self.record(s, cur)
-        return cur
 
-    def record_handler(self, h: ast.excepthandler, cur: Ranks) -> None:
-        start = self.ctx.pos(h.lineno, h.col_offset)
-        self.stmts.append(Stmt(start.line, start.col, start.line, cur))
+def _ranks(ctx: ChunkContext, ranks: RankSet, divergences: Sequence[Divergence]) -> Ranks:
+    points = tuple(_point(ctx, d) for d in reversed(divergences))  # outermost first
+    for d in divergences:
+        if d.kind == "branch":
+            foreign = _elsewhere_in(ctx, d.node)
+            if foreign is not None and foreign not in points:
+                points += (foreign,)
+    return Ranks(ranks.describe(), ranks.is_all, ranks.zero, points if not ranks.is_all else ())
 
-    def if_(self, s: ast.If, cur: Ranks) -> Ranks:
-        from ddp_lsp.core.ranks import Polarity
-        from ddp_lsp.rules import _collectives as C
 
-        ctx = self.ctx
-        pol = self.flow.polarity(s.test)
-        if pol is None:  # the same on every rank: both branches see the same ranks
-            return self.block(s.body, cur).union(self.block(s.orelse, cur))
-        test_text = C.short(ctx.segment(s.test), 60)
-        sp = ctx.span(s.test)
-        local = C.is_local(ctx, s.test)
-        exit_ = _ends_in_exit(ctx, s.body)
-        where = self.elsewhere(s.test)
+def _point(ctx: ChunkContext, d: Divergence) -> Point:
+    text = _point_text(ctx, d)
+    if d.path is not None:
         proj = ctx.facts.project
-        true_pt = Point(sp.start.line, sp.start.col, sp.end.line, sp.end.col, f"`if {test_text}:`")
-        if exit_ is not None and not s.orelse:
-            false_text = f"`{C.short(ctx.segment(exit_), 30)}` under `if {test_text}:`"
-        else:
-            false_text = f"the `else` of `if {test_text}:`"
-        false_pt = Point(sp.start.line, sp.start.col, sp.end.line, sp.end.col, false_text)
-        if where is not None and proj is not None:
-            # The predicate is defined in another file: say where (project index).
-            here = f" ({where.message} at {where.path}:{where.line})"
-            true_pt = Point(*_fields(true_pt), true_pt.text + here)
-            false_pt = Point(*_fields(false_pt), false_pt.text + here)
-            foreign = Point(
-                0, 0, 0, 0, where.message, proj.absolute(where.path), where.line, where.path
-            )
-        else:
-            foreign = None
-        if pol is Polarity.ZERO or pol is Polarity.NONZERO:
-            zero = pol is Polarity.ZERO
-            t = cur.narrowed(zero, not zero, None, local, true_pt)
-            if self.flow.nonrank_conjuncts(s.test):
-                # `rank == 0 and not evaluate`: the else runs on rank 0 too, when it is false.
-                f = cur.narrowed(True, True, f"not ({test_text})", False, false_pt)
-            else:
-                f = cur.narrowed(not zero, zero, None, local, false_pt)
-        else:
-            t = cur.narrowed(True, True, test_text, False, true_pt)
-            f = cur.narrowed(True, True, f"not ({test_text})", False, false_pt)
-        if foreign is not None:
-            t = _with_point(t, foreign)
-            f = _with_point(f, foreign)
-        return self.block(s.body, t).union(self.block(s.orelse, f) if s.orelse else f)
+        line = d.span.start.line + 1
+        where = proj.absolute(d.path) if proj is not None else d.path
+        return Point(0, 0, 0, 0, text, where, line, d.path)
+    sp = d.span
+    return Point(sp.start.line, sp.start.col, sp.end.line, sp.end.col, text)
 
-    def elsewhere(self, test: ast.AST) -> Any:
-        """Where a rank predicate used in ``test`` is defined, when in another file."""
-        from ddp_lsp.core import facts as K
 
-        for node in ast.walk(test):
-            if isinstance(node, ast.Call):
-                src = self.ctx.callee_source(node, K.RANK_PREDICATE)
-                if src is not None:
-                    return src
+def _point_text(ctx: ChunkContext, d: Divergence) -> str:
+    from ddp_lsp.rules._collectives import short
+
+    cond = short(d.condition, 60)
+    if d.kind == "branch":
+        g = d.guard
+        if isinstance(g, ast.If):
+            head = f"`if {cond}:`"
+        elif isinstance(g, ast.While):
+            head = f"`while {cond}:`"
+        else:
+            head = f"`{cond}`"
+        return f"{head} → {d.ranks.describe()}"
+    if d.kind == "decorator":
+        return f"`@{cond}` runs the function on {d.ranks.describe()} only"
+    if d.kind == "call":
+        return f"{cond} → {d.ranks.describe()}"
+    exit_text = short(ctx.segment(d.node), 30)
+    tail = " (an error exit: the launcher ends the job)" if d.fatal else ""
+    guard = f" under `if {cond}:`" if cond else ""
+    return f"`{exit_text}`{guard} → {d.ranks.describe()} continue{tail}"
+
+
+def _elsewhere_in(ctx: ChunkContext, test: ast.AST) -> Point | None:
+    """A rank predicate of ``test`` defined in another file (project index)."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call):
+            found = _elsewhere(ctx, node, "rank_predicate")
+            if found is not None:
+                return found
+    return None
+
+
+def _elsewhere(ctx: ChunkContext, call: ast.Call, prop: str) -> Point | None:
+    src = ctx.callee_source(call, prop)
+    proj = ctx.facts.project
+    if src is None or proj is None:
         return None
+    return Point(0, 0, 0, 0, src.message, proj.absolute(src.path), src.line, src.path)
+
+
+def _display(ctx: ChunkContext, call: ast.Call, label: str) -> str:
+    from ddp_lsp.core.names import dotted
+
+    name = dotted(call.func)
+    return f"{name}()" if name else f"{label}()"
+
+
+def _call_site(ctx: ChunkContext, u: ChunkUniformity, node: ast.Call) -> CallSite | None:
+    from ddp_lsp.core import facts as K
+    from ddp_lsp.core.names import dotted
+
+    name = dotted(node.func)
+    if name is None:
+        return None
+    qual = name if name in ctx.facts.func_params else None
+    if qual is None and isinstance(node.func, ast.Attribute) and name.startswith("self."):
+        _, cls = ctx.scope(node)
+        if cls is not None and f"{cls}.{node.func.attr}" in ctx.facts.func_params:
+            qual = f"{cls}.{node.func.attr}"
+    guarded = qual is not None and K.ONLY_CALLED_GUARDED in ctx.facts.props(qual)
+    sp = ctx.span(node)
+    return CallSite(
+        sp.start.line,
+        sp.start.col,
+        sp.end.line,
+        sp.end.col,
+        qual or name,
+        qual is not None,
+        _ranks(ctx, u.ranks_of(node), u.divergences_of(node)),
+        guarded,
+    )
 
 
 _TRY_STAR: tuple[type, ...] = (ast.TryStar,) if hasattr(ast, "TryStar") else ()
+_HEADS: dict[type, str] = {
+    ast.If: "test",
+    ast.While: "test",
+    ast.For: "iter",
+    ast.AsyncFor: "iter",
+    ast.Match: "subject",
+}
 
 
-def _with_point(r: Ranks, p: Point) -> Ranks:
-    return Ranks(r.zero, r.others, r.conds, r.local, _merge_points(r.points, (p,)))
+def _header_last(ctx: ChunkContext, s: ast.stmt) -> int:
+    """The chunk line where the statement's own code ends: a block statement's header only."""
+    attr = _HEADS.get(type(s))
+    if attr is not None:
+        head = getattr(s, attr)
+        return ctx.rel_line(head.end_lineno or head.lineno)
+    if isinstance(s, (ast.With, ast.AsyncWith)) and s.items:
+        last = s.items[-1].context_expr
+        return ctx.rel_line(last.end_lineno or last.lineno)
+    if isinstance(s, (ast.Try, *_TRY_STAR, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return ctx.rel_line(s.lineno)
+    return ctx.rel_line(s.end_lineno or s.lineno)
 
 
 def _fields(p: Point) -> tuple[int, int, int, int]:
     return (p.line, p.col, p.end_line, p.end_col)
-
-
-def _is_forever(s: ast.stmt) -> bool:
-    return (
-        isinstance(s, ast.While)
-        and isinstance(s.test, ast.Constant)
-        and bool(s.test.value)
-        and not s.orelse
-    )
-
-
-def _ends_in_exit(ctx: ChunkContext, body: Sequence[ast.stmt]) -> ast.stmt | None:
-    if not body:
-        return None
-    last = body[-1]
-    if isinstance(last, (ast.Return, ast.Raise, ast.Break, ast.Continue)):
-        return last
-    if (
-        isinstance(last, ast.Expr)
-        and isinstance(last.value, ast.Call)
-        and ctx.call_qualname(last.value) in _EXIT_CALLS
-    ):
-        return last
-    return None
-
-
-def _own_nodes(s: ast.stmt) -> Iterable[ast.AST]:
-    """The nodes of ``s`` itself: a block statement's header, not its body; no nested frames."""
-    if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        roots: list[ast.AST] = list(s.decorator_list)
-    elif isinstance(s, ast.If):
-        roots = [s.test]
-    elif isinstance(s, (ast.For, ast.AsyncFor)):
-        roots = [s.iter]
-    elif isinstance(s, ast.While):
-        roots = [s.test]
-    elif isinstance(s, (ast.With, ast.AsyncWith)):
-        roots = [i.context_expr for i in s.items]
-    elif isinstance(s, ast.Match):
-        roots = [s.subject]
-    elif isinstance(s, (ast.Try, *_TRY_STAR)):
-        roots = []
-    else:
-        roots = [s]
-    out: list[ast.AST] = []
-    stack = list(reversed(roots))
-    while stack:
-        n = stack.pop()
-        out.append(n)
-        if isinstance(n, ast.Lambda):
-            continue
-        stack.extend(reversed(list(ast.iter_child_nodes(n))))
-    return out
 
 
 # -- hints from the answer ----------------------------------------------------------------------
@@ -629,11 +369,7 @@ def build_hints(view: ChunkView) -> tuple[tuple[int, int, str, str, bool], ...]:
     out: dict[tuple[int, int], tuple[int, int, str, str, bool]] = {}
     prev: Ranks | None = None
     for s in view.stmts:
-        if (
-            not s.ranks.everyone
-            and not s.ranks.nobody
-            and (prev is None or not prev.same_set(s.ranks))
-        ):
+        if not s.ranks.everyone and (prev is None or not prev.same_set(s.ranks)):
             label = s.ranks.describe()
             out[(s.line, s.col)] = (
                 s.line,
@@ -1021,7 +757,7 @@ def semantic_tokens(
     per_line: dict[int, int] = {}
     for start, chunk in chunks_in(an.doc, first + offset, last + offset):
         for s in an.view(chunk).stmts:
-            if s.ranks.everyone or s.ranks.nobody:
+            if s.ranks.everyone:
                 continue
             mods = _MOD_DEPENDENT | (_MOD_ZERO if s.ranks.only_zero else 0)
             for rel in range(s.line, s.last_line + 1):

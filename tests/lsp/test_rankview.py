@@ -34,7 +34,7 @@ def train(model, rank, loader, t):
     dist.all_reduce(t)
 """
 GUARD_LINE, SAVE_LINE, BARRIER_LINE, REDUCE_LINE = 8, 9, 10, 11
-EXIT_GUARD_LINE, EXIT_LINE, PRINT_LINE, LATE_REDUCE_LINE = 12, 13, 14, 15
+EXIT_LINE, PRINT_LINE, LATE_REDUCE_LINE = 13, 14, 15
 WARN = "⚠"
 
 
@@ -175,7 +175,7 @@ async def test_hover_on_collective_guard_and_call(client: LanguageClient):
     text = await hover(LATE_REDUCE_LINE, 10)
     assert (
         "rank view" in text
-        and f"hover_rank.py:{EXIT_GUARD_LINE + 1}: `return` under `if rank != 0:`" in text
+        and f"hover_rank.py:{EXIT_LINE + 1}: `return` under `if rank != 0:`" in text
     )
     text = await hover(GUARD_LINE, 8)  # on `rank == 0`
     assert "rank condition" in text and "rank 0" in text and "dist.barrier()" in text
@@ -198,10 +198,9 @@ async def test_show_rank_paths_command(client: LanguageClient):
         ),
         TIMEOUT,
     )
-    assert [(loc["uri"], loc["range"]["start"]["line"]) for loc in locs] == [
-        (doc.uri, EXIT_GUARD_LINE)
-    ]
-    assert locs[0]["range"]["start"]["character"] == 7  # `rank != 0`
+    # The early exit that keeps the other ranks from this line.
+    assert [(loc["uri"], loc["range"]["start"]["line"]) for loc in locs] == [(doc.uri, EXIT_LINE)]
+    assert locs[0]["range"]["start"]["character"] == 8  # `return`
     none = await client.workspace_execute_command_async(
         T.ExecuteCommandParams(
             "ddp-lsp.showRankPaths", [doc.uri, {"line": REDUCE_LINE, "character": 4}]
