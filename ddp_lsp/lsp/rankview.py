@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from ddp_lsp.core.rule import ChunkContext
     from ddp_lsp.core.settings import Settings
     from ddp_lsp.core.uniformity import ChunkUniformity, Divergence, RankSet
+    from ddp_lsp.lsp.convert import Codec
     from ddp_lsp.lsp.server import DdpLanguageServer
     from ddp_lsp.lsp.state import ServerState, Unit
 
@@ -494,10 +495,33 @@ def _without_lines(view: ChunkView, lines: frozenset[int]) -> ChunkView:
     )
 
 
+# The module facts each document's rank view last used, with what they were merged under.
+_LAST_FACTS: weakref.WeakKeyDictionary[Document, tuple[ModuleFacts, bool, object]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def analysis_for(
-    doc: Document, settings: Settings, env: Environment | None, project: Any = None
+    doc: Document,
+    settings: Settings,
+    env: Environment | None,
+    project: Any = None,
+    pending: bool = False,
 ) -> Analysis:
+    """What a request needs to compute chunk views of ``doc``.
+
+    ``pending``: an analysis of the document's newest text is scheduled and will merge its
+    module facts; until it has, use the facts this document's view last used instead of
+    merging them here (a merge costs tens of milliseconds at 20,000 lines). The chunks an edit
+    changed are computed against those facts; a view whose fact reads the merge then changes
+    is recomputed by the next request (the red-green check in :meth:`Analysis.view`).
+    """
+    if pending:
+        last = _LAST_FACTS.get(doc)
+        if last is not None and last[1] == settings.assume_distributed and last[2] == project:
+            return Analysis(doc, last[0], settings, env, (settings, env))
     facts = doc.module_facts(settings.assume_distributed, project)
+    _LAST_FACTS[doc] = (facts, settings.assume_distributed, project)
     return Analysis(doc, facts, settings, env, (settings, env))
 
 
@@ -523,7 +547,9 @@ def _unit_analysis(state: ServerState, unit: Unit) -> Analysis | None:
 
     if not unit.enabled or not isinstance(unit.doc, Document):
         return None
-    return analysis_for(unit.doc, unit.settings, unit.env, unit.project)
+    # While the analysis of the newest text is pending (``unit.dirty``), do not merge the
+    # module facts here: the analysis is about to, and the hints must not wait for it.
+    return analysis_for(unit.doc, unit.settings, unit.env, unit.project, pending=unit.dirty)
 
 
 def hint_mode(state: ServerState, uri: str) -> str:
@@ -539,11 +565,18 @@ def inlay_hints(
     an = _unit_analysis(state, unit)
     if an is None:
         return []
-    lines = unit.doc.lines
-    first = rng.start.line + offset
-    last = rng.end.line + offset
+    return hints_in_range(
+        an, state.codec, rng.start.line + offset, rng.end.line + offset, mode, offset
+    )
+
+
+def hints_in_range(
+    an: Analysis, codec: Codec, first: int, last: int, mode: str = HINTS_ALL, offset: int = 0
+) -> list[T.InlayHint]:
+    """The inlay hints of document lines ``first..last``, positions in ``codec``'s encoding
+    and relative to a view starting at document line ``offset``."""
+    lines = an.doc.lines
     out: list[T.InlayHint] = []
-    codec = state.codec
     for start, chunk in chunks_in(an.doc, first, last):
         for line, col, label, tooltip, coll in an.view(chunk).hints:
             if mode == HINTS_COLLECTIVES and not coll:

@@ -229,7 +229,23 @@ def test_incremental_hints_equal_fresh(seed: int) -> None:
         else:
             end = min(line + rng.randrange(1, 4), len(lines) - 1)
             doc.apply_edit(Pos(line, 0), Pos(end, 0), "")
+        # A request racing the analysis uses the last facts (the server's pending path)...
+        an = R.analysis_for(doc, settings, None, pending=True)
+        for _, chunk in doc.chunks():
+            an.view(chunk)
+        # ...and the next request, with the facts merged, is exactly a fresh document's.
         assert hints(doc, settings) == hints(Document(doc.text, settings.rank_model), settings)
+
+
+def test_pending_request_does_not_merge_and_catches_up() -> None:
+    code = "import os\n\n\ndef f(rank, t):\n    if rank == 0:\n        dist.barrier()\n"
+    settings = Settings()
+    doc = Document(code, settings.rank_model)
+    assert hints(doc, settings) == []  # not distributed code yet
+    doc.apply_edit(Pos(0, 0), Pos(0, 0), "import torch.distributed as dist\n")
+    an = R.analysis_for(doc, settings, None, pending=True)
+    assert not an.facts.distributed  # the last facts, not merged again
+    assert hints(doc, settings) == [(6, 8, f"{R.WARN} rank 0", True)]
 
 
 def test_only_the_visible_chunks_are_computed_after_an_edit() -> None:
@@ -248,3 +264,32 @@ def test_only_the_visible_chunks_are_computed_after_an_edit() -> None:
     for _, chunk in R.chunks_in(doc, 590, 640):
         an.view(chunk)
     assert an.computed == 1  # the edited chunk; its neighbours come from the cache
+
+
+def test_a_rank_predicate_from_another_file_is_a_point_there(tmp_path: Path) -> None:
+    from tests.project.helpers import facts_of
+
+    (tmp_path / "utils.py").write_text(
+        "import torch.distributed as dist\n\n\ndef is_main_process():\n"
+        "    return dist.get_rank() == 0\n",
+        encoding="utf-8",
+    )
+    train = (
+        "import torch.distributed as dist\n"
+        "from utils import is_main_process\n\n\n"
+        "def fit(t):\n"
+        "    dist.init_process_group('nccl')\n"
+        "    if is_main_process():\n"
+        "        dist.barrier()\n"
+    )
+    (tmp_path / "train.py").write_text(train, encoding="utf-8")
+    project = facts_of(tmp_path).modules["train"]
+    settings = Settings()
+    doc = Document(train, settings.rank_model)
+    an = R.analysis_for(doc, settings, None, project)
+    colls = [c for _, chunk in doc.chunks() for c in an.view(chunk).collectives]
+    (barrier,) = colls
+    assert barrier.skipped and barrier.ranks.describe() == "rank 0"
+    foreign = [p for p in barrier.ranks.points if p.path is not None]
+    assert [(p.shown, p.other_line) for p in foreign] == [("utils.py", 4)], barrier.ranks.points
+    assert foreign[0].path == str(tmp_path / "utils.py")
