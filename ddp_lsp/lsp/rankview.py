@@ -29,6 +29,7 @@ analysis core; everything else is presentation.
 from __future__ import annotations
 
 import ast
+import bisect
 import logging
 import weakref
 from collections.abc import Sequence
@@ -528,14 +529,12 @@ def analysis_for(
 def chunks_in(doc: Document, first: int, last: int) -> list[tuple[int, ParsedChunk]]:
     """The chunks overlapping lines ``first..last`` (document lines, inclusive)."""
     chunks = doc.chunks()
+    # The last chunk starting at or before ``first``, then on while they start by ``last``.
+    i = max(bisect.bisect_right(chunks, first, key=lambda c: c[0]) - 1, 0)
     out: list[tuple[int, ParsedChunk]] = []
-    for i, (start, pc) in enumerate(chunks):
-        end = chunks[i + 1][0] - 1 if i + 1 < len(chunks) else doc.line_count - 1
-        if end < first:
-            continue
-        if start > last:
-            break
-        out.append((start, pc))
+    while i < len(chunks) and chunks[i][0] <= last:
+        out.append(chunks[i])
+        i += 1
     return out
 
 

@@ -3,7 +3,8 @@
 Must hold (issue 17): a hint and a hover agree with the findings. Every collective DDP103
 reports is marked as skipped on some path (its hint starts with the warning mark and never
 says "all ranks"), every collective marked skipped is one DDP103 reports, and a call DDP104
-reports as reached by only some ranks is never hinted as run by all ranks. Checked over every
+reports as reached by only some ranks is never hinted as run by all ranks, and a save or a
+print DDP501/DDP502 reports as run by every rank is never hinted as rank 0's. Checked over every
 rule's own cases and over examples/. And the per-chunk cache: hints after a sequence of edits
 are exactly a fresh document's hints.
 """
@@ -81,6 +82,13 @@ def test_hints_agree_with_findings(name: str, code: str, distributed: bool) -> N
     assert skipped <= reported, (
         f"{name}: marked skipped without a DDP103 finding: {skipped - reported}"
     )
+    # A save or a print DDP501/DDP502 reports as run by every rank is never hinted rank 0.
+    for f in found:
+        if f.rule_id in ("DDP501", "DDP502"):
+            for start, view in views:
+                for st in view.stmts:
+                    if start + st.line == f.span.start.line:
+                        assert not st.ranks.only_zero, (name, f.message, st.ranks.describe())
     # A DDP forward DDP104 reports as reached by some ranks only is never "all ranks" here.
     for f in found:
         if f.rule_id != "DDP104":
