@@ -610,10 +610,9 @@ class ChunkUniformity:
                         return t
                     if _is_none(value.body) and not _is_none(value.orelse):
                         return t.negated()
-            found = condition_ranks(self.ctx.ranks, value, self._resolver(value), depth + 1)
-            if found is None and self.ctx.ranks.mentions_rank(value) and _booleanish(value):
-                return _some(value)
-            return found
+            # A value the classifier calls uniform is uniform even if it names the rank
+            # (`ddp = int(os.environ.get("RANK", -1)) != -1`: "is this run distributed").
+            return condition_ranks(self.ctx.ranks, value, self._resolver(value), depth + 1)
 
         return resolve
 
@@ -773,35 +772,57 @@ class ChunkUniformity:
         return None
 
     def _block_exits(self, block: list[ast.stmt]) -> list[tuple[int, Divergence]]:
+        """The rank-dependent exits of each statement of ``block``: its own ``if <rank>: ...
+        return`` (any exit), or one nested in it (``if self.distributed: ... if not
+        is_main_process(): return {}``; function exits only, a nested loop keeps its own
+        ``break``/``continue``)."""
         out: list[tuple[int, Divergence]] = []
         for i, s in enumerate(block):
-            if not isinstance(s, ast.If):
-                continue
-            t = self.test(s.test)
-            if t is None:
-                continue
-            for side, ranks in ((s.body, t), (s.orelse, t.negated())):
-                if not side:
-                    continue
-                last = side[-1]
-                kind = exit_kind(self.ctx, last)
-                if kind is None:
-                    continue
-                out.append(
-                    (
-                        i,
-                        Divergence(
-                            last,
-                            self.ctx.span(last),
-                            kind,
-                            self.ctx.segment(s.test),
-                            ranks.negated(),
-                            fatal=fatal_exit(last),
-                            guard=s,
-                        ),
-                    )
-                )
+            if isinstance(s, ast.If):
+                out.extend((i, d) for d in self._if_exits(s, loops=True))
+            if isinstance(
+                s, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
+            ):
+                for node in scope_nodes(s):
+                    if isinstance(node, ast.If) and node is not s:
+                        out.extend((i, d) for d in self._if_exits(node, loops=False))
         return out
+
+    def _if_exits(self, s: ast.If, loops: bool) -> list[Divergence]:
+        t = self.test(s.test)
+        if t is None:
+            return []
+        out: list[Divergence] = []
+        for side, ranks in ((s.body, t), (s.orelse, t.negated())):
+            if not side:
+                continue
+            last = side[-1]
+            kind = exit_kind(self.ctx, last)
+            if kind is None or (not loops and kind in ("break", "continue")):
+                continue
+            if not loops and kind == "raise" and self._caught(last, s):
+                continue
+            out.append(
+                Divergence(
+                    last,
+                    self.ctx.span(last),
+                    kind,
+                    self.ctx.segment(s.test),
+                    ranks.negated(),
+                    fatal=fatal_exit(last),
+                    guard=s,
+                )
+            )
+        return out
+
+    def _caught(self, node: ast.AST, upto: ast.AST) -> bool:
+        """A ``raise`` inside a ``try`` with handlers (between it and ``upto``)."""
+        for a in self.ctx.ancestors(node):
+            if isinstance(a, ast.Try) and a.handlers:
+                return True
+            if a is upto:
+                break
+        return False
 
     def _exit_reaches(self, d: Divergence, stmt: ast.stmt) -> bool:
         """A ``break``/``continue`` ends only its own loop's iteration: it keeps ranks from
@@ -885,12 +906,6 @@ def _is_none(e: ast.AST) -> bool:
     return isinstance(e, ast.Constant) and e.value is None
 
 
-def _booleanish(e: ast.AST) -> bool:
-    return isinstance(e, (ast.Compare, ast.BoolOp)) or (
-        isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not)
-    )
-
-
 class _Frame:
     """One frame's assignments, loop variables and collectives that sync names."""
 
@@ -912,11 +927,12 @@ class _Frame:
                 self.loop_vars.update(n.id for n in bfs(node.target) if isinstance(n, ast.Name))
             elif isinstance(node, ast.Call) and _last(node) in _SYNCING:
                 qual = ctx.call_qualname(node) or dotted(node.func) or ""
-                if "distributed" in qual or qual.startswith(("dist.", "torch.")) or "." in qual:
+                if "." in qual:
+                    # The tensor (or object list) passed by name holds the same value on
+                    # every rank afterwards; a name inside a list display does not change.
                     for a in (*node.args, *(k.value for k in node.keywords)):
-                        for n in bfs(a):
-                            if isinstance(n, ast.Name):
-                                self.syncs.setdefault(n.id, []).append(node)
+                        if isinstance(a, ast.Name):
+                            self.syncs.setdefault(a.id, []).append(node)
 
 
 def uniformity(ctx: ChunkContext) -> ChunkUniformity:
