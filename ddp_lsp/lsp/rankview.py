@@ -631,9 +631,13 @@ def hover(state: ServerState, unit: Unit, pos: Pos) -> str | None:
             return _collective_hover(c, start, path)
     for s in view.stmts:
         if s.line == rel.line:
-            for p in view_guard_points(view, s):
-                if _inside(rel.line, rel.col, p.line, p.col, p.end_line, p.end_col):
-                    return _guard_hover(an, view, start, p, path)
+            here = [
+                p
+                for p in view_guard_points(view, s)
+                if _inside(rel.line, rel.col, p.line, p.col, p.end_line, p.end_col)
+            ]
+            if here:
+                return _guard_hover(view, start, here, path)
     best: CallSite | None = None
     for cs in view.calls:
         if _inside(rel.line, rel.col, cs.line, cs.col, cs.end_line, cs.end_col):
@@ -676,17 +680,30 @@ def _collective_hover(c: Collective, start: int, path: str | None) -> str:
     return "\n".join(lines)
 
 
-def _guard_hover(an: Analysis, view: ChunkView, start: int, p: Point, path: str | None) -> str:
-    lines = [f"**ddp-lsp rank view** · rank condition {p.text}", ""]
-    branches: list[str] = []
-    for s in view.stmts:
-        if p in s.ranks.points and (s.line > p.line):
-            desc = s.ranks.describe()
-            if desc not in branches:
-                branches.append(desc)
+def _guard_hover(view: ChunkView, start: int, here: Sequence[Point], path: str | None) -> str:
+    """A rank condition or early exit: where each side goes, and the collectives it decides."""
+    where = _fields(here[0])
+    pts = [
+        p for st in view.stmts for p in st.ranks.points if p.path is None and _fields(p) == where
+    ]
+    lines = [f"**ddp-lsp rank view** · {point_text(here[0].placed(start), path)}", ""]
+    sides = list(dict.fromkeys(p.text for p in pts))
+    if len(sides) > 1:
+        lines += ["Where the ranks go:"] + [f"- {t}" for t in sides] + [""]
+    branches = list(
+        dict.fromkeys(
+            st.ranks.describe()
+            for st in view.stmts
+            if any(_fields(p) == where for p in st.ranks.points if p.path is None)
+        )
+    )
     if branches:
-        lines.append("Code under it runs on: " + "; ".join(branches) + ".")
-    colls = [c for c in view.collectives if p in c.ranks.points or p in c.skip_points]
+        lines.append("Code it decides runs on: " + "; ".join(branches) + ".")
+    colls = [
+        c
+        for c in view.collectives
+        if any(_fields(p) == where for p in (*c.ranks.points, *c.skip_points) if p.path is None)
+    ]
     if colls:
         lines += ["", "Collectives it decides:"]
         for c in colls:

@@ -178,7 +178,8 @@ async def test_hover_on_collective_guard_and_call(client: LanguageClient):
         and f"hover_rank.py:{EXIT_LINE + 1}: `return` under `if rank != 0:`" in text
     )
     text = await hover(GUARD_LINE, 8)  # on `rank == 0`
-    assert "rank condition" in text and "rank 0" in text and "dist.barrier()" in text
+    assert "`if rank == 0:` → rank 0" in text and "Collectives it decides" in text
+    assert "`dist.barrier()` · ⚠ rank 0" in text
     text = await hover(SAVE_LINE, 10)  # on torch.save(...)
     assert (
         "called here on rank 0" in text
