@@ -29,6 +29,7 @@ analysis core; everything else is presentation.
 from __future__ import annotations
 
 import ast
+import asyncio
 import bisect
 import logging
 import weakref
@@ -441,6 +442,7 @@ class Analysis:
     key: tuple[object, ...]
     changes: dict[int, tuple[ModuleFacts, frozenset[Entry]]] = field(default_factory=dict)
     computed: int = 0  # chunks computed (not from the cache) by this request
+    pending: bool = False  # the facts of the last analysis, the newest text's not merged yet
 
     def view(self, chunk: ParsedChunk) -> ChunkView:
         if chunk.tree is None or not self.facts.distributed:
@@ -520,7 +522,7 @@ def analysis_for(
     if pending:
         last = _LAST_FACTS.get(doc)
         if last is not None and last[1] == settings.assume_distributed and last[2] == project:
-            return Analysis(doc, last[0], settings, env, (settings, env))
+            return Analysis(doc, last[0], settings, env, (settings, env), pending=True)
     facts = doc.module_facts(settings.assume_distributed, project)
     _LAST_FACTS[doc] = (facts, settings.assume_distributed, project)
     return Analysis(doc, facts, settings, env, (settings, env))
@@ -541,32 +543,20 @@ def chunks_in(doc: Document, first: int, last: int) -> list[tuple[int, ParsedChu
 # -- LSP front ends --------------------------------------------------------------------------
 
 
-def _unit_analysis(state: ServerState, unit: Unit) -> Analysis | None:
+def _unit_analysis(state: ServerState, unit: Unit, pending_ok: bool = True) -> Analysis | None:
     from ddp_lsp.core.document import Document
 
     if not unit.enabled or not isinstance(unit.doc, Document):
         return None
     # While the analysis of the newest text is pending (``unit.dirty``), do not merge the
     # module facts here: the analysis is about to, and the hints must not wait for it.
-    return analysis_for(unit.doc, unit.settings, unit.env, unit.project, pending=unit.dirty)
+    return analysis_for(
+        unit.doc, unit.settings, unit.env, unit.project, pending=unit.dirty and pending_ok
+    )
 
 
 def hint_mode(state: ServerState, uri: str) -> str:
     return state.editor_for(uri).options.rank_hints
-
-
-def inlay_hints(
-    state: ServerState, unit: Unit, offset: int, rng: T.Range, mode: str
-) -> list[T.InlayHint]:
-    """Hints for the view lines ``rng`` (a notebook cell's view starts at ``offset``)."""
-    if mode == HINTS_OFF:
-        return []
-    an = _unit_analysis(state, unit)
-    if an is None:
-        return []
-    return hints_in_range(
-        an, state.codec, rng.start.line + offset, rng.end.line + offset, mode, offset
-    )
 
 
 def hints_in_range(
@@ -825,7 +815,7 @@ def semantic_tokens(
         _, s1 = codec.to_lsp(lines, Pos(dl, len(text.rstrip())))
         vline = dl - offset
         delta_line = vline - prev_line
-        data += [delta_line, s0 if delta_line or not data else s0, s1 - s0, 0, per_line[dl]]
+        data += [delta_line, s0, s1 - s0, 0, per_line[dl]]  # one token per line: s0 absolute
         prev_line = vline
     return data
 
@@ -841,12 +831,7 @@ def register(server: DdpLanguageServer) -> None:
 
     @server.feature(T.TEXT_DOCUMENT_INLAY_HINT, T.InlayHintOptions(resolve_provider=False))
     def inlay_hint(ls: Any, params: T.InlayHintParams) -> list[T.InlayHint] | None:
-        uri = params.text_document.uri
-        found = state.lookup(uri)
-        if found is None:
-            return None
-        unit, offset = found
-        return inlay_hints(state, unit, offset, params.range, hint_mode(state, unit.key))
+        return inlay_hint_request(server, params)
 
     @server.feature(T.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
     def tokens_full(ls: Any, params: T.SemanticTokensParams) -> T.SemanticTokens | None:
@@ -888,14 +873,62 @@ def register(server: DdpLanguageServer) -> None:
         return rank_paths(state, unit, args[0], offset, int(args[1]["line"]))
 
 
-def refresh(server: Any) -> None:
-    """Ask the client to re-request hints and tokens (the settings changed)."""
+def inlay_hint_request(server: Any, params: T.InlayHintParams) -> list[T.InlayHint] | None:
+    """``textDocument/inlayHint``: the hints of the requested range."""
+    state: ServerState = server.state
+    found = state.lookup(params.text_document.uri)
+    if found is None:
+        return None
+    unit, offset = found
+    mode = hint_mode(state, unit.key)
+    # The last analysis's facts only where the client can be told to ask again.
+    an = (
+        _unit_analysis(state, unit, _can_refresh(server, "inlay_hint"))
+        if mode != HINTS_OFF
+        else None
+    )
+    if an is None:
+        return []
+    if an.pending:
+        _catch_up(server, state, unit, an.facts)
+    rng = params.range
+    return hints_in_range(
+        an, state.codec, rng.start.line + offset, rng.end.line + offset, mode, offset
+    )
+
+
+def _catch_up(server: Any, state: ServerState, unit: Unit, used: ModuleFacts) -> None:
+    """Hints were computed with the last analysis's module facts while the analysis of the
+    newest text was pending: once it has run (it was scheduled first, so it runs before this
+    callback), ask the client again if the facts changed (a new import, a new rank flag)."""
+
+    def check() -> None:
+        if unit.dirty or state.units.get(unit.key) is not unit:
+            return  # another edit: its own request will follow
+        an = _unit_analysis(state, unit)
+        if an is not None and an.facts is not used:
+            refresh(server)
+
+    try:
+        asyncio.get_running_loop().call_soon(check)
+    except RuntimeError:  # no loop (tests driving the handlers directly)
+        pass
+
+
+def _can_refresh(server: Any, what: str) -> bool:
+    """The client supports ``workspace/<what>/refresh`` (``inlay_hint``, ``semantic_tokens``)."""
     caps = getattr(server, "client_capabilities", None)
     ws = getattr(caps, "workspace", None) if caps is not None else None
+    feature = getattr(ws, what, None) if ws is not None else None
+    return bool(feature is not None and feature.refresh_support)
+
+
+def refresh(server: Any) -> None:
+    """Ask the client to re-request hints and tokens (the settings changed)."""
     try:
-        if ws is not None and ws.inlay_hint is not None and ws.inlay_hint.refresh_support:
+        if _can_refresh(server, "inlay_hint"):
             server.workspace_inlay_hint_refresh(None)
-        if ws is not None and ws.semantic_tokens is not None and ws.semantic_tokens.refresh_support:
+        if _can_refresh(server, "semantic_tokens"):
             server.workspace_semantic_tokens_refresh(None)
     except Exception as exc:  # a refresh is a courtesy; never fail the settings change
         log.info("inlay hint refresh failed: %s", exc)

@@ -109,6 +109,7 @@ class Recorder:
     diagnostic_refreshes: int = 0
     diagnostic_refreshed: asyncio.Event = field(default_factory=asyncio.Event)
     inlay_hint_refreshes: int = 0  # the rank view's hints (lsp/rankview.py)
+    inlay_hint_refreshed: asyncio.Event = field(default_factory=asyncio.Event)
     semantic_token_refreshes: int = 0
 
 
@@ -142,6 +143,7 @@ def make_client() -> LanguageClient:
 
     def inlay_hint_refresh(c: LanguageClient, params: None) -> None:
         rec.inlay_hint_refreshes += 1
+        rec.inlay_hint_refreshed.set()
 
     def semantic_tokens_refresh(c: LanguageClient, params: None) -> None:
         rec.semantic_token_refreshes += 1

@@ -51,6 +51,7 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
     lsp_client.encoding = str(result.capabilities.position_encoding or "utf-16")  # type: ignore[attr-defined]
     lsp_client.root = root  # type: ignore[attr-defined]
     lsp_client.server_caps = result.capabilities  # type: ignore[attr-defined]
+    lsp_client.profile = request.param  # type: ignore[attr-defined]
     yield
     await lsp_client.shutdown_session()
 
@@ -256,3 +257,69 @@ async def test_semantic_tokens_are_opt_in(client: LanguageClient):
         T.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
     )
     doc.close()
+
+
+async def test_hints_catch_up_when_an_edit_changes_the_module_facts(client: LanguageClient):
+    # Not distributed code until the import arrives: no hints. The edit and the request go
+    # out together; if the request is answered before the analysis of the edit merged the
+    # new facts, the server asks the client to refresh once it has (inlayHint/refresh).
+    text = "import os\n\n\ndef f(rank, t):\n    if rank == 0:\n        dist.barrier()\n"
+    doc = _open(client, "catch_up.py", text)
+    await wait_for_diagnostics(client, doc.uri, 1)
+    assert await _hints(client, doc) == []
+    rec = client.recorder  # type: ignore[attr-defined]
+    rec.inlay_hint_refreshed.clear()
+    doc.replace(0, 0, "import torch.distributed as dist\n")
+    first = _labels(await _hints(client, doc))
+    want = [(6, f"{WARN} rank 0")]
+    if first != want:
+        caps = capabilities(client.profile).workspace  # type: ignore[attr-defined]
+        assert caps and caps.inlay_hint and caps.inlay_hint.refresh_support, first
+        await asyncio.wait_for(rec.inlay_hint_refreshed.wait(), TIMEOUT)
+        assert _labels(await _hints(client, doc)) == want
+    doc.close()
+
+
+async def test_a_request_racing_the_analysis_is_refreshed_once_it_ran():
+    # In process, to order the messages as a busy server can see them: the edit, then the
+    # request before the scheduled analysis ran.
+    from ddp_lsp.lsp import rankview
+    from ddp_lsp.lsp.server import build_server
+
+    server = build_server()
+    server.protocol.client_capabilities = T.ClientCapabilities(
+        workspace=T.WorkspaceClientCapabilities(
+            inlay_hint=T.InlayHintWorkspaceClientCapabilities(refresh_support=True)
+        )
+    )
+    refreshed = asyncio.Event()
+    server.workspace_inlay_hint_refresh = lambda params: refreshed.set()  # type: ignore[method-assign]
+    state = server.state
+    uri = "file:///race/train.py"
+    state.open(
+        uri,
+        "import os\n\n\ndef f(rank, t):\n    if rank == 0:\n        dist.barrier()\n",
+        1,
+        "python",
+    )
+    state.flush()
+    params = T.InlayHintParams(
+        T.TextDocumentIdentifier(uri), T.Range(T.Position(0, 0), T.Position(20, 0))
+    )
+    assert rankview.inlay_hint_request(server, params) == []
+    state.change(
+        uri,
+        2,
+        [
+            T.TextDocumentContentChangePartial(
+                range=T.Range(T.Position(0, 0), T.Position(0, 0)),
+                text="import torch.distributed as dist\n",
+            )
+        ],
+    )
+    assert state.units[uri].dirty  # the analysis is scheduled, not run
+    stale = rankview.inlay_hint_request(server, params)
+    assert stale == []  # the last analysis's facts: not distributed code yet
+    await asyncio.wait_for(refreshed.wait(), TIMEOUT)
+    fresh = rankview.inlay_hint_request(server, params) or []
+    assert [(h.position.line, h.label) for h in fresh] == [(6, f"{WARN} rank 0")]
