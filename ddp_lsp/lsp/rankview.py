@@ -701,29 +701,34 @@ def _guard_hover(view: ChunkView, start: int, here: Sequence[Point], path: str |
     return "\n".join(lines)
 
 
-def _call_hover(an: Analysis, cs: CallSite, start: int, path: str | None) -> str:
-    label = cs.callee
-    lines = [f"**ddp-lsp rank view** · `{label}()` is called here on {cs.ranks.describe()}"]
-    if cs.ranks.points:
-        lines += ["", "Decided by:"] + _points_md(cs.ranks.points, start, path)
+def _call_hover(an: Analysis, cs: CallSite, start: int, path: str | None) -> str | None:
+    """Which ranks make this call, and which make the function's other calls in the file.
+    Quiet (None) when every rank makes every one of them, as the hints are."""
+    others: list[str] = []
+    rank_dependent = not cs.ranks.everyone or cs.only_called_guarded
     if cs.local:
-        others: list[str] = []
         for cstart, chunk in an.doc.chunks():
             for other in an.view(chunk).calls:
                 if other.callee != cs.callee or (
                     cstart + other.line == start + cs.line and other.col == cs.col
                 ):
                     continue
+                rank_dependent |= not other.ranks.everyone
                 others.append(f"- line {cstart + other.line + 1}: {other.ranks.describe()}")
-        if others:
-            lines += ["", "Its other callers in this file:"] + others[:20]
-            if len(others) > 20:
-                lines.append(f"- … and {len(others) - 20} more")
-        if cs.only_called_guarded:
-            lines += [
-                "",
-                "Every caller in the project calls it under a rank-0 guard (project index).",
-            ]
+    if not rank_dependent:
+        return None
+    lines = [f"**ddp-lsp rank view** · `{cs.callee}()` is called here on {cs.ranks.describe()}"]
+    if cs.ranks.points:
+        lines += ["", "Decided by:"] + _points_md(cs.ranks.points, start, path)
+    if others:
+        lines += ["", "Its other callers in this file:"] + others[:20]
+        if len(others) > 20:
+            lines.append(f"- … and {len(others) - 20} more")
+    if cs.only_called_guarded:
+        lines += [
+            "",
+            "Every caller in the project calls it under a rank-0 guard (project index).",
+        ]
     return "\n".join(lines)
 
 

@@ -301,3 +301,38 @@ def test_a_rank_predicate_from_another_file_is_a_point_there(tmp_path: Path) -> 
     foreign = [p for p in barrier.ranks.points if p.path is not None]
     assert [(p.shown, p.other_line) for p in foreign] == [("utils.py", 4)], barrier.ranks.points
     assert foreign[0].path == str(tmp_path / "utils.py")
+
+
+def test_hover_is_quiet_on_calls_every_rank_makes() -> None:
+    from types import SimpleNamespace
+
+    code = """\
+import torch.distributed as dist
+
+
+def log(msg):
+    print(msg)
+
+
+def train(rank, t):
+    dist.init_process_group("nccl")
+    log("start")
+    if rank == 0:
+        log("rank 0 only")
+"""
+    doc = Document(code)
+    unit = SimpleNamespace(
+        enabled=True,
+        doc=doc,
+        settings=Settings(),
+        env=None,
+        project=None,
+        dirty=False,
+        path=Path("/p/train.py"),
+    )
+    assert R.hover(None, unit, Pos(8, 10)) is None  # init_process_group: every rank
+    text = R.hover(None, unit, Pos(9, 5))  # log("start"): every rank, but not its other call
+    assert text is not None and "called here on all ranks" in text
+    assert "- line 12: rank 0" in text
+    text = R.hover(None, unit, Pos(11, 9))
+    assert text is not None and "called here on rank 0" in text and "train.py:11" in text
