@@ -15,11 +15,13 @@ Two layers, so that incremental analysis stays cheap:
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddp_lsp.core import gates as G
 from ddp_lsp.core import names as N
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.core.ranks import RankModel
@@ -46,6 +48,8 @@ NO_SYNC = "no_sync"
 RANK_PREDICATE = "rank_predicate"
 GUARDS_ITSELF = "guards_itself"
 ONLY_CALLED_GUARDED = "only_called_guarded"
+RANK0_FLAG = "=rank0flag"  # binding source: a flag assigned from a rank-0 test
+_WORLD_NAME = re.compile(r"world|num_(processes|gpus|nodes)|n_?gpus?|nprocs|^n$", re.IGNORECASE)
 UPDATES_SCALER = "scaler_update"  # calls .update() on a GradScaler
 SETS_EPOCH = "set_epoch"  # calls .set_epoch(...) (on a sampler, a loader's sampler...)
 SETS_DEVICE = "set_device"  # calls torch.cuda.set_device(...)
@@ -385,6 +389,7 @@ class _Extractor:
             props.add(GUARDS_ITSELF)
         if _is_rank_predicate(f, self.ranks):
             props.add(RANK_PREDICATE)
+        props |= G.site_props(f, N.dotted)  # parameters that switch collectives off
         self.functions.append(
             FunctionInfo(qual, cls, tuple(params), frozenset(calls), frozenset(props), f.lineno - 1)
         )
@@ -487,6 +492,22 @@ class _Extractor:
         if self.ranks.is_rank_expr(value):
             self.bindings.append(Binding(b_scope, path, ("=rank",)))
             return
+        if ("." in path or not scope) and isinstance(
+            value, (ast.Compare, ast.BoolOp, ast.Call, ast.IfExp)
+        ):
+            # `self.is_master = rank == 0`, `args.save_logs = args.logs and is_master(args)`,
+            # `self.saver = Saver() if is_master else None`: a rank-0 flag (or an object only
+            # rank 0 holds) other chunks of the module test (the uniformity analysis).
+            test: ast.expr = value
+            if isinstance(value, ast.IfExp):
+                none = [
+                    isinstance(v, ast.Constant) and v.value is None
+                    for v in (value.body, value.orelse)
+                ]
+                test = value.test if none == [False, True] else ast.Constant(None)
+            flag = condition_ranks(self.ranks, test)
+            if _zero(flag):
+                self.bindings.append(Binding(b_scope, path, (RANK0_FLAG,)))
         chain = _call_chain(value)
         if chain:
             self.bindings.append(Binding(b_scope, path, chain))
@@ -716,6 +737,31 @@ class ModuleFacts:
             return None
         cp = self.project.callee_props.get(key)
         return None if cp is None else cp.origins.get(prop)
+
+
+def _resolve_gates(
+    func_props: dict[str, set[str]],
+    functions: Mapping[str, FunctionInfo],
+    aliases: Mapping[str, str],
+    project: ModuleProjectFacts | None,
+) -> None:
+    """``gate-off:`` properties: parameters that switch a helper's collectives off."""
+
+    def props_of(caller: str, name: str) -> frozenset[str] | set[str] | None:
+        fi = functions.get(caller)
+        key = _callee_key(name, fi.cls if fi is not None else None)
+        own = func_props.get(key)
+        if own is not None:
+            return own
+        cp = project.callee_props.get(key) if project is not None else None
+        return cp.props if cp is not None else None
+
+    def reaches(caller: str, name: str) -> bool:
+        if is_collective_call(name, aliases):
+            return True
+        return COLLECTIVE in (props_of(caller, name) or ())
+
+    G.resolve(func_props, props_of, reaches)
 
 
 def _callee_key(callee: str, cls: str | None) -> str:
@@ -982,7 +1028,15 @@ def merge(
             if q in func_props:
                 func_props[q].add(ONLY_CALLED_GUARDED)
 
-    rank_predicates = frozenset(
+    _resolve_gates(func_props, functions, aliases, project)
+    # Rank-0 flags assigned in one chunk and tested in another (`self.is_master`).
+    flags = frozenset(
+        b.path.rsplit(".", 1)[-1]
+        for cf in chunk_list
+        for b in cf.bindings
+        if b.source == (RANK0_FLAG,)
+    )
+    rank_predicates = flags | frozenset(
         q.rsplit(".", 1)[-1] for q, p in func_props.items() if RANK_PREDICATE in p
     )
     if project is not None:
@@ -994,10 +1048,14 @@ def merge(
         )
     # `self.gpu_id` holding the rank makes `gpu_id` a rank name (RankModel matches last parts).
     # Not `args.gpu = int(os.environ["LOCAL_RANK"])`: `args.*` names are too generic to trust.
+    # A world size is never a rank, whatever a misaligned call passes into it (the uniformity
+    # analysis takes `world_size > 1` for a uniform test).
     rank_vars = frozenset(
         path[5:] if path.startswith("self.") else path
         for (_, path), k in kinds.items()
-        if k == RANK and "." not in path.removeprefix("self.")
+        if k == RANK
+        and "." not in path.removeprefix("self.")
+        and not _WORLD_NAME.search(path.rsplit(".", 1)[-1])
     )
     # Only imported names: the set must not change while the user types a new local name,
     # or every chunk would re-run its rules on every keystroke.

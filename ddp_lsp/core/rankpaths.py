@@ -52,6 +52,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import gates as G
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.facts import path_of
@@ -151,6 +152,9 @@ class Event:
     display: str  # how the message names it ("dist.barrier()")
     wild: bool = False  # a same-file helper: matches any collective
     subgroup: bool = False  # on an explicit process group: only its members may call it
+    # A path that decided one of these conditions false does not make the call's collective
+    # (`f(sync=u)` where `sync` switches f's collectives off, on a path where `u` is false).
+    off_when: tuple[tuple[str, bool], ...] = ()
 
 
 Extractor = Callable[[ast.Call], "Event | None"]
@@ -236,8 +240,14 @@ def collective_extractor(ctx: ChunkContext) -> Extractor:
             receiver = path_of(call.func.value)
             if receiver is not None and receiver in pgs:
                 return Event(call, PG_METHODS[call.func.attr], f"{name}()", subgroup=pgs[receiver])
-        if K.COLLECTIVE in ctx.callee_props(call) or _closure_collective(ctx, call, name):
+        if _closure_collective(ctx, call, name):
             return Event(call, name, f"{name}()", wild=True)
+        props = ctx.callee_props(call)
+        if K.COLLECTIVE in props:
+            if G.switched_off(call, props):
+                return None  # `save(..., synchronize=False)`, `zero_first(-1)`
+            off = tuple(_key(a) for a in G.falsy_bindings(call, props))
+            return Event(call, name, f"{name}()", wild=True, off_when=off)
         return None
 
     return extract
@@ -592,7 +602,8 @@ class Flow:
             lanes = j.lanes()
             for c in active:
                 if lanes[c].exit is None and per_class[c]:
-                    lanes[c] = replace(lanes[c], events=lanes[c].events + tuple(per_class[c]))
+                    made = tuple(e for e in per_class[c] if not _switched_off(e, j.decided))
+                    lanes[c] = replace(lanes[c], events=lanes[c].events + made)
             out.append(j.with_lanes(lanes))
         return out
 
@@ -705,7 +716,18 @@ class Flow:
             start = Joint(Lane(), Lane(exit=_FROZEN))
             return [j[Z].events for j in self.block(stmts, [start], frozenset({Z}))]
 
-        body, orelse = alts(s.body), alts(s.orelse)
+        # A side that leaves the block (`continue`, `break`, `return`) is compared with the
+        # other side followed by the rest of the block: `if base + rank < n: all_gather();
+        # continue` then `all_gather()` after the branch is balanced.
+        block, idx = self.ctx.block_of(s)
+        rest = list(block[idx + 1 :]) if 0 <= idx < len(block) and block[idx] is s else []
+
+        def leaves(side: list[ast.stmt]) -> bool:
+            return bool(side) and exit_kind(self.ctx, side[-1]) in ("continue", "break", "return")
+
+        body_stmts = s.body + (rest if leaves(s.orelse) and not leaves(s.body) else [])
+        else_stmts = s.orelse + (rest if leaves(s.body) and not leaves(s.orelse) else [])
+        body, orelse = alts(body_stmts), alts(else_stmts)
         for mine, theirs, in_else in ((body, orelse, False), (orelse, body, True)):
             if len(theirs) != 1:
                 continue
@@ -834,6 +856,10 @@ def roots(ctx: ChunkContext) -> list[ast.AST]:
     if any(not isinstance(s, (*FUNCS, ast.ClassDef)) for s in ctx.body):
         out.append(ctx.module_node)
     return out
+
+
+def _switched_off(ev: Event, decided: Decisions) -> bool:
+    return any((k, not t) in decided for k, t in ev.off_when)
 
 
 def _takers(r: RankSet) -> frozenset[int] | None:

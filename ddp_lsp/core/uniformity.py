@@ -12,8 +12,12 @@ compiler's divergence analysis:
   ``broadcast_object_list``) or *rank-dependent* (``rank``, ``local_rank``,
   ``dist.get_rank()``, ``is_main_process()``, and anything computed from them). Rank
   dependence flows through assignments in a frame (``is_master = rank == 0``), attributes
-  assigned in the chunk (``self.is_master = rank == 0``), objects made on some ranks only
-  (``saver = Saver() if is_master else None`` makes ``saver is not None`` a rank test), helper
+  and module names assigned anywhere in the module (``self.is_master = rank == 0``,
+  ``args.save_logs = args.logs and is_master(args)``: the module facts' rank predicates),
+  objects made on some ranks only (``saver = Saver() if is_master else None`` makes
+  ``saver is not None`` a rank test), calls that bind a helper's parameters
+  (:mod:`ddp_lsp.core.gates`: ``save(..., synchronize=False)``, a zero-first helper given
+  ``rank=-1``, ``f(load_on_all_ranks=u)`` on a path where ``u`` is false), helper
   functions whose returns are rank tests (module facts ``RANK_PREDICATE``), and across files
   through the project index (a predicate imported from another module). Loop variables named
   like a rank (``for rank in range(world_size)``) are uniform.
@@ -60,7 +64,9 @@ budget of docs/performance.md.
   ``fatal`` (an error exit: the launcher ends the job) and ``path`` (the file, relative to the
   project root, when the divergence is in another file; None in this file).
 - ``ChunkUniformity.statements() -> list[StatementRanks]``: every statement of the chunk with
-  ``ranks`` and ``divergences`` (source order; what inlay hints and hovers show).
+  ``stmt`` (the ``ast`` node), ``span`` (chunk-relative), ``ranks`` and ``divergences``
+  (source order; what inlay hints and hovers show). Use spans, not ``ast`` line numbers:
+  a chunk's ``lineno`` values are not document lines.
 - ``ChunkUniformity.collectives() -> list[CollectiveReach]``: every collective call of the
   chunk (torch.distributed, process-group methods, known wrappers, helpers that reach one),
   with ``skipped`` (some path of the rank classes reaches it on some ranks only) and, when
@@ -524,6 +530,7 @@ class Divergence:
 @dataclass(frozen=True)
 class StatementRanks:
     stmt: ast.stmt
+    span: Span  # chunk-relative
     ranks: RankSet
     divergences: tuple[Divergence, ...]
 
@@ -687,7 +694,7 @@ class ChunkUniformity:
         out = []
         for s in self.ctx.nodes(*_STMT_TYPES):
             ranks, divs = self._analyse(s)
-            out.append(StatementRanks(s, ranks, divs))
+            out.append(StatementRanks(s, self.ctx.span(s), ranks, divs))
         out.sort(key=lambda r: _order(r.stmt))
         return out
 

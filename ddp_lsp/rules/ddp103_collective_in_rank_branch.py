@@ -667,4 +667,70 @@ def build(local_rank, path):
 """,
         note="zero-first: the other ranks' barrier pairs with rank 0's, the body runs on all",
     ),
+    Valid(
+        _HEAD
+        + """\
+def save_blob(path, obj, synchronize=True):
+    if synchronize:
+        dist.barrier()
+    torch.save(obj, path)
+
+def checkpoint(rank, state):
+    if rank == 0:
+        save_blob("train.pt", state, synchronize=False)
+""",
+        note="an argument bound at the call switches the helper's barrier off",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def save_blob(path, obj, synchronize=True):
+    if synchronize:
+        dist.barrier()
+    torch.save(obj, path)
+
+def checkpoint(rank, state):
+    if rank == 0:
+        «save_blob("train.pt", state)»
+""",
+        note="the default keeps the helper's barrier on: rank 0 waits alone",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import contextlib
+
+@contextlib.contextmanager
+def zero_first(local_rank):
+    if local_rank not in (-1, 0):
+        dist.barrier()
+    yield
+    if local_rank == 0:
+        dist.barrier()
+
+def make_loader(path, rank=-1):
+    with zero_first(rank):
+        return torch.load(path)
+
+def train(rank):
+    if rank in (-1, 0):
+        val = make_loader("val", rank=-1)
+        test = make_loader("test")
+""",
+        note="a zero-first helper reached with rank -1 (single process) runs no barrier",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def load(path, load_on_all_ranks=False):
+    if load_on_all_ranks:
+        dist.barrier()
+    return torch.load(path)
+
+def resume(args, rank):
+    if args.load_on_all_ranks or rank == 0:
+        state = load(args.path, load_on_all_ranks=args.load_on_all_ranks)
+""",
+        note="the barrier runs only when load_on_all_ranks holds, and then every rank enters",
+    ),
 )
