@@ -853,9 +853,10 @@ def register(server: DdpLanguageServer) -> None:
         unit, offset = found
         if not state.editor_for(unit.key).options.rank_tokens:
             return None  # another provider's tokens (Pylance's) win
-        first = rng.start.line if rng is not None else 0
-        last = rng.end.line if rng is not None else len(unit.doc.lines)
-        return T.SemanticTokens(data=semantic_tokens(state, unit, offset, first, last))
+        first, last = view_lines(unit, uri, offset, rng)
+        return T.SemanticTokens(
+            data=semantic_tokens(state, unit, offset, first - offset, last - offset)
+        )
 
     @server.command(CMD_SHOW_RANK_PATHS)
     def show_rank_paths(ls: Any, *args: Any) -> list[T.Location]:
@@ -896,10 +897,21 @@ def inlay_hint_request(server: Any, params: T.InlayHintParams) -> list[T.InlayHi
         return []
     if an.pending:
         _catch_up(server, state, unit, an.facts)
-    rng = params.range
-    return hints_in_range(
-        an, state.codec, rng.start.line + offset, rng.end.line + offset, mode, offset
-    )
+    first, last = view_lines(unit, params.text_document.uri, offset, params.range)
+    return hints_in_range(an, state.codec, first, last, mode, offset)
+
+
+def view_lines(unit: Unit, uri: str, offset: int, rng: T.Range | None) -> tuple[int, int]:
+    """The unit lines of the view ``uri`` that ``rng`` (None: all of it) covers: a notebook
+    cell's request never reaches into the next cell."""
+    end = len(unit.doc.lines) - 1
+    if unit.notebook is not None:
+        view = unit.notebook.view_of(uri)
+        if view is not None:
+            end = view.start + max(view.count - 1, 0)
+    if rng is None:
+        return offset, end
+    return rng.start.line + offset, min(rng.end.line + offset, end)
 
 
 def _catch_up(server: Any, state: ServerState, unit: Unit, used: ModuleFacts) -> None:

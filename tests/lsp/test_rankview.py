@@ -323,3 +323,45 @@ async def test_a_request_racing_the_analysis_is_refreshed_once_it_ran():
     await asyncio.wait_for(refreshed.wait(), TIMEOUT)
     fresh = rankview.inlay_hint_request(server, params) or []
     assert [(h.position.line, h.label) for h in fresh] == [(6, f"{WARN} rank 0")]
+
+
+def test_notebook_cells_get_their_hints_and_paths_in_cell_coordinates():
+    from ddp_lsp.lsp import rankview
+    from ddp_lsp.lsp.notebook import Cell, Notebook
+    from ddp_lsp.lsp.server import build_server
+
+    server = build_server()
+    state = server.state
+    nb = "file:///nb/train.ipynb"
+    first = "vscode-notebook-cell:/nb/train.ipynb#a"
+    second = "vscode-notebook-cell:/nb/train.ipynb#b"
+    cells = [
+        Cell(first, 2, "import torch.distributed as dist\nrank = dist.get_rank()\n", 1),
+        Cell(second, 2, "if rank == 0:\n    dist.barrier()\ndist.all_reduce(t)\n", 1),
+    ]
+    state.open_notebook(Notebook(nb, 1, cells))
+    state.cell_owner.update({first: nb, second: nb})
+    state.flush()
+
+    def hints(uri: str) -> list[tuple[int, int, str]]:
+        params = T.InlayHintParams(
+            T.TextDocumentIdentifier(uri), T.Range(T.Position(0, 0), T.Position(10, 0))
+        )
+        got = rankview.inlay_hint_request(server, params) or []
+        return [(h.position.line, h.position.character, str(h.label)) for h in got]
+
+    assert hints(first) == []
+    assert hints(second) == [(1, 4, f"{WARN} rank 0"), (2, 0, "all ranks")]
+    show = server.protocol.fm.commands[rankview.CMD_SHOW_RANK_PATHS]  # the server is bound
+    locs = show(second, {"line": 1, "character": 4})
+    assert [(loc.uri, loc.range.start.line, loc.range.start.character) for loc in locs] == [
+        (second, 0, 3)
+    ]
+    # Semantic tokens of a cell: its own lines only, in its own coordinates.
+    from ddp_lsp.lsp import config as C
+
+    state.editor_global = C.EditorSettings(options=C.EditorOptions(rank_tokens=True))
+    full = server.protocol.fm.features[T.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL]
+    assert full(T.SemanticTokensParams(T.TextDocumentIdentifier(first))).data == []
+    data = full(T.SemanticTokensParams(T.TextDocumentIdentifier(second))).data
+    assert data == [1, 4, len("dist.barrier()"), 0, 1 | 2]
