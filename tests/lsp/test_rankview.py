@@ -325,7 +325,7 @@ async def test_a_request_racing_the_analysis_is_refreshed_once_it_ran():
     assert [(h.position.line, h.label) for h in fresh] == [(6, f"{WARN} rank 0")]
 
 
-def test_notebook_cells_get_their_hints_and_paths_in_cell_coordinates():
+async def test_notebook_cells_get_their_hints_and_paths_in_cell_coordinates():
     from ddp_lsp.lsp import rankview
     from ddp_lsp.lsp.notebook import Cell, Notebook
     from ddp_lsp.lsp.server import build_server
