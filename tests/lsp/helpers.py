@@ -111,6 +111,8 @@ class Recorder:
     inlay_hint_refreshes: int = 0  # the rank view's hints (lsp/rankview.py)
     inlay_hint_refreshed: asyncio.Event = field(default_factory=asyncio.Event)
     semantic_token_refreshes: int = 0
+    # Either refresh: the server re-read its settings (it sends both after a change).
+    view_refreshed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def make_client() -> LanguageClient:
@@ -144,9 +146,11 @@ def make_client() -> LanguageClient:
     def inlay_hint_refresh(c: LanguageClient, params: None) -> None:
         rec.inlay_hint_refreshes += 1
         rec.inlay_hint_refreshed.set()
+        rec.view_refreshed.set()
 
     def semantic_tokens_refresh(c: LanguageClient, params: None) -> None:
         rec.semantic_token_refreshes += 1
+        rec.view_refreshed.set()
 
     features[T.WORKSPACE_CODE_LENS_REFRESH] = lens_refresh
     features[T.WORKSPACE_INLAY_HINT_REFRESH] = inlay_hint_refresh

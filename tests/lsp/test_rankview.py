@@ -80,17 +80,15 @@ def _labels(hints: list[T.InlayHint]) -> list[tuple[int, str]]:
     return [(h.position.line, str(h.label)) for h in hints]
 
 
-async def _hints_until(client: LanguageClient, doc: Doc, pred: Any) -> list[T.InlayHint]:
-    """Ask again after each publication until ``pred`` holds (settings apply asynchronously)."""
-
-    async def loop() -> list[T.InlayHint]:
-        while True:
-            hints = await _hints(client, doc)
-            if pred(_labels(hints)):
-                return hints
-            await client.wait_for_notification(T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-
-    return await asyncio.wait_for(loop(), TIMEOUT)
+async def _reconfigure(client: LanguageClient, section: dict[str, Any]) -> None:
+    """Send settings and wait until the server applied them: it then asks the client to
+    refresh its hints and tokens (each recorded profile supports one of the two refreshes)."""
+    rec = client.recorder  # type: ignore[attr-defined]
+    rec.view_refreshed.clear()
+    client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams(settings={"ddp-lsp": section})
+    )
+    await asyncio.wait_for(rec.view_refreshed.wait(), TIMEOUT)
 
 
 async def test_capabilities(client: LanguageClient):
@@ -143,19 +141,13 @@ async def test_hints_follow_edits(client: LanguageClient):
 async def test_setting_collectives_only_and_off(client: LanguageClient):
     doc = _open(client, "hints_setting.py")
     await wait_for_diagnostics(client, doc.uri, 1)
-    client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(settings={"ddp-lsp": {"rankView": {"hints": "collectives"}}})
-    )
-    hints = await _hints_until(client, doc, lambda ls: (SAVE_LINE, "rank 0") not in ls)
+    await _reconfigure(client, {"rankView": {"hints": "collectives"}})
+    hints = await _hints(client, doc)
     assert [line for line, _ in _labels(hints)] == [BARRIER_LINE, REDUCE_LINE, LATE_REDUCE_LINE]
-    client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(settings={"ddp-lsp": {"rankView": {"hints": "off"}}})
-    )
-    await _hints_until(client, doc, lambda ls: ls == [])
-    client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
-    )
-    await _hints_until(client, doc, lambda ls: (SAVE_LINE, "rank 0") in ls)
+    await _reconfigure(client, {"rankView": {"hints": "off"}})
+    assert await _hints(client, doc) == []
+    await _reconfigure(client, {})
+    assert (SAVE_LINE, "rank 0") in _labels(await _hints(client, doc))
     doc.close()
 
 
@@ -221,18 +213,10 @@ async def test_semantic_tokens_are_opt_in(client: LanguageClient):
     await wait_for_diagnostics(client, doc.uri, 1)
     params = T.SemanticTokensParams(T.TextDocumentIdentifier(doc.uri))
     assert await client.text_document_semantic_tokens_full_async(params) is None
-    client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(settings={"ddp-lsp": {"rankView": {"semanticTokens": True}}})
-    )
-
-    async def tokens() -> list[int]:
-        while True:
-            got = await client.text_document_semantic_tokens_full_async(params)
-            if got is not None:
-                return list(got.data)
-            await client.wait_for_notification(T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-
-    data = await asyncio.wait_for(tokens(), TIMEOUT)
+    await _reconfigure(client, {"rankView": {"semanticTokens": True}})
+    got = await client.text_document_semantic_tokens_full_async(params)
+    assert got is not None
+    data = list(got.data)
     line, rows = 0, []
     for i in range(0, len(data), 5):
         line += data[i]
@@ -253,9 +237,7 @@ async def test_semantic_tokens_are_opt_in(client: LanguageClient):
         enc, len(body)
     )
     assert length == expected
-    client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
-    )
+    await _reconfigure(client, {})
     doc.close()
 
 
