@@ -811,6 +811,7 @@ class _ChunkPart:
     alias_bindings: tuple[tuple[str, str, str, str], ...]  # `y = x`: (scope, path, src, scope)
     unwrapped: frozenset[tuple[str, str]]
     names_used: frozenset[str]
+    rank0_flags: frozenset[str] = frozenset()  # `self.is_master = rank == 0`: "is_master"
 
 
 def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
@@ -831,6 +832,7 @@ def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
         tuple(alias_bindings),
         unwrapped_names((cf,)),
         frozenset(cf.loads.intersection(aliases)),
+        frozenset(b.path.rsplit(".", 1)[-1] for b in cf.bindings if b.source == (RANK0_FLAG,)),
     )
 
 
@@ -1030,12 +1032,7 @@ def merge(
 
     _resolve_gates(func_props, functions, aliases, project)
     # Rank-0 flags assigned in one chunk and tested in another (`self.is_master`).
-    flags = frozenset(
-        b.path.rsplit(".", 1)[-1]
-        for cf in chunk_list
-        for b in cf.bindings
-        if b.source == (RANK0_FLAG,)
-    )
+    flags = frozenset().union(*(part.rank0_flags for part in parts))
     rank_predicates = flags | frozenset(
         q.rsplit(".", 1)[-1] for q, p in func_props.items() if RANK_PREDICATE in p
     )

@@ -48,6 +48,7 @@ from typing import TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
+COLLECTIVE_PROP = "collective"  # ddp_lsp.core.facts.COLLECTIVE (facts imports this module)
 SITE = "gate-site:"
 DEFAULT = "gate-default:"
 OFF = "gate-off:"
@@ -263,7 +264,13 @@ def resolve(
     ``callee_props(caller, name)``: the properties of what ``name`` calls from ``caller`` (a
     function of this module or another file's); ``reaches(caller, name)``: that call reaches
     a collective."""
-    todo = [q for q, ps in func_props.items() if any(p.startswith(SITE) for p in ps)]
+    # Only functions that reach a collective can be switched off (most functions of a big
+    # module do not: skipping them keeps the per-keystroke merge cheap).
+    todo = [
+        q
+        for q, ps in func_props.items()
+        if COLLECTIVE_PROP in ps and any(p.startswith(SITE) for p in ps)
+    ]
     for _ in range(4):  # helpers of helpers: a few rounds reach a fixed point in practice
         changed = False
         for q in todo:

@@ -668,16 +668,33 @@ class ChunkUniformity:
         return frame
 
     def _loop_rank(self, expr: ast.AST) -> bool:
+        """``expr`` tests the variable of a loop around it (``for rank in range(n):``) or of a
+        comprehension it is in: the same on every rank. A comprehension elsewhere in the frame
+        (``sum(x[rank] for rank in ...)``) does not rebind the frame's ``rank``."""
         frame = self._frame(expr)
         if not frame.loop_vars:
             return False
         ranks = self.ctx.ranks
-        return any(
-            isinstance(n, ast.Name)
+        names = {
+            n.id
+            for n in bfs(expr)
+            if isinstance(n, ast.Name)
             and n.id in frame.loop_vars
             and (ranks.is_rank_expr(n) or ranks.is_predicate(n))
-            for n in bfs(expr)
-        )
+        }
+        if not names:
+            return False
+        for a in self.ctx.ancestors(expr):
+            if isinstance(a, _SCOPES):
+                break
+            targets: list[ast.AST] = []
+            if isinstance(a, (ast.For, ast.AsyncFor)):
+                targets = [a.target]
+            elif isinstance(a, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+                targets = [g.target for g in a.generators]
+            if any(isinstance(n, ast.Name) and n.id in names for t in targets for n in bfs(t)):
+                return True
+        return False
 
     # -- statements ----------------------------------------------------------------------------
 
@@ -739,7 +756,13 @@ class ChunkUniformity:
                 if isinstance(a, FUNCS):
                     for d in self._function_entry(a):
                         add(d)
-                break
+                # A closure runs where it is defined (after the enclosing function's exits:
+                # `if rank != 0: return` then `def hook(...)`); a method or module-level
+                # function is its own frame.
+                if isinstance(a, ast.ClassDef) or not any(
+                    isinstance(o, (*FUNCS, ast.Lambda)) for o in ctx.ancestors(a)
+                ):
+                    break
             child = a
         else:
             if isinstance(child, ast.stmt):

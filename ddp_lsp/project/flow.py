@@ -353,7 +353,11 @@ def _resolve_gates(
 ) -> None:
     """``gate-off:`` properties across files (core/gates.py): ``create_dataloader(rank=-1)``
     in one module reaching a zero-first helper of another with that rank."""
-    gated = {key: set(ps) for key, ps in props.items() if any(p.startswith(G.SITE) for p in ps)}
+    gated = {
+        key: set(ps)
+        for key, ps in props.items()
+        if F.COLLECTIVE in ps and any(p.startswith(G.SITE) for p in ps)
+    }
     if not gated:
         return
 

@@ -182,3 +182,29 @@ def main(rank, t):
 
 def test_nothing_for_a_module_that_is_not_distributed() -> None:
     assert list(document_uniformity(Document("def f(rank):\n    if rank == 0:\n        print(1)\n"))) == []
+
+
+def test_comprehension_variable_elsewhere_does_not_hide_the_rank() -> None:
+    code = """\
+def step(rank, losses, n):
+    total = sum(losses[rank] for rank in range(n))
+    if rank == 0:
+        print(total)
+"""
+    assert by_line(code)[4][0] == "rank 0"
+
+
+def test_closure_defined_after_an_early_exit_runs_where_it_is_defined() -> None:
+    code = """\
+def install(rank, model):
+    if rank != 0:
+        return []
+
+    def hook(module, args, output):
+        torch.save(output, "trace.pt")
+
+    return [model.register_forward_hook(hook)]
+"""
+    ranks, divs = by_line(code)[6]
+    assert ranks == "rank 0"
+    assert divs[0][:2] == ("return", "rank != 0")
