@@ -15,14 +15,17 @@ Two layers, so that incremental analysis stays cheap:
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddp_lsp.core import gates as G
 from ddp_lsp.core import names as N
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
-from ddp_lsp.core.ranks import Polarity, RankModel
+from ddp_lsp.core.ranks import RankModel
+from ddp_lsp.core.uniformity import condition_ranks
 from ddp_lsp.core.walk import children, walk
 
 # Kinds of values the rules care about.
@@ -45,6 +48,8 @@ NO_SYNC = "no_sync"
 RANK_PREDICATE = "rank_predicate"
 GUARDS_ITSELF = "guards_itself"
 ONLY_CALLED_GUARDED = "only_called_guarded"
+RANK0_FLAG = "=rank0flag"  # binding source: a flag assigned from a rank-0 test
+_WORLD_NAME = re.compile(r"world|num_(processes|gpus|nodes)|n_?gpus?|nprocs|^n$", re.IGNORECASE)
 UPDATES_SCALER = "scaler_update"  # calls .update() on a GradScaler
 SETS_EPOCH = "set_epoch"  # calls .set_epoch(...) (on a sampler, a loader's sampler...)
 SETS_DEVICE = "set_device"  # calls torch.cuda.set_device(...)
@@ -298,7 +303,7 @@ class _Extractor:
                 and isinstance(stmt, ast.If)
                 and stmt.body
                 and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise))
-                and self.ranks.guard(stmt.test) is Polarity.NONZERO
+                and _nonzero(condition_ranks(self.ranks, stmt.test))
             ):
                 guarded = True
 
@@ -321,15 +326,15 @@ class _Extractor:
             self.imports.extend(N.import_bindings(s))
             return
         if isinstance(s, ast.If):
-            pol = self.ranks.guard(s.test)
+            pol = condition_ranks(self.ranks, s.test)
             self.expr(s.test, scope, guarded)
             self._rank_branches += pol is not None
             self._ifs += 1
             mark = len(self.bindings)
-            self.block(s.body, scope, guarded or pol is Polarity.ZERO)
+            self.block(s.body, scope, guarded or _zero(pol))
             self._drop_if_raises(s.body, scope, mark)
             mark = len(self.bindings)
-            self.block(s.orelse, scope, guarded or pol is Polarity.NONZERO)
+            self.block(s.orelse, scope, guarded or _nonzero(pol))
             self._drop_if_raises(s.orelse, scope, mark)
             self._ifs -= 1
             self._rank_branches -= pol is not None
@@ -422,6 +427,7 @@ class _Extractor:
             props.add(GUARDS_ITSELF)
         if _is_rank_predicate(f, self.ranks):
             props.add(RANK_PREDICATE)
+        props |= G.site_props(f, N.dotted)  # parameters that switch collectives off
         self.functions.append(
             FunctionInfo(qual, cls, tuple(params), frozenset(calls), frozenset(props), f.lineno - 1)
         )
@@ -534,6 +540,22 @@ class _Extractor:
             return
         earlier = path in self._assigned[-1] or path in (self._params[-1] if self._params else ())
         self._assigned[-1].add(path)
+        if ("." in path or not scope) and isinstance(
+            value, (ast.Compare, ast.BoolOp, ast.Call, ast.IfExp)
+        ):
+            # `self.is_master = rank == 0`, `args.save_logs = args.logs and is_master(args)`,
+            # `self.saver = Saver() if is_master else None`: a rank-0 flag (or an object only
+            # rank 0 holds) other chunks of the module test (the uniformity analysis).
+            test: ast.expr = value
+            if isinstance(value, ast.IfExp):
+                none = [
+                    isinstance(v, ast.Constant) and v.value is None
+                    for v in (value.body, value.orelse)
+                ]
+                test = value.test if none == [False, True] else ast.Constant(None)
+            flag = condition_ranks(self.ranks, test)
+            if _zero(flag):
+                self.bindings.append(Binding(b_scope, path, (RANK0_FLAG,)))
         chain = _call_chain(value)
         if chain:
             self.bindings.append(
@@ -612,14 +634,10 @@ def _guards_itself(body: list[ast.stmt], ranks: RankModel) -> bool:
         return False
     first = stmts[0]
     if isinstance(first, ast.If):
-        pol = ranks.guard(first.test)
-        if pol is Polarity.ZERO and len(stmts) == 1 and not first.orelse:
+        pol = condition_ranks(ranks, first.test)
+        if _zero(pol) and len(stmts) == 1 and not first.orelse:
             return True
-        if (
-            pol is Polarity.NONZERO
-            and first.body
-            and isinstance(first.body[-1], (ast.Return, ast.Raise))
-        ):
+        if _nonzero(pol) and first.body and isinstance(first.body[-1], (ast.Return, ast.Raise)):
             return True
     return False
 
@@ -636,7 +654,16 @@ def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankMod
     returns = [n for n in walk(f) if isinstance(n, ast.Return) and n.value is not None]
     if not returns:
         return False
-    return all(ranks.guard(r.value) is Polarity.ZERO for r in returns if r.value is not None)
+    return all(_zero(condition_ranks(ranks, r.value)) for r in returns if r.value is not None)
+
+
+def _zero(found: object) -> bool:
+    """Rank 0 only (global or local), with no uniform escape (the uniformity analysis)."""
+    return getattr(found, "zero", False) and not getattr(found, "unless", "")
+
+
+def _nonzero(found: object) -> bool:
+    return getattr(found, "nonzero", False) and not getattr(found, "unless", "")
 
 
 # -- module facts -------------------------------------------------------------------------------
@@ -783,6 +810,31 @@ class ModuleFacts:
         return None if cp is None else cp.origins.get(prop)
 
 
+def _resolve_gates(
+    func_props: dict[str, set[str]],
+    functions: Mapping[str, FunctionInfo],
+    aliases: Mapping[str, str],
+    project: ModuleProjectFacts | None,
+) -> None:
+    """``gate-off:`` properties: parameters that switch a helper's collectives off."""
+
+    def props_of(caller: str, name: str) -> frozenset[str] | set[str] | None:
+        fi = functions.get(caller)
+        key = _callee_key(name, fi.cls if fi is not None else None)
+        own = func_props.get(key)
+        if own is not None:
+            return own
+        cp = project.callee_props.get(key) if project is not None else None
+        return cp.props if cp is not None else None
+
+    def reaches(caller: str, name: str) -> bool:
+        if is_collective_call(name, aliases):
+            return True
+        return COLLECTIVE in (props_of(caller, name) or ())
+
+    G.resolve(func_props, props_of, reaches)
+
+
 def _callee_key(callee: str, cls: str | None) -> str:
     """The name facts know a call by: ``self.m()`` in class ``C`` is ``C.m``."""
     return f"{cls}.{callee[5:]}" if callee.startswith("self.") and cls else callee
@@ -833,6 +885,7 @@ class _ChunkPart:
     # Keys with a kind bound conditionally (Binding.conditional), and otherwise.
     conditional: frozenset[tuple[str, str]] = frozenset()
     unconditional: frozenset[tuple[str, str]] = frozenset()
+    rank0_flags: frozenset[str] = frozenset()  # `self.is_master = rank == 0`: "is_master"
 
 
 def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
@@ -869,6 +922,7 @@ def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
         frozenset(cf.loads.intersection(aliases)),
         frozenset(conditional),
         frozenset(unconditional),
+        frozenset(b.path.rsplit(".", 1)[-1] for b in cf.bindings if b.source == (RANK0_FLAG,)),
     )
 
 
@@ -1067,7 +1121,10 @@ def merge(
             if q in func_props:
                 func_props[q].add(ONLY_CALLED_GUARDED)
 
-    rank_predicates = frozenset(
+    _resolve_gates(func_props, functions, aliases, project)
+    # Rank-0 flags assigned in one chunk and tested in another (`self.is_master`).
+    flags = frozenset().union(*(part.rank0_flags for part in parts))
+    rank_predicates = flags | frozenset(
         q.rsplit(".", 1)[-1] for q, p in func_props.items() if RANK_PREDICATE in p
     )
     if project is not None:
@@ -1079,10 +1136,14 @@ def merge(
         )
     # `self.gpu_id` holding the rank makes `gpu_id` a rank name (RankModel matches last parts).
     # Not `args.gpu = int(os.environ["LOCAL_RANK"])`: `args.*` names are too generic to trust.
+    # A world size is never a rank, whatever a misaligned call passes into it (the uniformity
+    # analysis takes `world_size > 1` for a uniform test).
     rank_vars = frozenset(
         path[5:] if path.startswith("self.") else path
         for (_, path), k in kinds.items()
-        if k == RANK and "." not in path.removeprefix("self.")
+        if k == RANK
+        and "." not in path.removeprefix("self.")
+        and not _WORLD_NAME.search(path.rsplit(".", 1)[-1])
     )
     # Only imported names: the set must not change while the user types a new local name,
     # or every chunk would re-run its rules on every keystroke.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 from ddp_lsp.core.crossfile import MAIN_BLOCK, ParamKind, Provenance
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import MODULE, ModuleFacts, path_of
-from ddp_lsp.core.ranks import Polarity, RankModel
+from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.types import Finding, Fix, Pos, Related, RuleMeta, Span
 from ddp_lsp.core.walk import children
 
@@ -105,7 +105,6 @@ class ChunkContext:
         # The chunk's module-level code as one node: the same object every time it is asked
         # for, so rules can compare scopes by identity.
         self.module_node = ast.Module(body=self.body, type_ignores=[])
-        self._exit_guard_memo: dict[int, int] = {}
         self._memo: dict[object, object] = {}
         self._qualnames: dict[int, str | None] = {}
 
@@ -287,65 +286,13 @@ class ChunkContext:
             return "", ()
         return f" ({'; '.join(texts)})", tuple(related)
 
-    def guard_of(self, node: ast.AST) -> tuple[ast.If, Polarity, bool] | None:
-        """The innermost rank guard whose branch holds ``node``: (if, polarity, in_else)."""
-        child: ast.AST = node
-        for a in self.ancestors(node):
-            if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                return None
-            if isinstance(a, ast.If) and child is not a.test:
-                pol = self.ranks.guard(a.test)
-                if pol is not None:
-                    in_else = any(child is s for s in a.orelse)
-                    return a, (pol.negated() if in_else else pol), in_else
-            child = a
-        return None
-
     def runs_only_on_rank0(self, node: ast.AST) -> bool:
-        """``node`` sits under a rank-0 guard, after a ``if rank != 0: return``, or in a
-        function that guards itself or is only called under a guard."""
-        child: ast.AST = node
-        for a in self.ancestors(node):
-            if isinstance(a, ast.If) and child is not a.test:
-                pol = self.ranks.guard(a.test)
-                if pol is not None:
-                    in_else = any(child is s for s in a.orelse)
-                    if (pol.negated() if in_else else pol) is Polarity.ZERO:
-                        return True
-            if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if self._early_exit_guard(a.body, child):
-                    return True
-                qual, _ = self.scope(child)
-                from ddp_lsp.core.facts import GUARDS_ITSELF, ONLY_CALLED_GUARDED
+        """``node`` runs on rank 0 only (global or local): under a rank-0 guard, after an
+        ``if rank != 0: return``, in a rank-zero decorated function or one only called under a
+        guard (the uniformity analysis, :mod:`ddp_lsp.core.uniformity`)."""
+        from ddp_lsp.core.uniformity import uniformity
 
-                props = self.facts.props(qual)
-                return GUARDS_ITSELF in props or ONLY_CALLED_GUARDED in props
-            if isinstance(a, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)):
-                body = getattr(a, "body", [])
-                if isinstance(child, ast.stmt) and self._early_exit_guard(body, child):
-                    return True
-            child = a
-        return self._early_exit_guard(self.body, child)
-
-    def _early_exit_guard(self, body: list[ast.stmt], upto: ast.AST) -> bool:
-        """Some statement before ``upto`` in ``body`` is ``if <not rank 0>: return``."""
-        key = id(body)
-        guarded_from = self._exit_guard_memo.get(key)
-        if guarded_from is None:
-            # Index of the first statement after such an early exit (len(body) if none);
-            # computed once per block, so asking for every statement stays linear.
-            guarded_from = len(body)
-            for i, s in enumerate(body):
-                if (
-                    isinstance(s, ast.If)
-                    and s.body
-                    and isinstance(s.body[-1], (ast.Return, ast.Raise, ast.Continue))
-                    and self.ranks.guard(s.test) is Polarity.NONZERO
-                ):
-                    guarded_from = i + 1
-                    break
-            self._exit_guard_memo[key] = guarded_from
-        return any(s is upto for s in body[guarded_from:])
+        return uniformity(self).ranks_of(node).zero
 
     def memo(self, key: object, compute: Callable[[], U]) -> U:
         """A per-analysis cache for rules (keyed by anything hashable, e.g. (rule id, id(node)))."""

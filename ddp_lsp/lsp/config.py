@@ -44,6 +44,8 @@ class EditorOptions:
 
     enable: bool = True
     preflight_python: str | None = None
+    rank_hints: str = "all"  # rank view inlay hints: "all", "collectives" or "off"
+    rank_tokens: bool = False  # rank view semantic tokens (see lsp/rankview.py)
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,13 @@ def parse_editor_settings(raw: Any, source: str = "editor settings") -> EditorSe
     errors: list[str] = []
     enable = True
     python: str | None = None
+    rank_view: dict[str, Any] = {}
     for key, value in data.items():
+        if isinstance(key, str) and (key == "rankView" or key.startswith("rankView.")):
+            err = _rank_view(key, value, source, rank_view)
+            if err:
+                errors.append(err)
+            continue
         if key == "enable":
             if isinstance(value, bool):
                 enable = value
@@ -100,7 +108,32 @@ def parse_editor_settings(raw: Any, source: str = "editor settings") -> EditorSe
             errors.append(err)
             continue
         analysis.append((str(key), value))
-    return EditorSettings(tuple(analysis), EditorOptions(enable, python), tuple(errors))
+    options = EditorOptions(enable, python, **rank_view)
+    return EditorSettings(tuple(analysis), options, tuple(errors))
+
+
+def _rank_view(key: str, value: Any, source: str, out: dict[str, Any]) -> str | None:
+    """``rankView: {hints, semanticTokens}`` (or the dotted keys) into ``out``."""
+    if key == "rankView":
+        if not isinstance(value, Mapping):
+            return f'{source}: \'rankView\' must be an object like {{"hints": "all"}}'
+        items = [(f"rankView.{k}", v) for k, v in value.items()]
+    else:
+        items = [(key, value)]
+    for name, v in items:
+        if name == "rankView.hints":
+            if v not in ("all", "collectives", "off"):
+                return (
+                    f'{source}: \'rankView.hints\' must be "all", "collectives" or "off", got {v!r}'
+                )
+            out["rank_hints"] = v
+        elif name == "rankView.semanticTokens":
+            if not isinstance(v, bool):
+                return f"{source}: 'rankView.semanticTokens' must be true or false, got {v!r}"
+            out["rank_tokens"] = v
+        else:
+            return f"{source}: unknown setting {name!r} (rankView has hints and semanticTokens)"
+    return None
 
 
 def _preflight_python(value: Any, source: str) -> tuple[str | None, str | None]:

@@ -26,6 +26,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from ddp_lsp import __version__
+from ddp_lsp.lsp import rankview
 from ddp_lsp.lsp.config import is_pyproject
 from ddp_lsp.lsp.configuration import SECTION, ConfigurationService
 from ddp_lsp.lsp.convert import Codec, choose_encoding
@@ -258,6 +259,7 @@ def settings_changed(ls: DdpLanguageServer) -> None:
     if ls.initialized_done:
         ls.project.sync_folders()
     ls.refresh_pulled()
+    rankview.refresh(ls)
 
 
 async def did_change_configuration(
@@ -448,7 +450,7 @@ def hover(ls: DdpLanguageServer, params: T.HoverParams) -> T.Hover | None:
     pos = ls.state.codec.to_core(
         unit.doc.lines, params.position.line + offset, params.position.character
     )
-    parts = [H.rule_hover(unit, pos)]
+    parts = [H.rule_hover(unit, pos), rankview.hover(ls.state, unit, pos)]
     topic = H.preflight_topic(unit, pos)
     reports = ls.preflight.reports
     report = reports.report_for(reports.folder_for(unit.key)) if topic else None
@@ -626,6 +628,7 @@ HANDLERS: tuple[Handler, ...] = (
     *DIAGNOSTICS,
     *EDITING,
     *COMMANDS,
+    *rankview.HANDLERS,  # inlay hints, semantic tokens, ddp-lsp.showRankPaths
 )
 
 

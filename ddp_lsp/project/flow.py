@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ddp_lsp.core import facts as F
+from ddp_lsp.core import gates as G
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.project.index import ProjectIndex
 from ddp_lsp.project.reach import single_process
@@ -403,6 +404,9 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
             props.setdefault(key, {}).update(new)
         todo = sorted({c for key in updates for c in callers.get(key, ())})
 
+    # -- parameters that switch collectives off, through helpers of other files -----------------
+    _resolve_gates(props, res, own)
+
     # -- distributed ------------------------------------------------------------------------------
     distributed: dict[str, Provenance] = {}
     inits: dict[str, list[Provenance]] = {}
@@ -469,3 +473,42 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
             local.get(m, frozenset()),
         )
     return ProjectFacts(out, rounds, evaluations, res, parts, prepared)
+
+
+def _resolve_gates(
+    props: dict[tuple[str, str], dict[str, Provenance]],
+    res: Resolver,
+    own: Mapping[str, F.ModuleFacts],
+) -> None:
+    """``gate-off:`` properties across files (core/gates.py): ``create_dataloader(rank=-1)``
+    in one module reaching a zero-first helper of another with that rank."""
+    gated = {
+        key: set(ps)
+        for key, ps in props.items()
+        if F.COLLECTIVE in ps and any(p.startswith(G.SITE) for p in ps)
+    }
+    if not gated:
+        return
+
+    def props_of(key: tuple[str, str], name: str) -> frozenset[str] | set[str] | None:
+        if name.startswith("self."):
+            return None
+        t = res.function(key[0], name)
+        if t is None:
+            return None
+        tkey = (t[0], t[1].qualname)
+        return gated.get(tkey) or frozenset(props.get(tkey, {}))
+
+    def reaches(key: tuple[str, str], name: str) -> bool:
+        facts = own.get(key[0])
+        if facts is not None and F.is_collective_call(name, facts.aliases):
+            return True
+        return F.COLLECTIVE in (props_of(key, name) or ())
+
+    before = {key: set(ps) for key, ps in gated.items()}
+    G.resolve(gated, props_of, reaches)
+    for key, ps in gated.items():
+        for p in ps - before[key]:
+            some = next(iter(props[key].values()), None)
+            if some is not None:
+                props[key][p] = some

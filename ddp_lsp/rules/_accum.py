@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import uniformity as U
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext
 from ddp_lsp.rules import _patterns as P
@@ -164,7 +165,7 @@ def accumulation_test(ctx: ChunkContext, test: ast.expr, root: ast.AST, depth: i
     """A condition that marks the accumulation boundary: ``(i + 1) % accum_steps == 0``, a flag
     such as ``do_step`` / ``is_last_micro_step``, or a name assigned from one. Never a rank guard
     (that would be a different bug)."""
-    if ctx.ranks.guard(test) is not None or ctx.ranks.mentions_rank(test):
+    if U.uniformity(ctx).test(test) is not None or ctx.ranks.mentions_rank(test):
         return False
     for node in W.bfs(test):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):

@@ -3,12 +3,12 @@
 Three questions, answered from the chunk and the module facts only:
 
 - :func:`is_guarded`: does this code already run on rank 0 only (or on a rank subset the
-  author chose on purpose)? Beyond the core's ``runs_only_on_rank0`` it accepts any rank
-  condition (``rank % ngpus_per_node == 0`` in the ImageNet example is deliberate), flags
-  computed from the rank (``should_save = rank == 0 and ...``), Hugging Face's
-  ``args.should_save`` / ``is_world_process_zero()``, rank-zero decorators
-  (``@rank_zero_only``, ``@master_only``, ``@accelerator.on_main_process``) and short-circuits
-  (``is_main and torch.save(...)``).
+  author chose on purpose)? The core's uniformity analysis (:mod:`ddp_lsp.core.uniformity`)
+  answers: any rank condition (``rank % ngpus_per_node == 0`` in the ImageNet example is
+  deliberate), flags computed from the rank (``should_save = rank == 0 and ...``), Hugging
+  Face's ``args.should_save`` / ``is_world_process_zero()``, rank-zero decorators
+  (``@rank_zero_only``, ``@master_only``, ``@accelerator.on_main_process``), short-circuits
+  (``is_main and torch.save(...)``) and earlier rank-dependent exits.
 - :func:`rank_condition`: which rank-0 test does the code in scope already use? An existing
   guard of the same function is reused verbatim, then a rank-0 predicate in scope
   (``is_main_process()``, ``master_process``, ``accelerator.is_main_process``), then a global
@@ -30,9 +30,9 @@ from typing import Any
 from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import uniformity as U
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.crossfile import Provenance
-from ddp_lsp.core.ranks import Polarity
 from ddp_lsp.core.rule import ChunkContext
 from ddp_lsp.core.types import Fix
 from ddp_lsp.rules import _patterns as P
@@ -41,33 +41,6 @@ FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _NEW_SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
-# Rank-aware flags and methods the core's RankModel does not know (Hugging Face Trainer's
-# TrainingArguments.should_save / should_log, Trainer.is_world_process_zero, torch_xla).
-EXTRA_PREDICATES = frozenset(
-    {
-        "should_save",
-        "should_log",
-        "is_world_process_zero",
-        "is_local_process_zero",
-        "is_master_ordinal",
-    }
-)
-# Decorators that make a function body run on rank 0 only (Lightning, mmcv/mmengine,
-# accelerate, DeepSpeed-style helpers).
-RANK_ZERO_DECORATORS = frozenset(
-    {
-        "rank_zero_only",
-        "master_only",
-        "main_process_only",
-        "on_main_process",
-        "on_local_main_process",
-        "rank0_only",
-        "on_rank_0",
-        "on_rank0",
-        "only_rank_zero",
-        "run_on_main_process",
-    }
-)
 # Launchers: code after them runs in the parent process, once, not on every rank.
 SPAWNERS = frozenset(
     {
@@ -79,10 +52,6 @@ SPAWNERS = frozenset(
         "torch.distributed.launcher.elastic_launch",
     }
 )
-_SINGLE_PROCESS_CALLS = frozenset(
-    {"is_initialized", "is_available", "is_dist_avail_and_initialized"}
-)
-_MAX_FLAG_DEPTH = 3
 # Framework objects whose own attribute says "rank 0" (accelerate, Lightning Fabric).
 _WRAPPER_MAIN = {"accelerator": "is_main_process", "fabric": "is_global_zero"}
 
@@ -161,125 +130,10 @@ def assigned_value(ctx: ChunkContext, name: str, root: ast.AST, before: ast.AST)
     return found
 
 
-def polarity(ctx: ChunkContext, test: ast.AST, root: ast.AST, depth: int = 0) -> Polarity | None:
-    """The core's rank-guard polarity, extended with rank-derived flags and extra predicates."""
-    pol = ctx.ranks.guard(test)
-    if pol is not None:
-        return pol
-    if depth > _MAX_FLAG_DEPTH:
-        return None
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = polarity(ctx, test.operand, root, depth + 1)
-        return inner.negated() if inner is not None else None
-    if P.last_name(test) in EXTRA_PREDICATES:
-        return Polarity.ZERO
-    if isinstance(test, ast.Name):
-        value = assigned_value(ctx, test.id, root, test)
-        if value is not None:
-            pol = polarity(ctx, value, root, depth + 1)
-            if pol is None and ctx.ranks.mentions_rank(value):
-                return Polarity.SOME
-            return pol
-        return None
-    if isinstance(test, ast.BoolOp):
-        parts = [polarity(ctx, v, root, depth + 1) for v in test.values]
-        found = [p for p in parts if p is not None]
-        if not found:
-            return None
-        if isinstance(test.op, ast.And) and Polarity.ZERO in found:
-            return Polarity.ZERO
-        if (
-            isinstance(test.op, ast.Or)
-            and len(found) == len(parts)
-            and set(found) == {Polarity.ZERO}
-        ):
-            return Polarity.ZERO
-        return Polarity.SOME
-    if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        if P.last_name(test.left) in EXTRA_PREDICATES or polarity(ctx, test.left, root, depth + 1):
-            return Polarity.SOME
-        if any(_rankish(side) for side in (test.left, *test.comparators)):
-            return Polarity.SOME  # dp_rank == 0, mpu.get_data_parallel_rank() == 0
-    return None
-
-
-_RANKISH = re.compile(r"(^|_)rank$|^get_\w*rank$|^(gpu|gpu_id|gpu_idx|device_id)$", re.IGNORECASE)
-
-
-def _rankish(e: ast.AST) -> bool:
-    """A rank of some process group the core's RankModel does not name (Megatron's
-    ``mpu.get_data_parallel_rank()``, ``dp_rank``, ``node_rank``), or the GPU index that
-    ``mp.spawn`` scripts use as the local rank (``if self.gpu_id == 0:``)."""
-    return bool(_RANKISH.search(P.last_name(e) or ""))
-
-
-def _decorated_rank_zero(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    return any(P.last_name(d) in RANK_ZERO_DECORATORS for d in fn.decorator_list)
-
-
-def _early_exit(ctx: ChunkContext, body: Sequence[ast.stmt], upto: ast.AST, root: ast.AST) -> bool:
-    """A rank-conditioned ``if ...: return/continue/raise/break`` before ``upto`` in ``body``."""
-    exits = _memo(ctx).setdefault("early_exit", {})
-    key = id(body)
-    known = exits.get(key)
-    if known is None or known[0] is not body:
-        # The first early exit of the block, and each statement's position in it.
-        first = next(
-            (
-                i
-                for i, s in enumerate(body)
-                if isinstance(s, ast.If)
-                and s.body
-                and _exits(s.body[-1])
-                and polarity(ctx, s.test, root) is not None
-            ),
-            len(body),
-        )
-        known = exits[key] = (body, first, {id(s): i for i, s in enumerate(body)})
-    _, first, positions = known
-    pos = positions.get(id(upto))
-    return pos is not None and first < pos
-
-
-def _exits(s: ast.stmt) -> bool:
-    """``return``, ``raise``, ``continue``, ``break`` or ``sys.exit()``."""
-    if isinstance(s, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
-        return True
-    return (
-        isinstance(s, ast.Expr)
-        and isinstance(s.value, ast.Call)
-        and (N.dotted(s.value.func) or "") in ("sys.exit", "exit", "quit", "os._exit")
-    )
-
-
 def is_guarded(ctx: ChunkContext, node: ast.AST) -> bool:
-    """``node`` runs on rank 0 only, or on a rank subset chosen on purpose."""
-    if ctx.runs_only_on_rank0(node):
-        return True
-    child: ast.AST = node
-    for a in ctx.ancestors(node):
-        if isinstance(a, (ast.If, ast.IfExp)) and child is not a.test:
-            if polarity(ctx, a.test, P.scope_root(ctx, a)) is not None:
-                return True
-        elif isinstance(a, ast.BoolOp) and isinstance(a.op, ast.And):
-            root = P.scope_root(ctx, a)
-            for v in a.values:
-                if v is child:
-                    break
-                if polarity(ctx, v, root) is not None:
-                    return True
-        elif isinstance(a, FUNCS):
-            if _decorated_rank_zero(a):
-                return True
-            if _early_exit(ctx, a.body, child, a):
-                return True
-        elif isinstance(a, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)):
-            if isinstance(child, ast.stmt) and _early_exit(
-                ctx, getattr(a, "body", []), child, P.scope_root(ctx, a)
-            ):
-                return True
-        child = a
-    return _early_exit(ctx, ctx.body, child, P.scope_root(ctx, node))
+    """``node`` runs on rank 0 only, or on a rank subset chosen on purpose (the uniformity
+    analysis: a rank-dependent branch, early exit, decorator or guarded callers)."""
+    return not U.uniformity(ctx).ranks_of(node).is_all
 
 
 def spawns_processes(ctx: ChunkContext, root: ast.AST) -> bool:
@@ -365,7 +219,8 @@ def _visible(ctx: ChunkContext, expr: ast.AST, stmt: ast.stmt, evidence: ast.AST
 
 def _pure_zero_test(ctx: ChunkContext, test: ast.AST) -> bool:
     """A test that says "rank 0" and nothing else (so it can be reused as is)."""
-    if ctx.ranks.guard(test) is not Polarity.ZERO:
+    found = U.condition_ranks(ctx.ranks, test)
+    if found is None or not found.zero or found.unless:
         return False
 
     def pure(e: ast.AST) -> bool:
@@ -384,7 +239,7 @@ def _pure_zero_test(ctx: ChunkContext, test: ast.AST) -> bool:
             )
         if ctx.ranks.is_predicate(e) or ctx.ranks.is_rank_expr(e):
             return True
-        return isinstance(e, ast.Call) and P.last_name(e) in _SINGLE_PROCESS_CALLS
+        return isinstance(e, ast.Call) and P.last_name(e) in U.SINGLE_PROCESS_CALLS
 
     return pure(test)
 

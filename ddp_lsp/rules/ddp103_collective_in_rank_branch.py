@@ -9,8 +9,16 @@ well-known wrappers (`accelerator.wait_for_everyone()` / `gather` / `reduce`,
 `fabric.barrier()`, detectron2's `comm.synchronize()`, mpi4py's `comm.bcast` / `allreduce` /
 `Barrier`). It reports one when it sits in a rank-guarded branch (`if rank == 0:`,
 `if not is_main_process():`, `@rank_zero_only`) and the other ranks do not make the same
-collective on their path, or when a rank-guarded `return`, `break`, `continue`, `raise` or
-`sys.exit()` lets some ranks skip it or leave the loop that contains it.
+collective on their path, or when a rank-guarded `return`, `break`, `continue` or
+`sys.exit(0)` lets some ranks skip it or leave the loop that contains it.
+
+One finding per divergence point: a guarded branch is reported at its first stranded
+collective, an early exit at the `return` / `break` / `continue` itself; the other
+collectives the same point strands are related locations. Which ranks take a condition is
+the core's rank-uniformity analysis (`ddp_lsp/core/uniformity.py`): flags computed from the
+rank (`is_main = rank == 0`, `self.is_master = ...`), objects made on rank 0 only
+(`saver = Saver() if is_main else None`), rank-0 predicates of this or another file, and
+`u or rank == 0` (every rank when the uniform `u` holds, rank 0 otherwise).
 
 ## Why is this bad?
 A collective completes only when every rank of the process group calls it. The ranks that
@@ -53,9 +61,18 @@ values derived from the rank at run time (a broadcast stop flag) are taken as th
 every rank. At module level (a script without functions) a guarded barrier in a top-level `if`
 is reported only when no other top-level `if` of the module calls a barrier: otherwise that
 one may be its twin ("zero first" written as two top-level `if`s) and both are left alone. A call that makes a different collective on each
-branch at the same point is not reported either, though it is a bug. A rank-guarded `raise`
-before a collective is reported: torchrun's agent stops the other ranks when one fails, but
-under other launchers (`srun`, a hand-written spawn) they wait in the collective instead.
+branch at the same point is not reported either, though it is a bug. A helper whose
+collective an argument bound at the call switches off (`save(..., synchronize=False)`, a
+zero-first helper given `rank=-1`) is still reported when called under a rank guard
+(docs/accuracy.md F2, F3).
+
+Error paths: a rank-guarded `raise` or `sys.exit(<error>)` before a collective is not
+reported. The launcher (torchrun's agent, `mp.spawn`, the DeepSpeed launcher) stops every
+worker when one exits with an error, so the others do not hang; under a launcher that does
+not (`srun` without `--kill-on-bad-exit`, a hand-written spawn) they wait until the timeout.
+A rank-guarded `return` (`return -1` after "experiment exists") or `sys.exit(0)` is
+reported: that rank ends normally and the others wait in their next collective. Decide the
+condition on every rank (broadcast it) or raise instead.
 
 ## References
 - https://pytorch.org/docs/stable/distributed.html#collective-functions
@@ -66,6 +83,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ddp_lsp.core import rankpaths as R
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, Related, RuleMeta, Severity
 from ddp_lsp.rules import _collectives as C
@@ -83,26 +101,49 @@ class CollectiveInRankBranch(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        extract = C.collective_extractor(ctx)
-        seen: set[int] = set()
-        for root in C.roots(ctx):
-            try:
-                misses = C.Flow(ctx, root, extract).run()
-            except RecursionError:  # absurdly nested code: no findings rather than a crash
-                continue
-            for miss in misses:
-                if id(miss.event.node) in seen:
-                    continue
-                seen.add(id(miss.event.node))
-                message, related = C.explain(ctx, miss, _CONSEQUENCE)
-                # The message already names the helper's file; the related location goes there.
-                _, elsewhere = ctx.cite(C.elsewhere_source(ctx, miss))
+        misses = R.chunk_misses(ctx, R.collective_extractor(ctx))
+        # One finding per divergence point: the misses one branch or exit strands together.
+        groups: dict[tuple[object, ...], list[R.Miss]] = {}
+        for miss in misses:
+            groups.setdefault(R.divergence_key(miss), []).append(miss)
+        for group in groups.values():
+            first = group[0]
+            message, related = C.explain(ctx, first, _CONSEQUENCE)
+            # The message already names the helper's file; the related location goes there.
+            _, elsewhere = ctx.cite(*(C.elsewhere_source(ctx, m) for m in group))
+            others = [m.event.node for m in group[1:]]
+            if others:
+                message += (
+                    f" (and {len(others)} more collective{'s' if len(others) > 1 else ''} "
+                    "stranded the same way: see the related locations)"
+                )
+            stranded = tuple(
+                Related(ctx.span(n), "also reached by these ranks only") for n in others
+            )
+            exit_node = first.reason.node if first.reason.kind == "exit" else None
+            if exit_node is not None:
+                # The exit is where the ranks split: report it there, the collectives related.
+                at_calls = tuple(
+                    Related(ctx.span(m.event.node), "a collective the exiting ranks never reach")
+                    for m in group
+                )
                 yield ctx.finding(
                     self,
-                    miss.event.node,
+                    exit_node,
                     message,
-                    related=(*(Related(ctx.span(n), m) for n, m in related), *elsewhere),
+                    related=(
+                        *(Related(ctx.span(n), m) for n, m in related if n is not exit_node),
+                        *at_calls,
+                        *elsewhere,
+                    ),
                 )
+                continue
+            yield ctx.finding(
+                self,
+                first.event.node,
+                message,
+                related=(*(Related(ctx.span(n), m) for n, m in related), *stranded, *elsewhere),
+            )
 
 
 _HEAD = """\
@@ -398,8 +439,8 @@ class Trainer:
 
     def validate(self, t):
         if self.rank != 0:
-            return None
-        return «self._gather(t)»
+            «return None»
+        return self._gather(t)
 """,
         note="a guarded early return skips a self.-method collective",
     ),
@@ -411,9 +452,9 @@ def train(model, loader, optimizer, rank):
         loss = model(x).sum()
         loss.backward()
         optimizer.step()
-        «dist.all_reduce(loss)»
+        dist.all_reduce(loss)
         if rank == 0 and loss.item() > 100:
-            break
+            «break»
 """,
         note="rank 0 leaves the loop; the others all_reduce alone in the next iteration",
     ),
@@ -423,8 +464,8 @@ def train(model, loader, optimizer, rank):
 def train(model, loader, rank):
     for x, y in loader:
         if rank != 0 and x is None:
-            continue
-        «dist.barrier()»
+            «continue»
+        dist.barrier()
 """,
         note="a rank-guarded continue skips the barrier for this iteration",
     ),
@@ -500,9 +541,9 @@ from detectron2.utils import comm
 
 def evaluate(cfg, model):
     if not comm.is_main_process():
-        return {}
+        «return {}»
     results = {"ap": 0.5}
-    «comm.synchronize()»
+    comm.synchronize()
     return results
 """,
         note="detectron2 synchronize after a return on the non-main ranks",
@@ -529,5 +570,167 @@ if rank == 0:
     dist.barrier()
 """,
         note="'zero first' at module level: the two guarded barriers are each other's twin",
+    ),
+    # -- the uniformity analysis (issue 14 part 1) ---------------------------------------------
+    Valid(
+        _HEAD
+        + """\
+def train(model, loss_sum):
+    ddp = int(os.environ.get("RANK", -1)) != -1
+    if ddp:
+        dist.all_reduce(loss_sum)
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if world > 1 and model.sharded:
+        dist.barrier()
+""",
+        note="an 'is distributed' flag computed from RANK's presence is the same on every rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def check(rank, path, t):
+    import sys
+
+    if rank == 0 and os.path.exists(path):
+        raise FileExistsError(path)
+    dist.barrier()
+    if rank != 0 and t is None:
+        sys.exit("no tensor")
+    dist.all_reduce(t)
+""",
+        note="a fatal error on some ranks: the launcher stops every worker, nothing waits",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, rank, t):
+    if rank == 0 and os.path.exists(args.out):
+        print("experiment exists")
+        «return -1»
+    dist.barrier()
+    dist.all_reduce(t)
+""",
+        note="return -1 is a normal exit: one finding at the return, both collectives related",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, rank):
+        self.is_master = rank == 0
+
+    def finish(self, t):
+        if self.is_master:
+            «dist.all_reduce(t)»
+""",
+        note="a flag attribute assigned from a rank test in the class",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def resume(args, rank, path):
+    if args.load_on_all_ranks or rank == 0:
+        state = torch.load(path)
+        «dist.barrier()»
+""",
+        note="`u or rank == 0`: every rank when u holds, rank 0 alone otherwise",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def resume(args, rank, path):
+    state = None
+    if args.load_on_all_ranks or rank == 0:
+        state = torch.load(path)
+    dist.barrier()
+    return state
+""",
+        note="`u or rank == 0` guarding the load only; the barrier is on every path",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import contextlib
+
+@contextlib.contextmanager
+def zero_first(local_rank):
+    if local_rank not in (-1, 0):
+        dist.barrier()
+    yield
+    if local_rank == 0:
+        dist.barrier()
+
+def build(local_rank, path):
+    with zero_first(local_rank):
+        data = torch.load(path)
+    return data
+""",
+        note="zero-first: the other ranks' barrier pairs with rank 0's, the body runs on all",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def save_blob(path, obj, synchronize=True):
+    if synchronize:
+        dist.barrier()
+    torch.save(obj, path)
+
+def checkpoint(rank, state):
+    if rank == 0:
+        save_blob("train.pt", state, synchronize=False)
+""",
+        note="an argument bound at the call switches the helper's barrier off",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def save_blob(path, obj, synchronize=True):
+    if synchronize:
+        dist.barrier()
+    torch.save(obj, path)
+
+def checkpoint(rank, state):
+    if rank == 0:
+        «save_blob("train.pt", state)»
+""",
+        note="the default keeps the helper's barrier on: rank 0 waits alone",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import contextlib
+
+@contextlib.contextmanager
+def zero_first(local_rank):
+    if local_rank not in (-1, 0):
+        dist.barrier()
+    yield
+    if local_rank == 0:
+        dist.barrier()
+
+def make_loader(path, rank=-1):
+    with zero_first(rank):
+        return torch.load(path)
+
+def train(rank):
+    if rank in (-1, 0):
+        val = make_loader("val", rank=-1)
+        test = make_loader("test")
+""",
+        note="a zero-first helper reached with rank -1 (single process) runs no barrier",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def load(path, load_on_all_ranks=False):
+    if load_on_all_ranks:
+        dist.barrier()
+    return torch.load(path)
+
+def resume(args, rank):
+    if args.load_on_all_ranks or rank == 0:
+        state = load(args.path, load_on_all_ranks=args.load_on_all_ranks)
+""",
+        note="the barrier runs only when load_on_all_ranks holds, and then every rank enters",
     ),
 )

@@ -69,6 +69,7 @@ from collections.abc import Iterator
 from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import rankpaths as R
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import (
@@ -151,10 +152,10 @@ def _no_buffer_broadcast(ctx: ChunkContext) -> set[str]:
     return out
 
 
-def forward_extractor(ctx: ChunkContext) -> C.Extractor:
+def forward_extractor(ctx: ChunkContext) -> R.Extractor:
     quiet = _no_buffer_broadcast(ctx)
 
-    def extract(call: ast.Call) -> C.Event | None:
+    def extract(call: ast.Call) -> R.Event | None:
         func = call.func
         target = func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
         path = path_of(target)
@@ -162,7 +163,7 @@ def forward_extractor(ctx: ChunkContext) -> C.Extractor:
             return None
         if ctx.kind(target, call) != K.DDP or not _wrapped_here(ctx, target, call):
             return None
-        return C.Event(call, path, f"{path}(...)")
+        return R.Event(call, path, f"{path}(...)")
 
     return extract
 
@@ -197,9 +198,9 @@ class DdpForwardInRankBranch(Rule):
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         extract = forward_extractor(ctx)
         seen: set[int] = set()
-        for root in C.roots(ctx):
+        for root in R.roots(ctx):
             try:
-                misses = C.Flow(ctx, root, extract, callers_guarded=True).run()
+                misses = R.Flow(ctx, root, extract, callers_guarded=True).run()
             except RecursionError:  # absurdly nested code: no findings rather than a crash
                 continue
             for miss in misses:
@@ -224,7 +225,7 @@ class DdpForwardInRankBranch(Rule):
                 fixes = []
                 # `.module` on the plain model a single-GPU caller passes would raise.
                 if (
-                    miss.reason.runner == C.Z
+                    miss.reason.runner == R.Z
                     and not miss.reason.loop
                     and (source is None or not source.mixed)
                 ):

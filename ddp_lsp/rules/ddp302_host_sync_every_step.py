@@ -67,6 +67,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
 from ddp_lsp.core import names as N
+from ddp_lsp.core import uniformity as U
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import LOOPS, ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, Related, RuleMeta, Severity
@@ -285,7 +286,7 @@ def _pure_rank_guard(ctx: ChunkContext, test: ast.AST) -> bool:
         return all(_pure_rank_guard(ctx, v) for v in test.values)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _pure_rank_guard(ctx, test.operand)
-    return ctx.ranks.guard(test) is not None
+    return U.uniformity(ctx).test(test) is not None
 
 
 def _feeds_control_flow(

@@ -1199,4 +1199,42 @@ def train(model, rank):
 """,
         note="a helper forwarding all its arguments to torch.save: its unguarded call is the bug",
     ),
+    # -- the uniformity analysis (issue 14 part 1) ---------------------------------------------
+    Valid(
+        _HEAD
+        + """\
+class Evaluator:
+    def evaluate(self, preds):
+        if self.distributed:
+            dist.barrier()
+            if not dist.get_rank() == 0:
+                return {}
+        torch.save(preds, "checkpoint_preds.pth")
+""",
+        note="an early return nested in a uniform branch: only rank 0 reaches the save",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, rank):
+    saver = CheckpointSaver("ckpt") if rank == 0 else None
+    for epoch, batch in enumerate(loader):
+        if saver is not None:
+            torch.save(model.state_dict(), f"ckpt/epoch{epoch}.pth")
+""",
+        note="an object made on rank 0 only: `saver is not None` is a rank test",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, rank):
+        self.is_master = rank == 0
+
+    def save(self, model):
+        if self.is_master:
+            torch.save(model.state_dict(), "checkpoint.pth")
+""",
+        note="a flag attribute assigned from a rank test in the class",
+    ),
 )

@@ -295,7 +295,7 @@ def _logging_rank_aware(ctx: ChunkContext) -> bool:
         ):
             if any(ctx.ranks.mentions_rank(a) for a in [*c.args, *(k.value for k in c.keywords)]):
                 return True
-            if name != "setup_logging" and ctx.guard_of(c) is not None:
+            if name != "setup_logging" and G.is_guarded(ctx, c):
                 return True  # `if rank != 0: logger.setLevel(logging.WARNING)`
     return False
 

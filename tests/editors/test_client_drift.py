@@ -158,9 +158,10 @@ def test_client_commands_do_not_shadow_server_commands(advertised: set[str]) -> 
 
 def test_the_commands_the_extension_sends_exist(advertised: set[str]) -> None:
     sent = client_server_commands()
-    assert set(sent) == {"fixAll", "explainRule", "runPreflight"}, sent
+    assert set(sent) == {"fixAll", "explainRule", "runPreflight", "showRankPaths"}, sent
     assert sent["fixAll"] in advertised
     assert sent["explainRule"] in advertised
+    assert sent["showRankPaths"] in advertised
     # The preflight command may not have landed yet; the extension checks the initialize result
     # before calling it. But if the server has a preflight command, it must be the one the
     # extension calls, or "DDP: Run preflight" would say "no preflight" forever.
@@ -176,6 +177,8 @@ def nested(key: str, value: Any) -> dict[str, Any]:
 def sample_value(key: str, schema: dict[str, Any]) -> Any:
     """A valid value different from the default, built from the contributed JSON schema."""
     kind = schema["type"]
+    if "enum" in schema:
+        return next(v for v in schema["enum"] if v != schema["default"])
     if kind == "boolean":
         return not schema["default"]
     if kind == "string":

@@ -87,8 +87,10 @@ def test_config_example_is_accepted_by_the_server() -> None:
     parsed = parse_editor_settings(config, "helix config")
     assert parsed.errors == ()
     # Every key was understood (analysis or editor option), none silently dropped.
-    keys = {k for k, _ in parsed.analysis} | {"enable", "preflight"}
+    keys = {k for k, _ in parsed.analysis} | {"enable", "preflight", "rankView"}
     assert set(config["ddp-lsp"]) <= keys
+    if "rankView" in config["ddp-lsp"]:  # an editor option: read into the options
+        assert parsed.options.rank_hints == config["ddp-lsp"]["rankView"]["hints"]
 
 
 def test_command_serves_lsp_and_pushes_diagnostics(

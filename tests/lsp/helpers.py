@@ -108,6 +108,11 @@ class Recorder:
     lens_refreshes: int = 0
     diagnostic_refreshes: int = 0
     diagnostic_refreshed: asyncio.Event = field(default_factory=asyncio.Event)
+    inlay_hint_refreshes: int = 0  # the rank view's hints (lsp/rankview.py)
+    inlay_hint_refreshed: asyncio.Event = field(default_factory=asyncio.Event)
+    semantic_token_refreshes: int = 0
+    # Either refresh: the server re-read its settings (it sends both after a change).
+    view_refreshed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def make_client() -> LanguageClient:
@@ -138,7 +143,18 @@ def make_client() -> LanguageClient:
         rec.diagnostic_refreshes += 1
         rec.diagnostic_refreshed.set()
 
+    def inlay_hint_refresh(c: LanguageClient, params: None) -> None:
+        rec.inlay_hint_refreshes += 1
+        rec.inlay_hint_refreshed.set()
+        rec.view_refreshed.set()
+
+    def semantic_tokens_refresh(c: LanguageClient, params: None) -> None:
+        rec.semantic_token_refreshes += 1
+        rec.view_refreshed.set()
+
     features[T.WORKSPACE_CODE_LENS_REFRESH] = lens_refresh
+    features[T.WORKSPACE_INLAY_HINT_REFRESH] = inlay_hint_refresh
+    features[T.WORKSPACE_SEMANTIC_TOKENS_REFRESH] = semantic_tokens_refresh
     features[T.WORKSPACE_DIAGNOSTIC_REFRESH] = diagnostic_refresh
     features[T.CLIENT_REGISTER_CAPABILITY] = register
     features[T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = publish

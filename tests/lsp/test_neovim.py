@@ -3,7 +3,9 @@
 Neovim starts ``ddp-lsp serve`` from ``lsp/ddp_lsp.lua`` (``vim.lsp.enable``), opens the
 example training script, must receive the DDP201 diagnostic and the "Run preflight" code lens,
 apply the preferred code action through ``vim.lsp.buf.code_action`` and then see the
-diagnostic disappear. The Lua side waits
+diagnostic disappear; then the rank view's inlay hints (enabled by the shipped on_attach) must
+mark the rank-0 barrier as skipped, and ``:DdpRankPaths`` on it must list the rank condition
+in the quickfix list. The Lua side waits
 with ``vim.wait`` on each condition and reports the steps it reached.
 """
 
@@ -67,7 +69,7 @@ def test_neovim_diagnostics_and_code_action(tmp_path: Path):
     assert result_file.exists(), f"nvim wrote no result\n{proc.stdout}\n{proc.stderr}"
     result = json.loads(result_file.read_text())
     assert result.get("error") is None, result
-    assert result["steps"] == ["attached", "diagnostics", "applied", "cleared"], (
+    assert result["steps"] == ["attached", "diagnostics", "applied", "cleared", "hints", "paths"], (
         result,
         proc.stderr,
     )
@@ -78,6 +80,15 @@ def test_neovim_diagnostics_and_code_action(tmp_path: Path):
     assert all(d["source"] == "ddp-lsp" for d in result["diagnostics"])
     assert "scaler.unscale_(optimizer)\n" in result["text"] + "\n"
     assert result["text"].count("scaler.unscale_(optimizer)") == 1
+    # The rank view, on the fixed text: the barrier under `if rank == 0:` is rank 0's alone.
+    fixed = result["text"].splitlines()
+    guard = next(i for i, ln in enumerate(fixed) if ln.strip() == "if rank == 0:")
+    barrier = next(i for i, ln in enumerate(fixed) if "dist.barrier()" in ln)
+    hints = {(h["line"], h["label"]) for h in result["hints"]}
+    assert (barrier, "⚠ rank 0") in hints, result["hints"]
+    assert (guard + 1, "rank 0") not in hints  # the comment line: a hint goes on code
+    assert all(label != "all ranks" or line != barrier for line, label in hints)
+    assert result["paths"] == [{"lnum": guard + 1, "col": fixed[guard].index("rank") + 1}], result
     init = next(i for i, ln in enumerate(lines) if "init_process_group(" in ln)
     assert {"line": init, "title": "▶ Run preflight"} in result.get("lenses", []), result.get(
         "lenses"

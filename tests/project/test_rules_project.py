@@ -605,3 +605,54 @@ def test_package_named_src_resolves_both_spellings(tmp_path: Path) -> None:
     assert main.callee_props["init_distributed_mode"].target == ("utils", "init_distributed_mode")
     assert main.distributed is not None
     assert [f.rule_id for f in _findings(tmp_path, "eval_linear.py")].count("DDP501") == 1
+
+
+# -- DDP103: arguments bound at a guarded call, through helpers of other files ----------------
+
+
+def test_ddp103_zero_first_helper_two_files_away_given_rank_minus_one(tmp_path: Path) -> None:
+    """A loader helper (one file) wraps a zero-first context manager (another file) with the
+    rank it is given: called with rank -1 (single process) from rank 0 it runs no barrier;
+    called with rank 0 it does, and rank 0 waits alone (issue 14, F2)."""
+    _write(
+        tmp_path,
+        {
+            "utils/torch_utils.py": """\
+            import contextlib
+            import torch.distributed as dist
+
+            @contextlib.contextmanager
+            def zero_first(local_rank):
+                if local_rank not in (-1, 0):
+                    dist.barrier()
+                yield
+                if local_rank == 0:
+                    dist.barrier()
+            """,
+            "utils/data.py": """\
+            import torch
+            from utils.torch_utils import zero_first
+
+            def make_loader(path, rank=-1):
+                with zero_first(rank):
+                    return torch.load(path)
+            """,
+            "train.py": """\
+            import os
+            import torch.distributed as dist
+            from utils.data import make_loader
+
+            RANK = int(os.environ["RANK"])
+
+            def main():
+                dist.init_process_group("nccl")
+                if RANK in (-1, 0):
+                    val = make_loader("val", rank=-1)
+                    test = make_loader("test")
+                if RANK == 0:
+                    again = make_loader("val", rank=RANK)
+            """,
+        },
+    )
+    found = [f for f in _findings(tmp_path, "train.py") if f.rule_id == "DDP103"]
+    assert _ids(found) == [("DDP103", 13)]

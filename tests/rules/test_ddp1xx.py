@@ -261,18 +261,40 @@ def prepare(args):
     assert "local rank 0 of each node" in f.message
 
 
-def test_raise_under_a_guard_mentions_the_launcher() -> None:
+def test_fatal_raise_under_a_guard_is_not_a_hang() -> None:
+    """Issue 14 error paths: a rank that raises (or exits non-zero) ends the job under torchrun,
+    mp.spawn and the DeepSpeed launcher, which stop every worker; nothing waits."""
     code = """\
 def check(rank, path):
     if rank == 0 and not os.path.exists(path):
         raise FileNotFoundError(path)
     dist.barrier()
+    if rank != 0 and path is None:
+        sys.exit(1)
+    dist.all_reduce(t)
+"""
+    assert run(code, "DDP103") == []
+
+
+def test_return_after_a_fatal_condition_strands_the_others_once() -> None:
+    """`return -1` after "experiment exists" on rank 0 only: the process ends normally and the
+    other ranks wait in every later collective. One finding, at the return, with each stranded
+    collective as a related location (issue 14: one finding per divergence point)."""
+    code = """\
+def main(args, rank, t):
+    if rank == 0 and os.path.exists(args.run_dir):
+        print("experiment exists")
+        return -1
+    dist.barrier()
+    dist.all_reduce(t)
+    dist.broadcast(t, 0)
 """
     (f,) = run(code, "DDP103")
     assert lines([f]) == [("DDP103", 4)]
-    assert "raises at `raise FileNotFoundError(path)`" in f.message
-    assert "launcher" in f.message
-    assert len(f.related) == 2
+    assert "rank 0 returns at `return -1`" in f.message
+    assert "and 2 more collectives" in f.message
+    stranded = [r for r in f.related if "never reach" in r.message]
+    assert [r.span.start.line for r in stranded] == [f.span.start.line + n for n in (1, 2, 3)]
 
 
 def test_sys_exit_on_the_other_ranks() -> None:
@@ -282,7 +304,8 @@ def finish(rank, t):
         sys.exit(0)
     dist.all_reduce(t)
 """
-    assert lines(run(code, "DDP103")) == [("DDP103", 4)]
+    # Exit status 0: not an error, the launcher lets rank 0 wait. Reported at the exit.
+    assert lines(run(code, "DDP103")) == [("DDP103", 3)]
 
 
 # -- the path analysis ---------------------------------------------------------------------------------
@@ -331,7 +354,7 @@ def train(rank, loader, t):
             return
     dist.all_reduce(t)
 """
-    assert lines(run(code, "DDP103")) == [("DDP103", 5)]
+    assert lines(run(code, "DDP103")) == [("DDP103", 4)]  # the return: where the ranks split
 
 
 def test_conditional_expression_and_short_circuit_guards() -> None:
@@ -504,7 +527,7 @@ def train(rank, loader, t):
             break
 """
     (f,) = run(code, "DDP103")
-    assert lines([f]) == [("DDP103", 3)]
+    assert lines([f]) == [("DDP103", 5)]  # the break: where the ranks split
     assert f.message.startswith("ranks 1..N-1 leave the loop around `dist.all_reduce(t)`")
     assert "rank 0 keeps iterating and calls it alone" in f.message
 
@@ -559,7 +582,7 @@ def save(rank, state, path):
         print("done")
     dist.barrier()
 """
-    assert lines(run(code, "DDP103")) == [("DDP103", 8)]
+    assert lines(run(code, "DDP103")) == [("DDP103", 4)]  # the return that strands it
 
 
 def test_closure_that_reaches_a_collective() -> None:

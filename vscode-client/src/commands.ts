@@ -11,6 +11,7 @@
 export const CLIENT_COMMANDS = {
   runPreflight: "ddp-lsp.preflight",
   fixAll: "ddp-lsp.fixAllFile",
+  peekRankPaths: "ddp-lsp.peekRankPaths",
   restart: "ddp-lsp.restart",
   showOutput: "ddp-lsp.showOutput",
 } as const;
@@ -20,6 +21,7 @@ export const SERVER_COMMANDS = {
   fixAll: "ddp-lsp.fixAll",
   explainRule: "ddp-lsp.explainRule",
   runPreflight: "ddp-lsp.runPreflight",
+  showRankPaths: "ddp-lsp.showRankPaths",
 } as const;
 
 export type ClientCommandId = (typeof CLIENT_COMMANDS)[keyof typeof CLIENT_COMMANDS];

@@ -11,6 +11,7 @@ import * as vscode from "vscode";
 import { CLIENT_COMMANDS, SERVER_COMMANDS } from "./commands";
 import { installCommand, interpreterCandidates, type Interpreter, type PythonExtensionApi } from "./interpreter";
 import { ISOLATED, type ProbeOutcome } from "./probe";
+import { toLocations } from "./rankview";
 import { SECTION, serverSettings, type ServerSettings } from "./settings";
 import {
   preflightLine,
@@ -88,6 +89,7 @@ export class Controller implements vscode.Disposable {
     };
     reg(CLIENT_COMMANDS.runPreflight, () => this.runPreflight());
     reg(CLIENT_COMMANDS.fixAll, () => this.fixAll());
+    reg(CLIENT_COMMANDS.peekRankPaths, () => this.peekRankPaths());
     reg(CLIENT_COMMANDS.restart, () => this.restart(true));
     reg(CLIENT_COMMANDS.showOutput, () => this.output.show(true));
 
@@ -313,6 +315,41 @@ export class Controller implements vscode.Disposable {
       applied ? `ddp-lsp: applied ${fixes} fix${fixes === 1 ? "" : "es"}.` : "ddp-lsp: nothing to fix safely in this file.",
     );
     return { applied, fixes };
+  }
+
+  /**
+   * `DDP: Show rank paths`: the rank conditions and early exits that decide which ranks run the
+   * cursor's line, in a peek view. Returns how many were shown.
+   */
+  async peekRankPaths(): Promise<number | undefined> {
+    const editor = vscode.window.activeTextEditor;
+    if (!editor || editor.document.languageId !== "python") {
+      void vscode.window.showInformationMessage("ddp-lsp: open a Python file to see its rank paths.");
+      return undefined;
+    }
+    const client = this.runningClient("show rank paths");
+    if (!client) {
+      return undefined;
+    }
+    const at = editor.selection.active;
+    let result: unknown;
+    try {
+      result = await client.sendRequest("workspace/executeCommand", {
+        command: SERVER_COMMANDS.showRankPaths,
+        arguments: [editor.document.uri.toString(), { line: at.line, character: at.character }],
+      });
+    } catch (err) {
+      this.log(`${SERVER_COMMANDS.showRankPaths} failed: ${errorText(err)}`);
+      void vscode.window.showErrorMessage(`ddp-lsp: show rank paths failed: ${errorText(err)}`);
+      return undefined;
+    }
+    const locations = toLocations(result);
+    if (locations.length === 0) {
+      void vscode.window.showInformationMessage("ddp-lsp: every rank runs this line.");
+      return 0;
+    }
+    await vscode.commands.executeCommand("editor.action.peekLocations", editor.document.uri, at, locations, "peek");
+    return locations.length;
   }
 
   async runPreflight(): Promise<PreflightSummary | undefined> {

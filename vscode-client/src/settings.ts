@@ -19,6 +19,7 @@ export interface ServerSettings {
   exclude: string[];
   project: boolean;
   preflight: { python: string | null };
+  rankView: { hints: string; semanticTokens: boolean };
 }
 
 /** The subset of `vscode.WorkspaceConfiguration` we read; the tests pass a plain object. */
@@ -42,6 +43,8 @@ export const SERVER_KEYS = [
   "exclude",
   "project",
   "preflight.python",
+  "rankView.hints",
+  "rankView.semanticTokens",
 ] as const;
 
 /** Keys that only the client reads; the server accepts and ignores them. */
@@ -69,6 +72,10 @@ export function serverSettings(config: ConfigReader, trusted: boolean): ServerSe
     exclude: stringList(config.get("exclude"), []),
     project: config.get<boolean>("project") ?? true,
     preflight: { python: trusted && python ? python : null },
+    rankView: {
+      hints: config.get<string>("rankView.hints") ?? "all",
+      semanticTokens: config.get<boolean>("rankView.semanticTokens") ?? false,
+    },
   };
 }
 

@@ -39,9 +39,37 @@ export class Uri {
   static file(path: string): Uri {
     return new Uri("file", path);
   }
+  static parse(value: string): Uri {
+    const m = /^([a-z][\w+.-]*):\/\/(.*)$/.exec(value);
+    if (!m) {
+      throw new Error(`not a URI: ${value}`);
+    }
+    return new Uri(m[1]!, m[2]!.split("/").map(decodeURIComponent).join("/"));
+  }
   toString(): string {
     return `${this.scheme}://${this.fsPath.split("/").map(encodeURIComponent).join("/")}`;
   }
+}
+
+export class Position {
+  constructor(
+    readonly line: number,
+    readonly character: number,
+  ) {}
+}
+
+export class Range {
+  constructor(
+    readonly start: Position,
+    readonly end: Position,
+  ) {}
+}
+
+export class Location {
+  constructor(
+    readonly uri: Uri,
+    readonly range: Range,
+  ) {}
 }
 
 export class ThemeColor {
@@ -112,6 +140,7 @@ export class FakeTerminal {
 
 interface FakeEditor {
   document: { uri: Uri; languageId: string };
+  selection: { active: Position };
 }
 
 /** Everything a test inspects or scripts. */

@@ -25,6 +25,9 @@ return {
       rankGuardNames = {},
       assumeDistributed = false,
       exclude = {},
+      -- Which ranks run each line: inlay hints 'all' | 'collectives' | 'off', and semantic
+      -- tokens (modifiers rankDependent, rankZero) for a highlight group to tint.
+      rankView = { hints = 'all', semanticTokens = false },
     },
   },
   on_attach = function(client, bufnr)
@@ -50,6 +53,30 @@ return {
         end
       end)
     end, { desc = 'ddp-lsp: run the DDP preflight for this workspace' })
+    -- The rank view: inlay hints at each block only some ranks run and on each collective.
+    if client:supports_method('textDocument/inlayHint') then
+      vim.lsp.inlay_hint.enable(true, { bufnr = bufnr })
+    end
+    -- :DdpRankPaths lists the rank conditions and early exits that decide which ranks run the
+    -- cursor's line (ddp-lsp.showRankPaths) in the quickfix list.
+    vim.api.nvim_buf_create_user_command(bufnr, 'DdpRankPaths', function()
+      local row = vim.api.nvim_win_get_cursor(0)[1] - 1
+      client:exec_cmd({
+        title = 'ddp-lsp: rank paths',
+        command = 'ddp-lsp.showRankPaths',
+        arguments = { vim.uri_from_bufnr(bufnr), { line = row, character = 0 } },
+      }, { bufnr = bufnr }, function(err, result)
+        if err then
+          vim.notify('ddp-lsp rank paths: ' .. err.message, vim.log.levels.ERROR)
+        elseif not result or #result == 0 then
+          vim.notify('ddp-lsp: every rank runs this line')
+        else
+          local items = vim.lsp.util.locations_to_items(result, client.offset_encoding)
+          vim.fn.setqflist({}, ' ', { title = 'ddp-lsp rank paths', items = items })
+          vim.cmd('botright copen')
+        end
+      end)
+    end, { desc = 'ddp-lsp: which rank conditions decide who runs this line' })
     -- The "Run preflight" code lens above init_process_group.
     if client:supports_method('textDocument/codeLens') then
       vim.lsp.codelens.refresh({ bufnr = bufnr })

@@ -56,6 +56,40 @@ local ok, err = pcall(function()
   if not vim.wait(30000, function() return #ddp201(buf) == 0 end, 20) then return end
   step('cleared')
   result.text = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+  -- The rank view: inlay hints (on_attach enables them) and :DdpRankPaths.
+  local function hints()
+    local out = {}
+    for _, h in ipairs(vim.lsp.inlay_hint.get({ bufnr = buf })) do
+      local label = h.inlay_hint.label
+      if type(label) == 'table' then
+        local parts = {}
+        for _, p in ipairs(label) do table.insert(parts, p.value) end
+        label = table.concat(parts)
+      end
+      table.insert(out, { line = h.inlay_hint.position.line, label = label })
+    end
+    return out
+  end
+  if not vim.wait(30000, function()
+    for _, h in ipairs(hints()) do
+      if h.label:find('⚠', 1, true) then return true end
+    end
+    return false
+  end, 20) then return end
+  step('hints')
+  result.hints = hints()
+  local barrier
+  for i, line in ipairs(vim.api.nvim_buf_get_lines(buf, 0, -1, false)) do
+    if line:find('dist.barrier()', 1, true) then barrier = i end
+  end
+  vim.api.nvim_win_set_cursor(0, { barrier, 12 })
+  vim.cmd('DdpRankPaths')
+  if not vim.wait(30000, function() return #vim.fn.getqflist() > 0 end, 20) then return end
+  step('paths')
+  result.paths = {}
+  for _, item in ipairs(vim.fn.getqflist()) do
+    table.insert(result.paths, { lnum = item.lnum, col = item.col })
+  end
 end)
 if not ok then result.error = tostring(err) end
 finish()

@@ -28,6 +28,7 @@ import {
   DidOpenTextDocumentNotification,
   ExecuteCommandRequest,
   ExitNotification,
+  InlayHintRequest,
   InitializedNotification,
   InitializeRequest,
   PublishDiagnosticsNotification,
@@ -313,6 +314,13 @@ before(async () => {
         },
         hover: { contentFormat: ["markdown", "plaintext"] },
         codeLens: {},
+        inlayHint: {},
+        semanticTokens: {
+          requests: { full: true, range: true },
+          tokenTypes: [],
+          tokenModifiers: [],
+          formats: ["relative"],
+        },
       },
       // What vscode-languageclient's NotebookDocumentSyncFeature fills in.
       notebookDocument: { synchronization: { dynamicRegistration: true, executionSummarySupport: true } },
@@ -441,6 +449,48 @@ test("ddp-lsp.fixAll (what DDP: Fix all sends) applies the edit through workspac
   assert.match(session.texts.get(uri)!.text, /scaler\.unscale_\(optimizer\)/);
   const after = await session.waitFor("diagnostics after fix all", () => session.current(uri));
   assert.equal(ddp201(after), undefined);
+});
+
+test("the rank view: inlay hints, and ddp-lsp.showRankPaths (what DDP: Show rank paths sends)", async () => {
+  const caps = init.capabilities;
+  assert.ok(caps.inlayHintProvider, "inlay hints");
+  assert.ok(caps.semanticTokensProvider?.legend.tokenModifiers.includes("rankDependent"), "semantic tokens");
+  assert.ok(caps.executeCommandProvider?.commands.includes(SERVER_COMMANDS.showRankPaths));
+  const text = [
+    "import torch.distributed as dist",
+    "",
+    "",
+    "def step(rank, t):",
+    "    dist.init_process_group('nccl')",
+    "    if rank == 0:",
+    "        dist.barrier()",
+    "    dist.all_reduce(t)",
+    "",
+  ].join("\n");
+  const file = join(dir, "ranks.py");
+  writeFileSync(file, text);
+  const uri = pathToFileURL(file).href;
+  session.open(uri, text);
+  await session.waitFor("DDP103 on ranks.py", () => session.current(uri)?.find((d) => d.code === "DDP103"));
+  const hints = (await session.conn.sendRequest(InlayHintRequest.type, {
+    textDocument: { uri },
+    range: { start: { line: 0, character: 0 }, end: { line: 9, character: 0 } },
+  })) ?? [];
+  assert.deepEqual(
+    hints.map((h) => [h.position.line, h.label]),
+    [
+      [6, "⚠ rank 0"],
+      [7, "all ranks"],
+    ],
+  );
+  const locations = (await session.conn.sendRequest(ExecuteCommandRequest.type, {
+    command: SERVER_COMMANDS.showRankPaths,
+    arguments: [uri, { line: 6, character: 8 }],
+  })) as Array<{ uri: string; range: { start: { line: number; character: number } } }>;
+  assert.deepEqual(
+    locations.map((l) => [l.uri, l.range.start.line, l.range.start.character]),
+    [[uri, 5, 7]],
+  );
 });
 
 test("ddp-lsp.explainRule returns the rule's documentation", async () => {

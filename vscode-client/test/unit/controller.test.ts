@@ -4,7 +4,7 @@ import { CLIENT_COMMANDS, SERVER_COMMANDS } from "../../src/commands";
 import { Controller, SERVER_ARGS, type ClientSpec } from "../../src/controller";
 import type { PythonExtensionApi } from "../../src/interpreter";
 import type { ProbeOutcome } from "../../src/probe";
-import { EventEmitter, Uri, stub, window, workspace } from "../vscode-stub";
+import { EventEmitter, Location, Position, Uri, stub, window, workspace } from "../vscode-stub";
 import { FakeClient, packageJson, settle } from "./helpers";
 
 interface Harness {
@@ -63,8 +63,8 @@ async function start(
   };
 }
 
-function editor(path = "/work/project/train.py", languageId = "python") {
-  return { document: { uri: Uri.file(path), languageId } };
+function editor(path = "/work/project/train.py", languageId = "python", line = 0, character = 0) {
+  return { document: { uri: Uri.file(path), languageId }, selection: { active: new Position(line, character) } };
 }
 
 function status(): string {
@@ -85,7 +85,13 @@ test("activation registers exactly the commands package.json contributes", async
     assert.ok(!Object.values(SERVER_COMMANDS).includes(id as never), id);
   }
   const titles = packageJson().contributes.commands.map((c) => `${c.category}: ${c.title}`).sort();
-  assert.deepEqual(titles, ["DDP: Fix all", "DDP: Restart server", "DDP: Run preflight", "DDP: Show output"]);
+  assert.deepEqual(titles, [
+    "DDP: Fix all",
+    "DDP: Restart server",
+    "DDP: Run preflight",
+    "DDP: Show output",
+    "DDP: Show rank paths",
+  ]);
 });
 
 test("the server runs as `python -m ddp_lsp serve` with the Python extension's interpreter", async () => {
@@ -210,6 +216,42 @@ test("DDP: Fix all runs the server's ddp-lsp.fixAll on the active document", asy
     },
   ]);
   assert.match(stub.messages.at(-1)!.text, /applied 2 fixes/);
+});
+
+test("DDP: Show rank paths asks the server for the cursor's line and peeks the locations", async () => {
+  const uri = Uri.file("/work/project/train.py").toString();
+  const guard = { uri, range: { start: { line: 12, character: 7 }, end: { line: 12, character: 16 } } };
+  const h = await start({ configure: (c) => c.answers.set("ddp-lsp.showRankPaths", [guard, { uri: 3 }]) });
+  window.activeTextEditor = editor("/work/project/train.py", "python", 14, 4);
+  const shown = await stub.commands.get(CLIENT_COMMANDS.peekRankPaths)!();
+  assert.equal(shown, 1, "the malformed location is dropped");
+  assert.deepEqual(h.clients[0]!.requests, [
+    {
+      method: "workspace/executeCommand",
+      params: { command: "ddp-lsp.showRankPaths", arguments: [uri, { line: 14, character: 4 }] },
+    },
+  ]);
+  const peek = stub.executed.find((e) => e.id === "editor.action.peekLocations");
+  assert.ok(peek, "the locations are shown in a peek view");
+  const [docUri, at, locations, mode] = peek.args as [Uri, Position, Location[], string];
+  assert.equal(docUri.toString(), uri);
+  assert.deepEqual(at, new Position(14, 4));
+  assert.equal(mode, "peek");
+  assert.equal(locations.length, 1);
+  assert.equal(locations[0]!.uri.toString(), uri);
+  assert.deepEqual(locations[0]!.range.start, new Position(12, 7));
+});
+
+test("DDP: Show rank paths on a line every rank runs says so; a refusal is an error message", async () => {
+  const h = await start({ configure: (c) => c.answers.set("ddp-lsp.showRankPaths", []) });
+  window.activeTextEditor = editor();
+  assert.equal(await stub.commands.get(CLIENT_COMMANDS.peekRankPaths)!(), 0);
+  assert.match(stub.messages.at(-1)!.text, /every rank runs this line/);
+  assert.equal(stub.executed.some((e) => e.id === "editor.action.peekLocations"), false);
+  h.clients[0]!.answers.set("ddp-lsp.showRankPaths", new Error("not an open document"));
+  assert.equal(await stub.commands.get(CLIENT_COMMANDS.peekRankPaths)!(), undefined);
+  assert.equal(stub.messages.at(-1)!.level, "error");
+  assert.match(stub.messages.at(-1)!.text, /not an open document/);
 });
 
 test("DDP: Fix all shows why found fixes were not applied", async () => {

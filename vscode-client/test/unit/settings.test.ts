@@ -18,6 +18,7 @@ test("defaults map to the server's defaults", () => {
     exclude: [],
     project: true,
     preflight: { python: null },
+    rankView: { hints: "all", semanticTokens: false },
   });
 });
 
@@ -33,6 +34,8 @@ test("every analysis setting is passed through under the server's key", () => {
       exclude: ["legacy/**"],
       project: false,
       "preflight.python": "/opt/train/bin/python",
+      "rankView.hints": "collectives",
+      "rankView.semanticTokens": true,
       interpreter: "/usr/bin/python3",
       "trace.server": "verbose",
     }),
@@ -47,6 +50,7 @@ test("every analysis setting is passed through under the server's key", () => {
   assert.deepEqual(s.exclude, ["legacy/**"]);
   assert.equal(s.project, false);
   assert.deepEqual(s.preflight, { python: "/opt/train/bin/python" });
+  assert.deepEqual(s.rankView, { hints: "collectives", semanticTokens: true });
   // Client-only keys never reach the server.
   assert.equal("interpreter" in s, false);
   assert.equal("trace" in s, false);

@@ -1,0 +1,362 @@
+"""Parameters that switch a helper's collectives off: the summaries behind "arguments bound at
+a guarded call" of the rank-uniformity analysis (:mod:`ddp_lsp.core.uniformity`).
+
+A helper that reaches a collective only under a test of one of its parameters is not a
+collective when a call binds that parameter to a value the test rejects::
+
+    def save_blob(path, obj, synchronize=True):
+        if synchronize:
+            dist.barrier()              # off when synchronize is False/None/0
+        torch.save(obj, path)
+
+    @contextmanager
+    def zero_first(local_rank):
+        if local_rank not in (-1, 0):
+            dist.barrier()              # off when local_rank is -1 or 0
+        yield
+        if local_rank == 0:
+            dist.barrier()              # off when local_rank is -1, None or False
+                                        # together: off when local_rank == -1 (single process)
+
+    if rank == 0:
+        save_blob("train.pt", state, synchronize=False)   # no collective: not a hang
+        with zero_first(-1): ...                          # single process: no barrier
+
+Three steps, each pure:
+
+1. :func:`site_props` (the module facts, per function, syntactic): each call site of the
+   function's own frame with the parameter values under which an enclosing ``if`` / ``while``
+   / conditional expression skips it, the caller parameters it passes on, and the
+   parameters' literal defaults. Stored as function properties (``gate-site:...``,
+   ``gate-default:...``) so they travel with the facts and the project index.
+2. :func:`resolve` (the module facts, after the transitive properties): a function that
+   reaches a collective is *off* for ``param=value`` when every call site of its frame that
+   reaches one is skipped for it, directly or through a callee that is off for the value
+   passed on (``gate-off:param=value``, ``gate-params:a,b,c``); iterated through same-file
+   helpers by the module facts, and through helpers of other files by the project index
+   (``ddp_lsp/project/flow.py`` runs the same resolution over every module's functions).
+3. :func:`switched_off` (the path analysis, per call): the call binds a literal (or the
+   parameter's default) that switches the callee off; :func:`falsy_bindings` lists the
+   expressions whose falsity does (a path that decided ``u`` false drops the call).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+COLLECTIVE_PROP = "collective"  # ddp_lsp.core.facts.COLLECTIVE (facts imports this module)
+SITE = "gate-site:"
+DEFAULT = "gate-default:"
+OFF = "gate-off:"
+PARAMS = "gate-params:"
+# The values a parameter is tried with, by token.
+_TRY: dict[str, object] = {"-1": -1, "0": 0, "None": None, "False": False}
+_FALSY = ("None", "False")
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+# -- 1. sites ------------------------------------------------------------------------------------
+
+
+def _token(e: ast.AST | None) -> str | None:
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        inner = e.operand
+        if isinstance(inner, ast.Constant) and inner.value == 1 and type(inner.value) is int:
+            return "-1"
+        return None
+    if isinstance(e, ast.Constant):
+        v = e.value
+        if v is None:
+            return "None"
+        if v is False:
+            return "False"
+        if type(v) is int and v == 0:
+            return "0"
+    return None
+
+
+def _evaluate(test: ast.AST, name: str, value: object) -> bool | None:
+    """``test`` with ``name`` bound to ``value``: True, False, or None (depends on more)."""
+    if isinstance(test, ast.Name):
+        return bool(value) if test.id == name else None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _evaluate(test.operand, name, value)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp):
+        parts = [_evaluate(v, name, value) for v in test.values]
+        if isinstance(test.op, ast.And):
+            if False in parts:
+                return False
+            return True if all(p is True for p in parts) else None
+        if True in parts:
+            return True
+        return False if all(p is False for p in parts) else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, op, right = test.left, test.ops[0], test.comparators[0]
+        if not (isinstance(left, ast.Name) and left.id == name):
+            return None
+        consts = _constants(right)
+        if consts is None:
+            return None
+        try:
+            if isinstance(op, (ast.In, ast.NotIn)):
+                found = any(value == c and type(value) is type(c) for c in consts)
+                return found if isinstance(op, ast.In) else not found
+            if len(consts) != 1:
+                return None
+            c = consts[0]
+            if isinstance(op, ast.Is):
+                return value is c
+            if isinstance(op, ast.IsNot):
+                return value is not c
+            if value is None or c is None:
+                if isinstance(op, ast.Eq):
+                    return value is c
+                if isinstance(op, ast.NotEq):
+                    return value is not c
+                return None
+            ops: dict[type, Callable[[object, object], bool]] = {
+                ast.Eq: lambda a, b: a == b,
+                ast.NotEq: lambda a, b: a != b,
+                ast.Lt: lambda a, b: a < b,  # type: ignore[operator]
+                ast.LtE: lambda a, b: a <= b,  # type: ignore[operator]
+                ast.Gt: lambda a, b: a > b,  # type: ignore[operator]
+                ast.GtE: lambda a, b: a >= b,  # type: ignore[operator]
+            }
+            fn = ops.get(type(op))
+            return None if fn is None else bool(fn(value, c))
+        except TypeError:
+            return None
+    return None
+
+
+def _constants(e: ast.AST) -> list[object] | None:
+    if isinstance(e, (ast.Tuple, ast.List, ast.Set)):
+        out: list[object] = []
+        for elt in e.elts:
+            one = _constants(elt)
+            if one is None:
+                return None
+            out.extend(one)
+        return out
+    tok = _token(e)
+    if tok is not None:
+        return [_TRY[tok]]
+    if isinstance(e, ast.Constant) and isinstance(e.value, (int, bool, str)):
+        return [e.value]
+    return None
+
+
+def _skips(test: ast.AST, params: Iterable[str], want: bool) -> set[tuple[str, str]]:
+    """(param, token) for which ``test`` surely is not ``want`` (the site is skipped)."""
+    out: set[tuple[str, str]] = set()
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    for p in params:
+        if p not in names:
+            continue
+        for tok, value in _TRY.items():
+            got = _evaluate(test, p, value)
+            if got is not None and got is not want:
+                out.add((p, tok))
+    return out
+
+
+def site_props(
+    f: ast.FunctionDef | ast.AsyncFunctionDef, dotted: Callable[[ast.AST], str | None]
+) -> set[str]:
+    """The ``gate-*`` properties of ``f`` (empty for a function no parameter can gate)."""
+    args = f.args
+    params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    if not params:
+        return set()
+    out: set[str] = set()
+    positional = [*args.posonlyargs, *args.args]
+    for a, d in zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True):
+        tok = _token(d)
+        if tok is not None:
+            out.add(f"{DEFAULT}{a.arg}={tok}")
+    for a, kd in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+        tok = _token(kd)
+        if tok is not None:
+            out.add(f"{DEFAULT}{a.arg}={tok}")
+    pset = set(params)
+    sites: list[str] = []
+
+    def visit(node: ast.AST, gates: frozenset[tuple[str, str]]) -> None:
+        if isinstance(node, _SCOPES):
+            return
+        if isinstance(node, (ast.If, ast.While, ast.IfExp)):
+            visit(node.test, gates)
+            body = node.body if isinstance(node.body, list) else [node.body]
+            orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
+            on = gates | _skips(node.test, pset, True)
+            off = gates | _skips(node.test, pset, False)
+            for s in body:
+                visit(s, on)
+            for s in orelse:
+                visit(s, off if not isinstance(node, ast.While) else gates)
+            return
+        if isinstance(node, ast.Call):
+            name = dotted(node.func)
+            if name is not None:
+                passed = [
+                    f"{i}>{a.id}"
+                    for i, a in enumerate(node.args)
+                    if isinstance(a, ast.Name) and a.id in pset
+                ] + [
+                    f"{kw.arg}>{kw.value.id}"
+                    for kw in node.keywords
+                    if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in pset
+                ]
+                if gates or passed:
+                    g = ",".join(sorted(f"{p}={t}" for p, t in gates))
+                    sites.append(f"{SITE}{name}|{g}|{','.join(passed)}")
+                else:
+                    sites.append(f"{SITE}{name}||")
+        for child in ast.iter_child_nodes(node):
+            visit(child, gates)
+
+    for s in f.body:
+        visit(s, frozenset())
+    if not any(not site.endswith("||") for site in sites):
+        return out  # nothing a parameter gates or passes on: no summary needed
+    out.update(sites)
+    out.add(PARAMS + ",".join(params))
+    return out
+
+
+# -- 2. resolution -------------------------------------------------------------------------------
+
+
+def _parse_site(prop: str) -> tuple[str, set[tuple[str, str]], dict[str, str]]:
+    callee, gates, passed = prop[len(SITE) :].split("|")
+    g = {tuple(x.split("=", 1)) for x in gates.split(",") if x}
+    p = dict(x.split(">", 1) for x in passed.split(",") if x)
+    return callee, g, p  # type: ignore[return-value]
+
+
+def off_values(props: Iterable[str]) -> set[tuple[str, str]]:
+    return {tuple(p[len(OFF) :].split("=", 1)) for p in props if p.startswith(OFF)}  # type: ignore[misc]
+
+
+def params_of(props: Iterable[str]) -> list[str] | None:
+    for p in props:
+        if p.startswith(PARAMS):
+            return p[len(PARAMS) :].split(",")
+    return None
+
+
+def defaults_of(props: Iterable[str]) -> dict[str, str]:
+    return dict(p[len(DEFAULT) :].split("=", 1) for p in props if p.startswith(DEFAULT))
+
+
+def resolve(
+    func_props: Mapping[K, set[str]],
+    callee_props: Callable[[K, str], frozenset[str] | set[str] | None],
+    reaches: Callable[[K, str], bool],
+) -> None:
+    """Add ``gate-off:`` properties to the functions of ``func_props`` (see the docstring).
+
+    ``callee_props(caller, name)``: the properties of what ``name`` calls from ``caller`` (a
+    function of this module or another file's); ``reaches(caller, name)``: that call reaches
+    a collective."""
+    # Only functions that reach a collective can be switched off (most functions of a big
+    # module do not: skipping them keeps the per-keystroke merge cheap).
+    todo = [
+        q
+        for q, ps in func_props.items()
+        if COLLECTIVE_PROP in ps and any(p.startswith(SITE) for p in ps)
+    ]
+    for _ in range(4):  # helpers of helpers: a few rounds reach a fixed point in practice
+        changed = False
+        for q in todo:
+            props = func_props[q]
+            params = params_of(props) or []
+            found: set[tuple[str, str]] | None = None
+            for prop in [p for p in props if p.startswith(SITE)]:
+                callee, gates, passed = _parse_site(prop)
+                if not reaches(q, callee):
+                    continue
+                off = set(gates)
+                cprops = callee_props(q, callee) or ()
+                coff = off_values(cprops)
+                if coff:
+                    cparams = params_of(cprops) or []
+                    for key, mine in passed.items():
+                        target = (
+                            cparams[int(key)] if key.isdigit() and int(key) < len(cparams) else key
+                        )
+                        off |= {(mine, t) for p, t in coff if p == target}
+                found = off if found is None else found & off
+                if not found:
+                    break
+            new = {f"{OFF}{p}={t}" for p, t in (found or ()) if p in params}
+            if not new <= props:
+                props |= new
+                changed = True
+        if not changed:
+            break
+
+
+# -- 3. call sites -------------------------------------------------------------------------------
+
+
+def _bound(call: ast.Call, param: str, params: list[str]) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    if param in params:
+        i = params.index(param)
+        if params and params[0] in ("self", "cls"):
+            i -= 1  # a method called through its instance
+        if 0 <= i < len(call.args) and not any(
+            isinstance(a, ast.Starred) for a in call.args[: i + 1]
+        ):
+            return call.args[i]
+    return None
+
+
+def switched_off(call: ast.Call, props: Iterable[str]) -> bool:
+    """The call binds a value (a literal, or the default it leaves) that switches the
+    callee's collectives off."""
+    props = list(props)
+    off = off_values(props)
+    if not off:
+        return False
+    params = params_of(props) or []
+    defaults = defaults_of(props)
+    unpacked = any(isinstance(a, ast.Starred) for a in call.args) or any(
+        kw.arg is None for kw in call.keywords
+    )
+    for p, t in off:
+        arg = _bound(call, p, params)
+        if arg is None:
+            if not unpacked and defaults.get(p) == t:
+                return True
+            continue
+        tok = _token(arg)
+        if tok == t or (t in _FALSY and tok in _FALSY + ("0",)):
+            return True
+    return False
+
+
+def falsy_bindings(call: ast.Call, props: Iterable[str]) -> list[ast.expr]:
+    """Arguments whose falsity switches the callee off (``f(load_on_all_ranks=u)``)."""
+    props = list(props)
+    params = params_of(props) or []
+    out = []
+    for p, t in off_values(props):
+        if t in _FALSY:
+            arg = _bound(call, p, params)
+            if arg is not None and _token(arg) is None:
+                out.append(arg)
+    return out
+
+
+def summary_props(props: Mapping[str, object] | Iterable[str]) -> frozenset[str]:
+    """The ``gate-*`` properties among ``props``."""
+    return frozenset(p for p in props if isinstance(p, str) and p.startswith("gate-"))

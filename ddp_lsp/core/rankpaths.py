@@ -1,0 +1,946 @@
+"""Which ranks reach which communicating call: the path analysis behind DDP103 and DDP104.
+
+A DDP job runs the same code on every rank, and a collective completes only when every rank
+of its group calls it, in the same order. Ranks differ only where the code asks which rank it
+is, so the analysis splits the ranks into two classes, rank 0 (``Z``) and the others (``N``),
+and walks each function once for both classes together:
+
+- which ranks take a condition is the uniformity analysis's answer
+  (:func:`ddp_lsp.core.uniformity.ChunkUniformity.test`): a uniform condition
+  (``if step % 100 == 0``, ``if world_size > 1``, ``if dist.is_initialized()``, a flag a
+  collective made equal) is the same on every rank: both classes take the same branch,
+  and the walk keeps one *joint path* per choice; a path remembers the conditions it decided,
+  so ``if not args.deepspeed:`` tested twice goes the same way both times, and
+  ``if rank == 0 and not evaluate:`` is walked as ``if not evaluate: if rank == 0:``;
+- a rank guard (``if rank == 0``, ``if not is_main_process()``) sends each class into its own
+  branch;
+- ``if u or rank == 0:`` with a uniform ``u`` is walked as ``if u: <every rank> else:
+  if rank == 0:``;
+- ``return``, ``break``, ``continue``, ``raise`` and ``sys.exit()`` end a class's walk (or its
+  loop iteration) where they are reached. An error exit (``raise``, ``sys.exit(1)``) is never
+  the reason an event is unmatched: the launcher stops every worker when one fails, so the
+  others do not wait (issue 14's error-path decision, docs/accuracy.md F7).
+
+Along each joint path each class collects the communicating calls it makes (the *events*:
+collectives for DDP103, DDP forwards for DDP104). At the end of the function the two
+sequences are aligned; an event one class makes and the other has no partner for is a call
+some ranks never reach. A partner is the same collective anywhere on the other class's path:
+``if rank == 0: ... dist.barrier() else: dist.barrier()`` and the "zero first" idiom
+(``if rank != 0: barrier()`` ... ``if rank == 0: barrier()``) are balanced. A loop that one
+class leaves (``break``/``return`` under a rank guard) while the other keeps iterating makes
+every event of the loop body unmatched. Each unmatched event gets the *reason* it is
+unmatched: the rank guard around it, or the rank-guarded exit the other class took; events
+without such a reason are not reported (precision first).
+
+:func:`chunk_misses` runs the walk over every frame of a chunk; :func:`divergence_key`
+groups the misses one divergence point strands (DDP103 reports each group once) and
+:func:`divergence_of` describes that point in the uniformity API's terms.
+
+Limits, each erring towards silence: conditions on values computed from the rank at run time
+in another function are taken as rank-independent; a collective on an explicit
+process group (``group=pg``) under a guard is not reported (only the group's members may have
+to call it); at module level a top-level ``if`` is its own chunk, so a guarded barrier there
+may be half of a "zero first" pair in another chunk and is not reported when another top-level
+``if`` of the module calls a barrier too (``ModuleFacts.barrier_ifs``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from ddp_lsp.core import facts as K
+from ddp_lsp.core import gates as G
+from ddp_lsp.core import names as N
+from ddp_lsp.core import walk as W
+from ddp_lsp.core.facts import path_of
+from ddp_lsp.core.uniformity import (
+    RANK_ZERO_DECORATORS,
+    ChunkUniformity,
+    Divergence,
+    RankSet,
+    Subset,
+    exit_kind,
+    fatal_exit,
+    single_process_test,
+    uniformity,
+)
+
+if TYPE_CHECKING:
+    from ddp_lsp.core.rule import ChunkContext
+
+Z, NZ = 0, 1  # rank 0, the other ranks
+BOTH = frozenset({Z, NZ})
+FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_MAX_ALTS = 64  # joint paths kept per block; beyond it the walk drops paths (fewer findings)
+
+# torch.distributed functions every rank of the group calls. `destroy_process_group` is not a
+# rendezvous the other ranks wait in, so it is left out.
+_COLLECTIVE_FUNCTIONS = (N.COLLECTIVE_FUNCTIONS - {"destroy_process_group"}) | {
+    "new_subgroups",
+    "new_subgroups_by_enumeration",
+}
+# Positional index of the `group` parameter of each torch.distributed collective.
+_GROUP_POSITION = {
+    "barrier": 0,
+    "monitored_barrier": 0,
+    "all_reduce": 2,
+    "all_reduce_coalesced": 2,
+    "broadcast": 2,
+    "broadcast_object_list": 2,
+    "all_gather": 2,
+    "all_gather_into_tensor": 2,
+    "all_gather_object": 2,
+    "all_gather_coalesced": 2,
+    "reduce": 3,
+    "reduce_scatter": 3,
+    "reduce_scatter_tensor": 3,
+    "gather": 3,
+    "gather_object": 3,
+    "scatter": 3,
+    "scatter_object_list": 3,
+    "all_to_all": 2,
+    "all_to_all_single": 4,
+}
+# ProcessGroup methods and the torch.distributed function each one is.
+PG_METHODS = {
+    "allreduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce_coalesced",
+    "allgather": "all_gather",
+    "allgather_coalesced": "all_gather_coalesced",
+    "allgather_into_tensor_coalesced": "all_gather_into_tensor",
+    "_allgather_base": "all_gather_into_tensor",
+    "broadcast": "broadcast",
+    "barrier": "barrier",
+    "monitored_barrier": "monitored_barrier",
+    "reduce": "reduce",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter_tensor",
+    "gather": "gather",
+    "scatter": "scatter",
+    "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all_single",
+}
+_NEW_GROUP = frozenset({"torch.distributed.new_group"})
+_WORLD = frozenset({"torch.distributed.group.WORLD", "torch.distributed.GroupMember.WORLD"})
+_BARRIERS = frozenset(
+    {
+        "barrier",
+        "monitored_barrier",
+        "accelerator.wait_for_everyone",
+        "comm.synchronize",
+        "fabric.barrier",
+        "comm.barrier",
+        "comm.Barrier",
+    }
+)
+_PROCESS_EXITS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
+
+
+# -- events ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    """A call every rank has to make together."""
+
+    node: ast.Call
+    label: str  # what must match on the other ranks ("barrier", "all_reduce", "model")
+    display: str  # how the message names it ("dist.barrier()")
+    wild: bool = False  # a same-file helper: matches any collective
+    subgroup: bool = False  # on an explicit process group: only its members may call it
+    # A path that decided one of these conditions false does not make the call's collective
+    # (`f(sync=u)` where `sync` switches f's collectives off, on a path where `u` is false).
+    off_when: tuple[tuple[str, bool], ...] = ()
+
+
+Extractor = Callable[[ast.Call], "Event | None"]
+
+
+def _kw(call: ast.Call, name: str) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+def _is_true(e: ast.AST | None) -> bool:
+    return isinstance(e, ast.Constant) and e.value is True
+
+
+def process_groups(ctx: ChunkContext) -> dict[str, bool]:
+    """Paths bound to ``dist.new_group(...)`` in this chunk: path -> is a subgroup."""
+    out: dict[str, bool] = {}
+    for node in ctx.nodes(ast.Assign, ast.AnnAssign):
+        assert isinstance(node, (ast.Assign, ast.AnnAssign))
+        value = node.value
+        if not isinstance(value, ast.Call) or ctx.call_qualname(value) not in _NEW_GROUP:
+            continue
+        ranks = value.args[0] if value.args else _kw(value, "ranks")
+        sub = ranks is not None and not (isinstance(ranks, ast.Constant) and ranks.value is None)
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for t in targets:
+            p = path_of(t)
+            if p is not None:
+                out[p] = sub
+    return out
+
+
+def _group_is_sub(ctx: ChunkContext, group: ast.expr | None, pgs: dict[str, bool]) -> bool:
+    if group is None or (isinstance(group, ast.Constant) and group.value is None):
+        return False
+    if ctx.qualname(group) in _WORLD:
+        return False
+    p = path_of(group)
+    if p is not None and p in pgs:
+        return pgs[p]
+    return True
+
+
+def _closure_collective(ctx: ChunkContext, call: ast.Call, name: str) -> bool:
+    """``inner()`` defined in an enclosing function (the facts name it ``outer.inner``)."""
+    if "." in name:
+        return False
+    scope, _ = ctx.scope(call)
+    while scope:
+        if K.COLLECTIVE in ctx.facts.props(f"{scope}.{name}"):
+            return True
+        scope = scope.rpartition(".")[0]
+    return False
+
+
+def collective_extractor(ctx: ChunkContext) -> Extractor:
+    """Events of DDP103: torch.distributed collectives, process-group methods, well-known
+    wrappers (accelerate, Fabric, detectron2, mpi4py) and same-file helpers that reach one."""
+    pgs = process_groups(ctx)
+    aliases = ctx.facts.aliases
+
+    def extract(call: ast.Call) -> Event | None:
+        name = N.dotted(call.func)
+        qual = ctx.call_qualname(call)
+        if qual is not None and qual.startswith("torch.distributed."):
+            fn = qual[len("torch.distributed.") :]
+            if fn in _COLLECTIVE_FUNCTIONS:
+                if fn == "new_group" and _is_true(_kw(call, "use_local_synchronization")):
+                    return None
+                pos = _GROUP_POSITION.get(fn)
+                group = _kw(call, "group")
+                if group is None and pos is not None and len(call.args) > pos:
+                    group = call.args[pos]
+                return Event(call, fn, f"{name or qual}()", subgroup=_group_is_sub(ctx, group, pgs))
+            return None
+        if name is None:
+            return None
+        if K.is_collective_call(name, aliases):
+            return Event(call, name.rsplit(".", 2)[-2] + "." + name.rsplit(".", 1)[-1], f"{name}()")
+        if isinstance(call.func, ast.Attribute) and call.func.attr in PG_METHODS:
+            receiver = path_of(call.func.value)
+            if receiver is not None and receiver in pgs:
+                return Event(call, PG_METHODS[call.func.attr], f"{name}()", subgroup=pgs[receiver])
+        if _closure_collective(ctx, call, name):
+            return Event(call, name, f"{name}()", wild=True)
+        props = ctx.callee_props(call)
+        if K.COLLECTIVE in props:
+            if G.switched_off(call, props):
+                return None  # `save(..., synchronize=False)`, `zero_first(-1)`
+            off = tuple(_key(a) for a in G.falsy_bindings(call, props))
+            return Event(call, name, f"{name}()", wild=True, off_when=off)
+        return None
+
+    return extract
+
+
+# -- the walk ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Exit:
+    kind: str  # "return", "raise", "break", "continue", "exit", "decorator", "caller", "frozen"
+    node: ast.AST
+
+
+_FROZEN = Exit("frozen", ast.Pass())
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One rank class along one joint path."""
+
+    events: tuple[Event, ...] = ()
+    exit: Exit | None = None
+    skips: tuple[Exit, ...] = ()  # continue/break taken in loop iterations already left
+
+
+Decisions = frozenset[tuple[str, bool]]
+
+
+@dataclass(frozen=True)
+class Joint:
+    """One joint path: each class's lane, and the rank-independent conditions decided on it
+    (the same test decides the same way again: ``if args.distributed:`` twice)."""
+
+    z: Lane
+    n: Lane
+    decided: Decisions = frozenset()
+
+    def __getitem__(self, c: int) -> Lane:
+        return self.z if c == Z else self.n
+
+    def lanes(self) -> list[Lane]:
+        return [self.z, self.n]
+
+    def with_lanes(self, lanes: Sequence[Lane]) -> Joint:
+        return Joint(lanes[Z], lanes[NZ], self.decided)
+
+
+@dataclass(frozen=True)
+class Reason:
+    kind: str  # "guard" (node: If/IfExp/BoolOp), "exit", "decorator", "caller", "some"
+    node: ast.AST
+    in_else: bool = False
+    guard: ast.AST | None = None  # for exits: the rank condition around them
+    runner: int | None = None  # the class that makes the call (None: some ranks)
+    loop: bool = False  # the other class left the loop the call is in
+
+
+@dataclass
+class Miss:
+    event: Event
+    reason: Reason
+
+
+@dataclass
+class Flow:
+    """Walk one function (or the chunk's module code) for both rank classes."""
+
+    ctx: ChunkContext
+    root: ast.AST
+    extract: Extractor
+    callers_guarded: bool = False  # DDP104: a function only called under a rank-0 guard
+    misses: dict[int, Miss] = field(default_factory=dict)
+    _u: ChunkUniformity | None = None
+
+    # -- public ------------------------------------------------------------------------------
+
+    def run(self) -> list[Miss]:
+        # Most frames hold no event at all: skip the two-lane walk for them (it is the
+        # costliest part of the analysis on big files).
+        if not any(
+            isinstance(n, ast.Call) and self.extract(n) is not None
+            for n in W.scope_nodes(self.root)
+        ):
+            return []
+        body: list[ast.stmt]
+        start: list[Lane] = [Lane(), Lane()]
+        if isinstance(self.root, FUNCS):
+            body = self.root.body
+            deco = next(
+                (d for d in self.root.decorator_list if _last(d) in RANK_ZERO_DECORATORS),
+                None,
+            )
+            if deco is not None:
+                start[NZ] = Lane(exit=Exit("decorator", deco))
+            elif self.callers_guarded:
+                qual, _ = self.ctx.scope(self.root.body[0]) if self.root.body else ("", None)
+                if K.ONLY_CALLED_GUARDED in self.ctx.facts.props(qual):
+                    start[NZ] = Lane(exit=Exit("caller", self.root))
+        else:
+            body = [s for s in self.ctx.body if not isinstance(s, (*FUNCS, ast.ClassDef))]
+        joints = self.block(body, [Joint(start[Z], start[NZ])], BOTH)
+        for j in joints:
+            self.compare(j)
+        return sorted(self.misses.values(), key=lambda m: _order(m.event.node))
+
+    # -- conditions ----------------------------------------------------------------------------
+
+    def ranks(self, test: ast.AST) -> RankSet | None:
+        """The ranks on which ``test`` holds (the uniformity analysis); None: uniform."""
+        if self._u is None:
+            self._u = uniformity(self.ctx)
+        return self._u.test(test)
+
+    def nonrank_conjuncts(self, test: ast.AST) -> list[ast.expr]:
+        """The rank-independent parts of ``rank == 0 and not evaluate``."""
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            return [v for v in test.values if self.ranks(v) is None]
+        return []
+
+    def uniform_disjuncts(self, test: ast.AST) -> list[ast.expr]:
+        """The uniform parts of ``load_on_all_ranks or rank == 0`` (every rank runs the
+        branch when one holds); single-process tests are false in a distributed run."""
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+            return [
+                v
+                for v in test.values
+                if self.ranks(v) is None and not single_process_test(self.ctx.ranks, v)
+            ]
+        return []
+
+    def split(self, test: ast.AST) -> frozenset[int] | None:
+        r = self.ranks(test)
+        return None if r is None else _takers(r)
+
+    # -- statements ----------------------------------------------------------------------------
+
+    def block(
+        self, stmts: Sequence[ast.stmt], joints: list[Joint], active: frozenset[int]
+    ) -> list[Joint]:
+        for s in stmts:
+            if not active:
+                break
+            joints = self.stmt(s, joints, active)
+        return joints
+
+    def stmt(self, s: ast.stmt, joints: list[Joint], active: frozenset[int]) -> list[Joint]:
+        if isinstance(s, (*FUNCS, ast.ClassDef)):
+            return joints
+        if isinstance(s, ast.If):
+            joints = self.expr(s.test, joints, active)
+            split = self.split(s.test)
+            either = self.uniform_disjuncts(s.test) if split is not None else []
+            if either and split is not None:
+                # `if u or rank == 0:` is `if u: <every rank> else: if rank == 0:`.
+                ok = _decide(joints, either, True) if len(either) == 1 else joints
+                no = _decide(joints, either, False) if len(either) == 1 else joints
+                yes = self.block(s.body, ok, active)
+                no = self.block(s.body, no, active & split)
+                no = self.block(s.orelse, no, active - split)
+                return _dedupe(yes + no)
+            if split is not None:
+                extra = self.nonrank_conjuncts(s.test)
+                if not extra:
+                    joints = self.block(s.body, joints, active & split)
+                    return self.block(s.orelse, joints, active - split)
+                # `if rank == 0 and not evaluate:` is `if not evaluate: if rank == 0:`.
+                yes = self.block(s.body, _decide(joints, extra, True), active & split)
+                yes = self.block(s.orelse, yes, active - split)
+                no = self.block(s.orelse, _decide(joints, extra, False), active)
+                return _dedupe(yes + no)
+            found = self.ranks(s.test)
+            if found is not None and found.subset is Subset.SOME:
+                self.some_check(s)
+            return _dedupe(
+                self.block(s.body, _decide(joints, [s.test], True), active)
+                + self.block(s.orelse, _decide(joints, [s.test], False), active)
+            )
+        if isinstance(s, (ast.For, ast.AsyncFor)):
+            joints = self.expr(s.iter, joints, active)
+            return self.loop(s, None, joints, active)
+        if isinstance(s, ast.While):
+            return self.loop(s, s.test, joints, active)
+        if isinstance(s, (ast.With, ast.AsyncWith)):
+            for item in s.items:
+                joints = self.expr(item.context_expr, joints, active)
+            return self.block(s.body, joints, active)
+        if isinstance(s, ast.Try) or type(s).__name__ == "TryStar":
+            return self.try_(s, joints, active)  # type: ignore[arg-type]
+        if isinstance(s, ast.Match):
+            joints = self.expr(s.subject, joints, active)
+            out: list[Joint] = []
+            for case in s.cases:
+                out += self.block(case.body, joints, active)
+            return _dedupe(out)
+        if isinstance(s, ast.Return):
+            if s.value is not None:
+                joints = self.expr(s.value, joints, active)
+            return self.leave(joints, active, Exit("return", s))
+        if isinstance(s, ast.Raise):
+            if s.exc is not None:
+                joints = self.expr(s.exc, joints, active)
+            return self.leave(joints, active, Exit("raise", s))
+        if isinstance(s, ast.Break):
+            return self.leave(joints, active, Exit("break", s))
+        if isinstance(s, ast.Continue):
+            return self.leave(joints, active, Exit("continue", s))
+        for child in W.children(s):
+            if isinstance(child, ast.expr):
+                joints = self.expr(child, joints, active)
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+            name = N.dotted(s.value.func) or ""
+            qual = self.ctx.call_qualname(s.value) or name
+            if qual in _PROCESS_EXITS or name in ("exit", "quit"):
+                return self.leave(joints, active, Exit("exit", s))
+        return joints
+
+    def leave(self, joints: list[Joint], active: frozenset[int], exit_: Exit) -> list[Joint]:
+        out = []
+        for j in joints:
+            lanes = j.lanes()
+            for c in active:
+                if lanes[c].exit is None:
+                    lanes[c] = replace(lanes[c], exit=exit_)
+            out.append(j.with_lanes(lanes))
+        return _dedupe(out)
+
+    def try_(self, s: ast.Try, joints: list[Joint], active: frozenset[int]) -> list[Joint]:
+        inside = {id(n) for b in s.body for n in W.bfs(b)}
+        groups: dict[tuple[frozenset[int], frozenset[int]], list[Joint]] = {}
+        for j in self.block(s.body, joints, active):
+            raised = frozenset(
+                c
+                for c in active
+                if (ex := j[c].exit) is not None and ex.kind == "raise" and id(ex.node) in inside
+            )
+            calm = frozenset(c for c in active if j[c].exit is None)
+            groups.setdefault((raised, calm), []).append(j)
+        out: list[Joint] = []
+        for (raised, calm), group in groups.items():
+            after = self.block(s.orelse, group, calm) if calm else group
+            if raised and s.handlers:
+                bases = []
+                for a in after:
+                    lanes = a.lanes()
+                    for c in raised:
+                        lanes[c] = replace(lanes[c], exit=None)
+                    bases.append(a.with_lanes(lanes))
+                caught: list[Joint] = []
+                for h in s.handlers:
+                    caught += self.block(h.body, bases, raised)
+                after = caught
+            out += after
+        out = _dedupe(out)
+        return self.finally_(s, out, active) if s.finalbody else out
+
+    def finally_(self, s: ast.Try, joints: list[Joint], active: frozenset[int]) -> list[Joint]:
+        """``finally`` runs on the way out too: a class that returned (or broke, raised) inside
+        the ``try`` still makes its calls, then leaves as it was leaving."""
+        inside = {id(n) for part in (s.body, s.handlers, s.orelse) for b in part for n in W.bfs(b)}
+        out: list[Joint] = []
+        for j in joints:
+            pending: dict[int, Exit] = {}
+            lanes = j.lanes()
+            for c in active:
+                ex = lanes[c].exit
+                if ex is not None and id(ex.node) in inside:
+                    pending[c] = ex
+                    lanes[c] = replace(lanes[c], exit=None)
+            for r in self.block(s.finalbody, [j.with_lanes(lanes)], active):
+                done = r.lanes()
+                for c, ex in pending.items():
+                    if done[c].exit is None:
+                        done[c] = replace(done[c], exit=ex)
+                out.append(r.with_lanes(done))
+        return _dedupe(out)
+
+    def loop(
+        self,
+        s: ast.For | ast.AsyncFor | ast.While,
+        test: ast.expr | None,
+        joints: list[Joint],
+        active: frozenset[int],
+    ) -> list[Joint]:
+        out: list[Joint] = []
+        iterations: dict[frozenset[int], list[Joint]] = {}
+        for j in joints:
+            live = frozenset(c for c in active if j[c].exit is None)
+            out.append(j)  # no iteration (or no live class)
+            if not live:
+                continue
+            its = iterations.get(live)
+            if its is None:
+                # One iteration, walked once per set of live classes: it does not depend on
+                # what happened before the loop.
+                fresh = [Lane() if c in live else Lane(exit=_FROZEN) for c in (Z, NZ)]
+                its = [Joint(fresh[Z], fresh[NZ])]
+                if test is not None:
+                    its = self.expr(test, its, live)
+                its = self.block(s.body, its, live)
+                self.loop_check(its, live)
+                iterations[live] = its
+            for it in its:
+                lanes = j.lanes()
+                for c in live:
+                    ex = it[c].exit
+                    ev = lanes[c].events + it[c].events
+                    if ex is None or ex.kind in ("break", "continue"):
+                        skips = lanes[c].skips + it[c].skips + ((ex,) if ex is not None else ())
+                        lanes[c] = Lane(ev, None, skips)
+                    else:
+                        lanes[c] = Lane(ev, ex, lanes[c].skips + it[c].skips)
+                out.append(j.with_lanes(lanes))
+        out = _dedupe(out)
+        if s.orelse:
+            out = self.block(s.orelse, out, active)
+        return out
+
+    def loop_check(self, its: list[Joint], live: frozenset[int]) -> None:
+        """One class leaves the loop (break/return/raise) while the other keeps iterating:
+        every call of the loop body the staying class makes has no partner."""
+        if len(live) < 2:
+            return
+        for it in its:
+            z, n = it[Z].exit, it[NZ].exit
+            z_stays = z is None or z.kind == "continue"
+            n_stays = n is None or n.kind == "continue"
+            if z_stays == n_stays:
+                continue
+            stayer, leaver = (Z, n) if z_stays else (NZ, z)
+            assert leaver is not None
+            if fatal_exit(leaver.node):
+                continue  # an error exit: the launcher ends the job, nothing waits
+            guard = self.guard_of_exit(leaver.node)
+            if guard is None:
+                continue
+            for other in its:
+                for ev in other[stayer].events:
+                    self.miss(
+                        ev, Reason("exit", leaver.node, guard=guard, runner=stayer, loop=True)
+                    )
+
+    # -- expressions ---------------------------------------------------------------------------
+
+    def expr(self, e: ast.expr, joints: list[Joint], active: frozenset[int]) -> list[Joint]:
+        per_class: dict[int, list[Event]] = {Z: [], NZ: []}
+        self._visit(e, active, per_class)
+        if not per_class[Z] and not per_class[NZ]:
+            return joints
+        out = []
+        for j in joints:
+            lanes = j.lanes()
+            for c in active:
+                if lanes[c].exit is None and per_class[c]:
+                    made = tuple(e for e in per_class[c] if not _switched_off(e, j.decided))
+                    lanes[c] = replace(lanes[c], events=lanes[c].events + made)
+            out.append(j.with_lanes(lanes))
+        return out
+
+    def _visit(self, node: ast.AST, classes: frozenset[int], out: dict[int, list[Event]]) -> None:
+        if not classes or isinstance(node, _SCOPES):
+            return
+        if isinstance(node, ast.IfExp):
+            self._visit(node.test, classes, out)
+            split = self.split(node.test)
+            if split is not None:
+                self._visit(node.body, classes & split, out)
+                self._visit(node.orelse, classes - split, out)
+            else:
+                self._visit(node.body, classes, out)
+                self._visit(node.orelse, classes, out)
+            return
+        if isinstance(node, ast.BoolOp):
+            cur = classes
+            for v in node.values:
+                self._visit(v, cur, out)
+                split = self.split(v)
+                if split is not None:
+                    cur = cur & split if isinstance(node.op, ast.And) else cur - split
+            return
+        for child in W.children(node):
+            self._visit(child, classes, out)
+        if isinstance(node, ast.Call):
+            ev = self.extract(node)
+            if ev is not None:
+                for c in classes:
+                    out[c].append(ev)
+
+    # -- matching ------------------------------------------------------------------------------
+
+    def compare(self, j: Joint) -> None:
+        a, b = j[Z].events, j[NZ].events
+        if len(a) == len(b):
+            return  # balanced (or a different collective at the same point: not reported)
+        runner, skipper = (Z, NZ) if len(a) > len(b) else (NZ, Z)
+        longer, shorter = (a, b) if runner == Z else (b, a)
+        for ev in _unmatched(longer, shorter):
+            reason = self.reason(ev, runner, j[skipper])
+            if reason is not None:
+                self.miss(ev, reason)
+
+    def reason(self, ev: Event, runner: int, skipper_lane: Lane) -> Reason | None:
+        skipper = NZ if runner == Z else Z
+        # 1. A rank condition around the call that the skipping class does not satisfy.
+        child: ast.AST = ev.node
+        for a in self.ctx.ancestors(ev.node):
+            if a is self.root or isinstance(a, _SCOPES):
+                break
+            if isinstance(a, (ast.If, ast.IfExp)) and child is not a.test:
+                split = self.split(a.test)
+                if split is not None:
+                    if isinstance(a, ast.IfExp):
+                        in_else = child is a.orelse
+                    else:
+                        in_else = any(child is s for s in a.orelse)
+                    runs = split if not in_else else BOTH - split
+                    if skipper not in runs:
+                        return Reason("guard", a, in_else=in_else, runner=runner)
+            elif isinstance(a, ast.BoolOp):
+                for v in a.values:
+                    if v is child:
+                        break
+                    split = self.split(v)
+                    if split is not None:
+                        runs = split if isinstance(a.op, ast.And) else BOTH - split
+                        if skipper not in runs:
+                            return Reason("guard", a, runner=runner)
+            child = a
+        # 2. The skipping class left earlier (return/raise/...), or skipped part of a loop.
+        ex = skipper_lane.exit
+        if ex is not None and ex.kind in ("decorator", "caller"):
+            return Reason(ex.kind, ex.node, runner=runner)
+        candidates = [
+            x
+            for x in ((ex,) if ex is not None else ()) + skipper_lane.skips
+            if x.kind != "frozen" and _order(x.node) < _order(ev.node) and not fatal_exit(x.node)
+        ]
+        for x in sorted(candidates, key=lambda x: _order(x.node), reverse=True):
+            guard = self.guard_of_exit(x.node)
+            if guard is not None:
+                if x.kind in ("continue", "break") and not self._loop_holds(x.node, ev.node):
+                    continue
+                return Reason("exit", x.node, guard=guard, runner=runner)
+        return None
+
+    def _loop_holds(self, jump: ast.AST, node: ast.AST) -> bool:
+        loops = self.ctx.enclosing_loops(jump)
+        return bool(loops) and any(a is loops[0] for a in self.ctx.ancestors(node))
+
+    def guard_of_exit(self, node: ast.AST) -> ast.AST | None:
+        """The innermost rank condition that decides whether ``node`` (an exit) runs."""
+        child: ast.AST = node
+        for a in self.ctx.ancestors(node):
+            if a is self.root or isinstance(a, _SCOPES):
+                return None
+            if isinstance(a, ast.If) and child is not a.test and self.split(a.test) is not None:
+                return a
+            child = a
+        return None
+
+    def some_check(self, s: ast.If) -> None:
+        """``if rank % 2 == 0: dist.barrier()``: a rank-dependent branch we cannot name, with
+        a call the other branch does not make."""
+
+        def alts(stmts: list[ast.stmt]) -> list[tuple[Event, ...]]:
+            start = Joint(Lane(), Lane(exit=_FROZEN))
+            return [j[Z].events for j in self.block(stmts, [start], frozenset({Z}))]
+
+        # A side that leaves the block (`continue`, `break`, `return`) is compared with the
+        # other side followed by the rest of the block: `if base + rank < n: all_gather();
+        # continue` then `all_gather()` after the branch is balanced.
+        block, idx = self.ctx.block_of(s)
+        rest = list(block[idx + 1 :]) if 0 <= idx < len(block) and block[idx] is s else []
+
+        def leaves(side: list[ast.stmt]) -> bool:
+            return bool(side) and exit_kind(self.ctx, side[-1]) in ("continue", "break", "return")
+
+        body_stmts = s.body + (rest if leaves(s.orelse) and not leaves(s.body) else [])
+        else_stmts = s.orelse + (rest if leaves(s.body) and not leaves(s.orelse) else [])
+        body, orelse = alts(body_stmts), alts(else_stmts)
+        for mine, theirs, in_else in ((body, orelse, False), (orelse, body, True)):
+            if len(theirs) != 1:
+                continue
+            for seq in mine:
+                if len(seq) <= len(theirs[0]):
+                    continue
+                for ev in _unmatched(seq, theirs[0]):
+                    self.miss(ev, Reason("some", s, in_else=in_else))
+
+    def miss(self, ev: Event, reason: Reason) -> None:
+        if ev.subgroup or id(ev.node) in self.misses:
+            return
+        if (
+            reason.kind == "guard"
+            and self.root is self.ctx.module_node
+            and ev.label in _BARRIERS
+            and any(reason.node is s for s in self.ctx.body)
+            and self.ctx.facts.barrier_ifs > 1
+        ):
+            return  # maybe half of a "zero first" pair whose other half is another chunk
+        self.misses[id(ev.node)] = Miss(ev, reason)
+
+
+def _key(test: ast.AST) -> tuple[str, bool]:
+    """A condition's identity and sense: ``not x`` is ``x`` decided the other way."""
+    truth = True
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, truth = test.operand, not truth
+    return ast.dump(test), truth
+
+
+def _decide(joints: list[Joint], parts: Sequence[ast.AST], value: bool) -> list[Joint]:
+    """The joint paths on which all ``parts`` hold (``value``) or not all of them do, with
+    what that decides recorded; paths that decided otherwise before are dropped. Correlating
+    equal tests only ever removes paths, so it can remove findings but never add one."""
+    keys = [_key(p) for p in parts]
+    out: list[Joint] = []
+    for j in joints:
+        decided = dict(j.decided)
+        if value:
+            if any(decided.get(k, t) != t for k, t in keys):
+                continue
+            out.append(Joint(j.z, j.n, j.decided | frozenset(keys)))
+        elif len(keys) == 1:
+            k, t = keys[0]
+            if decided.get(k, not t) == t:
+                continue
+            out.append(Joint(j.z, j.n, j.decided | {(k, not t)}))
+        else:
+            if all(decided.get(k) == t for k, t in keys):
+                continue
+            out.append(j)
+    return out
+
+
+def _dedupe(joints: Iterable[Joint]) -> list[Joint]:
+    """Drop repeated joint paths and keep at most ``_MAX_ALTS``: one per distinct pair of
+    lanes first (those are what the comparison looks at), then variants that only differ in
+    the conditions they decided. Dropping paths can only lose findings."""
+    seen: set[tuple[object, ...]] = set()
+    firsts: list[Joint] = []
+    rest: list[Joint] = []
+    lane_keys: set[tuple[object, ...]] = set()
+    for j in joints:
+        lanes = tuple(
+            (
+                tuple(id(e.node) for e in lane.events),
+                id(lane.exit.node) if lane.exit else None,
+                tuple(id(x.node) for x in lane.skips),
+            )
+            for lane in j.lanes()
+        )
+        key = (lanes, j.decided)
+        if key in seen:
+            continue
+        seen.add(key)
+        if lanes in lane_keys:
+            rest.append(j)
+        else:
+            lane_keys.add(lanes)
+            firsts.append(j)
+    return (firsts + rest)[:_MAX_ALTS]
+
+
+def _unmatched(longer: Sequence[Event], shorter: Sequence[Event]) -> list[Event]:
+    """Events of ``longer`` left without a partner by the best alignment with ``shorter``
+    (the same call site scores higher than the same collective elsewhere)."""
+    n, m = len(longer), len(shorter)
+    score = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for k in range(m - 1, -1, -1):
+            best = max(score[i + 1][k], score[i][k + 1])
+            w = _weight(longer[i], shorter[k])
+            if w:
+                best = max(best, w + score[i + 1][k + 1])
+            score[i][k] = best
+    out: list[Event] = []
+    i = k = 0
+    while i < n and k < m:
+        w = _weight(longer[i], shorter[k])
+        if w and score[i][k] == w + score[i + 1][k + 1]:
+            i += 1
+            k += 1
+        elif score[i][k] == score[i + 1][k]:
+            out.append(longer[i])
+            i += 1
+        else:
+            k += 1
+    out.extend(longer[i:])
+    return out
+
+
+def _weight(a: Event, b: Event) -> int:
+    if a.node is b.node:
+        return 3
+    if a.label == b.label:
+        return 2
+    if a.wild or b.wild:
+        return 1
+    return 0
+
+
+def roots(ctx: ChunkContext) -> list[ast.AST]:
+    """Every frame of the chunk: its functions (methods, nested ones) and its module code."""
+    out: list[ast.AST] = list(ctx.nodes(ast.FunctionDef, ast.AsyncFunctionDef))
+    if any(not isinstance(s, (*FUNCS, ast.ClassDef)) for s in ctx.body):
+        out.append(ctx.module_node)
+    return out
+
+
+def _switched_off(ev: Event, decided: Decisions) -> bool:
+    return any((k, not t) in decided for k, t in ev.off_when)
+
+
+def _takers(r: RankSet) -> frozenset[int] | None:
+    if r.zero:
+        return frozenset({Z})
+    if r.nonzero:
+        return frozenset({NZ})
+    return None
+
+
+def _last(e: ast.AST) -> str | None:
+    if isinstance(e, ast.Call):
+        e = e.func
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Attribute):
+        return e.attr
+    return None
+
+
+def _order(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+def chunk_misses(
+    ctx: ChunkContext, extract: Extractor, callers_guarded: bool = False
+) -> list[Miss]:
+    """Every event of the chunk some ranks reach and others do not, in source order (each
+    frame walked once; memoised per extractor kind)."""
+    out: list[Miss] = []
+    seen: set[int] = set()
+    for root in roots(ctx):
+        try:
+            misses = Flow(ctx, root, extract, callers_guarded=callers_guarded).run()
+        except RecursionError:  # absurdly nested code: no findings rather than a crash
+            continue
+        for m in misses:
+            if id(m.event.node) not in seen:
+                seen.add(id(m.event.node))
+                out.append(m)
+    return out
+
+
+def divergence_key(miss: Miss) -> tuple[object, ...]:
+    """Misses with the same key strand their events at the same divergence point."""
+    r = miss.reason
+    return (r.kind, id(r.node), r.in_else, r.runner, r.loop)
+
+
+def divergence_of(u: ChunkUniformity, miss: Miss) -> Divergence:
+    """The divergence point (API form) that strands ``miss``'s event."""
+    ctx = u.ctx
+    r = miss.reason
+    runner = RankSet(Subset.RANK0) if r.runner == Z else RankSet(Subset.NONZERO)
+    if r.runner is None:
+        runner = RankSet(
+            Subset.SOME, ctx.segment(r.node.test) if isinstance(r.node, ast.If) else ""
+        )
+    if r.kind in ("guard", "some"):
+        test = getattr(r.node, "test", r.node)
+        return Divergence(test, ctx.span(test), "branch", ctx.segment(test), runner, guard=r.node)
+    if r.kind == "decorator":
+        return Divergence(r.node, ctx.span(r.node), "decorator", ctx.segment(r.node), runner)
+    if r.kind == "caller":
+        name = getattr(r.node, "name", "this function")
+        fn_line = getattr(r.node, "lineno", 1)
+        at = ctx.pos(fn_line, 0)
+        from ddp_lsp.core.types import Span
+
+        return Divergence(
+            r.node, Span(at, at), "call", f"every caller of {name}() guards it", runner
+        )
+    guard = r.guard
+    cond = ctx.segment(guard.test) if isinstance(guard, ast.If) else ""
+    kind = exit_kind(ctx, r.node) if isinstance(r.node, ast.stmt) else None
+    return Divergence(
+        r.node,
+        ctx.span(r.node),
+        kind or "exit",
+        cond,
+        runner,
+        fatal=fatal_exit(r.node),
+        guard=guard,
+    )
