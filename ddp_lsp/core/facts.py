@@ -20,6 +20,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import names as N
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.core.ranks import Polarity, RankModel
@@ -78,31 +79,8 @@ TRANSITIVE_PROPS = frozenset(
 
 # Callables that return their (first) argument's kind unchanged.
 _TRANSPARENT = frozenset({"torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
-# Well-known wrappers that perform collectives (receiver name, method).
-WRAPPER_COLLECTIVES = frozenset(
-    {
-        ("accelerator", "wait_for_everyone"),
-        ("accelerator", "gather"),
-        ("accelerator", "gather_for_metrics"),
-        ("accelerator", "reduce"),
-        ("accelerator", "pad_across_processes"),
-        ("fabric", "barrier"),
-        ("fabric", "all_reduce"),
-        ("fabric", "all_gather"),
-        ("fabric", "broadcast"),
-        ("comm", "synchronize"),
-        ("comm", "all_gather"),
-        ("comm", "reduce_dict"),
-        ("comm", "bcast"),
-        ("comm", "allreduce"),
-        ("comm", "Barrier"),
-        ("comm", "barrier"),
-        ("comm", "Allreduce"),
-        ("comm", "Bcast"),
-        ("comm", "allgather"),
-        ("xm", "rendezvous"),
-    }
-)
+# Well-known wrappers that perform collectives (receiver name, method): the framework tables.
+WRAPPER_COLLECTIVES = FW.BUILTIN.method_pairs(FW.Meaning.COLLECTIVE)
 
 
 @dataclass(frozen=True)
@@ -1055,23 +1033,8 @@ def kind_of_qualname(qual: str) -> str | None:
 
 
 # Library functions that perform collectives, by qualified name (so any alias works:
-# `from detectron2.utils import comm as d2comm; d2comm.synchronize()`).
-QUALIFIED_WRAPPER_COLLECTIVES = frozenset(
-    {
-        "detectron2.utils.comm.synchronize",
-        "detectron2.utils.comm.all_gather",
-        "detectron2.utils.comm.gather",
-        "detectron2.utils.comm.reduce_dict",
-        "detectron2.utils.comm.shared_random_seed",
-        "accelerate.utils.wait_for_everyone",
-        "accelerate.utils.gather",
-        "accelerate.utils.gather_object",
-        "accelerate.utils.reduce",
-        "accelerate.utils.broadcast",
-        "accelerate.utils.broadcast_object_list",
-        "accelerate.utils.pad_across_processes",
-    }
-)
+# `from detectron2.utils import comm as d2comm; d2comm.synchronize()`): the framework tables.
+QUALIFIED_WRAPPER_COLLECTIVES = FW.BUILTIN.calls(FW.Meaning.COLLECTIVE)
 
 
 def is_collective_call(callee: str, aliases: Mapping[str, str]) -> bool:

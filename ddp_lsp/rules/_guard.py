@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.crossfile import Provenance
@@ -40,33 +41,12 @@ FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _NEW_SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
-# Rank-aware flags and methods the core's RankModel does not know (Hugging Face Trainer's
+# Rank-aware flags and methods (the framework tables' `rank-zero` names: Hugging Face
 # TrainingArguments.should_save / should_log, Trainer.is_world_process_zero, torch_xla).
-EXTRA_PREDICATES = frozenset(
-    {
-        "should_save",
-        "should_log",
-        "is_world_process_zero",
-        "is_local_process_zero",
-        "is_master_ordinal",
-    }
-)
-# Decorators that make a function body run on rank 0 only (Lightning, mmcv/mmengine,
-# accelerate, DeepSpeed-style helpers).
-RANK_ZERO_DECORATORS = frozenset(
-    {
-        "rank_zero_only",
-        "master_only",
-        "main_process_only",
-        "on_main_process",
-        "on_local_main_process",
-        "rank0_only",
-        "on_rank_0",
-        "on_rank0",
-        "only_rank_zero",
-        "run_on_main_process",
-    }
-)
+EXTRA_PREDICATES = FW.BUILTIN.functions(FW.Meaning.RANK_ZERO)
+# Decorators that make a function body run on rank 0 only (the tables' `rank-zero-only`:
+# Lightning, mmcv/mmengine, accelerate, project helpers).
+RANK_ZERO_DECORATORS = FW.BUILTIN.functions(FW.Meaning.RANK_ZERO_ONLY)
 # Launchers: code after them runs in the parent process, once, not on every rank.
 SPAWNERS = frozenset(
     {
@@ -83,7 +63,7 @@ _SINGLE_PROCESS_CALLS = frozenset(
 )
 _MAX_FLAG_DEPTH = 3
 # Framework objects whose own attribute says "rank 0" (accelerate, Lightning Fabric).
-_WRAPPER_MAIN = {"accelerator": "is_main_process", "fabric": "is_global_zero"}
+_WRAPPER_MAIN = dict(FW.BUILTIN.method_pairs(FW.Meaning.RANK_ZERO))
 
 
 # -- one index per scope, per analysis --------------------------------------------------------

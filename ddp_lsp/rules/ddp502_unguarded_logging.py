@@ -76,6 +76,7 @@ import re
 from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -83,21 +84,12 @@ from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _guard as G
 from ddp_lsp.rules import _patterns as P
 
-# Setting up one of these makes logging rank-aware for the whole file.
-_RANK_AWARE_LOGGING = frozenset(
-    {
-        "get_logger",
-        "setup_logger",
-        "get_root_logger",
-        "MMLogger",
-        "create_logger",
-        "get_dist_logger",
-    }
-)
-# Calls that make `print` a no-op on every rank but 0 (DeiT/DETR/torchvision references).
-_PRINT_PATCHERS = frozenset(
-    {"setup_for_distributed", "init_distributed_mode", "setup_print_for_distributed"}
-)
+# Setting up one of these makes logging rank-aware for the whole file (the framework tables'
+# `silences-logging` names: accelerate's get_logger, detectron2's setup_logger, mmcv...).
+_RANK_AWARE_LOGGING = FW.BUILTIN.functions(FW.Meaning.SILENCES_LOGGING)
+# Calls that make `print` a no-op on every rank but 0 (the tables' `silences-print` names:
+# DeiT/DETR/torchvision references).
+_PRINT_PATCHERS = FW.BUILTIN.functions(FW.Meaning.SILENCES_PRINT)
 _LOOP_TARGET = re.compile(r"epoch|step|iter|batch", re.IGNORECASE)
 _LOOP_ITER = re.compile(r"loader|epoch|steps|iters|(^|_)(train|val|valid)(_|$)", re.IGNORECASE)
 _LOOP_CALL = re.compile(

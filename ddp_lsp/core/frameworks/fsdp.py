@@ -1,0 +1,23 @@
+"""FSDP, FSDP2 (``fully_shard``) and torch.distributed.checkpoint (DCP) in DDP terms."""
+
+from __future__ import annotations
+
+from ddp_lsp.core.frameworks.schema import Api, Match, Meaning
+
+NAME = "fsdp"
+
+_COLL = (Meaning.COLLECTIVE,)
+
+TABLE: tuple[Api, ...] = (
+    # DCP saves and loads are collectives: every rank writes (or reads) its own shards and the
+    # planner all-gathers the metadata. Under a rank-0 guard they hang the other ranks.
+    Api(Match.CALL, "torch.distributed.checkpoint.save", _COLL),
+    Api(Match.CALL, "torch.distributed.checkpoint.load", _COLL),
+    Api(Match.CALL, "torch.distributed.checkpoint.save_state_dict", _COLL),
+    Api(Match.CALL, "torch.distributed.checkpoint.load_state_dict", _COLL),
+    Api(Match.CALL, "torch.distributed.checkpoint.async_save", _COLL),
+    # Full state dicts of a sharded model all-gather the shards on every rank.
+    Api(Match.CALL, "torch.distributed.checkpoint.state_dict.get_model_state_dict", _COLL),
+    Api(Match.CALL, "torch.distributed.checkpoint.state_dict.get_state_dict", _COLL),
+    Api(Match.CALL, "torch.distributed.checkpoint.state_dict.get_optimizer_state_dict", _COLL),
+)
