@@ -358,6 +358,8 @@ class _Extractor:
         calls = self._calls.pop()
         props = self._props.pop()
         self._params.pop()
+        if self.ranks.frameworks is not FW.BUILTIN and _user_collective(self.ranks, calls):
+            props.add(COLLECTIVE)
         if body_guarded:
             props.add(GUARDS_ITSELF)
         if _is_rank_predicate(f, self.ranks):
@@ -1016,6 +1018,20 @@ def _kind_of_source(source: tuple[str, ...], aliases: Mapping[str, str]) -> str 
     return None
 
 
+def _user_collective(ranks: RankModel, calls: Iterable[str]) -> bool:
+    """A call of a collective the user's `[tool.ddp-lsp]` framework entries name. Chunk facts
+    are extracted before the module's imports are known, so a qualified entry matches a call
+    spelled as its tail (``dist_utils.sync_all`` for ``mylib.dist_utils.sync_all``)."""
+    model = ranks.frameworks
+    qualified = model.calls(FW.Meaning.COLLECTIVE)
+    for callee in calls:
+        if model.matches(FW.Meaning.COLLECTIVE, callee, None):
+            return True
+        if "." in callee and any(q == callee or q.endswith("." + callee) for q in qualified):
+            return True
+    return False
+
+
 def kind_of_qualname(qual: str) -> str | None:
     if qual == N.DDP:
         return DDP
@@ -1037,10 +1053,17 @@ def kind_of_qualname(qual: str) -> str | None:
 QUALIFIED_WRAPPER_COLLECTIVES = FW.BUILTIN.calls(FW.Meaning.COLLECTIVE)
 
 
-def is_collective_call(callee: str, aliases: Mapping[str, str]) -> bool:
+def is_collective_call(
+    callee: str, aliases: Mapping[str, str], frameworks: FW.FrameworkModel | None = None
+) -> bool:
+    """Whether a call spelled ``callee`` is a collective: torch.distributed's, a framework
+    table's, or (``frameworks``: the settings' model) one of the user's entries."""
     qual = N.resolve(callee, aliases)
     if qual is not None and (qual in N.COLLECTIVES or qual in QUALIFIED_WRAPPER_COLLECTIVES):
         return True
+    if frameworks is not None and frameworks is not FW.BUILTIN:
+        if frameworks.matches(FW.Meaning.COLLECTIVE, callee, qual):
+            return True
     parts = callee.rsplit(".", 2)
     if len(parts) >= 2:
         receiver, method = parts[-2], parts[-1]
@@ -1298,6 +1321,7 @@ def recording_ranks(model: RankModel, reads: set[Entry]) -> RankModel:
     return RankModel(
         _RecSet(model.names, "rv", reads),  # type: ignore[arg-type]
         _RecSet(model.predicates, "rp", reads),  # type: ignore[arg-type]
+        model.frameworks,
     )
 
 

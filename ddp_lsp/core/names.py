@@ -88,7 +88,7 @@ OPTIMIZER_FACTORIES = frozenset(
 
 # Markers of code that runs as several processes (RULES.md "Distributed context").
 # (the tables' `module` entries).
-DISTRIBUTED_MODULE_PREFIXES = BUILTIN.modules()
+DISTRIBUTED_MODULE_PREFIXES = BUILTIN.modules(Meaning.DISTRIBUTED)
 RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK"})
 
 

@@ -21,7 +21,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ddp_lsp.core.frameworks import BUILTIN, Meaning
+from ddp_lsp.core.frameworks import BUILTIN, FrameworkModel, Meaning
 from ddp_lsp.core.names import RANK_ENV_VARS, dotted
 from ddp_lsp.core.walk import walk
 
@@ -80,9 +80,14 @@ class RankModel:
 
     names: frozenset[str] = DEFAULT_RANK_NAMES
     predicates: frozenset[str] = DEFAULT_PREDICATES
+    # What framework APIs mean (built-in tables + the user's entries): travels with the rank
+    # names because both come from the settings and both change the facts.
+    frameworks: FrameworkModel = BUILTIN
 
     def with_extra(self, names: Iterable[str] = (), predicates: Iterable[str] = ()) -> RankModel:
-        return RankModel(self.names | frozenset(names), self.predicates | frozenset(predicates))
+        return RankModel(
+            self.names | frozenset(names), self.predicates | frozenset(predicates), self.frameworks
+        )
 
     # -- expressions -------------------------------------------------------------------------
 

@@ -157,9 +157,10 @@ class FrameworkModel:
         """Bare names with this meaning."""
         return self._by_meaning.get((meaning, Match.FUNCTION), frozenset())
 
-    def modules(self) -> tuple[str, ...]:
-        """Import prefixes that make a file distributed code."""
-        return tuple(sorted(self._by_meaning.get((Meaning.DISTRIBUTED, Match.MODULE), ())))
+    def modules(self, meaning: Meaning) -> tuple[str, ...]:
+        """Import prefixes with this meaning (``distributed``: importing one makes a file
+        distributed code)."""
+        return tuple(sorted(self._by_meaning.get((meaning, Match.MODULE), ())))
 
     def method_pairs(self, meaning: Meaning) -> frozenset[tuple[str, str]]:
         out = set()
