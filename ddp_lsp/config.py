@@ -20,8 +20,7 @@ Keys (kebab-case in pyproject.toml; the editor may also send camelCase):
 ``framework``           your own helpers described like the built-in framework tables
                         (``ddp_lsp/core/frameworks``): an array of tables, each with one of
                         ``call`` (a qualified name), ``method`` (``receiver.method``),
-                        ``function`` (a bare name, wherever defined) or ``module`` (an import
-                        prefix), and ``means``: a list of meanings (``collective``,
+                        or ``function`` (a bare name, wherever defined), and ``means``: a list of meanings (``collective``,
                         ``rank-zero``, ``backward``, ``silences-print``...; ``ddp-lsp`` lists
                         them in the error for an unknown one); ``keyword`` for ``seeds``
 """
@@ -308,7 +307,9 @@ def _severities(value: Any, where: str) -> tuple[tuple[str, Severity], ...]:
     return tuple(out)
 
 
-_MATCH_KEYS = {m.value: m for m in Match}
+# `module` entries (imports that make a file distributed code) are the built-in tables' only:
+# `assume-distributed` is the setting for that.
+_MATCH_KEYS = {m.value: m for m in Match if m is not Match.MODULE}
 _MEANINGS = {m.value: m for m in Meaning}
 
 

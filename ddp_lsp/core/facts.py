@@ -1009,6 +1009,10 @@ def _kind_of_source(source: tuple[str, ...], aliases: Mapping[str, str]) -> str 
     for spelled in source:
         qual = N.resolve(spelled, aliases)
         if qual is None:
+            # A class the project copied from a framework under its name (timm's NativeScaler
+            # in MAE's misc.py): the tables' bare names.
+            if spelled.rsplit(".", 1)[-1] in _SCALER_WRAPPER_NAMES:
+                return SCALER_WRAPPER
             return None
         kind = kind_of_qualname(qual)
         if kind is not None:
@@ -1032,7 +1036,14 @@ def _user_collective(ranks: RankModel, calls: Iterable[str]) -> bool:
     return False
 
 
+# GradScaler wrappers that unscale, clip and step by themselves (the tables' `scaler-wrapper`).
+_SCALER_WRAPPERS = FW.BUILTIN.calls(FW.Meaning.SCALER_WRAPPER)
+_SCALER_WRAPPER_NAMES = FW.BUILTIN.functions(FW.Meaning.SCALER_WRAPPER)
+
+
 def kind_of_qualname(qual: str) -> str | None:
+    if qual in _SCALER_WRAPPERS or qual.rsplit(".", 1)[-1] in _SCALER_WRAPPER_NAMES:
+        return SCALER_WRAPPER
     if qual == N.DDP:
         return DDP
     if qual == N.FSDP:

@@ -45,7 +45,8 @@ offered when the condition cannot be evaluated before the forward (it depends on
 computed later in the iteration, or calls a function), or when the loop's length is unknown.
 
 ## Known false positives
-Across files (the project view of the CLI and the server), MAE's form is found too:
+MAE's form is found too (for timm's `NativeScaler` and classes copied under its names, the
+tables' `scaler-wrapper` entries, in a file alone; for any other project class across files):
 `loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0)`, where `loss_scaler` is a
 project class wrapping a GradScaler (its call runs the backward every micro-step and steps only
 when `update_grad` holds); no fix is offered for it. A model a caller in another file
@@ -181,7 +182,7 @@ class AccumulationWithoutNoSync(Rule):
         """MAE's form: ``loss_scaler(loss, optimizer, update_grad=(i + 1) % k == 0)``, where
         ``loss_scaler`` is a project class wrapping a GradScaler: its call runs the backward on
         every micro-step and steps only when ``update_grad`` holds."""
-        if not ctx.facts.project or ctx.kind(call.func, call) != K.SCALER_WRAPPER:
+        if ctx.kind(call.func, call) != K.SCALER_WRAPPER:
             return None
         update = next((kw.value for kw in call.keywords if kw.arg == "update_grad"), None)
         if update is None or isinstance(update, ast.Constant):
@@ -1379,5 +1380,51 @@ def train(net, data, opt, steps):
         opt.zero_grad()
 """,
         note="accelerate without accumulation: every backward is followed by a step",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from timm.utils import NativeScaler
+
+def train_epoch(model, loader, optimizer, accum):
+    scaler_fn = NativeScaler()
+    for it, (x, y) in enumerate(loader):
+        with torch.autocast("cuda"):
+            loss = torch.nn.functional.mse_loss(model(x), y) / accum
+        «scaler_fn(loss, optimizer, parameters=model.parameters(), update_grad=(it + 1) % accum == 0)»
+        if (it + 1) % accum == 0:
+            optimizer.zero_grad()
+
+def main(local_rank, loader):
+    model = DDP(build_model().cuda(local_rank), device_ids=[local_rank])
+    train_epoch(model, loader, torch.optim.AdamW(model.parameters()), 8)
+""",
+        note="timm's NativeScaler (the tables' scaler-wrapper) with update_grad=, file alone",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class NativeScalerWithGradNormCount:
+    def __init__(self):
+        self._scaler = torch.amp.GradScaler("cuda")
+
+    def __call__(self, loss, optimizer, parameters=None, update_grad=True):
+        self._scaler.scale(loss).backward()
+        if update_grad:
+            self._scaler.unscale_(optimizer)
+            self._scaler.step(optimizer)
+            self._scaler.update()
+
+def fit(model, batches, optimizer, k):
+    amp = NativeScalerWithGradNormCount()
+    for n, b in enumerate(batches):
+        loss = model(b).sum() / k
+        «amp(loss, optimizer, parameters=model.parameters(), update_grad=(n + 1) % k == 0)»
+
+def main(local_rank, batches):
+    model = DDP(build_model().cuda(local_rank), device_ids=[local_rank])
+    fit(model, batches, torch.optim.SGD(model.parameters(), lr=0.1), 4)
+""",
+        note="the scaler wrapper copied into the project under its timm name",
     ),
 )

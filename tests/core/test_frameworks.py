@@ -148,7 +148,7 @@ BAD = {
     "not-an-array": (5, "'framework' must be an array of tables"),
     "two-kinds": (
         [{"call": "a.b", "method": "x.y", "means": ["collective"]}],
-        "'framework'[0] needs exactly one of call, method, function, module (got call, method)",
+        "'framework'[0] needs exactly one of call, method, function (got call, method)",
     ),
     "no-means": ([{"call": "a.b"}], "'framework'[0] ('a.b') needs `means`"),
     "unknown-meaning": (
