@@ -301,6 +301,11 @@ class _Extractor:
                     self.bind(t, value, scope)
             if isinstance(s, ast.AnnAssign):
                 self.annotation(s.target, s.annotation, scope)
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value.args:
+            # `fully_shard(model)` shards the module in place: an FSDP module from here on.
+            callee = N.dotted(s.value.func) or ""
+            if callee.rsplit(".", 1)[-1] in _IN_PLACE_SHARDERS:
+                self.bind(s.value.args[0], s.value, scope)
         for child in children(s):
             if isinstance(child, (ast.stmt, ast.ExceptHandler)):
                 continue
@@ -1036,6 +1041,10 @@ def _user_collective(ranks: RankModel, calls: Iterable[str]) -> bool:
     return False
 
 
+# Wrappers whose forward all-gathers parameter shards (the tables' `shards-model`); the bare
+# names shard their first argument in place (`fully_shard(model)`).
+_SHARDERS = FW.BUILTIN.calls(FW.Meaning.SHARDS_MODEL)
+_IN_PLACE_SHARDERS = FW.BUILTIN.functions(FW.Meaning.SHARDS_MODEL)
 # GradScaler wrappers that unscale, clip and step by themselves (the tables' `scaler-wrapper`).
 _SCALER_WRAPPERS = FW.BUILTIN.calls(FW.Meaning.SCALER_WRAPPER)
 _SCALER_WRAPPER_NAMES = FW.BUILTIN.functions(FW.Meaning.SCALER_WRAPPER)
@@ -1046,7 +1055,7 @@ def kind_of_qualname(qual: str) -> str | None:
         return SCALER_WRAPPER
     if qual == N.DDP:
         return DDP
-    if qual == N.FSDP:
+    if qual in _SHARDERS:
         return FSDP
     if qual in N.GRAD_SCALERS:
         return SCALER

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ddp_lsp.core import facts as F
+from ddp_lsp.core import names as N
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.project.index import ProjectIndex
 from ddp_lsp.project.resolve import Resolver
@@ -134,6 +135,9 @@ def compute(index: ProjectIndex) -> ProjectFacts:
                 fi = res.functions(m).get(key[0])
                 line = lines.get(key, _line(fi))
                 text = _KIND_TEXT.get(kind, kind)
+                if kind == F.SCALER_WRAPPER:  # a framework table's class: name it
+                    cls = _class_named(s.facts, own[m].aliases, key)
+                    text = f"`{cls}`, {text}" if cls else text
                 kinds[m][key] = ParamKind(kind, Provenance(s.path, line, f"{key[1]} is {text}"))
         # `loss_scaler = NativeScaler()`: a project class that wraps a GradScaler and unscales
         # (or updates) it in its own methods.
@@ -340,3 +344,13 @@ def compute(index: ProjectIndex) -> ProjectFacts:
             root,
         )
     return ProjectFacts(out, rounds)
+
+
+def _class_named(facts: F.ChunkFacts, aliases: Mapping[str, str], key: tuple[str, str]) -> str:
+    """The class a binding's value was made from, by its defining name (`NativeScaler` imported
+    as another name gives its own), or ""."""
+    for b in facts.bindings:
+        if (b.scope, b.path) == key and b.source and not b.source[0].startswith("="):
+            qual = N.resolve(b.source[0], aliases) or b.source[0]
+            return qual.rsplit(".", 1)[-1]
+    return ""

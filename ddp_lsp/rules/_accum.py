@@ -84,7 +84,7 @@ def sync_managed(ctx: ChunkContext, roots: list[ast.AST]) -> bool:
             elif isinstance(node, ast.Call):
                 if K.NO_SYNC in ctx.callee_props(node):
                     return True
-                if framework_call(ctx, node, FW.Meaning.SKIPS_GRAD_SYNC) is not None:
+                if P.framework_call(ctx, node, FW.Meaning.SKIPS_GRAD_SYNC) is not None:
                     return True  # `accelerator.accumulate(model)`, `fabric.no_sync(model)`
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if node.value in ("require_backward_grad_sync", "no_sync"):
@@ -105,11 +105,6 @@ def is_plain_backward(call: ast.Call) -> P.Backward | None:
     if FW.BUILTIN.matches(FW.Meaning.BACKWARD, f"{name}.backward", None):
         return None
     return b
-
-
-def framework_call(ctx: ChunkContext, call: ast.Call, meaning: FW.Meaning) -> FW.Api | None:
-    """The framework-table entry (built-in or the user's) giving ``call`` this meaning."""
-    return ctx.ranks.frameworks.match_of(meaning, N.dotted(call.func), ctx.call_qualname(call))
 
 
 def sync_skippers(ctx: ChunkContext, receiver: str) -> list[str]:

@@ -225,7 +225,7 @@ class AccumulationWithoutNoSync(Rule):
         (``accelerator.accumulate(model)``): each micro-step all-reduces the prepared DDP model's
         gradients. Engines that accumulate by themselves (`accumulates-itself`: DeepSpeed)
         make the rule moot."""
-        api = A.framework_call(ctx, call, FW.Meaning.BACKWARD)
+        api = P.framework_call(ctx, call, FW.Meaning.BACKWARD)
         if api is None or not call.args or not isinstance(call.func, ast.Attribute):
             return None
         if FW.Meaning.ACCUMULATES_ITSELF in api.means:

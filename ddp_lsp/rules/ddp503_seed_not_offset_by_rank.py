@@ -66,7 +66,6 @@ from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _accum as A
 from ddp_lsp.rules import _device as D
 from ddp_lsp.rules import _guard as G
 from ddp_lsp.rules import _patterns as P
@@ -106,7 +105,7 @@ class SeedNotOffsetByRank(Rule):
         calls = ctx.calls()
         wraps = _wraps_ddp(ctx)
         # A framework that wraps the model (`accelerator.prepare`) broadcasts it like DDP does.
-        prepares = [c for c in calls if A.framework_call(ctx, c, FW.Meaning.WRAPS_MODEL)]
+        prepares = [c for c in calls if P.framework_call(ctx, c, FW.Meaning.WRAPS_MODEL)]
         if not wraps and not prepares:
             return
         for call in calls:
@@ -114,7 +113,7 @@ class SeedNotOffsetByRank(Rule):
                 P.scope_root(ctx, p) is P.scope_root(ctx, call) for p in prepares
             ):
                 continue
-            api = A.framework_call(ctx, call, FW.Meaning.SEEDS)
+            api = P.framework_call(ctx, call, FW.Meaning.SEEDS)
             if api is not None:
                 keyword = ctx.ranks.frameworks.keyword(api)
                 if len(call.args) != 1:

@@ -9,6 +9,11 @@ NAME = "fsdp"
 _COLL = (Meaning.COLLECTIVE,)
 
 TABLE: tuple[Api, ...] = (
+    # An FSDP module's forward all-gathers its parameter shards (a collective).
+    Api(Match.CALL, "torch.distributed.fsdp.FullyShardedDataParallel", (Meaning.SHARDS_MODEL,)),
+    Api(Match.CALL, "torch.distributed.fsdp.fully_shard", (Meaning.SHARDS_MODEL,)),
+    Api(Match.CALL, "torch.distributed._composable.fsdp.fully_shard", (Meaning.SHARDS_MODEL,)),
+    Api(Match.FUNCTION, "fully_shard", (Meaning.SHARDS_MODEL,)),  # shards its argument in place
     # DCP saves and loads are collectives: every rank writes (or reads) its own shards and the
     # planner all-gathers the metadata. Under a rank-0 guard they hang the other ranks.
     Api(Match.CALL, "torch.distributed.checkpoint.save", _COLL),

@@ -59,6 +59,10 @@ class Meaning(enum.Enum):
     ACCUMULATES_ITSELF = "accumulates-itself"
     # Returns its argument wrapped for data parallelism (``accelerator.prepare(model)``).
     WRAPS_MODEL = "wraps-model"
+    # Wraps or shards a model whose forward all-gathers the parameter shards (FSDP, FSDP2's
+    # `fully_shard`): every rank must run the forward. A `function` entry shards its first
+    # argument in place (`fully_shard(model)`).
+    SHARDS_MODEL = "shards-model"
     # A class whose call scales the loss, runs the backward, unscales, clips and steps the
     # optimizer through a GradScaler (timm's ``NativeScaler``): not a GradScaler itself.
     SCALER_WRAPPER = "scaler-wrapper"
