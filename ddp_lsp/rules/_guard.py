@@ -775,7 +775,9 @@ def collective_in(ctx: ChunkContext, stmt: ast.stmt) -> str | None:
         dotted = N.dotted(node.func)
         if qual in N.COLLECTIVES or qual.startswith("torch.distributed.checkpoint"):
             return ctx.segment(node.func)
-        if dotted is not None and K.is_collective_call(dotted, ctx.facts.aliases, ctx.ranks.frameworks):
+        if dotted is not None and K.is_collective_call(
+            dotted, ctx.facts.aliases, ctx.ranks.frameworks
+        ):
             return ctx.segment(node.func)
         if K.COLLECTIVE in ctx.callee_props(node):
             return ctx.segment(node.func)

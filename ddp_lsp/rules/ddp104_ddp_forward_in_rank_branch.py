@@ -153,9 +153,7 @@ def _sharded_before(ctx: ChunkContext, target: ast.expr, call: ast.Call) -> bool
         if isinstance(node, ast.Assign):
             if not any(path_of(t) == path for t in node.targets):
                 continue
-        elif not (
-            isinstance(value, ast.Call) and value.args and path_of(value.args[0]) == path
-        ):
+        elif not (isinstance(value, ast.Call) and value.args and path_of(value.args[0]) == path):
             continue
         shards = isinstance(value, ast.Call) and (
             P.framework_call(ctx, value, FW.Meaning.SHARDS_MODEL) is not None

@@ -159,7 +159,6 @@ class SeedNotOffsetByRank(Rule):
                 fixes=[fix] if "\n" not in ctx.segment(seed) else [],
             )
 
-
     def _keyword_finding(
         self, ctx: ChunkContext, call: ast.Call, seed: ast.expr, keyword: str
     ) -> Finding:

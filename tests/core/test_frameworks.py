@@ -40,11 +40,7 @@ def test_no_key_is_listed_twice_across_tables() -> None:
 def test_every_meaning_is_used_by_a_table_and_read_by_the_analysis() -> None:
     used = {m for api in FW.BUILTIN.apis for m in api.means}
     assert used == set(FW.Meaning)
-    readers = [
-        p
-        for p in ROOT.rglob("*.py")
-        if PKG not in p.parents and p.name != "config.py"
-    ]
+    readers = [p for p in ROOT.rglob("*.py") if PKG not in p.parents and p.name != "config.py"]
     text = "\n".join(p.read_text() for p in readers)
     for meaning in FW.Meaning:
         assert re.search(rf"Meaning\.{meaning.name}\b", text), meaning

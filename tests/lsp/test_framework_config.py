@@ -4,14 +4,12 @@ keeps serving."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import pytest_lsp
 from lsprotocol import types as T
 from pytest_lsp import LanguageClient
 
-from tests.lsp.helpers import CONFIG, TIMEOUT, Doc, capabilities, wait_for_diagnostics
+from tests.lsp.helpers import CONFIG, Doc, capabilities, wait_for_diagnostics, wait_for_message
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -68,13 +66,9 @@ async def test_framework_entries_apply_and_bad_ones_are_shown(client: LanguageCl
     await wait_for_diagnostics(client, doc.uri, pred=lambda d: _rules(d) == [])
 
     # ...and the error was shown, naming the file and the key.
-    async def shown() -> list[str]:
-        while True:
-            msgs = [m.message for m in client.messages[before:] if "framework" in m.message]
-            if msgs:
-                return msgs
-            await asyncio.sleep(0.05)
-
-    msgs = await asyncio.wait_for(shown(), TIMEOUT)
-    assert str(pyproject) in msgs[0] and "'collectve' is not a meaning" in msgs[0], msgs
+    shown = await wait_for_message(
+        client, lambda m: "framework" in m.message and client.messages.index(m) >= before
+    )
+    assert str(pyproject) in shown.message, shown.message
+    assert "'collectve' is not a meaning" in shown.message
     doc.close()

@@ -9,8 +9,22 @@ NAME = "mpi4py"
 _COLL = (Meaning.COLLECTIVE,)
 # Lower case: pickled Python objects; capitalised: buffers.
 _METHODS = (
-    "bcast", "Bcast", "allreduce", "Allreduce", "barrier", "Barrier", "allgather", "Allgather",
-    "gather", "Gather", "scatter", "Scatter", "reduce", "Reduce", "alltoall", "Alltoall",
+    "bcast",
+    "Bcast",
+    "allreduce",
+    "Allreduce",
+    "barrier",
+    "Barrier",
+    "allgather",
+    "Allgather",
+    "gather",
+    "Gather",
+    "scatter",
+    "Scatter",
+    "reduce",
+    "Reduce",
+    "alltoall",
+    "Alltoall",
 )
 
 TABLE: tuple[Api, ...] = (
