@@ -165,7 +165,7 @@ BAD = {
     ),
     "keyword-elsewhere": (
         [{"call": "a.b", "means": ["collective"], "keyword": "x"}],
-        "`keyword` only applies to the `seeds` meaning",
+        "`keyword` only applies to `seeds` and `writes-checkpoint`",
     ),
 }
 
@@ -177,3 +177,32 @@ def test_invalid_entries_name_the_key_and_the_file(case: str) -> None:
         settings_from_mapping({"framework": value}, "/p/pyproject.toml [tool.ddp-lsp]")
     assert str(exc.value).startswith("/p/pyproject.toml [tool.ddp-lsp]: ")
     assert message in str(exc.value)
+
+
+SAVES = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from infra.io import dump_weights, shard_path
+
+
+def save(model, out):
+    model = DDP(model)
+    dump_weights(model.module.state_dict(), "weights/last.ckpt")
+    torch.save(model.module.state_dict(), shard_path(out))
+"""
+
+
+def test_user_checkpoint_writers_and_per_rank_paths() -> None:
+    def lines(settings: Settings) -> list[int]:
+        return [
+            f.span.start.line + 1
+            for f in analyze(SAVES, settings).findings
+            if f.rule_id == "DDP501"
+        ]
+
+    assert lines(Settings()) == [10]
+    writer = {"call": "infra.io.dump_weights", "means": ["writes-checkpoint"], "keyword": "path"}
+    per_rank = {"function": "shard_path", "means": ["saves-per-rank"]}
+    assert lines(settings_from_mapping({"framework": [writer]})) == [9, 10]
+    assert lines(settings_from_mapping({"framework": [writer, per_rank]})) == [9]

@@ -17,6 +17,7 @@ from ddp_lsp.core.frameworks import (
     huggingface,
     lightning,
     mpi4py,
+    safetensors,
     timm,
     torch_distributed,
 )
@@ -53,6 +54,7 @@ TABLES: dict[str, tuple[Api, ...]] = {
         huggingface,
         comm,
         mpi4py,
+        safetensors,
         conventions,
     )
 }

@@ -10,6 +10,7 @@ _C = Match.CALL
 _M = Match.METHOD
 _F = Match.FUNCTION
 _COLL = (Meaning.COLLECTIVE,)
+_CKPT = (Meaning.WRITES_CHECKPOINT,)
 
 TABLE: tuple[Api, ...] = (
     # `from detectron2.utils import comm as d2comm; d2comm.synchronize()`.
@@ -33,6 +34,11 @@ TABLE: tuple[Api, ...] = (
     Api(_F, "get_ordinal", (Meaning.RANK,)),  # torch_xla
     Api(_F, "is_master_ordinal", (Meaning.RANK_ZERO,)),  # torch_xla
     Api(_F, "master_only", (Meaning.RANK_ZERO_ONLY,)),  # mmcv / mmengine
+    # Checkpoint writers that do not check the rank themselves.
+    Api(_C, "mmcv.runner.save_checkpoint", _CKPT, keyword="filename"),
+    Api(_C, "mmcv.runner.checkpoint.save_checkpoint", _CKPT, keyword="filename"),
+    Api(_C, "mmengine.runner.save_checkpoint", _CKPT, keyword="filename"),
+    Api(_C, "mmengine.runner.checkpoint.save_checkpoint", _CKPT, keyword="filename"),
     # Loggers that log on the main process only.
     Api(_F, "setup_logger", (Meaning.SILENCES_LOGGING,)),  # detectron2
     Api(_F, "get_root_logger", (Meaning.SILENCES_LOGGING,)),  # mmcv

@@ -63,6 +63,20 @@ class Meaning(enum.Enum):
     # `fully_shard`): every rank must run the forward. A `function` entry shards its first
     # argument in place (`fully_shard(model)`).
     SHARDS_MODEL = "shards-model"
+    # Sets up tensor parallelism or FSDP2 (`parallelize_module`, `init_device_mesh`): the
+    # module's parameters are DTensors, and `save_pretrained` gathers them, a collective that
+    # every rank must call (DDP501 leaves such saves unguarded on purpose).
+    MAKES_DTENSORS = "makes-dtensors"
+    # Gathers sharded state across ranks (`optim_state_dict`, `consolidate_state_dict`): a
+    # statement that calls it cannot be put under a rank-0 guard.
+    GATHERS_STATE = "gathers-state"
+    # Makes a save per rank on purpose: selecting it (FSDP's ``LOCAL_STATE_DICT``) has each
+    # rank write its own shard; calling it in a path (``rank_file(path)``) names the file by
+    # rank. DDP501 does not ask for a rank-0 guard there.
+    SAVES_PER_RANK = "saves-per-rank"
+    # Writes a checkpoint file on every rank that calls it, without a rank check of its own;
+    # ``keyword`` names its path parameter (the second positional argument).
+    WRITES_CHECKPOINT = "writes-checkpoint"
     # A class whose call scales the loss, runs the backward, unscales, clips and steps the
     # optimizer through a GradScaler (timm's ``NativeScaler``): not a GradScaler itself.
     SCALER_WRAPPER = "scaler-wrapper"
@@ -83,8 +97,8 @@ class Api:
     match: Match
     name: str
     means: tuple[Meaning, ...]
-    # For a meaning that a keyword argument changes (SEEDS: the keyword that makes the seed
-    # per rank when true).
+    # SEEDS: the keyword that makes the seed per rank when true; WRITES_CHECKPOINT: the name of
+    # the path parameter.
     keyword: str | None = None
     # Where the entry comes from: a built-in table's name, or a pyproject.toml.
     source: str = field(default="", compare=False)
@@ -111,8 +125,10 @@ def check_entry(api: Api) -> str | None:
         return f"{api.name!r} means nothing: give at least one meaning"
     if api.keyword is not None and not api.keyword.isidentifier():
         return f"{api.name!r}: keyword {api.keyword!r} is not a Python identifier"
-    if api.keyword is not None and Meaning.SEEDS not in api.means:
-        return f"{api.name!r}: `keyword` only applies to the `seeds` meaning"
+    if api.keyword is not None and not {Meaning.SEEDS, Meaning.WRITES_CHECKPOINT} & set(api.means):
+        return f"{api.name!r}: `keyword` only applies to `seeds` and `writes-checkpoint`"
+    if Meaning.WRITES_CHECKPOINT in api.means and api.keyword is None:
+        return f"{api.name!r}: `writes-checkpoint` needs `keyword`: the path parameter's name"
     return None
 
 
