@@ -310,7 +310,21 @@ def _severities(value: Any, where: str) -> tuple[tuple[str, Severity], ...]:
 # `module` entries (imports that make a file distributed code) are the built-in tables' only:
 # `assume-distributed` is the setting for that.
 _MATCH_KEYS = {m.value: m for m in Match if m is not Match.MODULE}
-_MEANINGS = {m.value: m for m in Meaning}
+# Meanings the analysis reads from the built-in tables only (module-level facts and kinds
+# computed before the settings are known, and the guard analysis' decorators): a user entry
+# with one of them would be silently ignored, so it is an error instead.
+_BUILTIN_ONLY = frozenset(
+    {
+        Meaning.DISTRIBUTED,
+        Meaning.OWNS_PROCESS_GROUP,
+        Meaning.INSTALLS_SAMPLER,
+        Meaning.RANK_ZERO_ONLY,
+        Meaning.SCALER_WRAPPER,
+        Meaning.SHARDS_MODEL,
+    }
+)
+_MEANINGS = {m.value: m for m in Meaning if m not in _BUILTIN_ONLY}
+_ALL_MEANINGS = {m.value: m for m in Meaning}
 
 
 def _frameworks(value: Any, where: str, source: str) -> tuple[Api, ...]:
@@ -346,6 +360,11 @@ def _frameworks(value: Any, where: str, source: str) -> tuple[Api, ...]:
             raise ConfigError(f"{at} ({name!r}) needs `means`: one of {', '.join(_MEANINGS)}")
         means: list[Meaning] = []
         for m in _strings(means_raw, f"{at}.means"):
+            if m in _ALL_MEANINGS and m not in _MEANINGS:
+                raise ConfigError(
+                    f"{at}.means: {m!r} is known to the built-in framework tables only "
+                    f"(ddp_lsp/core/frameworks); configurable: {', '.join(_MEANINGS)}"
+                )
             if m not in _MEANINGS:
                 raise ConfigError(
                     f"{at}.means: {m!r} is not a meaning; expected one of {', '.join(_MEANINGS)}"

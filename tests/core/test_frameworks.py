@@ -163,6 +163,10 @@ BAD = {
         [{"call": "a.b", "means": ["collective"]}, {"call": "a.b", "means": ["rank"]}],
         "'framework': call 'a.b' is listed twice",
     ),
+    "built-in-only": (
+        [{"function": "Amp", "means": ["scaler-wrapper"]}],
+        "'framework'[0].means: 'scaler-wrapper' is known to the built-in framework tables only",
+    ),
     "keyword-elsewhere": (
         [{"call": "a.b", "means": ["collective"], "keyword": "x"}],
         "`keyword` only applies to `seeds` and `writes-checkpoint`",
@@ -206,3 +210,22 @@ def test_user_checkpoint_writers_and_per_rank_paths() -> None:
     per_rank = {"function": "shard_path", "means": ["saves-per-rank"]}
     assert lines(settings_from_mapping({"framework": [writer]})) == [9, 10]
     assert lines(settings_from_mapping({"framework": [writer, per_rank]})) == [9]
+
+
+def test_user_print_silencers_and_rank_aware_loggers() -> None:
+    text = (
+        "import torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "from infra.log import quiet_others\n\n\n"
+        "def train(model, loader, opt, rank):\n"
+        "    quiet_others(rank)\n"
+        "    model = DDP(model)\n"
+        "    for step, x in enumerate(loader):\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+        '        print(f"step {step} loss {loss.item()}")\n'
+    )
+    assert "DDP502" in _ids(text, Settings())
+    entry = [{"function": "quiet_others", "means": ["silences-print"]}]
+    assert "DDP502" not in _ids(text, settings_from_mapping({"framework": entry}))

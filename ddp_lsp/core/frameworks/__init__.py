@@ -17,6 +17,7 @@ from ddp_lsp.core.frameworks import (
     huggingface,
     lightning,
     mpi4py,
+    ray,
     safetensors,
     timm,
     torch_distributed,
@@ -54,6 +55,7 @@ TABLES: dict[str, tuple[Api, ...]] = {
         huggingface,
         comm,
         mpi4py,
+        ray,
         safetensors,
         conventions,
     )

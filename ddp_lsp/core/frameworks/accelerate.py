@@ -11,7 +11,12 @@ _M = Match.METHOD
 _COLL = (Meaning.COLLECTIVE,)
 
 TABLE: tuple[Api, ...] = (
-    Api(Match.MODULE, "accelerate", (Meaning.DISTRIBUTED,)),
+    Api(
+        Match.MODULE,
+        "accelerate",
+        (Meaning.DISTRIBUTED, Meaning.OWNS_PROCESS_GROUP, Meaning.INSTALLS_SAMPLER),
+    ),
+    Api(Match.FUNCTION, "prepare", (Meaning.INSTALLS_SAMPLER,)),  # accelerator.prepare(loader)
     Api(_M, "accelerator.wait_for_everyone", _COLL),
     Api(_M, "accelerator.gather", _COLL),
     Api(_M, "accelerator.gather_for_metrics", _COLL),

@@ -9,7 +9,24 @@ NAME = "lightning"
 _M = Match.METHOD
 _COLL = (Meaning.COLLECTIVE,)
 
+# Lightning starts and destroys the process group, and shards the loaders it is given or that
+# its hooks return (which modules are distributed code is left to its other markers).
+_OWNS = (Meaning.OWNS_PROCESS_GROUP, Meaning.INSTALLS_SAMPLER)
+
 TABLE: tuple[Api, ...] = (
+    Api(Match.MODULE, "lightning", _OWNS),
+    Api(Match.MODULE, "pytorch_lightning", _OWNS),
+    Api(Match.MODULE, "lightning_fabric", (Meaning.INSTALLS_SAMPLER,)),
+    Api(Match.FUNCTION, "setup_dataloaders", (Meaning.INSTALLS_SAMPLER,)),  # Fabric
+    Api(Match.FUNCTION, "fit", (Meaning.INSTALLS_SAMPLER,)),  # trainer.fit(model, loader)
+    Api(Match.FUNCTION, "validate", (Meaning.INSTALLS_SAMPLER,)),
+    Api(Match.FUNCTION, "test", (Meaning.INSTALLS_SAMPLER,)),
+    Api(Match.FUNCTION, "predict", (Meaning.INSTALLS_SAMPLER,)),
+    # DataModule / LightningModule hooks: Lightning shards the loaders they return.
+    Api(Match.FUNCTION, "train_dataloader", (Meaning.INSTALLS_SAMPLER,)),
+    Api(Match.FUNCTION, "val_dataloader", (Meaning.INSTALLS_SAMPLER,)),
+    Api(Match.FUNCTION, "test_dataloader", (Meaning.INSTALLS_SAMPLER,)),
+    Api(Match.FUNCTION, "predict_dataloader", (Meaning.INSTALLS_SAMPLER,)),
     Api(_M, "fabric.barrier", _COLL),
     Api(_M, "fabric.all_reduce", _COLL),
     Api(_M, "fabric.all_gather", _COLL),

@@ -42,6 +42,13 @@ class Meaning(enum.Enum):
     # (MODULE entries) Importing it makes a file distributed code: the rules that only apply
     # to code running as several processes look at the file.
     DISTRIBUTED = "distributed"
+    # (MODULE entries) The framework starts and destroys the process group itself: a file
+    # importing it need not call destroy_process_group (DDP506 is moot there).
+    OWNS_PROCESS_GROUP = "owns-process-group"
+    # The framework (MODULE entries) or the call (FUNCTION entries: `accelerator.prepare`,
+    # `fabric.setup_dataloaders`, Lightning's `train_dataloader` hook) installs a
+    # DistributedSampler in the loaders it is given or returns (DDP401 is moot there).
+    INSTALLS_SAMPLER = "installs-sampler"
     # Returns this process's rank (``dist.get_rank``).
     RANK = "rank"
     # A predicate or flag true on rank 0 only (``is_main_process``, ``trainer.is_global_zero``).
@@ -117,8 +124,13 @@ def check_entry(api: Api) -> str | None:
         return f"{api.name!r}: a method is written `receiver.method` (two parts)"
     if api.match is Match.FUNCTION and len(parts) != 1:
         return f"{api.name!r}: a function is written as its bare name (`setup_for_distributed`)"
-    if (api.match is Match.MODULE) != (api.means == (Meaning.DISTRIBUTED,)):
-        return f"{api.name!r}: a `module` entry means `distributed`, and only it does"
+    module_only = {Meaning.DISTRIBUTED, Meaning.OWNS_PROCESS_GROUP}
+    if api.match is Match.MODULE and not set(api.means) <= module_only | {Meaning.INSTALLS_SAMPLER}:
+        return (
+            f"{api.name!r}: a `module` entry means what importing it does ({_names(module_only)})"
+        )
+    if api.match is not Match.MODULE and module_only & set(api.means):
+        return f"{api.name!r}: {_names(module_only & set(api.means))} is for `module` entries"
     if api.match is Match.CALL and len(parts) < 2:
         return f"{api.name!r}: a call is written with its module (`mylib.dist.sync`)"
     if not api.means:
@@ -130,6 +142,10 @@ def check_entry(api: Api) -> str | None:
     if Meaning.WRITES_CHECKPOINT in api.means and api.keyword is None:
         return f"{api.name!r}: `writes-checkpoint` needs `keyword`: the path parameter's name"
     return None
+
+
+def _names(means: set[Meaning]) -> str:
+    return ", ".join(sorted(m.value for m in means))
 
 
 def duplicates(apis: Iterable[Api]) -> list[tuple[Match, str]]:
