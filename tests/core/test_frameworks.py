@@ -229,3 +229,11 @@ def test_user_print_silencers_and_rank_aware_loggers() -> None:
     assert "DDP502" in _ids(text, Settings())
     entry = [{"function": "quiet_others", "means": ["silences-print"]}]
     assert "DDP502" not in _ids(text, settings_from_mapping({"framework": entry}))
+
+
+def test_the_docs_list_every_meaning_and_table() -> None:
+    docs = (ROOT.parent / "docs" / "frameworks.md").read_text()
+    for meaning in FW.Meaning:
+        assert f"| `{meaning.value}` |" in docs, meaning
+    for name in FW.TABLES:
+        assert f"| `{name}` |" in docs, name
