@@ -1427,4 +1427,18 @@ def main(local_rank, batches):
 """,
         note="the scaler wrapper copied into the project under its timm name",
     ),
+    Valid(
+        """\
+def fit(fabric, model, optimizer, loader, accum):
+    model, optimizer = fabric.setup(model, optimizer)
+    for i, batch in enumerate(loader):
+        accumulating = (i + 1) % accum != 0
+        with fabric.no_backward_sync(model, enabled=accumulating):
+            fabric.backward(model(batch).mean() / accum)
+        if not accumulating:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        note="Lightning Fabric's no_backward_sync (the table's skips-grad-sync)",
+    ),
 )

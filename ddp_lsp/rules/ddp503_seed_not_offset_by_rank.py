@@ -49,6 +49,9 @@ Frameworks: the seeding calls are the `seeds` entries of the framework tables (a
 `[tool.ddp-lsp]`). accelerate's `set_seed(seed)` is reported in a function that prepares a
 model (`accelerator.prepare`, a `wraps-model` entry: accelerate broadcasts the wrapped model
 like DDP) unless it passes `device_specific=True` (the entry's `keyword`); the fix passes it.
+In a file with such a wrap but no DDP one, only a framework's own seeder with a per-rank
+option is reported, and not in a module that shards its model (FSDP, `fully_shard`, tensor
+parallelism: nothing broadcasts the initial weights, so the ranks need the same seed).
 
 ## References
 - https://pytorch.org/docs/stable/notes/randomness.html
@@ -104,16 +107,21 @@ class SeedNotOffsetByRank(Rule):
             return
         calls = ctx.calls()
         wraps = _wraps_ddp(ctx)
-        # A framework that wraps the model (`accelerator.prepare`) broadcasts it like DDP does.
+        # A framework that wraps the model (`accelerator.prepare`) broadcasts it like DDP does;
+        # its own seeder says how to seed per rank (`set_seed(seed, device_specific=True)`).
+        # Not where the module shards its model (FSDP2, tensor parallelism: the ranks need the
+        # same initial weights, nothing broadcasts them).
         prepares = [c for c in calls if P.framework_call(ctx, c, FW.Meaning.WRAPS_MODEL)]
-        if not wraps and not prepares:
+        if not wraps and (not prepares or _shards(ctx)):
             return
         for call in calls:
-            if not wraps and not any(
-                P.scope_root(ctx, p) is P.scope_root(ctx, call) for p in prepares
+            api = P.framework_call(ctx, call, FW.Meaning.SEEDS)
+            if not wraps and (
+                api is None
+                or ctx.ranks.frameworks.keyword(api) is None
+                or not any(P.scope_root(ctx, p) is P.scope_root(ctx, call) for p in prepares)
             ):
                 continue
-            api = P.framework_call(ctx, call, FW.Meaning.SEEDS)
             if api is not None:
                 keyword = ctx.ranks.frameworks.keyword(api)
                 if len(call.args) != 1:
@@ -183,6 +191,15 @@ class SeedNotOffsetByRank(Rule):
             f"augmentations on all ranks; pass `{keyword}=True` to offset the seed per process",
             fixes=[fix] if "\n" not in ctx.segment(seed) else [],
         )
+
+
+def _shards(ctx: ChunkContext) -> bool:
+    """The module imports FSDP, ``fully_shard`` or a tensor-parallel set-up (the framework
+    tables' `shards-model` and `makes-dtensors` entries)."""
+    model = ctx.ranks.frameworks
+    names = model.functions(FW.Meaning.SHARDS_MODEL) | model.functions(FW.Meaning.MAKES_DTENSORS)
+    quals = model.calls(FW.Meaning.SHARDS_MODEL)
+    return any(q in quals or q.rsplit(".", 1)[-1] in names for q in ctx.facts.aliases.values())
 
 
 def _passed_true(call: ast.Call, keyword: str) -> bool:
@@ -559,5 +576,32 @@ def main(accelerator, args, build):
     return accelerator.prepare(build())
 """,
         note="set_seed in a function that prepares no model",
+    ),
+    Valid(
+        """\
+import torch
+from accelerate.utils import set_seed
+from torch.distributed.fsdp import fully_shard
+
+def main(accelerator, args, build):
+    set_seed(args.seed)
+    net = build()
+    fully_shard(net)
+    return accelerator.prepare(net)
+""",
+        note="FSDP2: the ranks need the same initial weights (nothing broadcasts them)",
+    ),
+    Valid(
+        """\
+import torch
+import deepspeed
+
+def main(args, build):
+    torch.manual_seed(args.seed)
+    engine, _, _, _ = deepspeed.initialize(args=args, model=build())
+    return engine
+""",
+        note="a plain torch seed beside a framework wrap: only the framework's own seeder, which "
+        "has a per-rank option, is reported where no DDP wrap is",
     ),
 )

@@ -17,6 +17,13 @@ TABLE: tuple[Api, ...] = (
         (Meaning.DISTRIBUTED, Meaning.OWNS_PROCESS_GROUP, Meaning.INSTALLS_SAMPLER),
     ),
     Api(Match.FUNCTION, "prepare", (Meaning.INSTALLS_SAMPLER,)),  # accelerator.prepare(loader)
+    Api(_C, "accelerate.DistributedDataParallelKwargs", (Meaning.TAKES_DDP_KWARGS,)),
+    Api(_C, "accelerate.utils.DistributedDataParallelKwargs", (Meaning.TAKES_DDP_KWARGS,)),
+    Api(
+        _C,
+        "accelerate.utils.dataclasses.DistributedDataParallelKwargs",
+        (Meaning.TAKES_DDP_KWARGS,),
+    ),
     Api(_M, "accelerator.wait_for_everyone", _COLL),
     Api(_M, "accelerator.gather", _COLL),
     Api(_M, "accelerator.gather_for_metrics", _COLL),

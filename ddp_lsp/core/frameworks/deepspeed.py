@@ -24,6 +24,7 @@ TABLE: tuple[Api, ...] = (
     # skip their all-reduce on the micro-steps themselves: DDP101 is moot for its loops.
     Api(Match.METHOD, "model_engine.backward", (Meaning.BACKWARD, Meaning.ACCUMULATES_ITSELF)),
     Api(Match.METHOD, "engine.backward", (Meaning.BACKWARD, Meaning.ACCUMULATES_ITSELF)),
+    Api(Match.METHOD, "deepspeed.backward", (Meaning.BACKWARD, Meaning.ACCUMULATES_ITSELF)),
     # ZeRO-3: consolidating the 16-bit weights gathers the partitions from every rank.
     Api(Match.FUNCTION, "_zero3_consolidated_16bit_state_dict", (Meaning.GATHERS_STATE,)),
     Api(_C, "deepspeed.initialize", (Meaning.WRAPS_MODEL, Meaning.ACCUMULATES_ITSELF)),

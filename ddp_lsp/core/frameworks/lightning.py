@@ -27,12 +27,17 @@ TABLE: tuple[Api, ...] = (
     Api(Match.FUNCTION, "val_dataloader", (Meaning.INSTALLS_SAMPLER,)),
     Api(Match.FUNCTION, "test_dataloader", (Meaning.INSTALLS_SAMPLER,)),
     Api(Match.FUNCTION, "predict_dataloader", (Meaning.INSTALLS_SAMPLER,)),
+    *(
+        Api(Match.CALL, f"{pkg}.strategies{sub}.DDPStrategy", (Meaning.TAKES_DDP_KWARGS,))
+        for pkg in ("lightning.pytorch", "lightning.fabric", "pytorch_lightning")
+        for sub in ("", ".ddp")
+    ),
     Api(_M, "fabric.barrier", _COLL),
     Api(_M, "fabric.all_reduce", _COLL),
     Api(_M, "fabric.all_gather", _COLL),
     Api(_M, "fabric.broadcast", _COLL),
     Api(_M, "fabric.backward", (Meaning.BACKWARD,)),
-    Api(_M, "fabric.no_sync", (Meaning.SKIPS_GRAD_SYNC,)),
+    Api(_M, "fabric.no_backward_sync", (Meaning.SKIPS_GRAD_SYNC,)),
     Api(_M, "fabric.setup", (Meaning.WRAPS_MODEL,)),
     Api(_M, "fabric.setup_module", (Meaning.WRAPS_MODEL,)),
     Api(_M, "fabric.is_global_zero", (Meaning.RANK_ZERO,)),

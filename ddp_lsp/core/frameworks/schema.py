@@ -49,6 +49,10 @@ class Meaning(enum.Enum):
     # `fabric.setup_dataloaders`, Lightning's `train_dataloader` hook) installs a
     # DistributedSampler in the loaders it is given or returns (DDP401 is moot there).
     INSTALLS_SAMPLER = "installs-sampler"
+    # Takes DistributedDataParallel's own keywords (`find_unused_parameters`, `static_graph`)
+    # and passes them to the DDP wrapper it builds (accelerate's kwargs handler, Lightning's
+    # DDPStrategy).
+    TAKES_DDP_KWARGS = "takes-ddp-kwargs"
     # Returns this process's rank (``dist.get_rank``).
     RANK = "rank"
     # A predicate or flag true on rank 0 only (``is_main_process``, ``trainer.is_global_zero``).

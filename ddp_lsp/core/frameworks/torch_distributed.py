@@ -17,6 +17,7 @@ TABLE: tuple[Api, ...] = (
     Api(Match.MODULE, "torch.utils.data.distributed", (Meaning.DISTRIBUTED,)),
     Api(Match.MODULE, "torch.multiprocessing.spawn", (Meaning.DISTRIBUTED,)),
     Api(Match.MODULE, "torch.nn.SyncBatchNorm", (Meaning.DISTRIBUTED,)),
+    Api(_C, "torch.nn.parallel.DistributedDataParallel", (Meaning.TAKES_DDP_KWARGS,)),
     # Every rank of the group must call these. Not here: destroy_process_group, which tears
     # down this process's communicators without waiting for the other ranks.
     Api(_C, "torch.distributed.barrier", _COLL),
