@@ -604,4 +604,17 @@ def main(args, build):
         note="a plain torch seed beside a framework wrap: only the framework's own seeder, which "
         "has a per-rank option, is reported where no DDP wrap is",
     ),
+    Valid(
+        """\
+from accelerate import Accelerator
+from accelerate.utils import FullyShardedDataParallelPlugin, set_seed
+
+def main(args, build):
+    set_seed(args.seed)
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
+    accelerator = Accelerator(fsdp_plugin=plugin)
+    return accelerator.prepare(build())
+""",
+        note="accelerate with its FSDP plugin: the ranks need the same initial weights",
+    ),
 )

@@ -28,8 +28,9 @@ TABLE: tuple[Api, ...] = (
     Api(_M, "accelerator.gather", _COLL),
     Api(_M, "accelerator.gather_for_metrics", _COLL),
     Api(Match.FUNCTION, "gather_for_metrics", (Meaning.GATHERS_STATE,)),
-    # An accelerate ParallelismConfig shards the model with DTensors (tensor parallelism).
+    # An accelerate ParallelismConfig (tensor parallelism) or FSDP plugin shards the model.
     Api(Match.FUNCTION, "ParallelismConfig", (Meaning.MAKES_DTENSORS,)),
+    Api(Match.FUNCTION, "FullyShardedDataParallelPlugin", (Meaning.MAKES_DTENSORS,)),
     Api(_M, "accelerator.reduce", _COLL),
     Api(_M, "accelerator.pad_across_processes", _COLL),
     Api(_C, "accelerate.utils.wait_for_everyone", _COLL),
