@@ -237,3 +237,13 @@ def test_the_docs_list_every_meaning_and_table() -> None:
         assert f"| `{meaning.value}` |" in docs, meaning
     for name in FW.TABLES:
         assert f"| `{name}` |" in docs, name
+
+
+def test_a_user_rank_function_makes_a_rank_guard() -> None:
+    text = (
+        "import torch.distributed as dist\n\n\n"
+        "def finish(model):\n    if whoami() == 0:\n        dist.barrier()\n"
+    )
+    entry = [{"function": "whoami", "means": ["rank"]}]
+    assert "DDP103" not in _ids(text, Settings())
+    assert "DDP103" in _ids(text, settings_from_mapping({"framework": entry}))
