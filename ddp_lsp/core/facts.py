@@ -383,11 +383,10 @@ class _Extractor:
             elif isinstance(node, ast.Call):
                 self.call(node, scope, guarded)
             elif isinstance(node, ast.Attribute):
-                if node.attr in ("no_sync", "require_backward_grad_sync", "accumulate"):
-                    if node.attr != "accumulate" or (N.dotted(node.value) or "").endswith(
-                        "accelerator"
-                    ):
-                        self._prop(NO_SYNC)
+                if node.attr in ("no_sync", "require_backward_grad_sync"):
+                    self._prop(NO_SYNC)
+                elif f"{_last(node.value)}.{node.attr}" in _SYNC_SKIPPERS:
+                    self._prop(NO_SYNC)  # `accelerator.accumulate`: the tables' skips-grad-sync
             elif isinstance(node, ast.Constant):
                 if isinstance(node.value, str) and node.value in N.RANK_ENV_VARS:
                     self.env_markers = True
@@ -1039,6 +1038,16 @@ def _user_collective(ranks: RankModel, calls: Iterable[str]) -> bool:
         if "." in callee and any(q == callee or q.endswith("." + callee) for q in qualified):
             return True
     return False
+
+
+# Framework methods that skip gradient sync (`accelerator.accumulate`, Fabric's
+# `no_backward_sync`): the tables' `skips-grad-sync` entries.
+_SYNC_SKIPPERS = FW.BUILTIN.methods(FW.Meaning.SKIPS_GRAD_SYNC)
+
+
+def _last(expr: ast.AST) -> str:
+    name = N.dotted(expr) or ""
+    return name.rsplit(".", 1)[-1]
 
 
 # Wrappers whose forward all-gathers parameter shards (the tables' `shards-model`); the bare
