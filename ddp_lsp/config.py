@@ -17,6 +17,12 @@ Keys (kebab-case in pyproject.toml; the editor may also send camelCase):
                         main/master/leader/zero/chief/primary are taken as rank-0 predicates
 ``assume-distributed``  treat every file as distributed code (default false)
 ``exclude``             glob patterns of paths the CLI and workspace scans skip
+``framework``           your own helpers described like the built-in framework tables
+                        (``ddp_lsp/core/frameworks``): an array of tables, each with one of
+                        ``call`` (a qualified name), ``method`` (``receiver.method``),
+                        or ``function`` (a bare name, wherever defined), and ``means``: a list of meanings (``collective``,
+                        ``rank-zero``, ``backward``, ``silences-print``...; ``ddp-lsp`` lists
+                        them in the error for an unknown one); ``keyword`` for ``seeds``
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 # The value itself lives in the core (which reads no files); re-exported for the front ends.
+from ddp_lsp.core.frameworks import Api, Match, Meaning, check_entry, duplicates
 from ddp_lsp.core.settings import DEFAULT_EXCLUDE, Settings
 from ddp_lsp.core.types import Severity
 
@@ -83,6 +90,7 @@ def merge_settings(base: Settings, data: Mapping[str, Any], source: str = "setti
         "assume_distributed": base.assume_distributed,
         "exclude": base.exclude,
         "project": base.project,
+        "frameworks": base.frameworks,
     }
     for raw_key, value in data.items():
         key = _normalise_key(str(raw_key))
@@ -101,13 +109,15 @@ def merge_settings(base: Settings, data: Mapping[str, Any], source: str = "setti
             values[key] = value
         elif key == "exclude":
             values["exclude"] = _strings(value, where)
+        elif key in ("framework", "frameworks"):
+            values["frameworks"] = _frameworks(value, where, source)
         elif key in _IGNORED_EDITOR_KEYS:
             continue
         else:
             raise ConfigError(
                 f"{source}: unknown key {raw_key!r}; expected one of "
                 "select, ignore, severity, rank-guard-names, assume-distributed, exclude, "
-                "project"
+                "project, framework"
             )
     return Settings(source=source, **values)
 
@@ -294,4 +304,81 @@ def _severities(value: Any, where: str) -> tuple[tuple[str, Severity], ...]:
             out.append((rule_id, Severity.parse(sev)))
         except ValueError as exc:
             raise ConfigError(f"{where}.{rid}: {exc}") from None
+    return tuple(out)
+
+
+# `module` entries (imports that make a file distributed code) are the built-in tables' only:
+# `assume-distributed` is the setting for that.
+_MATCH_KEYS = {m.value: m for m in Match if m is not Match.MODULE}
+# Meanings the analysis reads from the built-in tables only (module-level facts and kinds
+# computed before the settings are known, and the guard analysis' decorators): a user entry
+# with one of them would be silently ignored, so it is an error instead.
+_BUILTIN_ONLY = frozenset(
+    {
+        Meaning.DISTRIBUTED,
+        Meaning.OWNS_PROCESS_GROUP,
+        Meaning.INSTALLS_SAMPLER,
+        Meaning.RANK_ZERO_ONLY,
+        Meaning.SCALER_WRAPPER,
+        Meaning.SHARDS_MODEL,
+    }
+)
+_MEANINGS = {m.value: m for m in Meaning if m not in _BUILTIN_ONLY}
+_ALL_MEANINGS = {m.value: m for m in Meaning}
+
+
+def _frameworks(value: Any, where: str, source: str) -> tuple[Api, ...]:
+    """``[[tool.ddp-lsp.framework]]`` entries: the schema of the built-in tables."""
+    if isinstance(value, Mapping):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(
+            f"{where} must be an array of tables (`[[tool.{SECTION}.framework]]`), got {value!r}"
+        )
+    out: list[Api] = []
+    for i, entry in enumerate(value):
+        at = f"{where}[{i}]"
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{at} must be a table with `call`/`method`/`function` and `means`")
+        unknown = sorted(set(entry) - {*_MATCH_KEYS, "means", "keyword"})
+        if unknown:
+            raise ConfigError(
+                f"{at}: unknown key {unknown[0]!r}; expected one of "
+                f"{', '.join(_MATCH_KEYS)}, means, keyword"
+            )
+        kinds = [k for k in _MATCH_KEYS if k in entry]
+        if len(kinds) != 1:
+            raise ConfigError(
+                f"{at} needs exactly one of {', '.join(_MATCH_KEYS)} (got "
+                f"{', '.join(kinds) or 'none'})"
+            )
+        name = entry[kinds[0]]
+        if not isinstance(name, str):
+            raise ConfigError(f"{at}.{kinds[0]} must be a string, got {name!r}")
+        means_raw = entry.get("means")
+        if means_raw is None:
+            raise ConfigError(f"{at} ({name!r}) needs `means`: one of {', '.join(_MEANINGS)}")
+        means: list[Meaning] = []
+        for m in _strings(means_raw, f"{at}.means"):
+            if m in _ALL_MEANINGS and m not in _MEANINGS:
+                raise ConfigError(
+                    f"{at}.means: {m!r} is known to the built-in framework tables only "
+                    f"(ddp_lsp/core/frameworks); configurable: {', '.join(_MEANINGS)}"
+                )
+            if m not in _MEANINGS:
+                raise ConfigError(
+                    f"{at}.means: {m!r} is not a meaning; expected one of {', '.join(_MEANINGS)}"
+                )
+            means.append(_MEANINGS[m])
+        keyword = entry.get("keyword")
+        if keyword is not None and not isinstance(keyword, str):
+            raise ConfigError(f"{at}.keyword must be a string, got {keyword!r}")
+        api = Api(_MATCH_KEYS[kinds[0]], name, tuple(means), keyword, source)
+        problem = check_entry(api)
+        if problem is not None:
+            raise ConfigError(f"{at}: {problem}")
+        out.append(api)
+    dup = duplicates(out)
+    if dup:
+        raise ConfigError(f"{where}: {dup[0][0].value} {dup[0][1]!r} is listed twice")
     return tuple(out)

@@ -21,6 +21,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import gates as G
 from ddp_lsp.core import names as N
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
@@ -86,31 +87,8 @@ TRANSITIVE_PROPS = frozenset(
 
 # Callables that return their (first) argument's kind unchanged.
 _TRANSPARENT = frozenset({"torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
-# Well-known wrappers that perform collectives (receiver name, method).
-WRAPPER_COLLECTIVES = frozenset(
-    {
-        ("accelerator", "wait_for_everyone"),
-        ("accelerator", "gather"),
-        ("accelerator", "gather_for_metrics"),
-        ("accelerator", "reduce"),
-        ("accelerator", "pad_across_processes"),
-        ("fabric", "barrier"),
-        ("fabric", "all_reduce"),
-        ("fabric", "all_gather"),
-        ("fabric", "broadcast"),
-        ("comm", "synchronize"),
-        ("comm", "all_gather"),
-        ("comm", "reduce_dict"),
-        ("comm", "bcast"),
-        ("comm", "allreduce"),
-        ("comm", "Barrier"),
-        ("comm", "barrier"),
-        ("comm", "Allreduce"),
-        ("comm", "Bcast"),
-        ("comm", "allgather"),
-        ("xm", "rendezvous"),
-    }
-)
+# Well-known wrappers that perform collectives (receiver name, method): the framework tables.
+WRAPPER_COLLECTIVES = FW.BUILTIN.method_pairs(FW.Meaning.COLLECTIVE)
 
 
 @dataclass(frozen=True)
@@ -349,6 +327,11 @@ class _Extractor:
                     self.bind(t, value, scope)
             if isinstance(s, ast.AnnAssign):
                 self.annotation(s.target, s.annotation, scope)
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value.args:
+            # `fully_shard(model)` shards the module in place: an FSDP module from here on.
+            callee = N.dotted(s.value.func) or ""
+            if callee.rsplit(".", 1)[-1] in _IN_PLACE_SHARDERS:
+                self.bind(s.value.args[0], s.value, scope)
         for child in children(s):
             if isinstance(child, (ast.stmt, ast.ExceptHandler)):
                 continue
@@ -423,6 +406,8 @@ class _Extractor:
         calls = self._calls.pop()
         props = self._props.pop()
         self._params.pop()
+        if self.ranks.frameworks is not FW.BUILTIN and _user_collective(self.ranks, calls):
+            props.add(COLLECTIVE)
         if body_guarded:
             props.add(GUARDS_ITSELF)
         if _is_rank_predicate(f, self.ranks):
@@ -450,11 +435,10 @@ class _Extractor:
                         self._prop(HOST_SYNC)
                 self.call(node, scope, guarded)
             elif isinstance(node, ast.Attribute):
-                if node.attr in ("no_sync", "require_backward_grad_sync", "accumulate"):
-                    if node.attr != "accumulate" or (N.dotted(node.value) or "").endswith(
-                        "accelerator"
-                    ):
-                        self._prop(NO_SYNC)
+                if node.attr in ("no_sync", "require_backward_grad_sync"):
+                    self._prop(NO_SYNC)
+                elif f"{_last(node.value)}.{node.attr}" in _SYNC_SKIPPERS:
+                    self._prop(NO_SYNC)  # `accelerator.accumulate`: the tables' skips-grad-sync
             elif isinstance(node, ast.Constant):
                 if isinstance(node.value, str) and node.value in N.RANK_ENV_VARS:
                     self.env_markers = True
@@ -1235,6 +1219,10 @@ def _kind_of_source(source: tuple[str, ...], aliases: Mapping[str, str]) -> str 
     for spelled in source:
         qual = N.resolve(spelled, aliases)
         if qual is None:
+            # A class the project copied from a framework under its name (timm's NativeScaler
+            # in MAE's misc.py): the tables' bare names.
+            if spelled.rsplit(".", 1)[-1] in _SCALER_WRAPPER_NAMES:
+                return SCALER_WRAPPER
             return None
         kind = kind_of_qualname(qual)
         if kind is not None:
@@ -1244,10 +1232,45 @@ def _kind_of_source(source: tuple[str, ...], aliases: Mapping[str, str]) -> str 
     return None
 
 
+def _user_collective(ranks: RankModel, calls: Iterable[str]) -> bool:
+    """A call of a collective the user's `[tool.ddp-lsp]` framework entries name. Chunk facts
+    are extracted before the module's imports are known, so a qualified entry matches a call
+    spelled as its tail (``dist_utils.sync_all`` for ``mylib.dist_utils.sync_all``)."""
+    model = ranks.frameworks
+    qualified = model.calls(FW.Meaning.COLLECTIVE)
+    for callee in calls:
+        if model.matches(FW.Meaning.COLLECTIVE, callee, None):
+            return True
+        if "." in callee and any(q == callee or q.endswith("." + callee) for q in qualified):
+            return True
+    return False
+
+
+# Framework methods that skip gradient sync (`accelerator.accumulate`, Fabric's
+# `no_backward_sync`): the tables' `skips-grad-sync` entries.
+_SYNC_SKIPPERS = FW.BUILTIN.methods(FW.Meaning.SKIPS_GRAD_SYNC)
+
+
+def _last(expr: ast.AST) -> str:
+    name = N.dotted(expr) or ""
+    return name.rsplit(".", 1)[-1]
+
+
+# Wrappers whose forward all-gathers parameter shards (the tables' `shards-model`); the bare
+# names shard their first argument in place (`fully_shard(model)`).
+_SHARDERS = FW.BUILTIN.calls(FW.Meaning.SHARDS_MODEL)
+_IN_PLACE_SHARDERS = FW.BUILTIN.functions(FW.Meaning.SHARDS_MODEL)
+# GradScaler wrappers that unscale, clip and step by themselves (the tables' `scaler-wrapper`).
+_SCALER_WRAPPERS = FW.BUILTIN.calls(FW.Meaning.SCALER_WRAPPER)
+_SCALER_WRAPPER_NAMES = FW.BUILTIN.functions(FW.Meaning.SCALER_WRAPPER)
+
+
 def kind_of_qualname(qual: str) -> str | None:
+    if qual in _SCALER_WRAPPERS or qual.rsplit(".", 1)[-1] in _SCALER_WRAPPER_NAMES:
+        return SCALER_WRAPPER
     if qual == N.DDP:
         return DDP
-    if qual == N.FSDP:
+    if qual in _SHARDERS:
         return FSDP
     if qual in N.GRAD_SCALERS:
         return SCALER
@@ -1261,29 +1284,21 @@ def kind_of_qualname(qual: str) -> str | None:
 
 
 # Library functions that perform collectives, by qualified name (so any alias works:
-# `from detectron2.utils import comm as d2comm; d2comm.synchronize()`).
-QUALIFIED_WRAPPER_COLLECTIVES = frozenset(
-    {
-        "detectron2.utils.comm.synchronize",
-        "detectron2.utils.comm.all_gather",
-        "detectron2.utils.comm.gather",
-        "detectron2.utils.comm.reduce_dict",
-        "detectron2.utils.comm.shared_random_seed",
-        "accelerate.utils.wait_for_everyone",
-        "accelerate.utils.gather",
-        "accelerate.utils.gather_object",
-        "accelerate.utils.reduce",
-        "accelerate.utils.broadcast",
-        "accelerate.utils.broadcast_object_list",
-        "accelerate.utils.pad_across_processes",
-    }
-)
+# `from detectron2.utils import comm as d2comm; d2comm.synchronize()`): the framework tables.
+QUALIFIED_WRAPPER_COLLECTIVES = FW.BUILTIN.calls(FW.Meaning.COLLECTIVE)
 
 
-def is_collective_call(callee: str, aliases: Mapping[str, str]) -> bool:
+def is_collective_call(
+    callee: str, aliases: Mapping[str, str], frameworks: FW.FrameworkModel | None = None
+) -> bool:
+    """Whether a call spelled ``callee`` is a collective: torch.distributed's, a framework
+    table's, or (``frameworks``: the settings' model) one of the user's entries."""
     qual = N.resolve(callee, aliases)
     if qual is not None and (qual in N.COLLECTIVES or qual in QUALIFIED_WRAPPER_COLLECTIVES):
         return True
+    if frameworks is not None and frameworks is not FW.BUILTIN:
+        if frameworks.matches(FW.Meaning.COLLECTIVE, callee, qual):
+            return True
     parts = callee.rsplit(".", 2)
     if len(parts) >= 2:
         receiver, method = parts[-2], parts[-1]
@@ -1551,6 +1566,7 @@ def recording_ranks(model: RankModel, reads: set[Entry]) -> RankModel:
     return RankModel(
         _RecSet(model.names, "rv", reads),  # type: ignore[arg-type]
         _RecSet(model.predicates, "rp", reads),  # type: ignore[arg-type]
+        model.frameworks,
     )
 
 

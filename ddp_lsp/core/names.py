@@ -12,6 +12,8 @@ import ast
 import sys
 from collections.abc import Mapping
 
+from ddp_lsp.core.frameworks import BUILTIN, Meaning
+
 # Several public spellings of one object; rules compare canonical names only.
 CANONICAL: dict[str, str] = {
     "torch.nn.parallel.distributed.DistributedDataParallel": (
@@ -60,33 +62,15 @@ DESTROY_PROCESS_GROUP = "torch.distributed.destroy_process_group"
 TORCH_SAVE = "torch.save"
 TORCH_LOAD = "torch.load"
 
-# torch.distributed functions every rank of the group must call.
+# torch.distributed functions every rank of the group must call: the torch.distributed and FSDP
+# tables (ddp_lsp.core.frameworks), by their name under `torch.distributed.` (DCP's
+# `checkpoint.save` included). destroy_process_group is not one: it tears down this process's
+# communicators and does not wait for the other ranks.
 COLLECTIVE_FUNCTIONS = frozenset(
-    {
-        "barrier",
-        "monitored_barrier",
-        "all_reduce",
-        "all_reduce_coalesced",
-        "all_gather",
-        "all_gather_into_tensor",
-        "all_gather_object",
-        "all_gather_coalesced",
-        "broadcast",
-        "broadcast_object_list",
-        "reduce",
-        "reduce_scatter",
-        "reduce_scatter_tensor",
-        "gather",
-        "gather_object",
-        "scatter",
-        "scatter_object_list",
-        "all_to_all",
-        "all_to_all_single",
-        "new_group",
-    }
+    q[len("torch.distributed.") :]
+    for q in BUILTIN.calls(Meaning.COLLECTIVE)
+    if q.startswith("torch.distributed.")
 )
-# Not in the set: destroy_process_group. It tears down this process's communicators and does
-# not wait for the other ranks, so a cleanup() helper that calls it is not "collective".
 COLLECTIVES = frozenset(f"torch.distributed.{name}" for name in COLLECTIVE_FUNCTIONS)
 
 OPTIMIZER_PREFIXES = (
@@ -103,17 +87,8 @@ OPTIMIZER_FACTORIES = frozenset(
 )
 
 # Markers of code that runs as several processes (RULES.md "Distributed context").
-DISTRIBUTED_MODULE_PREFIXES = (
-    "torch.distributed",
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed",
-    "torch.utils.data.DistributedSampler",
-    "torch.utils.data.distributed",
-    "torch.multiprocessing.spawn",
-    "accelerate",
-    "deepspeed",
-    "torch.nn.SyncBatchNorm",
-)
+# (the tables' `module` entries).
+DISTRIBUTED_MODULE_PREFIXES = BUILTIN.modules(Meaning.DISTRIBUTED)
 RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK"})
 
 

@@ -234,8 +234,8 @@ def collective_extractor(ctx: ChunkContext) -> Extractor:
             return None
         if name is None:
             return None
-        if K.is_collective_call(name, aliases):
-            return Event(call, name.rsplit(".", 2)[-2] + "." + name.rsplit(".", 1)[-1], f"{name}()")
+        if K.is_collective_call(name, aliases, ctx.ranks.frameworks):
+            return Event(call, ".".join(name.rsplit(".", 2)[-2:]), f"{name}()")
         if isinstance(call.func, ast.Attribute) and call.func.attr in PG_METHODS:
             receiver = path_of(call.func.value)
             if receiver is not None and receiver in pgs:

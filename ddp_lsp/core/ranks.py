@@ -17,6 +17,7 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ddp_lsp.core.frameworks import BUILTIN, FrameworkModel, Meaning
 from ddp_lsp.core.names import RANK_ENV_VARS, dotted
 from ddp_lsp.core.walk import walk
 
@@ -39,31 +40,10 @@ DEFAULT_RANK_NAMES = frozenset(
         "gpu_id",  # the PyTorch DDP tutorial's name for the rank
     }
 )
-DEFAULT_PREDICATES = frozenset(
-    {
-        "is_main_process",
-        "is_local_main_process",
-        "is_main",
-        "is_master",
-        "master_process",
-        "is_master_process",
-        "is_rank_zero",
-        "is_rank_0",
-        "is_global_zero",
-        "is_local_zero",
-        "is_primary",
-        "is_main_rank",
-        "is_chief",
-        "is_world_process_zero",  # transformers.Trainer
-        "is_local_process_zero",
-        "is_master_ordinal",  # torch_xla
-        "should_save",  # transformers TrainingArguments: rank 0 and a save strategy
-    }
-)
+# Rank-0 predicates and flags: the framework tables' `rank-zero` names (ddp_lsp.core.frameworks).
+DEFAULT_PREDICATES = BUILTIN.functions(Meaning.RANK_ZERO)
 # Calls that return this process's rank.
-RANK_FUNCTIONS = frozenset(
-    {"get_rank", "get_global_rank", "get_local_rank", "get_node_local_rank", "get_ordinal"}
-)
+RANK_FUNCTIONS = BUILTIN.functions(Meaning.RANK)
 
 
 @dataclass(frozen=True)
@@ -72,9 +52,14 @@ class RankModel:
 
     names: frozenset[str] = DEFAULT_RANK_NAMES
     predicates: frozenset[str] = DEFAULT_PREDICATES
+    # What framework APIs mean (built-in tables + the user's entries): travels with the rank
+    # names because both come from the settings and both change the facts.
+    frameworks: FrameworkModel = BUILTIN
 
     def with_extra(self, names: Iterable[str] = (), predicates: Iterable[str] = ()) -> RankModel:
-        return RankModel(self.names | frozenset(names), self.predicates | frozenset(predicates))
+        return RankModel(
+            self.names | frozenset(names), self.predicates | frozenset(predicates), self.frameworks
+        )
 
     # -- expressions -------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from ddp_lsp.core.frameworks import BUILTIN, Api, Meaning
 from ddp_lsp.core.ranks import DEFAULT_PREDICATES, DEFAULT_RANK_NAMES, RankModel
 from ddp_lsp.core.types import Severity
 
@@ -49,6 +50,8 @@ class Settings:
     exclude: tuple[str, ...] = ()
     # Analyse each file with what the rest of its project says (ddp_lsp.project); off: alone.
     project: bool = True
+    # The user's framework entries (`[[tool.ddp-lsp.framework]]`), added to the built-in tables.
+    frameworks: tuple[Api, ...] = ()
     # Where the values came from (a pyproject.toml, "editor settings"...), for messages.
     source: str = field(default="defaults", compare=False)
 
@@ -67,7 +70,15 @@ class Settings:
     def rank_model(self) -> RankModel:
         names = {n for n in self.rank_guard_names if not _PREDICATE_HINT.search(n)}
         predicates = {n for n in self.rank_guard_names if _PREDICATE_HINT.search(n)}
-        return RankModel(DEFAULT_RANK_NAMES | names, DEFAULT_PREDICATES | predicates)
+        model = BUILTIN.extended(self.frameworks)
+        # User functions that are rank-0 predicates or return the rank join the rank names.
+        for api in self.frameworks:
+            last = api.name.rsplit(".", 1)[-1]
+            if Meaning.RANK_ZERO in api.means:
+                predicates.add(last)
+            if Meaning.RANK in api.means:
+                names.add(last)
+        return RankModel(DEFAULT_RANK_NAMES | names, DEFAULT_PREDICATES | predicates, model)
 
     def is_excluded(self, path: PurePath, root: PurePath | None = None) -> bool:
         """Whether scans skip ``path``: a default directory name among its parents, or an

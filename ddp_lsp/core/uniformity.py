@@ -90,6 +90,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core.names import dotted
 from ddp_lsp.core.types import Pos, Span
 from ddp_lsp.core.walk import bfs, scope_nodes
@@ -108,31 +109,12 @@ _MAX_DEPTH = 3
 
 # Rank-aware flags and methods beyond the rank model's predicates (Hugging Face Trainer's
 # TrainingArguments.should_save / should_log, Trainer.is_world_process_zero, torch_xla).
-EXTRA_PREDICATES = frozenset(
-    {
-        "should_save",
-        "should_log",
-        "is_world_process_zero",
-        "is_local_process_zero",
-        "is_master_ordinal",
-    }
-)
+# (the framework tables' `rank-zero` names: Hugging Face TrainingArguments.should_save /
+# should_log, Trainer.is_world_process_zero, torch_xla)
+EXTRA_PREDICATES = FW.BUILTIN.functions(FW.Meaning.RANK_ZERO)
 # Decorators that make a function body run on rank 0 only (Lightning, mmcv/mmengine,
 # accelerate, DeepSpeed-style helpers).
-RANK_ZERO_DECORATORS = frozenset(
-    {
-        "rank_zero_only",
-        "master_only",
-        "main_process_only",
-        "on_main_process",
-        "on_local_main_process",
-        "rank0_only",
-        "on_rank_0",
-        "on_rank0",
-        "only_rank_zero",
-        "run_on_main_process",
-    }
-)
+RANK_ZERO_DECORATORS = FW.BUILTIN.functions(FW.Meaning.RANK_ZERO_ONLY)  # the tables' rank-zero-only
 # Same on every rank, and true exactly when the run is not distributed.
 SINGLE_PROCESS_CALLS = frozenset(
     {"is_initialized", "is_available", "is_dist_avail_and_initialized", "distributed"}

@@ -31,6 +31,7 @@ from functools import cached_property
 
 from ddp_lsp.core import facts as F
 from ddp_lsp.core import gates as G
+from ddp_lsp.core import names as N
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.project.index import ProjectIndex
 from ddp_lsp.project.reach import single_process
@@ -240,6 +241,9 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
                 fi = res.functions(m).get(key[0])
                 line = lines.get(key, _line(fi))
                 text = _KIND_TEXT.get(kind, kind)
+                if kind == F.SCALER_WRAPPER:  # a framework table's class: name it
+                    cls = _class_named(s.facts, own[m].aliases, key)
+                    text = f"`{cls}`, {text}" if cls else text
                 kinds[m][key] = ParamKind(kind, Provenance(s.path, line, f"{key[1]} is {text}"))
         # `loss_scaler = NativeScaler()`: a project class that wraps a GradScaler and unscales
         # (or updates) it in its own methods.
@@ -357,12 +361,12 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
             pk = kinds[tm].get((tfi.qualname, param))
             if pk is None or pk.mixed:
                 continue
-            cls = caller.cls if caller else None
+            caller_cls = caller.cls if caller else None
             # ... or one that holds the kind on some launches only (`if args.distributed:
             # model = DDP(model)` in the caller).
             if (
-                _lookup(kinds[m], arg, cs.caller, cls) is None
-                or F.visible_key(own[m].kinds, arg, cs.caller, cls) in own[m].sometimes
+                _lookup(kinds[m], arg, cs.caller, caller_cls) is None
+                or F.visible_key(own[m].kinds, arg, cs.caller, caller_cls) in own[m].sometimes
             ):
                 kinds[tm][(tfi.qualname, param)] = ParamKind(pk.kind, pk.origin, pk.via, True)
 
@@ -512,3 +516,13 @@ def _resolve_gates(
             some = next(iter(props[key].values()), None)
             if some is not None:
                 props[key][p] = some
+
+
+def _class_named(facts: F.ChunkFacts, aliases: Mapping[str, str], key: tuple[str, str]) -> str:
+    """The class a binding's value was made from, by its defining name (`NativeScaler` imported
+    as another name gives its own), or ""."""
+    for b in facts.bindings:
+        if (b.scope, b.path) == key and b.source and not b.source[0].startswith("="):
+            qual = N.resolve(b.source[0], aliases) or b.source[0]
+            return qual.rsplit(".", 1)[-1]
+    return ""

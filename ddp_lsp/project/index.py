@@ -114,7 +114,7 @@ def _platform_cache() -> str:
 
 
 def _ranks_key(ranks: RankModel) -> bytes:
-    return repr((sorted(ranks.names), sorted(ranks.predicates))).encode()
+    return repr((sorted(ranks.names), sorted(ranks.predicates), ranks.frameworks.apis)).encode()
 
 
 class _Sharer:

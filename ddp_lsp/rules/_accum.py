@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import names as N
 from ddp_lsp.core import uniformity as U
 from ddp_lsp.core import walk as W
@@ -54,7 +55,9 @@ _NOT_FORWARD_WORDS = re.compile(
     r"barrier|zero_grad|to_device|cuda",
     re.I,
 )
-_ENGINE_RECEIVER = re.compile(r"accelerator|fabric|engine|trainer|deepspeed|strategy", re.I)
+# Receivers named like a training engine or trainer run their own backward (`engine.backward()`);
+# the framework tables name the known ones (`accelerator.backward`, `fabric.backward`).
+_ENGINE_RECEIVER = re.compile(r"engine|trainer|strategy", re.I)
 # Pure calls a condition may contain and still be evaluated earlier in the iteration.
 _PURE_CALLS = frozenset({"len", "min", "max", "int", "bool", "abs"})
 
@@ -79,11 +82,11 @@ def sync_managed(ctx: ChunkContext, roots: list[ast.AST]) -> bool:
                 ident = node.id if isinstance(node, ast.Name) else node.attr
                 if _SYNC_MANAGED.search(ident):
                     return True
-                if ident == "accumulate" and isinstance(node, ast.Attribute):
-                    return True
             elif isinstance(node, ast.Call):
                 if K.NO_SYNC in ctx.callee_props(node):
                     return True
+                if P.framework_call(ctx, node, FW.Meaning.SKIPS_GRAD_SYNC) is not None:
+                    return True  # `accelerator.accumulate(model)`, `fabric.no_sync(model)`
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if node.value in ("require_backward_grad_sync", "no_sync"):
                     return True  # setattr(model, "require_backward_grad_sync", ...)
@@ -91,15 +94,30 @@ def sync_managed(ctx: ChunkContext, roots: list[ast.AST]) -> bool:
 
 
 def is_plain_backward(call: ast.Call) -> P.Backward | None:
-    """``loss.backward()`` / ``scaler.scale(loss).backward()``; not ``accelerator.backward(loss)``,
-    ``model_engine.backward(loss)`` or ``fabric.backward(loss)``."""
+    """``loss.backward()`` / ``scaler.scale(loss).backward()``; not a framework's backward
+    (``accelerator.backward(loss)``, ``model_engine.backward(loss)``: the tables' `backward`
+    methods, which take the loss as an argument)."""
     b = P.backward_of(call)
     if b is None or call.args:
         return None
     name = N.dotted(b.target) or ""
-    if _ENGINE_RECEIVER.search(name):
+    if _ENGINE_RECEIVER.search(name.rsplit(".", 1)[-1]):
+        return None
+    if FW.BUILTIN.matches(FW.Meaning.BACKWARD, f"{name}.backward", None):
         return None
     return b
+
+
+def sync_skippers(ctx: ChunkContext, receiver: str) -> list[str]:
+    """How the framework object ``receiver`` skips gradient sync (``accumulate`` / ``no_sync``
+    for an accelerator, ``no_sync`` for Fabric): the tables' `skips-grad-sync` methods."""
+    last = receiver.rsplit(".", 1)[-1]
+    out = []
+    for name in sorted(ctx.ranks.frameworks.methods(FW.Meaning.SKIPS_GRAD_SYNC)):
+        head, _, method = name.partition(".")
+        if head == last:
+            out.append(method)
+    return out
 
 
 def is_optimizer_step(ctx: ChunkContext, call: ast.Call) -> bool:

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.facts import path_of
@@ -38,32 +39,16 @@ LOADER_POS = {
 SAMPLER_POS = {"dataset": 0, "num_replicas": 1, "rank": 2, "shuffle": 3, "seed": 4}
 
 # Frameworks that replace or wrap the loader's sampler with a distributed one (and call
-# set_epoch): their users must not add a DistributedSampler by hand.
-_SAMPLER_FRAMEWORKS = (
-    "accelerate",
-    "lightning",
-    "pytorch_lightning",
-    "lightning_fabric",
-    "ray.train",
-)
-# Methods that take a loader and shard it: accelerator.prepare, fabric.setup_dataloaders,
-# ray.train.torch.prepare_data_loader, trainer.fit/validate/test/predict (Lightning).
-_PREPARE_METHODS = frozenset(
-    {
-        "prepare",
-        "prepare_data_loader",
-        "setup_dataloaders",
-        "fit",
-        "validate",
-        "test",
-        "predict",
-    }
-)
-# Lightning DataModule / LightningModule hooks: Lightning injects the DistributedSampler into
-# the loaders they return.
-LIGHTNING_HOOKS = frozenset(
-    {"train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader"}
-)
+# set_epoch): their users must not add a DistributedSampler by hand (the framework tables'
+# `installs-sampler` modules).
+_SAMPLER_FRAMEWORKS = FW.BUILTIN.modules(FW.Meaning.INSTALLS_SAMPLER)
+# Methods that take a loader and shard it (accelerator.prepare, fabric.setup_dataloaders,
+# ray.train.torch.prepare_data_loader, Lightning's trainer.fit/validate/test/predict), and
+# Lightning's DataModule / LightningModule hooks, whose returned loaders it shards: the
+# tables' `installs-sampler` names.
+_INSTALLERS = FW.BUILTIN.functions(FW.Meaning.INSTALLS_SAMPLER)
+LIGHTNING_HOOKS = frozenset(n for n in _INSTALLERS if n.endswith("_dataloader"))
+_PREPARE_METHODS = _INSTALLERS - LIGHTNING_HOOKS
 # Names of evaluation data: val_loader, valid_ds, eval_dataset, test_set, dev_loader...
 _EVAL_NAME = re.compile(
     r"(^|_|\.)(val|valid|validation|eval|evaluation|evaluate|validate|test|testing|dev|"

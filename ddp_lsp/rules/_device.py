@@ -246,7 +246,7 @@ def cuda_work(ctx: ChunkContext, call: ast.Call) -> bool:
     if qual in N.COLLECTIVES or qual == N.DDP:
         return True
     dotted = N.dotted(call.func)
-    if dotted is not None and K.is_collective_call(dotted, ctx.facts.aliases):
+    if dotted is not None and K.is_collective_call(dotted, ctx.facts.aliases, ctx.ranks.frameworks):
         return True
     if isinstance(call.func, ast.Attribute) and call.func.attr in ("cuda", "to"):
         return qual == "" or not qual.startswith(("os.", "np.", "numpy."))

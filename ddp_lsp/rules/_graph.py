@@ -16,6 +16,7 @@ import enum
 import re
 
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import LOOPS, ChunkContext
@@ -190,7 +191,9 @@ _CRITERION_NAME = re.compile(
 _STRONG_CRITERION = re.compile(
     r"^(criterion\w*|loss_fn|loss_func|lossfn|loss_function|compute_loss|calc_loss)$", re.I
 )
-_ENGINE = re.compile(r"accelerator|fabric|engine|trainer|deepspeed|strategy", re.I)
+# Receivers named like a training engine or trainer run the backward of their argument; the
+# framework tables name the known ones (`accelerator.backward`, `fabric.backward`).
+_ENGINE = re.compile(r"engine|trainer|strategy", re.I)
 _NO_GRAD = frozenset(
     {
         "torch.no_grad",
@@ -231,7 +234,9 @@ def backward_target(call: ast.Call) -> ast.expr | None:
         return None
     if call.args:
         name = N.dotted(b.target) or ""
-        if _ENGINE.search(name.rsplit(".", 1)[-1]):
+        if _ENGINE.search(name.rsplit(".", 1)[-1]) or FW.BUILTIN.matches(
+            FW.Meaning.BACKWARD, f"{name}.backward", None
+        ):
             return call.args[0]
         return None
     return b.target

@@ -29,6 +29,7 @@ from typing import Any
 
 from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import names as N
 from ddp_lsp.core import uniformity as U
 from ddp_lsp.core import walk as W
@@ -53,7 +54,7 @@ SPAWNERS = frozenset(
     }
 )
 # Framework objects whose own attribute says "rank 0" (accelerate, Lightning Fabric).
-_WRAPPER_MAIN = {"accelerator": "is_main_process", "fabric": "is_global_zero"}
+_WRAPPER_MAIN = dict(FW.BUILTIN.method_pairs(FW.Meaning.RANK_ZERO))
 
 
 # -- one index per scope, per analysis --------------------------------------------------------
@@ -446,29 +447,6 @@ def guard_fix(
 
 # -- the statements a rank-0 guard is for -------------------------------------------------------
 
-# Library functions that write a file given as (obj, path) and do not check the rank.
-_FILE_WRITERS = {
-    "safetensors.torch.save_file": "filename",
-    "safetensors.torch.save_model": "filename",
-    "mmcv.runner.save_checkpoint": "filename",
-    "mmcv.runner.checkpoint.save_checkpoint": "filename",
-    "mmengine.runner.save_checkpoint": "filename",
-    "mmengine.runner.checkpoint.save_checkpoint": "filename",
-}
-# Calls that gather state across ranks: guarding them on rank 0 would hang the others.
-_GATHERING_METHODS = frozenset(
-    {
-        "get_state_dict",
-        "get_model_state_dict",
-        "get_optimizer_state_dict",
-        "full_optim_state_dict",
-        "sharded_optim_state_dict",
-        "optim_state_dict",
-        "consolidate_state_dict",
-        "gather_for_metrics",
-        "_zero3_consolidated_16bit_state_dict",
-    }
-)
 _CKPT_TEXT = re.compile(
     r"ckpt|checkpoint|weights|state_dict|\.pth?\b|\.bin\b|\.safetensors|\.tar\b", re.IGNORECASE
 )
@@ -614,6 +592,8 @@ def per_rank_path(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int =
             return True
         elif isinstance(node, ast.Call) and _RANK_WORD.search(P.last_name(node) or ""):
             return True  # `f"{name}.{rankstr()}.pth"`: a function of the rank
+        elif isinstance(node, ast.Call) and P.framework_call(ctx, node, FW.Meaning.SAVES_PER_RANK):
+            return True  # a helper the tables (or the user) say names the file per rank
     return False
 
 
@@ -626,12 +606,14 @@ def collective_in(ctx: ChunkContext, stmt: ast.stmt) -> str | None:
         dotted = N.dotted(node.func)
         if qual in N.COLLECTIVES or qual.startswith("torch.distributed.checkpoint"):
             return ctx.segment(node.func)
-        if dotted is not None and K.is_collective_call(dotted, ctx.facts.aliases):
+        if dotted is not None and K.is_collective_call(
+            dotted, ctx.facts.aliases, ctx.ranks.frameworks
+        ):
             return ctx.segment(node.func)
         if K.COLLECTIVE in ctx.callee_props(node):
             return ctx.segment(node.func)
         if isinstance(node.func, ast.Attribute):
-            if node.func.attr in _GATHERING_METHODS:
+            if node.func.attr in ctx.ranks.frameworks.functions(FW.Meaning.GATHERS_STATE):
                 return ctx.segment(node.func)
             if node.func.attr == "state_dict" and ctx.kind(node.func.value, node) == K.FSDP:
                 return ctx.segment(node.func)
@@ -660,8 +642,10 @@ def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
                 # The file was opened (and truncated) on every rank already.
                 return Write("torch.save", value.args[0] if value.args else None, None, False)
         return Write("torch.save", dest, None)
-    if qual in _FILE_WRITERS:
-        return Write(ctx.segment(call.func), _arg(call, 1, _FILE_WRITERS[qual]), None)
+    writer = P.framework_call(ctx, call, FW.Meaning.WRITES_CHECKPOINT)
+    if writer is not None:  # safetensors' save_file, mmengine's save_checkpoint, yours
+        keyword = ctx.ranks.frameworks.keyword(writer) or "f"
+        return Write(ctx.segment(call.func), _arg(call, 1, keyword), None)
     if isinstance(call.func, ast.Attribute) and call.func.attr == "save_pretrained":
         if any(kw.arg == "is_main_process" for kw in call.keywords):
             return None

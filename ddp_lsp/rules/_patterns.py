@@ -10,9 +10,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import frameworks as FW
+from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import LOOPS, ChunkContext
+
+
+def framework_call(ctx: ChunkContext, call: ast.Call, meaning: FW.Meaning) -> FW.Api | None:
+    """The framework-table entry (built-in or the user's) giving ``call`` this meaning."""
+    return ctx.ranks.frameworks.match_of(meaning, N.dotted(call.func), ctx.call_qualname(call))
 
 
 def order(node: ast.AST) -> tuple[int, int]:

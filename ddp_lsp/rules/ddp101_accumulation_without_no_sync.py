@@ -45,7 +45,8 @@ offered when the condition cannot be evaluated before the forward (it depends on
 computed later in the iteration, or calls a function), or when the loop's length is unknown.
 
 ## Known false positives
-Across files (the project view of the CLI and the server), MAE's form is found too:
+MAE's form is found too (for timm's `NativeScaler` and classes copied under its names, the
+tables' `scaler-wrapper` entries, in a file alone; for any other project class across files):
 `loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0)`, where `loss_scaler` is a
 project class wrapping a GradScaler (its call runs the backward every micro-step and steps only
 when `update_grad` holds); no fix is offered for it. A model a caller in another file
@@ -58,6 +59,15 @@ working.
 A model wrapped under an `if` (`model = build(); if args.distributed: model = DDP(model)`,
 also in a caller or a trainer's `__init__`) is reported, and the fix adds the same
 `hasattr(model, "no_sync")` test, since the single-GPU launch's model has no `no_sync()`.
+
+A framework's backward (`accelerator.backward(loss)`, `fabric.backward(loss)`: the `backward`
+entries of the framework tables, and your own in `[tool.ddp-lsp]`) in a hand-written
+accumulation loop is reported too, unless the loop runs under the framework's way of skipping
+the sync (`accelerator.accumulate(model)` / `accelerator.no_sync(model)`, `fabric.no_sync`); no
+fix is offered. DeepSpeed makes the rule moot: its engine (`accumulates-itself` in the tables)
+skips the all-reduce of accumulation micro-steps by itself (`gradient_accumulation_steps` in
+its config), so loops over `engine.backward(loss)` are never reported.
+
 Models wrapped in a conditional expression (`model = DDP(model) if distributed else model`)
 are not tracked and not reported. Any mention of `no_sync`, `require_backward_grad_sync` or
 `accelerator.accumulate` in the function (also through a same-file helper) silences the rule,
@@ -76,6 +86,7 @@ from dataclasses import dataclass, replace
 
 from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Related, RuleMeta, Severity
@@ -112,6 +123,8 @@ class AccumulationWithoutNoSync(Rule):
         seen: set[int] = set()
         for call in ctx.calls():
             wrapped = self._wrapper_accumulation(ctx, call, seen)
+            if wrapped is None:
+                wrapped = self._framework_backward(ctx, call, seen)
             if wrapped is not None:
                 yield wrapped
                 continue
@@ -175,7 +188,7 @@ class AccumulationWithoutNoSync(Rule):
         """MAE's form: ``loss_scaler(loss, optimizer, update_grad=(i + 1) % k == 0)``, where
         ``loss_scaler`` is a project class wrapping a GradScaler: its call runs the backward on
         every micro-step and steps only when ``update_grad`` holds."""
-        if not ctx.facts.project or ctx.kind(call.func, call) != K.SCALER_WRAPPER:
+        if ctx.kind(call.func, call) != K.SCALER_WRAPPER:
             return None
         update = next((kw.value for kw in call.keywords if kw.arg == "update_grad"), None)
         if update is None or isinstance(update, ast.Constant):
@@ -208,6 +221,66 @@ class AccumulationWithoutNoSync(Rule):
             f"forward and `{wrapper}(...)` of accumulation steps under `{model}.no_sync()` to "
             "skip the wasted all-reduces",
             cite=(ctx.kind_source(model_expr, call), ctx.kind_source(call.func, call)),
+        )
+
+    def _framework_backward(
+        self, ctx: ChunkContext, call: ast.Call, seen: set[int]
+    ) -> Finding | None:
+        """A framework's backward (the tables' `backward` meaning: ``accelerator.backward(loss)``)
+        in a hand-written accumulation loop, with nothing that skips the sync
+        (``accelerator.accumulate(model)``): each micro-step all-reduces the prepared DDP model's
+        gradients. Engines that accumulate by themselves (`accumulates-itself`: DeepSpeed)
+        make the rule moot."""
+        api = P.framework_call(ctx, call, FW.Meaning.BACKWARD)
+        if api is None or not call.args or not isinstance(call.func, ast.Attribute):
+            return None
+        if FW.Meaning.ACCUMULATES_ITSELF in api.means:
+            return None
+        loops = ctx.enclosing_loops(call)
+        if not loops or id(loops[0]) in seen:
+            return None
+        root = P.scope_root(ctx, call)
+        roots: list[ast.AST] = [root]
+        roots.extend(
+            a for a in ctx.ancestors(root) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
+        )
+        if A.sync_managed(ctx, roots) or self._engine_in_module(ctx):
+            return None
+        steps = [
+            n for n in P.walk_scope(root) if isinstance(n, ast.Call) and A.is_optimizer_step(ctx, n)
+        ]
+        plan = self._plan(ctx, call, loops, steps, root)
+        if plan is None:
+            return None
+        seen.add(id(loops[0]))
+        receiver = ctx.segment(call.func.value)
+        skippers = " or ".join(f"`{receiver}.{m}(model)`" for m in A.sync_skippers(ctx, receiver))
+        how = (
+            f"run the accumulation steps under {skippers}"
+            if skippers
+            else "skip the gradient sync of the accumulation steps"
+        )
+        if plan.micro_loop:
+            when = "once after the micro-step loop"
+        else:
+            assert plan.cond is not None
+            cond = A.one_line(ctx, plan.cond) or "its condition"
+            when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
+        return ctx.finding(
+            self,
+            call,
+            f"`{ctx.segment(call)}` all-reduces the gradients of the prepared DDP model on "
+            f"every micro-step, but the optimizer steps {when}: {how} to skip the wasted "
+            "all-reduces",
+            related=(Related(ctx.span(plan.step), "the optimizer steps here"),),
+        )
+
+    def _engine_in_module(self, ctx: ChunkContext) -> bool:
+        """The module builds an engine that accumulates by itself (``deepspeed.initialize``)."""
+        model = ctx.ranks.frameworks
+        quals = model.calls(FW.Meaning.ACCUMULATES_ITSELF)
+        return any(q in quals for q in ctx.facts.aliases.values()) or any(
+            q.rpartition(".")[0] in ctx.facts.aliases.values() for q in quals
         )
 
     # -- finding the accumulation --------------------------------------------------------------
@@ -1352,5 +1425,142 @@ def train(loader, criterion, accum, max_steps):
 """,
         fixed=None,
         note="the counter changes after the backward: the condition cannot be hoisted, no fix",
+    ),
+    Invalid(
+        """\
+class Trainer:
+    def __init__(self, accelerator, net, data, lr, accum_every):
+        self.accelerator = accelerator
+        self.opt = torch.optim.Adam(net.parameters(), lr=lr)
+        self.net, self.opt = self.accelerator.prepare(net, self.opt)
+        self.data = data
+        self.accum_every = accum_every
+
+    def train(self, steps):
+        for _ in range(steps):
+            for _ in range(self.accum_every):
+                loss = self.net(next(self.data)) / self.accum_every
+                «self.accelerator.backward(loss)»
+            self.opt.step()
+            self.opt.zero_grad()
+""",
+        note="accelerate: hand-written micro-step loop without accelerator.accumulate (M2)",
+    ),
+    Invalid(
+        """\
+def fit(fabric, model, optimizer, loader, accum):
+    model, optimizer = fabric.setup(model, optimizer)
+    for i, batch in enumerate(loader):
+        loss = model(batch).mean() / accum
+        «fabric.backward(loss)»
+        if (i + 1) % accum == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        note="Lightning Fabric's backward with a modulo step and no fabric.no_sync",
+    ),
+    Valid(
+        """\
+from accelerate import Accelerator
+
+def train(net, data, opt, accum_every, steps):
+    accelerator = Accelerator()
+    net, opt = accelerator.prepare(net, opt)
+    for _ in range(steps):
+        for i in range(accum_every):
+            with accelerator.no_sync(net) if i < accum_every - 1 else contextlib.nullcontext():
+                accelerator.backward(net(next(data)) / accum_every)
+        opt.step()
+        opt.zero_grad()
+""",
+        note="accelerate: the micro-steps skip the sync with accelerator.no_sync",
+    ),
+    Valid(
+        """\
+import deepspeed
+
+def train(args, net, data, accum_every, steps):
+    engine, opt, _, _ = deepspeed.initialize(args=args, model=net)
+    for _ in range(steps):
+        for _ in range(accum_every):
+            loss = engine(next(data))
+            engine.backward(loss)
+        opt.step()
+""",
+        note="DeepSpeed's engine accumulates and skips the sync by itself: the rule is moot",
+    ),
+    Valid(
+        """\
+from accelerate import Accelerator
+
+def train(net, data, opt, steps):
+    accelerator = Accelerator()
+    net, opt = accelerator.prepare(net, opt)
+    for _ in range(steps):
+        accelerator.backward(net(next(data)))
+        opt.step()
+        opt.zero_grad()
+""",
+        note="accelerate without accumulation: every backward is followed by a step",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from timm.utils import NativeScaler
+
+def train_epoch(model, loader, optimizer, accum):
+    scaler_fn = NativeScaler()
+    for it, (x, y) in enumerate(loader):
+        with torch.autocast("cuda"):
+            loss = torch.nn.functional.mse_loss(model(x), y) / accum
+        «scaler_fn(loss, optimizer, parameters=model.parameters(), update_grad=(it + 1) % accum == 0)»
+        if (it + 1) % accum == 0:
+            optimizer.zero_grad()
+
+def main(local_rank, loader):
+    model = DDP(build_model().cuda(local_rank), device_ids=[local_rank])
+    train_epoch(model, loader, torch.optim.AdamW(model.parameters()), 8)
+""",
+        note="timm's NativeScaler (the tables' scaler-wrapper) with update_grad=, file alone",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class NativeScalerWithGradNormCount:
+    def __init__(self):
+        self._scaler = torch.amp.GradScaler("cuda")
+
+    def __call__(self, loss, optimizer, parameters=None, update_grad=True):
+        self._scaler.scale(loss).backward()
+        if update_grad:
+            self._scaler.unscale_(optimizer)
+            self._scaler.step(optimizer)
+            self._scaler.update()
+
+def fit(model, batches, optimizer, k):
+    amp = NativeScalerWithGradNormCount()
+    for n, b in enumerate(batches):
+        loss = model(b).sum() / k
+        «amp(loss, optimizer, parameters=model.parameters(), update_grad=(n + 1) % k == 0)»
+
+def main(local_rank, batches):
+    model = DDP(build_model().cuda(local_rank), device_ids=[local_rank])
+    fit(model, batches, torch.optim.SGD(model.parameters(), lr=0.1), 4)
+""",
+        note="the scaler wrapper copied into the project under its timm name",
+    ),
+    Valid(
+        """\
+def fit(fabric, model, optimizer, loader, accum):
+    model, optimizer = fabric.setup(model, optimizer)
+    for i, batch in enumerate(loader):
+        accumulating = (i + 1) % accum != 0
+        with fabric.no_backward_sync(model, enabled=accumulating):
+            fabric.backward(model(batch).mean() / accum)
+        if not accumulating:
+            optimizer.step()
+            optimizer.zero_grad()
+""",
+        note="Lightning Fabric's no_backward_sync (the table's skips-grad-sync)",
     ),
 )

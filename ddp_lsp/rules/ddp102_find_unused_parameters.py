@@ -48,24 +48,14 @@ import ast
 from collections.abc import Iterator
 
 from ddp_lsp.core import edits as E
-from ddp_lsp.core import names as N
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 
-# Callables that take DDP's own `find_unused_parameters` / `static_graph` keywords.
-_DDP_LIKE = frozenset(
-    {
-        N.DDP,
-        "accelerate.DistributedDataParallelKwargs",
-        "accelerate.utils.DistributedDataParallelKwargs",
-        "accelerate.utils.dataclasses.DistributedDataParallelKwargs",
-        "lightning.pytorch.strategies.DDPStrategy",
-        "lightning.pytorch.strategies.ddp.DDPStrategy",
-        "lightning.fabric.strategies.DDPStrategy",
-        "pytorch_lightning.strategies.DDPStrategy",
-        "pytorch_lightning.strategies.ddp.DDPStrategy",
-    }
-)
+# Callables that take DDP's own `find_unused_parameters` / `static_graph` keywords: the
+# framework tables' `takes-ddp-kwargs` entries (DDP, accelerate's kwargs handler, Lightning's
+# DDPStrategy).
+_DDP_LIKE = FW.BUILTIN.calls(FW.Meaning.TAKES_DDP_KWARGS)
 _FLAG = "find_unused_parameters"
 _LIGHTNING_STRATEGY = "ddp_find_unused_parameters_true"
 

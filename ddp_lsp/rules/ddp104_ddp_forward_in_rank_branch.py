@@ -44,6 +44,11 @@ unsafe: it skips DDP's buffer broadcast (harmless on rank 0, which is the broadc
 but SyncBatchNorm layers in training mode still communicate, so call `model.eval()` first.
 Fix-all leaves it alone.
 
+A model sharded with FSDP or FSDP2's `fully_shard` (the `shards-model` entries of the framework
+tables) is reported the same way: its forward all-gathers the parameter shards, a collective
+every rank must join. No fix is offered for it (`.module` does not exist on an FSDP2 module,
+and an FSDP module's inner module holds only this rank's shard).
+
 ## Known false positives
 Models that are not DDP-wrapped, `model.module(...)`, and calls every rank makes (also when
 the other ranks make the same call in the `else` branch) are not reported. A function only
@@ -68,6 +73,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import names as N
 from ddp_lsp.core import rankpaths as R
 from ddp_lsp.core.facts import path_of
@@ -134,6 +140,34 @@ def _wrapped_here(ctx: ChunkContext, target: ast.expr, call: ast.Call) -> bool:
     return not any(_wraps_ddp(ctx, v) for s, v in found)
 
 
+def _sharded_before(ctx: ChunkContext, target: ast.expr, call: ast.Call) -> bool:
+    """``target`` was sharded (FSDP, ``fully_shard``: the framework tables' `shards-model`)
+    before ``call`` in its frame, and not rebound since; or it is not assigned in the frame at
+    all (a parameter or attribute whose kind came from elsewhere)."""
+    path = path_of(target)
+    assert path is not None
+    root = P.scope_root(ctx, call)
+    last: tuple[ast.AST, bool] | None = None
+    for node in P.walk_scope(root):
+        if not P.before(node, call) or not isinstance(node, ast.Assign | ast.Expr):
+            continue
+        value = node.value
+        if isinstance(node, ast.Assign):
+            if not any(path_of(t) == path for t in node.targets):
+                continue
+        elif not (isinstance(value, ast.Call) and value.args and path_of(value.args[0]) == path):
+            continue
+        shards = isinstance(value, ast.Call) and (
+            P.framework_call(ctx, value, FW.Meaning.SHARDS_MODEL) is not None
+        )
+        if isinstance(node, ast.Expr) and not shards:
+            continue
+        last = (node, shards)
+    if last is None:
+        return not _assignments(ctx, root, path)
+    return last[1]
+
+
 def _no_buffer_broadcast(ctx: ChunkContext) -> set[str]:
     """Paths wrapped as ``DDP(..., broadcast_buffers=False)`` in this chunk."""
     if any((ctx.call_qualname(c) or "").endswith("convert_sync_batchnorm") for c in ctx.calls()):
@@ -161,7 +195,10 @@ def forward_extractor(ctx: ChunkContext) -> R.Extractor:
         path = path_of(target)
         if path is None or path in quiet:
             return None
-        if ctx.kind(target, call) != K.DDP or not _wrapped_here(ctx, target, call):
+        kind = ctx.kind(target, call)
+        if kind == K.FSDP and _sharded_before(ctx, target, call):
+            return R.Event(call, path, f"{path}(...)")  # the forward all-gathers the shards
+        if kind != K.DDP or not _wrapped_here(ctx, target, call):
             return None
         return R.Event(call, path, f"{path}(...)")
 
@@ -215,6 +252,22 @@ class DdpForwardInRankBranch(Rule):
                     # DDP): too weak to report a function for being called on rank 0.
                     continue
                 name = ctx.segment(target)
+                if ctx.kind(target, call) == K.FSDP:
+                    message, related = C.explain(
+                        ctx,
+                        miss,
+                        "the forward hangs: a sharded (FSDP) model all-gathers its parameter "
+                        "shards in its forward, a collective every rank must join; run the "
+                        "forward on every rank (or gather a full state dict first)",
+                    )
+                    yield ctx.finding(
+                        self,
+                        call,
+                        message,
+                        related=tuple(Related(ctx.span(n), m) for n, m in related),
+                        cite=(ctx.kind_source(target, call),),
+                    )
+                    continue
                 consequence = (
                     "the forward can hang: DDP first broadcasts the module's buffers "
                     "(BatchNorm statistics) from rank 0, even under `torch.no_grad()`, and "
@@ -300,6 +353,65 @@ def run(net, gpu, rank, x_val):
             print(model(x_val).mean())
 """,
         note="rebound to the wrapped module after the wrap: a plain forward",
+    ),
+    Invalid(
+        """\
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+def evaluate(net, batch):
+    dist.init_process_group("nccl")
+    for layer in net.layers:
+        fully_shard(layer)
+    fully_shard(net)
+    if dist.get_rank() == 0:
+        with torch.no_grad():
+            print(«net(batch)».mean())
+""",
+        note="FSDP2: fully_shard in place, then a forward on rank 0 (an implicit all-gather)",
+    ),
+    Invalid(
+        """\
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def sample(build, prompt, rank):
+    dist.init_process_group("nccl")
+    model = FSDP(build())
+    if rank == 0:
+        return «model(prompt)»
+    return None
+""",
+        note="FSDP wrapper: a rank-0 forward all-gathers the shards",
+    ),
+    Valid(
+        """\
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+def evaluate(net, plain, batch):
+    fully_shard(net)
+    out = net(batch)
+    if dist.get_rank() == 0:
+        print(out.mean(), plain(batch).mean())
+""",
+        note="the sharded forward on every rank; rank 0 only runs an unsharded model",
+    ),
+    Valid(
+        """\
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+def evaluate(build, batch):
+    net = build()
+    fully_shard(net)
+    net = build()
+    if dist.get_rank() == 0:
+        return net(batch)
+""",
+        note="rebound to a fresh unsharded model after the shard",
     ),
     Valid(
         _HEAD

@@ -96,6 +96,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _guard as G
@@ -151,19 +152,6 @@ class UnguardedCheckpointSave(Rule):
             yield ctx.finding(self, call, message, fixes=fixes, cite=(write.source,))
 
 
-# Per-rank state-dict types: each rank saves its own shard (to a file named with its rank).
-_SHARDED_TYPES = frozenset({"LOCAL_STATE_DICT", "SHARDED_STATE_DICT"})
-# Tensor-parallel / FSDP2 set-up in a module: its model's parameters are DTensors, and
-# `save_pretrained` gathers them (a collective every rank must call).
-_DTENSOR_MARKERS = frozenset(
-    {
-        "fully_shard",
-        "parallelize_module",
-        "ParallelismConfig",
-        "init_device_mesh",
-        "distribute_tensor",
-    }
-)
 # Registrations of functions that a framework calls on the main process only.
 _MAIN_PROCESS_HOOKS = frozenset({"register_save_state_pre_hook"})
 # Context managers in which ranks take turns (the first rank writes, the others then read).
@@ -175,12 +163,14 @@ def _every_rank_on_purpose(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> 
     ``LOCAL_STATE_DICT`` / ``SHARDED_STATE_DICT`` in the same function: each rank writes its
     shard), or ``save_pretrained`` in a module that shards its model with tensor parallelism or
     FSDP2 (the save gathers DTensors: guarding it would hang the other ranks)."""
+    # Per-rank state-dict types (the tables' `saves-per-rank` names): each rank saves its shard.
+    per_rank = ctx.ranks.frameworks.functions(FW.Meaning.SAVES_PER_RANK)
     for node in P.walk_scope(root):
-        if isinstance(node, ast.Attribute) and node.attr in _SHARDED_TYPES:
+        if isinstance(node, ast.Attribute) and node.attr in per_rank:
             return True
     if isinstance(call.func, ast.Attribute) and call.func.attr == "save_pretrained":
         names = {q.rsplit(".", 1)[-1] for q in ctx.facts.aliases.values()}
-        return not names.isdisjoint(_DTENSOR_MARKERS)
+        return not names.isdisjoint(ctx.ranks.frameworks.functions(FW.Meaning.MAKES_DTENSORS))
     return False
 
 

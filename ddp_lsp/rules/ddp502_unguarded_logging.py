@@ -80,6 +80,7 @@ import re
 from collections.abc import Iterator
 
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import names as N
 from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -87,21 +88,6 @@ from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _guard as G
 from ddp_lsp.rules import _patterns as P
 
-# Setting up one of these makes logging rank-aware for the whole file.
-_RANK_AWARE_LOGGING = frozenset(
-    {
-        "get_logger",
-        "setup_logger",
-        "get_root_logger",
-        "MMLogger",
-        "create_logger",
-        "get_dist_logger",
-    }
-)
-# Calls that make `print` a no-op on every rank but 0 (DeiT/DETR/torchvision references).
-_PRINT_PATCHERS = frozenset(
-    {"setup_for_distributed", "init_distributed_mode", "setup_print_for_distributed"}
-)
 _LOOP_TARGET = re.compile(r"epoch|step|iter|batch", re.IGNORECASE)
 _LOOP_ITER = re.compile(r"loader|epoch|steps|iters|(^|_)(train|val|valid)(_|$)", re.IGNORECASE)
 _LOOP_CALL = re.compile(
@@ -266,33 +252,35 @@ def _chunk_calls(ctx: ChunkContext) -> Iterator[str]:
 
 
 def _print_patched(ctx: ChunkContext) -> bool:
-    """``print`` is silenced on other ranks by the file's setup (DeiT ``setup_for_distributed``)."""
+    """``print`` is silenced on other ranks by the file's setup (DeiT ``setup_for_distributed``:
+    the framework tables' `silences-print` names, and the user's)."""
+    patchers = ctx.ranks.frameworks.functions(FW.Meaning.SILENCES_PRINT)
     for name, qual in ctx.facts.aliases.items():
-        if name in ("builtins", "__builtin__") or qual.rsplit(".", 1)[-1] in _PRINT_PATCHERS:
+        if name in ("builtins", "__builtin__") or qual.rsplit(".", 1)[-1] in patchers:
             return True
-    if any(name in _PRINT_PATCHERS for name in ctx.facts.func_props):
+    if any(name in patchers for name in ctx.facts.func_props):
         return True
     if any(K.SILENCES_PRINT in props for props in ctx.facts.func_props.values()):
         return True  # a function of this file replaces `builtins.print`, or calls one that does
-    if any(name in _PRINT_PATCHERS for name in ctx.facts.names_used):
+    if any(name in patchers for name in ctx.facts.names_used):
         return True
-    return any(name in _PRINT_PATCHERS for name in _chunk_calls(ctx))
+    return any(name in patchers for name in _chunk_calls(ctx))
 
 
 def _logging_rank_aware(ctx: ChunkContext) -> bool:
-    """The file's loggers filter by rank (a rank-aware factory, or a level set from the rank)."""
+    """The file's loggers filter by rank (a rank-aware factory, or a level set from the rank);
+    the factories are the framework tables' `silences-logging` names, and the user's."""
+    aware = ctx.ranks.frameworks.functions(FW.Meaning.SILENCES_LOGGING)
     for qual in ctx.facts.aliases.values():
-        if qual.rsplit(".", 1)[-1] in _RANK_AWARE_LOGGING:
+        if qual.rsplit(".", 1)[-1] in aware:
             return True
-    if any(q.rsplit(".", 1)[-1] in _RANK_AWARE_LOGGING for q in ctx.facts.func_props):
+    if any(q.rsplit(".", 1)[-1] in aware for q in ctx.facts.func_props):
         return True
     if any(K.SILENCES_LOGGING in props for props in ctx.facts.func_props.values()):
         return True  # a level or filter set per rank, here or in a set-up helper this file calls
     for c in ctx.calls():
         name = P.last_name(c.func)
-        if name in ("basicConfig", "setLevel", "setup_logging", "set_verbosity") or (
-            name in _RANK_AWARE_LOGGING
-        ):
+        if name in ("basicConfig", "setLevel", "setup_logging", "set_verbosity") or (name in aware):
             if any(ctx.ranks.mentions_rank(a) for a in [*c.args, *(k.value for k in c.keywords)]):
                 return True
             if name != "setup_logging" and G.is_guarded(ctx, c):

@@ -43,8 +43,15 @@ initial weights), a seed followed in the same function by a dataset split or shu
 be the same on every rank (`random_split`, `train_test_split`, `randperm`, `random.shuffle`;
 in module-level script code, such a function imported by name and used anywhere in the file),
 `torch.Generator().manual_seed(...)` (a `DistributedSampler`'s generator must be the same on
-every rank), `transformers.set_seed`, `accelerate.utils.set_seed` and Lightning's
-`seed_everything`.
+every rank), `transformers.set_seed` and Lightning's `seed_everything`.
+
+Frameworks: the seeding calls are the `seeds` entries of the framework tables (and yours in
+`[tool.ddp-lsp]`). accelerate's `set_seed(seed)` is reported in a function that prepares a
+model (`accelerator.prepare`, a `wraps-model` entry: accelerate broadcasts the wrapped model
+like DDP) unless it passes `device_specific=True` (the entry's `keyword`); the fix passes it.
+In a file with such a wrap but no DDP one, only a framework's own seeder with a per-rank
+option is reported, and not in a module that shards its model (FSDP, `fully_shard`, tensor
+parallelism: nothing broadcasts the initial weights, so the ranks need the same seed).
 
 Distributed code only: in a project, a function that no distributed entry point reaches on
 every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
@@ -63,6 +70,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
@@ -70,16 +78,9 @@ from ddp_lsp.rules import _device as D
 from ddp_lsp.rules import _guard as G
 from ddp_lsp.rules import _patterns as P
 
-SEEDERS = frozenset(
-    {
-        "torch.manual_seed",
-        "torch.random.manual_seed",
-        "torch.cuda.manual_seed",
-        "torch.cuda.manual_seed_all",
-        "random.seed",
-        "numpy.random.seed",
-    }
-)
+# Seeding calls that give every rank the same seed: the framework tables' `seeds` entries
+# (torch / random / numpy; accelerate's set_seed unless `device_specific=True`).
+SEEDERS = FW.BUILTIN.calls(FW.Meaning.SEEDS)
 # Calls after which the same seed on every rank is required (the ranks must agree on a split).
 _SPLITS = frozenset(
     {
@@ -108,12 +109,33 @@ class SeedNotOffsetByRank(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        if D.single_process(ctx) or not _wraps_ddp(ctx):
+        if D.single_process(ctx):
             return
-        for call in ctx.calls():
-            qual = ctx.call_qualname(call)
-            if qual in SEEDERS:
-                if len(call.args) != 1 or call.keywords:
+        calls = ctx.calls()
+        wraps = _wraps_ddp(ctx)
+        # A framework that wraps the model (`accelerator.prepare`) broadcasts it like DDP does;
+        # its own seeder says how to seed per rank (`set_seed(seed, device_specific=True)`).
+        # Not where the module shards its model (FSDP2, tensor parallelism: the ranks need the
+        # same initial weights, nothing broadcasts them).
+        prepares = [c for c in calls if P.framework_call(ctx, c, FW.Meaning.WRAPS_MODEL)]
+        if not wraps and (not prepares or _shards(ctx)):
+            return
+        for call in calls:
+            api = P.framework_call(ctx, call, FW.Meaning.SEEDS)
+            if not wraps and (
+                api is None
+                or ctx.ranks.frameworks.keyword(api) is None
+                or not any(P.scope_root(ctx, p) is P.scope_root(ctx, call) for p in prepares)
+            ):
+                continue
+            if api is not None:
+                keyword = ctx.ranks.frameworks.keyword(api)
+                if len(call.args) != 1:
+                    continue
+                if keyword is not None:
+                    if _passed_true(call, keyword):
+                        continue  # `set_seed(seed, device_specific=True)`: per rank already
+                elif call.keywords:
                     continue
             elif not _seed_helper(ctx, call):
                 continue
@@ -124,6 +146,10 @@ class SeedNotOffsetByRank(Rule):
             if D.guarded(ctx, call) or G.spawns_processes(ctx, root):
                 continue
             if _reseeded_with_rank(ctx, call, root) or _split_follows(ctx, call, root):
+                continue
+            keyword = ctx.ranks.frameworks.keyword(api) if api is not None else None
+            if keyword is not None:
+                yield self._keyword_finding(ctx, call, seed, keyword)
                 continue
             stmt = ctx.statement(call)
             rank = D.global_rank_text(ctx, stmt)
@@ -146,6 +172,51 @@ class SeedNotOffsetByRank(Rule):
                 f"masks and augmentations on all ranks; use `{label}({new})`",
                 fixes=[fix] if "\n" not in ctx.segment(seed) else [],
             )
+
+    def _keyword_finding(
+        self, ctx: ChunkContext, call: ast.Call, seed: ast.expr, keyword: str
+    ) -> Finding:
+        """A framework seeder that seeds per rank when ``keyword`` is true (accelerate's
+        ``set_seed(seed, device_specific=True)``): the fix passes it."""
+        label = ctx.segment(call.func)
+        given = next((kw for kw in call.keywords if kw.arg == keyword), None)
+        if given is not None:
+            edit = E.replace_node(ctx, given.value, "True")
+        else:
+            edit = E.replace_node(ctx, seed, f"{ctx.segment(seed)}, {keyword}=True")
+        fix = Fix(
+            title=f"Seed each rank differently: {label}(..., {keyword}=True)",
+            edits=(edit,),
+            safe=True,
+            preferred=True,
+        )
+        return ctx.finding(
+            self,
+            call,
+            f"`{label}({ctx.segment(seed)})` seeds every rank alike: identical dropout masks and "
+            f"augmentations on all ranks; pass `{keyword}=True` to offset the seed per process",
+            fixes=[fix] if "\n" not in ctx.segment(seed) else [],
+        )
+
+
+def _shards(ctx: ChunkContext) -> bool:
+    """The module imports FSDP, ``fully_shard`` or a tensor-parallel set-up (the framework
+    tables' `shards-model` and `makes-dtensors` entries)."""
+    model = ctx.ranks.frameworks
+    names = model.functions(FW.Meaning.SHARDS_MODEL) | model.functions(FW.Meaning.MAKES_DTENSORS)
+    quals = model.calls(FW.Meaning.SHARDS_MODEL)
+    return any(q in quals or q.rsplit(".", 1)[-1] in names for q in ctx.facts.aliases.values())
+
+
+def _passed_true(call: ast.Call, keyword: str) -> bool:
+    """``keyword=`` is passed and not a literal false (a variable counts as true: the author
+    thought about it)."""
+    for kw in call.keywords:
+        if kw.arg is None:
+            return True  # `**kwargs` may hold it
+        if kw.arg == keyword:
+            return not (isinstance(kw.value, ast.Constant) and not kw.value.value)
+    return False
 
 
 def _seed_helper(ctx: ChunkContext, call: ast.Call) -> bool:
@@ -452,5 +523,104 @@ def main(model):
     return DDP(model)
 """,
         note="no rank in scope: RANK from the environment",
+    ),
+    Invalid(
+        """\
+from accelerate.utils import set_seed
+
+def main(accelerator, args, build):
+    «set_seed(args.seed)»
+    net, opt = accelerator.prepare(build(), None)
+    return net, opt
+""",
+        fixed="""\
+from accelerate.utils import set_seed
+
+def main(accelerator, args, build):
+    set_seed(args.seed, device_specific=True)
+    net, opt = accelerator.prepare(build(), None)
+    return net, opt
+""",
+        note="accelerate's set_seed without device_specific=True (the table's keyword)",
+    ),
+    Invalid(
+        """\
+from accelerate.utils import set_seed as seed_all
+
+def main(accelerator, cfg, net):
+    «seed_all(cfg.seed, device_specific=False)»
+    return accelerator.prepare(net)
+""",
+        fixed="""\
+from accelerate.utils import set_seed as seed_all
+
+def main(accelerator, cfg, net):
+    seed_all(cfg.seed, device_specific=True)
+    return accelerator.prepare(net)
+""",
+        note="device_specific=False spelled out",
+    ),
+    Valid(
+        """\
+from accelerate.utils import set_seed
+
+def main(accelerator, args, build, per_rank):
+    set_seed(args.seed, device_specific=per_rank)
+    return accelerator.prepare(build())
+""",
+        note="device_specific passed as a variable: the author decided",
+    ),
+    Valid(
+        """\
+from accelerate.utils import set_seed
+
+def make_split(args, dataset):
+    set_seed(args.seed)
+    return dataset.shuffle()
+
+def main(accelerator, args, build):
+    return accelerator.prepare(build())
+""",
+        note="set_seed in a function that prepares no model",
+    ),
+    Valid(
+        """\
+import torch
+from accelerate.utils import set_seed
+from torch.distributed.fsdp import fully_shard
+
+def main(accelerator, args, build):
+    set_seed(args.seed)
+    net = build()
+    fully_shard(net)
+    return accelerator.prepare(net)
+""",
+        note="FSDP2: the ranks need the same initial weights (nothing broadcasts them)",
+    ),
+    Valid(
+        """\
+import torch
+import deepspeed
+
+def main(args, build):
+    torch.manual_seed(args.seed)
+    engine, _, _, _ = deepspeed.initialize(args=args, model=build())
+    return engine
+""",
+        note="a plain torch seed beside a framework wrap: only the framework's own seeder, which "
+        "has a per-rank option, is reported where no DDP wrap is",
+    ),
+    Valid(
+        """\
+from accelerate import Accelerator
+from accelerate.utils import FullyShardedDataParallelPlugin, set_seed
+
+def main(args, build):
+    set_seed(args.seed)
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
+    accelerator = Accelerator(fsdp_plugin=plugin)
+    return accelerator.prepare(build())
+""",
+        note="accelerate with its FSDP plugin: the ranks need the same initial weights",
     ),
 )

@@ -62,6 +62,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import edits as E
 from ddp_lsp.core import facts as K
+from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core import names as N
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
@@ -150,14 +151,17 @@ def _module_level_start(ctx: ChunkContext, call: ast.Call) -> bool:
     return bool(_SETUP.search(name)) and not _WORK.search(name)
 
 
+_OWNERS = FW.BUILTIN.modules(FW.Meaning.OWNS_PROCESS_GROUP)
+
+
 def _file_destroys(ctx: ChunkContext) -> bool:
     if K.DESTROYS_PG in ctx.facts.prop_set:
         return True
     for name, qual in ctx.facts.aliases.items():
         if qual == N.DESTROY_PROCESS_GROUP and name in ctx.facts.names_used:
             return True
-        if qual == "atexit" or qual.startswith(("accelerate", "lightning", "pytorch_lightning")):
-            return True
+        if qual == "atexit" or qual.startswith(_OWNERS):
+            return True  # a framework that owns the group (the tables' owns-process-group)
     return False
 
 

@@ -134,8 +134,10 @@ def pure_modules() -> list[tuple[str, Path]]:
     out = []
     for package in (ddp_lsp.core, ddp_lsp.rules):
         directory = Path(package.__file__).parent
-        for path in sorted(directory.glob("*.py")):
-            name = f"{package.__name__}.{path.stem}"  # __init__ too: its package is the parent
+        # Subpackages too (core/frameworks: the framework tables are core).
+        for path in sorted(directory.rglob("*.py")):
+            rel = path.relative_to(directory).with_suffix("")
+            name = ".".join((package.__name__, *rel.parts))  # __init__ too: its package
             out.append((name, path))
     return out
 

@@ -286,7 +286,7 @@ from accelerate.utils import set_seed
 
 def main(args, model, optimizer, train_dataloader):
     accelerator = Accelerator()
-    set_seed(args.seed)
+    set_seed(args.seed, device_specific=True)  # without it: DDP503 (issue 14)
     model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
     for batch in train_dataloader:
         loss = model(**batch).loss

@@ -1,0 +1,60 @@
+"""Hugging Face accelerate in DDP terms: the ``Accelerator`` object and ``accelerate.utils``."""
+
+from __future__ import annotations
+
+from ddp_lsp.core.frameworks.schema import Api, Match, Meaning
+
+NAME = "accelerate"
+
+_C = Match.CALL
+_M = Match.METHOD
+_COLL = (Meaning.COLLECTIVE,)
+
+TABLE: tuple[Api, ...] = (
+    Api(
+        Match.MODULE,
+        "accelerate",
+        (Meaning.DISTRIBUTED, Meaning.OWNS_PROCESS_GROUP, Meaning.INSTALLS_SAMPLER),
+    ),
+    Api(Match.FUNCTION, "prepare", (Meaning.INSTALLS_SAMPLER,)),  # accelerator.prepare(loader)
+    Api(_C, "accelerate.DistributedDataParallelKwargs", (Meaning.TAKES_DDP_KWARGS,)),
+    Api(_C, "accelerate.utils.DistributedDataParallelKwargs", (Meaning.TAKES_DDP_KWARGS,)),
+    Api(
+        _C,
+        "accelerate.utils.dataclasses.DistributedDataParallelKwargs",
+        (Meaning.TAKES_DDP_KWARGS,),
+    ),
+    Api(_M, "accelerator.wait_for_everyone", _COLL),
+    Api(_M, "accelerator.gather", _COLL),
+    Api(_M, "accelerator.gather_for_metrics", _COLL),
+    Api(Match.FUNCTION, "gather_for_metrics", (Meaning.GATHERS_STATE,)),
+    # An accelerate ParallelismConfig (tensor parallelism) or FSDP plugin shards the model.
+    Api(Match.FUNCTION, "ParallelismConfig", (Meaning.MAKES_DTENSORS,)),
+    Api(Match.FUNCTION, "FullyShardedDataParallelPlugin", (Meaning.MAKES_DTENSORS,)),
+    Api(_M, "accelerator.reduce", _COLL),
+    Api(_M, "accelerator.pad_across_processes", _COLL),
+    Api(_C, "accelerate.utils.wait_for_everyone", _COLL),
+    Api(_C, "accelerate.utils.gather", _COLL),
+    Api(_C, "accelerate.utils.gather_object", _COLL),
+    Api(_C, "accelerate.utils.reduce", _COLL),
+    Api(_C, "accelerate.utils.broadcast", _COLL),
+    Api(_C, "accelerate.utils.broadcast_object_list", _COLL),
+    Api(_C, "accelerate.utils.pad_across_processes", _COLL),
+    # `accelerator.backward(loss)` all-reduces a prepared DDP model's gradients unless it runs
+    # under `accelerator.accumulate(model)` / `accelerator.no_sync(model)`.
+    Api(_M, "accelerator.backward", (Meaning.BACKWARD,)),
+    Api(_M, "accelerator.accumulate", (Meaning.SKIPS_GRAD_SYNC,)),
+    Api(_M, "accelerator.no_sync", (Meaning.SKIPS_GRAD_SYNC,)),
+    # With several processes, `prepare` returns the model wrapped in DDP.
+    Api(_M, "accelerator.prepare", (Meaning.WRAPS_MODEL,)),
+    Api(_M, "accelerator.prepare_model", (Meaning.WRAPS_MODEL,)),
+    Api(_M, "accelerator.is_main_process", (Meaning.RANK_ZERO,)),
+    Api(Match.FUNCTION, "is_local_main_process", (Meaning.RANK_ZERO,)),
+    Api(Match.FUNCTION, "on_main_process", (Meaning.RANK_ZERO_ONLY,)),
+    Api(Match.FUNCTION, "on_local_main_process", (Meaning.RANK_ZERO_ONLY,)),
+    # The same seed on every rank unless device_specific=True.
+    Api(_C, "accelerate.utils.set_seed", (Meaning.SEEDS,), keyword="device_specific"),
+    Api(_C, "accelerate.utils.random.set_seed", (Meaning.SEEDS,), keyword="device_specific"),
+    # accelerate.logging.get_logger logs on the main process unless main_process_only=False.
+    Api(Match.FUNCTION, "get_logger", (Meaning.SILENCES_LOGGING,)),
+)
