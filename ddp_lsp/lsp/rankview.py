@@ -854,7 +854,8 @@ def _tokens(state: ServerState, uri: str, rng: T.Range | None) -> T.SemanticToke
     return T.SemanticTokens(data=semantic_tokens(state, unit, offset, first - offset, last - offset))
 
 
-def show_rank_paths(ls: DdpLanguageServer, *args: Any) -> list[T.Location]:
+def show_rank_paths(ls: Any, *args: Any) -> list[T.Location]:
+    # `ls: Any`: pygls reads a command handler's annotations at run time (no TYPE_CHECKING names).
     from pygls.exceptions import JsonRpcInvalidParams
 
     state = ls.state
