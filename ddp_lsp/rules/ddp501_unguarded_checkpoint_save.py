@@ -100,7 +100,9 @@ from ddp_lsp.core import frameworks as FW
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _guard as G
+from ddp_lsp.rules import _guardrun as GR
 from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _writes as CW
 
 
 class UnguardedCheckpointSave(Rule):
@@ -115,7 +117,7 @@ class UnguardedCheckpointSave(Rule):
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         for call in ctx.calls():
-            write = G.checkpoint_write(ctx, call)
+            write = CW.checkpoint_write(ctx, call)
             if write is None or G.in_lambda(ctx, call):
                 continue
             if G.is_guarded(ctx, call):
@@ -123,7 +125,7 @@ class UnguardedCheckpointSave(Rule):
             root = P.scope_root(ctx, call)
             if G.spawns_processes(ctx, root) or _pass_through_helper(ctx, call, write.dest):
                 continue
-            if write.dest is not None and G.per_rank_path(ctx, write.dest, root):
+            if write.dest is not None and CW.per_rank_path(ctx, write.dest, root):
                 continue
             if _every_rank_on_purpose(ctx, call, root) or G.single_process_branch(ctx, call):
                 continue
@@ -131,10 +133,10 @@ class UnguardedCheckpointSave(Rule):
                 continue
             stmt = write.stmt or ctx.statement(call)
             cond = G.rank_condition(ctx, stmt)
-            collective = G.collective_in(ctx, stmt)
+            collective = CW.collective_in(ctx, stmt)
             fixes = []
             if write.fixable and collective is None:
-                fix = G.guard_run_fix(
+                fix = GR.guard_run_fix(
                     ctx, stmt, cond, f"Save on rank 0 only: wrap in `if {cond.text}:`"
                 )
                 if fix is not None:
@@ -226,7 +228,7 @@ def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | Non
     fn = ctx.enclosing_function(call)
     if fn is None or ctx.parent(fn) is not None or ctx.scope(call)[1] is not None:
         return False
-    if not G.SAVE_HELPER_NAME.search(fn.name):
+    if not CW.SAVE_HELPER_NAME.search(fn.name):
         return False
     if isinstance(dest, ast.Starred):  # `torch.save(*args, **kwargs)`: all of the caller's
         vararg = fn.args.vararg

@@ -86,6 +86,8 @@ from ddp_lsp.core import walk as W
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _guard as G
+from ddp_lsp.rules import _guardrun as GR
+from ddp_lsp.rules import _logcalls as LG
 from ddp_lsp.rules import _patterns as P
 
 _LOOP_TARGET = re.compile(r"epoch|step|iter|batch", re.IGNORECASE)
@@ -113,10 +115,10 @@ class UnguardedLogging(Rule):
         patched_print: bool | None = None
         aware_logging: bool | None = None
         for call in ctx.calls():
-            label = G.log_call(ctx, call)
+            label = LG.log_call(ctx, call)
             if label is None or G.in_lambda(ctx, call):
                 continue
-            if not _has_value(call) or G.names_process(ctx, call):
+            if not _has_value(call) or LG.names_process(ctx, call):
                 continue
             loops = ctx.enclosing_loops(call)
             if not any(self._is_training(ctx, loop, seen) for loop in loops):
@@ -142,7 +144,7 @@ class UnguardedLogging(Rule):
             cond = G.rank_condition(ctx, stmt)
             fixes = []
             if isinstance(stmt, ast.Expr) and stmt.value is call:
-                fix = G.guard_run_fix(
+                fix = GR.guard_run_fix(
                     ctx, stmt, cond, f"Log on rank 0 only: wrap in `if {cond.text}:`"
                 )
                 if fix is not None:
@@ -177,7 +179,7 @@ def _has_value(call: ast.Call) -> bool:
 def _training_loop(ctx: ChunkContext, loop: ast.For | ast.AsyncFor | ast.While) -> bool:
     """A loop over batches or epochs, or one that runs backward / optimizer steps."""
     if isinstance(loop, (ast.For, ast.AsyncFor)):
-        if any(_LOOP_TARGET.search(n) for n in G.names_in(loop.target)):
+        if any(_LOOP_TARGET.search(n) for n in LG.names_in(loop.target)):
             return True
         for n in W.bfs(loop.iter):
             if isinstance(n, (ast.Name, ast.Attribute)):

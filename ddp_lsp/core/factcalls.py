@@ -1,0 +1,141 @@
+"""Name and call helpers shared by the extractor, the merge and the rules: the places facts
+attach to, the kind a qualified callee gives, whether a call is a collective.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator, Mapping
+
+from ddp_lsp.core import frameworks as FW
+from ddp_lsp.core import names as N
+from ddp_lsp.core.factkinds import (
+    _TRANSPARENT,
+    DDP,
+    FSDP,
+    LOADER,
+    OPTIMIZER,
+    RANK,
+    SAMPLER,
+    SCALER,
+    SCALER_WRAPPER,
+    WRAPPER_COLLECTIVES,
+)
+from ddp_lsp.core.ranks import RankModel
+
+
+def _path(e: ast.AST) -> str | None:
+    """``name`` or ``self.attr``: the places a fact can be attached to."""
+    if isinstance(e, ast.Name):
+        return e.id
+    if (
+        isinstance(e, ast.Attribute)
+        and isinstance(e.value, ast.Name)
+        and e.value.id in ("self", "args", "cfg", "config")
+    ):
+        return f"{e.value.id}.{e.attr}"
+    return None
+
+
+def path_of(e: ast.AST) -> str | None:
+    return _path(e)
+
+
+def _kind_of_source(source: tuple[str, ...], aliases: Mapping[str, str]) -> str | None:
+    if source[0] == "=rank":
+        return RANK
+    for spelled in source:
+        qual = N.resolve(spelled, aliases)
+        if qual is None:
+            # A class the project copied from a framework under its name (timm's NativeScaler
+            # in MAE's misc.py): the tables' bare names.
+            if spelled.rsplit(".", 1)[-1] in _SCALER_WRAPPER_NAMES:
+                return SCALER_WRAPPER
+            return None
+        kind = kind_of_qualname(qual)
+        if kind is not None:
+            return kind
+        if qual not in _TRANSPARENT:
+            return None
+    return None
+
+
+def _user_collective(ranks: RankModel, calls: Iterable[str]) -> bool:
+    """A call of a collective the user's `[tool.ddp-lsp]` framework entries name. Chunk facts
+    are extracted before the module's imports are known, so a qualified entry matches a call
+    spelled as its tail (``dist_utils.sync_all`` for ``mylib.dist_utils.sync_all``)."""
+    model = ranks.frameworks
+    qualified = model.calls(FW.Meaning.COLLECTIVE)
+    for callee in calls:
+        if model.matches(FW.Meaning.COLLECTIVE, callee, None):
+            return True
+        if "." in callee and any(q == callee or q.endswith("." + callee) for q in qualified):
+            return True
+    return False
+
+
+# Framework methods that skip gradient sync (`accelerator.accumulate`, Fabric's
+# `no_backward_sync`): the tables' `skips-grad-sync` entries.
+_SYNC_SKIPPERS = FW.BUILTIN.methods(FW.Meaning.SKIPS_GRAD_SYNC)
+
+
+def _last(expr: ast.AST) -> str:
+    name = N.dotted(expr) or ""
+    return name.rsplit(".", 1)[-1]
+
+
+# Wrappers whose forward all-gathers parameter shards (the tables' `shards-model`); the bare
+# names shard their first argument in place (`fully_shard(model)`).
+_SHARDERS = FW.BUILTIN.calls(FW.Meaning.SHARDS_MODEL)
+_IN_PLACE_SHARDERS = FW.BUILTIN.functions(FW.Meaning.SHARDS_MODEL)
+# GradScaler wrappers that unscale, clip and step by themselves (the tables' `scaler-wrapper`).
+_SCALER_WRAPPERS = FW.BUILTIN.calls(FW.Meaning.SCALER_WRAPPER)
+_SCALER_WRAPPER_NAMES = FW.BUILTIN.functions(FW.Meaning.SCALER_WRAPPER)
+
+
+def kind_of_qualname(qual: str) -> str | None:
+    if qual in _SCALER_WRAPPERS or qual.rsplit(".", 1)[-1] in _SCALER_WRAPPER_NAMES:
+        return SCALER_WRAPPER
+    if qual == N.DDP:
+        return DDP
+    if qual in _SHARDERS:
+        return FSDP
+    if qual in N.GRAD_SCALERS:
+        return SCALER
+    if qual == N.DISTRIBUTED_SAMPLER:
+        return SAMPLER
+    if qual == N.DATALOADER:
+        return LOADER
+    if N.is_optimizer_class(qual):
+        return OPTIMIZER
+    return None
+
+
+# Library functions that perform collectives, by qualified name (so any alias works:
+# `from detectron2.utils import comm as d2comm; d2comm.synchronize()`): the framework tables.
+QUALIFIED_WRAPPER_COLLECTIVES = FW.BUILTIN.calls(FW.Meaning.COLLECTIVE)
+
+
+def is_collective_call(
+    callee: str, aliases: Mapping[str, str], frameworks: FW.FrameworkModel | None = None
+) -> bool:
+    """Whether a call spelled ``callee`` is a collective: torch.distributed's, a framework
+    table's, or (``frameworks``: the settings' model) one of the user's entries."""
+    qual = N.resolve(callee, aliases)
+    if qual is not None and (qual in N.COLLECTIVES or qual in QUALIFIED_WRAPPER_COLLECTIVES):
+        return True
+    if frameworks is not None and frameworks is not FW.BUILTIN:
+        if frameworks.matches(FW.Meaning.COLLECTIVE, callee, qual):
+            return True
+    parts = callee.rsplit(".", 2)
+    if len(parts) >= 2:
+        receiver, method = parts[-2], parts[-1]
+        if (receiver, method) in WRAPPER_COLLECTIVES:
+            return True
+    return False
+
+
+def iter_functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node

@@ -1,0 +1,530 @@
+"""The per-chunk extractor: one chunk's raw :class:`ChunkFacts`, computed from its text alone
+(:func:`extract`), and a whole file's for the project index (:func:`extract_module`).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ddp_lsp.core import frameworks as FW
+from ddp_lsp.core import gates as G
+from ddp_lsp.core import names as N
+from ddp_lsp.core.factcalls import (
+    _IN_PLACE_SHARDERS,
+    _SYNC_SKIPPERS,
+    _last,
+    _path,
+    _user_collective,
+)
+from ddp_lsp.core.factkinds import (
+    _SAVES_RAW,
+    COLLECTIVE,
+    GUARDS_ITSELF,
+    HOST_SYNC,
+    MODULE,
+    NO_SYNC,
+    RANK0_FLAG,
+    RANK_PREDICATE,
+    SETS_EPOCH,
+    SILENCES_LOGGING,
+    SILENCES_PRINT,
+    UNSCALES,
+    UNWRAP,
+    Binding,
+    CallSite,
+    ChunkFacts,
+    FunctionInfo,
+)
+from ddp_lsp.core.ranks import RankModel
+from ddp_lsp.core.uniformity import condition_ranks
+from ddp_lsp.core.walk import children, walk
+
+_BARRIER_NAMES = frozenset(
+    {"barrier", "monitored_barrier", "wait_for_everyone", "synchronize", "Barrier"}
+)
+
+
+def _barrier_ifs(body: list[ast.stmt]) -> int:
+    n = 0
+    for stmt in body:
+        if isinstance(stmt, ast.If) and any(
+            isinstance(node, ast.Call)
+            and (
+                node.func.attr
+                if isinstance(node.func, ast.Attribute)
+                else getattr(node.func, "id", "")
+            )
+            in _BARRIER_NAMES
+            for node in ast.walk(stmt)
+        ):
+            n += 1
+    return n
+
+
+def extract(
+    tree: ast.Module,
+    member_of: str | None,
+    ranks: RankModel,
+    extractor: _Extractor | None = None,
+) -> ChunkFacts:
+    """Raw facts of one chunk (``member_of``: the class its methods belong to)."""
+    x = extractor if extractor is not None else _Extractor(ranks)
+    if member_of is not None:
+        x.class_stack.append(member_of)
+    # Top-level code is summarised like a function named "<module>" (merged across chunks), so
+    # `if __name__ == "__main__": main(); dist.destroy_process_group()` is visible to rules.
+    x._calls.append(set())
+    x._props.append(set())
+    x.block(tree.body, scope="", guarded=False)
+    top_calls, top_props = x._calls.pop(), x._props.pop()
+    if top_calls or top_props:
+        x.functions.append(
+            FunctionInfo(MODULE, None, (), frozenset(top_calls), frozenset(top_props), 0)
+        )
+    return ChunkFacts(
+        imports=tuple(x.imports),
+        env_markers=x.env_markers,
+        bindings=tuple(x.bindings),
+        functions=tuple(x.functions),
+        call_sites=tuple(x.call_sites),
+        loads=frozenset(x.loads),
+        barrier_ifs=_barrier_ifs(tree.body) if member_of is None else 0,
+    )
+
+
+@dataclass(frozen=True)
+class ModuleExtract:
+    """A whole file's facts as the project index needs them (see :func:`extract_module`)."""
+
+    facts: ChunkFacts
+    # Calls through a module attribute (`engine.train_one_epoch(model)`, `du.save_on_master()`),
+    # which a chunk does not record as call sites (in one file they reach no local function).
+    dotted_sites: tuple[CallSite, ...]
+    # 1-based line of each call site: facts.call_sites, then dotted_sites.
+    site_lines: tuple[int, ...]
+
+
+def extract_module(tree: ast.Module, ranks: RankModel) -> ModuleExtract:
+    """Raw facts of a whole module parsed at once, with the call sites the project needs."""
+    x = _Extractor(ranks, project=True)
+    cf = extract(tree, None, ranks, x)
+    return ModuleExtract(cf, tuple(x.dotted_sites), (*x.site_lines, *x.dotted_lines))
+
+
+_SAVERS = frozenset({"save", "save_file", "save_model"})
+
+
+# Calls that set which log records are emitted: a level or filter chosen per rank silences the
+# other ranks' INFO logging.
+_LEVEL_SETTERS = frozenset({"basicConfig", "setLevel", "addFilter", "set_verbosity", "disable"})
+
+
+def _is_builtin_print(t: ast.expr) -> bool:
+    """``builtins.print = ...`` / ``__builtin__.print = ...``."""
+    return (
+        isinstance(t, ast.Attribute)
+        and t.attr == "print"
+        and isinstance(t.value, ast.Name)
+        and t.value.id in ("builtins", "__builtin__", "__builtins__")
+    )
+
+
+class _Extractor:
+    def __init__(self, ranks: RankModel, project: bool = False) -> None:
+        self.ranks = ranks
+        # Whole-module extraction for the project index: also dotted call sites, and lines.
+        self.project = project
+        self.dotted_sites: list[CallSite] = []
+        self.site_lines: list[int] = []
+        self.dotted_lines: list[int] = []
+        self._imported: dict[str, str] | None = None
+        self._imported_n = 0
+        self.imports: list[tuple[str, str]] = []
+        self.env_markers = False
+        self.bindings: list[Binding] = []
+        self.functions: list[FunctionInfo] = []
+        self.call_sites: list[CallSite] = []
+        self.loads: set[str] = set()
+        self.class_stack: list[str] = []
+        self._calls: list[set[str]] = []  # per open function
+        self._props: list[set[str]] = []
+        self._params: list[frozenset[str]] = []
+        self._rank_branches = 0  # depth of `if <rank condition>:` branches around the statement
+        self._ifs = 0  # depth of `if` branches around the statement, in its own function
+        self._assigned: list[set[str]] = [set()]  # paths assigned so far, per open function
+        self._loop_names: list[set[str]] = []  # names bound by `for` targets, per open function
+
+    def _maybe_project_call(self, name: str) -> bool:
+        """``engine.train_one_epoch`` / ``du.save_on_master``: a call through an imported
+        name that may be a project module (not the standard library or a known framework:
+        their call sites are most of a file's and can never reach project code)."""
+        if self._imported is None or self._imported_n != len(self.imports):
+            self._imported = {}
+            for bound, target in self.imports:
+                self._imported.setdefault(bound, target)
+            self._imported_n = len(self.imports)
+        qual = self._imported.get(name.partition(".")[0])
+        return qual is not None and N.may_be_project_module(qual)
+
+    # -- statements ----------------------------------------------------------------------------
+
+    def block(self, body: list[ast.stmt], scope: str, guarded: bool) -> None:
+        for stmt in body:
+            self.stmt(stmt, scope, guarded)
+            # `if not is_main_process(): return` guards the rest of the block.
+            if (
+                not guarded
+                and isinstance(stmt, ast.If)
+                and stmt.body
+                and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise))
+                and _nonzero(condition_ranks(self.ranks, stmt.test))
+            ):
+                guarded = True
+
+    def stmt(self, s: ast.stmt, scope: str, guarded: bool) -> None:
+        if isinstance(s, (ast.For, ast.AsyncFor)) and self._loop_names:
+            self._loop_names[-1].update(n.id for n in ast.walk(s.target) if isinstance(n, ast.Name))
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self.function(s, scope)
+            return
+        if isinstance(s, ast.ClassDef):
+            for d in s.decorator_list:
+                self.expr(d, scope, guarded)
+            for b in s.bases:
+                self.expr(b, scope, guarded)
+            self.class_stack.append(s.name)
+            self.block(s.body, scope, guarded)
+            self.class_stack.pop()
+            return
+        if isinstance(s, (ast.Import, ast.ImportFrom)):
+            self.imports.extend(N.import_bindings(s))
+            return
+        if isinstance(s, ast.If):
+            pol = condition_ranks(self.ranks, s.test)
+            self.expr(s.test, scope, guarded)
+            self._rank_branches += pol is not None
+            self._ifs += 1
+            mark = len(self.bindings)
+            self.block(s.body, scope, guarded or _zero(pol))
+            self._drop_if_raises(s.body, scope, mark)
+            mark = len(self.bindings)
+            self.block(s.orelse, scope, guarded or _nonzero(pol))
+            self._drop_if_raises(s.orelse, scope, mark)
+            self._ifs -= 1
+            self._rank_branches -= pol is not None
+            return
+        if isinstance(s, (ast.Assign, ast.AnnAssign)):
+            value = s.value
+            targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+            if any(_is_builtin_print(t) for t in targets):
+                self._prop(SILENCES_PRINT)
+            if value is not None:
+                for t in targets:
+                    self.bind(t, value, scope)
+            if isinstance(s, ast.AnnAssign):
+                self.annotation(s.target, s.annotation, scope)
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value.args:
+            # `fully_shard(model)` shards the module in place: an FSDP module from here on.
+            callee = N.dotted(s.value.func) or ""
+            if callee.rsplit(".", 1)[-1] in _IN_PLACE_SHARDERS:
+                self.bind(s.value.args[0], s.value, scope)
+        for child in children(s):
+            if isinstance(child, (ast.stmt, ast.ExceptHandler)):
+                continue
+            if isinstance(child, ast.expr):
+                self.expr(child, scope, guarded)
+            else:  # withitem, match_case, arguments, keyword...
+                for sub in children(child):
+                    if isinstance(sub, ast.expr):
+                        self.expr(sub, scope, guarded)
+                if isinstance(child, ast.match_case):
+                    self.block(child.body, scope, guarded)
+        # Source order: the try body before its handlers, so that for
+        # `try: from torch.amp import X / except ImportError: from torch.cuda.amp import X`
+        # the first (preferred) import is the one the module's aliases keep.
+        body = getattr(s, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+            self.block(body, scope, guarded)
+        for handler in getattr(s, "handlers", ()):
+            if handler.type is not None:
+                self.expr(handler.type, scope, guarded)
+            mark = len(self.bindings)
+            self.block(handler.body, scope, guarded)
+            self._drop_if_raises(handler.body, scope, mark)
+        for name in ("orelse", "finalbody"):
+            tail = getattr(s, name, None)
+            if isinstance(tail, list) and tail and isinstance(tail[0], ast.stmt):
+                self.block(tail, scope, guarded)
+
+    def _drop_if_raises(self, body: list[ast.stmt], scope: str, mark: int) -> None:
+        """A branch that ends in ``raise`` leaves by the exception: the local names it bound
+        (``model = DDP(model)`` before ``raise ValueError(...)``) never reach the code after
+        it, so they give no kind to the merged facts. Attributes (``self.model``) stay: the
+        object outlives the exception."""
+        if body and isinstance(body[-1], ast.Raise) and len(self.bindings) > mark:
+            kept = [b for b in self.bindings[mark:] if b.scope != scope]
+            del self.bindings[mark:]
+            self.bindings.extend(kept)
+
+    def function(self, f: ast.FunctionDef | ast.AsyncFunctionDef, scope: str) -> None:
+        cls = self.class_stack[-1] if self.class_stack and not scope else None
+        if cls is not None:
+            qual = f"{cls}.{f.name}"
+        elif scope:
+            qual = f"{scope}.{f.name}"
+        else:
+            qual = f.name
+        for d in f.decorator_list:
+            self.expr(d, scope, False)
+        params = [a.arg for a in (*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs)]
+        if f.args.vararg is not None:  # `*args` forwarded whole (`torch.save(*args, **kwargs)`)
+            params.append(f"*{f.args.vararg.arg}")
+        for a in (*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs):
+            if a.annotation is not None:
+                src = N.dotted(a.annotation)
+                if src:
+                    self.bindings.append(Binding(qual, a.arg, (src,)))
+            if a.arg in self.ranks.names:
+                self.bindings.append(Binding(qual, a.arg, ("=rank",)))
+        self._calls.append(set())
+        self._props.append(set())
+        self._params.append(frozenset(params))
+        saved_classes, saved_ifs = self.class_stack, self._ifs
+        self.class_stack = [cls] if cls else []
+        self._ifs = 0
+        self._assigned.append(set())
+        self._loop_names.append(set())
+        body_guarded = _guards_itself(f.body, self.ranks)
+        self.block(f.body, qual, body_guarded)
+        self._loop_names.pop()
+        self._assigned.pop()
+        self.class_stack, self._ifs = saved_classes, saved_ifs
+        calls = self._calls.pop()
+        props = self._props.pop()
+        self._params.pop()
+        if self.ranks.frameworks is not FW.BUILTIN and _user_collective(self.ranks, calls):
+            props.add(COLLECTIVE)
+        if body_guarded:
+            props.add(GUARDS_ITSELF)
+        if _is_rank_predicate(f, self.ranks):
+            props.add(RANK_PREDICATE)
+        props |= G.site_props(f, N.dotted)  # parameters that switch collectives off
+        self.functions.append(
+            FunctionInfo(qual, cls, tuple(params), frozenset(calls), frozenset(props), f.lineno - 1)
+        )
+
+    # -- expressions ---------------------------------------------------------------------------
+
+    def expr(self, e: ast.AST, scope: str, guarded: bool) -> None:
+        for node in walk(e):
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Load):
+                    self.loads.add(node.id)
+            elif isinstance(node, ast.Call):
+                if self._ifs == 0 and self._loop_names and _reads_back(node):
+                    root = node.func.value  # type: ignore[attr-defined]
+                    while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
+                        root = root.func if isinstance(root, ast.Call) else root.value
+                    if isinstance(root, ast.Name) and (
+                        root.id in self._params[-1] or root.id in self._loop_names[-1]
+                    ):
+                        self._prop(HOST_SYNC)
+                self.call(node, scope, guarded)
+            elif isinstance(node, ast.Attribute):
+                if node.attr in ("no_sync", "require_backward_grad_sync"):
+                    self._prop(NO_SYNC)
+                elif f"{_last(node.value)}.{node.attr}" in _SYNC_SKIPPERS:
+                    self._prop(NO_SYNC)  # `accelerator.accumulate`: the tables' skips-grad-sync
+            elif isinstance(node, ast.Constant):
+                if isinstance(node.value, str) and node.value in N.RANK_ENV_VARS:
+                    self.env_markers = True
+            elif isinstance(node, ast.Lambda):
+                pass
+
+    def _prop(self, prop: str) -> None:
+        if self._props:
+            self._props[-1].add(prop)
+
+    def call(self, c: ast.Call, scope: str, guarded: bool) -> None:
+        if (  # `logging.getLogger().setLevel(...)` too: no dotted name needed
+            isinstance(c.func, ast.Attribute)
+            and c.func.attr in _LEVEL_SETTERS
+            and (
+                self._rank_branches
+                or any(
+                    self.ranks.mentions_rank(a) for a in (*c.args, *(k.value for k in c.keywords))
+                )
+            )
+        ):
+            self._prop(SILENCES_LOGGING)
+        name = N.dotted(c.func)
+        if name is None:
+            return
+        last = name.rsplit(".", 1)[-1]
+        if last == "unscale_":
+            self._prop(UNSCALES)
+        elif last == "set_epoch":
+            self._prop(SETS_EPOCH)
+        elif last == "init_process_group":
+            self.env_markers = True
+        elif last in _SAVERS and not guarded and self._params:
+            dest = c.args[1] if len(c.args) > 1 else None
+            for kw in c.keywords:
+                if kw.arg in ("f", "filename"):
+                    dest = kw.value
+            forwarded = (  # `torch.save(*args, **kwargs)`: the caller's arguments, path too
+                dest is None
+                and c.args
+                and isinstance(c.args[0], ast.Starred)
+                and isinstance(c.args[0].value, ast.Name)
+                and f"*{c.args[0].value.id}" in self._params[-1]
+            )
+            if forwarded or isinstance(dest, ast.Name) and dest.id in self._params[-1]:
+                # Raw: the spelling is resolved in merge (`torch.save`, not `self.save`).
+                self._prop(f"{_SAVES_RAW}{name}")
+        callee = name
+        if name.startswith("self.") and name.count(".") == 1 and self.class_stack:
+            callee = f"{self.class_stack[-1]}.{last}"
+        if self._calls:
+            self._calls[-1].add(callee)
+        local = "." not in name or callee != name
+        if local or (self.project and self._maybe_project_call(name)):
+            # Every argument, "" for one that is not a name (`train(nn.Linear(2, 2))`): a
+            # caller passing something of no known kind makes a parameter's kind "mixed".
+            args: list[tuple[int | str, str]] = []
+            for i, a in enumerate(c.args):
+                if isinstance(a, ast.Starred):
+                    break  # positions after *args are unknown
+                args.append((i, _path(a) or ""))
+            for kw in c.keywords:
+                if kw.arg:
+                    args.append((kw.arg, _path(kw.value) or ""))
+            site = CallSite(scope, callee, tuple(args), guarded)
+            if local:
+                self.call_sites.append(site)
+                if self.project:
+                    self.site_lines.append(c.lineno)
+            else:
+                self.dotted_sites.append(site)
+                self.dotted_lines.append(c.lineno)
+
+    def bind(self, target: ast.AST, value: ast.AST, scope: str) -> None:
+        path = _path(target)
+        if path is None:
+            return
+        b_scope = scope
+        if path.startswith("self.") and self.class_stack:
+            b_scope = self.class_stack[-1]
+        if self.ranks.is_rank_expr(value):
+            self.bindings.append(Binding(b_scope, path, ("=rank",)))
+            return
+        earlier = path in self._assigned[-1] or path in (self._params[-1] if self._params else ())
+        self._assigned[-1].add(path)
+        if ("." in path or not scope) and isinstance(
+            value, (ast.Compare, ast.BoolOp, ast.Call, ast.IfExp)
+        ):
+            # `self.is_master = rank == 0`, `args.save_logs = args.logs and is_master(args)`,
+            # `self.saver = Saver() if is_master else None`: a rank-0 flag (or an object only
+            # rank 0 holds) other chunks of the module test (the uniformity analysis).
+            test: ast.expr = value
+            if isinstance(value, ast.IfExp):
+                none = [
+                    isinstance(v, ast.Constant) and v.value is None
+                    for v in (value.body, value.orelse)
+                ]
+                test = value.test if none == [False, True] else ast.Constant(None)
+            flag = condition_ranks(self.ranks, test)
+            if _zero(flag):
+                self.bindings.append(Binding(b_scope, path, (RANK0_FLAG,)))
+        chain = _call_chain(value)
+        if chain:
+            self.bindings.append(
+                Binding(b_scope, path, chain, self._ifs > 0 and earlier, self._ifs > 0)
+            )
+        elif (
+            isinstance(value, ast.Attribute)
+            and value.attr == "module"
+            and _path(value.value) is not None
+        ):
+            # `model_without_ddp = model.module`: the plain model inside the wrapper. A name
+            # bound so is never given the wrapper's kind through `model_without_ddp = model`.
+            self.bindings.append(Binding(b_scope, path, (UNWRAP, _path(value.value) or "")))
+        elif isinstance(value, (ast.Name, ast.Attribute)):
+            src = _path(value)
+            if src:
+                # The source is looked up where the assignment runs (a method's parameter
+                # for `self.gpu_id = gpu_id`), the target where it is stored.
+                self.bindings.append(Binding(b_scope, path, ("=alias", src, scope)))
+
+    def annotation(self, target: ast.AST, ann: ast.AST, scope: str) -> None:
+        path = _path(target)
+        src = N.dotted(ann)
+        if path and src:
+            b_scope = (
+                self.class_stack[-1] if path.startswith("self.") and self.class_stack else scope
+            )
+            self.bindings.append(Binding(b_scope, path, (src,)))
+
+
+def _reads_back(call: ast.Call) -> bool:
+    """``x.item()`` / ``x.tolist()``: a tensor's value copied to the host."""
+    return (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr in ("item", "tolist")
+        and not call.args
+        and not call.keywords
+    )
+
+
+def _call_chain(value: ast.AST) -> tuple[str, ...]:
+    chain: list[str] = []
+    node = value
+    while isinstance(node, ast.Call):
+        name = N.dotted(node.func)
+        if name is None:
+            break
+        chain.append(name)
+        if not node.args:
+            break
+        node = node.args[0]
+    return tuple(chain)
+
+
+def _guards_itself(body: list[ast.stmt], ranks: RankModel) -> bool:
+    """A body that does its work only on rank 0 (``save_on_master``)."""
+    stmts = [s for s in body if not _is_docstring(s)]
+    if not stmts:
+        return False
+    first = stmts[0]
+    if isinstance(first, ast.If):
+        pol = condition_ranks(ranks, first.test)
+        if _zero(pol) and len(stmts) == 1 and not first.orelse:
+            return True
+        if _nonzero(pol) and first.body and isinstance(first.body[-1], (ast.Return, ast.Raise)):
+            return True
+    return False
+
+
+def _is_docstring(s: ast.stmt) -> bool:
+    return (
+        isinstance(s, ast.Expr)
+        and isinstance(s.value, ast.Constant)
+        and isinstance(s.value.value, str)
+    )
+
+
+def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankModel) -> bool:
+    returns = [n for n in walk(f) if isinstance(n, ast.Return) and n.value is not None]
+    if not returns:
+        return False
+    return all(_zero(condition_ranks(ranks, r.value)) for r in returns if r.value is not None)
+
+
+def _zero(found: object) -> bool:
+    """Rank 0 only (global or local), with no uniform escape (the uniformity analysis)."""
+    return getattr(found, "zero", False) and not getattr(found, "unless", "")
+
+
+def _nonzero(found: object) -> bool:
+    return getattr(found, "nonzero", False) and not getattr(found, "unless", "")

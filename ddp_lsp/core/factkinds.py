@@ -1,0 +1,128 @@
+"""The facts' vocabulary: kinds of values, function properties, and the raw per-chunk data
+types (:class:`Binding`, :class:`CallSite`, :class:`FunctionInfo`, :class:`ChunkFacts`).
+
+Re-exported by :mod:`ddp_lsp.core.facts`; serialized in the project index (``CACHE_VERSION``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ddp_lsp.core import frameworks as FW
+from ddp_lsp.core import names as N
+
+# Kinds of values the rules care about.
+DDP = "ddp"
+FSDP = "fsdp"
+SCALER = "scaler"
+OPTIMIZER = "optimizer"
+SAMPLER = "sampler"
+LOADER = "loader"
+RANK = "rank"
+# An instance of a project class wrapping a GradScaler whose methods unscale (and step/update)
+# by themselves (timm's NativeScaler, MAE's NativeScalerWithGradNormCount): not a GradScaler
+# for the AMP rules. Only the project index gives this kind (the class is in another file).
+SCALER_WRAPPER = "scaler_wrapper"
+
+# Function properties.
+COLLECTIVE = "collective"
+UNSCALES = "unscale"
+NO_SYNC = "no_sync"
+RANK_PREDICATE = "rank_predicate"
+GUARDS_ITSELF = "guards_itself"
+ONLY_CALLED_GUARDED = "only_called_guarded"
+RANK0_FLAG = "=rank0flag"  # binding source: a flag assigned from a rank-0 test
+_WORLD_NAME = re.compile(r"world|num_(processes|gpus|nodes)|n_?gpus?|nprocs|^n$", re.IGNORECASE)
+UPDATES_SCALER = "scaler_update"  # calls .update() on a GradScaler
+SETS_EPOCH = "set_epoch"  # calls .set_epoch(...) (on a sampler, a loader's sampler...)
+SETS_DEVICE = "set_device"  # calls torch.cuda.set_device(...)
+# Writes a checkpoint (torch.save, safetensors) to a path given as a parameter, on every rank:
+# where it runs is the caller's decision (`save_checkpoint(state, filename)`).
+SAVES_CALLER_PATH = "saves_caller_path"
+# Silences the other ranks' output for the whole process: replaces `builtins.print` (DeiT's
+# `setup_for_distributed(is_master)`), or sets a logging level / filter per rank
+# (`logging.basicConfig(level=INFO if rank == 0 else WARN)`, `logger.setLevel(...)` under a
+# rank condition). Transitive: calling such a set-up helper installs it too.
+SILENCES_PRINT = "silences_print"
+SILENCES_LOGGING = "silences_logging"
+# Reads a tensor value back to the host on every call (`.item()` / `.tolist()` of a parameter
+# or of a loop variable, not under an `if`): called every training step, one stall per step.
+HOST_SYNC = "host_sync"
+MODULE = "<module>"  # pseudo-function: the module's top-level code (all chunks together)
+INITS_PG = "init_process_group"
+DESTROYS_PG = "destroy_process_group"
+# INITS_PG stays direct: a function that calls the worker which starts the group is not
+# itself a worker that must destroy it (DDP506 would report both).
+TRANSITIVE_PROPS = frozenset(
+    {
+        COLLECTIVE,
+        UNSCALES,
+        NO_SYNC,
+        UPDATES_SCALER,
+        SETS_EPOCH,
+        SETS_DEVICE,
+        DESTROYS_PG,
+        SILENCES_PRINT,
+        SILENCES_LOGGING,
+    }
+)
+
+# Callables that return their (first) argument's kind unchanged.
+_TRANSPARENT = frozenset({"torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
+# Well-known wrappers that perform collectives (receiver name, method): the framework tables.
+WRAPPER_COLLECTIVES = FW.BUILTIN.method_pairs(FW.Meaning.COLLECTIVE)
+
+
+@dataclass(frozen=True)
+class Binding:
+    scope: str  # "" module, "train" function, "Trainer.step" method, "Trainer" for self.x
+    path: str  # "model", "self.model"
+    source: tuple[str, ...]  # callee spellings outer -> inner ("torch.compile", "DDP")
+    # Bound inside an `if` of its function over an earlier value or a parameter
+    # (`model = Net(); if args.distributed: model = DDP(model)`): the name may hold this
+    # value's kind on some launches only.
+    conditional: bool = False
+    # Bound inside an `if` of its function (`if args.distributed: model = DDP(net)
+    # else: model = net` is conditional through the other binding).
+    in_branch: bool = False
+
+
+@dataclass(frozen=True)
+class CallSite:
+    caller: str
+    callee: str  # "helper" or "Trainer.method"
+    args: tuple[tuple[int | str, str], ...]  # (position or keyword, argument path or "")
+    guarded: bool  # under a rank-0 guard
+
+
+@dataclass(frozen=True)
+class FunctionInfo:
+    qualname: str
+    cls: str | None
+    params: tuple[str, ...]
+    calls: frozenset[str]  # dotted callee spellings ("dist.all_reduce", "helper", "Trainer.m")
+    props: frozenset[str]  # syntactic: unscale, no_sync, rank_predicate, guards_itself
+    line: int  # 0-based, relative to the chunk
+
+
+@dataclass(frozen=True)
+class ChunkFacts:
+    imports: tuple[tuple[str, str], ...] = ()
+    env_markers: bool = False  # "LOCAL_RANK"/"RANK" read from the environment, init_process_group
+    bindings: tuple[Binding, ...] = ()
+    functions: tuple[FunctionInfo, ...] = ()
+    call_sites: tuple[CallSite, ...] = ()
+    loads: frozenset[str] = frozenset()
+    # Top-level `if` statements that call a barrier (DDP103: a module-level guarded barrier is
+    # half of a "zero first" pair only if another top-level `if` holds the other half).
+    barrier_ifs: int = 0
+
+
+EMPTY_FACTS = ChunkFacts()
+
+UNWRAP = "=unwrap"  # a binding's source: `x = y.module`
+_SAVES_RAW = "saves:"
+_CHECKPOINT_WRITERS = frozenset(
+    {N.TORCH_SAVE, "safetensors.torch.save_file", "safetensors.torch.save_model"}
+)

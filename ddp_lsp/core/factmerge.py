@@ -1,0 +1,600 @@
+"""The module merge: the chunks' raw facts resolved into :class:`ModuleFacts` (aliases,
+kinds flowing through calls, transitive function properties), incrementally through
+:class:`MergeCache`.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ddp_lsp.core import gates as G
+from ddp_lsp.core import names as N
+from ddp_lsp.core.crossfile import ModuleProjectFacts, ParamKind, Provenance
+from ddp_lsp.core.factcalls import _kind_of_source, is_collective_call
+from ddp_lsp.core.factkinds import (
+    _CHECKPOINT_WRITERS,
+    _SAVES_RAW,
+    _WORLD_NAME,
+    COLLECTIVE,
+    DESTROYS_PG,
+    GUARDS_ITSELF,
+    INITS_PG,
+    MODULE,
+    ONLY_CALLED_GUARDED,
+    RANK,
+    RANK0_FLAG,
+    RANK_PREDICATE,
+    SAVES_CALLER_PATH,
+    SCALER,
+    SETS_DEVICE,
+    TRANSITIVE_PROPS,
+    UNWRAP,
+    UPDATES_SCALER,
+    CallSite,
+    ChunkFacts,
+    FunctionInfo,
+)
+
+# -- module facts -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModuleFacts:
+    """Facts of a whole module, derived from its chunks. Compared by value (tables compare as
+    dicts, in C); hashable, with the hash computed on first use."""
+
+    aliases: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    distributed: bool = False
+    kinds: Mapping[tuple[str, str], str] = field(default_factory=dict, compare=False, hash=False)
+    func_props: Mapping[str, frozenset[str]] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+    func_params: Mapping[str, tuple[str, ...]] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+    rank_predicates: frozenset[str] = frozenset()
+    rank_vars: frozenset[str] = frozenset()
+    names_used: frozenset[str] = frozenset()  # imported names loaded somewhere in the module
+    barrier_ifs: int = 0  # top-level `if` statements that call a barrier (ChunkFacts.barrier_ifs)
+    # Every kind bound anywhere, every property of any function: rules ask "does this module
+    # wrap a model in DDP at all?" per chunk, which must not cost a scan of all functions.
+    kind_set: frozenset[str] = frozenset()
+    prop_set: frozenset[str] = frozenset()
+    # Keys of ``kinds`` that hold their kind on some launches only: wrapped under an `if`
+    # (`if args.distributed: model = DDP(model)`), or passed by a caller that also passes a
+    # value of no known kind. A safe fix never calls a DDP-only method on them unguarded.
+    sometimes: frozenset[tuple[str, str]] = frozenset()
+    # What the rest of the project says (None: analysed alone). Part of ``key``.
+    project: ModuleProjectFacts | None = field(default=None, compare=False, hash=False)
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """Everything the facts say, as one hashable value (built on first use: sorting every
+        table costs more than the merge that made them)."""
+        key = self.__dict__.get("_key")
+        if key is None:
+            key = (
+                tuple(sorted(self.aliases.items())),
+                self.distributed,
+                tuple(sorted(self.kinds.items())),
+                tuple(sorted((q, tuple(sorted(p))) for q, p in self.func_props.items())),
+                tuple(sorted(self.func_params.items())),
+                self.rank_predicates,
+                self.rank_vars,
+                self.names_used,
+                self.barrier_ifs,
+                tuple(sorted(self.sometimes)),
+                self.project.key if self.project is not None else None,
+            )
+            object.__setattr__(self, "_key", key)
+        return key
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(self.key)
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        return (
+            isinstance(other, ModuleFacts)
+            and self.distributed == other.distributed
+            and self.rank_predicates == other.rank_predicates
+            and self.rank_vars == other.rank_vars
+            and self.names_used == other.names_used
+            and self.barrier_ifs == other.barrier_ifs
+            and self.aliases == other.aliases
+            and self.kinds == other.kinds
+            and self.sometimes == other.sometimes
+            and self.func_props == other.func_props
+            and self.func_params == other.func_params
+            and self.project == other.project
+        )
+
+    def resolve(self, dotted_name: str) -> str | None:
+        return N.resolve(dotted_name, self.aliases)
+
+    def qualname(self, expr: ast.AST) -> str | None:
+        return N.qualname(expr, self.aliases)
+
+    def has_project(self) -> bool:
+        return self.project is not None
+
+    def kind(self, path: str, scope: str, cls: str | None) -> str | None:
+        """What ``path`` (``model``, ``self.scaler``) holds in function ``scope``."""
+        key = visible_key(self.kinds, path, scope, cls)
+        return None if key is None else self.kinds[key]
+
+    def kind_on_every_launch(self, path: str, scope: str, cls: str | None) -> bool:
+        """``path`` has a kind in ``scope`` and holds it on every launch (see ``sometimes``)."""
+        key = visible_key(self.kinds, path, scope, cls)
+        return key is not None and key not in self.sometimes
+
+    def names_of_kind(self, kind: str, scope: str, cls: str | None) -> list[str]:
+        """Every path visible in ``scope`` (its own, enclosing and module level) of a kind."""
+        visible = {scope, ""}
+        s = scope
+        while "." in s:
+            s = s.rpartition(".")[0]
+            visible.add(s)
+        if cls:
+            visible.add(cls)
+        out = []
+        for (sc, path), k in self.kinds.items():
+            if k == kind and sc in visible and (not path.startswith("self.") or sc == cls):
+                out.append(path)
+        return sorted(set(out))
+
+    def props(self, qualname: str) -> frozenset[str]:
+        return self.func_props.get(qualname, frozenset())
+
+    def callee_props(self, callee: str, cls: str | None) -> frozenset[str]:
+        """Properties of the function a call spelled ``callee`` reaches: in this module, or
+        (``utils.save_on_master``, an inherited ``self.sync``) in another file of the project."""
+        key = _callee_key(callee, cls)
+        own = self.func_props.get(key)
+        if own is not None:
+            return own
+        cp = self.project.callee_props.get(key) if self.project is not None else None
+        return cp.props if cp is not None else frozenset()
+
+    # -- where cross-file facts came from -----------------------------------------------------
+
+    def kind_origin(self, path: str, scope: str, cls: str | None) -> ParamKind | None:
+        """For a kind known only from another file: where it came from (else None)."""
+        if self.project is None or not self.project.extra_kinds:
+            return None
+        key = visible_key(self.kinds, path, scope, cls)
+        return None if key is None else self.project.extra_kinds.get(key)
+
+    def callee_origin(self, callee: str, cls: str | None, prop: str) -> Provenance | None:
+        """For a property of a function in another file: where it holds (else None)."""
+        key = _callee_key(callee, cls)
+        if self.project is None or key in self.func_props:
+            return None
+        cp = self.project.callee_props.get(key)
+        return None if cp is None else cp.origins.get(prop)
+
+
+def _resolve_gates(
+    func_props: dict[str, set[str]],
+    functions: Mapping[str, FunctionInfo],
+    aliases: Mapping[str, str],
+    project: ModuleProjectFacts | None,
+) -> None:
+    """``gate-off:`` properties: parameters that switch a helper's collectives off."""
+
+    def props_of(caller: str, name: str) -> frozenset[str] | set[str] | None:
+        fi = functions.get(caller)
+        key = _callee_key(name, fi.cls if fi is not None else None)
+        own = func_props.get(key)
+        if own is not None:
+            return own
+        cp = project.callee_props.get(key) if project is not None else None
+        return cp.props if cp is not None else None
+
+    def reaches(caller: str, name: str) -> bool:
+        if is_collective_call(name, aliases):
+            return True
+        return COLLECTIVE in (props_of(caller, name) or ())
+
+    G.resolve(func_props, props_of, reaches)
+
+
+def _callee_key(callee: str, cls: str | None) -> str:
+    """The name facts know a call by: ``self.m()`` in class ``C`` is ``C.m``."""
+    return f"{cls}.{callee[5:]}" if callee.startswith("self.") and cls else callee
+
+
+def visible_key(
+    table: Mapping[tuple[str, str], object], path: str, scope: str, cls: str | None
+) -> tuple[str, str] | None:
+    """The (scope, path) key of ``table`` that ``path`` means in function ``scope``: its own
+    scope, then the enclosing ones up to the module; ``self.x`` in class ``cls``."""
+    if path.startswith("self."):
+        return (cls, path) if cls is not None and (cls, path) in table else None
+    s = scope
+    while True:
+        if (s, path) in table:
+            return (s, path)
+        if not s:
+            return None
+        s = s.rpartition(".")[0] if "." in s else ""
+
+
+class MergeCache:
+    """What :func:`merge` derived from each chunk's facts and each function under the module's
+    aliases and project facts. A :class:`~ddp_lsp.core.document.Document` keeps one between
+    edits, so a merge after an edit re-derives only what the edited chunks hold (at 20,000
+    lines, resolving every binding and callee again was most of a merge's cost)."""
+
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] | None = None
+        self.project: ModuleProjectFacts | None = None
+        self.chunks: dict[int, tuple[ChunkFacts, _ChunkPart]] = {}
+        self.functions: dict[int, tuple[FunctionInfo, frozenset[str], tuple[str, ...]]] = {}
+
+    def reset_if_changed(self, aliases: dict[str, str], project: ModuleProjectFacts | None) -> None:
+        if self.aliases != aliases or self.project != project:
+            self.aliases = dict(aliases)
+            self.project = project
+            self.chunks.clear()
+            self.functions.clear()
+
+
+@dataclass(frozen=True)
+class _ChunkPart:
+    kinds: tuple[tuple[tuple[str, str], str], ...]  # from bindings to a known callee
+    alias_bindings: tuple[tuple[str, str, str, str], ...]  # `y = x`: (scope, path, src, scope)
+    unwrapped: frozenset[tuple[str, str]]
+    names_used: frozenset[str]
+    # Keys with a kind bound conditionally (Binding.conditional), and otherwise.
+    conditional: frozenset[tuple[str, str]] = frozenset()
+    unconditional: frozenset[tuple[str, str]] = frozenset()
+    rank0_flags: frozenset[str] = frozenset()  # `self.is_master = rank == 0`: "is_master"
+
+
+def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
+    kinds: list[tuple[tuple[str, str], str]] = []
+    alias_bindings: list[tuple[str, str, str, str]] = []
+    conditional: set[tuple[str, str]] = set()
+    unconditional: set[tuple[str, str]] = set()
+    in_branch: set[tuple[str, str]] = set()
+    plain: set[tuple[str, str]] = set()  # bound to a value of no kind (or another name)
+    for b in cf.bindings:
+        if b.source[0] == UNWRAP:
+            continue
+        if b.source[0] == "=alias":
+            src_scope = b.source[2] if len(b.source) > 2 else b.scope
+            alias_bindings.append((b.scope, b.path, b.source[1], src_scope))
+            plain.add((b.scope, b.path))
+            continue
+        k = _kind_of_source(b.source, aliases)
+        if k is not None:
+            kinds.append(((b.scope, b.path), k))
+            if b.conditional:
+                conditional.add((b.scope, b.path))
+            else:
+                (in_branch if b.in_branch else unconditional).add((b.scope, b.path))
+        elif b.source[0] != "=rank":
+            plain.add((b.scope, b.path))
+    # `if d: model = DDP(net) else: model = net`: the kind is one branch's only.
+    conditional |= in_branch & plain
+    unconditional |= in_branch - plain
+    return _ChunkPart(
+        tuple(kinds),
+        tuple(alias_bindings),
+        unwrapped_names((cf,)),
+        frozenset(cf.loads.intersection(aliases)),
+        frozenset(conditional),
+        frozenset(unconditional),
+        frozenset(b.path.rsplit(".", 1)[-1] for b in cf.bindings if b.source == (RANK0_FLAG,)),
+    )
+
+
+def _callee_props_by_name(callee: str, aliases: Mapping[str, str]) -> frozenset[str]:
+    """What a call spelled ``callee`` does, known from the name alone."""
+    found: set[str] = set()
+    if is_collective_call(callee, aliases):
+        found.add(COLLECTIVE)
+    resolved = N.resolve(callee, aliases)
+    if resolved == N.INIT_PROCESS_GROUP:
+        found.add(INITS_PG)
+    elif resolved == N.DESTROY_PROCESS_GROUP:
+        found.add(DESTROYS_PG)
+    elif resolved == "torch.cuda.set_device":
+        found.add(SETS_DEVICE)
+    return frozenset(found)
+
+
+def _function_part(
+    fi: FunctionInfo, aliases: Mapping[str, str], memo: dict[str, frozenset[str]]
+) -> tuple[frozenset[str], tuple[str, ...]]:
+    """A function's own properties (syntactic, and from the names it calls), and the
+    receivers of its `x.update()` calls (a scaler update once `x`'s kind is known)."""
+    props = set(fi.props)
+    raw = [p for p in props if p.startswith(_SAVES_RAW)]
+    if raw:
+        props.difference_update(raw)
+        if any(N.resolve(p[len(_SAVES_RAW) :], aliases) in _CHECKPOINT_WRITERS for p in raw):
+            props.add(SAVES_CALLER_PATH)
+    receivers: list[str] = []
+    for callee in fi.calls:
+        direct = memo.get(callee)
+        if direct is None:
+            direct = memo[callee] = _callee_props_by_name(callee, aliases)
+        props |= direct
+        if (
+            callee.endswith(".update")
+            and callee.count(".") == 1
+            or callee.startswith("self.")
+            and callee.endswith(".update")
+        ):
+            receivers.append(callee.rsplit(".", 1)[0])
+    return frozenset(props), tuple(receivers)
+
+
+def merge(
+    chunks: Iterable[ChunkFacts],
+    assume_distributed: bool = False,
+    project: ModuleProjectFacts | None = None,
+    cache: MergeCache | None = None,
+) -> ModuleFacts:
+    """Module facts of ``chunks``; ``project``: what other files of the project add (kinds of
+    parameters from callers elsewhere, properties of imported helpers, "distributed");
+    ``cache``: what an earlier merge of (mostly) the same chunks derived (see MergeCache)."""
+    chunk_list = list(chunks)
+    aliases: dict[str, str] = {}
+    for cf in chunk_list:
+        for name, qual in cf.imports:
+            aliases.setdefault(name, qual)
+    if cache is None:
+        cache = MergeCache()
+    cache.reset_if_changed(aliases, project)
+    parts: list[_ChunkPart] = []
+    kept: dict[int, tuple[ChunkFacts, _ChunkPart]] = {}
+    for cf in chunk_list:
+        hit = cache.chunks.get(id(cf))
+        if hit is None or hit[0] is not cf:
+            hit = (cf, _chunk_part(cf, aliases))
+        kept[id(cf)] = hit
+        parts.append(hit[1])
+    cache.chunks = kept
+    distributed = (
+        assume_distributed
+        or (project is not None and project.distributed is not None)
+        or any(cf.env_markers for cf in chunk_list)
+        or any(N.is_distributed_import(q) for q in aliases.values())
+    )
+
+    functions: dict[str, FunctionInfo] = {}
+    for cf in chunk_list:
+        for fi in cf.functions:
+            seen = functions.get(fi.qualname)
+            if seen is not None and fi.qualname == MODULE:
+                functions[MODULE] = FunctionInfo(
+                    MODULE, None, (), seen.calls | fi.calls, seen.props | fi.props, 0
+                )
+            else:
+                functions.setdefault(fi.qualname, fi)
+
+    # Kinds from bindings (aliases of aliases resolved in a second pass).
+    kinds: dict[tuple[str, str], str] = {}
+    alias_bindings: list[tuple[str, str, str, str]] = []
+    unwrapped = frozenset().union(*(part.unwrapped for part in parts))
+    for part in parts:
+        for key_, kind_ in part.kinds:
+            kinds.setdefault(key_, kind_)
+        for ab in part.alias_bindings:
+            if (ab[0], ab[1]) not in unwrapped:
+                alias_bindings.append(ab)
+    if project is not None:
+        # Parameters of this module's functions given a kind by callers in other files.
+        for key_, pk in project.extra_kinds.items():
+            kinds.setdefault(key_, pk.kind)
+
+    facts = ModuleFacts(aliases=aliases, kinds=kinds)
+    call_sites = [cs for cf in chunk_list for cs in cf.call_sites]
+    # Propagate kinds: `y = x` and parameters from their call sites, to a bounded fixed point.
+    for _ in range(6):
+        changed = False
+        for scope, path, src, src_scope in alias_bindings:
+            if (scope, path) in kinds:
+                continue
+            fn = functions.get(src_scope)
+            cls = fn.cls if fn is not None else None
+            k = facts.kind(src, src_scope, cls)
+            if k is not None:
+                kinds[(scope, path)] = k
+                changed = True
+        for cs in call_sites:
+            # `Trainer(model, rank)` passes its arguments to Trainer.__init__.
+            target = functions.get(cs.callee) or functions.get(f"{cs.callee}.__init__")
+            if target is None:
+                continue
+            caller_cls = functions[cs.caller].cls if cs.caller in functions else None
+            for pos, arg_path in cs.args:
+                if not arg_path:
+                    continue
+                if isinstance(pos, int):
+                    params = target.params[1:] if target.cls else target.params
+                    if pos >= len(params):
+                        continue
+                    param = params[pos]
+                else:
+                    if pos not in target.params:
+                        continue
+                    param = pos
+                if (target.qualname, param) in kinds:
+                    continue
+                k = facts.kind(arg_path, cs.caller, caller_cls)
+                if k is not None:
+                    kinds[(target.qualname, param)] = k
+                    changed = True
+        if not changed:
+            break
+    sometimes = _sometimes(kinds, parts, functions, alias_bindings, call_sites, project)
+
+    # Function properties: syntactic ones, collectives by resolved name, then transitively.
+    func_props: dict[str, set[str]] = {}
+    callee_memo: dict[str, frozenset[str]] = {}
+    fn_kept: dict[int, tuple[FunctionInfo, frozenset[str], tuple[str, ...]]] = {}
+    for q, fi in functions.items():
+        fhit = cache.functions.get(id(fi))
+        if fhit is None or fhit[0] is not fi:
+            fhit = (fi, *_function_part(fi, aliases, callee_memo))
+        fn_kept[id(fi)] = fhit
+        props = set(fhit[1])
+        if project is not None:
+            for callee in fi.calls:
+                if callee not in functions:
+                    cp = project.callee_props.get(callee)
+                    if cp is not None:
+                        # A helper in another file: what it does travels to this caller.
+                        props |= cp.props & TRANSITIVE_PROPS
+        for receiver in fhit[2]:
+            if facts.kind(receiver, q, fi.cls) == SCALER:
+                props.add(UPDATES_SCALER)
+        func_props[q] = props
+    cache.functions = fn_kept
+    # Transitively through same-file helpers: a worklist from each function that has a
+    # transitive property to its callers (linear in the calls, not in functions x calls).
+    callers: dict[str, list[str]] = {}
+    for q, fi in functions.items():
+        for callee in fi.calls:
+            if callee in func_props:
+                callers.setdefault(callee, []).append(q)
+    work = [q for q, p in func_props.items() if p & TRANSITIVE_PROPS and q in callers]
+    while work:
+        done = work.pop()
+        carried = func_props[done] & TRANSITIVE_PROPS
+        for q in callers.get(done, ()):
+            new_props = carried - func_props[q]
+            if new_props:
+                func_props[q] |= new_props
+                if q in callers:
+                    work.append(q)
+    sites_by_callee: dict[str, list[bool]] = {}
+    for cs in call_sites:
+        sites_by_callee.setdefault(cs.callee, []).append(
+            cs.guarded or GUARDS_ITSELF in func_props.get(cs.caller, ())
+        )
+    for q, guards in sites_by_callee.items():
+        if q in func_props and guards and all(guards):
+            func_props[q].add(ONLY_CALLED_GUARDED)
+    if project is not None:
+        for q in project.only_called_guarded:
+            if q in func_props:
+                func_props[q].add(ONLY_CALLED_GUARDED)
+
+    _resolve_gates(func_props, functions, aliases, project)
+    # Rank-0 flags assigned in one chunk and tested in another (`self.is_master`).
+    flags = frozenset().union(*(part.rank0_flags for part in parts))
+    rank_predicates = flags | frozenset(
+        q.rsplit(".", 1)[-1] for q, p in func_props.items() if RANK_PREDICATE in p
+    )
+    if project is not None:
+        # `from utils.misc import is_master` / `misc.is_master()`: a predicate defined elsewhere.
+        rank_predicates |= frozenset(
+            name.rsplit(".", 1)[-1]
+            for name, cp in project.callee_props.items()
+            if RANK_PREDICATE in cp.props
+        )
+    # `self.gpu_id` holding the rank makes `gpu_id` a rank name (RankModel matches last parts).
+    # Not `args.gpu = int(os.environ["LOCAL_RANK"])`: `args.*` names are too generic to trust.
+    # A world size is never a rank, whatever a misaligned call passes into it (the uniformity
+    # analysis takes `world_size > 1` for a uniform test).
+    rank_vars = frozenset(
+        path[5:] if path.startswith("self.") else path
+        for (_, path), k in kinds.items()
+        if k == RANK
+        and "." not in path.removeprefix("self.")
+        and not _WORLD_NAME.search(path.rsplit(".", 1)[-1])
+    )
+    # Only imported names: the set must not change while the user types a new local name,
+    # or every chunk would re-run its rules on every keystroke.
+    names_used = frozenset().union(*(part.names_used for part in parts))
+    barrier_ifs = sum(cf.barrier_ifs for cf in chunk_list)
+    frozen_props = {q: frozenset(p) for q, p in func_props.items()}
+    func_params = {q: fi.params for q, fi in functions.items()}
+    return ModuleFacts(
+        aliases=aliases,
+        distributed=distributed,
+        kinds=kinds,
+        func_props=frozen_props,
+        func_params=func_params,
+        rank_predicates=rank_predicates,
+        rank_vars=rank_vars,
+        names_used=names_used,
+        barrier_ifs=barrier_ifs,
+        kind_set=frozenset(kinds.values()),
+        prop_set=frozenset().union(*frozen_props.values()) if frozen_props else frozenset(),
+        sometimes=sometimes,
+        project=project,
+    )
+
+
+def _sometimes(
+    kinds: Mapping[tuple[str, str], str],
+    parts: Sequence[_ChunkPart],
+    functions: Mapping[str, FunctionInfo],
+    alias_bindings: Sequence[tuple[str, str, str, str]],
+    call_sites: Sequence[CallSite],
+    project: ModuleProjectFacts | None,
+) -> frozenset[tuple[str, str]]:
+    """The keys of ``kinds`` whose kind holds on some launches only (``ModuleFacts.sometimes``):
+    bound to it only under an `if` over an earlier value (Binding.conditional), a parameter
+    some caller in another file passes a value of no known kind (``ParamKind.mixed``), or
+    bound from such a value through `y = x` or a call. (A same-file argument of no known kind,
+    `save(build_model(), ...)` into `def save(model: DDP)`, is not evidence of a plain model.)"""
+    conditional = frozenset().union(*(p.conditional for p in parts))
+    unconditional = frozenset().union(*(p.unconditional for p in parts))
+    out: set[tuple[str, str]] = set(conditional - unconditional)
+    if project is not None:
+        out.update(k for k, pk in project.extra_kinds.items() if pk.mixed and k in kinds)
+    # Carried by `y = x` and by call sites, to a bounded fixed point.
+    for _ in range(6):
+        changed = False
+        for scope, path, src, src_scope in alias_bindings:
+            fn = functions.get(src_scope)
+            src_key = visible_key(kinds, src, src_scope, fn.cls if fn is not None else None)
+            if src_key in out and (scope, path) in kinds and (scope, path) not in out:
+                out.add((scope, path))
+                changed = True
+        for cs in call_sites:
+            target = functions.get(cs.callee) or functions.get(f"{cs.callee}.__init__")
+            if target is None:
+                continue
+            caller_cls = functions[cs.caller].cls if cs.caller in functions else None
+            for pos, arg_path in cs.args:
+                param = _param_at(target, pos)
+                key = (target.qualname, param) if param is not None else None
+                if key is None or not arg_path or key not in kinds or key in out:
+                    continue
+                if visible_key(kinds, arg_path, cs.caller, caller_cls) in out:
+                    out.add(key)
+                    changed = True
+        if not changed:
+            break
+    return frozenset(out)
+
+
+def _param_at(target: FunctionInfo, pos: int | str) -> str | None:
+    """The parameter of ``target`` a call's argument at ``pos`` (index or keyword) binds."""
+    if isinstance(pos, int):
+        params = target.params[1:] if target.cls else target.params
+        return params[pos] if pos < len(params) else None
+    return pos if pos in target.params else None
+
+
+def unwrapped_names(chunks: Iterable[ChunkFacts]) -> frozenset[tuple[str, str]]:
+    """(scope, path) of names bound to ``<wrapper>.module`` somewhere: plain models, whatever
+    else they are assigned from (``model_without_ddp = model`` before the wrap)."""
+    return frozenset(
+        (b.scope, b.path) for cf in chunks for b in cf.bindings if b.source[0] == UNWRAP
+    )
