@@ -99,7 +99,7 @@ def _engine_analyze(source: str | Document, settings: Settings, ctx: Context) ->
 def _fix(text: str, settings: Settings, unsafe: bool, ctx: Context) -> tuple[str, FixStats, Found]:
     """Fix-all to a fixed point; returns the findings of the final text as well, so the
     remaining findings cost no extra analysis."""
-    from ddp_lsp.core import fixes as F
+    from ddp_lsp.core import fixes as fix_engine
     from ddp_lsp.core.document import Document
 
     doc = Document(text, settings.rank_model)
@@ -114,7 +114,7 @@ def _fix(text: str, settings: Settings, unsafe: bool, ctx: Context) -> tuple[str
     def choose(f: Finding) -> Fix | None:
         return f.preferred_fix if unsafe else f.safe_fix
 
-    new, stats = F.fix_all_stats(text, run, choose)
+    new, stats = fix_engine.fix_all_stats(text, run, choose)
     if not last or last[0][0] != new:  # the pass limit was hit right after applying fixes
         run(new)
     return new, stats, last[0][1]

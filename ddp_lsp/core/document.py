@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ddp_lsp.core import chunks as C
+from ddp_lsp.core import chunks as chunking
 from ddp_lsp.core.chunkcache import ChunkCache
 from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, MergeCache, ModuleFacts, extract, merge
@@ -263,11 +263,11 @@ def _scan_brackets(line: str, stack: list[str], quote: str | None) -> tuple[str 
     body = line.rstrip("\r\n")
     i = 0
     if quote is not None:
-        i = C._find_close(body, 0, quote)
+        i = chunking._find_close(body, 0, quote)
         if i < 0:
             return quote, len(body)
     while True:
-        m = C._INTEREST.search(body, i)
+        m = chunking._INTEREST.search(body, i)
         if m is None:
             return None, len(body)
         c = m.group()
@@ -287,7 +287,7 @@ def _scan_brackets(line: str, stack: list[str], quote: str | None) -> tuple[str 
             i = j + 1
             continue
         delim = body[j : j + 3] if body[j : j + 3] == c * 3 else c
-        k = C._find_close(body, j + len(delim), delim)
+        k = chunking._find_close(body, j + len(delim), delim)
         if k < 0:
             return (delim if len(delim) == 3 else None), len(body)
         i = k
@@ -309,7 +309,7 @@ def _statement_at(lines: list[str], err: int) -> tuple[int, int]:
     depth, quote, cont = 0, None, False
     for line in lines:
         starts.append(depth == 0 and quote is None and not cont)
-        depth, quote, cont = C.scan_line(line, depth, quote)
+        depth, quote, cont = chunking.scan_line(line, depth, quote)
     first = min(max(err, 0), len(lines) - 1)
     while first > 0 and (not starts[first] or _blank(lines[first])):
         first -= 1
@@ -449,7 +449,7 @@ class Document:
     def __init__(self, text: str, ranks: RankModel | None = None) -> None:
         self.ranks = ranks or RankModel()
         self._lines = split_lines(text)
-        self._starts = C.split(self._lines)
+        self._starts = chunking.split(self._lines)
         with gc_paused():
             self._parsed = [self._parse(i, {}) for i in range(len(self._starts))]
         self._facts: ModuleFacts | None = None
@@ -554,7 +554,7 @@ class Document:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _chunk_text(self, i: int, starts: list[C.ChunkStart]) -> str:
+    def _chunk_text(self, i: int, starts: list[chunking.ChunkStart]) -> str:
         lo = starts[i].line
         hi = starts[i + 1].line if i + 1 < len(starts) else len(self._lines)
         return "".join(self._lines[lo:hi])
@@ -569,7 +569,7 @@ class Document:
 
     def _reindex(self, first_changed: int, last_changed: int, delta: int) -> None:
         old_parsed = self._parsed
-        r = C.resplit(self._lines, self._starts, first_changed, last_changed, delta)
+        r = chunking.resplit(self._lines, self._starts, first_changed, last_changed, delta)
         self._starts = r.starts
         reuse = {(pc.text, pc.member_of): pc for pc in old_parsed[r.lo : r.hi_old]}
         with gc_paused():

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import cast
 
-from ddp_lsp.core import fixes as F
-from ddp_lsp.core import names as N
+from ddp_lsp.core import fixes as fix_engine
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.chunkcache import AnalysisKey, ChunkResult, Placed
 from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.document import Document, ParsedChunk, gc_paused
@@ -179,7 +179,7 @@ def _finish(
 ) -> AnalysisResult:
     lines = doc.lines
     out: list[Finding] = []
-    layout: F.ImportLayout | None = None
+    layout: fix_engine.ImportLayout | None = None
     for f in raw:
         if not settings.enabled(f.rule_id):
             continue
@@ -238,11 +238,11 @@ def _touches(f: Finding, lines: frozenset[int]) -> bool:
     return any(not lines.isdisjoint(range(sp.start.line, sp.end.line + 1)) for sp in spans)
 
 
-def _import_layout(doc: Document) -> F.ImportLayout:
+def _import_layout(doc: Document) -> fix_engine.ImportLayout:
     head = []
     for start, chunk in doc.chunks()[:4]:
         head.append((start, chunk.tree, chunk.line_base))
-    layout = F.import_layout(head)
+    layout = fix_engine.import_layout(head)
     if layout.end == 0:
         # Never above a shebang, an encoding line or the file's leading comments.
         line, lines = 0, doc.lines
@@ -252,7 +252,7 @@ def _import_layout(doc: Document) -> F.ImportLayout:
     return layout
 
 
-def _with_imports(fix: Fix, facts: ModuleFacts, layout: F.ImportLayout, newline: str) -> Fix:
+def _with_imports(fix: Fix, facts: ModuleFacts, layout: fix_engine.ImportLayout, newline: str) -> Fix:
     if not fix.imports:
         return fix
 
@@ -262,9 +262,9 @@ def _with_imports(fix: Fix, facts: ModuleFacts, layout: F.ImportLayout, newline:
         except SyntaxError:
             return False
         assert isinstance(node, (ast.Import, ast.ImportFrom))
-        return all(facts.aliases.get(name) == qual for name, qual in N.import_bindings(node))
+        return all(facts.aliases.get(name) == qual for name, qual in known_names.import_bindings(node))
 
-    edits = F.import_edits(fix.imports, present, layout, newline)
+    edits = fix_engine.import_edits(fix.imports, present, layout, newline)
     if not edits:
         return replace(fix, imports=())
     return replace(fix, edits=(*fix.edits, *edits))
@@ -298,4 +298,4 @@ def fix_text(
     def choose(f: Finding) -> Fix | None:
         return f.preferred_fix if unsafe else f.safe_fix
 
-    return F.fix_all(text, run, choose)
+    return fix_engine.fix_all(text, run, choose)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Iterator, Mapping
 
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import names as N
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.factkinds import (
     _TRANSPARENT,
     DDP,
@@ -45,7 +45,7 @@ def _kind_of_source(source: tuple[str, ...], aliases: Mapping[str, str]) -> str 
     if source[0] == "=rank":
         return RANK
     for spelled in source:
-        qual = N.resolve(spelled, aliases)
+        qual = known_names.resolve(spelled, aliases)
         if qual is None:
             # A class the project copied from a framework under its name (timm's NativeScaler
             # in MAE's misc.py): the tables' bare names.
@@ -65,9 +65,9 @@ def _user_collective(ranks: RankModel, calls: Iterable[str]) -> bool:
     are extracted before the module's imports are known, so a qualified entry matches a call
     spelled as its tail (``dist_utils.sync_all`` for ``mylib.dist_utils.sync_all``)."""
     model = ranks.frameworks
-    qualified = model.calls(FW.Meaning.COLLECTIVE)
+    qualified = model.calls(framework_tables.Meaning.COLLECTIVE)
     for callee in calls:
-        if model.matches(FW.Meaning.COLLECTIVE, callee, None):
+        if model.matches(framework_tables.Meaning.COLLECTIVE, callee, None):
             return True
         if "." in callee and any(q == callee or q.endswith("." + callee) for q in qualified):
             return True
@@ -76,56 +76,56 @@ def _user_collective(ranks: RankModel, calls: Iterable[str]) -> bool:
 
 # Framework methods that skip gradient sync (`accelerator.accumulate`, Fabric's
 # `no_backward_sync`): the tables' `skips-grad-sync` entries.
-_SYNC_SKIPPERS = FW.BUILTIN.methods(FW.Meaning.SKIPS_GRAD_SYNC)
+_SYNC_SKIPPERS = framework_tables.BUILTIN.methods(framework_tables.Meaning.SKIPS_GRAD_SYNC)
 
 
 def _last(expr: ast.AST) -> str:
-    name = N.dotted(expr) or ""
+    name = known_names.dotted(expr) or ""
     return name.rsplit(".", 1)[-1]
 
 
 # Wrappers whose forward all-gathers parameter shards (the tables' `shards-model`); the bare
 # names shard their first argument in place (`fully_shard(model)`).
-_SHARDERS = FW.BUILTIN.calls(FW.Meaning.SHARDS_MODEL)
-_IN_PLACE_SHARDERS = FW.BUILTIN.functions(FW.Meaning.SHARDS_MODEL)
+_SHARDERS = framework_tables.BUILTIN.calls(framework_tables.Meaning.SHARDS_MODEL)
+_IN_PLACE_SHARDERS = framework_tables.BUILTIN.functions(framework_tables.Meaning.SHARDS_MODEL)
 # GradScaler wrappers that unscale, clip and step by themselves (the tables' `scaler-wrapper`).
-_SCALER_WRAPPERS = FW.BUILTIN.calls(FW.Meaning.SCALER_WRAPPER)
-_SCALER_WRAPPER_NAMES = FW.BUILTIN.functions(FW.Meaning.SCALER_WRAPPER)
+_SCALER_WRAPPERS = framework_tables.BUILTIN.calls(framework_tables.Meaning.SCALER_WRAPPER)
+_SCALER_WRAPPER_NAMES = framework_tables.BUILTIN.functions(framework_tables.Meaning.SCALER_WRAPPER)
 
 
 def kind_of_qualname(qual: str) -> str | None:
     if qual in _SCALER_WRAPPERS or qual.rsplit(".", 1)[-1] in _SCALER_WRAPPER_NAMES:
         return SCALER_WRAPPER
-    if qual == N.DDP:
+    if qual == known_names.DDP:
         return DDP
     if qual in _SHARDERS:
         return FSDP
-    if qual in N.GRAD_SCALERS:
+    if qual in known_names.GRAD_SCALERS:
         return SCALER
-    if qual == N.DISTRIBUTED_SAMPLER:
+    if qual == known_names.DISTRIBUTED_SAMPLER:
         return SAMPLER
-    if qual == N.DATALOADER:
+    if qual == known_names.DATALOADER:
         return LOADER
-    if N.is_optimizer_class(qual):
+    if known_names.is_optimizer_class(qual):
         return OPTIMIZER
     return None
 
 
 # Library functions that perform collectives, by qualified name (so any alias works:
 # `from detectron2.utils import comm as d2comm; d2comm.synchronize()`): the framework tables.
-QUALIFIED_WRAPPER_COLLECTIVES = FW.BUILTIN.calls(FW.Meaning.COLLECTIVE)
+QUALIFIED_WRAPPER_COLLECTIVES = framework_tables.BUILTIN.calls(framework_tables.Meaning.COLLECTIVE)
 
 
 def is_collective_call(
-    callee: str, aliases: Mapping[str, str], frameworks: FW.FrameworkModel | None = None
+    callee: str, aliases: Mapping[str, str], frameworks: framework_tables.FrameworkModel | None = None
 ) -> bool:
     """Whether a call spelled ``callee`` is a collective: torch.distributed's, a framework
     table's, or (``frameworks``: the settings' model) one of the user's entries."""
-    qual = N.resolve(callee, aliases)
-    if qual is not None and (qual in N.COLLECTIVES or qual in QUALIFIED_WRAPPER_COLLECTIVES):
+    qual = known_names.resolve(callee, aliases)
+    if qual is not None and (qual in known_names.COLLECTIVES or qual in QUALIFIED_WRAPPER_COLLECTIVES):
         return True
-    if frameworks is not None and frameworks is not FW.BUILTIN:
-        if frameworks.matches(FW.Meaning.COLLECTIVE, callee, qual):
+    if frameworks is not None and frameworks is not framework_tables.BUILTIN:
+        if frameworks.matches(framework_tables.Meaning.COLLECTIVE, callee, qual):
             return True
     parts = callee.rsplit(".", 2)
     if len(parts) >= 2:

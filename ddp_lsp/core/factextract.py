@@ -7,9 +7,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import gates as G
-from ddp_lsp.core import names as N
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import gates as gate_facts
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.factcalls import (
     _IN_PLACE_SHARDERS,
     _SYNC_SKIPPERS,
@@ -165,7 +165,7 @@ class _Extractor:
                 self._imported.setdefault(bound, target)
             self._imported_n = len(self.imports)
         qual = self._imported.get(name.partition(".")[0])
-        return qual is not None and N.may_be_project_module(qual)
+        return qual is not None and known_names.may_be_project_module(qual)
 
     # -- statements ----------------------------------------------------------------------------
 
@@ -198,7 +198,7 @@ class _Extractor:
             self.class_stack.pop()
             return
         if isinstance(s, (ast.Import, ast.ImportFrom)):
-            self.imports.extend(N.import_bindings(s))
+            self.imports.extend(known_names.import_bindings(s))
             return
         if isinstance(s, ast.If):
             pol = condition_ranks(self.ranks, s.test)
@@ -226,7 +226,7 @@ class _Extractor:
                 self.annotation(s.target, s.annotation, scope)
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value.args:
             # `fully_shard(model)` shards the module in place: an FSDP module from here on.
-            callee = N.dotted(s.value.func) or ""
+            callee = known_names.dotted(s.value.func) or ""
             if callee.rsplit(".", 1)[-1] in _IN_PLACE_SHARDERS:
                 self.bind(s.value.args[0], s.value, scope)
         for child in children(s):
@@ -282,7 +282,7 @@ class _Extractor:
             params.append(f"*{f.args.vararg.arg}")
         for a in (*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs):
             if a.annotation is not None:
-                src = N.dotted(a.annotation)
+                src = known_names.dotted(a.annotation)
                 if src:
                     self.bindings.append(Binding(qual, a.arg, (src,)))
             if a.arg in self.ranks.names:
@@ -303,13 +303,13 @@ class _Extractor:
         calls = self._calls.pop()
         props = self._props.pop()
         self._params.pop()
-        if self.ranks.frameworks is not FW.BUILTIN and _user_collective(self.ranks, calls):
+        if self.ranks.frameworks is not framework_tables.BUILTIN and _user_collective(self.ranks, calls):
             props.add(COLLECTIVE)
         if body_guarded:
             props.add(GUARDS_ITSELF)
         if _is_rank_predicate(f, self.ranks):
             props.add(RANK_PREDICATE)
-        props |= G.site_props(f, N.dotted)  # parameters that switch collectives off
+        props |= gate_facts.site_props(f, known_names.dotted)  # parameters that switch collectives off
         self.functions.append(
             FunctionInfo(qual, cls, tuple(params), frozenset(calls), frozenset(props), f.lineno - 1)
         )
@@ -337,7 +337,7 @@ class _Extractor:
                 elif f"{_last(node.value)}.{node.attr}" in _SYNC_SKIPPERS:
                     self._prop(NO_SYNC)  # `accelerator.accumulate`: the tables' skips-grad-sync
             elif isinstance(node, ast.Constant):
-                if isinstance(node.value, str) and node.value in N.RANK_ENV_VARS:
+                if isinstance(node.value, str) and node.value in known_names.RANK_ENV_VARS:
                     self.env_markers = True
             elif isinstance(node, ast.Lambda):
                 pass
@@ -358,7 +358,7 @@ class _Extractor:
             )
         ):
             self._prop(SILENCES_LOGGING)
-        name = N.dotted(c.func)
+        name = known_names.dotted(c.func)
         if name is None:
             return
         last = name.rsplit(".", 1)[-1]
@@ -459,7 +459,7 @@ class _Extractor:
 
     def annotation(self, target: ast.AST, ann: ast.AST, scope: str) -> None:
         path = _path(target)
-        src = N.dotted(ann)
+        src = known_names.dotted(ann)
         if path and src:
             b_scope = (
                 self.class_stack[-1] if path.startswith("self.") and self.class_stack else scope
@@ -481,7 +481,7 @@ def _call_chain(value: ast.AST) -> tuple[str, ...]:
     chain: list[str] = []
     node = value
     while isinstance(node, ast.Call):
-        name = N.dotted(node.func)
+        name = known_names.dotted(node.func)
         if name is None:
             break
         chain.append(name)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import names as N
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
 
 # Kinds of values the rules care about.
 DDP = "ddp"
@@ -71,7 +71,7 @@ TRANSITIVE_PROPS = frozenset(
 # Callables that return their (first) argument's kind unchanged.
 _TRANSPARENT = frozenset({"torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
 # Well-known wrappers that perform collectives (receiver name, method): the framework tables.
-WRAPPER_COLLECTIVES = FW.BUILTIN.method_pairs(FW.Meaning.COLLECTIVE)
+WRAPPER_COLLECTIVES = framework_tables.BUILTIN.method_pairs(framework_tables.Meaning.COLLECTIVE)
 
 
 @dataclass(frozen=True)
@@ -124,5 +124,5 @@ EMPTY_FACTS = ChunkFacts()
 UNWRAP = "=unwrap"  # a binding's source: `x = y.module`
 _SAVES_RAW = "saves:"
 _CHECKPOINT_WRITERS = frozenset(
-    {N.TORCH_SAVE, "safetensors.torch.save_file", "safetensors.torch.save_model"}
+    {known_names.TORCH_SAVE, "safetensors.torch.save_file", "safetensors.torch.save_model"}
 )

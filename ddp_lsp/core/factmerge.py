@@ -9,8 +9,8 @@ import ast
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ddp_lsp.core import gates as G
-from ddp_lsp.core import names as N
+from ddp_lsp.core import gates as gate_facts
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.crossfile import ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.core.factcalls import _kind_of_source, is_collective_call
 from ddp_lsp.core.factkinds import (
@@ -117,10 +117,10 @@ class ModuleFacts:
         )
 
     def resolve(self, dotted_name: str) -> str | None:
-        return N.resolve(dotted_name, self.aliases)
+        return known_names.resolve(dotted_name, self.aliases)
 
     def qualname(self, expr: ast.AST) -> str | None:
-        return N.qualname(expr, self.aliases)
+        return known_names.qualname(expr, self.aliases)
 
     def has_project(self) -> bool:
         return self.project is not None
@@ -203,7 +203,7 @@ def _resolve_gates(
             return True
         return COLLECTIVE in (props_of(caller, name) or ())
 
-    G.resolve(func_props, props_of, reaches)
+    gate_facts.resolve(func_props, props_of, reaches)
 
 
 def _callee_key(callee: str, cls: str | None) -> str:
@@ -302,10 +302,10 @@ def _callee_props_by_name(callee: str, aliases: Mapping[str, str]) -> frozenset[
     found: set[str] = set()
     if is_collective_call(callee, aliases):
         found.add(COLLECTIVE)
-    resolved = N.resolve(callee, aliases)
-    if resolved == N.INIT_PROCESS_GROUP:
+    resolved = known_names.resolve(callee, aliases)
+    if resolved == known_names.INIT_PROCESS_GROUP:
         found.add(INITS_PG)
-    elif resolved == N.DESTROY_PROCESS_GROUP:
+    elif resolved == known_names.DESTROY_PROCESS_GROUP:
         found.add(DESTROYS_PG)
     elif resolved == "torch.cuda.set_device":
         found.add(SETS_DEVICE)
@@ -321,7 +321,7 @@ def _function_part(
     raw = [p for p in props if p.startswith(_SAVES_RAW)]
     if raw:
         props.difference_update(raw)
-        if any(N.resolve(p[len(_SAVES_RAW) :], aliases) in _CHECKPOINT_WRITERS for p in raw):
+        if any(known_names.resolve(p[len(_SAVES_RAW) :], aliases) in _CHECKPOINT_WRITERS for p in raw):
             props.add(SAVES_CALLER_PATH)
     receivers: list[str] = []
     for callee in fi.calls:
@@ -369,7 +369,7 @@ def merge(
         assume_distributed
         or (project is not None and project.distributed is not None)
         or any(cf.env_markers for cf in chunk_list)
-        or any(N.is_distributed_import(q) for q in aliases.values())
+        or any(known_names.is_distributed_import(q) for q in aliases.values())
     )
 
     functions: dict[str, FunctionInfo] = {}

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from ddp_lsp.core import names as N
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.core.factmerge import ModuleFacts, _callee_key, visible_key
 from ddp_lsp.core.ranks import RankModel
@@ -205,10 +205,10 @@ class FactsView:
         return self.base.project is not None
 
     def resolve(self, dotted_name: str) -> str | None:
-        return N.resolve(dotted_name, self.aliases)
+        return known_names.resolve(dotted_name, self.aliases)
 
     def qualname(self, expr: ast.AST) -> str | None:
-        return N.qualname(expr, self.aliases)
+        return known_names.qualname(expr, self.aliases)
 
     def kind(self, path: str, scope: str, cls: str | None) -> str | None:
         key = visible_key(self.kinds, path, scope, cls)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from ddp_lsp.core import frameworks as FW
+from ddp_lsp.core import frameworks as framework_tables
 
 if TYPE_CHECKING:
     from ddp_lsp.core.ranks import RankModel
@@ -28,10 +28,10 @@ if TYPE_CHECKING:
 # TrainingArguments.should_save / should_log, Trainer.is_world_process_zero, torch_xla).
 # (the framework tables' `rank-zero` names: Hugging Face TrainingArguments.should_save /
 # should_log, Trainer.is_world_process_zero, torch_xla)
-EXTRA_PREDICATES = FW.BUILTIN.functions(FW.Meaning.RANK_ZERO)
+EXTRA_PREDICATES = framework_tables.BUILTIN.functions(framework_tables.Meaning.RANK_ZERO)
 # Decorators that make a function body run on rank 0 only (Lightning, mmcv/mmengine,
 # accelerate, DeepSpeed-style helpers).
-RANK_ZERO_DECORATORS = FW.BUILTIN.functions(FW.Meaning.RANK_ZERO_ONLY)  # the tables' rank-zero-only
+RANK_ZERO_DECORATORS = framework_tables.BUILTIN.functions(framework_tables.Meaning.RANK_ZERO_ONLY)  # the tables' rank-zero-only
 # Same on every rank, and true exactly when the run is not distributed.
 SINGLE_PROCESS_CALLS = frozenset(
     {"is_initialized", "is_available", "is_dist_avail_and_initialized", "distributed"}

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import gates as G
-from ddp_lsp.core import names as N
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import gates as gate_facts
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.facts import path_of
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # torch.distributed functions every rank of the group calls. `destroy_process_group` is not a
 # rendezvous the other ranks wait in, so it is left out.
-_COLLECTIVE_FUNCTIONS = (N.COLLECTIVE_FUNCTIONS - {"destroy_process_group"}) | {
+_COLLECTIVE_FUNCTIONS = (known_names.COLLECTIVE_FUNCTIONS - {"destroy_process_group"}) | {
     "new_subgroups",
     "new_subgroups_by_enumeration",
 }
@@ -151,7 +151,7 @@ def _closure_collective(ctx: ChunkContext, call: ast.Call, name: str) -> bool:
         return False
     scope, _ = ctx.scope(call)
     while scope:
-        if K.COLLECTIVE in ctx.facts.props(f"{scope}.{name}"):
+        if fact_model.COLLECTIVE in ctx.facts.props(f"{scope}.{name}"):
             return True
         scope = scope.rpartition(".")[0]
     return False
@@ -164,7 +164,7 @@ def collective_extractor(ctx: ChunkContext) -> Extractor:
     aliases = ctx.facts.aliases
 
     def extract(call: ast.Call) -> Event | None:
-        name = N.dotted(call.func)
+        name = known_names.dotted(call.func)
         qual = ctx.call_qualname(call)
         if qual is not None and qual.startswith("torch.distributed."):
             fn = qual[len("torch.distributed.") :]
@@ -179,7 +179,7 @@ def collective_extractor(ctx: ChunkContext) -> Extractor:
             return None
         if name is None:
             return None
-        if K.is_collective_call(name, aliases, ctx.ranks.frameworks):
+        if fact_model.is_collective_call(name, aliases, ctx.ranks.frameworks):
             return Event(call, ".".join(name.rsplit(".", 2)[-2:]), f"{name}()")
         if isinstance(call.func, ast.Attribute) and call.func.attr in PG_METHODS:
             receiver = path_of(call.func.value)
@@ -188,10 +188,10 @@ def collective_extractor(ctx: ChunkContext) -> Extractor:
         if _closure_collective(ctx, call, name):
             return Event(call, name, f"{name}()", wild=True)
         props = ctx.callee_props(call)
-        if K.COLLECTIVE in props:
-            if G.switched_off(call, props):
+        if fact_model.COLLECTIVE in props:
+            if gate_facts.switched_off(call, props):
                 return None  # `save(..., synchronize=False)`, `zero_first(-1)`
-            off = tuple(_key(a) for a in G.falsy_bindings(call, props))
+            off = tuple(_key(a) for a in gate_facts.falsy_bindings(call, props))
             return Event(call, name, f"{name}()", wild=True, off_when=off)
         return None
 

@@ -53,9 +53,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rankevents import _BARRIERS, _key, _unmatched
 from ddp_lsp.core.rankevents import PG_METHODS as PG_METHODS
 from ddp_lsp.core.rankevents import Event as Event
@@ -163,7 +163,7 @@ class Flow:
         # costliest part of the analysis on big files).
         if not any(
             isinstance(n, ast.Call) and self.extract(n) is not None
-            for n in W.scope_nodes(self.root)
+            for n in tree_walk.scope_nodes(self.root)
         ):
             return []
         body: list[ast.stmt]
@@ -178,7 +178,7 @@ class Flow:
                 start[NZ] = Lane(exit=Exit("decorator", deco))
             elif self.callers_guarded:
                 qual, _ = self.ctx.scope(self.root.body[0]) if self.root.body else ("", None)
-                if K.ONLY_CALLED_GUARDED in self.ctx.facts.props(qual):
+                if fact_model.ONLY_CALLED_GUARDED in self.ctx.facts.props(qual):
                     start[NZ] = Lane(exit=Exit("caller", self.root))
         else:
             body = [s for s in self.ctx.body if not isinstance(s, (*FUNCS, ast.ClassDef))]
@@ -288,11 +288,11 @@ class Flow:
             return self.leave(joints, active, Exit("break", s))
         if isinstance(s, ast.Continue):
             return self.leave(joints, active, Exit("continue", s))
-        for child in W.children(s):
+        for child in tree_walk.children(s):
             if isinstance(child, ast.expr):
                 joints = self.expr(child, joints, active)
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
-            name = N.dotted(s.value.func) or ""
+            name = known_names.dotted(s.value.func) or ""
             qual = self.ctx.call_qualname(s.value) or name
             if qual in _PROCESS_EXITS or name in ("exit", "quit"):
                 return self.leave(joints, active, Exit("exit", s))
@@ -309,7 +309,7 @@ class Flow:
         return _dedupe(out)
 
     def try_(self, s: ast.Try, joints: list[Joint], active: frozenset[int]) -> list[Joint]:
-        inside = {id(n) for b in s.body for n in W.bfs(b)}
+        inside = {id(n) for b in s.body for n in tree_walk.bfs(b)}
         groups: dict[tuple[frozenset[int], frozenset[int]], list[Joint]] = {}
         for j in self.block(s.body, joints, active):
             raised = frozenset(
@@ -340,7 +340,7 @@ class Flow:
     def finally_(self, s: ast.Try, joints: list[Joint], active: frozenset[int]) -> list[Joint]:
         """``finally`` runs on the way out too: a class that returned (or broke, raised) inside
         the ``try`` still makes its calls, then leaves as it was leaving."""
-        inside = {id(n) for part in (s.body, s.handlers, s.orelse) for b in part for n in W.bfs(b)}
+        inside = {id(n) for part in (s.body, s.handlers, s.orelse) for b in part for n in tree_walk.bfs(b)}
         out: list[Joint] = []
         for j in joints:
             pending: dict[int, Exit] = {}
@@ -461,7 +461,7 @@ class Flow:
                 if split is not None:
                     cur = cur & split if isinstance(node.op, ast.And) else cur - split
             return
-        for child in W.children(node):
+        for child in tree_walk.children(node):
             self._visit(child, classes, out)
         if isinstance(node, ast.Call):
             ev = self.extract(node)

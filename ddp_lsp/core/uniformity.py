@@ -537,14 +537,14 @@ class ChunkUniformity:
         """Every collective call of the chunk and whether some path skips it (the path
         analysis of :mod:`ddp_lsp.core.rankpaths`, shared with DDP103)."""
         if self._collectives is None:
-            from ddp_lsp.core import rankpaths as R
+            from ddp_lsp.core import rankpaths as rank_paths
 
             out: list[CollectiveReach] = []
             misses = {
                 id(m.event.node): m
-                for m in R.chunk_misses(self.ctx, R.collective_extractor(self.ctx))
+                for m in rank_paths.chunk_misses(self.ctx, rank_paths.collective_extractor(self.ctx))
             }
-            extract = R.collective_extractor(self.ctx)
+            extract = rank_paths.collective_extractor(self.ctx)
             for call in self.ctx.calls():
                 ev = extract(call)
                 if ev is None:
@@ -555,7 +555,7 @@ class ChunkUniformity:
                         call,
                         ev.label,
                         miss is not None,
-                        R.divergence_of(self, miss) if miss is not None else None,
+                        rank_paths.divergence_of(self, miss) if miss is not None else None,
                     )
                 )
             self._collectives = out

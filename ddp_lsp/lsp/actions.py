@@ -17,7 +17,7 @@ import io
 import tokenize
 from collections.abc import Iterable, Sequence
 
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 
 from ddp_lsp.core.fixes import select_non_overlapping
 from ddp_lsp.core.registry import SYNTAX_ERROR
@@ -48,7 +48,7 @@ class _EditBuilder:
         self.lines = unit.doc.lines
         self.versions = {uri: v for uri, _, v in unit.views()}
 
-    def text_edit(self, edit: Edit) -> tuple[str, T.TextEdit] | None:
+    def text_edit(self, edit: Edit) -> tuple[str, lsp.TextEdit] | None:
         uri, offset = self.unit.locate_line(edit.span.start.line)
         end_uri, _ = self.unit.locate_line(max(edit.span.end.line - (edit.span.end.col == 0), 0))
         if end_uri != uri and edit.span.end.line != edit.span.start.line:
@@ -58,11 +58,11 @@ class _EditBuilder:
         el, ec = codec.to_lsp(self.lines, edit.span.end)
         if edit.span.end.line >= len(self.lines):
             el, ec = len(self.lines) - 1, codec.to_lsp_col(self.lines[-1], len(self.lines[-1]))
-        rng = T.Range(T.Position(sl - offset, sc), T.Position(el - offset, ec))
-        return uri, T.TextEdit(range=rng, new_text=edit.text)
+        rng = lsp.Range(lsp.Position(sl - offset, sc), lsp.Position(el - offset, ec))
+        return uri, lsp.TextEdit(range=rng, new_text=edit.text)
 
-    def workspace_edit(self, edits: Iterable[Edit]) -> T.WorkspaceEdit | None:
-        grouped: dict[str, list[T.TextEdit]] = {}
+    def workspace_edit(self, edits: Iterable[Edit]) -> lsp.WorkspaceEdit | None:
+        grouped: dict[str, list[lsp.TextEdit]] = {}
         seen: set[Edit] = set()
         for e in edits:
             if e in seen:  # two fixes needing the same import add it once
@@ -75,10 +75,10 @@ class _EditBuilder:
         if not grouped:
             return None
         if self.state.supports_document_changes:
-            return T.WorkspaceEdit(
+            return lsp.WorkspaceEdit(
                 document_changes=[
-                    T.TextDocumentEdit(
-                        text_document=T.OptionalVersionedTextDocumentIdentifier(
+                    lsp.TextDocumentEdit(
+                        text_document=lsp.OptionalVersionedTextDocumentIdentifier(
                             uri=uri, version=self.versions.get(uri)
                         ),
                         edits=list(tedits),
@@ -86,7 +86,7 @@ class _EditBuilder:
                     for uri, tedits in grouped.items()
                 ]
             )
-        return T.WorkspaceEdit(changes=grouped)
+        return lsp.WorkspaceEdit(changes=grouped)
 
 
 # Open brackets put in front of the tokenized piece: the piece starts at the finding, possibly
@@ -145,9 +145,9 @@ def code_actions(
     unit: Unit,
     offset: int,
     uri: str,
-    rng: T.Range,
-    context: T.CodeActionContext,
-) -> list[T.CodeAction]:
+    rng: lsp.Range,
+    context: lsp.CodeActionContext,
+) -> list[lsp.CodeAction]:
     state.ensure_current(unit)
     if not unit.enabled or not unit.findings:
         return []
@@ -171,7 +171,7 @@ def code_actions(
         if d.source == SOURCE
     }
 
-    def diagnostic_for(i: int) -> T.Diagnostic | None:
+    def diagnostic_for(i: int) -> lsp.Diagnostic | None:
         d = by_index.get(i)
         if d is None:
             return None
@@ -185,8 +185,8 @@ def code_actions(
         )
         return client_diags.get(key) or as_lsp(d)
 
-    out: list[T.CodeAction] = []
-    if _wants(only, T.CodeActionKind.QuickFix):
+    out: list[lsp.CodeAction] = []
+    if _wants(only, lsp.CodeActionKind.QuickFix):
         for i, f in enumerate(unit.findings):
             if not _overlaps(f.span, a, b):
                 continue
@@ -199,9 +199,9 @@ def code_actions(
                 if edit is None:
                     continue
                 out.append(
-                    T.CodeAction(
+                    lsp.CodeAction(
                         title=_title(f, fix),
-                        kind=T.CodeActionKind.QuickFix,
+                        kind=lsp.CodeActionKind.QuickFix,
                         diagnostics=[diag] if diag else None,
                         # VS Code's "auto fix" applies the preferred action unasked: never an
                         # unsafe one.
@@ -214,9 +214,9 @@ def code_actions(
                 edit = builder.workspace_edit([sup]) if sup is not None else None
                 if edit is not None:
                     out.append(
-                        T.CodeAction(
+                        lsp.CodeAction(
                             title=f"Ignore {f.rule_id} on this line",
-                            kind=T.CodeActionKind.QuickFix,
+                            kind=lsp.CodeActionKind.QuickFix,
                             diagnostics=[diag] if diag else None,
                             edit=edit,
                         )
@@ -228,14 +228,14 @@ def code_actions(
     return out
 
 
-def fix_all_action(state: ServerState, unit: Unit) -> T.CodeAction | None:
+def fix_all_action(state: ServerState, unit: Unit) -> lsp.CodeAction | None:
     edits = safe_fix_edits(unit.findings)
     if not edits:
         return None
     edit = _EditBuilder(state, unit).workspace_edit(edits)
     if edit is None:
         return None
-    return T.CodeAction(
+    return lsp.CodeAction(
         title="ddp-lsp: fix all safely fixable problems",
         kind=FIX_ALL_KIND,
         edit=edit,
@@ -247,7 +247,7 @@ def _title(f: Finding, fix: Fix) -> str:
     return title if fix.safe else f"{title} (unsafe)"
 
 
-def whole_text_edit(state: ServerState, unit: Unit, old: str, new: str) -> T.WorkspaceEdit | None:
+def whole_text_edit(state: ServerState, unit: Unit, old: str, new: str) -> lsp.WorkspaceEdit | None:
     """One edit turning ``old`` into ``new``, limited to the lines that differ."""
     from ddp_lsp.core.document import split_lines
 

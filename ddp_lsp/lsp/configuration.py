@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from ddp_lsp.lsp import config as C
+from ddp_lsp.lsp import config as settings_config
 
 if TYPE_CHECKING:
     from ddp_lsp.config import Settings
@@ -37,9 +37,9 @@ def uri_to_path(uri: str) -> Path | None:
 class ConfigurationService:
     def __init__(self) -> None:
         self.folders: list[tuple[str, Path | None]] = []  # (URI, path) of workspace folders
-        self.editor_global = C.EditorSettings()
-        self.editor_scoped: dict[str, C.EditorSettings] = {}  # by workspace folder URI
-        self.projects = C.ProjectConfigs()
+        self.editor_global = settings_config.EditorSettings()
+        self.editor_scoped: dict[str, settings_config.EditorSettings] = {}  # by workspace folder URI
+        self.projects = settings_config.ProjectConfigs()
 
     # -- what the client tells -----------------------------------------------------------------
 
@@ -56,7 +56,7 @@ class ConfigurationService:
     def set_editor_settings(self, raw: Any, source: str) -> bool:
         """The global ``ddp-lsp`` section (initializationOptions, didChangeConfiguration);
         True if it differs from what was known."""
-        new = C.parse_editor_settings(raw, source)
+        new = settings_config.parse_editor_settings(raw, source)
         changed = new != self.editor_global
         self.editor_global = new
         return changed
@@ -74,18 +74,18 @@ class ConfigurationService:
         changed = False
         if result[0] is not None:
             changed |= self.set_editor_settings(result[0], "workspace/configuration")
-        scoped: dict[str, C.EditorSettings] = {}
+        scoped: dict[str, settings_config.EditorSettings] = {}
         for uri, value in zip(scopes, result[1:], strict=False):
             if value is not None and value != result[0]:
-                scoped[uri] = C.parse_editor_settings(value, f"workspace/configuration ({uri})")
+                scoped[uri] = settings_config.parse_editor_settings(value, f"workspace/configuration ({uri})")
         changed |= scoped != self.editor_scoped
         self.editor_scoped = scoped
         return changed
 
     # -- what documents get --------------------------------------------------------------------
 
-    def editor_for(self, uri: str) -> C.EditorSettings:
-        best: tuple[int, C.EditorSettings] | None = None
+    def editor_for(self, uri: str) -> settings_config.EditorSettings:
+        best: tuple[int, settings_config.EditorSettings] | None = None
         for folder, settings in self.editor_scoped.items():
             if uri.startswith(folder.rstrip("/") + "/") and (best is None or len(folder) > best[0]):
                 best = (len(folder), settings)
@@ -118,7 +118,7 @@ class ConfigurationService:
     def resolve(self, uri: str, path: Path | None) -> tuple[Settings, bool, tuple[str, ...]]:
         """(analysis settings, enabled, messages for every invalid key met) for a document."""
         editor = self.editor_for(uri)
-        settings, errors = C.effective_settings(editor, self.projects, path)
+        settings, errors = settings_config.effective_settings(editor, self.projects, path)
         enabled = editor.options.enable
         if enabled and path is not None:
             # Relative to where the patterns are written (as ddp-lsp check matches them): an

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 
 from ddp_lsp.core.types import Finding, Related
 from ddp_lsp.lsp.convert import Codec
@@ -98,24 +98,24 @@ def _elsewhere(path: str, rel: Related) -> dict[str, Any]:
     return {"location": {"uri": Path(path).as_uri(), "range": rng}, "message": rel.message}
 
 
-def as_lsp(d: dict[str, Any]) -> T.Diagnostic:
+def as_lsp(d: dict[str, Any]) -> lsp.Diagnostic:
     """A published dict as an lsprotocol ``Diagnostic`` (for responses pygls serialises)."""
-    diag = T.Diagnostic(
+    diag = lsp.Diagnostic(
         range=_range(d["range"]),
         message=d["message"],
-        severity=T.DiagnosticSeverity(d["severity"]),
+        severity=lsp.DiagnosticSeverity(d["severity"]),
         code=d["code"],
         source=d["source"],
         data=d.get("data"),
     )
     if "codeDescription" in d:
-        diag.code_description = T.CodeDescription(href=d["codeDescription"]["href"])
+        diag.code_description = lsp.CodeDescription(href=d["codeDescription"]["href"])
     if "tags" in d:
-        diag.tags = [T.DiagnosticTag(t) for t in d["tags"]]
+        diag.tags = [lsp.DiagnosticTag(t) for t in d["tags"]]
     if "relatedInformation" in d:
         diag.related_information = [
-            T.DiagnosticRelatedInformation(
-                location=T.Location(r["location"]["uri"], _range(r["location"]["range"])),
+            lsp.DiagnosticRelatedInformation(
+                location=lsp.Location(r["location"]["uri"], _range(r["location"]["range"])),
                 message=r["message"],
             )
             for r in d["relatedInformation"]
@@ -123,10 +123,10 @@ def as_lsp(d: dict[str, Any]) -> T.Diagnostic:
     return diag
 
 
-def _range(r: dict[str, Any]) -> T.Range:
-    return T.Range(
-        T.Position(r["start"]["line"], r["start"]["character"]),
-        T.Position(r["end"]["line"], r["end"]["character"]),
+def _range(r: dict[str, Any]) -> lsp.Range:
+    return lsp.Range(
+        lsp.Position(r["start"]["line"], r["start"]["character"]),
+        lsp.Position(r["end"]["line"], r["end"]["character"]),
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 
 from ddp_lsp.core.types import Pos
 from ddp_lsp.lsp.convert import Codec
@@ -131,7 +131,7 @@ def _offset(lines: Sequence[str], pos: Pos) -> int:
 
 
 def apply_notebook_change(
-    nb: Notebook, change: T.NotebookDocumentChangeEvent, codec: Codec
+    nb: Notebook, change: lsp.NotebookDocumentChangeEvent, codec: Codec
 ) -> list[str]:
     """Apply a ``notebookDocument/didChange`` event; returns the URIs of closed cells."""
     closed: list[str] = []

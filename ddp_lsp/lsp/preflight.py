@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 
 from ddp_lsp.lsp.configuration import uri_to_path
@@ -135,7 +135,7 @@ class PreflightService:
             if progress:
                 ls.work_done_progress.report(
                     token,
-                    T.WorkDoneProgressReport(
+                    lsp.WorkDoneProgressReport(
                         message=f"{probe_id}...", percentage=int(100 * index / max(total, 1))
                     ),
                 )
@@ -143,7 +143,7 @@ class PreflightService:
         def on_probe(result: Any) -> None:
             if progress:
                 ls.work_done_progress.report(
-                    token, T.WorkDoneProgressReport(message=f"{result.id}: {result.status.value}")
+                    token, lsp.WorkDoneProgressReport(message=f"{result.id}: {result.status.value}")
                 )
 
         def on_spawn(child: ChildHandle) -> None:
@@ -155,11 +155,11 @@ class PreflightService:
             )
         except asyncio.CancelledError:  # $/cancelRequest: run_preflight has killed the child
             if progress:
-                ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="cancelled"))
+                ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message="cancelled"))
             raise
         except PreflightError as exc:
             if progress:
-                ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message=str(exc)))
+                ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=str(exc)))
             ls.show_error(f"ddp-lsp preflight: {exc}")
             return {"ok": False, "error": str(exc)}
         finally:
@@ -167,7 +167,7 @@ class PreflightService:
             self.children.pop(key, None)
         if progress:
             ls.work_done_progress.end(
-                token, T.WorkDoneProgressEnd(message=report.error or summary_counts(report))
+                token, lsp.WorkDoneProgressEnd(message=report.error or summary_counts(report))
             )
         if report.error is None:
             self.reports.session[key] = report
@@ -188,7 +188,7 @@ class PreflightService:
 
     # -- code lens ------------------------------------------------------------------------------
 
-    def lenses(self, unit: Unit, uri: str, offset: int) -> list[T.CodeLens]:
+    def lenses(self, unit: Unit, uri: str, offset: int) -> list[lsp.CodeLens]:
         from ddp_lsp.lsp.hover import topic_calls
 
         calls = [(a, b) for a, b, topic in topic_calls(unit) if topic == "init_process_group"]
@@ -211,11 +211,11 @@ class PreflightService:
             if view_uri != uri:
                 continue
             line, col = self.state.codec.to_lsp(lines, a)
-            pos = T.Position(line - view_offset, col)
+            pos = lsp.Position(line - view_offset, col)
             out.append(
-                T.CodeLens(
-                    range=T.Range(pos, pos),
-                    command=T.Command(title=title, command=CMD_RUN_PREFLIGHT, arguments=[uri]),
+                lsp.CodeLens(
+                    range=lsp.Range(pos, pos),
+                    command=lsp.Command(title=title, command=CMD_RUN_PREFLIGHT, arguments=[uri]),
                 )
             )
         return out
@@ -284,7 +284,7 @@ async def _begin(ls: DdpLanguageServer, token: str, title: str, cancel: asyncio.
         log.info("work done progress refused: %s", exc)
         return False
     ls.work_done_progress.begin(
-        token, T.WorkDoneProgressBegin(title=title, cancellable=True, percentage=0)
+        token, lsp.WorkDoneProgressBegin(title=title, cancellable=True, percentage=0)
     )
     fut = progress_future(ls, token)
     if fut is not None:

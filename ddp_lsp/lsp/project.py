@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 
 from ddp_lsp._isolation import NEUTRAL_CWD, python_argv
 from ddp_lsp.lsp.configuration import uri_to_path
@@ -279,7 +279,7 @@ class ProjectService:
         op, fid = msg[0], msg[1]
         folder = self._by_fid.get(fid)
         if op == "error":
-            self._log(T.MessageType.Warning, f"ddp-lsp: indexing failed: {msg[2]}")
+            self._log(lsp.MessageType.Warning, f"ddp-lsp: indexing failed: {msg[2]}")
             return
         if folder is None:
             return  # closed meanwhile
@@ -314,7 +314,7 @@ class ProjectService:
     def _fail(self, why: str) -> None:
         self.failed = True
         self._log(
-            T.MessageType.Error,
+            lsp.MessageType.Error,
             f"ddp-lsp: {why}; files are analysed one at a time, without facts from the "
             "rest of the project",
         )
@@ -323,10 +323,10 @@ class ProjectService:
             self._end_progress(folder, "failed")
         self._facts_changed()
 
-    def _log(self, kind: T.MessageType, message: str) -> None:
+    def _log(self, kind: lsp.MessageType, message: str) -> None:
         log.warning("%s", message)
         try:
-            self.ls.window_log_message(T.LogMessageParams(type=kind, message=message))
+            self.ls.window_log_message(lsp.LogMessageParams(type=kind, message=message))
         except Exception:  # the transport is closing
             pass
 
@@ -363,7 +363,7 @@ class ProjectService:
         folder.progress = token
         self.ls.work_done_progress.begin(
             token,
-            T.WorkDoneProgressBegin(
+            lsp.WorkDoneProgressBegin(
                 title=f"ddp-lsp: indexing {folder.name}", percentage=0, cancellable=False
             ),
         )
@@ -377,7 +377,7 @@ class ProjectService:
             return
         self.ls.work_done_progress.report(
             folder.progress,
-            T.WorkDoneProgressReport(
+            lsp.WorkDoneProgressReport(
                 message=f"{done}/{total} files", percentage=int(100 * done / max(total, 1))
             ),
         )
@@ -386,7 +386,7 @@ class ProjectService:
         token, folder.progress = folder.progress, None
         if token is not None:
             try:
-                self.ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message=message))
+                self.ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=message))
             except Exception:
                 pass
 
@@ -427,13 +427,13 @@ class ProjectService:
             self._edited.add(unit.key)
             self._arm(EDIT_DEBOUNCE_S)
 
-    def files_changed(self, changes: list[T.FileEvent]) -> None:
+    def files_changed(self, changes: list[lsp.FileEvent]) -> None:
         """``workspace/didChangeWatchedFiles``: Python files changed behind the editor."""
         for ch in changes:
             path = uri_to_path(ch.uri)
             if path is None or path.suffix != ".py" or ch.uri in self.state.units:
                 continue  # open in the editor: its text wins over the disk's
-            self._events[path] = None if ch.type == T.FileChangeType.Deleted else DISK
+            self._events[path] = None if ch.type == lsp.FileChangeType.Deleted else DISK
         if self._events and self.folders:
             self._arm(EVENT_DEBOUNCE_S)
 

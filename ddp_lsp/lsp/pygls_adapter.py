@@ -23,7 +23,7 @@ import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import _prepare_command_arguments, lsp_method
@@ -55,9 +55,9 @@ class DdpProtocol(LanguageServerProtocol):
 
     _closed = False
 
-    @lsp_method(T.WORKSPACE_EXECUTE_COMMAND)
+    @lsp_method(lsp.WORKSPACE_EXECUTE_COMMAND)
     async def lsp_workspace__execute_command(  # type: ignore[override]
-        self, params: T.ExecuteCommandParams
+        self, params: lsp.ExecuteCommandParams
     ) -> Any:
         handler = self.fm.commands.get(params.command)
         if handler is None:
@@ -73,9 +73,9 @@ class DdpProtocol(LanguageServerProtocol):
             result = await result
         return result
 
-    @lsp_method(T.SHUTDOWN)
+    @lsp_method(lsp.SHUTDOWN)
     def lsp_shutdown(self, *args: Any) -> Any:
-        if (user_handler := self.fm.features.get(T.SHUTDOWN)) is not None:
+        if (user_handler := self.fm.features.get(lsp.SHUTDOWN)) is not None:
             yield user_handler, args, None
         current = self.msg_id
         for msg_id, future in list(self._request_futures.items()):
@@ -84,7 +84,7 @@ class DdpProtocol(LanguageServerProtocol):
         self._shutdown = True
         return None
 
-    @lsp_method(T.EXIT)
+    @lsp_method(lsp.EXIT)
     def lsp_exit(self, *args: Any) -> Any:
         self._closed = True  # nothing is sent after exit, not even the children's progress end
         stop_children = getattr(self._server, "stop_children", None)
@@ -118,29 +118,29 @@ class DdpProtocol(LanguageServerProtocol):
         if (handler := self.fm.features.get(method)) is not None:
             yield handler, (params,), None
 
-    @lsp_method(T.TEXT_DOCUMENT_DID_OPEN)
-    def lsp_text_document__did_open(self, params: T.DidOpenTextDocumentParams) -> Any:
-        yield from self._forward(T.TEXT_DOCUMENT_DID_OPEN, params)
+    @lsp_method(lsp.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: lsp.DidOpenTextDocumentParams) -> Any:
+        yield from self._forward(lsp.TEXT_DOCUMENT_DID_OPEN, params)
 
-    @lsp_method(T.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(self, params: T.DidChangeTextDocumentParams) -> Any:
-        yield from self._forward(T.TEXT_DOCUMENT_DID_CHANGE, params)
+    @lsp_method(lsp.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: lsp.DidChangeTextDocumentParams) -> Any:
+        yield from self._forward(lsp.TEXT_DOCUMENT_DID_CHANGE, params)
 
-    @lsp_method(T.TEXT_DOCUMENT_DID_CLOSE)
-    def lsp_text_document__did_close(self, params: T.DidCloseTextDocumentParams) -> Any:
-        yield from self._forward(T.TEXT_DOCUMENT_DID_CLOSE, params)
+    @lsp_method(lsp.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: lsp.DidCloseTextDocumentParams) -> Any:
+        yield from self._forward(lsp.TEXT_DOCUMENT_DID_CLOSE, params)
 
-    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_OPEN)
-    def lsp_notebook_document__did_open(self, params: T.DidOpenNotebookDocumentParams) -> Any:
-        yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_OPEN, params)
+    @lsp_method(lsp.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def lsp_notebook_document__did_open(self, params: lsp.DidOpenNotebookDocumentParams) -> Any:
+        yield from self._forward(lsp.NOTEBOOK_DOCUMENT_DID_OPEN, params)
 
-    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_CHANGE)
-    def lsp_notebook_document__did_change(self, params: T.DidChangeNotebookDocumentParams) -> Any:
-        yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_CHANGE, params)
+    @lsp_method(lsp.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def lsp_notebook_document__did_change(self, params: lsp.DidChangeNotebookDocumentParams) -> Any:
+        yield from self._forward(lsp.NOTEBOOK_DOCUMENT_DID_CHANGE, params)
 
-    @lsp_method(T.NOTEBOOK_DOCUMENT_DID_CLOSE)
-    def lsp_notebook_document__did_close(self, params: T.DidCloseNotebookDocumentParams) -> Any:
-        yield from self._forward(T.NOTEBOOK_DOCUMENT_DID_CLOSE, params)
+    @lsp_method(lsp.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def lsp_notebook_document__did_close(self, params: lsp.DidCloseNotebookDocumentParams) -> Any:
+        yield from self._forward(lsp.NOTEBOOK_DOCUMENT_DID_CLOSE, params)
 
 
 # -- the private state other modules need, through functions ------------------------------------

@@ -258,7 +258,7 @@ def _display(ctx: ChunkContext, call: ast.Call, label: str) -> str:
 
 
 def _call_site(ctx: ChunkContext, u: ChunkUniformity, node: ast.Call) -> CallSite | None:
-    from ddp_lsp.core import facts as K
+    from ddp_lsp.core import facts as fact_model
     from ddp_lsp.core.names import dotted
 
     name = dotted(node.func)
@@ -269,7 +269,7 @@ def _call_site(ctx: ChunkContext, u: ChunkUniformity, node: ast.Call) -> CallSit
         _, cls = ctx.scope(node)
         if cls is not None and f"{cls}.{node.func.attr}" in ctx.facts.func_params:
             qual = f"{cls}.{node.func.attr}"
-    guarded = qual is not None and K.ONLY_CALLED_GUARDED in ctx.facts.props(qual)
+    guarded = qual is not None and fact_model.ONLY_CALLED_GUARDED in ctx.facts.props(qual)
     sp = ctx.span(node)
     return CallSite(
         sp.start.line,

@@ -34,7 +34,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 
 from ddp_lsp.core.types import Pos
 from ddp_lsp.lsp.rankanswer import WARN as WARN
@@ -69,7 +69,7 @@ HINTS_OFF = "off"
 HINT_MODES = (HINTS_ALL, HINTS_COLLECTIVES, HINTS_OFF)
 TOKEN_TYPES = ["rankCode"]
 TOKEN_MODIFIERS = ["rankDependent", "rankZero"]
-LEGEND = T.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN_MODIFIERS)
+LEGEND = lsp.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN_MODIFIERS)
 _MOD_DEPENDENT = 1
 _MOD_ZERO = 2
 
@@ -95,11 +95,11 @@ def hint_mode(state: ServerState, uri: str) -> str:
 
 def hints_in_range(
     an: Analysis, codec: Codec, first: int, last: int, mode: str = HINTS_ALL, offset: int = 0
-) -> list[T.InlayHint]:
+) -> list[lsp.InlayHint]:
     """The inlay hints of document lines ``first..last``, positions in ``codec``'s encoding
     and relative to a view starting at document line ``offset``."""
     lines = an.doc.lines
-    out: list[T.InlayHint] = []
+    out: list[lsp.InlayHint] = []
     for start, chunk in chunks_in(an.doc, first, last):
         for line, col, label, tooltip, coll in an.view(chunk).hints:
             if mode == HINTS_COLLECTIVES and not coll:
@@ -109,11 +109,11 @@ def hints_in_range(
                 continue
             vline, vchar = codec.to_lsp(lines, Pos(dl, col))
             out.append(
-                T.InlayHint(
-                    position=T.Position(line=vline - offset, character=vchar),
+                lsp.InlayHint(
+                    position=lsp.Position(line=vline - offset, character=vchar),
                     label=label,
                     padding_right=True,
-                    tooltip=T.MarkupContent(kind=T.MarkupKind.Markdown, value=tooltip),
+                    tooltip=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=tooltip),
                 )
             )
     return out
@@ -268,7 +268,7 @@ def _call_hover(an: Analysis, cs: CallSite, start: int, path: str | None) -> str
 
 def rank_paths(
     state: ServerState, unit: Unit, uri: str, offset: int, line: int
-) -> list[T.Location]:
+) -> list[lsp.Location]:
     """The locations that make view line ``line`` rank-dependent (empty: every rank runs it)."""
     an = _unit_analysis(state, unit)
     if an is None:
@@ -287,7 +287,7 @@ def rank_paths(
     if s is not None:
         points = list(_merge_points(points, s.ranks.points))
     lines = unit.doc.lines
-    out: list[T.Location] = []
+    out: list[lsp.Location] = []
     seen: set[tuple[object, ...]] = set()
     for p in points:
         where = (p.path, p.other_line) if p.path is not None else _fields(p)
@@ -297,8 +297,8 @@ def rank_paths(
         if p.path is not None:
             from pathlib import Path
 
-            at = T.Position(line=max(p.other_line - 1, 0), character=0)
-            out.append(T.Location(uri=Path(p.path).as_uri(), range=T.Range(start=at, end=at)))
+            at = lsp.Position(line=max(p.other_line - 1, 0), character=0)
+            out.append(lsp.Location(uri=Path(p.path).as_uri(), range=lsp.Range(start=at, end=at)))
             continue
         placed = p.placed(start)
         vuri, voff = unit.locate_line(placed.line)
@@ -308,13 +308,13 @@ def rank_paths(
             lines, Pos(placed.line, placed.col), Pos(placed.end_line, placed.end_col)
         )
         out.append(
-            T.Location(
+            lsp.Location(
                 uri=vuri,
-                range=T.Range(
-                    start=T.Position(
+                range=lsp.Range(
+                    start=lsp.Position(
                         line=rng["start"]["line"] - voff, character=rng["start"]["character"]
                     ),
-                    end=T.Position(
+                    end=lsp.Position(
                         line=rng["end"]["line"] - voff, character=rng["end"]["character"]
                     ),
                 ),
@@ -362,21 +362,21 @@ def semantic_tokens(
 # -- registration (called from server.build_server) --------------------------------------------
 
 
-def inlay_hint(ls: DdpLanguageServer, params: T.InlayHintParams) -> list[T.InlayHint] | None:
+def inlay_hint(ls: DdpLanguageServer, params: lsp.InlayHintParams) -> list[lsp.InlayHint] | None:
     return inlay_hint_request(ls, params)
 
 
-def tokens_full(ls: DdpLanguageServer, params: T.SemanticTokensParams) -> T.SemanticTokens | None:
+def tokens_full(ls: DdpLanguageServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens | None:
     return _tokens(ls.state, params.text_document.uri, None)
 
 
 def tokens_range(
-    ls: DdpLanguageServer, params: T.SemanticTokensRangeParams
-) -> T.SemanticTokens | None:
+    ls: DdpLanguageServer, params: lsp.SemanticTokensRangeParams
+) -> lsp.SemanticTokens | None:
     return _tokens(ls.state, params.text_document.uri, params.range)
 
 
-def _tokens(state: ServerState, uri: str, rng: T.Range | None) -> T.SemanticTokens | None:
+def _tokens(state: ServerState, uri: str, rng: lsp.Range | None) -> lsp.SemanticTokens | None:
     found = state.lookup(uri)
     if found is None:
         return None
@@ -384,10 +384,10 @@ def _tokens(state: ServerState, uri: str, rng: T.Range | None) -> T.SemanticToke
     if not state.config.editor_for(unit.key).options.rank_tokens:
         return None  # another provider's tokens (Pylance's) win
     first, last = view_lines(unit, uri, offset, rng)
-    return T.SemanticTokens(data=semantic_tokens(state, unit, offset, first - offset, last - offset))
+    return lsp.SemanticTokens(data=semantic_tokens(state, unit, offset, first - offset, last - offset))
 
 
-def show_rank_paths(ls: Any, *args: Any) -> list[T.Location]:
+def show_rank_paths(ls: Any, *args: Any) -> list[lsp.Location]:
     # `ls: Any`: pygls reads a command handler's annotations at run time (no TYPE_CHECKING names).
     from pygls.exceptions import JsonRpcInvalidParams
 
@@ -411,14 +411,14 @@ def show_rank_paths(ls: Any, *args: Any) -> list[T.Location]:
 
 # The rank view's rows of the server's handler table (lsp/registration.py).
 HANDLERS: tuple[Handler, ...] = (
-    Feature(T.TEXT_DOCUMENT_INLAY_HINT, inlay_hint, T.InlayHintOptions(resolve_provider=False)),
-    Feature(T.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, tokens_full, LEGEND),
-    Feature(T.TEXT_DOCUMENT_SEMANTIC_TOKENS_RANGE, tokens_range, LEGEND),
+    Feature(lsp.TEXT_DOCUMENT_INLAY_HINT, inlay_hint, lsp.InlayHintOptions(resolve_provider=False)),
+    Feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, tokens_full, LEGEND),
+    Feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_RANGE, tokens_range, LEGEND),
     Command(CMD_SHOW_RANK_PATHS, show_rank_paths),
 )
 
 
-def inlay_hint_request(server: Any, params: T.InlayHintParams) -> list[T.InlayHint] | None:
+def inlay_hint_request(server: Any, params: lsp.InlayHintParams) -> list[lsp.InlayHint] | None:
     """``textDocument/inlayHint``: the hints of the requested range."""
     state: ServerState = server.state
     found = state.lookup(params.text_document.uri)
@@ -440,7 +440,7 @@ def inlay_hint_request(server: Any, params: T.InlayHintParams) -> list[T.InlayHi
     return hints_in_range(an, state.codec, first, last, mode, offset)
 
 
-def view_lines(unit: Unit, uri: str, offset: int, rng: T.Range | None) -> tuple[int, int]:
+def view_lines(unit: Unit, uri: str, offset: int, rng: lsp.Range | None) -> tuple[int, int]:
     """The unit lines of the view ``uri`` that ``rng`` (None: all of it) covers: a notebook
     cell's request never reaches into the next cell."""
     end = len(unit.doc.lines) - 1

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
@@ -67,12 +67,12 @@ class DdpLanguageServer(LanguageServer):
         super().__init__(
             "ddp-lsp",
             __version__,
-            text_document_sync_kind=T.TextDocumentSyncKind.Incremental,
-            notebook_document_sync=T.NotebookDocumentSyncOptions(
+            text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental,
+            notebook_document_sync=lsp.NotebookDocumentSyncOptions(
                 notebook_selector=[
-                    T.NotebookDocumentFilterWithCells(
+                    lsp.NotebookDocumentFilterWithCells(
                         notebook="jupyter-notebook",
-                        cells=[T.NotebookCellLanguage(language="python")],
+                        cells=[lsp.NotebookCellLanguage(language="python")],
                     )
                 ]
             ),
@@ -133,7 +133,7 @@ class DdpLanguageServer(LanguageServer):
         # A plain dict: json.dumps needs no converter, which matters at 20,000 lines.
         send_raw(
             self.protocol,
-            {"jsonrpc": "2.0", "method": T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS, "params": params},
+            {"jsonrpc": "2.0", "method": lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS, "params": params},
         )
 
     def refresh_pulled(self) -> None:
@@ -144,8 +144,8 @@ class DdpLanguageServer(LanguageServer):
 
     def show_error(self, message: str, is_error: bool = True) -> None:
         log.warning("%s", message)
-        kind = T.MessageType.Error if is_error else T.MessageType.Warning
-        self.window_show_message(T.ShowMessageParams(type=kind, message=message))
+        kind = lsp.MessageType.Error if is_error else lsp.MessageType.Warning
+        self.window_show_message(lsp.ShowMessageParams(type=kind, message=message))
 
     def send_error(self, msg_id: Any, code: int, message: str) -> None:
         send_raw(
@@ -154,7 +154,7 @@ class DdpLanguageServer(LanguageServer):
         )
 
 
-def _caps(params: T.InitializeParams) -> dict[str, Any]:
+def _caps(params: lsp.InitializeParams) -> dict[str, Any]:
     c = params.capabilities
     ws = c.workspace
     watch = ws.did_change_watched_files if ws else None
@@ -173,7 +173,7 @@ def _caps(params: T.InitializeParams) -> dict[str, Any]:
 # -- lifecycle -----------------------------------------------------------------------------
 
 
-def initialize(ls: DdpLanguageServer, params: T.InitializeParams) -> None:
+def initialize(ls: DdpLanguageServer, params: lsp.InitializeParams) -> None:
     caps = _caps(params)
     negotiated = ls.workspace.position_encoding or choose_encoding(caps["encodings"])
     encoding = str(getattr(negotiated, "value", negotiated))  # an enum member or a str
@@ -194,22 +194,22 @@ def initialize(ls: DdpLanguageServer, params: T.InitializeParams) -> None:
     asyncio.get_running_loop().call_soon(warm_up)
 
 
-async def initialized(ls: DdpLanguageServer, params: T.InitializedParams) -> None:
+async def initialized(ls: DdpLanguageServer, params: lsp.InitializedParams) -> None:
     for err in ls.state.config.editor_global.errors:
         ls.state.report(err)
     if ls.supports_watch_registration:
         try:
             await ls.client_register_capability_async(
-                T.RegistrationParams(
+                lsp.RegistrationParams(
                     registrations=[
-                        T.Registration(
+                        lsp.Registration(
                             id="ddp-lsp-files",
-                            method=T.WORKSPACE_DID_CHANGE_WATCHED_FILES,
-                            register_options=T.DidChangeWatchedFilesRegistrationOptions(
+                            method=lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                            register_options=lsp.DidChangeWatchedFilesRegistrationOptions(
                                 watchers=[
-                                    T.FileSystemWatcher(glob_pattern="**/pyproject.toml"),
+                                    lsp.FileSystemWatcher(glob_pattern="**/pyproject.toml"),
                                     # Python files changed behind the editor: the index.
-                                    T.FileSystemWatcher(glob_pattern="**/*.py"),
+                                    lsp.FileSystemWatcher(glob_pattern="**/*.py"),
                                 ]
                             ),
                         )
@@ -236,11 +236,11 @@ async def pull_configuration(ls: DdpLanguageServer, notify: bool = True) -> bool
     """Ask the client for the ``ddp-lsp`` section (global and per folder); True if changed."""
     config = ls.state.config
     scopes = config.scopes()
-    items = [T.ConfigurationItem(section=SECTION)] + [
-        T.ConfigurationItem(scope_uri=uri, section=SECTION) for uri in scopes
+    items = [lsp.ConfigurationItem(section=SECTION)] + [
+        lsp.ConfigurationItem(scope_uri=uri, section=SECTION) for uri in scopes
     ]
     try:
-        result = await ls.workspace_configuration_async(T.ConfigurationParams(items=items))
+        result = await ls.workspace_configuration_async(lsp.ConfigurationParams(items=items))
     except Exception as exc:
         log.info("workspace/configuration failed: %s", exc)
         return False
@@ -263,7 +263,7 @@ def settings_changed(ls: DdpLanguageServer) -> None:
 
 
 async def did_change_configuration(
-    ls: DdpLanguageServer, params: T.DidChangeConfigurationParams
+    ls: DdpLanguageServer, params: lsp.DidChangeConfigurationParams
 ) -> None:
     settings = params.settings
     if isinstance(settings, dict) and isinstance(settings.get(SECTION), dict):
@@ -273,7 +273,7 @@ async def did_change_configuration(
     settings_changed(ls)  # once, whatever changed
 
 
-def did_change_watched_files(ls: DdpLanguageServer, params: T.DidChangeWatchedFilesParams) -> None:
+def did_change_watched_files(ls: DdpLanguageServer, params: lsp.DidChangeWatchedFilesParams) -> None:
     if any(is_pyproject(ch.uri) for ch in params.changes):
         settings_changed(ls)
     if any(ch.uri.endswith(".py") for ch in params.changes):
@@ -282,7 +282,7 @@ def did_change_watched_files(ls: DdpLanguageServer, params: T.DidChangeWatchedFi
 
 
 async def did_change_folders(
-    ls: DdpLanguageServer, params: T.DidChangeWorkspaceFoldersParams
+    ls: DdpLanguageServer, params: lsp.DidChangeWorkspaceFoldersParams
 ) -> None:
     ls.state.config.change_folders(
         added=[f.uri for f in params.event.added], removed=[f.uri for f in params.event.removed]
@@ -302,19 +302,19 @@ def check_project_files(ls: DdpLanguageServer) -> None:
 # -- text documents ------------------------------------------------------------------------
 
 
-def did_open(ls: DdpLanguageServer, params: T.DidOpenTextDocumentParams) -> None:
+def did_open(ls: DdpLanguageServer, params: lsp.DidOpenTextDocumentParams) -> None:
     doc = params.text_document
     check_project_files(ls)
     ls.state.open(doc.uri, doc.text, doc.version, doc.language_id)
 
 
-def did_change(ls: DdpLanguageServer, params: T.DidChangeTextDocumentParams) -> None:
+def did_change(ls: DdpLanguageServer, params: lsp.DidChangeTextDocumentParams) -> None:
     ls.state.change(
         params.text_document.uri, params.text_document.version, list(params.content_changes)
     )
 
 
-def did_save(ls: DdpLanguageServer, params: T.DidSaveTextDocumentParams) -> None:
+def did_save(ls: DdpLanguageServer, params: lsp.DidSaveTextDocumentParams) -> None:
     ls.state.workspace_changed()  # the saved text is what a workspace pull reads from disk
     if is_pyproject(params.text_document.uri):
         settings_changed(ls)
@@ -322,14 +322,14 @@ def did_save(ls: DdpLanguageServer, params: T.DidSaveTextDocumentParams) -> None
         check_project_files(ls)
 
 
-def did_close(ls: DdpLanguageServer, params: T.DidCloseTextDocumentParams) -> None:
+def did_close(ls: DdpLanguageServer, params: lsp.DidCloseTextDocumentParams) -> None:
     ls.state.close(params.text_document.uri)
 
 
 # -- notebooks -----------------------------------------------------------------------------
 
 
-def nb_open(ls: DdpLanguageServer, params: T.DidOpenNotebookDocumentParams) -> None:
+def nb_open(ls: DdpLanguageServer, params: lsp.DidOpenNotebookDocumentParams) -> None:
     texts = {d.uri: d for d in params.cell_text_documents}
     cells = []
     for c in params.notebook_document.cells:
@@ -347,7 +347,7 @@ def nb_open(ls: DdpLanguageServer, params: T.DidOpenNotebookDocumentParams) -> N
     ls.state.open_notebook(nb)
 
 
-def nb_change(ls: DdpLanguageServer, params: T.DidChangeNotebookDocumentParams) -> None:
+def nb_change(ls: DdpLanguageServer, params: lsp.DidChangeNotebookDocumentParams) -> None:
     uri = params.notebook_document.uri
     unit = ls.state.units.get(uri)
     if unit is None or unit.notebook is None:
@@ -359,7 +359,7 @@ def nb_change(ls: DdpLanguageServer, params: T.DidChangeNotebookDocumentParams) 
     ls.state.notebook_changed(uri)
 
 
-def nb_close(ls: DdpLanguageServer, params: T.DidCloseNotebookDocumentParams) -> None:
+def nb_close(ls: DdpLanguageServer, params: lsp.DidCloseNotebookDocumentParams) -> None:
     ls.state.close_notebook(params.notebook_document.uri)
 
 
@@ -367,27 +367,27 @@ def nb_close(ls: DdpLanguageServer, params: T.DidCloseNotebookDocumentParams) ->
 
 
 def pull_diagnostics(
-    ls: DdpLanguageServer, params: T.DocumentDiagnosticParams
-) -> T.DocumentDiagnosticReport:
+    ls: DdpLanguageServer, params: lsp.DocumentDiagnosticParams
+) -> lsp.DocumentDiagnosticReport:
     from ddp_lsp.lsp.diagnostics import as_lsp
 
     uri = params.text_document.uri
     ls.state.start_pulling(uri)
     found = ls.state.lookup(uri)
     if found is None:
-        return T.RelatedFullDocumentDiagnosticReport(items=[])
+        return lsp.RelatedFullDocumentDiagnosticReport(items=[])
     unit, _ = found
     ls.state.ensure_current(unit)
     rid = ls.state.result_ids.current(uri)
     if rid is not None and params.previous_result_id == rid:
-        return T.RelatedUnchangedDocumentDiagnosticReport(result_id=rid)
+        return lsp.RelatedUnchangedDocumentDiagnosticReport(result_id=rid)
     items = [as_lsp(d) for d in unit.diagnostics.get(uri, [])]
-    return T.RelatedFullDocumentDiagnosticReport(items=items, result_id=rid)
+    return lsp.RelatedFullDocumentDiagnosticReport(items=items, result_id=rid)
 
 
 async def workspace_diagnostic(
-    ls: DdpLanguageServer, params: T.WorkspaceDiagnosticParams
-) -> T.WorkspaceDiagnosticReport:
+    ls: DdpLanguageServer, params: lsp.WorkspaceDiagnosticParams
+) -> lsp.WorkspaceDiagnosticReport:
     from ddp_lsp.lsp.workspace import WorkspaceCache, workspace_diagnostics
 
     token = params.work_done_token
@@ -398,17 +398,17 @@ async def workspace_diagnostic(
         nonlocal ended
         if not ended and token is not None:
             ended = True
-            ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message="done"))
+            ls.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message="done"))
 
     if token is not None:
         ls.work_done_progress.begin(
             token,
-            T.WorkDoneProgressBegin(title="ddp-lsp: checking the workspace", percentage=0),
+            lsp.WorkDoneProgressBegin(title="ddp-lsp: checking the workspace", percentage=0),
         )
 
         def progress(message: str, percent: int) -> None:
             ls.work_done_progress.report(
-                token, T.WorkDoneProgressReport(message=message, percentage=percent)
+                token, lsp.WorkDoneProgressReport(message=message, percentage=percent)
             )
 
     if ls.workspace_cache is None:
@@ -424,7 +424,7 @@ async def workspace_diagnostic(
 # -- code actions, hover -------------------------------------------------------------------
 
 
-def code_action(ls: DdpLanguageServer, params: T.CodeActionParams) -> list[T.CodeAction] | None:
+def code_action(ls: DdpLanguageServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
     from ddp_lsp.lsp.actions import code_actions
 
     found = ls.state.lookup(params.text_document.uri)
@@ -437,8 +437,8 @@ def code_action(ls: DdpLanguageServer, params: T.CodeActionParams) -> list[T.Cod
     )
 
 
-def hover(ls: DdpLanguageServer, params: T.HoverParams) -> T.Hover | None:
-    from ddp_lsp.lsp import hover as H
+def hover(ls: DdpLanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
+    from ddp_lsp.lsp import hover as hovers
 
     found = ls.state.lookup(params.text_document.uri)
     if found is None:
@@ -450,22 +450,22 @@ def hover(ls: DdpLanguageServer, params: T.HoverParams) -> T.Hover | None:
     pos = ls.state.codec.to_core(
         unit.doc.lines, params.position.line + offset, params.position.character
     )
-    parts = [H.rule_hover(unit, pos), rankview.hover(ls.state, unit, pos)]
-    topic = H.preflight_topic(unit, pos)
+    parts = [hovers.rule_hover(unit, pos), rankview.hover(ls.state, unit, pos)]
+    topic = hovers.preflight_topic(unit, pos)
     reports = ls.preflight.reports
     report = reports.report_for(reports.folder_for(unit.key)) if topic else None
     if topic and report is not None:
-        parts.append(H.preflight_hover(report, topic))
+        parts.append(hovers.preflight_hover(report, topic))
     text = "\n\n---\n\n".join(p for p in parts if p)
     if not text:
         return None
-    return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=text))
+    return lsp.Hover(contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=text))
 
 
 # -- commands ------------------------------------------------------------------------------
 
 
-def code_lens(ls: DdpLanguageServer, params: T.CodeLensParams) -> list[T.CodeLens] | None:
+def code_lens(ls: DdpLanguageServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens] | None:
     found = ls.state.lookup(params.text_document.uri)
     if found is None:
         return None
@@ -552,7 +552,7 @@ async def fix_all(ls: DdpLanguageServer, *args: Any) -> dict[str, Any]:
     try:
         result = await asyncio.wait_for(
             ls.workspace_apply_edit_async(
-                T.ApplyWorkspaceEditParams(edit=edit, label="ddp-lsp: fix all")
+                lsp.ApplyWorkspaceEditParams(edit=edit, label="ddp-lsp: fix all")
             ),
             ls.apply_edit_timeout_s,
         )
@@ -573,45 +573,45 @@ async def fix_all(ls: DdpLanguageServer, *args: Any) -> dict[str, Any]:
 # -- the handler table -------------------------------------------------------------------------
 
 LIFECYCLE: tuple[Handler, ...] = (
-    Feature(T.INITIALIZE, initialize),
-    Feature(T.INITIALIZED, initialized),
-    Feature(T.SHUTDOWN, shutdown),
+    Feature(lsp.INITIALIZE, initialize),
+    Feature(lsp.INITIALIZED, initialized),
+    Feature(lsp.SHUTDOWN, shutdown),
 )
 WORKSPACE: tuple[Handler, ...] = (
-    Feature(T.WORKSPACE_DID_CHANGE_CONFIGURATION, did_change_configuration),
-    Feature(T.WORKSPACE_DID_CHANGE_WATCHED_FILES, did_change_watched_files),
-    Feature(T.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS, did_change_folders),
+    Feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION, did_change_configuration),
+    Feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES, did_change_watched_files),
+    Feature(lsp.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS, did_change_folders),
 )
 DOCUMENTS: tuple[Handler, ...] = (
-    Feature(T.TEXT_DOCUMENT_DID_OPEN, did_open),
-    Feature(T.TEXT_DOCUMENT_DID_CHANGE, did_change),
-    Feature(T.TEXT_DOCUMENT_DID_SAVE, did_save),
-    Feature(T.TEXT_DOCUMENT_DID_CLOSE, did_close),
-    Feature(T.NOTEBOOK_DOCUMENT_DID_OPEN, nb_open),
-    Feature(T.NOTEBOOK_DOCUMENT_DID_CHANGE, nb_change),
-    Feature(T.NOTEBOOK_DOCUMENT_DID_CLOSE, nb_close),
+    Feature(lsp.TEXT_DOCUMENT_DID_OPEN, did_open),
+    Feature(lsp.TEXT_DOCUMENT_DID_CHANGE, did_change),
+    Feature(lsp.TEXT_DOCUMENT_DID_SAVE, did_save),
+    Feature(lsp.TEXT_DOCUMENT_DID_CLOSE, did_close),
+    Feature(lsp.NOTEBOOK_DOCUMENT_DID_OPEN, nb_open),
+    Feature(lsp.NOTEBOOK_DOCUMENT_DID_CHANGE, nb_change),
+    Feature(lsp.NOTEBOOK_DOCUMENT_DID_CLOSE, nb_close),
 )
 DIAGNOSTICS: tuple[Handler, ...] = (
     Feature(
-        T.TEXT_DOCUMENT_DIAGNOSTIC,
+        lsp.TEXT_DOCUMENT_DIAGNOSTIC,
         pull_diagnostics,
-        T.DiagnosticOptions(
+        lsp.DiagnosticOptions(
             identifier="ddp-lsp", inter_file_dependencies=False, workspace_diagnostics=True
         ),
     ),
-    Feature(T.WORKSPACE_DIAGNOSTIC, workspace_diagnostic),
+    Feature(lsp.WORKSPACE_DIAGNOSTIC, workspace_diagnostic),
 )
 EDITING: tuple[Handler, ...] = (
     Feature(
-        T.TEXT_DOCUMENT_CODE_ACTION,
+        lsp.TEXT_DOCUMENT_CODE_ACTION,
         code_action,
-        T.CodeActionOptions(
-            code_action_kinds=[T.CodeActionKind.QuickFix, "source.fixAll.ddp-lsp"],
+        lsp.CodeActionOptions(
+            code_action_kinds=[lsp.CodeActionKind.QuickFix, "source.fixAll.ddp-lsp"],
             resolve_provider=False,
         ),
     ),
-    Feature(T.TEXT_DOCUMENT_HOVER, hover),
-    Feature(T.TEXT_DOCUMENT_CODE_LENS, code_lens, T.CodeLensOptions(resolve_provider=False)),
+    Feature(lsp.TEXT_DOCUMENT_HOVER, hover),
+    Feature(lsp.TEXT_DOCUMENT_CODE_LENS, code_lens, lsp.CodeLensOptions(resolve_provider=False)),
 )
 COMMANDS: tuple[Handler, ...] = (
     Command(CMD_RUN_PREFLIGHT, run_preflight),

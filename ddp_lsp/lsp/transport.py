@@ -24,7 +24,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 from ddp_lsp.lsp.pygls_adapter import is_shut_down
@@ -146,14 +146,14 @@ class _Dispatcher:
             server.send_error(None, -32600, "Invalid Request: 'id' must be a number or a string")
             return
         if method is not None and not server.initialized:
-            if is_request and method != T.INITIALIZE:
+            if is_request and method != lsp.INITIALIZE:
                 server.send_error(
                     msg_id, -32002, f"Server not initialized: {method} before initialize"
                 )
                 return
-            if not is_request and method != T.EXIT:
+            if not is_request and method != lsp.EXIT:
                 return  # the specification says: drop notifications before initialize
-        if is_request and method == T.INITIALIZE and server.initialized:
+        if is_request and method == lsp.INITIALIZE and server.initialized:
             # A second initialize would reset the negotiated encoding, folders and settings
             # under open documents; the session goes on as negotiated.
             server.send_error(msg_id, -32600, "Invalid Request: the server is already initialized")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 
 from ddp_lsp.config import Settings
 from ddp_lsp.core.crossfile import ModuleProjectFacts
@@ -126,14 +126,14 @@ async def _report(
     cache: WorkspaceCache,
     previous: dict[str, str],
     progress: Progress | None,
-) -> tuple[list[T.WorkspaceDocumentDiagnosticReport], bool]:
+) -> tuple[list[lsp.WorkspaceDocumentDiagnosticReport], bool]:
     """(the items, whether any differs from the client's previous results)."""
     roots = [p for _, p in state.config.folders if p is not None]
     files: list[tuple[Path, Settings]] = []
     for root in roots:
         files.extend(python_files(state, root))
         await asyncio.sleep(0)
-    items: list[T.WorkspaceDocumentDiagnosticReport] = []
+    items: list[lsp.WorkspaceDocumentDiagnosticReport] = []
     seen: set[str] = set()
     changed = False
     for n, (path, settings) in enumerate(files):
@@ -154,14 +154,14 @@ async def _report(
             version = None
         if previous.get(uri) == rid:
             items.append(
-                T.WorkspaceUnchangedDocumentDiagnosticReport(
+                lsp.WorkspaceUnchangedDocumentDiagnosticReport(
                     uri=uri, version=version, result_id=rid
                 )
             )
         else:
             changed = True
             items.append(
-                T.WorkspaceFullDocumentDiagnosticReport(
+                lsp.WorkspaceFullDocumentDiagnosticReport(
                     uri=uri, version=version, items=[as_lsp(d) for d in diags], result_id=rid
                 )
             )
@@ -177,11 +177,11 @@ async def _report(
 async def workspace_diagnostics(
     state: ServerState,
     cache: WorkspaceCache,
-    params: T.WorkspaceDiagnosticParams,
+    params: lsp.WorkspaceDiagnosticParams,
     progress: Progress | None,
     hold_s: float = HOLD_S,
     scanned: Callable[[], None] | None = None,
-) -> T.WorkspaceDiagnosticReport:
+) -> lsp.WorkspaceDiagnosticReport:
     """``scanned`` is called once the first scan is done: the progress ends there, not when
     a held request is finally answered (a client would show a busy bar all along)."""
     previous = {p.uri: p.value for p in params.previous_result_ids}
@@ -194,7 +194,7 @@ async def workspace_diagnostics(
             scanned = progress = None  # later scans of a held request are silent
         left = deadline - time.monotonic()
         if changed or not previous or left <= 0:
-            return T.WorkspaceDiagnosticReport(items=items)
+            return lsp.WorkspaceDiagnosticReport(items=items)
         try:
             await asyncio.wait_for(wake.wait(), left)
         except asyncio.TimeoutError:

@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ddp_lsp.core import facts as F
-from ddp_lsp.core import gates as G
-from ddp_lsp.core import names as N
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import gates as gate_facts
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.project.index import ProjectIndex
 from ddp_lsp.project.reach import single_process
@@ -41,30 +41,30 @@ from ddp_lsp.project.summary import ModuleSummary
 MAX_ROUNDS = 32
 
 _KIND_TEXT = {
-    F.DDP: "wrapped in DistributedDataParallel",
-    F.FSDP: "wrapped in FullyShardedDataParallel",
-    F.SCALER: "a GradScaler",
-    F.OPTIMIZER: "an optimizer",
-    F.SAMPLER: "a DistributedSampler",
-    F.LOADER: "a DataLoader",
-    F.RANK: "the rank",
-    F.SCALER_WRAPPER: "a GradScaler wrapper that unscales itself",
+    fact_model.DDP: "wrapped in DistributedDataParallel",
+    fact_model.FSDP: "wrapped in FullyShardedDataParallel",
+    fact_model.SCALER: "a GradScaler",
+    fact_model.OPTIMIZER: "an optimizer",
+    fact_model.SAMPLER: "a DistributedSampler",
+    fact_model.LOADER: "a DataLoader",
+    fact_model.RANK: "the rank",
+    fact_model.SCALER_WRAPPER: "a GradScaler wrapper that unscales itself",
 }
 
 
 _PROP_TEXT = {
-    F.COLLECTIVE: "performs a collective",
-    F.UNSCALES: "calls unscale_",
-    F.NO_SYNC: "uses no_sync",
-    F.RANK_PREDICATE: "is a rank-0 predicate",
-    F.GUARDS_ITSELF: "runs only on rank 0 by itself",
-    F.ONLY_CALLED_GUARDED: "is only called on rank 0",
-    F.UPDATES_SCALER: "calls the GradScaler's update()",
-    F.SETS_EPOCH: "calls set_epoch",
-    F.SETS_DEVICE: "selects the GPU (torch.cuda.set_device)",
-    F.INITS_PG: "initialises the process group",
-    F.DESTROYS_PG: "destroys the process group",
-    F.SAVES_CALLER_PATH: "saves to the path its caller passes, on every rank",
+    fact_model.COLLECTIVE: "performs a collective",
+    fact_model.UNSCALES: "calls unscale_",
+    fact_model.NO_SYNC: "uses no_sync",
+    fact_model.RANK_PREDICATE: "is a rank-0 predicate",
+    fact_model.GUARDS_ITSELF: "runs only on rank 0 by itself",
+    fact_model.ONLY_CALLED_GUARDED: "is only called on rank 0",
+    fact_model.UPDATES_SCALER: "calls the GradScaler's update()",
+    fact_model.SETS_EPOCH: "calls set_epoch",
+    fact_model.SETS_DEVICE: "selects the GPU (torch.cuda.set_device)",
+    fact_model.INITS_PG: "initialises the process group",
+    fact_model.DESTROYS_PG: "destroys the process group",
+    fact_model.SAVES_CALLER_PATH: "saves to the path its caller passes, on every rank",
 }
 
 
@@ -98,12 +98,12 @@ def _lookup(
     kinds: Mapping[tuple[str, str], ParamKind], path: str, scope: str, cls: str | None
 ) -> ParamKind | None:
     # The core's ModuleFacts.kind, over kinds with provenance.
-    key = F.visible_key(kinds, path, scope, cls)
+    key = fact_model.visible_key(kinds, path, scope, cls)
     return None if key is None else kinds[key]
 
 
-def _line(fi: F.FunctionInfo | None) -> int:
-    return 1 if fi is None or fi.qualname == F.MODULE else fi.line + 1
+def _line(fi: fact_model.FunctionInfo | None) -> int:
+    return 1 if fi is None or fi.qualname == fact_model.MODULE else fi.line + 1
 
 
 class _ScalerWrappers:
@@ -111,7 +111,7 @@ class _ScalerWrappers:
     module) calls ``unscale_`` or a GradScaler's ``update()``. Answers are kept per class (a
     project builds the same wrapper class in many files)."""
 
-    def __init__(self, res: Resolver, own: Mapping[str, F.ModuleFacts]) -> None:
+    def __init__(self, res: Resolver, own: Mapping[str, fact_model.ModuleFacts]) -> None:
         self.res = res
         self.own = own
         self._owners: dict[str, frozenset[str]] = {}
@@ -122,7 +122,7 @@ class _ScalerWrappers:
         if found is None:
             names: set[str] = set()
             for q, props in self.own[module].func_props.items():
-                if F.UNSCALES in props or F.UPDATES_SCALER in props:
+                if fact_model.UNSCALES in props or fact_model.UPDATES_SCALER in props:
                     parts = q.split(".")
                     names.update(".".join(parts[:i]) for i in range(1, len(parts)))
             found = self._owners[module] = frozenset(names)
@@ -153,7 +153,7 @@ class _ScalerWrappers:
         return False
 
 
-_Site = tuple[str, F.CallSite, str, F.FunctionInfo]  # caller module, site, target module, fn
+_Site = tuple[str, fact_model.CallSite, str, fact_model.FunctionInfo]  # caller module, site, target module, fn
 
 
 @dataclass
@@ -163,17 +163,17 @@ class _ModuleParts:
 
     summary: ModuleSummary
     sites: list[_Site]  # its call sites that reach a project function
-    site_line: dict[tuple[str, F.CallSite], int]
+    site_line: dict[tuple[str, fact_model.CallSite], int]
     inherits: list[tuple[str, str, str, str]]  # (module, class, base module, base class)
     calls: dict[tuple[str, str], list[tuple[str, str]]]  # (module, fn) -> functions it calls
     targets: dict[str, tuple[str, str]]  # a callee it spells -> a function of another module
-    unwrapped: frozenset[tuple[str, str]]  # F.unwrapped_names of its bindings
+    unwrapped: frozenset[tuple[str, str]]  # fact_model.unwrapped_names of its bindings
 
 
 def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
     # Call sites resolved once: (caller module, site, target module, target function).
     sites: list[_Site] = []
-    site_line: dict[tuple[str, F.CallSite], int] = {}
+    site_line: dict[tuple[str, fact_model.CallSite], int] = {}
     all_sites = (*s.facts.call_sites, *s.dotted_sites)
     lines_known = len(s.site_lines) == len(all_sites)
     for i, cs in enumerate(all_sites):
@@ -207,7 +207,7 @@ def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
         t = res.function(m, name)
         if t is not None and t[0] != m:
             targets[name] = (t[0], t[1].qualname)
-    unwrapped = F.unwrapped_names([s.facts])
+    unwrapped = fact_model.unwrapped_names([s.facts])
     return _ModuleParts(s, sites, site_line, inherits, calls, targets, unwrapped)
 
 
@@ -241,7 +241,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
                 fi = res.functions(m).get(key[0])
                 line = lines.get(key, _line(fi))
                 text = _KIND_TEXT.get(kind, kind)
-                if kind == F.SCALER_WRAPPER:  # a framework table's class: name it
+                if kind == fact_model.SCALER_WRAPPER:  # a framework table's class: name it
                     cls = _class_named(s.facts, own[m].aliases, key)
                     text = f"`{cls}`, {text}" if cls else text
                 kinds[m][key] = ParamKind(kind, Provenance(s.path, line, f"{key[1]} is {text}"))
@@ -256,7 +256,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
             if wraps_scaler(target[0], target[1]):
                 fi = res.functions(m).get(b.scope)
                 kinds[m][(b.scope, b.path)] = ParamKind(
-                    F.SCALER_WRAPPER,
+                    fact_model.SCALER_WRAPPER,
                     Provenance(
                         s.path,
                         lines.get((b.scope, b.path), _line(fi)),
@@ -274,7 +274,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     sites = [site for m in names for site in parts[m].sites]
     site_line = {k: v for m in names for k, v in parts[m].site_line.items()}
 
-    def params_of(site: F.CallSite, fi: F.FunctionInfo) -> list[tuple[str, str]]:
+    def params_of(site: fact_model.CallSite, fi: fact_model.FunctionInfo) -> list[tuple[str, str]]:
         out = []
         for pos, arg in site.args:
             if isinstance(pos, int):
@@ -296,7 +296,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     inherits_from: dict[str, list[tuple[str, str, str, str]]] = {}
     for item in inherits:
         inherits_from.setdefault(item[2], []).append(item)
-    alias_bindings: dict[str, list[F.Binding]] = {}
+    alias_bindings: dict[str, list[fact_model.Binding]] = {}
     for m in names:
         for b in summaries[m].facts.bindings:
             if b.source and b.source[0] == "=alias":
@@ -341,7 +341,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
                     hop = Provenance(
                         summaries[m].path,
                         site_line.get((m, cs), _line(caller)),
-                        f"{cs.caller if cs.caller else F.MODULE} calls {cs.callee}({param}={arg})",
+                        f"{cs.caller if cs.caller else fact_model.MODULE} calls {cs.callee}({param}={arg})",
                     )
                     proposals.setdefault((tm, tfi.qualname, param), []).append(
                         ParamKind(k.kind, k.origin, (*k.via, hop))
@@ -366,7 +366,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
             # model = DDP(model)` in the caller).
             if (
                 _lookup(kinds[m], arg, cs.caller, caller_cls) is None
-                or F.visible_key(own[m].kinds, arg, cs.caller, caller_cls) in own[m].sometimes
+                or fact_model.visible_key(own[m].kinds, arg, cs.caller, caller_cls) in own[m].sometimes
             ):
                 kinds[tm][(tfi.qualname, param)] = ParamKind(pk.kind, pk.origin, pk.via, True)
 
@@ -383,7 +383,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
                 for p in sorted(ps)
             }
     calls = {k: v for m in names for k, v in parts[m].calls.items()}
-    carried = F.TRANSITIVE_PROPS | {F.INITS_PG}  # INITS_PG only for "reaches init" below
+    carried = fact_model.TRANSITIVE_PROPS | {fact_model.INITS_PG}  # INITS_PG only for "reaches init" below
     # Semi-naive, as the kinds above: a round after the first looks only at the callers of a
     # function that gained a property in the round before.
     callers: dict[tuple[str, str], set[tuple[str, str]]] = {}
@@ -415,8 +415,8 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     distributed: dict[str, Provenance] = {}
     inits: dict[str, list[Provenance]] = {}
     for (mm, _), fn_props in props.items():
-        if F.INITS_PG in fn_props:
-            inits.setdefault(mm, []).append(fn_props[F.INITS_PG])
+        if fact_model.INITS_PG in fn_props:
+            inits.setdefault(mm, []).append(fn_props[fact_model.INITS_PG])
     starts = []
     for m in sorted(inits):
         o = min(inits[m])
@@ -446,7 +446,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     for m, cs, tm, tfi in sites:
         caller_props = own[m].func_props.get(cs.caller, frozenset())
         guards.setdefault((tm, tfi.qualname), []).append(
-            cs.guarded or F.GUARDS_ITSELF in caller_props or F.ONLY_CALLED_GUARDED in caller_props
+            cs.guarded or fact_model.GUARDS_ITSELF in caller_props or fact_model.ONLY_CALLED_GUARDED in caller_props
         )
     only_guarded: dict[str, set[str]] = {}
     for (tm, q), flags in guards.items():
@@ -464,7 +464,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
             found = props.get(tq, {})
             # INITS_PG stays the core's direct property; carried only to find entry points.
             direct = own[tq[0]].func_props.get(tq[1], frozenset())
-            keep = {p: o for p, o in found.items() if p != F.INITS_PG or p in direct}
+            keep = {p: o for p, o in found.items() if p != fact_model.INITS_PG or p in direct}
             cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())))
         out[m] = ModuleProjectFacts(
             m,
@@ -482,14 +482,14 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
 def _resolve_gates(
     props: dict[tuple[str, str], dict[str, Provenance]],
     res: Resolver,
-    own: Mapping[str, F.ModuleFacts],
+    own: Mapping[str, fact_model.ModuleFacts],
 ) -> None:
     """``gate-off:`` properties across files (core/gates.py): ``create_dataloader(rank=-1)``
     in one module reaching a zero-first helper of another with that rank."""
     gated = {
         key: set(ps)
         for key, ps in props.items()
-        if F.COLLECTIVE in ps and any(p.startswith(G.SITE) for p in ps)
+        if fact_model.COLLECTIVE in ps and any(p.startswith(gate_facts.SITE) for p in ps)
     }
     if not gated:
         return
@@ -505,12 +505,12 @@ def _resolve_gates(
 
     def reaches(key: tuple[str, str], name: str) -> bool:
         facts = own.get(key[0])
-        if facts is not None and F.is_collective_call(name, facts.aliases):
+        if facts is not None and fact_model.is_collective_call(name, facts.aliases):
             return True
-        return F.COLLECTIVE in (props_of(key, name) or ())
+        return fact_model.COLLECTIVE in (props_of(key, name) or ())
 
     before = {key: set(ps) for key, ps in gated.items()}
-    G.resolve(gated, props_of, reaches)
+    gate_facts.resolve(gated, props_of, reaches)
     for key, ps in gated.items():
         for p in ps - before[key]:
             some = next(iter(props[key].values()), None)
@@ -518,11 +518,11 @@ def _resolve_gates(
                 props[key][p] = some
 
 
-def _class_named(facts: F.ChunkFacts, aliases: Mapping[str, str], key: tuple[str, str]) -> str:
+def _class_named(facts: fact_model.ChunkFacts, aliases: Mapping[str, str], key: tuple[str, str]) -> str:
     """The class a binding's value was made from, by its defining name (`NativeScaler` imported
     as another name gives its own), or ""."""
     for b in facts.bindings:
         if (b.scope, b.path) == key and b.source and not b.source[0].startswith("="):
-            qual = N.resolve(b.source[0], aliases) or b.source[0]
+            qual = known_names.resolve(b.source[0], aliases) or b.source[0]
             return qual.rsplit(".", 1)[-1]
     return ""

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from ddp_lsp.config import Settings
-from ddp_lsp.core import facts as F
+from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.project.summary import ModuleSummary, summarise
 from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source
@@ -49,7 +49,7 @@ PROJECT_MARKERS = ("pyproject.toml", ".git")
 # The frozen dataclasses a summary is made of, with their fields in constructor order.
 _FIELDS: dict[Any, tuple[str, ...]] = {
     t: tuple(f.name for f in dataclasses.fields(t))
-    for t in (ModuleSummary, F.ChunkFacts, F.FunctionInfo, F.CallSite, F.Binding)
+    for t in (ModuleSummary, fact_model.ChunkFacts, fact_model.FunctionInfo, fact_model.CallSite, fact_model.Binding)
 }
 
 
@@ -438,7 +438,7 @@ class ProjectIndex:
         # guards its body there too. Files given as text (open in an editor) keep that text.
         self.project_predicates: frozenset[str] = frozenset()
         self._texts: dict[str, bytes] = {}
-        self._own: dict[str, F.ModuleFacts] = {}
+        self._own: dict[str, fact_model.ModuleFacts] = {}
         self.failed: list[Path] = []  # files whose summary raised (see build)
         # Files not read (see sources.read_source), by path: the latest reason, dropped once the
         # file reads again (a long-lived server index must not grow with every retry).
@@ -617,7 +617,7 @@ class ProjectIndex:
                 found = frozenset(
                     fi.qualname.rpartition(".")[2]
                     for fi in s.facts.functions
-                    if F.RANK_PREDICATE in fi.props
+                    if fact_model.RANK_PREDICATE in fi.props
                 )
                 names = self._defines[rel] = (s, found)
             defined |= names[1]
@@ -644,14 +644,14 @@ class ProjectIndex:
         """How many files this index had to parse (the others came from the cache)."""
         return len(self._parsed)
 
-    def own_facts(self, summary: ModuleSummary) -> F.ModuleFacts:
+    def own_facts(self, summary: ModuleSummary) -> fact_model.ModuleFacts:
         """The core's module facts of one file alone (kept per content: an edit to one file
         recomputes the project's facts without merging every other file again)."""
         facts = self._own.get(summary.digest)
         if facts is None:
             if len(self._own) > 2 * len(self._by_path) + 64:
                 self._own.clear()
-            facts = self._own[summary.digest] = F.merge([summary.facts])
+            facts = self._own[summary.digest] = fact_model.merge([summary.facts])
         return facts
 
     @property

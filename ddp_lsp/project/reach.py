@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ddp_lsp.core import facts as F
-from ddp_lsp.core import names as N
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.crossfile import MAIN_BLOCK
 from ddp_lsp.project.resolve import Resolver
 from ddp_lsp.project.summary import ModuleSummary
@@ -73,17 +73,17 @@ NOT_DISTRIBUTED_PREFIXES = (
 )
 
 #: Kinds that only distributed code holds.
-DISTRIBUTED_KINDS = frozenset({F.DDP, F.FSDP, F.SAMPLER, F.RANK})
+DISTRIBUTED_KINDS = frozenset({fact_model.DDP, fact_model.FSDP, fact_model.SAMPLER, fact_model.RANK})
 #: The function's own (syntactic) properties that are distributed.
 DISTRIBUTED_PROPS = frozenset(
     {
-        F.COLLECTIVE,
-        F.NO_SYNC,
-        F.RANK_PREDICATE,
-        F.GUARDS_ITSELF,
-        F.SETS_DEVICE,
-        F.INITS_PG,
-        F.DESTROYS_PG,
+        fact_model.COLLECTIVE,
+        fact_model.NO_SYNC,
+        fact_model.RANK_PREDICATE,
+        fact_model.GUARDS_ITSELF,
+        fact_model.SETS_DEVICE,
+        fact_model.INITS_PG,
+        fact_model.DESTROYS_PG,
     }
 )
 
@@ -109,7 +109,7 @@ Key = tuple[str, str]  # (module, qualname); qualname "<module>" for the top lev
 def is_distributed_call(qual: str) -> bool:
     """A call of ``qual`` is distributed code (not a probe such as ``dist.is_initialized()``)."""
     return (
-        N.is_distributed_import(qual)
+        known_names.is_distributed_import(qual)
         and qual not in PROBES
         and not qual.startswith(NOT_DISTRIBUTED_PREFIXES)
     )
@@ -118,7 +118,7 @@ def is_distributed_call(qual: str) -> bool:
 def _distributed_heads(aliases: Mapping[str, str]) -> frozenset[str]:
     """Names whose dotted uses may resolve under a distributed prefix (`dist`, `torch`, `DDP`,
     `accelerate`): the only heads worth resolving."""
-    prefixes = N.DISTRIBUTED_MODULE_PREFIXES
+    prefixes = known_names.DISTRIBUTED_MODULE_PREFIXES
     return frozenset(
         h
         for h, q in aliases.items()
@@ -127,8 +127,8 @@ def _distributed_heads(aliases: Mapping[str, str]) -> frozenset[str]:
 
 
 def _does_distributed(
-    fi: F.FunctionInfo,
-    own: F.ModuleFacts,
+    fi: fact_model.FunctionInfo,
+    own: fact_model.ModuleFacts,
     scopes_with_kinds: Mapping[str, bool],
     heads: frozenset[str],
 ) -> bool:
@@ -141,7 +141,7 @@ def _does_distributed(
     for callee in fi.calls:
         if callee.partition(".")[0] not in heads:
             continue
-        qual = N.resolve(callee, own.aliases)
+        qual = known_names.resolve(callee, own.aliases)
         if qual is not None and is_distributed_call(qual):
             return True
     return False
@@ -151,9 +151,9 @@ def single_process(
     res: Resolver,
     names: Iterable[str],
     summaries: Mapping[str, ModuleSummary],
-    own: Mapping[str, F.ModuleFacts],
+    own: Mapping[str, fact_model.ModuleFacts],
     props: Mapping[Key, Mapping[str, object]],
-    sites: Iterable[tuple[str, F.CallSite, str, F.FunctionInfo]],
+    sites: Iterable[tuple[str, fact_model.CallSite, str, fact_model.FunctionInfo]],
 ) -> tuple[dict[str, frozenset[str]], set[str]]:
     """(module -> its functions that are not distributed code, modules an entry point
     reaches). Both empty when nothing in the project is distributed code."""
@@ -161,15 +161,15 @@ def single_process(
     nodes: dict[str, list[str]] = {}
     for m in names:
         quals = [fi.qualname for fi in summaries[m].facts.functions]
-        if F.MODULE not in quals:
-            quals.append(F.MODULE)
+        if fact_model.MODULE not in quals:
+            quals.append(fact_model.MODULE)
         nodes[m] = quals
     # -- edges: calls (unguarded / guarded), handed functions, instantiated classes ------------
     unguarded: dict[Key, set[Key]] = {}
     guarded_only: dict[Key, set[Key]] = {}
     site_guard: dict[tuple[Key, Key], bool] = {}  # every site from caller to callee guarded
     for m, cs, tm, tfi in sites:
-        caller = (m, cs.caller or F.MODULE)
+        caller = (m, cs.caller or fact_model.MODULE)
         pair = (caller, (tm, tfi.qualname))
         site_guard[pair] = site_guard.get(pair, True) and cs.guarded
 
@@ -214,7 +214,7 @@ def single_process(
         if qual is None:
             return head in local_heads[m]  # not a local variable or a builtin (`x.sum()`)
         # Not the standard library, torch or a framework (unless the project is one).
-        return N.may_be_project_module(qual) or qual.partition(".")[0] in project_tops
+        return known_names.may_be_project_module(qual) or qual.partition(".")[0] in project_tops
 
     def resolved(m: str, spelled: str) -> list[Key]:
         r = res.resolve(m, spelled)
@@ -253,12 +253,12 @@ def single_process(
         with_kinds: dict[str, bool] = {}
         for (scope, _), kind in o.kinds.items():
             if kind in DISTRIBUTED_KINDS:
-                with_kinds[scope or F.MODULE] = True
+                with_kinds[scope or fact_model.MODULE] = True
         for fi in summaries[m].facts.functions:
             if _does_distributed(fi, o, with_kinds, heads):
                 seeds.add((m, fi.qualname))
         if summaries[m].facts.env_markers and not any(k[0] == m for k in seeds):
-            seeds.add((m, F.MODULE))  # the rank read from the environment, place unknown
+            seeds.add((m, fact_model.MODULE))  # the rank read from the environment, place unknown
     if not seeds:
         return {}, set()
     # -- entry points: what reaches a process-group initialisation (through calls and handed
@@ -268,7 +268,7 @@ def single_process(
         for src, ts in table.items():
             for t in ts:
                 callers.setdefault(t, set()).add(src)
-    entries = {k for k, p in props.items() if F.INITS_PG in p}
+    entries = {k for k, p in props.items() if fact_model.INITS_PG in p}
     todo = sorted(entries)
     while todo:
         nxt = []
@@ -307,7 +307,7 @@ def single_process(
             if r is not None and r[1] and r[1] in res.classes(r[0]):
                 project.append((r[0], r[1]))
                 continue
-            qual = N.resolve(base, own[k[0]].aliases) or base
+            qual = known_names.resolve(base, own[k[0]].aliases) or base
             foreign = foreign or qual not in PLAIN_BASES
         return project, foreign
 
@@ -366,7 +366,7 @@ def single_process(
     orphans: set[Key] = set()
     for m in sorted(reached_modules):
         for q in nodes[m]:
-            if q == F.MODULE or (m, q) in reached:
+            if q == fact_model.MODULE or (m, q) in reached:
                 continue
             owner = (m, q.split(".", 1)[0])
             if (m, q) not in referenced and not (is_class(owner) and owner in referenced):
@@ -380,7 +380,7 @@ def single_process(
         for q in nodes[m]:
             if (m, q) in reached or _enclosing_reached(m, q, reached, res.classes(m)):
                 continue
-            if q == F.MODULE:
+            if q == fact_model.MODULE:
                 rest.add(MAIN_BLOCK)  # the top level itself is not a distributed entry point
                 if m not in touched:
                     rest.add(q)

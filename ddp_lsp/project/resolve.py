@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from ddp_lsp.core import facts as F
+from ddp_lsp.core import facts as fact_model
 from ddp_lsp.project.index import ProjectIndex
 from ddp_lsp.project.summary import ModuleSummary
 
@@ -61,7 +61,7 @@ class Resolver:
         self.index = index
         self.modules = index.modules
         self._aliases: dict[str, dict[str, str]] = {}
-        self._functions: dict[str, dict[str, F.FunctionInfo]] = {}
+        self._functions: dict[str, dict[str, fact_model.FunctionInfo]] = {}
         self._classes: dict[str, dict[str, tuple[str, ...]]] = {}
         # compute() asks for each spelling several times (call sites, calls, callee props);
         # (module, qualname) of the function, looked up in the module's current table.
@@ -111,7 +111,7 @@ class Resolver:
             self._aliases[module] = table
         return table
 
-    def functions(self, module: str) -> dict[str, F.FunctionInfo]:
+    def functions(self, module: str) -> dict[str, fact_model.FunctionInfo]:
         table = self._functions.get(module)
         if table is None:
             self.tables_built += 1
@@ -219,7 +219,7 @@ class Resolver:
                     todo.append(r)
         return None
 
-    def function(self, module: str, spelled: str) -> tuple[str, F.FunctionInfo] | None:
+    def function(self, module: str, spelled: str) -> tuple[str, fact_model.FunctionInfo] | None:
         """The function a call spelled ``spelled`` in ``module`` runs (a class: its __init__)."""
         key = (module, spelled)
         if key in self._function_memo:
@@ -229,7 +229,7 @@ class Resolver:
         self._function_memo[key] = None if found is None else (found[0], found[1].qualname)
         return found
 
-    def _function(self, module: str, spelled: str) -> tuple[str, F.FunctionInfo] | None:
+    def _function(self, module: str, spelled: str) -> tuple[str, fact_model.FunctionInfo] | None:
         r = self.resolve(module, spelled)
         if r is None:
             return None

@@ -14,8 +14,8 @@ import ast
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from ddp_lsp.core import facts as F
-from ddp_lsp.core import names as N
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.ranks import RankModel
 
 
@@ -28,11 +28,11 @@ class ModuleSummary:
     is_package: bool  # an __init__.py: its relative imports start at the package itself
     digest: str
     lines: int
-    facts: F.ChunkFacts
+    facts: fact_model.ChunkFacts
     bases: tuple[tuple[str, tuple[str, ...]], ...] = ()  # top-level class -> base spellings
     # Calls through a module attribute (`engine.train_one_epoch(model)`), which the core does
     # not record as call sites (in one file they reach no local function).
-    dotted_sites: tuple[F.CallSite, ...] = ()
+    dotted_sites: tuple[fact_model.CallSite, ...] = ()
     # 1-based line of each call site, facts.call_sites then dotted_sites (provenance).
     site_lines: tuple[int, ...] = ()
     # (scope, path) -> 1-based line of the first assignment that binds a kind there.
@@ -72,13 +72,13 @@ def summarise(
     except (SyntaxError, ValueError):
         # A file being edited: nothing is known of it until it parses again.
         return ModuleSummary(
-            rel, module, is_package, digest, lines, F.EMPTY_FACTS, syntax_error=True
+            rel, module, is_package, digest, lines, fact_model.EMPTY_FACTS, syntax_error=True
         )
-    x = F.extract_module(tree, ranks)
+    x = fact_model.extract_module(tree, ranks)
     cf = x.facts
-    merged = F.merge([cf])  # the file's own facts: which lines provenance needs
+    merged = fact_model.merge([cf])  # the file's own facts: which lines provenance needs
     bases = tuple(
-        (s.name, tuple(d for d in (N.dotted(b) for b in s.bases) if d))
+        (s.name, tuple(d for d in (known_names.dotted(b) for b in s.bases) if d))
         for s in tree.body
         if isinstance(s, ast.ClassDef)
     )
@@ -109,7 +109,7 @@ def handed_names(tree: ast.Module) -> tuple[tuple[str, str], ...]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if cls is not None:
                 qual = f"{cls}.{node.name}"
-            elif scope != F.MODULE:
+            elif scope != fact_model.MODULE:
                 qual = f"{scope}.{node.name}"
             else:
                 qual = node.name
@@ -120,13 +120,13 @@ def handed_names(tree: ast.Module) -> tuple[tuple[str, str], ...]:
             return
         if isinstance(node, ast.ClassDef):
             for stmt in node.body:
-                visit(stmt, scope, node.name if scope == F.MODULE else None)
+                visit(stmt, scope, node.name if scope == fact_model.MODULE else None)
             return
         if isinstance(node, ast.Call):
             for v in (*node.args, *(kw.value for kw in node.keywords)):
                 items = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
                 for e in items:
-                    spelled = N.dotted(e.value if isinstance(e, ast.Starred) else e)
+                    spelled = known_names.dotted(e.value if isinstance(e, ast.Starred) else e)
                     if spelled:
                         out.add((scope, spelled))
         for child in ast.iter_child_nodes(node):
@@ -134,14 +134,14 @@ def handed_names(tree: ast.Module) -> tuple[tuple[str, str], ...]:
 
     for stmt in tree.body:
         try:
-            visit(stmt, F.MODULE, None)
+            visit(stmt, fact_model.MODULE, None)
         except RecursionError:  # absurdly nested code: what was found so far
             continue
     return tuple(sorted(out))
 
 
 def _binding_lines(
-    tree: ast.Module, cf: F.ChunkFacts, merged: F.ModuleFacts
+    tree: ast.Module, cf: fact_model.ChunkFacts, merged: fact_model.ModuleFacts
 ) -> tuple[tuple[str, str, int], ...]:
     # Only files that bind a kind, or build an instance of a class of their own project, pay
     # for this walk; the line is where a message's "at main.py:212" points: the assignment
@@ -163,7 +163,7 @@ def _binding_lines(
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
-                p = F.path_of(t)
+                p = fact_model.path_of(t)
                 if p in wanted and _gives_kind(node.value, merged.aliases, project_classes):
                     if p not in first or node.lineno < first[p]:
                         first[p] = node.lineno
@@ -171,15 +171,15 @@ def _binding_lines(
     return tuple(sorted((s, p, first[p]) for (s, p) in keys if p in first))
 
 
-_CITED_PROPS = (F.COLLECTIVE, F.INITS_PG, F.SAVES_CALLER_PATH)
+_CITED_PROPS = (fact_model.COLLECTIVE, fact_model.INITS_PG, fact_model.SAVES_CALLER_PATH)
 
 
-def _prop_lines(tree: ast.Module, merged: F.ModuleFacts) -> tuple[tuple[str, str, int], ...]:
+def _prop_lines(tree: ast.Module, merged: fact_model.ModuleFacts) -> tuple[tuple[str, str, int], ...]:
     # Only functions that have a property other files cite pay for this walk (a few a project).
     wanted = {
         q: [p for p in _CITED_PROPS if p in props]
         for q, props in merged.func_props.items()
-        if q != F.MODULE and any(p in props for p in _CITED_PROPS)
+        if q != fact_model.MODULE and any(p in props for p in _CITED_PROPS)
     }
     if not wanted:
         return ()
@@ -209,7 +209,7 @@ def _functions(
 
 
 def _first_call(
-    fn: ast.FunctionDef | ast.AsyncFunctionDef, prop: str, facts: F.ModuleFacts, qual: str
+    fn: ast.FunctionDef | ast.AsyncFunctionDef, prop: str, facts: fact_model.ModuleFacts, qual: str
 ) -> int | None:
     cls = qual.rpartition(".")[0] or None
     calls = sorted(
@@ -217,14 +217,14 @@ def _first_call(
         key=lambda n: (n.lineno, n.col_offset),
     )
     for c in calls:
-        name = N.dotted(c.func)
+        name = known_names.dotted(c.func)
         if name is None:
             continue
-        if prop == F.COLLECTIVE and F.is_collective_call(name, facts.aliases):
+        if prop == fact_model.COLLECTIVE and fact_model.is_collective_call(name, facts.aliases):
             return c.lineno
-        if prop == F.INITS_PG and N.resolve(name, facts.aliases) == N.INIT_PROCESS_GROUP:
+        if prop == fact_model.INITS_PG and known_names.resolve(name, facts.aliases) == known_names.INIT_PROCESS_GROUP:
             return c.lineno
-        if prop == F.SAVES_CALLER_PATH and N.resolve(name, facts.aliases) == N.TORCH_SAVE:
+        if prop == fact_model.SAVES_CALLER_PATH and known_names.resolve(name, facts.aliases) == known_names.TORCH_SAVE:
             return c.lineno
         if name != qual and prop in facts.callee_props(name, cls):
             return c.lineno  # through a helper of this file
@@ -237,7 +237,7 @@ def _project_class(spelled: str, aliases: Mapping[str, str]) -> bool:
         return False
     qual = aliases.get(spelled.partition(".")[0])
     # None: a class of this file, whose kind is the core's business.
-    return qual is not None and N.may_be_project_module(qual)
+    return qual is not None and known_names.may_be_project_module(qual)
 
 
 def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
@@ -260,11 +260,11 @@ def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
 def _gives_kind(value: ast.AST, aliases: Mapping[str, str], classes: set[str]) -> bool:
     node = value
     while isinstance(node, ast.Call):
-        name = N.dotted(node.func)
+        name = known_names.dotted(node.func)
         if name in classes:
             return True
-        qual = N.resolve(name, aliases) if name else None
-        if qual is not None and F.kind_of_qualname(qual) is not None:
+        qual = known_names.resolve(name, aliases) if name else None
+        if qual is not None and fact_model.kind_of_qualname(qual) is not None:
             return True
         if not node.args:
             return False

@@ -9,13 +9,13 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import names as N
-from ddp_lsp.core import uniformity as U
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import uniformity as rank_uniformity
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _patterns as patterns
 from ddp_lsp.rules._graph import under_no_grad
 
 # Identifiers that mean "gradient synchronisation is already being managed here": DDP's and
@@ -63,7 +63,7 @@ _PURE_CALLS = frozenset({"len", "min", "max", "int", "bool", "abs"})
 
 
 def identifiers(node: ast.AST) -> Iterator[str]:
-    for n in W.bfs(node):
+    for n in tree_walk.bfs(node):
         if isinstance(n, ast.Name):
             yield n.id
         elif isinstance(n, ast.Attribute):
@@ -77,15 +77,15 @@ def sync_managed(ctx: ChunkContext, roots: list[ast.AST]) -> bool:
     ``require_backward_grad_sync``, ``accelerator.accumulate`` / ``no_sync``, an ExitStack
     entering one, or a same-file helper that does)."""
     for root in roots:
-        for node in W.bfs(root):
+        for node in tree_walk.bfs(root):
             if isinstance(node, ast.Name | ast.Attribute):
                 ident = node.id if isinstance(node, ast.Name) else node.attr
                 if _SYNC_MANAGED.search(ident):
                     return True
             elif isinstance(node, ast.Call):
-                if K.NO_SYNC in ctx.callee_props(node):
+                if fact_model.NO_SYNC in ctx.callee_props(node):
                     return True
-                if P.framework_call(ctx, node, FW.Meaning.SKIPS_GRAD_SYNC) is not None:
+                if patterns.framework_call(ctx, node, framework_tables.Meaning.SKIPS_GRAD_SYNC) is not None:
                     return True  # `accelerator.accumulate(model)`, `fabric.no_sync(model)`
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if node.value in ("require_backward_grad_sync", "no_sync"):
@@ -93,17 +93,17 @@ def sync_managed(ctx: ChunkContext, roots: list[ast.AST]) -> bool:
     return False
 
 
-def is_plain_backward(call: ast.Call) -> P.Backward | None:
+def is_plain_backward(call: ast.Call) -> patterns.Backward | None:
     """``loss.backward()`` / ``scaler.scale(loss).backward()``; not a framework's backward
     (``accelerator.backward(loss)``, ``model_engine.backward(loss)``: the tables' `backward`
     methods, which take the loss as an argument)."""
-    b = P.backward_of(call)
+    b = patterns.backward_of(call)
     if b is None or call.args:
         return None
-    name = N.dotted(b.target) or ""
+    name = known_names.dotted(b.target) or ""
     if _ENGINE_RECEIVER.search(name.rsplit(".", 1)[-1]):
         return None
-    if FW.BUILTIN.matches(FW.Meaning.BACKWARD, f"{name}.backward", None):
+    if framework_tables.BUILTIN.matches(framework_tables.Meaning.BACKWARD, f"{name}.backward", None):
         return None
     return b
 
@@ -113,7 +113,7 @@ def sync_skippers(ctx: ChunkContext, receiver: str) -> list[str]:
     for an accelerator, ``no_sync`` for Fabric): the tables' `skips-grad-sync` methods."""
     last = receiver.rsplit(".", 1)[-1]
     out = []
-    for name in sorted(ctx.ranks.frameworks.methods(FW.Meaning.SKIPS_GRAD_SYNC)):
+    for name in sorted(ctx.ranks.frameworks.methods(framework_tables.Meaning.SKIPS_GRAD_SYNC)):
         head, _, method = name.partition(".")
         if head == last:
             out.append(method)
@@ -122,19 +122,19 @@ def sync_skippers(ctx: ChunkContext, receiver: str) -> list[str]:
 
 def is_optimizer_step(ctx: ChunkContext, call: ast.Call) -> bool:
     """``optimizer.step()``, ``self.opt.step()``, ``scaler.step(optimizer)``."""
-    m = P.method_call(call, "step")
+    m = patterns.method_call(call, "step")
     if m is None:
         # A same-file or trainer helper named for it: `self.optimizer_step()`, `step_optimizer()`.
-        last = (N.dotted(call.func) or "").rsplit(".", 1)[-1].lower()
+        last = (known_names.dotted(call.func) or "").rsplit(".", 1)[-1].lower()
         return "optim" in last and "step" in last
     assert isinstance(m.func, ast.Attribute)
     receiver = m.func.value
     kind = ctx.kind(receiver)
-    if kind == K.OPTIMIZER:
+    if kind == fact_model.OPTIMIZER:
         return True
-    if kind == K.SCALER:
+    if kind == fact_model.SCALER:
         return len(m.args) >= 1
-    name = N.dotted(receiver)
+    name = known_names.dotted(receiver)
     if name is None:
         return False
     last = name.rsplit(".", 1)[-1].lower()
@@ -151,15 +151,15 @@ def forward_models(
     """DDP-wrapped models whose forward runs in ``loop``'s body before ``before``: called
     directly (``model(x)``) or handed to a helper that runs it (``compute_loss(model, batch)``)."""
     out: list[ast.expr] = []
-    for node in P.walk_scope(loop):
-        if not isinstance(node, ast.Call) or P.order(node) >= _end(before):
+    for node in patterns.walk_scope(loop):
+        if not isinstance(node, ast.Call) or patterns.order(node) >= _end(before):
             continue
         if under_no_grad(ctx, node):
             continue  # DDP does not prepare its reducer for a forward without autograd
         if _is_ddp(ctx, node.func, at):
             out.append(node.func)
             continue
-        callee = N.dotted(node.func) or ""
+        callee = known_names.dotted(node.func) or ""
         last = callee.rsplit(".", 1)[-1]
         if not callee or last in _NOT_FORWARD or _NOT_FORWARD_WORDS.search(last):
             continue
@@ -176,23 +176,23 @@ def _end(node: ast.AST) -> tuple[int, int]:
 
 
 def _is_ddp(ctx: ChunkContext, expr: ast.AST, at: ast.AST) -> bool:
-    return isinstance(expr, ast.Name | ast.Attribute) and ctx.kind(expr, at) == K.DDP
+    return isinstance(expr, ast.Name | ast.Attribute) and ctx.kind(expr, at) == fact_model.DDP
 
 
 def accumulation_test(ctx: ChunkContext, test: ast.expr, root: ast.AST, depth: int = 0) -> bool:
     """A condition that marks the accumulation boundary: ``(i + 1) % accum_steps == 0``, a flag
     such as ``do_step`` / ``is_last_micro_step``, or a name assigned from one. Never a rank guard
     (that would be a different bug)."""
-    if U.uniformity(ctx).test(test) is not None or ctx.ranks.mentions_rank(test):
+    if rank_uniformity.uniformity(ctx).test(test) is not None or ctx.ranks.mentions_rank(test):
         return False
-    for node in W.bfs(test):
+    for node in tree_walk.bfs(test):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             return True
     if any(_ACCUM_WORD.search(i) for i in identifiers(test)):
         return True
     inner = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
     if isinstance(inner, ast.Name) and depth < 2:
-        for node in P.walk_scope(root):
+        for node in patterns.walk_scope(root):
             if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == inner.id for t in node.targets
             ):
@@ -203,7 +203,7 @@ def accumulation_test(ctx: ChunkContext, test: ast.expr, root: ast.AST, depth: i
 
 def hoistable(expr: ast.expr) -> bool:
     """The expression can be evaluated earlier in the iteration without side effects."""
-    for node in W.bfs(expr):
+    for node in tree_walk.bfs(expr):
         if isinstance(node, ast.Call):
             if not (isinstance(node.func, ast.Name) and node.func.id in _PURE_CALLS):
                 return False
@@ -217,9 +217,9 @@ def hoistable(expr: ast.expr) -> bool:
 
 def loaded_paths(expr: ast.AST) -> set[str]:
     out: set[str] = set()
-    for node in W.bfs(expr):
+    for node in tree_walk.bfs(expr):
         if isinstance(node, ast.Name | ast.Attribute):
-            d = N.dotted(node)
+            d = known_names.dotted(node)
             if d:
                 out.add(d)
     return out
@@ -228,11 +228,11 @@ def loaded_paths(expr: ast.AST) -> set[str]:
 def target_paths(target: ast.AST) -> set[str]:
     """Names and dotted attributes an assignment target binds."""
     out: set[str] = set()
-    for sub in W.bfs(target):
+    for sub in tree_walk.bfs(target):
         if isinstance(sub, ast.Name | ast.Attribute) and isinstance(
             getattr(sub, "ctx", None), ast.Store
         ):
-            d = N.dotted(sub)
+            d = known_names.dotted(sub)
             if d:
                 out.add(d)
     return out
@@ -241,7 +241,7 @@ def target_paths(target: ast.AST) -> set[str]:
 def stored_paths(node: ast.AST) -> set[str]:
     """Names and dotted attributes a statement (or expression) assigns."""
     out: set[str] = set()
-    for n in W.bfs(node):
+    for n in tree_walk.bfs(node):
         targets: list[ast.AST] = []
         if isinstance(n, ast.Assign):
             targets = list(n.targets)

@@ -11,11 +11,11 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import LOOPS, ChunkContext
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _patterns as patterns
 
 Loop = ast.For | ast.AsyncFor | ast.While
 
@@ -33,13 +33,13 @@ _OPTIMIZER_NAME = re.compile(
 def is_scaler(ctx: ChunkContext, expr: ast.AST, root: ast.AST) -> bool:
     """A GradScaler: known from the facts, or used as ``expr.scale(x)`` in this scope."""
     kind = ctx.kind(expr)
-    if kind == K.SCALER:
+    if kind == fact_model.SCALER:
         return True
     if kind is not None:
         return False
-    for c in P.calls_in(root, "scale"):
+    for c in patterns.calls_in(root, "scale"):
         assert isinstance(c.func, ast.Attribute)
-        if len(c.args) == 1 and not c.keywords and P.same_path(c.func.value, expr):
+        if len(c.args) == 1 and not c.keywords and patterns.same_path(c.func.value, expr):
             return True
     return False
 
@@ -50,11 +50,11 @@ def scaler_calls(
     """``S.<attr>(...)`` calls in ``region`` (its own frame) where S is a GradScaler (or
     the given one), in source order."""
     out = []
-    for c in P.calls_in(region, attr):
+    for c in patterns.calls_in(region, attr):
         assert isinstance(c.func, ast.Attribute)
         recv = c.func.value
         if scaler is not None:
-            if P.same_path(recv, scaler):
+            if patterns.same_path(recv, scaler):
                 out.append(c)
         elif is_scaler(ctx, recv, root):
             out.append(c)
@@ -69,13 +69,13 @@ def receiver(call: ast.Call) -> ast.expr:
 def is_optimizer(ctx: ChunkContext, expr: ast.AST, root: ast.AST) -> bool:
     """An optimizer: from the facts, handed to ``scaler.step``/``unscale_``, or clearly named."""
     kind = ctx.kind(expr)
-    if kind == K.OPTIMIZER:
+    if kind == fact_model.OPTIMIZER:
         return True
     if kind is not None:
         return False
     for attr in ("step", "unscale_"):
         for c in scaler_calls(ctx, root, root, attr):
-            if c.args and P.same_path(c.args[0], expr):
+            if c.args and patterns.same_path(c.args[0], expr):
                 return True
     last = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
     if not isinstance(last, str) or "sched" in last.lower():
@@ -90,12 +90,12 @@ def _loop_over(loop: ast.AST, names: set[str]) -> bool:
     """``for opt in optimizers:`` whose target is one of ``names``."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False
-    targets = [n.id for n in W.bfs(loop.target) if isinstance(n, ast.Name)]
+    targets = [n.id for n in tree_walk.bfs(loop.target) if isinstance(n, ast.Name)]
     return any(t in names for t in targets)
 
 
 def _has_backward(region: ast.AST) -> bool:
-    return any(P.backward_of(n) is not None for n in P.walk_scope(region))
+    return any(patterns.backward_of(n) is not None for n in patterns.walk_scope(region))
 
 
 def iteration_loop(
@@ -108,7 +108,7 @@ def iteration_loop(
     not iterations; among the others, the innermost one that runs a backward wins.
     """
     opt_exprs = list(call.args) if optimizer is None else [optimizer]
-    arg_names = {n.id for a in opt_exprs for n in W.bfs(a) if isinstance(n, ast.Name)}
+    arg_names = {n.id for a in opt_exprs for n in tree_walk.bfs(a) if isinstance(n, ast.Name)}
     loops = [lp for lp in ctx.enclosing_loops(call) if not _loop_over(lp, arg_names)]
     if not loops:
         return None
@@ -220,16 +220,16 @@ def scaler_escapes(ctx: ChunkContext, scaler: ast.AST, region: ast.AST, root: as
     local = isinstance(scaler, ast.Name) and _bound_in(root, scaler.id)
     nested = {
         n.name
-        for n in W.bfs(root)
+        for n in tree_walk.bfs(root)
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not root
     }
-    for node in P.walk_scope(region):
+    for node in patterns.walk_scope(region):
         if not isinstance(node, ast.Call):
             continue
         for arg in (*node.args, *(k.value for k in node.keywords)):
-            if P.same_path(arg, scaler):
+            if patterns.same_path(arg, scaler):
                 return True
-        name = N.dotted(node.func)
+        name = known_names.dotted(node.func)
         if name is None:
             continue
         if ctx.facts.func_params.get(name) is not None and not local:
@@ -250,7 +250,7 @@ def _bound_in(root: ast.AST, name: str) -> bool:
             return True
         return any(
             isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
-            for n in P.walk_scope(root)
+            for n in patterns.walk_scope(root)
         )
     return False
 
@@ -260,7 +260,7 @@ def _bound_in(root: ast.AST, name: str) -> bool:
 
 def owns_lines(ctx: ChunkContext, stmt: ast.stmt) -> bool:
     """Nothing but the statement (and a trailing comment) on its lines."""
-    if not P.starts_own_line(ctx, stmt):
+    if not patterns.starts_own_line(ctx, stmt):
         return False
     end_line = stmt.end_lineno or stmt.lineno
     text = ctx.line(end_line).rstrip("\r\n")
@@ -300,7 +300,7 @@ def same_block(ctx: ChunkContext, stmts: list[ast.stmt]) -> bool:
 
 
 def walk_region(region: ast.AST) -> Iterator[ast.AST]:
-    yield from P.walk_scope(region)
+    yield from patterns.walk_scope(region)
 
 
 def is_loop(node: ast.AST) -> bool:

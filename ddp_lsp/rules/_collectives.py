@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from ddp_lsp.core import facts as K
+from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.crossfile import Provenance
 from ddp_lsp.core.rankpaths import NZ, Miss, Reason, Z
 from ddp_lsp.core.rule import ChunkContext
@@ -72,7 +72,7 @@ def elsewhere_source(ctx: ChunkContext, miss: Miss) -> Provenance | None:
     node = miss.event.node
     if not miss.event.wild or not isinstance(node, ast.Call):
         return None
-    return ctx.callee_source(node, K.COLLECTIVE)
+    return ctx.callee_source(node, fact_model.COLLECTIVE)
 
 
 def explain(

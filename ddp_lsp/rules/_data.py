@@ -15,14 +15,14 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import LOOPS, ChunkContext
 from ddp_lsp.core.types import Pos, Span
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _patterns as patterns
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
 #            pin_memory, drop_last, ...): positions of the parameters the rules read.
@@ -41,12 +41,12 @@ SAMPLER_POS = {"dataset": 0, "num_replicas": 1, "rank": 2, "shuffle": 3, "seed":
 # Frameworks that replace or wrap the loader's sampler with a distributed one (and call
 # set_epoch): their users must not add a DistributedSampler by hand (the framework tables'
 # `installs-sampler` modules).
-_SAMPLER_FRAMEWORKS = FW.BUILTIN.modules(FW.Meaning.INSTALLS_SAMPLER)
+_SAMPLER_FRAMEWORKS = framework_tables.BUILTIN.modules(framework_tables.Meaning.INSTALLS_SAMPLER)
 # Methods that take a loader and shard it (accelerator.prepare, fabric.setup_dataloaders,
 # ray.train.torch.prepare_data_loader, Lightning's trainer.fit/validate/test/predict), and
 # Lightning's DataModule / LightningModule hooks, whose returned loaders it shards: the
 # tables' `installs-sampler` names.
-_INSTALLERS = FW.BUILTIN.functions(FW.Meaning.INSTALLS_SAMPLER)
+_INSTALLERS = framework_tables.BUILTIN.functions(framework_tables.Meaning.INSTALLS_SAMPLER)
 LIGHTNING_HOOKS = frozenset(n for n in _INSTALLERS if n.endswith("_dataloader"))
 _PREPARE_METHODS = _INSTALLERS - LIGHTNING_HOOKS
 # Names of evaluation data: val_loader, valid_ds, eval_dataset, test_set, dev_loader...
@@ -149,11 +149,11 @@ def int_value(expr: ast.AST | None) -> int | None:
 
 
 def dataloader_calls(ctx: ChunkContext) -> list[ast.Call]:
-    return [c for c in ctx.calls() if ctx.call_qualname(c) == N.DATALOADER]
+    return [c for c in ctx.calls() if ctx.call_qualname(c) == known_names.DATALOADER]
 
 
 def is_sampler_call(ctx: ChunkContext, node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and ctx.call_qualname(node) == N.DISTRIBUTED_SAMPLER
+    return isinstance(node, ast.Call) and ctx.call_qualname(node) == known_names.DISTRIBUTED_SAMPLER
 
 
 def assigned_path(ctx: ChunkContext, node: ast.AST) -> str | None:
@@ -170,7 +170,7 @@ def assigned_path(ctx: ChunkContext, node: ast.AST) -> str | None:
 
 
 def dotted_path(expr: ast.AST) -> str | None:
-    return N.dotted(expr)
+    return known_names.dotted(expr)
 
 
 def uses_sampler_framework(ctx: ChunkContext) -> bool:
@@ -198,7 +198,7 @@ def is_eval_name(name: str | None) -> bool:
 def scope_assignments(root: ast.AST, path: str) -> list[tuple[ast.stmt, ast.expr]]:
     """``(statement, value)`` for every ``path = value`` in ``root``'s own frame."""
     out: list[tuple[ast.stmt, ast.expr]] = []
-    for node in P.walk_scope(root):
+    for node in patterns.walk_scope(root):
         if isinstance(node, ast.Assign) and node.value is not None:
             for t in node.targets:
                 if path_of(t) == path:
@@ -206,7 +206,7 @@ def scope_assignments(root: ast.AST, path: str) -> list[tuple[ast.stmt, ast.expr
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             if path_of(node.target) == path:
                 out.append((node, node.value))
-    out.sort(key=lambda sv: P.order(sv[0]))
+    out.sort(key=lambda sv: patterns.order(sv[0]))
     return out
 
 
@@ -261,7 +261,7 @@ def _value_kind(ctx: ChunkContext, root: ast.AST, value: ast.expr) -> str | None
             return _value_kind(ctx, root, value.value)
         return None
     # dataset.shard(...), dataset.with_format(...).shard(...), wds pipelines.
-    for node in W.bfs(value):
+    for node in tree_walk.bfs(value):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in ("shard", "split_by_node", "shard_by_rank"):
                 return "sharded"
@@ -281,7 +281,7 @@ def _value_kind(ctx: ChunkContext, root: ast.AST, value: ast.expr) -> str | None
         if kw.arg in ("mode", "stage") and isinstance(kw.value, ast.Constant):
             if str(kw.value.value).lower() in _EVAL_SPLITS | {"eval", "test"}:
                 return "eval"
-    name = N.dotted(value.func)
+    name = known_names.dotted(value.func)
     if name is not None and "." not in name:
         methods = _local_class_methods(ctx, name)
         if "__iter__" in methods and "__getitem__" not in methods:
@@ -296,7 +296,7 @@ def _value_kind(ctx: ChunkContext, root: ast.AST, value: ast.expr) -> str | None
 
 
 def _mentions_shard(value: ast.AST) -> bool:
-    for node in W.bfs(value):
+    for node in tree_walk.bfs(value):
         if (
             isinstance(node, ast.keyword)
             and node.arg
@@ -328,26 +328,26 @@ def _strip_wrappers(expr: ast.AST) -> ast.AST:
 def loops_over(root: ast.AST, path: str) -> list[ast.For | ast.AsyncFor]:
     """``for`` loops in ``root``'s frame whose iterable is the loader ``path``."""
     out: list[ast.For | ast.AsyncFor] = []
-    for node in P.walk_scope(root):
+    for node in patterns.walk_scope(root):
         if isinstance(node, (ast.For, ast.AsyncFor)):
             it = node.iter
             cands = [it, _strip_wrappers(it)]
             if isinstance(it, ast.Call):
                 cands.extend(it.args)
-            if any(N.dotted(c) == path for c in cands):
+            if any(known_names.dotted(c) == path for c in cands):
                 out.append(node)
-    out.sort(key=P.order)
+    out.sort(key=patterns.order)
     return out
 
 
 def calls_receiving(root: ast.AST, path: str) -> list[ast.Call]:
     """Calls in ``root``'s frame with ``path`` (or an expression starting with it) as an argument."""
     out: list[ast.Call] = []
-    for node in P.walk_scope(root):
+    for node in patterns.walk_scope(root):
         if isinstance(node, ast.Call):
             for a in [*node.args, *(kw.value for kw in node.keywords)]:
                 a = a.value if isinstance(a, ast.Starred) else a
-                name = N.dotted(a)
+                name = known_names.dotted(a)
                 if name is not None and (name == path or name.startswith(path + ".")):
                     out.append(node)
                     break
@@ -375,11 +375,11 @@ def _is_prepare(call: ast.Call) -> bool:
 
 def is_training_loop(loop: ast.AST) -> bool:
     """The loop body runs a backward pass or an optimizer step."""
-    for node in W.bfs(loop):
+    for node in tree_walk.bfs(loop):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in ("backward",):
                 return True
-            if node.func.attr == "step" and "optim" in (N.dotted(node.func.value) or ""):
+            if node.func.attr == "step" and "optim" in (known_names.dotted(node.func.value) or ""):
                 return True
     return False
 
@@ -395,15 +395,15 @@ def is_loop(node: ast.AST) -> bool:
 
 
 def walk(root: ast.AST) -> Iterator[ast.AST]:
-    return P.walk_scope(root)
+    return patterns.walk_scope(root)
 
 
 def kind_is(ctx: ChunkContext, expr: ast.AST, kind: str, at: ast.AST | None = None) -> bool:
     return ctx.kind(expr, at) == kind
 
 
-SAMPLER = K.SAMPLER
-LOADER = K.LOADER
+SAMPLER = fact_model.SAMPLER
+LOADER = fact_model.LOADER
 
 
 # -- spelling -------------------------------------------------------------------------------------
@@ -412,7 +412,7 @@ LOADER = K.LOADER
 def sampler_spelling(ctx: ChunkContext) -> tuple[str, tuple[str, ...]]:
     """How to write ``DistributedSampler`` here, and the import it needs."""
     for name, target in sorted(ctx.facts.aliases.items()):
-        if target == N.DISTRIBUTED_SAMPLER:
+        if target == known_names.DISTRIBUTED_SAMPLER:
             return name, ()
     clash = "DistributedSampler" in ctx.facts.aliases or any(
         q == "DistributedSampler" or q.startswith("DistributedSampler.")
@@ -422,7 +422,7 @@ def sampler_spelling(ctx: ChunkContext) -> tuple[str, tuple[str, ...]]:
         return "DistributedSampler", (
             "from torch.utils.data.distributed import DistributedSampler",
         )
-    return ctx.spell(N.DISTRIBUTED_SAMPLER)
+    return ctx.spell(known_names.DISTRIBUTED_SAMPLER)
 
 
 # -- resolving num_workers -------------------------------------------------------------------------
@@ -497,7 +497,7 @@ def callee_span(ctx: ChunkContext, func: ast.expr) -> Span:
 def assignment_index(root: ast.AST) -> dict[str, list[ast.expr]]:
     """Every ``path = value`` of ``root``'s own frame, by path (one walk, reused)."""
     index: dict[str, list[ast.expr]] = {}
-    for node in P.walk_scope(root):
+    for node in patterns.walk_scope(root):
         if isinstance(node, ast.Assign):
             for t in node.targets:
                 p = path_of(t)
@@ -525,7 +525,7 @@ def is_cuda_device(
             ctx, index, expr.orelse, depth
         )
     if isinstance(expr, ast.Call):
-        if (N.dotted(expr.func) or "").endswith("device") and expr.args:
+        if (known_names.dotted(expr.func) or "").endswith("device") and expr.args:
             return is_cuda_device(ctx, index, expr.args[0], depth)
         return False
     if ctx.ranks.is_rank_expr(expr):
@@ -542,7 +542,7 @@ def moves_to_cuda(ctx: ChunkContext, root: ast.AST, regions: list[ast.For | ast.
     index = assignment_index(root)
     gpu_frame: bool | None = None
     for region in regions:
-        for node in W.bfs(region):
+        for node in tree_walk.bfs(region):
             if not isinstance(node, ast.Call):
                 continue
             if any(kw.arg == "non_blocking" and is_const(kw.value, True) for kw in node.keywords):
@@ -574,9 +574,9 @@ def uses_cuda(
     ``device_ids=``, the NCCL backend."""
     if index is None:
         index = assignment_index(root)
-    for node in P.walk_scope(root):
+    for node in patterns.walk_scope(root):
         if isinstance(node, ast.Call):
-            name = N.dotted(node.func) or ""
+            name = known_names.dotted(node.func) or ""
             if name.endswith(".cuda") or name.endswith("cuda.set_device"):
                 return True
             if name.endswith(".to") and node.args and is_cuda_device(ctx, index, node.args[0]):
@@ -604,7 +604,7 @@ def in_mode_branch(ctx: ChunkContext, node: ast.AST) -> bool:
             other = a.orelse if in_body else a.body
             others = other if isinstance(other, list) else [other]
             for o in others:
-                for n in W.bfs(o):
+                for n in tree_walk.bfs(o):
                     if is_sampler_call(ctx, n):
                         return True
         child = a
@@ -621,12 +621,12 @@ def under_no_grad(ctx: ChunkContext, node: ast.AST) -> bool:
         if isinstance(a, (ast.With, ast.AsyncWith)):
             for item in a.items:
                 expr = item.context_expr
-                name = N.dotted(expr.func if isinstance(expr, ast.Call) else expr) or ""
+                name = known_names.dotted(expr.func if isinstance(expr, ast.Call) else expr) or ""
                 if name.rsplit(".", 1)[-1] in _NO_GRAD:
                     return True
         if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for d in a.decorator_list:
-                name = N.dotted(d.func if isinstance(d, ast.Call) else d) or ""
+                name = known_names.dotted(d.func if isinstance(d, ast.Call) else d) or ""
                 if name.rsplit(".", 1)[-1] in _NO_GRAD:
                     return True
             return False
@@ -638,7 +638,7 @@ def on_gpu(ctx: ChunkContext, index: dict[str, list[ast.expr]], expr: ast.AST) -
     GPU (``model = model.cuda(rank)``, ``model = DDP(model.to(device))``)."""
     if is_cuda_device(ctx, index, expr):
         return True
-    if ctx.kind(expr) in (K.DDP, K.FSDP):
+    if ctx.kind(expr) in (fact_model.DDP, fact_model.FSDP):
         return True
     path = path_of(expr)
     if path is None:
@@ -646,7 +646,7 @@ def on_gpu(ctx: ChunkContext, index: dict[str, list[ast.expr]], expr: ast.AST) -
     for value in index.get(path, ()):
         if not isinstance(value, ast.Call):
             continue
-        if ctx.call_qualname(value) in (N.DDP, N.FSDP):
+        if ctx.call_qualname(value) in (known_names.DDP, known_names.FSDP):
             return True
         fn = value.func
         if isinstance(fn, ast.Attribute) and fn.attr == "cuda":

@@ -15,12 +15,12 @@ import re
 import weakref
 from dataclasses import dataclass
 
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext
-from ddp_lsp.rules import _guard as G
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _guard as guards
+from ddp_lsp.rules import _patterns as patterns
 
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 SET_DEVICE = frozenset(
@@ -118,7 +118,7 @@ class _RootIndex:
         self.root = root
         self.stores: dict[str, list[ast.stmt]] = {}
         self.attrs: list[ast.Attribute] = []
-        for node in P.walk_scope(root):
+        for node in patterns.walk_scope(root):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 self.stores.setdefault(node.id, []).append(ctx.statement(node))
             elif (
@@ -160,15 +160,15 @@ def _bound_before(
             and ctx.ranks.mentions_rank(owner.value)
         ):
             continue
-        if P.dominates(ctx, owner, stmt):
+        if patterns.dominates(ctx, owner, stmt):
             return True
     return False
 
 
 def _rank_text(ctx: ChunkContext, stmt: ast.stmt, names: frozenset[str], local: bool) -> str | None:
-    root = P.scope_root(ctx, stmt)
+    root = patterns.scope_root(ctx, stmt)
     params = _params(ctx, stmt)
-    inside = {id(n) for n in W.bfs(stmt)}
+    inside = {id(n) for n in tree_walk.bfs(stmt)}
     # Plain names: a parameter, or bound before the statement.
     for name in sorted(names, key=lambda n: (n not in params, n)):
         if name in params:
@@ -184,13 +184,13 @@ def _rank_text(ctx: ChunkContext, stmt: ast.stmt, names: frozenset[str], local: 
             assert isinstance(node.value, ast.Name)
             holder = node.value.id
             if holder == "self" or holder in params or _bound_before(ctx, holder, root, stmt):
-                if isinstance(node.ctx, ast.Store) and not P.dominates(
+                if isinstance(node.ctx, ast.Store) and not patterns.dominates(
                     ctx, ctx.statement(node), stmt
                 ):
                     continue
                 return f"{holder}.{node.attr}"
     # Names the module facts know hold a rank in this scope (`local_rank = int(os.environ[...])`).
-    for path in ctx.names_of_kind(K.RANK, stmt):
+    for path in ctx.names_of_kind(fact_model.RANK, stmt):
         if ("local" in path.lower()) != local:
             continue
         if path.startswith("self.") and "self" in params and ctx.scope(stmt)[1] is not None:
@@ -243,10 +243,10 @@ def cuda_work(ctx: ChunkContext, call: ast.Call) -> bool:
     qual = ctx.call_qualname(call) or ""
     if qual.startswith("torch.cuda."):
         return qual.rsplit(".", 1)[-1] not in _CUDA_QUERIES
-    if qual in N.COLLECTIVES or qual == N.DDP:
+    if qual in known_names.COLLECTIVES or qual == known_names.DDP:
         return True
-    dotted = N.dotted(call.func)
-    if dotted is not None and K.is_collective_call(dotted, ctx.facts.aliases, ctx.ranks.frameworks):
+    dotted = known_names.dotted(call.func)
+    if dotted is not None and fact_model.is_collective_call(dotted, ctx.facts.aliases, ctx.ranks.frameworks):
         return True
     if isinstance(call.func, ast.Attribute) and call.func.attr in ("cuda", "to"):
         return qual == "" or not qual.startswith(("os.", "np.", "numpy."))
@@ -255,7 +255,7 @@ def cuda_work(ctx: ChunkContext, call: ast.Call) -> bool:
 
 def guarded(ctx: ChunkContext, node: ast.AST) -> bool:
     """Under any rank condition (rank 0 only, or a subset chosen on purpose)."""
-    return G.is_guarded(ctx, node)
+    return guards.is_guarded(ctx, node)
 
 
 def arg(call: ast.Call, index: int, keyword: str) -> ast.expr | None:
@@ -291,7 +291,7 @@ def _distributed_truth(test: ast.AST) -> bool | None:
         return True if _DIST_WORD.search(name) else None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         left, op, right = test.left, test.ops[0], test.comparators[0]
-        name = N.dotted(left.func if isinstance(left, ast.Call) else left) or ""
+        name = known_names.dotted(left.func if isinstance(left, ast.Call) else left) or ""
         value = int_const(right)
         if isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub):
             magnitude = int_const(right.operand)

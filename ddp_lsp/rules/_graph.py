@@ -15,12 +15,12 @@ import ast
 import enum
 import re
 
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import LOOPS, ChunkContext
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _patterns as patterns
 
 
 class Taint(enum.Enum):
@@ -223,19 +223,19 @@ def dotted_path(expr: ast.AST) -> str | None:
     """``loss``, ``self.losses``, ``outputs.loss``; for ``hist["loss"]`` its root ``hist``."""
     while isinstance(expr, ast.Subscript):
         expr = expr.value
-    return N.dotted(expr)
+    return known_names.dotted(expr)
 
 
 def backward_target(call: ast.Call) -> ast.expr | None:
     """The tensor a backward call runs on: ``loss`` in ``loss.backward()``,
     ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``, ``fabric.backward(loss)``."""
-    b = P.backward_of(call)
+    b = patterns.backward_of(call)
     if b is None:
         return None
     if call.args:
-        name = N.dotted(b.target) or ""
-        if _ENGINE.search(name.rsplit(".", 1)[-1]) or FW.BUILTIN.matches(
-            FW.Meaning.BACKWARD, f"{name}.backward", None
+        name = known_names.dotted(b.target) or ""
+        if _ENGINE.search(name.rsplit(".", 1)[-1]) or framework_tables.BUILTIN.matches(
+            framework_tables.Meaning.BACKWARD, f"{name}.backward", None
         ):
             return call.args[0]
         return None
@@ -252,7 +252,7 @@ def is_no_grad_call(ctx: ChunkContext, expr: ast.AST) -> bool:
     uncalled as a decorator."""
     func = expr.func if isinstance(expr, ast.Call) else expr
     qual = ctx.qualname(func)
-    name = qual or N.dotted(func) or ""
+    name = qual or known_names.dotted(func) or ""
     if qual in _NO_GRAD or name.rsplit(".", 1)[-1] in ("no_grad", "inference_mode"):
         if isinstance(expr, ast.Call) and name.endswith("inference_mode") and expr.args:
             mode = expr.args[0]
@@ -299,17 +299,17 @@ class GraphFlow:
         self.assigns: dict[str, list[tuple[tuple[int, int], ast.AST, int | None]]] = {}
         self._busy: set[int] = set()
         self._memo: dict[int, Taint] = {}
-        for node in P.walk_scope(root):
+        for node in patterns.walk_scope(root):
             if isinstance(node, ast.Call):
                 t = backward_target(node)
                 if t is not None:
                     self.backward_calls.append(node)
-                    for sub in W.bfs(t):
+                    for sub in tree_walk.bfs(t):
                         if isinstance(sub, ast.Name | ast.Attribute):
-                            d = N.dotted(sub)
+                            d = known_names.dotted(sub)
                             if d:
                                 self.consumed.add(d)
-                    path = N.dotted(t)
+                    path = known_names.dotted(t)
                     if path:
                         self.targets.add(path)
                         if _scalar_backward(node):
@@ -334,7 +334,7 @@ class GraphFlow:
             and root.name in TRAINING_STEP_NAMES
         ):
             # Lightning's training_step returns the loss its trainer calls backward on.
-            for node in P.walk_scope(root):
+            for node in patterns.walk_scope(root):
                 if isinstance(node, ast.Return) and node.value is not None:
                     value = node.value
                     if isinstance(value, ast.Dict):
@@ -346,7 +346,7 @@ class GraphFlow:
                             ),
                             value,
                         )
-                    path = N.dotted(value)
+                    path = known_names.dotted(value)
                     if path:
                         self.targets.add(path)
         for lst in self.assigns.values():
@@ -360,14 +360,14 @@ class GraphFlow:
         if isinstance(target, ast.Starred):
             self._bind(target.value, stmt, -1)
             return
-        path = N.dotted(target)
+        path = known_names.dotted(target)
         if path:
             self.assigns.setdefault(path, []).append((_end(stmt), stmt, elt))
 
     # -- queries -------------------------------------------------------------------------------
 
     def has_backward_in(self, node: ast.AST) -> bool:
-        return any(any(c is n for n in W.bfs(node)) for c in self.backward_calls)
+        return any(any(c is n for n in tree_walk.bfs(node)) for c in self.backward_calls)
 
     def taint(self, expr: ast.AST) -> Taint:
         key = id(expr)
@@ -393,7 +393,7 @@ class GraphFlow:
         if isinstance(e, ast.Attribute):
             if e.attr in _CLEAN_ATTRS:
                 return CLEAN
-            path = N.dotted(e)
+            path = known_names.dotted(e)
             if path is not None and path in self.assigns:
                 return self._lookup(path, e)
             if path is not None and path in self.targets:
@@ -449,12 +449,12 @@ class GraphFlow:
         func = call.func
         qual = ctx.qualname(func)
         last = self._callee_last(call)
-        dotted = N.dotted(func) or ""
+        dotted = known_names.dotted(func) or ""
         if qual is not None and qual.startswith("torch."):
             if qual in _CLEAN_TORCH or qual.rsplit(".", 1)[-1] in _CLEAN_METHODS:
                 return CLEAN
             kind = ctx.kind(func)
-            if kind in (K.DDP, K.FSDP):
+            if kind in (fact_model.DDP, fact_model.FSDP):
                 return CARRY
             if qual.startswith("torch.nn.functional.") and (
                 last.endswith("loss")
@@ -471,7 +471,7 @@ class GraphFlow:
             if qual.count(".") == 1 or qual.startswith(_MATH_NAMESPACES):
                 return self._args(call)  # torch.stack(losses), F.softmax(out), ...
             return UNKNOWN  # torch.distributed.all_reduce(...) returns a work handle, ...
-        if isinstance(func, ast.Name | ast.Attribute) and ctx.kind(func) in (K.DDP, K.FSDP):
+        if isinstance(func, ast.Name | ast.Attribute) and ctx.kind(func) in (fact_model.DDP, fact_model.FSDP):
             return CARRY
         if isinstance(func, ast.Name) and func.id in _CLEAN_BUILTINS or dotted in _CLEAN_BUILTINS:
             return CLEAN
@@ -499,9 +499,9 @@ class GraphFlow:
     def _model_like(self, func: ast.AST) -> bool:
         if not isinstance(func, ast.Name | ast.Attribute):
             return False
-        if self.ctx.kind(func) in (K.DDP, K.FSDP):
+        if self.ctx.kind(func) in (fact_model.DDP, fact_model.FSDP):
             return True
-        dotted = N.dotted(func)
+        dotted = known_names.dotted(func)
         if dotted is None:
             return False
         last = dotted.rsplit(".", 1)[-1]
@@ -512,14 +512,14 @@ class GraphFlow:
         )
 
     def _lookup(self, path: str, at: ast.AST) -> Taint:
-        where = P.order(at)
+        where = patterns.order(at)
         entries = self.assigns.get(path, [])
         prior = [x for x in entries if x[0] <= where]
         chosen = prior[-1] if prior else None
         if chosen is None:
             # Loop-carried: the last assignment later in an enclosing loop.
             for loop in self._loops_of(at):
-                later = [x for x in entries if any(n is x[1] for n in W.bfs(loop))]
+                later = [x for x in entries if any(n is x[1] for n in tree_walk.bfs(loop))]
                 if later:
                     chosen = later[-1]
                     break
@@ -571,7 +571,7 @@ class GraphFlow:
     def is_scalar(self, e: ast.AST) -> bool:
         """The value is a one-element tensor, so ``.item()`` works on it."""
         if isinstance(e, ast.Name | ast.Attribute):
-            path = N.dotted(e)
+            path = known_names.dotted(e)
             return path is not None and path in self.scalar_targets
         if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute):
             if e.func.attr in ("mean", "sum") and not e.args and not e.keywords:
@@ -595,7 +595,7 @@ class GraphFlow:
         if isinstance(e, ast.Subscript):
             return isinstance(e.value, ast.Attribute) and e.value.attr == "shape"
         if isinstance(e, ast.Name | ast.Attribute):
-            return self.taint(e) is not CARRY and not (N.dotted(e) or "").endswith(
+            return self.taint(e) is not CARRY and not (known_names.dotted(e) or "").endswith(
                 ("weight", "weights", "mask")
             )
         return False

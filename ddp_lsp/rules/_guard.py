@@ -31,14 +31,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import uniformity as U
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import uniformity as rank_uniformity
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext
 from ddp_lsp.core.types import Fix
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _patterns as patterns
 
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _NEW_SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -56,7 +56,7 @@ SPAWNERS = frozenset(
     }
 )
 # Framework objects whose own attribute says "rank 0" (accelerate, Lightning Fabric).
-_WRAPPER_MAIN = dict(FW.BUILTIN.method_pairs(FW.Meaning.RANK_ZERO))
+_WRAPPER_MAIN = dict(framework_tables.BUILTIN.method_pairs(framework_tables.Meaning.RANK_ZERO))
 
 
 # -- one index per scope, per analysis --------------------------------------------------------
@@ -69,7 +69,7 @@ class _ScopeIndex:
 
     def __init__(self, ctx: ChunkContext, root: ast.AST) -> None:
         self.root = root
-        self.nodes: list[ast.AST] = list(P.walk_scope(root))
+        self.nodes: list[ast.AST] = list(patterns.walk_scope(root))
         self.assigns: dict[str, list[tuple[ast.AST, ast.expr]]] = {}
         self.names: dict[str, list[ast.Name]] = {}
         self.loop_vars: set[str] = set()
@@ -87,7 +87,7 @@ class _ScopeIndex:
             elif isinstance(node, ast.NamedExpr):
                 self.assigns.setdefault(node.target.id, []).append((node, node.value))
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                self.loop_vars.update(n.id for n in W.bfs(node.target) if isinstance(n, ast.Name))
+                self.loop_vars.update(n.id for n in tree_walk.bfs(node.target) if isinstance(n, ast.Name))
             elif isinstance(node, ast.Call) and not self.spawns:
                 self.spawns = ctx.call_qualname(node) in SPAWNERS
         self.candidates: list[tuple[int, ast.AST, ast.AST, str]] | None = None
@@ -128,7 +128,7 @@ def assigned_value(ctx: ChunkContext, name: str, root: ast.AST, before: ast.AST)
     """The value of the last ``name = value`` in ``root``'s own frame before ``before``."""
     found: ast.expr | None = None
     for node, value in _index(ctx, root).assigns.get(name, ()):
-        if P.before(node, before) and (found is None or P.before(found, value)):
+        if patterns.before(node, before) and (found is None or patterns.before(found, value)):
             found = value
     return found
 
@@ -136,7 +136,7 @@ def assigned_value(ctx: ChunkContext, name: str, root: ast.AST, before: ast.AST)
 def is_guarded(ctx: ChunkContext, node: ast.AST) -> bool:
     """``node`` runs on rank 0 only, or on a rank subset chosen on purpose (the uniformity
     analysis: a rank-dependent branch, early exit, decorator or guarded callers)."""
-    return not U.uniformity(ctx).ranks_of(node).is_all
+    return not rank_uniformity.uniformity(ctx).ranks_of(node).is_all
 
 
 def spawns_processes(ctx: ChunkContext, root: ast.AST) -> bool:
@@ -164,7 +164,7 @@ class Condition:
 
 
 def _is_local(e: ast.AST) -> bool:
-    name = P.last_name(e) or ""
+    name = patterns.last_name(e) or ""
     if isinstance(e, ast.Subscript):
         key = e.slice
         name = str(key.value) if isinstance(key, ast.Constant) else ""
@@ -202,8 +202,8 @@ def _visible(ctx: ChunkContext, expr: ast.AST, stmt: ast.stmt, evidence: ast.AST
     """Every name ``expr`` reads is bound wherever ``stmt`` runs: a parameter, an import, a
     function of the module, or a name bound or read on every path to ``stmt`` before it."""
     params = _params(ctx, stmt)
-    root = P.scope_root(ctx, stmt)
-    for node in W.bfs(expr):
+    root = patterns.scope_root(ctx, stmt)
+    for node in tree_walk.bfs(expr):
         if not isinstance(node, ast.Name):
             continue
         name = node.id
@@ -213,16 +213,16 @@ def _visible(ctx: ChunkContext, expr: ast.AST, stmt: ast.stmt, evidence: ast.AST
             continue
         if name in params or name in ctx.facts.aliases or name in ctx.facts.func_props:
             continue
-        if P.dominates(ctx, evidence, stmt):
+        if patterns.dominates(ctx, evidence, stmt):
             continue
-        if not any(P.dominates(ctx, n, stmt) for n in _index(ctx, root).names.get(name, ())):
+        if not any(patterns.dominates(ctx, n, stmt) for n in _index(ctx, root).names.get(name, ())):
             return False
     return True
 
 
 def _pure_zero_test(ctx: ChunkContext, test: ast.AST) -> bool:
     """A test that says "rank 0" and nothing else (so it can be reused as is)."""
-    found = U.condition_ranks(ctx.ranks, test)
+    found = rank_uniformity.condition_ranks(ctx.ranks, test)
     if found is None or not found.zero or found.unless:
         return False
 
@@ -237,12 +237,12 @@ def _pure_zero_test(ctx: ChunkContext, test: ast.AST) -> bool:
                 ctx.ranks.is_rank_expr(s)
                 or ctx.ranks.is_predicate(s)
                 or isinstance(s, (ast.Constant, ast.Tuple, ast.List, ast.Set, ast.UnaryOp))
-                or (P.last_name(s) or "").lower() == "world_size"
+                or (patterns.last_name(s) or "").lower() == "world_size"
                 for s in sides
             )
         if ctx.ranks.is_predicate(e) or ctx.ranks.is_rank_expr(e):
             return True
-        return isinstance(e, ast.Call) and P.last_name(e) in U.SINGLE_PROCESS_CALLS
+        return isinstance(e, ast.Call) and patterns.last_name(e) in rank_uniformity.SINGLE_PROCESS_CALLS
 
     return pure(test)
 
@@ -275,15 +275,15 @@ def _find_candidates(
         if _root_name(node) in loop_vars:
             continue
         if isinstance(node, ast.If) and _pure_zero_test(ctx, node.test):
-            if any(isinstance(n, ast.Name) and n.id in loop_vars for n in W.bfs(node.test)):
+            if any(isinstance(n, ast.Name) and n.id in loop_vars for n in tree_walk.bfs(node.test)):
                 continue
             if node.test.lineno == node.test.end_lineno:
                 yield 0, node, node.test, ctx.segment(node.test)
             continue
         if not isinstance(node, (ast.Name, ast.Attribute)):
             continue
-        prop = _WRAPPER_MAIN.get(P.last_name(node) or "")
-        if prop is not None and _root_name(node) in (P.last_name(node), "self"):
+        prop = _WRAPPER_MAIN.get(patterns.last_name(node) or "")
+        if prop is not None and _root_name(node) in (patterns.last_name(node), "self"):
             # `accelerator.backward(loss)` shows an Accelerator in scope: use its own flag.
             yield 1, node, node, f"{ctx.segment(node)}.{prop}"
             continue
@@ -310,8 +310,8 @@ def _find_candidates(
 
 def rank_condition(ctx: ChunkContext, stmt: ast.stmt) -> Condition:
     """The rank-0 test to guard ``stmt`` with, reusing what the code in scope already uses."""
-    root = P.scope_root(ctx, stmt)
-    inside = {id(n) for n in W.bfs(stmt)}
+    root = patterns.scope_root(ctx, stmt)
+    inside = {id(n) for n in tree_walk.bfs(stmt)}
     best: tuple[tuple[int, int, int], str] | None = None
     for pref, evidence, expr, text in _candidates(ctx, root):
         if id(evidence) in inside or "\n" in text:
@@ -328,7 +328,7 @@ def rank_condition(ctx: ChunkContext, stmt: ast.stmt) -> Condition:
         return Condition(best[1])
     # Rank parameters and attributes the module facts know (``def train(rank)``, ``self.rank``).
     params = _params(ctx, stmt)
-    for path in ctx.names_of_kind(K.RANK, stmt):
+    for path in ctx.names_of_kind(fact_model.RANK, stmt):
         if "local" in path.lower():
             continue
         if path in params or (path.startswith("self.") and _in_method(ctx, stmt)):
@@ -336,7 +336,7 @@ def rank_condition(ctx: ChunkContext, stmt: ast.stmt) -> Condition:
     # A rank-0 predicate function of this module (``def is_main_process(): ...``).
     for qual, props in sorted(ctx.facts.func_props.items()):
         if (
-            K.RANK_PREDICATE in props
+            fact_model.RANK_PREDICATE in props
             and "." not in qual
             and not ctx.facts.func_params.get(qual)
             and "local" not in qual.lower()
@@ -360,9 +360,9 @@ def _jumps_out(stmt: ast.stmt) -> bool:
         if isinstance(node, _NEW_SCOPE):
             return False
         loop = in_loop or isinstance(node, (ast.For, ast.AsyncFor, ast.While))
-        return any(visit(c, loop) for c in W.children(node))
+        return any(visit(c, loop) for c in tree_walk.children(node))
 
-    return any(visit(c, False) for c in W.children(stmt)) or isinstance(
+    return any(visit(c, False) for c in tree_walk.children(stmt)) or isinstance(
         stmt, (ast.Return, ast.Break, ast.Continue)
     )
 
@@ -387,7 +387,7 @@ def _bound_names(stmt: ast.stmt) -> tuple[set[str], bool]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 names.add((alias.asname or alias.name).split(".", 1)[0])
-        for c in W.children(node):
+        for c in tree_walk.children(node):
             visit(c)
 
     visit(stmt)
@@ -406,8 +406,8 @@ def _changes_more(ctx: ChunkContext, stmts: Sequence[ast.stmt]) -> bool:
         bound |= names
     if not bound:
         return False
-    inside = {id(n) for s in stmts for n in W.bfs(s)}
-    by_name = _index(ctx, P.scope_root(ctx, stmts[0])).names
+    inside = {id(n) for s in stmts for n in tree_walk.bfs(s)}
+    by_name = _index(ctx, patterns.scope_root(ctx, stmts[0])).names
     return any(
         isinstance(node.ctx, ast.Load) and id(node) not in inside
         for name in bound
@@ -434,13 +434,13 @@ def guard_fix(
     what the other ranks do next, not only what they write.
     """
     first, last = stmts[0], stmts[-1]
-    if not P.starts_own_line(ctx, first) or not ends_own_line(ctx, last):
+    if not patterns.starts_own_line(ctx, first) or not ends_own_line(ctx, last):
         return None
     if _changes_more(ctx, stmts):
         return None
     return Fix(
         title=title,
-        edits=tuple(E.wrap_block(ctx, stmts, f"if {cond.text}:")),
+        edits=tuple(text_edits.wrap_block(ctx, stmts, f"if {cond.text}:")),
         safe=cond.from_code,
         preferred=True,
         imports=cond.imports,
@@ -471,13 +471,13 @@ def _distributed_test(test: ast.AST) -> bool | None:
         inner = _distributed_test(test.operand)
         return None if inner is None else not inner
     if isinstance(test, (ast.Name, ast.Attribute)):
-        return True if _DIST_FLAG.match(P.last_name(test) or "") else None
+        return True if _DIST_FLAG.match(patterns.last_name(test) or "") else None
     if isinstance(test, ast.Call) and not test.args and not test.keywords:
-        return True if P.last_name(test) in _DIST_FLAG_CALLS else None
+        return True if patterns.last_name(test) in _DIST_FLAG_CALLS else None
     if (
         isinstance(test, ast.Compare)
         and len(test.ops) == 1
-        and (P.last_name(test.left) or "").lower() in _WORLD_NAMES
+        and (patterns.last_name(test.left) or "").lower() in _WORLD_NAMES
         and not isinstance(test.left, ast.Call)
         and isinstance(test.comparators[0], ast.Constant)
         and test.comparators[0].value == 1
@@ -502,7 +502,7 @@ def single_process_branch(ctx: ChunkContext, node: ast.AST) -> bool:
         if isinstance(a, ast.If) and child is not a.test:
             distributed = _distributed_test(a.test)
             if distributed is not None and _ENGINE_FLAG.search(ast.unparse(a.test)):
-                if K.DDP in ctx.facts.kind_set:
+                if fact_model.DDP in ctx.facts.kind_set:
                     distributed = None
             if distributed is not None:
                 in_else = any(child is s for s in a.orelse)

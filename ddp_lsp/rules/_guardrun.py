@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from ddp_lsp.core.rule import ChunkContext
 from ddp_lsp.core.types import Fix
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _patterns as patterns
 from ddp_lsp.rules._guard import Condition, _memo, guard_fix
 from ddp_lsp.rules._logcalls import log_call, names_process
 from ddp_lsp.rules._writes import _is_open, checkpoint_write, collective_in, per_rank_path
@@ -36,7 +36,7 @@ def _is_write_stmt(ctx: ChunkContext, s: ast.stmt) -> bool:
     write = checkpoint_write(ctx, call)
     if write is None or not write.fixable or (write.stmt or s) is not s:
         return False
-    root = P.scope_root(ctx, s)
+    root = patterns.scope_root(ctx, s)
     if write.dest is not None and per_rank_path(ctx, write.dest, root):
         return False
     return collective_in(ctx, s) is None

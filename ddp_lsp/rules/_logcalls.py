@@ -8,9 +8,9 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _patterns as patterns
 
 _LOGGER_NAME = re.compile(r"^_*(logger|log|logging|lgr)$", re.IGNORECASE)
 
@@ -23,7 +23,7 @@ _TAG_TEXT = re.compile(r"rank|gpu|device", re.IGNORECASE)
 
 
 def names_in(e: ast.AST) -> Iterator[str]:
-    for n in W.bfs(e):
+    for n in tree_walk.bfs(e):
         if isinstance(n, ast.Name):
             yield n.id
         elif isinstance(n, ast.Attribute):
@@ -50,7 +50,7 @@ def log_call(ctx: ChunkContext, call: ast.Call) -> str | None:
         if ctx.call_qualname(receiver) == "logging.getLogger":
             return ctx.segment(func)
         return None
-    name = P.last_name(receiver)
+    name = patterns.last_name(receiver)
     if name is None or not _LOGGER_NAME.match(name):
         return None
     if "logging" not in ctx.facts.aliases.values():
@@ -67,7 +67,7 @@ def names_process(ctx: ChunkContext, call: ast.Call) -> bool:
     for arg in [*call.args, *(kw.value for kw in call.keywords)]:
         if ctx.ranks.mentions_rank(arg):
             return True
-        for n in W.bfs(arg):
+        for n in tree_walk.bfs(arg):
             if (
                 isinstance(n, ast.Constant)
                 and isinstance(n.value, str)

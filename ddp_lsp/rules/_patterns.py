@@ -9,17 +9,17 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import LOOPS, ChunkContext
 
 
-def framework_call(ctx: ChunkContext, call: ast.Call, meaning: FW.Meaning) -> FW.Api | None:
+def framework_call(ctx: ChunkContext, call: ast.Call, meaning: framework_tables.Meaning) -> framework_tables.Api | None:
     """The framework-table entry (built-in or the user's) giving ``call`` this meaning."""
-    return ctx.ranks.frameworks.match_of(meaning, N.dotted(call.func), ctx.call_qualname(call))
+    return ctx.ranks.frameworks.match_of(meaning, known_names.dotted(call.func), ctx.call_qualname(call))
 
 
 def order(node: ast.AST) -> tuple[int, int]:
@@ -34,7 +34,7 @@ def walk_scope(root: ast.AST) -> Iterator[ast.AST]:
     """Nodes under ``root`` that run in its own frame (not in nested defs, lambdas, classes).
 
     Computed once per root and shared by every rule (see ``core.walk.scope_nodes``)."""
-    return iter(W.scope_nodes(root))
+    return iter(tree_walk.scope_nodes(root))
 
 
 def scope_root(ctx: ChunkContext, node: ast.AST) -> ast.AST:
@@ -57,7 +57,7 @@ def method_call(node: ast.AST, attr: str) -> ast.Call | None:
 
 
 def calls_in(root: ast.AST, attr: str) -> list[ast.Call]:
-    return list(W.method_calls(root, attr))
+    return list(tree_walk.method_calls(root, attr))
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def same_path(a: ast.AST, b: ast.AST) -> bool:
 
 def is_scaler(ctx: ChunkContext, expr: ast.AST, root: ast.AST) -> bool:
     """A GradScaler: known from the facts, or used as ``expr.scale(loss).backward()``."""
-    if ctx.kind(expr) == K.SCALER:
+    if ctx.kind(expr) == fact_model.SCALER:
         return True
     return any(b.scaler is not None and same_path(b.scaler, expr) for b in backwards_in(root))
 
@@ -113,7 +113,7 @@ def scaler_step_optimizer(root: ast.AST, scaler: ast.AST) -> ast.expr | None:
 
 
 def only_optimizer(ctx: ChunkContext, at: ast.AST) -> str | None:
-    names = ctx.names_of_kind(K.OPTIMIZER, at)
+    names = ctx.names_of_kind(fact_model.OPTIMIZER, at)
     return names[0] if len(names) == 1 else None
 
 

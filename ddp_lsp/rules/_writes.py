@@ -9,13 +9,13 @@ import ast
 import re
 from dataclasses import dataclass
 
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.crossfile import Provenance
 from ddp_lsp.core.rule import ChunkContext
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _patterns as patterns
 from ddp_lsp.rules._guard import FUNCS, assigned_value
 
 _CKPT_TEXT = re.compile(
@@ -112,7 +112,7 @@ def _write_mode(call: ast.Call) -> bool:
 def _is_buffer(ctx: ChunkContext, dest: ast.expr, root: ast.AST) -> bool:
     """``io.BytesIO()`` (inline or through a variable), a stream parameter (``stream:
     io.IOBase``) or a variable named like one: not a checkpoint path."""
-    if _STREAM_NAME.search(P.last_name(dest) or ""):
+    if _STREAM_NAME.search(patterns.last_name(dest) or ""):
         return True
     value: ast.AST | None = dest
     if isinstance(dest, ast.Name):
@@ -123,11 +123,11 @@ def _is_buffer(ctx: ChunkContext, dest: ast.expr, root: ast.AST) -> bool:
                 if a.arg == dest.id and a.annotation is not None:
                     if _STREAM_TYPE.search(ast.unparse(a.annotation)):
                         return True
-    return isinstance(value, ast.Call) and P.last_name(value) in ("BytesIO", "StringIO")
+    return isinstance(value, ast.Call) and patterns.last_name(value) in ("BytesIO", "StringIO")
 
 
 def _checkpointish(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int = 0) -> bool:
-    for node in W.bfs(path):
+    for node in tree_walk.bfs(path):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _CKPT_TEXT.search(node.value):
                 return True
@@ -148,7 +148,7 @@ def per_rank_path(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int =
     if ctx.ranks.mentions_rank(path):
         return True
     has_value = not isinstance(path, ast.Constant)
-    for node in W.bfs(path):
+    for node in tree_walk.bfs(path):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if has_value and _RANK_WORD.search(node.value):
                 return True
@@ -161,32 +161,32 @@ def per_rank_path(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int =
                     return True
         elif isinstance(node, ast.Attribute) and _RANK_NAME.search(node.attr):
             return True
-        elif isinstance(node, ast.Call) and _RANK_WORD.search(P.last_name(node) or ""):
+        elif isinstance(node, ast.Call) and _RANK_WORD.search(patterns.last_name(node) or ""):
             return True  # `f"{name}.{rankstr()}.pth"`: a function of the rank
-        elif isinstance(node, ast.Call) and P.framework_call(ctx, node, FW.Meaning.SAVES_PER_RANK):
+        elif isinstance(node, ast.Call) and patterns.framework_call(ctx, node, framework_tables.Meaning.SAVES_PER_RANK):
             return True  # a helper the tables (or the user) say names the file per rank
     return False
 
 
 def collective_in(ctx: ChunkContext, stmt: ast.stmt) -> str | None:
     """A call in ``stmt`` that every rank must make (so the statement cannot be guarded)."""
-    for node in [stmt, *P.walk_scope(stmt)]:
+    for node in [stmt, *patterns.walk_scope(stmt)]:
         if not isinstance(node, ast.Call):
             continue
         qual = ctx.call_qualname(node) or ""
-        dotted = N.dotted(node.func)
-        if qual in N.COLLECTIVES or qual.startswith("torch.distributed.checkpoint"):
+        dotted = known_names.dotted(node.func)
+        if qual in known_names.COLLECTIVES or qual.startswith("torch.distributed.checkpoint"):
             return ctx.segment(node.func)
-        if dotted is not None and K.is_collective_call(
+        if dotted is not None and fact_model.is_collective_call(
             dotted, ctx.facts.aliases, ctx.ranks.frameworks
         ):
             return ctx.segment(node.func)
-        if K.COLLECTIVE in ctx.callee_props(node):
+        if fact_model.COLLECTIVE in ctx.callee_props(node):
             return ctx.segment(node.func)
         if isinstance(node.func, ast.Attribute):
-            if node.func.attr in ctx.ranks.frameworks.functions(FW.Meaning.GATHERS_STATE):
+            if node.func.attr in ctx.ranks.frameworks.functions(framework_tables.Meaning.GATHERS_STATE):
                 return ctx.segment(node.func)
-            if node.func.attr == "state_dict" and ctx.kind(node.func.value, node) == K.FSDP:
+            if node.func.attr == "state_dict" and ctx.kind(node.func.value, node) == fact_model.FSDP:
                 return ctx.segment(node.func)
     return None
 
@@ -194,8 +194,8 @@ def collective_in(ctx: ChunkContext, stmt: ast.stmt) -> str | None:
 def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
     """The checkpoint write ``call`` performs, or None (reads, buffers, other calls)."""
     qual = ctx.call_qualname(call)
-    root = P.scope_root(ctx, call)
-    if qual == N.TORCH_SAVE:
+    root = patterns.scope_root(ctx, call)
+    if qual == known_names.TORCH_SAVE:
         dest = _arg(call, 1, "f")
         if dest is None and call.args and isinstance(call.args[0], ast.Starred):
             return Write("torch.save", call.args[0], None)  # `torch.save(*args, **kwargs)`
@@ -213,7 +213,7 @@ def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
                 # The file was opened (and truncated) on every rank already.
                 return Write("torch.save", value.args[0] if value.args else None, None, False)
         return Write("torch.save", dest, None)
-    writer = P.framework_call(ctx, call, FW.Meaning.WRITES_CHECKPOINT)
+    writer = patterns.framework_call(ctx, call, framework_tables.Meaning.WRITES_CHECKPOINT)
     if writer is not None:  # safetensors' save_file, mmengine's save_checkpoint, yours
         keyword = ctx.ranks.frameworks.keyword(writer) or "f"
         return Write(ctx.segment(call.func), _arg(call, 1, keyword), None)
@@ -248,19 +248,19 @@ def _helper_write(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> Write | N
     (``utils.save_checkpoint(state, path)``): its own save is not reported (the caller
     decides the rank), so this call is where the decision is missing."""
     props = ctx.callee_props(call)
-    if K.SAVES_CALLER_PATH not in props or K.GUARDS_ITSELF in props:
+    if fact_model.SAVES_CALLER_PATH not in props or fact_model.GUARDS_ITSELF in props:
         return None
-    name = N.dotted(call.func) or ""
+    name = known_names.dotted(call.func) or ""
     if not SAVE_HELPER_NAME.search(name.rpartition(".")[2]):
         return None  # not a save helper by name: its own save is reported where it is
-    source = ctx.callee_source(call, K.SAVES_CALLER_PATH)  # None: a helper of this file
+    source = ctx.callee_source(call, fact_model.SAVES_CALLER_PATH)  # None: a helper of this file
     # Which argument is the path is not known: any that names the rank makes the files per
     # rank, except what is clearly the saved object (a state dict, a dict of them).
     args = [
         a
         for a in (*call.args, *(kw.value for kw in call.keywords))
         if not isinstance(a, (ast.Dict, ast.List))
-        and not (isinstance(a, ast.Call) and P.method_call(a, "state_dict") is not None)
+        and not (isinstance(a, ast.Call) and patterns.method_call(a, "state_dict") is not None)
     ]
     if any(per_rank_path(ctx, a, root) for a in args):
         return None
@@ -274,8 +274,8 @@ def _saves_into(ctx: ChunkContext, with_stmt: ast.With | ast.AsyncWith) -> bool:
         for item in with_stmt.items
         if isinstance(item.optional_vars, ast.Name) and _is_open(ctx, item.context_expr)
     }
-    for node in P.walk_scope(with_stmt):
-        if isinstance(node, ast.Call) and ctx.call_qualname(node) == N.TORCH_SAVE:
+    for node in patterns.walk_scope(with_stmt):
+        if isinstance(node, ast.Call) and ctx.call_qualname(node) == known_names.TORCH_SAVE:
             dest = _arg(node, 1, "f")
             if isinstance(dest, ast.Name) and dest.id in handles:
                 return True

@@ -84,15 +84,15 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Related, RuleMeta, Severity
-from ddp_lsp.rules import _accum as A
-from ddp_lsp.rules import _launch as L
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _accum as accum
+from ddp_lsp.rules import _launch as launch_rules
+from ddp_lsp.rules import _patterns as patterns
 
 _FLAG = "is_accumulating"
 
@@ -128,29 +128,29 @@ class AccumulationWithoutNoSync(Rule):
             if wrapped is not None:
                 yield wrapped
                 continue
-            backward = A.is_plain_backward(call)
+            backward = accum.is_plain_backward(call)
             if backward is None:
                 continue
             loops = ctx.enclosing_loops(call)
             if not loops or id(loops[0]) in seen:
                 continue
             inner = loops[0]
-            models = A.forward_models(ctx, inner, call, call)
+            models = accum.forward_models(ctx, inner, call, call)
             if not models:
                 continue
-            root = P.scope_root(ctx, call)
+            root = patterns.scope_root(ctx, call)
             roots: list[ast.AST] = [root]
             roots.extend(
                 a
                 for a in ctx.ancestors(root)
                 if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
             )
-            if A.sync_managed(ctx, roots):
+            if accum.sync_managed(ctx, roots):
                 continue
             steps = [
                 n
-                for n in P.walk_scope(root)
-                if isinstance(n, ast.Call) and A.is_optimizer_step(ctx, n)
+                for n in patterns.walk_scope(root)
+                if isinstance(n, ast.Call) and accum.is_optimizer_step(ctx, n)
             ]
             plan = self._plan(ctx, call, loops, steps, root)
             if plan is None:
@@ -167,7 +167,7 @@ class AccumulationWithoutNoSync(Rule):
                 when = "once after the micro-step loop"
             else:
                 assert plan.cond is not None
-                cond = A.one_line(ctx, plan.cond) or "its condition"
+                cond = accum.one_line(ctx, plan.cond) or "its condition"
                 when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
             # The model may be DDP only because a caller in another file wraps it.
             model_expr = next(m for m in models if ctx.segment(m) == model)
@@ -188,7 +188,7 @@ class AccumulationWithoutNoSync(Rule):
         """MAE's form: ``loss_scaler(loss, optimizer, update_grad=(i + 1) % k == 0)``, where
         ``loss_scaler`` is a project class wrapping a GradScaler: its call runs the backward on
         every micro-step and steps only when ``update_grad`` holds."""
-        if ctx.kind(call.func, call) != K.SCALER_WRAPPER:
+        if ctx.kind(call.func, call) != fact_model.SCALER_WRAPPER:
             return None
         update = next((kw.value for kw in call.keywords if kw.arg == "update_grad"), None)
         if update is None or isinstance(update, ast.Constant):
@@ -196,22 +196,22 @@ class AccumulationWithoutNoSync(Rule):
         loops = ctx.enclosing_loops(call)
         if not loops or id(loops[0]) in seen:
             return None
-        root = P.scope_root(ctx, call)
-        if not A.accumulation_test(ctx, update, root):
+        root = patterns.scope_root(ctx, call)
+        if not accum.accumulation_test(ctx, update, root):
             return None
-        models = A.forward_models(ctx, loops[0], call, call)
+        models = accum.forward_models(ctx, loops[0], call, call)
         if not models:
             return None
         roots: list[ast.AST] = [root]
         roots.extend(
             a for a in ctx.ancestors(root) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
         )
-        if A.sync_managed(ctx, roots):
+        if accum.sync_managed(ctx, roots):
             return None
         seen.add(id(loops[0]))
         model = sorted({ctx.segment(m) for m in models})[0]
         model_expr = next(m for m in models if ctx.segment(m) == model)
-        cond = A.one_line(ctx, update) or "update_grad"
+        cond = accum.one_line(ctx, update) or "update_grad"
         wrapper = ctx.segment(call.func)
         return ctx.finding(
             self,
@@ -231,30 +231,30 @@ class AccumulationWithoutNoSync(Rule):
         (``accelerator.accumulate(model)``): each micro-step all-reduces the prepared DDP model's
         gradients. Engines that accumulate by themselves (`accumulates-itself`: DeepSpeed)
         make the rule moot."""
-        api = P.framework_call(ctx, call, FW.Meaning.BACKWARD)
+        api = patterns.framework_call(ctx, call, framework_tables.Meaning.BACKWARD)
         if api is None or not call.args or not isinstance(call.func, ast.Attribute):
             return None
-        if FW.Meaning.ACCUMULATES_ITSELF in api.means:
+        if framework_tables.Meaning.ACCUMULATES_ITSELF in api.means:
             return None
         loops = ctx.enclosing_loops(call)
         if not loops or id(loops[0]) in seen:
             return None
-        root = P.scope_root(ctx, call)
+        root = patterns.scope_root(ctx, call)
         roots: list[ast.AST] = [root]
         roots.extend(
             a for a in ctx.ancestors(root) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
         )
-        if A.sync_managed(ctx, roots) or self._engine_in_module(ctx):
+        if accum.sync_managed(ctx, roots) or self._engine_in_module(ctx):
             return None
         steps = [
-            n for n in P.walk_scope(root) if isinstance(n, ast.Call) and A.is_optimizer_step(ctx, n)
+            n for n in patterns.walk_scope(root) if isinstance(n, ast.Call) and accum.is_optimizer_step(ctx, n)
         ]
         plan = self._plan(ctx, call, loops, steps, root)
         if plan is None:
             return None
         seen.add(id(loops[0]))
         receiver = ctx.segment(call.func.value)
-        skippers = " or ".join(f"`{receiver}.{m}(model)`" for m in A.sync_skippers(ctx, receiver))
+        skippers = " or ".join(f"`{receiver}.{m}(model)`" for m in accum.sync_skippers(ctx, receiver))
         how = (
             f"run the accumulation steps under {skippers}"
             if skippers
@@ -264,7 +264,7 @@ class AccumulationWithoutNoSync(Rule):
             when = "once after the micro-step loop"
         else:
             assert plan.cond is not None
-            cond = A.one_line(ctx, plan.cond) or "its condition"
+            cond = accum.one_line(ctx, plan.cond) or "its condition"
             when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
         return ctx.finding(
             self,
@@ -278,7 +278,7 @@ class AccumulationWithoutNoSync(Rule):
     def _engine_in_module(self, ctx: ChunkContext) -> bool:
         """The module builds an engine that accumulates by itself (``deepspeed.initialize``)."""
         model = ctx.ranks.frameworks
-        quals = model.calls(FW.Meaning.ACCUMULATES_ITSELF)
+        quals = model.calls(framework_tables.Meaning.ACCUMULATES_ITSELF)
         return any(q in quals for q in ctx.facts.aliases.values()) or any(
             q.rpartition(".")[0] in ctx.facts.aliases.values() for q in quals
         )
@@ -321,7 +321,7 @@ class AccumulationWithoutNoSync(Rule):
 
     @staticmethod
     def _inside(node: ast.AST, outer: ast.AST) -> bool:
-        return any(n is node for n in W.bfs(outer))
+        return any(n is node for n in tree_walk.bfs(outer))
 
     def _conditional(
         self, ctx: ChunkContext, step: ast.Call, backward: ast.Call, inner: ast.AST, root: ast.AST
@@ -333,7 +333,7 @@ class AccumulationWithoutNoSync(Rule):
                 break
             if isinstance(a, ast.If) and child is not a.test and not self._inside(backward, a):
                 in_else = any(child is x for x in a.orelse)
-                if not A.accumulation_test(ctx, a.test, root):
+                if not accum.accumulation_test(ctx, a.test, root):
                     # `if scaler is not None: scaler.step(opt) else: opt.step()` inside the
                     # accumulation branch: look further out.
                     other_condition = True
@@ -341,9 +341,9 @@ class AccumulationWithoutNoSync(Rule):
                     continue
                 other = a.body if in_else else a.orelse
                 if any(
-                    isinstance(n, ast.Call) and A.is_optimizer_step(ctx, n)
+                    isinstance(n, ast.Call) and accum.is_optimizer_step(ctx, n)
                     for s in other
-                    for n in W.bfs(s)
+                    for n in tree_walk.bfs(s)
                 ):
                     return _UNCONDITIONAL
                 return _Plan(step, a.test, a, in_else, False)
@@ -359,8 +359,8 @@ class AccumulationWithoutNoSync(Rule):
                     and not earlier.orelse
                     and earlier.body
                     and isinstance(earlier.body[-1], ast.Continue)
-                    and P.before(backward, earlier)
-                    and A.accumulation_test(ctx, earlier.test, root)
+                    and patterns.before(backward, earlier)
+                    and accum.accumulation_test(ctx, earlier.test, root)
                 ):
                     return _Plan(step, earlier.test, earlier, True, False)
         return _UNCONDITIONAL
@@ -390,16 +390,16 @@ class AccumulationWithoutNoSync(Rule):
         root: ast.AST,
         model: str,
     ) -> Fix | None:
-        if any(isinstance(n, ast.Name) and n.id == _FLAG for n in W.bfs(root)):
+        if any(isinstance(n, ast.Name) and n.id == _FLAG for n in tree_walk.bfs(root)):
             return None
-        first_forward = min(models, key=P.order)
+        first_forward = min(models, key=patterns.order)
         # Every backward of this loop iteration goes under the context, not only the first
         # (`if use_amp: scaler.scale(loss).backward() else: loss.backward()`).
         backwards = [
             n
-            for n in P.walk_scope(inner)
+            for n in patterns.walk_scope(inner)
             if isinstance(n, ast.Call)
-            and A.is_plain_backward(n) is not None
+            and accum.is_plain_backward(n) is not None
             and ctx.enclosing_loops(n)[0] is inner
         ]
         region = self._region(ctx, inner, [first_forward, backward, *backwards])
@@ -409,7 +409,7 @@ class AccumulationWithoutNoSync(Rule):
         start, end = block[i], block[j]
         if any(self._inside(plan.step, s) for s in block[i : j + 1]):
             return None
-        if plan.cond_stmt is not None and not P.before(backward, plan.cond_stmt):
+        if plan.cond_stmt is not None and not patterns.before(backward, plan.cond_stmt):
             # The step runs at the top of the next iteration: the sync would have to happen one
             # micro-step earlier than the condition says; no fix rather than a wrong one.
             return None
@@ -417,7 +417,7 @@ class AccumulationWithoutNoSync(Rule):
             self._inside(plan.cond_stmt, s) for s in block[i : j + 1]
         ):
             return None
-        if not P.starts_own_line(ctx, start) or not self._ends_own_line(ctx, end):
+        if not patterns.starts_own_line(ctx, start) or not self._ends_own_line(ctx, end):
             return None
         extra_edits: list[Edit] = []
         if plan.micro_loop:
@@ -428,13 +428,13 @@ class AccumulationWithoutNoSync(Rule):
             return None
         nullctx, imports = ctx.spell("contextlib.nullcontext")
         when = _FLAG
-        if not L.kind_on_every_launch(ctx, models[0], backward):
+        if not launch_rules.kind_on_every_launch(ctx, models[0], backward):
             # DDP on some launches only (`if args.distributed: model = DDP(model)`, or another
             # caller passes a plain module): a plain module has no no_sync(), so keep the
             # single-GPU launch working.
             when = f'{_FLAG} and hasattr({model}, "no_sync")'
         unit = ctx.indent_unit(start)
-        header = E.insert_before(
+        header = text_edits.insert_before(
             ctx, start, f"{_FLAG} = {flag}\nwith {model}.no_sync() if {when} else {nullctx}():"
         )
         edits = [replace(header, text=header.text + unit)]
@@ -442,8 +442,8 @@ class AccumulationWithoutNoSync(Rule):
         _, last = ctx.stmt_lines(end)
         skip: set[int] = {first}
         for s in block[i : j + 1]:
-            skip |= E.string_lines(ctx, s)
-        edits.extend(E.reindent(ctx, first, last, unit, skip))
+            skip |= text_edits.string_lines(ctx, s)
+        edits.extend(text_edits.reindent(ctx, first, last, unit, skip))
         edits.extend(extra_edits)
         return Fix(
             title=f"Wrap forward and backward in `{model}.no_sync()` on accumulation steps",
@@ -481,8 +481,8 @@ class AccumulationWithoutNoSync(Rule):
 
     def _stores_between(self, inner: ast.AST, start: ast.AST, stop: ast.AST) -> set[str]:
         out: set[str] = set()
-        for n in W.bfs(inner):
-            if isinstance(n, ast.stmt) and not P.before(n, start) and P.before(n, stop):
+        for n in tree_walk.bfs(inner):
+            if isinstance(n, ast.stmt) and not patterns.before(n, start) and patterns.before(n, stop):
                 if isinstance(
                     n,
                     ast.If
@@ -496,13 +496,13 @@ class AccumulationWithoutNoSync(Rule):
                     # Compound statements: only their own header stores; their bodies are
                     # visited on their own.
                     if isinstance(n, ast.For | ast.AsyncFor):
-                        out |= A.target_paths(n.target)
+                        out |= accum.target_paths(n.target)
                     elif isinstance(n, ast.With | ast.AsyncWith):
                         for item in n.items:
                             if item.optional_vars is not None:
-                                out |= A.target_paths(item.optional_vars)
+                                out |= accum.target_paths(item.optional_vars)
                     continue
-                out |= A.stored_paths(n)
+                out |= accum.stored_paths(n)
         return out
 
     def _cond_flag(
@@ -512,10 +512,10 @@ class AccumulationWithoutNoSync(Rule):
         cond: ast.expr = plan.cond
         at: ast.AST = plan.cond_stmt
         negated = False
-        if A.hoistable(cond) and not (
-            A.loaded_paths(cond) & self._stores_between(inner, start, at)
+        if accum.hoistable(cond) and not (
+            accum.loaded_paths(cond) & self._stores_between(inner, start, at)
         ):
-            return A.truth_text(ctx, cond, negate=not plan.accumulating_when)
+            return accum.truth_text(ctx, cond, negate=not plan.accumulating_when)
         # A flag assigned after the forward: use the expression it is assigned.
         name = cond
         if isinstance(name, ast.UnaryOp) and isinstance(name.op, ast.Not):
@@ -524,20 +524,20 @@ class AccumulationWithoutNoSync(Rule):
             return None
         assigns = [
             n
-            for n in W.bfs(inner)
+            for n in tree_walk.bfs(inner)
             if isinstance(n, ast.Assign)
             and len(n.targets) == 1
             and isinstance(n.targets[0], ast.Name)
             and n.targets[0].id == name.id
         ]
-        if len(assigns) != 1 or not P.before(assigns[0], at):
+        if len(assigns) != 1 or not patterns.before(assigns[0], at):
             return None
         value = assigns[0].value
-        if not A.hoistable(value) or A.loaded_paths(value) & self._stores_between(
+        if not accum.hoistable(value) or accum.loaded_paths(value) & self._stores_between(
             inner, start, assigns[0]
         ):
             return None
-        return A.truth_text(ctx, value, negate=(not plan.accumulating_when) != negated)
+        return accum.truth_text(ctx, value, negate=(not plan.accumulating_when) != negated)
 
     def _micro_flag(
         self,
@@ -551,7 +551,7 @@ class AccumulationWithoutNoSync(Rule):
         sized sequence); None when the loop's last iteration cannot be told in advance."""
         if not isinstance(inner, ast.For | ast.AsyncFor) or inner.orelse:
             return None
-        for n in P.walk_scope(inner):
+        for n in patterns.walk_scope(inner):
             if isinstance(n, ast.Break | ast.Return) and not any(
                 isinstance(a, ast.For | ast.AsyncFor | ast.While)
                 for a in self._loops_between(ctx, n, inner)
@@ -575,26 +575,26 @@ class AccumulationWithoutNoSync(Rule):
         ):
             index = target.elts[0]
             count = it.args[0]
-            text = A.one_line(ctx, count)
+            text = accum.one_line(ctx, count)
             last = None if text is None else f"len({text}) - 1"
         else:
             return None
-        if last is None or not A.hoistable(count):
+        if last is None or not accum.hoistable(count):
             return None
-        stored = A.stored_paths(ast.Module(body=inner.body, type_ignores=[]))
-        if A.loaded_paths(count) & stored or index.id in stored:
+        stored = accum.stored_paths(ast.Module(body=inner.body, type_ignores=[]))
+        if accum.loaded_paths(count) & stored or index.id in stored:
             return None
         name = index.id
         if name == "_":
             if any(
                 isinstance(n, ast.Name) and n.id == "_" and isinstance(n.ctx, ast.Load)
-                for n in P.walk_scope(inner)
+                for n in patterns.walk_scope(inner)
             ):
                 return None
-            if any(isinstance(n, ast.Name) and n.id == "micro_step" for n in W.bfs(root)):
+            if any(isinstance(n, ast.Name) and n.id == "micro_step" for n in tree_walk.bfs(root)):
                 return None
             name = "micro_step"
-            extra.append(E.replace_node(ctx, index, name))
+            extra.append(text_edits.replace_node(ctx, index, name))
         return f"{name} < {last}"
 
     def _loops_between(self, ctx: ChunkContext, node: ast.AST, stop: ast.AST) -> list[ast.AST]:
@@ -609,7 +609,7 @@ class AccumulationWithoutNoSync(Rule):
     def _minus_one(ctx: ChunkContext, count: ast.expr) -> str | None:
         if isinstance(count, ast.Constant) and type(count.value) is int:
             return str(count.value - 1)
-        text = A.one_line(ctx, count)
+        text = accum.one_line(ctx, count)
         if text is None:
             return None
         if isinstance(count, ast.Name | ast.Attribute | ast.Call | ast.Subscript):
@@ -626,7 +626,7 @@ class AccumulationWithoutNoSync(Rule):
             return False
         values = [
             n.value
-            for n in P.walk_scope(root)
+            for n in patterns.walk_scope(root)
             if isinstance(n, ast.Assign)
             and any(isinstance(t, ast.Name) and t.id == seq.id for t in n.targets)
         ]

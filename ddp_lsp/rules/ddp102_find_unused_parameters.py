@@ -47,15 +47,15 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import frameworks as FW
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 
 # Callables that take DDP's own `find_unused_parameters` / `static_graph` keywords: the
 # framework tables' `takes-ddp-kwargs` entries (DDP, accelerate's kwargs handler, Lightning's
 # DDPStrategy).
-_DDP_LIKE = FW.BUILTIN.calls(FW.Meaning.TAKES_DDP_KWARGS)
+_DDP_LIKE = framework_tables.BUILTIN.calls(framework_tables.Meaning.TAKES_DDP_KWARGS)
 _FLAG = "find_unused_parameters"
 _LIGHTNING_STRATEGY = "ddp_find_unused_parameters_true"
 
@@ -87,7 +87,7 @@ class FindUnusedParameters(Rule):
                     "iteration"
                 )
                 fixes = []
-                edits = E.remove_argument(ctx, call, kw)
+                edits = text_edits.remove_argument(ctx, call, kw)
                 if edits:
                     fixes.append(
                         Fix(

@@ -83,10 +83,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ddp_lsp.core import rankpaths as R
+from ddp_lsp.core import rankpaths as rank_paths
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, Related, RuleMeta, Severity
-from ddp_lsp.rules import _collectives as C
+from ddp_lsp.rules import _collectives as collectives
 
 _CONSEQUENCE = "the job hangs until the NCCL timeout"
 
@@ -101,16 +101,16 @@ class CollectiveInRankBranch(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        misses = R.chunk_misses(ctx, R.collective_extractor(ctx))
+        misses = rank_paths.chunk_misses(ctx, rank_paths.collective_extractor(ctx))
         # One finding per divergence point: the misses one branch or exit strands together.
-        groups: dict[tuple[object, ...], list[R.Miss]] = {}
+        groups: dict[tuple[object, ...], list[rank_paths.Miss]] = {}
         for miss in misses:
-            groups.setdefault(R.divergence_key(miss), []).append(miss)
+            groups.setdefault(rank_paths.divergence_key(miss), []).append(miss)
         for group in groups.values():
             first = group[0]
-            message, related = C.explain(ctx, first, _CONSEQUENCE)
+            message, related = collectives.explain(ctx, first, _CONSEQUENCE)
             # The message already names the helper's file; the related location goes there.
-            _, elsewhere = ctx.cite(*(C.elsewhere_source(ctx, m) for m in group))
+            _, elsewhere = ctx.cite(*(collectives.elsewhere_source(ctx, m) for m in group))
             others = [m.event.node for m in group[1:]]
             if others:
                 message += (

@@ -71,11 +71,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import names as N
-from ddp_lsp.core import rankpaths as R
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import rankpaths as rank_paths
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import (
@@ -86,8 +86,8 @@ from ddp_lsp.core.types import (
     RuleMeta,
     Severity,
 )
-from ddp_lsp.rules import _collectives as C
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _collectives as collectives
+from ddp_lsp.rules import _patterns as patterns
 
 _TRANSPARENT = frozenset({"torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
 
@@ -99,7 +99,7 @@ def _wraps_ddp(ctx: ChunkContext, value: ast.AST) -> bool | None:
     while isinstance(node, ast.Call):
         seen_call = True
         qual = ctx.call_qualname(node)
-        if qual == N.DDP:
+        if qual == known_names.DDP:
             return True
         if qual not in _TRANSPARENT or not node.args:
             return False
@@ -109,7 +109,7 @@ def _wraps_ddp(ctx: ChunkContext, value: ast.AST) -> bool | None:
 
 def _assignments(ctx: ChunkContext, root: ast.AST, path: str) -> list[tuple[ast.stmt, ast.expr]]:
     out: list[tuple[ast.stmt, ast.expr]] = []
-    for node in P.walk_scope(root):
+    for node in patterns.walk_scope(root):
         if isinstance(node, ast.Assign) and any(path_of(t) == path for t in node.targets):
             out.append((node, node.value))
         elif (
@@ -125,17 +125,17 @@ def _wrapped_here(ctx: ChunkContext, target: ast.expr, call: ast.Call) -> bool:
     """The DDP wrap happened before this call in the call's own frame (or elsewhere)."""
     path = path_of(target)
     assert path is not None
-    root = P.scope_root(ctx, call)
+    root = patterns.scope_root(ctx, call)
     found = _assignments(ctx, root, path)
     holders = {id(a) for a in ctx.ancestors(call)}
-    before = [(s, v) for s, v in found if P.before(s, call) and id(s) not in holders]
+    before = [(s, v) for s, v in found if patterns.before(s, call) and id(s) not in holders]
     if before:
         # The latest binding before the call decides (`model = build().cuda(g)` then
         # `model = DDP(model)`): the scope walk is not in source order.
-        value = max(before, key=lambda sv: P.order(sv[0]))[1]
+        value = max(before, key=lambda sv: patterns.order(sv[0]))[1]
         verdict = _wraps_ddp(ctx, value)
         if verdict is None:  # `model = other`: DDP only if `other` is
-            return path_of(value) is not None and ctx.kind(value, call) == K.DDP
+            return path_of(value) is not None and ctx.kind(value, call) == fact_model.DDP
         return verdict
     return not any(_wraps_ddp(ctx, v) for s, v in found)
 
@@ -146,10 +146,10 @@ def _sharded_before(ctx: ChunkContext, target: ast.expr, call: ast.Call) -> bool
     all (a parameter or attribute whose kind came from elsewhere)."""
     path = path_of(target)
     assert path is not None
-    root = P.scope_root(ctx, call)
+    root = patterns.scope_root(ctx, call)
     last: tuple[ast.AST, bool] | None = None
-    for node in P.walk_scope(root):
-        if not P.before(node, call) or not isinstance(node, ast.Assign | ast.Expr):
+    for node in patterns.walk_scope(root):
+        if not patterns.before(node, call) or not isinstance(node, ast.Assign | ast.Expr):
             continue
         value = node.value
         if isinstance(node, ast.Assign):
@@ -158,7 +158,7 @@ def _sharded_before(ctx: ChunkContext, target: ast.expr, call: ast.Call) -> bool
         elif not (isinstance(value, ast.Call) and value.args and path_of(value.args[0]) == path):
             continue
         shards = isinstance(value, ast.Call) and (
-            P.framework_call(ctx, value, FW.Meaning.SHARDS_MODEL) is not None
+            patterns.framework_call(ctx, value, framework_tables.Meaning.SHARDS_MODEL) is not None
         )
         if isinstance(node, ast.Expr) and not shards:
             continue
@@ -175,7 +175,7 @@ def _no_buffer_broadcast(ctx: ChunkContext) -> set[str]:
     out: set[str] = set()
     for node in ctx.nodes(ast.Assign):
         value = node.value
-        if isinstance(value, ast.Call) and ctx.call_qualname(value) == N.DDP:
+        if isinstance(value, ast.Call) and ctx.call_qualname(value) == known_names.DDP:
             for kw in value.keywords:
                 if (
                     kw.arg == "broadcast_buffers"
@@ -186,21 +186,21 @@ def _no_buffer_broadcast(ctx: ChunkContext) -> set[str]:
     return out
 
 
-def forward_extractor(ctx: ChunkContext) -> R.Extractor:
+def forward_extractor(ctx: ChunkContext) -> rank_paths.Extractor:
     quiet = _no_buffer_broadcast(ctx)
 
-    def extract(call: ast.Call) -> R.Event | None:
+    def extract(call: ast.Call) -> rank_paths.Event | None:
         func = call.func
         target = func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
         path = path_of(target)
         if path is None or path in quiet:
             return None
         kind = ctx.kind(target, call)
-        if kind == K.FSDP and _sharded_before(ctx, target, call):
-            return R.Event(call, path, f"{path}(...)")  # the forward all-gathers the shards
-        if kind != K.DDP or not _wrapped_here(ctx, target, call):
+        if kind == fact_model.FSDP and _sharded_before(ctx, target, call):
+            return rank_paths.Event(call, path, f"{path}(...)")  # the forward all-gathers the shards
+        if kind != fact_model.DDP or not _wrapped_here(ctx, target, call):
             return None
-        return R.Event(call, path, f"{path}(...)")
+        return rank_paths.Event(call, path, f"{path}(...)")
 
     return extract
 
@@ -214,7 +214,7 @@ def _is_param(ctx: ChunkContext, root: ast.AST, target: ast.expr) -> bool:
     args = root.args
     for a in (*args.posonlyargs, *args.args, *args.kwonlyargs):
         if a.arg == target.id:
-            return a.annotation is None or ctx.qualname(a.annotation) != N.DDP
+            return a.annotation is None or ctx.qualname(a.annotation) != known_names.DDP
     return False
 
 
@@ -235,9 +235,9 @@ class DdpForwardInRankBranch(Rule):
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         extract = forward_extractor(ctx)
         seen: set[int] = set()
-        for root in R.roots(ctx):
+        for root in rank_paths.roots(ctx):
             try:
-                misses = R.Flow(ctx, root, extract, callers_guarded=True).run()
+                misses = rank_paths.Flow(ctx, root, extract, callers_guarded=True).run()
             except RecursionError:  # absurdly nested code: no findings rather than a crash
                 continue
             for miss in misses:
@@ -252,8 +252,8 @@ class DdpForwardInRankBranch(Rule):
                     # DDP): too weak to report a function for being called on rank 0.
                     continue
                 name = ctx.segment(target)
-                if ctx.kind(target, call) == K.FSDP:
-                    message, related = C.explain(
+                if ctx.kind(target, call) == fact_model.FSDP:
+                    message, related = collectives.explain(
                         ctx,
                         miss,
                         "the forward hangs: a sharded (FSDP) model all-gathers its parameter "
@@ -273,12 +273,12 @@ class DdpForwardInRankBranch(Rule):
                     "(BatchNorm statistics) from rank 0, even under `torch.no_grad()`, and "
                     f"SyncBatchNorm layers all-reduce; call `{name}.module(...)` here instead"
                 )
-                message, related = C.explain(ctx, miss, consequence)
+                message, related = collectives.explain(ctx, miss, consequence)
                 source = ctx.kind_source(target, call)
                 fixes = []
                 # `.module` on the plain model a single-GPU caller passes would raise.
                 if (
-                    miss.reason.runner == R.Z
+                    miss.reason.runner == rank_paths.Z
                     and not miss.reason.loop
                     and (source is None or not source.mixed)
                 ):
@@ -289,7 +289,7 @@ class DdpForwardInRankBranch(Rule):
                     fixes.append(
                         Fix(
                             title=f"Call `{name}.module(...)` (bypass the DDP wrapper)",
-                            edits=(E.insert_at(end, ".module"),),
+                            edits=(text_edits.insert_at(end, ".module"),),
                             safe=False,
                             preferred=True,
                         )

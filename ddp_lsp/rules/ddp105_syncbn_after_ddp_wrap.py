@@ -43,11 +43,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import names as N
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, Related, RuleMeta, Severity
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _patterns as patterns
 
 CONVERT = "torch.nn.SyncBatchNorm.convert_sync_batchnorm"
 _TRANSPARENT = frozenset({"torch.compile", CONVERT})
@@ -57,7 +57,7 @@ def _is_wrap(ctx: ChunkContext, value: ast.AST) -> bool:
     node = value
     while isinstance(node, ast.Call):
         qual = ctx.call_qualname(node)
-        if qual == N.DDP:
+        if qual == known_names.DDP:
             return True
         if qual not in _TRANSPARENT or not node.args:
             return False
@@ -70,8 +70,8 @@ def _last_assignment(
 ) -> ast.stmt | None:
     found: ast.stmt | None = None
     holders = {id(a) for a in ctx.ancestors(before)}
-    for node in P.walk_scope(root):
-        if not P.before(node, before) or id(node) in holders:
+    for node in patterns.walk_scope(root):
+        if not patterns.before(node, before) or id(node) in holders:
             continue
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
@@ -80,7 +80,7 @@ def _last_assignment(
             targets = [node.target]
         if any(path_of(t) == path for t in targets):
             assert isinstance(node, ast.stmt)
-            if found is None or P.before(found, node):
+            if found is None or patterns.before(found, node):
                 found = node
     return found
 
@@ -119,7 +119,7 @@ class SyncBnAfterDdpWrap(Rule):
             path = path_of(inner)
             if path is None:
                 continue
-            root = P.scope_root(ctx, call)
+            root = patterns.scope_root(ctx, call)
             wrap = _last_assignment(ctx, root, path, call)
             if wrap is None or not _is_wrap(ctx, wrap.value):  # type: ignore[attr-defined]
                 continue

@@ -56,14 +56,14 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
-from ddp_lsp.rules import _launch as L
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _launch as launch_rules
+from ddp_lsp.rules import _patterns as patterns
 
 
 class ClipWithoutUnscale(Rule):
@@ -78,11 +78,11 @@ class ClipWithoutUnscale(Rule):
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         for call in ctx.calls():
             qual = ctx.call_qualname(call)
-            if qual not in N.CLIP_GRAD:
+            if qual not in known_names.CLIP_GRAD:
                 continue
-            root = P.scope_root(ctx, call)
+            root = patterns.scope_root(ctx, call)
             scaled = [
-                b for b in P.backwards_in(root) if b.scaler is not None and P.before(b.call, call)
+                b for b in patterns.backwards_in(root) if b.scaler is not None and patterns.before(b.call, call)
             ]
             if not scaled:
                 continue
@@ -97,35 +97,35 @@ class ClipWithoutUnscale(Rule):
             optimizer = self._optimizer(ctx, root, scaler, call)
             stmt = ctx.statement(call)
             late = self._unscale_after(ctx, root, scaler, call)
-            if late is not None and P.starts_own_line(ctx, stmt):
+            if late is not None and patterns.starts_own_line(ctx, stmt):
                 # Moving it, not adding a second one: unscale_ twice before update() raises.
                 first, last = ctx.stmt_lines(late)
                 fixes.append(
                     Fix(
                         title=f"Move {ctx.segment(late).strip()} before {clip_name}",
                         edits=(
-                            E.insert_before(ctx, stmt, ctx.segment(late)),
-                            E.delete_lines(first, last),
+                            text_edits.insert_before(ctx, stmt, ctx.segment(late)),
+                            text_edits.delete_lines(first, last),
                         ),
                         safe=True,
                         preferred=True,
                     )
                 )
-            elif late is None and optimizer is not None and P.starts_own_line(ctx, stmt):
+            elif late is None and optimizer is not None and patterns.starts_own_line(ctx, stmt):
                 line = f"{scaler_text}.unscale_({optimizer})"
                 # `if scaler is not None: scaler.scale(loss).backward() else: loss.backward()`:
                 # launches without AMP have no scaler at the clip; unscale under the same test.
-                apart = L.branch_apart(ctx, backward.call, call)
+                apart = launch_rules.branch_apart(ctx, backward.call, call)
                 safe = apart is None
-                if apart is not None and L.in_body(apart, backward.call):
+                if apart is not None and launch_rules.in_body(apart, backward.call):
                     test = ctx.segment(apart.test)
-                    if L.plain_test(apart.test) and "\n" not in test:
+                    if launch_rules.plain_test(apart.test) and "\n" not in test:
                         line = f"if {test}:\n{ctx.indent_unit(stmt)}{line}"
                         safe = True
                 fixes.append(
                     Fix(
                         title=f"Insert {scaler_text}.unscale_({optimizer}) before {clip_name}",
-                        edits=(E.insert_before(ctx, stmt, line),),
+                        edits=(text_edits.insert_before(ctx, stmt, line),),
                         safe=safe,
                         preferred=True,
                     )
@@ -146,13 +146,13 @@ class ClipWithoutUnscale(Rule):
     def _unscaled_before(
         ctx: ChunkContext, root: ast.AST, scaler: ast.expr, clip: ast.Call
     ) -> bool:
-        for c in P.calls_in(root, "unscale_"):
+        for c in patterns.calls_in(root, "unscale_"):
             assert isinstance(c.func, ast.Attribute)
-            if P.before(c, clip) and P.same_path(c.func.value, scaler):
+            if patterns.before(c, clip) and patterns.same_path(c.func.value, scaler):
                 return True
-        for node in P.walk_scope(root):
-            if isinstance(node, ast.Call) and P.before(node, clip):
-                if K.UNSCALES in ctx.callee_props(node):
+        for node in patterns.walk_scope(root):
+            if isinstance(node, ast.Call) and patterns.before(node, clip):
+                if fact_model.UNSCALES in ctx.callee_props(node):
                     return True
         return False
 
@@ -165,14 +165,14 @@ class ClipWithoutUnscale(Rule):
         block, idx = ctx.block_of(stmt)
         for later in block[idx + 1 :]:
             if isinstance(later, ast.Expr):
-                c = P.method_call(later.value, "unscale_")
-                if c is not None and P.same_path(c.func.value, scaler):  # type: ignore[attr-defined]
+                c = patterns.method_call(later.value, "unscale_")
+                if c is not None and patterns.same_path(c.func.value, scaler):  # type: ignore[attr-defined]
                     return later
         return None
 
     @staticmethod
     def _optimizer(ctx: ChunkContext, root: ast.AST, scaler: ast.expr, at: ast.AST) -> str | None:
-        opt = P.scaler_step_optimizer(root, scaler)
+        opt = patterns.scaler_step_optimizer(root, scaler)
         if opt is not None:
             # `for name, o in optimizers.items(): scaler.step(o)` after the clip: `o` does not
             # exist yet where unscale_ would go, so naming it would raise at run time.
@@ -182,7 +182,7 @@ class ClipWithoutUnscale(Rule):
             if isinstance(head, ast.Name) and not _bound_before(root, head.id, at):
                 return None
             return ctx.segment(opt)
-        return P.only_optimizer(ctx, at)
+        return patterns.only_optimizer(ctx, at)
 
 
 def _bound_before(root: ast.AST, name: str, at: ast.AST) -> bool:
@@ -194,10 +194,10 @@ def _bound_before(root: ast.AST, name: str, at: ast.AST) -> bool:
             return True
     stores = [
         n
-        for n in W.scope_nodes(root)
+        for n in tree_walk.scope_nodes(root)
         if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
     ]
-    return not stores or any(P.before(n, at) for n in stores)
+    return not stores or any(patterns.before(n, at) for n in stores)
 
 
 _HEAD = """\

@@ -66,11 +66,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
+from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
-from ddp_lsp.rules import _amp as A
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _amp as amp
+from ddp_lsp.rules import _patterns as patterns
 
 
 class ScalerStepWithoutUpdate(Rule):
@@ -85,27 +85,27 @@ class ScalerStepWithoutUpdate(Rule):
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         seen: set[tuple[int, str]] = set()
         for call in ctx.calls():
-            if P.method_call(call, "step") is None or not call.args:
+            if patterns.method_call(call, "step") is None or not call.args:
                 continue
-            root = P.scope_root(ctx, call)
-            scaler = A.receiver(call)
-            if not A.is_scaler(ctx, scaler, root):
+            root = patterns.scope_root(ctx, call)
+            scaler = amp.receiver(call)
+            if not amp.is_scaler(ctx, scaler, root):
                 continue
-            loop = A.iteration_loop(ctx, call)
+            loop = amp.iteration_loop(ctx, call)
             if loop is None:
                 continue
             key = (id(loop), ast.dump(scaler))
             if key in seen:
                 continue
             seen.add(key)
-            steps = A.scaler_calls(ctx, loop, root, "step", scaler)
-            updates = A.scaler_calls(ctx, loop, root, "update", scaler)
+            steps = amp.scaler_calls(ctx, loop, root, "step", scaler)
+            updates = amp.scaler_calls(ctx, loop, root, "update", scaler)
             if updates:
                 extra = self._extra_update(ctx, steps[-1], updates)
                 if extra is not None:
                     yield self._duplicate(ctx, scaler, *extra)
                 continue
-            if A.scaler_escapes(ctx, scaler, loop, root):
+            if amp.scaler_escapes(ctx, scaler, loop, root):
                 continue
             last = steps[-1]
             yield self._finding(ctx, root, loop, scaler, steps, last)
@@ -115,10 +115,10 @@ class ScalerStepWithoutUpdate(Rule):
         ctx: ChunkContext, last_step: ast.Call, updates: list[ast.Call]
     ) -> tuple[ast.Call, ast.Call] | None:
         """(first, second) when two updates follow the last step in one block."""
-        after = [u for u in updates if P.before(last_step, u)]
+        after = [u for u in updates if patterns.before(last_step, u)]
         for first, second in zip(after, after[1:], strict=False):
             s1, s2 = ctx.statement(first), ctx.statement(second)
-            if ctx.block_of(s1)[0] is ctx.block_of(s2)[0] and not A.exclusive(ctx, first, second):
+            if ctx.block_of(s1)[0] is ctx.block_of(s2)[0] and not amp.exclusive(ctx, first, second):
                 return first, second
         return None
 
@@ -127,12 +127,12 @@ class ScalerStepWithoutUpdate(Rule):
     ) -> Finding:
         s = ctx.segment(scaler)
         fixes = []
-        stmt = A.expr_stmt_of(ctx, second)
-        if stmt is not None and A.can_delete(ctx, stmt):
+        stmt = amp.expr_stmt_of(ctx, second)
+        if stmt is not None and amp.can_delete(ctx, stmt):
             fixes.append(
                 Fix(
                     title=f"Remove the second {s}.update()",
-                    edits=(E.delete_stmt(ctx, stmt),),
+                    edits=(text_edits.delete_stmt(ctx, stmt),),
                     safe=True,
                     preferred=True,
                 )
@@ -155,7 +155,7 @@ class ScalerStepWithoutUpdate(Rule):
         for a in ctx.ancestors(step):
             if a is loop:
                 break
-            if A.is_loop(a):
+            if amp.is_loop(a):
                 anchor = a  # type: ignore[assignment]
         return anchor
 
@@ -171,28 +171,28 @@ class ScalerStepWithoutUpdate(Rule):
         s = ctx.segment(scaler)
         later = [
             u
-            for u in A.scaler_calls(ctx, root, root, "update", scaler)
-            if P.before(loop, u) and not A.inside(ctx, u, loop)
+            for u in amp.scaler_calls(ctx, root, root, "update", scaler)
+            if patterns.before(loop, u) and not amp.inside(ctx, u, loop)
         ]
         fixes: list[Fix] = []
         stmts = [self._anchor(ctx, c, loop) for c in steps]
         last_stmt: ast.stmt | None = stmts[-1]
         if last_stmt is ctx.statement(last):
-            last_stmt = A.expr_stmt_of(ctx, last)
-        elif last_stmt is not None and not A.owns_lines(ctx, last_stmt):
+            last_stmt = amp.expr_stmt_of(ctx, last)
+        elif last_stmt is not None and not amp.owns_lines(ctx, last_stmt):
             last_stmt = None
         related: list[Related] = []
-        if last_stmt is not None and A.same_block(ctx, stmts):
+        if last_stmt is not None and amp.same_block(ctx, stmts):
             if len(later) == 1:
-                moved = A.expr_stmt_of(ctx, later[0])
+                moved = amp.expr_stmt_of(ctx, later[0])
                 related.append(Related(ctx.span(later[0]), "runs once after the loop"))
-                if moved is not None and A.can_delete(ctx, moved):
+                if moved is not None and amp.can_delete(ctx, moved):
                     fixes.append(
                         Fix(
                             title=f"Move {s}.update() after {s}.step(...) into the loop",
                             edits=(
-                                E.insert_after(ctx, last_stmt, A.stmt_source(ctx, moved)),
-                                E.delete_stmt(ctx, moved),
+                                text_edits.insert_after(ctx, last_stmt, amp.stmt_source(ctx, moved)),
+                                text_edits.delete_stmt(ctx, moved),
                             ),
                             safe=True,
                             preferred=True,
@@ -202,7 +202,7 @@ class ScalerStepWithoutUpdate(Rule):
                 fixes.append(
                     Fix(
                         title=f"Insert {s}.update() after {s}.step(...)",
-                        edits=(E.insert_after(ctx, last_stmt, f"{s}.update()"),),
+                        edits=(text_edits.insert_after(ctx, last_stmt, f"{s}.update()"),),
                         safe=True,
                         preferred=True,
                     )

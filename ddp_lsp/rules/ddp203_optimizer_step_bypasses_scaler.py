@@ -58,11 +58,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
+from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
-from ddp_lsp.rules import _amp as A
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _amp as amp
+from ddp_lsp.rules import _patterns as patterns
 
 
 class OptimizerStepBypassesScaler(Rule):
@@ -75,25 +75,25 @@ class OptimizerStepBypassesScaler(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        candidates: list[tuple[ast.Call, ast.AST, ast.AST, P.Backward]] = []
+        candidates: list[tuple[ast.Call, ast.AST, ast.AST, patterns.Backward]] = []
         for call in ctx.calls():
-            if P.method_call(call, "step") is None:
+            if patterns.method_call(call, "step") is None:
                 continue
-            root = P.scope_root(ctx, call)
-            opt = A.receiver(call)
-            if A.is_scaler(ctx, opt, root) or not A.is_optimizer(ctx, opt, root):
+            root = patterns.scope_root(ctx, call)
+            opt = amp.receiver(call)
+            if amp.is_scaler(ctx, opt, root) or not amp.is_optimizer(ctx, opt, root):
                 continue
-            loop = A.iteration_loop(ctx, call, opt)
+            loop = amp.iteration_loop(ctx, call, opt)
             region: ast.AST = loop if loop is not None else root
             backs = [
                 b
-                for b in P.backwards_in(region)
-                if P.before(b.call, call) and not A.exclusive(ctx, b.call, call)
+                for b in patterns.backwards_in(region)
+                if patterns.before(b.call, call) and not amp.exclusive(ctx, b.call, call)
             ]
             if not backs:
                 continue
             last = backs[-1]
-            if last.scaler is None or not A.is_scaler(ctx, last.scaler, root):
+            if last.scaler is None or not amp.is_scaler(ctx, last.scaler, root):
                 continue
             if self._scaler_path_beside(ctx, call, last.scaler, root):
                 continue
@@ -104,8 +104,8 @@ class OptimizerStepBypassesScaler(Rule):
                 for c, r, _, b in candidates
                 # module-level code gets a fresh Module root per call: compare by kind there
                 if (r is region or isinstance(r, ast.Module) and isinstance(region, ast.Module))
-                and P.same_path(b.scaler, backward.scaler)  # type: ignore[arg-type]
-                and P.before(call, c)
+                and patterns.same_path(b.scaler, backward.scaler)  # type: ignore[arg-type]
+                and patterns.before(call, c)
             ]
             yield self._finding(ctx, call, region, root, backward, is_last=not later)
 
@@ -122,8 +122,8 @@ class OptimizerStepBypassesScaler(Rule):
             if isinstance(a, ast.If) and child is not a.test:
                 other = a.orelse if any(s is child for s in a.body) else a.body
                 for stmt in other:
-                    for c in P.calls_in(stmt, "step"):
-                        if P.same_path(A.receiver(c), scaler):
+                    for c in patterns.calls_in(stmt, "step"):
+                        if patterns.same_path(amp.receiver(c), scaler):
                             return True
             child = a
         return False
@@ -134,26 +134,26 @@ class OptimizerStepBypassesScaler(Rule):
         call: ast.Call,
         region: ast.AST,
         root: ast.AST,
-        backward: P.Backward,
+        backward: patterns.Backward,
         is_last: bool,
     ) -> Finding:
         scaler = backward.scaler
         assert scaler is not None
-        opt = A.receiver(call)
+        opt = amp.receiver(call)
         s, o = ctx.segment(scaler), ctx.segment(opt)
         stepped = [
             c
-            for c in A.scaler_calls(ctx, root, root, "step", scaler)
-            if c.args and P.same_path(c.args[0], opt)
+            for c in amp.scaler_calls(ctx, root, root, "step", scaler)
+            if c.args and patterns.same_path(c.args[0], opt)
         ]
         fixes: list[Fix] = []
-        stmt = A.expr_stmt_of(ctx, call)
+        stmt = amp.expr_stmt_of(ctx, call)
         if stmt is not None and not stepped and not call.args and not call.keywords:
-            edits = [E.replace_node(ctx, call, f"{s}.step({o})")]
+            edits = [text_edits.replace_node(ctx, call, f"{s}.step({o})")]
             title = f"Replace with {s}.step({o})"
-            own_pass = A.innermost_loop(ctx, call) is (region if region is not root else None)
-            if is_last and own_pass and not A.scaler_calls(ctx, region, root, "update", scaler):
-                edits.append(E.insert_after(ctx, stmt, f"{s}.update()"))
+            own_pass = amp.innermost_loop(ctx, call) is (region if region is not root else None)
+            if is_last and own_pass and not amp.scaler_calls(ctx, region, root, "update", scaler):
+                edits.append(text_edits.insert_after(ctx, stmt, f"{s}.update()"))
                 title += f" and {s}.update()"
             fixes.append(Fix(title=title, edits=tuple(edits), safe=True, preferred=True))
         if stepped:

@@ -53,11 +53,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
+from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
-from ddp_lsp.rules import _amp as A
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _amp as amp
+from ddp_lsp.rules import _patterns as patterns
 
 
 class ScalerUpdateBeforeStep(Rule):
@@ -71,24 +71,24 @@ class ScalerUpdateBeforeStep(Rule):
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         for call in ctx.calls():
-            if P.method_call(call, "update") is None:
+            if patterns.method_call(call, "update") is None:
                 continue
-            root = P.scope_root(ctx, call)
-            scaler = A.receiver(call)
-            if not A.is_scaler(ctx, scaler, root):
+            root = patterns.scope_root(ctx, call)
+            scaler = amp.receiver(call)
+            if not amp.is_scaler(ctx, scaler, root):
                 continue
-            loop = A.innermost_loop(ctx, call)
+            loop = amp.innermost_loop(ctx, call)
             region: ast.AST = loop if loop is not None else root
             steps = [
                 c
-                for c in A.scaler_calls(ctx, region, root, "step", scaler)
-                if c.args and A.iteration_loop(ctx, c) is loop
+                for c in amp.scaler_calls(ctx, region, root, "step", scaler)
+                if c.args and amp.iteration_loop(ctx, c) is loop
             ]
             later = [
                 c
                 for c in steps
-                if P.before(call, c)
-                and not A.exclusive(ctx, call, c)
+                if patterns.before(call, c)
+                and not amp.exclusive(ctx, call, c)
                 and self._reaches(ctx, call, c)
             ]
             if not later:
@@ -117,25 +117,25 @@ class ScalerUpdateBeforeStep(Rule):
         s = ctx.segment(scaler)
         last = steps[-1]
         fixes: list[Fix] = []
-        moved = A.expr_stmt_of(ctx, update)
-        last_stmt = A.expr_stmt_of(ctx, last)
-        step_stmts = [ctx.statement(c) for c in steps if P.before(update, c)]
+        moved = amp.expr_stmt_of(ctx, update)
+        last_stmt = amp.expr_stmt_of(ctx, last)
+        step_stmts = [ctx.statement(c) for c in steps if patterns.before(update, c)]
         if (
             moved is not None
             and last_stmt is not None
-            and A.can_delete(ctx, moved)
-            and A.same_block(ctx, step_stmts)
+            and amp.can_delete(ctx, moved)
+            and amp.same_block(ctx, step_stmts)
         ):
             after = [
                 u
-                for u in A.scaler_calls(ctx, region, root, "update", scaler)
-                if P.before(last, u) and not A.exclusive(ctx, last, u)
+                for u in amp.scaler_calls(ctx, region, root, "update", scaler)
+                if patterns.before(last, u) and not amp.exclusive(ctx, last, u)
             ]
             if after:
                 fixes.append(
                     Fix(
                         title=f"Remove the early {s}.update() (one already follows the step)",
-                        edits=(E.delete_stmt(ctx, moved),),
+                        edits=(text_edits.delete_stmt(ctx, moved),),
                         safe=True,
                         preferred=True,
                     )
@@ -145,8 +145,8 @@ class ScalerUpdateBeforeStep(Rule):
                     Fix(
                         title=f"Move {s}.update() after {s}.step(...)",
                         edits=(
-                            E.insert_after(ctx, last_stmt, A.stmt_source(ctx, moved)),
-                            E.delete_stmt(ctx, moved),
+                            text_edits.insert_after(ctx, last_stmt, amp.stmt_source(ctx, moved)),
+                            text_edits.delete_stmt(ctx, moved),
                         ),
                         safe=True,
                         preferred=True,

@@ -60,9 +60,9 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import (
     Edit,
@@ -74,7 +74,7 @@ from ddp_lsp.core.types import (
     Severity,
     Tag,
 )
-from ddp_lsp.rules import _amp as A
+from ddp_lsp.rules import _amp as amp
 
 _AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
 _VERSIONISH = re.compile(r"version|torch\w*\d", re.IGNORECASE)
@@ -93,7 +93,7 @@ class DeprecatedCudaAmp(Rule):
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         for call in ctx.calls():
             qual = ctx.call_qualname(call)
-            if qual not in N.DEPRECATED_AMP or _compat_code(ctx, call):
+            if qual not in known_names.DEPRECATED_AMP or _compat_code(ctx, call):
                 continue
             if _rebound_here(ctx, call):
                 continue
@@ -102,8 +102,8 @@ class DeprecatedCudaAmp(Rule):
             if imp.level or not imp.module or _compat_code(ctx, imp):
                 continue
             for alias in imp.names:
-                qual = N.canonical(f"{imp.module}.{alias.name}")
-                if qual in N.DEPRECATED_AMP:
+                qual = known_names.canonical(f"{imp.module}.{alias.name}")
+                if qual in known_names.DEPRECATED_AMP:
                     yield self._import_finding(ctx, imp, alias, qual)
 
     # -- calls ---------------------------------------------------------------------------------
@@ -115,8 +115,8 @@ class DeprecatedCudaAmp(Rule):
         fixes: list[Fix] = []
         inserts = self._arg_inserts(ctx, call, attr)
         if inserts is not None:
-            edits = [E.replace_node(ctx, call.func, new)]
-            edits.extend(E.insert_at(p, text) for p, text in sorted(inserts.items()))
+            edits = [text_edits.replace_node(ctx, call.func, new)]
+            edits.extend(text_edits.insert_at(p, text) for p, text in sorted(inserts.items()))
             fixes.append(
                 Fix(
                     title=f'Use {new}("cuda", ...)',
@@ -179,7 +179,7 @@ class DeprecatedCudaAmp(Rule):
             keep = [
                 a
                 for a in imp.names
-                if N.canonical(f"{imp.module}.{a.name}") not in N.DEPRECATED_AMP
+                if known_names.canonical(f"{imp.module}.{a.name}") not in known_names.DEPRECATED_AMP
                 or (a.asname or a.name) in used
             ]
             edit = self._import_edit(ctx, imp, keep)
@@ -206,17 +206,17 @@ class DeprecatedCudaAmp(Rule):
 
     @staticmethod
     def _import_edit(ctx: ChunkContext, imp: ast.ImportFrom, keep: list[ast.alias]) -> Edit | None:
-        if not A.owns_lines(ctx, imp):
+        if not amp.owns_lines(ctx, imp):
             return None
         if not keep:
-            if not A.can_delete(ctx, imp):
+            if not amp.can_delete(ctx, imp):
                 return None
-            return E.delete_stmt(ctx, imp)
+            return text_edits.delete_stmt(ctx, imp)
         first, last = ctx.stmt_lines(imp)
         if last > first and any("#" in ctx.chunk.lines[r] for r in range(first, last + 1)):
             return None  # comments inside a wrapped import: leave it to the user
         names = ", ".join(a.name if a.asname is None else f"{a.name} as {a.asname}" for a in keep)
-        return E.replace_node(ctx, imp, f"from {imp.module} import {names}")
+        return text_edits.replace_node(ctx, imp, f"from {imp.module} import {names}")
 
 
 def _torch_spelling(ctx: ChunkContext) -> tuple[str, tuple[str, ...]]:
@@ -231,7 +231,7 @@ def _torch_spelling(ctx: ChunkContext) -> tuple[str, tuple[str, ...]]:
 
 
 def _mentions_version(test: ast.AST) -> bool:
-    for node in W.bfs(test):
+    for node in tree_walk.bfs(test):
         if isinstance(node, ast.Name) and (_VERSIONISH.search(node.id) or node.id == "hasattr"):
             return True
         if isinstance(node, ast.Attribute) and _VERSIONISH.search(node.attr):
@@ -279,8 +279,8 @@ def _rebound_here(ctx: ChunkContext, call: ast.Call) -> bool:
     for imp in ctx.nodes(ast.Import, ast.ImportFrom):
         if not isinstance(imp, (ast.Import, ast.ImportFrom)):
             continue
-        for bound, qual in N.import_bindings(imp):
-            if bound == name and qual not in N.DEPRECATED_AMP:
+        for bound, qual in known_names.import_bindings(imp):
+            if bound == name and qual not in known_names.DEPRECATED_AMP:
                 return True
     return False
 

@@ -59,13 +59,13 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Pos, RuleMeta, Severity, Span
-from ddp_lsp.rules import _graph as G
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _graph as graph
+from ddp_lsp.rules import _patterns as patterns
 
 _APPENDERS = {"append": 0, "appendleft": 0, "insert": 1, "extend": 0}
 _ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript)
@@ -91,7 +91,7 @@ class GraphKeptAlive(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        flows: dict[int, G.GraphFlow] = {}
+        flows: dict[int, graph.GraphFlow] = {}
         module_key = 0
         for node in ctx.nodes(ast.Call, ast.AugAssign, ast.Assign):
             store = self._store(node)
@@ -101,22 +101,22 @@ class GraphKeptAlive(Rule):
             key = id(fn) if fn is not None else module_key
             flow = flows.get(key)
             if flow is None:
-                flow = flows[key] = G.GraphFlow(ctx, P.scope_root(ctx, node))
+                flow = flows[key] = graph.GraphFlow(ctx, patterns.scope_root(ctx, node))
             if not flow.backward_calls and not (
-                fn is not None and fn.name in G.TRAINING_STEP_NAMES
+                fn is not None and fn.name in graph.TRAINING_STEP_NAMES
             ):
                 continue
-            if G.under_no_grad(ctx, node):
+            if graph.under_no_grad(ctx, node):
                 continue
-            root_path = G.dotted_path(store.container)
+            root_path = graph.dotted_path(store.container)
             if root_path is None:
                 continue
-            if (N.dotted(store.container) or root_path) in flow.consumed:
+            if (known_names.dotted(store.container) or root_path) in flow.consumed:
                 continue  # `total += loss_i` ... `(total / k).backward()`: the loss being built
             if not self._survives(ctx, flow, node, fn, root_path):
                 continue
             for leaf in self._leaves(store.values):
-                if flow.taint(leaf) is not G.CARRY:
+                if flow.taint(leaf) is not graph.CARRY:
                     continue
                 yield self._finding(ctx, flow, store, leaf)
 
@@ -159,8 +159,8 @@ class GraphKeptAlive(Rule):
                 isinstance(target, ast.Name | ast.Attribute)
                 and isinstance(value, ast.BinOp)
                 and isinstance(value.op, ast.Add)
-                and N.dotted(value.left) is not None
-                and N.dotted(value.left) == N.dotted(target)
+                and known_names.dotted(value.left) is not None
+                and known_names.dotted(value.left) == known_names.dotted(target)
             ):
                 right = value.right
                 if isinstance(right, ast.List | ast.Tuple):
@@ -185,7 +185,7 @@ class GraphKeptAlive(Rule):
     def _survives(
         self,
         ctx: ChunkContext,
-        flow: G.GraphFlow,
+        flow: graph.GraphFlow,
         node: ast.AST,
         fn: ast.FunctionDef | ast.AsyncFunctionDef | None,
         root_path: str,
@@ -202,7 +202,7 @@ class GraphKeptAlive(Rule):
     def _recreated(path: str, scope: ast.AST) -> bool:
         """``path`` is assigned a fresh value (not one built from itself), or cleared, in
         ``scope``."""
-        for n in W.bfs(scope):
+        for n in tree_walk.bfs(scope):
             targets: list[ast.AST] = []
             value: ast.AST | None = None
             if isinstance(n, ast.Assign):
@@ -214,21 +214,21 @@ class GraphKeptAlive(Rule):
             elif isinstance(n, ast.With | ast.AsyncWith):
                 targets = [i.optional_vars for i in n.items if i.optional_vars is not None]
             elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
-                if n.func.attr == "clear" and N.dotted(n.func.value) == path:
+                if n.func.attr == "clear" and known_names.dotted(n.func.value) == path:
                     return True
                 continue
             elif isinstance(n, ast.Delete):
                 for d in n.targets:
-                    if isinstance(d, ast.Subscript) and N.dotted(d.value) == path:
+                    if isinstance(d, ast.Subscript) and known_names.dotted(d.value) == path:
                         return True
                 continue
             else:
                 continue
             flat: list[ast.AST] = []
             for tgt in targets:
-                flat.extend(W.bfs(tgt) if isinstance(tgt, ast.Tuple | ast.List) else [tgt])
-            if any(N.dotted(x) == path for x in flat):
-                if value is not None and any(N.dotted(x) == path for x in W.bfs(value)):
+                flat.extend(tree_walk.bfs(tgt) if isinstance(tgt, ast.Tuple | ast.List) else [tgt])
+            if any(known_names.dotted(x) == path for x in flat):
+                if value is not None and any(known_names.dotted(x) == path for x in tree_walk.bfs(value)):
                     continue  # `losses = losses + [loss]` keeps the old list
                 return True
         return False
@@ -252,14 +252,14 @@ class GraphKeptAlive(Rule):
         return Span(Pos(sp.start.line, sp.start.col - 1), Pos(sp.end.line, sp.end.col + 1))
 
     def _finding(
-        self, ctx: ChunkContext, flow: G.GraphFlow, store: _Store, leaf: ast.expr
+        self, ctx: ChunkContext, flow: graph.GraphFlow, store: _Store, leaf: ast.expr
     ) -> Finding:
         text = ctx.segment(leaf)
         wrapped = text if isinstance(leaf, _ATOMS) else f"({text})"
         short = wrapped if "\n" not in text and len(text) <= 40 else "value"
         container = ctx.segment(store.container)
         if "\n" in container or len(container) > 40:
-            container = G.dotted_path(store.container) or "the container"
+            container = graph.dotted_path(store.container) or "the container"
         scalar = flow.is_scalar(leaf)
         span = ctx.span(leaf)
         grouped = self._grouping_parens(ctx, store, leaf)
@@ -268,7 +268,7 @@ class GraphKeptAlive(Rule):
             span, wrapped = grouped, f"({text})"
 
         def edit(method: str) -> Edit:
-            return E.replace_span(span, f"{wrapped}.{method}()")
+            return text_edits.replace_span(span, f"{wrapped}.{method}()")
 
         fixes = [
             Fix(

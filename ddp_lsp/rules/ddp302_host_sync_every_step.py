@@ -65,14 +65,14 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import names as N
-from ddp_lsp.core import uniformity as U
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import uniformity as rank_uniformity
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import LOOPS, ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, Related, RuleMeta, Severity
-from ddp_lsp.rules import _graph as GR
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _graph as graph
+from ddp_lsp.rules import _patterns as patterns
 
 _SYNCS = frozenset({"item", "cpu", "tolist", "numpy"})
 _STEPPER = re.compile(r"optim|opt$|^opt|scaler", re.IGNORECASE)
@@ -94,7 +94,7 @@ class HostSyncEveryStep(Rule):
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         training: dict[int, bool] = {}
         tested: dict[int, set[str]] = {}
-        flows: dict[int, GR.GraphFlow] = {}
+        flows: dict[int, graph.GraphFlow] = {}
         # Every read of one training loop's iteration is one stall: one finding per loop, at
         # its first read, the others as related locations.
         per_loop: dict[int, list[tuple[ast.AST, str]]] = {}
@@ -117,7 +117,7 @@ class HostSyncEveryStep(Rule):
                 continue
             per_loop.setdefault(id(loop), []).append((target, label))
         for reads in per_loop.values():
-            reads.sort(key=lambda r: P.order(r[0]))
+            reads.sort(key=lambda r: patterns.order(r[0]))
             target, label = reads[0]
             more = len(reads) - 1
             also = (
@@ -140,13 +140,13 @@ class HostSyncEveryStep(Rule):
         """A call of a helper that reads tensors back to the host on every call
         (``grad_norms(model)`` looping ``p.grad.norm().item()`` over the parameters): one
         stall per call, reported at the call."""
-        if K.HOST_SYNC not in ctx.callee_props(call):
+        if fact_model.HOST_SYNC not in ctx.callee_props(call):
             return None, ""
         return call, f"`{ctx.segment(call.func)}(...)` (it calls `.item()`/`.tolist()`)"
 
     @staticmethod
     def _sync(
-        ctx: ChunkContext, call: ast.Call, flows: dict[int, GR.GraphFlow]
+        ctx: ChunkContext, call: ast.Call, flows: dict[int, graph.GraphFlow]
     ) -> tuple[ast.AST | None, str]:
         func = call.func
         if isinstance(func, ast.Attribute) and func.attr in _SYNCS:
@@ -164,18 +164,18 @@ class HostSyncEveryStep(Rule):
                 ):
                     return None, ""
                 inner = inner.func if isinstance(inner, ast.Call) else inner.value
-            root = P.scope_root(ctx, call)
+            root = patterns.scope_root(ctx, call)
             flow = flows.get(id(root))
             if flow is None:
-                flow = flows[id(root)] = GR.GraphFlow(ctx, root)
+                flow = flows[id(root)] = graph.GraphFlow(ctx, root)
             if not _device_tensor(flow, func.value):
                 return None, ""
             return call, f"`.{func.attr}()`"
         if isinstance(func, ast.Name) and func.id == "print" and "print" not in ctx.facts.aliases:
-            root = P.scope_root(ctx, call)
+            root = patterns.scope_root(ctx, call)
             flow = flows.get(id(root))
             if flow is None:
-                flow = flows[id(root)] = GR.GraphFlow(ctx, root)
+                flow = flows[id(root)] = graph.GraphFlow(ctx, root)
             for a in call.args:
                 values = [a]
                 if isinstance(a, ast.JoinedStr):
@@ -186,31 +186,31 @@ class HostSyncEveryStep(Rule):
         return None, ""
 
 
-def _device_tensor(flow: GR.GraphFlow, receiver: ast.AST) -> bool:
+def _device_tensor(flow: graph.GraphFlow, receiver: ast.AST) -> bool:
     """The value read back is a GPU tensor of the step: it is computed from a loss or a model
     output, or named like one (``loss``, ``logits``, ``outputs``, ``correct``, ``grad_norm``).
     Numbers from elsewhere (a NumPy array, a list of labels) are not assumed to be on the GPU."""
-    for node in W.bfs(receiver):
+    for node in tree_walk.bfs(receiver):
         if isinstance(node, (ast.Name, ast.Attribute)):
-            name = (N.dotted(node) or "").rsplit(".", 1)[-1]
+            name = (known_names.dotted(node) or "").rsplit(".", 1)[-1]
             if _TENSOR_NAME.search(name):
                 return True
             if _carries(flow, node):
                 return True
-        elif isinstance(node, ast.Call) and _safe_taint(flow, node) is GR.CARRY:
+        elif isinstance(node, ast.Call) and _safe_taint(flow, node) is graph.CARRY:
             return True
     return False
 
 
-def _carries(flow: GR.GraphFlow, value: ast.Name | ast.Attribute) -> bool:
+def _carries(flow: graph.GraphFlow, value: ast.Name | ast.Attribute) -> bool:
     """The value certainly carries autograd history (a loss, a model output).
 
     Only values assigned earlier in the same pass are asked: ``_graph.GraphFlow`` recurses
     without end on a name whose only binding is a later ``x += 1`` in the enclosing loop."""
-    path = N.dotted(value)
+    path = known_names.dotted(value)
     if path is None:
         return False
-    where = P.order(value)
+    where = patterns.order(value)
     prior = [
         stmt
         for end, stmt, _ in flow.assigns.get(path, [])
@@ -218,14 +218,14 @@ def _carries(flow: GR.GraphFlow, value: ast.Name | ast.Attribute) -> bool:
     ]
     if not prior and path not in flow.targets:
         return False
-    return _safe_taint(flow, value) is GR.CARRY
+    return _safe_taint(flow, value) is graph.CARRY
 
 
-def _safe_taint(flow: GR.GraphFlow, value: ast.AST) -> GR.Taint:
+def _safe_taint(flow: graph.GraphFlow, value: ast.AST) -> graph.Taint:
     try:
         return flow.taint(value)
     except RecursionError:  # see _carries
-        return GR.UNKNOWN
+        return graph.UNKNOWN
 
 
 def _own_nodes(loop: ast.AST) -> Iterator[ast.AST]:
@@ -236,7 +236,7 @@ def _own_nodes(loop: ast.AST) -> Iterator[ast.AST]:
         yield node
         if isinstance(node, _NESTED):
             continue
-        stack.extend(W.children(node))
+        stack.extend(tree_walk.children(node))
 
 
 def _is_training_loop(ctx: ChunkContext, loop: ast.AST) -> bool:
@@ -249,9 +249,9 @@ def _is_training_loop(ctx: ChunkContext, loop: ast.AST) -> bool:
         if node.func.attr == "step":
             receiver = node.func.value
             kind = ctx.kind(receiver, node)
-            if kind in (K.OPTIMIZER, K.SCALER):
+            if kind in (fact_model.OPTIMIZER, fact_model.SCALER):
                 return True
-            name = N.dotted(receiver) or ""
+            name = known_names.dotted(receiver) or ""
             if _STEPPER.search(name.rsplit(".", 1)[-1]) and "sched" not in name.lower():
                 return True
     return False
@@ -286,7 +286,7 @@ def _pure_rank_guard(ctx: ChunkContext, test: ast.AST) -> bool:
         return all(_pure_rank_guard(ctx, v) for v in test.values)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _pure_rank_guard(ctx, test.operand)
-    return U.uniformity(ctx).test(test) is not None
+    return rank_uniformity.uniformity(ctx).test(test) is not None
 
 
 def _feeds_control_flow(
@@ -298,15 +298,15 @@ def _feeds_control_flow(
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         return False
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-    names = {n.id for t in targets for n in W.bfs(t) if isinstance(n, ast.Name)}
+    names = {n.id for t in targets for n in tree_walk.bfs(t) if isinstance(n, ast.Name)}
     if not names:
         return False
     in_tests = tested.get(id(loop))
     if in_tests is None:
         in_tests = tested[id(loop)] = set()
-        for node in P.walk_scope(loop):
+        for node in patterns.walk_scope(loop):
             if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
-                in_tests.update(n.id for n in W.bfs(node.test) if isinstance(n, ast.Name))
+                in_tests.update(n.id for n in tree_walk.bfs(node.test) if isinstance(n, ast.Name))
     return not names.isdisjoint(in_tests)
 
 

@@ -50,13 +50,13 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import names as N
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _device as D
-from ddp_lsp.rules import _guard as G
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _device as device_rules
+from ddp_lsp.rules import _guard as guards
+from ddp_lsp.rules import _patterns as patterns
 
 
 class LoadWithoutMapLocation(Rule):
@@ -70,10 +70,10 @@ class LoadWithoutMapLocation(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        if D.one_gpu_per_node(ctx):
+        if device_rules.one_gpu_per_node(ctx):
             return
         for call in ctx.calls():
-            if ctx.call_qualname(call) != N.TORCH_LOAD:
+            if ctx.call_qualname(call) != known_names.TORCH_LOAD:
                 continue
             if not call.args or len(call.args) > 1:
                 continue  # no file, or map_location given positionally
@@ -81,7 +81,7 @@ class LoadWithoutMapLocation(Rule):
                 continue
             if any(kw.arg in (None, "map_location") for kw in call.keywords):
                 continue
-            if D.guarded(ctx, call) or G.spawns_processes(ctx, P.scope_root(ctx, call)):
+            if device_rules.guarded(ctx, call) or guards.spawns_processes(ctx, patterns.scope_root(ctx, call)):
                 continue
             if _in_dataset(ctx, call) or _data_file(ctx, call.args[0]):
                 continue
@@ -89,7 +89,7 @@ class LoadWithoutMapLocation(Rule):
             last = max(parts, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
             fix = Fix(
                 title='Add map_location="cpu"',
-                edits=(E.insert_after_node(ctx, last, ', map_location="cpu"'),),
+                edits=(text_edits.insert_after_node(ctx, last, ', map_location="cpu"'),),
                 safe=True,
                 preferred=True,
             )
@@ -129,7 +129,7 @@ def _in_dataset(ctx: ChunkContext, call: ast.Call) -> bool:
         return True
     for a in ctx.ancestors(call):
         if isinstance(a, ast.ClassDef):
-            return any("Dataset" in (N.dotted(b) or "") for b in a.bases)
+            return any("Dataset" in (known_names.dotted(b) or "") for b in a.bases)
     _, cls = ctx.scope(call)
     return cls is not None and "dataset" in cls.lower()
 

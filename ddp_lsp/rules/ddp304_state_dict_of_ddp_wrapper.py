@@ -49,20 +49,20 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _guard as G
-from ddp_lsp.rules import _launch as L
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _guard as guards
+from ddp_lsp.rules import _launch as launch_rules
+from ddp_lsp.rules import _patterns as patterns
 
 _SAVE_NAME = re.compile(r"save", re.IGNORECASE)
 _UNWRAPPING = re.compile(r"accelerator|fabric|trainer|engine|deepspeed|strategy|xm", re.IGNORECASE)
 # Calls that return their first argument still DDP-wrapped.
-_TRANSPARENT = frozenset({N.DDP, "torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
+_TRANSPARENT = frozenset({known_names.DDP, "torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
 
 
 class StateDictOfDdpWrapper(Rule):
@@ -82,17 +82,17 @@ class StateDictOfDdpWrapper(Rule):
             if call.args or call.keywords:
                 continue
             receiver = func.value
-            if ctx.kind(receiver, call) != K.DDP or _rebound(ctx, receiver, call):
+            if ctx.kind(receiver, call) != fact_model.DDP or _rebound(ctx, receiver, call):
                 continue
             save = _saved_by(ctx, call)
             if save is None:
                 continue
             text = ctx.segment(receiver)
             source = ctx.kind_source(receiver, call)
-            if L.kind_on_every_launch(ctx, receiver, call):
+            if launch_rules.kind_on_every_launch(ctx, receiver, call):
                 fix = Fix(
                     title=f"Save {text}.module.state_dict()",
-                    edits=(E.insert_after_node(ctx, receiver, ".module"),),
+                    edits=(text_edits.insert_after_node(ctx, receiver, ".module"),),
                     safe=True,
                     preferred=True,
                 )
@@ -101,7 +101,7 @@ class StateDictOfDdpWrapper(Rule):
                 # caller passes a plain model): `.module` would raise on the single-GPU one.
                 fix = Fix(
                     title=f'Save getattr({text}, "module", {text}).state_dict()',
-                    edits=(E.replace_node(ctx, receiver, f'getattr({text}, "module", {text})'),),
+                    edits=(text_edits.replace_node(ctx, receiver, f'getattr({text}, "module", {text})'),),
                     safe=True,
                     preferred=True,
                 )
@@ -120,23 +120,23 @@ def _rebound(ctx: ChunkContext, receiver: ast.expr, at: ast.AST) -> bool:
     """``model = model.module`` (or anything but a DDP wrap) before ``at`` in this scope."""
     if not isinstance(receiver, ast.Name):
         return False
-    value = G.assigned_value(ctx, receiver.id, P.scope_root(ctx, at), at)
+    value = guards.assigned_value(ctx, receiver.id, patterns.scope_root(ctx, at), at)
     if value is None:
         return False
     while isinstance(value, ast.Call) and ctx.call_qualname(value) in _TRANSPARENT:
-        if ctx.call_qualname(value) == N.DDP:
+        if ctx.call_qualname(value) == known_names.DDP:
             return False
         if not value.args:
             return True
         value = value.args[0]
-    return ctx.kind(value, at) != K.DDP
+    return ctx.kind(value, at) != fact_model.DDP
 
 
 def _save_label(ctx: ChunkContext, call: ast.Call) -> str | None:
     """``torch.save`` or a save helper (not a framework method that unwraps by itself)."""
-    if ctx.call_qualname(call) == N.TORCH_SAVE:
+    if ctx.call_qualname(call) == known_names.TORCH_SAVE:
         return ctx.segment(call.func)
-    name = N.dotted(call.func)
+    name = known_names.dotted(call.func)
     if name is None or not _SAVE_NAME.search(name.rsplit(".", 1)[-1]):
         return None
     if "." in name and _UNWRAPPING.search(name.rsplit(".", 1)[0]):
@@ -167,13 +167,13 @@ def _saved_by(ctx: ChunkContext, sd: ast.Call) -> str | None:
             names = [t.id for t in a.targets if isinstance(t, ast.Name)]
             if not names:
                 return None
-            root = P.scope_root(ctx, sd)
-            for node in P.walk_scope(root):
-                if isinstance(node, ast.Call) and P.before(a, node):
+            root = patterns.scope_root(ctx, sd)
+            for node in patterns.walk_scope(root):
+                if isinstance(node, ast.Call) and patterns.before(a, node):
                     label = _save_label(ctx, node)
                     if label is None or not node.args:
                         continue
-                    if any(isinstance(n, ast.Name) and n.id in names for n in W.bfs(node.args[0])):
+                    if any(isinstance(n, ast.Name) and n.id in names for n in tree_walk.bfs(node.args[0])):
                         return label
             return None
         if isinstance(a, ast.stmt):
@@ -193,7 +193,7 @@ def _builds_container(ctx: ChunkContext, call: ast.Call) -> bool:
 
 
 def _contains(tree: ast.AST, node: ast.AST) -> bool:
-    return any(n is node for n in W.bfs(tree))
+    return any(n is node for n in tree_walk.bfs(tree))
 
 
 _HEAD = """\

@@ -58,12 +58,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import names as N
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _data as D
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _data as data_rules
+from ddp_lsp.rules import _patterns as patterns
 
 
 class MissingDistributedSampler(Rule):
@@ -77,8 +77,8 @@ class MissingDistributedSampler(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        calls = D.dataloader_calls(ctx)
-        if not calls or D.uses_sampler_framework(ctx):
+        calls = data_rules.dataloader_calls(ctx)
+        if not calls or data_rules.uses_sampler_framework(ctx):
             return
         for call in calls:
             finding = self._check_call(ctx, call)
@@ -86,60 +86,60 @@ class MissingDistributedSampler(Rule):
                 yield finding
 
     def _check_call(self, ctx: ChunkContext, call: ast.Call) -> Finding | None:
-        if D.has_star(call):
+        if data_rules.has_star(call):
             return None
-        dataset = D.arg(call, "dataset")
+        dataset = data_rules.arg(call, "dataset")
         if dataset is None:
             return None
         for name in ("sampler", "batch_sampler"):
-            value = D.arg(call, name)
-            if value is not None and not D.is_none(value):
+            value = data_rules.arg(call, name)
+            if value is not None and not data_rules.is_none(value):
                 return None
         fn = ctx.enclosing_function(call)
-        if fn is not None and (fn.name in D.LIGHTNING_HOOKS or D.is_eval_name(fn.name)):
+        if fn is not None and (fn.name in data_rules.LIGHTNING_HOOKS or data_rules.is_eval_name(fn.name)):
             return None
-        root = P.scope_root(ctx, call)
-        path = D.assigned_path(ctx, call)
-        if D.is_eval_name(path) or D.is_eval_name(N.dotted(dataset)):
+        root = patterns.scope_root(ctx, call)
+        path = data_rules.assigned_path(ctx, call)
+        if data_rules.is_eval_name(path) or data_rules.is_eval_name(known_names.dotted(dataset)):
             return None
-        if D.handed_to_framework(ctx, root, call, path):
+        if data_rules.handed_to_framework(ctx, root, call, path):
             return None
-        if ctx.runs_only_on_rank0(call) or D.in_mode_branch(ctx, call):
+        if ctx.runs_only_on_rank0(call) or data_rules.in_mode_branch(ctx, call):
             return None
-        loops = D.loops_over(root, path) if path else []
+        loops = data_rules.loops_over(root, path) if path else []
         if loops and all(
-            ctx.runs_only_on_rank0(loop) or D.under_no_grad(ctx, loop) for loop in loops
+            ctx.runs_only_on_rank0(loop) or data_rules.under_no_grad(ctx, loop) for loop in loops
         ):
             return None  # evaluation: on rank 0 only, or without gradients
-        kind = D.dataset_kind(ctx, root, dataset)
+        kind = data_rules.dataset_kind(ctx, root, dataset)
         if kind in ("iterable", "sharded", "eval"):
             return None
-        shuffle_kw = D.keyword(call, "shuffle")
-        shuffle = D.arg(call, "shuffle")
-        shuffled = D.is_const(shuffle, True)
+        shuffle_kw = data_rules.keyword(call, "shuffle")
+        shuffle = data_rules.arg(call, "shuffle")
+        shuffled = data_rules.is_const(shuffle, True)
         if not shuffled:
             # No shuffle: a training loader over a dataset we know is map-style, only.
-            if kind != "map" or not any(D.is_training_loop(loop) for loop in loops):
+            if kind != "map" or not any(data_rules.is_training_loop(loop) for loop in loops):
                 return None
         fixes = []
-        ds_text = ctx.segment(dataset) if N.dotted(dataset) is not None else None
-        explicit_none = D.arg(call, "sampler") is not None  # sampler=None: edit, not add
+        ds_text = ctx.segment(dataset) if known_names.dotted(dataset) is not None else None
+        explicit_none = data_rules.arg(call, "sampler") is not None  # sampler=None: edit, not add
         if (
             ds_text is not None
             and not explicit_none
             and (shuffle is None or shuffle_kw is not None)
         ):
-            spelled, imports = D.sampler_spelling(ctx)
+            spelled, imports = data_rules.sampler_spelling(ctx)
             if shuffle_kw is None:
                 new = f"sampler={spelled}({ds_text}, shuffle=False)"
-                edits = E.add_argument(ctx, call, new)
+                edits = text_edits.add_argument(ctx, call, new)
                 title = f"Add {new}"
             else:
                 if shuffled:
                     new = f"sampler={spelled}({ds_text})"
                 else:
                     new = f"sampler={spelled}({ds_text}, shuffle={ctx.segment(shuffle_kw.value)})"
-                edits = E.replace_argument(ctx, shuffle_kw, new)
+                edits = text_edits.replace_argument(ctx, shuffle_kw, new)
                 title = f"Replace {ctx.segment(shuffle_kw)} with {new}"
             if edits:
                 fixes.append(
@@ -151,7 +151,7 @@ class MissingDistributedSampler(Rule):
         ds_name = ds_text if ds_text is not None and "\n" not in ds_text else "dataset"
         return ctx.finding(
             self,
-            D.callee_span(ctx, call.func),
+            data_rules.callee_span(ctx, call.func),
             f"This `DataLoader` {what} without a `sampler`: under DDP every rank iterates the "
             "whole dataset, so each epoch does world-size times the work on the same examples; "
             f"pass `sampler=DistributedSampler({ds_name})` and call `set_epoch(epoch)` every "

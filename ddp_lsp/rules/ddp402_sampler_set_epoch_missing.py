@@ -58,10 +58,10 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import (
@@ -74,8 +74,8 @@ from ddp_lsp.core.types import (
     RuleMeta,
     Severity,
 )
-from ddp_lsp.rules import _data as D
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _data as data_rules
+from ddp_lsp.rules import _patterns as patterns
 
 Loop = ast.For | ast.AsyncFor | ast.While
 
@@ -100,24 +100,24 @@ class SamplerSetEpochMissing(Rule):
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         loops = ctx.nodes(ast.For, ast.AsyncFor, ast.While)
-        if not loops or D.uses_sampler_framework(ctx):
+        if not loops or data_rules.uses_sampler_framework(ctx):
             return  # no epoch loop here, or a framework that calls set_epoch
-        has_sampler = K.SAMPLER in ctx.facts.kind_set or any(
-            D.is_sampler_call(ctx, c) for c in ctx.calls()
+        has_sampler = fact_model.SAMPLER in ctx.facts.kind_set or any(
+            data_rules.is_sampler_call(ctx, c) for c in ctx.calls()
         )
         if not has_sampler:
             return
         samplers = self._samplers(ctx, loops)
         known = {s.path for s in samplers}
         for s in samplers:
-            if D.is_eval_name(s.path) or any(D.is_eval_name(lp) for lp in s.loaders):
+            if data_rules.is_eval_name(s.path) or any(data_rules.is_eval_name(lp) for lp in s.loaders):
                 continue
             loop = self._epoch_loop(ctx, s)
             if loop is None or self._sets_epoch(ctx, s, loop, known):
                 continue
             fixes = []
             var = self._epoch_var(loop)
-            if var is not None and loop.body and P.starts_own_line(ctx, loop.body[0]):
+            if var is not None and loop.body and patterns.starts_own_line(ctx, loop.body[0]):
                 call = f"{s.path}.set_epoch({var})"
                 unit = ctx.indent_unit(loop.body[0])
                 if s.guard == "none":
@@ -140,7 +140,7 @@ class SamplerSetEpochMissing(Rule):
             where = s.created if s.created is not None else header
             yield ctx.finding(
                 self,
-                where if not isinstance(where, ast.Call) else D.callee_span(ctx, where.func),
+                where if not isinstance(where, ast.Call) else data_rules.callee_span(ctx, where.func),
                 f"`{s.path}.set_epoch({var or 'epoch'})` is never called in the epoch loop: "
                 "DistributedSampler shuffles with `seed + epoch`, so every epoch visits the data "
                 "in the same order on every rank",
@@ -154,35 +154,35 @@ class SamplerSetEpochMissing(Rule):
     def _samplers(self, ctx: ChunkContext, loops: list[ast.stmt]) -> list[_Sampler]:
         out: dict[tuple[int, str], _Sampler] = {}
         for call in ctx.calls():
-            if not D.is_sampler_call(ctx, call):
+            if not data_rules.is_sampler_call(ctx, call):
                 continue
-            if D.is_const(D.arg(call, "shuffle", D.SAMPLER_POS), False) or D.has_star(call):
+            if data_rules.is_const(data_rules.arg(call, "shuffle", data_rules.SAMPLER_POS), False) or data_rules.has_star(call):
                 continue
-            root = P.scope_root(ctx, call)
+            root = patterns.scope_root(ctx, call)
             parent = ctx.parent(call)
             if isinstance(parent, ast.keyword) and parent.arg == "sampler":
                 loader_call = ctx.parent(parent)
                 if (
                     isinstance(loader_call, ast.Call)
-                    and ctx.call_qualname(loader_call) == N.DATALOADER
+                    and ctx.call_qualname(loader_call) == known_names.DATALOADER
                 ):
-                    lp = D.assigned_path(ctx, loader_call)
+                    lp = data_rules.assigned_path(ctx, loader_call)
                     if lp is not None:
                         out[(id(root), f"{lp}.sampler")] = _Sampler(
                             f"{lp}.sampler", root, call, [lp], ""
                         )
                 continue
-            path = D.assigned_path(ctx, call)
+            path = data_rules.assigned_path(ctx, call)
             if path is None:
                 continue
-            values = D.values_of(root, ast.Name(id=path))
+            values = data_rules.values_of(root, ast.Name(id=path))
             if "." in path:
                 values = [
-                    v for _, a in D.scope_assignments(root, path) for v in D.values_of(root, a)
+                    v for _, a in data_rules.scope_assignments(root, path) for v in data_rules.values_of(root, a)
                 ]
-            if any(not D.is_none(v) and not D.is_sampler_call(ctx, v) for v in values):
+            if any(not data_rules.is_none(v) and not data_rules.is_sampler_call(ctx, v) for v in values):
                 guard = "hasattr"  # a RandomSampler on the single-process path
-            elif any(D.is_none(v) for v in values):
+            elif any(data_rules.is_none(v) for v in values):
                 guard = "none"
             else:
                 guard = ""
@@ -198,9 +198,9 @@ class SamplerSetEpochMissing(Rule):
         for fn in functions:
             if id(fn) in with_loops:
                 params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
-                cands = [p for p in params if ctx.kind(ast.Name(id=p), fn.body[0]) == K.SAMPLER]
+                cands = [p for p in params if ctx.kind(ast.Name(id=p), fn.body[0]) == fact_model.SAMPLER]
                 cands.extend(
-                    p for p in ctx.names_of_kind(K.SAMPLER, fn.body[0]) if p.startswith("self.")
+                    p for p in ctx.names_of_kind(fact_model.SAMPLER, fn.body[0]) if p.startswith("self.")
                 )
                 for p in cands:
                     if (id(fn), p) in out or any(s.path == p for s in out.values()):
@@ -210,7 +210,7 @@ class SamplerSetEpochMissing(Rule):
         # and this chunk is a top-level epoch loop.
         top_loops = [st for st in ctx.body if isinstance(st, (ast.For, ast.AsyncFor, ast.While))]
         if top_loops and ctx.member_of is None:
-            for p in ctx.names_of_kind(K.SAMPLER, top_loops[0]):
+            for p in ctx.names_of_kind(fact_model.SAMPLER, top_loops[0]):
                 if "." in p or any(x.path == p for x in out.values()):
                     continue
                 root = ctx.module_node
@@ -222,7 +222,7 @@ class SamplerSetEpochMissing(Rule):
         """Paths assigned from a call that receives the sampler (``DataLoader(ds, sampler=s)``,
         ``build_loader(ds, s)``)."""
         out = []
-        for call in D.calls_receiving(root, sampler):
+        for call in data_rules.calls_receiving(root, sampler):
             parent = ctx.parent(call)
             if isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1:
                 p = path_of(parent.targets[0])
@@ -236,20 +236,20 @@ class SamplerSetEpochMissing(Rule):
         loaders = list(s.loaders)
         if s.created is None and not loaders:
             # A sampler handed in: the loaders visible here are the ones it feeds.
-            for node in P.walk_scope(s.root):
+            for node in patterns.walk_scope(s.root):
                 if isinstance(node, (ast.For, ast.AsyncFor)):
-                    it = N.dotted(D._strip_wrappers(node.iter)) or ""
+                    it = known_names.dotted(data_rules._strip_wrappers(node.iter)) or ""
                     if (
-                        ctx.kind(D._strip_wrappers(node.iter), node) == K.LOADER
+                        ctx.kind(data_rules._strip_wrappers(node.iter), node) == fact_model.LOADER
                         or "loader" in it.lower()
                     ):
                         loaders.append(it)
         uses: list[ast.AST] = []
         for lp in loaders:
-            uses.extend(D.loops_over(s.root, lp))
-            uses.extend(c for c in D.calls_receiving(s.root, lp) if not self._is_builder(ctx, c))
+            uses.extend(data_rules.loops_over(s.root, lp))
+            uses.extend(c for c in data_rules.calls_receiving(s.root, lp) if not self._is_builder(ctx, c))
             uses.extend(self._epoch_iters(ctx, s.root, lp))
-        uses.sort(key=P.order)
+        uses.sort(key=patterns.order)
         for use in uses:
             loops = ctx.enclosing_loops(use)
             if not loops:
@@ -257,7 +257,7 @@ class SamplerSetEpochMissing(Rule):
             loop = loops[0]
             if (
                 s.created is not None
-                and P.enclosing_loop_body_stmt(ctx, s.created, loop) is not None
+                and patterns.enclosing_loop_body_stmt(ctx, s.created, loop) is not None
             ):
                 continue  # a sampler made per epoch
             if ctx.enclosing_function(loop) is not ctx.enclosing_function(use):
@@ -276,15 +276,15 @@ class SamplerSetEpochMissing(Rule):
     def _epoch_iters(ctx: ChunkContext, root: ast.AST, loader: str) -> list[ast.Call]:
         """``iter(loader)`` that starts a pass (not ``next(iter(loader))``, one batch)."""
         out = []
-        for node in P.walk_scope(root):
+        for node in patterns.walk_scope(root):
             if (
                 isinstance(node, ast.Call)
-                and N.dotted(node.func) == "iter"
+                and known_names.dotted(node.func) == "iter"
                 and node.args
-                and N.dotted(node.args[0]) == loader
+                and known_names.dotted(node.args[0]) == loader
             ):
                 parent = ctx.parent(node)
-                if not (isinstance(parent, ast.Call) and N.dotted(parent.func) == "next"):
+                if not (isinstance(parent, ast.Call) and known_names.dotted(parent.func) == "next"):
                     out.append(node)
         return out
 
@@ -295,14 +295,14 @@ class SamplerSetEpochMissing(Rule):
             *(f"{lp}.batch_sampler" for lp in s.loaders),
         }
         others = known - targets
-        for node in W.bfs(loop):
+        for node in tree_walk.bfs(loop):
             if not isinstance(node, ast.Call):
                 continue
             fn = node.func
             name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
             if name == "set_epoch":
                 assert isinstance(fn, ast.Attribute)
-                receiver = N.dotted(fn.value)
+                receiver = known_names.dotted(fn.value)
                 if receiver is None or receiver not in others:
                     return True
                 continue
@@ -310,7 +310,7 @@ class SamplerSetEpochMissing(Rule):
             if "set_epoch" in lowered or "sampler" in lowered:
                 return True
             # Helpers of this file called per epoch that may set it.
-            dotted_name = N.dotted(fn)
+            dotted_name = known_names.dotted(fn)
             if dotted_name is None:
                 continue
             _, cls = ctx.scope(node)
@@ -318,7 +318,7 @@ class SamplerSetEpochMissing(Rule):
                 qual = f"{cls}.{dotted_name[5:]}"
             else:
                 qual = dotted_name
-            if K.SETS_EPOCH in ctx.callee_props(node):
+            if fact_model.SETS_EPOCH in ctx.callee_props(node):
                 return True  # a same-file helper (or one it calls) sets the epoch
             params = ctx.facts.func_params.get(qual)
             if params is None:
@@ -328,7 +328,7 @@ class SamplerSetEpochMissing(Rule):
             if any("sampler" in p.lower() for p in params):
                 return True
             for a in [*node.args, *(kw.value for kw in node.keywords)]:
-                an = N.dotted(a)
+                an = known_names.dotted(a)
                 if an is not None and (an in targets or s.path.startswith(an + ".")):
                     if an not in s.loaders:
                         return True
@@ -347,7 +347,7 @@ class SamplerSetEpochMissing(Rule):
             line -= 1
         indent = ctx.indent_of(first_stmt)
         text = "".join(f"{indent}{part}\n" for part in code.splitlines())
-        return E.insert_at(Pos(line, 0), text)
+        return text_edits.insert_at(Pos(line, 0), text)
 
     @staticmethod
     def _epoch_var(loop: Loop) -> str | None:

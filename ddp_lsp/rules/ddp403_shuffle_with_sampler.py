@@ -42,11 +42,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
+from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _data as D
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _data as data_rules
+from ddp_lsp.rules import _patterns as patterns
 
 
 class ShuffleWithSampler(Rule):
@@ -59,36 +59,36 @@ class ShuffleWithSampler(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        for call in D.dataloader_calls(ctx):
-            shuffle_kw = D.keyword(call, "shuffle")
-            shuffle = D.arg(call, "shuffle")
-            if not D.is_const(shuffle, True):
+        for call in data_rules.dataloader_calls(ctx):
+            shuffle_kw = data_rules.keyword(call, "shuffle")
+            shuffle = data_rules.arg(call, "shuffle")
+            if not data_rules.is_const(shuffle, True):
                 continue
             which = "sampler"
-            sampler = D.arg(call, "sampler")
-            if sampler is None or D.is_none(sampler):
-                sampler = D.arg(call, "batch_sampler")
+            sampler = data_rules.arg(call, "sampler")
+            if sampler is None or data_rules.is_none(sampler):
+                sampler = data_rules.arg(call, "batch_sampler")
                 which = "batch_sampler"
-            if sampler is None or D.is_none(sampler):
+            if sampler is None or data_rules.is_none(sampler):
                 continue
-            root = P.scope_root(ctx, call)
-            values = D.values_of(root, sampler)
-            if all(D.is_none(v) for v in values):
+            root = patterns.scope_root(ctx, call)
+            values = data_rules.values_of(root, sampler)
+            if all(data_rules.is_none(v) for v in values):
                 continue  # sampler=sampler where sampler is always None here
-            maybe_none = any(D.is_none(v) for v in values)
+            maybe_none = any(data_rules.is_none(v) for v in values)
             fixes = []
             target = shuffle_kw if shuffle_kw is not None else shuffle
             assert target is not None
             if shuffle_kw is not None:
                 sampler_text = ctx.segment(sampler)
                 if maybe_none and isinstance(sampler, ast.Name):
-                    edits = E.replace_argument(ctx, shuffle_kw, f"shuffle=({sampler_text} is None)")
+                    edits = text_edits.replace_argument(ctx, shuffle_kw, f"shuffle=({sampler_text} is None)")
                     title = f"Replace shuffle=True with shuffle=({sampler_text} is None)"
                 elif maybe_none:
                     edits = []
                     title = ""
                 else:
-                    edits = E.remove_argument(ctx, call, shuffle_kw)
+                    edits = text_edits.remove_argument(ctx, call, shuffle_kw)
                     title = "Remove shuffle=True (the sampler decides the order)"
                 if edits:
                     fixes.append(Fix(title=title, edits=tuple(edits), safe=True, preferred=True))

@@ -49,11 +49,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
+from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _data as D
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _data as data_rules
+from ddp_lsp.rules import _patterns as patterns
 
 _NOT_USES = ("len", "iter", "next", "print", "isinstance", "hasattr", "getattr")
 
@@ -68,42 +68,42 @@ class PinMemoryMissing(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        for call in D.dataloader_calls(ctx):
-            if D.has_star(call) or D.arg(call, "pin_memory") is not None:
+        for call in data_rules.dataloader_calls(ctx):
+            if data_rules.has_star(call) or data_rules.arg(call, "pin_memory") is not None:
                 continue
-            root = P.scope_root(ctx, call)
-            nw_expr = D.arg(call, "num_workers")
-            resolved = D.resolve_int(ctx, root, nw_expr)
+            root = patterns.scope_root(ctx, call)
+            nw_expr = data_rules.arg(call, "num_workers")
+            resolved = data_rules.resolve_int(ctx, root, nw_expr)
             if resolved is None or resolved[0] <= 0:
                 continue
             workers = resolved[0]
-            path = D.assigned_path(ctx, call)
+            path = data_rules.assigned_path(ctx, call)
             if path is None:
                 continue
-            loops = D.loops_over(root, path)
+            loops = data_rules.loops_over(root, path)
             if loops:
-                feeds_gpu = D.moves_to_cuda(ctx, root, loops)
+                feeds_gpu = data_rules.moves_to_cuda(ctx, root, loops)
             else:
                 # Handed to a helper (train_one_epoch) together with a GPU model or device.
-                index = D.assignment_index(root)
+                index = data_rules.assignment_index(root)
                 feeds_gpu = any(
-                    D.on_gpu(ctx, index, a)
-                    for c in D.calls_receiving(root, path)
+                    data_rules.on_gpu(ctx, index, a)
+                    for c in data_rules.calls_receiving(root, path)
                     if (getattr(c.func, "attr", None) or getattr(c.func, "id", "")) not in _NOT_USES
                     for a in [*c.args, *(kw.value for kw in c.keywords)]
                 )
             if not feeds_gpu:
                 continue
-            edits = E.add_argument(ctx, call, "pin_memory=True")
+            edits = text_edits.add_argument(ctx, call, "pin_memory=True")
             fixes = (
                 [Fix(title="Add pin_memory=True", edits=tuple(edits), safe=True, preferred=True)]
                 if edits
                 else []
             )
-            kw = D.keyword(call, "num_workers")
+            kw = data_rules.keyword(call, "num_workers")
             yield ctx.finding(
                 self,
-                kw if kw is not None else D.callee_span(ctx, call.func),
+                kw if kw is not None else data_rules.callee_span(ctx, call.func),
                 f"{workers} loader workers feed a GPU from pageable memory: without "
                 "`pin_memory=True` every host-to-device copy is staged synchronously and "
                 "`non_blocking=True` cannot overlap it with compute; add `pin_memory=True`",

@@ -57,12 +57,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import names as N
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.env import Environment, LaunchInfo, MachineInfo
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _data as D
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _data as data_rules
+from ddp_lsp.rules import _patterns as patterns
 
 
 class TooManyWorkers(Rule):
@@ -75,7 +75,7 @@ class TooManyWorkers(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        calls = D.dataloader_calls(ctx)
+        calls = data_rules.dataloader_calls(ctx)
         if not calls:
             return
         cpus, cpu_source = ctx.env.cpu_count()
@@ -83,15 +83,15 @@ class TooManyWorkers(Rule):
         if not cpus and not (procs and procs > 1):
             return  # no machine facts and one process (or unknown): nothing the code says
         for call in calls:
-            if D.has_star(call) and D.arg(call, "num_workers") is None:
+            if data_rules.has_star(call) and data_rules.arg(call, "num_workers") is None:
                 continue
-            expr = D.arg(call, "num_workers")
+            expr = data_rules.arg(call, "num_workers")
             if not cpus:
                 if procs and expr is not None and _is_cpu_count(ctx, expr):
                     yield self._every_cpu_per_rank(ctx, call, expr, procs, proc_source)
                 continue
-            root = P.scope_root(ctx, call)
-            resolved = D.resolve_int(ctx, root, expr)
+            root = patterns.scope_root(ctx, call)
+            resolved = data_rules.resolve_int(ctx, root, expr)
             if resolved is None and expr is not None and _is_cpu_count(ctx, expr):
                 resolved = (cpus, "")  # every CPU, in each of the processes
             if resolved is None:
@@ -102,7 +102,7 @@ class TooManyWorkers(Rule):
                 continue
             bound = max(1, cpus // per_node - 1)
             value = f"num_workers={workers}" + (f" ({how})" if how else "")
-            if expr is not None and not how and D.int_value(expr) is None:
+            if expr is not None and not how and data_rules.int_value(expr) is None:
                 value = f"num_workers={ctx.segment(expr)} (all {cpus} CPUs)"
             if procs:
                 load = (
@@ -139,7 +139,7 @@ class TooManyWorkers(Rule):
 
 
 def _target(call: ast.Call, expr: ast.expr | None) -> ast.AST:
-    kw = D.keyword(call, "num_workers")
+    kw = data_rules.keyword(call, "num_workers")
     target = kw if kw is not None else expr
     assert target is not None
     return target
@@ -158,7 +158,7 @@ def _is_cpu_count(ctx: ChunkContext, expr: ast.expr) -> bool:
     qual = ctx.call_qualname(expr) or ""
     if qual in _CPU_COUNTS:
         return True
-    if N.dotted(expr.func) == "len" and len(expr.args) == 1 and isinstance(expr.args[0], ast.Call):
+    if known_names.dotted(expr.func) == "len" and len(expr.args) == 1 and isinstance(expr.args[0], ast.Call):
         return (ctx.call_qualname(expr.args[0]) or "") == "os.sched_getaffinity"
     return False
 

@@ -65,12 +65,12 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import LOOPS, ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _patterns as patterns
 
 _DATASET_BASES = frozenset({"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"})
 _NOT_MAP_BASES = frozenset(
@@ -154,7 +154,7 @@ class DatasetHoldsPythonObjects(Rule):
             return name if "dataset" in name.lower() else None
         for base in cls_node.bases:
             qual = ctx.qualname(base) or ""
-            spelled = N.dotted(base) or ""
+            spelled = known_names.dotted(base) or ""
             if qual in _NOT_MAP_BASES:
                 return None
             if qual in _DATASET_BASES or spelled.endswith("Dataset"):
@@ -167,7 +167,7 @@ class DatasetHoldsPythonObjects(Rule):
         self, ctx: ChunkContext, init: ast.FunctionDef
     ) -> list[tuple[str, ast.AST, str]]:
         stored: dict[str, list[tuple[ast.AST, ast.expr]]] = {}
-        for node in P.walk_scope(init):
+        for node in patterns.walk_scope(init):
             if isinstance(node, ast.Assign):
                 for t in node.targets:
                     p = path_of(t)
@@ -188,14 +188,14 @@ class DatasetHoldsPythonObjects(Rule):
                 if how is not None:
                     out.append((attr, target, how))
                     break
-        out.sort(key=lambda x: P.order(x[1]))
+        out.sort(key=lambda x: patterns.order(x[1]))
         return out
 
     @staticmethod
     def _flat(ctx: ChunkContext, value: ast.expr) -> bool:
         if not isinstance(value, ast.Call):
             return False
-        qual = ctx.call_qualname(value) or N.dotted(value.func) or ""
+        qual = ctx.call_qualname(value) or known_names.dotted(value.func) or ""
         if qual.startswith(_FLAT_PREFIXES):
             return True
         # self.x = self.x.to_numpy() / .values / np-style methods
@@ -211,7 +211,7 @@ class DatasetHoldsPythonObjects(Rule):
         if isinstance(value, (ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp)):
             return "built by a comprehension" if self._over_data(value) else None
         if isinstance(value, ast.Call):
-            name = ctx.call_qualname(value) or N.dotted(value.func) or ""
+            name = ctx.call_qualname(value) or known_names.dotted(value.func) or ""
             if name in _LOADERS:
                 return f"read with `{name.rsplit('.', 1)[-1]}`"
             if isinstance(value.func, ast.Attribute) and value.func.attr in _READ_METHODS:
@@ -229,7 +229,7 @@ class DatasetHoldsPythonObjects(Rule):
             return None
         if isinstance(value, ast.Name) and depth < 2:
             local = value.id
-            for node in P.walk_scope(init):
+            for node in patterns.walk_scope(init):
                 if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Name) and t.id == local for t in node.targets
                 ):
@@ -246,7 +246,7 @@ class DatasetHoldsPythonObjects(Rule):
                 continue
             if (
                 isinstance(it, ast.Call)
-                and N.dotted(it.func) == "range"
+                and known_names.dotted(it.func) == "range"
                 and all(isinstance(a, ast.Constant) for a in it.args)
             ):
                 continue
@@ -255,10 +255,10 @@ class DatasetHoldsPythonObjects(Rule):
 
     @staticmethod
     def _filled_in_loop(init: ast.FunctionDef, path: str) -> bool:
-        for node in P.walk_scope(init):
+        for node in patterns.walk_scope(init):
             if not isinstance(node, LOOPS):
                 continue
-            for inner in W.bfs(node):
+            for inner in tree_walk.bfs(node):
                 if (
                     isinstance(inner, ast.Call)
                     and isinstance(inner.func, ast.Attribute)

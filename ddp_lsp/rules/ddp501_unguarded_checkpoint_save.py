@@ -96,13 +96,13 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import frameworks as FW
+from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _guard as G
-from ddp_lsp.rules import _guardrun as GR
-from ddp_lsp.rules import _patterns as P
-from ddp_lsp.rules import _writes as CW
+from ddp_lsp.rules import _guard as guards
+from ddp_lsp.rules import _guardrun as guard_runs
+from ddp_lsp.rules import _patterns as patterns
+from ddp_lsp.rules import _writes as writes
 
 
 class UnguardedCheckpointSave(Rule):
@@ -117,26 +117,26 @@ class UnguardedCheckpointSave(Rule):
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         for call in ctx.calls():
-            write = CW.checkpoint_write(ctx, call)
-            if write is None or G.in_lambda(ctx, call):
+            write = writes.checkpoint_write(ctx, call)
+            if write is None or guards.in_lambda(ctx, call):
                 continue
-            if G.is_guarded(ctx, call):
+            if guards.is_guarded(ctx, call):
                 continue
-            root = P.scope_root(ctx, call)
-            if G.spawns_processes(ctx, root) or _pass_through_helper(ctx, call, write.dest):
+            root = patterns.scope_root(ctx, call)
+            if guards.spawns_processes(ctx, root) or _pass_through_helper(ctx, call, write.dest):
                 continue
-            if write.dest is not None and CW.per_rank_path(ctx, write.dest, root):
+            if write.dest is not None and writes.per_rank_path(ctx, write.dest, root):
                 continue
-            if _every_rank_on_purpose(ctx, call, root) or G.single_process_branch(ctx, call):
+            if _every_rank_on_purpose(ctx, call, root) or guards.single_process_branch(ctx, call):
                 continue
             if _framework_hook(ctx, call) or _cache_write(ctx, call):
                 continue
             stmt = write.stmt or ctx.statement(call)
-            cond = G.rank_condition(ctx, stmt)
-            collective = CW.collective_in(ctx, stmt)
+            cond = guards.rank_condition(ctx, stmt)
+            collective = writes.collective_in(ctx, stmt)
             fixes = []
             if write.fixable and collective is None:
-                fix = GR.guard_run_fix(
+                fix = guard_runs.guard_run_fix(
                     ctx, stmt, cond, f"Save on rank 0 only: wrap in `if {cond.text}:`"
                 )
                 if fix is not None:
@@ -166,13 +166,13 @@ def _every_rank_on_purpose(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> 
     shard), or ``save_pretrained`` in a module that shards its model with tensor parallelism or
     FSDP2 (the save gathers DTensors: guarding it would hang the other ranks)."""
     # Per-rank state-dict types (the tables' `saves-per-rank` names): each rank saves its shard.
-    per_rank = ctx.ranks.frameworks.functions(FW.Meaning.SAVES_PER_RANK)
-    for node in P.walk_scope(root):
+    per_rank = ctx.ranks.frameworks.functions(framework_tables.Meaning.SAVES_PER_RANK)
+    for node in patterns.walk_scope(root):
         if isinstance(node, ast.Attribute) and node.attr in per_rank:
             return True
     if isinstance(call.func, ast.Attribute) and call.func.attr == "save_pretrained":
         names = {q.rsplit(".", 1)[-1] for q in ctx.facts.aliases.values()}
-        return not names.isdisjoint(ctx.ranks.frameworks.functions(FW.Meaning.MAKES_DTENSORS))
+        return not names.isdisjoint(ctx.ranks.frameworks.functions(framework_tables.Meaning.MAKES_DTENSORS))
     return False
 
 
@@ -194,7 +194,7 @@ def _framework_hook(ctx: ChunkContext, call: ast.Call) -> bool:
             registered |= any(isinstance(a, ast.Name) and a.id == fn.name for a in c.args)
         elif c.func.attr == "save_state":
             save_states.append(c)
-    return registered and bool(save_states) and all(G.is_guarded(ctx, c) for c in save_states)
+    return registered and bool(save_states) and all(guards.is_guarded(ctx, c) for c in save_states)
 
 
 def _cache_write(ctx: ChunkContext, call: ast.Call) -> bool:
@@ -205,7 +205,7 @@ def _cache_write(ctx: ChunkContext, call: ast.Call) -> bool:
     zero-first block (the first rank writes, the others read)."""
     for a in ctx.ancestors(call):
         if isinstance(a, (ast.With, ast.AsyncWith)):
-            if any(_RANK_ORDERED.search(P.last_name(i.context_expr) or "") for i in a.items):
+            if any(_RANK_ORDERED.search(patterns.last_name(i.context_expr) or "") for i in a.items):
                 return True
     qual, cls = ctx.scope(call)
     if cls is None or f"{cls}.__getitem__" not in ctx.facts.func_props:
@@ -228,7 +228,7 @@ def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | Non
     fn = ctx.enclosing_function(call)
     if fn is None or ctx.parent(fn) is not None or ctx.scope(call)[1] is not None:
         return False
-    if not CW.SAVE_HELPER_NAME.search(fn.name):
+    if not writes.SAVE_HELPER_NAME.search(fn.name):
         return False
     if isinstance(dest, ast.Starred):  # `torch.save(*args, **kwargs)`: all of the caller's
         vararg = fn.args.vararg
@@ -238,7 +238,7 @@ def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | Non
     if not isinstance(dest, ast.Name):
         return False
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
-    return dest.id in params and G.assigned_value(ctx, dest.id, fn, dest) is None
+    return dest.id in params and guards.assigned_value(ctx, dest.id, fn, dest) is None
 
 
 _HEAD = """\

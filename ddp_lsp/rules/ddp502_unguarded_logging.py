@@ -79,16 +79,16 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _guard as G
-from ddp_lsp.rules import _guardrun as GR
-from ddp_lsp.rules import _logcalls as LG
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _guard as guards
+from ddp_lsp.rules import _guardrun as guard_runs
+from ddp_lsp.rules import _logcalls as log_calls
+from ddp_lsp.rules import _patterns as patterns
 
 _LOOP_TARGET = re.compile(r"epoch|step|iter|batch", re.IGNORECASE)
 _LOOP_ITER = re.compile(r"loader|epoch|steps|iters|(^|_)(train|val|valid)(_|$)", re.IGNORECASE)
@@ -115,20 +115,20 @@ class UnguardedLogging(Rule):
         patched_print: bool | None = None
         aware_logging: bool | None = None
         for call in ctx.calls():
-            label = LG.log_call(ctx, call)
-            if label is None or G.in_lambda(ctx, call):
+            label = log_calls.log_call(ctx, call)
+            if label is None or guards.in_lambda(ctx, call):
                 continue
-            if not _has_value(call) or LG.names_process(ctx, call):
+            if not _has_value(call) or log_calls.names_process(ctx, call):
                 continue
             loops = ctx.enclosing_loops(call)
             if not any(self._is_training(ctx, loop, seen) for loop in loops):
                 continue
-            if G.is_guarded(ctx, call) or G.single_process_branch(ctx, call):
+            if guards.is_guarded(ctx, call) or guards.single_process_branch(ctx, call):
                 continue
             if _forced(call) or _before_exit(ctx, call):
                 continue
-            root = P.scope_root(ctx, call)
-            if G.spawns_processes(ctx, root):
+            root = patterns.scope_root(ctx, call)
+            if guards.spawns_processes(ctx, root):
                 continue
             if label == "print":
                 if patched_print is None:
@@ -141,10 +141,10 @@ class UnguardedLogging(Rule):
                 if aware_logging:
                     continue
             stmt = ctx.statement(call)
-            cond = G.rank_condition(ctx, stmt)
+            cond = guards.rank_condition(ctx, stmt)
             fixes = []
             if isinstance(stmt, ast.Expr) and stmt.value is call:
-                fix = GR.guard_run_fix(
+                fix = guard_runs.guard_run_fix(
                     ctx, stmt, cond, f"Log on rank 0 only: wrap in `if {cond.text}:`"
                 )
                 if fix is not None:
@@ -170,7 +170,7 @@ class UnguardedLogging(Rule):
 def _has_value(call: ast.Call) -> bool:
     """The message carries something computed (a metric), not only constant text."""
     for arg in call.args:
-        for n in W.bfs(arg):
+        for n in tree_walk.bfs(arg):
             if isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
                 return True
     return False
@@ -179,18 +179,18 @@ def _has_value(call: ast.Call) -> bool:
 def _training_loop(ctx: ChunkContext, loop: ast.For | ast.AsyncFor | ast.While) -> bool:
     """A loop over batches or epochs, or one that runs backward / optimizer steps."""
     if isinstance(loop, (ast.For, ast.AsyncFor)):
-        if any(_LOOP_TARGET.search(n) for n in LG.names_in(loop.target)):
+        if any(_LOOP_TARGET.search(n) for n in log_calls.names_in(loop.target)):
             return True
-        for n in W.bfs(loop.iter):
+        for n in tree_walk.bfs(loop.iter):
             if isinstance(n, (ast.Name, ast.Attribute)):
-                if ctx.kind(n, loop) == K.LOADER:
+                if ctx.kind(n, loop) == fact_model.LOADER:
                     return True
                 name = n.id if isinstance(n, ast.Name) else n.attr
                 if _LOOP_ITER.search(name):
                     return True
-    for node in P.walk_scope(loop):
+    for node in patterns.walk_scope(loop):
         if isinstance(node, ast.Call):
-            name = P.last_name(node.func) or ""
+            name = patterns.last_name(node.func) or ""
             if name in _STEP_METHODS and isinstance(node.func, ast.Attribute):
                 return True
             if isinstance(node.func, (ast.Name, ast.Attribute)) and _LOOP_CALL.search(name):
@@ -207,7 +207,7 @@ def _forced(call: ast.Call) -> bool:
 def _exit_call(ctx: ChunkContext, node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
-    qual = ctx.call_qualname(node) or N.dotted(node.func) or ""
+    qual = ctx.call_qualname(node) or known_names.dotted(node.func) or ""
     return qual in _EXITS
 
 
@@ -248,7 +248,7 @@ def _fails(a: ast.Assert, parent: ast.AST) -> bool:
 
 def _chunk_calls(ctx: ChunkContext) -> Iterator[str]:
     for c in ctx.calls():
-        name = P.last_name(c.func)
+        name = patterns.last_name(c.func)
         if name is not None:
             yield name
 
@@ -256,13 +256,13 @@ def _chunk_calls(ctx: ChunkContext) -> Iterator[str]:
 def _print_patched(ctx: ChunkContext) -> bool:
     """``print`` is silenced on other ranks by the file's setup (DeiT ``setup_for_distributed``:
     the framework tables' `silences-print` names, and the user's)."""
-    patchers = ctx.ranks.frameworks.functions(FW.Meaning.SILENCES_PRINT)
+    patchers = ctx.ranks.frameworks.functions(framework_tables.Meaning.SILENCES_PRINT)
     for name, qual in ctx.facts.aliases.items():
         if name in ("builtins", "__builtin__") or qual.rsplit(".", 1)[-1] in patchers:
             return True
     if any(name in patchers for name in ctx.facts.func_props):
         return True
-    if any(K.SILENCES_PRINT in props for props in ctx.facts.func_props.values()):
+    if any(fact_model.SILENCES_PRINT in props for props in ctx.facts.func_props.values()):
         return True  # a function of this file replaces `builtins.print`, or calls one that does
     if any(name in patchers for name in ctx.facts.names_used):
         return True
@@ -272,20 +272,20 @@ def _print_patched(ctx: ChunkContext) -> bool:
 def _logging_rank_aware(ctx: ChunkContext) -> bool:
     """The file's loggers filter by rank (a rank-aware factory, or a level set from the rank);
     the factories are the framework tables' `silences-logging` names, and the user's."""
-    aware = ctx.ranks.frameworks.functions(FW.Meaning.SILENCES_LOGGING)
+    aware = ctx.ranks.frameworks.functions(framework_tables.Meaning.SILENCES_LOGGING)
     for qual in ctx.facts.aliases.values():
         if qual.rsplit(".", 1)[-1] in aware:
             return True
     if any(q.rsplit(".", 1)[-1] in aware for q in ctx.facts.func_props):
         return True
-    if any(K.SILENCES_LOGGING in props for props in ctx.facts.func_props.values()):
+    if any(fact_model.SILENCES_LOGGING in props for props in ctx.facts.func_props.values()):
         return True  # a level or filter set per rank, here or in a set-up helper this file calls
     for c in ctx.calls():
-        name = P.last_name(c.func)
+        name = patterns.last_name(c.func)
         if name in ("basicConfig", "setLevel", "setup_logging", "set_verbosity") or (name in aware):
             if any(ctx.ranks.mentions_rank(a) for a in [*c.args, *(k.value for k in c.keywords)]):
                 return True
-            if name != "setup_logging" and G.is_guarded(ctx, c):
+            if name != "setup_logging" and guards.is_guarded(ctx, c):
                 return True  # `if rank != 0: logger.setLevel(logging.WARNING)`
     return False
 

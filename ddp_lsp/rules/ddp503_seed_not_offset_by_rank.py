@@ -68,19 +68,19 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import names as N
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _device as D
-from ddp_lsp.rules import _guard as G
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _device as device_rules
+from ddp_lsp.rules import _guard as guards
+from ddp_lsp.rules import _patterns as patterns
 
 # Seeding calls that give every rank the same seed: the framework tables' `seeds` entries
 # (torch / random / numpy; accelerate's set_seed unless `device_specific=True`).
-SEEDERS = FW.BUILTIN.calls(FW.Meaning.SEEDS)
+SEEDERS = framework_tables.BUILTIN.calls(framework_tables.Meaning.SEEDS)
 # Calls after which the same seed on every rank is required (the ranks must agree on a split).
 _SPLITS = frozenset(
     {
@@ -109,7 +109,7 @@ class SeedNotOffsetByRank(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        if D.single_process(ctx):
+        if device_rules.single_process(ctx):
             return
         calls = ctx.calls()
         wraps = _wraps_ddp(ctx)
@@ -117,15 +117,15 @@ class SeedNotOffsetByRank(Rule):
         # its own seeder says how to seed per rank (`set_seed(seed, device_specific=True)`).
         # Not where the module shards its model (FSDP2, tensor parallelism: the ranks need the
         # same initial weights, nothing broadcasts them).
-        prepares = [c for c in calls if P.framework_call(ctx, c, FW.Meaning.WRAPS_MODEL)]
+        prepares = [c for c in calls if patterns.framework_call(ctx, c, framework_tables.Meaning.WRAPS_MODEL)]
         if not wraps and (not prepares or _shards(ctx)):
             return
         for call in calls:
-            api = P.framework_call(ctx, call, FW.Meaning.SEEDS)
+            api = patterns.framework_call(ctx, call, framework_tables.Meaning.SEEDS)
             if not wraps and (
                 api is None
                 or ctx.ranks.frameworks.keyword(api) is None
-                or not any(P.scope_root(ctx, p) is P.scope_root(ctx, call) for p in prepares)
+                or not any(patterns.scope_root(ctx, p) is patterns.scope_root(ctx, call) for p in prepares)
             ):
                 continue
             if api is not None:
@@ -140,10 +140,10 @@ class SeedNotOffsetByRank(Rule):
             elif not _seed_helper(ctx, call):
                 continue
             seed = call.args[0]
-            root = P.scope_root(ctx, call)
+            root = patterns.scope_root(ctx, call)
             if not _same_on_every_rank(ctx, seed, root) or _caller_decides(ctx, seed, root):
                 continue
-            if D.guarded(ctx, call) or G.spawns_processes(ctx, root):
+            if device_rules.guarded(ctx, call) or guards.spawns_processes(ctx, root):
                 continue
             if _reseeded_with_rank(ctx, call, root) or _split_follows(ctx, call, root):
                 continue
@@ -152,7 +152,7 @@ class SeedNotOffsetByRank(Rule):
                 yield self._keyword_finding(ctx, call, seed, keyword)
                 continue
             stmt = ctx.statement(call)
-            rank = D.global_rank_text(ctx, stmt)
+            rank = device_rules.global_rank_text(ctx, stmt)
             seed_text = ctx.segment(seed)
             if not isinstance(seed, _ATOMS) or "\n" in seed_text:
                 seed_text = f"({seed_text})"
@@ -160,7 +160,7 @@ class SeedNotOffsetByRank(Rule):
             label = ctx.segment(call.func)
             fix = Fix(
                 title=f"Offset the seed by the rank: {label}({new})",
-                edits=(E.replace_node(ctx, seed, new),),
+                edits=(text_edits.replace_node(ctx, seed, new),),
                 safe=rank.from_code,
                 preferred=True,
                 imports=rank.imports,
@@ -181,9 +181,9 @@ class SeedNotOffsetByRank(Rule):
         label = ctx.segment(call.func)
         given = next((kw for kw in call.keywords if kw.arg == keyword), None)
         if given is not None:
-            edit = E.replace_node(ctx, given.value, "True")
+            edit = text_edits.replace_node(ctx, given.value, "True")
         else:
-            edit = E.replace_node(ctx, seed, f"{ctx.segment(seed)}, {keyword}=True")
+            edit = text_edits.replace_node(ctx, seed, f"{ctx.segment(seed)}, {keyword}=True")
         fix = Fix(
             title=f"Seed each rank differently: {label}(..., {keyword}=True)",
             edits=(edit,),
@@ -203,8 +203,8 @@ def _shards(ctx: ChunkContext) -> bool:
     """The module imports FSDP, ``fully_shard`` or a tensor-parallel set-up (the framework
     tables' `shards-model` and `makes-dtensors` entries)."""
     model = ctx.ranks.frameworks
-    names = model.functions(FW.Meaning.SHARDS_MODEL) | model.functions(FW.Meaning.MAKES_DTENSORS)
-    quals = model.calls(FW.Meaning.SHARDS_MODEL)
+    names = model.functions(framework_tables.Meaning.SHARDS_MODEL) | model.functions(framework_tables.Meaning.MAKES_DTENSORS)
+    quals = model.calls(framework_tables.Meaning.SHARDS_MODEL)
     return any(q in quals or q.rsplit(".", 1)[-1] in names for q in ctx.facts.aliases.values())
 
 
@@ -238,14 +238,14 @@ def _caller_decides(ctx: ChunkContext, seed: ast.AST, root: ast.AST) -> bool:
         return False
     args = root.args
     params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
-    return seed.id in params and G.assigned_value(ctx, seed.id, root, seed) is None
+    return seed.id in params and guards.assigned_value(ctx, seed.id, root, seed) is None
 
 
 def _wraps_ddp(ctx: ChunkContext) -> bool:
     """DDP broadcasts rank 0's parameters at wrap time, so distinct seeds are safe."""
-    if any(q == N.DDP for q in ctx.facts.aliases.values()):
+    if any(q == known_names.DDP for q in ctx.facts.aliases.values()):
         return True
-    return K.DDP in ctx.facts.kind_set
+    return fact_model.DDP in ctx.facts.kind_set
 
 
 def _same_on_every_rank(ctx: ChunkContext, seed: ast.AST, root: ast.AST, depth: int = 0) -> bool:
@@ -255,15 +255,15 @@ def _same_on_every_rank(ctx: ChunkContext, seed: ast.AST, root: ast.AST, depth: 
         return isinstance(seed.value, int)
     if isinstance(seed, ast.BinOp):
         return all(isinstance(side, ast.Constant) for side in (seed.left, seed.right))
-    if isinstance(seed, ast.Call) and N.dotted(seed.func) == "int" and len(seed.args) == 1:
+    if isinstance(seed, ast.Call) and known_names.dotted(seed.func) == "int" and len(seed.args) == 1:
         return _same_on_every_rank(ctx, seed.args[0], root, depth)
     if isinstance(seed, (ast.Name, ast.Attribute)):
-        if ctx.ranks.mentions_rank(seed) or "rank" in (N.dotted(seed) or "").lower():
+        if ctx.ranks.mentions_rank(seed) or "rank" in (known_names.dotted(seed) or "").lower():
             return False
-        if "offset" in (N.dotted(seed) or "").lower():
+        if "offset" in (known_names.dotted(seed) or "").lower():
             return False
         if isinstance(seed, ast.Name):
-            value = G.assigned_value(ctx, seed.id, root, seed)
+            value = guards.assigned_value(ctx, seed.id, root, seed)
             if value is not None:
                 if depth >= 2:
                     return False
@@ -273,11 +273,11 @@ def _same_on_every_rank(ctx: ChunkContext, seed: ast.AST, root: ast.AST, depth: 
 
 
 def _reseeded_with_rank(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> bool:
-    for node in P.walk_scope(root):
+    for node in patterns.walk_scope(root):
         if (
             isinstance(node, ast.Call)
             and node is not call
-            and P.before(call, node)
+            and patterns.before(call, node)
             and ctx.call_qualname(node) in SEEDERS
             and node.args
             and not _same_on_every_rank(ctx, node.args[0], root)
@@ -292,9 +292,9 @@ def _split_follows(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> bool:
         for name, qual in ctx.facts.aliases.items():
             if qual.rsplit(".", 1)[-1] in _SPLITS and name in ctx.facts.names_used:
                 return True
-    for node in P.walk_scope(root):
-        if isinstance(node, ast.Call) and P.before(call, node):
-            name = N.dotted(node.func) or ""
+    for node in patterns.walk_scope(root):
+        if isinstance(node, ast.Call) and patterns.before(call, node):
+            name = known_names.dotted(node.func) or ""
             if name.rsplit(".", 1)[-1] in _SPLITS:
                 return True
     return False

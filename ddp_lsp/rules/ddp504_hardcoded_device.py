@@ -56,13 +56,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import names as N
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _device as D
-from ddp_lsp.rules import _guard as G
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _device as device_rules
+from ddp_lsp.rules import _guard as guards
+from ddp_lsp.rules import _patterns as patterns
 
 _CVD = "CUDA_VISIBLE_DEVICES"
 
@@ -78,21 +78,21 @@ class HardcodedDevice(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        if D.one_gpu_per_node(ctx) or _sets_visible_devices(ctx):
+        if device_rules.one_gpu_per_node(ctx) or _sets_visible_devices(ctx):
             return
         seen: set[int] = set()
         for node, label in _hardcoded(ctx):
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            if D.guarded(ctx, node) or D.single_process_branch(ctx, node):
+            if device_rules.guarded(ctx, node) or device_rules.single_process_branch(ctx, node):
                 continue
-            if G.spawns_processes(ctx, P.scope_root(ctx, node)):
+            if guards.spawns_processes(ctx, patterns.scope_root(ctx, node)):
                 continue
             stmt = ctx.statement(node)
-            rank = D.local_rank_text(ctx, stmt)
-            index = D.cuda_index(node)
-            shown = index if index is not None else D.int_const(node)
+            rank = device_rules.local_rank_text(ctx, stmt)
+            index = device_rules.cuda_index(node)
+            shown = index if index is not None else device_rules.int_const(node)
             fixes = []
             if rank is not None:
                 if index is not None:
@@ -103,7 +103,7 @@ class HardcodedDevice(Rule):
                 fixes.append(
                     Fix(
                         title=f"Use the local rank: {new}",
-                        edits=(E.replace_node(ctx, node, new),),
+                        edits=(text_edits.replace_node(ctx, node, new),),
                         safe=rank.from_code,
                         preferred=True,
                         imports=rank.imports,
@@ -113,7 +113,7 @@ class HardcodedDevice(Rule):
             yield ctx.finding(
                 self,
                 node,
-                f"{label} puts every rank on GPU {shown}{D.procs_note(ctx)}: use each "
+                f"{label} puts every rank on GPU {shown}{device_rules.procs_note(ctx)}: use each "
                 f"process's local rank (`{hint}`) instead of a fixed index",
                 fixes=fixes,
             )
@@ -136,7 +136,7 @@ def _index_node(expr: ast.AST | None) -> ast.AST | None:
     """``expr`` itself when it is ``"cuda:N"`` or an int constant."""
     if expr is None:
         return None
-    if D.cuda_index(expr) is not None or D.int_const(expr) is not None:
+    if device_rules.cuda_index(expr) is not None or device_rules.int_const(expr) is not None:
         return expr
     return None
 
@@ -149,35 +149,35 @@ def _hardcoded(ctx: ChunkContext) -> Iterator[tuple[ast.AST, str]]:
         func = call.func
         if qual == "torch.device":
             first = call.args[0] if call.args else None
-            if D.cuda_index(first) is not None:
+            if device_rules.cuda_index(first) is not None:
                 assert first is not None
                 out.append((first, f"`torch.device({ctx.segment(first)})`"))
             elif (
                 isinstance(first, ast.Constant)
                 and first.value == "cuda"
                 and len(call.args) > 1
-                and D.int_const(call.args[1]) is not None
+                and device_rules.int_const(call.args[1]) is not None
             ):
                 out.append((call.args[1], f'`torch.device("cuda", {call.args[1].value})`'))  # type: ignore[attr-defined]
             continue
         if qual in ("torch.cuda.set_device", "torch.accelerator.set_device_index"):
-            node = _index_node(D.arg(call, 0, "device"))
+            node = _index_node(device_rules.arg(call, 0, "device"))
             if node is not None:
                 out.append((node, f"`{ctx.segment(func)}({ctx.segment(node)})`"))
             continue
-        if qual == N.DDP:
-            ids = D.arg(call, 1, "device_ids")
+        if qual == known_names.DDP:
+            ids = device_rules.arg(call, 1, "device_ids")
             if isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1:
                 node = _index_node(ids.elts[0])
                 if node is not None:
                     out.append((node, f"`device_ids=[{ctx.segment(node)}]`"))
-            node = _index_node(D.arg(call, 2, "output_device"))
+            node = _index_node(device_rules.arg(call, 2, "output_device"))
             if node is not None:
                 out.append((node, f"`output_device={ctx.segment(node)}`"))
             continue
-        if qual == N.TORCH_LOAD:
-            loc = D.arg(call, 1, "map_location")
-            if loc is not None and D.cuda_index(loc) is not None:
+        if qual == known_names.TORCH_LOAD:
+            loc = device_rules.arg(call, 1, "map_location")
+            if loc is not None and device_rules.cuda_index(loc) is not None:
                 out.append((loc, f"`map_location={ctx.segment(loc)}`"))
             continue
         if (
@@ -185,29 +185,29 @@ def _hardcoded(ctx: ChunkContext) -> Iterator[tuple[ast.AST, str]]:
             and func.attr in ("cuda", "to")
             and (qual is None or not qual.startswith("torch."))
         ):
-            dev = D.arg(call, 0, "device")
+            dev = device_rules.arg(call, 0, "device")
             if (
                 func.attr == "cuda"
-                and D.int_const(dev) is not None
-                or D.cuda_index(dev) is not None
+                and device_rules.int_const(dev) is not None
+                or device_rules.cuda_index(dev) is not None
             ):
                 assert dev is not None
                 out.append((dev, f"`.{func.attr}({ctx.segment(dev)})`"))
                 continue
-            if func.attr == "to" and D.int_const(dev) is not None and call.args:
+            if func.attr == "to" and device_rules.int_const(dev) is not None and call.args:
                 assert dev is not None
                 out.append((dev, f"`.to({ctx.segment(dev)})`"))
                 continue
         for kw in call.keywords:
-            if kw.arg == "device" and D.cuda_index(kw.value) is not None:
+            if kw.arg == "device" and device_rules.cuda_index(kw.value) is not None:
                 out.append((kw.value, f"`device={ctx.segment(kw.value)}`"))
     for assign in ctx.nodes(ast.Assign):
-        if len(assign.targets) != 1 or D.cuda_index(assign.value) is None:
+        if len(assign.targets) != 1 or device_rules.cuda_index(assign.value) is None:
             continue
-        target = N.dotted(assign.targets[0]) or ""
+        target = known_names.dotted(assign.targets[0]) or ""
         if "device" in target.rsplit(".", 1)[-1].lower():
             out.append((assign.value, f"`{target} = {ctx.segment(assign.value)}`"))
-    out.sort(key=lambda x: P.order(x[0]))
+    out.sort(key=lambda x: patterns.order(x[0]))
     yield from out
 
 

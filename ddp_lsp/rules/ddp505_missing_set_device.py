@@ -61,15 +61,15 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import names as N
-from ddp_lsp.core import walk as W
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _device as D
-from ddp_lsp.rules import _guard as G
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _device as device_rules
+from ddp_lsp.rules import _guard as guards
+from ddp_lsp.rules import _patterns as patterns
 
 _BACKEND_OPTIONS = ("backend", "dist_backend", "dist-backend", "ddp_backend", "ddp-backend")
 
@@ -84,18 +84,18 @@ class MissingSetDevice(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        if D.one_gpu_per_node(ctx):
+        if device_rules.one_gpu_per_node(ctx):
             return
         for call in ctx.calls():
-            if ctx.call_qualname(call) != N.INIT_PROCESS_GROUP:
+            if ctx.call_qualname(call) != known_names.INIT_PROCESS_GROUP:
                 continue
             if any(kw.arg == "device_id" or kw.arg is None for kw in call.keywords):
                 continue
-            root = P.scope_root(ctx, call)
+            root = patterns.scope_root(ctx, call)
             if not _is_nccl(ctx, call, root):
                 continue
             stmt = ctx.statement(call)
-            if root is ctx.module_node and K.SETS_DEVICE in ctx.facts.props(K.MODULE):
+            if root is ctx.module_node and fact_model.SETS_DEVICE in ctx.facts.props(fact_model.MODULE):
                 # A script's top level (the tutorial shape): its lines may sit in other chunks,
                 # so order is not known; a `set_device` anywhere at the top level (or in a
                 # helper called there) counts as selecting the GPU.
@@ -103,18 +103,18 @@ class MissingSetDevice(Rule):
             if _device_selected(ctx, root, call, stmt):
                 continue
             fixes = []
-            rank = D.local_rank_text(ctx, stmt)
+            rank = device_rules.local_rank_text(ctx, stmt)
             if rank is not None and not rank.from_code:
                 # No local rank in the code: `LOCAL_RANK` exists only under torchrun-style
                 # launchers; an `mpiexec` launch has its own variables.
                 rank = _launcher_rank(ctx, root, stmt)
-            if rank is not None and P.starts_own_line(ctx, stmt):
+            if rank is not None and patterns.starts_own_line(ctx, stmt):
                 spelled, imports = ctx.spell("torch.cuda.set_device")
                 line = f"{spelled}({rank.text})"
                 fixes.append(
                     Fix(
                         title=f"Insert {line} before init_process_group",
-                        edits=(E.insert_before(ctx, stmt, line),),
+                        edits=(text_edits.insert_before(ctx, stmt, line),),
                         safe=rank.from_code,
                         preferred=True,
                         imports=tuple(dict.fromkeys((*imports, *rank.imports))),
@@ -147,7 +147,7 @@ _MPI_LOCAL = frozenset(
 )
 
 
-def _launcher_rank(ctx: ChunkContext, root: ast.AST, stmt: ast.stmt) -> D.RankText | None:
+def _launcher_rank(ctx: ChunkContext, root: ast.AST, stmt: ast.stmt) -> device_rules.RankText | None:
     """The local rank as the script's launcher gives it, when the code has no variable for it.
 
     A script that reads an MPI launcher's (or Slurm's) variables is started by `mpiexec` /
@@ -157,20 +157,20 @@ def _launcher_rank(ctx: ChunkContext, root: ast.AST, stmt: ast.stmt) -> D.RankTe
     variable the fix reads is a guess about how the job is started."""
     strings = {
         n.value
-        for n in W.bfs(root)
+        for n in tree_walk.bfs(root)
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and len(n.value) < 40
     }
     mpi4py = any(q.startswith("mpi4py") for q in ctx.facts.aliases.values())
     local = sorted(strings & _MPI_LOCAL)
     if "LOCAL_RANK" in strings or not (local or mpi4py or strings & _MPI_GLOBAL):
-        return D.RankText(D.LOCAL_ENV, ("import os",), from_code=False)
+        return device_rules.RankText(device_rules.LOCAL_ENV, ("import os",), from_code=False)
     if local:
-        return D.RankText(f'int(os.environ["{local[0]}"])', ("import os",), from_code=False)
-    rank = D.global_rank_text(ctx, stmt)
+        return device_rules.RankText(f'int(os.environ["{local[0]}"])', ("import os",), from_code=False)
+    rank = device_rules.global_rank_text(ctx, stmt)
     if not rank.from_code:
         return None
     count, _ = ctx.spell("torch.cuda.device_count")
-    return D.RankText(f"{rank.text} % {count}()", rank.imports, from_code=False)
+    return device_rules.RankText(f"{rank.text} % {count}()", rank.imports, from_code=False)
 
 
 def _backend_value(ctx: ChunkContext, expr: ast.AST, root: ast.AST, depth: int = 0) -> str | None:
@@ -187,18 +187,18 @@ def _backend_value(ctx: ChunkContext, expr: ast.AST, root: ast.AST, depth: int =
             return "nccl"
         return None
     if isinstance(expr, ast.Name):
-        value = G.assigned_value(ctx, expr.id, root, expr)
+        value = guards.assigned_value(ctx, expr.id, root, expr)
         if value is None and root is not ctx.module_node:
-            value = G.assigned_value(ctx, expr.id, ctx.module_node, expr)
+            value = guards.assigned_value(ctx, expr.id, ctx.module_node, expr)
         return None if value is None else _backend_value(ctx, value, root, depth + 1)
     if isinstance(expr, ast.Attribute) and expr.attr.lower() in ("nccl", "gloo", "mpi", "ucc"):
         return expr.attr.lower()  # dist.Backend.NCCL
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
         # `args.dist_backend = "nccl"` in scope, else `--dist-backend` with a default here.
-        for node in P.walk_scope(root):
-            if isinstance(node, ast.Assign) and P.before(node, expr):
+        for node in patterns.walk_scope(root):
+            if isinstance(node, ast.Assign) and patterns.before(node, expr):
                 for t in node.targets:
-                    if N.dotted(t) == N.dotted(expr):
+                    if known_names.dotted(t) == known_names.dotted(expr):
                         return _backend_value(ctx, node.value, root, depth + 1)
         return _argparse_default(ctx, expr.attr)
     return None
@@ -228,7 +228,7 @@ def _argparse_default(ctx: ChunkContext, attr: str) -> str | None:
 
 
 def _is_nccl(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> bool:
-    backend = D.arg(call, 0, "backend")
+    backend = device_rules.arg(call, 0, "backend")
     if backend is None:
         return False  # the default picks per device; unknown here
     value = _backend_value(ctx, backend, root)
@@ -239,29 +239,29 @@ def _device_selected(ctx: ChunkContext, root: ast.AST, init: ast.Call, stmt: ast
     """``set_device`` before ``init`` (or after it, before any CUDA work), ``CUDA_VISIBLE_DEVICES``
     set in the scope, or a same-file helper called first that sets the device."""
     later: list[ast.Call] = []
-    for node in P.walk_scope(root):
+    for node in patterns.walk_scope(root):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
             if isinstance(node.slice, ast.Constant) and node.slice.value == "CUDA_VISIBLE_DEVICES":
                 return True
         if not isinstance(node, ast.Call):
             continue
-        if D.is_set_device(ctx, node):
-            if P.before(node, init):
+        if device_rules.is_set_device(ctx, node):
+            if patterns.before(node, init):
                 return True
             later.append(node)
-        elif P.before(node, init) and K.SETS_DEVICE in ctx.callee_props(node):
+        elif patterns.before(node, init) and fact_model.SETS_DEVICE in ctx.callee_props(node):
             return True  # a same-file helper (or one it calls) sets the device first
     if not later:
         return False
-    first_set = min(later, key=P.order)
-    for node in P.walk_scope(root):
+    first_set = min(later, key=patterns.order)
+    for node in patterns.walk_scope(root):
         if (
             isinstance(node, ast.Call)
             and node is not init
-            and P.before(init, node)
-            and P.before(node, first_set)
-            and D.cuda_work(ctx, node)
-            and not any(node is n for n in W.bfs(first_set))
+            and patterns.before(init, node)
+            and patterns.before(node, first_set)
+            and device_rules.cuda_work(ctx, node)
+            and not any(node is n for n in tree_walk.bfs(first_set))
         ):
             return False
     return True

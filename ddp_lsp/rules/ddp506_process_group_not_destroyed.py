@@ -60,14 +60,14 @@ import ast
 import re
 from collections.abc import Iterator
 
-from ddp_lsp.core import edits as E
-from ddp_lsp.core import facts as K
-from ddp_lsp.core import frameworks as FW
-from ddp_lsp.core import names as N
+from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
-from ddp_lsp.rules import _guard as G
-from ddp_lsp.rules import _patterns as P
+from ddp_lsp.rules import _guard as guards
+from ddp_lsp.rules import _patterns as patterns
 
 _WORK = re.compile(r"train|fit|run|loop|epoch|evaluate|validate|main|worker", re.I)
 # Functions that prepare a run for their caller: destroying the group at their end would end
@@ -99,7 +99,7 @@ class ProcessGroupNotDestroyed(Rule):
                     module_reported = True
                     # A script's top level (the tutorial shape): the script is the worker,
                     # and the file destroys the group nowhere (checked above, in any chunk).
-                    destroy, _ = ctx.spell(N.DESTROY_PROCESS_GROUP)
+                    destroy, _ = ctx.spell(known_names.DESTROY_PROCESS_GROUP)
                     yield ctx.finding(
                         self,
                         call,
@@ -119,10 +119,10 @@ class ProcessGroupNotDestroyed(Rule):
             fix = _fix(ctx, fn, call)
             if fix is not None:
                 fixes.append(fix)
-            destroy, _ = ctx.spell(N.DESTROY_PROCESS_GROUP)
+            destroy, _ = ctx.spell(known_names.DESTROY_PROCESS_GROUP)
             how = (
                 "initialises a process group"
-                if ctx.call_qualname(call) == N.INIT_PROCESS_GROUP
+                if ctx.call_qualname(call) == known_names.INIT_PROCESS_GROUP
                 else f"starts a process group through `{ctx.segment(call.func)}`"
             )
             yield ctx.finding(
@@ -136,29 +136,29 @@ class ProcessGroupNotDestroyed(Rule):
 
 def _starts_group(ctx: ChunkContext, call: ast.Call) -> bool:
     """``init_process_group(...)``, or a same-file helper that calls it (``setup()``)."""
-    if ctx.call_qualname(call) == N.INIT_PROCESS_GROUP:
+    if ctx.call_qualname(call) == known_names.INIT_PROCESS_GROUP:
         return True
-    return K.INITS_PG in ctx.callee_props(call)
+    return fact_model.INITS_PG in ctx.callee_props(call)
 
 
 def _module_level_start(ctx: ChunkContext, call: ast.Call) -> bool:
     """``dist.init_process_group(...)`` at the top level, or a same-file set-up helper called
     there (``setup()``); not ``main()`` of a worker that starts the group itself (the worker is
     checked where it starts it)."""
-    if ctx.call_qualname(call) == N.INIT_PROCESS_GROUP:
+    if ctx.call_qualname(call) == known_names.INIT_PROCESS_GROUP:
         return True
-    name = (N.dotted(call.func) or "").rsplit(".", 1)[-1]
+    name = (known_names.dotted(call.func) or "").rsplit(".", 1)[-1]
     return bool(_SETUP.search(name)) and not _WORK.search(name)
 
 
-_OWNERS = FW.BUILTIN.modules(FW.Meaning.OWNS_PROCESS_GROUP)
+_OWNERS = framework_tables.BUILTIN.modules(framework_tables.Meaning.OWNS_PROCESS_GROUP)
 
 
 def _file_destroys(ctx: ChunkContext) -> bool:
-    if K.DESTROYS_PG in ctx.facts.prop_set:
+    if fact_model.DESTROYS_PG in ctx.facts.prop_set:
         return True
     for name, qual in ctx.facts.aliases.items():
-        if qual == N.DESTROY_PROCESS_GROUP and name in ctx.facts.names_used:
+        if qual == known_names.DESTROY_PROCESS_GROUP and name in ctx.facts.names_used:
             return True
         if qual == "atexit" or qual.startswith(_OWNERS):
             return True  # a framework that owns the group (the tables' owns-process-group)
@@ -166,13 +166,13 @@ def _file_destroys(ctx: ChunkContext) -> bool:
 
 
 def _destroys_in(ctx: ChunkContext, fn: ast.AST) -> bool:
-    for node in P.walk_scope(fn):
+    for node in patterns.walk_scope(fn):
         if isinstance(node, ast.Call):
-            if ctx.call_qualname(node) == N.DESTROY_PROCESS_GROUP:
+            if ctx.call_qualname(node) == known_names.DESTROY_PROCESS_GROUP:
                 return True
-            if K.DESTROYS_PG in ctx.callee_props(node):
+            if fact_model.DESTROYS_PG in ctx.callee_props(node):
                 return True
-            if any(ctx.qualname(a) == N.DESTROY_PROCESS_GROUP for a in node.args):
+            if any(ctx.qualname(a) == known_names.DESTROY_PROCESS_GROUP for a in node.args):
                 return True  # atexit.register(dist.destroy_process_group), weakref.finalize
     return False
 
@@ -183,13 +183,13 @@ def _is_worker(
     """The function goes on to do the work after starting the group: a loop, or a call named
     for training (``train(...)``, ``trainer.fit(...)``, ``main_func(*args)``). A DDP wrap alone
     is set-up: the caller of ``setup_ddp()`` trains."""
-    for node in P.walk_scope(fn):
-        if not P.before(init, node):
+    for node in patterns.walk_scope(fn):
+        if not patterns.before(init, node):
             continue
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             return True
         if isinstance(node, ast.Call):
-            name = N.dotted(node.func) or ""
+            name = known_names.dotted(node.func) or ""
             if _WORK.search(name.rsplit(".", 1)[-1]) and not name.startswith(("dist.", "torch.")):
                 return True
     return False
@@ -202,9 +202,9 @@ def _fix(
         return None  # a set-up function or a method: the end of the run is elsewhere
     body = fn.body
     last = body[-1]
-    if not P.starts_own_line(ctx, body[0]) or not G.ends_own_line(ctx, last):
+    if not patterns.starts_own_line(ctx, body[0]) or not guards.ends_own_line(ctx, last):
         return None  # `def main(): init(); train()` or `...; other` on the last line
-    for node in P.walk_scope(fn):
+    for node in patterns.walk_scope(fn):
         if isinstance(node, (ast.Yield, ast.YieldFrom)):
             return None
         if isinstance(node, ast.Return) and node is not last:
@@ -212,9 +212,9 @@ def _fix(
     if isinstance(last, (ast.Raise, ast.Continue, ast.Break)) or not _is_worker(ctx, fn, init):
         return None
     init_stmt = ctx.statement(init)
-    destroy, imports = ctx.spell(N.DESTROY_PROCESS_GROUP)
+    destroy, imports = ctx.spell(known_names.DESTROY_PROCESS_GROUP)
     code = f"{destroy}()"
-    direct = ctx.call_qualname(init) == N.INIT_PROCESS_GROUP
+    direct = ctx.call_qualname(init) == known_names.INIT_PROCESS_GROUP
     if not direct or not any(init_stmt is s for s in body):
         # Initialised on one branch only, or inside a helper that may skip it: destroying an
         # absent group raises.
@@ -223,11 +223,11 @@ def _fix(
         unit = ctx.indent_unit(body[0]) if len(body) else "    "
         code = f"if {check}():\n{unit}{code}"
     if isinstance(last, ast.Return):
-        if not P.starts_own_line(ctx, last):
+        if not patterns.starts_own_line(ctx, last):
             return None
-        edit = E.insert_before(ctx, last, code)
+        edit = text_edits.insert_before(ctx, last, code)
     else:
-        edit = E.insert_after(ctx, last, code)
+        edit = text_edits.insert_after(ctx, last, code)
     return Fix(
         title=f"Add {destroy}() at the end of {fn.name}",
         edits=(edit,),

@@ -39,7 +39,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddp_lsp.core import names as N
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.env import Environment, MachineInfo
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
@@ -77,7 +77,7 @@ class BackendNotOnMachine(Rule):
         else:
             return
         for call in ctx.calls():
-            if ctx.call_qualname(call) != N.INIT_PROCESS_GROUP:
+            if ctx.call_qualname(call) != known_names.INIT_PROCESS_GROUP:
                 continue
             backend = _backend(call)
             if backend is None:

@@ -7,7 +7,7 @@ import ast
 
 import pytest
 
-from ddp_lsp.core import edits as E
+from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core.document import Document
 from ddp_lsp.core.facts import ModuleFacts
 from ddp_lsp.core.fixes import apply_edits
@@ -53,12 +53,12 @@ ADD = [
 @pytest.mark.parametrize(("code", "want"), ADD)
 def test_add_argument_keeps_the_layout(code: str, want: str) -> None:
     ctx, tree = _ctx(code)
-    assert _apply(code, E.add_argument(ctx, _call(tree, "f"), "x=1")) == want
+    assert _apply(code, text_edits.add_argument(ctx, _call(tree, "f"), "x=1")) == want
 
 
 def test_add_argument_to_a_call_without_arguments_is_no_edit() -> None:
     ctx, tree = _ctx("f()\n")
-    assert E.add_argument(ctx, _call(tree, "f"), "x=1") == []
+    assert text_edits.add_argument(ctx, _call(tree, "f"), "x=1") == []
 
 
 REMOVE = [
@@ -76,16 +76,16 @@ def test_remove_argument_takes_its_comma_and_keeps_comments(code: str, want: str
     ctx, tree = _ctx(code)
     call = _call(tree, "f")
     x = next(k for k in call.keywords if k.arg == "x")
-    assert _apply(code, E.remove_argument(ctx, call, x)) == want
+    assert _apply(code, text_edits.remove_argument(ctx, call, x)) == want
 
 
 def test_insert_after_the_last_line_without_a_newline() -> None:
     code = "def f():\n    a = 1\n    b = 2"
     ctx, tree = _ctx(code)
     stmt = _stmt(tree, "b = 2", ctx)
-    assert _apply(code, [E.insert_after(ctx, stmt, "c = 3")]) == code + "\n    c = 3"
+    assert _apply(code, [text_edits.insert_after(ctx, stmt, "c = 3")]) == code + "\n    c = 3"
     stmt = _stmt(tree, "a = 1", ctx)
-    assert _apply(code, [E.insert_after(ctx, stmt, "c = 3")]) == (
+    assert _apply(code, [text_edits.insert_after(ctx, stmt, "c = 3")]) == (
         "def f():\n    a = 1\n    c = 3\n    b = 2"
     )
 
@@ -94,7 +94,7 @@ def test_insert_before_and_delete_a_statement() -> None:
     code = "def f():\n    a = 1  # one\n    b = 2\n"
     ctx, tree = _ctx(code)
     a, b = _stmt(tree, "a = 1", ctx), _stmt(tree, "b = 2", ctx)
-    moved = _apply(code, [E.insert_before(ctx, a, "b = 2"), E.delete_stmt(ctx, b)])
+    moved = _apply(code, [text_edits.insert_before(ctx, a, "b = 2"), text_edits.delete_stmt(ctx, b)])
     assert moved == "def f():\n    b = 2\n    a = 1  # one\n"
 
 
@@ -103,8 +103,8 @@ def test_insert_after_a_node_and_replace_a_node() -> None:
     ctx, tree = _ctx(code)
     call = _call(tree, "load")
     edits = [
-        E.insert_after_node(ctx, call.args[0], ', map_location="cpu"'),
-        E.replace_node(ctx, call.func, "torch.jit.load"),
+        text_edits.insert_after_node(ctx, call.args[0], ', map_location="cpu"'),
+        text_edits.replace_node(ctx, call.func, "torch.jit.load"),
     ]
     assert _apply(code, edits) == 'x = torch.jit.load(path, map_location="cpu")\n'
 
@@ -122,7 +122,7 @@ def test_wrap_block_indents_the_body_and_keeps_strings_and_continuations() -> No
     ctx, tree = _ctx(code)
     fn = tree.body[0]
     assert isinstance(fn, ast.FunctionDef)
-    out = _apply(code, E.wrap_block(ctx, fn.body, "flag = rank == 0\nif flag:"))
+    out = _apply(code, text_edits.wrap_block(ctx, fn.body, "flag = rank == 0\nif flag:"))
     assert out == (
         "def f(rank):\n"
         "    flag = rank == 0\n"

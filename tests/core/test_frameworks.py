@@ -18,31 +18,31 @@ import pytest
 
 import ddp_lsp
 from ddp_lsp.config import ConfigError, settings_from_mapping
-from ddp_lsp.core import frameworks as FW
+from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core.engine import analyze
 from ddp_lsp.core.settings import Settings
 
-PKG = Path(FW.__file__).parent
+PKG = Path(framework_tables.__file__).parent
 ROOT = Path(ddp_lsp.__file__).parent
 
 
 def test_every_entry_is_well_formed() -> None:
-    for name, table in FW.TABLES.items():
+    for name, table in framework_tables.TABLES.items():
         assert table, name
         for api in table:
-            assert FW.check_entry(api) is None, (name, api, FW.check_entry(api))
+            assert framework_tables.check_entry(api) is None, (name, api, framework_tables.check_entry(api))
 
 
 def test_no_key_is_listed_twice_across_tables() -> None:
-    assert FW.duplicates(FW.BUILTIN.apis) == []
+    assert framework_tables.duplicates(framework_tables.BUILTIN.apis) == []
 
 
 def test_every_meaning_is_used_by_a_table_and_read_by_the_analysis() -> None:
-    used = {m for api in FW.BUILTIN.apis for m in api.means}
-    assert used == set(FW.Meaning)
+    used = {m for api in framework_tables.BUILTIN.apis for m in api.means}
+    assert used == set(framework_tables.Meaning)
     readers = [p for p in ROOT.rglob("*.py") if PKG not in p.parents and p.name != "config.py"]
     text = "\n".join(p.read_text() for p in readers)
-    for meaning in FW.Meaning:
+    for meaning in framework_tables.Meaning:
         assert re.search(rf"Meaning\.{meaning.name}\b", text), meaning
 
 
@@ -70,7 +70,7 @@ def test_every_table_module_is_registered() -> None:
     registered = {
         name
         for name in modules
-        if getattr(getattr(FW, name, None), "TABLE", None) in FW.TABLES.values()
+        if getattr(getattr(framework_tables, name, None), "TABLE", None) in framework_tables.TABLES.values()
     }
     assert registered == modules
 
@@ -79,14 +79,14 @@ def test_every_table_module_is_registered() -> None:
 
 
 def test_lookup_by_qualified_name_method_and_bare_name() -> None:
-    m = FW.BUILTIN
-    C = FW.Meaning.COLLECTIVE
+    m = framework_tables.BUILTIN
+    C = framework_tables.Meaning.COLLECTIVE
     assert m.matches(C, "dist.barrier", "torch.distributed.barrier")
     assert m.matches(C, "self.accelerator.wait_for_everyone", None)
     assert m.matches(C, "MPI.COMM_WORLD.bcast", "mpi4py.MPI.COMM_WORLD.bcast")
     assert not m.matches(C, "accelerator.backward", None)
-    assert m.matches(FW.Meaning.SILENCES_PRINT, "utils.setup_for_distributed", None)
-    api = m.match_of(FW.Meaning.SEEDS, "set_seed", "accelerate.utils.set_seed")
+    assert m.matches(framework_tables.Meaning.SILENCES_PRINT, "utils.setup_for_distributed", None)
+    api = m.match_of(framework_tables.Meaning.SEEDS, "set_seed", "accelerate.utils.set_seed")
     assert api is not None and m.keyword(api) == "device_specific"
 
 
@@ -233,9 +233,9 @@ def test_user_print_silencers_and_rank_aware_loggers() -> None:
 
 def test_the_docs_list_every_meaning_and_table() -> None:
     docs = (ROOT.parent / "docs" / "frameworks.md").read_text()
-    for meaning in FW.Meaning:
+    for meaning in framework_tables.Meaning:
         assert f"| `{meaning.value}` |" in docs, meaning
-    for name in FW.TABLES:
+    for name in framework_tables.TABLES:
         assert f"| `{name}` |" in docs, name
 
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from ddp_lsp.core import fixes as F
+from ddp_lsp.core import fixes as fix_engine
 from ddp_lsp.core.engine import fix_text
 
 CASES = {
@@ -69,9 +69,9 @@ CASES = {
 
 def _apply(head: str, imports: list[str]) -> str:
     tree = ast.parse(head)
-    layout = F.import_layout([(0, tree, 0)])
-    edits = F.import_edits(imports, lambda stmt: False, layout, "\n")
-    return F.apply_edits(head, edits)
+    layout = fix_engine.import_layout([(0, tree, 0)])
+    edits = fix_engine.import_edits(imports, lambda stmt: False, layout, "\n")
+    return fix_engine.apply_edits(head, edits)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

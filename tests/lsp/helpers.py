@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 from pygls.protocol import default_converter
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
@@ -63,13 +63,13 @@ def to_index(text: str, line: int, character: int, encoding: str) -> int:
     return base + i
 
 
-def position(text: str, index: int, encoding: str) -> T.Position:
+def position(text: str, index: int, encoding: str) -> lsp.Position:
     head = text[:index]
     lines = split_lines(head)
-    return T.Position(len(lines) - 1, units(lines[-1], encoding))
+    return lsp.Position(len(lines) - 1, units(lines[-1], encoding))
 
 
-def apply_text_edits(text: str, edits: list[T.TextEdit], encoding: str) -> str:
+def apply_text_edits(text: str, edits: list[lsp.TextEdit], encoding: str) -> str:
     spans = []
     for e in edits:
         a = to_index(text, e.range.start.line, e.range.start.character, encoding)
@@ -80,13 +80,13 @@ def apply_text_edits(text: str, edits: list[T.TextEdit], encoding: str) -> str:
     return text
 
 
-def edits_for(edit: T.WorkspaceEdit, uri: str) -> list[T.TextEdit]:
-    out: list[T.TextEdit] = []
+def edits_for(edit: lsp.WorkspaceEdit, uri: str) -> list[lsp.TextEdit]:
+    out: list[lsp.TextEdit] = []
     if edit.document_changes:
         for dc in edit.document_changes:
-            assert isinstance(dc, T.TextDocumentEdit)
+            assert isinstance(dc, lsp.TextDocumentEdit)
             if dc.text_document.uri == uri:
-                out.extend(e for e in dc.edits if isinstance(e, T.TextEdit))
+                out.extend(e for e in dc.edits if isinstance(e, lsp.TextEdit))
     if edit.changes:
         out.extend(edit.changes.get(uri, []))
     return out
@@ -96,14 +96,14 @@ def edits_for(edit: T.WorkspaceEdit, uri: str) -> list[T.TextEdit]:
 class Published:
     uri: str
     version: int | None
-    diagnostics: list[T.Diagnostic]
+    diagnostics: list[lsp.Diagnostic]
 
 
 @dataclass
 class Recorder:
     published: list[Published] = field(default_factory=list)
-    applied: list[T.WorkspaceEdit] = field(default_factory=list)
-    registrations: list[T.Registration] = field(default_factory=list)
+    applied: list[lsp.WorkspaceEdit] = field(default_factory=list)
+    registrations: list[lsp.Registration] = field(default_factory=list)
     registered: asyncio.Event = field(default_factory=asyncio.Event)
     lens_refreshes: int = 0
     diagnostic_refreshes: int = 0
@@ -122,17 +122,17 @@ def make_client() -> LanguageClient:
     client.recorder = rec  # type: ignore[attr-defined]
     features = dict(DEFAULT_CLIENT_FEATURES)
 
-    def publish(c: LanguageClient, params: T.PublishDiagnosticsParams) -> None:
+    def publish(c: LanguageClient, params: lsp.PublishDiagnosticsParams) -> None:
         c.diagnostics[params.uri] = params.diagnostics
         rec.published.append(Published(params.uri, params.version, list(params.diagnostics)))
 
     def apply_edit(
-        c: LanguageClient, params: T.ApplyWorkspaceEditParams
-    ) -> T.ApplyWorkspaceEditResult:
+        c: LanguageClient, params: lsp.ApplyWorkspaceEditParams
+    ) -> lsp.ApplyWorkspaceEditResult:
         rec.applied.append(params.edit)
-        return T.ApplyWorkspaceEditResult(applied=True)
+        return lsp.ApplyWorkspaceEditResult(applied=True)
 
-    def register(c: LanguageClient, params: T.RegistrationParams) -> None:
+    def register(c: LanguageClient, params: lsp.RegistrationParams) -> None:
         rec.registrations.extend(params.registrations)
         rec.registered.set()
 
@@ -152,13 +152,13 @@ def make_client() -> LanguageClient:
         rec.semantic_token_refreshes += 1
         rec.view_refreshed.set()
 
-    features[T.WORKSPACE_CODE_LENS_REFRESH] = lens_refresh
-    features[T.WORKSPACE_INLAY_HINT_REFRESH] = inlay_hint_refresh
-    features[T.WORKSPACE_SEMANTIC_TOKENS_REFRESH] = semantic_tokens_refresh
-    features[T.WORKSPACE_DIAGNOSTIC_REFRESH] = diagnostic_refresh
-    features[T.CLIENT_REGISTER_CAPABILITY] = register
-    features[T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = publish
-    features[T.WORKSPACE_APPLY_EDIT] = apply_edit
+    features[lsp.WORKSPACE_CODE_LENS_REFRESH] = lens_refresh
+    features[lsp.WORKSPACE_INLAY_HINT_REFRESH] = inlay_hint_refresh
+    features[lsp.WORKSPACE_SEMANTIC_TOKENS_REFRESH] = semantic_tokens_refresh
+    features[lsp.WORKSPACE_DIAGNOSTIC_REFRESH] = diagnostic_refresh
+    features[lsp.CLIENT_REGISTER_CAPABILITY] = register
+    features[lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = publish
+    features[lsp.WORKSPACE_APPLY_EDIT] = apply_edit
     register_lsp_features(client, features)
     return client
 
@@ -166,13 +166,13 @@ def make_client() -> LanguageClient:
 CONFIG = ClientServerConfig(server_command=SERVER_CMD, client_factory=make_client)
 
 
-def capabilities(profile: str, refresh: bool = False) -> T.ClientCapabilities:
+def capabilities(profile: str, refresh: bool = False) -> lsp.ClientCapabilities:
     """A recorded profile; ``refresh`` adds ``workspace.diagnostics.refreshSupport`` (VS Code
     has it; the recorded profile predates it)."""
     caps = client_capabilities(profile)
     if refresh:
-        ws = caps.workspace or T.WorkspaceClientCapabilities()
-        ws.diagnostics = T.DiagnosticWorkspaceClientCapabilities(refresh_support=True)
+        ws = caps.workspace or lsp.WorkspaceClientCapabilities()
+        ws.diagnostics = lsp.DiagnosticWorkspaceClientCapabilities(refresh_support=True)
         caps.workspace = ws
     return caps
 
@@ -185,7 +185,7 @@ async def wait_for_message(client: LanguageClient, pred: Any, timeout: float = T
             for m in client.messages:
                 if pred(m):
                     return m
-            await client.wait_for_notification(T.WINDOW_SHOW_MESSAGE)
+            await client.wait_for_notification(lsp.WINDOW_SHOW_MESSAGE)
 
     return await asyncio.wait_for(loop(), timeout)
 
@@ -219,12 +219,12 @@ async def wait_for_diagnostics(
                 ):
                     return p
             seen = len(rec.published)
-            await client.wait_for_notification(T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+            await client.wait_for_notification(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
 
     return await asyncio.wait_for(loop(), timeout)
 
 
-def ddp(diags: list[T.Diagnostic], code: str = "DDP201") -> list[T.Diagnostic]:
+def ddp(diags: list[lsp.Diagnostic], code: str = "DDP201") -> list[lsp.Diagnostic]:
     return [d for d in diags if d.code == code and d.source == "ddp-lsp"]
 
 
@@ -237,34 +237,34 @@ class Doc:
         self.client, self.uri, self.text, self.encoding = client, uri, text, encoding
         self.version = 1
         client.text_document_did_open(
-            T.DidOpenTextDocumentParams(T.TextDocumentItem(uri, language, 1, text))
+            lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(uri, language, 1, text))
         )
 
-    def apply(self, edits: list[T.TextEdit]) -> int:
+    def apply(self, edits: list[lsp.TextEdit]) -> int:
         """Send ``edits`` (positions in the current text) one change at a time, last first."""
         ordered = sorted(
             edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True
         )
         changes = []
         for e in ordered:
-            changes.append(T.TextDocumentContentChangePartial(range=e.range, text=e.new_text))
+            changes.append(lsp.TextDocumentContentChangePartial(range=e.range, text=e.new_text))
             self.text = apply_text_edits(self.text, [e], self.encoding)
         self.version += 1
         self.client.text_document_did_change(
-            T.DidChangeTextDocumentParams(
-                T.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version), changes
+            lsp.DidChangeTextDocumentParams(
+                lsp.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version), changes
             )
         )
         return self.version
 
     def replace(self, start: int, end: int, new: str) -> int:
         """Replace text[start:end] (string indices) with ``new``."""
-        rng = T.Range(
+        rng = lsp.Range(
             position(self.text, start, self.encoding), position(self.text, end, self.encoding)
         )
-        return self.apply([T.TextEdit(rng, new)])
+        return self.apply([lsp.TextEdit(rng, new)])
 
     def close(self) -> None:
         self.client.text_document_did_close(
-            T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(self.uri))
+            lsp.DidCloseTextDocumentParams(lsp.TextDocumentIdentifier(self.uri))
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import pytest_lsp
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
 from tests.lsp.helpers import CONFIG, Doc, capabilities, wait_for_diagnostics, wait_for_message
@@ -35,10 +35,10 @@ means = ["collective"]
 async def client(lsp_client: LanguageClient, tmp_path_factory):
     root = tmp_path_factory.mktemp("ws-frameworks")
     await lsp_client.initialize_session(
-        T.InitializeParams(
+        lsp.InitializeParams(
             capabilities=capabilities("visual_studio_code"),
             root_uri=root.as_uri(),
-            workspace_folders=[T.WorkspaceFolder(uri=root.as_uri(), name="ws")],
+            workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name="ws")],
         )
     )
     lsp_client.root = root  # type: ignore[attr-defined]
@@ -46,7 +46,7 @@ async def client(lsp_client: LanguageClient, tmp_path_factory):
     await lsp_client.shutdown_session()
 
 
-def _rules(diags: list[T.Diagnostic]) -> list[str]:
+def _rules(diags: list[lsp.Diagnostic]) -> list[str]:
     return [str(d.code) for d in diags if d.source == "ddp-lsp"]
 
 
@@ -60,7 +60,7 @@ async def test_framework_entries_apply_and_bad_ones_are_shown(client: LanguageCl
     before = len(client.messages)
     pyproject.write_text(GOOD.replace('"collective"', '"collectve"'))
     client.workspace_did_change_watched_files(
-        T.DidChangeWatchedFilesParams([T.FileEvent(pyproject.as_uri(), T.FileChangeType.Changed)])
+        lsp.DidChangeWatchedFilesParams([lsp.FileEvent(pyproject.as_uri(), lsp.FileChangeType.Changed)])
     )
     # The defaults apply (no entry: sync_all is an ordinary call)...
     await wait_for_diagnostics(client, doc.uri, pred=lambda d: _rules(d) == [])

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 import pytest_lsp
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
 from tests.lsp.helpers import (
@@ -33,11 +33,11 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
         {"severity": {"DDP201": "hint"}}, section="ddp-lsp", scope_uri=b.as_uri()
     )
     result = await lsp_client.initialize_session(
-        T.InitializeParams(
+        lsp.InitializeParams(
             capabilities=capabilities(request.param),
             workspace_folders=[
-                T.WorkspaceFolder(uri=a.as_uri(), name="a"),
-                T.WorkspaceFolder(uri=b.as_uri(), name="b"),
+                lsp.WorkspaceFolder(uri=a.as_uri(), name="a"),
+                lsp.WorkspaceFolder(uri=b.as_uri(), name="b"),
             ],
         )
     )
@@ -47,7 +47,7 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
     await lsp_client.shutdown_session()
 
 
-def _severity(d: list[T.Diagnostic]) -> list[T.DiagnosticSeverity]:
+def _severity(d: list[lsp.Diagnostic]) -> list[lsp.DiagnosticSeverity]:
     return [x.severity for x in ddp(d)]
 
 
@@ -57,19 +57,19 @@ async def test_each_folder_has_its_own_settings(client: LanguageClient):
     da = Doc(client, (a / "t.py").as_uri(), TRAIN, enc)
     db = Doc(client, (b / "t.py").as_uri(), TRAIN, enc)
     await wait_for_diagnostics(
-        client, da.uri, pred=lambda d: _severity(d) == [T.DiagnosticSeverity.Warning]
+        client, da.uri, pred=lambda d: _severity(d) == [lsp.DiagnosticSeverity.Warning]
     )
     await wait_for_diagnostics(
-        client, db.uri, pred=lambda d: _severity(d) == [T.DiagnosticSeverity.Hint]
+        client, db.uri, pred=lambda d: _severity(d) == [lsp.DiagnosticSeverity.Hint]
     )
     # Folder b leaves the workspace: its scoped settings go with it.
     client.workspace_did_change_workspace_folders(
-        T.DidChangeWorkspaceFoldersParams(
-            T.WorkspaceFoldersChangeEvent(added=[], removed=[T.WorkspaceFolder(b.as_uri(), "b")])
+        lsp.DidChangeWorkspaceFoldersParams(
+            lsp.WorkspaceFoldersChangeEvent(added=[], removed=[lsp.WorkspaceFolder(b.as_uri(), "b")])
         )
     )
     await wait_for_diagnostics(
-        client, db.uri, pred=lambda d: _severity(d) == [T.DiagnosticSeverity.Error]
+        client, db.uri, pred=lambda d: _severity(d) == [lsp.DiagnosticSeverity.Error]
     )
 
 
@@ -79,14 +79,14 @@ async def test_workspace_diagnostic_covers_both_roots(client: LanguageClient):
     # Folder b's settings come from workspace/configuration after initialized: wait for them.
     db = Doc(client, (b / "t.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
     await wait_for_diagnostics(
-        client, db.uri, pred=lambda d: _severity(d) == [T.DiagnosticSeverity.Hint]
+        client, db.uri, pred=lambda d: _severity(d) == [lsp.DiagnosticSeverity.Hint]
     )
     db.close()
     report = await asyncio.wait_for(
-        client.workspace_diagnostic_async(T.WorkspaceDiagnosticParams(previous_result_ids=[])),
+        client.workspace_diagnostic_async(lsp.WorkspaceDiagnosticParams(previous_result_ids=[])),
         TIMEOUT,
     )
     by_uri = {item.uri: item for item in report.items}
     assert set(by_uri) == {(a / "disk.py").as_uri(), (b / "disk.py").as_uri()}
-    assert _severity(by_uri[(a / "disk.py").as_uri()].items) == [T.DiagnosticSeverity.Warning]
-    assert _severity(by_uri[(b / "disk.py").as_uri()].items) == [T.DiagnosticSeverity.Hint]
+    assert _severity(by_uri[(a / "disk.py").as_uri()].items) == [lsp.DiagnosticSeverity.Warning]
+    assert _severity(by_uri[(b / "disk.py").as_uri()].items) == [lsp.DiagnosticSeverity.Hint]

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 
 from ddp_lsp.core.settings import Settings
-from ddp_lsp.lsp import indexer as I
-from ddp_lsp.lsp import workspace as W
+from ddp_lsp.lsp import indexer as indexer_process
+from ddp_lsp.lsp import workspace as workspace_pull
 from ddp_lsp.lsp.state import ServerState
 from ddp_lsp.sources import MAX_SOURCE_BYTES
 from tests.lsp.helpers import TRAIN
@@ -55,20 +55,20 @@ async def test_workspace_pull_skips_odd_files(tmp_path: Path) -> None:
     _odd_folder(tmp_path)
     state = ServerState(lambda uri, version, diags: None, lambda message, is_error: None)
     state.config.folders = [(tmp_path.as_uri(), tmp_path)]
-    params = T.WorkspaceDiagnosticParams(previous_result_ids=[])
-    report = await W.workspace_diagnostics(state, W.WorkspaceCache(), params, None)
+    params = lsp.WorkspaceDiagnosticParams(previous_result_ids=[])
+    report = await workspace_pull.workspace_diagnostics(state, workspace_pull.WorkspaceCache(), params, None)
     by_name = {Path(i.uri).name: i for i in report.items}
     train = by_name["train.py"]
-    assert isinstance(train, T.WorkspaceFullDocumentDiagnosticReport) and train.items
+    assert isinstance(train, lsp.WorkspaceFullDocumentDiagnosticReport) and train.items
     for name in ("zero.py", "pipe.py", "sock.py", "huge.py"):
         item = by_name[name]
-        assert isinstance(item, T.WorkspaceFullDocumentDiagnosticReport) and not item.items
+        assert isinstance(item, lsp.WorkspaceFullDocumentDiagnosticReport) and not item.items
 
 
 def test_indexer_skips_odd_files(tmp_path: Path) -> None:
     _odd_folder(tmp_path)
     sent: list[object] = []
-    ix = I.Indexer.__new__(I.Indexer)
+    ix = indexer_process.Indexer.__new__(indexer_process.Indexer)
     ix.folders, ix.parent, ix.slow, ix.crash = {}, os.getppid(), 0.0, False
     ix.send = sent.append  # type: ignore[method-assign]
     ix.open(1, tmp_path, Settings(), False, {})
@@ -85,10 +85,10 @@ def test_indexer_skips_odd_files(tmp_path: Path) -> None:
         "huge.py": "too-large",
     }
     # An editor closing a FIFO "file" asks for the disk's text: still not read.
-    assert not I._small(tmp_path / "pipe.py")
-    assert not ix._apply(index, tmp_path / "pipe.py", I.DISK)
+    assert not indexer_process._small(tmp_path / "pipe.py")
+    assert not ix._apply(index, tmp_path / "pipe.py", indexer_process.DISK)
     # The pipe becomes a file: read, summarised, no longer listed as unread.
     (tmp_path / "pipe.py").unlink()
     (tmp_path / "pipe.py").write_text("x = 1\n")
-    assert ix._apply(index, tmp_path / "pipe.py", I.DISK)
+    assert ix._apply(index, tmp_path / "pipe.py", indexer_process.DISK)
     assert "pipe.py" in index.summaries and tmp_path / "pipe.py" not in index.unread

@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 import pytest_lsp
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from tests.lsp.helpers import (
@@ -57,10 +57,10 @@ CONFIG = ClientServerConfig(
 @pytest_lsp.fixture(config=CONFIG, params=["neovim", "visual_studio_code"])
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp_path):
     await lsp_client.initialize_session(
-        T.InitializeParams(
+        lsp.InitializeParams(
             # With workspace.diagnostics.refreshSupport, as VS Code has it.
             capabilities=capabilities(request.param, refresh=True),
-            workspace_folders=[T.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
+            workspace_folders=[lsp.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
             # Only DDP201 (silent here): hovers then show preflight facts and nothing else.
             initialization_options={"ddp-lsp": {"select": ["DDP201"]}},
         )
@@ -70,16 +70,16 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
     await lsp_client.shutdown_session()
 
 
-async def _lenses(client: LanguageClient, uri: str) -> list[T.CodeLens]:
+async def _lenses(client: LanguageClient, uri: str) -> list[lsp.CodeLens]:
     result = await client.text_document_code_lens_async(
-        T.CodeLensParams(T.TextDocumentIdentifier(uri))
+        lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri))
     )
     return list(result or [])
 
 
 async def _hover(client: LanguageClient, uri: str, line: int, col: int) -> str | None:
     h = await client.text_document_hover_async(
-        T.HoverParams(T.TextDocumentIdentifier(uri), T.Position(line, col))
+        lsp.HoverParams(lsp.TextDocumentIdentifier(uri), lsp.Position(line, col))
     )
     return h.contents.value if h is not None else None  # type: ignore[union-attr]
 
@@ -96,7 +96,7 @@ async def test_run_preflight_with_progress_lens_and_hover(client: LanguageClient
 
     result = await asyncio.wait_for(
         client.workspace_execute_command_async(
-            T.ExecuteCommandParams(
+            lsp.ExecuteCommandParams(
                 command="ddp-lsp.runPreflight",
                 arguments=[*lens.command.arguments, {"quick": True, "probes": PROBES}],
             )
@@ -132,7 +132,7 @@ async def test_cancel_kills_the_run(client: LanguageClient):
     doc = Doc(client, (root / "train.py").as_uri(), SCRIPT, "utf-16")
     task = asyncio.ensure_future(
         client.workspace_execute_command_async(
-            T.ExecuteCommandParams(
+            lsp.ExecuteCommandParams(
                 command="ddp-lsp.runPreflight",
                 arguments=[doc.uri, {"probes": ["cpu.workers", "limits"]}],
             )
@@ -144,10 +144,10 @@ async def test_cancel_kills_the_run(client: LanguageClient):
             for token, reports in client.progress_reports.items():
                 if any(getattr(r, "message", "") == "limits..." for r in reports):
                     return str(token)
-            await client.wait_for_notification(T.PROGRESS)
+            await client.wait_for_notification(lsp.PROGRESS)
 
     token = await asyncio.wait_for(token_started(), 120)
-    client.window_work_done_progress_cancel(T.WorkDoneProgressCancelParams(token=token))
+    client.window_work_done_progress_cancel(lsp.WorkDoneProgressCancelParams(token=token))
     result = await asyncio.wait_for(task, TIMEOUT)
     assert result["ok"] is False and result["error"] == "cancelled"
     # A cancelled run is not remembered: the lens still offers a fresh run.
@@ -163,7 +163,7 @@ async def test_bad_preflight_arguments(client: LanguageClient):
     ]:
         with pytest.raises(Exception) as err:
             await client.workspace_execute_command_async(
-                T.ExecuteCommandParams(command="ddp-lsp.runPreflight", arguments=args)
+                lsp.ExecuteCommandParams(command="ddp-lsp.runPreflight", arguments=args)
             )
         assert needle in str(err.value)
 
@@ -174,13 +174,13 @@ async def test_preflight_tells_a_pulling_client_to_refresh(client: LanguageClien
     doc = Doc(client, (root / "pulled.py").as_uri(), SCRIPT, "utf-16")
     await asyncio.wait_for(
         client.text_document_diagnostic_async(
-            T.DocumentDiagnosticParams(T.TextDocumentIdentifier(doc.uri))
+            lsp.DocumentDiagnosticParams(lsp.TextDocumentIdentifier(doc.uri))
         ),
         TIMEOUT,
     )
     result = await asyncio.wait_for(
         client.workspace_execute_command_async(
-            T.ExecuteCommandParams(
+            lsp.ExecuteCommandParams(
                 command="ddp-lsp.runPreflight",
                 arguments=[doc.uri, {"quick": True, "probes": PROBES}],
             )

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import pytest_lsp
-from lsprotocol import types as T
+from lsprotocol import types as lsp_types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from tests.lsp.helpers import (
@@ -62,10 +62,10 @@ async def _start(
     client: LanguageClient, root: Path, profile: str, options: Any = None, refresh: bool = False
 ) -> None:
     result = await client.initialize_session(
-        T.InitializeParams(
+        lsp_types.InitializeParams(
             capabilities=capabilities(profile, refresh=refresh),
             root_uri=root.as_uri(),
-            workspace_folders=[T.WorkspaceFolder(uri=root.as_uri(), name="ws")],
+            workspace_folders=[lsp_types.WorkspaceFolder(uri=root.as_uri(), name="ws")],
             initialization_options=options,
         )
     )
@@ -100,7 +100,7 @@ async def _published(
                 if p.uri == uri and pred(p):
                     return i, p
             seen = len(rec.published)
-            await client.wait_for_notification(T.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+            await client.wait_for_notification(lsp_types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
 
     return await asyncio.wait_for(loop(), timeout)
 
@@ -114,13 +114,13 @@ def _index_progress(client: LanguageClient) -> list[Any]:
 
 
 def _ended(client: LanguageClient) -> bool:
-    return any(isinstance(r, T.WorkDoneProgressEnd) for r in _index_progress(client))
+    return any(isinstance(r, lsp_types.WorkDoneProgressEnd) for r in _index_progress(client))
 
 
 async def _index_done(client: LanguageClient, timeout: float = TIMEOUT) -> None:
     async def loop() -> None:
         while not _ended(client):
-            await client.wait_for_notification(T.PROGRESS)
+            await client.wait_for_notification(lsp_types.PROGRESS)
 
     await asyncio.wait_for(loop(), timeout)
 
@@ -139,9 +139,9 @@ def _open(client: LanguageClient, name: str) -> Doc:
     return Doc(client, path.as_uri(), path.read_text(), client.encoding)  # type: ignore[attr-defined]
 
 
-def _watched(client: LanguageClient, *changes: tuple[Path, T.FileChangeType]) -> None:
+def _watched(client: LanguageClient, *changes: tuple[Path, lsp_types.FileChangeType]) -> None:
     client.workspace_did_change_watched_files(
-        T.DidChangeWatchedFilesParams([T.FileEvent(p.as_uri(), kind) for p, kind in changes])
+        lsp_types.DidChangeWatchedFilesParams([lsp_types.FileEvent(p.as_uri(), kind) for p, kind in changes])
     )
 
 
@@ -222,11 +222,11 @@ async def test_open_files_are_published_at_once_and_again_when_indexed(slow: Lan
     progress = _index_progress(client)
     # Both profiles support window/workDoneProgress: begin, "N/M files" reports, end, all
     # before the publication the index caused.
-    assert isinstance(progress[0], T.WorkDoneProgressBegin)
+    assert isinstance(progress[0], lsp_types.WorkDoneProgressBegin)
     assert "indexing" in progress[0].title
-    reports = [r for r in progress if isinstance(r, T.WorkDoneProgressReport)]
+    reports = [r for r in progress if isinstance(r, lsp_types.WorkDoneProgressReport)]
     assert reports and reports[-1].message == "5/5 files" and reports[-1].percentage == 100
-    assert isinstance(progress[-1], T.WorkDoneProgressEnd)
+    assert isinstance(progress[-1], lsp_types.WorkDoneProgressEnd)
 
 
 async def test_editing_main_removes_and_restores_ddp101_in_engine(client: LanguageClient):
@@ -265,16 +265,16 @@ async def test_files_changed_on_disk_reach_open_files(client: LanguageClient):
     main = root / "main.py"
     text = main.read_text()
     main.write_text(text.replace(WRAP, UNWRAPPED))
-    _watched(client, (main, T.FileChangeType.Changed))
+    _watched(client, (main, lsp_types.FileChangeType.Changed))
     at, _ = await _published(client, engine.uri, _lacks("DDP101"), after=at + 1)
     main.write_text(text)
-    _watched(client, (main, T.FileChangeType.Changed))
+    _watched(client, (main, lsp_types.FileChangeType.Changed))
     at, _ = await _published(client, engine.uri, _has("DDP101"), after=at + 1)
     main.unlink()
-    _watched(client, (main, T.FileChangeType.Deleted))
+    _watched(client, (main, lsp_types.FileChangeType.Deleted))
     at, _ = await _published(client, engine.uri, _lacks("DDP101"), after=at + 1)
     main.write_text(text)
-    _watched(client, (main, T.FileChangeType.Created))
+    _watched(client, (main, lsp_types.FileChangeType.Created))
     await _published(client, engine.uri, _has("DDP101"), after=at + 1)
 
 
@@ -289,7 +289,7 @@ async def test_an_open_file_ignores_disk_events(client: LanguageClient):
     # In the same notification, a change engine.py does see (all_reduce_mean is no longer
     # collective): the publication it causes shows the state after both events.
     misc.write_text(misc.read_text().replace("    dist.all_reduce(t)\n", ""))
-    _watched(client, (main, T.FileChangeType.Changed), (misc, T.FileChangeType.Changed))
+    _watched(client, (main, lsp_types.FileChangeType.Changed), (misc, lsp_types.FileChangeType.Changed))
     _, p = await _published(client, engine.uri, lambda p: True, after=at + 1)
     assert "DDP101" in _codes(p)
 
@@ -303,7 +303,7 @@ async def test_project_false_analyses_each_file_alone(off: LanguageClient):
     # The settings are known once the first publication is out: the folder has no index.
     info = await asyncio.wait_for(
         client.workspace_execute_command_async(
-            T.ExecuteCommandParams(command="ddp-lsp.debugDocument", arguments=[engine.uri])
+            lsp_types.ExecuteCommandParams(command="ddp-lsp.debugDocument", arguments=[engine.uri])
         ),
         TIMEOUT,
     )
@@ -316,7 +316,7 @@ async def test_debug_document_describes_the_index(client: LanguageClient):
     await _published(client, engine.uri, _has("DDP101"))
     info = await asyncio.wait_for(
         client.workspace_execute_command_async(
-            T.ExecuteCommandParams(command="ddp-lsp.debugDocument", arguments=[engine.uri])
+            lsp_types.ExecuteCommandParams(command="ddp-lsp.debugDocument", arguments=[engine.uri])
         ),
         TIMEOUT,
     )
@@ -334,30 +334,30 @@ async def test_broken_files_do_not_stop_indexing(broken: LanguageClient):
     engine = _open(client, "engine.py")
     await _published(client, engine.uri, _has("DDP101"))
     await _index_done(client)
-    reports = [r for r in _index_progress(client) if isinstance(r, T.WorkDoneProgressReport)]
+    reports = [r for r in _index_progress(client) if isinstance(r, lsp_types.WorkDoneProgressReport)]
     assert reports[-1].message == "10/10 files"
-    assert not [m for m in client.log_messages if m.type == T.MessageType.Error]
+    assert not [m for m in client.log_messages if m.type == lsp_types.MessageType.Error]
 
 
 async def test_an_indexer_crash_is_logged_and_files_are_analysed_alone(crashing: LanguageClient):
     client = crashing
     engine = _open(client, "engine.py")
 
-    async def logged() -> T.LogMessageParams:
+    async def logged() -> lsp_types.LogMessageParams:
         while True:
             for m in client.log_messages:
                 if "indexer stopped" in m.message:
                     return m
-            await client.wait_for_notification(T.WINDOW_LOG_MESSAGE)
+            await client.wait_for_notification(lsp_types.WINDOW_LOG_MESSAGE)
 
     msg = await asyncio.wait_for(logged(), TIMEOUT)
-    assert msg.type == T.MessageType.Error
+    assert msg.type == lsp_types.MessageType.Error
     _, p = await _published(client, engine.uri, lambda p: True)
     assert "DDP101" not in _codes(p)
     # Still serving: hover and edits work.
     hover = await asyncio.wait_for(
         client.text_document_hover_async(
-            T.HoverParams(T.TextDocumentIdentifier(engine.uri), T.Position(0, 0))
+            lsp_types.HoverParams(lsp_types.TextDocumentIdentifier(engine.uri), lsp_types.Position(0, 0))
         ),
         TIMEOUT,
     )
@@ -373,11 +373,11 @@ async def test_pulled_documents_are_refreshed_when_facts_arrive(pulling: Languag
     async def pull() -> list[str]:
         report = await asyncio.wait_for(
             client.text_document_diagnostic_async(
-                T.DocumentDiagnosticParams(T.TextDocumentIdentifier(engine.uri))
+                lsp_types.DocumentDiagnosticParams(lsp_types.TextDocumentIdentifier(engine.uri))
             ),
             TIMEOUT,
         )
-        assert isinstance(report, T.RelatedFullDocumentDiagnosticReport)
+        assert isinstance(report, lsp_types.RelatedFullDocumentDiagnosticReport)
         return [str(d.code) for d in report.items]
 
     assert "DDP101" not in await pull()  # at once, before the (slow) index

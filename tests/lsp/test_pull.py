@@ -1,7 +1,7 @@
 """Pull diagnostics, workspace diagnostics and initializationOptions, one server per test.
 
 A client that pulls stops getting pushed diagnostics (or it would show every finding twice),
-so these tests use their own servers rather than the shared ones of ``test_e2e``.
+so these tests use their own servers rather than the shared ones of ``test_client_profiles``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 import pytest_lsp
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
 from tests.lsp.helpers import (
@@ -37,10 +37,10 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp
     (tmp_path / ".venv").mkdir()
     (tmp_path / ".venv" / "lib.py").write_text(TRAIN)
     result = await lsp_client.initialize_session(
-        T.InitializeParams(
+        lsp.InitializeParams(
             capabilities=capabilities(request.param, refresh=True),
             root_uri=tmp_path.as_uri(),
-            workspace_folders=[T.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
+            workspace_folders=[lsp.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
             initialization_options={
                 "ddp-lsp": {"exclude": ["generated"], "rankGuardNames": ["not an identifier"]}
             },
@@ -57,30 +57,30 @@ async def test_pull_diagnostics_with_result_ids(client: LanguageClient):
     doc = Doc(client, (root / "pull.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
     report = await asyncio.wait_for(
         client.text_document_diagnostic_async(
-            T.DocumentDiagnosticParams(T.TextDocumentIdentifier(doc.uri))
+            lsp.DocumentDiagnosticParams(lsp.TextDocumentIdentifier(doc.uri))
         ),
         TIMEOUT,
     )
-    assert isinstance(report, T.RelatedFullDocumentDiagnosticReport)
+    assert isinstance(report, lsp.RelatedFullDocumentDiagnosticReport)
     assert [d.code for d in ddp(report.items)] == ["DDP201"]
     assert report.result_id
     # Nothing changed: the client's previous result is still good.
     again = await client.text_document_diagnostic_async(
-        T.DocumentDiagnosticParams(
-            T.TextDocumentIdentifier(doc.uri), previous_result_id=report.result_id
+        lsp.DocumentDiagnosticParams(
+            lsp.TextDocumentIdentifier(doc.uri), previous_result_id=report.result_id
         )
     )
-    assert isinstance(again, T.RelatedUnchangedDocumentDiagnosticReport)
+    assert isinstance(again, lsp.RelatedUnchangedDocumentDiagnosticReport)
     assert again.result_id == report.result_id
     # A fix changes the report.
     at = doc.text.index("        torch.nn.utils.clip_grad_norm_")
     doc.replace(at, at, "        scaler.unscale_(optimizer)\n")
     fixed = await client.text_document_diagnostic_async(
-        T.DocumentDiagnosticParams(
-            T.TextDocumentIdentifier(doc.uri), previous_result_id=report.result_id
+        lsp.DocumentDiagnosticParams(
+            lsp.TextDocumentIdentifier(doc.uri), previous_result_id=report.result_id
         )
     )
-    assert isinstance(fixed, T.RelatedFullDocumentDiagnosticReport)
+    assert isinstance(fixed, lsp.RelatedFullDocumentDiagnosticReport)
     assert ddp(fixed.items) == [] and fixed.result_id != report.result_id
 
 
@@ -90,7 +90,7 @@ async def test_workspace_diagnostics_respect_excludes(client: LanguageClient):
     client.progress_reports[token] = []  # a client-made token: pytest-lsp only knows its own
     report = await asyncio.wait_for(
         client.workspace_diagnostic_async(
-            T.WorkspaceDiagnosticParams(previous_result_ids=[], work_done_token=token)
+            lsp.WorkspaceDiagnosticParams(previous_result_ids=[], work_done_token=token)
         ),
         TIMEOUT,
     )
@@ -106,8 +106,8 @@ async def test_workspace_diagnostics_respect_excludes(client: LanguageClient):
     client.progress_reports[held_token] = []
     held = asyncio.ensure_future(
         client.workspace_diagnostic_async(
-            T.WorkspaceDiagnosticParams(
-                previous_result_ids=[T.PreviousResultId(i.uri, i.result_id) for i in report.items],
+            lsp.WorkspaceDiagnosticParams(
+                previous_result_ids=[lsp.PreviousResultId(i.uri, i.result_id) for i in report.items],
                 work_done_token=held_token,
             )
         )
@@ -117,7 +117,7 @@ async def test_workspace_diagnostics_respect_excludes(client: LanguageClient):
         while not any(
             getattr(v, "kind", None) == "end" for v in client.progress_reports[held_token]
         ):
-            await client.wait_for_notification(T.PROGRESS)
+            await client.wait_for_notification(lsp.PROGRESS)
 
     # The scan's progress ends when the scan does, not when the held answer goes out: a client
     # would otherwise show a busy indicator for as long as the request is held.
@@ -126,7 +126,7 @@ async def test_workspace_diagnostics_respect_excludes(client: LanguageClient):
     doc = Doc(client, (root / "other.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
     await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
     await client.workspace_execute_command_async(
-        T.ExecuteCommandParams(command="ddp-lsp.explainRule", arguments=["DDP201"])
+        lsp.ExecuteCommandParams(command="ddp-lsp.explainRule", arguments=["DDP201"])
     )
     assert not held.done()
     # A change to what it reports answers it: clean.py opened with a finding in it.
@@ -134,23 +134,23 @@ async def test_workspace_diagnostics_respect_excludes(client: LanguageClient):
     Doc(client, clean, TRAIN, client.encoding)  # type: ignore[attr-defined]
     again = await asyncio.wait_for(held, TIMEOUT)
     by_uri = {item.uri: item for item in again.items}
-    assert isinstance(by_uri[clean], T.WorkspaceFullDocumentDiagnosticReport)
+    assert isinstance(by_uri[clean], lsp.WorkspaceFullDocumentDiagnosticReport)
     assert [d.code for d in ddp(by_uri[clean].items)] == ["DDP201"]
-    assert isinstance(by_uri[train], T.WorkspaceUnchangedDocumentDiagnosticReport)
+    assert isinstance(by_uri[train], lsp.WorkspaceUnchangedDocumentDiagnosticReport)
 
 
 async def test_invalid_initialization_option_is_reported(client: LanguageClient):
     root = client.root  # type: ignore[attr-defined]
 
-    async def reported() -> T.ShowMessageParams:
+    async def reported() -> lsp.ShowMessageParams:
         while True:
             for m in client.messages:
                 if "rank" in m.message.lower() and "not an identifier" in m.message:
                     return m
-            await client.wait_for_notification(T.WINDOW_SHOW_MESSAGE)
+            await client.wait_for_notification(lsp.WINDOW_SHOW_MESSAGE)
 
     msg = await asyncio.wait_for(reported(), TIMEOUT)
-    assert msg.type == T.MessageType.Error
+    assert msg.type == lsp.MessageType.Error
     # The valid option (exclude) still applies: an excluded file gets no diagnostics.
     doc = Doc(client, (root / "generated" / "skip.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
     pub = await wait_for_diagnostics(client, doc.uri)
@@ -160,7 +160,7 @@ async def test_invalid_initialization_option_is_reported(client: LanguageClient)
 async def _pull(client: LanguageClient, uri: str, previous: str | None = None) -> object:
     return await asyncio.wait_for(
         client.text_document_diagnostic_async(
-            T.DocumentDiagnosticParams(T.TextDocumentIdentifier(uri), previous_result_id=previous)
+            lsp.DocumentDiagnosticParams(lsp.TextDocumentIdentifier(uri), previous_result_id=previous)
         ),
         TIMEOUT,
     )
@@ -169,14 +169,14 @@ async def _pull(client: LanguageClient, uri: str, previous: str | None = None) -
 def _open_notebook(client: LanguageClient, nb_uri: str, text: str) -> str:
     cell = f"{nb_uri}#cell-1"
     client.notebook_document_did_open(
-        T.DidOpenNotebookDocumentParams(
-            notebook_document=T.NotebookDocument(
+        lsp.DidOpenNotebookDocumentParams(
+            notebook_document=lsp.NotebookDocument(
                 uri=nb_uri,
                 notebook_type="jupyter-notebook",
                 version=1,
-                cells=[T.NotebookCell(kind=T.NotebookCellKind.Code, document=cell)],
+                cells=[lsp.NotebookCell(kind=lsp.NotebookCellKind.Code, document=cell)],
             ),
-            cell_text_documents=[T.TextDocumentItem(cell, "python", 1, text)],
+            cell_text_documents=[lsp.TextDocumentItem(cell, "python", 1, text)],
         )
     )
     return cell
@@ -226,7 +226,7 @@ async def test_result_ids_are_never_reused_after_reopening(client: LanguageClien
     Doc(client, uri, fixed, enc)
     again = await _pull(client, uri, first.result_id)  # type: ignore[attr-defined]
     # The old result is stale: a full report without the finding, not "unchanged".
-    assert isinstance(again, T.RelatedFullDocumentDiagnosticReport)
+    assert isinstance(again, lsp.RelatedFullDocumentDiagnosticReport)
     assert ddp(again.items) == [] and again.result_id != first.result_id  # type: ignore[attr-defined]
 
 
@@ -235,11 +235,11 @@ async def test_pulling_client_is_told_to_refresh_on_configuration_change(client:
     doc = Doc(client, (root / "refresh.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
     await _pull(client, doc.uri)
     client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(settings={"ddp-lsp": {"severity": {"DDP201": "hint"}}})
+        lsp.DidChangeConfigurationParams(settings={"ddp-lsp": {"severity": {"DDP201": "hint"}}})
     )
     await wait_for_refresh(client)
     report = await _pull(client, doc.uri)
-    assert [d.severity for d in ddp(report.items)] == [T.DiagnosticSeverity.Hint]  # type: ignore[attr-defined]
+    assert [d.severity for d in ddp(report.items)] == [lsp.DiagnosticSeverity.Hint]  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -261,10 +261,10 @@ async def test_bad_pyproject_shows_message(client: LanguageClient, content: str,
     msg = await wait_for_message(
         client, lambda m: str(pyproject) in m.message and needle in m.message
     )
-    assert msg.type == T.MessageType.Error
+    assert msg.type == lsp.MessageType.Error
     # The defaults apply: DDP201 is still an error.
     pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
-    assert [d.severity for d in ddp(pub.diagnostics)] == [T.DiagnosticSeverity.Error]
+    assert [d.severity for d in ddp(pub.diagnostics)] == [lsp.DiagnosticSeverity.Error]
 
 
 async def test_document_and_workspace_pulls_share_one_result_id(client: LanguageClient):
@@ -275,10 +275,10 @@ async def test_document_and_workspace_pulls_share_one_result_id(client: Language
     Doc(client, uri, TRAIN, client.encoding)  # type: ignore[attr-defined]
     single = await _pull(client, uri)
     report = await asyncio.wait_for(
-        client.workspace_diagnostic_async(T.WorkspaceDiagnosticParams(previous_result_ids=[])),
+        client.workspace_diagnostic_async(lsp.WorkspaceDiagnosticParams(previous_result_ids=[])),
         TIMEOUT,
     )
     by_uri = {item.uri: item for item in report.items}
     assert single.result_id and by_uri[uri].result_id == single.result_id  # type: ignore[attr-defined]
     again = await _pull(client, uri, single.result_id)  # type: ignore[attr-defined]
-    assert isinstance(again, T.RelatedUnchangedDocumentDiagnosticReport)
+    assert isinstance(again, lsp.RelatedUnchangedDocumentDiagnosticReport)

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 
 from ddp_lsp.lsp.pygls_adapter import (
@@ -74,7 +74,7 @@ def test_shutdown_sets_the_flag_pygls_refuses_requests_and_exits_by() -> None:
         {
             "jsonrpc": "2.0",
             "id": 7,
-            "method": T.TEXT_DOCUMENT_HOVER,
+            "method": lsp.TEXT_DOCUMENT_HOVER,
             "params": {
                 "textDocument": {"uri": "file:///a.py"},
                 "position": {"line": 0, "character": 0},
@@ -101,13 +101,13 @@ def test_exit_without_shutdown_exits_1() -> None:
     assert exc.value.code == 1
 
 
-CONFIG = T.ConfigurationParams(items=[T.ConfigurationItem(section="ddp-lsp")])
+CONFIG = lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section="ddp-lsp")])
 
 
 def test_requests_to_the_client_are_pending_until_answered_and_late_answers_dropped() -> None:
     _, protocol, writer = _server()
-    answered = protocol.send_request(T.WORKSPACE_CONFIGURATION, CONFIG)
-    given_up = protocol.send_request(T.WORKSPACE_CONFIGURATION, CONFIG)
+    answered = protocol.send_request(lsp.WORKSPACE_CONFIGURATION, CONFIG)
+    given_up = protocol.send_request(lsp.WORKSPACE_CONFIGURATION, CONFIG)
     ids = [m["id"] for m in writer.messages]
     assert [msg_id for msg_id, _ in pending_requests(protocol)] == ids
     assert dict(pending_requests(protocol))[ids[0]] is answered
@@ -117,7 +117,7 @@ def test_requests_to_the_client_are_pending_until_answered_and_late_answers_drop
     protocol._handle_response(ids[1], ["late"])  # must not raise InvalidStateError
     assert pending_requests(protocol) == []
     # forget_given_up drops a given-up request whose answer never comes.
-    never = protocol.send_request(T.WORKSPACE_CONFIGURATION, CONFIG)
+    never = protocol.send_request(lsp.WORKSPACE_CONFIGURATION, CONFIG)
     never.cancel()
     forget_given_up(protocol)
     assert pending_requests(protocol) == []
@@ -130,22 +130,22 @@ def echo(ls: DdpLanguageServer, *args: Any) -> list[Any]:
 def test_commands_get_the_server_and_the_arguments() -> None:
     # _prepare_command_arguments + the ls pygls binds to a registered command.
     _, protocol, _ = _server(Command("test.echo", echo))
-    params = T.ExecuteCommandParams(command="test.echo", arguments=["a", 1, {"k": None}])
+    params = lsp.ExecuteCommandParams(command="test.echo", arguments=["a", 1, {"k": None}])
     result = asyncio.run(protocol.lsp_workspace__execute_command(params))
     assert result == ["DdpLanguageServer", "a", 1, {"k": None}]
     with pytest.raises(JsonRpcInvalidParams):
         asyncio.run(
-            protocol.lsp_workspace__execute_command(T.ExecuteCommandParams(command="test.nope"))
+            protocol.lsp_workspace__execute_command(lsp.ExecuteCommandParams(command="test.nope"))
         )
 
 
 def test_progress_cancel_cancels_the_token_future() -> None:
     server, protocol, _ = _server()
     assert progress_future(server, "tok") is None
-    server.work_done_progress.begin("tok", T.WorkDoneProgressBegin(title="t"))
+    server.work_done_progress.begin("tok", lsp.WorkDoneProgressBegin(title="t"))
     future = progress_future(server, "tok")
     assert future is not None and not future.cancelled()
-    for _ in protocol.lsp_work_done_progress_cancel(T.WorkDoneProgressCancelParams(token="tok")):
+    for _ in protocol.lsp_work_done_progress_cancel(lsp.WorkDoneProgressCancelParams(token="tok")):
         pass
     assert future.cancelled()
 

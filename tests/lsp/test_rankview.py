@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import pytest_lsp
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
 from tests.lsp.helpers import CONFIG, PROFILES, TIMEOUT, Doc, capabilities, wait_for_diagnostics
@@ -42,10 +42,10 @@ WARN = "⚠"
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"rv-{request.param}")
     result = await lsp_client.initialize_session(
-        T.InitializeParams(
+        lsp.InitializeParams(
             capabilities=capabilities(request.param),
             root_uri=root.as_uri(),
-            workspace_folders=[T.WorkspaceFolder(uri=root.as_uri(), name="ws")],
+            workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name="ws")],
         )
     )
     lsp_client.encoding = str(result.capabilities.position_encoding or "utf-16")  # type: ignore[attr-defined]
@@ -63,12 +63,12 @@ def _open(client: LanguageClient, name: str, text: str = RANKS) -> Doc:
 
 async def _hints(
     client: LanguageClient, doc: Doc, first: int = 0, last: int = 200
-) -> list[T.InlayHint]:
+) -> list[lsp.InlayHint]:
     result = await asyncio.wait_for(
         client.text_document_inlay_hint_async(
-            T.InlayHintParams(
-                T.TextDocumentIdentifier(doc.uri),
-                T.Range(T.Position(first, 0), T.Position(last, 0)),
+            lsp.InlayHintParams(
+                lsp.TextDocumentIdentifier(doc.uri),
+                lsp.Range(lsp.Position(first, 0), lsp.Position(last, 0)),
             )
         ),
         TIMEOUT,
@@ -76,7 +76,7 @@ async def _hints(
     return list(result or [])
 
 
-def _labels(hints: list[T.InlayHint]) -> list[tuple[int, str]]:
+def _labels(hints: list[lsp.InlayHint]) -> list[tuple[int, str]]:
     return [(h.position.line, str(h.label)) for h in hints]
 
 
@@ -86,13 +86,13 @@ async def _reconfigure(client: LanguageClient, section: dict[str, Any]) -> None:
     rec = client.recorder  # type: ignore[attr-defined]
     rec.view_refreshed.clear()
     client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(settings={"ddp-lsp": section})
+        lsp.DidChangeConfigurationParams(settings={"ddp-lsp": section})
     )
     await asyncio.wait_for(rec.view_refreshed.wait(), TIMEOUT)
 
 
 async def test_capabilities(client: LanguageClient):
-    caps: T.ServerCapabilities = client.server_caps  # type: ignore[attr-defined]
+    caps: lsp.ServerCapabilities = client.server_caps  # type: ignore[attr-defined]
     assert caps.inlay_hint_provider
     assert caps.semantic_tokens_provider is not None
     legend = caps.semantic_tokens_provider.legend
@@ -115,7 +115,7 @@ async def test_inlay_hints_mark_rank_subsets_and_collectives(client: LanguageCli
     ]
     assert all(h.position.character == 4 or h.position.character == 8 for h in hints)
     barrier = hints[1]
-    assert isinstance(barrier.tooltip, T.MarkupContent)
+    assert isinstance(barrier.tooltip, lsp.MarkupContent)
     assert "if rank == 0:" in barrier.tooltip.value
     # The hints of a visible range only.
     assert _labels(await _hints(client, doc, REDUCE_LINE, EXIT_LINE)) == [
@@ -158,11 +158,11 @@ async def test_hover_on_collective_guard_and_call(client: LanguageClient):
     async def hover(line: int, character: int) -> str:
         h = await asyncio.wait_for(
             client.text_document_hover_async(
-                T.HoverParams(T.TextDocumentIdentifier(doc.uri), T.Position(line, character))
+                lsp.HoverParams(lsp.TextDocumentIdentifier(doc.uri), lsp.Position(line, character))
             ),
             TIMEOUT,
         )
-        assert h is not None and isinstance(h.contents, T.MarkupContent)
+        assert h is not None and isinstance(h.contents, lsp.MarkupContent)
         return h.contents.value
 
     text = await hover(LATE_REDUCE_LINE, 10)
@@ -186,7 +186,7 @@ async def test_show_rank_paths_command(client: LanguageClient):
     await wait_for_diagnostics(client, doc.uri, 1)
     locs = await asyncio.wait_for(
         client.workspace_execute_command_async(
-            T.ExecuteCommandParams(
+            lsp.ExecuteCommandParams(
                 "ddp-lsp.showRankPaths", [doc.uri, {"line": PRINT_LINE, "character": 4}]
             )
         ),
@@ -196,14 +196,14 @@ async def test_show_rank_paths_command(client: LanguageClient):
     assert [(loc["uri"], loc["range"]["start"]["line"]) for loc in locs] == [(doc.uri, EXIT_LINE)]
     assert locs[0]["range"]["start"]["character"] == 8  # `return`
     none = await client.workspace_execute_command_async(
-        T.ExecuteCommandParams(
+        lsp.ExecuteCommandParams(
             "ddp-lsp.showRankPaths", [doc.uri, {"line": REDUCE_LINE, "character": 4}]
         )
     )
     assert none == []
     with pytest.raises(Exception, match="showRankPaths takes"):
         await client.workspace_execute_command_async(
-            T.ExecuteCommandParams("ddp-lsp.showRankPaths", [doc.uri])
+            lsp.ExecuteCommandParams("ddp-lsp.showRankPaths", [doc.uri])
         )
     doc.close()
 
@@ -211,7 +211,7 @@ async def test_show_rank_paths_command(client: LanguageClient):
 async def test_semantic_tokens_are_opt_in(client: LanguageClient):
     doc = _open(client, "tokens.py")
     await wait_for_diagnostics(client, doc.uri, 1)
-    params = T.SemanticTokensParams(T.TextDocumentIdentifier(doc.uri))
+    params = lsp.SemanticTokensParams(lsp.TextDocumentIdentifier(doc.uri))
     assert await client.text_document_semantic_tokens_full_async(params) is None
     await _reconfigure(client, {"rankView": {"semanticTokens": True}})
     got = await client.text_document_semantic_tokens_full_async(params)
@@ -269,9 +269,9 @@ async def test_a_request_racing_the_analysis_is_refreshed_once_it_ran():
     from ddp_lsp.lsp.server import build_server
 
     server = build_server()
-    server.protocol.client_capabilities = T.ClientCapabilities(
-        workspace=T.WorkspaceClientCapabilities(
-            inlay_hint=T.InlayHintWorkspaceClientCapabilities(refresh_support=True)
+    server.protocol.client_capabilities = lsp.ClientCapabilities(
+        workspace=lsp.WorkspaceClientCapabilities(
+            inlay_hint=lsp.InlayHintWorkspaceClientCapabilities(refresh_support=True)
         )
     )
     refreshed = asyncio.Event()
@@ -285,16 +285,16 @@ async def test_a_request_racing_the_analysis_is_refreshed_once_it_ran():
         "python",
     )
     state.flush()
-    params = T.InlayHintParams(
-        T.TextDocumentIdentifier(uri), T.Range(T.Position(0, 0), T.Position(20, 0))
+    params = lsp.InlayHintParams(
+        lsp.TextDocumentIdentifier(uri), lsp.Range(lsp.Position(0, 0), lsp.Position(20, 0))
     )
     assert rankview.inlay_hint_request(server, params) == []
     state.change(
         uri,
         2,
         [
-            T.TextDocumentContentChangePartial(
-                range=T.Range(T.Position(0, 0), T.Position(0, 0)),
+            lsp.TextDocumentContentChangePartial(
+                range=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0)),
                 text="import torch.distributed as dist\n",
             )
         ],
@@ -326,8 +326,8 @@ async def test_notebook_cells_get_their_hints_and_paths_in_cell_coordinates():
     state.flush()
 
     def hints(uri: str) -> list[tuple[int, int, str]]:
-        params = T.InlayHintParams(
-            T.TextDocumentIdentifier(uri), T.Range(T.Position(0, 0), T.Position(10, 0))
+        params = lsp.InlayHintParams(
+            lsp.TextDocumentIdentifier(uri), lsp.Range(lsp.Position(0, 0), lsp.Position(10, 0))
         )
         got = rankview.inlay_hint_request(server, params) or []
         return [(h.position.line, h.position.character, str(h.label)) for h in got]
@@ -340,10 +340,10 @@ async def test_notebook_cells_get_their_hints_and_paths_in_cell_coordinates():
         (second, 0, 3)
     ]
     # Semantic tokens of a cell: its own lines only, in its own coordinates.
-    from ddp_lsp.lsp import config as C
+    from ddp_lsp.lsp import config as settings_config
 
-    state.config.editor_global = C.EditorSettings(options=C.EditorOptions(rank_tokens=True))
-    full = server.protocol.fm.features[T.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL]
-    assert full(T.SemanticTokensParams(T.TextDocumentIdentifier(first))).data == []
-    data = full(T.SemanticTokensParams(T.TextDocumentIdentifier(second))).data
+    state.config.editor_global = settings_config.EditorSettings(options=settings_config.EditorOptions(rank_tokens=True))
+    full = server.protocol.fm.features[lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL]
+    assert full(lsp.SemanticTokensParams(lsp.TextDocumentIdentifier(first))).data == []
+    data = full(lsp.SemanticTokensParams(lsp.TextDocumentIdentifier(second))).data
     assert data == [1, 4, len("dist.barrier()"), 0, 1 | 2]

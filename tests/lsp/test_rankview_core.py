@@ -21,7 +21,7 @@ from ddp_lsp.core.engine import analyze
 from ddp_lsp.core.registry import all_rules
 from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.types import Pos
-from ddp_lsp.lsp import rankview as R
+from ddp_lsp.lsp import rankview as rank_view
 from tests.casekit import unmark
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,8 +40,8 @@ def _cases() -> list[tuple[str, str, bool]]:
 CASES = _cases()
 
 
-def view_of(doc: Document, settings: Settings) -> list[tuple[int, R.ChunkView]]:
-    an = R.analysis_for(doc, settings, None)
+def view_of(doc: Document, settings: Settings) -> list[tuple[int, rank_view.ChunkView]]:
+    an = rank_view.analysis_for(doc, settings, None)
     return [(start, an.view(chunk)) for start, chunk in doc.chunks()]
 
 
@@ -77,7 +77,7 @@ def test_hints_agree_with_findings(name: str, code: str, distributed: bool) -> N
         c = colls[at]
         assert c.skipped, f"{name}: DDP103 names {at}, but the rank view says no path skips it"
         label = labels[(at.line, at.col)]
-        assert label.startswith(R.WARN) and label != "all ranks", label
+        assert label.startswith(rank_view.WARN) and label != "all ranks", label
     skipped = {at for at, c in colls.items() if c.skipped}
     assert skipped <= reported, (
         f"{name}: marked skipped without a DDP103 finding: {skipped - reported}"
@@ -134,7 +134,7 @@ def train(model, rank, local_rank, loader, step):
     got = [(line + 1, label) for line, _, label, _ in hints(Document(code), Settings())]
     assert got == [
         (7, "rank 0"),
-        (8, f"{R.WARN} rank 0"),
+        (8, f"{rank_view.WARN} rank 0"),
         (9, "all ranks"),
         (11, "local rank 0"),
         (13, "ranks where rank % 2 == 0"),
@@ -238,7 +238,7 @@ def test_incremental_hints_equal_fresh(seed: int) -> None:
             end = min(line + rng.randrange(1, 4), len(lines) - 1)
             doc.apply_edit(Pos(line, 0), Pos(end, 0), "")
         # A request racing the analysis uses the last facts (the server's pending path)...
-        an = R.analysis_for(doc, settings, None, pending=True)
+        an = rank_view.analysis_for(doc, settings, None, pending=True)
         for _, chunk in doc.chunks():
             an.view(chunk)
         # ...and the next request, with the facts merged, is exactly a fresh document's.
@@ -251,9 +251,9 @@ def test_pending_request_does_not_merge_and_catches_up() -> None:
     doc = Document(code, settings.rank_model)
     assert hints(doc, settings) == []  # not distributed code yet
     doc.apply_edit(Pos(0, 0), Pos(0, 0), "import torch.distributed as dist\n")
-    an = R.analysis_for(doc, settings, None, pending=True)
+    an = rank_view.analysis_for(doc, settings, None, pending=True)
     assert not an.facts.distributed  # the last facts, not merged again
-    assert hints(doc, settings) == [(6, 8, f"{R.WARN} rank 0", True)]
+    assert hints(doc, settings) == [(6, 8, f"{rank_view.WARN} rank 0", True)]
 
 
 def test_only_the_visible_chunks_are_computed_after_an_edit() -> None:
@@ -264,12 +264,12 @@ def test_only_the_visible_chunks_are_computed_after_an_edit() -> None:
     code = "import torch.distributed as dist\n\n\n" + body
     settings = Settings(assume_distributed=True)
     doc = Document(code, settings.rank_model)
-    an = R.analysis_for(doc, settings, None)
+    an = rank_view.analysis_for(doc, settings, None)
     for _, chunk in doc.chunks():
         an.view(chunk)
     doc.apply_edit(Pos(603, 0), Pos(603, 0), "    print(t)\n")
-    an = R.analysis_for(doc, settings, None)
-    for _, chunk in R.chunks_in(doc, 590, 640):
+    an = rank_view.analysis_for(doc, settings, None)
+    for _, chunk in rank_view.chunks_in(doc, 590, 640):
         an.view(chunk)
     assert an.computed == 1  # the edited chunk; its neighbours come from the cache
 
@@ -294,7 +294,7 @@ def test_a_rank_predicate_from_another_file_is_a_point_there(tmp_path: Path) -> 
     project = facts_of(tmp_path).modules["train"]
     settings = Settings()
     doc = Document(train, settings.rank_model)
-    an = R.analysis_for(doc, settings, None, project)
+    an = rank_view.analysis_for(doc, settings, None, project)
     colls = [c for _, chunk in doc.chunks() for c in an.view(chunk).collectives]
     (barrier,) = colls
     assert barrier.skipped and barrier.ranks.describe() == "rank 0"
@@ -330,9 +330,9 @@ def train(rank, t):
         dirty=False,
         path=Path("/p/train.py"),
     )
-    assert R.hover(None, unit, Pos(8, 10)) is None  # init_process_group: every rank
-    text = R.hover(None, unit, Pos(9, 5))  # log("start"): every rank, but not its other call
+    assert rank_view.hover(None, unit, Pos(8, 10)) is None  # init_process_group: every rank
+    text = rank_view.hover(None, unit, Pos(9, 5))  # log("start"): every rank, but not its other call
     assert text is not None and "called here on all ranks" in text
     assert "- line 12: rank 0" in text
-    text = R.hover(None, unit, Pos(11, 9))
+    text = rank_view.hover(None, unit, Pos(11, 9))
     assert text is not None and "called here on rank 0" in text and "train.py:11" in text

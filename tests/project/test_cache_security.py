@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from ddp_lsp.project import ProjectIndex
-from ddp_lsp.project import index as I
+from ddp_lsp.project import index as project_index
 from ddp_lsp.project.index import CACHE_VERSION, MAX_ENTRY_BYTES
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "deit"
@@ -167,7 +167,7 @@ def _refused(
     cache: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The index works without the cache, says so once, and neither reads nor writes it."""
-    monkeypatch.setattr(I, "_warned", set())
+    monkeypatch.setattr(project_index, "_warned", set())
     before = sorted(p.name for p in cache.rglob("*"))
     with caplog.at_level(logging.WARNING, logger="ddp_lsp.project"):
         index = _build(FIXTURE, cache)
@@ -262,7 +262,7 @@ def test_a_relative_xdg_cache_home_is_ignored(monkeypatch: pytest.MonkeyPatch) -
     # The XDG spec: relative paths are invalid. A relative one would put the cache inside
     # whatever folder the editor started the server in: the repository.
     monkeypatch.setenv("XDG_CACHE_HOME", "cache")
-    assert I.default_cache_dir().is_absolute()
+    assert project_index.default_cache_dir().is_absolute()
 
 
 @posix_only
@@ -277,7 +277,7 @@ def test_the_cli_says_once_why_it_does_not_use_the_cache(
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
     warnings = [line for line in result.stderr.splitlines() if "index cache" in line]
     assert warnings == [
-        f"warning: not using the index cache {I.default_cache_dir()}: "
+        f"warning: not using the index cache {project_index.default_cache_dir()}: "
         f"{cache_home} is writable by other users (mode 0777)"
     ], result.stderr
     assert "DDP101" in result.stdout  # the project view still works, from memory

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp.core import facts as F
+from ddp_lsp.core import facts as fact_model
 from ddp_lsp.project import ModuleProjectFacts, ProjectFacts, compute
 
 from .helpers import FIXTURES, build, facts_of, plain
@@ -24,18 +24,18 @@ def _m(pf: ProjectFacts, name: str) -> ModuleProjectFacts:
 def test_engine_parameters_get_their_callers_kinds(deit: ProjectFacts) -> None:
     engine = _m(deit, "engine")
     model = engine.extra_kinds[("train_one_epoch", "model")]
-    assert model.kind == F.DDP
+    assert model.kind == fact_model.DDP
     assert (
         str(model.origin) == "model is wrapped in DistributedDataParallel at main.py:12"
     )  # not :11, `model = Linear`
     assert [v.path for v in model.via] == ["main.py"]
     assert model.via[0].line == 18  # the call, not `def main`
     assert not model.mixed
-    assert engine.extra_kinds[("train_one_epoch", "loss_scaler")].kind == F.SCALER
-    assert engine.extra_kinds[("train_one_epoch", "optimizer")].kind == F.OPTIMIZER
+    assert engine.extra_kinds[("train_one_epoch", "loss_scaler")].kind == fact_model.SCALER
+    assert engine.extra_kinds[("train_one_epoch", "optimizer")].kind == fact_model.OPTIMIZER
     # Through a second call inside engine.py: evaluate(net) -> log_stats(net).
     deep = engine.extra_kinds[("log_stats", "net")]
-    assert deep.kind == F.DDP
+    assert deep.kind == fact_model.DDP
     assert [(v.path, v.line) for v in deep.via] == [("main.py", 19), ("engine.py", 24)]
     # main.py's own kinds are the core's, not extra.
     assert not _m(deit, "main").extra_kinds
@@ -43,18 +43,18 @@ def test_engine_parameters_get_their_callers_kinds(deit: ProjectFacts) -> None:
 
 def test_helper_properties_by_the_importers_spelling(deit: ProjectFacts) -> None:
     main = _m(deit, "main")
-    assert F.GUARDS_ITSELF in main.callee_props["utils.save_on_master"].props
+    assert fact_model.GUARDS_ITSELF in main.callee_props["utils.save_on_master"].props
     engine = _m(deit, "engine")
     assert engine.callee_props["arm"].target == ("util.misc", "all_reduce_mean")
-    assert F.COLLECTIVE in engine.callee_props["arm"].props
-    assert F.RANK_PREDICATE in engine.callee_props["misc.is_main_process"].props
+    assert fact_model.COLLECTIVE in engine.callee_props["arm"].props
+    assert fact_model.RANK_PREDICATE in engine.callee_props["misc.is_main_process"].props
     # Transitive across files: train_one_epoch reaches all_reduce in util/misc.py.
     tre = main.callee_props["train_one_epoch"]
-    assert F.COLLECTIVE in tre.props
-    assert tre.origins[F.COLLECTIVE].path == "util/misc.py"
+    assert fact_model.COLLECTIVE in tre.props
+    assert tre.origins[fact_model.COLLECTIVE].path == "util/misc.py"
     # init_process_group stays direct, as in the core: main() is not the initialiser.
-    assert F.INITS_PG in main.callee_props["utils.init_distributed_mode"].props
-    assert F.INITS_PG not in main.callee_props["train_one_epoch"].props
+    assert fact_model.INITS_PG in main.callee_props["utils.init_distributed_mode"].props
+    assert fact_model.INITS_PG not in main.callee_props["train_one_epoch"].props
 
 
 def test_distributed_reaches_every_imported_module(deit: ProjectFacts) -> None:
@@ -69,10 +69,10 @@ def test_collective_helper_called_under_a_rank_guard_from_another_module() -> No
     train = _m(pf, "train")
     resume = train.callee_props["do_resume"]
     assert resume.target == ("utils.checkpoint", "resume_from")
-    assert F.COLLECTIVE in resume.props
+    assert fact_model.COLLECTIVE in resume.props
     # The broadcast itself, not the `def` line.
-    assert str(resume.origins[F.COLLECTIVE]).endswith("utils/checkpoint.py:7")
-    assert F.COLLECTIVE not in train.callee_props["load_weights"].props
+    assert str(resume.origins[fact_model.COLLECTIVE]).endswith("utils/checkpoint.py:7")
+    assert fact_model.COLLECTIVE not in train.callee_props["load_weights"].props
     assert _m(pf, "utils.checkpoint").distributed is not None
 
 
@@ -80,8 +80,8 @@ def test_trainer_package_with_relative_imports_and_a_class_hierarchy() -> None:
     pf = facts_of(FIXTURES / "trainer")
     base = _m(pf, "trainer.core.base")
     # launch.py: DDPTrainer(net, scaler) runs BaseTrainer.__init__, which stores them on self.
-    assert base.extra_kinds[("BaseTrainer", "self.model")].kind == F.DDP
-    assert base.extra_kinds[("BaseTrainer", "self.scaler")].kind == F.SCALER
+    assert base.extra_kinds[("BaseTrainer", "self.model")].kind == fact_model.DDP
+    assert base.extra_kinds[("BaseTrainer", "self.scaler")].kind == fact_model.SCALER
     origin = base.extra_kinds[("BaseTrainer", "self.model")].origin
     assert (origin.path, origin.line) == ("src/trainer/launch.py", 11)
     via = base.extra_kinds[("BaseTrainer", "self.model")].via
@@ -89,7 +89,7 @@ def test_trainer_package_with_relative_imports_and_a_class_hierarchy() -> None:
     sub = _m(pf, "trainer.core.ddp_trainer")
     # self.sync() in DDPTrainer is BaseTrainer.sync, collective through trainer/dist.py.
     assert sub.callee_props["DDPTrainer.sync"].target == ("trainer.core.base", "BaseTrainer.sync")
-    assert F.COLLECTIVE in sub.callee_props["DDPTrainer.sync"].props
+    assert fact_model.COLLECTIVE in sub.callee_props["DDPTrainer.sync"].props
     assert all(m.distributed is not None for m in pf.modules.values())
     # Attributes set in the base class (another module) are the subclass's too.
     inherited = sub.extra_kinds[("DDPTrainer", "self.model")]
@@ -101,10 +101,10 @@ def test_shared_engine_ddp_and_single_gpu_entry_points() -> None:
     # the DDP caller in its provenance; the single-GPU entry point stays non-distributed.
     pf = facts_of(FIXTURES / "shared")
     model = _m(pf, "engine").extra_kinds[("train_one_epoch", "model")]
-    assert model.kind == F.DDP and model.mixed
+    assert model.kind == fact_model.DDP and model.mixed
     assert model.origin.path == "main_ddp.py" and [v.path for v in model.via] == ["main_ddp.py"]
     opt = _m(pf, "engine").extra_kinds[("train_one_epoch", "optimizer")]
-    assert opt.kind == F.OPTIMIZER and not opt.mixed  # both callers pass an optimizer
+    assert opt.kind == fact_model.OPTIMIZER and not opt.mixed  # both callers pass an optimizer
     assert _m(pf, "engine").distributed is not None
     assert _m(pf, "main_ddp").distributed is not None
     assert _m(pf, "train_single").distributed is None
@@ -131,10 +131,10 @@ def test_call_cycles_across_modules_converge(tmp_path: Path) -> None:
     )
     pf = compute(build(tmp_path))
     assert pf.rounds < 10
-    assert _m(pf, "b").extra_kinds[("pong", "net")].kind == F.DDP
-    assert F.COLLECTIVE in _m(pf, "a").callee_props["b.pong"].props
+    assert _m(pf, "b").extra_kinds[("pong", "net")].kind == fact_model.DDP
+    assert fact_model.COLLECTIVE in _m(pf, "a").callee_props["b.pong"].props
     # ping is collective through pong, and pong through ping: both, without looping.
-    assert F.COLLECTIVE in _m(pf, "b").callee_props["a.ping"].props
+    assert fact_model.COLLECTIVE in _m(pf, "b").callee_props["a.ping"].props
 
 
 def test_an_edit_changes_the_facts(tmp_path: Path) -> None:
@@ -175,7 +175,7 @@ def test_conflicting_callers_resolve_the_same_way_in_any_order(tmp_path: Path) -
         pk = compute(build(tmp_path, seed=seed)).modules["engine"].extra_kinds[("train", "model")]
         seen.add((pk.kind, pk.origin, pk.via, pk.mixed))
     assert len(seen) == 1
-    assert next(iter(seen))[0] == F.DDP
+    assert next(iter(seen))[0] == fact_model.DDP
 
 
 def _chain(root: Path, n: int) -> None:
@@ -205,9 +205,9 @@ def test_propagation_costs_the_project_size_not_size_times_chain_length(tmp_path
     _chain(tmp_path, n)
     pf = compute(build(tmp_path))
     last = _m(pf, f"c{n - 1}").extra_kinds[("step", "model")]
-    assert last.kind == F.DDP
+    assert last.kind == fact_model.DDP
     assert len(last.via) == n - 1
-    assert F.COLLECTIVE in _m(pf, "c0").callee_props["c1.step"].props
+    assert fact_model.COLLECTIVE in _m(pf, "c0").callee_props["c1.step"].props
     assert all(_m(pf, f"c{i}").distributed is not None for i in range(n))
     assert pf.rounds >= n - 1  # one hop per round
     assert pf.evaluations <= 6 * n, pf.evaluations

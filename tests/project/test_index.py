@@ -126,13 +126,13 @@ def test_summary_facts_are_the_cores(name: str) -> None:
     # knowing the rank-0 predicates the project defines (trainer/dist.py's is_leader).
     import ast
 
-    from ddp_lsp.core import facts as F
+    from ddp_lsp.core import facts as fact_model
 
     index = build(FIXTURES / name)
     ranks = index.ranks.with_extra(predicates=index.project_predicates)
     for s in index.summaries.values():
         text = (index.root / s.path).read_text()
-        assert s.facts == F.extract(ast.parse(text), None, ranks), s.path
+        assert s.facts == fact_model.extract(ast.parse(text), None, ranks), s.path
 
 
 def test_dotted_call_sites_are_kept() -> None:
@@ -257,10 +257,10 @@ def test_a_project_nested_in_the_indexed_folder_names_modules_from_its_own_root(
 def test_cache_dir_without_xdg_is_the_platforms(
     monkeypatch: pytest.MonkeyPatch, platform: str, env: dict[str, str], expected: str
 ) -> None:
-    from ddp_lsp.project import index as I
+    from ddp_lsp.project import index as project_index
 
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    monkeypatch.setattr(I.sys, "platform", platform)
+    monkeypatch.setattr(project_index.sys, "platform", platform)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    assert expected in I.default_cache_dir().as_posix()
+    assert expected in project_index.default_cache_dir().as_posix()

@@ -57,13 +57,13 @@ def test_silent_in_non_distributed_code(rule) -> None:
 
 def _imports_a_distributed_framework(tree: ast.Module) -> bool:
     """An import the framework tables mark as distributed (accelerate, DeepSpeed, mpi4py)."""
-    from ddp_lsp.core import names as N
+    from ddp_lsp.core import names as known_names
 
     return any(
-        N.is_distributed_import(qual)
+        known_names.is_distributed_import(qual)
         for node in ast.walk(tree)
         if isinstance(node, (ast.Import, ast.ImportFrom))
-        for _, qual in N.import_bindings(node)
+        for _, qual in known_names.import_bindings(node)
     )
 
 

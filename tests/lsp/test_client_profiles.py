@@ -12,7 +12,7 @@ import time
 
 import pytest
 import pytest_lsp
-from lsprotocol import types as T
+from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
 from tests.lsp.helpers import (
@@ -36,10 +36,10 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"ws-{request.param}")
     result = await lsp_client.initialize_session(
-        T.InitializeParams(
+        lsp.InitializeParams(
             capabilities=capabilities(request.param),
             root_uri=root.as_uri(),
-            workspace_folders=[T.WorkspaceFolder(uri=root.as_uri(), name="ws")],
+            workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name="ws")],
         )
     )
     lsp_client.encoding = str(result.capabilities.position_encoding or "utf-16")  # type: ignore[attr-defined]
@@ -60,22 +60,22 @@ def _open(client: LanguageClient, name: str, text: str = TRAIN) -> Doc:
 async def _actions(
     client: LanguageClient,
     doc: Doc,
-    diag: T.Diagnostic | None,
+    diag: lsp.Diagnostic | None,
     only: list[str] | None = None,
-    rng: T.Range | None = None,
-) -> list[T.CodeAction]:
+    rng: lsp.Range | None = None,
+) -> list[lsp.CodeAction]:
     rng = rng or diag.range  # type: ignore[union-attr]
     result = await asyncio.wait_for(
         client.text_document_code_action_async(
-            T.CodeActionParams(
-                T.TextDocumentIdentifier(doc.uri),
+            lsp.CodeActionParams(
+                lsp.TextDocumentIdentifier(doc.uri),
                 rng,
-                T.CodeActionContext(diagnostics=[diag] if diag else [], only=only),
+                lsp.CodeActionContext(diagnostics=[diag] if diag else [], only=only),
             )
         ),
         TIMEOUT,
     )
-    return [a for a in result or [] if isinstance(a, T.CodeAction)]
+    return [a for a in result or [] if isinstance(a, lsp.CodeAction)]
 
 
 async def test_initialize_advertises_features(client: LanguageClient):
@@ -92,7 +92,7 @@ async def test_initialize_advertises_features(client: LanguageClient):
         globs = [
             w["globPattern"]
             for r in regs
-            if r.method == T.WORKSPACE_DID_CHANGE_WATCHED_FILES
+            if r.method == lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES
             for w in r.register_options["watchers"]
         ]
         assert globs == ["**/pyproject.toml", "**/*.py"]
@@ -102,7 +102,7 @@ async def test_open_publishes_diagnostics(client: LanguageClient):
     doc = _open(client, "open.py")
     pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
     (d,) = ddp(pub.diagnostics)
-    assert d.severity == T.DiagnosticSeverity.Error
+    assert d.severity == lsp.DiagnosticSeverity.Error
     assert d.range.start.line == CLIP_LINE and d.range.start.character == 8
     assert d.code_description is not None and d.code_description.href.endswith("DDP201.md")
     assert d.data["ruleId"] == "DDP201" and d.data["fixable"] is True
@@ -143,11 +143,11 @@ async def test_quick_fix_removes_the_diagnostic(client: LanguageClient):
     doc = _open(client, "quickfix.py")
     pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
     (diag,) = ddp(pub.diagnostics)
-    actions = await _actions(client, doc, diag, only=[T.CodeActionKind.QuickFix])
+    actions = await _actions(client, doc, diag, only=[lsp.CodeActionKind.QuickFix])
     preferred = [a for a in actions if a.is_preferred]
     assert len(preferred) == 1
     fix = preferred[0]
-    assert fix.kind == T.CodeActionKind.QuickFix and "unscale_" in fix.title
+    assert fix.kind == lsp.CodeActionKind.QuickFix and "unscale_" in fix.title
     assert fix.diagnostics and fix.diagnostics[0].code == "DDP201"
     if client.profile == "visual_studio_code":  # type: ignore[attr-defined]
         assert fix.edit.document_changes and fix.edit.document_changes[0].text_document.version == 1
@@ -163,7 +163,7 @@ async def test_fix_all_action_and_command(client: LanguageClient):
     doc = _open(client, "fixall.py", two)
     pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: len(ddp(d)) == 2)
     actions = await _actions(
-        client, doc, None, only=["source.fixAll"], rng=T.Range(T.Position(0, 0), T.Position(0, 0))
+        client, doc, None, only=["source.fixAll"], rng=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0))
     )
     (fix_all,) = [a for a in actions if a.kind == "source.fixAll.ddp-lsp"]
     v = doc.apply(edits_for(fix_all.edit, doc.uri))
@@ -177,7 +177,7 @@ async def test_fix_all_action_and_command(client: LanguageClient):
     before = len(client.recorder.applied)  # type: ignore[attr-defined]
     result = await asyncio.wait_for(
         client.workspace_execute_command_async(
-            T.ExecuteCommandParams(command="ddp-lsp.fixAll", arguments=[doc.uri])
+            lsp.ExecuteCommandParams(command="ddp-lsp.fixAll", arguments=[doc.uri])
         ),
         TIMEOUT,
     )
@@ -207,18 +207,18 @@ async def test_hover_shows_rule_documentation(client: LanguageClient):
     doc = _open(client, "hover.py")
     pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
     (diag,) = ddp(pub.diagnostics)
-    pos = T.Position(diag.range.start.line, diag.range.start.character + 3)
+    pos = lsp.Position(diag.range.start.line, diag.range.start.character + 3)
     hover = await asyncio.wait_for(
-        client.text_document_hover_async(T.HoverParams(T.TextDocumentIdentifier(doc.uri), pos)),
+        client.text_document_hover_async(lsp.HoverParams(lsp.TextDocumentIdentifier(doc.uri), pos)),
         TIMEOUT,
     )
-    assert hover is not None and isinstance(hover.contents, T.MarkupContent)
-    assert hover.contents.kind == T.MarkupKind.Markdown
+    assert hover is not None and isinstance(hover.contents, lsp.MarkupContent)
+    assert hover.contents.kind == lsp.MarkupKind.Markdown
     text = hover.contents.value
     assert "DDP201" in text and "### What it does" in text and "### Fix" in text
     # Off any finding: nothing to say.
     none = await client.text_document_hover_async(
-        T.HoverParams(T.TextDocumentIdentifier(doc.uri), T.Position(0, 0))
+        lsp.HoverParams(lsp.TextDocumentIdentifier(doc.uri), lsp.Position(0, 0))
     )
     assert none is None
     doc.close()
@@ -228,25 +228,25 @@ async def test_configuration_change_republishes(client: LanguageClient):
     doc = _open(client, "config.py")
     await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
     client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(settings={"ddp-lsp": {"severity": {"DDP201": "hint"}}})
+        lsp.DidChangeConfigurationParams(settings={"ddp-lsp": {"severity": {"DDP201": "hint"}}})
     )
     pub = await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Hint]
+        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Hint]
     )
     assert pub.version == 1
     client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(settings={"ddp-lsp": {"ignore": ["DDP201"]}})
+        lsp.DidChangeConfigurationParams(settings={"ddp-lsp": {"ignore": ["DDP201"]}})
     )
     await wait_for_diagnostics(client, doc.uri, pred=lambda d: ddp(d) == [])
     client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(settings={"ddp-lsp": {"enable": False}})
+        lsp.DidChangeConfigurationParams(settings={"ddp-lsp": {"enable": False}})
     )
     await wait_for_diagnostics(client, doc.uri, pred=lambda d: d == [])
     client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
+        lsp.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
     )
     await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Error]
+        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Error]
     )
     doc.close()
 
@@ -261,11 +261,11 @@ async def test_pyproject_settings_and_reload(client: LanguageClient):
     await wait_for_diagnostics(
         client,
         doc.uri,
-        pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Warning],
+        pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Warning],
     )
     pyproject.write_text('[tool.ddp-lsp]\nignore = ["DDP201"]\n')
     client.workspace_did_change_watched_files(
-        T.DidChangeWatchedFilesParams([T.FileEvent(pyproject.as_uri(), T.FileChangeType.Changed)])
+        lsp.DidChangeWatchedFilesParams([lsp.FileEvent(pyproject.as_uri(), lsp.FileChangeType.Changed)])
     )
     await wait_for_diagnostics(client, doc.uri, pred=lambda d: ddp(d) == [])
     doc.close()
@@ -276,7 +276,7 @@ async def test_bad_settings_show_message(client: LanguageClient):
     await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d))
     before = len(client.messages)
     client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(
+        lsp.DidChangeConfigurationParams(
             settings={"ddp-lsp": {"select": ["NOT-A-RULE"], "severity": {"DDP201": "warning"}}}
         )
     )
@@ -284,16 +284,16 @@ async def test_bad_settings_show_message(client: LanguageClient):
     await wait_for_diagnostics(
         client,
         doc.uri,
-        pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Warning],
+        pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Warning],
     )
     # ...and the invalid one was reported by name, its default kept (DDP201 still selected).
     msgs = [m for m in client.messages[before:] if "select" in m.message]
-    assert msgs and msgs[0].type == T.MessageType.Error and "NOT-A-RULE" in msgs[0].message
+    assert msgs and msgs[0].type == lsp.MessageType.Error and "NOT-A-RULE" in msgs[0].message
     client.workspace_did_change_configuration(
-        T.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
+        lsp.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
     )
     await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Error]
+        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Error]
     )
     doc.close()
 
@@ -317,7 +317,7 @@ async def test_positions_with_emoji_and_cjk(client: LanguageClient):
     (d,) = ddp(pub.diagnostics)
     assert d.range.start.character == units(prefix.replace("步骤", "步骤✅"), enc)
     state = await client.workspace_execute_command_async(
-        T.ExecuteCommandParams(command="ddp-lsp.debugDocument", arguments=[doc.uri])
+        lsp.ExecuteCommandParams(command="ddp-lsp.debugDocument", arguments=[doc.uri])
     )
     assert state["text"] == doc.text and state["encoding"] == enc
     doc.close()
@@ -325,7 +325,7 @@ async def test_positions_with_emoji_and_cjk(client: LanguageClient):
 
 async def test_commands_and_their_errors(client: LanguageClient):
     text = await client.workspace_execute_command_async(
-        T.ExecuteCommandParams(command="ddp-lsp.explainRule", arguments=["DDP201"])
+        lsp.ExecuteCommandParams(command="ddp-lsp.explainRule", arguments=["DDP201"])
     )
     assert text.startswith("# DDP201 clip-without-unscale")
     for command, args, needle in [
@@ -336,7 +336,7 @@ async def test_commands_and_their_errors(client: LanguageClient):
     ]:
         with pytest.raises(Exception) as err:
             await client.workspace_execute_command_async(
-                T.ExecuteCommandParams(command=command, arguments=args)
+                lsp.ExecuteCommandParams(command=command, arguments=args)
             )
         assert needle in str(err.value)
 
@@ -351,23 +351,23 @@ async def test_notebook_cells(client: LanguageClient):
         ("cell-2", body),
     ]
     client.notebook_document_did_open(
-        T.DidOpenNotebookDocumentParams(
-            notebook_document=T.NotebookDocument(
+        lsp.DidOpenNotebookDocumentParams(
+            notebook_document=lsp.NotebookDocument(
                 uri=nb_uri,
                 notebook_type="jupyter-notebook",
                 version=1,
                 cells=[
-                    T.NotebookCell(
-                        kind=T.NotebookCellKind.Markup
+                    lsp.NotebookCell(
+                        kind=lsp.NotebookCellKind.Markup
                         if name == "cell-md"
-                        else T.NotebookCellKind.Code,
+                        else lsp.NotebookCellKind.Code,
                         document=f"{nb_uri}#{name}",
                     )
                     for name, _ in cells
                 ],
             ),
             cell_text_documents=[
-                T.TextDocumentItem(
+                lsp.TextDocumentItem(
                     f"{nb_uri}#{name}", "markdown" if name == "cell-md" else "python", 1, text
                 )
                 for name, text in cells
@@ -382,24 +382,24 @@ async def test_notebook_cells(client: LanguageClient):
     )
     assert d.range.start.line == clip_in_cell
     result = await client.text_document_code_action_async(
-        T.CodeActionParams(
-            T.TextDocumentIdentifier(cell2), d.range, T.CodeActionContext(diagnostics=[d])
+        lsp.CodeActionParams(
+            lsp.TextDocumentIdentifier(cell2), d.range, lsp.CodeActionContext(diagnostics=[d])
         )
     )
-    (fix,) = [a for a in result if isinstance(a, T.CodeAction) and a.is_preferred]
+    (fix,) = [a for a in result if isinstance(a, lsp.CodeAction) and a.is_preferred]
     (edit,) = edits_for(fix.edit, cell2)
     assert edit.range.start.line == clip_in_cell and "unscale_" in edit.new_text
     # Type the fix into cell 2 through notebookDocument/didChange.
     client.notebook_document_did_change(
-        T.DidChangeNotebookDocumentParams(
-            notebook_document=T.VersionedNotebookDocumentIdentifier(version=2, uri=nb_uri),
-            change=T.NotebookDocumentChangeEvent(
-                cells=T.NotebookDocumentCellChanges(
+        lsp.DidChangeNotebookDocumentParams(
+            notebook_document=lsp.VersionedNotebookDocumentIdentifier(version=2, uri=nb_uri),
+            change=lsp.NotebookDocumentChangeEvent(
+                cells=lsp.NotebookDocumentCellChanges(
                     text_content=[
-                        T.NotebookDocumentCellContentChanges(
-                            document=T.VersionedTextDocumentIdentifier(uri=cell2, version=2),
+                        lsp.NotebookDocumentCellContentChanges(
+                            document=lsp.VersionedTextDocumentIdentifier(uri=cell2, version=2),
                             changes=[
-                                T.TextDocumentContentChangePartial(
+                                lsp.TextDocumentContentChangePartial(
                                     range=edit.range, text=edit.new_text
                                 )
                             ],
@@ -415,18 +415,18 @@ async def test_notebook_cells(client: LanguageClient):
     # the imports of cell 1, and its finding is published on its own URI.
     cell3 = f"{nb_uri}#cell-3"
     client.notebook_document_did_change(
-        T.DidChangeNotebookDocumentParams(
-            notebook_document=T.VersionedNotebookDocumentIdentifier(version=3, uri=nb_uri),
-            change=T.NotebookDocumentChangeEvent(
-                cells=T.NotebookDocumentCellChanges(
-                    structure=T.NotebookDocumentCellChangeStructure(
-                        array=T.NotebookCellArrayChange(
+        lsp.DidChangeNotebookDocumentParams(
+            notebook_document=lsp.VersionedNotebookDocumentIdentifier(version=3, uri=nb_uri),
+            change=lsp.NotebookDocumentChangeEvent(
+                cells=lsp.NotebookDocumentCellChanges(
+                    structure=lsp.NotebookDocumentCellChangeStructure(
+                        array=lsp.NotebookCellArrayChange(
                             start=2,
                             delete_count=0,
-                            cells=[T.NotebookCell(kind=T.NotebookCellKind.Code, document=cell3)],
+                            cells=[lsp.NotebookCell(kind=lsp.NotebookCellKind.Code, document=cell3)],
                         ),
                         did_open=[
-                            T.TextDocumentItem(
+                            lsp.TextDocumentItem(
                                 cell3, "python", 1, body.replace("def train(", "def train3(")
                             )
                         ],
@@ -438,10 +438,10 @@ async def test_notebook_cells(client: LanguageClient):
     pub = await wait_for_diagnostics(client, cell3, 1, lambda d: ddp(d))
     assert [d.range.start.line for d in ddp(pub.diagnostics)] == [clip_in_cell]
     client.notebook_document_did_close(
-        T.DidCloseNotebookDocumentParams(
-            notebook_document=T.NotebookDocumentIdentifier(nb_uri),
+        lsp.DidCloseNotebookDocumentParams(
+            notebook_document=lsp.NotebookDocumentIdentifier(nb_uri),
             cell_text_documents=[
-                T.TextDocumentIdentifier(f"{nb_uri}#{n}")
+                lsp.TextDocumentIdentifier(f"{nb_uri}#{n}")
                 for n in ["cell-1", "cell-md", "cell-3", "cell-2"]
             ],
         )
@@ -460,19 +460,19 @@ async def test_pyproject_change_seen_on_save_without_a_watcher(client: LanguageC
     await wait_for_diagnostics(
         client,
         doc.uri,
-        pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Information],
+        pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Information],
     )
     pyproject.write_text('[tool.ddp-lsp]\nseverity = { DDP201 = "hint" }\n')
     os.utime(pyproject, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # a distinct mtime
     if watch and watch.dynamic_registration:  # this client reports the change itself
         client.workspace_did_change_watched_files(
-            T.DidChangeWatchedFilesParams(
-                [T.FileEvent(pyproject.as_uri(), T.FileChangeType.Changed)]
+            lsp.DidChangeWatchedFilesParams(
+                [lsp.FileEvent(pyproject.as_uri(), lsp.FileChangeType.Changed)]
             )
         )
-    client.text_document_did_save(T.DidSaveTextDocumentParams(T.TextDocumentIdentifier(doc.uri)))
+    client.text_document_did_save(lsp.DidSaveTextDocumentParams(lsp.TextDocumentIdentifier(doc.uri)))
     await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Hint]
+        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Hint]
     )
     doc.close()
 
@@ -481,7 +481,7 @@ async def test_tags_and_related_information(client: LanguageClient):
     doc = _open(client, "tags.py", TRAIN + "scaler = torch.cuda.amp.GradScaler()\n")
     pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d, "DDP205"))
     (dep,) = ddp(pub.diagnostics, "DDP205")
-    assert list(dep.tags or []) == [T.DiagnosticTag.Deprecated]
+    assert list(dep.tags or []) == [lsp.DiagnosticTag.Deprecated]
     (clip,) = ddp(pub.diagnostics)
     (rel,) = clip.related_information or ()
     assert rel.location.uri == doc.uri and rel.location.range.start.line == CLIP_LINE - 1
@@ -531,12 +531,12 @@ async def test_unsafe_fixes_are_never_preferred_nor_in_fix_all(client: LanguageC
     doc = _open(client, "unsafe_only.py", UNSAFE_ONLY)
     pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d, "DDP401"))
     (diag,) = ddp(pub.diagnostics, "DDP401")
-    actions = await _actions(client, doc, diag, only=[T.CodeActionKind.QuickFix])
+    actions = await _actions(client, doc, diag, only=[lsp.CodeActionKind.QuickFix])
     unsafe = [a for a in actions if a.title.startswith("DDP401") and "(unsafe)" in a.title]
     assert unsafe and not any(a.is_preferred for a in unsafe)
     # Fix-all offers nothing here: every fix in this file is unsafe.
     actions = await _actions(
-        client, doc, None, only=["source.fixAll"], rng=T.Range(T.Position(0, 0), T.Position(0, 0))
+        client, doc, None, only=["source.fixAll"], rng=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0))
     )
     assert [a for a in actions if a.kind == "source.fixAll.ddp-lsp"] == []
     doc.close()
@@ -546,7 +546,7 @@ async def test_unsafe_fixes_are_never_preferred_nor_in_fix_all(client: LanguageC
     doc = _open(client, "unsafe_mixed.py", mixed)
     await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d) and ddp(d, "DDP401"))
     actions = await _actions(
-        client, doc, None, only=["source.fixAll"], rng=T.Range(T.Position(0, 0), T.Position(0, 0))
+        client, doc, None, only=["source.fixAll"], rng=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0))
     )
     (fix_all,) = [a for a in actions if a.kind == "source.fixAll.ddp-lsp"]
     v = doc.apply(edits_for(fix_all.edit, doc.uri))
@@ -595,21 +595,21 @@ async def test_new_pyproject_is_found(client: LanguageClient):
     proj.mkdir(parents=True)
     doc = Doc(client, (proj / "train.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
     await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Error]
+        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Error]
     )
     pyproject = root / "newproj" / "pyproject.toml"
     pyproject.write_text('[tool.ddp-lsp]\nseverity = { DDP201 = "hint" }\n')
     if watch and watch.dynamic_registration:
         client.workspace_did_change_watched_files(
-            T.DidChangeWatchedFilesParams(
-                [T.FileEvent(pyproject.as_uri(), T.FileChangeType.Created)]
+            lsp.DidChangeWatchedFilesParams(
+                [lsp.FileEvent(pyproject.as_uri(), lsp.FileChangeType.Created)]
             )
         )
     else:
         client.text_document_did_save(
-            T.DidSaveTextDocumentParams(T.TextDocumentIdentifier(doc.uri))
+            lsp.DidSaveTextDocumentParams(lsp.TextDocumentIdentifier(doc.uri))
         )
     await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [T.DiagnosticSeverity.Hint]
+        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Hint]
     )
     doc.close()
