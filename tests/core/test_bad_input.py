@@ -55,15 +55,17 @@ def test_deeply_nested_parentheses() -> None:
     assert any(f.rule_id == "DDP201" for f in result)
 
 
-def test_five_megabyte_file() -> None:
+def test_file_over_the_front_ends_size_limit() -> None:
+    from ddp_lsp.sources import MAX_SOURCE_BYTES
+
     filler = "".join(
         f"def step_{i}(model, batch, optimizer):\n"
         f"    loss = model(batch['inputs_{i}']).float().mean() * {i}\n"
         f"    return loss.detach().cpu().item()  # step {i} of a long generated file\n\n"
-        for i in range(32_000)
+        for i in range(14_000)
     )
     text = BUGGY + filler
-    assert len(text) > 5_000_000
+    assert len(text.encode()) > MAX_SOURCE_BYTES  # what the CLI and the server refuse to read
     assert "DDP201" in ids(text)  # the core has no size limit (the front ends do)
 
 
