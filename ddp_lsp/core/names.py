@@ -96,6 +96,17 @@ def canonical(name: str) -> str:
     return CANONICAL.get(name, name)
 
 
+def last_name(e: ast.AST) -> str | None:
+    """``f`` for ``f``, ``a.b.f`` and ``a.b.f(...)``; None for anything else."""
+    if isinstance(e, ast.Call):
+        e = e.func
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Attribute):
+        return e.attr
+    return None
+
+
 def dotted(expr: ast.AST) -> str | None:
     """``a.b.c`` for a Name/Attribute chain, else None (calls, subscripts...)."""
     parts: list[str] = []

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core.names import last_name
 
 if TYPE_CHECKING:
     from ddp_lsp.core.ranks import RankModel
@@ -186,28 +187,19 @@ _FLIPPED: dict[type, ast.cmpop] = {
 }
 
 
-def _last(e: ast.AST) -> str | None:
-    if isinstance(e, ast.Call):
-        e = e.func
-    if isinstance(e, ast.Name):
-        return e.id
-    if isinstance(e, ast.Attribute):
-        return e.attr
-    return None
-
 
 def _local_name(e: ast.AST) -> bool:
     if isinstance(e, ast.Subscript):
         key = e.slice
         return isinstance(key, ast.Constant) and "LOCAL" in str(key.value).upper()
     if isinstance(e, ast.Call):
-        name = _last(e) or ""
+        name = last_name(e) or ""
         if name in ("int", "get", "getenv") and e.args:
             return _local_name(e.args[0]) or (
                 isinstance(e.args[0], ast.Constant) and "LOCAL" in str(e.args[0].value).upper()
             )
         return "local" in name.lower()
-    return "local" in (_last(e) or "").lower()
+    return "local" in (last_name(e) or "").lower()
 
 
 def _int_constants(e: ast.AST) -> list[int] | None:
@@ -259,9 +251,9 @@ def single_process_test(model: RankModel, e: ast.AST) -> bool:
         return isinstance(op, ast.Lt)
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
         inner = e.operand.func if isinstance(e.operand, ast.Call) else e.operand
-        return (_last(inner) or "") in SINGLE_PROCESS_CALLS
+        return (last_name(inner) or "") in SINGLE_PROCESS_CALLS
     if isinstance(e, ast.Compare) and len(e.ops) == 1:
-        return (_last(e.left) or "").lower() == "world_size" and isinstance(
+        return (last_name(e.left) or "").lower() == "world_size" and isinstance(
             e.ops[0], (ast.Eq, ast.LtE)
         )
     return False
@@ -288,7 +280,7 @@ def condition_ranks(
         test = ast.Compare(test.left.value, test.ops, test.comparators)
     if isinstance(test, ast.BoolOp):
         return _boolop(model, test, resolve, depth)
-    if model.is_predicate(test) or _last(test) in EXTRA_PREDICATES:
+    if model.is_predicate(test) or last_name(test) in EXTRA_PREDICATES:
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.args:
             pass  # `is_master(args)`: still the predicate
         return RankSet(Subset.LOCAL0 if _local_name(test) else Subset.RANK0)
@@ -355,7 +347,7 @@ def _compare(
         left, right = right, left
         op = _FLIPPED.get(type(op), op)
     if not model.is_rank_expr(left):
-        pred = model.is_predicate(left) or _last(left) in EXTRA_PREDICATES
+        pred = model.is_predicate(left) or last_name(left) in EXTRA_PREDICATES
         if pred and isinstance(right, ast.Constant):
             base = RankSet(Subset.LOCAL0 if _local_name(left) else Subset.RANK0)
             truth = bool(right.value)
@@ -375,9 +367,9 @@ def _compare(
             if made is not None:
                 return made if isinstance(op, (ast.IsNot, ast.NotEq)) else made.negated()
             return None
-        if pred or model.mentions_rank(left) or _RANKISH.search(_last(left) or ""):
+        if pred or model.mentions_rank(left) or _RANKISH.search(last_name(left) or ""):
             return _some(test)  # rank % 2 == 0, node_rank == 0
-        if _RANKISH.search(_last(right) or ""):
+        if _RANKISH.search(last_name(right) or ""):
             return _some(test)
         return None
     local = _local_name(left)

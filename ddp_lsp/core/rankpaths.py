@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core import walk as tree_walk
+from ddp_lsp.core.names import last_name
 from ddp_lsp.core.rankevents import _BARRIERS, _key, _unmatched
 from ddp_lsp.core.rankevents import PG_METHODS as PG_METHODS
 from ddp_lsp.core.rankevents import Event as Event
@@ -171,7 +172,7 @@ class Flow:
         if isinstance(self.root, FUNCS):
             body = self.root.body
             deco = next(
-                (d for d in self.root.decorator_list if _last(d) in RANK_ZERO_DECORATORS),
+                (d for d in self.root.decorator_list if last_name(d) in RANK_ZERO_DECORATORS),
                 None,
             )
             if deco is not None:
@@ -656,15 +657,6 @@ def _takers(r: RankSet) -> frozenset[int] | None:
         return frozenset({NZ})
     return None
 
-
-def _last(e: ast.AST) -> str | None:
-    if isinstance(e, ast.Call):
-        e = e.func
-    if isinstance(e, ast.Name):
-        return e.id
-    if isinstance(e, ast.Attribute):
-        return e.attr
-    return None
 
 
 def _order(node: ast.AST) -> tuple[int, int]:

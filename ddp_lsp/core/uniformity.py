@@ -92,7 +92,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ddp_lsp.core.names import dotted
+from ddp_lsp.core.names import dotted, last_name
 from ddp_lsp.core.rankcond import (
     EXTRA_PREDICATES,
     NONZERO_SIDE,
@@ -102,7 +102,6 @@ from ddp_lsp.core.rankcond import (
     RankSet,
     Resolver,
     Subset,
-    _last,
     condition_ranks,
     single_process_test,
 )
@@ -504,7 +503,7 @@ class ChunkUniformity:
         return bool(loops) and any(a is loops[0] for a in self.ctx.ancestors(stmt))
 
     def _function_entry(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[Divergence]:
-        deco = next((d for d in fn.decorator_list if _last(d) in RANK_ZERO_DECORATORS), None)
+        deco = next((d for d in fn.decorator_list if last_name(d) in RANK_ZERO_DECORATORS), None)
         if deco is not None:
             return [
                 Divergence(
@@ -596,7 +595,7 @@ class _Frame:
                 self.assigns.setdefault(node.target.id, []).append((node, node.value))
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
                 self.loop_vars.update(n.id for n in bfs(node.target) if isinstance(n, ast.Name))
-            elif isinstance(node, ast.Call) and _last(node) in _SYNCING:
+            elif isinstance(node, ast.Call) and last_name(node) in _SYNCING:
                 qual = ctx.call_qualname(node) or dotted(node.func) or ""
                 if "." in qual:
                     # The tensor (or object list) passed by name holds the same value on

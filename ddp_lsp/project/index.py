@@ -291,25 +291,7 @@ class SummaryCache:
             "key": key,
             "summary": codec.encode(summary),
         }
-        data = json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode()
-        if len(data) > MAX_ENTRY_BYTES:
-            return summary  # it would never be read back
-        try:
-            file.parent.mkdir(mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=".json")  # 0600
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                # Atomic: a reader sees the old entry, the new one, or none, never half of one.
-                os.replace(tmp, file)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
-        except OSError:
-            pass  # a read-only or full cache directory only costs speed
+        _write_entry(file, entry, MAX_ENTRY_BYTES)
         return summary
 
     def retain(self, live: Iterable[ModuleSummary]) -> None:
@@ -350,6 +332,30 @@ class SummaryCache:
         except OSError:
             pass
         return removed
+
+
+def _write_entry(file: Path, entry: dict[str, Any], limit: int) -> None:
+    """Store ``entry`` as JSON at ``file``, 0600 in a 0700 folder, unless it is over ``limit``
+    (it would never be read back). A read-only or full cache directory only costs speed."""
+    data = json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(data) > limit:
+        return
+    try:
+        file.parent.mkdir(mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=".json")  # 0600
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            # Atomic: a reader sees the old entry, the new one, or none, never half of one.
+            os.replace(tmp, file)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError:
+        pass
 
 
 def _read_entry(file: Path, limit: int = MAX_ENTRY_BYTES) -> bytes | None:

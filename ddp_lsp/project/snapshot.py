@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
-from ddp_lsp.project.index import CACHE_VERSION, MAX_ENTRY_BYTES, _read_entry
+from ddp_lsp.project.index import CACHE_VERSION, MAX_ENTRY_BYTES, _read_entry, _write_entry
 
 FORMAT = "ddp-lsp-project-facts"
 # The facts of the modules the project tells something (most modules receive nothing): a
@@ -207,22 +205,4 @@ def store(
             if says_something(f)
         },
     }
-    data = json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode()
-    if len(data) > MAX_SNAPSHOT_BYTES:
-        return
-    file = _file(directory, root, ranks_key)
-    try:
-        file.parent.mkdir(mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=".json")  # 0600
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, file)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-    except OSError:
-        pass
+    _write_entry(_file(directory, root, ranks_key), entry, MAX_SNAPSHOT_BYTES)

@@ -14,6 +14,7 @@ from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.facts import path_of
+from ddp_lsp.core.names import last_name as last_name  # re-exported for the rules
 from ddp_lsp.core.rule import LOOPS, ChunkContext
 
 
@@ -141,17 +142,6 @@ def starts_own_line(ctx: ChunkContext, stmt: ast.stmt) -> bool:
 
 def is_loop(node: ast.AST) -> bool:
     return isinstance(node, LOOPS)
-
-
-def last_name(e: ast.AST) -> str | None:
-    """``f`` for ``f``, ``a.b.f`` and ``a.b.f(...)``; None for anything else."""
-    if isinstance(e, ast.Call):
-        e = e.func
-    if isinstance(e, ast.Name):
-        return e.id
-    if isinstance(e, ast.Attribute):
-        return e.attr
-    return None
 
 
 def block_path(ctx: ChunkContext, node: ast.AST) -> list[tuple[int, str]]:
