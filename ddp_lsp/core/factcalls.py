@@ -20,6 +20,7 @@ from ddp_lsp.core.factkinds import (
     SCALER,
     SCALER_WRAPPER,
     WRAPPER_COLLECTIVES,
+    SourceMarker,
 )
 from ddp_lsp.core.ranks import RankModel
 
@@ -42,7 +43,7 @@ def path_of(e: ast.AST) -> str | None:
 
 
 def _kind_of_source(source: tuple[str, ...], aliases: Mapping[str, str]) -> str | None:
-    if source[0] == "=rank":
+    if source[0] == SourceMarker.RANK:
         return RANK
     for spelled in source:
         qual = known_names.resolve(spelled, aliases)

@@ -18,23 +18,22 @@ from ddp_lsp.core.factcalls import (
     _user_collective,
 )
 from ddp_lsp.core.factkinds import (
-    _SAVES_RAW,
     COLLECTIVE,
     GUARDS_ITSELF,
     HOST_SYNC,
     MODULE,
     NO_SYNC,
-    RANK0_FLAG,
     RANK_PREDICATE,
     SETS_EPOCH,
     SILENCES_LOGGING,
     SILENCES_PRINT,
     UNSCALES,
-    UNWRAP,
     Binding,
     CallSite,
     ChunkFacts,
     FunctionInfo,
+    SavesThrough,
+    SourceMarker,
 )
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.uniformity import condition_ranks
@@ -286,7 +285,7 @@ class _Extractor:
                 if src:
                     self.bindings.append(Binding(qual, a.arg, (src,)))
             if a.arg in self.ranks.names:
-                self.bindings.append(Binding(qual, a.arg, ("=rank",)))
+                self.bindings.append(Binding(qual, a.arg, (SourceMarker.RANK,)))
         self._calls.append(set())
         self._props.append(set())
         self._params.append(frozenset(params))
@@ -382,7 +381,7 @@ class _Extractor:
             )
             if forwarded or isinstance(dest, ast.Name) and dest.id in self._params[-1]:
                 # Raw: the spelling is resolved in merge (`torch.save`, not `self.save`).
-                self._prop(f"{_SAVES_RAW}{name}")
+                self._prop(SavesThrough(name).encode())
         callee = name
         if name.startswith("self.") and name.count(".") == 1 and self.class_stack:
             callee = f"{self.class_stack[-1]}.{last}"
@@ -417,7 +416,7 @@ class _Extractor:
         if path.startswith("self.") and self.class_stack:
             b_scope = self.class_stack[-1]
         if self.ranks.is_rank_expr(value):
-            self.bindings.append(Binding(b_scope, path, ("=rank",)))
+            self.bindings.append(Binding(b_scope, path, (SourceMarker.RANK,)))
             return
         earlier = path in self._assigned[-1] or path in (self._params[-1] if self._params else ())
         self._assigned[-1].add(path)
@@ -436,7 +435,7 @@ class _Extractor:
                 test = value.test if none == [False, True] else ast.Constant(None)
             flag = condition_ranks(self.ranks, test)
             if _zero(flag):
-                self.bindings.append(Binding(b_scope, path, (RANK0_FLAG,)))
+                self.bindings.append(Binding(b_scope, path, (SourceMarker.RANK0_FLAG,)))
         chain = _call_chain(value)
         if chain:
             self.bindings.append(
@@ -449,13 +448,13 @@ class _Extractor:
         ):
             # `model_without_ddp = model.module`: the plain model inside the wrapper. A name
             # bound so is never given the wrapper's kind through `model_without_ddp = model`.
-            self.bindings.append(Binding(b_scope, path, (UNWRAP, _path(value.value) or "")))
+            self.bindings.append(Binding(b_scope, path, (SourceMarker.UNWRAP, _path(value.value) or "")))
         elif isinstance(value, (ast.Name, ast.Attribute)):
             src = _path(value)
             if src:
                 # The source is looked up where the assignment runs (a method's parameter
                 # for `self.gpu_id = gpu_id`), the target where it is stored.
-                self.bindings.append(Binding(b_scope, path, ("=alias", src, scope)))
+                self.bindings.append(Binding(b_scope, path, (SourceMarker.ALIAS, src, scope)))
 
     def annotation(self, target: ast.AST, ann: ast.AST, scope: str) -> None:
         path = _path(target)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import ClassVar, Final
 
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
@@ -32,7 +33,6 @@ NO_SYNC = "no_sync"
 RANK_PREDICATE = "rank_predicate"
 GUARDS_ITSELF = "guards_itself"
 ONLY_CALLED_GUARDED = "only_called_guarded"
-RANK0_FLAG = "=rank0flag"  # binding source: a flag assigned from a rank-0 test
 _WORLD_NAME = re.compile(r"world|num_(processes|gpus|nodes)|n_?gpus?|nprocs|^n$", re.IGNORECASE)
 UPDATES_SCALER = "scaler_update"  # calls .update() on a GradScaler
 SETS_EPOCH = "set_epoch"  # calls .set_epoch(...) (on a sampler, a loader's sampler...)
@@ -121,8 +121,42 @@ class ChunkFacts:
 
 EMPTY_FACTS = ChunkFacts()
 
-UNWRAP = "=unwrap"  # a binding's source: `x = y.module`
-_SAVES_RAW = "saves:"
+
+class SourceMarker:
+    """The heads of a :attr:`Binding.source` that are not callee spellings: what the extractor
+    saw instead of a call. Plain strings, as the project index stores them (``=`` never starts
+    a spelling)."""
+
+    RANK: Final = "=rank"  # a rank (`rank = dist.get_rank()`, a `rank` parameter)
+    RANK0_FLAG: Final = "=rank0flag"  # a flag assigned from a rank-0 test (`is_master = rank == 0`)
+    UNWRAP: Final = "=unwrap"  # `x = y.module`: (UNWRAP, "y")
+    ALIAS: Final = "=alias"  # `x = y`: (ALIAS, "y", scope of y)
+    ALL: Final = frozenset({RANK, RANK0_FLAG, UNWRAP, ALIAS})
+
+
+def is_marker(head: str) -> bool:
+    """``head`` (a source's first element) is a :class:`SourceMarker`, not a callee spelling."""
+    return head in SourceMarker.ALL
+
+
+@dataclass(frozen=True)
+class SavesThrough:
+    """Raw function property of the extractor: the function passes one of its parameters as
+    the path of ``callee`` (``torch.save(state, filename)``, spelled as written). The merge
+    resolves the spelling and turns it into :data:`SAVES_CALLER_PATH` when it names a
+    checkpoint writer. Encoded as ``"saves:<callee>"`` among the function's properties."""
+
+    callee: str
+    PREFIX: ClassVar[str] = "saves:"
+
+    def encode(self) -> str:
+        return f"{self.PREFIX}{self.callee}"
+
+    @classmethod
+    def decode(cls, prop: str) -> SavesThrough | None:
+        return cls(prop[len(cls.PREFIX) :]) if prop.startswith(cls.PREFIX) else None
+
+
 _CHECKPOINT_WRITERS = frozenset(
     {known_names.TORCH_SAVE, "safetensors.torch.save_file", "safetensors.torch.save_model"}
 )

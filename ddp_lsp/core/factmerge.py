@@ -15,7 +15,6 @@ from ddp_lsp.core.crossfile import ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.core.factcalls import _kind_of_source, is_collective_call
 from ddp_lsp.core.factkinds import (
     _CHECKPOINT_WRITERS,
-    _SAVES_RAW,
     _WORLD_NAME,
     COLLECTIVE,
     DESTROYS_PG,
@@ -24,17 +23,17 @@ from ddp_lsp.core.factkinds import (
     MODULE,
     ONLY_CALLED_GUARDED,
     RANK,
-    RANK0_FLAG,
     RANK_PREDICATE,
     SAVES_CALLER_PATH,
     SCALER,
     SETS_DEVICE,
     TRANSITIVE_PROPS,
-    UNWRAP,
     UPDATES_SCALER,
     CallSite,
     ChunkFacts,
     FunctionInfo,
+    SavesThrough,
+    SourceMarker,
 )
 
 # -- module facts -------------------------------------------------------------------------------
@@ -267,9 +266,9 @@ def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
     in_branch: set[tuple[str, str]] = set()
     plain: set[tuple[str, str]] = set()  # bound to a value of no kind (or another name)
     for b in cf.bindings:
-        if b.source[0] == UNWRAP:
+        if b.source[0] == SourceMarker.UNWRAP:
             continue
-        if b.source[0] == "=alias":
+        if b.source[0] == SourceMarker.ALIAS:
             src_scope = b.source[2] if len(b.source) > 2 else b.scope
             alias_bindings.append((b.scope, b.path, b.source[1], src_scope))
             plain.add((b.scope, b.path))
@@ -281,7 +280,7 @@ def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
                 conditional.add((b.scope, b.path))
             else:
                 (in_branch if b.in_branch else unconditional).add((b.scope, b.path))
-        elif b.source[0] != "=rank":
+        elif b.source[0] != SourceMarker.RANK:
             plain.add((b.scope, b.path))
     # `if d: model = DDP(net) else: model = net`: the kind is one branch's only.
     conditional |= in_branch & plain
@@ -293,7 +292,7 @@ def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
         frozenset(cf.loads.intersection(aliases)),
         frozenset(conditional),
         frozenset(unconditional),
-        frozenset(b.path.rsplit(".", 1)[-1] for b in cf.bindings if b.source == (RANK0_FLAG,)),
+        frozenset(b.path.rsplit(".", 1)[-1] for b in cf.bindings if b.source == (SourceMarker.RANK0_FLAG,)),
     )
 
 
@@ -318,10 +317,10 @@ def _function_part(
     """A function's own properties (syntactic, and from the names it calls), and the
     receivers of its `x.update()` calls (a scaler update once `x`'s kind is known)."""
     props = set(fi.props)
-    raw = [p for p in props if p.startswith(_SAVES_RAW)]
+    raw = {p: s for p in props if (s := SavesThrough.decode(p)) is not None}
     if raw:
         props.difference_update(raw)
-        if any(known_names.resolve(p[len(_SAVES_RAW) :], aliases) in _CHECKPOINT_WRITERS for p in raw):
+        if any(known_names.resolve(s.callee, aliases) in _CHECKPOINT_WRITERS for s in raw.values()):
             props.add(SAVES_CALLER_PATH)
     receivers: list[str] = []
     for callee in fi.calls:
@@ -596,5 +595,5 @@ def unwrapped_names(chunks: Iterable[ChunkFacts]) -> frozenset[tuple[str, str]]:
     """(scope, path) of names bound to ``<wrapper>.module`` somewhere: plain models, whatever
     else they are assigned from (``model_without_ddp = model`` before the wrap)."""
     return frozenset(
-        (b.scope, b.path) for cf in chunks for b in cf.bindings if b.source[0] == UNWRAP
+        (b.scope, b.path) for cf in chunks for b in cf.bindings if b.source[0] == SourceMarker.UNWRAP
     )

@@ -53,6 +53,7 @@ SITE = "gate-site:"
 DEFAULT = "gate-default:"
 OFF = "gate-off:"
 PARAMS = "gate-params:"
+PREFIX = "gate-"  # every gate property starts with it (SITE, DEFAULT, OFF, PARAMS)
 # The values a parameter is tried with, by token.
 _TRY: dict[str, object] = {"-1": -1, "0": 0, "None": None, "False": False}
 _FALSY = ("None", "False")
@@ -359,4 +360,4 @@ def falsy_bindings(call: ast.Call, props: Iterable[str]) -> list[ast.expr]:
 
 def summary_props(props: Mapping[str, object] | Iterable[str]) -> frozenset[str]:
     """The ``gate-*`` properties among ``props``."""
-    return frozenset(p for p in props if isinstance(p, str) and p.startswith("gate-"))
+    return frozenset(p for p in props if isinstance(p, str) and p.startswith(PREFIX))

@@ -234,7 +234,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
         s = summaries[m]
         lines = {(sc, p): ln for sc, p, ln in s.binding_lines}
         seeded = {
-            (b.scope, b.path) for b in s.facts.bindings if b.source and b.source[0] != "=alias"
+            (b.scope, b.path) for b in s.facts.bindings if b.source and b.source[0] != fact_model.SourceMarker.ALIAS
         }
         for key, kind in own[m].kinds.items():
             if key in seeded:
@@ -248,7 +248,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
         # `loss_scaler = NativeScaler()`: a project class that wraps a GradScaler and unscales
         # (or updates) it in its own methods.
         for b in s.facts.bindings:
-            if not b.source or b.source[0].startswith("=") or (b.scope, b.path) in kinds[m]:
+            if not b.source or fact_model.is_marker(b.source[0]) or (b.scope, b.path) in kinds[m]:
                 continue
             target = res.resolve(m, b.source[0])
             if target is None or not target[1] or target[1] not in res.classes(target[0]):
@@ -299,7 +299,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     alias_bindings: dict[str, list[fact_model.Binding]] = {}
     for m in names:
         for b in summaries[m].facts.bindings:
-            if b.source and b.source[0] == "=alias":
+            if b.source and b.source[0] == fact_model.SourceMarker.ALIAS:
                 alias_bindings.setdefault(m, []).append(b)
     sites_from: dict[str, list[_Site]] = {}
     for site in sites:
@@ -522,7 +522,7 @@ def _class_named(facts: fact_model.ChunkFacts, aliases: Mapping[str, str], key: 
     """The class a binding's value was made from, by its defining name (`NativeScaler` imported
     as another name gives its own), or ""."""
     for b in facts.bindings:
-        if (b.scope, b.path) == key and b.source and not b.source[0].startswith("="):
+        if (b.scope, b.path) == key and b.source and not fact_model.is_marker(b.source[0]):
             qual = known_names.resolve(b.source[0], aliases) or b.source[0]
             return qual.rsplit(".", 1)[-1]
     return ""

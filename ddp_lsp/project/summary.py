@@ -152,7 +152,7 @@ def _binding_lines(
         b.source[0]
         for b in cf.bindings
         if b.source
-        and not b.source[0].startswith("=")
+        and not fact_model.is_marker(b.source[0])
         and _project_class(b.source[0], merged.aliases)
     }
     wanted |= {b.path for b in cf.bindings if b.source and b.source[0] in project_classes}
