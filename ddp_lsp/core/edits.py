@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core.types import Edit, Pos, Span
 
 if TYPE_CHECKING:
@@ -31,12 +32,12 @@ def insert_at(pos: Pos, text: str) -> Edit:
 
 def insert_after_node(ctx: ChunkContext, node: ast.AST, text: str) -> Edit:
     """Insert ``text`` right after ``node`` (``.module`` after ``model``)."""
-    return insert_at(ctx.span(node).end, text)
+    return insert_at(chunktext.span(ctx.chunk, node).end, text)
 
 
 def replace_node(ctx: ChunkContext, node: ast.AST, text: str) -> Edit:
     """Replace the text of ``node``."""
-    return Edit(ctx.span(node), text)
+    return Edit(chunktext.span(ctx.chunk, node), text)
 
 
 def replace_span(span: Span, text: str) -> Edit:
@@ -53,15 +54,15 @@ def _lines_of(code: str, indent: str) -> str:
 
 def insert_before(ctx: ChunkContext, stmt: ast.stmt, code: str) -> Edit:
     """Insert ``code`` (one or more lines, no indent) as statements just before ``stmt``."""
-    first, _ = ctx.stmt_lines(stmt)
-    return insert_at(Pos(first, 0), _lines_of(code, ctx.indent_of(stmt)))
+    first, _ = chunktext.stmt_lines(ctx.chunk, stmt)
+    return insert_at(Pos(first, 0), _lines_of(code, chunktext.indent_of(ctx.chunk, stmt)))
 
 
 def insert_after(ctx: ChunkContext, stmt: ast.stmt, code: str) -> Edit:
     """Insert ``code`` as statements just after ``stmt`` (its trailing comment stays on its
     line), also when ``stmt`` ends the text without a newline."""
-    _, last = ctx.stmt_lines(stmt)
-    indent = ctx.indent_of(stmt)
+    _, last = chunktext.stmt_lines(ctx.chunk, stmt)
+    indent = chunktext.indent_of(ctx.chunk, stmt)
     line = ctx.chunk.lines[last] if last < len(ctx.chunk.lines) else ""
     if line.endswith(("\n", "\r")) or last >= len(ctx.chunk.lines):
         return insert_at(Pos(last + 1, 0), _lines_of(code, indent))
@@ -76,7 +77,7 @@ def delete_lines(first: int, last: int) -> Edit:
 
 def delete_stmt(ctx: ChunkContext, stmt: ast.stmt) -> Edit:
     """Remove the lines of ``stmt`` (decorators and trailing comment included)."""
-    first, last = ctx.stmt_lines(stmt)
+    first, last = chunktext.stmt_lines(ctx.chunk, stmt)
     return delete_lines(first, last)
 
 
@@ -91,7 +92,7 @@ def string_lines(ctx: ChunkContext, stmt: ast.stmt) -> set[int]:
         if isinstance(node, (ast.Constant, ast.JoinedStr)) and (node.end_lineno or 0) > node.lineno:
             if isinstance(node, ast.Constant) and not isinstance(node.value, (str, bytes)):
                 continue
-            out.update(range(ctx.rel_line(node.lineno) + 1, ctx.rel_line(node.end_lineno or 0) + 1))
+            out.update(range(chunktext.rel_line(ctx.chunk, node.lineno) + 1, chunktext.rel_line(ctx.chunk, node.end_lineno or 0) + 1))
     return out
 
 
@@ -116,10 +117,10 @@ def wrap_block(ctx: ChunkContext, stmts: Sequence[ast.stmt], header: str) -> lis
     indentation step deeper. Lines inside multi-line strings keep their text; continuation
     lines indented less than the block (inside brackets, where any indent is valid) too."""
     first, last = stmts[0], stmts[-1]
-    indent = ctx.indent_of(first)
-    unit = ctx.indent_unit(first)
-    first_line, _ = ctx.stmt_lines(first)
-    _, last_line = ctx.stmt_lines(last)
+    indent = chunktext.indent_of(ctx.chunk, first)
+    unit = chunktext.indent_unit(ctx.chunk, ctx.ancestors, first)
+    first_line, _ = chunktext.stmt_lines(ctx.chunk, first)
+    _, last_line = chunktext.stmt_lines(ctx.chunk, last)
     skip: set[int] = set()
     for s in stmts:
         skip |= string_lines(ctx, s)
@@ -202,12 +203,12 @@ def remove_argument(ctx: ChunkContext, call: ast.Call, item: ast.AST) -> list[Ed
     """Edits that delete one argument of ``call`` with its comma; comments stay."""
     items = _items(call)
     idx = next(i for i, x in enumerate(items) if x is item)
-    sp = ctx.span(item)
+    sp = chunktext.span(ctx.chunk, item)
     own = _own_line(ctx, sp)
-    multiline_call = ctx.span(call).start.line != ctx.span(call).end.line
+    multiline_call = chunktext.span(ctx.chunk, call).start.line != chunktext.span(ctx.chunk, call).end.line
     if own is not None and multiline_call and len(items) > 1:
         comment = own.group(2)
-        first_other = ctx.span(items[0] if idx else items[1])
+        first_other = chunktext.span(ctx.chunk, items[0] if idx else items[1])
         if first_other.start.line != sp.start.line:
             indent = _line(ctx, sp.start.line)[: sp.start.col]
             repl = f"{indent}{comment}\n" if comment else ""
@@ -220,7 +221,7 @@ def remove_argument(ctx: ChunkContext, call: ast.Call, item: ast.AST) -> list[Ed
                     idx == len(items) - 1
                     and idx > 0
                     and _find_comma(ctx, sp.end) is None
-                    and _find_comma(ctx, ctx.span(items[idx - 1]).end) is not None
+                    and _find_comma(ctx, chunktext.span(ctx.chunk, items[idx - 1]).end) is not None
                 )
             if whole_line:
                 return [Edit(Span(Pos(sp.start.line, 0), Pos(sp.end.line + 1, 0)), repl)]
@@ -233,7 +234,7 @@ def remove_argument(ctx: ChunkContext, call: ast.Call, item: ast.AST) -> list[Ed
             end = Pos(comma.line, comma.col + 1)
         return [Edit(Span(sp.start, end), "")]
     if idx > 0:
-        prev_end = ctx.span(items[idx - 1]).end
+        prev_end = chunktext.span(ctx.chunk, items[idx - 1]).end
         if not _gap_has_comment(ctx, prev_end, sp.start):
             return [Edit(Span(prev_end, sp.end), "")]
         comma = _find_comma(ctx, sp.end)
@@ -252,9 +253,9 @@ def add_argument(ctx: ChunkContext, call: ast.Call, text: str) -> list[Edit]:
     if not items:
         return []
     last = items[-1]
-    sp = ctx.span(last)
+    sp = chunktext.span(ctx.chunk, last)
     own = _own_line(ctx, sp)
-    call_sp = ctx.span(call)
+    call_sp = chunktext.span(ctx.chunk, call)
     if own is not None and call_sp.start.line != sp.end.line:
         indent = _line(ctx, sp.start.line)[: sp.start.col]
         has_comma = own.group(1) is not None

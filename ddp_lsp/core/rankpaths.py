@@ -53,6 +53,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core import walk as tree_walk
@@ -695,28 +696,28 @@ def divergence_of(u: ChunkUniformity, miss: Miss) -> Divergence:
     runner = RankSet(Subset.RANK0) if r.runner == Z else RankSet(Subset.NONZERO)
     if r.runner is None:
         runner = RankSet(
-            Subset.SOME, ctx.segment(r.node.test) if isinstance(r.node, ast.If) else ""
+            Subset.SOME, chunktext.segment(ctx.chunk, r.node.test) if isinstance(r.node, ast.If) else ""
         )
     if r.kind in ("guard", "some"):
         test = getattr(r.node, "test", r.node)
-        return Divergence(test, ctx.span(test), "branch", ctx.segment(test), runner, guard=r.node)
+        return Divergence(test, chunktext.span(ctx.chunk, test), "branch", chunktext.segment(ctx.chunk, test), runner, guard=r.node)
     if r.kind == "decorator":
-        return Divergence(r.node, ctx.span(r.node), "decorator", ctx.segment(r.node), runner)
+        return Divergence(r.node, chunktext.span(ctx.chunk, r.node), "decorator", chunktext.segment(ctx.chunk, r.node), runner)
     if r.kind == "caller":
         name = getattr(r.node, "name", "this function")
         fn_line = getattr(r.node, "lineno", 1)
-        at = ctx.pos(fn_line, 0)
+        at = chunktext.pos(ctx.chunk, fn_line, 0)
         from ddp_lsp.core.types import Span
 
         return Divergence(
             r.node, Span(at, at), "call", f"every caller of {name}() guards it", runner
         )
     guard = r.guard
-    cond = ctx.segment(guard.test) if isinstance(guard, ast.If) else ""
+    cond = chunktext.segment(ctx.chunk, guard.test) if isinstance(guard, ast.If) else ""
     kind = exit_kind(ctx, r.node) if isinstance(r.node, ast.stmt) else None
     return Divergence(
         r.node,
-        ctx.span(r.node),
+        chunktext.span(ctx.chunk, r.node),
         kind or "exit",
         cond,
         runner,

@@ -4,9 +4,14 @@ A rule module defines one ``Rule`` subclass with ``meta`` (a :class:`RuleMeta`),
 with the fixed headings (What it does / Why is this bad? / Example / Use instead / Fix /
 Known false positives / References), ``check(ctx)`` yielding findings, and its own ``CASES``.
 
-Rules see a chunk's ``ast`` tree and the module's :class:`ModuleFacts`; positions they report
-are relative to the chunk (the engine moves them). All rules share one traversal of the chunk
-(:meth:`ChunkContext.nodes`, :meth:`ChunkContext.parent`), built once per parse.
+Rules see a chunk's ``ast`` tree and the module's :class:`ModuleFacts` through
+:class:`ChunkContext`: the tree (one traversal shared by all rules, :meth:`ChunkContext.nodes`,
+:meth:`ChunkContext.parent`, built once per parse), the facts (kinds, qualified names, helper
+properties, where other files' facts came from) and the findings it makes. The helpers a rule
+calls are free functions of their own modules: positions and source text in
+:mod:`ddp_lsp.core.chunktext` (``chunktext.segment(ctx.chunk, node)``), how to spell a name in
+a fix in :mod:`ddp_lsp.core.spelling`, text edits in :mod:`ddp_lsp.core.edits`. Positions
+rules report are relative to the chunk (the engine moves them).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core.crossfile import MAIN_BLOCK, ParamKind, Provenance
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import MODULE, ModuleFacts, path_of
@@ -97,7 +103,6 @@ class ChunkContext:
         self.env: Environment = env or Environment()
         self.body: list[ast.stmt] = chunk.body
         self.member_of = chunk.member_of
-        self._line_base = chunk.line_base
         cache = chunk.cache
         if cache.index is None:
             cache.index = Index(chunk.body)
@@ -321,12 +326,16 @@ class ChunkContext:
             for fn in fns:
                 first = fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno
                 qual = self.scope(fn.body[0])[0]
-                out.append((self.rel_line(first), self.rel_line(fn.end_lineno or fn.lineno), qual))
+                last = fn.end_lineno or fn.lineno
+                out.append((chunktext.rel_line(self.chunk, first), chunktext.rel_line(self.chunk, last), qual))
             return out
 
         def main_blocks() -> list[tuple[int, int]]:
             return [
-                (self.rel_line(s.lineno), self.rel_line(s.end_lineno or s.lineno))
+                (
+                    chunktext.rel_line(self.chunk, s.lineno),
+                    chunktext.rel_line(self.chunk, s.end_lineno or s.lineno),
+                )
                 for s in self.body
                 if isinstance(s, ast.If) and _is_main_guard(s.test)
             ]
@@ -342,88 +351,6 @@ class ChunkContext:
             return MAIN_BLOCK in scopes
         return MODULE in scopes
 
-    # -- source and positions ------------------------------------------------------------------
-
-    def line(self, node_line: int) -> str:
-        """The chunk line for an ast ``lineno`` (1-based, as ast reports it)."""
-        idx = node_line - 1 + self._line_base
-        lines = self.chunk.lines
-        return lines[idx] if 0 <= idx < len(lines) else ""
-
-    def rel_line(self, node_line: int) -> int:
-        return node_line - 1 + self._line_base
-
-    def _col(self, node_line: int, byte_col: int) -> int:
-        text = self.line(node_line)
-        if text.isascii():
-            return byte_col
-        return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
-
-    def pos(self, node_line: int, byte_col: int) -> Pos:
-        return Pos(self.rel_line(node_line), self._col(node_line, byte_col))
-
-    def span(self, node: ast.AST, end: ast.AST | None = None) -> Span:
-        last = end if end is not None else node
-        start = self.pos(node.lineno, node.col_offset)  # type: ignore[attr-defined]
-        stop = self.pos(
-            last.end_lineno or last.lineno,  # type: ignore[attr-defined]
-            last.end_col_offset if last.end_col_offset is not None else 0,  # type: ignore[attr-defined]
-        )
-        return Span(start, stop)
-
-    def segment(self, node: ast.AST) -> str:
-        sp = self.span(node)
-        lines = self.chunk.lines
-        if sp.start.line == sp.end.line:
-            return lines[sp.start.line][sp.start.col : sp.end.col]
-        parts = [lines[sp.start.line][sp.start.col :]]
-        parts.extend(lines[sp.start.line + 1 : sp.end.line])
-        parts.append(lines[sp.end.line][: sp.end.col])
-        return "".join(parts)
-
-    def indent_of(self, stmt: ast.stmt) -> str:
-        text = self.line(stmt.lineno)
-        return text[: len(text) - len(text.lstrip(" \t"))]
-
-    def indent_unit(self, stmt: ast.stmt) -> str:
-        """The indentation step used around ``stmt`` (4 spaces unless the code says else)."""
-        for a in self.ancestors(stmt):
-            if isinstance(a, ast.stmt):
-                outer = self.indent_of(a)
-                inner = self.indent_of(stmt)
-                if inner.startswith(outer) and len(inner) > len(outer):
-                    step = inner[len(outer) :]
-                    depth = sum(1 for x in self.ancestors(stmt) if isinstance(x, ast.stmt)) - sum(
-                        1 for x in self.ancestors(a) if isinstance(x, ast.stmt)
-                    )
-                    if depth == 1:
-                        return step
-                break
-        return "\t" if self.indent_of(stmt).startswith("\t") else "    "
-
-    def stmt_lines(self, stmt: ast.stmt) -> tuple[int, int]:
-        """Chunk-relative first and last line of a statement, decorators and comments on its
-        last line included."""
-        first = stmt.lineno
-        decorators = getattr(stmt, "decorator_list", None)
-        if decorators:
-            first = min(d.lineno for d in decorators)
-        return self.rel_line(first), self.rel_line(stmt.end_lineno or stmt.lineno)
-
-    def spell(self, qual: str) -> tuple[str, tuple[str, ...]]:
-        """How to write ``torch.distributed.get_rank`` here, and the import it needs (if any)."""
-        module, _, attr = qual.rpartition(".")
-        for name, target in sorted(self.facts.aliases.items()):
-            if target == qual:
-                return name, ()
-        for name, target in sorted(self.facts.aliases.items()):
-            if target == module:
-                return f"{name}.{attr}", ()
-        head = qual.split(".", 1)[0]
-        if self.facts.aliases.get(head) == head:
-            return qual, ()
-        return qual, (f"import {module}",)
-
     # -- findings ------------------------------------------------------------------------------
 
     def finding(
@@ -438,7 +365,7 @@ class ChunkContext:
         """``cite``: facts the finding rests on that other files gave (``kind_source``,
         ``callee_source``); the message says where they came from, related locations point
         there."""
-        span = where if isinstance(where, Span) else self.span(where)
+        span = where if isinstance(where, Span) else chunktext.span(self.chunk, where)
         if cite:
             suffix, elsewhere = self.cite(*cite)
             message += suffix

@@ -92,6 +92,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core.names import dotted, last_name
 from ddp_lsp.core.rankcond import (
     EXTRA_PREDICATES,
@@ -351,7 +352,7 @@ class ChunkUniformity:
         out = []
         for s in self.ctx.nodes(*_STMT_TYPES):
             ranks, divs = self._analyse(s)
-            out.append(StatementRanks(s, self.ctx.span(s), ranks, divs))
+            out.append(StatementRanks(s, chunktext.span(self.ctx.chunk, s), ranks, divs))
         out.sort(key=lambda r: _order(r.stmt))
         return out
 
@@ -415,7 +416,7 @@ class ChunkUniformity:
     def _branch(self, at: ast.AST, ranks: RankSet) -> Divergence:
         test = getattr(at, "test", at)
         return Divergence(
-            test, self.ctx.span(test), "branch", self.ctx.segment(test), ranks, guard=at
+            test, chunktext.span(self.ctx.chunk, test), "branch", chunktext.segment(self.ctx.chunk, test), ranks, guard=at
         )
 
     def _exits_before(self, parent: ast.AST | None, stmt: ast.stmt) -> list[Divergence]:
@@ -475,9 +476,9 @@ class ChunkUniformity:
             out.append(
                 Divergence(
                     last,
-                    self.ctx.span(last),
+                    chunktext.span(self.ctx.chunk, last),
                     kind,
-                    self.ctx.segment(s.test),
+                    chunktext.segment(self.ctx.chunk, s.test),
                     ranks.negated(),
                     fatal=fatal_exit(last),
                     guard=s,
@@ -508,9 +509,9 @@ class ChunkUniformity:
             return [
                 Divergence(
                     deco,
-                    self.ctx.span(deco),
+                    chunktext.span(self.ctx.chunk, deco),
                     "decorator",
-                    self.ctx.segment(deco),
+                    chunktext.segment(self.ctx.chunk, deco),
                     RankSet(Subset.RANK0),
                 )
             ]
@@ -518,7 +519,7 @@ class ChunkUniformity:
 
         qual, _ = self.ctx.scope(fn.body[0]) if fn.body else ("", None)
         if ONLY_CALLED_GUARDED in self.ctx.facts.props(qual):
-            line = Span(Pos(self.ctx.rel_line(fn.lineno), 0), Pos(self.ctx.rel_line(fn.lineno), 0))
+            line = Span(Pos(chunktext.rel_line(self.ctx.chunk, fn.lineno), 0), Pos(chunktext.rel_line(self.ctx.chunk, fn.lineno), 0))
             return [
                 Divergence(
                     fn,

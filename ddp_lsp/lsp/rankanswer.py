@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from ddp_lsp.core import chunktext
+
 if TYPE_CHECKING:
     from ddp_lsp.core.document import Document, ParsedChunk
     from ddp_lsp.core.env import Environment
@@ -146,14 +148,14 @@ def core_statements(ctx: ChunkContext) -> ChunkView:
     stmts: list[Stmt] = []
     for sr in u.statements():
         s = sr.stmt
-        start = ctx.pos(s.lineno, s.col_offset)
+        start = chunktext.pos(ctx.chunk, s.lineno, s.col_offset)
         stmts.append(
             Stmt(start.line, start.col, _header_last(ctx, s), _ranks(ctx, sr.ranks, sr.divergences))
         )
     collectives: list[Collective] = []
     for reach in u.collectives():
         call = reach.call
-        sp = ctx.span(call)
+        sp = chunktext.span(ctx.chunk, call)
         ranks = _ranks(ctx, u.ranks_of(call), u.divergences_of(call))
         skip_points: tuple[Point, ...] = ()
         why = ""
@@ -226,7 +228,7 @@ def _point_text(ctx: ChunkContext, d: Divergence) -> str:
         return f"`@{cond}` runs the function on {d.ranks.describe()} only"
     if d.kind == "call":
         return f"{cond} → {d.ranks.describe()}"
-    exit_text = short(ctx.segment(d.node), 30)
+    exit_text = short(chunktext.segment(ctx.chunk, d.node), 30)
     tail = " (an error exit: the launcher ends the job)" if d.fatal else ""
     guard = f" under `if {cond}:`" if cond else ""
     return f"`{exit_text}`{guard} → {d.ranks.describe()} continue{tail}"
@@ -270,7 +272,7 @@ def _call_site(ctx: ChunkContext, u: ChunkUniformity, node: ast.Call) -> CallSit
         if cls is not None and f"{cls}.{node.func.attr}" in ctx.facts.func_params:
             qual = f"{cls}.{node.func.attr}"
     guarded = qual is not None and fact_model.ONLY_CALLED_GUARDED in ctx.facts.props(qual)
-    sp = ctx.span(node)
+    sp = chunktext.span(ctx.chunk, node)
     return CallSite(
         sp.start.line,
         sp.start.col,
@@ -298,13 +300,13 @@ def _header_last(ctx: ChunkContext, s: ast.stmt) -> int:
     attr = _HEADS.get(type(s))
     if attr is not None:
         head = getattr(s, attr)
-        return ctx.rel_line(head.end_lineno or head.lineno)
+        return chunktext.rel_line(ctx.chunk, head.end_lineno or head.lineno)
     if isinstance(s, (ast.With, ast.AsyncWith)) and s.items:
         last = s.items[-1].context_expr
-        return ctx.rel_line(last.end_lineno or last.lineno)
+        return chunktext.rel_line(ctx.chunk, last.end_lineno or last.lineno)
     if isinstance(s, (ast.Try, *_TRY_STAR, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return ctx.rel_line(s.lineno)
-    return ctx.rel_line(s.end_lineno or s.lineno)
+        return chunktext.rel_line(ctx.chunk, s.lineno)
+    return chunktext.rel_line(ctx.chunk, s.end_lineno or s.lineno)
 
 
 def _fields(p: Point) -> tuple[int, int, int, int]:

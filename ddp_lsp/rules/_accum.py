@@ -9,6 +9,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
@@ -261,7 +262,7 @@ def stored_paths(node: ast.AST) -> set[str]:
 def one_line(ctx: ChunkContext, expr: ast.expr) -> str | None:
     """The expression's source on one line (None when it holds a comment or a string that
     spans lines, where joining would be wrong)."""
-    text = ctx.segment(expr)
+    text = chunktext.segment(ctx.chunk, expr)
     if "\n" not in text and "\r" not in text:
         return text
     if "#" in text or "\\" in text:

@@ -11,6 +11,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core import walk as tree_walk
@@ -263,8 +264,8 @@ def owns_lines(ctx: ChunkContext, stmt: ast.stmt) -> bool:
     if not patterns.starts_own_line(ctx, stmt):
         return False
     end_line = stmt.end_lineno or stmt.lineno
-    text = ctx.line(end_line).rstrip("\r\n")
-    col = ctx.pos(end_line, stmt.end_col_offset or 0).col
+    text = chunktext.line(ctx.chunk, end_line).rstrip("\r\n")
+    col = chunktext.pos(ctx.chunk, end_line, stmt.end_col_offset or 0).col
     rest = text[col:].strip()
     return rest == "" or rest.startswith("#")
 
@@ -279,8 +280,8 @@ def expr_stmt_of(ctx: ChunkContext, call: ast.Call) -> ast.Expr | None:
 
 def stmt_source(ctx: ChunkContext, stmt: ast.stmt) -> str:
     """The statement's full lines (trailing comment included), without its own indent."""
-    first, last = ctx.stmt_lines(stmt)
-    indent = ctx.indent_of(stmt)
+    first, last = chunktext.stmt_lines(ctx.chunk, stmt)
+    indent = chunktext.indent_of(ctx.chunk, stmt)
     out = []
     for rel in range(first, last + 1):
         line = ctx.chunk.lines[rel].rstrip("\r\n")

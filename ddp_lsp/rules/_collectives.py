@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.crossfile import Provenance
 from ddp_lsp.core.rankpaths import NZ, Miss, Reason, Z
@@ -26,7 +27,7 @@ def short(text: str, limit: int = 70) -> str:
 
 def is_local(ctx: ChunkContext, node: ast.AST) -> bool:
     test = getattr(node, "test", node)
-    return "local" in ctx.segment(test).lower()
+    return "local" in chunktext.segment(ctx.chunk, test).lower()
 
 
 def ranks_text(cls: int, local: bool) -> str:
@@ -39,15 +40,15 @@ def condition_text(ctx: ChunkContext, reason: Reason) -> str:
     """``if rank == 0:``, ``the else branch of if rank == 0:``, ``is_main and ...``."""
     node = reason.node if reason.kind in ("guard", "some") else reason.guard
     if isinstance(node, ast.If):
-        head = f"if {short(ctx.segment(node.test))}:"
+        head = f"if {short(chunktext.segment(ctx.chunk, node.test))}:"
         return f"the `else` branch of `{head}`" if reason.in_else else f"`{head}`"
     if isinstance(node, ast.IfExp):
-        cond = short(ctx.segment(node.test))
+        cond = short(chunktext.segment(ctx.chunk, node.test))
         return (
             f"`else` of `... if {cond} else ...`" if reason.in_else else f"`... if {cond} else ...`"
         )
     if node is not None:
-        return f"`{short(ctx.segment(node))}`"
+        return f"`{short(chunktext.segment(ctx.chunk, node))}`"
     return "a rank condition"
 
 
@@ -81,7 +82,7 @@ def explain(
     """The part of a message saying which ranks make the call and which skip it, and the
     places to point at (related information)."""
     r = miss.reason
-    text = ctx.segment(miss.event.node)
+    text = chunktext.segment(ctx.chunk, miss.event.node)
     call = (
         f"`{short(text)}`"
         if len(text) <= 40 and "\n" not in text
@@ -92,7 +93,7 @@ def explain(
         call += f" (which reaches a collective: {src})" if src else " (which reaches a collective)"
     runner = r.runner
     if r.kind == "some":
-        cond = short(ctx.segment(r.node.test))  # type: ignore[attr-defined]
+        cond = short(chunktext.segment(ctx.chunk, r.node.test))  # type: ignore[attr-defined]
         return (
             f"{call} runs only on the ranks where `{cond}` {'does not hold' if r.in_else else 'holds'} "
             f"({condition_text(ctx, r)}); the other ranks never reach it and {consequence}",
@@ -117,7 +118,7 @@ def explain(
         verb = "never reach" if plural else "never reaches"
         return (
             f"{call} runs only on {runs}: `{name}` is decorated with "
-            f"`@{short(ctx.segment(r.node))}`; {skips} {verb} it and {consequence}",
+            f"`@{short(chunktext.segment(ctx.chunk, r.node))}`; {skips} {verb} it and {consequence}",
             [(r.node, "runs the function on rank 0 only")],
         )
     if r.kind == "caller":
@@ -139,7 +140,7 @@ def explain(
         kind = "continue"
     words = _EXIT_WORDS[kind][0 if plural else 1]
     cond = condition_text(ctx, r)
-    exit_text = short(ctx.segment(exit_node))
+    exit_text = short(chunktext.segment(ctx.chunk, exit_node))
     related = [
         (guard_span_node(r) or exit_node, "the rank condition"),
         (exit_node, "the early exit"),

@@ -15,6 +15,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext, spelling
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
@@ -422,7 +423,7 @@ def sampler_spelling(ctx: ChunkContext) -> tuple[str, tuple[str, ...]]:
         return "DistributedSampler", (
             "from torch.utils.data.distributed import DistributedSampler",
         )
-    return ctx.spell(known_names.DISTRIBUTED_SAMPLER)
+    return spelling.spell(ctx.facts, known_names.DISTRIBUTED_SAMPLER)
 
 
 # -- resolving num_workers -------------------------------------------------------------------------
@@ -485,7 +486,7 @@ def argparse_default(ctx: ChunkContext, dest: str) -> int | None:
 
 def callee_span(ctx: ChunkContext, func: ast.expr) -> Span:
     """The span of a callee's last name: ``DataLoader`` in ``torch.utils.data.DataLoader``."""
-    sp = ctx.span(func)
+    sp = chunktext.span(ctx.chunk, func)
     if isinstance(func, ast.Attribute) and sp.end.col >= len(func.attr):
         return Span(Pos(sp.end.line, sp.end.col - len(func.attr)), sp.end)
     return sp

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ddp_lsp.core import chunktext, spelling
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
@@ -278,14 +279,14 @@ def _find_candidates(
             if any(isinstance(n, ast.Name) and n.id in loop_vars for n in tree_walk.bfs(node.test)):
                 continue
             if node.test.lineno == node.test.end_lineno:
-                yield 0, node, node.test, ctx.segment(node.test)
+                yield 0, node, node.test, chunktext.segment(ctx.chunk, node.test)
             continue
         if not isinstance(node, (ast.Name, ast.Attribute)):
             continue
         prop = _WRAPPER_MAIN.get(patterns.last_name(node) or "")
         if prop is not None and _root_name(node) in (patterns.last_name(node), "self"):
             # `accelerator.backward(loss)` shows an Accelerator in scope: use its own flag.
-            yield 1, node, node, f"{ctx.segment(node)}.{prop}"
+            yield 1, node, node, f"{chunktext.segment(ctx.chunk, node)}.{prop}"
             continue
         parent = ctx.parent(node)
         if isinstance(parent, ast.Attribute) and parent.value is node:
@@ -294,18 +295,18 @@ def _find_candidates(
             if isinstance(parent, ast.Call) and parent.func is node:
                 if parent.args or parent.keywords:
                     continue
-                yield 1, node, parent, ctx.segment(parent)
+                yield 1, node, parent, chunktext.segment(ctx.chunk, parent)
             elif _root_name(node) not in ctx.facts.aliases and (
                 not isinstance(node, ast.Name) or node.id not in ctx.facts.func_props
             ):
                 # A flag or property (`master_process`, `accelerator.is_main_process`); a
                 # function named like one but not called here would always be true.
-                yield 1, node, node, ctx.segment(node)
+                yield 1, node, node, chunktext.segment(ctx.chunk, node)
         elif ctx.ranks.is_rank_expr(node) and not _is_local(node):
             if isinstance(parent, ast.Call) and parent.func is node:
                 continue
             pref = 2 if isinstance(node, ast.Name) else 3
-            yield pref, node, node, f"{ctx.segment(node)} == 0"
+            yield pref, node, node, f"{chunktext.segment(ctx.chunk, node)} == 0"
 
 
 def rank_condition(ctx: ChunkContext, stmt: ast.stmt) -> Condition:
@@ -342,7 +343,7 @@ def rank_condition(ctx: ChunkContext, stmt: ast.stmt) -> Condition:
             and "local" not in qual.lower()
         ):
             return Condition(f"{qual}()")
-    text, imports = ctx.spell("torch.distributed.get_rank")
+    text, imports = spelling.spell(ctx.facts, "torch.distributed.get_rank")
     return Condition(f"{text}() == 0", imports, from_code=False)
 
 
@@ -418,8 +419,8 @@ def _changes_more(ctx: ChunkContext, stmts: Sequence[ast.stmt]) -> bool:
 def ends_own_line(ctx: ChunkContext, stmt: ast.stmt) -> bool:
     """Nothing but a comment follows ``stmt`` on its last line (no ``; other``)."""
     end_line = stmt.end_lineno or stmt.lineno
-    text = ctx.line(end_line).rstrip("\r\n")
-    col = ctx.pos(end_line, stmt.end_col_offset or 0).col
+    text = chunktext.line(ctx.chunk, end_line).rstrip("\r\n")
+    col = chunktext.pos(ctx.chunk, end_line, stmt.end_col_offset or 0).col
     tail = text[col:].strip()
     return not tail or tail.startswith("#")
 

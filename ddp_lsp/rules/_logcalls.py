@@ -8,6 +8,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext
 from ddp_lsp.rules import _patterns as patterns
@@ -36,7 +37,7 @@ def log_call(ctx: ChunkContext, call: ast.Call) -> str | None:
     if isinstance(func, ast.Name) and func.id == "print" and "print" not in ctx.facts.aliases:
         for kw in call.keywords:
             if kw.arg == "file":
-                target = ctx.segment(kw.value)
+                target = chunktext.segment(ctx.chunk, kw.value)
                 if target not in ("sys.stdout", "sys.stderr"):
                     return None
         return "print"
@@ -48,7 +49,7 @@ def log_call(ctx: ChunkContext, call: ast.Call) -> str | None:
     receiver = func.value
     if isinstance(receiver, ast.Call):
         if ctx.call_qualname(receiver) == "logging.getLogger":
-            return ctx.segment(func)
+            return chunktext.segment(ctx.chunk, func)
         return None
     name = patterns.last_name(receiver)
     if name is None or not _LOGGER_NAME.match(name):
@@ -58,7 +59,7 @@ def log_call(ctx: ChunkContext, call: ast.Call) -> str | None:
     rqual = ctx.qualname(receiver)
     if rqual is not None and not rqual.startswith("logging"):
         return None  # a logger object imported from a library (accelerate, lightning...)
-    label = ctx.segment(func)
+    label = chunktext.segment(ctx.chunk, func)
     return label if "\n" not in label else "logger.info"
 
 

@@ -9,6 +9,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
@@ -135,9 +136,9 @@ def innermost_loop(ctx: ChunkContext, node: ast.AST) -> ast.AST | None:
 
 def starts_own_line(ctx: ChunkContext, stmt: ast.stmt) -> bool:
     """The statement is the first thing on its line (so a line can be inserted above it)."""
-    text = ctx.line(stmt.lineno)
+    text = chunktext.line(ctx.chunk, stmt.lineno)
     indent = len(text) - len(text.lstrip(" \t"))
-    return ctx.pos(stmt.lineno, stmt.col_offset).col == indent
+    return chunktext.pos(ctx.chunk, stmt.lineno, stmt.col_offset).col == indent
 
 
 def is_loop(node: ast.AST) -> bool:

@@ -9,6 +9,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
@@ -176,18 +177,18 @@ def collective_in(ctx: ChunkContext, stmt: ast.stmt) -> str | None:
         qual = ctx.call_qualname(node) or ""
         dotted = known_names.dotted(node.func)
         if qual in known_names.COLLECTIVES or qual.startswith("torch.distributed.checkpoint"):
-            return ctx.segment(node.func)
+            return chunktext.segment(ctx.chunk, node.func)
         if dotted is not None and fact_model.is_collective_call(
             dotted, ctx.facts.aliases, ctx.ranks.frameworks
         ):
-            return ctx.segment(node.func)
+            return chunktext.segment(ctx.chunk, node.func)
         if fact_model.COLLECTIVE in ctx.callee_props(node):
-            return ctx.segment(node.func)
+            return chunktext.segment(ctx.chunk, node.func)
         if isinstance(node.func, ast.Attribute):
             if node.func.attr in ctx.ranks.frameworks.functions(framework_tables.Meaning.GATHERS_STATE):
-                return ctx.segment(node.func)
+                return chunktext.segment(ctx.chunk, node.func)
             if node.func.attr == "state_dict" and ctx.kind(node.func.value, node) == fact_model.FSDP:
-                return ctx.segment(node.func)
+                return chunktext.segment(ctx.chunk, node.func)
     return None
 
 
@@ -216,11 +217,11 @@ def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
     writer = patterns.framework_call(ctx, call, framework_tables.Meaning.WRITES_CHECKPOINT)
     if writer is not None:  # safetensors' save_file, mmengine's save_checkpoint, yours
         keyword = ctx.ranks.frameworks.keyword(writer) or "f"
-        return Write(ctx.segment(call.func), _arg(call, 1, keyword), None)
+        return Write(chunktext.segment(ctx.chunk, call.func), _arg(call, 1, keyword), None)
     if isinstance(call.func, ast.Attribute) and call.func.attr == "save_pretrained":
         if any(kw.arg == "is_main_process" for kw in call.keywords):
             return None
-        label = ctx.segment(call.func)
+        label = chunktext.segment(ctx.chunk, call.func)
         if "\n" in label:
             label = "save_pretrained"
         return Write(label, _arg(call, 0, "save_directory"), None)
@@ -233,7 +234,7 @@ def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
         if not saved_into and not _checkpointish(ctx, path, root):
             return None
         mode = _arg(call, 1, "mode")
-        label = f"open(..., {ctx.segment(mode)})" if mode is not None else "open"
+        label = f"open(..., {chunktext.segment(ctx.chunk, mode)})" if mode is not None else "open"
         return Write(label, path, with_stmt, with_stmt is not None)
     return _helper_write(ctx, call, root)
 
@@ -264,7 +265,7 @@ def _helper_write(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> Write | N
     ]
     if any(per_rank_path(ctx, a, root) for a in args):
         return None
-    label = ctx.segment(call.func)
+    label = chunktext.segment(ctx.chunk, call.func)
     return Write(label if "\n" not in label else "the helper", None, None, source=source)
 
 

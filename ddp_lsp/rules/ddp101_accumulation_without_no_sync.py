@@ -84,6 +84,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from ddp_lsp.core import chunktext, spelling
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
@@ -156,7 +157,7 @@ class AccumulationWithoutNoSync(Rule):
             if plan is None:
                 continue
             seen.add(id(inner))
-            model_texts = sorted({ctx.segment(m) for m in models})
+            model_texts = sorted({chunktext.segment(ctx.chunk, m) for m in models})
             model = model_texts[0]
             fixes = []
             if len(model_texts) == 1:
@@ -170,15 +171,15 @@ class AccumulationWithoutNoSync(Rule):
                 cond = accum.one_line(ctx, plan.cond) or "its condition"
                 when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
             # The model may be DDP only because a caller in another file wraps it.
-            model_expr = next(m for m in models if ctx.segment(m) == model)
+            model_expr = next(m for m in models if chunktext.segment(ctx.chunk, m) == model)
             yield ctx.finding(
                 self,
                 call,
-                f"`{ctx.segment(call)}` all-reduces the gradients of DDP model `{model}` on every "
+                f"`{chunktext.segment(ctx.chunk, call)}` all-reduces the gradients of DDP model `{model}` on every "
                 f"micro-step, but the optimizer steps {when}: run the forward and backward of "
                 f"accumulation steps under `{model}.no_sync()` to skip the wasted all-reduces",
                 fixes=fixes,
-                related=(Related(ctx.span(plan.step), "the optimizer steps here"),),
+                related=(Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here"),),
                 cite=(ctx.kind_source(model_expr, call),),
             )
 
@@ -209,10 +210,10 @@ class AccumulationWithoutNoSync(Rule):
         if accum.sync_managed(ctx, roots):
             return None
         seen.add(id(loops[0]))
-        model = sorted({ctx.segment(m) for m in models})[0]
-        model_expr = next(m for m in models if ctx.segment(m) == model)
+        model = sorted({chunktext.segment(ctx.chunk, m) for m in models})[0]
+        model_expr = next(m for m in models if chunktext.segment(ctx.chunk, m) == model)
         cond = accum.one_line(ctx, update) or "update_grad"
-        wrapper = ctx.segment(call.func)
+        wrapper = chunktext.segment(ctx.chunk, call.func)
         return ctx.finding(
             self,
             call,
@@ -253,7 +254,7 @@ class AccumulationWithoutNoSync(Rule):
         if plan is None:
             return None
         seen.add(id(loops[0]))
-        receiver = ctx.segment(call.func.value)
+        receiver = chunktext.segment(ctx.chunk, call.func.value)
         skippers = " or ".join(f"`{receiver}.{m}(model)`" for m in accum.sync_skippers(ctx, receiver))
         how = (
             f"run the accumulation steps under {skippers}"
@@ -269,10 +270,10 @@ class AccumulationWithoutNoSync(Rule):
         return ctx.finding(
             self,
             call,
-            f"`{ctx.segment(call)}` all-reduces the gradients of the prepared DDP model on "
+            f"`{chunktext.segment(ctx.chunk, call)}` all-reduces the gradients of the prepared DDP model on "
             f"every micro-step, but the optimizer steps {when}: {how} to skip the wasted "
             "all-reduces",
-            related=(Related(ctx.span(plan.step), "the optimizer steps here"),),
+            related=(Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here"),),
         )
 
     def _engine_in_module(self, ctx: ChunkContext) -> bool:
@@ -426,20 +427,20 @@ class AccumulationWithoutNoSync(Rule):
             flag = self._cond_flag(ctx, plan, inner, start)
         if flag is None:
             return None
-        nullctx, imports = ctx.spell("contextlib.nullcontext")
+        nullctx, imports = spelling.spell(ctx.facts, "contextlib.nullcontext")
         when = _FLAG
         if not launch_rules.kind_on_every_launch(ctx, models[0], backward):
             # DDP on some launches only (`if args.distributed: model = DDP(model)`, or another
             # caller passes a plain module): a plain module has no no_sync(), so keep the
             # single-GPU launch working.
             when = f'{_FLAG} and hasattr({model}, "no_sync")'
-        unit = ctx.indent_unit(start)
+        unit = chunktext.indent_unit(ctx.chunk, ctx.ancestors, start)
         header = text_edits.insert_before(
             ctx, start, f"{_FLAG} = {flag}\nwith {model}.no_sync() if {when} else {nullctx}():"
         )
         edits = [replace(header, text=header.text + unit)]
-        first, _ = ctx.stmt_lines(start)
-        _, last = ctx.stmt_lines(end)
+        first, _ = chunktext.stmt_lines(ctx.chunk, start)
+        _, last = chunktext.stmt_lines(ctx.chunk, end)
         skip: set[int] = {first}
         for s in block[i : j + 1]:
             skip |= text_edits.string_lines(ctx, s)
@@ -475,7 +476,7 @@ class AccumulationWithoutNoSync(Rule):
 
     @staticmethod
     def _ends_own_line(ctx: ChunkContext, stmt: ast.stmt) -> bool:
-        sp = ctx.span(stmt)
+        sp = chunktext.span(ctx.chunk, stmt)
         rest = ctx.chunk.lines[sp.end.line][sp.end.col :].strip()
         return not rest or rest.startswith("#")
 

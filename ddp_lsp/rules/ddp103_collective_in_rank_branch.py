@@ -83,6 +83,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import rankpaths as rank_paths
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, Related, RuleMeta, Severity
@@ -118,13 +119,13 @@ class CollectiveInRankBranch(Rule):
                     "stranded the same way: see the related locations)"
                 )
             stranded = tuple(
-                Related(ctx.span(n), "also reached by these ranks only") for n in others
+                Related(chunktext.span(ctx.chunk, n), "also reached by these ranks only") for n in others
             )
             exit_node = first.reason.node if first.reason.kind == "exit" else None
             if exit_node is not None:
                 # The exit is where the ranks split: report it there, the collectives related.
                 at_calls = tuple(
-                    Related(ctx.span(m.event.node), "a collective the exiting ranks never reach")
+                    Related(chunktext.span(ctx.chunk, m.event.node), "a collective the exiting ranks never reach")
                     for m in group
                 )
                 yield ctx.finding(
@@ -132,7 +133,7 @@ class CollectiveInRankBranch(Rule):
                     exit_node,
                     message,
                     related=(
-                        *(Related(ctx.span(n), m) for n, m in related if n is not exit_node),
+                        *(Related(chunktext.span(ctx.chunk, n), m) for n, m in related if n is not exit_node),
                         *at_calls,
                         *elsewhere,
                     ),
@@ -142,7 +143,7 @@ class CollectiveInRankBranch(Rule):
                 self,
                 first.event.node,
                 message,
-                related=(*(Related(ctx.span(n), m) for n, m in related), *stranded, *elsewhere),
+                related=(*(Related(chunktext.span(ctx.chunk, n), m) for n, m in related), *stranded, *elsewhere),
             )
 
 

@@ -71,6 +71,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
@@ -251,7 +252,7 @@ class DdpForwardInRankBranch(Rule):
                     # order (`model_without_ddp = model` before `model = DDP(model)` counts as
                     # DDP): too weak to report a function for being called on rank 0.
                     continue
-                name = ctx.segment(target)
+                name = chunktext.segment(ctx.chunk, target)
                 if ctx.kind(target, call) == fact_model.FSDP:
                     message, related = collectives.explain(
                         ctx,
@@ -264,7 +265,7 @@ class DdpForwardInRankBranch(Rule):
                         self,
                         call,
                         message,
-                        related=tuple(Related(ctx.span(n), m) for n, m in related),
+                        related=tuple(Related(chunktext.span(ctx.chunk, n), m) for n, m in related),
                         cite=(ctx.kind_source(target, call),),
                     )
                     continue
@@ -285,7 +286,7 @@ class DdpForwardInRankBranch(Rule):
                     # Rank 0 alone runs it (evaluation, sampling): the wrapped module gives the
                     # same result there. Elsewhere (a loop some ranks leave) the ranks must
                     # agree instead, and `.module` would skip gradient synchronisation.
-                    end = ctx.span(target).end
+                    end = chunktext.span(ctx.chunk, target).end
                     fixes.append(
                         Fix(
                             title=f"Call `{name}.module(...)` (bypass the DDP wrapper)",
@@ -299,7 +300,7 @@ class DdpForwardInRankBranch(Rule):
                     call,
                     message,
                     fixes=tuple(fixes),
-                    related=tuple(Related(ctx.span(n), m) for n, m in related),
+                    related=tuple(Related(chunktext.span(ctx.chunk, n), m) for n, m in related),
                     cite=(source,),
                 )
 

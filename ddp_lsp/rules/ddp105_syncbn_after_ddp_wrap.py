@@ -43,6 +43,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -123,7 +124,7 @@ class SyncBnAfterDdpWrap(Rule):
             wrap = _last_assignment(ctx, root, path, call)
             if wrap is None or not _is_wrap(ctx, wrap.value):  # type: ignore[attr-defined]
                 continue
-            text = ctx.segment(arg)
+            text = chunktext.segment(ctx.chunk, arg)
             subject = "it" if text == path else f"`{path}`"
             yield ctx.finding(
                 self,
@@ -131,7 +132,7 @@ class SyncBnAfterDdpWrap(Rule):
                 f"`{text}` is converted to SyncBatchNorm after {subject} was wrapped in "
                 "DistributedDataParallel: DDP set itself up for the old BatchNorm layers; "
                 f"call `convert_sync_batchnorm` on the plain model before wrapping it",
-                related=(Related(ctx.span(wrap), "wrapped in DDP here"),),
+                related=(Related(chunktext.span(ctx.chunk, wrap), "wrapped in DDP here"),),
             )
 
 

@@ -56,6 +56,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
@@ -91,7 +92,7 @@ class ClipWithoutUnscale(Rule):
             assert scaler is not None
             if self._unscaled_before(ctx, root, scaler, call):
                 continue
-            scaler_text = ctx.segment(scaler)
+            scaler_text = chunktext.segment(ctx.chunk, scaler)
             clip_name = qual.rsplit(".", 1)[-1]
             fixes = []
             optimizer = self._optimizer(ctx, root, scaler, call)
@@ -99,12 +100,12 @@ class ClipWithoutUnscale(Rule):
             late = self._unscale_after(ctx, root, scaler, call)
             if late is not None and patterns.starts_own_line(ctx, stmt):
                 # Moving it, not adding a second one: unscale_ twice before update() raises.
-                first, last = ctx.stmt_lines(late)
+                first, last = chunktext.stmt_lines(ctx.chunk, late)
                 fixes.append(
                     Fix(
-                        title=f"Move {ctx.segment(late).strip()} before {clip_name}",
+                        title=f"Move {chunktext.segment(ctx.chunk, late).strip()} before {clip_name}",
                         edits=(
-                            text_edits.insert_before(ctx, stmt, ctx.segment(late)),
+                            text_edits.insert_before(ctx, stmt, chunktext.segment(ctx.chunk, late)),
                             text_edits.delete_lines(first, last),
                         ),
                         safe=True,
@@ -118,9 +119,9 @@ class ClipWithoutUnscale(Rule):
                 apart = launch_rules.branch_apart(ctx, backward.call, call)
                 safe = apart is None
                 if apart is not None and launch_rules.in_body(apart, backward.call):
-                    test = ctx.segment(apart.test)
+                    test = chunktext.segment(ctx.chunk, apart.test)
                     if launch_rules.plain_test(apart.test) and "\n" not in test:
-                        line = f"if {test}:\n{ctx.indent_unit(stmt)}{line}"
+                        line = f"if {test}:\n{chunktext.indent_unit(ctx.chunk, ctx.ancestors, stmt)}{line}"
                         safe = True
                 fixes.append(
                     Fix(
@@ -138,7 +139,7 @@ class ClipWithoutUnscale(Rule):
                 f"`{scaler_text}`: call `{scaler_text}.unscale_({opt_text})` before clipping, "
                 "or the real gradients are crushed and training stalls",
                 fixes=fixes,
-                related=(Related(ctx.span(backward.call), "gradients are scaled here"),),
+                related=(Related(chunktext.span(ctx.chunk, backward.call), "gradients are scaled here"),),
                 cite=(ctx.kind_source(scaler, call),),
             )
 
@@ -181,7 +182,7 @@ class ClipWithoutUnscale(Rule):
                 head = head.value
             if isinstance(head, ast.Name) and not _bound_before(root, head.id, at):
                 return None
-            return ctx.segment(opt)
+            return chunktext.segment(ctx.chunk, opt)
         return patterns.only_optimizer(ctx, at)
 
 

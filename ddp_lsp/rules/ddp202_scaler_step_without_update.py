@@ -66,6 +66,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
@@ -125,7 +126,7 @@ class ScalerStepWithoutUpdate(Rule):
     def _duplicate(
         self, ctx: ChunkContext, scaler: ast.expr, first: ast.Call, second: ast.Call
     ) -> Finding:
-        s = ctx.segment(scaler)
+        s = chunktext.segment(ctx.chunk, scaler)
         fixes = []
         stmt = amp.expr_stmt_of(ctx, second)
         if stmt is not None and amp.can_delete(ctx, stmt):
@@ -143,7 +144,7 @@ class ScalerStepWithoutUpdate(Rule):
             f"`{s}.update()` is called a second time in the same iteration: it finds no "
             f"inf/NaN checks from `{s}.step(...)` and raises; keep exactly one update",
             fixes=fixes,
-            related=(Related(ctx.span(first), "the first update"),),
+            related=(Related(chunktext.span(ctx.chunk, first), "the first update"),),
             cite=(ctx.kind_source(scaler, second),),
         )
 
@@ -168,7 +169,7 @@ class ScalerStepWithoutUpdate(Rule):
         steps: list[ast.Call],
         last: ast.Call,
     ) -> Finding:
-        s = ctx.segment(scaler)
+        s = chunktext.segment(ctx.chunk, scaler)
         later = [
             u
             for u in amp.scaler_calls(ctx, root, root, "update", scaler)
@@ -185,7 +186,7 @@ class ScalerStepWithoutUpdate(Rule):
         if last_stmt is not None and amp.same_block(ctx, stmts):
             if len(later) == 1:
                 moved = amp.expr_stmt_of(ctx, later[0])
-                related.append(Related(ctx.span(later[0]), "runs once after the loop"))
+                related.append(Related(chunktext.span(ctx.chunk, later[0]), "runs once after the loop"))
                 if moved is not None and amp.can_delete(ctx, moved):
                     fixes.append(
                         Fix(

@@ -58,6 +58,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
@@ -140,7 +141,7 @@ class OptimizerStepBypassesScaler(Rule):
         scaler = backward.scaler
         assert scaler is not None
         opt = amp.receiver(call)
-        s, o = ctx.segment(scaler), ctx.segment(opt)
+        s, o = chunktext.segment(ctx.chunk, scaler), chunktext.segment(ctx.chunk, opt)
         stepped = [
             c
             for c in amp.scaler_calls(ctx, root, root, "step", scaler)
@@ -172,7 +173,7 @@ class OptimizerStepBypassesScaler(Rule):
             call,
             message,
             fixes=fixes,
-            related=(Related(ctx.span(backward.call), "gradients are scaled here"),),
+            related=(Related(chunktext.span(ctx.chunk, backward.call), "gradients are scaled here"),),
             cite=(ctx.kind_source(scaler, call), ctx.kind_source(opt, call)),
         )
 

@@ -53,6 +53,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
@@ -114,7 +115,7 @@ class ScalerUpdateBeforeStep(Rule):
         steps: list[ast.Call],
         step: ast.Call,
     ) -> Finding:
-        s = ctx.segment(scaler)
+        s = chunktext.segment(ctx.chunk, scaler)
         last = steps[-1]
         fixes: list[Fix] = []
         moved = amp.expr_stmt_of(ctx, update)
@@ -155,12 +156,12 @@ class ScalerUpdateBeforeStep(Rule):
         return ctx.finding(
             self,
             update,
-            f"`{s}.update()` runs before `{ctx.segment(step)}` of the same iteration: the "
+            f"`{s}.update()` runs before `{chunktext.segment(ctx.chunk, step)}` of the same iteration: the "
             f"update reads the inf/NaN checks that `{s}.step` records, so it belongs after the "
             "last step (before any step it raises; between two steps it rescales gradients "
             "mid-iteration)",
             fixes=fixes,
-            related=(Related(ctx.span(step), "the step it should follow"),),
+            related=(Related(chunktext.span(ctx.chunk, step), "the step it should follow"),),
         )
 
 

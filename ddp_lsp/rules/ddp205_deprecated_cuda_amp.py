@@ -60,6 +60,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core import walk as tree_walk
@@ -149,22 +150,22 @@ class DeprecatedCudaAmp(Rule):
             for name, arg in zip(_AUTOCAST_POSITIONAL, call.args, strict=False):
                 if name in given:
                     return None  # already a TypeError; not ours to guess
-                p = ctx.pos(arg.lineno, arg.col_offset)
+                p = chunktext.pos(ctx.chunk, arg.lineno, arg.col_offset)
                 inserts[p] = inserts.get(p, "") + f"{name}="
         if any(k.arg == "device_type" or k.arg == "device" for k in call.keywords):
             return None
         if args:
             first = min(args, key=lambda a: (a.lineno, a.col_offset))
-            p = ctx.pos(first.lineno, first.col_offset)
+            p = chunktext.pos(ctx.chunk, first.lineno, first.col_offset)
             inserts[p] = '"cuda", ' + inserts.get(p, "")
             return inserts
         end_line = call.func.end_lineno or call.func.lineno
-        text = ctx.line(end_line)
+        text = chunktext.line(ctx.chunk, end_line)
         col = call.func.end_col_offset or 0
         paren = text.find("(", col)
         if paren < 0 or text[col:paren].strip():
             return None
-        p = ctx.pos(end_line, paren + 1)
+        p = chunktext.pos(ctx.chunk, end_line, paren + 1)
         return {p: '"cuda"'}
 
     # -- imports -------------------------------------------------------------------------------
@@ -212,7 +213,7 @@ class DeprecatedCudaAmp(Rule):
             if not amp.can_delete(ctx, imp):
                 return None
             return text_edits.delete_stmt(ctx, imp)
-        first, last = ctx.stmt_lines(imp)
+        first, last = chunktext.stmt_lines(ctx.chunk, imp)
         if last > first and any("#" in ctx.chunk.lines[r] for r in range(first, last + 1)):
             return None  # comments inside a wrapped import: leave it to the user
         names = ", ".join(a.name if a.asname is None else f"{a.name} as {a.asname}" for a in keep)

@@ -59,6 +59,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core import walk as tree_walk
@@ -241,7 +242,7 @@ class GraphKeptAlive(Rule):
         call's own parentheses)."""
         if isinstance(leaf, _ATOMS) or isinstance(store.node, ast.Call) and leaf in store.values:
             return None
-        sp = ctx.span(leaf)
+        sp = chunktext.span(ctx.chunk, leaf)
         lines = ctx.chunk.lines
         if sp.start.col == 0 or sp.end.line >= len(lines):
             return None
@@ -254,14 +255,14 @@ class GraphKeptAlive(Rule):
     def _finding(
         self, ctx: ChunkContext, flow: graph.GraphFlow, store: _Store, leaf: ast.expr
     ) -> Finding:
-        text = ctx.segment(leaf)
+        text = chunktext.segment(ctx.chunk, leaf)
         wrapped = text if isinstance(leaf, _ATOMS) else f"({text})"
         short = wrapped if "\n" not in text and len(text) <= 40 else "value"
-        container = ctx.segment(store.container)
+        container = chunktext.segment(ctx.chunk, store.container)
         if "\n" in container or len(container) > 40:
             container = graph.dotted_path(store.container) or "the container"
         scalar = flow.is_scalar(leaf)
-        span = ctx.span(leaf)
+        span = chunktext.span(ctx.chunk, leaf)
         grouped = self._grouping_parens(ctx, store, leaf)
         if grouped is not None:
             # `total += (loss * n)`: reuse the parentheses already there.

@@ -65,6 +65,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core import uniformity as rank_uniformity
@@ -130,7 +131,7 @@ class HostSyncEveryStep(Rule):
                 "synchronisation per iteration); keep the value on the device (`.detach()`) and "
                 "read it every N steps (`if step % log_every == 0:`)",
                 related=tuple(
-                    Related(ctx.span(t), f"{lab} reads back to the host in the same step")
+                    Related(chunktext.span(ctx.chunk, t), f"{lab} reads back to the host in the same step")
                     for t, lab in reads[1:]
                 ),
             )
@@ -142,7 +143,7 @@ class HostSyncEveryStep(Rule):
         stall per call, reported at the call."""
         if fact_model.HOST_SYNC not in ctx.callee_props(call):
             return None, ""
-        return call, f"`{ctx.segment(call.func)}(...)` (it calls `.item()`/`.tolist()`)"
+        return call, f"`{chunktext.segment(ctx.chunk, call.func)}(...)` (it calls `.item()`/`.tolist()`)"
 
     @staticmethod
     def _sync(
@@ -182,7 +183,7 @@ class HostSyncEveryStep(Rule):
                     values = [v.value for v in a.values if isinstance(v, ast.FormattedValue)]
                 for v in values:
                     if isinstance(v, (ast.Name, ast.Attribute)) and _carries(flow, v):
-                        return v, f"`print({ctx.segment(v)})` of a tensor"
+                        return v, f"`print({chunktext.segment(ctx.chunk, v)})` of a tensor"
         return None, ""
 
 

@@ -50,6 +50,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -114,7 +115,7 @@ _DATA_WORDS = re.compile(
 
 
 def _data_file(ctx: ChunkContext, path: ast.expr) -> bool:
-    text = ctx.segment(path)
+    text = chunktext.segment(ctx.chunk, path)
     return bool(_DATA_WORDS.search(text)) and not _STATE_WORDS.search(text)
 
 

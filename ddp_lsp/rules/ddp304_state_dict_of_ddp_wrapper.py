@@ -49,6 +49,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
@@ -87,7 +88,7 @@ class StateDictOfDdpWrapper(Rule):
             save = _saved_by(ctx, call)
             if save is None:
                 continue
-            text = ctx.segment(receiver)
+            text = chunktext.segment(ctx.chunk, receiver)
             source = ctx.kind_source(receiver, call)
             if launch_rules.kind_on_every_launch(ctx, receiver, call):
                 fix = Fix(
@@ -135,7 +136,7 @@ def _rebound(ctx: ChunkContext, receiver: ast.expr, at: ast.AST) -> bool:
 def _save_label(ctx: ChunkContext, call: ast.Call) -> str | None:
     """``torch.save`` or a save helper (not a framework method that unwraps by itself)."""
     if ctx.call_qualname(call) == known_names.TORCH_SAVE:
-        return ctx.segment(call.func)
+        return chunktext.segment(ctx.chunk, call.func)
     name = known_names.dotted(call.func)
     if name is None or not _SAVE_NAME.search(name.rsplit(".", 1)[-1]):
         return None

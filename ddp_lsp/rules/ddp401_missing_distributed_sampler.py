@@ -58,6 +58,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -122,7 +123,7 @@ class MissingDistributedSampler(Rule):
             if kind != "map" or not any(data_rules.is_training_loop(loop) for loop in loops):
                 return None
         fixes = []
-        ds_text = ctx.segment(dataset) if known_names.dotted(dataset) is not None else None
+        ds_text = chunktext.segment(ctx.chunk, dataset) if known_names.dotted(dataset) is not None else None
         explicit_none = data_rules.arg(call, "sampler") is not None  # sampler=None: edit, not add
         if (
             ds_text is not None
@@ -138,9 +139,9 @@ class MissingDistributedSampler(Rule):
                 if shuffled:
                     new = f"sampler={spelled}({ds_text})"
                 else:
-                    new = f"sampler={spelled}({ds_text}, shuffle={ctx.segment(shuffle_kw.value)})"
+                    new = f"sampler={spelled}({ds_text}, shuffle={chunktext.segment(ctx.chunk, shuffle_kw.value)})"
                 edits = text_edits.replace_argument(ctx, shuffle_kw, new)
-                title = f"Replace {ctx.segment(shuffle_kw)} with {new}"
+                title = f"Replace {chunktext.segment(ctx.chunk, shuffle_kw)} with {new}"
             if edits:
                 fixes.append(
                     Fix(

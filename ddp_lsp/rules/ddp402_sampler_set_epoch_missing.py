@@ -58,6 +58,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
@@ -119,7 +120,7 @@ class SamplerSetEpochMissing(Rule):
             var = self._epoch_var(loop)
             if var is not None and loop.body and patterns.starts_own_line(ctx, loop.body[0]):
                 call = f"{s.path}.set_epoch({var})"
-                unit = ctx.indent_unit(loop.body[0])
+                unit = chunktext.indent_unit(ctx.chunk, ctx.ancestors, loop.body[0])
                 if s.guard == "none":
                     code = f"if {s.path} is not None:\n{unit}{call}"
                 elif s.guard == "hasattr":
@@ -134,7 +135,8 @@ class SamplerSetEpochMissing(Rule):
                         preferred=True,
                     )
                 )
-            header = ctx.span(
+            header = chunktext.span(
+                ctx.chunk,
                 loop, loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
             )
             where = s.created if s.created is not None else header
@@ -339,13 +341,13 @@ class SamplerSetEpochMissing(Rule):
         """Insert ``code`` as the loop's first statement, above the comments that introduce
         its current first statement (they describe that statement, not the new one)."""
         first_stmt = loop.body[0]
-        first, _ = ctx.stmt_lines(first_stmt)
+        first, _ = chunktext.stmt_lines(ctx.chunk, first_stmt)
         header = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
-        lowest = ctx.rel_line(header.end_lineno or header.lineno) + 1
+        lowest = chunktext.rel_line(ctx.chunk, header.end_lineno or header.lineno) + 1
         line = first
         while line - 1 >= lowest and ctx.chunk.lines[line - 1].lstrip().startswith("#"):
             line -= 1
-        indent = ctx.indent_of(first_stmt)
+        indent = chunktext.indent_of(ctx.chunk, first_stmt)
         text = "".join(f"{indent}{part}\n" for part in code.splitlines())
         return text_edits.insert_at(Pos(line, 0), text)
 

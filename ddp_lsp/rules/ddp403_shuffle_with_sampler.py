@@ -42,6 +42,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
@@ -80,7 +81,7 @@ class ShuffleWithSampler(Rule):
             target = shuffle_kw if shuffle_kw is not None else shuffle
             assert target is not None
             if shuffle_kw is not None:
-                sampler_text = ctx.segment(sampler)
+                sampler_text = chunktext.segment(ctx.chunk, sampler)
                 if maybe_none and isinstance(sampler, ast.Name):
                     edits = text_edits.replace_argument(ctx, shuffle_kw, f"shuffle=({sampler_text} is None)")
                     title = f"Replace shuffle=True with shuffle=({sampler_text} is None)"

@@ -57,6 +57,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.env import Environment, LaunchInfo, MachineInfo
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -103,7 +104,7 @@ class TooManyWorkers(Rule):
             bound = max(1, cpus // per_node - 1)
             value = f"num_workers={workers}" + (f" ({how})" if how else "")
             if expr is not None and not how and data_rules.int_value(expr) is None:
-                value = f"num_workers={ctx.segment(expr)} (all {cpus} CPUs)"
+                value = f"num_workers={chunktext.segment(ctx.chunk, expr)} (all {cpus} CPUs)"
             if procs:
                 load = (
                     f"{value} × {procs} processes per node ({proc_source}) = "
@@ -127,7 +128,7 @@ class TooManyWorkers(Rule):
     ) -> Finding:
         """No machine facts, but the code says it all: every rank starts one worker per CPU of
         the node, so ``procs`` ranks start ``procs`` times the CPUs, on any node."""
-        text = ctx.segment(expr)
+        text = chunktext.segment(ctx.chunk, expr)
         return ctx.finding(
             self,
             _target(call, expr),

@@ -68,6 +68,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
@@ -153,11 +154,11 @@ class SeedNotOffsetByRank(Rule):
                 continue
             stmt = ctx.statement(call)
             rank = device_rules.global_rank_text(ctx, stmt)
-            seed_text = ctx.segment(seed)
+            seed_text = chunktext.segment(ctx.chunk, seed)
             if not isinstance(seed, _ATOMS) or "\n" in seed_text:
                 seed_text = f"({seed_text})"
             new = f"{seed_text} + {rank.text}"
-            label = ctx.segment(call.func)
+            label = chunktext.segment(ctx.chunk, call.func)
             fix = Fix(
                 title=f"Offset the seed by the rank: {label}({new})",
                 edits=(text_edits.replace_node(ctx, seed, new),),
@@ -168,9 +169,9 @@ class SeedNotOffsetByRank(Rule):
             yield ctx.finding(
                 self,
                 call,
-                f"`{label}({ctx.segment(seed)})` seeds every rank alike: identical dropout "
+                f"`{label}({chunktext.segment(ctx.chunk, seed)})` seeds every rank alike: identical dropout "
                 f"masks and augmentations on all ranks; use `{label}({new})`",
-                fixes=[fix] if "\n" not in ctx.segment(seed) else [],
+                fixes=[fix] if "\n" not in chunktext.segment(ctx.chunk, seed) else [],
             )
 
     def _keyword_finding(
@@ -178,12 +179,12 @@ class SeedNotOffsetByRank(Rule):
     ) -> Finding:
         """A framework seeder that seeds per rank when ``keyword`` is true (accelerate's
         ``set_seed(seed, device_specific=True)``): the fix passes it."""
-        label = ctx.segment(call.func)
+        label = chunktext.segment(ctx.chunk, call.func)
         given = next((kw for kw in call.keywords if kw.arg == keyword), None)
         if given is not None:
             edit = text_edits.replace_node(ctx, given.value, "True")
         else:
-            edit = text_edits.replace_node(ctx, seed, f"{ctx.segment(seed)}, {keyword}=True")
+            edit = text_edits.replace_node(ctx, seed, f"{chunktext.segment(ctx.chunk, seed)}, {keyword}=True")
         fix = Fix(
             title=f"Seed each rank differently: {label}(..., {keyword}=True)",
             edits=(edit,),
@@ -193,9 +194,9 @@ class SeedNotOffsetByRank(Rule):
         return ctx.finding(
             self,
             call,
-            f"`{label}({ctx.segment(seed)})` seeds every rank alike: identical dropout masks and "
+            f"`{label}({chunktext.segment(ctx.chunk, seed)})` seeds every rank alike: identical dropout masks and "
             f"augmentations on all ranks; pass `{keyword}=True` to offset the seed per process",
-            fixes=[fix] if "\n" not in ctx.segment(seed) else [],
+            fixes=[fix] if "\n" not in chunktext.segment(ctx.chunk, seed) else [],
         )
 
 

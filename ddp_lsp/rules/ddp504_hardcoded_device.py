@@ -56,6 +56,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -151,7 +152,7 @@ def _hardcoded(ctx: ChunkContext) -> Iterator[tuple[ast.AST, str]]:
             first = call.args[0] if call.args else None
             if device_rules.cuda_index(first) is not None:
                 assert first is not None
-                out.append((first, f"`torch.device({ctx.segment(first)})`"))
+                out.append((first, f"`torch.device({chunktext.segment(ctx.chunk, first)})`"))
             elif (
                 isinstance(first, ast.Constant)
                 and first.value == "cuda"
@@ -163,22 +164,22 @@ def _hardcoded(ctx: ChunkContext) -> Iterator[tuple[ast.AST, str]]:
         if qual in ("torch.cuda.set_device", "torch.accelerator.set_device_index"):
             node = _index_node(device_rules.arg(call, 0, "device"))
             if node is not None:
-                out.append((node, f"`{ctx.segment(func)}({ctx.segment(node)})`"))
+                out.append((node, f"`{chunktext.segment(ctx.chunk, func)}({chunktext.segment(ctx.chunk, node)})`"))
             continue
         if qual == known_names.DDP:
             ids = device_rules.arg(call, 1, "device_ids")
             if isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1:
                 node = _index_node(ids.elts[0])
                 if node is not None:
-                    out.append((node, f"`device_ids=[{ctx.segment(node)}]`"))
+                    out.append((node, f"`device_ids=[{chunktext.segment(ctx.chunk, node)}]`"))
             node = _index_node(device_rules.arg(call, 2, "output_device"))
             if node is not None:
-                out.append((node, f"`output_device={ctx.segment(node)}`"))
+                out.append((node, f"`output_device={chunktext.segment(ctx.chunk, node)}`"))
             continue
         if qual == known_names.TORCH_LOAD:
             loc = device_rules.arg(call, 1, "map_location")
             if loc is not None and device_rules.cuda_index(loc) is not None:
-                out.append((loc, f"`map_location={ctx.segment(loc)}`"))
+                out.append((loc, f"`map_location={chunktext.segment(ctx.chunk, loc)}`"))
             continue
         if (
             isinstance(func, ast.Attribute)
@@ -192,21 +193,21 @@ def _hardcoded(ctx: ChunkContext) -> Iterator[tuple[ast.AST, str]]:
                 or device_rules.cuda_index(dev) is not None
             ):
                 assert dev is not None
-                out.append((dev, f"`.{func.attr}({ctx.segment(dev)})`"))
+                out.append((dev, f"`.{func.attr}({chunktext.segment(ctx.chunk, dev)})`"))
                 continue
             if func.attr == "to" and device_rules.int_const(dev) is not None and call.args:
                 assert dev is not None
-                out.append((dev, f"`.to({ctx.segment(dev)})`"))
+                out.append((dev, f"`.to({chunktext.segment(ctx.chunk, dev)})`"))
                 continue
         for kw in call.keywords:
             if kw.arg == "device" and device_rules.cuda_index(kw.value) is not None:
-                out.append((kw.value, f"`device={ctx.segment(kw.value)}`"))
+                out.append((kw.value, f"`device={chunktext.segment(ctx.chunk, kw.value)}`"))
     for assign in ctx.nodes(ast.Assign):
         if len(assign.targets) != 1 or device_rules.cuda_index(assign.value) is None:
             continue
         target = known_names.dotted(assign.targets[0]) or ""
         if "device" in target.rsplit(".", 1)[-1].lower():
-            out.append((assign.value, f"`{target} = {ctx.segment(assign.value)}`"))
+            out.append((assign.value, f"`{target} = {chunktext.segment(ctx.chunk, assign.value)}`"))
     out.sort(key=lambda x: patterns.order(x[0]))
     yield from out
 

@@ -64,6 +64,7 @@ from collections.abc import Iterator
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core import spelling
 from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
@@ -109,7 +110,7 @@ class MissingSetDevice(Rule):
                 # launchers; an `mpiexec` launch has its own variables.
                 rank = _launcher_rank(ctx, root, stmt)
             if rank is not None and patterns.starts_own_line(ctx, stmt):
-                spelled, imports = ctx.spell("torch.cuda.set_device")
+                spelled, imports = spelling.spell(ctx.facts, "torch.cuda.set_device")
                 line = f"{spelled}({rank.text})"
                 fixes.append(
                     Fix(
@@ -169,7 +170,7 @@ def _launcher_rank(ctx: ChunkContext, root: ast.AST, stmt: ast.stmt) -> device_r
     rank = device_rules.global_rank_text(ctx, stmt)
     if not rank.from_code:
         return None
-    count, _ = ctx.spell("torch.cuda.device_count")
+    count, _ = spelling.spell(ctx.facts, "torch.cuda.device_count")
     return device_rules.RankText(f"{rank.text} % {count}()", rank.imports, from_code=False)
 
 

@@ -60,6 +60,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext, spelling
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
@@ -99,7 +100,7 @@ class ProcessGroupNotDestroyed(Rule):
                     module_reported = True
                     # A script's top level (the tutorial shape): the script is the worker,
                     # and the file destroys the group nowhere (checked above, in any chunk).
-                    destroy, _ = ctx.spell(known_names.DESTROY_PROCESS_GROUP)
+                    destroy, _ = spelling.spell(ctx.facts, known_names.DESTROY_PROCESS_GROUP)
                     yield ctx.finding(
                         self,
                         call,
@@ -119,11 +120,11 @@ class ProcessGroupNotDestroyed(Rule):
             fix = _fix(ctx, fn, call)
             if fix is not None:
                 fixes.append(fix)
-            destroy, _ = ctx.spell(known_names.DESTROY_PROCESS_GROUP)
+            destroy, _ = spelling.spell(ctx.facts, known_names.DESTROY_PROCESS_GROUP)
             how = (
                 "initialises a process group"
                 if ctx.call_qualname(call) == known_names.INIT_PROCESS_GROUP
-                else f"starts a process group through `{ctx.segment(call.func)}`"
+                else f"starts a process group through `{chunktext.segment(ctx.chunk, call.func)}`"
             )
             yield ctx.finding(
                 self,
@@ -212,15 +213,15 @@ def _fix(
     if isinstance(last, (ast.Raise, ast.Continue, ast.Break)) or not _is_worker(ctx, fn, init):
         return None
     init_stmt = ctx.statement(init)
-    destroy, imports = ctx.spell(known_names.DESTROY_PROCESS_GROUP)
+    destroy, imports = spelling.spell(ctx.facts, known_names.DESTROY_PROCESS_GROUP)
     code = f"{destroy}()"
     direct = ctx.call_qualname(init) == known_names.INIT_PROCESS_GROUP
     if not direct or not any(init_stmt is s for s in body):
         # Initialised on one branch only, or inside a helper that may skip it: destroying an
         # absent group raises.
-        check, more = ctx.spell("torch.distributed.is_initialized")
+        check, more = spelling.spell(ctx.facts, "torch.distributed.is_initialized")
         imports = (*imports, *more)
-        unit = ctx.indent_unit(body[0]) if len(body) else "    "
+        unit = chunktext.indent_unit(ctx.chunk, ctx.ancestors, body[0]) if len(body) else "    "
         code = f"if {check}():\n{unit}{code}"
     if isinstance(last, ast.Return):
         if not patterns.starts_own_line(ctx, last):

@@ -7,6 +7,7 @@ import ast
 
 import pytest
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core.document import Document
 from ddp_lsp.core.facts import ModuleFacts
@@ -33,7 +34,7 @@ def _call(tree: ast.AST, name: str) -> ast.Call:
 
 
 def _stmt(tree: ast.Module, text: str, ctx: ChunkContext) -> ast.stmt:
-    return next(s for s in ast.walk(tree) if isinstance(s, ast.stmt) and ctx.segment(s) == text)
+    return next(s for s in ast.walk(tree) if isinstance(s, ast.stmt) and chunktext.segment(ctx.chunk, s) == text)
 
 
 def _apply(code: str, edits: list[Edit] | tuple[Edit, ...]) -> str:

@@ -6,6 +6,7 @@ import ast
 
 import pytest
 
+from ddp_lsp.core import chunktext
 from ddp_lsp.core.document import Document
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.settings import Settings
@@ -30,7 +31,7 @@ def by_line(code: str) -> dict[int, tuple[str, list[tuple[str, str, bool]]]]:
     out = {}
     for start, u in chunks(code):
         for sr in u.statements():
-            line = start + u.ctx.span(sr.stmt).start.line - base + 1
+            line = start + chunktext.span(u.ctx.chunk, sr.stmt).start.line - base + 1
             out[line] = (
                 sr.ranks.describe(),
                 [(d.kind, d.condition, d.fatal) for d in sr.divergences],
