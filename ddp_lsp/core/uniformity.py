@@ -93,6 +93,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ddp_lsp.core import chunktext
+from ddp_lsp.core import frames as scope_frames
 from ddp_lsp.core.names import dotted, last_name
 from ddp_lsp.core.rankcond import (
     EXTRA_PREDICATES,
@@ -578,25 +579,16 @@ def _is_none(e: ast.AST) -> bool:
 
 
 class _Frame:
-    """One frame's assignments, loop variables and collectives that sync names."""
+    """One frame's assignments and loop variables (the frame the rules' guard helpers read
+    too, :mod:`ddp_lsp.core.frames`) and the collectives that sync names."""
 
     def __init__(self, ctx: ChunkContext, root: ast.AST) -> None:
-        self.assigns: dict[str, list[tuple[ast.AST, ast.expr]]] = {}
-        self.loop_vars: set[str] = set()
+        frame = scope_frames.frame(ctx, root)
+        self.assigns: dict[str, list[tuple[ast.AST, ast.expr]]] = frame.assigns
+        self.loop_vars: set[str] = frame.loop_vars
         self.syncs: dict[str, list[ast.AST]] = {}
-        for node in scope_nodes(root):
-            if isinstance(node, ast.Assign):
-                for t in node.targets:
-                    if isinstance(t, ast.Name):
-                        self.assigns.setdefault(t.id, []).append((node, node.value))
-            elif isinstance(node, ast.AnnAssign):
-                if isinstance(node.target, ast.Name) and node.value is not None:
-                    self.assigns.setdefault(node.target.id, []).append((node, node.value))
-            elif isinstance(node, ast.NamedExpr):
-                self.assigns.setdefault(node.target.id, []).append((node, node.value))
-            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                self.loop_vars.update(n.id for n in bfs(node.target) if isinstance(n, ast.Name))
-            elif isinstance(node, ast.Call) and last_name(node) in _SYNCING:
+        for node in frame.nodes:
+            if isinstance(node, ast.Call) and last_name(node) in _SYNCING:
                 qual = ctx.call_qualname(node) or dotted(node.func) or ""
                 if "." in qual:
                     # The tensor (or object list) passed by name holds the same value on

@@ -5,7 +5,8 @@ the code: the backend passed to ``init_process_group`` (NCCL on a host without a
 that cannot start, not a gloo pass), the ranks ``mp.spawn(nprocs=...)`` starts, and the
 DataLoader's ``num_workers`` / ``pin_memory`` / ``prefetch_factor`` (which size /dev/shm and the
 pinned host buffers). The script is parsed with :mod:`ast`, never imported or run. Only values
-that are literals (or names bound once to a literal, or an argparse ``--backend`` default) count;
+that are literals (or names bound once to a literal, or an argparse ``--backend`` default) count
+(the backend argument is read as DDP508 reads it, :mod:`ddp_lsp.core.pgbackend`);
 anything decided at run time (``"nccl" if torch.cuda.is_available() else "gloo"``) is left to
 the machine, as the job itself would. Stdlib only: the CLI and the language server call this.
 """
@@ -16,6 +17,7 @@ import ast
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ddp_lsp.core import pgbackend
 from ddp_lsp.preflight.schema import BACKENDS, PreflightOptions
 
 _BACKEND_FLAGS = ("backend", "dist_backend", "ddp_backend")
@@ -147,11 +149,10 @@ class _Reader:
         if depth > 4:
             return None
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            value = node.value.lower()
             # "cuda:nccl,cpu:gloo" still needs NCCL to start on a CUDA tensor device.
-            if "nccl" in value:
-                return "nccl", "a literal" if depth == 0 else "bound to a literal"
-            return value, "a literal" if depth == 0 else "bound to a literal"
+            return pgbackend.literal_backend(node.value), (
+                "a literal" if depth == 0 else "bound to a literal"
+            )
         if isinstance(node, ast.Attribute) and node.attr.lower() in (*BACKENDS, "mpi", "ucc"):
             return node.attr.lower(), f"{_dotted(node) or node.attr}"
         if isinstance(node, ast.Name) and node.id in self.bound:
@@ -185,7 +186,7 @@ def read_script(source: str) -> ScriptFacts:
         name = _func_name(node)
         if name == "init_process_group":
             init_calls += 1
-            arg = _arg(node, 0, "backend")
+            arg = pgbackend.backend_argument(node)
             got = reader.backend(arg) if arg is not None else None
             if got is not None:
                 backends.append((got[0], node.lineno, got[1]))

@@ -34,6 +34,7 @@ from typing import Any
 from ddp_lsp.core import chunktext, spelling
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frames as scope_frames
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import uniformity as rank_uniformity
 from ddp_lsp.core import walk as tree_walk
@@ -64,33 +65,21 @@ _WRAPPER_MAIN = dict(framework_tables.BUILTIN.method_pairs(framework_tables.Mean
 
 
 class _ScopeIndex:
-    """What the helpers below ask of a scope, computed in one walk: assignments by name, name
-    nodes by name, loop variables, launcher calls. Rules call them once per finding, and a
-    long training function can hold hundreds of findings."""
+    """What the helpers below ask of a scope: its assignments, name nodes and loop variables
+    (the frame the uniformity analysis reads too, :mod:`ddp_lsp.core.frames`), whether it
+    launches workers, and the rank-variable candidates. Rules call them once per finding, and
+    a long training function can hold hundreds of findings."""
 
     def __init__(self, ctx: ChunkContext, root: ast.AST) -> None:
+        frame = scope_frames.frame(ctx, root)
         self.root = root
-        self.nodes: list[ast.AST] = list(patterns.walk_scope(root))
-        self.assigns: dict[str, list[tuple[ast.AST, ast.expr]]] = {}
-        self.names: dict[str, list[ast.Name]] = {}
-        self.loop_vars: set[str] = set()
-        self.spawns = False
-        for node in self.nodes:
-            if isinstance(node, ast.Name):
-                self.names.setdefault(node.id, []).append(node)
-            elif isinstance(node, ast.Assign):
-                for t in node.targets:
-                    if isinstance(t, ast.Name):
-                        self.assigns.setdefault(t.id, []).append((node, node.value))
-            elif isinstance(node, ast.AnnAssign):
-                if isinstance(node.target, ast.Name) and node.value is not None:
-                    self.assigns.setdefault(node.target.id, []).append((node, node.value))
-            elif isinstance(node, ast.NamedExpr):
-                self.assigns.setdefault(node.target.id, []).append((node, node.value))
-            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                self.loop_vars.update(n.id for n in tree_walk.bfs(node.target) if isinstance(n, ast.Name))
-            elif isinstance(node, ast.Call) and not self.spawns:
-                self.spawns = ctx.call_qualname(node) in SPAWNERS
+        self.nodes: list[ast.AST] = frame.nodes
+        self.assigns: dict[str, list[tuple[ast.AST, ast.expr]]] = frame.assigns
+        self.names: dict[str, list[ast.Name]] = frame.names
+        self.loop_vars: set[str] = frame.loop_vars
+        self.spawns = any(
+            isinstance(node, ast.Call) and ctx.call_qualname(node) in SPAWNERS for node in self.nodes
+        )
         self.candidates: list[tuple[int, ast.AST, ast.AST, str]] | None = None
 
 

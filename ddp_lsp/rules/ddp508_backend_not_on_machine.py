@@ -40,21 +40,10 @@ import ast
 from collections.abc import Iterator
 
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core import pgbackend
 from ddp_lsp.core.env import Environment, MachineInfo
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
-
-
-def _backend(call: ast.Call) -> ast.Constant | None:
-    for kw in call.keywords:
-        if kw.arg == "backend":
-            value = kw.value
-            return (
-                value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
-            )
-    if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
-        return call.args[0]
-    return None
 
 
 class BackendNotOnMachine(Rule):
@@ -79,12 +68,11 @@ class BackendNotOnMachine(Rule):
         for call in ctx.calls():
             if ctx.call_qualname(call) != known_names.INIT_PROCESS_GROUP:
                 continue
-            backend = _backend(call)
-            if backend is None:
-                continue
-            value = str(backend.value).lower()
+            backend = pgbackend.backend_argument(call)
+            if not (isinstance(backend, ast.Constant) and isinstance(backend.value, str)):
+                continue  # chosen at run time: the machine decides
             # "cuda:nccl,cpu:gloo" only uses NCCL for CUDA tensors: still needs NCCL to start.
-            if "nccl" not in value:
+            if pgbackend.literal_backend(backend.value) != "nccl":
                 continue
             yield ctx.finding(
                 self,
