@@ -39,8 +39,16 @@ from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.uniformity import condition_ranks
 from ddp_lsp.core.walk import children, walk
 
+# The last names of the framework tables' barriers (`dist.barrier`, `accelerator.wait_for_everyone`,
+# `comm.synchronize`, mpi4py's `Barrier`), however they are spelled here.
 _BARRIER_NAMES = frozenset(
-    {"barrier", "monitored_barrier", "wait_for_everyone", "synchronize", "Barrier"}
+    name.rsplit(".", 1)[-1]
+    for lookup in (
+        framework_tables.BUILTIN.calls,
+        framework_tables.BUILTIN.methods,
+        framework_tables.BUILTIN.functions,
+    )
+    for name in lookup(framework_tables.Meaning.BARRIER)
 )
 
 

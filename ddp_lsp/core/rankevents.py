@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import gates as gate_facts
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.facts import path_of
@@ -72,15 +73,16 @@ PG_METHODS = {
 }
 _NEW_GROUP = frozenset({"torch.distributed.new_group"})
 _WORLD = frozenset({"torch.distributed.group.WORLD", "torch.distributed.GroupMember.WORLD"})
+# Event labels of barriers (the framework tables' `barrier` entries): torch.distributed's by
+# function name, the others as `receiver.method`.
 _BARRIERS = frozenset(
     {
-        "barrier",
-        "monitored_barrier",
-        "accelerator.wait_for_everyone",
-        "comm.synchronize",
-        "fabric.barrier",
-        "comm.barrier",
-        "comm.Barrier",
+        *(
+            qual.rsplit(".", 1)[-1]
+            for qual in framework_tables.BUILTIN.calls(framework_tables.Meaning.BARRIER)
+            if qual.startswith("torch.distributed.")
+        ),
+        *framework_tables.BUILTIN.methods(framework_tables.Meaning.BARRIER),
     }
 )
 

@@ -57,7 +57,9 @@ from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 # DDPStrategy).
 _DDP_LIKE = framework_tables.BUILTIN.calls(framework_tables.Meaning.TAKES_DDP_KWARGS)
 _FLAG = "find_unused_parameters"
-_LIGHTNING_STRATEGY = "ddp_find_unused_parameters_true"
+# Arguments that turn it on by name: the tables' `finds-unused-parameters` entries (Lightning's
+# `strategy="ddp_find_unused_parameters_true"`), as (keyword, string).
+_FINDS_UNUSED = framework_tables.BUILTIN.arguments(framework_tables.Meaning.FINDS_UNUSED_PARAMETERS)
 
 
 class FindUnusedParameters(Rule):
@@ -106,16 +108,17 @@ class FindUnusedParameters(Rule):
                 )
             for kw in call.keywords:
                 if (
-                    kw.arg == "strategy"
+                    kw.arg is not None
                     and isinstance(kw.value, ast.Constant)
-                    and kw.value.value == _LIGHTNING_STRATEGY
+                    and isinstance(kw.value.value, str)
+                    and (kw.arg, kw.value.value) in _FINDS_UNUSED
                 ):
                     yield ctx.finding(
                         self,
                         kw.value,
-                        f'`strategy="{_LIGHTNING_STRATEGY}"` makes DDP traverse the autograd '
+                        f'`{kw.arg}="{kw.value.value}"` makes DDP traverse the autograd '
                         "graph after every forward and delays gradient all-reduce (often "
-                        '15-30 % slower steps); use `strategy="ddp"` if every parameter takes '
+                        f'15-30 % slower steps); use `{kw.arg}="ddp"` if every parameter takes '
                         "part in every forward",
                     )
 

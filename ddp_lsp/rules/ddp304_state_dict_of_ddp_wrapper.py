@@ -52,6 +52,7 @@ from collections.abc import Iterator
 from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
@@ -61,7 +62,14 @@ from ddp_lsp.rules import _launch as launch_rules
 from ddp_lsp.rules import _patterns as patterns
 
 _SAVE_NAME = re.compile(r"save", re.IGNORECASE)
-_UNWRAPPING = re.compile(r"accelerator|fabric|trainer|engine|deepspeed|strategy|xm", re.IGNORECASE)
+# Framework objects whose saves unwrap the model themselves (`accelerator.save`,
+# `model_engine.save_checkpoint`) and save methods that write the bare model
+# (`save_pretrained`): the tables' `saves-unwrapped` entries.
+_UNWRAPPING = re.compile(
+    "|".join(sorted(map(re.escape, framework_tables.BUILTIN.receivers(framework_tables.Meaning.SAVES_UNWRAPPED)))),
+    re.IGNORECASE,
+)
+_UNWRAPPED_SAVES = tuple(sorted(framework_tables.BUILTIN.functions(framework_tables.Meaning.SAVES_UNWRAPPED)))
 # Calls that return their first argument still DDP-wrapped.
 _TRANSPARENT = frozenset({known_names.DDP, "torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
 
@@ -142,7 +150,7 @@ def _save_label(ctx: ChunkContext, call: ast.Call) -> str | None:
         return None
     if "." in name and _UNWRAPPING.search(name.rsplit(".", 1)[0]):
         return None
-    if name.endswith(("save_pretrained", "save_state", "save_model")):
+    if name.endswith(_UNWRAPPED_SAVES):
         return None
     return name
 

@@ -90,6 +90,29 @@ def test_lookup_by_qualified_name_method_and_bare_name() -> None:
     assert api is not None and m.keyword(api) == "device_specific"
 
 
+def test_receiver_and_argument_entries() -> None:
+    """The two built-in-only match kinds: a receiver word and a string argument."""
+    Api, Match, Meaning = framework_tables.Api, framework_tables.Match, framework_tables.Meaning
+    m = framework_tables.FrameworkModel(
+        (
+            Api(Match.RECEIVER, "engine", (Meaning.SAVES_UNWRAPPED,)),
+            Api(Match.ARGUMENT, "ddp_x", (Meaning.FINDS_UNUSED_PARAMETERS,), keyword="strategy"),
+        )
+    )
+    assert m.receivers(Meaning.SAVES_UNWRAPPED) == {"engine"}
+    assert m.arguments(Meaning.FINDS_UNUSED_PARAMETERS) == {("strategy", "ddp_x")}
+    assert m.receivers(Meaning.COLLECTIVE) == frozenset() == m.arguments(Meaning.COLLECTIVE)
+    check = framework_tables.check_entry
+    assert check(Api(Match.RECEIVER, "a.b", (Meaning.SAVES_UNWRAPPED,))) is not None
+    assert check(Api(Match.ARGUMENT, "ddp_x", (Meaning.FINDS_UNUSED_PARAMETERS,))) is not None
+    assert check(Api(Match.ARGUMENT, "ddp_x", (Meaning.FINDS_UNUSED_PARAMETERS,), keyword="s")) is None
+
+
+def test_user_entries_cannot_use_builtin_only_match_kinds() -> None:
+    with pytest.raises(ConfigError, match="unknown key 'receiver'"):
+        settings_from_mapping({"framework": [{"receiver": "engine", "means": ["collective"]}]})
+
+
 # -- the user's entries ---------------------------------------------------------------------------
 
 USER_COLLECTIVE = """\

@@ -9,6 +9,7 @@ NAME = "accelerate"
 _C = Match.CALL
 _M = Match.METHOD
 _COLL = (Meaning.COLLECTIVE,)
+_BARRIER = (Meaning.COLLECTIVE, Meaning.BARRIER)
 
 TABLE: tuple[Api, ...] = (
     Api(
@@ -24,7 +25,7 @@ TABLE: tuple[Api, ...] = (
         "accelerate.utils.dataclasses.DistributedDataParallelKwargs",
         (Meaning.TAKES_DDP_KWARGS,),
     ),
-    Api(_M, "accelerator.wait_for_everyone", _COLL),
+    Api(_M, "accelerator.wait_for_everyone", _BARRIER),
     Api(_M, "accelerator.gather", _COLL),
     Api(_M, "accelerator.gather_for_metrics", _COLL),
     Api(Match.FUNCTION, "gather_for_metrics", (Meaning.GATHERS_STATE,)),
@@ -33,7 +34,7 @@ TABLE: tuple[Api, ...] = (
     Api(Match.FUNCTION, "FullyShardedDataParallelPlugin", (Meaning.MAKES_DTENSORS,)),
     Api(_M, "accelerator.reduce", _COLL),
     Api(_M, "accelerator.pad_across_processes", _COLL),
-    Api(_C, "accelerate.utils.wait_for_everyone", _COLL),
+    Api(_C, "accelerate.utils.wait_for_everyone", _BARRIER),
     Api(_C, "accelerate.utils.gather", _COLL),
     Api(_C, "accelerate.utils.gather_object", _COLL),
     Api(_C, "accelerate.utils.reduce", _COLL),
@@ -57,4 +58,7 @@ TABLE: tuple[Api, ...] = (
     Api(_C, "accelerate.utils.random.set_seed", (Meaning.SEEDS,), keyword="device_specific"),
     # accelerate.logging.get_logger logs on the main process unless main_process_only=False.
     Api(Match.FUNCTION, "get_logger", (Meaning.SILENCES_LOGGING,)),
+    # `accelerator.save(...)`, `accelerator.save_state(dir)` unwrap the prepared model.
+    Api(Match.RECEIVER, "accelerator", (Meaning.SAVES_UNWRAPPED,)),
+    Api(Match.FUNCTION, "save_state", (Meaning.SAVES_UNWRAPPED,)),
 )

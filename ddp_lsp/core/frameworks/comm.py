@@ -10,16 +10,17 @@ _C = Match.CALL
 _M = Match.METHOD
 _F = Match.FUNCTION
 _COLL = (Meaning.COLLECTIVE,)
+_BARRIER = (Meaning.COLLECTIVE, Meaning.BARRIER)
 _CKPT = (Meaning.WRITES_CHECKPOINT,)
 
 TABLE: tuple[Api, ...] = (
     # `from detectron2.utils import comm as d2comm; d2comm.synchronize()`.
-    Api(_C, "detectron2.utils.comm.synchronize", _COLL),
+    Api(_C, "detectron2.utils.comm.synchronize", _BARRIER),
     Api(_C, "detectron2.utils.comm.all_gather", _COLL),
     Api(_C, "detectron2.utils.comm.gather", _COLL),
     Api(_C, "detectron2.utils.comm.reduce_dict", _COLL),
     Api(_C, "detectron2.utils.comm.shared_random_seed", _COLL),
-    Api(_C, "mmengine.dist.barrier", _COLL),
+    Api(_C, "mmengine.dist.barrier", _BARRIER),
     Api(_C, "mmengine.dist.all_reduce", _COLL),
     Api(_C, "mmengine.dist.all_gather", _COLL),
     Api(_C, "mmengine.dist.all_gather_object", _COLL),
@@ -27,10 +28,11 @@ TABLE: tuple[Api, ...] = (
     Api(_C, "mmengine.dist.broadcast_object_list", _COLL),
     Api(_C, "mmengine.dist.collect_results", _COLL),
     # A project's own copy of detectron2's comm module (`from utils import comm`).
-    Api(_M, "comm.synchronize", _COLL),
+    Api(_M, "comm.synchronize", _BARRIER),
     Api(_M, "comm.all_gather", _COLL),
     Api(_M, "comm.reduce_dict", _COLL),
     Api(_M, "xm.rendezvous", _COLL),  # torch_xla
+    Api(Match.RECEIVER, "xm", (Meaning.SAVES_UNWRAPPED,)),  # torch_xla's `xm.save`
     Api(_F, "get_ordinal", (Meaning.RANK,)),  # torch_xla
     Api(_F, "is_master_ordinal", (Meaning.RANK_ZERO,)),  # torch_xla
     Api(_F, "master_only", (Meaning.RANK_ZERO_ONLY,)),  # mmcv / mmengine

@@ -12,7 +12,7 @@ _COLL = (Meaning.COLLECTIVE,)
 TABLE: tuple[Api, ...] = (
     Api(Match.MODULE, "deepspeed", (Meaning.DISTRIBUTED,)),
     # `deepspeed.comm` mirrors torch.distributed (`import deepspeed.comm as dist`).
-    Api(_C, "deepspeed.comm.barrier", _COLL),
+    Api(_C, "deepspeed.comm.barrier", (Meaning.COLLECTIVE, Meaning.BARRIER)),
     Api(_C, "deepspeed.comm.all_reduce", _COLL),
     Api(_C, "deepspeed.comm.all_gather", _COLL),
     Api(_C, "deepspeed.comm.all_gather_into_tensor", _COLL),
@@ -28,4 +28,7 @@ TABLE: tuple[Api, ...] = (
     # ZeRO-3: consolidating the 16-bit weights gathers the partitions from every rank.
     Api(Match.FUNCTION, "_zero3_consolidated_16bit_state_dict", (Meaning.GATHERS_STATE,)),
     Api(_C, "deepspeed.initialize", (Meaning.WRAPS_MODEL, Meaning.ACCUMULATES_ITSELF)),
+    # `model_engine.save_checkpoint(dir)` saves the engine's own module, unwrapped.
+    Api(Match.RECEIVER, "engine", (Meaning.SAVES_UNWRAPPED,)),
+    Api(Match.RECEIVER, "deepspeed", (Meaning.SAVES_UNWRAPPED,)),
 )

@@ -15,4 +15,7 @@ TABLE: tuple[Api, ...] = (
     Api(_F, "is_local_process_zero", _ZERO),
     Api(_F, "should_save", _ZERO),  # rank 0 and a save strategy
     Api(_F, "should_log", _ZERO),
+    # `model.save_pretrained(dir)`, `trainer.save_model(dir)` write the bare model's weights.
+    Api(_F, "save_pretrained", (Meaning.SAVES_UNWRAPPED,)),
+    Api(_F, "save_model", (Meaning.SAVES_UNWRAPPED,)),
 )

@@ -8,6 +8,7 @@ NAME = "lightning"
 
 _M = Match.METHOD
 _COLL = (Meaning.COLLECTIVE,)
+_BARRIER = (Meaning.COLLECTIVE, Meaning.BARRIER)
 
 # Lightning starts and destroys the process group, and shards the loaders it is given or that
 # its hooks return (which modules are distributed code is left to its other markers).
@@ -32,7 +33,7 @@ TABLE: tuple[Api, ...] = (
         for pkg in ("lightning.pytorch", "lightning.fabric", "pytorch_lightning")
         for sub in ("", ".ddp")
     ),
-    Api(_M, "fabric.barrier", _COLL),
+    Api(_M, "fabric.barrier", _BARRIER),
     Api(_M, "fabric.all_reduce", _COLL),
     Api(_M, "fabric.all_gather", _COLL),
     Api(_M, "fabric.broadcast", _COLL),
@@ -44,4 +45,15 @@ TABLE: tuple[Api, ...] = (
     Api(Match.FUNCTION, "is_global_zero", (Meaning.RANK_ZERO,)),
     Api(Match.FUNCTION, "is_local_zero", (Meaning.RANK_ZERO,)),
     Api(Match.FUNCTION, "rank_zero_only", (Meaning.RANK_ZERO_ONLY,)),
+    Api(
+        Match.ARGUMENT,
+        "ddp_find_unused_parameters_true",
+        (Meaning.FINDS_UNUSED_PARAMETERS,),
+        keyword="strategy",
+    ),
+    # `fabric.save(path, state)`, `trainer.save_checkpoint(path)`, a strategy's save: Lightning
+    # saves the unwrapped module.
+    Api(Match.RECEIVER, "fabric", (Meaning.SAVES_UNWRAPPED,)),
+    Api(Match.RECEIVER, "trainer", (Meaning.SAVES_UNWRAPPED,)),
+    Api(Match.RECEIVER, "strategy", (Meaning.SAVES_UNWRAPPED,)),
 )

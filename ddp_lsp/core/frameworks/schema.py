@@ -32,6 +32,12 @@ class Match(enum.Enum):
     # A module prefix, matched against what a file imports (``mpi4py`` matches
     # ``from mpi4py import MPI``).
     MODULE = "module"
+    # (Built-in tables only) Any method of a receiver whose dotted name contains this word,
+    # case-insensitively: ``engine`` matches ``self.model_engine.save_checkpoint(path)``.
+    RECEIVER = "receiver"
+    # (Built-in tables only) This string passed as the argument ``keyword`` names, to any call:
+    # Lightning's ``strategy="ddp_find_unused_parameters_true"``.
+    ARGUMENT = "argument"
 
 
 class Meaning(enum.Enum):
@@ -39,6 +45,10 @@ class Meaning(enum.Enum):
 
     # Every rank of the group must call it (a rendezvous: barrier, all-reduce, broadcast...).
     COLLECTIVE = "collective"
+    # A collective that only waits for every rank (``dist.barrier``,
+    # ``accelerator.wait_for_everyone``): a guarded one at module level may be half of a
+    # "rank 0 first, then the others" pair whose other half is in another statement.
+    BARRIER = "barrier"
     # (MODULE entries) Importing it makes a file distributed code: the rules that only apply
     # to code running as several processes look at the file.
     DISTRIBUTED = "distributed"
@@ -74,6 +84,13 @@ class Meaning(enum.Enum):
     # `fully_shard`): every rank must run the forward. A `function` entry shards its first
     # argument in place (`fully_shard(model)`).
     SHARDS_MODEL = "shards-model"
+    # Turns on DDP's ``find_unused_parameters`` (Lightning's
+    # ``strategy="ddp_find_unused_parameters_true"``): a graph traversal after every forward.
+    FINDS_UNUSED_PARAMETERS = "finds-unused-parameters"
+    # Saves the model without DDP's ``module.`` prefix: a framework object that unwraps the model
+    # itself (RECEIVER entries: ``accelerator.save``, ``trainer.save_checkpoint``) or a save
+    # method that writes the bare model (FUNCTION entries: ``save_pretrained``).
+    SAVES_UNWRAPPED = "saves-unwrapped"
     # Sets up tensor parallelism or FSDP2 (`parallelize_module`, `init_device_mesh`): the
     # module's parameters are DTensors, and `save_pretrained` gathers them, a collective that
     # every rank must call (DDP501 leaves such saves unguarded on purpose).
@@ -128,6 +145,10 @@ def check_entry(api: Api) -> str | None:
         return f"{api.name!r}: a method is written `receiver.method` (two parts)"
     if api.match is Match.FUNCTION and len(parts) != 1:
         return f"{api.name!r}: a function is written as its bare name (`setup_for_distributed`)"
+    if api.match in (Match.RECEIVER, Match.ARGUMENT) and len(parts) != 1:
+        return f"{api.name!r}: a {api.match.value} is one word (`engine`, `ddp_spawn`)"
+    if api.match is Match.ARGUMENT and api.keyword is None:
+        return f"{api.name!r}: an argument entry needs `keyword`: the parameter it is passed as"
     module_only = {Meaning.DISTRIBUTED, Meaning.OWNS_PROCESS_GROUP}
     if api.match is Match.MODULE and not set(api.means) <= module_only | {Meaning.INSTALLS_SAMPLER}:
         return (
@@ -141,7 +162,11 @@ def check_entry(api: Api) -> str | None:
         return f"{api.name!r} means nothing: give at least one meaning"
     if api.keyword is not None and not api.keyword.isidentifier():
         return f"{api.name!r}: keyword {api.keyword!r} is not a Python identifier"
-    if api.keyword is not None and not {Meaning.SEEDS, Meaning.WRITES_CHECKPOINT} & set(api.means):
+    if (
+        api.keyword is not None
+        and api.match is not Match.ARGUMENT
+        and not {Meaning.SEEDS, Meaning.WRITES_CHECKPOINT} & set(api.means)
+    ):
         return f"{api.name!r}: `keyword` only applies to `seeds` and `writes-checkpoint`"
     if Meaning.WRITES_CHECKPOINT in api.means and api.keyword is None:
         return f"{api.name!r}: `writes-checkpoint` needs `keyword`: the path parameter's name"
@@ -196,6 +221,18 @@ class FrameworkModel:
     def functions(self, meaning: Meaning) -> frozenset[str]:
         """Bare names with this meaning."""
         return self._by_meaning.get((meaning, Match.FUNCTION), frozenset())
+
+    def receivers(self, meaning: Meaning) -> frozenset[str]:
+        """Words of receivers whose methods have this meaning (RECEIVER entries)."""
+        return self._by_meaning.get((meaning, Match.RECEIVER), frozenset())
+
+    def arguments(self, meaning: Meaning) -> frozenset[tuple[str, str]]:
+        """``(keyword, string)`` pairs with this meaning (ARGUMENT entries)."""
+        return frozenset(
+            (api.keyword or "", api.name)
+            for api in self.apis
+            if api.match is Match.ARGUMENT and meaning in api.means
+        )
 
     def modules(self, meaning: Meaning) -> tuple[str, ...]:
         """Import prefixes with this meaning (``distributed``: importing one makes a file

@@ -8,6 +8,7 @@ NAME = "torch.distributed"
 
 _C = Match.CALL
 _COLL = (Meaning.COLLECTIVE,)
+_BARRIER = (Meaning.COLLECTIVE, Meaning.BARRIER)
 
 TABLE: tuple[Api, ...] = (
     Api(Match.MODULE, "torch.distributed", (Meaning.DISTRIBUTED,)),
@@ -20,8 +21,8 @@ TABLE: tuple[Api, ...] = (
     Api(_C, "torch.nn.parallel.DistributedDataParallel", (Meaning.TAKES_DDP_KWARGS,)),
     # Every rank of the group must call these. Not here: destroy_process_group, which tears
     # down this process's communicators without waiting for the other ranks.
-    Api(_C, "torch.distributed.barrier", _COLL),
-    Api(_C, "torch.distributed.monitored_barrier", _COLL),
+    Api(_C, "torch.distributed.barrier", _BARRIER),
+    Api(_C, "torch.distributed.monitored_barrier", _BARRIER),
     Api(_C, "torch.distributed.all_reduce", _COLL),
     Api(_C, "torch.distributed.all_reduce_coalesced", _COLL),
     Api(_C, "torch.distributed.all_gather", _COLL),
