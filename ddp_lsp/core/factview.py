@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, Final
 
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
@@ -32,6 +32,26 @@ HAS_PROJECT = ("proj?",)  # whether the module is analysed inside a project
 SINGLE_PROCESS = ("proj-sp",)  # the project's single-process functions of the module
 BARRIER_IFS = ("bifs",)  # how many top-level ifs call a barrier
 Entry = tuple[object, ...]
+
+
+class EntryTag:
+    """The table tag of a recorded entry (``(EntryTag.KINDS, (scope, path))``): what
+    :class:`FactsView` records and :func:`changed_entries` compares name each table once here,
+    so the two cannot drift apart. Short strings: a chunk keeps its entries between analyses."""
+
+    ALIASES: Final = "a"  # an alias name (its qualified name)
+    KINDS: Final = "k"  # a (scope, path) kind key
+    KINDS_IN_SCOPE: Final = "ks"  # every kind bound in one scope (names_of_kind)
+    SOMETIMES: Final = "sm"  # a kind key that holds on some launches only
+    FUNC_PROPS: Final = "p"  # a function's properties
+    FUNC_PARAMS: Final = "fp"  # a function's parameters
+    CALLEE_PROPS: Final = "pc"  # a callee not defined in the module (project, by name)
+    PROJECT_KINDS: Final = "pk"  # a kind another file gave
+    RANK_PREDICATES: Final = "rp"
+    RANK_VARS: Final = "rv"
+    NAMES_USED: Final = "n"  # an imported name used in the module
+    KIND_SET: Final = "kset"  # which kinds the module holds
+    PROP_SET: Final = "pset"  # which properties its functions have
 
 
 class _RecMap(Mapping[Any, Any]):
@@ -166,15 +186,15 @@ class FactsView:
         self.base = facts
         reads: set[Entry] = set()
         self.reads = reads
-        self.aliases: Mapping[str, str] = _RecMap(facts.aliases, "a", reads)
-        self.kinds: Mapping[tuple[str, str], str] = _RecMap(facts.kinds, "k", reads)
-        self.func_props: Mapping[str, frozenset[str]] = _RecMap(facts.func_props, "p", reads)
-        self.func_params: Mapping[str, tuple[str, ...]] = _RecMap(facts.func_params, "fp", reads)
-        self.rank_predicates: AbstractSet[str] = _RecSet(facts.rank_predicates, "rp", reads)
-        self.rank_vars: AbstractSet[str] = _RecSet(facts.rank_vars, "rv", reads)
-        self.names_used: AbstractSet[str] = _RecSet(facts.names_used, "n", reads)
-        self.kind_set: AbstractSet[str] = _RecSet(facts.kind_set, "kset", reads)
-        self.prop_set: AbstractSet[str] = _RecSet(facts.prop_set, "pset", reads)
+        self.aliases: Mapping[str, str] = _RecMap(facts.aliases, EntryTag.ALIASES, reads)
+        self.kinds: Mapping[tuple[str, str], str] = _RecMap(facts.kinds, EntryTag.KINDS, reads)
+        self.func_props: Mapping[str, frozenset[str]] = _RecMap(facts.func_props, EntryTag.FUNC_PROPS, reads)
+        self.func_params: Mapping[str, tuple[str, ...]] = _RecMap(facts.func_params, EntryTag.FUNC_PARAMS, reads)
+        self.rank_predicates: AbstractSet[str] = _RecSet(facts.rank_predicates, EntryTag.RANK_PREDICATES, reads)
+        self.rank_vars: AbstractSet[str] = _RecSet(facts.rank_vars, EntryTag.RANK_VARS, reads)
+        self.names_used: AbstractSet[str] = _RecSet(facts.names_used, EntryTag.NAMES_USED, reads)
+        self.kind_set: AbstractSet[str] = _RecSet(facts.kind_set, EntryTag.KIND_SET, reads)
+        self.prop_set: AbstractSet[str] = _RecSet(facts.prop_set, EntryTag.PROP_SET, reads)
 
     @property
     def distributed(self) -> bool:
@@ -218,13 +238,13 @@ class FactsView:
         key = visible_key(self.kinds, path, scope, cls)
         if key is None:
             return False
-        self.reads.add(("sm", key))
+        self.reads.add((EntryTag.SOMETIMES, key))
         return key not in self.base.sometimes
 
     def names_of_kind(self, kind: str, scope: str, cls: str | None) -> list[str]:
         # Depends on every kind bound in the visible scopes: one entry per scope.
         for s in _visible_scopes(scope, cls):
-            self.reads.add(("ks", s))
+            self.reads.add((EntryTag.KINDS_IN_SCOPE, s))
         return self.base.names_of_kind(kind, scope, cls)
 
     def props(self, qualname: str) -> frozenset[str]:
@@ -236,7 +256,7 @@ class FactsView:
         own = self.func_props.get(key)
         if own is not None:
             return own
-        self.reads.add(("pc", key))
+        self.reads.add((EntryTag.CALLEE_PROPS, key))
         return self.base.callee_props(callee, cls)
 
     def kind_origin(self, path: str, scope: str, cls: str | None) -> ParamKind | None:
@@ -246,7 +266,7 @@ class FactsView:
         key = visible_key(self.kinds, path, scope, cls)
         if key is None:
             return None
-        self.reads.add(("pk", key))
+        self.reads.add((EntryTag.PROJECT_KINDS, key))
         return self.base.project.extra_kinds.get(key)
 
     def callee_origin(self, callee: str, cls: str | None, prop: str) -> Provenance | None:
@@ -256,7 +276,7 @@ class FactsView:
         key = _callee_key(callee, cls)
         if key in self.func_props:
             return None
-        self.reads.add(("pc", key))
+        self.reads.add((EntryTag.CALLEE_PROPS, key))
         return self.base.callee_origin(callee, cls, prop)
 
 
@@ -265,8 +285,8 @@ def recording_ranks(model: RankModel, reads: set[Entry]) -> RankModel:
     rank variables and predicate functions) recording each name it is asked about. Configured
     names never change under an analysis key, so a name's entry is the module's own one."""
     return RankModel(
-        _RecSet(model.names, "rv", reads),  # type: ignore[arg-type]
-        _RecSet(model.predicates, "rp", reads),  # type: ignore[arg-type]
+        _RecSet(model.names, EntryTag.RANK_VARS, reads),  # type: ignore[arg-type]
+        _RecSet(model.predicates, EntryTag.RANK_PREDICATES, reads),  # type: ignore[arg-type]
         model.frameworks,
     )
 
@@ -291,8 +311,8 @@ def _diff_map(out: set[Entry], tag: str, old: Mapping[Any, Any], new: Mapping[An
     for k in old.keys() | new.keys():
         if old.get(k, _MISSING) != new.get(k, _MISSING):
             out.add((tag, k))
-            if tag == "k":
-                out.add(("ks", k[0]))
+            if tag == EntryTag.KINDS:
+                out.add((EntryTag.KINDS_IN_SCOPE, k[0]))
     out.add((tag, WHOLE))
     try:
         if set(old.values()) != set(new.values()):
@@ -319,16 +339,16 @@ def changed_entries(old: ModuleFacts, new: ModuleFacts) -> frozenset[Entry]:
     if old is new or old == new:
         return frozenset()
     out: set[Entry] = {EVERYTHING}
-    _diff_map(out, "a", old.aliases, new.aliases)
-    _diff_map(out, "k", old.kinds, new.kinds)
-    _diff_map(out, "p", old.func_props, new.func_props)
-    _diff_map(out, "fp", old.func_params, new.func_params)
-    _diff_set(out, "rp", old.rank_predicates, new.rank_predicates)
-    _diff_set(out, "rv", old.rank_vars, new.rank_vars)
-    _diff_set(out, "n", old.names_used, new.names_used)
-    _diff_set(out, "kset", old.kind_set, new.kind_set)
-    _diff_set(out, "pset", old.prop_set, new.prop_set)
-    _diff_set(out, "sm", old.sometimes, new.sometimes)
+    _diff_map(out, EntryTag.ALIASES, old.aliases, new.aliases)
+    _diff_map(out, EntryTag.KINDS, old.kinds, new.kinds)
+    _diff_map(out, EntryTag.FUNC_PROPS, old.func_props, new.func_props)
+    _diff_map(out, EntryTag.FUNC_PARAMS, old.func_params, new.func_params)
+    _diff_set(out, EntryTag.RANK_PREDICATES, old.rank_predicates, new.rank_predicates)
+    _diff_set(out, EntryTag.RANK_VARS, old.rank_vars, new.rank_vars)
+    _diff_set(out, EntryTag.NAMES_USED, old.names_used, new.names_used)
+    _diff_set(out, EntryTag.KIND_SET, old.kind_set, new.kind_set)
+    _diff_set(out, EntryTag.PROP_SET, old.prop_set, new.prop_set)
+    _diff_set(out, EntryTag.SOMETIMES, old.sometimes, new.sometimes)
     if old.distributed != new.distributed:
         out.add(DIST)
     if old.barrier_ifs != new.barrier_ifs:
@@ -340,10 +360,10 @@ def changed_entries(old: ModuleFacts, new: ModuleFacts) -> frozenset[Entry]:
             out.add(HAS_PROJECT)
         if (op.single_process if op else None) != (np_.single_process if np_ else None):
             out.add(SINGLE_PROCESS)
-        _diff_map(out, "pk", op.extra_kinds if op else {}, np_.extra_kinds if np_ else {})
+        _diff_map(out, EntryTag.PROJECT_KINDS, op.extra_kinds if op else {}, np_.extra_kinds if np_ else {})
         _diff_map(
             out,
-            "pc",
+            EntryTag.CALLEE_PROPS,
             _callee_entries(op.callee_props) if op else {},
             _callee_entries(np_.callee_props) if np_ else {},
         )
