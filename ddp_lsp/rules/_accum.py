@@ -56,9 +56,10 @@ _NOT_FORWARD_WORDS = re.compile(
     r"barrier|zero_grad|to_device|cuda",
     re.I,
 )
-# Receivers named like a training engine or trainer run their own backward (`engine.backward()`);
-# the framework tables name the known ones (`accelerator.backward`, `fabric.backward`).
-_ENGINE_RECEIVER = re.compile(r"engine|trainer|strategy", re.I)
+# Receivers named like a training engine or trainer run their own backward (`engine.backward()`:
+# the tables' `backward` receiver words); the tables name the known methods too
+# (`accelerator.backward`, `fabric.backward`).
+_ENGINE_RECEIVER = framework_tables.BUILTIN.receiver_pattern(framework_tables.Meaning.BACKWARD)
 # Pure calls a condition may contain and still be evaluated earlier in the iteration.
 _PURE_CALLS = frozenset({"len", "min", "max", "int", "bool", "abs"})
 

@@ -191,9 +191,10 @@ _CRITERION_NAME = re.compile(
 _STRONG_CRITERION = re.compile(
     r"^(criterion\w*|loss_fn|loss_func|lossfn|loss_function|compute_loss|calc_loss)$", re.I
 )
-# Receivers named like a training engine or trainer run the backward of their argument; the
-# framework tables name the known ones (`accelerator.backward`, `fabric.backward`).
-_ENGINE = re.compile(r"engine|trainer|strategy", re.I)
+# Receivers named like a training engine or trainer run the backward of their argument (the
+# tables' `backward` receiver words); the tables name the known methods too
+# (`accelerator.backward`, `fabric.backward`).
+_ENGINE = framework_tables.BUILTIN.receiver_pattern(framework_tables.Meaning.BACKWARD)
 _NO_GRAD = frozenset(
     {
         "torch.no_grad",

@@ -65,10 +65,7 @@ _SAVE_NAME = re.compile(r"save", re.IGNORECASE)
 # Framework objects whose saves unwrap the model themselves (`accelerator.save`,
 # `model_engine.save_checkpoint`) and save methods that write the bare model
 # (`save_pretrained`): the tables' `saves-unwrapped` entries.
-_UNWRAPPING = re.compile(
-    "|".join(sorted(map(re.escape, framework_tables.BUILTIN.receivers(framework_tables.Meaning.SAVES_UNWRAPPED)))),
-    re.IGNORECASE,
-)
+_UNWRAPPING = framework_tables.BUILTIN.receiver_pattern(framework_tables.Meaning.SAVES_UNWRAPPED)
 _UNWRAPPED_SAVES = tuple(sorted(framework_tables.BUILTIN.functions(framework_tables.Meaning.SAVES_UNWRAPPED)))
 # Calls that return their first argument still DDP-wrapped.
 _TRANSPARENT = frozenset({known_names.DDP, "torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})

@@ -29,6 +29,7 @@ TABLE: tuple[Api, ...] = (
     Api(Match.FUNCTION, "_zero3_consolidated_16bit_state_dict", (Meaning.GATHERS_STATE,)),
     Api(_C, "deepspeed.initialize", (Meaning.WRAPS_MODEL, Meaning.ACCUMULATES_ITSELF)),
     # `model_engine.save_checkpoint(dir)` saves the engine's own module, unwrapped.
-    Api(Match.RECEIVER, "engine", (Meaning.SAVES_UNWRAPPED,)),
+    # ... and `engine.backward(loss)` runs the backward of its argument.
+    Api(Match.RECEIVER, "engine", (Meaning.SAVES_UNWRAPPED, Meaning.BACKWARD)),
     Api(Match.RECEIVER, "deepspeed", (Meaning.SAVES_UNWRAPPED,)),
 )

@@ -52,8 +52,8 @@ TABLE: tuple[Api, ...] = (
         keyword="strategy",
     ),
     # `fabric.save(path, state)`, `trainer.save_checkpoint(path)`, a strategy's save: Lightning
-    # saves the unwrapped module.
+    # saves the unwrapped module; a trainer's or strategy's `backward(loss)` runs the backward.
     Api(Match.RECEIVER, "fabric", (Meaning.SAVES_UNWRAPPED,)),
-    Api(Match.RECEIVER, "trainer", (Meaning.SAVES_UNWRAPPED,)),
-    Api(Match.RECEIVER, "strategy", (Meaning.SAVES_UNWRAPPED,)),
+    Api(Match.RECEIVER, "trainer", (Meaning.SAVES_UNWRAPPED, Meaning.BACKWARD)),
+    Api(Match.RECEIVER, "strategy", (Meaning.SAVES_UNWRAPPED, Meaning.BACKWARD)),
 )

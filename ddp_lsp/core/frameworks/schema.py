@@ -12,6 +12,7 @@ Nothing here reads a file or imports a framework: the tables describe APIs by na
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -32,8 +33,9 @@ class Match(enum.Enum):
     # A module prefix, matched against what a file imports (``mpi4py`` matches
     # ``from mpi4py import MPI``).
     MODULE = "module"
-    # (Built-in tables only) Any method of a receiver whose dotted name contains this word,
-    # case-insensitively: ``engine`` matches ``self.model_engine.save_checkpoint(path)``.
+    # (Built-in tables only) A method of a receiver whose name contains this word,
+    # case-insensitively: ``engine`` matches ``self.model_engine.save_checkpoint(path)``
+    # (SAVES_UNWRAPPED: any save method) and ``engine.backward(loss)`` (BACKWARD).
     RECEIVER = "receiver"
     # (Built-in tables only) This string passed as the argument ``keyword`` names, to any call:
     # Lightning's ``strategy="ddp_find_unused_parameters_true"``.
@@ -225,6 +227,12 @@ class FrameworkModel:
     def receivers(self, meaning: Meaning) -> frozenset[str]:
         """Words of receivers whose methods have this meaning (RECEIVER entries)."""
         return self._by_meaning.get((meaning, Match.RECEIVER), frozenset())
+
+    def receiver_pattern(self, meaning: Meaning) -> re.Pattern[str]:
+        """Finds any of the RECEIVER words with this meaning in a name, case-insensitively
+        (``engine`` in ``model_engine``); never matches when there is none."""
+        words = sorted(self.receivers(meaning))
+        return re.compile("|".join(map(re.escape, words)) or "(?!)", re.IGNORECASE)
 
     def arguments(self, meaning: Meaning) -> frozenset[tuple[str, str]]:
         """``(keyword, string)`` pairs with this meaning (ARGUMENT entries)."""
