@@ -47,6 +47,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ddp_lsp.project.build import fill
 from ddp_lsp.project.discover import is_discovered, nearest_settings
+from ddp_lsp.project.summary import same_for_project
 from ddp_lsp.sources import ReadError, check_source
 
 if TYPE_CHECKING:
@@ -203,7 +204,9 @@ class Indexer:
             return False
 
     def _apply(self, index: ProjectIndex, path: Path, text: str | None) -> bool:
-        """Lay ``text`` over ``path`` in the index; True when its summary changed."""
+        """Lay ``text`` over ``path`` in the index; True when its summary changed in what
+        the project reads (``same_for_project``: an edit the cross-file facts cannot see,
+        such as a comment or a constant on a line, computes nothing and sends nothing)."""
         rel = _rel(index.root, path)
         before = index.summaries.get(rel)
         try:
@@ -221,7 +224,9 @@ class Indexer:
             log.warning("indexing %s failed:\n%s", path, traceback.format_exc())
             index.update(path, None)
         after = index.summaries.get(rel)
-        return (before.digest if before else None) != (after.digest if after else None)
+        if before is None or after is None:
+            return before is not after
+        return not same_for_project(before, after)
 
     def update(self, fid: int, items: list[tuple[Path, str | None]]) -> None:
         folder = self.folders.get(fid)

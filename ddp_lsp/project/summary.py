@@ -11,6 +11,7 @@ main.py:212"). :mod:`ddp_lsp.project.index` keys, caches and serves them.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -46,6 +47,18 @@ class ModuleSummary:
     # `launch(main_worker, ...)` at the top level ("<module>", "main_worker"). Whoever
     # receives a function runs it: the project follows these edges to find distributed code.
     handed: tuple[tuple[str, str], ...] = ()
+
+
+def same_for_project(a: ModuleSummary, b: ModuleSummary) -> bool:
+    """Whether the project reads the same from both summaries: equal in every field but the
+    content key and the line count, which no cross-file fact depends on (a comment, a
+    changed constant or an edit the facts do not see, with no line moved). Every project
+    fact is a function of what the summaries say, so nothing computed from ``a`` changes
+    when ``b`` replaces it (salsa's early cutoff: an input that changed to an equal value
+    invalidates nothing downstream)."""
+    if a is b:
+        return True
+    return dataclasses.replace(a, digest="", lines=0) == dataclasses.replace(b, digest="", lines=0)
 
 
 def module_name(rel: str) -> tuple[str, bool]:
