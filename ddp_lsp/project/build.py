@@ -12,6 +12,7 @@ the ones :func:`~ddp_lsp.project.discover.discover` lists (``ProjectIndex.files`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -157,8 +158,10 @@ def project_view(
         facts_read = None
         if stored.key == state:
             facts_read = stored.facts(index.root, wanted)
-        elif _still_holds(index, stored, keys, at, texts):
-            # Early cutoff: the changed files say what they said; the facts stand.
+        elif (moves := _still_holds(index, stored, keys, at, texts)) is not None:
+            # Early cutoff: the changed files say what they said; the facts stand (their
+            # provenance in files whose lines moved, moved with them).
+            stored = dataclasses.replace(stored, moved=moves)
             facts_read = stored.facts(index.root, wanted)
             if facts_read is not None:
                 sources = dict(stored.sources)
@@ -174,6 +177,7 @@ def project_view(
                     stored,
                     sources,
                     stored.predicates,
+                    moves,
                 )
         if facts_read is not None:
             contents.clear()
@@ -242,40 +246,55 @@ def _still_holds(
     keys: Mapping[str, str],
     at: Mapping[str, tuple[Path, bytes]],
     texts: Mapping[Path, str],
-) -> bool:
+) -> dict[str, dict[int, int]] | None:
     """Whether ``stored``'s facts are the facts of the project as it is now although some
     files changed: the same files, and each changed one summarised (into ``index``) to what
-    the project reads of its old summary (:func:`~ddp_lsp.project.summary.same_for_project`),
+    the project reads of its old summary (:func:`~ddp_lsp.project.summary.same_for_project`)
+    or to that with its cited lines moved in order (:func:`~ddp_lsp.project.summary.line_map`),
     a file that neither defines nor calls a rank-0 predicate of the project (such files
-    change how others are summarised). Anything else, or an old summary no longer cached:
-    False, and the facts are computed again."""
+    change how others are summarised). If so, the lines moved since the facts were computed
+    (``Stored.moved`` with this run's moves composed in); anything else, or an old summary
+    no longer cached: None, and the facts are computed again."""
     from ddp_lsp.core import facts as fact_model
-    from ddp_lsp.project.summary import same_for_project
+    from ddp_lsp.project.summary import line_map, same_for_project
 
     if keys.keys() != stored.sources.keys():
-        return False  # a file added or removed: names resolve differently
+        return None  # a file added or removed: names resolve differently
     changed = [rel for rel, key in keys.items() if stored.sources[rel][0] != key]
     if not changed or len(changed) > MAX_CUTOFF_FILES:
-        return False
+        return None
+    moves = {rel: dict(lines) for rel, lines in stored.moved.items()}
     index.project_predicates = stored.predicates
     for rel in changed:
         old_key = stored.sources[rel][1]
         if old_key != stored.sources[rel][0]:
-            return False  # summarised with the project's predicates, or not summarised
+            return None  # summarised with the project's predicates, or not summarised
         old = index.cache.get(old_key)
         if old is None:
-            return False
+            return None
         path, data = at[rel]
         try:
             new = index.add(path, data, persist=path not in texts)
         except Exception:
             log.debug("project index: cannot summarise %s", path, exc_info=True)
-            return False
-        if new.digest != keys[rel] or not same_for_project(old, new):
-            return False
+            return None
+        if new.digest != keys[rel]:
+            return None
         if any(fact_model.RANK_PREDICATE in fi.props for fi in new.facts.functions):
-            return False
-    return True
+            return None
+        if same_for_project(old, new):
+            continue
+        lines = line_map(old, new)
+        if lines is None:
+            return None
+        if any(old_line != new_line for old_line, new_line in lines.items()):
+            earlier = moves.get(rel)
+            if earlier is not None:  # cited line -> its line before this run -> now
+                if any(line not in lines for line in earlier.values()):
+                    return None
+                lines = {cited: lines[line] for cited, line in earlier.items()}
+            moves[rel] = lines
+    return moves
 
 
 def _index_workers(paths: Sequence[Path], cache: Path | None, workers: int | None) -> int:

@@ -145,12 +145,17 @@ class Stored:
     # a file the index could not summarise): which files changed since, and their old summary.
     sources: dict[str, tuple[str, str]]
     predicates: frozenset[str]  # ProjectIndex.project_predicates
+    # path -> {line its facts cite -> its line now}: files whose cited lines moved since the
+    # facts were computed (summary.line_map, composed over runs), applied as facts decode.
+    moved: dict[str, dict[int, int]]
 
     def facts(
         self, root: Path, wanted: Collection[str] | None
     ) -> dict[str, ModuleProjectFacts] | None:
         """The facts of the ``wanted`` paths (None: all) that have any; None when an entry
         does not decode."""
+        from ddp_lsp.project.flow import moved
+
         codec = _stored_codec()
         names = self.modules.keys() if wanted is None else [p for p in wanted if p in self.modules]
         out: dict[str, ModuleProjectFacts] = {}
@@ -159,7 +164,10 @@ class Stored:
                 stored = codec.decode(json.loads(self.modules[rel]), {})
                 if stored.path != rel:
                     return None
-                out[rel] = stored.facts(str(root))
+                facts = stored.facts(str(root))
+                for path, lines in self.moved.items():
+                    facts = moved(facts, path, lines)
+                out[rel] = facts
         except (ValueError, TypeError, RecursionError, KeyError):
             return None
         return out
@@ -190,7 +198,7 @@ def read(directory: Path | None, root: Path, ranks_key: bytes) -> Stored | None:
             or entry.get("version") != CACHE_VERSION
             or entry.get("schema") != codec.fingerprint
             or entry.get("root") != str(root)
-            or len(entry) != 10
+            or len(entry) != 11
         ):
             return None
         key, files, failed = entry["key"], entry["files"], entry["failed"]
@@ -203,8 +211,19 @@ def read(directory: Path | None, root: Path, ranks_key: bytes) -> Stored | None:
             return None
         if type(predicates) is not list or not all(type(p) is str for p in predicates):
             return None
-        if type(sources) is not dict:
+        if type(sources) is not dict or type(entry["moved"]) is not dict:
             return None
+        moved: dict[str, dict[int, int]] = {}
+        for rel, cited in entry["moved"].items():
+            if type(cited) is not list:
+                return None
+            lines = moved[rel] = {}
+            for pair in cited:
+                if type(pair) is not list or len(pair) != 2:
+                    return None
+                if type(pair[0]) is not int or type(pair[1]) is not int:
+                    return None
+                lines[pair[0]] = pair[1]
         pairs: dict[str, tuple[str, str]] = {}
         for rel, pair in sources.items():
             if type(pair) is not list or len(pair) != 2:
@@ -215,7 +234,7 @@ def read(directory: Path | None, root: Path, ranks_key: bytes) -> Stored | None:
             pairs[rel] = (base, used)
     except (ValueError, TypeError, RecursionError, KeyError):
         return None
-    return Stored(key, files, tuple(failed), modules, pairs, frozenset(predicates))
+    return Stored(key, files, tuple(failed), modules, pairs, frozenset(predicates), moved)
 
 
 def load(
@@ -244,11 +263,12 @@ def store(
     facts: Mapping[str, ModuleProjectFacts] | Stored,
     sources: Mapping[str, tuple[str, str]],
     predicates: Iterable[str],
+    moved: Mapping[str, Mapping[int, int]] | None = None,
 ) -> None:
     """Replace ``root``'s snapshot (atomically; a read-only or full cache costs only speed).
     Only modules the project tells something are stored: a missing path has no facts.
     ``facts``: a computation's, or a snapshot whose facts still hold (kept as they were
-    read); ``sources`` and ``predicates``: see :class:`Stored`."""
+    read); ``sources``, ``predicates`` and ``moved``: see :class:`Stored`."""
     if directory is None:
         return
     from ddp_lsp.project.build import says_something
@@ -275,5 +295,8 @@ def store(
         "modules": modules,
         "sources": {rel: list(pair) for rel, pair in sorted(sources.items())},
         "predicates": sorted(predicates),
+        "moved": {
+            rel: sorted(lines.items()) for rel, lines in sorted((moved or {}).items())
+        },
     }
     _write_entry(_file(directory, root, ranks_key), entry, MAX_SNAPSHOT_BYTES)

@@ -2,7 +2,9 @@
 
 A changed file whose summary says what the project read before (``same_for_project``: a
 comment, a constant on a line, nothing moved) keeps the stored facts (``ddp-lsp check``) or
-the facts in memory (the server's indexer); any other change computes them again. Each test
+the facts in memory (the server's indexer); one whose cited lines only moved in order
+(``line_map``) keeps them with their provenance in it moved; any other change computes
+them again. Each test
 compares against a computation from scratch of the edited project, and each would fail if the
 old facts were reused where they no longer hold."""
 
@@ -76,6 +78,9 @@ def test_same_for_project_ignores_only_the_key_and_the_line_count() -> None:
         ("main.py", "range(10)", "range(11)"),
         ("main.py", "loader = None\n", "loader = None  # no data yet\n"),
         ("tools_unused.py", "return 1", "return 2"),
+        # Lines moved: the engine's kinds cite main.py one line further down.
+        ("main.py", "import argparse\n", "import argparse\n\n"),
+        ("main.py", "    loader = None\n", "    # none yet\n\n    loader = None\n"),
     ],
 )
 def test_an_edit_the_project_cannot_see_keeps_the_stored_facts(
@@ -89,11 +94,32 @@ def test_an_edit_the_project_cannot_see_keeps_the_stored_facts(
     assert computes == [1], "the facts were computed again"
     assert view.parsed == 1  # the changed file, to compare its summary with the old one
     got = {p: f for p, f in view.facts.items() if says_something(f)}
-    assert got == _expected(deit) == before
+    expected = _expected(deit)
+    assert got == expected
+    assert (got == before) == ("\n\n" not in new)  # a stale reuse would keep the old lines
     # Stored again under the project's new state: the next run reads it as it is.
     again = build.project_view(deit, Settings(), workers=1, wanted=["engine.py"])
     assert computes == [1] and again.parsed == 0
-    assert again.facts["engine.py"] == before["engine.py"]
+    assert again.facts["engine.py"] == expected["engine.py"]
+
+
+def test_lines_moved_again_and_back_compose(deit: Path, computes: list[int]) -> None:
+    before = _view(deit)
+    main = deit / "main.py"
+    text = main.read_text()
+    steps = (
+        "\n" + text,  # everything one line down
+        "\n" + text.replace("    loader = None\n", "\n\n    loader = None\n"),
+        text.replace("    loader = None\n", "\n\n    loader = None\n"),
+        text.replace("    loader = None\n", "\n\n    loader = None\n") + "\n\n",
+        text,  # back where they were
+    )
+    for step in steps:
+        main.write_text(step)
+        got = _view(deit)
+        assert got == _expected(deit)
+    assert computes == [1]
+    assert got == before
 
 
 @pytest.mark.parametrize(
@@ -101,8 +127,8 @@ def test_an_edit_the_project_cannot_see_keeps_the_stored_facts(
     [
         # Same lines, other facts: the engine's model is no longer DDP-wrapped.
         ("main.py", "DistributedDataParallel(", "identity("),
-        # A line moved: every provenance from main.py points one line further down.
-        ("main.py", "import argparse\n", "import argparse\n\n"),
+        # Lines moved, and a call added with them.
+        ("main.py", "    loader = None\n", "\n    loader = print()\n"),
         # A new import: names resolve differently.
         ("main.py", "import argparse\n", "import argparse, engine\n"),
         # The file that defines the project's rank-0 predicate (others are summarised with it).
@@ -149,10 +175,15 @@ _EDITS = (
 
 
 def _apply(root: Path, rng: random.Random) -> None:
-    kind = rng.randrange(4)
+    kind = rng.randrange(5)
     if kind == 0:  # a comment at the end of some file: unseen
         path = rng.choice(sorted(root.rglob("*.py")))
         path.write_text(path.read_text() + f"# {rng.random()}\n")
+    elif kind == 4:  # a blank line added somewhere: lines move
+        path = rng.choice(sorted(root.rglob("*.py")))
+        lines = path.read_text().splitlines(keepends=True)
+        at = rng.randrange(len(lines) + 1)
+        path.write_text("".join([*lines[:at], "\n", *lines[at:]]))
     elif kind == 1:  # a file appears or goes away
         extra = root / "extra.py"
         if extra.exists():
@@ -173,13 +204,13 @@ def test_random_edits_equal_a_full_computation(deit: Path, computes: list[int], 
     _view(deit)
     runs = len(computes)
     cutoffs = 0
-    for _ in range(14):
+    for _ in range(16):
         _apply(deit, rng)
         assert _view(deit) == _expected(deit)
         cutoffs += len(computes) == runs
         runs = len(computes)
     # Both ways were taken: the stored facts kept, and computed again.
-    assert 0 < cutoffs < 14
+    assert 0 < cutoffs < 16
 
 
 def test_the_server_computes_nothing_for_an_edit_the_project_cannot_see(
@@ -206,6 +237,12 @@ def test_the_server_computes_nothing_for_an_edit_the_project_cannot_see(
     folder = ix.folders[1]
     # As a computation from scratch of the index as it is now (the edited text laid over).
     assert folder.facts == dict(P.compute(folder.index).by_path)
+    # A line added above everything: the facts stand, their lines in main.py move.
+    ix.update(1, [(main, "\n" + text)])
+    assert runs == [] and len(out.getvalue()) > sent
+    assert folder.facts == dict(P.compute(folder.index).by_path)
+    assert folder.facts["engine.py"] != facts_of(root).by_path["engine.py"]  # cites main.py:13
+    sent = len(out.getvalue())
     ix.update(1, [(main, text.replace("DistributedDataParallel(", "identity("))])
     assert runs == [1] and len(out.getvalue()) > sent
     fresh = dict(P.compute(folder.index).by_path)
