@@ -3,6 +3,13 @@
 Run: .venv/bin/python bench/bench_index.py [--files 500] [--memory-files 2000] [--lines 300]
 Generates a project in a temporary directory (packages of DDP-style modules that import each
 other), prints a Markdown table; docs/performance.md ("Project index") records the results.
+
+``--server DIR --edit REL`` measures the server's indexer instead (``ddp_lsp.lsp.indexer``,
+in this process, with the user's index cache): it indexes the project at DIR, then lays three
+kinds of edits of REL over it, each 3 times, and prints the CPU seconds of each
+``Indexer.update`` (summary, ``compute`` when needed, the facts message): an edit the project
+cannot see (a comment appended: early cutoff, nothing computed), a statement added in a
+function body (import resolution reused) and an import added (everything resolved again).
 """
 
 from __future__ import annotations
@@ -136,12 +143,71 @@ def memory(files: int, lines: int) -> list[tuple[str, str, str]]:
     ]
 
 
+def server_edits(text: str, k: int) -> dict[str, str]:
+    """Three edits of ``text``, the ``k``-th of each kind (each differs from the one before)."""
+    lines = text.splitlines(keepends=True)
+    at = next(
+        i for i, line in enumerate(lines) if line.startswith("def ") and line.rstrip().endswith(":")
+    )
+    body = [*lines[: at + 1], f"    _bench_edit_{k}()\n", *lines[at + 1 :]]
+    return {
+        "unseen (a comment appended)": text + f"# edited {k}\n",
+        "in a function body (a call added)": "".join(body),
+        "an import added": f"import os as _bench_os_{k}\n" + text,
+    }
+
+
+def server(root: Path, rel: str) -> list[tuple[str, str, str]]:
+    import io
+
+    from ddp_lsp.config import Settings
+    from ddp_lsp.lsp.indexer import Indexer
+
+    ix = Indexer(io.BytesIO())
+    t0 = time.process_time()
+    ix.open(1, root.resolve(), Settings(), True, {})
+    index = ix.folders[1].index
+    rows = [
+        (
+            f"index {len(index.summaries):,} files from the cache + `compute`",
+            f"{time.process_time() - t0:.2f} CPU s",
+            "-",
+        )
+    ]
+    path = (root / rel).resolve()
+    text = path.read_text()
+    for kind in server_edits(text, 0):
+        times = []
+        for k in range(3):
+            t0 = time.process_time()
+            ix.update(1, [(path, server_edits(text, k)[kind])])
+            times.append(time.process_time() - t0)
+        ix.update(1, [(path, text)])  # back to the disk's text
+        rows.append(
+            (
+                f"edit of {rel}: {kind}",
+                " / ".join(f"{t:.2f}" for t in times) + " CPU s",
+                "<= 1 s",
+            )
+        )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=500)
     ap.add_argument("--memory-files", type=int, default=2000)
     ap.add_argument("--lines", type=int, default=300)
+    ap.add_argument("--server", type=Path, default=None, help="a project to edit in the indexer")
+    ap.add_argument("--edit", default="torch/distributed/run.py", help="the file --server edits")
     a = ap.parse_args()
+    if a.server is not None:
+        print("| measurement | result | target |")
+        print("|---|---|---|")
+        for r in server(a.server, a.edit):
+            print(f"| {r[0]} | {r[1]} | {r[2]} |")
+        print(f"\nload average {os.getloadavg()[0]:.1f}")
+        return
     rows = cold_and_warm(a.files, a.lines) + memory(a.memory_files, a.lines)
     print("| measurement | result | target |")
     print("|---|---|---|")

@@ -47,6 +47,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ddp_lsp.project.build import fill
 from ddp_lsp.project.discover import is_discovered, nearest_settings
+from ddp_lsp.project.flow import moved
+from ddp_lsp.project.summary import line_map, same_for_project
 from ddp_lsp.sources import ReadError, check_source
 
 if TYPE_CHECKING:
@@ -202,8 +204,14 @@ class Indexer:
         except OSError:
             return False
 
-    def _apply(self, index: ProjectIndex, path: Path, text: str | None) -> bool:
-        """Lay ``text`` over ``path`` in the index; True when its summary changed."""
+    def _apply(
+        self, index: ProjectIndex, path: Path, text: str | None
+    ) -> bool | tuple[str, dict[int, int]]:
+        """Lay ``text`` over ``path`` in the index; True when its summary changed in what
+        the project reads, False when not (``same_for_project``: an edit the cross-file
+        facts cannot see, such as a comment or a constant on a line, computes nothing), and
+        (its path, ``line_map``) when only the lines its facts cite moved (a line added or
+        removed around them: the facts stand, their provenance in it moved)."""
         rel = _rel(index.root, path)
         before = index.summaries.get(rel)
         try:
@@ -221,20 +229,38 @@ class Indexer:
             log.warning("indexing %s failed:\n%s", path, traceback.format_exc())
             index.update(path, None)
         after = index.summaries.get(rel)
-        return (before.digest if before else None) != (after.digest if after else None)
+        if before is None or after is None:
+            return before is not after
+        if same_for_project(before, after):
+            return False
+        lines = line_map(before, after)
+        return True if lines is None else (rel, lines)
 
     def update(self, fid: int, items: list[tuple[Path, str | None]]) -> None:
         folder = self.folders.get(fid)
         if folder is None:
             return
         changed = False
+        moves: list[tuple[str, dict[int, int]]] = []
         for path, text in items:
             if text is not None and not self._wanted(folder.index, path):
                 continue
-            changed |= self._apply(folder.index, path, text)
-        if not changed:
+            got = self._apply(folder.index, path, text)
+            if isinstance(got, tuple):
+                moves.append(got)
+            else:
+                changed |= got
+        if changed:
+            new = self._compute(folder)
+        elif moves:
+            new = dict(folder.facts)
+            try:
+                for rel, lines in moves:
+                    new = {p: moved(m, rel, lines) for p, m in new.items()}
+            except KeyError:  # a cited line the map does not know (never expected): compute
+                new = self._compute(folder)
+        else:
             return
-        new = self._compute(folder)
         diff: dict[str, ModuleProjectFacts | None] = {
             p: m for p, m in new.items() if folder.facts.get(p) != m
         }

@@ -12,6 +12,7 @@ the ones :func:`~ddp_lsp.project.discover.discover` lists (``ProjectIndex.files`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -31,6 +32,7 @@ from ddp_lsp.pools import (
 
 if TYPE_CHECKING:
     from ddp_lsp.core.crossfile import ModuleProjectFacts
+    from ddp_lsp.project import snapshot
     from ddp_lsp.project.index import ProjectIndex
 
 log = logging.getLogger("ddp_lsp.project")
@@ -132,7 +134,9 @@ def project_view(
     texts = {p: data.decode("utf-8", errors="replace") for p, data in (overlays or {}).items()}
     # The project's state: each file's summary key, from the bytes the index then summarises.
     contents: dict[Path, bytes] = {}
-    keys: list[tuple[str, str]] = []
+    keys: dict[str, str] = {}
+    at: dict[str, tuple[Path, bytes]] = {}  # each key's file and bytes
+    dirs: dict[Path, Path] = {}  # resolved directories
     on_disk = set(paths)
     for p in (*paths, *(p for p in texts if p not in on_disk)):
         if p in texts:
@@ -143,23 +147,54 @@ def project_view(
             except ReadError as exc:
                 index.unread[p] = exc
                 continue
-        keys.append(index.content_key(p, data))
-    state = snapshot.project_key(index.root, keys)
+        rel, key = index.content_key(p, data, dirs)
+        keys[rel] = key
+        at[rel] = (p, data)
+    state = snapshot.project_key(index.root, keys.items())
     cache_dir = index.cache.directory
-    snap = snapshot.load(cache_dir, index.root, index.ranks_key, state, wanted)
+    stored = snapshot.read(cache_dir, index.root, index.ranks_key)
     unread = tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread.items()))
-    if snap is not None:
-        contents.clear()
-        return ProjectView(
-            index.root,
-            snap.facts,
-            len(paths),
-            0,
-            snap.failed,
-            time.perf_counter() - started,
-            unread=unread,
-            cache_warning=index.cache.warning,
-        )
+    if stored is not None:
+        facts_read = None
+        if stored.key == state:
+            facts_read = stored.facts(index.root, wanted)
+        elif (moves := _still_holds(index, stored, keys, at, texts)) is not None:
+            # Early cutoff: the changed files say what they said; the facts stand (their
+            # provenance in files whose lines moved, moved with them).
+            stored = dataclasses.replace(stored, moved=moves)
+            facts_read = stored.facts(index.root, wanted)
+            if facts_read is not None:
+                sources = dict(stored.sources)
+                for rel, s in index.summaries.items():
+                    sources[rel] = (keys[rel], s.digest)
+                snapshot.store(
+                    cache_dir,
+                    index.root,
+                    index.ranks_key,
+                    state,
+                    len(paths),
+                    stored.failed,
+                    stored,
+                    sources,
+                    stored.predicates,
+                    moves,
+                )
+        if facts_read is not None:
+            contents.clear()
+            return ProjectView(
+                index.root,
+                facts_read,
+                len(paths),
+                index.parsed,
+                stored.failed,
+                time.perf_counter() - started,
+                unread=unread,
+                cache_warning=index.cache.warning,
+            )
+        # A fresh index, as a full build starts (what _still_holds summarised is cached).
+        tried, index = index.parsed, ProjectIndex(root, settings)
+    else:
+        tried = 0
     index.unread.clear()  # read again below
     failed = fill(index, paths[:INDEX_SAMPLE], texts, contents=contents)
     rest = paths[INDEX_SAMPLE:]
@@ -173,19 +208,93 @@ def project_view(
         lay_over(index, path, text)
     facts = compute(index)
     failed_rel = tuple(p.relative_to(index.root).as_posix() for p in failed)
+    summaries = index.summaries
     snapshot.store(
-        cache_dir, index.root, index.ranks_key, state, len(paths), failed_rel, facts.by_path
+        cache_dir,
+        index.root,
+        index.ranks_key,
+        state,
+        len(paths),
+        failed_rel,
+        facts.by_path,
+        {
+            rel: (key, got.digest if (got := summaries.get(rel)) else "")
+            for rel, key in keys.items()
+        },
+        index.project_predicates,
     )
     return ProjectView(
         index.root,
         dict(facts.by_path),
         len(paths),
-        min(len(paths), index.parsed + parsed_elsewhere),
+        min(len(paths), index.parsed + parsed_elsewhere + tried),
         failed_rel,
         time.perf_counter() - started,
         unread=tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread.items())),
         cache_warning=index.cache.warning,
     )
+
+
+# At most this many changed files are compared with their old summaries before computing
+# the facts again (each costs a parse and a cache read; the computation, ~2 ms a file).
+MAX_CUTOFF_FILES = 32
+
+
+def _still_holds(
+    index: ProjectIndex,
+    stored: snapshot.Stored,
+    keys: Mapping[str, str],
+    at: Mapping[str, tuple[Path, bytes]],
+    texts: Mapping[Path, str],
+) -> dict[str, dict[int, int]] | None:
+    """Whether ``stored``'s facts are the facts of the project as it is now although some
+    files changed: the same files, and each changed one summarised (into ``index``) to what
+    the project reads of its old summary (:func:`~ddp_lsp.project.summary.same_for_project`)
+    or to that with its cited lines moved in order (:func:`~ddp_lsp.project.summary.line_map`),
+    a file that neither defines nor calls a rank-0 predicate of the project (such files
+    change how others are summarised). If so, the lines moved since the facts were computed
+    (``Stored.moved`` with this run's moves composed in); anything else, or an old summary
+    no longer cached: None, and the facts are computed again."""
+    from ddp_lsp.core import facts as fact_model
+    from ddp_lsp.project.summary import line_map, same_for_project
+
+    if keys.keys() != stored.sources.keys():
+        return None  # a file added or removed: names resolve differently
+    changed = [rel for rel, key in keys.items() if stored.sources[rel][0] != key]
+    if not changed or len(changed) > MAX_CUTOFF_FILES:
+        return None
+    moves = {rel: dict(lines) for rel, lines in stored.moved.items()}
+    index.project_predicates = stored.predicates
+    for rel in changed:
+        old_key = stored.sources[rel][1]
+        if old_key != stored.sources[rel][0]:
+            return None  # summarised with the project's predicates, or not summarised
+        old = index.cache.get(old_key)
+        if old is None:
+            return None
+        path, data = at[rel]
+        try:
+            new = index.add(path, data, persist=path not in texts)
+        except Exception:
+            log.debug("project index: cannot summarise %s", path, exc_info=True)
+            return None
+        if new.digest != keys[rel]:
+            return None
+        if any(fact_model.RANK_PREDICATE in fi.props for fi in new.facts.functions):
+            return None
+        if same_for_project(old, new):
+            continue
+        lines = line_map(old, new)
+        if lines is None:
+            return None
+        if any(old_line != new_line for old_line, new_line in lines.items()):
+            earlier = moves.get(rel)
+            if earlier is not None:  # cited line -> its line before this run -> now
+                if any(line not in lines for line in earlier.values()):
+                    return None
+                lines = {cited: lines[line] for cited, line in earlier.items()}
+            moves[rel] = lines
+    return moves
 
 
 def _index_workers(paths: Sequence[Path], cache: Path | None, workers: int | None) -> int:

@@ -495,10 +495,20 @@ class ProjectIndex:
         self._refresh_predicates()
         return self
 
-    def _rel(self, path: Path) -> str:
+    def _rel(self, path: Path, dirs: dict[Path, Path] | None = None) -> str:
+        """``path`` relative to the root, resolved. ``dirs``: resolved directories kept
+        between calls (a walk over the project resolves each directory once, then each file
+        with one ``lstat``, rather than every component of every path)."""
         p = path if path.is_absolute() else self.root / path
         try:
-            return p.resolve().relative_to(self.root).as_posix()
+            if dirs is None or p.name in ("", ".", "..") or os.path.islink(p):
+                resolved = p.resolve()
+            else:
+                parent = dirs.get(p.parent)
+                if parent is None:
+                    parent = dirs[p.parent] = p.parent.resolve()
+                resolved = parent / p.name
+            return resolved.relative_to(self.root).as_posix()
         except ValueError:
             return p.name
 
@@ -530,10 +540,13 @@ class ProjectIndex:
     def ranks_key(self) -> bytes:
         return self._model(frozenset())[1]
 
-    def content_key(self, path: Path, data: bytes) -> tuple[str, str]:
+    def content_key(
+        self, path: Path, data: bytes, dirs: dict[Path, Path] | None = None
+    ) -> tuple[str, str]:
         """(path relative to the root, the key of the summary of ``data`` as that file with
-        the settings' rank model): what names the file's part of the project's state."""
-        rel = self._rel(path)
+        the settings' rank model): what names the file's part of the project's state.
+        ``dirs``: see :meth:`_rel`."""
+        rel = self._rel(path, dirs)
         return rel, self._key(rel, data, self._model(frozenset())[1])
 
     def _key(self, rel: str, data: bytes, ranks_key: bytes) -> str:
@@ -563,6 +576,12 @@ class ProjectIndex:
         else:
             self.cache.hits += 1
         return summary
+
+    def add(self, path: Path, data: bytes, persist: bool = True) -> ModuleSummary:
+        """Summarise ``data`` as ``path`` into the index, with the project's rank predicates
+        as they stand (no refresh of the others: see build._still_holds); raises what the
+        summariser raises."""
+        return self._add(path, data, persist)
 
     def _add(self, path: Path, data: bytes, persist: bool = True) -> ModuleSummary:
         rel = self._rel(path)

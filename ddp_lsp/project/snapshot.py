@@ -7,8 +7,15 @@ file's summary (about 1-2 ms each) and ran :func:`~ddp_lsp.project.flow.compute`
 them: 14 CPU s for a file of torch's own package (2,285 files). A snapshot holds the result
 of the last whole computation for one project root, under a key naming every file's summary
 key (the file's path, module name, bytes and the rank model) in order: a run whose files all
-hash to the same keys reads the snapshot and decodes only the checked files' facts; any
-change, addition or removal of a file misses, and the facts are computed again (then stored).
+hash to the same keys reads the snapshot and decodes only the checked files' facts (each
+module's facts are stored as one JSON string, parsed only when asked for).
+
+When some files changed (at most ``build.MAX_CUTOFF_FILES``, none added or removed), the
+snapshot also names each file's old summary: a changed file is summarised again and compared
+with it (:func:`~ddp_lsp.project.summary.same_for_project`); when every changed file says
+what it said (a comment, a constant, an edit the facts do not see, no line moved), the facts
+stand and are stored again under the new key (salsa's early cutoff). Any other change, an
+added or removed file, computes the facts again (then stored).
 
 One snapshot per root and rank model (``<cache>/projects/<hash>.json``, replaced atomically
 on every miss), pruned with the summaries; the same checks as the summary entries apply
@@ -123,6 +130,49 @@ class Snapshot:
     facts: dict[str, ModuleProjectFacts]  # the wanted paths' facts (those with any)
 
 
+@dataclass(frozen=True)
+class Stored:
+    """A root's snapshot as read (checked, its facts still encoded): what the last computation
+    saw (each file's summary keys, the rank predicates the project defined) and its result."""
+
+    key: str  # the project's state (project_key) the facts were computed for
+    files: int
+    failed: tuple[str, ...]
+    # path -> encoded StoredFacts, as JSON text: read as one string each, decoded only when
+    # asked for (a project of 2,000 files stores megabytes of facts; a run needs a few).
+    modules: dict[str, str]
+    # path -> (its key as project_key names it, the key of the summary the facts read; "" for
+    # a file the index could not summarise): which files changed since, and their old summary.
+    sources: dict[str, tuple[str, str]]
+    predicates: frozenset[str]  # ProjectIndex.project_predicates
+    # path -> {line its facts cite -> its line now}: files whose cited lines moved since the
+    # facts were computed (summary.line_map, composed over runs), applied as facts decode.
+    moved: dict[str, dict[int, int]]
+
+    def facts(
+        self, root: Path, wanted: Collection[str] | None
+    ) -> dict[str, ModuleProjectFacts] | None:
+        """The facts of the ``wanted`` paths (None: all) that have any; None when an entry
+        does not decode."""
+        from ddp_lsp.project.flow import moved
+
+        codec = _stored_codec()
+        names = self.modules.keys() if wanted is None else [p for p in wanted if p in self.modules]
+        out: dict[str, ModuleProjectFacts] = {}
+        try:
+            for rel in names:
+                stored = codec.decode(json.loads(self.modules[rel]), {})
+                if stored.path != rel:
+                    return None
+                facts = stored.facts(str(root))
+                for path, lines in self.moved.items():
+                    facts = moved(facts, path, lines)
+                out[rel] = facts
+        except (ValueError, TypeError, RecursionError, KeyError):
+            return None
+        return out
+
+
 def _file(directory: Path, root: Path, ranks_key: bytes) -> Path:
     h = hashlib.blake2b(digest_size=16)
     h.update(str(root).encode())
@@ -131,15 +181,9 @@ def _file(directory: Path, root: Path, ranks_key: bytes) -> Path:
     return directory / "projects" / f"{h.hexdigest()}.json"
 
 
-def load(
-    directory: Path | None,
-    root: Path,
-    ranks_key: bytes,
-    key: str,
-    wanted: Collection[str] | None,
-) -> Snapshot | None:
-    """The snapshot of ``root`` if it was stored under ``key``, with the facts of the
-    ``wanted`` paths (None: all) decoded; None on any miss or anything unexpected."""
+def read(directory: Path | None, root: Path, ranks_key: bytes) -> Stored | None:
+    """``root``'s snapshot, whatever state it was computed for; None when there is none or
+    anything about it is unexpected."""
     if directory is None:
         return None
     data = _read_entry(_file(directory, root, ranks_key), MAX_SNAPSHOT_BYTES)
@@ -153,26 +197,60 @@ def load(
             or entry.get("format") != FORMAT
             or entry.get("version") != CACHE_VERSION
             or entry.get("schema") != codec.fingerprint
-            or entry.get("key") != key
             or entry.get("root") != str(root)
-            or len(entry) != 8
+            or len(entry) != 11
         ):
             return None
-        files, failed, modules = entry["files"], entry["failed"], entry["modules"]
-        if type(files) is not int or type(failed) is not list or type(modules) is not dict:
+        key, files, failed = entry["key"], entry["files"], entry["failed"]
+        modules, sources, predicates = entry["modules"], entry["sources"], entry["predicates"]
+        if type(key) is not str or type(files) is not int or type(modules) is not dict:
             return None
-        if not all(type(p) is str for p in failed):
+        if not all(type(text) is str for text in modules.values()):
             return None
-        names = modules.keys() if wanted is None else [p for p in wanted if p in modules]
-        out: dict[str, ModuleProjectFacts] = {}
-        for rel in names:
-            stored = codec.decode(modules[rel], {})
-            if stored.path != rel:
+        if type(failed) is not list or not all(type(p) is str for p in failed):
+            return None
+        if type(predicates) is not list or not all(type(p) is str for p in predicates):
+            return None
+        if type(sources) is not dict or type(entry["moved"]) is not dict:
+            return None
+        moved: dict[str, dict[int, int]] = {}
+        for rel, cited in entry["moved"].items():
+            if type(cited) is not list:
                 return None
-            out[rel] = stored.facts(str(root))
+            lines = moved[rel] = {}
+            for pair in cited:
+                if type(pair) is not list or len(pair) != 2:
+                    return None
+                if type(pair[0]) is not int or type(pair[1]) is not int:
+                    return None
+                lines[pair[0]] = pair[1]
+        pairs: dict[str, tuple[str, str]] = {}
+        for rel, pair in sources.items():
+            if type(pair) is not list or len(pair) != 2:
+                return None
+            base, used = pair
+            if type(base) is not str or type(used) is not str:
+                return None
+            pairs[rel] = (base, used)
     except (ValueError, TypeError, RecursionError, KeyError):
         return None
-    return Snapshot(files, tuple(failed), out)
+    return Stored(key, files, tuple(failed), modules, pairs, frozenset(predicates), moved)
+
+
+def load(
+    directory: Path | None,
+    root: Path,
+    ranks_key: bytes,
+    key: str,
+    wanted: Collection[str] | None,
+) -> Snapshot | None:
+    """The snapshot of ``root`` if it was stored under ``key``, with the facts of the
+    ``wanted`` paths (None: all) decoded; None on any miss or anything unexpected."""
+    stored = read(directory, root, ranks_key)
+    if stored is None or stored.key != key:
+        return None
+    facts = stored.facts(root, wanted)
+    return None if facts is None else Snapshot(stored.files, stored.failed, facts)
 
 
 def store(
@@ -182,15 +260,30 @@ def store(
     key: str,
     files: int,
     failed: Iterable[str],
-    facts: Mapping[str, ModuleProjectFacts],
+    facts: Mapping[str, ModuleProjectFacts] | Stored,
+    sources: Mapping[str, tuple[str, str]],
+    predicates: Iterable[str],
+    moved: Mapping[str, Mapping[int, int]] | None = None,
 ) -> None:
     """Replace ``root``'s snapshot (atomically; a read-only or full cache costs only speed).
-    Only modules the project tells something are stored: a missing path has no facts."""
+    Only modules the project tells something are stored: a missing path has no facts.
+    ``facts``: a computation's, or a snapshot whose facts still hold (kept as they were
+    read); ``sources``, ``predicates`` and ``moved``: see :class:`Stored`."""
     if directory is None:
         return
     from ddp_lsp.project.build import says_something
 
     codec = _stored_codec()
+    if isinstance(facts, Stored):
+        modules = facts.modules
+    else:
+        modules = {
+            rel: json.dumps(
+                codec.encode(StoredFacts.of(f)), separators=(",", ":"), ensure_ascii=False
+            )
+            for rel, f in sorted(facts.items())
+            if says_something(f)
+        }
     entry = {
         "format": FORMAT,
         "version": CACHE_VERSION,
@@ -199,10 +292,11 @@ def store(
         "root": str(root),
         "files": files,
         "failed": list(failed),
-        "modules": {
-            rel: codec.encode(StoredFacts.of(f))
-            for rel, f in sorted(facts.items())
-            if says_something(f)
+        "modules": modules,
+        "sources": {rel: list(pair) for rel, pair in sorted(sources.items())},
+        "predicates": sorted(predicates),
+        "moved": {
+            rel: sorted(lines.items()) for rel, lines in sorted((moved or {}).items())
         },
     }
     _write_entry(_file(directory, root, ranks_key), entry, MAX_SNAPSHOT_BYTES)

@@ -11,6 +11,7 @@ main.py:212"). :mod:`ddp_lsp.project.index` keys, caches and serves them.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -46,6 +47,63 @@ class ModuleSummary:
     # `launch(main_worker, ...)` at the top level ("<module>", "main_worker"). Whoever
     # receives a function runs it: the project follows these edges to find distributed code.
     handed: tuple[tuple[str, str], ...] = ()
+
+
+def same_for_project(a: ModuleSummary, b: ModuleSummary) -> bool:
+    """Whether the project reads the same from both summaries: equal in every field but the
+    content key and the line count, which no cross-file fact depends on (a comment, a
+    changed constant or an edit the facts do not see, with no line moved). Every project
+    fact is a function of what the summaries say, so nothing computed from ``a`` changes
+    when ``b`` replaces it (salsa's early cutoff: an input that changed to an equal value
+    invalidates nothing downstream)."""
+    if a is b:
+        return True
+    return dataclasses.replace(a, digest="", lines=0) == dataclasses.replace(b, digest="", lines=0)
+
+
+def _without_lines(s: ModuleSummary) -> ModuleSummary:
+    return dataclasses.replace(
+        s,
+        digest="",
+        lines=0,
+        facts=dataclasses.replace(
+            s.facts, functions=tuple(dataclasses.replace(fi, line=0) for fi in s.facts.functions)
+        ),
+        site_lines=(0,) * len(s.site_lines),
+        binding_lines=tuple((scope, path, 0) for scope, path, _ in s.binding_lines),
+        prop_lines=tuple((q, prop, 0) for q, prop, _ in s.prop_lines),
+    )
+
+
+def line_map(a: ModuleSummary, b: ModuleSummary) -> dict[int, int] | None:
+    """How the lines the project cites of ``a`` moved in ``b``, when that is all that changed
+    (a comment or a blank line added or removed, a docstring grown): each line of a fact of
+    ``a`` as a provenance cites it (1-based) -> its line in ``b``; None when anything else
+    differs, or the lines did not move in order.
+
+    The cross-file facts of the project with ``b`` are then those with ``a``, each provenance
+    in this file moved by the map (``flow.moved``): lines enter the computation only as
+    provenance, and ties between provenances are broken by (path, line), an order a strictly
+    increasing map keeps, so every choice the computation made stays the same."""
+    if a.path != b.path or _without_lines(a) != _without_lines(b):
+        return None
+    pairs: list[tuple[int, int]] = [(1, 1)]  # a module's top level is cited at line 1
+    pairs += [
+        (x.line + 1, y.line + 1)
+        for x, y in zip(a.facts.functions, b.facts.functions, strict=True)
+        if x.qualname != fact_model.MODULE
+    ]
+    pairs += zip(a.site_lines, b.site_lines, strict=True)
+    pairs += [(x[2], y[2]) for x, y in zip(a.binding_lines, b.binding_lines, strict=True)]
+    pairs += [(x[2], y[2]) for x, y in zip(a.prop_lines, b.prop_lines, strict=True)]
+    lines: dict[int, int] = {}
+    for old, new in pairs:
+        if lines.setdefault(old, new) != new:
+            return None
+    order = sorted(lines)
+    if any(lines[x] >= lines[y] for x, y in zip(order, order[1:], strict=False)):
+        return None
+    return lines
 
 
 def module_name(rel: str) -> tuple[str, bool]:
