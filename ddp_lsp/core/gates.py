@@ -26,13 +26,18 @@ Three steps, each pure:
 
 1. :func:`site_props` (the module facts, per function, syntactic): each call site of the
    function's own frame with the parameter values under which an enclosing ``if`` / ``while``
-   / conditional expression skips it, the caller parameters it passes on, and the
-   parameters' literal defaults. Stored as function properties (``gate-site:...``,
+   / conditional expression skips it, the caller parameters it passes on, what it binds
+   (literals by position or keyword, ``?`` for other expressions, ``*`` for unpacking), and
+   the parameters' literal defaults. Stored as function properties (``gate-site:...``,
    ``gate-default:...``) so they travel with the facts and the project index.
 2. :func:`resolve` (the module facts, after the transitive properties): a function that
    reaches a collective is *off* for ``param=value`` when every call site of its frame that
    reaches one is skipped for it, directly or through a callee that is off for the value
-   passed on (``gate-off:param=value``, ``gate-params:a,b,c``); iterated through same-file
+   passed on (``gate-off:param=value``, ``gate-params:a,b,c``). A call site whose own
+   literals or left defaults switch its callee off (``make_loader(path)`` with ``rank=-1``
+   by default) makes no collective at all; a function whose every such site is off is off
+   whatever its arguments (``gate-off:*=*``: a validation helper that builds its own loader
+   that way). Iterated through same-file
    helpers by the module facts, and through helpers of other files by the project index
    (``ddp_lsp/project/flow.py`` runs the same resolution over every module's functions).
 3. :func:`switched_off` (the path analysis, per call): the call binds a literal (or the
@@ -53,6 +58,9 @@ SITE = "gate-site:"
 DEFAULT = "gate-default:"
 OFF = "gate-off:"
 PARAMS = "gate-params:"
+# ``gate-off:*=*``: every call site of the function that reaches a collective binds values
+# that switch its callee off, so no call of it makes a collective.
+ALWAYS = ("*", "*")
 # The values a parameter is tried with, by token.
 _TRY: dict[str, object] = {"-1": -1, "0": 0, "None": None, "False": False}
 _FALSY = ("None", "False")
@@ -165,14 +173,30 @@ def _skips(test: ast.AST, params: Iterable[str], want: bool) -> set[tuple[str, s
     return out
 
 
+def _bindings(call: ast.Call) -> str:
+    """What a call binds: ``0=-1`` (first positional, a literal), ``rank=?`` (any other
+    expression), and ``*`` when it unpacks arguments (then the defaults it leaves are
+    unknown)."""
+    out = []
+    for i, a in enumerate(call.args):
+        if isinstance(a, ast.Starred):
+            out.append("*")
+            break
+        out.append(f"{i}={_token(a) or '?'}")
+    for kw in call.keywords:
+        if kw.arg is None:
+            out.append("*")
+        else:
+            out.append(f"{kw.arg}={_token(kw.value) or '?'}")
+    return ",".join(out)
+
+
 def site_props(
     f: ast.FunctionDef | ast.AsyncFunctionDef, dotted: Callable[[ast.AST], str | None]
 ) -> set[str]:
     """The ``gate-*`` properties of ``f`` (empty for a function no parameter can gate)."""
     args = f.args
     params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
-    if not params:
-        return set()
     out: set[str] = set()
     positional = [*args.posonlyargs, *args.args]
     for a, d in zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True):
@@ -212,18 +236,15 @@ def site_props(
                     for kw in node.keywords
                     if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in pset
                 ]
-                if gates or passed:
-                    g = ",".join(sorted(f"{p}={t}" for p, t in gates))
-                    sites.append(f"{SITE}{name}|{g}|{','.join(passed)}")
-                else:
-                    sites.append(f"{SITE}{name}||")
+                g = ",".join(sorted(f"{p}={t}" for p, t in gates))
+                sites.append(f"{SITE}{name}|{g}|{','.join(passed)}|{_bindings(node)}")
         for child in ast.iter_child_nodes(node):
             visit(child, gates)
 
     for s in f.body:
         visit(s, frozenset())
-    if not any(not site.endswith("||") for site in sites):
-        return out  # nothing a parameter gates or passes on: no summary needed
+    if not sites:
+        return out  # calls nothing: no summary needed
     out.update(sites)
     out.add(PARAMS + ",".join(params))
     return out
@@ -232,15 +253,51 @@ def site_props(
 # -- 2. resolution -------------------------------------------------------------------------------
 
 
-def _parse_site(prop: str) -> tuple[str, set[tuple[str, str]], dict[str, str]]:
-    callee, gates, passed = prop[len(SITE) :].split("|")
+def _parse_site(prop: str) -> tuple[str, set[tuple[str, str]], dict[str, str], str]:
+    callee, gates, passed, bound = prop[len(SITE) :].split("|")
     g = {tuple(x.split("=", 1)) for x in gates.split(",") if x}
     p = dict(x.split(">", 1) for x in passed.split(",") if x)
-    return callee, g, p  # type: ignore[return-value]
+    return callee, g, p, bound  # type: ignore[return-value]
 
 
 def off_values(props: Iterable[str]) -> set[tuple[str, str]]:
     return {tuple(p[len(OFF) :].split("=", 1)) for p in props if p.startswith(OFF)}  # type: ignore[misc]
+
+
+def _turns_off(got: str, off: str) -> bool:
+    """A bound token ``got`` is the value ``off`` that switches the callee off (``None``,
+    ``False`` and ``0`` are one for a test of truth)."""
+    return got == off or (off in _FALSY and got in _FALSY + ("0",))
+
+
+def _site_off(bound: str, cprops: Iterable[str]) -> bool:
+    """The literals a call site binds (see :func:`_bindings`), or the defaults it leaves,
+    switch the callee off: ``make_loader(path)`` whose ``rank`` defaults to -1."""
+    cprops = list(cprops)
+    coff = off_values(cprops)
+    if ALWAYS in coff:
+        return True
+    if not coff:
+        return False
+    items = [x for x in bound.split(",") if x]
+    unpacked = "*" in items
+    binds = dict(x.split("=", 1) for x in items if x != "*")
+    cparams = params_of(cprops) or []
+    defaults = defaults_of(cprops)
+    for p, t in coff:
+        tok = binds.get(p)
+        if tok is None and p in cparams:
+            i = cparams.index(p) - (1 if cparams[0] in ("self", "cls") else 0)
+            tok = binds.get(str(i)) if i >= 0 else None
+        if tok is not None:
+            if _turns_off(tok, t):
+                return True
+            continue
+        if unpacked:
+            continue
+        if defaults.get(p) == t:
+            return True
+    return False
 
 
 def params_of(props: Iterable[str]) -> list[str] | None:
@@ -277,12 +334,16 @@ def resolve(
             props = func_props[q]
             params = params_of(props) or []
             found: set[tuple[str, str]] | None = None
+            reached = False
             for prop in [p for p in props if p.startswith(SITE)]:
-                callee, gates, passed = _parse_site(prop)
+                callee, gates, passed, bound = _parse_site(prop)
                 if not reaches(q, callee):
                     continue
-                off = set(gates)
+                reached = True
                 cprops = callee_props(q, callee) or ()
+                if _site_off(bound, cprops):
+                    continue  # this call makes no collective, whatever q's arguments
+                off = set(gates)
                 coff = off_values(cprops)
                 if coff:
                     cparams = params_of(cprops) or []
@@ -294,7 +355,10 @@ def resolve(
                 found = off if found is None else found & off
                 if not found:
                     break
-            new = {f"{OFF}{p}={t}" for p, t in (found or ()) if p in params}
+            if reached and found is None:
+                new = {f"{OFF}{ALWAYS[0]}={ALWAYS[1]}"}
+            else:
+                new = {f"{OFF}{p}={t}" for p, t in (found or ()) if p in params}
             if not new <= props:
                 props |= new
                 changed = True
@@ -327,6 +391,8 @@ def switched_off(call: ast.Call, props: Iterable[str]) -> bool:
     off = off_values(props)
     if not off:
         return False
+    if ALWAYS in off:
+        return True
     params = params_of(props) or []
     defaults = defaults_of(props)
     unpacked = any(isinstance(a, ast.Starred) for a in call.args) or any(

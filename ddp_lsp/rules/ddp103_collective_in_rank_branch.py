@@ -63,8 +63,11 @@ is reported only when no other top-level `if` of the module calls a barrier: oth
 one may be its twin ("zero first" written as two top-level `if`s) and both are left alone. A call that makes a different collective on each
 branch at the same point is not reported either, though it is a bug. A helper whose
 collective an argument bound at the call switches off (`save(..., synchronize=False)`, a
-zero-first helper given `rank=-1`) is still reported when called under a rank guard
-(docs/accuracy.md F2, F3).
+zero-first helper given `rank=-1` or leaving a default of -1) is not reported under a rank
+guard, nor a helper whose every path to a collective makes such a call (a validation helper
+that builds its own loader with the default rank); only literals and defaults switch a
+helper off, so a flag the caller computes (`sync=is_dist`) does not (docs/accuracy.md F2,
+F3).
 
 Error paths: a rank-guarded `raise` or `sys.exit(<error>)` before a collective is not
 reported. The launcher (torchrun's agent, `mp.spawn`, the DeepSpeed launcher) stops every
@@ -718,6 +721,62 @@ def train(rank):
         test = make_loader("test")
 """,
         note="a zero-first helper reached with rank -1 (single process) runs no barrier",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import contextlib
+
+@contextlib.contextmanager
+def zero_first(local_rank):
+    if local_rank not in (-1, 0):
+        dist.barrier()
+    yield
+    if local_rank == 0:
+        dist.barrier()
+
+def make_loader(path, batch, rank=-1, workers=4):
+    with zero_first(rank):
+        return torch.load(path), batch
+
+def evaluate(path, batch=8, net=None, loader=None, workers=4):
+    standalone = net is None
+    if standalone:
+        loader = make_loader(path, batch, workers=workers)[0]
+    return len(loader)
+
+def train(rank, net, loader):
+    if rank in (-1, 0):
+        evaluate("val", batch=16, net=net, loader=loader)
+""",
+        note="a helper whose only path to the barrier leaves the zero-first rank at -1",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import contextlib
+
+@contextlib.contextmanager
+def zero_first(local_rank):
+    if local_rank not in (-1, 0):
+        dist.barrier()
+    yield
+    if local_rank == 0:
+        dist.barrier()
+
+def make_loader(path, batch, rank=-1, workers=4):
+    with zero_first(rank):
+        return torch.load(path), batch
+
+def evaluate(path, rank, batch=8):
+    loader = make_loader(path, batch, rank, workers=2)[0]
+    return len(loader)
+
+def train(rank):
+    if rank in (-1, 0):
+        «evaluate("val", rank)»
+""",
+        note="the helper passes the caller's rank on to the zero-first barrier",
     ),
     Valid(
         _HEAD
