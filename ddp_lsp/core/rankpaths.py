@@ -561,6 +561,15 @@ class Flow:
 
         body_stmts = s.body + (rest if leaves(s.orelse) and not leaves(s.body) else [])
         else_stmts = s.orelse + (rest if leaves(s.body) and not leaves(s.orelse) else [])
+        inside: set[int] | None = None
+        if not (leaves(s.body) or leaves(s.orelse)) and (
+            _may_leave(s.body) or _may_leave(s.orelse)
+        ):
+            # The exit is nested in a uniform `if` of a side (`if fresh: init(); all_gather();
+            # continue`): both sides run on into the rest, where the walk stops each path that
+            # left; only calls of the branch itself are reported.
+            body_stmts, else_stmts = s.body + rest, s.orelse + rest
+            inside = {id(n) for n in tree_walk.bfs(s)}
         body, orelse = alts(body_stmts), alts(else_stmts)
         for mine, theirs, in_else in ((body, orelse, False), (orelse, body, True)):
             if len(theirs) != 1:
@@ -569,7 +578,8 @@ class Flow:
                 if len(seq) <= len(theirs[0]):
                     continue
                 for ev in _unmatched(seq, theirs[0]):
-                    self.miss(ev, Reason("some", s, in_else=in_else))
+                    if inside is None or id(ev.node) in inside:
+                        self.miss(ev, Reason("some", s, in_else=in_else))
 
     def miss(self, ev: Event, reason: Reason) -> None:
         if ev.subgroup or id(ev.node) in self.misses:
@@ -607,6 +617,25 @@ def _decide(joints: list[Joint], parts: Sequence[ast.AST], value: bool) -> list[
                 continue
             out.append(j)
     return out
+
+
+def _may_leave(stmts: Sequence[ast.stmt]) -> bool:
+    """Some path of ``stmts`` leaves the block: a ``continue``/``break``/``return`` among
+    them or in their branches (not in a nested loop, function or class)."""
+    stack: list[ast.AST] = list(stmts)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.Continue, ast.Break, ast.Return)):
+            return True
+        if isinstance(n, (*_SCOPES, ast.For, ast.AsyncFor, ast.While)):
+            continue
+        if isinstance(n, ast.stmt):
+            stack.extend(c for c in ast.iter_child_nodes(n) if isinstance(c, ast.stmt))
+            if isinstance(n, ast.Try):
+                stack.extend(n.handlers)
+        elif isinstance(n, ast.ExceptHandler):
+            stack.extend(n.body)
+    return False
 
 
 def _dedupe(joints: Iterable[Joint]) -> list[Joint]:

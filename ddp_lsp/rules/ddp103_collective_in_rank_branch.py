@@ -725,6 +725,37 @@ def train(rank):
     Valid(
         _HEAD
         + """\
+def step(params, bufs, rank, world):
+    for base in range(0, len(params), world):
+        if base + rank < len(params):
+            p = params[base + rank]
+            if p.grad is None:
+                p.zero_()
+                dist.all_gather(bufs[base:base + world], bufs[base + rank])
+                continue
+            p.add_(p.grad)
+        dist.all_gather(bufs[base:base + world], bufs[base + rank])
+""",
+        note="the rank branch's nested exit makes the same collective the rest of the loop makes",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def step(params, bufs, rank, world):
+    for base in range(0, len(params), world):
+        if base + rank < len(params):
+            p = params[base + rank]
+            if p.grad is None:
+                «dist.all_gather(bufs[base:base + world], bufs[base + rank])»
+                continue
+            p.add_(p.grad)
+        torch.cuda.synchronize()
+""",
+        note="only the ranks that own a fresh parameter gather; nothing after the branch does",
+    ),
+    Valid(
+        _HEAD
+        + """\
 import contextlib
 
 @contextlib.contextmanager
