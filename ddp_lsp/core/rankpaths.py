@@ -367,23 +367,27 @@ class Flow:
         active: frozenset[int],
     ) -> list[Joint]:
         out: list[Joint] = []
-        iterations: dict[frozenset[int], list[Joint]] = {}
+        iterations: dict[tuple[frozenset[int], Decisions], list[Joint]] = {}
+        tested = _tested_keys(s)
         for j in joints:
             live = frozenset(c for c in active if j[c].exit is None)
             out.append(j)  # no iteration (or no live class)
             if not live:
                 continue
-            its = iterations.get(live)
+            # One iteration, walked once per set of live classes and per decision taken
+            # before the loop on a condition the loop tests again (`if not fsdp and rank != 0:
+            # return` ... `while True: if fsdp: broadcast()`); it does not depend on anything
+            # else that happened before the loop.
+            before = frozenset(d for d in j.decided if d[0] in tested)
+            its = iterations.get((live, before))
             if its is None:
-                # One iteration, walked once per set of live classes: it does not depend on
-                # what happened before the loop.
                 fresh = [Lane() if c in live else Lane(exit=_FROZEN) for c in (Z, NZ)]
-                its = [Joint(fresh[Z], fresh[NZ])]
+                its = [Joint(fresh[Z], fresh[NZ], before)]
                 if test is not None:
                     its = self.expr(test, its, live)
                 its = self.block(s.body, its, live)
                 self.loop_check(its, live)
-                iterations[live] = its
+                iterations[(live, before)] = its
             for it in its:
                 lanes = j.lanes()
                 for c in live:
@@ -617,6 +621,27 @@ def _decide(joints: list[Joint], parts: Sequence[ast.AST], value: bool) -> list[
                 continue
             out.append(j)
     return out
+
+
+def _tested_keys(loop: ast.AST) -> frozenset[str]:
+    """The identities (:func:`_key`) of the conditions ``loop`` tests, and of their parts."""
+    cached: frozenset[str] | None = getattr(loop, "_ddp_tested_keys", None)
+    if cached is not None:
+        return cached
+    out: set[str] = set()
+    for n in tree_walk.bfs(loop):
+        if isinstance(n, (ast.If, ast.While, ast.IfExp)):
+            parts = [n.test]
+            while parts:
+                t = parts.pop()
+                out.add(_key(t)[0])
+                if isinstance(t, ast.BoolOp):
+                    parts.extend(t.values)
+                elif isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+                    parts.append(t.operand)
+    frozen = frozenset(out)
+    loop._ddp_tested_keys = frozen  # type: ignore[attr-defined]
+    return frozen
 
 
 def _may_leave(stmts: Sequence[ast.stmt]) -> bool:

@@ -230,11 +230,12 @@ class GraphKeptAlive(Rule):
         if isinstance(bound, ast.Name):
             args = fn.args
             positional = [*args.posonlyargs, *args.args]
-            defaults = dict(
-                zip((a.arg for a in positional[len(positional) - len(args.defaults) :]), args.defaults)
-            )
+            tail = positional[len(positional) - len(args.defaults) :]
+            defaults = {a.arg: d for a, d in zip(tail, args.defaults, strict=True)}
             defaults.update(
-                (a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None
+                (a.arg, d)
+                for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                if d is not None
             )
             bound = defaults.get(bound.id, bound)
         if not (
