@@ -26,13 +26,21 @@ Three steps, each pure:
 
 1. :func:`site_props` (the module facts, per function, syntactic): each call site of the
    function's own frame with the parameter values under which an enclosing ``if`` / ``while``
-   / conditional expression skips it, the caller parameters it passes on, and the
-   parameters' literal defaults. Stored as function properties (``gate-site:...``,
+   / conditional expression skips it, the caller parameters it passes on, what it binds
+   (literals by position or keyword, ``?`` for other expressions, ``*`` for unpacking), and
+   the parameters' literal defaults. Stored as function properties (``gate-site:...``,
    ``gate-default:...``) so they travel with the facts and the project index.
 2. :func:`resolve` (the module facts, after the transitive properties): a function that
    reaches a collective is *off* for ``param=value`` when every call site of its frame that
    reaches one is skipped for it, directly or through a callee that is off for the value
-   passed on (``gate-off:param=value``, ``gate-params:a,b,c``); iterated through same-file
+   passed on (``gate-off:param=value``, ``gate-params:a,b,c``). A call site whose own
+   literals or left defaults switch its callee off (``make_loader(path)`` with ``rank=-1``
+   by default) makes no collective at all; a function whose every such site is off is off
+   whatever its arguments (``gate-off:*=*``: a validation helper that builds its own loader
+   that way). A site under a mode switch of the function's arguments (``if args.fsdp:``),
+   or one binding such a switch to a parameter that switches the callee off, reaches a
+   collective only in that mode; a function whose every collective site is off or so is
+   mode-gated (``gate-off:*=mode``), and a call of it is not taken as a collective. Iterated through same-file
    helpers by the module facts, and through helpers of other files by the project index
    (``ddp_lsp/project/flow.py`` runs the same resolution over every module's functions).
 3. :func:`switched_off` (the path analysis, per call): the call binds a literal (or the
@@ -54,6 +62,15 @@ DEFAULT = "gate-default:"
 OFF = "gate-off:"
 PARAMS = "gate-params:"
 PREFIX = "gate-"  # every gate property starts with it (SITE, DEFAULT, OFF, PARAMS)
+# ``gate-off:*=*``: every call site of the function that reaches a collective binds values
+# that switch its callee off, so no call of it makes a collective.
+ALWAYS = ("*", "*")
+# ``gate-off:*=mode``: every collective of the function sits under a mode test of its
+# arguments (``if args.fsdp:``; see :func:`_mode_test`). Whether a call of it communicates
+# depends on a mode of the run the call site does not show, so a call of it is not taken
+# as a collective (precision first: a mode-gated helper called on rank 0 only in that mode
+# is missed). A site under such a test carries the gate ``*=mode``.
+MODE = ("*", "mode")
 # The values a parameter is tried with, by token.
 _TRY: dict[str, object] = {"-1": -1, "0": 0, "None": None, "False": False}
 _FALSY = ("None", "False")
@@ -166,14 +183,100 @@ def _skips(test: ast.AST, params: Iterable[str], want: bool) -> set[tuple[str, s
     return out
 
 
+def _bindings(call: ast.Call, params: set[str], modes: set[str]) -> str:
+    """What a call binds: ``0=-1`` (first positional, a literal), ``fsdp=m`` (a mode test of
+    an argument, see :func:`_mode_test`), ``rank=?`` (any other expression), and ``*`` when
+    it unpacks arguments (then the defaults it leaves are unknown)."""
+
+    def tok(e: ast.expr) -> str:
+        return _token(e) or ("m" if _mode_test(e, params, modes) else "?")
+
+    out = []
+    for i, a in enumerate(call.args):
+        if isinstance(a, ast.Starred):
+            out.append("*")
+            break
+        out.append(f"{i}={tok(a)}")
+    for kw in call.keywords:
+        if kw.arg is None:
+            out.append("*")
+        else:
+            out.append(f"{kw.arg}={tok(kw.value)}")
+    return ",".join(out)
+
+
+# Attribute names that say whether the run is distributed, or which rank this is: a test of
+# one of them is not a mode of the run (``if args.distributed: dist.barrier()`` is on in every
+# distributed run, so a rank-0 call of it hangs).
+_NOT_MODES = ("rank", "master", "main", "local", "world", "dist", "ddp", "gpu", "device", "node")
+
+
+def _mode_attr(e: ast.AST, params: set[str]) -> bool:
+    """``args.fsdp`` / ``getattr(args, "fsdp", False)``: a configuration switch read from an
+    argument."""
+    name = None
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id in params:
+        name = e.attr
+    elif (
+        isinstance(e, ast.Call)
+        and isinstance(e.func, ast.Name)
+        and e.func.id == "getattr"
+        and len(e.args) >= 2
+        and isinstance(e.args[0], ast.Name)
+        and e.args[0].id in params
+        and isinstance(e.args[1], ast.Constant)
+        and isinstance(e.args[1].value, str)
+    ):
+        name = e.args[1].value
+    if name is None:
+        return False
+    low = name.lower()
+    return not any(w in low for w in _NOT_MODES)
+
+
+def _mode_test(e: ast.AST, params: set[str], modes: set[str]) -> bool:
+    """A test true only in one mode of the run, decided by the function's arguments
+    (``args.fsdp``, ``getattr(cfg, "fsdp_eval", False) and args.distributed``, a local
+    assigned one): the same on every rank, and false in the run modes that do not use it."""
+    if isinstance(e, ast.Name):
+        return e.id in modes
+    if isinstance(e, ast.BoolOp):
+        parts = [_mode_test(v, params, modes) for v in e.values]
+        return any(parts) if isinstance(e.op, ast.And) else all(parts)
+    return _mode_attr(e, params)
+
+
+def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) -> set[str]:
+    """Locals assigned exactly once in ``f``'s frame, from a mode test of its arguments
+    (``use_fsdp_eval = getattr(args, "fsdp", False) and args.distributed``)."""
+    values: dict[str, list[ast.expr]] = {}
+    stack: list[ast.AST] = list(f.body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, _SCOPES):
+            continue
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Name):
+                    values.setdefault(t.id, []).append(n.value)
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and isinstance(
+            n.target, ast.Name
+        ):
+            values.setdefault(n.target.id, []).append(ast.Constant(None))  # not a single value
+        stack.extend(ast.iter_child_nodes(n))
+    out: set[str] = set()
+    for name, vals in values.items():
+        if name not in params and len(vals) == 1 and _mode_test(vals[0], params, out):
+            out.add(name)
+    return out
+
+
 def site_props(
     f: ast.FunctionDef | ast.AsyncFunctionDef, dotted: Callable[[ast.AST], str | None]
 ) -> set[str]:
     """The ``gate-*`` properties of ``f`` (empty for a function no parameter can gate)."""
     args = f.args
     params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
-    if not params:
-        return set()
     out: set[str] = set()
     positional = [*args.posonlyargs, *args.args]
     for a, d in zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True):
@@ -186,6 +289,7 @@ def site_props(
             out.add(f"{DEFAULT}{a.arg}={tok}")
     pset = set(params)
     sites: list[str] = []
+    modes = _mode_locals(f, pset)
 
     def visit(node: ast.AST, gates: frozenset[tuple[str, str]]) -> None:
         if isinstance(node, _SCOPES):
@@ -196,6 +300,14 @@ def site_props(
             orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
             on = gates | _skips(node.test, pset, True)
             off = gates | _skips(node.test, pset, False)
+            if _mode_test(node.test, pset, modes):
+                on = on | {MODE}
+            elif (
+                isinstance(node.test, ast.UnaryOp)
+                and isinstance(node.test.op, ast.Not)
+                and _mode_test(node.test.operand, pset, modes)
+            ):
+                off = off | {MODE}
             for s in body:
                 visit(s, on)
             for s in orelse:
@@ -213,18 +325,15 @@ def site_props(
                     for kw in node.keywords
                     if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in pset
                 ]
-                if gates or passed:
-                    g = ",".join(sorted(f"{p}={t}" for p, t in gates))
-                    sites.append(f"{SITE}{name}|{g}|{','.join(passed)}")
-                else:
-                    sites.append(f"{SITE}{name}||")
+                g = ",".join(sorted(f"{p}={t}" for p, t in gates))
+                sites.append(f"{SITE}{name}|{g}|{','.join(passed)}|{_bindings(node, pset, modes)}")
         for child in ast.iter_child_nodes(node):
             visit(child, gates)
 
     for s in f.body:
         visit(s, frozenset())
-    if not any(not site.endswith("||") for site in sites):
-        return out  # nothing a parameter gates or passes on: no summary needed
+    if not sites:
+        return out  # calls nothing: no summary needed
     out.update(sites)
     out.add(PARAMS + ",".join(params))
     return out
@@ -233,15 +342,72 @@ def site_props(
 # -- 2. resolution -------------------------------------------------------------------------------
 
 
-def _parse_site(prop: str) -> tuple[str, set[tuple[str, str]], dict[str, str]]:
-    callee, gates, passed = prop[len(SITE) :].split("|")
+def _parse_site(prop: str) -> tuple[str, set[tuple[str, str]], dict[str, str], str]:
+    callee, gates, passed, bound = prop[len(SITE) :].split("|")
     g = {tuple(x.split("=", 1)) for x in gates.split(",") if x}
     p = dict(x.split(">", 1) for x in passed.split(",") if x)
-    return callee, g, p  # type: ignore[return-value]
+    return callee, g, p, bound  # type: ignore[return-value]
 
 
 def off_values(props: Iterable[str]) -> set[tuple[str, str]]:
     return {tuple(p[len(OFF) :].split("=", 1)) for p in props if p.startswith(OFF)}  # type: ignore[misc]
+
+
+def _turns_off(got: str, off: str) -> bool:
+    """A bound token ``got`` is the value ``off`` that switches the callee off (``None``,
+    ``False`` and ``0`` are one for a test of truth)."""
+    return got == off or (off in _FALSY and got in _FALSY + ("0",))
+
+
+def _site_mode(bound: str, cprops: Iterable[str]) -> bool:
+    """The call reaches a collective only in a mode of the run: the callee is mode-gated, or
+    it is off for a false parameter the call binds to a mode test (``use_fsdp_eval=...``)."""
+    coff = off_values(cprops)
+    if MODE in coff:
+        return True
+    falsy = {p for p, t in coff if t in _FALSY}
+    if not falsy:
+        return False
+    binds = dict(x.split("=", 1) for x in bound.split(",") if x and x != "*")
+    cparams = params_of(cprops) or []
+    for p in falsy:
+        tok = binds.get(p)
+        if tok is None and p in cparams:
+            i = cparams.index(p) - (1 if cparams[0] in ("self", "cls") else 0)
+            tok = binds.get(str(i)) if i >= 0 else None
+        if tok == "m":
+            return True
+    return False
+
+
+def _site_off(bound: str, cprops: Iterable[str]) -> bool:
+    """The literals a call site binds (see :func:`_bindings`), or the defaults it leaves,
+    switch the callee off: ``make_loader(path)`` whose ``rank`` defaults to -1."""
+    cprops = list(cprops)
+    coff = off_values(cprops)
+    if ALWAYS in coff:
+        return True
+    if not coff:
+        return False
+    items = [x for x in bound.split(",") if x]
+    unpacked = "*" in items
+    binds = dict(x.split("=", 1) for x in items if x != "*")
+    cparams = params_of(cprops) or []
+    defaults = defaults_of(cprops)
+    for p, t in coff:
+        tok = binds.get(p)
+        if tok is None and p in cparams:
+            i = cparams.index(p) - (1 if cparams[0] in ("self", "cls") else 0)
+            tok = binds.get(str(i)) if i >= 0 else None
+        if tok is not None:
+            if _turns_off(tok, t):
+                return True
+            continue
+        if unpacked:
+            continue
+        if defaults.get(p) == t:
+            return True
+    return False
 
 
 def params_of(props: Iterable[str]) -> list[str] | None:
@@ -278,12 +444,19 @@ def resolve(
             props = func_props[q]
             params = params_of(props) or []
             found: set[tuple[str, str]] | None = None
+            reached = moded = False
             for prop in [p for p in props if p.startswith(SITE)]:
-                callee, gates, passed = _parse_site(prop)
+                callee, gates, passed, bound = _parse_site(prop)
                 if not reaches(q, callee):
                     continue
-                off = set(gates)
+                reached = True
                 cprops = callee_props(q, callee) or ()
+                if _site_off(bound, cprops):
+                    continue  # this call makes no collective, whatever q's arguments
+                if MODE in gates or _site_mode(bound, cprops):
+                    moded = True
+                    continue  # a collective only in a mode of the run
+                off = set(gates)
                 coff = off_values(cprops)
                 if coff:
                     cparams = params_of(cprops) or []
@@ -295,7 +468,11 @@ def resolve(
                 found = off if found is None else found & off
                 if not found:
                     break
-            new = {f"{OFF}{p}={t}" for p, t in (found or ()) if p in params}
+            if reached and found is None:
+                mark = MODE if moded else ALWAYS
+                new = {f"{OFF}{mark[0]}={mark[1]}"}
+            else:
+                new = {f"{OFF}{p}={t}" for p, t in (found or ()) if p in params}
             if not new <= props:
                 props |= new
                 changed = True
@@ -328,6 +505,8 @@ def switched_off(call: ast.Call, props: Iterable[str]) -> bool:
     off = off_values(props)
     if not off:
         return False
+    if ALWAYS in off or MODE in off:
+        return True
     params = params_of(props) or []
     defaults = defaults_of(props)
     unpacked = any(isinstance(a, ast.Starred) for a in call.args) or any(

@@ -368,23 +368,27 @@ class Flow:
         active: frozenset[int],
     ) -> list[Joint]:
         out: list[Joint] = []
-        iterations: dict[frozenset[int], list[Joint]] = {}
+        iterations: dict[tuple[frozenset[int], Decisions], list[Joint]] = {}
+        tested = _tested_keys(s)
         for j in joints:
             live = frozenset(c for c in active if j[c].exit is None)
             out.append(j)  # no iteration (or no live class)
             if not live:
                 continue
-            its = iterations.get(live)
+            # One iteration, walked once per set of live classes and per decision taken
+            # before the loop on a condition the loop tests again (`if not fsdp and rank != 0:
+            # return` ... `while True: if fsdp: broadcast()`); it does not depend on anything
+            # else that happened before the loop.
+            before = frozenset(d for d in j.decided if d[0] in tested)
+            its = iterations.get((live, before))
             if its is None:
-                # One iteration, walked once per set of live classes: it does not depend on
-                # what happened before the loop.
                 fresh = [Lane() if c in live else Lane(exit=_FROZEN) for c in (Z, NZ)]
-                its = [Joint(fresh[Z], fresh[NZ])]
+                its = [Joint(fresh[Z], fresh[NZ], before)]
                 if test is not None:
                     its = self.expr(test, its, live)
                 its = self.block(s.body, its, live)
                 self.loop_check(its, live)
-                iterations[live] = its
+                iterations[(live, before)] = its
             for it in its:
                 lanes = j.lanes()
                 for c in live:
@@ -562,6 +566,15 @@ class Flow:
 
         body_stmts = s.body + (rest if leaves(s.orelse) and not leaves(s.body) else [])
         else_stmts = s.orelse + (rest if leaves(s.body) and not leaves(s.orelse) else [])
+        inside: set[int] | None = None
+        if not (leaves(s.body) or leaves(s.orelse)) and (
+            _may_leave(s.body) or _may_leave(s.orelse)
+        ):
+            # The exit is nested in a uniform `if` of a side (`if fresh: init(); all_gather();
+            # continue`): both sides run on into the rest, where the walk stops each path that
+            # left; only calls of the branch itself are reported.
+            body_stmts, else_stmts = s.body + rest, s.orelse + rest
+            inside = {id(n) for n in tree_walk.bfs(s)}
         body, orelse = alts(body_stmts), alts(else_stmts)
         for mine, theirs, in_else in ((body, orelse, False), (orelse, body, True)):
             if len(theirs) != 1:
@@ -570,7 +583,8 @@ class Flow:
                 if len(seq) <= len(theirs[0]):
                     continue
                 for ev in _unmatched(seq, theirs[0]):
-                    self.miss(ev, Reason("some", s, in_else=in_else))
+                    if inside is None or id(ev.node) in inside:
+                        self.miss(ev, Reason("some", s, in_else=in_else))
 
     def miss(self, ev: Event, reason: Reason) -> None:
         if ev.subgroup or id(ev.node) in self.misses:
@@ -608,6 +622,46 @@ def _decide(joints: list[Joint], parts: Sequence[ast.AST], value: bool) -> list[
                 continue
             out.append(j)
     return out
+
+
+def _tested_keys(loop: ast.AST) -> frozenset[str]:
+    """The identities (:func:`_key`) of the conditions ``loop`` tests, and of their parts."""
+    cached: frozenset[str] | None = getattr(loop, "_ddp_tested_keys", None)
+    if cached is not None:
+        return cached
+    out: set[str] = set()
+    for n in tree_walk.bfs(loop):
+        if isinstance(n, (ast.If, ast.While, ast.IfExp)):
+            parts = [n.test]
+            while parts:
+                t = parts.pop()
+                out.add(_key(t)[0])
+                if isinstance(t, ast.BoolOp):
+                    parts.extend(t.values)
+                elif isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+                    parts.append(t.operand)
+    frozen = frozenset(out)
+    loop._ddp_tested_keys = frozen  # type: ignore[attr-defined]
+    return frozen
+
+
+def _may_leave(stmts: Sequence[ast.stmt]) -> bool:
+    """Some path of ``stmts`` leaves the block: a ``continue``/``break``/``return`` among
+    them or in their branches (not in a nested loop, function or class)."""
+    stack: list[ast.AST] = list(stmts)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.Continue, ast.Break, ast.Return)):
+            return True
+        if isinstance(n, (*_SCOPES, ast.For, ast.AsyncFor, ast.While)):
+            continue
+        if isinstance(n, ast.stmt):
+            stack.extend(c for c in ast.iter_child_nodes(n) if isinstance(c, ast.stmt))
+            if isinstance(n, ast.Try):
+                stack.extend(n.handlers)
+        elif isinstance(n, ast.ExceptHandler):
+            stack.extend(n.body)
+    return False
 
 
 def _dedupe(joints: Iterable[Joint]) -> list[Joint]:

@@ -63,8 +63,19 @@ is reported only when no other top-level `if` of the module calls a barrier: oth
 one may be its twin ("zero first" written as two top-level `if`s) and both are left alone. A call that makes a different collective on each
 branch at the same point is not reported either, though it is a bug. A helper whose
 collective an argument bound at the call switches off (`save(..., synchronize=False)`, a
-zero-first helper given `rank=-1`) is still reported when called under a rank guard
-(docs/accuracy.md F2, F3).
+zero-first helper given `rank=-1` or leaving a default of -1) is not reported under a rank
+guard, nor a helper whose every path to a collective makes such a call (a validation helper
+that builds its own loader with the default rank); only literals and defaults switch a
+helper off, so a flag the caller computes (`sync=is_dist`) does not (docs/accuracy.md F2,
+F3). A helper whose every collective sits under a mode switch read from its arguments
+(`if args.fsdp:`, `getattr(cfg, "fsdp_eval", False) and args.distributed`, or a parameter
+the caller binds to one) communicates only in that mode of the run, so a rank-guarded call
+of it is not reported: it is missed when the mode is on (docs/accuracy.md F5). Tests of
+whether the run is distributed or which rank this is (`args.distributed`, `args.rank`,
+`args.world_size`, `args.local_rank`) are not modes: a helper under `if args.distributed:`
+is still reported. A condition decided before a loop keeps its value inside it: an early
+exit under `if not sharded and rank != 0:` and a `while` loop's `if sharded: broadcast()`
+exclude each other.
 
 Error paths: a rank-guarded `raise` or `sys.exit(<error>)` before a collective is not
 reported. The launcher (torchrun's agent, `mp.spawn`, the DeepSpeed launcher) stops every
@@ -719,6 +730,148 @@ def train(rank):
         test = make_loader("test")
 """,
         note="a zero-first helper reached with rank -1 (single process) runs no barrier",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def score(model, loader, args, sharded=False):
+    flag = torch.ones(1)
+    if sharded:
+        dist.broadcast(flag, src=0)
+    return [model(x) for x in loader]
+
+def zero_shot(model, loader, args):
+    sharded = getattr(args, "fsdp", False) and args.distributed
+    return score(model, loader, args, sharded=sharded)
+
+def evaluate(model, loader, args):
+    if args.rank != 0:
+        return {}
+    return zero_shot(model, loader, args)
+""",
+        note="a helper that communicates only in one mode of the run (FSDP evaluation), "
+        "called on rank 0 by code written for the other mode",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def sync_eval(model, args):
+    if args.distributed:
+        dist.barrier()
+    return model
+
+def evaluate(model, args):
+    if args.rank == 0:
+        «sync_eval(model, args)»
+""",
+        note="'is distributed' is not a mode: the helper's barrier runs in every distributed run",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def evaluate(model, loader, args):
+    sharded = args.fsdp and args.distributed
+    if not sharded and args.rank != 0:
+        return {}
+    it = iter(loader)
+    signal = torch.ones(1)
+    while True:
+        if sharded:
+            dist.broadcast(signal, src=0)
+            if signal.item() == 0:
+                break
+        elif next(it, None) is None:
+            break
+    return {}
+""",
+        note="the early exit and the loop's collective exclude each other through one flag",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def step(params, bufs, rank, world):
+    for base in range(0, len(params), world):
+        if base + rank < len(params):
+            p = params[base + rank]
+            if p.grad is None:
+                p.zero_()
+                dist.all_gather(bufs[base:base + world], bufs[base + rank])
+                continue
+            p.add_(p.grad)
+        dist.all_gather(bufs[base:base + world], bufs[base + rank])
+""",
+        note="the rank branch's nested exit makes the same collective the rest of the loop makes",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def step(params, bufs, rank, world):
+    for base in range(0, len(params), world):
+        if base + rank < len(params):
+            p = params[base + rank]
+            if p.grad is None:
+                «dist.all_gather(bufs[base:base + world], bufs[base + rank])»
+                continue
+            p.add_(p.grad)
+        torch.cuda.synchronize()
+""",
+        note="only the ranks that own a fresh parameter gather; nothing after the branch does",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import contextlib
+
+@contextlib.contextmanager
+def zero_first(local_rank):
+    if local_rank not in (-1, 0):
+        dist.barrier()
+    yield
+    if local_rank == 0:
+        dist.barrier()
+
+def make_loader(path, batch, rank=-1, workers=4):
+    with zero_first(rank):
+        return torch.load(path), batch
+
+def evaluate(path, batch=8, net=None, loader=None, workers=4):
+    standalone = net is None
+    if standalone:
+        loader = make_loader(path, batch, workers=workers)[0]
+    return len(loader)
+
+def train(rank, net, loader):
+    if rank in (-1, 0):
+        evaluate("val", batch=16, net=net, loader=loader)
+""",
+        note="a helper whose only path to the barrier leaves the zero-first rank at -1",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import contextlib
+
+@contextlib.contextmanager
+def zero_first(local_rank):
+    if local_rank not in (-1, 0):
+        dist.barrier()
+    yield
+    if local_rank == 0:
+        dist.barrier()
+
+def make_loader(path, batch, rank=-1, workers=4):
+    with zero_first(rank):
+        return torch.load(path), batch
+
+def evaluate(path, rank, batch=8):
+    loader = make_loader(path, batch, rank, workers=2)[0]
+    return len(loader)
+
+def train(rank):
+    if rank in (-1, 0):
+        «evaluate("val", rank)»
+""",
+        note="the helper passes the caller's rank on to the zero-first barrier",
     ),
     Valid(
         _HEAD

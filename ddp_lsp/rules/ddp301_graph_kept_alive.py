@@ -43,7 +43,11 @@ marked unsafe because it changes the type and synchronises with the device on ev
 Values are followed only within one function; a loss returned by a helper is not tracked, and
 an evaluation loop without `torch.no_grad()` and without `backward()` is not reported. Containers
 (re)created or cleared inside the training loop are fine and not reported. An entry stored under
-a constant key (`log["loss"] = loss`) is overwritten every iteration and not reported.
+a constant key (`log["loss"] = loss`) is overwritten every iteration and not reported. A loop of
+a fixed, small number of steps (`for _ in range(20)`, or `range(steps)` with a literal default
+of at most 1,000) collecting into a local list the function returns keeps a bounded number of
+graphs, and they are what the caller asked for (a numerics test comparing a few steps' losses):
+not reported. A loop over a loader, or a longer one, is.
 
 Any module: the bug is a bug in a single-process script too, so in a project this rule
 also reports in functions that are not distributed code (a tokenizer, a plotting script, an
@@ -70,6 +74,9 @@ from ddp_lsp.rules import _patterns as patterns
 
 _APPENDERS = {"append": 0, "appendleft": 0, "insert": 1, "extend": 0}
 _ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript)
+# A loop of at most this many iterations whose values a function returns keeps a bounded
+# number of graphs (docs/accuracy.md F18).
+_FEW_STEPS = 1000
 
 
 @dataclass(frozen=True)
@@ -193,11 +200,57 @@ class GraphKeptAlive(Rule):
     ) -> bool:
         for loop in ctx.enclosing_loops(node):
             if flow.has_backward_in(loop):
+                if fn is not None and self._bounded_result(loop, fn, root_path):
+                    return False
                 return not self._recreated(root_path, loop)
         # No training loop around it: a training step method keeping values on `self`.
         if fn is None or not root_path.startswith("self."):
             return False
         return not self._recreated(root_path, fn)
+
+    @staticmethod
+    def _bounded_result(
+        loop: ast.AST, fn: ast.FunctionDef | ast.AsyncFunctionDef, path: str
+    ) -> bool:
+        """A fixed number of iterations whose values are the function's result: ``for _ in
+        range(20)`` (or ``range(steps)`` with ``steps=20`` by default) collecting into a local
+        list that the function returns. What is kept is bounded, and it is what the caller
+        asked for (a numerics test comparing the losses of a few steps)."""
+        if "." in path or not isinstance(loop, ast.For | ast.AsyncFor):
+            return False
+        it = loop.iter
+        if not (
+            isinstance(it, ast.Call)
+            and isinstance(it.func, ast.Name)
+            and it.func.id == "range"
+            and len(it.args) == 1
+            and not it.keywords
+        ):
+            return False
+        bound = it.args[0]
+        if isinstance(bound, ast.Name):
+            args = fn.args
+            positional = [*args.posonlyargs, *args.args]
+            tail = positional[len(positional) - len(args.defaults) :]
+            defaults = {a.arg: d for a, d in zip(tail, args.defaults, strict=True)}
+            defaults.update(
+                (a.arg, d)
+                for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                if d is not None
+            )
+            bound = defaults.get(bound.id, bound)
+        if not (
+            isinstance(bound, ast.Constant)
+            and type(bound.value) is int
+            and 0 < bound.value <= _FEW_STEPS
+        ):
+            return False
+        for n in tree_walk.scope_nodes(fn):
+            if isinstance(n, ast.Return) and n.value is not None:
+                parts = n.value.elts if isinstance(n.value, ast.Tuple) else [n.value]
+                if any(isinstance(x, ast.Name) and x.id == path for x in parts):
+                    return True
+        return False
 
     @staticmethod
     def _recreated(path: str, scope: ast.AST) -> bool:
@@ -558,6 +611,82 @@ class Trainer:
             tr_loss += tr_loss_step
 """,
         note="HF Trainer: training_step returns loss.detach(); a helper's result is not followed",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def losses_of_a_few_steps(model, batch, target, optimizer, criterion, steps=16):
+    history = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = criterion(model(batch), target)
+        loss.backward()
+        optimizer.step()
+        history.append(loss)
+    return history
+
+def first_steps(model, batch, target, optimizer, criterion):
+    seen = []
+    for _ in range(8):
+        loss = criterion(model(batch), target)
+        loss.backward()
+        optimizer.step()
+        seen.append(loss)
+    return seen, model
+""",
+        note="a fixed number of steps whose losses are the function's result (docs F18)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def fit(model, loader, optimizer, criterion, epochs=16):
+    history = []
+    for _ in range(epochs):
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            history.append(«loss»)
+    return history
+""",
+        fixed=_HEAD
+        + """\
+def fit(model, loader, optimizer, criterion, epochs=16):
+    history = []
+    for _ in range(epochs):
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            history.append(loss.detach())
+    return history
+""",
+        note="returned, but a whole loader runs per counted step",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def fit_long(model, batch, target, optimizer, criterion, steps=100_000):
+    history = []
+    for _ in range(steps):
+        loss = criterion(model(batch), target)
+        loss.backward()
+        optimizer.step()
+        history.append(«loss»)
+    return history
+""",
+        fixed=_HEAD
+        + """\
+def fit_long(model, batch, target, optimizer, criterion, steps=100_000):
+    history = []
+    for _ in range(steps):
+        loss = criterion(model(batch), target)
+        loss.backward()
+        optimizer.step()
+        history.append(loss.detach())
+    return history
+""",
+        note="returned, but too many steps to be a few",
     ),
     Invalid(
         _HEAD

@@ -610,6 +610,68 @@ def test_package_named_src_resolves_both_spellings(tmp_path: Path) -> None:
 # -- DDP103: arguments bound at a guarded call, through helpers of other files ----------------
 
 
+def test_ddp103_validation_helper_that_builds_its_loader_with_the_default_rank(
+    tmp_path: Path,
+) -> None:
+    """A validation helper (its own file) builds a loader only when it is run as a script, and
+    then through a loader helper (a third file) whose zero-first rank defaults to -1: no call
+    of the helper makes a collective, so rank 0 calling it is fine; a helper that passes its
+    rank on is still reported (issue 14, F2)."""
+    _write(
+        tmp_path,
+        {
+            "utils/torch_utils.py": """\
+            import contextlib
+            import torch.distributed as dist
+
+            @contextlib.contextmanager
+            def zero_first(local_rank):
+                if local_rank not in (-1, 0):
+                    dist.barrier()
+                yield
+                if local_rank == 0:
+                    dist.barrier()
+            """,
+            "utils/data.py": """\
+            import torch
+            from utils.torch_utils import zero_first
+
+            def make_loader(path, size, rank=-1, workers=8):
+                with zero_first(rank):
+                    return torch.load(path), size
+            """,
+            "val.py": """\
+            from utils.data import make_loader
+
+            def run(data, size=640, model=None, loader=None, workers=8):
+                training = model is not None
+                if not training:
+                    loader = make_loader(data, size, workers=workers)[0]
+                return [model(x) for x in loader]
+
+            def run_ranked(data, rank, size=640):
+                loader = make_loader(data, size, rank=rank)[0]
+                return len(loader)
+            """,
+            "train.py": """\
+            import os
+            import torch.distributed as dist
+            import val as validate
+
+            RANK = int(os.environ["RANK"])
+
+            def main(model, loader):
+                dist.init_process_group("nccl")
+                if RANK in (-1, 0):
+                    validate.run("val", model=model, loader=loader)
+                    validate.run_ranked("val", RANK)
+            """,
+        },
+    )
+    found = [f for f in _findings(tmp_path, "train.py") if f.rule_id == "DDP103"]
+    assert _ids(found) == [("DDP103", 11)]
+
+
 def test_ddp103_zero_first_helper_two_files_away_given_rank_minus_one(tmp_path: Path) -> None:
     """A loader helper (one file) wraps a zero-first context manager (another file) with the
     rank it is given: called with rank -1 (single process) from rank 0 it runs no barrier;
