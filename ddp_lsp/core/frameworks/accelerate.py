@@ -9,6 +9,7 @@ NAME = "accelerate"
 _C = Match.CALL
 _M = Match.METHOD
 _COLL = (Meaning.COLLECTIVE,)
+_SINGLE = (Meaning.SINGLE_PROCESS,)
 
 TABLE: tuple[Api, ...] = (
     Api(
@@ -57,4 +58,20 @@ TABLE: tuple[Api, ...] = (
     Api(_C, "accelerate.utils.random.set_seed", (Meaning.SEEDS,), keyword="device_specific"),
     # accelerate.logging.get_logger logs on the main process unless main_process_only=False.
     Api(Match.FUNCTION, "get_logger", (Meaning.SILENCES_LOGGING,)),
+    # Big-model placement: one process spreading a model over its devices (single-GPU and
+    # inference scripts use it); the name and everything under it.
+    Api(_C, "accelerate.init_empty_weights", _SINGLE),
+    Api(_C, "accelerate.init_on_device", _SINGLE),
+    Api(_C, "accelerate.cpu_offload", _SINGLE),
+    Api(_C, "accelerate.disk_offload", _SINGLE),
+    Api(_C, "accelerate.dispatch_model", _SINGLE),
+    Api(_C, "accelerate.infer_auto_device_map", _SINGLE),
+    Api(_C, "accelerate.load_checkpoint_and_dispatch", _SINGLE),
+    Api(_C, "accelerate.load_checkpoint_in_model", _SINGLE),
+    Api(_C, "accelerate.big_modeling", _SINGLE),
+    Api(_C, "accelerate.hooks", _SINGLE),
+    Api(_C, "accelerate.utils.modeling", _SINGLE),
+    Api(_C, "accelerate.utils.get_balanced_memory", _SINGLE),
+    Api(_C, "accelerate.utils.get_max_memory", _SINGLE),
+    Api(_C, "accelerate.utils.load_checkpoint_in_model", _SINGLE),
 )

@@ -28,4 +28,6 @@ TABLE: tuple[Api, ...] = (
     # ZeRO-3: consolidating the 16-bit weights gathers the partitions from every rank.
     Api(Match.FUNCTION, "_zero3_consolidated_16bit_state_dict", (Meaning.GATHERS_STATE,)),
     Api(_C, "deepspeed.initialize", (Meaning.WRAPS_MODEL, Meaning.ACCUMULATES_ITSELF)),
+    # The device abstraction (`get_accelerator().device_name()`): single-GPU scripts use it too.
+    Api(_C, "deepspeed.accelerator", (Meaning.SINGLE_PROCESS,)),
 )
