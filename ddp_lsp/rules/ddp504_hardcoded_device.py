@@ -87,6 +87,8 @@ class HardcodedDevice(Rule):
             seen.add(id(node))
             if device_rules.guarded(ctx, node) or device_rules.single_process_branch(ctx, node):
                 continue
+            if _per_rank_entry(ctx, node):
+                continue
             if guards.spawns_processes(ctx, patterns.scope_root(ctx, node)):
                 continue
             stmt = ctx.statement(node)
@@ -129,6 +131,28 @@ def _sets_visible_devices(ctx: ChunkContext) -> bool:
         if isinstance(call.func, ast.Attribute) and call.func.attr in ("setdefault", "putenv"):
             if call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value == _CVD:
                 return True
+    return False
+
+
+def _per_rank_entry(ctx: ChunkContext, node: ast.AST) -> bool:
+    """``node`` (``"cuda:N"`` or ``N``) sits in the entry for key ``N`` of a table keyed by the
+    rank or the device (``{0: zeros(device="cuda:0"), 1: zeros(device="cuda:1")}[rank]``):
+    each rank picks its own GPU's entry."""
+    index = device_rules.cuda_index(node)
+    if index is None:
+        index = device_rules.int_const(node)
+    if index is None:
+        return False
+    child: ast.AST = node
+    for up in ctx.ancestors(node):
+        if isinstance(up, ast.Dict):
+            for key, value in zip(up.keys, up.values):
+                if value is child:
+                    return isinstance(key, ast.Constant) and key.value == index
+            return False
+        if isinstance(up, ast.stmt):
+            return False
+        child = up
     return False
 
 
@@ -345,6 +369,36 @@ def main(model, batch):
     return model(batch.to(accelerator.device))
 """,
         note="accelerate: accelerator.device is the process's own GPU",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def expected_shards(size):
+    return {
+        0: (torch.zeros(size, device="cuda:0"), torch.zeros(size // 2, device="cuda:0")),
+        1: (torch.zeros(size // 2, device="cuda:1"), torch.ones(size, device=torch.device("cuda:1"))),
+    }[dist.get_rank()]
+""",
+        note="a table keyed by the rank: each rank takes the entry on its own GPU (F16)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def expected_shards(size, local_rank):
+    return {
+        0: torch.zeros(size, device="cuda:0"),
+        1: torch.zeros(size, device=«"cuda:0"»),
+    }[dist.get_rank()]
+""",
+        fixed=_HEAD
+        + """\
+def expected_shards(size, local_rank):
+    return {
+        0: torch.zeros(size, device="cuda:0"),
+        1: torch.zeros(size, device=f"cuda:{local_rank}"),
+    }[dist.get_rank()]
+""",
+        note="an entry on another rank's GPU is still reported",
     ),
     Invalid(
         _HEAD
