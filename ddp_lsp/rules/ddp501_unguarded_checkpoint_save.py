@@ -255,6 +255,40 @@ UnguardedCheckpointSave.cases = (
     Valid(
         _HEAD
         + """\
+def save_debug_snapshot(model, path):
+    if dist.get_world_size() != 1:
+        raise RuntimeError("debug snapshots are for single-GPU runs")
+    torch.save(model.state_dict(), path)
+
+
+def export_weights(model, out_dir, world_size):
+    assert world_size == 1, "export runs as one process"
+    torch.save(model.state_dict(), os.path.join(out_dir, "weights.pt"))
+""",
+        note="a helper that refuses to run in a distributed job is single-process past its "
+        "check (F16)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def finish(model, path):
+    if dist.get_world_size() != 1:
+        print("saving on every rank")
+    «torch.save(model.state_dict(), path)»
+""",
+        fixed=_HEAD
+        + """\
+def finish(model, path):
+    if dist.get_world_size() != 1:
+        print("saving on every rank")
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), path)
+""",
+        note="a world-size branch that does not leave still reaches the save on every rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
 def train(model, loader, optimizer, rank, epochs):
     for epoch in range(epochs):
         for x, y in loader:
