@@ -80,9 +80,8 @@ def is_distributed_call(qual: str, frameworks: FrameworkModel = BUILTIN) -> bool
     DeepSpeed's device abstraction, accelerate's big-model placement; the name or anything
     under it)."""
     if not known_names.is_distributed_import(qual):
-        return False
-    single = frameworks.calls(Meaning.SINGLE_PROCESS)
-    return not any(qual == n or qual.startswith(n + ".") for n in single)
+        return False  # the built-in single-process names included
+    return not known_names.is_single_process_name(qual, frameworks.calls(Meaning.SINGLE_PROCESS))
 
 
 def _distributed_heads(aliases: Mapping[str, str]) -> frozenset[str]:

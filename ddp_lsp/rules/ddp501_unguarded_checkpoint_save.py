@@ -287,6 +287,56 @@ def finish(model, path):
         note="a world-size branch that does not leave still reaches the save on every rank",
     ),
     Valid(
+        """\
+import torch
+from deepspeed.accelerator import get_accelerator
+
+
+def train(model, loader, optimizer, local_rank=-1):
+    device = torch.device(get_accelerator().device_name(), max(local_rank, 0))
+    model.to(device)
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x.to(device)).sum().backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "baseline.pt")
+""",
+        distributed=False,
+        note="a single-GPU baseline that only imports DeepSpeed's device abstraction (the "
+        "tables' `single-process` names) is not distributed code (F16)",
+    ),
+    Invalid(
+        """\
+import deepspeed
+import torch
+from deepspeed.accelerator import get_accelerator
+
+
+def train(model, loader, args):
+    engine, _, _, _ = deepspeed.initialize(args=args, model=model)
+    for x, y in loader:
+        engine.backward(engine(x.to(get_accelerator().device_name())).sum())
+        engine.step()
+    «torch.save(engine.module.state_dict(), "final.pt")»
+""",
+        distributed=False,
+        fixed="""\
+import deepspeed
+import torch
+from deepspeed.accelerator import get_accelerator
+
+
+def train(model, loader, args):
+    engine, _, _, _ = deepspeed.initialize(args=args, model=model)
+    for x, y in loader:
+        engine.backward(engine(x.to(get_accelerator().device_name())).sum())
+        engine.step()
+    if torch.distributed.get_rank() == 0:
+        torch.save(engine.module.state_dict(), "final.pt")
+""",
+        note="the same script run through the DeepSpeed engine is distributed code",
+    ),
+    Valid(
         _HEAD
         + """\
 def train(model, loader, optimizer, rank, epochs):
