@@ -287,6 +287,19 @@ def finish(model, path):
         note="a world-size branch that does not leave still reaches the save on every rank",
     ),
     Valid(
+        _HEAD
+        + """\
+def convert(src, out_dir):
+    # run as `torchrun --nproc-per-node 1 convert.py`: one process
+    context = ParallelContext(data_parallel_size=1, tensor_parallel_size=1, pipeline_parallel_size=1)
+    model = load_sharded(src, context)
+    torch.save(model.state_dict(), os.path.join(out_dir, "model.pt"))
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        f.write(model.config_json())
+""",
+        note="a function that sets up a world of one process (every parallel size 1) (F16)",
+    ),
+    Valid(
         """\
 import torch
 from deepspeed.accelerator import get_accelerator

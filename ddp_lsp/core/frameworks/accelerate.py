@@ -58,6 +58,12 @@ TABLE: tuple[Api, ...] = (
     Api(_C, "accelerate.utils.random.set_seed", (Meaning.SEEDS,), keyword="device_specific"),
     # accelerate.logging.get_logger logs on the main process unless main_process_only=False.
     Api(Match.FUNCTION, "get_logger", (Meaning.SILENCES_LOGGING,)),
+    # Device probes single-process scripts ask (`if is_xpu_available(): ... else: "cuda:0"`).
+    Api(_C, "accelerate.utils.imports", _SINGLE),
+    Api(_C, "accelerate.utils.is_xpu_available", _SINGLE),
+    Api(_C, "accelerate.utils.is_npu_available", _SINGLE),
+    Api(_C, "accelerate.utils.is_mlu_available", _SINGLE),
+    Api(_C, "accelerate.utils.is_mps_available", _SINGLE),
     # Big-model placement: one process spreading a model over its devices (single-GPU and
     # inference scripts use it); the name and everything under it.
     Api(_C, "accelerate.init_empty_weights", _SINGLE),
