@@ -532,7 +532,7 @@ _PARALLEL_SIZES = re.compile(
 _ONE_PROCESS_BACKENDS = frozenset({"fake"})
 
 
-def _one_process_setup(ctx: ChunkContext, call: ast.Call) -> bool:
+def one_process_setup(ctx: ChunkContext, call: ast.Call) -> bool:
     """``call`` starts a world of one process: ``init_process_group("fake", ...)`` or
     ``..._process_group(..., world_size=1)``, or a parallel layout whose every size is the
     constant 1 (``ParallelismArgs(dp=1, pp=1, tp=1)``, at least two sizes)."""
@@ -552,13 +552,13 @@ def _one_process_setup(ctx: ChunkContext, call: ast.Call) -> bool:
 
 def world_of_one(ctx: ChunkContext, node: ast.AST) -> bool:
     """The function around ``node`` (or the module's top level) sets up a world of one
-    process itself (:func:`_one_process_setup`): a conversion script run as
+    process itself (:func:`one_process_setup`): a conversion script run as
     ``torchrun --nproc-per-node 1``, a precompile step on a fake process group."""
     root = patterns.scope_root(ctx, node)
     return ctx.memo(
         ("world_of_one", id(root)),
         lambda: any(
-            isinstance(n, ast.Call) and _one_process_setup(ctx, n)
+            isinstance(n, ast.Call) and one_process_setup(ctx, n)
             for n in patterns.walk_scope(root)
         ),
     )

@@ -106,6 +106,8 @@ class MissingSetDevice(Rule):
                 continue
             if _device_selected(ctx, root, call, stmt) or _setup_helper(ctx, root, stmt):
                 continue
+            if guards.one_process_setup(ctx, call):
+                continue  # `world_size=1`: one process, GPU 0 is its GPU
             fixes = []
             rank = device_rules.local_rank_text(ctx, stmt)
             if rank is not None and not rank.from_code:
@@ -350,7 +352,22 @@ def _device_selected(ctx: ChunkContext, root: ast.AST, init: ast.Call, stmt: ast
                 return True  # a same-file helper (or one it calls) sets the device first
             later.append(node)  # or right after the group starts (a training `main(cfg)`)
     if not later:
-        return False
+        # No selection at all: harmless when the first CUDA work after the group names its GPU
+        # (`dist.barrier(device_ids=[rank])`: NCCL communicators start lazily, on that device).
+        work = [
+            n
+            for n in patterns.walk_scope(root)
+            if isinstance(n, ast.Call)
+            and n is not init
+            and patterns.before(init, n)
+            and device_rules.cuda_work(ctx, n)
+        ]
+        first = min(work, key=patterns.order) if work else None
+        return (
+            first is not None
+            and patterns.last_name(first.func) == "barrier"
+            and any(kw.arg == "device_ids" for kw in first.keywords)
+        )
     first_set = min(later, key=patterns.order)
     for node in patterns.walk_scope(root):
         if (
@@ -430,6 +447,20 @@ def train_cmd(cfg):
 """,
         note="the group starts, then the training function it calls selects the GPU before any "
         "CUDA work (F20)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def check_connectivity(rank, world_size, url):
+    dist.init_process_group("nccl", init_method=url, rank=rank, world_size=world_size)
+    dist.barrier(device_ids=[rank])
+
+
+class TraceTest:
+    def setUp(self):
+        dist.init_process_group("nccl", init_method="tcp://localhost:12357", world_size=1, rank=0)
+""",
+        note="the first CUDA work names its GPU; a world of one process (GPU 0 is its GPU)",
     ),
     Invalid(
         _HEAD
