@@ -71,7 +71,13 @@ functions registered with `accelerator.register_save_state_pre_hook` where every
 `accelerator.save_state(...)` of the registering code is under a main-process guard (the hook
 runs where `save_state` runs), and the single-process side of a uniform branch (the `else:` of
 `if cfg.enable_fsdp:` / `if dist.is_initialized():`, the body of `if not args.distributed:`;
-an FSDP or DeepSpeed flag counts only in a module that wraps no model in DDP). Caches: a write inside `with torch_distributed_zero_first(rank):` or
+an FSDP or DeepSpeed flag counts only in a module that wraps no model in DDP), code past a
+check that leaves unless the run is single-process (`if dist.get_world_size() != 1: raise
+...`, `assert world_size == 1`), and a function that sets up a world of one process
+(`init_process_group("fake", ...)`, `ParallelismArgs(dp=1, pp=1, tp=1)`: every parallel size
+the constant 1). A file that imports only what single-process code uses too (DeepSpeed's
+device abstraction, accelerate's big-model placement and device probes: the tables'
+`single-process` names) is not distributed code. Caches: a write inside `with torch_distributed_zero_first(rank):` or
 `accelerator.main_process_first()`, and writes of a dataset class (one with `__getitem__`),
 per-sample files, or a cache built by its `__init__` or a `*cache*` method where the module
 uses a zero-first block. `torch.save(*args, **kwargs)` is a save: in a forwarding helper named
