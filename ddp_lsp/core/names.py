@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from ddp_lsp.core.frameworks import BUILTIN, Meaning
 
@@ -89,6 +89,10 @@ OPTIMIZER_FACTORIES = frozenset(
 # Markers of code that runs as several processes (RULES.md "Distributed context").
 # (the tables' `module` entries).
 DISTRIBUTED_MODULE_PREFIXES = BUILTIN.modules(Meaning.DISTRIBUTED)
+# Under those, what single-process code uses too (the tables' `single-process` calls: a probe,
+# DeepSpeed's device abstraction, accelerate's big-model placement): importing only these does
+# not make a file distributed code.
+SINGLE_PROCESS_NAMES = tuple(sorted(BUILTIN.calls(Meaning.SINGLE_PROCESS)))
 RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK"})
 
 
@@ -204,7 +208,12 @@ def may_be_project_module(qual: str) -> bool:
 
 
 def is_distributed_import(qual: str) -> bool:
-    return qual.startswith(DISTRIBUTED_MODULE_PREFIXES)
+    return qual.startswith(DISTRIBUTED_MODULE_PREFIXES) and not is_single_process_name(qual)
+
+
+def is_single_process_name(qual: str, names: Iterable[str] = SINGLE_PROCESS_NAMES) -> bool:
+    """``qual`` is one of ``names`` (``single-process`` entries) or under one."""
+    return any(qual == n or qual.startswith(n + ".") for n in names)
 
 
 def import_bindings(node: ast.Import | ast.ImportFrom) -> list[tuple[str, str]]:

@@ -424,7 +424,9 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     # Functions an entry point reaches through calls and handed functions (`mp.spawn(run,
     # args=(cfg, train))`, `launch(main_worker)`) run in the ranks: their modules are
     # distributed code even when no import leads there from the initialising module.
-    local, entered = single_process(res, names, summaries, own, props, sites)
+    local, entered = single_process(
+        res, names, summaries, own, props, sites, index.ranks.frameworks
+    )
     if starts:
         first = min(o for o, _ in starts)
         starts.extend((first, m) for m in sorted(entered) if m not in inits)

@@ -35,42 +35,10 @@ from collections.abc import Iterable, Mapping
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core.frameworks import BUILTIN, FrameworkModel, Meaning
 from ddp_lsp.core.crossfile import MAIN_BLOCK
 from ddp_lsp.project.resolve import Resolver
 from ddp_lsp.project.summary import ModuleSummary
-
-#: Under a distributed prefix, but asked by single-process code before it decides
-#: (`get_rank() if dist.is_initialized() else 0`); below, DeepSpeed's device abstraction and
-#: accelerate's big-model helpers (used by single-GPU scripts too). Framework knowledge: to move
-#: into the framework tables (core/frameworks) once they hold "not distributed" entries.
-PROBES = frozenset(
-    {
-        "torch.distributed.is_available",
-        "torch.distributed.is_initialized",
-        "torch.distributed.is_nccl_available",
-        "torch.distributed.is_gloo_available",
-        "torch.distributed.is_mpi_available",
-        "torch.distributed.is_torchelastic_launched",
-    }
-)
-NOT_DISTRIBUTED_PREFIXES = (
-    "deepspeed.accelerator",
-    # accelerate's big-model placement: one process spreading a model over its devices.
-    "accelerate.init_empty_weights",
-    "accelerate.init_on_device",
-    "accelerate.cpu_offload",
-    "accelerate.disk_offload",
-    "accelerate.dispatch_model",
-    "accelerate.infer_auto_device_map",
-    "accelerate.load_checkpoint_and_dispatch",
-    "accelerate.load_checkpoint_in_model",
-    "accelerate.big_modeling",
-    "accelerate.hooks",
-    "accelerate.utils.modeling",
-    "accelerate.utils.get_balanced_memory",
-    "accelerate.utils.get_max_memory",
-    "accelerate.utils.load_checkpoint_in_model",
-)
 
 #: Kinds that only distributed code holds.
 DISTRIBUTED_KINDS = frozenset({fact_model.DDP, fact_model.FSDP, fact_model.SAMPLER, fact_model.RANK})
@@ -106,13 +74,14 @@ PLAIN_BASES = frozenset(
 Key = tuple[str, str]  # (module, qualname); qualname "<module>" for the top level
 
 
-def is_distributed_call(qual: str) -> bool:
-    """A call of ``qual`` is distributed code (not a probe such as ``dist.is_initialized()``)."""
-    return (
-        known_names.is_distributed_import(qual)
-        and qual not in PROBES
-        and not qual.startswith(NOT_DISTRIBUTED_PREFIXES)
-    )
+def is_distributed_call(qual: str, frameworks: FrameworkModel = BUILTIN) -> bool:
+    """A call of ``qual`` is distributed code: under a distributed module, and not one the
+    framework tables mark ``single-process`` (a probe such as ``dist.is_initialized()``,
+    DeepSpeed's device abstraction, accelerate's big-model placement; the name or anything
+    under it)."""
+    if not known_names.is_distributed_import(qual):
+        return False  # the built-in single-process names included
+    return not known_names.is_single_process_name(qual, frameworks.calls(Meaning.SINGLE_PROCESS))
 
 
 def _distributed_heads(aliases: Mapping[str, str]) -> frozenset[str]:
@@ -131,6 +100,7 @@ def _does_distributed(
     own: fact_model.ModuleFacts,
     scopes_with_kinds: Mapping[str, bool],
     heads: frozenset[str],
+    frameworks: FrameworkModel,
 ) -> bool:
     if fi.props & DISTRIBUTED_PROPS or own.func_props.get(fi.qualname, frozenset()) & (
         DISTRIBUTED_PROPS
@@ -142,7 +112,7 @@ def _does_distributed(
         if callee.partition(".")[0] not in heads:
             continue
         qual = known_names.resolve(callee, own.aliases)
-        if qual is not None and is_distributed_call(qual):
+        if qual is not None and is_distributed_call(qual, frameworks):
             return True
     return False
 
@@ -154,9 +124,11 @@ def single_process(
     own: Mapping[str, fact_model.ModuleFacts],
     props: Mapping[Key, Mapping[str, object]],
     sites: Iterable[tuple[str, fact_model.CallSite, str, fact_model.FunctionInfo]],
+    frameworks: FrameworkModel = BUILTIN,
 ) -> tuple[dict[str, frozenset[str]], set[str]]:
     """(module -> its functions that are not distributed code, modules an entry point
-    reaches). Both empty when nothing in the project is distributed code."""
+    reaches). Both empty when nothing in the project is distributed code. ``frameworks``:
+    the settings' tables (its ``single-process`` calls do not make a function distributed)."""
     names = list(names)
     nodes: dict[str, list[str]] = {}
     for m in names:
@@ -255,7 +227,7 @@ def single_process(
             if kind in DISTRIBUTED_KINDS:
                 with_kinds[scope or fact_model.MODULE] = True
         for fi in summaries[m].facts.functions:
-            if _does_distributed(fi, o, with_kinds, heads):
+            if _does_distributed(fi, o, with_kinds, heads, frameworks):
                 seeds.add((m, fi.qualname))
         if summaries[m].facts.env_markers and not any(k[0] == m for k in seeds):
             seeds.add((m, fact_model.MODULE))  # the rank read from the environment, place unknown

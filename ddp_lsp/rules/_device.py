@@ -320,7 +320,11 @@ def _distributed_truth(test: ast.AST) -> bool | None:
 
 def single_process_branch(ctx: ChunkContext, node: ast.AST) -> bool:
     """``node`` runs on the single-process side of ``if args.distributed: ... else: ...``,
-    ``if world_size == 1:``, ``if args.local_rank == -1:`` (or an ``or`` of such tests)."""
+    ``if world_size == 1:``, ``if args.local_rank == -1:`` (or an ``or`` of such tests), and
+    what DDP501/DDP502 take for one (``guards.single_process_branch``: the ``else:`` of ``if
+    cfg.enable_fsdp:``, past ``if dist.get_world_size() != 1: raise ...``)."""
+    if guards.single_process_branch(ctx, node):
+        return True
     child: ast.AST = node
     for a in ctx.ancestors(node):
         if isinstance(a, (*FUNCS, ast.Lambda, ast.ClassDef)):

@@ -467,8 +467,11 @@ def _distributed_test(test: ast.AST) -> bool | None:
     if (
         isinstance(test, ast.Compare)
         and len(test.ops) == 1
-        and (patterns.last_name(test.left) or "").lower() in _WORLD_NAMES
-        and not isinstance(test.left, ast.Call)
+        and (
+            (patterns.last_name(test.left) or "").lower() in _WORLD_NAMES
+            and not isinstance(test.left, ast.Call)
+            or _world_size_call(test.left)
+        )
         and isinstance(test.comparators[0], ast.Constant)
         and test.comparators[0].value == 1
     ):
@@ -480,11 +483,119 @@ def _distributed_test(test: ast.AST) -> bool | None:
     return None
 
 
+def _world_size_call(expr: ast.AST) -> bool:
+    """``dist.get_world_size()`` / ``get_world_size()`` without a group: the job's size."""
+    return (
+        isinstance(expr, ast.Call)
+        and not expr.args
+        and not expr.keywords
+        and patterns.last_name(expr) == "get_world_size"
+    )
+
+
+_EXIT_CALLS = frozenset({"exit", "quit", "_exit", "abort"})
+
+
+def _leaves(body: Sequence[ast.stmt]) -> bool:
+    """A block that ends by leaving the function or the program (``raise``, ``return``,
+    ``sys.exit(...)``)."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, (ast.Raise, ast.Return)):
+        return True
+    return (
+        isinstance(last, ast.Expr)
+        and isinstance(last.value, ast.Call)
+        and patterns.last_name(last.value) in _EXIT_CALLS
+    )
+
+
+# Keywords that size one dimension of a parallel layout (nanotron's `ParallelismArgs(dp=1,
+# pp=1, tp=1)`, Megatron-style `tensor_parallel_size=1`): all 1 is a world of one process.
+_PARALLEL_SIZES = re.compile(
+    r"^(dp|tp|pp|cp|ep|dp_shard|dp_replicate|world_size|nprocs|nproc_per_node|num_processes|"
+    r"(data|tensor|pipeline|context|expert|sequence)_parallel_size)$"
+)
+# Backends of a process group that one process runs on its own (torch's fake process group for
+# tracing and compiling).
+_ONE_PROCESS_BACKENDS = frozenset({"fake"})
+
+
+def one_process_setup(ctx: ChunkContext, call: ast.Call) -> bool:
+    """``call`` starts a world of one process: ``init_process_group("fake", ...)`` or
+    ``..._process_group(..., world_size=1)``, or a parallel layout whose every size is the
+    constant 1 (``ParallelismArgs(dp=1, pp=1, tp=1)``, at least two sizes)."""
+    qual = ctx.call_qualname(call) or ""
+    if qual.endswith("init_process_group"):
+        backend = call.args[0] if call.args else None
+        for kw in call.keywords:
+            if kw.arg == "backend":
+                backend = kw.value
+        if isinstance(backend, ast.Constant) and backend.value in _ONE_PROCESS_BACKENDS:
+            return True
+    sizes = [kw.value for kw in call.keywords if kw.arg and _PARALLEL_SIZES.match(kw.arg)]
+    if not sizes or not all(isinstance(v, ast.Constant) and v.value == 1 for v in sizes):
+        return False
+    return len(sizes) >= 2 or any(kw.arg == "world_size" for kw in call.keywords)
+
+
+def world_of_one(ctx: ChunkContext, node: ast.AST) -> bool:
+    """The function around ``node`` (or the module's top level) sets up a world of one
+    process itself (:func:`one_process_setup`): a conversion script run as
+    ``torchrun --nproc-per-node 1``, a precompile step on a fake process group."""
+    root = patterns.scope_root(ctx, node)
+    return ctx.memo(
+        ("world_of_one", id(root)),
+        lambda: any(
+            isinstance(n, ast.Call) and one_process_setup(ctx, n)
+            for n in patterns.walk_scope(root)
+        ),
+    )
+
+
+def single_process_check(stmt: ast.stmt) -> bool:
+    """``stmt`` leaves unless the run is single-process: ``if dist.get_world_size() != 1:
+    raise ...`` (or ``return``, ``sys.exit``), ``if args.distributed: return``, ``assert
+    world_size == 1``."""
+    if isinstance(stmt, ast.Assert):
+        return _distributed_test(stmt.test) is False
+    return (
+        isinstance(stmt, ast.If)
+        and not stmt.orelse
+        and _distributed_test(stmt.test) is True
+        and _leaves(stmt.body)
+    )
+
+
+def after_single_process_check(ctx: ChunkContext, node: ast.AST) -> bool:
+    """An earlier statement of the function lets only a single-process run get to ``node``:
+    ``if dist.get_world_size() != 1: raise ...`` (or ``return``, ``sys.exit``), ``if
+    args.distributed: return``, ``assert world_size == 1``. A helper that refuses to run in a
+    distributed job is single-process code past its check."""
+    stmt: ast.AST = ctx.statement(node)
+    while isinstance(stmt, ast.stmt):
+        block, i = ctx.block_of(stmt)
+        if any(single_process_check(prior) for prior in block[:i]):
+            return True
+        up = ctx.parent(stmt)
+        while up is not None and not isinstance(up, ast.stmt):
+            up = ctx.parent(up)  # an except handler, a match case
+        if up is None or isinstance(up, _NEW_SCOPE):
+            return False
+        stmt = up
+    return False
+
+
 def single_process_branch(ctx: ChunkContext, node: ast.AST) -> bool:
     """``node`` is on the single-process side of a uniform "is this run distributed?" branch:
     the ``else:`` of ``if cfg.enable_fsdp:`` / ``if dist.is_initialized():``, the body of
-    ``if not args.distributed:`` or ``if world_size == 1:``. Every rank takes the same side,
-    and no rank of a distributed run takes that one."""
+    ``if not args.distributed:`` or ``if world_size == 1:``, after a check that leaves unless
+    the run is single-process (:func:`after_single_process_check`), or in a function that sets
+    up a world of one process itself (:func:`world_of_one`). Every rank takes the same
+    side, and no rank of a distributed run takes that one."""
+    if after_single_process_check(ctx, node) or world_of_one(ctx, node):
+        return True
     child: ast.AST = node
     for a in ctx.ancestors(node):
         if isinstance(a, _NEW_SCOPE):

@@ -71,7 +71,13 @@ functions registered with `accelerator.register_save_state_pre_hook` where every
 `accelerator.save_state(...)` of the registering code is under a main-process guard (the hook
 runs where `save_state` runs), and the single-process side of a uniform branch (the `else:` of
 `if cfg.enable_fsdp:` / `if dist.is_initialized():`, the body of `if not args.distributed:`;
-an FSDP or DeepSpeed flag counts only in a module that wraps no model in DDP). Caches: a write inside `with torch_distributed_zero_first(rank):` or
+an FSDP or DeepSpeed flag counts only in a module that wraps no model in DDP), code past a
+check that leaves unless the run is single-process (`if dist.get_world_size() != 1: raise
+...`, `assert world_size == 1`), and a function that sets up a world of one process
+(`init_process_group("fake", ...)`, `ParallelismArgs(dp=1, pp=1, tp=1)`: every parallel size
+the constant 1). A file that imports only what single-process code uses too (DeepSpeed's
+device abstraction, accelerate's big-model placement and device probes: the tables'
+`single-process` names) is not distributed code. Caches: a write inside `with torch_distributed_zero_first(rank):` or
 `accelerator.main_process_first()`, and writes of a dataset class (one with `__getitem__`),
 per-sample files, or a cache built by its `__init__` or a `*cache*` method where the module
 uses a zero-first block. `torch.save(*args, **kwargs)` is a save: in a forwarding helper named
@@ -252,6 +258,103 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 UnguardedCheckpointSave.cases = (
     # -- traps and real-world idioms: silent ---------------------------------------------------
+    Valid(
+        _HEAD
+        + """\
+def save_debug_snapshot(model, path):
+    if dist.get_world_size() != 1:
+        raise RuntimeError("debug snapshots are for single-GPU runs")
+    torch.save(model.state_dict(), path)
+
+
+def export_weights(model, out_dir, world_size):
+    assert world_size == 1, "export runs as one process"
+    torch.save(model.state_dict(), os.path.join(out_dir, "weights.pt"))
+""",
+        note="a helper that refuses to run in a distributed job is single-process past its "
+        "check (F16)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def finish(model, path):
+    if dist.get_world_size() != 1:
+        print("saving on every rank")
+    «torch.save(model.state_dict(), path)»
+""",
+        fixed=_HEAD
+        + """\
+def finish(model, path):
+    if dist.get_world_size() != 1:
+        print("saving on every rank")
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), path)
+""",
+        note="a world-size branch that does not leave still reaches the save on every rank",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def convert(src, out_dir):
+    # run as `torchrun --nproc-per-node 1 convert.py`: one process
+    context = ParallelContext(data_parallel_size=1, tensor_parallel_size=1, pipeline_parallel_size=1)
+    model = load_sharded(src, context)
+    torch.save(model.state_dict(), os.path.join(out_dir, "model.pt"))
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        f.write(model.config_json())
+""",
+        note="a function that sets up a world of one process (every parallel size 1) (F16)",
+    ),
+    Valid(
+        """\
+import torch
+from deepspeed.accelerator import get_accelerator
+
+
+def train(model, loader, optimizer, local_rank=-1):
+    device = torch.device(get_accelerator().device_name(), max(local_rank, 0))
+    model.to(device)
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x.to(device)).sum().backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "baseline.pt")
+""",
+        distributed=False,
+        note="a single-GPU baseline that only imports DeepSpeed's device abstraction (the "
+        "tables' `single-process` names) is not distributed code (F16)",
+    ),
+    Invalid(
+        """\
+import deepspeed
+import torch
+from deepspeed.accelerator import get_accelerator
+
+
+def train(model, loader, args):
+    engine, _, _, _ = deepspeed.initialize(args=args, model=model)
+    for x, y in loader:
+        engine.backward(engine(x.to(get_accelerator().device_name())).sum())
+        engine.step()
+    «torch.save(engine.module.state_dict(), "final.pt")»
+""",
+        distributed=False,
+        fixed="""\
+import deepspeed
+import torch
+from deepspeed.accelerator import get_accelerator
+
+
+def train(model, loader, args):
+    engine, _, _, _ = deepspeed.initialize(args=args, model=model)
+    for x, y in loader:
+        engine.backward(engine(x.to(get_accelerator().device_name())).sum())
+        engine.step()
+    if torch.distributed.get_rank() == 0:
+        torch.save(engine.module.state_dict(), "final.pt")
+""",
+        note="the same script run through the DeepSpeed engine is distributed code",
+    ),
     Valid(
         _HEAD
         + """\

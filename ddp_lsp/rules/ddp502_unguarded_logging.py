@@ -59,7 +59,10 @@ that sets a level or filter per rank (`basicConfig(level=INFO if rank in (-1, 0)
 `print(..., force=True)`. Messages that are not per-step metrics: the last statement before
 leaving (`raise`, `sys.exit(...)`, an `assert` that fails there, `break` or `return` after it
 in its block: an error about a non-finite loss, "stopping early"). The single-process side of a uniform branch (the `else:`
-of `if cfg.enable_fsdp:` in a module that wraps no model in DDP, of `if args.distributed:`). Only loggers of the standard `logging` module imported by the file
+of `if cfg.enable_fsdp:` in a module that wraps no model in DDP, of `if args.distributed:`), code
+past a check that leaves unless the run is single-process (`if dist.get_world_size() != 1:
+raise ...`), and a function that sets up a world of one process (`init_process_group("fake",
+...)`, every parallel size the constant 1). Only loggers of the standard `logging` module imported by the file
 are checked. Still reported: `print` or `logger.info` in a file whose output is silenced by a
 module it neither is nor calls (the entry script installs the print, this `engine.py` only
 logs); silence the rule for that file, or guard the call.

@@ -35,7 +35,10 @@ workers with `mp.spawn`, where `LOCAL_RANK` is not set.
 ## Known false positives
 Not reported: devices built from a variable (`f"cuda:{local_rank}"`, `"cuda"` without an index,
 which means the current device after `set_device(local_rank)`), code under a rank condition
-(rank 0 is on GPU 0 of its node), the single-process branch of `if args.distributed: ... else:`,
+(rank 0 is on GPU 0 of its node), the single-process branch of `if args.distributed: ... else:`
+(or of `if cfg.enable_fsdp:`, in a module that wraps no model in DDP), code past a check that
+leaves unless the run is single-process (`if dist.get_world_size() != 1: raise ...`), the
+entry for key N of a table keyed by the rank (`{0: ..."cuda:0"..., 1: ..."cuda:1"...}[rank]`),
 the parent process after `mp.spawn`, launches configured with one process per node, machines
 where preflight found one GPU, and chunks that set `CUDA_VISIBLE_DEVICES` per process (each
 process then sees its own GPU as `cuda:0`). Setting `CUDA_VISIBLE_DEVICES` in another function,
@@ -88,6 +91,8 @@ class HardcodedDevice(Rule):
             seen.add(id(node))
             if device_rules.guarded(ctx, node) or device_rules.single_process_branch(ctx, node):
                 continue
+            if _per_rank_entry(ctx, node) or _compared(ctx, node):
+                continue
             if guards.spawns_processes(ctx, patterns.scope_root(ctx, node)):
                 continue
             stmt = ctx.statement(node)
@@ -130,6 +135,37 @@ def _sets_visible_devices(ctx: ChunkContext) -> bool:
         if isinstance(call.func, ast.Attribute) and call.func.attr in ("setdefault", "putenv"):
             if call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value == _CVD:
                 return True
+    return False
+
+
+def _compared(ctx: ChunkContext, node: ast.AST) -> bool:
+    """``node`` only builds a value compared with another (``assert get_device() ==
+    torch.device("cuda:3")``, a test's expected value): nothing is placed on that GPU."""
+    up = ctx.parent(node)
+    if isinstance(up, ast.Call) and ctx.call_qualname(up) == "torch.device":
+        up = ctx.parent(up)
+    return isinstance(up, ast.Compare)
+
+
+def _per_rank_entry(ctx: ChunkContext, node: ast.AST) -> bool:
+    """``node`` (``"cuda:N"`` or ``N``) sits in the entry for key ``N`` of a table keyed by the
+    rank or the device (``{0: zeros(device="cuda:0"), 1: zeros(device="cuda:1")}[rank]``):
+    each rank picks its own GPU's entry."""
+    index = device_rules.cuda_index(node)
+    if index is None:
+        index = device_rules.int_const(node)
+    if index is None:
+        return False
+    child: ast.AST = node
+    for up in ctx.ancestors(node):
+        if isinstance(up, ast.Dict):
+            for key, value in zip(up.keys, up.values):
+                if value is child:
+                    return isinstance(key, ast.Constant) and key.value == index
+            return False
+        if isinstance(up, ast.stmt):
+            return False
+        child = up
     return False
 
 
@@ -346,6 +382,118 @@ def main(model, batch):
     return model(batch.to(accelerator.device))
 """,
         note="accelerate: accelerator.device is the process's own GPU",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def evaluate(model, loader, cfg, local_rank):
+    for batch in loader:
+        if cfg.enable_fsdp:
+            batch = batch.to(local_rank)
+        else:
+            batch = batch.to("cuda:0")
+        model(batch)
+
+
+def save_debug_batch(batch):
+    if dist.get_world_size() > 1:
+        return
+    torch.save(batch.to("cuda:0"), "batch.pt")
+""",
+        note="the single-process side of an FSDP flag, and past a world-size exit (F15, F16)",
+    ),
+    Valid(
+        """\
+import torch
+from accelerate.utils import is_xpu_available
+
+
+def chat(model, tokens):
+    if is_xpu_available():
+        tokens = tokens.to("xpu:0")
+    else:
+        tokens = tokens.to("cuda:0")
+    return model.generate(input_ids=tokens)
+""",
+        distributed=False,
+        note="an inference script that only asks accelerate's device probes is single-process "
+        "(F16)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def test_local_device_follows_local_rank(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert pick_device() == torch.device("cuda:3")
+    assert pick_device() != torch.device("cuda", 0)
+""",
+        note="a test's expected device, only compared: nothing is placed on it (F16)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def precompile(model, world_size):
+    # one process traces for all ranks on torch's fake process group
+    dist.init_process_group("fake", rank=0, world_size=world_size)
+    device = torch.device("cuda:0")
+    torch.cuda.set_device(device)
+    return model.to(device)
+
+
+def convert(model, out):
+    layout = ParallelLayout(dp=1, tp=1, pp=1)
+    model = model.to("cuda:0")
+    return shard(model, layout)
+""",
+        note="a function that sets up a world of one process (a fake process group, every "
+        "parallel size 1) is single-process (F16)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def convert(model, out, tp):
+    layout = ParallelLayout(dp=1, tp=tp, pp=1)
+    model = model.to(«"cuda:0"»)
+    return shard(model, layout)
+""",
+        fixed=_HEAD
+        + """\
+def convert(model, out, tp):
+    layout = ParallelLayout(dp=1, tp=tp, pp=1)
+    model = model.to(f"cuda:{int(os.environ['LOCAL_RANK'])}")
+    return shard(model, layout)
+""",
+        note="a layout with a size that is not 1 is several processes",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def expected_shards(size):
+    return {
+        0: (torch.zeros(size, device="cuda:0"), torch.zeros(size // 2, device="cuda:0")),
+        1: (torch.zeros(size // 2, device="cuda:1"), torch.ones(size, device=torch.device("cuda:1"))),
+    }[dist.get_rank()]
+""",
+        note="a table keyed by the rank: each rank takes the entry on its own GPU (F16)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def expected_shards(size, local_rank):
+    return {
+        0: torch.zeros(size, device="cuda:0"),
+        1: torch.zeros(size, device=«"cuda:0"»),
+    }[dist.get_rank()]
+""",
+        fixed=_HEAD
+        + """\
+def expected_shards(size, local_rank):
+    return {
+        0: torch.zeros(size, device="cuda:0"),
+        1: torch.zeros(size, device=f"cuda:{local_rank}"),
+    }[dist.get_rank()]
+""",
+        note="an entry on another rank's GPU is still reported",
     ),
     Invalid(
         _HEAD

@@ -48,8 +48,12 @@ launches configured with one process per node or machines where preflight found 
 module-level script (the tutorial shape) that calls `set_device` anywhere at its top level or
 in a helper called there (its lines may sit in several chunks, so the order is not checked
 there). A module-level script that never selects its GPU is reported.
-Still reported: a set-up helper that only initialises the group while its caller sets the
-device afterwards; move the `set_device` into the helper, before `init_process_group`.
+A set-up helper that does nothing after `init_process_group` but log and return
+(`def setup(): dist.init_process_group("nccl")`) is not reported where it is: NCCL
+communicators start lazily, so what matters is its caller, which usually selects the GPU on
+the next line. Its calls are reported instead (in the same file, or in another with the
+project view) when work on the current device (`.cuda()` without an index, `.to("cuda")`,
+`torch.cuda.*`) runs after the call before any `set_device`.
 
 ## References
 - https://pytorch.org/docs/stable/distributed.html#torch.distributed.init_process_group
@@ -101,8 +105,10 @@ class MissingSetDevice(Rule):
                 # so order is not known; a `set_device` anywhere at the top level (or in a
                 # helper called there) counts as selecting the GPU.
                 continue
-            if _device_selected(ctx, root, call, stmt):
+            if _device_selected(ctx, root, call, stmt) or _setup_helper(ctx, root, stmt):
                 continue
+            if guards.one_process_setup(ctx, call):
+                continue  # `world_size=1`: one process, GPU 0 is its GPU
             fixes = []
             rank = device_rules.local_rank_text(ctx, stmt)
             if rank is not None and not rank.from_code:
@@ -130,6 +136,98 @@ class MissingSetDevice(Rule):
                 "first (or pass `device_id=`)",
                 fixes=fixes,
             )
+        yield from self._helper_calls(ctx)
+
+    def _helper_calls(self, ctx: ChunkContext) -> Iterator[Finding]:
+        """Calls of a set-up helper that starts the process group (in this file, or another
+        with the project view) followed by CUDA work before the device is selected: the
+        helper is silent (:func:`_setup_helper`), the caller decides the device."""
+        for call in ctx.calls():
+            if ctx.call_qualname(call) == known_names.INIT_PROCESS_GROUP:
+                continue
+            props = ctx.callee_props(call)
+            if fact_model.INITS_PG not in props or fact_model.SETS_DEVICE in props:
+                continue
+            root = patterns.scope_root(ctx, call)
+            work = _cuda_work_before_device(ctx, root, call)
+            if work is None:
+                continue
+            helper = ctx.segment(call.func)
+            yield ctx.finding(
+                self,
+                call,
+                f"`{helper}()` starts the process group, and `{ctx.segment(work.func)}(...)` "
+                "runs after it before the process selects its GPU: every rank creates a CUDA "
+                f"context on GPU 0; call `torch.cuda.set_device(<local rank>)` before `{helper}()`",
+            )
+
+
+def _setup_helper(ctx: ChunkContext, root: ast.AST, stmt: ast.stmt) -> bool:
+    """``init_process_group`` in a set-up helper that does nothing after it but log and return
+    (``def setup(): dist.init_process_group("nccl")``): NCCL communicators start lazily, so
+    what matters is whether its caller selects the GPU before any CUDA work; DDP505 asks there
+    (`_helper_calls`)."""
+    if root is ctx.module_node:
+        return False
+    for node in patterns.walk_scope(root):
+        if isinstance(node, ast.Call) and patterns.before(stmt, node):
+            if not any(node is n for n in tree_walk.bfs(stmt)) and not _log_call(node):
+                return False
+    return True
+
+
+_LOG_NAMES = frozenset({"print", "info", "debug", "warning", "warn", "log"})
+
+
+def _log_call(call: ast.Call) -> bool:
+    return patterns.last_name(call.func) in _LOG_NAMES or (
+        isinstance(call.func, ast.Attribute) and patterns.last_name(call.func.value) in _LOG_NAMES
+    )
+
+
+def _cuda_work_before_device(ctx: ChunkContext, root: ast.AST, call: ast.Call) -> ast.Call | None:
+    """The first CUDA work after ``call`` in its scope that no ``set_device`` precedes (a
+    ``set_device`` before ``call`` selects the GPU for all of it)."""
+    sets = [
+        n
+        for n in patterns.walk_scope(root)
+        if isinstance(n, ast.Call)
+        and (device_rules.is_set_device(ctx, n) or fact_model.SETS_DEVICE in ctx.callee_props(n))
+    ]
+    if any(patterns.before(n, call) for n in sets):
+        return None
+    first_set = min(sets, key=patterns.order) if sets else None
+    inside = {id(n) for n in tree_walk.bfs(call)}
+    for node in sorted(
+        (n for n in patterns.walk_scope(root) if isinstance(n, ast.Call)), key=patterns.order
+    ):
+        if id(node) in inside or not patterns.before(call, node):
+            continue
+        if first_set is not None and not patterns.before(node, first_set):
+            return None
+        if _current_device_work(ctx, node):
+            return node
+    return None
+
+
+def _current_device_work(ctx: ChunkContext, call: ast.Call) -> bool:
+    """A call that works on the current CUDA device whatever the backend: ``.cuda()`` without an
+    index, ``.to("cuda")``, ``torch.cuda.*`` other than queries and the device selection
+    (``.to(rank)`` names its GPU; a collective's device depends on the helper's backend, which
+    the caller does not see)."""
+    if device_rules.is_set_device(ctx, call):
+        return False
+    qual = ctx.call_qualname(call) or ""
+    if qual.startswith("torch.cuda."):
+        return device_rules.cuda_work(ctx, call)
+    if not isinstance(call.func, ast.Attribute) or qual.startswith("torch."):
+        return False
+    if call.func.attr == "cuda":
+        return not call.args and not call.keywords
+    if call.func.attr == "to":
+        dev = device_rules.arg(call, 0, "device")
+        return isinstance(dev, ast.Constant) and dev.value == "cuda"
+    return False
 
 
 # Variables MPI launchers (Open MPI, MVAPICH2, MPICH/Intel MPI, PMIx) and Slurm set: the
@@ -250,10 +348,27 @@ def _device_selected(ctx: ChunkContext, root: ast.AST, init: ast.Call, stmt: ast
             if patterns.before(node, init):
                 return True
             later.append(node)
-        elif patterns.before(node, init) and fact_model.SETS_DEVICE in ctx.callee_props(node):
-            return True  # a same-file helper (or one it calls) sets the device first
+        elif fact_model.SETS_DEVICE in ctx.callee_props(node):
+            if patterns.before(node, init):
+                return True  # a same-file helper (or one it calls) sets the device first
+            later.append(node)  # or right after the group starts (a training `main(cfg)`)
     if not later:
-        return False
+        # No selection at all: harmless when the first CUDA work after the group names its GPU
+        # (`dist.barrier(device_ids=[rank])`: NCCL communicators start lazily, on that device).
+        work = [
+            n
+            for n in patterns.walk_scope(root)
+            if isinstance(n, ast.Call)
+            and n is not init
+            and patterns.before(init, n)
+            and device_rules.cuda_work(ctx, n)
+        ]
+        first = min(work, key=patterns.order) if work else None
+        return (
+            first is not None
+            and patterns.last_name(first.func) == "barrier"
+            and any(kw.arg == "device_ids" for kw in first.keywords)
+        )
     first_set = min(later, key=patterns.order)
     for node in patterns.walk_scope(root):
         if (
@@ -279,6 +394,93 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 MissingSetDevice.cases = (
+    Valid(
+        _HEAD
+        + """\
+def setup():
+    dist.init_process_group("nccl")
+    print("process group ready")
+
+
+def main(model):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    setup()
+    torch.cuda.set_device(local_rank)
+    model = DDP(model.to(local_rank), device_ids=[local_rank])
+    return model
+""",
+        note="a set-up helper that only starts the group; its caller selects the GPU before "
+        "any CUDA work (F20: NCCL communicators start lazily)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def setup():
+    dist.init_process_group("nccl")
+
+
+def main(model):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    «setup()»
+    model = model.cuda()
+    torch.cuda.set_device(local_rank)
+    return DDP(model, device_ids=[local_rank])
+""",
+        note="the caller works on the current device before selecting its GPU: reported at "
+        "the helper's call",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def select_gpu():
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+
+
+def train(cfg):
+    select_gpu()
+    return torch.nn.Linear(2, 2).cuda()
+
+
+def train_cmd(cfg):
+    dist.init_process_group(backend="nccl")
+    print("group ready")
+    train(cfg)
+""",
+        note="the group starts, then the training function it calls selects the GPU before any "
+        "CUDA work (F20)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def check_connectivity(rank, world_size, url):
+    dist.init_process_group("nccl", init_method=url, rank=rank, world_size=world_size)
+    dist.barrier(device_ids=[rank])
+
+
+class TraceTest:
+    def setUp(self):
+        dist.init_process_group("nccl", init_method="tcp://localhost:12357", world_size=1, rank=0)
+""",
+        note="the first CUDA work names its GPU; a world of one process (GPU 0 is its GPU)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def setup(local_rank):
+    «dist.init_process_group("nccl")»
+    dist.barrier()
+    torch.cuda.set_device(local_rank)
+""",
+        fixed=_HEAD
+        + """\
+def setup(local_rank):
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")
+    dist.barrier()
+    torch.cuda.set_device(local_rank)
+""",
+        note="a helper that does CUDA work after starting the group is reported where it is",
+    ),
     Invalid(
         _HEAD
         + """\
@@ -286,6 +488,7 @@ def setup():
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
     world_size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
     «dist.init_process_group("nccl", rank=rank, world_size=world_size)»
+    dist.barrier()
 """,
         fixed=_HEAD
         + """\
@@ -294,6 +497,7 @@ def setup():
     world_size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
     torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    dist.barrier()
 """,
         note="mpiexec sets no LOCAL_RANK: the global rank the script has, per node",
     ),
@@ -304,6 +508,7 @@ def setup():
     node_slot = int(os.environ["SLURM_LOCALID"])
     print("slot", node_slot)
     «dist.init_process_group("nccl", rank=int(os.environ["SLURM_PROCID"]), world_size=8)»
+    dist.barrier()
 """,
         fixed=_HEAD
         + """\
@@ -312,6 +517,7 @@ def setup():
     print("slot", node_slot)
     torch.cuda.set_device(int(os.environ["SLURM_LOCALID"]))
     dist.init_process_group("nccl", rank=int(os.environ["SLURM_PROCID"]), world_size=8)
+    dist.barrier()
 """,
         note="srun: the local-rank variable the script reads",
     ),
@@ -324,6 +530,7 @@ from mpi4py import MPI
 def setup():
     comm = MPI.COMM_WORLD
     «dist.init_process_group("nccl", rank=comm.Get_rank(), world_size=comm.Get_size())»
+    dist.barrier()
 """,
         note="mpi4py and no rank variable: no LOCAL_RANK to read, no fix",
     ),
@@ -551,6 +758,7 @@ import torch.distributed as dist
 def setup():
     backend = "nccl"
     «dist.init_process_group(backend)»
+    dist.barrier()
 """,
         fixed="""\
 import os
@@ -562,6 +770,7 @@ def setup():
     backend = "nccl"
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group(backend)
+    dist.barrier()
 """,
         note="backend from a variable; LOCAL_RANK fallback with its imports",
     ),

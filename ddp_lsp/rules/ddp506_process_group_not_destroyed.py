@@ -44,7 +44,8 @@ Not reported: a destroy anywhere in the function (in a `finally`, under `if ddp:
 function that destroys the group (`setup()` / `cleanup()` helpers called from `main`), a file
 that imports `destroy_process_group` by name and uses it, or that imports `atexit`, and
 accelerate / Lightning (they own the group), and a set-up helper that only initialises the
-group and does no work after it (its callers are checked instead). A destroy at module level
+group and does no work after it (its callers are checked instead), and tests (`test_*`,
+`setUp` / `setUpClass`, methods of a `Test*` class: the test runner owns each test process). A destroy at module level
 (`if __name__ == "__main__": main(); dist.destroy_process_group()`) counts too. A group
 initialised at the top level of a script (the tutorial shape, directly or through a same-file
 `setup()`) is reported when the file destroys it nowhere (no fix: the end of the script may sit
@@ -111,6 +112,8 @@ class ProcessGroupNotDestroyed(Rule):
                 continue
             if id(fn) in done:
                 continue
+            if _test_code(ctx, fn):
+                continue  # the test runner owns each test process and its teardown
             if not _is_worker(ctx, fn, call):
                 continue  # a set-up helper: its callers are checked where they call it
             done.add(id(fn))
@@ -133,6 +136,24 @@ class ProcessGroupNotDestroyed(Rule):
                 f"teardown may hang; call `{destroy}()` when the worker is done",
                 fixes=fixes,
             )
+
+
+_TEST_HOOKS = frozenset(
+    {"setUp", "setUpClass", "setUpModule", "asyncSetUp", "setup_method", "setup_class"}
+)
+
+
+def _test_code(ctx: ChunkContext, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A test or a test's set-up (``test_*``, ``setUp``/``setUpClass``, ``setup_method``, a
+    method of a ``Test*``/``*Test`` class): a multi-process test runner spawns a process per
+    test and tears it down, and a process group shared by a test class is released by its
+    own teardown or at exit on purpose."""
+    if fn.name.startswith("test") or fn.name in _TEST_HOOKS:
+        return True
+    cls = ctx.parent(fn)
+    return isinstance(cls, ast.ClassDef) and (
+        cls.name.startswith("Test") or cls.name.endswith(("Test", "Tests"))
+    )
 
 
 def _starts_group(ctx: ChunkContext, call: ast.Call) -> bool:
@@ -248,6 +269,38 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 ProcessGroupNotDestroyed.cases = (
+    Valid(
+        _HEAD
+        + """\
+class DistributorTest(MultiProcessTestCase):
+    def _init(self):
+        dist.init_process_group("gloo", rank=self.rank, world_size=self.world_size)
+
+    def test_state_dict(self):
+        dist.init_process_group("gloo", rank=self.rank, world_size=self.world_size)
+        for step in range(3):
+            self.optimizer.step()
+
+
+class TestGenerator:
+    @classmethod
+    def setUpClass(cls):
+        dist.init_process_group("nccl")
+        cls.trainer = train_setup()
+""",
+        note="tests: the test runner owns each test process and its teardown (F21)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Runner:
+    def run(self):
+        «dist.init_process_group("gloo")»
+        for step in range(3):
+            self.optimizer.step()
+""",
+        note="the same worker outside a test is reported (a method: no fix)",
+    ),
     Invalid(
         _HEAD
         + """\

@@ -445,3 +445,48 @@ def test_big_model_placement_is_not_distributed_code(tmp_path: Path) -> None:
     )
     assert _found(tmp_path, "quant.py", project=False) == [("DDP501", 13)]
     assert _found(tmp_path, "quant.py") == []
+
+
+def test_single_process_calls_come_from_the_framework_tables(tmp_path: Path) -> None:
+    # A profiling tool that only calls a DeepSpeed memory helper: distributed code by default
+    # (it calls into deepspeed), a tool once the project's tables mark the helper
+    # `single-process` (the built-in entries, `deepspeed.accelerator`, are the same data).
+    from ddp_lsp.config import settings_from_mapping
+
+    _write(
+        tmp_path,
+        {
+            "utils.py": UTILS,
+            "profile_tool.py": """
+                import torch
+                from deepspeed.accelerator import get_accelerator
+                from deepspeed.runtime.utils import see_memory_usage
+
+
+                def report(model, path):
+                    see_memory_usage("after build", force=True)
+                    torch.save(model.state_dict(), path)
+
+
+                def device():
+                    return get_accelerator().device_name()
+            """,
+            "train.py": """
+                from utils import setup
+
+
+                def main():
+                    setup()
+            """,
+        },
+    )
+
+    def found(settings: object) -> list[str]:
+        index = ProjectIndex(tmp_path, settings=settings, cache_dir=False)  # type: ignore[arg-type]
+        facts = compute(index.build()).for_path("profile_tool.py")
+        text = (tmp_path / "profile_tool.py").read_text()
+        return [f.rule_id for f in analyze(text, project=facts).findings]
+
+    entry = [{"call": "deepspeed.runtime.utils", "means": ["single-process"]}]
+    assert found(settings_from_mapping({})) == ["DDP501"]
+    assert found(settings_from_mapping({"framework": entry})) == []

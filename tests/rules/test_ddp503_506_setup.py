@@ -451,6 +451,7 @@ def main(args, model):
 \t\tlocal_rank = int(os.environ["LOCAL_RANK"])
 \t\t# join the job
 \t\tdist.init_process_group(backend="nccl")  # NCCL for GPUs
+\t\tmodel = model.cuda()
 \treturn model
 """
     (f,) = _found(code, rules=("DDP505",))
@@ -467,8 +468,9 @@ def test_no_set_device_fix_when_init_shares_its_line() -> None:
 import os
 import torch.distributed as dist
 
-def main(local_rank, use_nccl):
+def main(local_rank, use_nccl, model):
     if use_nccl: dist.init_process_group("nccl")
+    return model.cuda()
 """
     (f,) = _found(code, rules=("DDP505",))
     assert f.fixes == ()

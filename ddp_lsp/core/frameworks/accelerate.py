@@ -10,6 +10,7 @@ _C = Match.CALL
 _M = Match.METHOD
 _COLL = (Meaning.COLLECTIVE,)
 _BARRIER = (Meaning.COLLECTIVE, Meaning.BARRIER)
+_SINGLE = (Meaning.SINGLE_PROCESS,)
 
 TABLE: tuple[Api, ...] = (
     Api(
@@ -61,4 +62,26 @@ TABLE: tuple[Api, ...] = (
     # `accelerator.save(...)`, `accelerator.save_state(dir)` unwrap the prepared model.
     Api(Match.RECEIVER, "accelerator", (Meaning.SAVES_UNWRAPPED,)),
     Api(Match.FUNCTION, "save_state", (Meaning.SAVES_UNWRAPPED,)),
+    # Device probes single-process scripts ask (`if is_xpu_available(): ... else: "cuda:0"`).
+    Api(_C, "accelerate.utils.imports", _SINGLE),
+    Api(_C, "accelerate.utils.is_xpu_available", _SINGLE),
+    Api(_C, "accelerate.utils.is_npu_available", _SINGLE),
+    Api(_C, "accelerate.utils.is_mlu_available", _SINGLE),
+    Api(_C, "accelerate.utils.is_mps_available", _SINGLE),
+    # Big-model placement: one process spreading a model over its devices (single-GPU and
+    # inference scripts use it); the name and everything under it.
+    Api(_C, "accelerate.init_empty_weights", _SINGLE),
+    Api(_C, "accelerate.init_on_device", _SINGLE),
+    Api(_C, "accelerate.cpu_offload", _SINGLE),
+    Api(_C, "accelerate.disk_offload", _SINGLE),
+    Api(_C, "accelerate.dispatch_model", _SINGLE),
+    Api(_C, "accelerate.infer_auto_device_map", _SINGLE),
+    Api(_C, "accelerate.load_checkpoint_and_dispatch", _SINGLE),
+    Api(_C, "accelerate.load_checkpoint_in_model", _SINGLE),
+    Api(_C, "accelerate.big_modeling", _SINGLE),
+    Api(_C, "accelerate.hooks", _SINGLE),
+    Api(_C, "accelerate.utils.modeling", _SINGLE),
+    Api(_C, "accelerate.utils.get_balanced_memory", _SINGLE),
+    Api(_C, "accelerate.utils.get_max_memory", _SINGLE),
+    Api(_C, "accelerate.utils.load_checkpoint_in_model", _SINGLE),
 )

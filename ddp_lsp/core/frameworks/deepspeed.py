@@ -32,4 +32,6 @@ TABLE: tuple[Api, ...] = (
     # ... and `engine.backward(loss)` runs the backward of its argument.
     Api(Match.RECEIVER, "engine", (Meaning.SAVES_UNWRAPPED, Meaning.BACKWARD)),
     Api(Match.RECEIVER, "deepspeed", (Meaning.SAVES_UNWRAPPED,)),
+    # The device abstraction (`get_accelerator().device_name()`): single-GPU scripts use it too.
+    Api(_C, "deepspeed.accelerator", (Meaning.SINGLE_PROCESS,)),
 )

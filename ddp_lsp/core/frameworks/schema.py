@@ -118,6 +118,12 @@ class Meaning(enum.Enum):
     # Makes logging rank-aware: a logger that logs on the main process only, or a set-up helper
     # raising the logging level on the other ranks (accelerate's ``get_logger``).
     SILENCES_LOGGING = "silences-logging"
+    # (CALL entries: the name and everything under it) Under a distributed module, but used by
+    # single-process code as well: a probe asked before deciding (`dist.is_initialized()`),
+    # DeepSpeed's device abstraction, accelerate's big-model placement (one process spreading a
+    # model over its devices). Calling it does not make a function distributed code
+    # (`project/reach.py`: the rules of `RuleMeta.distributed_only` stay silent in a tool).
+    SINGLE_PROCESS = "single-process"
 
 
 @dataclass(frozen=True)

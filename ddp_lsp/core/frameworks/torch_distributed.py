@@ -53,4 +53,12 @@ TABLE: tuple[Api, ...] = (
     Api(_C, "torch.cuda.manual_seed_all", (Meaning.SEEDS,)),
     Api(_C, "random.seed", (Meaning.SEEDS,)),
     Api(_C, "numpy.random.seed", (Meaning.SEEDS,)),
+    # Probes single-process code asks before deciding (`get_rank() if dist.is_initialized()
+    # else 0`): calling one does not make a function distributed code.
+    Api(_C, "torch.distributed.is_available", (Meaning.SINGLE_PROCESS,)),
+    Api(_C, "torch.distributed.is_initialized", (Meaning.SINGLE_PROCESS,)),
+    Api(_C, "torch.distributed.is_nccl_available", (Meaning.SINGLE_PROCESS,)),
+    Api(_C, "torch.distributed.is_gloo_available", (Meaning.SINGLE_PROCESS,)),
+    Api(_C, "torch.distributed.is_mpi_available", (Meaning.SINGLE_PROCESS,)),
+    Api(_C, "torch.distributed.is_torchelastic_launched", (Meaning.SINGLE_PROCESS,)),
 )
