@@ -65,10 +65,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from ddp_lsp.core import chunktext, spelling
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
-from ddp_lsp.core import spelling
 from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
@@ -152,11 +152,11 @@ class MissingSetDevice(Rule):
             work = _cuda_work_before_device(ctx, root, call)
             if work is None:
                 continue
-            helper = ctx.segment(call.func)
+            helper = chunktext.segment(ctx.chunk, call.func)
             yield ctx.finding(
                 self,
                 call,
-                f"`{helper}()` starts the process group, and `{ctx.segment(work.func)}(...)` "
+                f"`{helper}()` starts the process group, and `{chunktext.segment(ctx.chunk, work.func)}(...)` "
                 "runs after it before the process selects its GPU: every rank creates a CUDA "
                 f"context on GPU 0; call `torch.cuda.set_device(<local rank>)` before `{helper}()`",
             )
