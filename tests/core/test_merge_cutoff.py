@@ -109,3 +109,42 @@ def test_every_identifier_edit_keeps_the_facts_equal_to_a_fresh_merge(merges: li
         assert doc.module_facts() == _facts_of(doc.text), (i, line)
     assert doc.text == text
     assert kept > 0  # the cutoff applied to some of these edits
+
+
+SAVES = """\
+import torch
+import torch.distributed as dist
+
+
+def is_main_process():
+    return dist.get_rank() == 0
+
+
+def checkpoint(model, epoch):
+    torch.save(model.state_dict(), f"ckpt_{epoch}.pt")
+
+
+def evaluate(model, loader, flag):
+    for x in loader:
+        if flag:
+            out = model(x)
+            print(out.detach())
+"""
+
+
+def test_a_guard_fix_does_not_read_every_functions_properties() -> None:
+    """DDP501's fix spells the guard with the module's rank-0 predicate: building it must not
+    make the chunk depend on every function's properties, or any edit that changes one (a
+    call renamed in another function) would re-run it."""
+    doc = Document(SAVES, SETTINGS.rank_model)
+    first = analyze(doc, SETTINGS)
+    save = [f for f in first.findings if f.rule_id == "DDP501"]
+    assert save and "is_main_process()" in save[0].fixes[0].edits[0].text
+    line = split_lines(SAVES).index("            print(out.detach())\n")
+    col = split_lines(SAVES)[line].index(".detach") + len(".detach")
+    before = doc.module_facts()
+    doc.apply_edit(Pos(line, col), Pos(line, col), "x")  # `out.detachx()`: evaluate's props change
+    assert doc.module_facts() != before
+    again = analyze(doc, SETTINGS)
+    assert doc.rules_ran == 1  # evaluate's chunk alone
+    assert [f for f in again.findings if f.rule_id == "DDP501"] == save
