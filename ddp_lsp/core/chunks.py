@@ -179,6 +179,8 @@ def step(state: State, line: str) -> tuple[State, bool, bool]:
 
     # An indented line at a clean statement start.
     if state.cls is None:
+        if depth == 0 and quote is None and not cont:
+            return state, False, False  # still clean: the same state (most lines of a file)
         return replace(state, depth=depth, quote=quote, cont=cont), False, False
     cls_indent = state.cls_indent if state.cls_indent is not None else indent
     boundary = False
@@ -255,17 +257,27 @@ def resplit(
             break
     k = max(k - 1, 0)
     restart = old[k]
-    # Old starts strictly after the edited region, by their new line number.
-    tail = {cs.line + delta: j for j, cs in enumerate(old) if cs.line + delta > last_changed}
+    # Old starts strictly after the edited region, by their new line number: ``old[j]`` is
+    # the first of them at or after the line the splitter is at (the old starts are sorted).
+    j = k
+    while j < len(old) and old[j].line + delta <= last_changed:
+        j += 1
     new_starts = list(old[: k + 1])
     state = restart.state
     start = restart.line
     for i in range(start, len(lines)):
         if i > last_changed and i != start:
-            j = tail.get(i)
-            if j is not None and old[j].state == state:
+            while j < len(old) and old[j].line + delta < i:
+                j += 1
+            if j < len(old) and old[j].line + delta == i and old[j].state == state:
                 hi_new = len(new_starts)
-                new_starts.extend(ChunkStart(cs[0] + delta, cs[1], cs[2]) for cs in old[j:])
+                if delta:
+                    make = tuple.__new__
+                    new_starts.extend(
+                        make(ChunkStart, (cs[0] + delta, cs[1], cs[2])) for cs in old[j:]
+                    )
+                else:
+                    new_starts.extend(old[j:])  # nothing moved: the same starts
                 return Resplit(new_starts, k, hi_new, j)
         before = state
         state, boundary, member = step(state, lines[i])

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from ddp_lsp.core import chunks as chunking
 from ddp_lsp.core.chunkcache import ChunkCache
 from ddp_lsp.core.crossfile import ModuleProjectFacts
+from ddp_lsp.core.factmerge import merge_input
 from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, MergeCache, ModuleFacts, extract, merge
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.types import Pos
@@ -457,6 +458,10 @@ class Document:
         self._facts_assume: bool | None = None
         self._facts_project: ModuleProjectFacts | None = None
         self._merge_cache = MergeCache()
+        self._pairs: list[tuple[int, ParsedChunk]] | None = None
+        # The last analysis's findings-cache key: an equal key of a later analysis is replaced
+        # by this object, so each chunk's cache lookup is an identity hit (ddp_lsp.core.engine).
+        self.analysis_key: object | None = None
         self.rules_ran = 0  # chunks whose rules the last analysis ran (tests, benchmarks)
 
     # -- reading -------------------------------------------------------------------------------
@@ -483,8 +488,14 @@ class Document:
         return "\n"
 
     def chunks(self) -> list[tuple[int, ParsedChunk]]:
-        """(start line, parsed chunk) in document order."""
-        return [(cs.line, pc) for cs, pc in zip(self._starts, self._parsed, strict=True)]
+        """(start line, parsed chunk) in document order (a new list; the pairs are built once
+        per edit: every analysis and request of the server walks them)."""
+        pairs = self._pairs
+        if pairs is None:
+            pairs = self._pairs = [
+                (cs.line, pc) for cs, pc in zip(self._starts, self._parsed, strict=True)
+            ]
+        return list(pairs)
 
     def module_facts(
         self, assume_distributed: bool = False, project: ModuleProjectFacts | None = None
@@ -550,6 +561,7 @@ class Document:
             return
         self.ranks = ranks
         self._parsed = [parse_chunk(pc.text, pc.member_of, ranks) for pc in self._parsed]
+        self._pairs = None
         self._facts = None
 
     # -- internals -----------------------------------------------------------------------------
@@ -571,10 +583,26 @@ class Document:
         old_parsed = self._parsed
         r = chunking.resplit(self._lines, self._starts, first_changed, last_changed, delta)
         self._starts = r.starts
+        self._pairs = None
         reuse = {(pc.text, pc.member_of): pc for pc in old_parsed[r.lo : r.hi_old]}
         with gc_paused():
             middle = [self._parse(i, reuse) for i in range(r.lo, r.hi_new)]
         old_middle_facts = [pc.facts for pc in old_parsed[r.lo : r.hi_old]]
         self._parsed = old_parsed[: r.lo] + middle + old_parsed[r.hi_old :]
-        if [pc.facts for pc in middle] != old_middle_facts:
+        new_middle_facts = [pc.facts for pc in middle]
+        if new_middle_facts != old_middle_facts and not self._same_merge(
+            old_middle_facts, new_middle_facts
+        ):
             self._facts = None
+
+    def _same_merge(self, old: list[ChunkFacts], new: list[ChunkFacts]) -> bool:
+        """The chunks' facts changed, but not in anything the module merge reads (see
+        :func:`~ddp_lsp.core.factmerge.merge_input`): the module facts stay as they are."""
+        facts = self._facts
+        if facts is None or len(old) != len(new):
+            return False
+        aliases, functions = facts.aliases, facts.func_params
+        return all(
+            a is b or merge_input(a, aliases, functions) == merge_input(b, aliases, functions)
+            for a, b in zip(old, new, strict=True)
+        )

@@ -78,6 +78,9 @@ def analyze(
         facts = doc.module_facts(settings.assume_distributed, project)
         rank_model = ranks.with_extra(facts.rank_vars, facts.rank_predicates)
         key = AnalysisKey((ranks, env, tuple(id(r) for r in rules)))
+        if key == doc.analysis_key:
+            key = cast(AnalysisKey, doc.analysis_key)  # identity hits in every chunk's cache
+        doc.analysis_key = key
         doc.rules_ran = _collect(doc, facts, settings, rank_model, env, rules, key, raw, errors)
     result = _finish(doc, facts, settings, raw, errors)
     skipped = not_analysed(doc)
@@ -135,7 +138,7 @@ def _collect(
         if chunk.tree is None or not facts.distributed:
             continue
         cache = chunk.cache
-        cached = cache.result(key)
+        cached = cache.results.get(key)
         if cached is not None and cached.facts is not facts:
             # Computed with other module facts: still right if none of what it read changed.
             memo = changes.get(id(cached.facts))
@@ -180,8 +183,13 @@ def _finish(
     lines = doc.lines
     out: list[Finding] = []
     layout: fix_engine.ImportLayout | None = None
+    # Per rule, not per finding: hundreds of findings come from a few rules.
+    enabled: dict[str, bool] = {}
     for f in raw:
-        if not settings.enabled(f.rule_id):
+        on = enabled.get(f.rule_id)
+        if on is None:
+            on = enabled[f.rule_id] = settings.enabled(f.rule_id)
+        if not on:
             continue
         if is_suppressed(f.rule_id, lines, f.span.start.line, f.span.end.line):
             continue

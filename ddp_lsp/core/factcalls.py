@@ -66,13 +66,37 @@ def _user_collective(ranks: RankModel, calls: Iterable[str]) -> bool:
     are extracted before the module's imports are known, so a qualified entry matches a call
     spelled as its tail (``dist_utils.sync_all`` for ``mylib.dist_utils.sync_all``)."""
     model = ranks.frameworks
-    qualified = model.calls(framework_tables.Meaning.COLLECTIVE)
+    tails = _collective_tails(model)
     for callee in calls:
         if model.matches(framework_tables.Meaning.COLLECTIVE, callee, None):
             return True
-        if "." in callee and any(q == callee or q.endswith("." + callee) for q in qualified):
+        if "." in callee and callee in tails:
             return True
     return False
+
+
+_TAILS: dict[int, tuple[framework_tables.FrameworkModel, frozenset[str]]] = {}
+
+
+def _collective_tails(model: framework_tables.FrameworkModel) -> frozenset[str]:
+    """Every qualified collective of ``model`` and each of its dotted tails
+    (``a.b.sync`` -> ``a.b.sync``, ``b.sync``, ``sync``): a callee ``c`` matches an entry ``q``
+    when ``q == c`` or ``q`` ends with ``"." + c``. Kept per model (one per settings)."""
+    hit = _TAILS.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    tails: set[str] = set()
+    for q in model.calls(framework_tables.Meaning.COLLECTIVE):
+        tails.add(q)
+        i = q.find(".")
+        while i >= 0:
+            tails.add(q[i + 1 :])
+            i = q.find(".", i + 1)
+    if len(_TAILS) > 16:
+        _TAILS.clear()
+    out = frozenset(tails)
+    _TAILS[id(model)] = (model, out)
+    return out
 
 
 # Framework methods that skip gradient sync (`accelerator.accumulate`, Fabric's

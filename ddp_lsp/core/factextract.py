@@ -522,10 +522,28 @@ def _is_docstring(s: ast.stmt) -> bool:
 
 
 def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankModel) -> bool:
-    returns = [n for n in walk(f) if isinstance(n, ast.Return) and n.value is not None]
+    returns = _returns(f.body)
     if not returns:
         return False
     return all(_zero(condition_ranks(ranks, r.value)) for r in returns if r.value is not None)
+
+
+def _returns(body: list[ast.stmt]) -> list[ast.Return]:
+    """Every ``return <value>`` under ``body``, nested functions and classes included. A
+    return is a statement: only statement lists are walked, never expressions."""
+    out: list[ast.Return] = []
+    stack: list[ast.AST] = list(body)
+    while stack:
+        s = stack.pop()
+        if isinstance(s, ast.Return):
+            if s.value is not None:
+                out.append(s)
+            continue
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            seq = getattr(s, name, None)
+            if isinstance(seq, list):
+                stack.extend(seq)
+    return out
 
 
 def _zero(found: object) -> bool:

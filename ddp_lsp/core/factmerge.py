@@ -6,7 +6,7 @@ kinds flowing through calls, transitive function properties), incrementally thro
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ddp_lsp.core import gates as gate_facts
@@ -237,6 +237,11 @@ class MergeCache:
         self.project: ModuleProjectFacts | None = None
         self.chunks: dict[int, tuple[ChunkFacts, _ChunkPart]] = {}
         self.functions: dict[int, tuple[FunctionInfo, frozenset[str], tuple[str, ...]]] = {}
+        # Each function's calls of functions of the module, while their names stay the same.
+        self.names: frozenset[str] = frozenset()
+        self.local_calls: dict[int, tuple[FunctionInfo, tuple[str, ...]]] = {}
+        self.module_parts: list[FunctionInfo] = []
+        self.module_info: FunctionInfo | None = None
 
     def reset_if_changed(self, aliases: dict[str, str], project: ModuleProjectFacts | None) -> None:
         if self.aliases != aliases or self.project != project:
@@ -338,6 +343,32 @@ def _function_part(
     return frozenset(props), tuple(receivers)
 
 
+def merge_input(
+    cf: ChunkFacts, aliases: Mapping[str, str], functions: Container[str]
+) -> tuple[object, ...]:
+    """All that :func:`merge` reads of one chunk's facts, given the module's ``aliases`` and
+    the qualnames of its ``functions``: two chunks with equal merge inputs give equal module
+    facts (early cutoff: a keystroke that changes only what merge ignores, a local name loaded
+    or bound to a value of no kind, an argument of a call that reaches no function of the
+    module, keeps the module facts and every other chunk's findings as they were). Keep in
+    step with :func:`merge` and :func:`_chunk_part`; tests/core/test_merge_cutoff.py checks
+    the facts kept against a fresh merge."""
+    return (
+        cf.imports,
+        cf.env_markers,
+        cf.functions,
+        # A call site counts only where it reaches a function of the module (kinds through
+        # parameters, "only called under a guard"); `print(x)` is a call site too.
+        tuple(
+            cs
+            for cs in cf.call_sites
+            if cs.callee in functions or f"{cs.callee}.__init__" in functions
+        ),
+        cf.barrier_ifs,
+        _chunk_part(cf, aliases),
+    )
+
+
 def merge(
     chunks: Iterable[ChunkFacts],
     assume_distributed: bool = False,
@@ -372,15 +403,28 @@ def merge(
     )
 
     functions: dict[str, FunctionInfo] = {}
+    module_parts: list[FunctionInfo] = []  # each chunk's top-level code, merged into one
     for cf in chunk_list:
         for fi in cf.functions:
-            seen = functions.get(fi.qualname)
-            if seen is not None and fi.qualname == MODULE:
-                functions[MODULE] = FunctionInfo(
-                    MODULE, None, (), seen.calls | fi.calls, seen.props | fi.props, 0
-                )
-            else:
-                functions.setdefault(fi.qualname, fi)
+            if fi.qualname == MODULE:
+                module_parts.append(fi)
+            functions.setdefault(fi.qualname, fi)
+    if len(module_parts) > 1:
+        # The same parts as last time give the same object (its derived part stays cached).
+        if len(cache.module_parts) != len(module_parts) or any(
+            a is not b for a, b in zip(cache.module_parts, module_parts, strict=True)
+        ):
+            cache.module_parts = module_parts
+            cache.module_info = FunctionInfo(
+                MODULE,
+                None,
+                (),
+                frozenset().union(*(fi.calls for fi in module_parts)),
+                frozenset().union(*(fi.props for fi in module_parts)),
+                0,
+            )
+        assert cache.module_info is not None
+        functions[MODULE] = cache.module_info
 
     # Kinds from bindings (aliases of aliases resolved in a second pass).
     kinds: dict[tuple[str, str], str] = {}
@@ -399,6 +443,7 @@ def merge(
 
     facts = ModuleFacts(aliases=aliases, kinds=kinds)
     call_sites = [cs for cf in chunk_list for cs in cf.call_sites]
+    passed = _passed(call_sites, functions)
     # Propagate kinds: `y = x` and parameters from their call sites, to a bounded fixed point.
     for _ in range(6):
         changed = False
@@ -411,33 +456,16 @@ def merge(
             if k is not None:
                 kinds[(scope, path)] = k
                 changed = True
-        for cs in call_sites:
-            # `Trainer(model, rank)` passes its arguments to Trainer.__init__.
-            target = functions.get(cs.callee) or functions.get(f"{cs.callee}.__init__")
-            if target is None:
+        for key_, arg_path, caller, caller_cls in passed:
+            if key_ in kinds:
                 continue
-            caller_cls = functions[cs.caller].cls if cs.caller in functions else None
-            for pos, arg_path in cs.args:
-                if not arg_path:
-                    continue
-                if isinstance(pos, int):
-                    params = target.params[1:] if target.cls else target.params
-                    if pos >= len(params):
-                        continue
-                    param = params[pos]
-                else:
-                    if pos not in target.params:
-                        continue
-                    param = pos
-                if (target.qualname, param) in kinds:
-                    continue
-                k = facts.kind(arg_path, cs.caller, caller_cls)
-                if k is not None:
-                    kinds[(target.qualname, param)] = k
-                    changed = True
+            k = facts.kind(arg_path, caller, caller_cls)
+            if k is not None:
+                kinds[key_] = k
+                changed = True
         if not changed:
             break
-    sometimes = _sometimes(kinds, parts, functions, alias_bindings, call_sites, project)
+    sometimes = _sometimes(kinds, parts, functions, alias_bindings, passed, project)
 
     # Function properties: syntactic ones, collectives by resolved name, then transitively.
     func_props: dict[str, set[str]] = {}
@@ -464,10 +492,18 @@ def merge(
     # Transitively through same-file helpers: a worklist from each function that has a
     # transitive property to its callers (linear in the calls, not in functions x calls).
     callers: dict[str, list[str]] = {}
+    if cache.names != functions.keys():
+        cache.names = frozenset(functions)
+        cache.local_calls = {}
+    local_kept: dict[int, tuple[FunctionInfo, tuple[str, ...]]] = {}
     for q, fi in functions.items():
-        for callee in fi.calls:
-            if callee in func_props:
-                callers.setdefault(callee, []).append(q)
+        lhit = cache.local_calls.get(id(fi))
+        if lhit is None or lhit[0] is not fi:
+            lhit = (fi, tuple(callee for callee in fi.calls if callee in func_props))
+        local_kept[id(fi)] = lhit
+        for callee in lhit[1]:
+            callers.setdefault(callee, []).append(q)
+    cache.local_calls = local_kept
     work = [q for q, p in func_props.items() if p & TRANSITIVE_PROPS and q in callers]
     while work:
         done = work.pop()
@@ -480,6 +516,8 @@ def merge(
                     work.append(q)
     sites_by_callee: dict[str, list[bool]] = {}
     for cs in call_sites:
+        if cs.callee not in func_props:
+            continue  # `print(x)`: no function of the module
         sites_by_callee.setdefault(cs.callee, []).append(
             cs.guarded or GUARDS_ITSELF in func_props.get(cs.caller, ())
         )
@@ -538,12 +576,37 @@ def merge(
     )
 
 
+def _passed(
+    call_sites: Sequence[CallSite], functions: Mapping[str, FunctionInfo]
+) -> list[tuple[tuple[str, str], str, str, str | None]]:
+    """Each named argument a call site passes to a parameter of a function of the module:
+    ((function, parameter), argument path, caller, caller's class), in call-site order.
+    (`Trainer(model, rank)` passes its arguments to Trainer.__init__.)"""
+    out: list[tuple[tuple[str, str], str, str, str | None]] = []
+    classes = {q[: -len(".__init__")] for q in functions if q.endswith(".__init__")}
+    for cs in call_sites:
+        if not cs.args or (cs.callee not in functions and cs.callee not in classes):
+            continue  # `print(x)`, `helper()`: no parameter of the module's gets a value
+        target = functions.get(cs.callee) or functions.get(f"{cs.callee}.__init__")
+        if target is None:
+            continue
+        caller_fn = functions.get(cs.caller)
+        caller_cls = caller_fn.cls if caller_fn is not None else None
+        for pos, arg_path in cs.args:
+            if not arg_path:
+                continue
+            param = _param_at(target, pos)
+            if param is not None:
+                out.append(((target.qualname, param), arg_path, cs.caller, caller_cls))
+    return out
+
+
 def _sometimes(
     kinds: Mapping[tuple[str, str], str],
     parts: Sequence[_ChunkPart],
     functions: Mapping[str, FunctionInfo],
     alias_bindings: Sequence[tuple[str, str, str, str]],
-    call_sites: Sequence[CallSite],
+    passed: Sequence[tuple[tuple[str, str], str, str, str | None]],
     project: ModuleProjectFacts | None,
 ) -> frozenset[tuple[str, str]]:
     """The keys of ``kinds`` whose kind holds on some launches only (``ModuleFacts.sometimes``):
@@ -565,19 +628,12 @@ def _sometimes(
             if src_key in out and (scope, path) in kinds and (scope, path) not in out:
                 out.add((scope, path))
                 changed = True
-        for cs in call_sites:
-            target = functions.get(cs.callee) or functions.get(f"{cs.callee}.__init__")
-            if target is None:
+        for key, arg_path, caller, caller_cls in passed:
+            if key not in kinds or key in out:
                 continue
-            caller_cls = functions[cs.caller].cls if cs.caller in functions else None
-            for pos, arg_path in cs.args:
-                param = _param_at(target, pos)
-                key = (target.qualname, param) if param is not None else None
-                if key is None or not arg_path or key not in kinds or key in out:
-                    continue
-                if visible_key(kinds, arg_path, cs.caller, caller_cls) in out:
-                    out.add(key)
-                    changed = True
+            if visible_key(kinds, arg_path, caller, caller_cls) in out:
+                out.add(key)
+                changed = True
         if not changed:
             break
     return frozenset(out)

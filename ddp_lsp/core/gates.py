@@ -54,6 +54,8 @@ import ast
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TypeVar
 
+from ddp_lsp.core.walk import children
+
 K = TypeVar("K", bound=Hashable)
 
 COLLECTIVE_PROP = "collective"  # ddp_lsp.core.facts.COLLECTIVE (facts imports this module)
@@ -290,29 +292,36 @@ def site_props(
     pset = set(params)
     sites: list[str] = []
     modes = _mode_locals(f, pset)
-
-    def visit(node: ast.AST, gates: frozenset[tuple[str, str]]) -> None:
+    none: frozenset[tuple[str, str]] = frozenset()
+    # Depth first over the function's own frame (the sites are a set: order does not matter),
+    # each node with the (param, value) pairs for which an enclosing test skips it.
+    stack: list[tuple[ast.AST, frozenset[tuple[str, str]]]] = [(s, none) for s in f.body]
+    while stack:
+        node, gates = stack.pop()
         if isinstance(node, _SCOPES):
-            return
+            continue
         if isinstance(node, (ast.If, ast.While, ast.IfExp)):
-            visit(node.test, gates)
-            body = node.body if isinstance(node.body, list) else [node.body]
-            orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
-            on = gates | _skips(node.test, pset, True)
-            off = gates | _skips(node.test, pset, False)
-            if _mode_test(node.test, pset, modes):
+            test = node.test
+            stack.append((test, gates))
+            on = off = gates
+            if any(isinstance(n, ast.Name) and n.id in pset for n in ast.walk(test)):
+                on = gates | _skips(test, pset, True)
+                off = gates | _skips(test, pset, False)
+            if _mode_test(test, pset, modes):
                 on = on | {MODE}
             elif (
-                isinstance(node.test, ast.UnaryOp)
-                and isinstance(node.test.op, ast.Not)
-                and _mode_test(node.test.operand, pset, modes)
+                isinstance(test, ast.UnaryOp)
+                and isinstance(test.op, ast.Not)
+                and _mode_test(test.operand, pset, modes)
             ):
                 off = off | {MODE}
+            body = node.body if isinstance(node.body, list) else [node.body]
+            orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
             for s in body:
-                visit(s, on)
+                stack.append((s, on))
             for s in orelse:
-                visit(s, off if not isinstance(node, ast.While) else gates)
-            return
+                stack.append((s, off if not isinstance(node, ast.While) else gates))
+            continue
         if isinstance(node, ast.Call):
             name = dotted(node.func)
             if name is not None:
@@ -327,11 +336,9 @@ def site_props(
                 ]
                 g = ",".join(sorted(f"{p}={t}" for p, t in gates))
                 sites.append(f"{SITE}{name}|{g}|{','.join(passed)}|{_bindings(node, pset, modes)}")
-        for child in ast.iter_child_nodes(node):
-            visit(child, gates)
+        for child in children(node):
+            stack.append((child, gates))
 
-    for s in f.body:
-        visit(s, frozenset())
     if not sites:
         return out  # calls nothing: no summary needed
     out.update(sites)

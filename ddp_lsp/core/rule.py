@@ -226,13 +226,26 @@ class ChunkContext:
 
     def callee_props(self, call: ast.Call, at: ast.AST | None = None) -> frozenset[str]:
         """Properties of the same-file function a call reaches (``helper()``, ``self.m()``)."""
-        from ddp_lsp.core.names import dotted
+        # Several rules ask for every call of the chunk (DDP103's events, DDP302, DDP501,
+        # DDP506): resolve each (call, at) once per analysis. The facts view recorded the
+        # entries read on the first lookup, and the chunk's tree does not change meanwhile.
+        key = ("callee_props", id(call), id(at) if at is not None else None)
+        memo = self._memo
+        found = memo.get(key)
+        if found is None:
+            from ddp_lsp.core.names import dotted
 
-        name = dotted(call.func)
-        if name is None:
-            return frozenset()
-        _, cls = self.scope(at if at is not None else call)
-        return self.facts.callee_props(name, cls)
+            name = dotted(call.func)
+            if name is None:
+                found = frozenset()
+            elif not name.startswith("self."):
+                # The class matters only for `self.m()` (facts key it `C.m`): no scope walk.
+                found = self.facts.callee_props(name, None)
+            else:
+                _, cls = self.scope(at if at is not None else call)
+                found = self.facts.callee_props(name, cls)
+            memo[key] = found
+        return found  # type: ignore[return-value]
 
     # -- facts from other files of the project ---------------------------------------------------
 

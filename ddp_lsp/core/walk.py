@@ -18,11 +18,48 @@ _NEW_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
+# Fields that never hold a node (identifiers, constants, flags), by class: skipping them makes
+# the most common nodes (names, constants) leaves without a single attribute read.
+_NOT_NODES: dict[str, frozenset[str]] = {
+    "Name": frozenset({"id"}),
+    "Constant": frozenset({"value", "kind"}),
+    "Attribute": frozenset({"attr"}),
+    "FunctionDef": frozenset({"name", "type_comment"}),
+    "AsyncFunctionDef": frozenset({"name", "type_comment"}),
+    "ClassDef": frozenset({"name"}),
+    "arg": frozenset({"arg", "type_comment"}),
+    "keyword": frozenset({"arg"}),
+    "alias": frozenset({"name", "asname"}),
+    "ImportFrom": frozenset({"module", "level"}),
+    "Global": frozenset({"names"}),
+    "Nonlocal": frozenset({"names"}),
+    "Assign": frozenset({"type_comment"}),
+    "For": frozenset({"type_comment"}),
+    "AsyncFor": frozenset({"type_comment"}),
+    "With": frozenset({"type_comment"}),
+    "AsyncWith": frozenset({"type_comment"}),
+    "AnnAssign": frozenset({"simple"}),
+    "comprehension": frozenset({"is_async"}),
+    "FormattedValue": frozenset({"conversion"}),
+    "ExceptHandler": frozenset({"name"}),
+    "MatchSingleton": frozenset({"value"}),
+    "MatchStar": frozenset({"name"}),
+    "MatchAs": frozenset({"name"}),
+    "MatchMapping": frozenset({"rest"}),
+    "MatchClass": frozenset({"kwd_attrs"}),
+    "TypeIgnore": frozenset({"lineno", "tag"}),
+}
+
 
 def _fields(cls: type) -> tuple[str, ...]:
     # `ctx` (Load/Store/Del) is read as an attribute where it matters, never walked to: leaving
     # it out makes every walk visit a fifth fewer nodes.
-    names = tuple(f for f in cls._fields if f != "ctx")  # type: ignore[attr-defined]
+    skip = _NOT_NODES.get(cls.__name__, frozenset()) if cls.__module__ == "ast" else frozenset()
+    names = tuple(
+        f
+        for f in cls._fields  # type: ignore[attr-defined]
+        if f != "ctx" and f not in skip
+    )
     _FIELDS[cls] = names
     return names
 
@@ -32,14 +69,18 @@ def children(node: ast.AST) -> list[ast.AST]:
     the ``ctx`` markers of names, attributes and subscripts)."""
     out: list[ast.AST] = []
     cls = type(node)
-    for name in _FIELDS.get(cls) or _fields(cls):
+    try:
+        names = _FIELDS[cls]
+    except KeyError:
+        names = _fields(cls)
+    for name in names:
         value = getattr(node, name, None)
-        if isinstance(value, ast.AST):
-            out.append(value)
-        elif isinstance(value, list):
+        if value.__class__ is list:
             for item in value:
                 if isinstance(item, ast.AST):
                     out.append(item)
+        elif isinstance(value, ast.AST):
+            out.append(value)
     return out
 
 

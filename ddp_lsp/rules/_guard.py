@@ -323,10 +323,14 @@ def rank_condition(ctx: ChunkContext, stmt: ast.stmt) -> Condition:
             continue
         if path in params or (path.startswith("self.") and _in_method(ctx, stmt)):
             return Condition(f"{path} == 0")
-    # A rank-0 predicate function of this module (``def is_main_process(): ...``).
-    for qual, props in sorted(ctx.facts.func_props.items()):
+    # A rank-0 predicate function of this module (``def is_main_process(): ...``), the first
+    # by name. Each is among the module's rank predicates: asking for those alone keeps this
+    # chunk's findings independent of every other function's properties (core/factview.py).
+    for qual in sorted(ctx.facts.rank_predicates):
+        props = ctx.facts.func_props.get(qual)
         if (
-            fact_model.RANK_PREDICATE in props
+            props is not None
+            and fact_model.RANK_PREDICATE in props
             and "." not in qual
             and not ctx.facts.func_params.get(qual)
             and "local" not in qual.lower()

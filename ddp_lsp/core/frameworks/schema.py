@@ -265,8 +265,25 @@ class FrameworkModel:
         ``qual`` through the imports (None: not imported), has ``meaning``."""
         return self.match_of(meaning, spelled, qual) is not None
 
+    @cached_property
+    def _matches(self) -> dict[tuple[Meaning, str | None, str | None], Api | None]:
+        return {}
+
     def match_of(self, meaning: Meaning, spelled: str | None, qual: str | None) -> Api | None:
-        """The entry that gives a callee ``meaning``, or None."""
+        """The entry that gives a callee ``meaning``, or None (memoised: rules ask it for
+        every call of every chunk, mostly for the same few hundred names)."""
+        memo = self._matches
+        key = (meaning, spelled, qual)
+        try:
+            return memo[key]
+        except KeyError:
+            pass
+        if len(memo) > 50_000:
+            memo.clear()
+        found = memo[key] = self._match_of(meaning, spelled, qual)
+        return found
+
+    def _match_of(self, meaning: Meaning, spelled: str | None, qual: str | None) -> Api | None:
         if qual is not None and qual in self.calls(meaning):
             return self._entry(Match.CALL, qual)
         if spelled:
