@@ -5,11 +5,12 @@ Generates a project in a temporary directory (packages of DDP-style modules that
 other), prints a Markdown table; docs/performance.md ("Project index") records the results.
 
 ``--server DIR --edit REL`` measures the server's indexer instead (``ddp_lsp.lsp.indexer``,
-in this process, with the user's index cache): it indexes the project at DIR, then lays three
+in this process, with the user's index cache): it indexes the project at DIR, then lays four
 kinds of edits of REL over it, each 3 times, and prints the CPU seconds of each
 ``Indexer.update`` (summary, ``compute`` when needed, the facts message): an edit the project
-cannot see (a comment appended: early cutoff, nothing computed), a statement added in a
-function body (import resolution reused) and an import added (everything resolved again).
+cannot see (a comment appended: early cutoff, nothing computed), lines moved (blank lines
+on top: the facts' lines in REL moved, nothing computed), a statement added in a function
+body (import resolution reused) and an import added (everything resolved again).
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ def server_edits(text: str, k: int) -> dict[str, str]:
     body = [*lines[: at + 1], f"    _bench_edit_{k}()\n", *lines[at + 1 :]]
     return {
         "unseen (a comment appended)": text + f"# edited {k}\n",
+        "lines moved (blank lines added on top)": "\n" * (k + 1) + text,
         "in a function body (a call added)": "".join(body),
         "an import added": f"import os as _bench_os_{k}\n" + text,
     }

@@ -134,7 +134,7 @@ def project_view(
     texts = {p: data.decode("utf-8", errors="replace") for p, data in (overlays or {}).items()}
     # The project's state: each file's summary key, from the bytes the index then summarises.
     contents: dict[Path, bytes] = {}
-    keys: dict[str, str] = {}
+    pairs: list[tuple[str, str]] = []  # (path relative to the root, its summary key)
     at: dict[str, tuple[Path, bytes]] = {}  # each key's file and bytes
     dirs: dict[Path, Path] = {}  # resolved directories
     on_disk = set(paths)
@@ -148,9 +148,10 @@ def project_view(
                 index.unread[p] = exc
                 continue
         rel, key = index.content_key(p, data, dirs)
-        keys[rel] = key
+        pairs.append((rel, key))
         at[rel] = (p, data)
-    state = snapshot.project_key(index.root, keys.items())
+    state = snapshot.project_key(index.root, pairs)
+    keys = dict(pairs)
     cache_dir = index.cache.directory
     stored = snapshot.read(cache_dir, index.root, index.ranks_key)
     unread = tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread.items()))
@@ -158,7 +159,11 @@ def project_view(
         facts_read = None
         if stored.key == state:
             facts_read = stored.facts(index.root, wanted)
-        elif (moves := _still_holds(index, stored, keys, at, texts)) is not None:
+        # (Two files with one relative path, links to files outside the root: only a full
+        # build says which one the index keeps.)
+        elif len(keys) == len(pairs) and (
+            (moves := _still_holds(index, stored, keys, at, texts)) is not None
+        ):
             # Early cutoff: the changed files say what they said; the facts stand (their
             # provenance in files whose lines moved, moved with them).
             stored = dataclasses.replace(stored, moved=moves)
