@@ -631,8 +631,8 @@ def test_ddp103_module_reaching_torch_distributed_through_import_torch(tmp_path:
         },
     )
     for project in (False, True):
-        found = [f for f in _findings(tmp_path, "evals/adapter.py", project) if f.rule_id == "DDP103"]
-        assert _ids(found) == [("DDP103", 8)]
+        found = _findings(tmp_path, "evals/adapter.py", project)
+        assert _ids([f for f in found if f.rule_id == "DDP103"]) == [("DDP103", 8)]
 
 
 def test_ddp103_validation_helper_that_builds_its_loader_with_the_default_rank(
