@@ -373,7 +373,8 @@ class _Extractor:
             self._prop(UNSCALES)
         elif last == "set_epoch":
             self._prop(SETS_EPOCH)
-        elif last == "init_process_group":
+        elif last == "init_process_group" or name.startswith("torch.distributed."):
+            # `import torch` then `torch.distributed.barrier()`: distributed code too
             self.env_markers = True
         elif last in _SAVERS and not guarded and self._params:
             dest = c.args[1] if len(c.args) > 1 else None

@@ -731,6 +731,19 @@ def train(rank):
 """,
         note="a zero-first helper reached with rank -1 (single process) runs no barrier",
     ),
+    Invalid(
+        """\
+import torch
+
+class Evaluator:
+    def prepare(self, tasks):
+        if torch.distributed.is_initialized():
+            if torch.distributed.get_rank() == 0:
+                «torch.distributed.barrier()»
+        return tasks
+""",
+        note="a module that reaches torch.distributed through `import torch` is distributed code",
+    ),
     Valid(
         _HEAD
         + """\

@@ -610,6 +610,31 @@ def test_package_named_src_resolves_both_spellings(tmp_path: Path) -> None:
 # -- DDP103: arguments bound at a guarded call, through helpers of other files ----------------
 
 
+def test_ddp103_module_reaching_torch_distributed_through_import_torch(tmp_path: Path) -> None:
+    """`import torch` (or `import torch.distributed`, which binds `torch`) then
+    `torch.distributed.barrier()` is distributed code: a rank-0 barrier there is reported,
+    alone and in a project (issue 14, seeded barrier-under-rank0)."""
+    _write(
+        tmp_path,
+        {
+            "evals/adapter.py": """\
+            import torch
+            import torch.distributed
+
+            class Adapter:
+                def prepare(self, tasks):
+                    if torch.distributed.is_initialized():
+                        if torch.distributed.get_rank() == 0:
+                            torch.distributed.barrier()
+                    return tasks
+            """,
+        },
+    )
+    for project in (False, True):
+        found = _findings(tmp_path, "evals/adapter.py", project)
+        assert _ids([f for f in found if f.rule_id == "DDP103"]) == [("DDP103", 8)]
+
+
 def test_ddp103_validation_helper_that_builds_its_loader_with_the_default_rank(
     tmp_path: Path,
 ) -> None:
