@@ -31,17 +31,44 @@ _OPTIMIZER_NAME = re.compile(
 
 
 def is_scaler(ctx: ChunkContext, expr: ast.AST, root: ast.AST) -> bool:
-    """A GradScaler: known from the facts, or used as ``expr.scale(x)`` in this scope."""
+    """A GradScaler: known from the facts, or used as one in this scope: ``expr.scale(x)``,
+    ``expr.unscale_(opt)`` (no other object has it), or ``expr.step(opt)`` together with
+    ``expr.update()`` on an optimizer (``fp16_scaler = model.fp16_scaler``: the scaler is made
+    in another class, M5)."""
     kind = ctx.kind(expr)
     if kind == fact_model.SCALER:
         return True
     if kind is not None:
         return False
-    for c in patterns.calls_in(root, "scale"):
-        assert isinstance(c.func, ast.Attribute)
-        if len(c.args) == 1 and not c.keywords and patterns.same_path(c.func.value, expr):
+    for attr in ("scale", "unscale_"):
+        for c in patterns.calls_in(root, attr):
+            assert isinstance(c.func, ast.Attribute)
+            if len(c.args) == 1 and not c.keywords and patterns.same_path(c.func.value, expr):
+                return True
+    updated = any(
+        not c.args and not c.keywords and patterns.same_path(receiver(c), expr)
+        for c in patterns.calls_in(root, "update")
+    )
+    if not updated:
+        return False
+    for c in patterns.calls_in(root, "step"):
+        if (
+            len(c.args) == 1
+            and not c.keywords
+            and patterns.same_path(receiver(c), expr)
+            and _named_optimizer(ctx, c.args[0])
+        ):
             return True
     return False
+
+
+def _named_optimizer(ctx: ChunkContext, expr: ast.AST) -> bool:
+    """An optimizer by its kind or its name (not through the scaler calls: no recursion)."""
+    kind = ctx.kind(expr)
+    if kind is not None:
+        return kind == fact_model.OPTIMIZER
+    last = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
+    return isinstance(last, str) and bool(_OPTIMIZER_NAME.match(last.lower()))
 
 
 def scaler_calls(

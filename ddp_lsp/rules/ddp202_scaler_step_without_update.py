@@ -44,10 +44,17 @@ update after the step is removed. When the steps sit in different branches, no f
 where the update belongs is a decision.
 
 ## Known false positives
-Only loops are checked: a `train_step` function without a loop may leave the update to its
-caller, so it is not reported. The rule stays quiet when the scaler is handed to another
-function, or when a same-file helper that can reach it (a method using `self.scaler`) is
-called in the loop, since the update may happen there. With the project view, an instance of
+Loops are checked, and a step on a path of the iteration that no update is on (the update
+sits in the other branch of `if accumulating: ... else: ...`). A function without a loop may
+leave the update to its caller (`train_step(model, batch, opt, scaler)`), so it is not
+reported, except a method stepping the GradScaler its own object holds (`self._scaler`, the
+timm `NativeScaler.__call__` shape) in a module where nothing updates a GradScaler: no caller
+can close that iteration short of reaching into the object. The rule stays quiet when the
+scaler is handed to a function after the step (or to one whose project summary does not say
+it never updates a scaler), or when a helper that updates a GradScaler and can reach this one
+(a method using `self.scaler`, a closure naming it) is called after the step; a helper that
+never updates a scaler (a learning-rate schedule) hides nothing. An update before the step of
+the same iteration raises, so calls there cannot hold the right one. With the project view, an instance of
 a project class that wraps a GradScaler and unscales or updates it in its own methods (timm's
 `NativeScaler`, `NativeScalerWithGradNormCount`) is not a GradScaler: its `step` is not
 reported.
