@@ -392,10 +392,11 @@ def append_loss(tree: ast.Module, text: str) -> Iterator[Site]:
 
 @operator("drop-set-epoch", "DDP402")
 def drop_set_epoch(tree: ast.Module, text: str) -> Iterator[Site]:
-    """Remove ``sampler.set_epoch(epoch)``."""
+    """Remove ``sampler.set_epoch(epoch)`` (a sampler's or a loader's: not a streaming
+    dataset's own ``set_epoch``, which DDP402 does not cover)."""
     for stmt, call in expr_calls(tree.body):
         ca = call_attr(call)
-        if ca and ca[1] == "set_epoch":
+        if ca and ca[1] == "set_epoch" and re.search(r"sampler|loader", ca[0], re.I):
             site = _pass_site("drop-set-epoch", "DDP402", text, stmt, ca[0])
             if site:
                 yield site
@@ -777,9 +778,18 @@ def imported_files(root: Path, rel: str, text: str) -> list[str]:
     return [f for f in found if f != rel]
 
 
-def neighbourhood(root: Path, rel: str, text: str) -> list[str]:
+#: At most this many importers of the seeded file are checked with it (a widely imported
+#: utility module would otherwise pull in most of the project).
+MAX_IMPORTERS = 8
+
+
+def neighbourhood(
+    root: Path, rel: str, text: str, importers: dict[str, list[str]] | None = None
+) -> list[str]:
     """``rel``, the project files it imports, and the files those import (two levels: a
-    package ``__init__`` that re-exports a submodule is followed to it)."""
+    package ``__init__`` that re-exports a submodule is followed to it); with ``importers``
+    (:func:`importer_map`), also the files that import ``rel`` (one level): a per-epoch helper
+    whose ``set_epoch`` was removed is reported at its caller's epoch loop."""
     first = imported_files(root, rel, text)
     files = [rel, *first]
     for f in first:
@@ -788,7 +798,22 @@ def neighbourhood(root: Path, rel: str, text: str) -> list[str]:
         except (OSError, UnicodeDecodeError):
             continue
         files.extend(x for x in imported_files(root, f, sub) if x not in files)
+    if importers:
+        files.extend(x for x in importers.get(rel, [])[:MAX_IMPORTERS] if x not in files)
     return files
+
+
+def importer_map(root: Path, rels: Sequence[str]) -> dict[str, list[str]]:
+    """For each project file, the files among ``rels`` that import it (in ``rels`` order)."""
+    out: dict[str, list[str]] = {}
+    for rel in rels:
+        try:
+            text = (root / rel).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for f in imported_files(root, rel, text):
+            out.setdefault(f, []).append(rel)
+    return out
 
 
 def messages(
@@ -924,6 +949,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         per_op: Counter[str] = Counter()
         baseline: dict[str, Counter[tuple[str, str, str]]] = {}
+        importers: dict[str, list[str]] | None = None
         for path in triage.python_files(checkout, repo.paths):
             rel = path.relative_to(checkout.resolve()).as_posix()
             original = path.read_bytes()
@@ -935,7 +961,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if per_op[site.operator] >= args.max_sites or not counts(site.rule, text):
                     continue
                 per_op[site.operator] += 1
-                files = neighbourhood(checkout.resolve(), rel, text)
+                if importers is None:
+                    root = checkout.resolve()
+                    importers = importer_map(
+                        root,
+                        [
+                            p.relative_to(root).as_posix()
+                            for p in triage.python_files(checkout, repo.paths)
+                        ],
+                    )
+                files = neighbourhood(checkout.resolve(), rel, text, importers)
                 if rel not in baseline:
                     baseline[rel] = messages(checkout, files)
                 try:

@@ -27,6 +27,7 @@ from ddp_lsp.core.factkinds import (
     RANK0_FLAG,
     RANK_PREDICATE,
     SETS_EPOCH,
+    MAKES_DIST_SAMPLER,
     SILENCES_LOGGING,
     SILENCES_PRINT,
     UNSCALES,
@@ -366,6 +367,11 @@ class _Extractor:
             self._prop(UNSCALES)
         elif last == "set_epoch":
             self._prop(SETS_EPOCH)
+        elif last.endswith("DistributedSampler") and not any(
+            k.arg == "shuffle" and isinstance(k.value, ast.Constant) and k.value.value is False
+            for k in c.keywords
+        ):
+            self._prop(MAKES_DIST_SAMPLER)
         elif last == "init_process_group":
             self.env_markers = True
         elif last in _SAVERS and not guarded and self._params:
