@@ -294,7 +294,9 @@ def update_before_step(tree: ast.Module, text: str) -> Iterator[Site]:
 @operator("drop-no-sync", "DDP101")
 def drop_no_sync(tree: ast.Module, text: str) -> Iterator[Site]:
     """``with model.no_sync():`` (in any form) becomes ``if True:``; nanoGPT's
-    ``model.require_backward_grad_sync = ...`` becomes ``pass``."""
+    ``model.require_backward_grad_sync = ...`` in an accumulation loop becomes ``pass`` (not
+    ``= True`` nor a restore outside a loop: removing those skips no all-reduce)."""
+    looped = _in_loop(tree)
     for node in ast.walk(tree):
         if (
             isinstance(node, (ast.With, ast.AsyncWith))
@@ -319,7 +321,12 @@ def drop_no_sync(tree: ast.Module, text: str) -> Iterator[Site]:
                 yield Site("drop-no-sync", "DDP101", node.lineno, "".join(lines), "with no_sync")
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
             t = node.targets[0]
-            if isinstance(t, ast.Attribute) and t.attr == "require_backward_grad_sync":
+            if (
+                isinstance(t, ast.Attribute)
+                and t.attr == "require_backward_grad_sync"
+                and id(node) in looped
+                and not (isinstance(node.value, ast.Constant) and node.value.value is True)
+            ):
                 site = _pass_site(
                     "drop-no-sync", "DDP101", text, node, "require_backward_grad_sync"
                 )
