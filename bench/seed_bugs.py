@@ -424,10 +424,20 @@ def _kw(call: ast.Call, name: str) -> ast.keyword | None:
     return next((k for k in call.keywords if k.arg == name), None)
 
 
+#: Calls that install a DistributedSampler in the loaders they are given.
+_SAMPLER_INSTALLERS = re.compile(
+    r"\bsetup_dataloaders\(|\baccelerator\.prepare\(|\bprepare_data_loader\("
+)
+
+
 @operator("drop-sampler", "DDP401")
 def drop_sampler(tree: ast.Module, text: str) -> Iterator[Site]:
     """A training ``DataLoader(..., sampler=<distributed sampler>)`` shuffles by itself
-    instead (``shuffle=True``, no sampler): what a script without DDP's sampler looks like."""
+    instead (``shuffle=True``, no sampler): what a script without DDP's sampler looks like.
+    Not in a file that hands its loaders to a framework that installs a DistributedSampler
+    itself (``fabric.setup_dataloaders``, ``accelerator.prepare``): no bug there."""
+    if _SAMPLER_INSTALLERS.search(text):
+        return
     for call in _dataloaders(tree):
         kw = _kw(call, "sampler")
         if (

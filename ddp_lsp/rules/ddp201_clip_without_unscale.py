@@ -64,8 +64,8 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
-from ddp_lsp.core import names as known_names
 from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
