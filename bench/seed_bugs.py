@@ -212,9 +212,19 @@ def drop_scaler_update(tree: ast.Module, text: str) -> Iterator[Site]:
                     yield site
 
 
+def _clips_nothing(call: ast.Call) -> bool:
+    """The threshold (second argument, or ``max_norm`` / ``clip_value``) is ``None``."""
+    value = call.args[1] if len(call.args) > 1 else None
+    for kw in call.keywords:
+        if kw.arg in ("max_norm", "clip_value", "clip"):
+            value = kw.value
+    return isinstance(value, ast.Constant) and value.value is None
+
+
 @operator("drop-unscale", "DDP201")
 def drop_unscale(tree: ast.Module, text: str) -> Iterator[Site]:
-    """Remove ``scaler.unscale_(opt)`` that precedes a gradient clip in the same scope."""
+    """Remove ``scaler.unscale_(opt)`` that precedes a gradient clip in the same scope (a
+    clip that clips: not ``clip_grad_value_(params, None)``, which only measures the norm)."""
     for scope in scopes(tree):
         nodes = list(own_nodes(scope))
         clips = [
@@ -225,6 +235,7 @@ def drop_unscale(tree: ast.Module, text: str) -> Iterator[Site]:
                 (isinstance(n.func, ast.Attribute) and n.func.attr in CLIP)
                 or (isinstance(n.func, ast.Name) and n.func.id in CLIP)
             )
+            and not _clips_nothing(n)
         ]
         for stmt in nodes:
             if isinstance(stmt, ast.Expr):

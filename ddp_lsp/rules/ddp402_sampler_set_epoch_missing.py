@@ -792,4 +792,58 @@ def main(args, dataset, model):
 """,
         note="set_epoch reached through the loader's batch sampler",
     ),
+    Invalid(
+        _HEAD
+        + """\
+from buckets import DistributedBucketSampler
+
+def run_epoch(epoch, model, loaders):
+    train_loader, eval_loader = loaders
+    for batch in train_loader:
+        model(batch).sum().backward()
+
+def main(args, dataset, model):
+    sampler = «DistributedBucketSampler»(dataset, args.batch_size, [32, 64], shuffle=True)
+    loader = DataLoader(dataset, batch_sampler=sampler)
+    for epoch in range(args.epochs):
+        run_epoch(epoch, model, [loader, None])
+""",
+        fixed=_HEAD
+        + """\
+from buckets import DistributedBucketSampler
+
+def run_epoch(epoch, model, loaders):
+    train_loader, eval_loader = loaders
+    for batch in train_loader:
+        model(batch).sum().backward()
+
+def main(args, dataset, model):
+    sampler = DistributedBucketSampler(dataset, args.batch_size, [32, 64], shuffle=True)
+    loader = DataLoader(dataset, batch_sampler=sampler)
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        run_epoch(epoch, model, [loader, None])
+""",
+        note="a project's distributed bucket sampler, the loader handed in a list to the "
+        "per-epoch helper (the VITS shape)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from buckets import DistributedBucketSampler
+
+def run_epoch(epoch, model, loaders):
+    train_loader, eval_loader = loaders
+    train_loader.batch_sampler.set_epoch(epoch)
+    for batch in train_loader:
+        model(batch).sum().backward()
+
+def main(args, dataset, model):
+    sampler = DistributedBucketSampler(dataset, args.batch_size, [32, 64], shuffle=True)
+    loader = DataLoader(dataset, batch_sampler=sampler)
+    for epoch in range(args.epochs):
+        run_epoch(epoch, model, [loader, None])
+""",
+        note="the per-epoch helper sets the epoch through the loader it is handed",
+    ),
 )

@@ -399,3 +399,14 @@ def test_neighbourhood_adds_the_files_importing_the_seeded_one(tmp_path: Path) -
         "main.py",
     ]
     assert seed_bugs.neighbourhood(tmp_path, "engine.py", text) == ["engine.py"]
+
+
+def test_drop_unscale_needs_a_clip_that_clips() -> None:
+    text = (
+        "def step(scaler, opt, params, clip):\n"
+        "    scaler.unscale_(opt)\n"
+        "    norm = clip_grad_value_(params, None)\n"
+        "    scaler.step(opt)\n"
+    )
+    assert only("drop-unscale", text) == []
+    assert only("drop-unscale", text.replace("None", "clip"))
