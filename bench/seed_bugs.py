@@ -212,9 +212,19 @@ def drop_scaler_update(tree: ast.Module, text: str) -> Iterator[Site]:
                     yield site
 
 
+def _clips_nothing(call: ast.Call) -> bool:
+    """The threshold (second argument, or ``max_norm`` / ``clip_value``) is ``None``."""
+    value = call.args[1] if len(call.args) > 1 else None
+    for kw in call.keywords:
+        if kw.arg in ("max_norm", "clip_value", "clip"):
+            value = kw.value
+    return isinstance(value, ast.Constant) and value.value is None
+
+
 @operator("drop-unscale", "DDP201")
 def drop_unscale(tree: ast.Module, text: str) -> Iterator[Site]:
-    """Remove ``scaler.unscale_(opt)`` that precedes a gradient clip in the same scope."""
+    """Remove ``scaler.unscale_(opt)`` that precedes a gradient clip in the same scope (a
+    clip that clips: not ``clip_grad_value_(params, None)``, which only measures the norm)."""
     for scope in scopes(tree):
         nodes = list(own_nodes(scope))
         clips = [
@@ -225,6 +235,7 @@ def drop_unscale(tree: ast.Module, text: str) -> Iterator[Site]:
                 (isinstance(n.func, ast.Attribute) and n.func.attr in CLIP)
                 or (isinstance(n.func, ast.Name) and n.func.id in CLIP)
             )
+            and not _clips_nothing(n)
         ]
         for stmt in nodes:
             if isinstance(stmt, ast.Expr):
@@ -294,7 +305,9 @@ def update_before_step(tree: ast.Module, text: str) -> Iterator[Site]:
 @operator("drop-no-sync", "DDP101")
 def drop_no_sync(tree: ast.Module, text: str) -> Iterator[Site]:
     """``with model.no_sync():`` (in any form) becomes ``if True:``; nanoGPT's
-    ``model.require_backward_grad_sync = ...`` becomes ``pass``."""
+    ``model.require_backward_grad_sync = ...`` in an accumulation loop becomes ``pass`` (not
+    ``= True`` nor a restore outside a loop: removing those skips no all-reduce)."""
+    looped = _in_loop(tree)
     for node in ast.walk(tree):
         if (
             isinstance(node, (ast.With, ast.AsyncWith))
@@ -319,7 +332,12 @@ def drop_no_sync(tree: ast.Module, text: str) -> Iterator[Site]:
                 yield Site("drop-no-sync", "DDP101", node.lineno, "".join(lines), "with no_sync")
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
             t = node.targets[0]
-            if isinstance(t, ast.Attribute) and t.attr == "require_backward_grad_sync":
+            if (
+                isinstance(t, ast.Attribute)
+                and t.attr == "require_backward_grad_sync"
+                and id(node) in looped
+                and not (isinstance(node.value, ast.Constant) and node.value.value is True)
+            ):
                 site = _pass_site(
                     "drop-no-sync", "DDP101", text, node, "require_backward_grad_sync"
                 )
@@ -392,10 +410,11 @@ def append_loss(tree: ast.Module, text: str) -> Iterator[Site]:
 
 @operator("drop-set-epoch", "DDP402")
 def drop_set_epoch(tree: ast.Module, text: str) -> Iterator[Site]:
-    """Remove ``sampler.set_epoch(epoch)``."""
+    """Remove ``sampler.set_epoch(epoch)`` (a sampler's or a loader's: not a streaming
+    dataset's own ``set_epoch``, which DDP402 does not cover)."""
     for stmt, call in expr_calls(tree.body):
         ca = call_attr(call)
-        if ca and ca[1] == "set_epoch":
+        if ca and ca[1] == "set_epoch" and re.search(r"sampler|loader", ca[0], re.I):
             site = _pass_site("drop-set-epoch", "DDP402", text, stmt, ca[0])
             if site:
                 yield site
@@ -416,10 +435,20 @@ def _kw(call: ast.Call, name: str) -> ast.keyword | None:
     return next((k for k in call.keywords if k.arg == name), None)
 
 
+#: Calls that install a DistributedSampler in the loaders they are given.
+_SAMPLER_INSTALLERS = re.compile(
+    r"\bsetup_dataloaders\(|\baccelerator\.prepare\(|\bprepare_data_loader\("
+)
+
+
 @operator("drop-sampler", "DDP401")
 def drop_sampler(tree: ast.Module, text: str) -> Iterator[Site]:
     """A training ``DataLoader(..., sampler=<distributed sampler>)`` shuffles by itself
-    instead (``shuffle=True``, no sampler): what a script without DDP's sampler looks like."""
+    instead (``shuffle=True``, no sampler): what a script without DDP's sampler looks like.
+    Not in a file that hands its loaders to a framework that installs a DistributedSampler
+    itself (``fabric.setup_dataloaders``, ``accelerator.prepare``): no bug there."""
+    if _SAMPLER_INSTALLERS.search(text):
+        return
     for call in _dataloaders(tree):
         kw = _kw(call, "sampler")
         if (
@@ -777,9 +806,18 @@ def imported_files(root: Path, rel: str, text: str) -> list[str]:
     return [f for f in found if f != rel]
 
 
-def neighbourhood(root: Path, rel: str, text: str) -> list[str]:
+#: At most this many importers of the seeded file are checked with it (a widely imported
+#: utility module would otherwise pull in most of the project).
+MAX_IMPORTERS = 8
+
+
+def neighbourhood(
+    root: Path, rel: str, text: str, importers: dict[str, list[str]] | None = None
+) -> list[str]:
     """``rel``, the project files it imports, and the files those import (two levels: a
-    package ``__init__`` that re-exports a submodule is followed to it)."""
+    package ``__init__`` that re-exports a submodule is followed to it); with ``importers``
+    (:func:`importer_map`), also the files that import ``rel`` (one level): a per-epoch helper
+    whose ``set_epoch`` was removed is reported at its caller's epoch loop."""
     first = imported_files(root, rel, text)
     files = [rel, *first]
     for f in first:
@@ -788,7 +826,22 @@ def neighbourhood(root: Path, rel: str, text: str) -> list[str]:
         except (OSError, UnicodeDecodeError):
             continue
         files.extend(x for x in imported_files(root, f, sub) if x not in files)
+    if importers:
+        files.extend(x for x in importers.get(rel, [])[:MAX_IMPORTERS] if x not in files)
     return files
+
+
+def importer_map(root: Path, rels: Sequence[str]) -> dict[str, list[str]]:
+    """For each project file, the files among ``rels`` that import it (in ``rels`` order)."""
+    out: dict[str, list[str]] = {}
+    for rel in rels:
+        try:
+            text = (root / rel).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for f in imported_files(root, rel, text):
+            out.setdefault(f, []).append(rel)
+    return out
 
 
 def messages(
@@ -924,6 +977,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         per_op: Counter[str] = Counter()
         baseline: dict[str, Counter[tuple[str, str, str]]] = {}
+        importers: dict[str, list[str]] | None = None
         for path in triage.python_files(checkout, repo.paths):
             rel = path.relative_to(checkout.resolve()).as_posix()
             original = path.read_bytes()
@@ -935,7 +989,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if per_op[site.operator] >= args.max_sites or not counts(site.rule, text):
                     continue
                 per_op[site.operator] += 1
-                files = neighbourhood(checkout.resolve(), rel, text)
+                if importers is None:
+                    root = checkout.resolve()
+                    importers = importer_map(
+                        root,
+                        [
+                            p.relative_to(root).as_posix()
+                            for p in triage.python_files(checkout, repo.paths)
+                        ],
+                    )
+                files = neighbourhood(checkout.resolve(), rel, text, importers)
                 if rel not in baseline:
                     baseline[rel] = messages(checkout, files)
                 try:

@@ -21,6 +21,7 @@ from ddp_lsp.core.factkinds import (
     COLLECTIVE,
     GUARDS_ITSELF,
     HOST_SYNC,
+    MAKES_DIST_SAMPLER,
     MODULE,
     NO_SYNC,
     RANK_PREDICATE,
@@ -373,6 +374,11 @@ class _Extractor:
             self._prop(UNSCALES)
         elif last == "set_epoch":
             self._prop(SETS_EPOCH)
+        elif last.endswith("DistributedSampler") and not any(
+            k.arg == "shuffle" and isinstance(k.value, ast.Constant) and k.value.value is False
+            for k in c.keywords
+        ):
+            self._prop(MAKES_DIST_SAMPLER)
         elif last == "init_process_group" or name.startswith("torch.distributed."):
             # `import torch` then `torch.distributed.barrier()`: distributed code too
             self.env_markers = True

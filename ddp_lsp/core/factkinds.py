@@ -36,6 +36,11 @@ ONLY_CALLED_GUARDED = "only_called_guarded"
 _WORLD_NAME = re.compile(r"world|num_(processes|gpus|nodes)|n_?gpus?|nprocs|^n$", re.IGNORECASE)
 UPDATES_SCALER = "scaler_update"  # calls .update() on a GradScaler
 SETS_EPOCH = "set_epoch"  # calls .set_epoch(...) (on a sampler, a loader's sampler...)
+# Builds a shuffling DistributedSampler (`*DistributedSampler(...)` without `shuffle=False`):
+# a loader this helper returns may hold it (`train_loader, ds = create_dataloader(...)` in
+# another file: its caller's epoch loop must call `train_loader.sampler.set_epoch`).
+# Transitive: a dispatcher that returns another builder's loaders (`data.build_loader`).
+MAKES_DIST_SAMPLER = "dist_sampler"
 SETS_DEVICE = "set_device"  # calls torch.cuda.set_device(...)
 # Writes a checkpoint (torch.save, safetensors) to a path given as a parameter, on every rank:
 # where it runs is the caller's decision (`save_checkpoint(state, filename)`).
@@ -61,6 +66,7 @@ TRANSITIVE_PROPS = frozenset(
         NO_SYNC,
         UPDATES_SCALER,
         SETS_EPOCH,
+        MAKES_DIST_SAMPLER,
         SETS_DEVICE,
         DESTROYS_PG,
         SILENCES_PRINT,

@@ -61,6 +61,7 @@ _PROP_TEXT = {
     fact_model.ONLY_CALLED_GUARDED: "is only called on rank 0",
     fact_model.UPDATES_SCALER: "calls the GradScaler's update()",
     fact_model.SETS_EPOCH: "calls set_epoch",
+    fact_model.MAKES_DIST_SAMPLER: "builds a shuffling DistributedSampler",
     fact_model.SETS_DEVICE: "selects the GPU (torch.cuda.set_device)",
     fact_model.INITS_PG: "initialises the process group",
     fact_model.DESTROYS_PG: "destroys the process group",

@@ -60,6 +60,12 @@ _NOT_FORWARD_WORDS = re.compile(
 # the tables' `backward` receiver words); the tables name the known methods too
 # (`accelerator.backward`, `fabric.backward`).
 _ENGINE_RECEIVER = framework_tables.BUILTIN.receiver_pattern(framework_tables.Meaning.BACKWARD)
+# Library calls that bind a callable to the model for a later call in the same iteration
+# (`compute = functools.partial(losses, ddp_model, micro); compute()`: guided-diffusion).
+_BINDERS = frozenset({"functools.partial"})
+# Loops over the micro-batches of one batch: a strided `range(0, n, micro)`, a `.split()` /
+# `.chunk()` of a tensor, or names that say so.
+_MICRO_NAME = re.compile(r"micro|chunk|accum", re.I)
 # Pure calls a condition may contain and still be evaluated earlier in the iteration.
 _PURE_CALLS = frozenset({"len", "min", "max", "int", "bool", "abs"})
 
@@ -165,7 +171,7 @@ def forward_models(
         last = callee.rsplit(".", 1)[-1]
         if not callee or last in _NOT_FORWARD or _NOT_FORWARD_WORDS.search(last):
             continue
-        if ctx.qualname(node.func) is not None:
+        if ctx.qualname(node.func) is not None and ctx.qualname(node.func) not in _BINDERS:
             continue  # torch / library functions: clip_grad_norm_(model...), DDP(...), ...
         for arg in (*node.args, *(k.value for k in node.keywords)):
             if _is_ddp(ctx, arg, at):
@@ -316,3 +322,22 @@ def truth_text(ctx: ChunkContext, expr: ast.expr, negate: bool) -> str | None:
     if negate:
         return f"not {text}" if isinstance(expr, _ATOMS) else f"not ({text})"
     return text
+
+
+def micro_batch_loop(loop: ast.AST) -> bool:
+    """``loop`` walks the micro-batches of one batch (``for i in range(0, len(batch), micro)``,
+    ``for mb in batch.split(micro)``, ``for micro_step in ...``): its iterations belong to one
+    optimizer step, whatever the code after it does."""
+    if not isinstance(loop, ast.For | ast.AsyncFor):
+        return False
+    it = loop.iter
+    if isinstance(it, ast.Call):
+        name = known_names.dotted(it.func) or ""
+        if name == "range" and len(it.args) == 3:
+            return True
+        if name.rsplit(".", 1)[-1] in ("split", "chunk") and name != "split":
+            return True
+    names = [n.id for n in tree_walk.bfs(loop.target) if isinstance(n, ast.Name)]
+    names.extend(n.id for n in tree_walk.bfs(it) if isinstance(n, ast.Name))
+    names.extend(n.attr for n in tree_walk.bfs(it) if isinstance(n, ast.Attribute))
+    return any(_MICRO_NAME.search(n) for n in names)

@@ -32,17 +32,44 @@ _OPTIMIZER_NAME = re.compile(
 
 
 def is_scaler(ctx: ChunkContext, expr: ast.AST, root: ast.AST) -> bool:
-    """A GradScaler: known from the facts, or used as ``expr.scale(x)`` in this scope."""
+    """A GradScaler: known from the facts, or used as one in this scope: ``expr.scale(x)``,
+    ``expr.unscale_(opt)`` (no other object has it), or ``expr.step(opt)`` together with
+    ``expr.update()`` on an optimizer (``fp16_scaler = model.fp16_scaler``: the scaler is made
+    in another class, M5)."""
     kind = ctx.kind(expr)
     if kind == fact_model.SCALER:
         return True
     if kind is not None:
         return False
-    for c in patterns.calls_in(root, "scale"):
-        assert isinstance(c.func, ast.Attribute)
-        if len(c.args) == 1 and not c.keywords and patterns.same_path(c.func.value, expr):
+    for attr in ("scale", "unscale_"):
+        for c in patterns.calls_in(root, attr):
+            assert isinstance(c.func, ast.Attribute)
+            if len(c.args) == 1 and not c.keywords and patterns.same_path(c.func.value, expr):
+                return True
+    updated = any(
+        not c.args and not c.keywords and patterns.same_path(receiver(c), expr)
+        for c in patterns.calls_in(root, "update")
+    )
+    if not updated:
+        return False
+    for c in patterns.calls_in(root, "step"):
+        if (
+            len(c.args) == 1
+            and not c.keywords
+            and patterns.same_path(receiver(c), expr)
+            and _named_optimizer(ctx, c.args[0])
+        ):
             return True
     return False
+
+
+def _named_optimizer(ctx: ChunkContext, expr: ast.AST) -> bool:
+    """An optimizer by its kind or its name (not through the scaler calls: no recursion)."""
+    kind = ctx.kind(expr)
+    if kind is not None:
+        return kind == fact_model.OPTIMIZER
+    last = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
+    return isinstance(last, str) and bool(_OPTIMIZER_NAME.match(last.lower()))
 
 
 def scaler_calls(
@@ -214,34 +241,76 @@ def exclusive(ctx: ChunkContext, a: ast.AST, b: ast.AST) -> bool:
 # -- escapes ----------------------------------------------------------------------------------
 
 
-def scaler_escapes(ctx: ChunkContext, scaler: ast.AST, region: ast.AST, root: ast.AST) -> bool:
-    """The scaler may be used out of sight in ``region``: it is passed to a call, or a
-    same-file helper that can reach it (``self.scaler``, a module-level scaler) is called."""
+def scaler_escapes(
+    ctx: ChunkContext,
+    scaler: ast.AST,
+    region: ast.AST,
+    root: ast.AST,
+    after: ast.AST | None = None,
+) -> bool:
+    """The scaler may be updated out of sight in ``region``: it is passed to a call, a
+    closure that can reach it is called, or a same-file helper that can reach it (``self.scaler``,
+    a module-level scaler) and updates a GradScaler is called. A helper that never calls
+    ``.update()`` on a scaler (one that computes a learning rate) does not hide the update.
+
+    ``after``: only calls that come after it count (the last ``scaler.step``: an update
+    before the step of the same iteration raises, so a call there cannot hold the right one)."""
     is_attr = isinstance(scaler, ast.Attribute)
     local = isinstance(scaler, ast.Name) and _bound_in(root, scaler.id)
+    # Closures that name the scaler's root (`scaler`, `self`): a nested `lr_at(epoch)` that
+    # does not cannot update it.
+    base: ast.AST = scaler
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    root_name = base.id if isinstance(base, ast.Name) else None
     nested = {
         n.name
         for n in tree_walk.bfs(root)
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not root
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and n is not root
+        and (
+            root_name is None
+            or any(isinstance(m, ast.Name) and m.id == root_name for m in ast.walk(n))
+        )
     }
     for node in patterns.walk_scope(region):
-        if not isinstance(node, ast.Call):
+        if not isinstance(node, ast.Call) or after is not None and patterns.before(node, after):
             continue
         for arg in (*node.args, *(k.value for k in node.keywords)):
-            if patterns.same_path(arg, scaler):
+            if patterns.same_path(arg, scaler) and not _summarised_without_update(ctx, node):
                 return True
         name = known_names.dotted(node.func)
         if name is None:
             continue
-        if ctx.facts.func_params.get(name) is not None and not local:
-            return True
         if name in nested:  # a closure can reach the enclosing function's scaler
             return True
-        if name.startswith("self.") and name.count(".") == 1 and is_attr:
+        updates = fact_model.UPDATES_SCALER in ctx.callee_props(node)
+        if ctx.facts.func_params.get(name) is not None and not local and updates:
+            return True
+        if name.startswith("self.") and name.count(".") == 1 and is_attr and updates:
             _, cls = ctx.scope(node)
             if cls is not None and f"{cls}.{name[5:]}" in ctx.facts.func_params:
                 return True
     return False
+
+
+def _summarised_without_update(ctx: ChunkContext, call: ast.Call) -> bool:
+    """``call`` reaches a function of the project whose summary says it never updates a
+    GradScaler (SlowFast's ``contrastive_forward(..., scaler)`` scales a loss and runs its
+    backward, nothing more): handing it the scaler does not hide the update."""
+    name = known_names.dotted(call.func)
+    if name is None:
+        return False
+    _, cls = ctx.scope(call)
+    key = f"{cls}.{name[5:]}" if name.startswith("self.") and cls else name
+    props = ctx.facts.func_props.get(key)
+    if props is None:
+        project = ctx.facts.project
+        summary = project.callee_props.get(key) if project is not None else None
+        if summary is None:
+            return False
+        props = summary.props
+    return fact_model.UPDATES_SCALER not in props
 
 
 def _bound_in(root: ast.AST, name: str) -> bool:

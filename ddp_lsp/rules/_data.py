@@ -153,8 +153,20 @@ def dataloader_calls(ctx: ChunkContext) -> list[ast.Call]:
     return [c for c in ctx.calls() if ctx.call_qualname(c) == known_names.DATALOADER]
 
 
+#: Project or library samplers named as distributed ones (`DistributedBucketSampler`,
+#: `SmartDistributedSampler`, `InfiniteDistributedSampler`): they shard per rank and, like
+#: DistributedSampler (which they usually subclass), reshuffle through `set_epoch`.
+_DIST_SAMPLER_NAME = re.compile(r"^\w*Distributed\w*Sampler$")
+
+
 def is_sampler_call(ctx: ChunkContext, node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and ctx.call_qualname(node) == known_names.DISTRIBUTED_SAMPLER
+    if not isinstance(node, ast.Call):
+        return False
+    qual = ctx.call_qualname(node)
+    if qual == known_names.DISTRIBUTED_SAMPLER:
+        return True
+    name = qual or known_names.dotted(node.func) or ""
+    return bool(_DIST_SAMPLER_NAME.match(name.rsplit(".", 1)[-1]))
 
 
 def assigned_path(ctx: ChunkContext, node: ast.AST) -> str | None:
@@ -342,12 +354,16 @@ def loops_over(root: ast.AST, path: str) -> list[ast.For | ast.AsyncFor]:
 
 
 def calls_receiving(root: ast.AST, path: str) -> list[ast.Call]:
-    """Calls in ``root``'s frame with ``path`` (or an expression starting with it) as an argument."""
+    """Calls in ``root``'s frame with ``path`` (or an expression starting with it) as an
+    argument, also inside a list or tuple argument (``train(..., [train_loader, eval_loader])``)."""
     out: list[ast.Call] = []
     for node in patterns.walk_scope(root):
         if isinstance(node, ast.Call):
+            given: list[ast.expr] = []
             for a in [*node.args, *(kw.value for kw in node.keywords)]:
                 a = a.value if isinstance(a, ast.Starred) else a
+                given.extend(a.elts if isinstance(a, ast.List | ast.Tuple) else [a])
+            for a in given:
                 name = known_names.dotted(a)
                 if name is not None and (name == path or name.startswith(path + ".")):
                     out.append(node)

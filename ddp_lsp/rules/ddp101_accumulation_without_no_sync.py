@@ -4,7 +4,11 @@
 Finds gradient accumulation on a `DistributedDataParallel` model without `no_sync()`:
 `loss.backward()` runs on every micro-step, but `optimizer.step()` only on every k-th
 (`if (i + 1) % accum_steps == 0:`, a flag such as `do_step`, `if ...: continue`, or after an
-inner loop over micro-batches).
+inner loop over micro-batches, also when the optimizers step in a loop of their own). A
+function with no optimizer step whose loop walks the micro-batches of one batch (`for i in
+range(0, len(batch), micro)`, `batch.split(micro)`, a `micro_step` variable) and runs the
+DDP model's forward and backward is accumulation too: its caller steps after it (a trainer's
+`forward_backward()` then `optimize()`).
 
 ## Why is this bad?
 DDP all-reduces the gradients during every `backward()`. When the optimizer steps only every
@@ -88,6 +92,7 @@ from ddp_lsp.core import chunktext, spelling
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Related, RuleMeta, Severity
@@ -105,9 +110,24 @@ class _Plan:
     cond_stmt: ast.stmt | None  # the if statement holding it
     accumulating_when: bool  # cond's truth value on accumulation steps
     micro_loop: bool  # the step comes after an inner loop over micro-steps
+    # No step in this function: the loop walks one batch's micro-batches and the caller steps
+    # after it (`forward_backward()` then `optimize()`, M16). `step` is the backward then.
+    caller_steps: bool = False
 
 
 _UNCONDITIONAL = object()
+
+
+def _loops_over_receiver(loop: ast.AST, step: ast.Call) -> bool:
+    """``for opt in optimizers: opt.step()``: the loop binds the stepping object."""
+    if not isinstance(loop, ast.For | ast.AsyncFor) or not isinstance(step.func, ast.Attribute):
+        return False
+    head: ast.AST = step.func.value
+    while isinstance(head, ast.Attribute):
+        head = head.value
+    if not isinstance(head, ast.Name):
+        return False
+    return any(isinstance(n, ast.Name) and n.id == head.id for n in tree_walk.bfs(loop.target))
 
 
 class AccumulationWithoutNoSync(Rule):
@@ -160,11 +180,13 @@ class AccumulationWithoutNoSync(Rule):
             model_texts = sorted({chunktext.segment(ctx.chunk, m) for m in models})
             model = model_texts[0]
             fixes = []
-            if len(model_texts) == 1:
+            if len(model_texts) == 1 and not plan.caller_steps:
                 fix = self._fix(ctx, plan, inner, models, call, root, model)
                 if fix is not None:
                     fixes.append(fix)
-            if plan.micro_loop:
+            if plan.caller_steps:
+                when = "only after this loop over the micro-batches of one batch (in the caller)"
+            elif plan.micro_loop:
                 when = "once after the micro-step loop"
             else:
                 assert plan.cond is not None
@@ -179,7 +201,9 @@ class AccumulationWithoutNoSync(Rule):
                 f"micro-step, but the optimizer steps {when}: run the forward and backward of "
                 f"accumulation steps under `{model}.no_sync()` to skip the wasted all-reduces",
                 fixes=fixes,
-                related=(Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here"),),
+                related=()
+                if plan.caller_steps
+                else (Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here"),),
                 cite=(ctx.kind_source(model_expr, call),),
             )
 
@@ -253,27 +277,38 @@ class AccumulationWithoutNoSync(Rule):
         plan = self._plan(ctx, call, loops, steps, root)
         if plan is None:
             return None
+        models = accum.forward_models(ctx, loops[0], call, call)
+        if plan.caller_steps and not models:
+            return None  # no DDP forward in sight: nothing says this loop all-reduces
         seen.add(id(loops[0]))
         receiver = chunktext.segment(ctx.chunk, call.func.value)
         skippers = " or ".join(f"`{receiver}.{m}(model)`" for m in accum.sync_skippers(ctx, receiver))
+        texts = sorted({chunktext.segment(ctx.chunk, m) for m in models})
         how = (
             f"run the accumulation steps under {skippers}"
             if skippers
+            else f"run the forward and backward of accumulation steps under `{texts[0]}.no_sync()`"
+            if texts
             else "skip the gradient sync of the accumulation steps"
         )
-        if plan.micro_loop:
+        if plan.caller_steps:
+            when = "only after this loop over the micro-batches of one batch (in the caller)"
+        elif plan.micro_loop:
             when = "once after the micro-step loop"
         else:
             assert plan.cond is not None
             cond = accum.one_line(ctx, plan.cond) or "its condition"
             when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
+        model = f"DDP model `{texts[0]}`" if texts else "the prepared DDP model"
         return ctx.finding(
             self,
             call,
-            f"`{chunktext.segment(ctx.chunk, call)}` all-reduces the gradients of the prepared DDP model on "
+            f"`{chunktext.segment(ctx.chunk, call)}` all-reduces the gradients of {model} on "
             f"every micro-step, but the optimizer steps {when}: {how} to skip the wasted "
             "all-reduces",
-            related=(Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here"),),
+            related=()
+            if plan.caller_steps
+            else (Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here"),),
         )
 
     def _engine_in_module(self, ctx: ChunkContext) -> bool:
@@ -312,13 +347,36 @@ class AccumulationWithoutNoSync(Rule):
             return None
         outer = loops[1:]
         for s in steps:
-            s_loops = ctx.enclosing_loops(s)
+            # `for opt, sched in zip(optimizers, schedulers): opt.step()` after the micro-step
+            # loop: a loop over the optimizers is not an iteration.
+            s_loops = [lp for lp in ctx.enclosing_loops(s) if not _loops_over_receiver(lp, s)]
             if len(s_loops) == len(outer) and all(
                 a is b for a, b in zip(s_loops, outer, strict=True)
             ):
                 if not self._inside(s, inner):
                     return _Plan(s, None, None, True, True)
+        # No step in this function at all, and the loop walks one batch's micro-batches: the
+        # caller steps after it (guided-diffusion's `forward_backward()` then `optimize()`).
+        if (
+            not steps
+            and not outer
+            and isinstance(root, ast.FunctionDef | ast.AsyncFunctionDef)
+            and accum.micro_batch_loop(inner)
+            and not self._may_step(inner)
+        ):
+            return _Plan(backward, None, None, True, True, caller_steps=True)
         return None
+
+    @staticmethod
+    def _may_step(loop: ast.AST) -> bool:
+        """A call in the loop named for stepping or updating (``self.optimize()``,
+        ``take_step()``): it may step inside the loop."""
+        for n in patterns.walk_scope(loop):
+            if isinstance(n, ast.Call):
+                last = (known_names.dotted(n.func) or "").rsplit(".", 1)[-1].lower()
+                if "optim" in last or "step" in last:
+                    return True
+        return False
 
     @staticmethod
     def _inside(node: ast.AST, outer: ast.AST) -> bool:
@@ -1563,5 +1621,119 @@ def fit(fabric, model, optimizer, loader, accum):
             optimizer.zero_grad()
 """,
         note="Lightning Fabric's no_backward_sync (the table's skips-grad-sync)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class DiffusionTrainer:
+    def __init__(self, model, opt, micro, local_rank):
+        self.ddp_model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+        self.opt = opt
+        self.micro = micro
+
+    def run_step(self, batch):
+        self.forward_backward(batch)
+        self.opt.step()
+        self.opt.zero_grad()
+
+    def forward_backward(self, batch):
+        for i in range(0, batch.shape[0], self.micro):
+            loss = self.ddp_model(batch[i : i + self.micro]).mean()
+            «loss.backward()»
+""",
+        fixed=None,
+        note="M16: the micro-batch loop of one batch, the step in the calling method",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import functools
+
+class DiffusionTrainer:
+    def __init__(self, model, mp_trainer, micro, local_rank):
+        self.ddp_model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+        self.mp_trainer = mp_trainer
+        self.micro = micro
+
+    def forward_backward(self, batch, losses_of):
+        for i in range(0, batch.shape[0], self.micro):
+            micro = batch[i : i + self.micro]
+            compute = functools.partial(losses_of, self.ddp_model, micro)
+            loss = compute().mean()
+            «self.mp_trainer.backward(loss)»
+""",
+        fixed=None,
+        note="M16: a mixed-precision helper's backward (the tables' mp_trainer.backward), "
+        "the forward bound with functools.partial",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class DiffusionTrainer:
+    def __init__(self, model, mp_trainer, micro, local_rank):
+        self.ddp_model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+        self.mp_trainer = mp_trainer
+        self.micro = micro
+
+    def forward_backward(self, batch):
+        for i in range(0, batch.shape[0], self.micro):
+            last = i + self.micro >= batch.shape[0]
+            with self.ddp_model.no_sync() if not last else torch.enable_grad():
+                loss = self.ddp_model(batch[i : i + self.micro]).mean()
+            self.mp_trainer.backward(loss)
+""",
+        note="M16 with the sync skipped on all but the last micro-batch",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def grad_norms(model, loader):
+    model = DDP(model)
+    norms = []
+    for x, y in loader:
+        model(x).sum().backward()
+        norms.append(sum(p.grad.norm() for p in model.parameters()))
+        model.zero_grad()
+    return norms
+""",
+        note="no step here and not a loop over one batch's micro-batches: not accumulation",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, get_batch, optimizers, accum, steps, local_rank):
+    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    for step in range(steps):
+        for i in range(1, accum + 1):
+            x, y = get_batch()
+            loss = model(x, y)
+            if i < accum:
+                «loss.backward()»
+            else:
+                loss.backward()
+        for opt in optimizers:
+            opt.step()
+        model.zero_grad(set_to_none=True)
+""",
+        fixed="import contextlib\n\n"
+        + _HEAD
+        + """\
+def train(model, get_batch, optimizers, accum, steps, local_rank):
+    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    for step in range(steps):
+        for i in range(1, accum + 1):
+            x, y = get_batch()
+            is_accumulating = i < (accum + 1) - 1
+            with model.no_sync() if is_accumulating else contextlib.nullcontext():
+                loss = model(x, y)
+                if i < accum:
+                    loss.backward()
+                else:
+                    loss.backward()
+        for opt in optimizers:
+            opt.step()
+        model.zero_grad(set_to_none=True)
+""",
+        note="the micro-step loop, then a loop over the optimizers (modded-nanogpt's records)",
     ),
 )

@@ -1,8 +1,12 @@
 """DDP201 clip-without-unscale.
 
 ## What it does
-Finds `torch.nn.utils.clip_grad_norm_` / `clip_grad_value_` called on gradients produced by
-`scaler.scale(loss).backward()` without `scaler.unscale_(optimizer)` before the clip.
+Finds `torch.nn.utils.clip_grad_norm_` / `clip_grad_value_` (or a clipping helper of the
+framework tables, `clips-gradients`: DINO's `clip_gradients(model, clip)`, an FSDP module's
+`clip_grad_norm_`) called on gradients produced by `scaler.scale(loss).backward()` without
+`scaler.unscale_(optimizer)` before the clip on the same path. When the backward runs in
+another function (`model.forward_backward(batch)`), a clip followed by `scaler.step(optimizer)`
+of a GradScaler on the same path is checked too: the gradients that scaler steps are scaled.
 
 ## Why is this bad?
 With a `GradScaler`, the gradients after `scaler.scale(loss).backward()` are multiplied by the
@@ -42,6 +46,8 @@ the test cannot be repeated (a call, the `else` branch), the fix is marked unsaf
 `GradScaler(enabled=False)` is reported too: the order is still wrong the day AMP is turned on.
 Scaler wrappers that unscale themselves (timm's `NativeScaler` called with `clip_grad=`) are
 not reported, and neither is `unscale_` called through a helper function of the same file.
+Only the path of the clip counts: the clip of the plain branch of `if use_amp: ... else:
+loss.backward()` is not reported, and an `unscale_` on the other branch does not cover it.
 
 Any module: the bug is a bug in a single-process script too, so in a project this rule
 also reports in functions that are not distributed code (a tokenizer, a plotting script, an
@@ -59,10 +65,12 @@ from collections.abc import Iterator
 from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
+from ddp_lsp.rules import _amp as amp
 from ddp_lsp.rules import _launch as launch_rules
 from ddp_lsp.rules import _patterns as patterns
 
@@ -79,21 +87,34 @@ class ClipWithoutUnscale(Rule):
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         for call in ctx.calls():
             qual = ctx.call_qualname(call)
-            if qual not in known_names.CLIP_GRAD:
+            if qual not in known_names.CLIP_GRAD and (
+                patterns.framework_call(ctx, call, framework_tables.Meaning.CLIPS_GRADIENTS) is None
+            ):
                 continue
             root = patterns.scope_root(ctx, call)
+            # The scaled backward on this clip's path (not the `else:` of `if use_amp:`, F19).
             scaled = [
-                b for b in patterns.backwards_in(root) if b.scaler is not None and patterns.before(b.call, call)
+                b
+                for b in patterns.backwards_in(root)
+                if b.scaler is not None
+                and patterns.before(b.call, call)
+                and not amp.exclusive(ctx, b.call, call)
             ]
-            if not scaled:
-                continue
-            backward = scaled[-1]
-            scaler = backward.scaler
+            scaler: ast.expr | None = None
+            if scaled:
+                scaled_at, scaler = scaled[-1].call, scaled[-1].scaler
+            else:
+                # The backward runs elsewhere (`model.forward_backward(batch)`), but a
+                # GradScaler steps these gradients after the clip: they are scaled (M5).
+                step = self._scaler_step_after(ctx, root, call)
+                if step is None:
+                    continue
+                scaled_at, scaler = step, amp.receiver(step)
             assert scaler is not None
             if self._unscaled_before(ctx, root, scaler, call):
                 continue
             scaler_text = chunktext.segment(ctx.chunk, scaler)
-            clip_name = qual.rsplit(".", 1)[-1]
+            clip_name = (qual or known_names.dotted(call.func) or "clip").rsplit(".", 1)[-1]
             fixes = []
             optimizer = self._optimizer(ctx, root, scaler, call)
             stmt = ctx.statement(call)
@@ -116,9 +137,9 @@ class ClipWithoutUnscale(Rule):
                 line = f"{scaler_text}.unscale_({optimizer})"
                 # `if scaler is not None: scaler.scale(loss).backward() else: loss.backward()`:
                 # launches without AMP have no scaler at the clip; unscale under the same test.
-                apart = launch_rules.branch_apart(ctx, backward.call, call)
+                apart = launch_rules.branch_apart(ctx, scaled_at, call)
                 safe = apart is None
-                if apart is not None and launch_rules.in_body(apart, backward.call):
+                if apart is not None and launch_rules.in_body(apart, scaled_at):
                     test = chunktext.segment(ctx.chunk, apart.test)
                     if launch_rules.plain_test(apart.test) and "\n" not in test:
                         line = f"if {test}:\n{chunktext.indent_unit(ctx.chunk, ctx.ancestors, stmt)}{line}"
@@ -139,9 +160,35 @@ class ClipWithoutUnscale(Rule):
                 f"`{scaler_text}`: call `{scaler_text}.unscale_({opt_text})` before clipping, "
                 "or the real gradients are crushed and training stalls",
                 fixes=fixes,
-                related=(Related(chunktext.span(ctx.chunk, backward.call), "gradients are scaled here"),),
+                related=(
+                    Related(
+                        chunktext.span(ctx.chunk, scaled_at),
+                        "gradients are scaled here"
+                        if scaled
+                        else "the scaler steps these (scaled) gradients here",
+                    ),
+                ),
                 cite=(ctx.kind_source(scaler, call),),
             )
+
+    @staticmethod
+    def _scaler_step_after(ctx: ChunkContext, root: ast.AST, clip: ast.Call) -> ast.Call | None:
+        """The first ``scaler.step(opt)`` of a GradScaler after ``clip`` on its path, when no
+        plain ``loss.backward()`` runs before the clip on that path."""
+        if any(
+            b.scaler is None and patterns.before(b.call, clip) and not amp.exclusive(ctx, b.call, clip)
+            for b in patterns.backwards_in(root)
+        ):
+            return None
+        for c in patterns.calls_in(root, "step"):
+            if (
+                len(c.args) == 1
+                and patterns.before(clip, c)
+                and not amp.exclusive(ctx, clip, c)
+                and amp.is_scaler(ctx, amp.receiver(c), root)
+            ):
+                return c
+        return None
 
     @staticmethod
     def _unscaled_before(
@@ -149,10 +196,18 @@ class ClipWithoutUnscale(Rule):
     ) -> bool:
         for c in patterns.calls_in(root, "unscale_"):
             assert isinstance(c.func, ast.Attribute)
-            if patterns.before(c, clip) and patterns.same_path(c.func.value, scaler):
+            if (
+                patterns.before(c, clip)
+                and patterns.same_path(c.func.value, scaler)
+                and not amp.exclusive(ctx, c, clip)  # the other branch's unscale_ (Swin)
+            ):
                 return True
         for node in patterns.walk_scope(root):
-            if isinstance(node, ast.Call) and patterns.before(node, clip):
+            if (
+                isinstance(node, ast.Call)
+                and patterns.before(node, clip)
+                and not amp.exclusive(ctx, node, clip)
+            ):
                 if fact_model.UNSCALES in ctx.callee_props(node):
                     return True
         return False
@@ -430,5 +485,134 @@ def train(model, loader, optimizer, scaler):
         scaler.update()
 """,
         note="unscale_ after the clip is too late: the fix moves it",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(cfg, model, loader, optimizer, scaler):
+    for x, y in loader:
+        loss = model(x).sum()
+        if cfg.use_amp:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+""",
+        note="F19: the clip of the plain branch sees unscaled gradients",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler, clip):
+    for batch in loader:
+        model.forward_backward(batch)
+        scaler.unscale_(optimizer)
+        model.clip_grad_norm_(clip)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        note="an FSDP module's clip after unscale_",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(cfg, model, loader, optimizer, scaler):
+    for x, y in loader:
+        loss = model(x).sum()
+        if cfg.use_amp:
+            scaler.scale(loss).backward()
+            «torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)»
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+""",
+        fixed=_HEAD
+        + """\
+def train(cfg, model, loader, optimizer, scaler):
+    for x, y in loader:
+        loss = model(x).sum()
+        if cfg.use_amp:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+""",
+        note="F19: only the AMP branch's clip is reported",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(cfg, model, loader, optimizer, scaler, accum):
+    for i, (x, y) in enumerate(loader):
+        if accum > 1:
+            scaler.scale(model(x).sum() / accum).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        else:
+            scaler.scale(model(x).sum()).backward()
+            «torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)»
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        fixed=_HEAD
+        + """\
+def train(cfg, model, loader, optimizer, scaler, accum):
+    for i, (x, y) in enumerate(loader):
+        if accum > 1:
+            scaler.scale(model(x).sum() / accum).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        else:
+            scaler.scale(model(x).sum()).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        note="the unscale_ of the other branch does not unscale this one",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from utils import clip_gradients
+
+def train(args, model, loader, optimizer):
+    amp_scaler = model.amp_scaler
+    for batch in loader:
+        model.forward_backward(batch)
+        if args.clip:
+            «clip_gradients(model, args.clip)»
+        amp_scaler.step(optimizer)
+        amp_scaler.update()
+""",
+        fixed=_HEAD
+        + """\
+from utils import clip_gradients
+
+def train(args, model, loader, optimizer):
+    amp_scaler = model.amp_scaler
+    for batch in loader:
+        model.forward_backward(batch)
+        if args.clip:
+            amp_scaler.unscale_(optimizer)
+            clip_gradients(model, args.clip)
+        amp_scaler.step(optimizer)
+        amp_scaler.update()
+""",
+        note="M5/M6: a clipping helper (the tables' clips-gradients) before the step of a scaler "
+        "made in another class, the backward in a model method",
     ),
 )

@@ -44,10 +44,17 @@ update after the step is removed. When the steps sit in different branches, no f
 where the update belongs is a decision.
 
 ## Known false positives
-Only loops are checked: a `train_step` function without a loop may leave the update to its
-caller, so it is not reported. The rule stays quiet when the scaler is handed to another
-function, or when a same-file helper that can reach it (a method using `self.scaler`) is
-called in the loop, since the update may happen there. With the project view, an instance of
+Loops are checked, and a step on a path of the iteration that no update is on (the update
+sits in the other branch of `if accumulating: ... else: ...`). A function without a loop may
+leave the update to its caller (`train_step(model, batch, opt, scaler)`), so it is not
+reported, except a method stepping the GradScaler its own object holds (`self._scaler`, the
+timm `NativeScaler.__call__` shape) in a module where nothing updates a GradScaler: no caller
+can close that iteration short of reaching into the object. The rule stays quiet when the
+scaler is handed to a function after the step (or to one whose project summary does not say
+it never updates a scaler), or when a helper that updates a GradScaler and can reach this one
+(a method using `self.scaler`, a closure naming it) is called after the step; a helper that
+never updates a scaler (a learning-rate schedule) hides nothing. An update before the step of
+the same iteration raises, so calls there cannot hold the right one. With the project view, an instance of
 a project class that wraps a GradScaler and unscales or updates it in its own methods (timm's
 `NativeScaler`, `NativeScalerWithGradNormCount`) is not a GradScaler: its `step` is not
 reported.
@@ -68,6 +75,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
+from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
 from ddp_lsp.rules import _amp as amp
@@ -94,6 +102,12 @@ class ScalerStepWithoutUpdate(Rule):
                 continue
             loop = amp.iteration_loop(ctx, call)
             if loop is None:
+                key = (id(root), ast.dump(scaler))
+                if key not in seen:
+                    seen.add(key)
+                    finding = self._method_without_update(ctx, root, scaler, call)
+                    if finding is not None:
+                        yield finding
                 continue
             key = (id(loop), ast.dump(scaler))
             if key in seen:
@@ -105,11 +119,39 @@ class ScalerStepWithoutUpdate(Rule):
                 extra = self._extra_update(ctx, steps[-1], updates)
                 if extra is not None:
                     yield self._duplicate(ctx, scaler, *extra)
-                continue
-            if amp.scaler_escapes(ctx, scaler, loop, root):
-                continue
+                # A step on a path of the iteration that no update is on (the update sits
+                # in the other branch of `if accumulating: ... else: ...`).
+                steps = [s for s in steps if all(amp.exclusive(ctx, s, u) for u in updates)]
+                if not steps:
+                    continue
             last = steps[-1]
-            yield self._finding(ctx, root, loop, scaler, steps, last)
+            if amp.scaler_escapes(ctx, scaler, loop, root, after=last):
+                continue
+            yield self._finding(ctx, root, loop, scaler, steps, last, updates)
+
+    def _method_without_update(
+        self, ctx: ChunkContext, root: ast.AST, scaler: ast.expr, call: ast.Call
+    ) -> Finding | None:
+        """A method without a loop that steps the GradScaler its object owns (``self.scaler``),
+        called once per iteration by its caller (a timm-style ``NativeScaler.__call__``, a
+        trainer's ``_run_batch``), in a module where nothing updates a GradScaler: no caller
+        can close the iteration short of reaching into the object (``obj.scaler.update()``)."""
+        if not (
+            isinstance(root, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and isinstance(scaler, ast.Attribute)
+            and isinstance(scaler.value, ast.Name)
+            and scaler.value.id == "self"
+            and ctx.scope(call)[1] is not None
+        ):
+            return None
+        if amp.scaler_calls(ctx, root, root, "update", scaler):
+            return None
+        if fact_model.UPDATES_SCALER in ctx.facts.prop_set:
+            return None  # a method or helper of this module updates a scaler: maybe this one
+        steps = amp.scaler_calls(ctx, root, root, "step", scaler)
+        if not steps or amp.scaler_escapes(ctx, scaler, root, root, after=steps[-1]):
+            return None
+        return self._finding(ctx, root, root, scaler, steps, steps[-1], [])
 
     @staticmethod
     def _extra_update(
@@ -168,6 +210,7 @@ class ScalerStepWithoutUpdate(Rule):
         scaler: ast.expr,
         steps: list[ast.Call],
         last: ast.Call,
+        other_paths: list[ast.Call],
     ) -> Finding:
         s = chunktext.segment(ctx.chunk, scaler)
         later = [
@@ -209,6 +252,11 @@ class ScalerStepWithoutUpdate(Rule):
                     )
                 )
         where = "only after the loop" if later else "nowhere in the loop"
+        if loop is root:
+            where = "nowhere in this class or module"
+        if other_paths:
+            where = "only on another branch of the iteration"
+            related.append(Related(chunktext.span(ctx.chunk, other_paths[0]), "the update of the other branch"))
         return ctx.finding(
             self,
             last,
@@ -498,6 +546,198 @@ def train(model, loader, optimizer, scaler):
         optimizer.zero_grad()
 """,
         note="a second update in the same iteration raises: removed",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class AmpStep:
+    def __init__(self):
+        self._scaler = torch.amp.GradScaler("cuda")
+
+    def __call__(self, loss, optimizer):
+        self._scaler.scale(loss).backward()
+        self._scaler.step(optimizer)
+
+    def end_iteration(self):
+        self._scaler.update()
+""",
+        note="a loss-scaler class whose iteration ends in another method: the caller calls it",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler, accum):
+    for i, (x, y) in enumerate(loader):
+        scaler.scale(model(x).sum()).backward()
+        if (i + 1) % accum == 0:
+            scaler.step(optimizer)
+        else:
+            continue
+        scaler.update()
+""",
+        note="the update after the branch runs on the path of the step",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def lr_at(step, base):
+    return base * min(1.0, step / 100)
+
+def train(model, loader, optimizer, scaler, base_lr):
+    for step, (x, y) in enumerate(loader):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, base_lr)
+        scaler.scale(model(x).sum()).backward()
+        «scaler.step(optimizer)»
+        optimizer.zero_grad()
+""",
+        fixed=_HEAD
+        + """\
+def lr_at(step, base):
+    return base * min(1.0, step / 100)
+
+def train(model, loader, optimizer, scaler, base_lr):
+    for step, (x, y) in enumerate(loader):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, base_lr)
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        note="M3: a same-file helper that never touches a scaler does not hide the update",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, epochs, warmup):
+    scaler = torch.amp.GradScaler("cuda")
+
+    def warm(epoch):
+        return min(1.0, (epoch + 1) / warmup)
+
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.param_groups[0]["lr"] = warm(epoch)
+            scaler.scale(model(x).sum()).backward()
+            «scaler.step(optimizer)»
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, epochs, warmup):
+    scaler = torch.amp.GradScaler("cuda")
+
+    def warm(epoch):
+        return min(1.0, (epoch + 1) / warmup)
+
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.param_groups[0]["lr"] = warm(epoch)
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+""",
+        note="a closure that does not name the scaler cannot update it",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def views_loss(model, views, scaler):
+    with torch.autocast("cuda", enabled=scaler.is_enabled()):
+        return sum(model(v).sum() for v in views)
+
+def train(model, loader, optimizer, scaler):
+    for views in loader:
+        scaler.scale(views_loss(model, views, scaler)).backward()
+        «scaler.step(optimizer)»
+        optimizer.zero_grad()
+""",
+        fixed=_HEAD
+        + """\
+def views_loss(model, views, scaler):
+    with torch.autocast("cuda", enabled=scaler.is_enabled()):
+        return sum(model(v).sum() for v in views)
+
+def train(model, loader, optimizer, scaler):
+    for views in loader:
+        scaler.scale(views_loss(model, views, scaler)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        note="the scaler handed to a helper before the step: an update there would come "
+        "before the step, and this helper updates nothing",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler, accum):
+    for i, (x, y) in enumerate(loader):
+        if accum > 1:
+            scaler.scale(model(x).sum() / accum).backward()
+            if (i + 1) % accum == 0:
+                «scaler.step(optimizer)»
+                optimizer.zero_grad()
+        else:
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+""",
+        fixed=_HEAD
+        + """\
+def train(model, loader, optimizer, scaler, accum):
+    for i, (x, y) in enumerate(loader):
+        if accum > 1:
+            scaler.scale(model(x).sum() / accum).backward()
+            if (i + 1) % accum == 0:
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
+        else:
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+""",
+        note="the only update is on the other branch of the iteration",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class LossScaler:
+    def __init__(self):
+        self._scaler = torch.amp.GradScaler("cuda")
+
+    def __call__(self, loss, optimizer, clip=None, params=None):
+        self._scaler.scale(loss).backward()
+        if clip is not None:
+            self._scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        «self._scaler.step(optimizer)»
+
+    def state_dict(self):
+        return self._scaler.state_dict()
+""",
+        fixed=_HEAD
+        + """\
+class LossScaler:
+    def __init__(self):
+        self._scaler = torch.amp.GradScaler("cuda")
+
+    def __call__(self, loss, optimizer, clip=None, params=None):
+        self._scaler.scale(loss).backward()
+        if clip is not None:
+            self._scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        self._scaler.step(optimizer)
+        self._scaler.update()
+
+    def state_dict(self):
+        return self._scaler.state_dict()
+""",
+        note="M4: a loss-scaler class (timm's NativeScaler shape) whose call steps and "
+        "nothing in the module updates: every call is one iteration",
     ),
     Invalid(
         _HEAD

@@ -42,7 +42,10 @@ known optimizer factory), handed to `scaler.step`/`scaler.unscale_`, or clearly 
 (`optimizer`, `opt`, `opt_d`, `g_optimizer`); `scheduler.step()`, `lr_scheduler.step()`,
 `prof.step()` and `ema.step()` are not. A step on a branch that never runs together with the
 scaled backward (`if scaler is not None: ... else: loss.backward(); optimizer.step()`), or
-after a later plain `loss.backward()` (a second model trained without AMP), is not reported.
+after a later plain `loss.backward()` (a second model trained without AMP), is not reported,
+nor the plain branch of `if use_amp: scaler.step(opt) else: opt.step()` after a shared scaled
+backward; but a step on the same branch as its scaled backward is, whatever the other branch
+does (`if accumulating: scaler.scale(loss).backward(); opt.step() else: ...`).
 
 Any module: the bug is a bug in a single-process script too, so in a project this rule
 also reports in functions that are not distributed code (a tokenizer, a plotting script, an
@@ -96,7 +99,7 @@ class OptimizerStepBypassesScaler(Rule):
             last = backs[-1]
             if last.scaler is None or not amp.is_scaler(ctx, last.scaler, root):
                 continue
-            if self._scaler_path_beside(ctx, call, last.scaler, root):
+            if self._scaler_path_beside(ctx, call, last.scaler, root, last.call):
                 continue
             candidates.append((call, region, root, last))
         for call, region, root, backward in candidates:
@@ -112,15 +115,21 @@ class OptimizerStepBypassesScaler(Rule):
 
     @staticmethod
     def _scaler_path_beside(
-        ctx: ChunkContext, call: ast.Call, scaler: ast.expr, root: ast.AST
+        ctx: ChunkContext, call: ast.Call, scaler: ast.expr, root: ast.AST, backward: ast.Call
     ) -> bool:
         """``call`` is on one branch of an ``if`` whose other branch steps through the scaler:
-        it is the non-AMP path (``if use_amp: scaler.step(opt) else: opt.step()``)."""
+        it is the non-AMP path (``if use_amp: scaler.step(opt) else: opt.step()``). Not when
+        the scaled backward itself is on ``call``'s branch (``if accumulating:
+        scaler.scale(loss).backward(); opt.step() else: ...; scaler.step(opt)``)."""
         child: ast.AST = call
         for a in ctx.ancestors(call):
             if a is root:
                 break
             if isinstance(a, ast.If) and child is not a.test:
+                mine = a.body if any(s is child for s in a.body) else a.orelse
+                if any(amp.inside(ctx, backward, s) or s is ctx.statement(backward) for s in mine):
+                    child = a
+                    continue
                 other = a.orelse if any(s is child for s in a.body) else a.body
                 for stmt in other:
                     for c in patterns.calls_in(stmt, "step"):
@@ -475,5 +484,24 @@ def train(model, loader, optimizer, scaler, closure):
 """,
         fixed=None,
         note="closure: scaler.step does not support closures; no fix",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, loader, optimizer, scaler, accum):
+    for i, (x, y) in enumerate(loader):
+        if accum > 1:
+            scaler.scale(model(x).sum() / accum).backward()
+            if (i + 1) % accum == 0:
+                «optimizer.step()»
+                scaler.update()
+        else:
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+""",
+        fixed=None,
+        note="the scaled backward is on this branch: the other branch's scaler.step is no "
+        "plain-path excuse",
     ),
 )

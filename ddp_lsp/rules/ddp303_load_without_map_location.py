@@ -26,7 +26,9 @@ model.load_state_dict(state["model"])
 Adds `map_location="cpu"` after the last argument.
 
 ## Known false positives
-Not reported: loads inside a `Dataset` (preprocessed samples, read in DataLoader workers), paths
+Not reported: loads inside a `Dataset` (preprocessed samples, read in DataLoader workers), loads
+under `if args.gpu is None:` (no GPU index: one process drives every GPU of its node), files
+named by the rank (each rank reads back what it wrote from its own GPU), paths
 that name data and no model state (`os.path.join(args.data_dir, "train_tokens.pt")`), any
 `map_location` (a device, a dict, a function, the second positional argument), `**kwargs` that
 may carry one, loads under a rank condition (rank 0 alone reading onto GPU 0 is where it saved
@@ -86,6 +88,8 @@ class LoadWithoutMapLocation(Rule):
                 continue
             if _in_dataset(ctx, call) or _data_file(ctx, call.args[0]):
                 continue
+            if _no_gpu_branch(ctx, call) or _rank_file(ctx, call.args[0]):
+                continue
             parts: list[ast.expr] = [*call.args, *(kw.value for kw in call.keywords)]
             last = max(parts, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
             fix = Fix(
@@ -117,6 +121,50 @@ _DATA_WORDS = re.compile(
 def _data_file(ctx: ChunkContext, path: ast.expr) -> bool:
     text = chunktext.segment(ctx.chunk, path)
     return bool(_DATA_WORDS.search(text)) and not _STATE_WORDS.search(text)
+
+
+_GPU_INDEX = re.compile(r"gpu|device|local_rank", re.IGNORECASE)
+
+
+def _no_gpu_branch(ctx: ChunkContext, call: ast.Call) -> bool:
+    """Under ``if args.gpu is None:``: no GPU index for this process, which then drives every
+    GPU of its node (one process per node), so no two ranks restore onto cuda:0 (F30)."""
+    child: ast.AST = call
+    for a in ctx.ancestors(call):
+        if isinstance(a, ast.If) and any(child is b for b in a.body):
+            t = a.test
+            if (
+                isinstance(t, ast.Compare)
+                and len(t.ops) == 1
+                and isinstance(t.ops[0], ast.Is)
+                and isinstance(t.comparators[0], ast.Constant)
+                and t.comparators[0].value is None
+                and _GPU_INDEX.search((known_names.dotted(t.left) or "").rsplit(".", 1)[-1])
+            ):
+                return True
+        if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            break
+        child = a
+    return False
+
+
+def _rank_file(ctx: ChunkContext, path: ast.expr) -> bool:
+    """A file named by the rank (``f"queue{rank}.pth"``, ``"mb" + str(args.rank)``): each rank
+    reads back what it wrote from its own GPU (F31)."""
+    root = patterns.scope_root(ctx, path)
+    exprs: list[ast.AST] = [path]
+    if isinstance(path, ast.Name):
+        value = guards.assigned_value(ctx, path.id, root, path)
+        if value is not None:
+            exprs.append(value)
+    for e in exprs:
+        for n in ast.walk(e):
+            if isinstance(n, ast.Name | ast.Attribute) and (
+                ctx.ranks.mentions_rank(n)
+                or "rank" in (known_names.dotted(n) or "").rsplit(".", 1)[-1].lower()
+            ):
+                return True
+    return False
 
 
 _DATASET_METHODS = frozenset({"__getitem__", "__getitems__", "__iter__", "__len__"})
@@ -249,5 +297,45 @@ def resume(model, path):
     model.load_state_dict(state)
 """,
         note="multi-line call with a trailing comma",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def resume(args, model):
+    if args.gpu is None:
+        ckpt = torch.load(args.resume)
+    else:
+        ckpt = torch.load(args.resume, map_location=f"cuda:{args.gpu}")
+    model.load_state_dict(ckpt["state_dict"])
+""",
+        note="F30: no GPU index, one process drives every GPU of the node",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def restore_queue(args):
+    queue_path = os.path.join(args.dump_path, "queue" + str(args.rank) + ".pth")
+    if os.path.isfile(queue_path):
+        return torch.load(queue_path)["queue"]
+    return None
+""",
+        note="F31: a per-rank file, written by this rank from its own GPU",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def resume(args, model):
+    if args.gpu is not None:
+        ckpt = «torch.load(args.resume)»
+        model.load_state_dict(ckpt["state_dict"])
+""",
+        fixed=_HEAD
+        + """\
+def resume(args, model):
+    if args.gpu is not None:
+        ckpt = torch.load(args.resume, map_location="cpu")
+        model.load_state_dict(ckpt["state_dict"])
+""",
+        note="a GPU index per process: every rank restores onto the saving GPU",
     ),
 )

@@ -39,8 +39,10 @@ handed to `accelerator.prepare`, `fabric.setup_dataloaders`, Ray Train's
 `prepare_data_loader` or Lightning (`trainer.fit`, `*_dataloader` hooks), files that use
 Accelerate or Lightning at all, the single-process branch of `if args.distributed: ... else:`,
 evaluation loaders (`val_*`, `eval_*`, `test_*` names, `train=False`, `split="validation"`,
-functions named like `evaluate`, loops only under `torch.no_grad()`), and loaders built or
-used on rank 0 only. A loader without `shuffle=True` is reported only with evidence that it
+functions named like `evaluate`, loops only under `torch.no_grad()`), loaders built or
+used on rank 0 only, and loaders given `*args` or `**kwargs` that may carry a sampler (a
+`**kw` built in the same function as `dict(batch_size=..., num_workers=...)` or a dict literal
+without a sampler key hides none and is checked). A loader without `shuffle=True` is reported only with evidence that it
 trains (a backward pass in its loop) over a map-style dataset, because unshuffled loaders over
 self-sharding datasets are common and deliberate.
 
@@ -64,7 +66,32 @@ from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _data as data_rules
+from ddp_lsp.rules import _guard as guards
 from ddp_lsp.rules import _patterns as patterns
+
+
+def _star_may_hold_sampler(ctx: ChunkContext, call: ast.Call) -> bool:
+    """``*args`` / ``**kwargs`` may carry the sampler, unless it is ``**kw`` of a dict built in
+    the same function with literal keys and no sampler (``kw = dict(batch_size=b,
+    num_workers=w)``, BarlowTwins' loaders)."""
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return True
+    root = patterns.scope_root(ctx, call)
+    for kw in call.keywords:
+        if kw.arg is not None:
+            continue
+        if not isinstance(kw.value, ast.Name):
+            return True
+        value = guards.assigned_value(ctx, kw.value.id, root, call)
+        if isinstance(value, ast.Call) and known_names.dotted(value.func) == "dict" and not value.args:
+            keys: list[str | None] = [k.arg for k in value.keywords]
+        elif isinstance(value, ast.Dict):
+            keys = [k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None for k in value.keys]
+        else:
+            return True
+        if any(k is None or k in ("sampler", "batch_sampler", "shuffle") for k in keys):
+            return True
+    return False
 
 
 class MissingDistributedSampler(Rule):
@@ -87,7 +114,7 @@ class MissingDistributedSampler(Rule):
                 yield finding
 
     def _check_call(self, ctx: ChunkContext, call: ast.Call) -> Finding | None:
-        if data_rules.has_star(call):
+        if data_rules.has_star(call) and _star_may_hold_sampler(ctx, call):
             return None
         dataset = data_rules.arg(call, "dataset")
         if dataset is None:
@@ -531,5 +558,45 @@ class Trainer:
 """,
         fixed=None,
         note="the dataset is an expression: no fix rather than building it twice",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, train_set, val_set, model, optimizer):
+    kw = dict(batch_size=args.batch_size, num_workers=args.workers, pin_memory=True)
+    train_loader = «DataLoader»(train_set, shuffle=True, **kw)
+    val_loader = DataLoader(val_set, **kw)
+    for epoch in range(args.epochs):
+        for x, y in train_loader:
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        fixed="""\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+def main(args, train_set, val_set, model, optimizer):
+    kw = dict(batch_size=args.batch_size, num_workers=args.workers, pin_memory=True)
+    train_loader = DataLoader(train_set, sampler=DistributedSampler(train_set), **kw)
+    val_loader = DataLoader(val_set, **kw)
+    for epoch in range(args.epochs):
+        for x, y in train_loader:
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        note="**kw of a dict built here with literal keys and no sampler hides nothing",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, train_set, sampler, model):
+    kw = {"batch_size": args.batch_size, "sampler": sampler}
+    train_loader = DataLoader(train_set, shuffle=False, **kw)
+    for x, y in train_loader:
+        model(x).sum().backward()
+""",
+        note="**kw carries the sampler",
     ),
 )

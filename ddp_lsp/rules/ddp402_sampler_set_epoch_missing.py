@@ -3,7 +3,10 @@
 ## What it does
 Finds a shuffling `DistributedSampler` whose loader is iterated inside an epoch loop that never
 calls `set_epoch` on it (as `sampler.set_epoch(epoch)`, `loader.sampler.set_epoch(epoch)` or
-through a `train_sampler` variable).
+through a `train_sampler` variable). The sampler may reach the loader through a
+`BatchSampler`, and, with the project view, be built in another file: a loader returned by a
+project helper that builds a shuffling DistributedSampler (`_, train_loader =
+build_loader(cfg)`, directly or through a dispatcher) is checked as `train_loader.sampler`.
 
 ## Why is this bad?
 `DistributedSampler` seeds its shuffle with `seed + epoch`, and the epoch only changes through
@@ -104,7 +107,9 @@ class SamplerSetEpochMissing(Rule):
         if not loops or data_rules.uses_sampler_framework(ctx):
             return  # no epoch loop here, or a framework that calls set_epoch
         has_sampler = fact_model.SAMPLER in ctx.facts.kind_set or any(
-            data_rules.is_sampler_call(ctx, c) for c in ctx.calls()
+            data_rules.is_sampler_call(ctx, c)
+            or fact_model.MAKES_DIST_SAMPLER in ctx.callee_props(c)
+            for c in ctx.calls()
         )
         if not has_sampler:
             return
@@ -208,6 +213,27 @@ class SamplerSetEpochMissing(Rule):
                     if (id(fn), p) in out or any(s.path == p for s in out.values()):
                         continue
                     out[(id(fn), p)] = _Sampler(p, fn, None, self._loaders_of(ctx, fn, p), "")
+        # Loaders returned by a project helper that builds a shuffling DistributedSampler
+        # (`train_loader, ds = create_dataloader(...)` from a data module, M14): the sampler is
+        # reached as `train_loader.sampler`.
+        for node in ctx.nodes(ast.Assign):
+            if not isinstance(node.value, ast.Call) or len(node.targets) != 1:
+                continue
+            if fact_model.MAKES_DIST_SAMPLER not in ctx.callee_props(node.value):
+                continue
+            target = node.targets[0]
+            elts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+            root = patterns.scope_root(ctx, node)
+            for elt in elts:
+                lp = path_of(elt)
+                if lp is None or "loader" not in lp.rsplit(".", 1)[-1].lower():
+                    continue
+                path = f"{lp}.sampler"
+                if (id(root), path) in out or any(lp in x.loaders for x in out.values()):
+                    continue
+                # Off the distributed path the helper may build no sampler (the loader's
+                # default one has no set_epoch).
+                out[(id(root), path)] = _Sampler(path, root, None, [lp], "hasattr")
         # Script-style code: the sampler is built by module-level statements (another chunk)
         # and this chunk is a top-level epoch loop.
         top_loops = [st for st in ctx.body if isinstance(st, (ast.For, ast.AsyncFor, ast.While))]
@@ -222,14 +248,20 @@ class SamplerSetEpochMissing(Rule):
     @staticmethod
     def _loaders_of(ctx: ChunkContext, root: ast.AST, sampler: str) -> list[str]:
         """Paths assigned from a call that receives the sampler (``DataLoader(ds, sampler=s)``,
-        ``build_loader(ds, s)``)."""
-        out = []
-        for call in data_rules.calls_receiving(root, sampler):
-            parent = ctx.parent(call)
-            if isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1:
-                p = path_of(parent.targets[0])
-                if p:
-                    out.append(p)
+        ``build_loader(ds, s)``), and from a call receiving one of those (DETR's
+        ``DataLoader(ds, batch_sampler=BatchSampler(s, bs, drop_last=True))`` in two steps)."""
+        out: list[str] = []
+        todo = [sampler]
+        while todo and len(out) < 8:
+            source = todo.pop()
+            for call in data_rules.calls_receiving(root, source):
+                parent = ctx.parent(call)
+                if isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1:
+                    p = path_of(parent.targets[0])
+                    if p and p != sampler and p not in out:
+                        out.append(p)
+                        if (known_names.dotted(call.func) or "").endswith("Sampler"):
+                            todo.append(p)  # a batch sampler: follow it to its loader
         return out
 
     # -- the epoch loop ------------------------------------------------------------------------
@@ -719,5 +751,101 @@ def main(dataset, model):
 """,
         fixed=None,
         note="no epoch variable: no fix",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, dataset, model):
+    if args.distributed:
+        sampler = «DistributedSampler»(dataset)
+    else:
+        sampler = torch.utils.data.RandomSampler(dataset)
+    batches = torch.utils.data.BatchSampler(sampler, args.batch_size, drop_last=True)
+    loader = DataLoader(dataset, batch_sampler=batches, num_workers=4)
+    for epoch in range(args.epochs):
+        train_one_epoch(model, loader, epoch)
+""",
+        fixed=_HEAD
+        + """\
+def main(args, dataset, model):
+    if args.distributed:
+        sampler = DistributedSampler(dataset)
+    else:
+        sampler = torch.utils.data.RandomSampler(dataset)
+    batches = torch.utils.data.BatchSampler(sampler, args.batch_size, drop_last=True)
+    loader = DataLoader(dataset, batch_sampler=batches, num_workers=4)
+    for epoch in range(args.epochs):
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        train_one_epoch(model, loader, epoch)
+""",
+        note="the sampler reaches the loader through a BatchSampler (the DETR shape)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def main(args, dataset, model):
+    sampler = DistributedSampler(dataset)
+    batches = torch.utils.data.BatchSampler(sampler, args.batch_size, drop_last=True)
+    loader = DataLoader(dataset, batch_sampler=batches)
+    for epoch in range(args.epochs):
+        loader.batch_sampler.sampler.set_epoch(epoch)
+        train_one_epoch(model, loader, epoch)
+""",
+        note="set_epoch reached through the loader's batch sampler",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from buckets import DistributedBucketSampler
+
+def run_epoch(epoch, model, loaders):
+    train_loader, eval_loader = loaders
+    for batch in train_loader:
+        model(batch).sum().backward()
+
+def main(args, dataset, model):
+    sampler = «DistributedBucketSampler»(dataset, args.batch_size, [32, 64], shuffle=True)
+    loader = DataLoader(dataset, batch_sampler=sampler)
+    for epoch in range(args.epochs):
+        run_epoch(epoch, model, [loader, None])
+""",
+        fixed=_HEAD
+        + """\
+from buckets import DistributedBucketSampler
+
+def run_epoch(epoch, model, loaders):
+    train_loader, eval_loader = loaders
+    for batch in train_loader:
+        model(batch).sum().backward()
+
+def main(args, dataset, model):
+    sampler = DistributedBucketSampler(dataset, args.batch_size, [32, 64], shuffle=True)
+    loader = DataLoader(dataset, batch_sampler=sampler)
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        run_epoch(epoch, model, [loader, None])
+""",
+        note="a project's distributed bucket sampler, the loader handed in a list to the "
+        "per-epoch helper (the VITS shape)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from buckets import DistributedBucketSampler
+
+def run_epoch(epoch, model, loaders):
+    train_loader, eval_loader = loaders
+    train_loader.batch_sampler.set_epoch(epoch)
+    for batch in train_loader:
+        model(batch).sum().backward()
+
+def main(args, dataset, model):
+    sampler = DistributedBucketSampler(dataset, args.batch_size, [32, 64], shuffle=True)
+    loader = DataLoader(dataset, batch_sampler=sampler)
+    for epoch in range(args.epochs):
+        run_epoch(epoch, model, [loader, None])
+""",
+        note="the per-epoch helper sets the epoch through the loader it is handed",
     ),
 )

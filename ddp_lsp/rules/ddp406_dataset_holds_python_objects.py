@@ -48,7 +48,8 @@ builds in `__init__`, which is harmless when the file runs without workers. Not 
 containers converted afterwards (`self.x = np.array(self.x)`, `torch.tensor`, Arrow, pandas),
 literal lists (class names), lookup tables named like class or label maps and vocabularies
 (`class_to_idx`, `label2id`, `vocab`, `stoi`: bounded by the label set, not the data), and
-comprehensions over literals.
+comprehensions over literals or over a name bound to a literal list (`[np.asarray(f[k][:]) for
+k in keys]`: one array per key, not one object per sample).
 
 Any module: the bug is a bug in a single-process script too, so in a project this rule
 also reports in functions that are not distributed code (a tokenizer, a plotting script, an
@@ -103,6 +104,18 @@ _SMALL_NAME = re.compile(
     r"class|categor|label_?(map|names)|idx_?to|to_?idx|2idx|2id$|id2|idx2|to_ix|transform|"
     r"vocab|stoi|itos|tokenizer|mean|std"
 )
+
+
+
+def _literal_name(fn: ast.FunctionDef, name: str) -> bool:
+    """``name`` is bound in ``fn`` only to literal lists / tuples (a handful of keys)."""
+    values = [
+        node.value
+        for node in patterns.walk_scope(fn)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+    ]
+    return bool(values) and all(isinstance(v, (ast.List, ast.Tuple)) for v in values)
 
 
 class DatasetHoldsPythonObjects(Rule):
@@ -209,7 +222,7 @@ class DatasetHoldsPythonObjects(Rule):
         self, ctx: ChunkContext, init: ast.FunctionDef, attr: str, value: ast.expr, depth: int = 0
     ) -> str | None:
         if isinstance(value, (ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp)):
-            return "built by a comprehension" if self._over_data(value) else None
+            return "built by a comprehension" if self._over_data(value, init) else None
         if isinstance(value, ast.Call):
             name = ctx.call_qualname(value) or known_names.dotted(value.func) or ""
             if name in _LOADERS:
@@ -239,11 +252,16 @@ class DatasetHoldsPythonObjects(Rule):
         return None
 
     @staticmethod
-    def _over_data(comp: ast.ListComp | ast.DictComp | ast.SetComp | ast.GeneratorExp) -> bool:
+    def _over_data(
+        comp: ast.ListComp | ast.DictComp | ast.SetComp | ast.GeneratorExp,
+        init: ast.FunctionDef | None = None,
+    ) -> bool:
         for gen in comp.generators:
             it = gen.iter
             if isinstance(it, (ast.List, ast.Tuple, ast.Set, ast.Constant)):
                 continue
+            if isinstance(it, ast.Name) and init is not None and _literal_name(init, it.id):
+                continue  # `for key in keys` with `keys = ["input_ids", ...]` (F39)
             if (
                 isinstance(it, ast.Call)
                 and known_names.dotted(it.func) == "range"
@@ -398,5 +416,22 @@ class Lines(Dataset):
         + _GETITEM,
         fixed=None,
         note="a comprehension through a local name",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class PretrainShard(Dataset):
+    def __init__(self, path):
+        f = h5py.File(path, "r")
+        keys = ["input_ids", "input_mask", "segment_ids", "labels"]
+        self.inputs = [np.asarray(f[key][:]) for key in keys]
+
+    def __len__(self):
+        return len(self.inputs[0])
+
+    def __getitem__(self, i):
+        return [x[i] for x in self.inputs]
+""",
+        note="F39: one array per key of a literal list, not one object per sample",
     ),
 )

@@ -36,10 +36,11 @@ Information only: a shared seed is sometimes intended. Not reported: seeds that 
 something (`seed + rank`, `args.seed + get_rank()`, nanoGPT's `1337 + seed_offset`), seeds under
 a rank condition, a seed that is a parameter of the function seeding with it (in
 `def set_seed(seed): torch.manual_seed(seed)` the caller decides, and `set_seed(args.seed)`
-is reported where it is called), files without a `DistributedDataParallel` wrap (FSDP with
+is reported where it is called; but a helper that also takes a rank, `def seed_all(seed,
+rank)`, must offset by it, and its calls are not reported), files without a `DistributedDataParallel` wrap (FSDP with
 `sync_module_states=False` and hand-written data parallelism need identical initial weights),
-a seed that is set again later in the same function with the rank (the first one is for the
-initial weights), a seed followed in the same function by a dataset split or shuffle that must
+a generator that is seeded again later in the same function with the rank (the first seed is
+for the initial weights; NumPy's or Python's seed does not reseed torch's), a seed followed in the same function by a dataset split or shuffle that must
 be the same on every rank (`random_split`, `train_test_split`, `randperm`, `random.shuffle`;
 in module-level script code, such a function imported by name and used anywhere in the file),
 `torch.Generator().manual_seed(...)` (a `DistributedSampler`'s generator must be the same on
@@ -221,13 +222,20 @@ def _passed_true(call: ast.Call, keyword: str) -> bool:
 
 
 def _seed_helper(ctx: ChunkContext, call: ast.Call) -> bool:
-    """``set_seed(args.seed)``: a function of this file named for seeding, seed first."""
+    """``set_seed(args.seed)``: a function of this file named for seeding, seed first, that
+    takes no rank of its own (``random_seed(seed, rank)`` offsets by it: the helper's body is
+    checked instead)."""
     if not isinstance(call.func, ast.Name) or call.func.id not in ctx.facts.func_props:
         return False
     if not call.args or not _SEED_HELPER.search(call.func.id):
         return False
     params = ctx.facts.func_params.get(call.func.id, ())
+    if any(_RANK_PARAM.search(p) for p in params[1:]):
+        return False
     return not params or "seed" in params[0].lower()
+
+
+_RANK_PARAM = re.compile(r"rank", re.IGNORECASE)
 
 
 def _caller_decides(ctx: ChunkContext, seed: ast.AST, root: ast.AST) -> bool:
@@ -239,6 +247,10 @@ def _caller_decides(ctx: ChunkContext, seed: ast.AST, root: ast.AST) -> bool:
         return False
     args = root.args
     params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    if any(_RANK_PARAM.search(p) for p in params - {seed.id}):
+        # `def random_seed(seed, rank): torch.manual_seed(seed)`: the helper is given the rank
+        # to offset by and does not; the caller cannot fix that.
+        return False
     return seed.id in params and guards.assigned_value(ctx, seed.id, root, seed) is None
 
 
@@ -273,7 +285,20 @@ def _same_on_every_rank(ctx: ChunkContext, seed: ast.AST, root: ast.AST, depth: 
     return False
 
 
+def _family(qual: str | None) -> str:
+    """The generator a seeding call seeds: torch's, NumPy's, Python's (``*``: all, a helper)."""
+    head = (qual or "").split(".", 1)[0]
+    return head if head in ("torch", "numpy", "random") else "*"
+
+
+def _same_generator(a: str, b: str) -> bool:
+    return a == b or "*" in (a, b)
+
+
 def _reseeded_with_rank(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> bool:
+    """The same generator is seeded again later with the rank (``np.random.seed(seed + rank)``
+    does not reseed torch's)."""
+    mine = _family(ctx.call_qualname(call))
     for node in patterns.walk_scope(root):
         if (
             isinstance(node, ast.Call)
@@ -282,6 +307,7 @@ def _reseeded_with_rank(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> boo
             and ctx.call_qualname(node) in SEEDERS
             and node.args
             and not _same_on_every_rank(ctx, node.args[0], root)
+            and _same_generator(mine, _family(ctx.call_qualname(node)))
         ):
             return True
     return False
@@ -623,5 +649,35 @@ def main(args, build):
     return accelerator.prepare(build())
 """,
         note="accelerate with its FSDP plugin: the ranks need the same initial weights",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def seed_all(seed=0, rank=0):
+    «torch.manual_seed(seed)»
+    np.random.seed(seed + rank)
+    random.seed(seed + rank)
+
+
+def main(args, model):
+    seed_all(args.seed, 0)
+    model = DDP(model)
+    seed_all(args.seed, args.rank)
+""",
+        fixed=_HEAD
+        + """\
+def seed_all(seed=0, rank=0):
+    torch.manual_seed(seed + rank)
+    np.random.seed(seed + rank)
+    random.seed(seed + rank)
+
+
+def main(args, model):
+    seed_all(args.seed, 0)
+    model = DDP(model)
+    seed_all(args.seed, args.rank)
+""",
+        note="a seeding helper given the rank that forgets it for torch (NumPy's seed does not "
+        "reseed torch's); its callers pass the rank and are not reported",
     ),
 )

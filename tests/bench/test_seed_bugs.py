@@ -359,3 +359,54 @@ def test_bad_verdict_is_a_clear_error(tmp_path: Path) -> None:
 )
 def test_distributed_markers(text: str, distributed: bool) -> None:
     assert triage.is_distributed_text(text) is distributed
+
+
+def test_site_selection_skips_code_that_is_no_bug_once_seeded() -> None:
+    # A streaming dataset's own set_epoch is not a sampler's (DDP402 does not cover it).
+    assert [
+        s.note
+        for s in only(
+            "drop-set-epoch",
+            "def f(ds, sampler, e):\n    ds.set_epoch(e)\n    sampler.set_epoch(e)\n",
+        )
+    ] == ["sampler"]
+    # Enabling the sync (`= True`) or restoring it outside a loop skips no all-reduce.
+    trigger = (
+        "def trigger(m, old):\n    m.require_backward_grad_sync = True\n"
+        "    m.require_backward_grad_sync = old\n"
+        "def train(m, n):\n    for i in range(n):\n        m.require_backward_grad_sync = i == n - 1\n"
+    )
+    assert [s.line for s in only("drop-no-sync", trigger)] == [6]
+    # A loader handed to Fabric gets its DistributedSampler from Fabric.
+    fabric = (
+        "from torch.utils.data import DataLoader\n"
+        "def f(fabric, train_ds, s):\n    train_loader = DataLoader(train_ds, sampler=s)\n"
+        "    return fabric.setup_dataloaders(train_loader)\n"
+    )
+    assert only("drop-sampler", fabric) == []
+    assert only("drop-sampler", fabric.replace("fabric.setup_dataloaders", "list"))
+
+
+def test_neighbourhood_adds_the_files_importing_the_seeded_one(tmp_path: Path) -> None:
+    (tmp_path / "engine.py").write_text("def train_one_epoch(loader, sampler, epoch):\n    pass\n")
+    (tmp_path / "main.py").write_text("from engine import train_one_epoch\n")
+    (tmp_path / "other.py").write_text("import os\n")
+    importers = seed_bugs.importer_map(tmp_path, ["engine.py", "main.py", "other.py"])
+    assert importers == {"engine.py": ["main.py"]}
+    text = (tmp_path / "engine.py").read_text()
+    assert seed_bugs.neighbourhood(tmp_path, "engine.py", text, importers) == [
+        "engine.py",
+        "main.py",
+    ]
+    assert seed_bugs.neighbourhood(tmp_path, "engine.py", text) == ["engine.py"]
+
+
+def test_drop_unscale_needs_a_clip_that_clips() -> None:
+    text = (
+        "def step(scaler, opt, params, clip):\n"
+        "    scaler.unscale_(opt)\n"
+        "    norm = clip_grad_value_(params, None)\n"
+        "    scaler.step(opt)\n"
+    )
+    assert only("drop-unscale", text) == []
+    assert only("drop-unscale", text.replace("None", "clip"))

@@ -587,3 +587,43 @@ def test_ddp405_cpu_count_in_every_process() -> None:
     assert "num_workers=os.cpu_count() (all 32 CPUs) × 8 processes per node (run.sh)" in f.message
     assert "= 256 worker processes" in f.message and "= 3" in f.message
     assert found(code, "DDP405", env(32)) == []  # one process may use every CPU
+
+
+def test_ddp402_loader_from_a_project_helper_that_builds_the_sampler(tmp_path: Path) -> None:
+    """M14: the DistributedSampler is built in a data module and reached as `loader.sampler`."""
+    from ddp_lsp.project import ProjectIndex, compute
+
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "__init__.py").write_text(
+        "from .build import make_loaders as _make\n\n\ndef loaders(cfg, ds):\n    return _make(cfg, ds)\n"
+    )
+    (tmp_path / "data" / "build.py").write_text(
+        "from torch.utils.data import DataLoader, DistributedSampler\n\n\n"
+        "def make_loaders(cfg, ds):\n"
+        "    sampler = DistributedSampler(ds, shuffle=True)\n"
+        "    return ds, DataLoader(ds, sampler=sampler, batch_size=cfg.bs)\n"
+    )
+    main = (
+        "import torch.distributed as dist\n"
+        "from data import loaders\n\n\n"
+        "def main(cfg, model, ds):\n"
+        "    dist.init_process_group('nccl')\n"
+        "    _, train_loader = loaders(cfg, ds)\n"
+        "    for epoch in range(cfg.epochs):\n"
+        "        for batch in train_loader:\n"
+        "            model(batch).sum().backward()\n"
+    )
+    (tmp_path / "main.py").write_text(main)
+    facts = compute(ProjectIndex(tmp_path, cache_dir=False).build())
+    result = analyze(main, project=facts.for_path("main.py"))
+    got = [f for f in result.findings if f.rule_id == "DDP402"]
+    assert [f.span.start.line for f in got] == [7]
+    assert "train_loader.sampler.set_epoch(epoch)" in got[0].message
+    fixed, _ = fix_text(main, Settings(select=("DDP402",)), project=facts.for_path("main.py"))
+    assert 'if hasattr(train_loader.sampler, "set_epoch"):' in fixed
+    kept = main.replace(
+        "        for batch", "        train_loader.sampler.set_epoch(epoch)\n        for batch"
+    )
+    again = analyze(kept, project=facts.for_path("main.py"))
+    assert not [f for f in again.findings if f.rule_id == "DDP402"]

@@ -1,5 +1,6 @@
 """Conventions of hand-written DDP projects (the torchvision references, DeiT, nanoGPT...)
-that no library defines but many projects copy: rank-0 predicates and print silencers."""
+that no library defines but many projects copy: rank-0 predicates, print silencers and
+gradient-clipping helpers."""
 
 from __future__ import annotations
 
@@ -33,4 +34,12 @@ TABLE: tuple[Api, ...] = (
     Api(_F, "setup_for_distributed", (Meaning.SILENCES_PRINT,)),
     Api(_F, "init_distributed_mode", (Meaning.SILENCES_PRINT,)),
     Api(_F, "setup_print_for_distributed", (Meaning.SILENCES_PRINT,)),
+    # guided/improved-diffusion's MixedPrecisionTrainer: `mp_trainer.backward(loss)` scales the
+    # loss by hand and runs its backward (all-reducing a DDP model's gradients); the step is
+    # `mp_trainer.optimize(opt)`, often in another method.
+    Api(Match.METHOD, "mp_trainer.backward", (Meaning.BACKWARD,)),
+    # DINO's `utils.clip_gradients(model, clip)` (copied by iBOT, DINOv2's forks...): scales each
+    # `p.grad` by `clip / norm` itself, on whatever gradients it finds.
+    Api(_F, "clip_gradients", (Meaning.CLIPS_GRADIENTS,)),
+    Api(_F, "clip_grads", (Meaning.CLIPS_GRADIENTS,)),
 )

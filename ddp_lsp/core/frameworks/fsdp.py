@@ -18,6 +18,9 @@ TABLE: tuple[Api, ...] = (
     Api(Match.FUNCTION, "parallelize_module", (Meaning.MAKES_DTENSORS,)),
     Api(Match.FUNCTION, "init_device_mesh", (Meaning.MAKES_DTENSORS,)),
     Api(Match.FUNCTION, "distribute_tensor", (Meaning.MAKES_DTENSORS,)),
+    # `FullyShardedDataParallel.clip_grad_norm_(max_norm)`: clips the (sharded) gradients as
+    # they are; with a ShardedGradScaler, unscale_ first.
+    Api(Match.FUNCTION, "clip_grad_norm_", (Meaning.CLIPS_GRADIENTS,)),
     # StateDictType members whose saves are per rank (each rank writes its shard).
     Api(Match.FUNCTION, "LOCAL_STATE_DICT", (Meaning.SAVES_PER_RANK,)),
     Api(Match.FUNCTION, "SHARDED_STATE_DICT", (Meaning.SAVES_PER_RANK,)),

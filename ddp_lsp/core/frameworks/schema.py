@@ -110,6 +110,13 @@ class Meaning(enum.Enum):
     # A class whose call scales the loss, runs the backward, unscales, clips and steps the
     # optimizer through a GradScaler (timm's ``NativeScaler``): not a GradScaler itself.
     SCALER_WRAPPER = "scaler-wrapper"
+    # Clips the gradients of the model it is given in place, reading them as they are: after
+    # `scaler.scale(loss).backward()` they are still scaled, so `scaler.unscale_(optimizer)`
+    # must come first (DINO's `clip_gradients(model, clip)` helper, an FSDP module's
+    # `clip_grad_norm_` method). DDP201 reads it only next to a GradScaler of the same
+    # function, where the framework methods that unscale by themselves
+    # (`accelerator.clip_grad_norm_`, `fabric.clip_gradients`) do not appear.
+    CLIPS_GRADIENTS = "clips-gradients"
     # Seeds the random generators with the same value on every rank, unless the API's
     # ``keyword`` is passed as true (accelerate's ``set_seed(seed, device_specific=True)``).
     SEEDS = "seeds"
