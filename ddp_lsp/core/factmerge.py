@@ -197,8 +197,13 @@ def _resolve_gates(
         cp = project.callee_props.get(key) if project is not None else None
         return cp.props if cp is not None else None
 
+    by_name: dict[str, bool] = {}  # the same names are called from many functions
+
     def reaches(caller: str, name: str) -> bool:
-        if is_collective_call(name, aliases):
+        direct = by_name.get(name)
+        if direct is None:
+            direct = by_name[name] = is_collective_call(name, aliases)
+        if direct:
             return True
         return COLLECTIVE in (props_of(caller, name) or ())
 

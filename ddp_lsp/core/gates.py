@@ -51,6 +51,7 @@ Three steps, each pure:
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TypeVar
 
@@ -349,9 +350,12 @@ def site_props(
 # -- 2. resolution -------------------------------------------------------------------------------
 
 
-def _parse_site(prop: str) -> tuple[str, set[tuple[str, str]], dict[str, str], str]:
+@functools.lru_cache(maxsize=65536)
+def _parse_site(prop: str) -> tuple[str, frozenset[tuple[str, str]], Mapping[str, str], str]:
+    """(callee, gates, passed, bound) of a ``gate-site:`` property (cached: every merge
+    resolves the same sites again; the mapping returned is shared, never to be changed)."""
     callee, gates, passed, bound = prop[len(SITE) :].split("|")
-    g = {tuple(x.split("=", 1)) for x in gates.split(",") if x}
+    g = frozenset(tuple(x.split("=", 1)) for x in gates.split(",") if x)
     p = dict(x.split(">", 1) for x in passed.split(",") if x)
     return callee, g, p, bound  # type: ignore[return-value]
 
@@ -445,16 +449,24 @@ def resolve(
         for q, ps in func_props.items()
         if COLLECTIVE_PROP in ps and any(p.startswith(SITE) for p in ps)
     ]
+    # What does not change between rounds (only gate-off properties are added): each
+    # function's sites and parameters, whether a call reaches a collective, callee parameters.
+    sites = {q: [_parse_site(p) for p in func_props[q] if p.startswith(SITE)] for q in todo}
+    own_params = {q: params_of(func_props[q]) or [] for q in todo}
+    reaches_memo: dict[tuple[K, str], bool] = {}
+    param_lists: dict[int, tuple[object, list[str]]] = {}
     for _ in range(4):  # helpers of helpers: a few rounds reach a fixed point in practice
         changed = False
         for q in todo:
             props = func_props[q]
-            params = params_of(props) or []
+            params = own_params[q]
             found: set[tuple[str, str]] | None = None
             reached = moded = False
-            for prop in [p for p in props if p.startswith(SITE)]:
-                callee, gates, passed, bound = _parse_site(prop)
-                if not reaches(q, callee):
+            for callee, gates, passed, bound in sites[q]:
+                hit = reaches_memo.get((q, callee))
+                if hit is None:
+                    hit = reaches_memo[(q, callee)] = reaches(q, callee)
+                if not hit:
                     continue
                 reached = True
                 cprops = callee_props(q, callee) or ()
@@ -466,7 +478,10 @@ def resolve(
                 off = set(gates)
                 coff = off_values(cprops)
                 if coff:
-                    cparams = params_of(cprops) or []
+                    known = param_lists.get(id(cprops))
+                    if known is None or known[0] is not cprops:
+                        known = param_lists[id(cprops)] = (cprops, params_of(cprops) or [])
+                    cparams = known[1]
                     for key, mine in passed.items():
                         target = (
                             cparams[int(key)] if key.isdigit() and int(key) < len(cparams) else key
