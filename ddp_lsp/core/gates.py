@@ -211,22 +211,47 @@ def _bindings(call: ast.Call, params: set[str], modes: set[str]) -> str:
 # Attribute names that say whether the run is distributed, or which rank this is: a test of
 # one of them is not a mode of the run (``if args.distributed: dist.barrier()`` is on in every
 # distributed run, so a rank-0 call of it hangs).
-_NOT_MODES = ("rank", "master", "main", "local", "world", "dist", "ddp", "gpu", "device", "node")
+_NOT_MODES = (
+    "rank",
+    "master",
+    "main",
+    "local",
+    "world",
+    "dist",
+    "ddp",
+    "gpu",
+    "device",
+    "node",
+    "zero",
+    "global",
+    "leader",
+    "primary",
+    "first",
+    "last",
+    "stage",
+    "should",
+)
+
+
+def _of_param(e: ast.AST, params: set[str]) -> bool:
+    """``args`` or ``self.cfg``: a parameter, or an attribute path from one."""
+    while isinstance(e, ast.Attribute):
+        e = e.value
+    return isinstance(e, ast.Name) and e.id in params
 
 
 def _mode_attr(e: ast.AST, params: set[str]) -> bool:
-    """``args.fsdp`` / ``getattr(args, "fsdp", False)``: a configuration switch read from an
-    argument."""
+    """``args.fsdp`` / ``self.cfg.is_pipe_parallel`` / ``getattr(args, "fsdp", False)``: a
+    configuration switch read from an argument."""
     name = None
-    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id in params:
+    if isinstance(e, ast.Attribute) and _of_param(e.value, params):
         name = e.attr
     elif (
         isinstance(e, ast.Call)
         and isinstance(e.func, ast.Name)
         and e.func.id == "getattr"
         and len(e.args) >= 2
-        and isinstance(e.args[0], ast.Name)
-        and e.args[0].id in params
+        and _of_param(e.args[0], params)
         and isinstance(e.args[1], ast.Constant)
         and isinstance(e.args[1].value, str)
     ):
@@ -251,8 +276,19 @@ def _mode_test(e: ast.AST, params: set[str], modes: set[str]) -> bool:
 
 def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) -> set[str]:
     """Locals assigned exactly once in ``f``'s frame, from a mode test of its arguments
-    (``use_fsdp_eval = getattr(args, "fsdp", False) and args.distributed``)."""
-    values: dict[str, list[ast.expr]] = {}
+    (``use_fsdp_eval = getattr(args, "fsdp", False) and args.distributed``). Statements only
+    (a walrus in an expression is not seen): the cheap walk keeps the facts fast."""
+    values: dict[str, list[ast.expr | None]] = {}
+
+    def bind(t: ast.AST, value: ast.expr | None) -> None:
+        if isinstance(t, ast.Name):
+            values.setdefault(t.id, []).append(value)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            for e in t.elts:
+                bind(e, None)
+        elif isinstance(t, ast.Starred):
+            bind(t.value, None)
+
     stack: list[ast.AST] = list(f.body)
     while stack:
         n = stack.pop()
@@ -260,16 +296,26 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
             continue
         if isinstance(n, ast.Assign):
             for t in n.targets:
-                if isinstance(t, ast.Name):
-                    values.setdefault(t.id, []).append(n.value)
-        elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and isinstance(
-            n.target, ast.Name
-        ):
-            values.setdefault(n.target.id, []).append(ast.Constant(None))  # not a single value
-        stack.extend(ast.iter_child_nodes(n))
+                bind(t, n.value)
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign)):
+            bind(n.target, None)
+        elif isinstance(n, (ast.For, ast.AsyncFor)):
+            bind(n.target, None)
+        elif isinstance(n, (ast.With, ast.AsyncWith)):
+            for item in n.items:
+                if item.optional_vars is not None:
+                    bind(item.optional_vars, None)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            values.setdefault(n.name, []).append(None)
+        stack.extend(
+            c
+            for c in ast.iter_child_nodes(n)
+            if isinstance(c, (ast.stmt, ast.ExceptHandler, ast.match_case))
+        )
     out: set[str] = set()
     for name, vals in values.items():
-        if name not in params and len(vals) == 1 and _mode_test(vals[0], params, out):
+        v = vals[0]
+        if name not in params and len(vals) == 1 and v is not None and _mode_test(v, params, out):
             out.add(name)
     return out
 

@@ -782,6 +782,34 @@ def evaluate(model, args):
     Valid(
         _HEAD
         + """\
+class NoiseScale:
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def _sync(self, flag):
+        if self.cfg.pipe_parallel:
+            dist.all_reduce(flag)
+        return flag
+
+    def _update(self, flag):
+        self._sync(flag)
+        if self.cfg.pipe_parallel:
+            dist.all_reduce(flag)
+
+    def update(self, flag):
+        if self.cfg.pipe_parallel:
+            self._update(flag)
+        else:
+            if dist.get_rank() == 0:
+                self._update(flag)
+            dist.barrier()
+""",
+        note="methods that communicate only in the pipeline-parallel mode (`self.cfg...`), "
+        "called on rank 0 outside it",
+    ),
+    Valid(
+        _HEAD
+        + """\
 def evaluate(model, loader, args):
     sharded = args.fsdp and args.distributed
     if not sharded and args.rank != 0:
