@@ -52,8 +52,8 @@ A set-up helper that does nothing after `init_process_group` but log and return
 (`def setup(): dist.init_process_group("nccl")`) is not reported where it is: NCCL
 communicators start lazily, so what matters is its caller, which usually selects the GPU on
 the next line. Its calls are reported instead (in the same file, or in another with the
-project view) when work on the current device (`.cuda()` without an index, `.to("cuda")`,
-`torch.cuda.*`) runs after the call before any `set_device`.
+project view) when work on the current device (`.cuda()` without an index, `.to("cuda")`, a
+DDP wrap without `device_ids`, `torch.cuda.*`) runs after the call before any `set_device`.
 
 ## References
 - https://pytorch.org/docs/stable/distributed.html#torch.distributed.init_process_group
@@ -211,7 +211,8 @@ def _cuda_work_before_device(ctx: ChunkContext, root: ast.AST, call: ast.Call) -
 
 def _current_device_work(ctx: ChunkContext, call: ast.Call) -> bool:
     """A call that works on the current CUDA device whatever the backend: ``.cuda()`` without an
-    index, ``.to("cuda")``, ``torch.cuda.*`` other than queries and the device selection
+    index, ``.to("cuda")``, a DDP wrap without ``device_ids``, ``torch.cuda.*`` other than
+    queries and the device selection
     (``.to(rank)`` names its GPU; a collective's device depends on the helper's backend, which
     the caller does not see)."""
     if device_rules.is_set_device(ctx, call):
@@ -219,6 +220,10 @@ def _current_device_work(ctx: ChunkContext, call: ast.Call) -> bool:
     qual = ctx.call_qualname(call) or ""
     if qual.startswith("torch.cuda."):
         return device_rules.cuda_work(ctx, call)
+    if qual == known_names.DDP:
+        # Without `device_ids` DDP works where the module is: the current device, for a model
+        # built there.
+        return device_rules.arg(call, 1, "device_ids") is None
     if not isinstance(call.func, ast.Attribute) or qual.startswith("torch."):
         return False
     if call.func.attr == "cuda":
