@@ -80,8 +80,9 @@ def setup() -> tuple[int, int, int]:
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     # BUG(DDP505): no torch.cuda.set_device(local_rank) first: every rank opens a CUDA
-    # context on GPU 0 before NCCL starts.
+    # context on GPU 0 when NCCL starts (the barrier runs on the current device).
     dist.init_process_group(backend="nccl")
+    dist.barrier()
     return local_rank, rank, world_size
 
 

@@ -77,6 +77,7 @@ def setup() -> tuple[int, int, int]:
     # FIX(DDP505): pin this process to its GPU before NCCL creates its communicators.
     torch.cuda.set_device(local_rank)
     dist.init_process_group(backend="nccl")
+    dist.barrier()
     return local_rank, rank, world_size
 
 

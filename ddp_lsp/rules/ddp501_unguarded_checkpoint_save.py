@@ -91,6 +91,14 @@ Distributed code only: in a project, a function that no distributed entry point 
 every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
 script, a helper called on rank 0 only) is single-process code, and this rule is silent there.
 
+Severity `information` (not `warning`): on the triage corpus of 52 public training
+repositories (docs/accuracy.md) 13 of its 29 labelled findings are real (precision 0.45,
+below the 0.90 a warning must reach). Most false alarms are saves that only rank 0 reaches
+through code in another file: a helper whose callers guard it across a `sys.path` import or
+with a decorator, an object built on rank 0 only (a checkpoint saver), an early return on a
+rank-valued property. Raise it back with `severity = { DDP501 = "warning" }` in
+`[tool.ddp-lsp]`.
+
 ## References
 - https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints
 - https://pytorch.org/docs/stable/notes/serialization.html
@@ -115,7 +123,8 @@ class UnguardedCheckpointSave(Rule):
     meta = RuleMeta(
         id="DDP501",
         name="unguarded-checkpoint-save",
-        severity=Severity.WARNING,
+        # Information, not warning: 0.45 precision on the triage corpus (docs/accuracy.md).
+        severity=Severity.INFORMATION,
         summary="Checkpoint written by every rank at once: save on rank 0 only.",
         fix=FixAvailability.SOMETIMES,
         distributed_only=True,

@@ -52,8 +52,10 @@ A set-up helper that does nothing after `init_process_group` but log and return
 (`def setup(): dist.init_process_group("nccl")`) is not reported where it is: NCCL
 communicators start lazily, so what matters is its caller, which usually selects the GPU on
 the next line. Its calls are reported instead (in the same file, or in another with the
-project view) when work on the current device (`.cuda()` without an index, `.to("cuda")`,
-`torch.cuda.*`) runs after the call before any `set_device`.
+project view) when work on the current device (`.cuda()` without an index, `.to("cuda")`, a
+DDP wrap without `device_ids`, `torch.cuda.*`) runs after the call before any `set_device`,
+with no call in between that may select the GPU itself (a function of the project or a
+library: only torch's own calls, builtins and logging do not).
 
 ## References
 - https://pytorch.org/docs/stable/distributed.html#torch.distributed.init_process_group
@@ -207,12 +209,31 @@ def _cuda_work_before_device(ctx: ChunkContext, root: ast.AST, call: ast.Call) -
             return None
         if _current_device_work(ctx, node):
             return node
+        if _may_select_device(ctx, node):
+            return None  # a function of the project or a library may select it: not known
     return None
+
+
+_PLAIN_CALLS = frozenset(
+    {"print", "len", "range", "int", "str", "float", "bool", "dict", "list", "tuple", "set",
+     "isinstance", "getattr", "setattr", "hasattr", "enumerate", "zip", "min", "max", "sorted"}
+)
+
+
+def _may_select_device(ctx: ChunkContext, call: ast.Call) -> bool:
+    """A call between the set-up helper and the CUDA work that may select the GPU itself (a
+    project or library function: torchtitan's set-up passes `device_id=`, a builder calls
+    `set_device`); torch's own calls, builtins and logging do not."""
+    qual = ctx.call_qualname(call) or ""
+    if qual.startswith(("torch.", "os.", "logging.", "math.", "time.")):
+        return False
+    return not (patterns.last_name(call.func) in _PLAIN_CALLS or _log_call(call))
 
 
 def _current_device_work(ctx: ChunkContext, call: ast.Call) -> bool:
     """A call that works on the current CUDA device whatever the backend: ``.cuda()`` without an
-    index, ``.to("cuda")``, ``torch.cuda.*`` other than queries and the device selection
+    index, ``.to("cuda")``, a DDP wrap without ``device_ids``, ``torch.cuda.*`` other than
+    queries and the device selection
     (``.to(rank)`` names its GPU; a collective's device depends on the helper's backend, which
     the caller does not see)."""
     if device_rules.is_set_device(ctx, call):
@@ -220,6 +241,10 @@ def _current_device_work(ctx: ChunkContext, call: ast.Call) -> bool:
     qual = ctx.call_qualname(call) or ""
     if qual.startswith("torch.cuda."):
         return device_rules.cuda_work(ctx, call)
+    if qual == known_names.DDP:
+        # Without `device_ids` DDP works where the module is: the current device, for a model
+        # built there.
+        return device_rules.arg(call, 1, "device_ids") is None
     if not isinstance(call.func, ast.Attribute) or qual.startswith("torch."):
         return False
     if call.func.attr == "cuda":
@@ -411,6 +436,22 @@ def main(model):
 """,
         note="a set-up helper that only starts the group; its caller selects the GPU before "
         "any CUDA work (F20: NCCL communicators start lazily)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def setup():
+    dist.init_process_group("nccl")
+
+
+def main(model, cfg):
+    setup()
+    engine = build_engine(cfg)
+    torch.cuda.empty_cache()
+    return engine.run(model.cuda())
+""",
+        note="a project function called between the set-up and the CUDA work may select the "
+        "GPU itself (torchtitan's set-up passes device_id=): not known, not reported",
     ),
     Invalid(
         _HEAD

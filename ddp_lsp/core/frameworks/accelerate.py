@@ -73,6 +73,7 @@ TABLE: tuple[Api, ...] = (
     Api(_C, "accelerate.init_empty_weights", _SINGLE),
     Api(_C, "accelerate.init_on_device", _SINGLE),
     Api(_C, "accelerate.cpu_offload", _SINGLE),
+    Api(_C, "accelerate.cpu_offload_with_hook", _SINGLE),
     Api(_C, "accelerate.disk_offload", _SINGLE),
     Api(_C, "accelerate.dispatch_model", _SINGLE),
     Api(_C, "accelerate.infer_auto_device_map", _SINGLE),

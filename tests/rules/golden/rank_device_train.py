@@ -37,8 +37,9 @@ def setup_distributed() -> tuple[int, int, int]:
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    # DDP505: every rank opens its first CUDA context on GPU 0.
+    # DDP505: every rank opens its first CUDA context on GPU 0 (the barrier runs there).
     dist.init_process_group(backend="nccl")
+    dist.barrier()
     return rank, local_rank, world_size
 
 
