@@ -90,6 +90,7 @@ class _Sampler:
     created: ast.Call | None  # DistributedSampler(...) in this chunk
     loaders: list[str]  # loader paths fed by it
     guard: str  # "" | "none": None off the distributed path | "hasattr": another sampler there
+    # | "loader": `loader.sampler` of a loader a helper returned (maybe not a loader there)
 
 
 class SamplerSetEpochMissing(Rule):
@@ -129,6 +130,12 @@ class SamplerSetEpochMissing(Rule):
                     code = f"if {s.path} is not None:\n{unit}{call}"
                 elif s.guard == "hasattr":
                     code = f'if hasattr({s.path}, "set_epoch"):\n{unit}{call}'
+                elif s.guard == "loader":
+                    # The helper may return something else off the distributed path (a list).
+                    owner, _, attr = s.path.rpartition(".")
+                    code = (
+                        f'if hasattr(getattr({owner}, "{attr}", None), "set_epoch"):\n{unit}{call}'
+                    )
                 else:
                     code = call
                 fixes.append(
@@ -230,8 +237,8 @@ class SamplerSetEpochMissing(Rule):
                 if (id(root), path) in out or any(lp in x.loaders for x in out.values()):
                     continue
                 # Off the distributed path the helper may build no sampler (the loader's
-                # default one has no set_epoch).
-                out[(id(root), path)] = _Sampler(path, root, None, [lp], "hasattr")
+                # default one has no set_epoch), or return no loader at all.
+                out[(id(root), path)] = _Sampler(path, root, None, [lp], "loader")
         # Script-style code: the sampler is built by module-level statements (another chunk)
         # and this chunk is a top-level epoch loop.
         top_loops = [st for st in ctx.body if isinstance(st, (ast.For, ast.AsyncFor, ast.While))]
@@ -283,7 +290,13 @@ class SamplerSetEpochMissing(Rule):
             uses.extend(self._epoch_iters(ctx, s.root, lp))
         uses.sort(key=patterns.order)
         for use in uses:
-            loops = ctx.enclosing_loops(use)
+            # Not the loop whose header iterates the loader (`for batch in log_every(loader)`):
+            # that is the batch loop, the epoch loop is around it.
+            loops = [
+                lp
+                for lp in ctx.enclosing_loops(use)
+                if not (isinstance(lp, ast.For | ast.AsyncFor) and self._inside(use, lp.iter))
+            ]
             if not loops:
                 continue
             loop = loops[0]
@@ -296,6 +309,10 @@ class SamplerSetEpochMissing(Rule):
                 continue
             return loop
         return None
+
+    @staticmethod
+    def _inside(node: ast.AST, outer: ast.AST) -> bool:
+        return node is outer or any(n is node for n in tree_walk.bfs(outer))
 
     @staticmethod
     def _is_builder(ctx: ChunkContext, call: ast.Call) -> bool:
@@ -845,5 +862,48 @@ def main(args, dataset, model):
         run_epoch(epoch, model, [loader, None])
 """,
         note="the per-epoch helper sets the epoch through the loader it is handed",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def make_loaders(cfg, train_set):
+    sampler = DistributedSampler(train_set) if cfg.distributed else None
+    return DataLoader(train_set, sampler=sampler, shuffle=sampler is None), None
+
+def main(cfg, model, train_set):
+    train_loader, _ = make_loaders(cfg, train_set)
+    «for epoch in range(cfg.epochs)»:
+        for batch in train_loader:
+            model(batch).sum().backward()
+""",
+        fixed=_HEAD
+        + """\
+def make_loaders(cfg, train_set):
+    sampler = DistributedSampler(train_set) if cfg.distributed else None
+    return DataLoader(train_set, sampler=sampler, shuffle=sampler is None), None
+
+def main(cfg, model, train_set):
+    train_loader, _ = make_loaders(cfg, train_set)
+    for epoch in range(cfg.epochs):
+        if hasattr(getattr(train_loader, "sampler", None), "set_epoch"):
+            train_loader.sampler.set_epoch(epoch)
+        for batch in train_loader:
+            model(batch).sum().backward()
+""",
+        note="M14 in one file: the loader of a helper that builds the sampler (Tacotron 2)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def make_loader(cfg, train_set):
+    sampler = DistributedSampler(train_set)
+    return DataLoader(train_set, sampler=sampler)
+
+def main(cfg, model, train_set, logger):
+    data_loader = make_loader(cfg, train_set)
+    for data in logger.log_every(data_loader, 10):
+        model(data).sum().backward()
+""",
+        note="one loop over the batches (an infinite sampler's iteration count): no epoch loop",
     ),
 )
