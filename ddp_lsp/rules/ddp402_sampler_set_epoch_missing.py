@@ -7,6 +7,9 @@ through a `train_sampler` variable). The sampler may reach the loader through a
 `BatchSampler`, and, with the project view, be built in another file: a loader returned by a
 project helper that builds a shuffling DistributedSampler (`_, train_loader =
 build_loader(cfg)`, directly or through a dispatcher) is checked as `train_loader.sampler`.
+A function's `sampler` / `train_sampler` parameter of no known kind (its callers are in
+another file) is checked when the function runs an epoch loop over a loader; the fix then tests
+`hasattr(sampler, "set_epoch")`, since other launches may pass None or a RandomSampler.
 
 ## Why is this bad?
 `DistributedSampler` seeds its shuffle with `seed + epoch`, and the epoch only changes through
@@ -58,6 +61,7 @@ module-level script variable): silence such a line with `# ddp-lsp: ignore[DDP40
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -93,6 +97,9 @@ class _Sampler:
     # | "loader": `loader.sampler` of a loader a helper returned (maybe not a loader there)
 
 
+_SAMPLER_PARAM = re.compile(r"^(train_)?sampler(_train)?$")
+
+
 class SamplerSetEpochMissing(Rule):
     meta = RuleMeta(
         id="DDP402",
@@ -110,6 +117,10 @@ class SamplerSetEpochMissing(Rule):
             data_rules.is_sampler_call(ctx, c)
             or fact_model.MAKES_DIST_SAMPLER in ctx.callee_props(c)
             for c in ctx.calls()
+        ) or any(
+            _SAMPLER_PARAM.match(a.arg)
+            for fn in (*ctx.nodes(ast.FunctionDef), *ctx.nodes(ast.AsyncFunctionDef))
+            for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
         )
         if not has_sampler:
             return
@@ -218,6 +229,19 @@ class SamplerSetEpochMissing(Rule):
                     if (id(fn), p) in out or any(s.path == p for s in out.values()):
                         continue
                     out[(id(fn), p)] = _Sampler(p, fn, None, self._loaders_of(ctx, fn, p), "")
+                # A parameter named as the training sampler, of no known kind (the callers are
+                # elsewhere): `def train_model(model, data_loader, sampler, epochs)`. It may be
+                # None or a RandomSampler on other launches: the fix tests for set_epoch.
+                for p in params:
+                    if (
+                        p in cands
+                        or not _SAMPLER_PARAM.match(p)
+                        or data_rules.is_eval_name(p)
+                        or ctx.kind(ast.Name(id=p), fn.body[0]) is not None
+                        or (id(fn), p) in out
+                    ):
+                        continue
+                    out[(id(fn), p)] = _Sampler(p, fn, None, [], "hasattr")
         # Loaders returned by a project helper that builds a shuffling DistributedSampler
         # (`train_loader, ds = create_dataloader(...)` from a data module, M14): the sampler is
         # reached as `train_loader.sampler`.
@@ -905,5 +929,41 @@ def main(cfg, model, train_set, logger):
         model(data).sum().backward()
 """,
         note="one loop over the batches (an infinite sampler's iteration count): no epoch loop",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train_model(model, optimizer, data_loader, sampler, epochs):
+    «for epoch in range(epochs)»:
+        for x, y in data_loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        fixed=_HEAD
+        + """\
+def train_model(model, optimizer, data_loader, sampler, epochs):
+    for epoch in range(epochs):
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        for x, y in data_loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        note="a training sampler handed in beside its loader, never given the epoch",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train_model(model, optimizer, data_loader, sampler, epochs):
+    for epoch in range(epochs):
+        if isinstance(sampler, DistributedSampler):
+            sampler.set_epoch(epoch)
+        for x, y in data_loader:
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        note="the handed-in sampler gets the epoch when it is a DistributedSampler",
     ),
 )
