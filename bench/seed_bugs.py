@@ -13,7 +13,9 @@ no_sync, put the barrier under ``if <dist>.get_rank() == 0:``, keep the loss in 
 Most rewrites keep every line where it was (a dropped statement becomes ``pass``, a guard goes
 on the same line). The file is then checked with ``ddp-lsp check --select <rule> --project``
 from the checkout root together with the project files it imports (two levels: a finding can
-land where the sampler or the helper is defined), and the site counts as found when the rule
+land where the sampler or the helper is defined) and the files that import it (one level, at
+most ``MAX_IMPORTERS``: a per-epoch helper's missing ``set_epoch`` is reported at its caller's
+epoch loop), and the site counts as found when the rule
 reports there a finding whose message the untouched files do not get (so a rewrite that moves lines, and a
 site where the rule already fired for another reason, are both judged right). The file is restored after every site, even on
 an error or Ctrl-C.

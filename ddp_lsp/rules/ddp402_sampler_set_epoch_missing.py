@@ -7,6 +7,9 @@ through a `train_sampler` variable). The sampler may reach the loader through a
 `BatchSampler`, and, with the project view, be built in another file: a loader returned by a
 project helper that builds a shuffling DistributedSampler (`_, train_loader =
 build_loader(cfg)`, directly or through a dispatcher) is checked as `train_loader.sampler`.
+A function's `sampler` / `train_sampler` parameter of no known kind (its callers are in
+another file) is checked when the function runs an epoch loop over a loader; the fix then tests
+`hasattr(sampler, "set_epoch")`, since other launches may pass None or a RandomSampler.
 
 ## Why is this bad?
 `DistributedSampler` seeds its shuffle with `seed + epoch`, and the epoch only changes through
@@ -58,6 +61,7 @@ module-level script variable): silence such a line with `# ddp-lsp: ignore[DDP40
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -91,6 +95,10 @@ class _Sampler:
     created: ast.Call | None  # DistributedSampler(...) in this chunk
     loaders: list[str]  # loader paths fed by it
     guard: str  # "" | "none": None off the distributed path | "hasattr": another sampler there
+    # | "loader": `loader.sampler` of a loader a helper returned (maybe not a loader there)
+
+
+_SAMPLER_PARAM = re.compile(r"^(train_)?sampler(_train)?$")
 
 
 class SamplerSetEpochMissing(Rule):
@@ -110,6 +118,10 @@ class SamplerSetEpochMissing(Rule):
             data_rules.is_sampler_call(ctx, c)
             or fact_model.MAKES_DIST_SAMPLER in ctx.callee_props(c)
             for c in ctx.calls()
+        ) or any(
+            _SAMPLER_PARAM.match(a.arg)
+            for fn in (*ctx.nodes(ast.FunctionDef), *ctx.nodes(ast.AsyncFunctionDef))
+            for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
         )
         if not has_sampler:
             return
@@ -130,6 +142,12 @@ class SamplerSetEpochMissing(Rule):
                     code = f"if {s.path} is not None:\n{unit}{call}"
                 elif s.guard == "hasattr":
                     code = f'if hasattr({s.path}, "set_epoch"):\n{unit}{call}'
+                elif s.guard == "loader":
+                    # The helper may return something else off the distributed path (a list).
+                    owner, _, attr = s.path.rpartition(".")
+                    code = (
+                        f'if hasattr(getattr({owner}, "{attr}", None), "set_epoch"):\n{unit}{call}'
+                    )
                 else:
                     code = call
                 fixes.append(
@@ -213,6 +231,19 @@ class SamplerSetEpochMissing(Rule):
                     if (id(fn), p) in out or any(s.path == p for s in out.values()):
                         continue
                     out[(id(fn), p)] = _Sampler(p, fn, None, self._loaders_of(ctx, fn, p), "")
+                # A parameter named as the training sampler, of no known kind (the callers are
+                # elsewhere): `def train_model(model, data_loader, sampler, epochs)`. It may be
+                # None or a RandomSampler on other launches: the fix tests for set_epoch.
+                for p in params:
+                    if (
+                        p in cands
+                        or not _SAMPLER_PARAM.match(p)
+                        or data_rules.is_eval_name(p)
+                        or ctx.kind(ast.Name(id=p), fn.body[0]) is not None
+                        or (id(fn), p) in out
+                    ):
+                        continue
+                    out[(id(fn), p)] = _Sampler(p, fn, None, [], "hasattr")
         # Loaders returned by a project helper that builds a shuffling DistributedSampler
         # (`train_loader, ds = create_dataloader(...)` from a data module, M14): the sampler is
         # reached as `train_loader.sampler`.
@@ -232,8 +263,8 @@ class SamplerSetEpochMissing(Rule):
                 if (id(root), path) in out or any(lp in x.loaders for x in out.values()):
                     continue
                 # Off the distributed path the helper may build no sampler (the loader's
-                # default one has no set_epoch).
-                out[(id(root), path)] = _Sampler(path, root, None, [lp], "hasattr")
+                # default one has no set_epoch), or return no loader at all.
+                out[(id(root), path)] = _Sampler(path, root, None, [lp], "loader")
         # Script-style code: the sampler is built by module-level statements (another chunk)
         # and this chunk is a top-level epoch loop.
         top_loops = [st for st in ctx.body if isinstance(st, (ast.For, ast.AsyncFor, ast.While))]
@@ -285,7 +316,13 @@ class SamplerSetEpochMissing(Rule):
             uses.extend(self._epoch_iters(ctx, s.root, lp))
         uses.sort(key=patterns.order)
         for use in uses:
-            loops = ctx.enclosing_loops(use)
+            # Not the loop whose header iterates the loader (`for batch in log_every(loader)`):
+            # that is the batch loop, the epoch loop is around it.
+            loops = [
+                lp
+                for lp in ctx.enclosing_loops(use)
+                if not (isinstance(lp, ast.For | ast.AsyncFor) and self._inside(use, lp.iter))
+            ]
             if not loops:
                 continue
             loop = loops[0]
@@ -298,6 +335,10 @@ class SamplerSetEpochMissing(Rule):
                 continue
             return loop
         return None
+
+    @staticmethod
+    def _inside(node: ast.AST, outer: ast.AST) -> bool:
+        return node is outer or any(n is node for n in tree_walk.bfs(outer))
 
     @staticmethod
     def _is_builder(ctx: ChunkContext, call: ast.Call) -> bool:
@@ -847,5 +888,84 @@ def main(args, dataset, model):
         run_epoch(epoch, model, [loader, None])
 """,
         note="the per-epoch helper sets the epoch through the loader it is handed",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def make_loaders(cfg, train_set):
+    sampler = DistributedSampler(train_set) if cfg.distributed else None
+    return DataLoader(train_set, sampler=sampler, shuffle=sampler is None), None
+
+def main(cfg, model, train_set):
+    train_loader, _ = make_loaders(cfg, train_set)
+    «for epoch in range(cfg.epochs)»:
+        for batch in train_loader:
+            model(batch).sum().backward()
+""",
+        fixed=_HEAD
+        + """\
+def make_loaders(cfg, train_set):
+    sampler = DistributedSampler(train_set) if cfg.distributed else None
+    return DataLoader(train_set, sampler=sampler, shuffle=sampler is None), None
+
+def main(cfg, model, train_set):
+    train_loader, _ = make_loaders(cfg, train_set)
+    for epoch in range(cfg.epochs):
+        if hasattr(getattr(train_loader, "sampler", None), "set_epoch"):
+            train_loader.sampler.set_epoch(epoch)
+        for batch in train_loader:
+            model(batch).sum().backward()
+""",
+        note="M14 in one file: the loader of a helper that builds the sampler (Tacotron 2)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def make_loader(cfg, train_set):
+    sampler = DistributedSampler(train_set)
+    return DataLoader(train_set, sampler=sampler)
+
+def main(cfg, model, train_set, logger):
+    data_loader = make_loader(cfg, train_set)
+    for data in logger.log_every(data_loader, 10):
+        model(data).sum().backward()
+""",
+        note="one loop over the batches (an infinite sampler's iteration count): no epoch loop",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train_model(model, optimizer, data_loader, sampler, epochs):
+    «for epoch in range(epochs)»:
+        for x, y in data_loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        fixed=_HEAD
+        + """\
+def train_model(model, optimizer, data_loader, sampler, epochs):
+    for epoch in range(epochs):
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        for x, y in data_loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        note="a training sampler handed in beside its loader, never given the epoch",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def train_model(model, optimizer, data_loader, sampler, epochs):
+    for epoch in range(epochs):
+        if isinstance(sampler, DistributedSampler):
+            sampler.set_epoch(epoch)
+        for x, y in data_loader:
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        note="the handed-in sampler gets the epoch when it is a DistributedSampler",
     ),
 )

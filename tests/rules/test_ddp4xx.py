@@ -621,7 +621,7 @@ def test_ddp402_loader_from_a_project_helper_that_builds_the_sampler(tmp_path: P
     assert [f.span.start.line for f in got] == [7]
     assert "train_loader.sampler.set_epoch(epoch)" in got[0].message
     fixed, _ = fix_text(main, Settings(select=("DDP402",)), project=facts.for_path("main.py"))
-    assert 'if hasattr(train_loader.sampler, "set_epoch"):' in fixed
+    assert 'if hasattr(getattr(train_loader, "sampler", None), "set_epoch"):' in fixed
     kept = main.replace(
         "        for batch", "        train_loader.sampler.set_epoch(epoch)\n        for batch"
     )
