@@ -35,8 +35,8 @@ from collections.abc import Iterable, Mapping
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
-from ddp_lsp.core.frameworks import BUILTIN, FrameworkModel, Meaning
 from ddp_lsp.core.crossfile import MAIN_BLOCK
+from ddp_lsp.core.frameworks import BUILTIN, FrameworkModel, Meaning
 from ddp_lsp.project.resolve import Resolver
 from ddp_lsp.project.summary import ModuleSummary
 

@@ -159,7 +159,7 @@ def _per_rank_entry(ctx: ChunkContext, node: ast.AST) -> bool:
     child: ast.AST = node
     for up in ctx.ancestors(node):
         if isinstance(up, ast.Dict):
-            for key, value in zip(up.keys, up.values):
+            for key, value in zip(up.keys, up.values, strict=True):
                 if value is child:
                     return isinstance(key, ast.Constant) and key.value == index
             return False
