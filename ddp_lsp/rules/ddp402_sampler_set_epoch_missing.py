@@ -120,7 +120,7 @@ class SamplerSetEpochMissing(Rule):
             for c in ctx.calls()
         ) or any(
             _SAMPLER_PARAM.match(a.arg)
-            for fn in (*ctx.nodes(ast.FunctionDef), *ctx.nodes(ast.AsyncFunctionDef))
+            for fn in ctx.nodes(ast.FunctionDef, ast.AsyncFunctionDef)
             for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
         )
         if not has_sampler:
