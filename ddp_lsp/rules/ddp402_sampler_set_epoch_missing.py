@@ -114,13 +114,17 @@ class SamplerSetEpochMissing(Rule):
         loops = ctx.nodes(ast.For, ast.AsyncFor, ast.While)
         if not loops or data_rules.uses_sampler_framework(ctx):
             return  # no epoch loop here, or a framework that calls set_epoch
+        functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = [
+            *ctx.nodes(ast.FunctionDef),
+            *ctx.nodes(ast.AsyncFunctionDef),
+        ]
         has_sampler = fact_model.SAMPLER in ctx.facts.kind_set or any(
             data_rules.is_sampler_call(ctx, c)
             or fact_model.MAKES_DIST_SAMPLER in ctx.callee_props(c)
             for c in ctx.calls()
         ) or any(
             _SAMPLER_PARAM.match(a.arg)
-            for fn in ctx.nodes(ast.FunctionDef, ast.AsyncFunctionDef)
+            for fn in functions
             for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
         )
         if not has_sampler:
