@@ -31,7 +31,8 @@ decided here (the module-level "distributed" context applies as before).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
@@ -106,6 +107,18 @@ PLAIN_BASES = frozenset(
 Key = tuple[str, str]  # (module, qualname); qualname "<module>" for the top level
 
 
+@dataclass(frozen=True)
+class ModuleEdges:
+    """One module's share of :func:`single_process`'s call graph: the edges leaving its
+    functions and the ones that do distributed things themselves. A function of the module's
+    summary and of import resolution only; the tables are read, never changed, once built."""
+
+    summary: ModuleSummary  # the summary they were built from (compared by identity)
+    unguarded: Mapping[Key, set[Key]]
+    guarded_only: Mapping[Key, set[Key]]
+    seeds: frozenset[Key]
+
+
 def is_distributed_call(qual: str) -> bool:
     """A call of ``qual`` is distributed code (not a probe such as ``dist.is_initialized()``)."""
     return (
@@ -154,9 +167,14 @@ def single_process(
     own: Mapping[str, fact_model.ModuleFacts],
     props: Mapping[Key, Mapping[str, object]],
     sites: Iterable[tuple[str, fact_model.CallSite, str, fact_model.FunctionInfo]],
+    kept: MutableMapping[str, ModuleEdges] | None = None,
 ) -> tuple[dict[str, frozenset[str]], set[str]]:
     """(module -> its functions that are not distributed code, modules an entry point
-    reaches). Both empty when nothing in the project is distributed code."""
+    reaches). Both empty when nothing in the project is distributed code.
+
+    ``kept``: each module's edges and seeds from a computation with the same resolver (the
+    server's indexer after an edit inside a function body), used while the module's summary
+    is the one they were built from, and filled with what this one built."""
     names = list(names)
     nodes: dict[str, list[str]] = {}
     for m in names:
@@ -182,9 +200,8 @@ def single_process(
     def members(tm: str, cls: str) -> list[Key]:
         return member_table.get((tm, cls), [])
 
-    local_heads = {m: set(res.functions(m)) | set(res.classes(m)) for m in names}
+    local_heads: dict[str, set[str]] = {}  # built for the modules whose edges are built
     project_tops = {m.partition(".")[0] for m in names}
-    alias_of = {m: res.aliases(m) for m in names}
     memo: dict[tuple[str, str], list[Key]] = {}
 
     def targets(m: str, scope: str, spelled: str) -> list[Key]:
@@ -210,9 +227,12 @@ def single_process(
 
     def may_resolve(m: str, spelled: str) -> bool:
         head = spelled.partition(".")[0]
-        qual = alias_of[m].get(head)
+        qual = res.aliases(m).get(head)
         if qual is None:
-            return head in local_heads[m]  # not a local variable or a builtin (`x.sum()`)
+            heads = local_heads.get(m)
+            if heads is None:
+                heads = local_heads[m] = set(res.functions(m)) | set(res.classes(m))
+            return head in heads  # not a local variable or a builtin (`x.sum()`)
         # Not the standard library, torch or a framework (unless the project is one).
         return known_names.may_be_project_module(qual) or qual.partition(".")[0] in project_tops
 
@@ -232,33 +252,47 @@ def single_process(
             return [(tm, owner)]
         return []
 
-    for m in names:
+    def module_edges(m: str) -> ModuleEdges:
         s = summaries[m]
+        m_unguarded: dict[Key, set[Key]] = {}
+        m_guarded: dict[Key, set[Key]] = {}
         for fi in s.facts.functions:
             src = (m, fi.qualname)
             for callee in sorted(fi.calls):
                 for t in targets(m, fi.qualname, callee):
                     if site_guard.get((src, t), False):
-                        guarded_only.setdefault(src, set()).add(t)
+                        m_guarded.setdefault(src, set()).add(t)
                     else:
-                        unguarded.setdefault(src, set()).add(t)
+                        m_unguarded.setdefault(src, set()).add(t)
         for scope, spelled in s.handed:
             for t in targets(m, scope, spelled):
-                unguarded.setdefault((m, scope), set()).add(t)
-    # -- seeds: functions that do distributed things themselves ---------------------------------
-    seeds: set[Key] = set()
-    for m in names:
+                m_unguarded.setdefault((m, scope), set()).add(t)
+        # -- seeds: functions that do distributed things themselves -----------------------------
+        m_seeds: set[Key] = set()
         o = own[m]
         heads = _distributed_heads(o.aliases)
         with_kinds: dict[str, bool] = {}
         for (scope, _), kind in o.kinds.items():
             if kind in DISTRIBUTED_KINDS:
                 with_kinds[scope or fact_model.MODULE] = True
-        for fi in summaries[m].facts.functions:
+        for fi in s.facts.functions:
             if _does_distributed(fi, o, with_kinds, heads):
-                seeds.add((m, fi.qualname))
-        if summaries[m].facts.env_markers and not any(k[0] == m for k in seeds):
-            seeds.add((m, fact_model.MODULE))  # the rank read from the environment, place unknown
+                m_seeds.add((m, fi.qualname))
+        if s.facts.env_markers and not m_seeds:
+            m_seeds.add((m, fact_model.MODULE))  # the rank read from the environment, place unknown
+        return ModuleEdges(s, m_unguarded, m_guarded, frozenset(m_seeds))
+
+    seeds: set[Key] = set()
+    for m in names:
+        edges = None if kept is None else kept.get(m)
+        if edges is None or edges.summary is not summaries[m]:
+            edges = module_edges(m)
+            if kept is not None:
+                kept[m] = edges
+        # Each module's edges leave its own functions: the tables do not overlap.
+        unguarded.update(edges.unguarded)
+        guarded_only.update(edges.guarded_only)
+        seeds |= edges.seeds
     if not seeds:
         return {}, set()
     # -- entry points: what reaches a process-group initialisation (through calls and handed
