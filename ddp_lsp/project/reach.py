@@ -117,6 +117,9 @@ class ModuleEdges:
     unguarded: Mapping[Key, set[Key]]
     guarded_only: Mapping[Key, set[Key]]
     seeds: frozenset[Key]
+    nodes: tuple[str, ...]  # its functions' qualnames and the top level
+    members: Mapping[Key, list[Key]]  # (module, class) -> its methods
+    attrs: Mapping[Key, frozenset[str]]  # the attributes a function calls or hands
 
 
 def is_distributed_call(qual: str) -> bool:
@@ -176,26 +179,18 @@ def single_process(
     server's indexer after an edit inside a function body), used while the module's summary
     is the one they were built from, and filled with what this one built."""
     names = list(names)
-    nodes: dict[str, list[str]] = {}
-    for m in names:
-        quals = [fi.qualname for fi in summaries[m].facts.functions]
-        if fact_model.MODULE not in quals:
-            quals.append(fact_model.MODULE)
-        nodes[m] = quals
+    known = set(names)
     # -- edges: calls (unguarded / guarded), handed functions, instantiated classes ------------
-    unguarded: dict[Key, set[Key]] = {}
-    guarded_only: dict[Key, set[Key]] = {}
+    # Built for the modules without kept edges (all of them, but in the server's indexer).
+    stale = set(names)
+    if kept is not None:
+        stale = {m for m in names if m not in kept or kept[m].summary is not summaries[m]}
     site_guard: dict[tuple[Key, Key], bool] = {}  # every site from caller to callee guarded
     for m, cs, tm, tfi in sites:
-        caller = (m, cs.caller or fact_model.MODULE)
-        pair = (caller, (tm, tfi.qualname))
-        site_guard[pair] = site_guard.get(pair, True) and cs.guarded
-
-    member_table: dict[Key, list[Key]] = {}
-    for m in names:
-        for q in nodes[m]:
-            if "." in q:
-                member_table.setdefault((m, q.split(".", 1)[0]), []).append((m, q))
+        if m in stale:
+            caller = (m, cs.caller or fact_model.MODULE)
+            pair = (caller, (tm, tfi.qualname))
+            site_guard[pair] = site_guard.get(pair, True) and cs.guarded
 
     def members(tm: str, cls: str) -> list[Key]:
         return member_table.get((tm, cls), [])
@@ -221,7 +216,7 @@ def single_process(
                 # A function: the flow resolved it already (memoised), `Cls.from_pretrained`
                 # inherited included.
                 r = res.function(m, spelled)
-                found = [] if r is None or r[0] not in nodes else [(r[0], r[1].qualname)]
+                found = [] if r is None or r[0] not in known else [(r[0], r[1].qualname)]
             memo[key] = found
         return found
 
@@ -238,7 +233,7 @@ def single_process(
 
     def resolved(m: str, spelled: str) -> list[Key]:
         r = res.resolve(m, spelled)
-        if r is None or not r[1] or r[0] not in nodes:
+        if r is None or not r[1] or r[0] not in known:
             return []
         tm, q = r
         if q in res.classes(tm):
@@ -254,6 +249,21 @@ def single_process(
 
     def module_edges(m: str) -> ModuleEdges:
         s = summaries[m]
+        quals = [fi.qualname for fi in s.facts.functions]
+        if fact_model.MODULE not in quals:
+            quals.append(fact_model.MODULE)
+        m_members: dict[Key, list[Key]] = {}
+        for q in quals:
+            if "." in q:
+                m_members.setdefault((m, q.split(".", 1)[0]), []).append((m, q))
+        # The attributes each function calls or hands (`tok.encode(...)`): see `flood`.
+        m_attrs: dict[Key, frozenset[str]] = {}
+        for fi in s.facts.functions:  # two functions of one name: the last one's calls
+            m_attrs[(m, fi.qualname)] = frozenset(c.rsplit(".", 1)[1] for c in fi.calls if "." in c)
+        for scope, spelled in s.handed:
+            if "." in spelled:
+                got = m_attrs.get((m, scope), frozenset())
+                m_attrs[(m, scope)] = got | {spelled.rsplit(".", 1)[1]}
         m_unguarded: dict[Key, set[Key]] = {}
         m_guarded: dict[Key, set[Key]] = {}
         for fi in s.facts.functions:
@@ -280,16 +290,28 @@ def single_process(
                 m_seeds.add((m, fi.qualname))
         if s.facts.env_markers and not m_seeds:
             m_seeds.add((m, fact_model.MODULE))  # the rank read from the environment, place unknown
-        return ModuleEdges(s, m_unguarded, m_guarded, frozenset(m_seeds))
+        return ModuleEdges(
+            s, m_unguarded, m_guarded, frozenset(m_seeds), tuple(quals), m_members, m_attrs
+        )
 
+    nodes: dict[str, tuple[str, ...]] = {}
+    member_table: dict[Key, list[Key]] = {}
+    attrs: dict[Key, frozenset[str]] = {}
+    unguarded: dict[Key, set[Key]] = {}
+    guarded_only: dict[Key, set[Key]] = {}
     seeds: set[Key] = set()
     for m in names:
-        edges = None if kept is None else kept.get(m)
-        if edges is None or edges.summary is not summaries[m]:
+        if m in stale:
             edges = module_edges(m)
             if kept is not None:
                 kept[m] = edges
-        # Each module's edges leave its own functions: the tables do not overlap.
+        else:
+            assert kept is not None
+            edges = kept[m]
+        # Each module's tables hold its own functions only: they do not overlap.
+        nodes[m] = edges.nodes
+        member_table.update(edges.members)
+        attrs.update(edges.attrs)
         unguarded.update(edges.unguarded)
         guarded_only.update(edges.guarded_only)
         seeds |= edges.seeds
@@ -315,17 +337,8 @@ def single_process(
     # -- reach: from entry points and self-distributed functions, along unguarded edges. A
     # class reached (built or handed) runs its constructor and special methods (`forward`
     # through `__call__`), and the methods reached code calls by name (`tok.encode(...)`).
-    infos = {(m, fi.qualname): fi for m in names for fi in summaries[m].facts.functions}
-    handed_attrs: dict[Key, set[str]] = {}
-    for m in names:
-        for scope, spelled in summaries[m].handed:
-            if "." in spelled:
-                handed_attrs.setdefault((m, scope), set()).add(spelled.rsplit(".", 1)[1])
-
-    def attr_calls(k: Key) -> set[str]:
-        fi = infos.get(k)
-        out = {c.rsplit(".", 1)[1] for c in fi.calls if "." in c} if fi is not None else set()
-        return out | handed_attrs.get(k, set())
+    def attr_calls(k: Key) -> frozenset[str]:
+        return attrs.get(k, frozenset())
 
     def is_class(k: Key) -> bool:
         return k[1] in res.classes(k[0])
