@@ -160,6 +160,7 @@ class Indexer:
         overlays: dict[Path, str],
     ) -> None:
         from ddp_lsp.project import ProjectIndex
+        from ddp_lsp.project.index import no_collection
 
         index = ProjectIndex(root, settings, cache_dir=cache_dir)
         folder = self.folders[fid] = _Folder(index)
@@ -183,7 +184,8 @@ class Indexer:
                 last = now
                 self.send(("progress", fid, done, len(files)))
 
-        fill(index, files, overlays, before, after)
+        with no_collection():  # the summaries live on (see no_collection)
+            fill(index, files, overlays, before, after)
         # Open documents the walk did not meet: new, unsaved files under the root.
         for path, text in overlays.items():
             if self._wanted(index, path):
@@ -272,8 +274,10 @@ class Indexer:
     @staticmethod
     def _compute(folder: _Folder) -> dict[str, ModuleProjectFacts]:
         from ddp_lsp.project import compute
+        from ddp_lsp.project.index import no_collection
 
-        folder.computed = compute(folder.index, folder.computed)
+        with no_collection():
+            folder.computed = compute(folder.index, folder.computed)
         return dict(folder.computed.by_path)
 
 

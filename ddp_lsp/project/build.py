@@ -125,6 +125,7 @@ def project_view(
     import time
 
     from ddp_lsp.project import ProjectIndex, compute, snapshot
+    from ddp_lsp.project.index import no_collection
     from ddp_lsp.sources import ReadError, read_source
 
     started = time.perf_counter()
@@ -201,17 +202,18 @@ def project_view(
     else:
         tried = 0
     index.unread.clear()  # read again below
-    failed = fill(index, paths[:INDEX_SAMPLE], texts, contents=contents)
-    rest = paths[INDEX_SAMPLE:]
-    parsed_elsewhere = 0
-    if rest and index.cache.misses * 2 > min(len(paths), INDEX_SAMPLE):
-        n = _index_workers(rest, index.cache.directory, workers)
-        if n > 1:
-            parsed_elsewhere = _prefill(index.root, settings, rest, n)
-    failed += fill(index, rest, texts, contents=contents)
-    for path, text in texts.items():  # a new file, not on disk yet: still part of the project
-        lay_over(index, path, text)
-    facts = compute(index)
+    with no_collection():  # the summaries and the facts live on (see no_collection)
+        failed = fill(index, paths[:INDEX_SAMPLE], texts, contents=contents)
+        rest = paths[INDEX_SAMPLE:]
+        parsed_elsewhere = 0
+        if rest and index.cache.misses * 2 > min(len(paths), INDEX_SAMPLE):
+            n = _index_workers(rest, index.cache.directory, workers)
+            if n > 1:
+                parsed_elsewhere = _prefill(index.root, settings, rest, n)
+        failed += fill(index, rest, texts, contents=contents)
+        for path, text in texts.items():  # a new file, not on disk yet: still in the project
+            lay_over(index, path, text)
+        facts = compute(index)
     failed_rel = tuple(p.relative_to(index.root).as_posix() for p in failed)
     summaries = index.summaries
     snapshot.store(

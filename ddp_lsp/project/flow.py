@@ -34,7 +34,7 @@ from ddp_lsp.core import gates as gate_facts
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.project.index import ProjectIndex
-from ddp_lsp.project.reach import single_process
+from ddp_lsp.project.reach import ModuleEdges, single_process
 from ddp_lsp.project.resolve import Resolver
 from ddp_lsp.project.summary import ModuleSummary
 
@@ -85,6 +85,10 @@ class ProjectFacts:
         default_factory=dict, compare=False, hash=False, repr=False
     )
     prepared: int = 0
+    # Each module's share of reach.single_process's call graph, kept like ``parts``.
+    edges: Mapping[str, ModuleEdges] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     @cached_property
     def by_path(self) -> Mapping[str, ModuleProjectFacts]:
@@ -219,10 +223,12 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     imports, functions' signatures and classes (an edit inside a function body)."""
     res = previous.resolver if previous is not None else None
     kept: Mapping[str, _ModuleParts] = {}
+    edges: dict[str, ModuleEdges] = {}
     if res is None or not res.reuse(index):
         res = Resolver(index)
     elif previous is not None:
         kept = previous.parts
+        edges = dict(previous.edges)
     names = sorted(index.modules)
     summaries: dict[str, ModuleSummary] = {m: index.modules[m] for m in names}
     own = {m: index.own_facts(summaries[m]) for m in names}
@@ -426,7 +432,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     # args=(cfg, train))`, `launch(main_worker)`) run in the ranks: their modules are
     # distributed code even when no import leads there from the initialising module.
     local, entered = single_process(
-        res, names, summaries, own, props, sites, index.ranks.frameworks
+        res, names, summaries, own, props, sites, index.ranks.frameworks, edges
     )
     if starts:
         first = min(o for o, _ in starts)
@@ -479,7 +485,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
             root,
             local.get(m, frozenset()),
         )
-    return ProjectFacts(out, rounds, evaluations, res, parts, prepared)
+    return ProjectFacts(out, rounds, evaluations, res, parts, prepared, edges)
 
 
 def moved(

@@ -31,7 +31,8 @@ decided here (the module-level "distributed" context applies as before).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
@@ -72,6 +73,22 @@ PLAIN_BASES = frozenset(
 )
 
 Key = tuple[str, str]  # (module, qualname); qualname "<module>" for the top level
+
+
+@dataclass(frozen=True)
+class ModuleEdges:
+    """One module's share of :func:`single_process`'s call graph: the edges leaving its
+    functions and the ones that do distributed things themselves. A function of the module's
+    summary and of import resolution only; the tables are read, never changed, once built."""
+
+    summary: ModuleSummary  # the summary they were built from (compared by identity)
+    frameworks: FrameworkModel  # the tables they were read with (compared by identity)
+    unguarded: Mapping[Key, set[Key]]
+    guarded_only: Mapping[Key, set[Key]]
+    seeds: frozenset[Key]
+    nodes: tuple[str, ...]  # its functions' qualnames and the top level
+    members: Mapping[Key, list[Key]]  # (module, class) -> its methods
+    attrs: Mapping[Key, frozenset[str]]  # the attributes a function calls or hands
 
 
 def is_distributed_call(qual: str, frameworks: FrameworkModel = BUILTIN) -> bool:
@@ -125,38 +142,40 @@ def single_process(
     props: Mapping[Key, Mapping[str, object]],
     sites: Iterable[tuple[str, fact_model.CallSite, str, fact_model.FunctionInfo]],
     frameworks: FrameworkModel = BUILTIN,
+    kept: MutableMapping[str, ModuleEdges] | None = None,
 ) -> tuple[dict[str, frozenset[str]], set[str]]:
     """(module -> its functions that are not distributed code, modules an entry point
     reaches). Both empty when nothing in the project is distributed code. ``frameworks``:
-    the settings' tables (its ``single-process`` calls do not make a function distributed)."""
+    the settings' tables (its ``single-process`` calls do not make a function distributed).
+
+    ``kept``: each module's edges and seeds from a computation with the same resolver (the
+    server's indexer after an edit inside a function body), used while the module's summary
+    and the tables are the ones they were built from, and filled with what this one built."""
     names = list(names)
-    nodes: dict[str, list[str]] = {}
-    for m in names:
-        quals = [fi.qualname for fi in summaries[m].facts.functions]
-        if fact_model.MODULE not in quals:
-            quals.append(fact_model.MODULE)
-        nodes[m] = quals
+    known = set(names)
     # -- edges: calls (unguarded / guarded), handed functions, instantiated classes ------------
-    unguarded: dict[Key, set[Key]] = {}
-    guarded_only: dict[Key, set[Key]] = {}
+    # Built for the modules without kept edges (all of them, but in the server's indexer).
+    stale = set(names)
+    if kept is not None:
+        stale = {
+            m
+            for m in names
+            if m not in kept
+            or kept[m].summary is not summaries[m]
+            or kept[m].frameworks is not frameworks
+        }
     site_guard: dict[tuple[Key, Key], bool] = {}  # every site from caller to callee guarded
     for m, cs, tm, tfi in sites:
-        caller = (m, cs.caller or fact_model.MODULE)
-        pair = (caller, (tm, tfi.qualname))
-        site_guard[pair] = site_guard.get(pair, True) and cs.guarded
-
-    member_table: dict[Key, list[Key]] = {}
-    for m in names:
-        for q in nodes[m]:
-            if "." in q:
-                member_table.setdefault((m, q.split(".", 1)[0]), []).append((m, q))
+        if m in stale:
+            caller = (m, cs.caller or fact_model.MODULE)
+            pair = (caller, (tm, tfi.qualname))
+            site_guard[pair] = site_guard.get(pair, True) and cs.guarded
 
     def members(tm: str, cls: str) -> list[Key]:
         return member_table.get((tm, cls), [])
 
-    local_heads = {m: set(res.functions(m)) | set(res.classes(m)) for m in names}
+    local_heads: dict[str, set[str]] = {}  # built for the modules whose edges are built
     project_tops = {m.partition(".")[0] for m in names}
-    alias_of = {m: res.aliases(m) for m in names}
     memo: dict[tuple[str, str], list[Key]] = {}
 
     def targets(m: str, scope: str, spelled: str) -> list[Key]:
@@ -176,21 +195,24 @@ def single_process(
                 # A function: the flow resolved it already (memoised), `Cls.from_pretrained`
                 # inherited included.
                 r = res.function(m, spelled)
-                found = [] if r is None or r[0] not in nodes else [(r[0], r[1].qualname)]
+                found = [] if r is None or r[0] not in known else [(r[0], r[1].qualname)]
             memo[key] = found
         return found
 
     def may_resolve(m: str, spelled: str) -> bool:
         head = spelled.partition(".")[0]
-        qual = alias_of[m].get(head)
+        qual = res.aliases(m).get(head)
         if qual is None:
-            return head in local_heads[m]  # not a local variable or a builtin (`x.sum()`)
+            heads = local_heads.get(m)
+            if heads is None:
+                heads = local_heads[m] = set(res.functions(m)) | set(res.classes(m))
+            return head in heads  # not a local variable or a builtin (`x.sum()`)
         # Not the standard library, torch or a framework (unless the project is one).
         return known_names.may_be_project_module(qual) or qual.partition(".")[0] in project_tops
 
     def resolved(m: str, spelled: str) -> list[Key]:
         r = res.resolve(m, spelled)
-        if r is None or not r[1] or r[0] not in nodes:
+        if r is None or not r[1] or r[0] not in known:
             return []
         tm, q = r
         if q in res.classes(tm):
@@ -204,33 +226,81 @@ def single_process(
             return [(tm, owner)]
         return []
 
-    for m in names:
+    def module_edges(m: str) -> ModuleEdges:
         s = summaries[m]
+        quals = [fi.qualname for fi in s.facts.functions]
+        if fact_model.MODULE not in quals:
+            quals.append(fact_model.MODULE)
+        m_members: dict[Key, list[Key]] = {}
+        for q in quals:
+            if "." in q:
+                m_members.setdefault((m, q.split(".", 1)[0]), []).append((m, q))
+        # The attributes each function calls or hands (`tok.encode(...)`): see `flood`.
+        m_attrs: dict[Key, frozenset[str]] = {}
+        for fi in s.facts.functions:  # two functions of one name: the last one's calls
+            m_attrs[(m, fi.qualname)] = frozenset(c.rsplit(".", 1)[1] for c in fi.calls if "." in c)
+        for scope, spelled in s.handed:
+            if "." in spelled:
+                got = m_attrs.get((m, scope), frozenset())
+                m_attrs[(m, scope)] = got | {spelled.rsplit(".", 1)[1]}
+        m_unguarded: dict[Key, set[Key]] = {}
+        m_guarded: dict[Key, set[Key]] = {}
         for fi in s.facts.functions:
             src = (m, fi.qualname)
             for callee in sorted(fi.calls):
                 for t in targets(m, fi.qualname, callee):
                     if site_guard.get((src, t), False):
-                        guarded_only.setdefault(src, set()).add(t)
+                        m_guarded.setdefault(src, set()).add(t)
                     else:
-                        unguarded.setdefault(src, set()).add(t)
+                        m_unguarded.setdefault(src, set()).add(t)
         for scope, spelled in s.handed:
             for t in targets(m, scope, spelled):
-                unguarded.setdefault((m, scope), set()).add(t)
-    # -- seeds: functions that do distributed things themselves ---------------------------------
-    seeds: set[Key] = set()
-    for m in names:
+                m_unguarded.setdefault((m, scope), set()).add(t)
+        # -- seeds: functions that do distributed things themselves -----------------------------
+        m_seeds: set[Key] = set()
         o = own[m]
         heads = _distributed_heads(o.aliases)
         with_kinds: dict[str, bool] = {}
         for (scope, _), kind in o.kinds.items():
             if kind in DISTRIBUTED_KINDS:
                 with_kinds[scope or fact_model.MODULE] = True
-        for fi in summaries[m].facts.functions:
+        for fi in s.facts.functions:
             if _does_distributed(fi, o, with_kinds, heads, frameworks):
-                seeds.add((m, fi.qualname))
-        if summaries[m].facts.env_markers and not any(k[0] == m for k in seeds):
-            seeds.add((m, fact_model.MODULE))  # the rank read from the environment, place unknown
+                m_seeds.add((m, fi.qualname))
+        if s.facts.env_markers and not m_seeds:
+            m_seeds.add((m, fact_model.MODULE))  # the rank read from the environment, place unknown
+        return ModuleEdges(
+            s,
+            frameworks,
+            m_unguarded,
+            m_guarded,
+            frozenset(m_seeds),
+            tuple(quals),
+            m_members,
+            m_attrs,
+        )
+
+    nodes: dict[str, tuple[str, ...]] = {}
+    member_table: dict[Key, list[Key]] = {}
+    attrs: dict[Key, frozenset[str]] = {}
+    unguarded: dict[Key, set[Key]] = {}
+    guarded_only: dict[Key, set[Key]] = {}
+    seeds: set[Key] = set()
+    for m in names:
+        if m in stale:
+            edges = module_edges(m)
+            if kept is not None:
+                kept[m] = edges
+        else:
+            assert kept is not None
+            edges = kept[m]
+        # Each module's tables hold its own functions only: they do not overlap.
+        nodes[m] = edges.nodes
+        member_table.update(edges.members)
+        attrs.update(edges.attrs)
+        unguarded.update(edges.unguarded)
+        guarded_only.update(edges.guarded_only)
+        seeds |= edges.seeds
     if not seeds:
         return {}, set()
     # -- entry points: what reaches a process-group initialisation (through calls and handed
@@ -253,17 +323,8 @@ def single_process(
     # -- reach: from entry points and self-distributed functions, along unguarded edges. A
     # class reached (built or handed) runs its constructor and special methods (`forward`
     # through `__call__`), and the methods reached code calls by name (`tok.encode(...)`).
-    infos = {(m, fi.qualname): fi for m in names for fi in summaries[m].facts.functions}
-    handed_attrs: dict[Key, set[str]] = {}
-    for m in names:
-        for scope, spelled in summaries[m].handed:
-            if "." in spelled:
-                handed_attrs.setdefault((m, scope), set()).add(spelled.rsplit(".", 1)[1])
-
-    def attr_calls(k: Key) -> set[str]:
-        fi = infos.get(k)
-        out = {c.rsplit(".", 1)[1] for c in fi.calls if "." in c} if fi is not None else set()
-        return out | handed_attrs.get(k, set())
+    def attr_calls(k: Key) -> frozenset[str]:
+        return attrs.get(k, frozenset())
 
     def is_class(k: Key) -> bool:
         return k[1] in res.classes(k[0])

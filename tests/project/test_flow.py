@@ -234,6 +234,52 @@ def test_an_edit_in_a_body_reuses_import_resolution(tmp_path: Path) -> None:
     assert plain(again) == plain(compute(index))
 
 
+def test_single_process_reuses_each_modules_edges_until_its_summary_changes(
+    tmp_path: Path,
+) -> None:
+    # reach.single_process's call graph is kept per module between computations with one
+    # resolver (the server's indexer after an edit in a body); an edited module's edges are
+    # built again. Reusing c0's old edges would leave `tool` single-process code after
+    # c0.run starts calling it (and distributed code after the call is guarded again).
+    _chain(tmp_path, 4)
+    c0 = tmp_path / "c0.py"
+    c0.write_text("import tool\n" + c0.read_text())
+    (tmp_path / "tool.py").write_text(
+        "import torch\n\ndef save_it(m):\n    torch.save(m, 'm.pt')\n\n"
+        "def main():\n    save_it(None)\n"
+    )
+    index = build(tmp_path)
+    pf = compute(index)
+    first = pf
+    base = c0.read_text()
+    edits = [
+        base.replace("    c1.step(m)\n", "    c1.step(m)\n    tool.main()\n"),
+        base.replace(
+            "    c1.step(m)\n",
+            "    c1.step(m)\n    if dist.get_rank() == 0:\n        tool.main()\n",
+        ),
+        base.replace("    c1.step(m)\n", "    c1.step(m)\n    tool.main()\n"),
+        base,
+    ]
+    seen = set()
+    for text in edits:
+        before = pf
+        index.update(c0, text)
+        pf = compute(index, pf)
+        full = compute(index)
+        assert pf.resolver is first.resolver  # resolution reused: the edges may be kept
+        assert {m: f.single_process for m, f in pf.modules.items()} == {
+            m: f.single_process for m, f in full.modules.items()
+        }, text
+        assert plain(pf) == plain(full)
+        assert pf.edges["c0"] is not before.edges["c0"]
+        assert all(pf.edges[m] is before.edges[m] for m in pf.edges if m != "c0")
+        seen.add(full.modules["tool"].single_process)
+    # The edits changed what is single-process code in `tool` (the test can fail).
+    assert frozenset({"save_it", "main"}) <= max(seen, key=len)
+    assert len(seen) >= 2
+
+
 def test_incremental_equals_full_through_a_sequence_of_edits(tmp_path: Path) -> None:
     n = 12
     _chain(tmp_path, n)

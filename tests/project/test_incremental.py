@@ -21,6 +21,7 @@ import ddp_lsp.project as P
 from ddp_lsp.config import Settings
 from ddp_lsp.lsp import indexer as indexer_mod
 from ddp_lsp.project import build
+from ddp_lsp.project import index as index_mod
 from ddp_lsp.project.build import says_something
 from ddp_lsp.project.summary import same_for_project, summarise
 
@@ -248,3 +249,34 @@ def test_the_server_computes_nothing_for_an_edit_the_project_cannot_see(
     fresh = dict(P.compute(folder.index).by_path)
     assert folder.facts == fresh
     assert fresh["engine.py"].extra_kinds != facts_of(root).by_path["engine.py"].extra_kinds
+
+
+def test_the_index_is_read_and_computed_without_the_cycle_collector(
+    deit: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Millions of long-lived objects at 2,000 files: the collector walking the growing heap
+    # was a third of reading the summaries (see index.no_collection). It runs again after.
+    import gc
+
+    seen: list[bool] = []
+    real = P.compute
+
+    def recorded(index: P.ProjectIndex, previous: P.ProjectFacts | None = None) -> P.ProjectFacts:
+        seen.append(gc.isenabled())
+        return real(index, previous)
+
+    monkeypatch.setattr(P, "compute", recorded)
+    assert gc.isenabled()
+    _view(deit)
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(RuntimeError), index_mod.no_collection():
+        assert not gc.isenabled()
+        raise RuntimeError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with index_mod.no_collection():
+            pass
+        assert not gc.isenabled()  # left as it was
+    finally:
+        gc.enable()
