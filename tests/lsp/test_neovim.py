@@ -83,7 +83,7 @@ def test_neovim_diagnostics_and_code_action(tmp_path: Path):
     # The rank view, on the fixed text: the barrier under `if rank == 0:` is rank 0's alone.
     fixed = result["text"].splitlines()
     guard = next(i for i, ln in enumerate(fixed) if ln.strip() == "if rank == 0:")
-    barrier = next(i for i, ln in enumerate(fixed) if "dist.barrier()" in ln)
+    barrier = next(i for i, ln in enumerate(fixed) if i > guard and "dist.barrier()" in ln)
     hints = {(h["line"], h["label"]) for h in result["hints"]}
     assert (barrier, "⚠ rank 0") in hints, result["hints"]
     assert (guard + 1, "rank 0") not in hints  # the comment line: a hint goes on code
