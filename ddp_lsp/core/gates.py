@@ -478,27 +478,41 @@ def defaults_of(props: Iterable[str]) -> dict[str, str]:
     return dict(p[len(DEFAULT) :].split("=", 1) for p in props if p.startswith(DEFAULT))
 
 
+Site = tuple[str, frozenset[tuple[str, str]], Mapping[str, str], str]
+
+
+def parsed_sites(props: Iterable[str]) -> tuple[tuple[Site, ...], list[str]]:
+    """The parsed ``gate-site:`` properties among ``props`` and the ``gate-params:`` list."""
+    return tuple(_parse_site(p) for p in props if p.startswith(SITE)), params_of(props) or []
+
+
 def resolve(
     func_props: Mapping[K, set[str]],
     callee_props: Callable[[K, str], frozenset[str] | set[str] | None],
     reaches: Callable[[K, str], bool],
+    sites_of: Callable[[K], tuple[tuple[Site, ...], list[str]]] | None = None,
 ) -> None:
     """Add ``gate-off:`` properties to the functions of ``func_props`` (see the docstring).
 
     ``callee_props(caller, name)``: the properties of what ``name`` calls from ``caller`` (a
     function of this module or another file's); ``reaches(caller, name)``: that call reaches
-    a collective."""
+    a collective; ``sites_of(q)``: :func:`parsed_sites` of ``func_props[q]``, when the caller
+    keeps it between resolutions (the module facts do, per function, between keystrokes)."""
+    if sites_of is None:
+        sites_of = lambda q: parsed_sites(func_props[q])  # noqa: E731
     # Only functions that reach a collective can be switched off (most functions of a big
     # module do not: skipping them keeps the per-keystroke merge cheap).
-    todo = [
-        q
-        for q, ps in func_props.items()
-        if COLLECTIVE_PROP in ps and any(p.startswith(SITE) for p in ps)
-    ]
     # What does not change between rounds (only gate-off properties are added): each
     # function's sites and parameters, whether a call reaches a collective, callee parameters.
-    sites = {q: [_parse_site(p) for p in func_props[q] if p.startswith(SITE)] for q in todo}
-    own_params = {q: params_of(func_props[q]) or [] for q in todo}
+    sites: dict[K, tuple[Site, ...]] = {}
+    own_params: dict[K, list[str]] = {}
+    for q, ps in func_props.items():
+        if COLLECTIVE_PROP in ps:
+            found_sites, found_params = sites_of(q)
+            if found_sites:
+                sites[q] = found_sites
+                own_params[q] = found_params
+    todo = list(sites)
     reaches_memo: dict[tuple[K, str], bool] = {}
     param_lists: dict[int, tuple[object, list[str]]] = {}
     for _ in range(4):  # helpers of helpers: a few rounds reach a fixed point in practice
