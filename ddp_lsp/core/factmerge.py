@@ -143,9 +143,15 @@ class ModuleFacts:
             visible.add(s)
         if cls:
             visible.add(cls)
+        by_kind = self.__dict__.get("_by_kind")
+        if by_kind is None:  # built on first use: rules ask per chunk, the table is large
+            by_kind = {}
+            for key, k in self.kinds.items():
+                by_kind.setdefault(k, []).append(key)
+            object.__setattr__(self, "_by_kind", by_kind)
         out = []
-        for (sc, path), k in self.kinds.items():
-            if k == kind and sc in visible and (not path.startswith("self.") or sc == cls):
+        for sc, path in by_kind.get(kind, ()):
+            if sc in visible and (not path.startswith("self.") or sc == cls):
                 out.append(path)
         return sorted(set(out))
 
@@ -185,6 +191,7 @@ def _resolve_gates(
     functions: Mapping[str, FunctionInfo],
     aliases: Mapping[str, str],
     project: ModuleProjectFacts | None,
+    cache: MergeCache,
 ) -> None:
     """``gate-off:`` properties: parameters that switch a helper's collectives off."""
 
@@ -197,7 +204,18 @@ def _resolve_gates(
         cp = project.callee_props.get(key) if project is not None else None
         return cp.props if cp is not None else None
 
-    by_name: dict[str, bool] = {}  # the same names are called from many functions
+    by_name = cache.collective_names  # the same names are called from many functions
+
+    def sites_of(q: str) -> tuple[tuple[gate_facts.Site, ...], list[str]]:
+        # The sites and parameters are syntactic (FunctionInfo.props): parsed once per function.
+        fi = functions[q]
+        hit = cache.gate_sites.get(id(fi))
+        if hit is None or hit[0] is not fi:
+            hit = cache.gate_sites[id(fi)] = (fi, gate_facts.parsed_sites(fi.props))
+        kept[id(fi)] = hit
+        return hit[1]
+
+    kept: dict[int, tuple[FunctionInfo, tuple[tuple[gate_facts.Site, ...], list[str]]]] = {}
 
     def reaches(caller: str, name: str) -> bool:
         direct = by_name.get(name)
@@ -207,7 +225,8 @@ def _resolve_gates(
             return True
         return COLLECTIVE in (props_of(caller, name) or ())
 
-    gate_facts.resolve(func_props, props_of, reaches)
+    gate_facts.resolve(func_props, props_of, reaches, sites_of)
+    cache.gate_sites = kept
 
 
 def _callee_key(callee: str, cls: str | None) -> str:
@@ -247,6 +266,10 @@ class MergeCache:
         self.local_calls: dict[int, tuple[FunctionInfo, tuple[str, ...]]] = {}
         self.module_parts: list[FunctionInfo] = []
         self.module_info: FunctionInfo | None = None
+        # Each function's parsed gate sites (gates.parsed_sites of its syntactic properties),
+        # and whether a name called is a collective under the aliases.
+        self.gate_sites: dict[int, tuple[FunctionInfo, tuple[tuple[gate_facts.Site, ...], list[str]]]] = {}
+        self.collective_names: dict[str, bool] = {}
 
     def reset_if_changed(self, aliases: dict[str, str], project: ModuleProjectFacts | None) -> None:
         if self.aliases != aliases or self.project != project:
@@ -254,6 +277,7 @@ class MergeCache:
             self.project = project
             self.chunks.clear()
             self.functions.clear()
+            self.collective_names.clear()
 
 
 @dataclass(frozen=True)
@@ -537,7 +561,7 @@ def merge(
             if q in func_props:
                 func_props[q].add(ONLY_CALLED_GUARDED)
 
-    _resolve_gates(func_props, functions, aliases, project)
+    _resolve_gates(func_props, functions, aliases, project, cache)
     # Rank-0 flags assigned in one chunk and tested in another (`self.is_master`).
     flags = frozenset().union(*(part.rank0_flags for part in parts))
     rank_predicates = flags | frozenset(

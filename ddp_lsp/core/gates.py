@@ -416,17 +416,24 @@ def _turns_off(got: str, off: str) -> bool:
     return got == off or (off in _FALSY and got in _FALSY + ("0",))
 
 
-def _site_mode(bound: str, cprops: Iterable[str]) -> bool:
+def _callee_summary(
+    cprops: Iterable[str],
+) -> tuple[set[tuple[str, str]], list[str], dict[str, str]]:
+    """What a call site's resolution reads of its callee: its ``gate-off`` values, its
+    parameters and their literal defaults."""
+    cprops = list(cprops)
+    return off_values(cprops), params_of(cprops) or [], defaults_of(cprops)
+
+
+def _site_mode(bound: str, coff: set[tuple[str, str]], cparams: list[str]) -> bool:
     """The call reaches a collective only in a mode of the run: the callee is mode-gated, or
     it is off for a false parameter the call binds to a mode test (``use_fsdp_eval=...``)."""
-    coff = off_values(cprops)
     if MODE in coff:
         return True
     falsy = {p for p, t in coff if t in _FALSY}
     if not falsy:
         return False
     binds = dict(x.split("=", 1) for x in bound.split(",") if x and x != "*")
-    cparams = params_of(cprops) or []
     for p in falsy:
         tok = binds.get(p)
         if tok is None and p in cparams:
@@ -437,11 +444,11 @@ def _site_mode(bound: str, cprops: Iterable[str]) -> bool:
     return False
 
 
-def _site_off(bound: str, cprops: Iterable[str]) -> bool:
+def _site_off(
+    bound: str, coff: set[tuple[str, str]], cparams: list[str], defaults: Mapping[str, str]
+) -> bool:
     """The literals a call site binds (see :func:`_bindings`), or the defaults it leaves,
     switch the callee off: ``make_loader(path)`` whose ``rank`` defaults to -1."""
-    cprops = list(cprops)
-    coff = off_values(cprops)
     if ALWAYS in coff:
         return True
     if not coff:
@@ -449,8 +456,6 @@ def _site_off(bound: str, cprops: Iterable[str]) -> bool:
     items = [x for x in bound.split(",") if x]
     unpacked = "*" in items
     binds = dict(x.split("=", 1) for x in items if x != "*")
-    cparams = params_of(cprops) or []
-    defaults = defaults_of(cprops)
     for p, t in coff:
         tok = binds.get(p)
         if tok is None and p in cparams:
@@ -478,29 +483,45 @@ def defaults_of(props: Iterable[str]) -> dict[str, str]:
     return dict(p[len(DEFAULT) :].split("=", 1) for p in props if p.startswith(DEFAULT))
 
 
+Site = tuple[str, frozenset[tuple[str, str]], Mapping[str, str], str]
+
+
+def parsed_sites(props: Iterable[str]) -> tuple[tuple[Site, ...], list[str]]:
+    """The parsed ``gate-site:`` properties among ``props`` and the ``gate-params:`` list."""
+    return tuple(_parse_site(p) for p in props if p.startswith(SITE)), params_of(props) or []
+
+
 def resolve(
     func_props: Mapping[K, set[str]],
     callee_props: Callable[[K, str], frozenset[str] | set[str] | None],
     reaches: Callable[[K, str], bool],
+    sites_of: Callable[[K], tuple[tuple[Site, ...], list[str]]] | None = None,
 ) -> None:
     """Add ``gate-off:`` properties to the functions of ``func_props`` (see the docstring).
 
     ``callee_props(caller, name)``: the properties of what ``name`` calls from ``caller`` (a
     function of this module or another file's); ``reaches(caller, name)``: that call reaches
-    a collective."""
+    a collective; ``sites_of(q)``: :func:`parsed_sites` of ``func_props[q]``, when the caller
+    keeps it between resolutions (the module facts do, per function, between keystrokes)."""
+    if sites_of is None:
+        sites_of = lambda q: parsed_sites(func_props[q])  # noqa: E731
     # Only functions that reach a collective can be switched off (most functions of a big
     # module do not: skipping them keeps the per-keystroke merge cheap).
-    todo = [
-        q
-        for q, ps in func_props.items()
-        if COLLECTIVE_PROP in ps and any(p.startswith(SITE) for p in ps)
-    ]
     # What does not change between rounds (only gate-off properties are added): each
     # function's sites and parameters, whether a call reaches a collective, callee parameters.
-    sites = {q: [_parse_site(p) for p in func_props[q] if p.startswith(SITE)] for q in todo}
-    own_params = {q: params_of(func_props[q]) or [] for q in todo}
+    sites: dict[K, tuple[Site, ...]] = {}
+    own_params: dict[K, list[str]] = {}
+    for q, ps in func_props.items():
+        if COLLECTIVE_PROP in ps:
+            found_sites, found_params = sites_of(q)
+            if found_sites:
+                sites[q] = found_sites
+                own_params[q] = found_params
+    todo = list(sites)
     reaches_memo: dict[tuple[K, str], bool] = {}
-    param_lists: dict[int, tuple[object, list[str]]] = {}
+    # Each callee's summary (_callee_summary), by the identity of its properties: dropped when
+    # this resolution adds to a function's properties (the only change they see here).
+    summaries: dict[int, tuple[object, tuple[set[tuple[str, str]], list[str], dict[str, str]]]] = {}
     for _ in range(4):  # helpers of helpers: a few rounds reach a fixed point in practice
         changed = False
         for q in todo:
@@ -516,18 +537,17 @@ def resolve(
                     continue
                 reached = True
                 cprops = callee_props(q, callee) or ()
-                if _site_off(bound, cprops):
+                summary = summaries.get(id(cprops))
+                if summary is None or summary[0] is not cprops:
+                    summary = summaries[id(cprops)] = (cprops, _callee_summary(cprops))
+                coff, cparams, defaults = summary[1]
+                if _site_off(bound, coff, cparams, defaults):
                     continue  # this call makes no collective, whatever q's arguments
-                if MODE in gates or _site_mode(bound, cprops):
+                if MODE in gates or _site_mode(bound, coff, cparams):
                     moded = True
                     continue  # a collective only in a mode of the run
                 off = set(gates)
-                coff = off_values(cprops)
                 if coff:
-                    known = param_lists.get(id(cprops))
-                    if known is None or known[0] is not cprops:
-                        known = param_lists[id(cprops)] = (cprops, params_of(cprops) or [])
-                    cparams = known[1]
                     for key, mine in passed.items():
                         target = (
                             cparams[int(key)] if key.isdigit() and int(key) < len(cparams) else key
@@ -543,6 +563,7 @@ def resolve(
                 new = {f"{OFF}{p}={t}" for p, t in (found or ()) if p in params}
             if not new <= props:
                 props |= new
+                summaries.pop(id(props), None)
                 changed = True
         if not changed:
             break
