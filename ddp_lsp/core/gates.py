@@ -323,7 +323,10 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
 def site_props(
     f: ast.FunctionDef | ast.AsyncFunctionDef, dotted: Callable[[ast.AST], str | None]
 ) -> set[str]:
-    """The ``gate-*`` properties of ``f`` (empty for a function no parameter can gate)."""
+    """The ``gate-*`` properties of ``f``: the literal defaults of its parameters, and, when it
+    calls anything, each call site (the parameter values that skip it, the parameters it passes
+    on, the arguments it binds) and its parameter list. A function without parameters records
+    its sites too: the literals its calls bind can switch a callee's collective off."""
     args = f.args
     params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
     out: set[str] = set()
@@ -505,10 +508,10 @@ def resolve(
     keeps it between resolutions (the module facts do, per function, between keystrokes)."""
     if sites_of is None:
         sites_of = lambda q: parsed_sites(func_props[q])  # noqa: E731
-    # Only functions that reach a collective can be switched off (most functions of a big
-    # module do not: skipping them keeps the per-keystroke merge cheap).
-    # What does not change between rounds (only gate-off properties are added): each
-    # function's sites and parameters, whether a call reaches a collective, callee parameters.
+    # Only functions that reach a collective and call something can be switched off (most
+    # functions of a big module do not: skipping them keeps the per-keystroke merge cheap).
+    # Their sites and parameters, whether a call reaches a collective and each callee's
+    # summary do not change between rounds (only gate-off properties are added).
     sites: dict[K, tuple[Site, ...]] = {}
     own_params: dict[K, list[str]] = {}
     for q, ps in func_props.items():
