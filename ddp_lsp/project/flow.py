@@ -25,7 +25,8 @@ to say "when called from main_ddp.py". The single-GPU entry point itself gains n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -89,6 +90,9 @@ class ProjectFacts:
     edges: Mapping[str, ModuleEdges] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
+    # What each stage derived, for the next computation (see _update).
+    stages: _Stages | None = field(default=None, compare=False, hash=False, repr=False)
+    updated: bool = False  # computed from ``previous`` and the changed modules (see _update)
 
     @cached_property
     def by_path(self) -> Mapping[str, ModuleProjectFacts]:
@@ -158,7 +162,9 @@ class _ScalerWrappers:
         return False
 
 
-_Site = tuple[str, fact_model.CallSite, str, fact_model.FunctionInfo]  # caller module, site, target module, fn
+_Site = tuple[
+    str, fact_model.CallSite, str, fact_model.FunctionInfo
+]  # caller module, site, target module, fn
 
 
 @dataclass
@@ -216,11 +222,33 @@ def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
     return _ModuleParts(s, sites, site_line, inherits, calls, targets, unwrapped)
 
 
+@dataclass
+class _Stages:
+    """What a computation derived, by stage, kept for the next one (see :func:`_update`).
+    Never changed once built: an update copies what it changes."""
+
+    kind_seeds: dict[str, dict[tuple[str, str], ParamKind]]  # each module's kinds before the rounds
+    kinds: dict[str, dict[tuple[str, str], ParamKind]]  # after the rounds and `mixed`
+    prop_seeds: dict[str, dict[tuple[str, str], dict[str, Provenance]]]  # each module's own
+    props: dict[tuple[str, str], dict[str, Provenance]]  # after the rounds and the gates
+    guard_flags: dict[str, tuple[tuple[tuple[str, str], bool], ...]]  # each module's sites
+    guard_counts: dict[tuple[str, str], tuple[int, int]]  # callee -> (sites, guarded sites)
+    distributed: dict[str, Provenance]
+    local: dict[str, frozenset[str]]
+    entered: set[str]
+    out: dict[str, ModuleProjectFacts]
+    # (module, function) -> the modules that call it by a name of theirs (its properties are
+    # part of their facts: ModuleProjectFacts.callee_props).
+    users: dict[tuple[str, str], frozenset[str]]
+
+
 def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> ProjectFacts:
     """The project-wide facts of an index. ``previous``: the facts computed for the same
     index before its latest updates (the server's indexer after an edit); its import
     resolution is reused when no module was added or removed and the changed ones kept their
-    imports, functions' signatures and classes (an edit inside a function body)."""
+    imports, functions' signatures and classes (an edit inside a function body), and so is
+    every stage of the computation the changed modules cannot have changed (:func:`_update`:
+    the result equals a computation from scratch)."""
     res = previous.resolver if previous is not None else None
     kept: Mapping[str, _ModuleParts] = {}
     edges: dict[str, ModuleEdges] = {}
@@ -229,6 +257,134 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     elif previous is not None:
         kept = previous.parts
         edges = dict(previous.edges)
+        if previous.stages is not None:
+            got = _update(index, previous, res, edges)
+            if got is not None:
+                return got
+    return _compute(index, res, kept, edges)
+
+
+def _seed_kinds(
+    res: Resolver,
+    m: str,
+    s: ModuleSummary,
+    own_m: fact_model.ModuleFacts,
+    wraps_scaler: _ScalerWrappers,
+) -> dict[tuple[str, str], ParamKind]:
+    """A module's kinds before the rounds: its own, with provenance, and the instances of the
+    project's GradScaler wrapper classes it builds."""
+    out: dict[tuple[str, str], ParamKind] = {}
+    lines = {(sc, p): ln for sc, p, ln in s.binding_lines}
+    seeded = {
+        (b.scope, b.path)
+        for b in s.facts.bindings
+        if b.source and b.source[0] != fact_model.SourceMarker.ALIAS
+    }
+    for key, kind in own_m.kinds.items():
+        if key in seeded:
+            fi = res.functions(m).get(key[0])
+            line = lines.get(key, _line(fi))
+            text = _KIND_TEXT.get(kind, kind)
+            if kind == fact_model.SCALER_WRAPPER:  # a framework table's class: name it
+                cls = _class_named(s.facts, own_m.aliases, key)
+                text = f"`{cls}`, {text}" if cls else text
+            out[key] = ParamKind(kind, Provenance(s.path, line, f"{key[1]} is {text}"))
+    # `loss_scaler = NativeScaler()`: a project class that wraps a GradScaler and unscales
+    # (or updates) it in its own methods.
+    for b in s.facts.bindings:
+        if not b.source or fact_model.is_marker(b.source[0]) or (b.scope, b.path) in out:
+            continue
+        target = res.resolve(m, b.source[0])
+        if target is None or not target[1] or target[1] not in res.classes(target[0]):
+            continue
+        if wraps_scaler(target[0], target[1]):
+            fi = res.functions(m).get(b.scope)
+            out[(b.scope, b.path)] = ParamKind(
+                fact_model.SCALER_WRAPPER,
+                Provenance(
+                    s.path,
+                    lines.get((b.scope, b.path), _line(fi)),
+                    f"{b.path} is `{target[1]}`, a GradScaler wrapper that unscales itself",
+                ),
+            )
+    return out
+
+
+def _prop_seeds(
+    res: Resolver, m: str, s: ModuleSummary, own_m: fact_model.ModuleFacts
+) -> dict[tuple[str, str], dict[str, Provenance]]:
+    """A module's functions' own properties, with provenance."""
+    at = {(q, p): line for q, p, line in s.prop_lines}
+    out: dict[tuple[str, str], dict[str, Provenance]] = {}
+    for q, ps in own_m.func_props.items():
+        fi = res.functions(m).get(q)
+        out[(m, q)] = {
+            p: Provenance(s.path, at.get((q, p), _line(fi)), f"`{q}` {_PROP_TEXT.get(p, p)}")
+            for p in sorted(ps)
+        }
+    return out
+
+
+def _guard_flags(
+    part: _ModuleParts, own_m: fact_model.ModuleFacts
+) -> tuple[tuple[tuple[str, str], bool], ...]:
+    """Whether each call site of a module into a project function runs on rank 0 only."""
+    out = []
+    for _, cs, tm, tfi in part.sites:
+        caller_props = own_m.func_props.get(cs.caller, frozenset())
+        out.append(
+            (
+                (tm, tfi.qualname),
+                cs.guarded
+                or fact_model.GUARDS_ITSELF in caller_props
+                or fact_model.ONLY_CALLED_GUARDED in caller_props,
+            )
+        )
+    return tuple(out)
+
+
+def _params_of(site: fact_model.CallSite, fi: fact_model.FunctionInfo) -> list[tuple[str, str]]:
+    out = []
+    for pos, arg in site.args:
+        if isinstance(pos, int):
+            params = fi.params[1:] if fi.cls else fi.params
+            if pos < len(params):
+                out.append((params[pos], arg))
+        elif pos in fi.params:
+            out.append((pos, arg))
+    return out
+
+
+def _module_out(
+    m: str,
+    s: ModuleSummary,
+    root: str,
+    kinds_m: Mapping[tuple[str, str], ParamKind],
+    own: Callable[[str], fact_model.ModuleFacts],
+    part: _ModuleParts,
+    props: Mapping[tuple[str, str], Mapping[str, Provenance]],
+    distributed: Provenance | None,
+    only_guarded: frozenset[str],
+    local: frozenset[str],
+) -> ModuleProjectFacts:
+    own_kinds = own(m).kinds
+    extra = {key: pk for key, pk in sorted(kinds_m.items()) if key not in own_kinds}
+    cprops: dict[str, CalleeProps] = {}
+    for name, tq in part.targets.items():
+        found = props.get(tq, {})
+        # INITS_PG stays the core's direct property; carried only to find entry points.
+        direct = own(tq[0]).func_props.get(tq[1], frozenset())
+        keep = {p: o for p, o in found.items() if p != fact_model.INITS_PG or p in direct}
+        cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())))
+    return ModuleProjectFacts(m, s.path, extra, cprops, distributed, only_guarded, root, local)
+
+
+def _compute(
+    index: ProjectIndex,
+    res: Resolver,
+    kept: Mapping[str, _ModuleParts],
+    edges: dict[str, ModuleEdges],
+) -> ProjectFacts:
     names = sorted(index.modules)
     summaries: dict[str, ModuleSummary] = {m: index.modules[m] for m in names}
     own = {m: index.own_facts(summaries[m]) for m in names}
@@ -236,40 +392,8 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     evaluations = 0  # what the propagation rounds looked at (linear in the project's size)
 
     # -- kinds ---------------------------------------------------------------------------------
-    kinds: dict[str, dict[tuple[str, str], ParamKind]] = {m: {} for m in names}
-    for m in names:
-        s = summaries[m]
-        lines = {(sc, p): ln for sc, p, ln in s.binding_lines}
-        seeded = {
-            (b.scope, b.path) for b in s.facts.bindings if b.source and b.source[0] != fact_model.SourceMarker.ALIAS
-        }
-        for key, kind in own[m].kinds.items():
-            if key in seeded:
-                fi = res.functions(m).get(key[0])
-                line = lines.get(key, _line(fi))
-                text = _KIND_TEXT.get(kind, kind)
-                if kind == fact_model.SCALER_WRAPPER:  # a framework table's class: name it
-                    cls = _class_named(s.facts, own[m].aliases, key)
-                    text = f"`{cls}`, {text}" if cls else text
-                kinds[m][key] = ParamKind(kind, Provenance(s.path, line, f"{key[1]} is {text}"))
-        # `loss_scaler = NativeScaler()`: a project class that wraps a GradScaler and unscales
-        # (or updates) it in its own methods.
-        for b in s.facts.bindings:
-            if not b.source or fact_model.is_marker(b.source[0]) or (b.scope, b.path) in kinds[m]:
-                continue
-            target = res.resolve(m, b.source[0])
-            if target is None or not target[1] or target[1] not in res.classes(target[0]):
-                continue
-            if wraps_scaler(target[0], target[1]):
-                fi = res.functions(m).get(b.scope)
-                kinds[m][(b.scope, b.path)] = ParamKind(
-                    fact_model.SCALER_WRAPPER,
-                    Provenance(
-                        s.path,
-                        lines.get((b.scope, b.path), _line(fi)),
-                        f"{b.path} is `{target[1]}`, a GradScaler wrapper that unscales itself",
-                    ),
-                )
+    kind_seeds = {m: _seed_kinds(res, m, summaries[m], own[m], wraps_scaler) for m in names}
+    kinds: dict[str, dict[tuple[str, str], ParamKind]] = {m: dict(kind_seeds[m]) for m in names}
     parts: dict[str, _ModuleParts] = {}
     prepared = 0
     for m in names:
@@ -280,18 +404,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
         parts[m] = part
     sites = [site for m in names for site in parts[m].sites]
     site_line = {k: v for m in names for k, v in parts[m].site_line.items()}
-
-    def params_of(site: fact_model.CallSite, fi: fact_model.FunctionInfo) -> list[tuple[str, str]]:
-        out = []
-        for pos, arg in site.args:
-            if isinstance(pos, int):
-                params = fi.params[1:] if fi.cls else fi.params
-                if pos < len(params):
-                    out.append((params[pos], arg))
-            elif pos in fi.params:
-                out.append((pos, arg))
-        return out
-
+    params_of = _params_of
     inherits = [item for m in names for item in parts[m].inherits]
 
     unwrapped = {m: parts[m].unwrapped for m in names}
@@ -373,24 +486,19 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
             # model = DDP(model)` in the caller).
             if (
                 _lookup(kinds[m], arg, cs.caller, caller_cls) is None
-                or fact_model.visible_key(own[m].kinds, arg, cs.caller, caller_cls) in own[m].sometimes
+                or fact_model.visible_key(own[m].kinds, arg, cs.caller, caller_cls)
+                in own[m].sometimes
             ):
                 kinds[tm][(tfi.qualname, param)] = ParamKind(pk.kind, pk.origin, pk.via, True)
 
     # -- function properties ---------------------------------------------------------------------
+    prop_seeds = {m: _prop_seeds(res, m, summaries[m], own[m]) for m in names}
     props: dict[tuple[str, str], dict[str, Provenance]] = {}
     for m in names:
-        at = {(q, p): line for q, p, line in summaries[m].prop_lines}
-        for q, ps in own[m].func_props.items():
-            fi = res.functions(m).get(q)
-            props[(m, q)] = {
-                p: Provenance(
-                    summaries[m].path, at.get((q, p), _line(fi)), f"`{q}` {_PROP_TEXT.get(p, p)}"
-                )
-                for p in sorted(ps)
-            }
+        for key, ps in prop_seeds[m].items():
+            props[key] = dict(ps)
     calls = {k: v for m in names for k, v in parts[m].calls.items()}
-    carried = fact_model.TRANSITIVE_PROPS | {fact_model.INITS_PG}  # INITS_PG only for "reaches init" below
+    carried = _CARRIED
     # Semi-naive, as the kinds above: a round after the first looks only at the callers of a
     # function that gained a property in the round before.
     callers: dict[tuple[str, str], set[tuple[str, str]]] = {}
@@ -418,7 +526,78 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     # -- parameters that switch collectives off, through helpers of other files -----------------
     _resolve_gates(props, res, own)
 
-    # -- distributed ------------------------------------------------------------------------------
+    # -- which functions are distributed code; distributed ----------------------------------------
+    local, entered = single_process(
+        res, names, summaries, own, props, sites, index.ranks.frameworks, edges
+    )
+    distributed = _distributed(res, props, entered)
+
+    # -- only called under a rank-0 guard, by callers in any file ---------------------------------
+    guard_flags = {m: _guard_flags(parts[m], own[m]) for m in names}
+    counts: dict[tuple[str, str], list[int]] = {}
+    for m in names:
+        for target, flag in guard_flags[m]:
+            c = counts.setdefault(target, [0, 0])
+            c[0] += 1
+            c[1] += flag
+    guard_counts = {t: (c[0], c[1]) for t, c in counts.items()}
+    only_guarded = _only_guarded(guard_counts)
+
+    # -- per module --------------------------------------------------------------------------------
+    root = str(index.root)
+    out: dict[str, ModuleProjectFacts] = {}
+    for m in names:
+        out[m] = _module_out(
+            m,
+            summaries[m],
+            root,
+            kinds[m],
+            own.__getitem__,
+            parts[m],
+            props,
+            distributed.get(m),
+            only_guarded.get(m, frozenset()),
+            local.get(m, frozenset()),
+        )
+    stages = _Stages(
+        kind_seeds,
+        kinds,
+        prop_seeds,
+        props,
+        guard_flags,
+        guard_counts,
+        distributed,
+        local,
+        entered,
+        out,
+        _users(parts),
+    )
+    return ProjectFacts(out, rounds, evaluations, res, parts, prepared, edges, stages)
+
+
+def _users(parts: Mapping[str, _ModuleParts]) -> dict[tuple[str, str], frozenset[str]]:
+    found: dict[tuple[str, str], set[str]] = {}
+    for m, part in parts.items():
+        for tq in part.targets.values():
+            found.setdefault(tq, set()).add(m)
+    return {tq: frozenset(ms) for tq, ms in found.items()}
+
+
+_CARRIED = fact_model.TRANSITIVE_PROPS | {fact_model.INITS_PG}  # INITS_PG only for "reaches init"
+
+
+def _only_guarded(counts: Mapping[tuple[str, str], tuple[int, int]]) -> dict[str, frozenset[str]]:
+    found: dict[str, set[str]] = {}
+    for (tm, q), (n, guarded) in counts.items():
+        if n and n == guarded:
+            found.setdefault(tm, set()).add(q)
+    return {tm: frozenset(qs) for tm, qs in found.items()}
+
+
+def _distributed(
+    res: Resolver, props: Mapping[tuple[str, str], Mapping[str, Provenance]], entered: set[str]
+) -> dict[str, Provenance]:
+    """Each module a process group's start reaches through imports, with the earliest start."""
     distributed: dict[str, Provenance] = {}
     inits: dict[str, list[Provenance]] = {}
     for (mm, _), fn_props in props.items():
@@ -431,9 +610,6 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     # Functions an entry point reaches through calls and handed functions (`mp.spawn(run,
     # args=(cfg, train))`, `launch(main_worker)`) run in the ranks: their modules are
     # distributed code even when no import leads there from the initialising module.
-    local, entered = single_process(
-        res, names, summaries, own, props, sites, index.ranks.frameworks, edges
-    )
     if starts:
         first = min(o for o, _ in starts)
         starts.extend((first, m) for m in sorted(entered) if m not in inits)
@@ -449,48 +625,290 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
                 distributed[reached] = origin
                 nxt.extend(res.imported_modules(reached))
             frontier = nxt
+    return distributed
 
-    # -- only called under a rank-0 guard, by callers in any file ---------------------------------
-    guards: dict[tuple[str, str], list[bool]] = {}
-    for m, cs, tm, tfi in sites:
-        caller_props = own[m].func_props.get(cs.caller, frozenset())
-        guards.setdefault((tm, tfi.qualname), []).append(
-            cs.guarded or fact_model.GUARDS_ITSELF in caller_props or fact_model.ONLY_CALLED_GUARDED in caller_props
-        )
-    only_guarded: dict[str, set[str]] = {}
-    for (tm, q), flags in guards.items():
-        if flags and all(flags):
-            only_guarded.setdefault(tm, set()).add(q)
 
-    # -- per module --------------------------------------------------------------------------------
+def _relevant_sites(
+    res: Resolver,
+    part: _ModuleParts,
+    kinds: Mapping[str, Mapping[tuple[str, str], ParamKind]],
+) -> Counter[tuple[object, ...]]:
+    """The call sites of a module that take part in the kinds' propagation under ``kinds``
+    (a computation's result): an argument of a known kind, or a parameter that has one; each
+    with what the propagation reads of it. A site outside this set proposes nothing in any
+    round (the kinds of every round are a subset of the result, and a lookup that finds
+    nothing in a table finds nothing in a part of it) and marks nothing ``mixed``."""
+    out: Counter[tuple[object, ...]] = Counter()
+    functions = {fi.qualname: fi for fi in part.summary.facts.functions}
+    for m, cs, tm, tfi in part.sites:
+        caller = functions.get(cs.caller)
+        cls = caller.cls if caller else None
+        for param, arg in _params_of(cs, tfi):
+            if (tfi.qualname, param) in kinds.get(tm, {}) or (
+                _lookup(kinds.get(m, {}), arg, cs.caller, cls) is not None
+            ):
+                out[
+                    (
+                        cs,
+                        tm,
+                        tfi.qualname,
+                        tfi.params,
+                        tfi.cls,
+                        cls,
+                        part.site_line.get((m, cs), _line(caller)),
+                    )
+                ] += 1
+                break
+    return out
+
+
+def _update(
+    index: ProjectIndex,
+    previous: ProjectFacts,
+    res: Resolver,
+    edges: dict[str, ModuleEdges],
+) -> ProjectFacts | None:
+    """The facts after an update that kept import resolution (``res.reuse``), from
+    ``previous`` and the changed modules alone, when every stage can be shown to give what it
+    gave (an edit inside a function body that adds or removes calls the propagations do not
+    carry anything through, the usual case); None when not (then :func:`_compute` runs).
+
+    Each stage is a least fixed point of monotone rounds whose result also depends on the
+    round a fact is first proposed in (its provenance); a change is shown not to matter by
+    the induction over rounds the docstrings below give (every round of the new computation
+    equals the old one's), never by comparing results, so the outcome is exactly that of a
+    computation from scratch. tests/project/test_flow_incremental.py checks it on random edit
+    sequences."""
+    st = previous.stages
+    assert st is not None
+    old_parts = previous.parts
+    names = sorted(index.modules)
+    if len(names) != len(old_parts) or any(m not in old_parts for m in names):
+        return None
+    summaries = index.modules
+    changed = [m for m in names if old_parts[m].summary is not summaries[m]]
+    own_cache: dict[str, fact_model.ModuleFacts] = {}
+
+    def own(m: str) -> fact_model.ModuleFacts:
+        got = own_cache.get(m)
+        if got is None:
+            got = own_cache[m] = index.own_facts(summaries[m])
+        return got
+
+    parts = dict(old_parts)
+    for m in changed:
+        parts[m] = _module_parts(res, m, summaries[m])
+    kinds = st.kinds
+    old_own = {m: index.own_facts(old_parts[m].summary) for m in changed}
+    scaler_props = {fact_model.UNSCALES, fact_model.UPDATES_SCALER}
+
+    # -- kinds: the same seeds, bindings and relevant call sites --------------------------------
+    # Every round reads the seeds, the alias bindings (and the names unwrapped), the classes'
+    # project bases and the call sites; a site that is not relevant (_relevant_sites) proposes
+    # nothing in any round of either computation. When all of these are equal, each round
+    # proposes what it proposed, and the result, `mixed` included, is the previous one.
+    wraps = _ScalerWrappers(res, _OwnView(own))
+    kind_seeds = dict(st.kind_seeds)
+    for m in changed:
+        o, n = old_own[m], own(m)
+        if o.kinds != n.kinds or o.sometimes != n.sometimes:
+            return None
+        if {q: ps & scaler_props for q, ps in o.func_props.items() if ps & scaler_props} != {
+            q: ps & scaler_props for q, ps in n.func_props.items() if ps & scaler_props
+        }:
+            return None  # a GradScaler wrapper class: other modules' seeds
+        seeds = _seed_kinds(res, m, summaries[m], n, wraps)
+        if seeds != st.kind_seeds[m]:
+            return None
+        kind_seeds[m] = seeds
+        op, np_ = old_parts[m], parts[m]
+        if op.inherits != np_.inherits or op.unwrapped != np_.unwrapped:
+            return None
+        if _alias_bindings(op.summary) != _alias_bindings(np_.summary):
+            return None
+        if _relevant_sites(res, op, kinds) != _relevant_sites(res, np_, kinds):
+            return None
+
+    # -- properties: the same carried seeds, and no call added or removed to a function that
+    # has a carried property. A call edge to a function without one proposes nothing in any
+    # round (by induction, that function has none in any round of either computation), and
+    # the rounds read only carried properties: each function keeps what the rounds gave it,
+    # with its own other properties (a call site's `gate-site:` record) as they are now. The
+    # gates read a function's other properties only where it performs a collective: such a
+    # function with other properties changed, or a gated one, computes everything again.
+    props: dict[tuple[str, str], dict[str, Provenance]] | None = None
+    prop_seeds = dict(st.prop_seeds)
+    props_changed: set[tuple[str, str]] = set()
+    for m in changed:
+        seeds_p = _prop_seeds(res, m, summaries[m], own(m))
+        old_seeds = st.prop_seeds[m]
+        prop_seeds[m] = seeds_p
+        old_calls, new_calls = old_parts[m].calls, parts[m].calls
+        for key in old_calls.keys() | new_calls.keys():
+            before, after = set(old_calls.get(key, ())), set(new_calls.get(key, ()))
+            for callee in before ^ after:
+                if any(p in _CARRIED for p in st.props.get(callee, ())):
+                    return None
+        if seeds_p == old_seeds:
+            continue
+        for key in seeds_p.keys() | old_seeds.keys():
+            a, b = old_seeds.get(key, {}), seeds_p.get(key, {})
+            if a == b:
+                continue
+            if {p: o for p, o in a.items() if p in _CARRIED} != {
+                p: o for p, o in b.items() if p in _CARRIED
+            }:
+                return None
+            if fact_model.COLLECTIVE in st.props.get(key, ()):
+                return None
+            if props is None:
+                props = dict(st.props)
+            derived = {p: o for p, o in st.props.get(key, {}).items() if p not in a}
+            if b or derived:
+                props[key] = {**b, **derived}
+            else:
+                props.pop(key, None)
+            props_changed.add(key)
+    if props is None:
+        props = st.props
+
+    # -- single_process: the same call graph, seeds and classes -----------------------------------
+    before_edges = {m: edges.pop(m, None) for m in changed}
+    frameworks = index.ranks.frameworks
+    # (The modules whose edges are kept are not read: `summaries` need only hold the rest.)
+    single_process(
+        res,
+        names,
+        summaries,
+        _OwnView(own),
+        props,
+        [s for m in changed for s in parts[m].sites],
+        frameworks,
+        edges,
+        edges_only=True,
+    )
+    for m in changed:
+        was, now = before_edges[m], edges[m]
+        if was is None or not _same_edges(was, now):
+            return None
+
+    # -- only called guarded: each module's sites counted ------------------------------------------
+    guard_flags = dict(st.guard_flags)
+    counts = dict(st.guard_counts)
+    touched_targets: set[tuple[str, str]] = set()
+    for m in changed:
+        flags = _guard_flags(parts[m], own(m))
+        for sign, fl in ((-1, st.guard_flags[m]), (1, flags)):
+            for target, flag in fl:
+                total, guarded = counts.get(target, (0, 0))
+                counts[target] = (total + sign, guarded + sign * flag)
+                touched_targets.add(target)
+        guard_flags[m] = flags
+    for t in touched_targets:
+        if counts.get(t) == (0, 0):
+            del counts[t]
+    only_of: dict[str, frozenset[str]] = {}
+    for tm in {t[0] for t in touched_targets}:
+        before_only = st.out[tm].only_called_guarded if tm in st.out else frozenset()
+        keep = {q for q in before_only if (tm, q) not in touched_targets}
+        keep |= {
+            q
+            for (mm, q) in touched_targets
+            if mm == tm and (c := counts.get((mm, q))) and c[0] == c[1]
+        }
+        only_of[tm] = frozenset(keep)
+
+    # -- per module: the changed ones, the callees whose guards changed and the callers of a
+    # function whose properties changed ------------------------------------------------------------
+    users = st.users
+    if changed:
+        users = dict(users)
+        for m in changed:
+            before_t = set(old_parts[m].targets.values())
+            after_t = set(parts[m].targets.values())
+            for tq in before_t - after_t:
+                users[tq] = users[tq] - {m}
+            for tq in after_t - before_t:
+                users[tq] = users.get(tq, frozenset()) | {m}
+    again = set(changed) | set(only_of)
+    for key in props_changed:
+        again |= users.get(key, frozenset())
+    out = dict(st.out)
     root = str(index.root)
-    out: dict[str, ModuleProjectFacts] = {}
-    for m in names:
-        s = summaries[m]
-        extra = {key: pk for key, pk in sorted(kinds[m].items()) if key not in own[m].kinds}
-        cprops: dict[str, CalleeProps] = {}
-        for name, tq in parts[m].targets.items():
-            found = props.get(tq, {})
-            # INITS_PG stays the core's direct property; carried only to find entry points.
-            direct = own[tq[0]].func_props.get(tq[1], frozenset())
-            keep = {p: o for p, o in found.items() if p != fact_model.INITS_PG or p in direct}
-            cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())))
-        out[m] = ModuleProjectFacts(
+    for m in sorted(again):
+        out[m] = _module_out(
             m,
-            s.path,
-            extra,
-            cprops,
-            distributed.get(m),
-            frozenset(only_guarded.get(m, ())),
+            summaries[m],
             root,
-            local.get(m, frozenset()),
+            kinds[m],
+            own,
+            parts[m],
+            props,
+            st.distributed.get(m),
+            only_of.get(m, st.out[m].only_called_guarded),
+            st.local.get(m, frozenset()),
         )
-    return ProjectFacts(out, rounds, evaluations, res, parts, prepared, edges)
+        if out[m] == st.out[m]:
+            out[m] = st.out[m]
+    stages = _Stages(
+        kind_seeds,
+        kinds,
+        prop_seeds,
+        props,
+        guard_flags,
+        counts,
+        st.distributed,
+        st.local,
+        st.entered,
+        out,
+        users,
+    )
+    return ProjectFacts(out, 0, 0, res, parts, len(changed), edges, stages, True)
 
 
-def moved(
-    facts: ModuleProjectFacts, path: str, lines: Mapping[int, int]
-) -> ModuleProjectFacts:
+class _OwnView(Mapping[str, fact_model.ModuleFacts]):
+    """Each module's own facts, merged when first asked for."""
+
+    def __init__(self, get: Callable[[str], fact_model.ModuleFacts]) -> None:
+        self._get = get
+
+    def __getitem__(self, m: str) -> fact_model.ModuleFacts:
+        return self._get(m)
+
+    def __contains__(self, m: object) -> bool:
+        try:
+            self._get(m)  # type: ignore[arg-type]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+
+def _alias_bindings(s: ModuleSummary) -> tuple[fact_model.Binding, ...]:
+    return tuple(
+        b for b in s.facts.bindings if b.source and b.source[0] == fact_model.SourceMarker.ALIAS
+    )
+
+
+def _same_edges(a: ModuleEdges, b: ModuleEdges) -> bool:
+    """The same share of the call graph (the tables of functions that call nothing aside)."""
+    return (
+        a.frameworks is b.frameworks
+        and a.unguarded == b.unguarded
+        and a.guarded_only == b.guarded_only
+        and a.seeds == b.seeds
+        and a.nodes == b.nodes
+        and a.members == b.members
+        and {k: v for k, v in a.attrs.items() if v} == {k: v for k, v in b.attrs.items() if v}
+    )
+
+
+def moved(facts: ModuleProjectFacts, path: str, lines: Mapping[int, int]) -> ModuleProjectFacts:
     """``facts`` with every provenance in ``path`` at its line after ``lines``
     (:func:`~ddp_lsp.project.summary.line_map`); the same object when none is there. A line
     the map does not know raises KeyError (the facts were not computed from that file)."""
@@ -565,7 +983,9 @@ def _resolve_gates(
                 props[key][p] = some
 
 
-def _class_named(facts: fact_model.ChunkFacts, aliases: Mapping[str, str], key: tuple[str, str]) -> str:
+def _class_named(
+    facts: fact_model.ChunkFacts, aliases: Mapping[str, str], key: tuple[str, str]
+) -> str:
     """The class a binding's value was made from, by its defining name (`NativeScaler` imported
     as another name gives its own), or ""."""
     for b in facts.bindings:

@@ -143,6 +143,8 @@ def single_process(
     sites: Iterable[tuple[str, fact_model.CallSite, str, fact_model.FunctionInfo]],
     frameworks: FrameworkModel = BUILTIN,
     kept: MutableMapping[str, ModuleEdges] | None = None,
+    edges_only: bool = False,
+    details: MutableMapping[str, object] | None = None,
 ) -> tuple[dict[str, frozenset[str]], set[str]]:
     """(module -> its functions that are not distributed code, modules an entry point
     reaches). Both empty when nothing in the project is distributed code. ``frameworks``:
@@ -150,7 +152,11 @@ def single_process(
 
     ``kept``: each module's edges and seeds from a computation with the same resolver (the
     server's indexer after an edit inside a function body), used while the module's summary
-    and the tables are the ones they were built from, and filled with what this one built."""
+    and the tables are the ones they were built from, and filled with what this one built.
+    ``edges_only``: fill ``kept`` and stop (project/flow.py compares a changed module's new
+    edges with its old ones). ``details``: receives the walks' sets (``reached``,
+    ``unknown``, ``referenced``, ``reached_modules``, ``touched``), left empty when nothing
+    is distributed code."""
     names = list(names)
     known = set(names)
     # -- edges: calls (unguarded / guarded), handed functions, instantiated classes ------------
@@ -301,7 +307,7 @@ def single_process(
         unguarded.update(edges.unguarded)
         guarded_only.update(edges.guarded_only)
         seeds |= edges.seeds
-    if not seeds:
+    if edges_only or not seeds:
         return {}, set()
     # -- entry points: what reaches a process-group initialisation (through calls and handed
     # functions, guarded or not: rank 0 alone does not initialise a group) -------------------
@@ -422,6 +428,14 @@ def single_process(
                 rest.add(q)
         if rest:
             local[m] = frozenset(rest)
+    if details is not None:
+        details.update(
+            reached=reached,
+            unknown=unknown,
+            referenced=referenced,
+            reached_modules=reached_modules,
+            touched=touched,
+        )
     return local, {m for m, _ in from_entries}
 
 
