@@ -29,11 +29,18 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import gates as gate_facts
 from ddp_lsp.core import names as known_names
-from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
+from ddp_lsp.core.crossfile import (
+    MAIN_BLOCK,
+    CalleeProps,
+    ModuleProjectFacts,
+    ParamKind,
+    Provenance,
+)
 from ddp_lsp.project.index import ProjectIndex
 from ddp_lsp.project.reach import ModuleEdges, single_process
 from ddp_lsp.project.resolve import Resolver
@@ -240,6 +247,9 @@ class _Stages:
     # (module, function) -> the modules that call it by a name of theirs (its properties are
     # part of their facts: ModuleProjectFacts.callee_props).
     users: dict[tuple[str, str], frozenset[str]]
+    # single_process's sets (reached, unknown, referenced, reached_modules, touched); empty
+    # when nothing is distributed code.
+    reach: Mapping[str, Any]
 
 
 def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> ProjectFacts:
@@ -255,8 +265,9 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
     if res is None or not res.reuse(index):
         res = Resolver(index)
     elif previous is not None:
-        kept = previous.parts
-        edges = dict(previous.edges)
+        # Less the modules whose resolution read a module whose interface changed.
+        kept = {m: p for m, p in previous.parts.items() if m not in res.stale}
+        edges = {m: e for m, e in previous.edges.items() if m not in res.stale}
         if previous.stages is not None:
             got = _update(index, previous, res, edges)
             if got is not None:
@@ -527,8 +538,9 @@ def _compute(
     _resolve_gates(props, res, own)
 
     # -- which functions are distributed code; distributed ----------------------------------------
+    reach: dict[str, Any] = {}
     local, entered = single_process(
-        res, names, summaries, own, props, sites, index.ranks.frameworks, edges
+        res, names, summaries, own, props, sites, index.ranks.frameworks, edges, details=reach
     )
     distributed = _distributed(res, props, entered)
 
@@ -571,6 +583,7 @@ def _compute(
         entered,
         out,
         _users(parts),
+        reach,
     )
     return ProjectFacts(out, rounds, evaluations, res, parts, prepared, edges, stages)
 
@@ -686,7 +699,14 @@ def _update(
     if len(names) != len(old_parts) or any(m not in old_parts for m in names):
         return None
     summaries = index.modules
-    changed = [m for m in names if old_parts[m].summary is not summaries[m]]
+    # The edited modules, and those whose import resolution read one whose interface changed
+    # (Resolver.stale: their resolved parts and edges are built again, and compared).
+    changed = [m for m in names if old_parts[m].summary is not summaries[m] or m in res.stale]
+    # Which project modules a module imports: the `distributed` flood and single_process's
+    # `touched` read them.
+    for m, before_imports in res.old_imports.items():
+        if res.imported_modules(m) != before_imports:
+            return None
     own_cache: dict[str, fact_model.ModuleFacts] = {}
 
     def own(m: str) -> fact_model.ModuleFacts:
@@ -713,6 +733,8 @@ def _update(
         o, n = old_own[m], own(m)
         if o.kinds != n.kinds or o.sometimes != n.sometimes:
             return None
+        if o.aliases != n.aliases and (summaries[m].bases or old_parts[m].summary.bases):
+            return None  # single_process reads a class's other bases through them
         if {q: ps & scaler_props for q, ps in o.func_props.items() if ps & scaler_props} != {
             q: ps & scaler_props for q, ps in n.func_props.items() if ps & scaler_props
         }:
@@ -749,6 +771,11 @@ def _update(
             for callee in before ^ after:
                 if any(p in _CARRIED for p in st.props.get(callee, ())):
                     return None
+        # The gates resolve the names the gated functions call, in their module.
+        for key in old_seeds:
+            ps = st.props.get(key, {})
+            if fact_model.COLLECTIVE in ps and any(p.startswith(gate_facts.SITE) for p in ps):
+                return None
         if seeds_p == old_seeds:
             continue
         for key in seeds_p.keys() | old_seeds.keys():
@@ -773,7 +800,9 @@ def _update(
         props = st.props
 
     # -- single_process: the same call graph, seeds and classes -----------------------------------
-    before_edges = {m: edges.pop(m, None) for m in changed}
+    before_edges = {m: previous.edges.get(m) for m in changed}
+    for m in changed:
+        edges.pop(m, None)
     frameworks = index.ranks.frameworks
     # (The modules whose edges are kept are not read: `summaries` need only hold the rest.)
     single_process(
@@ -787,10 +816,24 @@ def _update(
         edges,
         edges_only=True,
     )
+    local = st.local
     for m in changed:
         was, now = before_edges[m], edges[m]
         if was is None or not _same_edges(was, now):
             return None
+        if was.nodes != now.nodes:
+            # Functions added or removed that call, hand and are called by nothing (their
+            # edges are equal): the walks are the same, and only this module's answer is
+            # derived again from their sets (reach.single_process's last loop).
+            if not _isolated_nodes(res, m, was, now, st.reach):
+                return None
+            if local is st.local:
+                local = dict(local)
+            got = _local_of(res, m, now.nodes, st.reach)
+            if got:
+                local[m] = got
+            else:
+                local.pop(m, None)
 
     # -- only called guarded: each module's sites counted ------------------------------------------
     guard_flags = dict(st.guard_flags)
@@ -846,7 +889,7 @@ def _update(
             props,
             st.distributed.get(m),
             only_of.get(m, st.out[m].only_called_guarded),
-            st.local.get(m, frozenset()),
+            local.get(m, frozenset()),
         )
         if out[m] == st.out[m]:
             out[m] = st.out[m]
@@ -858,10 +901,11 @@ def _update(
         guard_flags,
         counts,
         st.distributed,
-        st.local,
+        local,
         st.entered,
         out,
         users,
+        st.reach,
     )
     return ProjectFacts(out, 0, 0, res, parts, len(changed), edges, stages, True)
 
@@ -896,13 +940,13 @@ def _alias_bindings(s: ModuleSummary) -> tuple[fact_model.Binding, ...]:
 
 
 def _same_edges(a: ModuleEdges, b: ModuleEdges) -> bool:
-    """The same share of the call graph (the tables of functions that call nothing aside)."""
+    """The same share of the call graph (the tables of functions that call nothing aside;
+    the functions themselves may differ: see _isolated_nodes)."""
     return (
         a.frameworks is b.frameworks
         and a.unguarded == b.unguarded
         and a.guarded_only == b.guarded_only
         and a.seeds == b.seeds
-        and a.nodes == b.nodes
         and a.members == b.members
         and {k: v for k, v in a.attrs.items() if v} == {k: v for k, v in b.attrs.items() if v}
     )
@@ -993,3 +1037,61 @@ def _class_named(
             qual = known_names.resolve(b.source[0], aliases) or b.source[0]
             return qual.rsplit(".", 1)[-1]
     return ""
+
+
+def _isolated_nodes(
+    res: Resolver, m: str, was: ModuleEdges, now: ModuleEdges, reach: Mapping[str, Any]
+) -> bool:
+    """Whether the functions added to or removed from a module (equal edges otherwise) are
+    top-level functions, not classes, with no edges, attributes or members, that nothing
+    refers to or reaches: each is then its own orphan (or nothing) in single_process's walks,
+    which stay the same."""
+    referenced = reach.get("referenced", set())
+    reached = reach.get("reached", set())
+    for q in set(was.nodes) ^ set(now.nodes):
+        if "." in q or q == fact_model.MODULE or q in res.classes(m):
+            return False
+        k = (m, q)
+        if k in referenced or k in reached:
+            return False
+        if now.attrs.get(k) or was.attrs.get(k):
+            return False
+    return True
+
+
+def _local_of(
+    res: Resolver, m: str, nodes: tuple[str, ...], reach: Mapping[str, Any]
+) -> frozenset[str]:
+    """A module's single-process functions from single_process's sets (its last loop), for a
+    module whose functions changed by isolated ones (_isolated_nodes): a new one is an orphan
+    (unknown) where reached code runs in the module, and single-process elsewhere."""
+    if not reach:
+        return frozenset()
+    reached, unknown = reach["reached"], reach["unknown"]
+    in_reached_module = m in reach["reached_modules"]
+    classes = res.classes(m)
+    rest = set()
+    for q in nodes:
+        if (m, q) in reached or _enclosing(m, q, reached, classes):
+            continue
+        if q == fact_model.MODULE:
+            rest.add(MAIN_BLOCK)
+            if m not in reach["touched"]:
+                rest.add(q)
+            continue
+        orphan = in_reached_module and (m, q) not in reach["referenced"] and "." not in q
+        if (m, q) not in unknown and not orphan and not _enclosing(m, q, unknown, classes):
+            rest.add(q)
+    return frozenset(rest)
+
+
+def _enclosing(
+    m: str, q: str, reached: set[tuple[str, str]], classes: Mapping[str, object]
+) -> bool:
+    while "." in q:
+        q = q.rsplit(".", 1)[0]
+        if q in classes:
+            return False
+        if (m, q) in reached:
+            return True
+    return False

@@ -54,8 +54,13 @@ def interface(s: ModuleSummary) -> tuple[object, ...]:
 
 class Resolver:
     """Name resolution over a :class:`ProjectIndex`. After an update, :meth:`reuse` says
-    whether its answers still hold (only function bodies changed) and refreshes what it keeps
-    of the changed modules; otherwise build a new one."""
+    whether its answers can be kept (the same modules) and drops those that read a module
+    whose :func:`interface` changed; otherwise build a new one.
+
+    Each memoised answer records the modules whose tables it read (its own module's, those of
+    the modules an import led to, a re-exporting package's, a base class's), so an edit that
+    adds a function or an import to one module forgets only the answers that looked into it
+    (salsa-style dependency tracking), and :attr:`stale` names the modules that asked them."""
 
     def __init__(self, index: ProjectIndex) -> None:
         self.index = index
@@ -73,6 +78,15 @@ class Resolver:
             m: (s, interface(s)) for m, s in self.modules.items()
         }
         self.tables_built = 0  # per-module tables built (tests count what an update rebuilt)
+        # Dependency tracking: the modules read by the answer being computed (innermost last),
+        # what each memoised answer read, and the answers that read each module.
+        self._reading: list[set[str]] = []
+        self._deps: dict[tuple[str, str, str], frozenset[str]] = {}
+        self._readers: dict[str, set[tuple[str, str, str]]] = {}
+        # After reuse(): the modules some of whose answers were dropped (their resolved parts
+        # must be built again), and the imported_modules lists dropped, as they were.
+        self.stale: frozenset[str] = frozenset()
+        self.old_imports: dict[str, list[str]] = {}
 
     def reuse(self, index: ProjectIndex) -> bool:
         """Whether this resolver answers for ``index`` as it is now: the same modules, and
@@ -81,25 +95,71 @@ class Resolver:
         if index is not self.index or len(self.modules) != len(self._seen):
             return False
         changed = []
+        moved_interface = []
         for m, s in self.modules.items():
             seen = self._seen.get(m)
             if seen is None:
                 return False
             if seen[0] is not s:
-                if interface(s) != seen[1]:
-                    return False
-                changed.append((m, s))
-        for m, s in changed:
-            self._seen[m] = (s, self._seen[m][1])
+                face = interface(s)
+                if face[:3] != seen[1][:3]:
+                    return False  # another file now holds the module: everything may differ
+                if face != seen[1]:
+                    moved_interface.append(m)
+                changed.append((m, s, face))
+        for m, s, face in changed:
+            self._seen[m] = (s, face)
             self._aliases.pop(m, None)
             self._functions.pop(m, None)
             self._classes.pop(m, None)
+        stale: set[str] = set()
+        old_imports: dict[str, list[str]] = {}
+        for m in moved_interface:
+            for key in self._readers.pop(m, ()):
+                if self._deps.pop(key, None) is None:
+                    continue  # dropped already (it read another changed module too)
+                kind, module, name = key
+                stale.add(module)
+                if kind == "r":
+                    self._resolve_memo.pop((module, name), None)
+                elif kind == "f":
+                    self._function_memo.pop((module, name), None)
+                else:
+                    got = self._imported_memo.pop(module, None)
+                    if got is not None:
+                        old_imports[module] = got
+        self.stale = frozenset(stale)
+        self.old_imports = old_imports
         return True
+
+    def _read(self, module: str) -> None:
+        if self._reading:
+            self._reading[-1].add(module)
+
+    def _begin(self) -> None:
+        self._reading.append(set())
+
+    def _end(self, key: tuple[str, str, str]) -> None:
+        deps = frozenset(self._reading.pop())
+        self._deps[key] = deps
+        for d in deps:
+            readers = self._readers.get(d)
+            if readers is None:
+                readers = self._readers[d] = set()
+            readers.add(key)
+        if self._reading:
+            self._reading[-1].update(deps)
+
+    def _hit(self, key: tuple[str, str, str]) -> None:
+        if self._reading:
+            self._reading[-1].update(self._deps.get(key, ()))
 
     # -- per-module tables ---------------------------------------------------------------------
 
     def aliases(self, module: str) -> dict[str, str]:
         """Bound name -> absolute qualified name, first import of a name wins (as in merge)."""
+        if self._reading:
+            self._reading[-1].add(module)
         table = self._aliases.get(module)
         if table is None:
             self.tables_built += 1
@@ -112,6 +172,8 @@ class Resolver:
         return table
 
     def functions(self, module: str) -> dict[str, fact_model.FunctionInfo]:
+        if self._reading:
+            self._reading[-1].add(module)
         table = self._functions.get(module)
         if table is None:
             self.tables_built += 1
@@ -121,6 +183,8 @@ class Resolver:
         return table
 
     def classes(self, module: str) -> dict[str, tuple[str, ...]]:
+        if self._reading:
+            self._reading[-1].add(module)
         table = self._classes.get(module)
         if table is None:
             s = self.modules.get(module)
@@ -147,10 +211,12 @@ class Resolver:
             # project whose code runs from the root imports the folder as a package named
             # `src` (`from src.utils import init_distributed_mode`): both spellings resolve.
             bare = name[4:]
+            self._read(bare)
             s = self.modules.get(bare)
             if s is not None and s.path.startswith("src/"):
                 return bare
         parent = importer.rpartition(".")[0]
+        self._read(importer)
         s = self.modules.get(importer)
         if s is not None and s.is_package:
             parent = importer
@@ -166,8 +232,14 @@ class Resolver:
             return self._resolve(module, dotted_name, depth)
         key = (module, dotted_name)
         if key in self._resolve_memo:
+            self._hit(("r", module, dotted_name))
             return self._resolve_memo[key]
-        found = self._resolve_memo[key] = self._resolve(module, dotted_name, 0)
+        self._begin()
+        try:
+            found = self._resolve(module, dotted_name, 0)
+        finally:
+            self._end(("r", module, dotted_name))
+        self._resolve_memo[key] = found
         return found
 
     def _resolve(self, module: str, dotted_name: str, depth: int) -> tuple[str, str] | None:
@@ -223,9 +295,14 @@ class Resolver:
         """The function a call spelled ``spelled`` in ``module`` runs (a class: its __init__)."""
         key = (module, spelled)
         if key in self._function_memo:
+            self._hit(("f", module, spelled))
             hit = self._function_memo[key]
             return None if hit is None else (hit[0], self.functions(hit[0])[hit[1]])
-        found = self._function(module, spelled)
+        self._begin()
+        try:
+            found = self._function(module, spelled)
+        finally:
+            self._end(("f", module, spelled))
         self._function_memo[key] = None if found is None else (found[0], found[1].qualname)
         return found
 
@@ -246,8 +323,15 @@ class Resolver:
     def imported_modules(self, module: str) -> list[str]:
         """Project modules ``module`` imports (with the packages Python runs on the way)."""
         hit = self._imported_memo.get(module)
-        if hit is None:
-            hit = self._imported_memo[module] = self._imported_modules(module)
+        if hit is not None:
+            self._hit(("i", module, ""))
+            return hit
+        self._begin()
+        try:
+            hit = self._imported_modules(module)
+        finally:
+            self._end(("i", module, ""))
+        self._imported_memo[module] = hit
         return hit
 
     def _imported_modules(self, module: str) -> list[str]:
