@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ddp_lsp.core.crossfile import ModuleProjectFacts
     from ddp_lsp.project import snapshot
     from ddp_lsp.project.index import ProjectIndex
+    from ddp_lsp.project.summary import ModuleSummary
 
 log = logging.getLogger("ddp_lsp.project")
 
@@ -163,11 +164,19 @@ def project_view(
         # (Two files with one relative path, links to files outside the root: only a full
         # build says which one the index keeps.)
         elif len(keys) == len(pairs) and (
-            (moves := _still_holds(index, stored, keys, at, texts)) is not None
+            (held := _still_holds(index, stored, keys, at, texts)) is not None
         ):
             # Early cutoff: the changed files say what they said; the facts stand (their
-            # provenance in files whose lines moved, moved with them).
-            stored = dataclasses.replace(stored, moved=moves)
+            # provenance in files whose lines moved, moved with them; the single-process
+            # functions of a file that gained or lost a function nothing calls, updated).
+            moves, patched = held
+            modules = dict(stored.modules)
+            for rel, text in patched.items():
+                if text is None:
+                    modules.pop(rel, None)
+                else:
+                    modules[rel] = text
+            stored = dataclasses.replace(stored, moved=moves, modules=modules)
             facts_read = stored.facts(index.root, wanted)
             if facts_read is not None:
                 sources = dict(stored.sources)
@@ -184,6 +193,7 @@ def project_view(
                     sources,
                     stored.predicates,
                     moves,
+                    stored.reached,
                 )
         if facts_read is not None:
             contents.clear()
@@ -229,6 +239,9 @@ def project_view(
             for rel, key in keys.items()
         },
         index.project_predicates,
+        reached=None
+        if facts.stages is None or not facts.stages.reach
+        else {m for m in facts.stages.reach["reached_modules"]},
     )
     return ProjectView(
         index.root,
@@ -253,7 +266,7 @@ def _still_holds(
     keys: Mapping[str, str],
     at: Mapping[str, tuple[Path, bytes]],
     texts: Mapping[Path, str],
-) -> dict[str, dict[int, int]] | None:
+) -> tuple[dict[str, dict[int, int]], dict[str, str | None]] | None:
     """Whether ``stored``'s facts are the facts of the project as it is now although some
     files changed: the same files, and each changed one summarised (into ``index``) to what
     the project reads of its old summary (:func:`~ddp_lsp.project.summary.same_for_project`)
@@ -261,7 +274,11 @@ def _still_holds(
     a file that neither defines nor calls a rank-0 predicate of the project (such files
     change how others are summarised). If so, the lines moved since the facts were computed
     (``Stored.moved`` with this run's moves composed in); anything else, or an old summary
-    no longer cached: None, and the facts are computed again."""
+    no longer cached: None, and the facts are computed again.
+
+    A changed file may also have gained or lost functions that nothing in the project calls
+    and that call nothing of it (:func:`_isolated_change`): its other facts stand, and its
+    stored facts are patched (the second item: path -> its facts as stored, None for none)."""
     from ddp_lsp.core import facts as fact_model
     from ddp_lsp.project.summary import line_map, same_for_project
 
@@ -271,6 +288,7 @@ def _still_holds(
     if not changed or len(changed) > MAX_CUTOFF_FILES:
         return None
     moves = {rel: dict(lines) for rel, lines in stored.moved.items()}
+    patched: dict[str, str | None] = {}
     index.project_predicates = stored.predicates
     for rel in changed:
         old_key = stored.sources[rel][1]
@@ -293,7 +311,21 @@ def _still_holds(
             continue
         lines = line_map(old, new)
         if lines is None:
-            return None
+            iso = _isolated_change(old, new, rel, at)
+            if iso is None:
+                return None
+            rest_old, rest_new, added, removed = iso
+            if same_for_project(rest_old, rest_new):
+                lines = {}
+            else:
+                lines = line_map(rest_old, rest_new)
+                if lines is None:
+                    return None
+            patch = _patch_local(stored, index.root, rel, new, added, removed)
+            if patch is False:
+                return None
+            if patch is not True:
+                patched[rel] = patch
         if any(old_line != new_line for old_line, new_line in lines.items()):
             earlier = moves.get(rel)
             if earlier is not None:  # cited line -> its line before this run -> now
@@ -301,7 +333,98 @@ def _still_holds(
                     return None
                 lines = {cited: lines[line] for cited, line in earlier.items()}
             moves[rel] = lines
-    return moves
+    return moves, patched
+
+
+def _isolated_change(
+    old: ModuleSummary, new: ModuleSummary, rel: str, at: Mapping[str, tuple[Path, bytes]]
+) -> tuple[ModuleSummary, ModuleSummary, set[str], set[str]] | None:
+    """Whether ``new`` is ``old`` with top-level functions added or removed that no file of
+    the project names (their name occurs in no other file, and in this one only at its
+    ``def``) and that do nothing the project reads: no property, no binding, no call site,
+    no function handed, and calls of nothing but names the module neither defines nor
+    imports (a helper being written: ``def _bench_edited(): return 0``). Every cross-file
+    fact is then what it was, except the module's single-process functions (such a function
+    is an orphan of its module in reach.single_process: unknown where distributed code runs
+    in the module, single-process elsewhere). Returns both summaries without those functions
+    (to compare as any changed file is) and the names added and removed; None otherwise."""
+    import re
+
+    from ddp_lsp.core import facts as fact_model
+
+    old_names = [fi.qualname for fi in old.facts.functions]
+    new_names = [fi.qualname for fi in new.facts.functions]
+    added, removed = set(new_names) - set(old_names), set(old_names) - set(new_names)
+    if not added and not removed:
+        return None
+    if len(set(old_names)) != len(old_names) or len(set(new_names)) != len(new_names):
+        return None  # two functions of one name: which one a call reaches is the last's
+    for name, s in [*((n, new) for n in added), *((n, old) for n in removed)]:
+        if "." in name or name == fact_model.MODULE:
+            return None
+        fi = next(f for f in s.facts.functions if f.qualname == name)
+        if fi.cls is not None or fi.props:
+            return None
+        if any(cs.caller == name for cs in (*s.facts.call_sites, *s.dotted_sites)):
+            return None
+        if any(b.scope == name or b.scope.startswith(name + ".") for b in s.facts.bindings):
+            return None
+        if any(scope == name for scope, _ in s.handed) or any(q == name for q, _, _ in s.prop_lines):
+            return None
+        known = {f.qualname.partition(".")[0] for f in s.facts.functions}
+        known |= {c for c, _ in s.bases} | {n for n, _ in s.facts.imports}
+        if any("." in callee or callee in known for callee in fi.calls):
+            return None
+    # Named nowhere else: no call, import, base or handed function of another file spells it.
+    word = re.compile(
+        rb"\b(" + b"|".join(re.escape(n.encode()) for n in sorted(added | removed)) + rb")\b"
+    )
+    here = at[rel][1]
+    if len(word.findall(here)) != len(added):
+        return None
+    # (A substring test, in C: any occurrence, in a word or not, counts.)
+    spelled = [n.encode() for n in sorted(added | removed)]
+    for other, (_, data) in at.items():
+        if other != rel and any(n in data for n in spelled):
+            return None
+
+    def without(s: ModuleSummary, names: set[str]) -> ModuleSummary:
+        kept = tuple(fi for fi in s.facts.functions if fi.qualname not in names)
+        return dataclasses.replace(s, facts=dataclasses.replace(s.facts, functions=kept))
+
+    return without(old, removed), without(new, added), added, removed
+
+
+def _patch_local(
+    stored: snapshot.Stored,
+    root: Path,
+    rel: str,
+    new: ModuleSummary,
+    added: set[str],
+    removed: set[str],
+) -> str | None | bool:
+    """The stored facts of ``rel`` after :func:`_isolated_change`'s functions came and went:
+    True when they stay, the new text (None: no facts), False when the old ones do not
+    decode."""
+    from ddp_lsp.core.crossfile import ModuleProjectFacts
+    from ddp_lsp.project import snapshot
+
+    if stored.reached is None or new.module in stored.reached:
+        return True  # nothing is distributed code, or each is an orphan of reached code
+    text = stored.modules.get(rel)
+    try:
+        facts = (
+            ModuleProjectFacts(new.module, rel, root=str(root))
+            if text is None
+            else snapshot.decode(text, root)
+        )
+    except (ValueError, TypeError, RecursionError, KeyError):
+        return False
+    local = (facts.single_process - removed) | added
+    if local == facts.single_process:
+        return True
+    facts = dataclasses.replace(facts, single_process=local)
+    return snapshot.encode(facts) if says_something(facts) else None
 
 
 def _index_workers(paths: Sequence[Path], cache: Path | None, workers: int | None) -> int:

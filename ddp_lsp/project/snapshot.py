@@ -35,6 +35,7 @@ from typing import Any
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.project.index import CACHE_VERSION, MAX_ENTRY_BYTES, _read_entry, _write_entry
 
+# (A snapshot of another shape, such as one without "reached", is never read: see read.)
 FORMAT = "ddp-lsp-project-facts"
 # The facts of the modules the project tells something (most modules receive nothing): a
 # 2,285-file project stores a few hundred.
@@ -148,6 +149,10 @@ class Stored:
     # path -> {line its facts cite -> its line now}: files whose cited lines moved since the
     # facts were computed (summary.line_map, composed over runs), applied as facts decode.
     moved: dict[str, dict[int, int]]
+    # The modules some distributed code reaches (reach.single_process's ``reached_modules``);
+    # None when nothing in the project is distributed code. Decides whether a function added
+    # that nothing calls is single-process code (see build._isolated_change).
+    reached: frozenset[str] | None = None
 
     def facts(
         self, root: Path, wanted: Collection[str] | None
@@ -171,6 +176,19 @@ class Stored:
         except (ValueError, TypeError, RecursionError, KeyError):
             return None
         return out
+
+
+def encode(f: ModuleProjectFacts) -> str:
+    """One module's facts as a snapshot stores them (:attr:`Stored.modules`)."""
+    return json.dumps(
+        _stored_codec().encode(StoredFacts.of(f)), separators=(",", ":"), ensure_ascii=False
+    )
+
+
+def decode(text: str, root: Path) -> ModuleProjectFacts:
+    """One module's stored facts, as stored (no line moved); raises ValueError, TypeError or
+    KeyError on anything unexpected."""
+    return _stored_codec().decode(json.loads(text), {}).facts(str(root))  # type: ignore[no-any-return]
 
 
 def _file(directory: Path, root: Path, ranks_key: bytes) -> Path:
@@ -198,7 +216,7 @@ def read(directory: Path | None, root: Path, ranks_key: bytes) -> Stored | None:
             or entry.get("version") != CACHE_VERSION
             or entry.get("schema") != codec.fingerprint
             or entry.get("root") != str(root)
-            or len(entry) != 11
+            or len(entry) != 12
         ):
             return None
         key, files, failed = entry["key"], entry["files"], entry["failed"]
@@ -232,9 +250,23 @@ def read(directory: Path | None, root: Path, ranks_key: bytes) -> Stored | None:
             if type(base) is not str or type(used) is not str:
                 return None
             pairs[rel] = (base, used)
+        reached = entry["reached"]
+        if reached is not None and (
+            type(reached) is not list or not all(type(m) is str for m in reached)
+        ):
+            return None
     except (ValueError, TypeError, RecursionError, KeyError):
         return None
-    return Stored(key, files, tuple(failed), modules, pairs, frozenset(predicates), moved)
+    return Stored(
+        key,
+        files,
+        tuple(failed),
+        modules,
+        pairs,
+        frozenset(predicates),
+        moved,
+        None if reached is None else frozenset(reached),
+    )
 
 
 def load(
@@ -264,11 +296,12 @@ def store(
     sources: Mapping[str, tuple[str, str]],
     predicates: Iterable[str],
     moved: Mapping[str, Mapping[int, int]] | None = None,
+    reached: Iterable[str] | None = None,
 ) -> None:
     """Replace ``root``'s snapshot (atomically; a read-only or full cache costs only speed).
     Only modules the project tells something are stored: a missing path has no facts.
     ``facts``: a computation's, or a snapshot whose facts still hold (kept as they were
-    read); ``sources``, ``predicates`` and ``moved``: see :class:`Stored`."""
+    read); ``sources``, ``predicates``, ``moved`` and ``reached``: see :class:`Stored`."""
     if directory is None:
         return
     from ddp_lsp.project.build import says_something
@@ -277,13 +310,7 @@ def store(
     if isinstance(facts, Stored):
         modules = facts.modules
     else:
-        modules = {
-            rel: json.dumps(
-                codec.encode(StoredFacts.of(f)), separators=(",", ":"), ensure_ascii=False
-            )
-            for rel, f in sorted(facts.items())
-            if says_something(f)
-        }
+        modules = {rel: encode(f) for rel, f in sorted(facts.items()) if says_something(f)}
     entry = {
         "format": FORMAT,
         "version": CACHE_VERSION,
@@ -298,5 +325,6 @@ def store(
         "moved": {
             rel: sorted(lines.items()) for rel, lines in sorted((moved or {}).items())
         },
+        "reached": None if reached is None else sorted(reached),
     }
     _write_entry(_file(directory, root, ranks_key), entry, MAX_SNAPSHOT_BYTES)

@@ -175,9 +175,35 @@ _EDITS = (
 )
 
 
+_HELPERS = (
+    "\n\ndef _helper_a():\n    return 0\n",  # nothing the project reads: kept
+    "\n\ndef _helper_b(x):\n    print(x)\n    return x\n",  # a builtin called: kept
+    "\n\ndef _helper_c():\n    dist.barrier()\n",  # distributed itself: computed
+    "\n\ndef go():\n    return 1\n",  # a name another file spells: computed
+    "\n\ndef _helper_d():\n    evaluate(None, None)\n",  # calls the project: computed
+)
+
+
+def _toggle_helper(root: Path, rng: random.Random) -> None:
+    """A top-level function added to (or removed from) some file, at its end or before its
+    first `def`."""
+    path = rng.choice(sorted(root.rglob("*.py")))
+    text = path.read_text()
+    helper = rng.choice(_HELPERS)
+    if helper in text:
+        path.write_text(text.replace(helper, "", 1))
+    elif rng.random() < 0.5 or "\ndef " not in text:
+        path.write_text(text + helper)
+    else:
+        at = text.index("\ndef ")
+        path.write_text(text[:at] + helper + text[at:])
+
+
 def _apply(root: Path, rng: random.Random) -> None:
-    kind = rng.randrange(5)
-    if kind == 0:  # a comment at the end of some file: unseen
+    kind = rng.randrange(7)
+    if kind >= 5:  # a helper function comes or goes
+        _toggle_helper(root, rng)
+    elif kind == 0:  # a comment at the end of some file: unseen
         path = rng.choice(sorted(root.rglob("*.py")))
         path.write_text(path.read_text() + f"# {rng.random()}\n")
     elif kind == 4:  # a blank line added somewhere: lines move
@@ -199,7 +225,43 @@ def _apply(root: Path, rng: random.Random) -> None:
             path.write_text(text.replace(old, new, 1))
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("rel", ["main.py", "tools_unused.py", "engine.py"])
+def test_a_function_nothing_calls_keeps_the_stored_facts(
+    deit: Path, computes: list[int], rel: str
+) -> None:
+    """A helper being written (nothing calls it yet, it calls nothing of the project): the
+    stored facts stand, but for the file's single-process functions, where the helper is
+    single-process code unless distributed code runs in the file (then it is unknown)."""
+    _view(deit)
+    path = deit / rel
+    text = path.read_text()
+    path.write_text(text + _HELPERS[0])
+    got = _view(deit)
+    assert computes == [1]
+    assert got == _expected(deit)
+    path.write_text(text)  # and away again
+    assert _view(deit) == _expected(deit)
+    assert computes == [1]
+    # Called from another file: computed.
+    path.write_text(text + _HELPERS[0])
+    _view(deit)
+    (deit / "extra.py").write_text(f"import {rel[:-3].replace('/', '.')} as h\n\nh._helper_a()\n")
+    assert _view(deit) == _expected(deit)
+    assert computes == [1, 1]
+
+
+def test_a_helper_is_single_process_where_nothing_distributed_runs(
+    deit: Path, computes: list[int]
+) -> None:
+    _view(deit)
+    path = deit / "tools_unused.py"
+    path.write_text(path.read_text() + _HELPERS[0])
+    got = _view(deit)
+    assert computes == [1]
+    assert "_helper_a" in got["tools_unused.py"].single_process
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_random_edits_equal_a_full_computation(deit: Path, computes: list[int], seed: int) -> None:
     rng = random.Random(seed)
     _view(deit)
