@@ -10,7 +10,9 @@ kinds of edits of REL over it, each 3 times, and prints the CPU seconds of each
 ``Indexer.update`` (summary, ``compute`` when needed, the facts message): an edit the project
 cannot see (a comment appended: early cutoff, nothing computed), lines moved (blank lines
 on top: the facts' lines in REL moved, nothing computed), a statement added in a function
-body (import resolution reused) and an import added (everything resolved again).
+body, an import added, a function added that nothing calls (each: every stage reused,
+flow._update) and a DDP model passed to a new helper (the kinds change: computed again,
+with import resolution and each module's resolved parts reused).
 """
 
 from __future__ import annotations
@@ -156,6 +158,12 @@ def server_edits(text: str, k: int) -> dict[str, str]:
         "lines moved (blank lines added on top)": "\n" * (k + 1) + text,
         "in a function body (a call added)": "".join(body),
         "an import added": f"import os as _bench_os_{k}\n" + text,
+        "a function added that nothing calls": text + f"\n\ndef _bench_new_{k}():\n    return {k}\n",
+        "a DDP model passed to a new helper": "from torch.nn.parallel import DistributedDataParallel\n"
+        + "".join(body)
+        + f"\n\ndef _bench_helper_{k}(model):\n    return model\n\n\n"
+        f"def _bench_caller_{k}(model):\n    model = DistributedDataParallel(model)\n"
+        f"    _bench_helper_{k}(model)\n",
     }
 
 

@@ -13,8 +13,11 @@ measures generated projects of N files instead (``bench_index.make_project``). F
 - cold: empty cache (every file parsed and summarised; ``--jobs 1``);
 - another file changed, unseen: a comment appended to another file (its summary says what
   it said: the stored facts stand, early cutoff; one file parsed);
-- another file changed, seen: a function appended to another file (the snapshot misses: all
-  summaries read, the cross-file facts computed again);
+- a function added that nothing calls: a function appended to another file, named nowhere
+  else and calling nothing of the project (the stored facts stand; that file's
+  single-process functions are patched: build._isolated_change);
+- a call added to a function body of another file (its facts change: every summary is read
+  and the cross-file facts computed again);
 - unchanged: nothing changed since the last run (the snapshot answers).
 
 CPU seconds of the child (user + system) are the figure: the 2-CPU development machine is
@@ -95,11 +98,24 @@ def measure(root: Path, files: int, rel: str, cache: Path) -> str:
     seen = check(root, rel, cache)
     other.write_bytes(text)
     check(root, rel, cache)
+    # A call added at the top of the first function body: its facts change (computed).
+    lines_of = text.splitlines(keepends=True)
+    at = next(
+        (i for i, line in enumerate(lines_of) if line.startswith(b"def ") and line.rstrip().endswith(b":")),
+        None,
+    )
+    if at is None:
+        call = (float("nan"), float("nan"))
+    else:
+        other.write_bytes(b"".join([*lines_of[: at + 1], b"    _bench_call()\n", *lines_of[at + 1 :]]))
+        call = check(root, rel, cache)
+        other.write_bytes(text)
+        check(root, rel, cache)
     same = check(root, rel, cache)
     return (
         f"| {files:,} | {lines:,} | {cold[0]:.2f} ({cold[1]:.1f}) "
         f"| {unseen[0]:.2f} ({unseen[1]:.1f}) | {seen[0]:.2f} ({seen[1]:.1f}) "
-        f"| {same[0]:.2f} ({same[1]:.1f}) |"
+        f"| {call[0]:.2f} ({call[1]:.1f}) | {same[0]:.2f} ({same[1]:.1f}) |"
     )
 
 
@@ -118,9 +134,10 @@ def main() -> None:
     try:
         print(
             "| files | lines | cold CPU s (wall) | another file changed, unseen "
-            "| another file changed, seen | unchanged |"
+            "| a function added that nothing calls | a call added to a function body "
+            "| unchanged |"
         )
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         if a.generated:
             for n in (int(x) for x in a.generated.split(",")):
                 root = a.workdir / f"gen{n}"

@@ -4,7 +4,9 @@ The server starts it isolated (``python -I``, the server's own ``sys.path``, the
 as working directory: see :mod:`ddp_lsp._isolation`). It holds one
 :class:`~ddp_lsp.project.ProjectIndex` per workspace folder, builds it from disk (with the
 editor's text of open files laid over it), applies edits and file events, recomputes
-:class:`~ddp_lsp.project.ProjectFacts` and sends the server only the modules whose facts changed.
+:class:`~ddp_lsp.project.ProjectFacts` from the last computation (``flow.compute``'s
+``previous``: import resolution, each module's resolved parts, and every stage an edit cannot
+have changed are reused) and sends the server only the modules whose facts changed.
 
 Why a process and not a thread: parsing a workspace and ``compute`` are pure-Python CPU work
 (``compute`` alone is ~0.5 s for 500 modules). In a thread they hold the GIL in 5 ms slices

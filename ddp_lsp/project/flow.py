@@ -15,6 +15,18 @@ Both propagations are monotone and run in rounds that read the previous round's 
 (Jacobi, not Gauss-Seidel), with ties broken by sorting: the result does not depend on the
 order files were read in. Rounds are bounded; cycles (``a`` calls ``b`` calls ``a``) converge.
 
+Incremental: ``compute(index, previous)`` (the server's indexer after an edit) keeps the
+previous computation's import resolution (each memoised answer records the modules it read:
+an edit drops only the answers that read a module whose interface changed), each module's
+resolved parts and call-graph share, and, per stage, what it derived (:class:`_Stages`).
+:func:`_update` shows, for the changed modules alone, that each stage would derive what it
+derived (the same seeds and bindings; calls added or removed that carry no kind and reach no
+function with a carried property; the same call graph but for functions nothing calls), by an
+induction over the rounds rather than by comparing results, and then rebuilds only the facts
+of the changed modules and of those whose callee properties or guards changed. Anything else
+computes every stage again (with resolution and parts reused). Random edit sequences check
+that both equal a computation from scratch (tests/project/test_flow_incremental.py).
+
 Decision, the shared engine: an engine called with a DDP model by ``main_ddp.py`` and with a
 plain model by ``train_single.py`` gets the kind "ddp" for its parameter, with ``mixed`` set and
 the DDP caller in its provenance. The engine's code runs under DDP in at least one launch, and

@@ -14,8 +14,12 @@ When some files changed (at most ``build.MAX_CUTOFF_FILES``, none added or remov
 snapshot also names each file's old summary: a changed file is summarised again and compared
 with it (:func:`~ddp_lsp.project.summary.same_for_project`); when every changed file says
 what it said (a comment, a constant, an edit the facts do not see, no line moved), the facts
-stand and are stored again under the new key (salsa's early cutoff). Any other change, an
-added or removed file, computes the facts again (then stored).
+stand and are stored again under the new key (salsa's early cutoff). So do they when a
+changed file only gained or lost functions that no file names and that call nothing of the
+project (a helper being written), with that file's single-process functions patched
+(``build._isolated_change``; :attr:`Stored.reached` says where such a function is unknown
+rather than single-process). Any other change, an added or removed file, computes the facts
+again (then stored).
 
 One snapshot per root and rank model (``<cache>/projects/<hash>.json``, replaced atomically
 on every miss), pruned with the summaries; the same checks as the summary entries apply
