@@ -280,7 +280,7 @@ class Indexer:
         from ddp_lsp.project.index import no_collection
 
         with no_collection():
-            folder.computed = compute(folder.index, folder.computed)
+            folder.computed = compute(folder.index, folder.computed, updatable=True)
         # The index and its facts live as long as the process: out of the cycle collector's
         # sight (a full collection walks every one of their millions of objects, about 1 s at
         # 2,000 files, and would land on whichever update comes next). Objects freed later are

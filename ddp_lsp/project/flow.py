@@ -264,18 +264,22 @@ class _Stages:
     reach: Mapping[str, Any]
 
 
-def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> ProjectFacts:
+def compute(
+    index: ProjectIndex, previous: ProjectFacts | None = None, updatable: bool = False
+) -> ProjectFacts:
     """The project-wide facts of an index. ``previous``: the facts computed for the same
     index before its latest updates (the server's indexer after an edit); its import
     resolution is reused when no module was added or removed and the changed ones kept their
     imports, functions' signatures and classes (an edit inside a function body), and so is
     every stage of the computation the changed modules cannot have changed (:func:`_update`:
-    the result equals a computation from scratch)."""
+    the result equals a computation from scratch). ``updatable``: the result will be passed
+    as ``previous`` (the server's indexer): its import resolution records what each answer
+    read, so that a later interface change drops only what it touches."""
     res = previous.resolver if previous is not None else None
     kept: Mapping[str, _ModuleParts] = {}
     edges: dict[str, ModuleEdges] = {}
     if res is None or not res.reuse(index):
-        res = Resolver(index)
+        res = Resolver(index, track=updatable or previous is not None)
     elif previous is not None:
         # Less the modules whose resolution read a module whose interface changed.
         kept = {m: p for m, p in previous.parts.items() if m not in res.stale}

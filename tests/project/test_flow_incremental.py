@@ -187,7 +187,7 @@ def _run(root: Path, rng: random.Random, steps: int) -> tuple[int, int]:
     mods = _start()
     _write(root, mods)
     index = ProjectIndex(root, cache_dir=False).build()
-    facts = compute(index)
+    facts = compute(index, updatable=True)
     fast = 0
     history: list[str] = []
     for _ in range(steps):
@@ -251,7 +251,7 @@ def test_fast_path_reuses_the_stages(tmp_path: Path) -> None:
     mods = _start()
     _write(tmp_path, mods)
     index = ProjectIndex(tmp_path, cache_dir=False).build()
-    first = compute(index)
+    first = compute(index, updatable=True)
     mods["data"].functions["load"][1].insert(0, "print(path)")
     index.update(tmp_path / "data.py", mods["data"].render())
     second = compute(index, first)
