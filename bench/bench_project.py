@@ -16,8 +16,8 @@ measures generated projects of N files instead (``bench_index.make_project``). F
 - a function added that nothing calls: a function appended to another file, named nowhere
   else and calling nothing of the project (the stored facts stand; that file's
   single-process functions are patched: build._isolated_change);
-- a call added to a function body of another file (its facts change: every summary is read
-  and the cross-file facts computed again);
+- a call added to a function body of another file (the first with a top-level function; its
+  facts change: every summary is read and the cross-file facts computed again);
 - unchanged: nothing changed since the last run (the snapshot answers).
 
 CPU seconds of the child (user + system) are the figure: the 2-CPU development machine is
@@ -98,19 +98,28 @@ def measure(root: Path, files: int, rel: str, cache: Path) -> str:
     seen = check(root, rel, cache)
     other.write_bytes(text)
     check(root, rel, cache)
-    # A call added at the top of the first function body: its facts change (computed).
-    lines_of = text.splitlines(keepends=True)
-    at = next(
-        (i for i, line in enumerate(lines_of) if line.startswith(b"def ") and line.rstrip().endswith(b":")),
-        None,
-    )
-    if at is None:
-        call = (float("nan"), float("nan"))
-    else:
-        other.write_bytes(b"".join([*lines_of[: at + 1], b"    _bench_call()\n", *lines_of[at + 1 :]]))
-        call = check(root, rel, cache)
-        other.write_bytes(text)
-        check(root, rel, cache)
+    # A call added at the top of the first function body of the first file that has a
+    # one-line `def` at the top level: its facts change (computed).
+    for edited in sorted(root.rglob("*.py")):
+        if edited.as_posix() == (root / rel).as_posix():
+            continue
+        original = edited.read_bytes()
+        lines_of = original.splitlines(keepends=True)
+        at = next(
+            (
+                i
+                for i, line in enumerate(lines_of)
+                if line.startswith(b"def ") and line.rstrip().endswith(b":")
+            ),
+            None,
+        )
+        if at is not None:
+            break
+    assert at is not None, "no file with a top-level function"
+    edited.write_bytes(b"".join([*lines_of[: at + 1], b"    _bench_call()\n", *lines_of[at + 1 :]]))
+    call = check(root, rel, cache)
+    edited.write_bytes(original)
+    check(root, rel, cache)
     same = check(root, rel, cache)
     return (
         f"| {files:,} | {lines:,} | {cold[0]:.2f} ({cold[1]:.1f}) "

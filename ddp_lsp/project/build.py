@@ -357,7 +357,7 @@ def _isolated_change(
     added, removed = set(new_names) - set(old_names), set(old_names) - set(new_names)
     if not added and not removed:
         return None
-    if len(set(old_names)) != len(old_names) or len(set(new_names)) != len(new_names):
+    if any(old_names.count(n) > 1 for n in removed) or any(new_names.count(n) > 1 for n in added):
         return None  # two functions of one name: which one a call reaches is the last's
     for name, s in [*((n, new) for n in added), *((n, old) for n in removed)]:
         if "." in name or name == fact_model.MODULE:

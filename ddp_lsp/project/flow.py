@@ -837,6 +837,8 @@ def _update(
         was, now = before_edges[m], edges[m]
         if was is None or not _same_edges(was, now):
             return None
+        if not _same_walks(was, now, st.reach, edges):
+            return None
         if was.nodes != now.nodes:
             # Functions added or removed that call, hand and are called by nothing (their
             # edges are equal): the walks are the same, and only this module's answer is
@@ -956,12 +958,10 @@ def _alias_bindings(s: ModuleSummary) -> tuple[fact_model.Binding, ...]:
 
 
 def _same_edges(a: ModuleEdges, b: ModuleEdges) -> bool:
-    """The same share of the call graph (the tables of functions that call nothing aside;
-    the functions themselves may differ: see _isolated_nodes)."""
+    """The same seeds, class members and called attributes (of functions that call any);
+    the edges may differ (see _same_walks), and the functions (see _isolated_nodes)."""
     return (
         a.frameworks is b.frameworks
-        and a.unguarded == b.unguarded
-        and a.guarded_only == b.guarded_only
         and a.seeds == b.seeds
         and a.members == b.members
         and {k: v for k, v in a.attrs.items() if v} == {k: v for k, v in b.attrs.items() if v}
@@ -1111,3 +1111,65 @@ def _enclosing(
         if (m, q) in reached:
             return True
     return False
+
+
+def _is_reference(src: tuple[str, str], t: tuple[str, str]) -> bool:
+    # As reach.single_process's `referenced`: not from the target's own code.
+    return src[0] != t[0] or (src[1] != t[1] and not src[1].startswith(t[1] + "."))
+
+
+def _same_walks(
+    was: ModuleEdges,
+    now: ModuleEdges,
+    reach: Mapping[str, Any],
+    edges: Mapping[str, ModuleEdges],
+) -> bool:
+    """Whether single_process's walks give the same sets with a module's call edges changed
+    from ``was`` to ``now`` (the other modules' edges in ``edges``): each edge added or removed
+    must leave the entry points (callers of a process-group start, transitively), the three
+    floods (from the entry points, from everything distributed, from the orphans) and the
+    referenced functions as they were. An edge added from outside a flood, or to what it
+    holds already, changes none of them; one removed from outside it neither."""
+    if not reach:
+        return True  # nothing is distributed code: no walk runs (the seeds are the same)
+
+    def pairs(e: ModuleEdges) -> set[tuple[tuple[str, str], tuple[str, str], bool]]:
+        out = {(s, t, True) for s, ts in e.unguarded.items() for t in ts}
+        out |= {(s, t, False) for s, ts in e.guarded_only.items() for t in ts}
+        return out
+
+    before, after = pairs(was), pairs(now)
+    added, removed = after - before, before - after
+    if not added and not removed:
+        return True
+    entries = reach["entries"]
+    floods = (reach["from_entries"], reach["reached"], reach["unknown"])
+    referenced = reach["referenced"]
+    for s, t, unguarded in added:
+        if t in entries and s not in entries:
+            return False
+        if unguarded and any(s in f and t not in f for f in floods):
+            return False
+        if _is_reference(s, t) and t not in referenced:
+            return False
+    lost = set()
+    for s, t, unguarded in removed:
+        if t in entries and s in entries:
+            return False
+        if unguarded and any(s in f for f in floods):
+            return False
+        if _is_reference(s, t):
+            lost.add(t)
+    if lost:
+        # Still referenced by another edge, in any module (this one's as it is now)?
+        for e in edges.values():
+            for table in (e.unguarded, e.guarded_only):
+                for s, ts in table.items():
+                    for t in ts & lost if isinstance(ts, set) else set(ts) & lost:
+                        if _is_reference(s, t):
+                            lost.discard(t)
+            if not lost:
+                break
+        if lost:
+            return False
+    return True

@@ -155,8 +155,8 @@ def single_process(
     and the tables are the ones they were built from, and filled with what this one built.
     ``edges_only``: fill ``kept`` and stop (project/flow.py compares a changed module's new
     edges with its old ones). ``details``: receives the walks' sets (``reached``,
-    ``unknown``, ``referenced``, ``reached_modules``, ``touched``), left empty when nothing
-    is distributed code."""
+    ``unknown``, ``referenced``, ``reached_modules``, ``touched``, ``entries``,
+    ``from_entries``), left empty when nothing is distributed code."""
     names = list(names)
     known = set(names)
     # -- edges: calls (unguarded / guarded), handed functions, instantiated classes ------------
@@ -435,6 +435,8 @@ def single_process(
             referenced=referenced,
             reached_modules=reached_modules,
             touched=touched,
+            entries=entries,
+            from_entries=from_entries,
         )
     return local, {m for m, _ in from_entries}
 

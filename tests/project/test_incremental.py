@@ -250,6 +250,19 @@ def test_a_function_nothing_calls_keeps_the_stored_facts(
     assert computes == [1, 1]
 
 
+def test_a_helper_in_a_file_with_two_functions_of_one_name(deit: Path, computes: list[int]) -> None:
+    # (An `if`/`else` pair of `def`s, `@overload`s: the helper is still alone with its name.)
+    path = deit / "tools_unused.py"
+    path.write_text(path.read_text() + "\n\ndef twice():\n    return 1\n\n\ndef twice():\n    return 2\n")
+    _view(deit)
+    path.write_text(path.read_text() + _HELPERS[0])
+    assert _view(deit) == _expected(deit)
+    assert computes == [1]
+    path.write_text(path.read_text() + "\n\ndef twice():\n    return 3\n")  # a third: computed
+    assert _view(deit) == _expected(deit)
+    assert computes == [1, 1]
+
+
 def test_a_helper_is_single_process_where_nothing_distributed_runs(
     deit: Path, computes: list[int]
 ) -> None:
