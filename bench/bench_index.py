@@ -153,10 +153,15 @@ def server_edits(text: str, k: int) -> dict[str, str]:
         i for i, line in enumerate(lines) if line.startswith("def ") and line.rstrip().endswith(":")
     )
     body = [*lines[: at + 1], f"    _bench_edit_{k}()\n", *lines[at + 1 :]]
+    # A call of the module's second top-level function, added to its first one's body.
+    defs = [line[4:].split("(")[0] for line in lines if line.startswith("def ")]
+    callee = defs[1] if len(defs) > 1 else defs[0]
+    known = [*lines[: at + 1], f"    {callee}()\n" * (k + 1), *lines[at + 1 :]]
     return {
         "unseen (a comment appended)": text + f"# edited {k}\n",
         "lines moved (blank lines added on top)": "\n" * (k + 1) + text,
         "in a function body (a call added)": "".join(body),
+        "a call of a function of the module added": "".join(known),
         "an import added": f"import os as _bench_os_{k}\n" + text,
         "a function added that nothing calls": text + f"\n\ndef _bench_new_{k}():\n    return {k}\n",
         "a DDP model passed to a new helper": "from torch.nn.parallel import DistributedDataParallel\n"
