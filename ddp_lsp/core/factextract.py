@@ -317,9 +317,16 @@ class _Extractor:
             props.add(GUARDS_ITSELF)
         if _is_rank_predicate(f, self.ranks):
             props.add(RANK_PREDICATE)
-        props |= gate_facts.site_props(f, known_names.dotted)  # parameters that switch collectives off
         self.functions.append(
-            FunctionInfo(qual, cls, tuple(params), frozenset(calls), frozenset(props), f.lineno - 1)
+            FunctionInfo(
+                qual,
+                cls,
+                tuple(params),
+                frozenset(calls),
+                frozenset(props),
+                f.lineno - 1,
+                gate_facts.site_facts(f, known_names.dotted),  # parameters that switch collectives off
+            )
         )
 
     # -- expressions ---------------------------------------------------------------------------

@@ -416,7 +416,7 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
         todo = sorted({c for key in updates for c in callers.get(key, ())})
 
     # -- parameters that switch collectives off, through helpers of other files -----------------
-    _resolve_gates(props, res, own)
+    gating = _resolve_gates(props, res, own, summaries)
 
     # -- distributed ------------------------------------------------------------------------------
     distributed: dict[str, Provenance] = {}
@@ -474,7 +474,8 @@ def compute(index: ProjectIndex, previous: ProjectFacts | None = None) -> Projec
             # INITS_PG stays the core's direct property; carried only to find entry points.
             direct = own[tq[0]].func_props.get(tq[1], frozenset())
             keep = {p: o for p, o in found.items() if p != fact_model.INITS_PG or p in direct}
-            cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())))
+            gate = gating.get(tq) or own[tq[0]].func_gates.get(tq[1])
+            cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())), gate)
         out[m] = ModuleProjectFacts(
             m,
             s.path,
@@ -516,7 +517,9 @@ def moved(
         facts.path,
         {key: kind(k) for key, k in facts.extra_kinds.items()},
         {
-            name: CalleeProps(cp.target, cp.props, {p: at(o) for p, o in cp.origins.items()})
+            name: CalleeProps(
+                cp.target, cp.props, {p: at(o) for p, o in cp.origins.items()}, cp.gating
+            )
             for name, cp in facts.callee_props.items()
         },
         None if facts.distributed is None else at(facts.distributed),
@@ -530,39 +533,65 @@ def _resolve_gates(
     props: dict[tuple[str, str], dict[str, Provenance]],
     res: Resolver,
     own: Mapping[str, fact_model.ModuleFacts],
-) -> None:
-    """``gate-off:`` properties across files (core/gates.py): ``create_dataloader(rank=-1)``
-    in one module reaching a zero-first helper of another with that rank."""
-    gated = {
-        key: set(ps)
-        for key, ps in props.items()
-        if fact_model.COLLECTIVE in ps and any(p.startswith(gate_facts.SITE) for p in ps)
-    }
-    if not gated:
-        return
+    summaries: Mapping[str, ModuleSummary],
+) -> dict[tuple[str, str], gate_facts.Gating]:
+    """Parameter values that switch collectives off across files (core/gates.py):
+    ``create_dataloader(rank=-1)`` in one module reaching a zero-first helper of another with
+    that rank. The functions whose gating this resolution changed or started from, by key;
+    any other function's is its module's own (``ModuleFacts.func_gates``)."""
+    first: dict[str, dict[str, fact_model.FunctionInfo]] = {}
 
-    def props_of(key: tuple[str, str], name: str) -> frozenset[str] | set[str] | None:
+    def function_info(m: str, q: str) -> fact_model.FunctionInfo | None:
+        table = first.get(m)
+        if table is None:
+            table = first[m] = {}
+            for fi in summaries[m].facts.functions:  # the first of a name, as the merge keeps
+                table.setdefault(fi.qualname, fi)
+        return table.get(q)
+
+    candidates: dict[tuple[str, str], dict[str, Provenance]] = {}
+    for key, ps in props.items():
+        if fact_model.COLLECTIVE in ps:
+            fi = function_info(*key)
+            if fi is not None and fi.gates.sites:
+                candidates[key] = ps
+    if not candidates:
+        return {}
+    gating: dict[tuple[str, str], gate_facts.Gating] = {}
+    for key in candidates:
+        g = own[key[0]].func_gates.get(key[1])
+        if g is not None:
+            gating[key] = g
+
+    def target(key: tuple[str, str], name: str) -> tuple[str, str] | None:
         if name.startswith("self."):
             return None
         t = res.function(key[0], name)
-        if t is None:
+        return None if t is None else (t[0], t[1].qualname)
+
+    def gating_of(key: tuple[str, str], name: str) -> gate_facts.Gating | None:
+        tkey = target(key, name)
+        if tkey is None:
             return None
-        tkey = (t[0], t[1].qualname)
-        return gated.get(tkey) or frozenset(props.get(tkey, {}))
+        if tkey in candidates:
+            return gating.get(tkey)
+        facts = own.get(tkey[0])
+        return None if facts is None else facts.func_gates.get(tkey[1])
 
     def reaches(key: tuple[str, str], name: str) -> bool:
         facts = own.get(key[0])
         if facts is not None and fact_model.is_collective_call(name, facts.aliases):
             return True
-        return fact_model.COLLECTIVE in (props_of(key, name) or ())
+        tkey = target(key, name)
+        return tkey is not None and fact_model.COLLECTIVE in props.get(tkey, {})
 
-    before = {key: set(ps) for key, ps in gated.items()}
-    gate_facts.resolve(gated, props_of, reaches)
-    for key, ps in gated.items():
-        for p in ps - before[key]:
-            some = next(iter(props[key].values()), None)
-            if some is not None:
-                props[key][p] = some
+    def gates_of(key: tuple[str, str]) -> tuple[gate_facts.GateFacts, tuple[str, ...]]:
+        fi = function_info(*key)
+        assert fi is not None  # a candidate
+        return fi.gates, gate_facts.gate_params(fi.params)
+
+    gate_facts.resolve(candidates, gating_of, reaches, gates_of, gating)
+    return gating
 
 
 def _class_named(facts: fact_model.ChunkFacts, aliases: Mapping[str, str], key: tuple[str, str]) -> str:
