@@ -167,6 +167,8 @@ class SavesThrough:
         return cls(prop[len(cls.PREFIX) :]) if prop.startswith(cls.PREFIX) else None
 
 
-_CHECKPOINT_WRITERS = frozenset(
-    {known_names.TORCH_SAVE, "safetensors.torch.save_file", "safetensors.torch.save_model"}
+# What writes a checkpoint to the path it is given: torch.save (the rules know it by name), and
+# the framework tables' `writes-checkpoint` calls (safetensors, mmcv...).
+_CHECKPOINT_WRITERS = frozenset({known_names.TORCH_SAVE}) | framework_tables.BUILTIN.calls(
+    framework_tables.Meaning.WRITES_CHECKPOINT
 )
