@@ -143,13 +143,7 @@ class ModuleFacts:
 
     def names_of_kind(self, kind: str, scope: str, cls: str | None) -> list[str]:
         """Every path visible in ``scope`` (its own, enclosing and module level) of a kind."""
-        visible = {scope, ""}
-        s = scope
-        while "." in s:
-            s = s.rpartition(".")[0]
-            visible.add(s)
-        if cls:
-            visible.add(cls)
+        visible = visible_scopes(scope, cls)
         by_kind = self.__dict__.get("_by_kind")
         if by_kind is None:  # built on first use: rules ask per chunk, the table is large
             by_kind = {}
@@ -247,6 +241,19 @@ def _resolve_gates(
 def _callee_key(callee: str, cls: str | None) -> str:
     """The name facts know a call by: ``self.m()`` in class ``C`` is ``C.m``."""
     return f"{cls}.{callee[5:]}" if callee.startswith("self.") and cls else callee
+
+
+def visible_scopes(scope: str, cls: str | None) -> set[str]:
+    """The scopes whose names function ``scope`` sees: its own, the enclosing ones, the
+    module's (``""``) and, in a method of ``cls``, the class's (``self.x``)."""
+    visible = {scope, ""}
+    s = scope
+    while "." in s:
+        s = s.rpartition(".")[0]
+        visible.add(s)
+    if cls:
+        visible.add(cls)
+    return visible
 
 
 def visible_key(

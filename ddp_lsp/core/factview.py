@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
-from ddp_lsp.core.factmerge import ModuleFacts, _callee_key, visible_key
+from ddp_lsp.core.factmerge import ModuleFacts, _callee_key, visible_key, visible_scopes
 from ddp_lsp.core.gates import Gating
 from ddp_lsp.core.ranks import RankModel
 
@@ -246,7 +246,7 @@ class FactsView:
 
     def names_of_kind(self, kind: str, scope: str, cls: str | None) -> list[str]:
         # Depends on every kind bound in the visible scopes: one entry per scope.
-        for s in _visible_scopes(scope, cls):
+        for s in visible_scopes(scope, cls):
             self.reads.add((EntryTag.KINDS_IN_SCOPE, s))
         return self.base.names_of_kind(kind, scope, cls)
 
@@ -299,17 +299,6 @@ def recording_ranks(model: RankModel, reads: set[Entry]) -> RankModel:
         _RecSet(model.predicates, EntryTag.RANK_PREDICATES, reads),  # type: ignore[arg-type]
         model.frameworks,
     )
-
-
-def _visible_scopes(scope: str, cls: str | None) -> set[str]:
-    visible = {scope, ""}
-    s = scope
-    while "." in s:
-        s = s.rpartition(".")[0]
-        visible.add(s)
-    if cls:
-        visible.add(cls)
-    return visible
 
 
 _MISSING = object()
