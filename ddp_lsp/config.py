@@ -327,6 +327,7 @@ _BUILTIN_ONLY = frozenset(
         Meaning.BARRIER,
         Meaning.FINDS_UNUSED_PARAMETERS,
         Meaning.SAVES_UNWRAPPED,
+        Meaning.OPTIMIZER,  # kinds are computed before the settings are known
     }
 )
 _MEANINGS = {m.value: m for m in Meaning if m not in _BUILTIN_ONLY}

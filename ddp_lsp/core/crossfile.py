@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from ddp_lsp.core.gates import Gating
+
 #: The statements under a top-level ``if __name__ == "__main__":``, as a scope of
 #: ``ModuleProjectFacts.single_process``: they run when the file is the script, not when
 #: another module imports it.
@@ -42,6 +44,8 @@ class CalleeProps:
     target: tuple[str, str]  # (module, qualname) of the function
     props: frozenset[str]
     origins: Mapping[str, Provenance] = field(default_factory=dict, compare=False, hash=False)
+    # The parameter values that switch its collectives off (core/gates.py), None when none do.
+    gating: Gating | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,7 +74,13 @@ class ModuleProjectFacts:
             tuple(sorted(self.extra_kinds.items())),
             tuple(
                 sorted(
-                    (name, cp.target, tuple(sorted(cp.props)), tuple(sorted(cp.origins.items())))
+                    (
+                        name,
+                        cp.target,
+                        tuple(sorted(cp.props)),
+                        tuple(sorted(cp.origins.items())),
+                        cp.gating,
+                    )
                     for name, cp in self.callee_props.items()
                 )
             ),

@@ -18,6 +18,7 @@ from ddp_lsp.core.factcalls import (
     _user_collective,
 )
 from ddp_lsp.core.factkinds import (
+    _CHECKPOINT_WRITERS,
     COLLECTIVE,
     GUARDS_ITSELF,
     HOST_SYNC,
@@ -120,7 +121,9 @@ def extract_module(tree: ast.Module, ranks: RankModel) -> ModuleExtract:
     return ModuleExtract(cf, tuple(x.dotted_sites), (*x.site_lines, *x.dotted_lines))
 
 
-_SAVERS = frozenset({"save", "save_file", "save_model"})
+# The last names of the checkpoint writers: a call of one is a save through a parameter when
+# the merge resolves it to a writer (SavesThrough).
+_SAVERS = frozenset(q.rsplit(".", 1)[-1] for q in _CHECKPOINT_WRITERS)
 
 
 # Calls that set which log records are emitted: a level or filter chosen per rank silences the
@@ -317,9 +320,16 @@ class _Extractor:
             props.add(GUARDS_ITSELF)
         if _is_rank_predicate(f, self.ranks):
             props.add(RANK_PREDICATE)
-        props |= gate_facts.site_props(f, known_names.dotted)  # parameters that switch collectives off
         self.functions.append(
-            FunctionInfo(qual, cls, tuple(params), frozenset(calls), frozenset(props), f.lineno - 1)
+            FunctionInfo(
+                qual,
+                cls,
+                tuple(params),
+                frozenset(calls),
+                frozenset(props),
+                f.lineno - 1,
+                gate_facts.site_facts(f, known_names.dotted),  # parameters that switch collectives off
+            )
         )
 
     # -- expressions ---------------------------------------------------------------------------

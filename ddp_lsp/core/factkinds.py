@@ -12,6 +12,7 @@ from typing import ClassVar, Final
 
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core.gates import NO_GATES, GateFacts
 
 # Kinds of values the rules care about.
 DDP = "ddp"
@@ -110,6 +111,9 @@ class FunctionInfo:
     calls: frozenset[str]  # dotted callee spellings ("dist.all_reduce", "helper", "Trainer.m")
     props: frozenset[str]  # syntactic: unscale, no_sync, rank_predicate, guards_itself
     line: int  # 0-based, relative to the chunk
+    # Its call sites and literal defaults, for "parameters that switch its collectives off"
+    # (:mod:`ddp_lsp.core.gates`); empty when it calls nothing.
+    gates: GateFacts = NO_GATES
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,8 @@ class SavesThrough:
         return cls(prop[len(cls.PREFIX) :]) if prop.startswith(cls.PREFIX) else None
 
 
-_CHECKPOINT_WRITERS = frozenset(
-    {known_names.TORCH_SAVE, "safetensors.torch.save_file", "safetensors.torch.save_model"}
+# What writes a checkpoint to the path it is given: torch.save (the rules know it by name), and
+# the framework tables' `writes-checkpoint` calls (safetensors, mmcv...).
+_CHECKPOINT_WRITERS = frozenset({known_names.TORCH_SAVE}) | framework_tables.BUILTIN.calls(
+    framework_tables.Meaning.WRITES_CHECKPOINT
 )

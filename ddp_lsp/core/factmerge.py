@@ -53,6 +53,11 @@ class ModuleFacts:
     func_params: Mapping[str, tuple[str, ...]] = field(
         default_factory=dict, compare=False, hash=False
     )
+    # Parameter values that switch a function's collectives off (core/gates.py): only the
+    # functions that have some.
+    func_gates: Mapping[str, gate_facts.Gating] = field(
+        default_factory=dict, compare=False, hash=False
+    )
     rank_predicates: frozenset[str] = frozenset()
     rank_vars: frozenset[str] = frozenset()
     names_used: frozenset[str] = frozenset()  # imported names loaded somewhere in the module
@@ -80,6 +85,7 @@ class ModuleFacts:
                 tuple(sorted(self.kinds.items())),
                 tuple(sorted((q, tuple(sorted(p))) for q, p in self.func_props.items())),
                 tuple(sorted(self.func_params.items())),
+                tuple(sorted(self.func_gates.items())),
                 self.rank_predicates,
                 self.rank_vars,
                 self.names_used,
@@ -112,6 +118,7 @@ class ModuleFacts:
             and self.sometimes == other.sometimes
             and self.func_props == other.func_props
             and self.func_params == other.func_params
+            and self.func_gates == other.func_gates
             and self.project == other.project
         )
 
@@ -136,13 +143,7 @@ class ModuleFacts:
 
     def names_of_kind(self, kind: str, scope: str, cls: str | None) -> list[str]:
         """Every path visible in ``scope`` (its own, enclosing and module level) of a kind."""
-        visible = {scope, ""}
-        s = scope
-        while "." in s:
-            s = s.rpartition(".")[0]
-            visible.add(s)
-        if cls:
-            visible.add(cls)
+        visible = visible_scopes(scope, cls)
         by_kind = self.__dict__.get("_by_kind")
         if by_kind is None:  # built on first use: rules ask per chunk, the table is large
             by_kind = {}
@@ -168,6 +169,15 @@ class ModuleFacts:
         cp = self.project.callee_props.get(key) if self.project is not None else None
         return cp.props if cp is not None else frozenset()
 
+    def callee_gating(self, callee: str, cls: str | None) -> gate_facts.Gating | None:
+        """The parameter values that switch off the collectives of the function a call
+        spelled ``callee`` reaches (as :meth:`callee_props` finds it); None when none do."""
+        key = _callee_key(callee, cls)
+        if key in self.func_props:
+            return self.func_gates.get(key)
+        cp = self.project.callee_props.get(key) if self.project is not None else None
+        return cp.gating if cp is not None else None
+
     # -- where cross-file facts came from -----------------------------------------------------
 
     def kind_origin(self, path: str, scope: str, cls: str | None) -> ParamKind | None:
@@ -187,35 +197,28 @@ class ModuleFacts:
 
 
 def _resolve_gates(
-    func_props: dict[str, set[str]],
+    func_props: Mapping[str, set[str]],
     functions: Mapping[str, FunctionInfo],
     aliases: Mapping[str, str],
     project: ModuleProjectFacts | None,
     cache: MergeCache,
-) -> None:
-    """``gate-off:`` properties: parameters that switch a helper's collectives off."""
+) -> dict[str, gate_facts.Gating]:
+    """Parameters that switch a helper's collectives off (:attr:`ModuleFacts.func_gates`)."""
+    gating: dict[str, gate_facts.Gating] = {}
 
-    def props_of(caller: str, name: str) -> frozenset[str] | set[str] | None:
+    def gating_of(caller: str, name: str) -> gate_facts.Gating | None:
         fi = functions.get(caller)
         key = _callee_key(name, fi.cls if fi is not None else None)
-        own = func_props.get(key)
-        if own is not None:
-            return own
+        if key in func_props:
+            return gating.get(key)
         cp = project.callee_props.get(key) if project is not None else None
-        return cp.props if cp is not None else None
+        return cp.gating if cp is not None else None
+
+    def gates_of(q: str) -> tuple[gate_facts.GateFacts, tuple[str, ...]]:
+        fi = functions[q]
+        return fi.gates, gate_facts.gate_params(fi.params)
 
     by_name = cache.collective_names  # the same names are called from many functions
-
-    def sites_of(q: str) -> tuple[tuple[gate_facts.Site, ...], list[str]]:
-        # The sites and parameters are syntactic (FunctionInfo.props): parsed once per function.
-        fi = functions[q]
-        hit = cache.gate_sites.get(id(fi))
-        if hit is None or hit[0] is not fi:
-            hit = cache.gate_sites[id(fi)] = (fi, gate_facts.parsed_sites(fi.props))
-        kept[id(fi)] = hit
-        return hit[1]
-
-    kept: dict[int, tuple[FunctionInfo, tuple[tuple[gate_facts.Site, ...], list[str]]]] = {}
 
     def reaches(caller: str, name: str) -> bool:
         direct = by_name.get(name)
@@ -223,15 +226,34 @@ def _resolve_gates(
             direct = by_name[name] = is_collective_call(name, aliases)
         if direct:
             return True
-        return COLLECTIVE in (props_of(caller, name) or ())
+        fi = functions.get(caller)
+        key = _callee_key(name, fi.cls if fi is not None else None)
+        own = func_props.get(key)
+        if own is not None:
+            return COLLECTIVE in own
+        cp = project.callee_props.get(key) if project is not None else None
+        return cp is not None and COLLECTIVE in cp.props
 
-    gate_facts.resolve(func_props, props_of, reaches, sites_of)
-    cache.gate_sites = kept
+    gate_facts.resolve(func_props, gating_of, reaches, gates_of, gating)
+    return gating
 
 
 def _callee_key(callee: str, cls: str | None) -> str:
     """The name facts know a call by: ``self.m()`` in class ``C`` is ``C.m``."""
     return f"{cls}.{callee[5:]}" if callee.startswith("self.") and cls else callee
+
+
+def visible_scopes(scope: str, cls: str | None) -> set[str]:
+    """The scopes whose names function ``scope`` sees: its own, the enclosing ones, the
+    module's (``""``) and, in a method of ``cls``, the class's (``self.x``)."""
+    visible = {scope, ""}
+    s = scope
+    while "." in s:
+        s = s.rpartition(".")[0]
+        visible.add(s)
+    if cls:
+        visible.add(cls)
+    return visible
 
 
 def visible_key(
@@ -266,9 +288,7 @@ class MergeCache:
         self.local_calls: dict[int, tuple[FunctionInfo, tuple[str, ...]]] = {}
         self.module_parts: list[FunctionInfo] = []
         self.module_info: FunctionInfo | None = None
-        # Each function's parsed gate sites (gates.parsed_sites of its syntactic properties),
-        # and whether a name called is a collective under the aliases.
-        self.gate_sites: dict[int, tuple[FunctionInfo, tuple[tuple[gate_facts.Site, ...], list[str]]]] = {}
+        # Whether a name called is a collective under the aliases.
         self.collective_names: dict[str, bool] = {}
 
     def reset_if_changed(self, aliases: dict[str, str], project: ModuleProjectFacts | None) -> None:
@@ -561,7 +581,7 @@ def merge(
             if q in func_props:
                 func_props[q].add(ONLY_CALLED_GUARDED)
 
-    _resolve_gates(func_props, functions, aliases, project, cache)
+    func_gates = _resolve_gates(func_props, functions, aliases, project, cache)
     # Rank-0 flags assigned in one chunk and tested in another (`self.is_master`).
     flags = frozenset().union(*(part.rank0_flags for part in parts))
     rank_predicates = flags | frozenset(
@@ -597,6 +617,7 @@ def merge(
         kinds=kinds,
         func_props=frozen_props,
         func_params=func_params,
+        func_gates=func_gates,
         rank_predicates=rank_predicates,
         rank_vars=rank_vars,
         names_used=names_used,

@@ -11,7 +11,8 @@ from typing import Any, Final
 
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
-from ddp_lsp.core.factmerge import ModuleFacts, _callee_key, visible_key
+from ddp_lsp.core.factmerge import ModuleFacts, _callee_key, visible_key, visible_scopes
+from ddp_lsp.core.gates import Gating
 from ddp_lsp.core.ranks import RankModel
 
 # -- what a chunk's rules read of the module facts ------------------------------------------------
@@ -45,6 +46,7 @@ class EntryTag:
     SOMETIMES: Final = "sm"  # a kind key that holds on some launches only
     FUNC_PROPS: Final = "p"  # a function's properties
     FUNC_PARAMS: Final = "fp"  # a function's parameters
+    FUNC_GATES: Final = "fg"  # the parameter values that switch a function's collectives off
     CALLEE_PROPS: Final = "pc"  # a callee not defined in the module (project, by name)
     PROJECT_KINDS: Final = "pk"  # a kind another file gave
     RANK_PREDICATES: Final = "rp"
@@ -190,6 +192,7 @@ class FactsView:
         self.kinds: Mapping[tuple[str, str], str] = _RecMap(facts.kinds, EntryTag.KINDS, reads)
         self.func_props: Mapping[str, frozenset[str]] = _RecMap(facts.func_props, EntryTag.FUNC_PROPS, reads)
         self.func_params: Mapping[str, tuple[str, ...]] = _RecMap(facts.func_params, EntryTag.FUNC_PARAMS, reads)
+        self.func_gates: Mapping[str, Gating] = _RecMap(facts.func_gates, EntryTag.FUNC_GATES, reads)
         self.rank_predicates: AbstractSet[str] = _RecSet(facts.rank_predicates, EntryTag.RANK_PREDICATES, reads)
         self.rank_vars: AbstractSet[str] = _RecSet(facts.rank_vars, EntryTag.RANK_VARS, reads)
         self.names_used: AbstractSet[str] = _RecSet(facts.names_used, EntryTag.NAMES_USED, reads)
@@ -243,7 +246,7 @@ class FactsView:
 
     def names_of_kind(self, kind: str, scope: str, cls: str | None) -> list[str]:
         # Depends on every kind bound in the visible scopes: one entry per scope.
-        for s in _visible_scopes(scope, cls):
+        for s in visible_scopes(scope, cls):
             self.reads.add((EntryTag.KINDS_IN_SCOPE, s))
         return self.base.names_of_kind(kind, scope, cls)
 
@@ -258,6 +261,13 @@ class FactsView:
             return own
         self.reads.add((EntryTag.CALLEE_PROPS, key))
         return self.base.callee_props(callee, cls)
+
+    def callee_gating(self, callee: str, cls: str | None) -> Gating | None:
+        key = _callee_key(callee, cls)
+        if key in self.func_props:
+            return self.func_gates.get(key)
+        self.reads.add((EntryTag.CALLEE_PROPS, key))
+        return self.base.callee_gating(callee, cls)
 
     def kind_origin(self, path: str, scope: str, cls: str | None) -> ParamKind | None:
         self.reads.add(HAS_PROJECT)
@@ -289,17 +299,6 @@ def recording_ranks(model: RankModel, reads: set[Entry]) -> RankModel:
         _RecSet(model.predicates, EntryTag.RANK_PREDICATES, reads),  # type: ignore[arg-type]
         model.frameworks,
     )
-
-
-def _visible_scopes(scope: str, cls: str | None) -> set[str]:
-    visible = {scope, ""}
-    s = scope
-    while "." in s:
-        s = s.rpartition(".")[0]
-        visible.add(s)
-    if cls:
-        visible.add(cls)
-    return visible
 
 
 _MISSING = object()
@@ -343,6 +342,7 @@ def changed_entries(old: ModuleFacts, new: ModuleFacts) -> frozenset[Entry]:
     _diff_map(out, EntryTag.KINDS, old.kinds, new.kinds)
     _diff_map(out, EntryTag.FUNC_PROPS, old.func_props, new.func_props)
     _diff_map(out, EntryTag.FUNC_PARAMS, old.func_params, new.func_params)
+    _diff_map(out, EntryTag.FUNC_GATES, old.func_gates, new.func_gates)
     _diff_set(out, EntryTag.RANK_PREDICATES, old.rank_predicates, new.rank_predicates)
     _diff_set(out, EntryTag.RANK_VARS, old.rank_vars, new.rank_vars)
     _diff_set(out, EntryTag.NAMES_USED, old.names_used, new.names_used)

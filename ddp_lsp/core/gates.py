@@ -24,25 +24,27 @@ collective when a call binds that parameter to a value the test rejects::
 
 Three steps, each pure:
 
-1. :func:`site_props` (the module facts, per function, syntactic): each call site of the
+1. :func:`site_facts` (the chunk facts, per function, syntactic): each call site of the
    function's own frame with the parameter values under which an enclosing ``if`` / ``while``
    / conditional expression skips it, the caller parameters it passes on, what it binds
-   (literals by position or keyword, ``?`` for other expressions, ``*`` for unpacking), and
-   the parameters' literal defaults. Stored as function properties (``gate-site:...``,
-   ``gate-default:...``) so they travel with the facts and the project index.
+   (literal tokens by position or keyword, :attr:`Token.OTHER` for other expressions, and
+   whether it unpacks arguments), and the parameters' literal defaults. Stored as the typed
+   :class:`GateFacts` of :attr:`~ddp_lsp.core.factkinds.FunctionInfo.gates`, so they travel
+   with the facts and the project index (whose JSON codec checks every field's type).
 2. :func:`resolve` (the module facts, after the transitive properties): a function that
    reaches a collective is *off* for ``param=value`` when every call site of its frame that
    reaches one is skipped for it, directly or through a callee that is off for the value
-   passed on (``gate-off:param=value``, ``gate-params:a,b,c``). A call site whose own
-   literals or left defaults switch its callee off (``make_loader(path)`` with ``rank=-1``
-   by default) makes no collective at all; a function whose every such site is off is off
-   whatever its arguments (``gate-off:*=*``: a validation helper that builds its own loader
-   that way). A site under a mode switch of the function's arguments (``if args.fsdp:``),
-   or one binding such a switch to a parameter that switches the callee off, reaches a
-   collective only in that mode; a function whose every collective site is off or so is
-   mode-gated (``gate-off:*=mode``), and a call of it is not taken as a collective. Iterated through same-file
-   helpers by the module facts, and through helpers of other files by the project index
-   (``ddp_lsp/project/flow.py`` runs the same resolution over every module's functions).
+   passed on (:attr:`Gating.off`). A call site whose own literals or left defaults switch its
+   callee off (``make_loader(path)`` with ``rank=-1`` by default) makes no collective at all;
+   a function whose every such site is off is off whatever its arguments
+   (:attr:`Gating.always`: a validation helper that builds its own loader that way). A site
+   under a mode switch of the function's arguments (``if args.fsdp:``), or one binding such a
+   switch to a parameter that switches the callee off, reaches a collective only in that
+   mode; a function whose every collective site is off or so is mode-gated
+   (:attr:`Gating.mode`), and a call of it is not taken as a collective. Iterated through
+   same-file helpers by the module facts (:attr:`ModuleFacts.func_gates`), and through
+   helpers of other files by the project index (``ddp_lsp/project/flow.py`` runs the same
+   resolution over every module's functions; :attr:`CalleeProps.gating` carries the result).
 3. :func:`switched_off` (the path analysis, per call): the call binds a literal (or the
    parameter's default) that switches the callee off; :func:`falsy_bindings` lists the
    expressions whose falsity does (a path that decided ``u`` false drops the call).
@@ -51,33 +53,101 @@ Three steps, each pure:
 from __future__ import annotations
 
 import ast
-import functools
-from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import TypeVar
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Final, TypeVar
 
 from ddp_lsp.core.walk import children
 
 K = TypeVar("K", bound=Hashable)
 
 COLLECTIVE_PROP = "collective"  # ddp_lsp.core.facts.COLLECTIVE (facts imports this module)
-SITE = "gate-site:"
-DEFAULT = "gate-default:"
-OFF = "gate-off:"
-PARAMS = "gate-params:"
-PREFIX = "gate-"  # every gate property starts with it (SITE, DEFAULT, OFF, PARAMS)
-# ``gate-off:*=*``: every call site of the function that reaches a collective binds values
-# that switch its callee off, so no call of it makes a collective.
-ALWAYS = ("*", "*")
-# ``gate-off:*=mode``: every collective of the function sits under a mode test of its
-# arguments (``if args.fsdp:``; see :func:`_mode_test`). Whether a call of it communicates
-# depends on a mode of the run the call site does not show, so a call of it is not taken
-# as a collective (precision first: a mode-gated helper called on rank 0 only in that mode
-# is missed). A site under such a test carries the gate ``*=mode``.
-MODE = ("*", "mode")
+
+
+class Token:
+    """What the summaries know of a value: one of the literals a parameter is tried with
+    (:data:`TRIED`), or what a call binds that is not one."""
+
+    MINUS_ONE: Final = "-1"
+    ZERO: Final = "0"
+    NONE: Final = "None"
+    FALSE: Final = "False"
+    MODE: Final = "m"  # a mode test of the caller's arguments (see :func:`_mode_test`)
+    OTHER: Final = "?"  # any other expression
+
+
 # The values a parameter is tried with, by token.
-_TRY: dict[str, object] = {"-1": -1, "0": 0, "None": None, "False": False}
-_FALSY = ("None", "False")
+TRIED: dict[str, object] = {Token.MINUS_ONE: -1, Token.ZERO: 0, Token.NONE: None, Token.FALSE: False}
+_FALSY = (Token.NONE, Token.FALSE)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+# A (parameter, token) pair: "the function's parameter ``p`` bound to the value ``token``".
+Gate = tuple[str, str]
+# Where a call puts an argument: its position (0-based, as written) or its keyword.
+Slot = int | str
+
+
+@dataclass(frozen=True)
+class Site:
+    """One call in a function's own frame (syntactic, see :func:`site_facts`)."""
+
+    callee: str  # the callee as spelled (``dist.barrier``, ``self.sync``, ``zero_first``)
+    # The values of the function's parameters for which an enclosing test skips the call.
+    skipped: frozenset[tuple[str, str]]
+    # Under a mode test of the function's arguments (``if args.fsdp:``): reached in that mode only.
+    moded: bool
+    passed: tuple[tuple[Slot, str], ...]  # (slot, parameter of the function passed there whole)
+    bound: tuple[tuple[Slot, str], ...]  # (slot, :class:`Token` of the argument written there)
+    unpacked: bool  # ``*args`` / ``**kwargs``: the defaults it leaves are unknown
+
+
+@dataclass(frozen=True)
+class GateFacts:
+    """The syntactic gate summary of a function (:attr:`FunctionInfo.gates`): the literal
+    defaults of its parameters and its call sites. Empty for a function that calls nothing."""
+
+    defaults: tuple[tuple[str, str], ...] = ()  # (parameter, token of its literal default)
+    sites: tuple[Site, ...] = ()
+
+
+NO_GATES = GateFacts()
+
+
+@dataclass(frozen=True)
+class Gating:
+    """What a call of a function reads (resolved by :func:`resolve`): the values of its
+    parameters that switch its collectives off. Only functions with some such value have one."""
+
+    params: tuple[str, ...]  # its parameters, ``self`` included (a method's calls skip it)
+    defaults: tuple[tuple[str, str], ...]  # (parameter, token of its literal default)
+    off: frozenset[tuple[str, str]]  # (parameter, token): bound to it, no collective runs
+    # Every call site that reaches a collective binds values that switch its callee off: no
+    # call of the function makes a collective, whatever its arguments.
+    always: bool = False
+    # Every collective sits under a mode test of its arguments (``if args.fsdp:``): whether a
+    # call communicates depends on a mode of the run the call site does not show, so a call of
+    # it is not taken as a collective (precision first: a mode-gated helper called on rank 0
+    # only in that mode is missed).
+    mode: bool = False
+
+    @cached_property
+    def default_of(self) -> dict[str, str]:
+        return dict(self.defaults)
+
+    def with_off(self, off: Iterable[tuple[str, str]], always: bool, mode: bool) -> Gating:
+        return Gating(
+            self.params,
+            self.defaults,
+            self.off | frozenset(off),
+            self.always or always,
+            self.mode or mode,
+        )
+
+
+def gate_params(params: Iterable[str]) -> tuple[str, ...]:
+    """The parameters a gate names, from :attr:`FunctionInfo.params` (``*args`` left out)."""
+    return tuple(p for p in params if not p.startswith("*"))
 
 
 # -- 1. sites ------------------------------------------------------------------------------------
@@ -87,16 +157,16 @@ def _token(e: ast.AST | None) -> str | None:
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
         inner = e.operand
         if isinstance(inner, ast.Constant) and inner.value == 1 and type(inner.value) is int:
-            return "-1"
+            return Token.MINUS_ONE
         return None
     if isinstance(e, ast.Constant):
         v = e.value
         if v is None:
-            return "None"
+            return Token.NONE
         if v is False:
-            return "False"
+            return Token.FALSE
         if type(v) is int and v == 0:
-            return "0"
+            return Token.ZERO
     return None
 
 
@@ -166,7 +236,7 @@ def _constants(e: ast.AST) -> list[object] | None:
         return out
     tok = _token(e)
     if tok is not None:
-        return [_TRY[tok]]
+        return [TRIED[tok]]
     if isinstance(e, ast.Constant) and isinstance(e.value, (int, bool, str)):
         return [e.value]
     return None
@@ -179,33 +249,37 @@ def _skips(test: ast.AST, params: Iterable[str], want: bool) -> set[tuple[str, s
     for p in params:
         if p not in names:
             continue
-        for tok, value in _TRY.items():
+        for tok, value in TRIED.items():
             got = _evaluate(test, p, value)
             if got is not None and got is not want:
                 out.add((p, tok))
     return out
 
 
-def _bindings(call: ast.Call, params: set[str], modes: set[str]) -> str:
-    """What a call binds: ``0=-1`` (first positional, a literal), ``fsdp=m`` (a mode test of
-    an argument, see :func:`_mode_test`), ``rank=?`` (any other expression), and ``*`` when
-    it unpacks arguments (then the defaults it leaves are unknown)."""
+def _bindings(
+    call: ast.Call, params: set[str], modes: set[str]
+) -> tuple[tuple[tuple[Slot, str], ...], bool]:
+    """What a call binds, by slot: ``(0, "-1")`` (first positional, a literal), ``("fsdp",
+    Token.MODE)`` (a mode test of an argument, see :func:`_mode_test`), ``("rank",
+    Token.OTHER)`` (any other expression); and whether it unpacks arguments (then the
+    defaults it leaves are unknown, and no position after a ``*args`` is known)."""
 
     def tok(e: ast.expr) -> str:
-        return _token(e) or ("m" if _mode_test(e, params, modes) else "?")
+        return _token(e) or (Token.MODE if _mode_test(e, params, modes) else Token.OTHER)
 
-    out = []
+    out: list[tuple[Slot, str]] = []
+    unpacked = False
     for i, a in enumerate(call.args):
         if isinstance(a, ast.Starred):
-            out.append("*")
+            unpacked = True
             break
-        out.append(f"{i}={tok(a)}")
+        out.append((i, tok(a)))
     for kw in call.keywords:
         if kw.arg is None:
-            out.append("*")
+            unpacked = True
         else:
-            out.append(f"{kw.arg}={tok(kw.value)}")
-    return ",".join(out)
+            out.append((kw.arg, tok(kw.value)))
+    return tuple(out), unpacked
 
 
 # Attribute names that say whether the run is distributed, or which rank this is: a test of
@@ -320,254 +394,209 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
     return out
 
 
-def site_props(
+def site_facts(
     f: ast.FunctionDef | ast.AsyncFunctionDef, dotted: Callable[[ast.AST], str | None]
-) -> set[str]:
-    """The ``gate-*`` properties of ``f``: the literal defaults of its parameters, and, when it
-    calls anything, each call site (the parameter values that skip it, the parameters it passes
-    on, the arguments it binds) and its parameter list. A function without parameters records
-    its sites too: the literals its calls bind can switch a callee's collective off."""
+) -> GateFacts:
+    """The gate summary of ``f``: when it calls anything, each call site (the parameter values
+    that skip it, the parameters it passes on, the arguments it binds) and the literal defaults
+    of its parameters. A function without parameters records its sites too: the literals its
+    calls bind can switch a callee's collective off."""
     args = f.args
     params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
-    out: set[str] = set()
-    positional = [*args.posonlyargs, *args.args]
-    for a, d in zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True):
-        tok = _token(d)
-        if tok is not None:
-            out.add(f"{DEFAULT}{a.arg}={tok}")
-    for a, kd in zip(args.kwonlyargs, args.kw_defaults, strict=True):
-        tok = _token(kd)
-        if tok is not None:
-            out.add(f"{DEFAULT}{a.arg}={tok}")
     pset = set(params)
-    sites: list[str] = []
+    sites: dict[Site, None] = {}  # in walk order, each once
     modes = _mode_locals(f, pset)
-    none: frozenset[tuple[str, str]] = frozenset()
-    # Depth first over the function's own frame (the sites are a set: order does not matter),
-    # each node with the (param, value) pairs for which an enclosing test skips it.
-    stack: list[tuple[ast.AST, frozenset[tuple[str, str]]]] = [(s, none) for s in f.body]
+    none: frozenset[Gate] = frozenset()
+    # Depth first over the function's own frame, each node with the (param, value) pairs for
+    # which an enclosing test skips it, and whether it sits under a mode test.
+    stack: list[tuple[ast.AST, frozenset[Gate], bool]] = [(s, none, False) for s in f.body]
     while stack:
-        node, gates = stack.pop()
+        node, gates, moded = stack.pop()
         if isinstance(node, _SCOPES):
             continue
         if isinstance(node, (ast.If, ast.While, ast.IfExp)):
             test = node.test
-            stack.append((test, gates))
+            stack.append((test, gates, moded))
             on = off = gates
+            on_moded = off_moded = moded
             if any(isinstance(n, ast.Name) and n.id in pset for n in ast.walk(test)):
                 on = gates | _skips(test, pset, True)
                 off = gates | _skips(test, pset, False)
             if _mode_test(test, pset, modes):
-                on = on | {MODE}
+                on_moded = True
             elif (
                 isinstance(test, ast.UnaryOp)
                 and isinstance(test.op, ast.Not)
                 and _mode_test(test.operand, pset, modes)
             ):
-                off = off | {MODE}
+                off_moded = True
             body = node.body if isinstance(node.body, list) else [node.body]
             orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
             for s in body:
-                stack.append((s, on))
+                stack.append((s, on, on_moded))
             for s in orelse:
-                stack.append((s, off if not isinstance(node, ast.While) else gates))
+                if isinstance(node, ast.While):
+                    stack.append((s, gates, moded))
+                else:
+                    stack.append((s, off, off_moded))
             continue
         if isinstance(node, ast.Call):
             name = dotted(node.func)
             if name is not None:
-                passed = [
-                    f"{i}>{a.id}"
+                passed: list[tuple[Slot, str]] = [
+                    (i, a.id)
                     for i, a in enumerate(node.args)
                     if isinstance(a, ast.Name) and a.id in pset
-                ] + [
-                    f"{kw.arg}>{kw.value.id}"
+                ]
+                passed += [
+                    (kw.arg, kw.value.id)
                     for kw in node.keywords
                     if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in pset
                 ]
-                g = ",".join(sorted(f"{p}={t}" for p, t in gates))
-                sites.append(f"{SITE}{name}|{g}|{','.join(passed)}|{_bindings(node, pset, modes)}")
+                bound, unpacked = _bindings(node, pset, modes)
+                sites[Site(name, gates, moded, tuple(passed), bound, unpacked)] = None
         for child in children(node):
-            stack.append((child, gates))
+            stack.append((child, gates, moded))
 
     if not sites:
-        return out  # calls nothing: no summary needed
-    out.update(sites)
-    out.add(PARAMS + ",".join(params))
-    return out
+        return NO_GATES  # calls nothing: no summary needed
+    defaults: list[tuple[str, str]] = []
+    positional = [*args.posonlyargs, *args.args]
+    for a, d in zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True):
+        tok = _token(d)
+        if tok is not None:
+            defaults.append((a.arg, tok))
+    for a, kd in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+        tok = _token(kd)
+        if tok is not None:
+            defaults.append((a.arg, tok))
+    return GateFacts(tuple(defaults), tuple(sites))
 
 
 # -- 2. resolution -------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=65536)
-def _parse_site(prop: str) -> tuple[str, frozenset[tuple[str, str]], Mapping[str, str], str]:
-    """(callee, gates, passed, bound) of a ``gate-site:`` property (cached: every merge
-    resolves the same sites again; the mapping returned is shared, never to be changed)."""
-    callee, gates, passed, bound = prop[len(SITE) :].split("|")
-    g = frozenset(tuple(x.split("=", 1)) for x in gates.split(",") if x)
-    p = dict(x.split(">", 1) for x in passed.split(",") if x)
-    return callee, g, p, bound  # type: ignore[return-value]
-
-
-def off_values(props: Iterable[str]) -> set[tuple[str, str]]:
-    return {tuple(p[len(OFF) :].split("=", 1)) for p in props if p.startswith(OFF)}  # type: ignore[misc]
-
-
-def _turns_off(got: str, off: str) -> bool:
+def _turns_off(got: str | None, off: str) -> bool:
     """A bound token ``got`` is the value ``off`` that switches the callee off (``None``,
     ``False`` and ``0`` are one for a test of truth)."""
-    return got == off or (off in _FALSY and got in _FALSY + ("0",))
+    return got == off or (off in _FALSY and got in (*_FALSY, Token.ZERO))
 
 
-def _callee_summary(
-    cprops: Iterable[str],
-) -> tuple[set[tuple[str, str]], list[str], dict[str, str]]:
-    """What a call site's resolution reads of its callee: its ``gate-off`` values, its
-    parameters and their literal defaults."""
-    cprops = list(cprops)
-    return off_values(cprops), params_of(cprops) or [], defaults_of(cprops)
+def _token_at(binds: Mapping[Slot, str], p: str, cparams: tuple[str, ...]) -> str | None:
+    """The token a call binds to the callee's parameter ``p``: by keyword, else by position
+    (a method called through its instance skips ``self``)."""
+    tok = binds.get(p)
+    if tok is None and p in cparams:
+        i = cparams.index(p) - (1 if cparams[0] in ("self", "cls") else 0)
+        tok = binds.get(i) if i >= 0 else None
+    return tok
 
 
-def _site_mode(bound: str, coff: set[tuple[str, str]], cparams: list[str]) -> bool:
+def _site_mode(site: Site, callee: Gating) -> bool:
     """The call reaches a collective only in a mode of the run: the callee is mode-gated, or
     it is off for a false parameter the call binds to a mode test (``use_fsdp_eval=...``)."""
-    if MODE in coff:
+    if callee.mode:
         return True
-    falsy = {p for p, t in coff if t in _FALSY}
+    falsy = {p for p, t in callee.off if t in _FALSY}
     if not falsy:
         return False
-    binds = dict(x.split("=", 1) for x in bound.split(",") if x and x != "*")
-    for p in falsy:
-        tok = binds.get(p)
-        if tok is None and p in cparams:
-            i = cparams.index(p) - (1 if cparams[0] in ("self", "cls") else 0)
-            tok = binds.get(str(i)) if i >= 0 else None
-        if tok == "m":
-            return True
-    return False
+    binds = dict(site.bound)
+    return any(_token_at(binds, p, callee.params) == Token.MODE for p in falsy)
 
 
-def _site_off(
-    bound: str, coff: set[tuple[str, str]], cparams: list[str], defaults: Mapping[str, str]
-) -> bool:
+def _site_off(site: Site, callee: Gating) -> bool:
     """The literals a call site binds (see :func:`_bindings`), or the defaults it leaves,
     switch the callee off: ``make_loader(path)`` whose ``rank`` defaults to -1."""
-    if ALWAYS in coff:
+    if callee.always:
         return True
-    if not coff:
-        return False
-    items = [x for x in bound.split(",") if x]
-    unpacked = "*" in items
-    binds = dict(x.split("=", 1) for x in items if x != "*")
-    for p, t in coff:
-        tok = binds.get(p)
-        if tok is None and p in cparams:
-            i = cparams.index(p) - (1 if cparams[0] in ("self", "cls") else 0)
-            tok = binds.get(str(i)) if i >= 0 else None
+    binds = dict(site.bound)
+    defaults = callee.default_of
+    for p, t in callee.off:
+        tok = _token_at(binds, p, callee.params)
         if tok is not None:
             if _turns_off(tok, t):
                 return True
             continue
-        if unpacked:
+        if site.unpacked:
             continue
         if defaults.get(p) == t:
             return True
     return False
 
 
-def params_of(props: Iterable[str]) -> list[str] | None:
-    for p in props:
-        if p.startswith(PARAMS):
-            return p[len(PARAMS) :].split(",")
-    return None
-
-
-def defaults_of(props: Iterable[str]) -> dict[str, str]:
-    return dict(p[len(DEFAULT) :].split("=", 1) for p in props if p.startswith(DEFAULT))
-
-
-Site = tuple[str, frozenset[tuple[str, str]], Mapping[str, str], str]
-
-
-def parsed_sites(props: Iterable[str]) -> tuple[tuple[Site, ...], list[str]]:
-    """The parsed ``gate-site:`` properties among ``props`` and the ``gate-params:`` list."""
-    return tuple(_parse_site(p) for p in props if p.startswith(SITE)), params_of(props) or []
-
-
 def resolve(
-    func_props: Mapping[K, set[str]],
-    callee_props: Callable[[K, str], frozenset[str] | set[str] | None],
+    func_props: Mapping[K, Collection[str]],
+    callee_gating: Callable[[K, str], Gating | None],
     reaches: Callable[[K, str], bool],
-    sites_of: Callable[[K], tuple[tuple[Site, ...], list[str]]] | None = None,
+    gates_of: Callable[[K], tuple[GateFacts, tuple[str, ...]]],
+    gating: dict[K, Gating],
 ) -> None:
-    """Add ``gate-off:`` properties to the functions of ``func_props`` (see the docstring).
+    """Resolve which parameter values switch the collectives of the functions of
+    ``func_props`` off (see the module docstring), into ``gating`` (updated in place: a
+    function's entry only grows; one it already holds, from an earlier resolution, is kept).
 
-    ``callee_props(caller, name)``: the properties of what ``name`` calls from ``caller`` (a
-    function of this module or another file's); ``reaches(caller, name)``: that call reaches
-    a collective; ``sites_of(q)``: :func:`parsed_sites` of ``func_props[q]``, when the caller
-    keeps it between resolutions (the module facts do, per function, between keystrokes)."""
-    if sites_of is None:
-        sites_of = lambda q: parsed_sites(func_props[q])  # noqa: E731
+    ``func_props``: the functions' properties (only :data:`COLLECTIVE_PROP` is read);
+    ``callee_gating(caller, name)``: the :class:`Gating` of what ``name`` calls from ``caller``
+    (a function of ``gating`` as resolved so far, or another file's), None when it has none;
+    ``reaches(caller, name)``: that call reaches a collective; ``gates_of(q)``: ``q``'s
+    :class:`GateFacts` and its parameters (:func:`gate_params`)."""
     # Only functions that reach a collective and call something can be switched off (most
     # functions of a big module do not: skipping them keeps the per-keystroke merge cheap).
-    # Their sites and parameters, whether a call reaches a collective and each callee's
-    # summary do not change between rounds (only gate-off properties are added).
-    sites: dict[K, tuple[Site, ...]] = {}
-    own_params: dict[K, list[str]] = {}
+    # Their sites and parameters, and whether a call reaches a collective, do not change
+    # between rounds (only off values are added).
+    todo: list[tuple[K, tuple[Site, ...], tuple[str, ...], GateFacts]] = []
     for q, ps in func_props.items():
         if COLLECTIVE_PROP in ps:
-            found_sites, found_params = sites_of(q)
-            if found_sites:
-                sites[q] = found_sites
-                own_params[q] = found_params
-    todo = list(sites)
+            facts, params = gates_of(q)
+            if facts.sites:
+                todo.append((q, facts.sites, params, facts))
     reaches_memo: dict[tuple[K, str], bool] = {}
-    # Each callee's summary (_callee_summary), by the identity of its properties: dropped when
-    # this resolution adds to a function's properties (the only change they see here).
-    summaries: dict[int, tuple[object, tuple[set[tuple[str, str]], list[str], dict[str, str]]]] = {}
     for _ in range(4):  # helpers of helpers: a few rounds reach a fixed point in practice
         changed = False
-        for q in todo:
-            props = func_props[q]
-            params = own_params[q]
-            found: set[tuple[str, str]] | None = None
+        for q, sites, params, facts in todo:
+            found: set[Gate] | None = None
             reached = moded = False
-            for callee, gates, passed, bound in sites[q]:
+            for site in sites:
+                callee = site.callee
                 hit = reaches_memo.get((q, callee))
                 if hit is None:
                     hit = reaches_memo[(q, callee)] = reaches(q, callee)
                 if not hit:
                     continue
                 reached = True
-                cprops = callee_props(q, callee) or ()
-                summary = summaries.get(id(cprops))
-                if summary is None or summary[0] is not cprops:
-                    summary = summaries[id(cprops)] = (cprops, _callee_summary(cprops))
-                coff, cparams, defaults = summary[1]
-                if _site_off(bound, coff, cparams, defaults):
+                cg = callee_gating(q, callee)
+                if cg is not None and _site_off(site, cg):
                     continue  # this call makes no collective, whatever q's arguments
-                if MODE in gates or _site_mode(bound, coff, cparams):
+                if site.moded or (cg is not None and _site_mode(site, cg)):
                     moded = True
                     continue  # a collective only in a mode of the run
-                off = set(gates)
-                if coff:
-                    for key, mine in passed.items():
-                        target = (
-                            cparams[int(key)] if key.isdigit() and int(key) < len(cparams) else key
-                        )
-                        off |= {(mine, t) for p, t in coff if p == target}
+                off = set(site.skipped)
+                if cg is not None and cg.off:
+                    cparams = cg.params
+                    for key, mine in site.passed:
+                        target = cparams[key] if isinstance(key, int) and key < len(cparams) else key
+                        off |= {(mine, t) for p, t in cg.off if p == target}
                 found = off if found is None else found & off
                 if not found:
                     break
+            always = mode = False
+            new: frozenset[Gate] = frozenset()
             if reached and found is None:
-                mark = MODE if moded else ALWAYS
-                new = {f"{OFF}{mark[0]}={mark[1]}"}
+                if moded:
+                    mode = True
+                else:
+                    always = True
             else:
-                new = {f"{OFF}{p}={t}" for p, t in (found or ()) if p in params}
-            if not new <= props:
-                props |= new
-                summaries.pop(id(props), None)
-                changed = True
+                new = frozenset((p, t) for p, t in (found or ()) if p in params)
+            if not (new or always or mode):
+                continue
+            old = gating.get(q)
+            if old is None:
+                old = Gating(params, facts.defaults, frozenset())
+            if new <= old.off and (old.always or not always) and (old.mode or not mode):
+                continue
+            gating[q] = old.with_off(new, always, mode)
+            changed = True
         if not changed:
             break
 
@@ -575,7 +604,7 @@ def resolve(
 # -- 3. call sites -------------------------------------------------------------------------------
 
 
-def _bound(call: ast.Call, param: str, params: list[str]) -> ast.expr | None:
+def _bound(call: ast.Call, param: str, params: tuple[str, ...]) -> ast.expr | None:
     for kw in call.keywords:
         if kw.arg == param:
             return kw.value
@@ -590,45 +619,36 @@ def _bound(call: ast.Call, param: str, params: list[str]) -> ast.expr | None:
     return None
 
 
-def switched_off(call: ast.Call, props: Iterable[str]) -> bool:
+def switched_off(call: ast.Call, gating: Gating | None) -> bool:
     """The call binds a value (a literal, or the default it leaves) that switches the
-    callee's collectives off."""
-    props = list(props)
-    off = off_values(props)
-    if not off:
+    callee's collectives off (``gating``: the callee's, see :meth:`FactsView.callee_gating`)."""
+    if gating is None:
         return False
-    if ALWAYS in off or MODE in off:
+    if gating.always or gating.mode:
         return True
-    params = params_of(props) or []
-    defaults = defaults_of(props)
+    defaults = gating.default_of
     unpacked = any(isinstance(a, ast.Starred) for a in call.args) or any(
         kw.arg is None for kw in call.keywords
     )
-    for p, t in off:
-        arg = _bound(call, p, params)
+    for p, t in gating.off:
+        arg = _bound(call, p, gating.params)
         if arg is None:
             if not unpacked and defaults.get(p) == t:
                 return True
             continue
-        tok = _token(arg)
-        if tok == t or (t in _FALSY and tok in _FALSY + ("0",)):
+        if _turns_off(_token(arg), t):
             return True
     return False
 
 
-def falsy_bindings(call: ast.Call, props: Iterable[str]) -> list[ast.expr]:
+def falsy_bindings(call: ast.Call, gating: Gating | None) -> list[ast.expr]:
     """Arguments whose falsity switches the callee off (``f(load_on_all_ranks=u)``)."""
-    props = list(props)
-    params = params_of(props) or []
+    if gating is None:
+        return []
     out = []
-    for p, t in off_values(props):
+    for p, t in gating.off:
         if t in _FALSY:
-            arg = _bound(call, p, params)
+            arg = _bound(call, p, gating.params)
             if arg is not None and _token(arg) is None:
                 out.append(arg)
     return out
-
-
-def summary_props(props: Mapping[str, object] | Iterable[str]) -> frozenset[str]:
-    """The ``gate-*`` properties among ``props``."""
-    return frozenset(p for p in props if isinstance(p, str) and p.startswith(PREFIX))

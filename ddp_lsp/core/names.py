@@ -73,18 +73,12 @@ COLLECTIVE_FUNCTIONS = frozenset(
 )
 COLLECTIVES = frozenset(f"torch.distributed.{name}" for name in COLLECTIVE_FUNCTIONS)
 
-OPTIMIZER_PREFIXES = (
-    "torch.optim.",
-    "apex.optimizers.",
-    "bitsandbytes.optim.",
-    "torch.distributed.optim.",
-    "timm.optim.",
-    "transformers.optimization.",
-)
+# Where optimizer classes live and the factories that build one: the tables' `optimizer`
+# entries (ddp_lsp.core.frameworks.optimizers). Under torch.optim, the schedulers and averaged
+# models are not optimizers.
+OPTIMIZER_PREFIXES = tuple(f"{m}." for m in BUILTIN.modules(Meaning.OPTIMIZER))
 NOT_OPTIMIZERS_PREFIXES = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
-OPTIMIZER_FACTORIES = frozenset(
-    {"timm.optim.create_optimizer_v2", "timm.optim.create_optimizer", "transformers.AdamW"}
-)
+OPTIMIZER_FACTORIES = BUILTIN.calls(Meaning.OPTIMIZER)
 
 # Markers of code that runs as several processes (RULES.md "Distributed context").
 # (the tables' `module` entries).

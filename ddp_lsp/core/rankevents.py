@@ -191,9 +191,10 @@ def collective_extractor(ctx: ChunkContext) -> Extractor:
             return Event(call, name, f"{name}()", wild=True)
         props = ctx.callee_props(call)
         if fact_model.COLLECTIVE in props:
-            if gate_facts.switched_off(call, props):
+            gating = ctx.callee_gating(call)
+            if gate_facts.switched_off(call, gating):
                 return None  # `save(..., synchronize=False)`, `zero_first(-1)`
-            off = tuple(_key(a) for a in gate_facts.falsy_bindings(call, props))
+            off = tuple(_key(a) for a in gate_facts.falsy_bindings(call, gating))
             return Event(call, name, f"{name}()", wild=True, off_when=off)
         return None
 

@@ -25,6 +25,7 @@ from ddp_lsp.core import chunktext
 from ddp_lsp.core.crossfile import MAIN_BLOCK, ParamKind, Provenance
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import MODULE, ModuleFacts, path_of
+from ddp_lsp.core.gates import Gating
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.types import Finding, Fix, Pos, Related, RuleMeta, Span
 from ddp_lsp.core.walk import children
@@ -246,6 +247,19 @@ class ChunkContext:
                 found = self.facts.callee_props(name, cls)
             memo[key] = found
         return found  # type: ignore[return-value]
+
+    def callee_gating(self, call: ast.Call, at: ast.AST | None = None) -> Gating | None:
+        """The parameter values that switch off the collectives of the function a call reaches
+        (:mod:`ddp_lsp.core.gates`); None when none do."""
+        from ddp_lsp.core.names import dotted
+
+        name = dotted(call.func)
+        if name is None:
+            return None
+        if not name.startswith("self."):
+            return self.facts.callee_gating(name, None)
+        _, cls = self.scope(at if at is not None else call)
+        return self.facts.callee_gating(name, cls)
 
     # -- facts from other files of the project ---------------------------------------------------
 

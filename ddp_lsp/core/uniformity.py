@@ -271,16 +271,7 @@ class ChunkUniformity:
         it uniform in between or nothing is known."""
         if isinstance(e, ast.Name):
             frame = self._frame(at)
-            best: tuple[ast.AST, ast.expr] | None = None
-            for node, value in frame.assigns.get(e.id, ()):
-                if _order(node) < _order(at) and (best is None or _order(best[0]) < _order(node)):
-                    best = (node, value)
-            if best is None:
-                return None
-            for sync in frame.syncs.get(e.id, ()):
-                if _order(best[0]) < _order(sync) < _order(at):
-                    return None
-            return best[1]
+            return frame.frame.value_before(e.id, at, frame.syncs)
         if isinstance(e, ast.Attribute):
             path = dotted(e)
             if path is None:
@@ -579,12 +570,12 @@ def _is_none(e: ast.AST) -> bool:
 
 
 class _Frame:
-    """One frame's assignments and loop variables (the frame the rules' guard helpers read
-    too, :mod:`ddp_lsp.core.frames`) and the collectives that sync names."""
+    """One frame (the frame the rules' guard helpers read too, :mod:`ddp_lsp.core.frames`),
+    its loop variables, and the collectives that sync names."""
 
     def __init__(self, ctx: ChunkContext, root: ast.AST) -> None:
         frame = scope_frames.frame(ctx, root)
-        self.assigns: dict[str, list[tuple[ast.AST, ast.expr]]] = frame.assigns
+        self.frame = frame  # its assignments: Frame.value_before
         self.loop_vars: set[str] = frame.loop_vars
         self.syncs: dict[str, list[ast.AST]] = {}
         for node in frame.nodes:

@@ -262,6 +262,8 @@ class _Stages:
     # single_process's sets (reached, unknown, referenced, reached_modules, touched); empty
     # when nothing is distributed code.
     reach: Mapping[str, Any]
+    # The gating resolved across files (core/gates.py), by function: see _resolve_gates.
+    gating: dict[tuple[str, str], gate_facts.Gating]
 
 
 def compute(
@@ -393,6 +395,7 @@ def _module_out(
     distributed: Provenance | None,
     only_guarded: frozenset[str],
     local: frozenset[str],
+    gating: Mapping[tuple[str, str], gate_facts.Gating],
 ) -> ModuleProjectFacts:
     own_kinds = own(m).kinds
     extra = {key: pk for key, pk in sorted(kinds_m.items()) if key not in own_kinds}
@@ -402,7 +405,8 @@ def _module_out(
         # INITS_PG stays the core's direct property; carried only to find entry points.
         direct = own(tq[0]).func_props.get(tq[1], frozenset())
         keep = {p: o for p, o in found.items() if p != fact_model.INITS_PG or p in direct}
-        cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())))
+        gate = gating.get(tq) or own(tq[0]).func_gates.get(tq[1])
+        cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())), gate)
     return ModuleProjectFacts(m, s.path, extra, cprops, distributed, only_guarded, root, local)
 
 
@@ -551,7 +555,7 @@ def _compute(
         todo = sorted({c for key in updates for c in callers.get(key, ())})
 
     # -- parameters that switch collectives off, through helpers of other files -----------------
-    _resolve_gates(props, res, own)
+    gating = _resolve_gates(props, res, own, summaries)
 
     # -- which functions are distributed code; distributed ----------------------------------------
     reach: dict[str, Any] = {}
@@ -586,6 +590,7 @@ def _compute(
             distributed.get(m),
             only_guarded.get(m, frozenset()),
             local.get(m, frozenset()),
+            gating,
         )
     stages = _Stages(
         kind_seeds,
@@ -600,6 +605,7 @@ def _compute(
         out,
         _users(parts),
         reach,
+        gating,
     )
     return ProjectFacts(out, rounds, evaluations, res, parts, prepared, edges, stages)
 
@@ -771,9 +777,10 @@ def _update(
     # has a carried property. A call edge to a function without one proposes nothing in any
     # round (by induction, that function has none in any round of either computation), and
     # the rounds read only carried properties: each function keeps what the rounds gave it,
-    # with its own other properties (a call site's `gate-site:` record) as they are now. The
-    # gates read a function's other properties only where it performs a collective: such a
-    # function with other properties changed, or a gated one, computes everything again.
+    # with its own other properties as they are now. The gates read a function's gate sites
+    # (FunctionInfo.gates) only where it performs a collective, and its module's own gating:
+    # such a function with gate sites, or a module whose own gating changed, computes
+    # everything again.
     props: dict[tuple[str, str], dict[str, Provenance]] | None = None
     prop_seeds = dict(st.prop_seeds)
     props_changed: set[tuple[str, str]] = set()
@@ -787,10 +794,18 @@ def _update(
             for callee in before ^ after:
                 if any(p in _CARRIED for p in st.props.get(callee, ())):
                     return None
-        # The gates resolve the names the gated functions call, in their module.
-        for key in old_seeds:
-            ps = st.props.get(key, {})
-            if fact_model.COLLECTIVE in ps and any(p.startswith(gate_facts.SITE) for p in ps):
+        # The gates resolve the names the gated functions call, in their module, and read
+        # the gating of the functions they call (a module's own: ModuleFacts.func_gates).
+        if old_own[m].func_gates != own(m).func_gates:
+            return None
+        gated = {
+            fi.qualname
+            for s in (old_parts[m].summary, summaries[m])
+            for fi in s.facts.functions
+            if fi.gates.sites
+        }
+        for q in gated:
+            if fact_model.COLLECTIVE in st.props.get((m, q), {}):
                 return None
         if seeds_p == old_seeds:
             continue
@@ -908,6 +923,7 @@ def _update(
             st.distributed.get(m),
             only_of.get(m, st.out[m].only_called_guarded),
             local.get(m, frozenset()),
+            st.gating,
         )
         if out[m] == st.out[m]:
             out[m] = st.out[m]
@@ -924,6 +940,7 @@ def _update(
         out,
         users,
         st.reach,
+        st.gating,
     )
     return ProjectFacts(out, 0, 0, res, parts, len(changed), edges, stages, True)
 
@@ -994,7 +1011,9 @@ def moved(facts: ModuleProjectFacts, path: str, lines: Mapping[int, int]) -> Mod
         facts.path,
         {key: kind(k) for key, k in facts.extra_kinds.items()},
         {
-            name: CalleeProps(cp.target, cp.props, {p: at(o) for p, o in cp.origins.items()})
+            name: CalleeProps(
+                cp.target, cp.props, {p: at(o) for p, o in cp.origins.items()}, cp.gating
+            )
             for name, cp in facts.callee_props.items()
         },
         None if facts.distributed is None else at(facts.distributed),
@@ -1008,39 +1027,65 @@ def _resolve_gates(
     props: dict[tuple[str, str], dict[str, Provenance]],
     res: Resolver,
     own: Mapping[str, fact_model.ModuleFacts],
-) -> None:
-    """``gate-off:`` properties across files (core/gates.py): ``create_dataloader(rank=-1)``
-    in one module reaching a zero-first helper of another with that rank."""
-    gated = {
-        key: set(ps)
-        for key, ps in props.items()
-        if fact_model.COLLECTIVE in ps and any(p.startswith(gate_facts.SITE) for p in ps)
-    }
-    if not gated:
-        return
+    summaries: Mapping[str, ModuleSummary],
+) -> dict[tuple[str, str], gate_facts.Gating]:
+    """Parameter values that switch collectives off across files (core/gates.py):
+    ``create_dataloader(rank=-1)`` in one module reaching a zero-first helper of another with
+    that rank. The functions whose gating this resolution changed or started from, by key;
+    any other function's is its module's own (``ModuleFacts.func_gates``)."""
+    first: dict[str, dict[str, fact_model.FunctionInfo]] = {}
 
-    def props_of(key: tuple[str, str], name: str) -> frozenset[str] | set[str] | None:
+    def function_info(m: str, q: str) -> fact_model.FunctionInfo | None:
+        table = first.get(m)
+        if table is None:
+            table = first[m] = {}
+            for fi in summaries[m].facts.functions:  # the first of a name, as the merge keeps
+                table.setdefault(fi.qualname, fi)
+        return table.get(q)
+
+    candidates: dict[tuple[str, str], dict[str, Provenance]] = {}
+    for key, ps in props.items():
+        if fact_model.COLLECTIVE in ps:
+            fi = function_info(*key)
+            if fi is not None and fi.gates.sites:
+                candidates[key] = ps
+    if not candidates:
+        return {}
+    gating: dict[tuple[str, str], gate_facts.Gating] = {}
+    for key in candidates:
+        g = own[key[0]].func_gates.get(key[1])
+        if g is not None:
+            gating[key] = g
+
+    def target(key: tuple[str, str], name: str) -> tuple[str, str] | None:
         if name.startswith("self."):
             return None
         t = res.function(key[0], name)
-        if t is None:
+        return None if t is None else (t[0], t[1].qualname)
+
+    def gating_of(key: tuple[str, str], name: str) -> gate_facts.Gating | None:
+        tkey = target(key, name)
+        if tkey is None:
             return None
-        tkey = (t[0], t[1].qualname)
-        return gated.get(tkey) or frozenset(props.get(tkey, {}))
+        if tkey in candidates:
+            return gating.get(tkey)
+        facts = own.get(tkey[0])
+        return None if facts is None else facts.func_gates.get(tkey[1])
 
     def reaches(key: tuple[str, str], name: str) -> bool:
         facts = own.get(key[0])
         if facts is not None and fact_model.is_collective_call(name, facts.aliases):
             return True
-        return fact_model.COLLECTIVE in (props_of(key, name) or ())
+        tkey = target(key, name)
+        return tkey is not None and fact_model.COLLECTIVE in props.get(tkey, {})
 
-    before = {key: set(ps) for key, ps in gated.items()}
-    gate_facts.resolve(gated, props_of, reaches)
-    for key, ps in gated.items():
-        for p in ps - before[key]:
-            some = next(iter(props[key].values()), None)
-            if some is not None:
-                props[key][p] = some
+    def gates_of(key: tuple[str, str]) -> tuple[gate_facts.GateFacts, tuple[str, ...]]:
+        fi = function_info(*key)
+        assert fi is not None  # a candidate
+        return fi.gates, gate_facts.gate_params(fi.params)
+
+    gate_facts.resolve(candidates, gating_of, reaches, gates_of, gating)
+    return gating
 
 
 def _class_named(

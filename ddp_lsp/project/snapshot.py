@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
+from ddp_lsp.core.gates import Gating
 from ddp_lsp.project.index import CACHE_VERSION, MAX_ENTRY_BYTES, _read_entry, _write_entry
 
 # (A snapshot of another shape, such as one without "reached", is never read: see read.)
@@ -60,6 +61,7 @@ class _Callee:
     qualname: str
     props: frozenset[str]
     origins: tuple[tuple[str, Provenance], ...]
+    gating: tuple[Gating, ...]  # empty or one (CalleeProps.gating)
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,14 @@ class StoredFacts:
             f.path,
             tuple(_Kind(s, p, k) for (s, p), k in sorted(f.extra_kinds.items())),
             tuple(
-                _Callee(name, cp.target[0], cp.target[1], cp.props, tuple(cp.origins.items()))
+                _Callee(
+                    name,
+                    cp.target[0],
+                    cp.target[1],
+                    cp.props,
+                    tuple(cp.origins.items()),
+                    () if cp.gating is None else (cp.gating,),
+                )
                 for name, cp in sorted(f.callee_props.items())
             ),
             () if f.distributed is None else (f.distributed,),
@@ -97,7 +106,9 @@ class StoredFacts:
             self.path,
             {(k.scope, k.path): k.kind for k in self.kinds},
             {
-                c.name: CalleeProps((c.module, c.qualname), c.props, dict(c.origins))
+                c.name: CalleeProps(
+                    (c.module, c.qualname), c.props, dict(c.origins), _one(c.gating)
+                )
                 for c in self.callees
             },
             self.distributed[0] if self.distributed else None,
@@ -105,6 +116,12 @@ class StoredFacts:
             root,
             self.single_process,
         )
+
+
+def _one(gating: tuple[Gating, ...]) -> Gating | None:
+    if len(gating) > 1:
+        raise ValueError("more than one gating of a callee")
+    return gating[0] if gating else None
 
 
 _codec: Any = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from ddp_lsp.core import chunktext
 from ddp_lsp.core import facts as fact_model
@@ -167,22 +168,29 @@ def in_nested_frame(ctx: ChunkContext, node: ast.AST, root: ast.AST) -> bool:
 # -- paths ------------------------------------------------------------------------------------
 
 
-def _branch_path(ctx: ChunkContext, node: ast.AST) -> list[tuple[ast.AST, str]]:
-    """(ancestor, field the path goes through), innermost first, up to the frame."""
-    out: list[tuple[ast.AST, str]] = []
+class _Via(NamedTuple):
+    """Where a path goes through an ancestor: the field holding the next node down (``body``,
+    ``orelse``, ``handlers``, ``finalbody``, ``cases``, or ``""`` for any other), and for
+    ``cases`` which case of the ``match``."""
+
+    field: str
+    case: int = -1
+
+
+def _branch_path(ctx: ChunkContext, node: ast.AST) -> list[tuple[ast.AST, _Via]]:
+    """(ancestor, where the path goes through it), innermost first, up to the frame."""
+    out: list[tuple[ast.AST, _Via]] = []
     child: ast.AST = node
     for a in ctx.ancestors(node):
-        field = ""
+        via = _Via("")
         for name in ("body", "orelse", "handlers", "finalbody", "cases"):
             seq = getattr(a, name, None)
             if isinstance(seq, list) and any(s is child for s in seq):
-                field = name
-                if name == "cases":
-                    field = f"cases:{seq.index(child)}"
+                via = _Via(name, seq.index(child) if name == "cases" else -1)
                 break
         if isinstance(a, ast.IfExp):
-            field = "body" if child is a.body else "orelse" if child is a.orelse else ""
-        out.append((a, field))
+            via = _Via("body" if child is a.body else "orelse" if child is a.orelse else "")
+        out.append((a, via))
         if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             break
         child = a
@@ -206,12 +214,12 @@ def _norm_test(test: ast.expr) -> tuple[str, bool]:
     return ast.dump(test), positive
 
 
-def _conditions(path: list[tuple[ast.AST, str]]) -> dict[str, bool]:
+def _conditions(path: list[tuple[ast.AST, _Via]]) -> dict[str, bool]:
     out: dict[str, bool] = {}
-    for a, field in path:
-        if isinstance(a, (ast.If, ast.IfExp)) and field in ("body", "orelse"):
+    for a, via in path:
+        if isinstance(a, (ast.If, ast.IfExp)) and via.field in ("body", "orelse"):
             cond, pos = _norm_test(a.test)
-            out.setdefault(cond, pos if field == "body" else not pos)
+            out.setdefault(cond, pos if via.field == "body" else not pos)
     return out
 
 
@@ -224,14 +232,9 @@ def exclusive(ctx: ChunkContext, a: ast.AST, b: ast.AST) -> bool:
         fb = fields_b.get(id(n))
         if fb is None:
             continue
-        if isinstance(n, (ast.If, ast.IfExp)) and {fa, fb} == {"body", "orelse"}:
+        if isinstance(n, (ast.If, ast.IfExp)) and {fa.field, fb.field} == {"body", "orelse"}:
             return True
-        if (
-            isinstance(n, ast.Match)
-            and fa != fb
-            and fa.startswith("cases")
-            and fb.startswith("cases")
-        ):
+        if isinstance(n, ast.Match) and fa.field == fb.field == "cases" and fa.case != fb.case:
             return True
         break  # the innermost common ancestor decides structurally
     ca, cb = _conditions(pa), _conditions(pb)

@@ -115,12 +115,9 @@ def _index(ctx: ChunkContext, root: ast.AST) -> _ScopeIndex:
 
 
 def assigned_value(ctx: ChunkContext, name: str, root: ast.AST, before: ast.AST) -> ast.expr | None:
-    """The value of the last ``name = value`` in ``root``'s own frame before ``before``."""
-    found: ast.expr | None = None
-    for node, value in _index(ctx, root).assigns.get(name, ()):
-        if patterns.before(node, before) and (found is None or patterns.before(found, value)):
-            found = value
-    return found
+    """The value of the last ``name = value`` in ``root``'s own frame before ``before``
+    (:meth:`ddp_lsp.core.frames.Frame.value_before`, without syncs)."""
+    return scope_frames.frame(ctx, root).value_before(name, before)
 
 
 def is_guarded(ctx: ChunkContext, node: ast.AST) -> bool:

@@ -18,7 +18,9 @@ import pytest
 
 import ddp_lsp
 from ddp_lsp.config import ConfigError, settings_from_mapping
+from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core.document import Document
 from ddp_lsp.core.engine import analyze
 from ddp_lsp.core.settings import Settings
 
@@ -270,3 +272,19 @@ def test_a_user_rank_function_makes_a_rank_guard() -> None:
     entry = [{"function": "whoami", "means": ["rank"]}]
     assert "DDP103" not in _ids(text, Settings())
     assert "DDP103" in _ids(text, settings_from_mapping({"framework": entry}))
+
+
+def test_a_helper_saving_to_its_path_through_a_table_writer_saves_to_the_callers_path() -> None:
+    """The checkpoint writers are the tables' (`writes-checkpoint`) and torch.save: a helper
+    that hands its path parameter to mmengine's save_checkpoint writes where its caller says,
+    as one that hands it to torch.save does."""
+    src = (
+        "import torch\nfrom mmengine.runner import save_checkpoint\n\n\n"
+        "def keep(state, filename):\n    save_checkpoint(state, filename)\n\n\n"
+        "def keep_torch(state, filename):\n    torch.save(state, filename)\n\n\n"
+        "def keep_elsewhere(state, filename):\n    save_checkpoint(state, 'last.pth')\n"
+    )
+    facts = Document(src, Settings().rank_model).module_facts()
+    assert fact_model.SAVES_CALLER_PATH in facts.props("keep")
+    assert fact_model.SAVES_CALLER_PATH in facts.props("keep_torch")
+    assert fact_model.SAVES_CALLER_PATH not in facts.props("keep_elsewhere")

@@ -141,9 +141,9 @@ def test_a_guard_fix_does_not_read_every_functions_properties() -> None:
     save = [f for f in first.findings if f.rule_id == "DDP501"]
     assert save and "is_main_process()" in save[0].fixes[0].edits[0].text
     line = split_lines(SAVES).index("            print(out.detach())\n")
-    col = split_lines(SAVES)[line].index(".detach") + len(".detach")
+    col = split_lines(SAVES)[line].index("print")
     before = doc.module_facts()
-    doc.apply_edit(Pos(line, col), Pos(line, col), "x")  # `out.detachx()`: evaluate's props change
+    doc.apply_edit(Pos(line, col), Pos(line, col), "dist.barrier(); ")  # evaluate's props change
     assert doc.module_facts() != before
     again = analyze(doc, SETTINGS)
     assert doc.rules_ran == 1  # evaluate's chunk alone

@@ -101,6 +101,11 @@ def _set_first_function_line(doc: dict[str, Any], value: Any) -> None:
     doc["summary"][5][3][0][5] = value
 
 
+def _set_first_function_gates(doc: dict[str, Any], value: Any) -> None:
+    # ... first FunctionInfo -> gates (field 6): a GateFacts (defaults, sites)
+    doc["summary"][5][3][0][6] = value
+
+
 BAD_ENTRIES = {
     "not JSON": lambda e: e.write_bytes(b"\x80\x04garbage"),
     "truncated": lambda e: e.write_bytes(e.read_bytes()[:40]),
@@ -109,6 +114,10 @@ BAD_ENTRIES = {
     "another key": lambda e: _rewrite(e, lambda d: d.update(key="0" * 32)),
     "a field of the wrong type": lambda e: _rewrite(e, lambda d: _set_first_function_line(d, "12")),
     "a bool for an int": lambda e: _rewrite(e, lambda d: _set_first_function_line(d, True)),
+    # The gate summary as the prefix-coded strings of an older version: never parsed.
+    "a gate site as a string": lambda e: _rewrite(
+        e, lambda d: _set_first_function_gates(d, [[], ["gate-site:dist.barrier|||"]])
+    ),
     "a field missing": lambda e: _rewrite(e, lambda d: d["summary"].pop()),
     "an extra key": lambda e: _rewrite(e, lambda d: d.update(extra=1)),
     "a list for the entry": lambda e: e.write_text("[1, 2, 3]"),

@@ -17,6 +17,7 @@ from ddp_lsp.core.frameworks import (
     huggingface,
     lightning,
     mpi4py,
+    optimizers,
     ray,
     safetensors,
     timm,
@@ -57,6 +58,7 @@ TABLES: dict[str, tuple[Api, ...]] = {
         mpi4py,
         ray,
         safetensors,
+        optimizers,
         conventions,
     )
 }

@@ -125,6 +125,11 @@ class Meaning(enum.Enum):
     # Makes logging rank-aware: a logger that logs on the main process only, or a set-up helper
     # raising the logging level on the other ranks (accelerate's ``get_logger``).
     SILENCES_LOGGING = "silences-logging"
+    # (MODULE entries) The classes under it are optimizers (``torch.optim.AdamW``: a capitalised
+    # last name; modules and functions there are not); (CALL entries) builds and returns one
+    # (timm's ``create_optimizer_v2``). What `opt = ...` makes an `optimizer` for the AMP and
+    # accumulation rules.
+    OPTIMIZER = "optimizer"
     # (CALL entries: the name and everything under it) Under a distributed module, but used by
     # single-process code as well: a probe asked before deciding (`dist.is_initialized()`),
     # DeepSpeed's device abstraction, accelerate's big-model placement (one process spreading a
@@ -165,7 +170,10 @@ def check_entry(api: Api) -> str | None:
     if api.match is Match.ARGUMENT and api.keyword is None:
         return f"{api.name!r}: an argument entry needs `keyword`: the parameter it is passed as"
     module_only = {Meaning.DISTRIBUTED, Meaning.OWNS_PROCESS_GROUP}
-    if api.match is Match.MODULE and not set(api.means) <= module_only | {Meaning.INSTALLS_SAMPLER}:
+    if api.match is Match.MODULE and not set(api.means) <= module_only | {
+        Meaning.INSTALLS_SAMPLER,
+        Meaning.OPTIMIZER,
+    }:
         return (
             f"{api.name!r}: a `module` entry means what importing it does ({_names(module_only)})"
         )
