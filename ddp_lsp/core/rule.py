@@ -415,3 +415,8 @@ class Rule:
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         raise NotImplementedError
+
+    def triggers(self, ctx: ChunkContext) -> frozenset[str] | None:
+        """Words one of which a chunk must contain for ``check`` to find anything there; the
+        engine skips the chunk otherwise (:mod:`ddp_lsp.core.triggers`). None: always run."""
+        return None
