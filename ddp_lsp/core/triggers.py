@@ -24,6 +24,7 @@ case; ``tests/core/test_triggers.py`` checks that every declared word is needed 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -56,7 +57,11 @@ def _words(ctx: ChunkContext) -> frozenset[str]:
 
 def qual_words(quals: Iterable[str]) -> frozenset[str]:
     """The last parts of qualified names, and of every spelling that canonicalises to one."""
-    wanted = set(quals)
+    return _qual_words(frozenset(quals))
+
+
+@functools.lru_cache(maxsize=256)
+def _qual_words(wanted: frozenset[str]) -> frozenset[str]:
     out = {q.rsplit(".", 1)[-1] for q in wanted}
     out.update(k.rsplit(".", 1)[-1] for k, v in known_names.CANONICAL.items() if v in wanted)
     return frozenset(out)
@@ -66,12 +71,27 @@ def framework_words(
     model: framework_tables.FrameworkModel, meaning: framework_tables.Meaning
 ) -> frozenset[str]:
     """The words a call needs for ``model.match_of(meaning, ...)`` to find it: the last parts
-    of the CALL entries' qualified names, of the METHOD entries and the FUNCTION names."""
-    return (
+    of the CALL entries' qualified names, of the METHOD entries and the FUNCTION names
+    (memoised per model object: asked per rule and chunk, hashing a model costs its size)."""
+    key = (id(model), meaning)
+    known = _FRAMEWORK_WORDS.get(key)
+    if known is not None and known[0] is model:
+        return known[1]
+    found = (
         qual_words(model.calls(meaning))
         | {m.rsplit(".", 1)[-1] for m in model.methods(meaning)}
         | model.functions(meaning)
     )
+    if len(_FRAMEWORK_WORDS) > 256:
+        _FRAMEWORK_WORDS.clear()
+    _FRAMEWORK_WORDS[key] = (model, found)
+    return found
+
+
+# (id(model), meaning) -> (model, words); the model is kept so an id is never reused meanwhile.
+_FRAMEWORK_WORDS: dict[
+    tuple[int, framework_tables.Meaning], tuple[framework_tables.FrameworkModel, frozenset[str]]
+] = {}
 
 
 def may_fire(rule: Rule, ctx: ChunkContext) -> bool:
