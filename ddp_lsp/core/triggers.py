@@ -10,9 +10,9 @@ them. A trigger set is derived from the same data the rule matches with (the qua
 it compares with, the framework tables' entries of the meaning it asks for, including the
 user's), so a call the rule can match is never filtered out.
 
-The words of a chunk (:func:`words`): every name (``Name.id``), attribute (``Attribute.attr``)
-and keyword argument name, and, through the module's imports, every part of what an imported
-name stands for (``from torch.nn.utils import clip_grad_norm_ as clip`` makes ``clip(...)``
+The words of a chunk (:func:`words`): every name (``Name.id``), attribute
+(``Attribute.attr``), keyword argument name and function name, and, through the module's
+imports, every part of what an imported name stands for (``from torch.nn.utils import clip_grad_norm_ as clip`` makes ``clip(...)``
 count as ``clip_grad_norm_``). Qualified names reach their words through :func:`qual_words`,
 which also adds the spellings :data:`ddp_lsp.core.names.CANONICAL` maps onto them.
 
@@ -46,6 +46,7 @@ def _words(ctx: ChunkContext) -> frozenset[str]:
     out.update(names)
     out.update(n.attr for n in ctx.nodes(ast.Attribute))
     out.update(k.arg for k in ctx.nodes(ast.keyword) if k.arg is not None)
+    out.update(f.name for f in ctx.nodes(ast.FunctionDef, ast.AsyncFunctionDef))
     aliases = ctx.facts.aliases
     for name in names:
         target = aliases.get(name)
