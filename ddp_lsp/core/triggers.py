@@ -46,7 +46,8 @@ def _words(ctx: ChunkContext) -> frozenset[str]:
     out.update(names)
     out.update(n.attr for n in ctx.nodes(ast.Attribute))
     out.update(k.arg for k in ctx.nodes(ast.keyword) if k.arg is not None)
-    out.update(f.name for f in ctx.nodes(ast.FunctionDef, ast.AsyncFunctionDef))
+    out.update(f.name for f in ctx.nodes(ast.FunctionDef))
+    out.update(f.name for f in ctx.nodes(ast.AsyncFunctionDef))
     aliases = ctx.facts.aliases
     for name in names:
         target = aliases.get(name)
