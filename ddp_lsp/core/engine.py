@@ -36,6 +36,7 @@ from ddp_lsp.core.registry import SYNTAX_ERROR, all_rules
 from ddp_lsp.core.rule import ChunkContext, Rule
 from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.suppress import is_suppressed
+from ddp_lsp.core.triggers import may_fire
 from ddp_lsp.core.types import (
     AnalysisResult,
     Finding,
@@ -227,6 +228,8 @@ def _run_rules(
     errors: list[InternalError] = []
     for rule in rules:
         try:
+            if not may_fire(rule, ctx):
+                continue  # none of the words its findings need (core/triggers.py)
             if rule.meta.distributed_only and ctx.single_process_scopes():
                 found.extend(f for f in rule.check(ctx) if not ctx.in_single_process(f.span))
                 continue

@@ -184,10 +184,31 @@ class Flow:
                     start[NZ] = Lane(exit=Exit("caller", self.root))
         else:
             body = [s for s in self.ctx.body if not isinstance(s, (*FUNCS, ast.ClassDef))]
+        if start[NZ].exit is None and not self._diverges():
+            # Both classes start alike and no condition of the frame tells them apart: their
+            # lanes stay equal along every joint path, so no event can be unmatched.
+            return []
         joints = self.block(body, [Joint(start[Z], start[NZ])], BOTH)
         for j in joints:
             self.compare(j)
         return sorted(self.misses.values(), key=lambda m: _order(m.event.node))
+
+    def _diverges(self) -> bool:
+        """Some condition the walk may split the rank classes on is rank-dependent: an ``if``
+        or conditional expression's test, or an operand of ``and``/``or`` (the only places
+        :meth:`split` is asked), in this frame. False means both lanes of every joint path
+        stay equal (every other step treats the classes alike), so :meth:`run` can skip the
+        walk; the tests asked here are memoised for the walk by the uniformity analysis."""
+        for n in tree_walk.scope_nodes(self.root):
+            cls = n.__class__
+            if cls is ast.If or cls is ast.IfExp:
+                if self.ranks(n.test) is not None:  # type: ignore[attr-defined]
+                    return True
+            elif cls is ast.BoolOp:
+                for v in n.values:  # type: ignore[attr-defined]
+                    if self.ranks(v) is not None:
+                        return True
+        return False
 
     # -- conditions ----------------------------------------------------------------------------
 
@@ -701,6 +722,29 @@ def roots(ctx: ChunkContext) -> list[ast.AST]:
     return out
 
 
+def event_roots(ctx: ChunkContext, extract: Extractor) -> list[ast.AST]:
+    """The frames of :func:`roots` that may hold an event: those holding a call ``extract``
+    makes one of (a call belongs to the innermost function, lambda or class around it, or to
+    the module code). Found from the chunk's calls at once, so frames without an event (most
+    of them) are never walked; :meth:`Flow.run` still checks its own frame."""
+    found: set[int] = set()
+    module = False
+    for call in ctx.calls():
+        if extract(call) is None:
+            continue
+        for a in ctx.ancestors(call):
+            if isinstance(a, _SCOPES):
+                found.add(id(a))
+                break
+        else:
+            module = True
+    return [
+        r
+        for r in roots(ctx)
+        if id(r) in found or (module and r is ctx.module_node)
+    ]
+
+
 def _switched_off(ev: Event, decided: Decisions) -> bool:
     return any((k, not t) in decided for k, t in ev.off_when)
 
@@ -725,7 +769,7 @@ def chunk_misses(
     frame walked once; memoised per extractor kind)."""
     out: list[Miss] = []
     seen: set[int] = set()
-    for root in roots(ctx):
+    for root in event_roots(ctx, extract):
         try:
             misses = Flow(ctx, root, extract, callers_guarded=callers_guarded).run()
         except RecursionError:  # absurdly nested code: no findings rather than a crash

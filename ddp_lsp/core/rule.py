@@ -26,6 +26,7 @@ from ddp_lsp.core.crossfile import MAIN_BLOCK, ParamKind, Provenance
 from ddp_lsp.core.env import Environment
 from ddp_lsp.core.facts import MODULE, ModuleFacts, path_of
 from ddp_lsp.core.gates import Gating
+from ddp_lsp.core.names import dotted
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.types import Finding, Fix, Pos, Related, RuleMeta, Span
 from ddp_lsp.core.walk import children
@@ -234,8 +235,6 @@ class ChunkContext:
         memo = self._memo
         found = memo.get(key)
         if found is None:
-            from ddp_lsp.core.names import dotted
-
             name = dotted(call.func)
             if name is None:
                 found = frozenset()
@@ -283,8 +282,6 @@ class ChunkContext:
         """Where the function ``call`` reaches has ``prop``, when it is defined in another file."""
         if not self.facts.has_project():
             return None
-        from ddp_lsp.core.names import dotted
-
         name = dotted(call.func)
         if name is None:
             return None
@@ -429,3 +426,8 @@ class Rule:
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         raise NotImplementedError
+
+    def triggers(self, ctx: ChunkContext) -> frozenset[str] | None:
+        """Words one of which a chunk must contain for ``check`` to find anything there; the
+        engine skips the chunk otherwise (:mod:`ddp_lsp.core.triggers`). None: always run."""
+        return None

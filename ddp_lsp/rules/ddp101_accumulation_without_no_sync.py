@@ -93,6 +93,7 @@ from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core import triggers as rule_triggers
 from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Edit, Finding, Fix, FixAvailability, Related, RuleMeta, Severity
@@ -139,6 +140,13 @@ class AccumulationWithoutNoSync(Rule):
         "are wasted.",
         fix=FixAvailability.SOMETIMES,
     )
+
+    def triggers(self, ctx: ChunkContext) -> frozenset[str]:
+        # Every finding is at a `.backward()`, a framework's backward, or a scaler wrapper
+        # called with `update_grad=` (core/triggers.py).
+        return frozenset({"backward", "update_grad"}) | rule_triggers.framework_words(
+            ctx.ranks.frameworks, framework_tables.Meaning.BACKWARD
+        )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         seen: set[int] = set()

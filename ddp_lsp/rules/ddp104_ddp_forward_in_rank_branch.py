@@ -236,7 +236,7 @@ class DdpForwardInRankBranch(Rule):
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         extract = forward_extractor(ctx)
         seen: set[int] = set()
-        for root in rank_paths.roots(ctx):
+        for root in rank_paths.event_roots(ctx, extract):
             try:
                 misses = rank_paths.Flow(ctx, root, extract, callers_guarded=True).run()
             except RecursionError:  # absurdly nested code: no findings rather than a crash

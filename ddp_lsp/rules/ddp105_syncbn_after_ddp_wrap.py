@@ -45,12 +45,14 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import chunktext
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core import triggers as rule_triggers
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, Related, RuleMeta, Severity
 from ddp_lsp.rules import _patterns as patterns
 
 CONVERT = "torch.nn.SyncBatchNorm.convert_sync_batchnorm"
+_TRIGGERS = rule_triggers.qual_words({CONVERT})
 _TRANSPARENT = frozenset({"torch.compile", CONVERT})
 
 
@@ -94,6 +96,9 @@ class SyncBnAfterDdpWrap(Rule):
         summary="SyncBatchNorm conversion of a model already wrapped in DDP: convert before wrapping.",
         fix=FixAvailability.NONE,
     )
+
+    def triggers(self, ctx: ChunkContext) -> frozenset[str]:
+        return _TRIGGERS  # every finding is at a `convert_sync_batchnorm` (core/triggers.py)
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         for call in ctx.calls():

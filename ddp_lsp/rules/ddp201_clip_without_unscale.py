@@ -67,6 +67,7 @@ from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core import triggers as rule_triggers
 from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta, Severity
@@ -83,6 +84,12 @@ class ClipWithoutUnscale(Rule):
         summary="Gradient clipping on scaled gradients: call scaler.unscale_(optimizer) first.",
         fix=FixAvailability.SOMETIMES,
     )
+
+    def triggers(self, ctx: ChunkContext) -> frozenset[str]:
+        # Every finding is at a clip: torch's, or a framework's (core/triggers.py).
+        return rule_triggers.qual_words(known_names.CLIP_GRAD) | rule_triggers.framework_words(
+            ctx.ranks.frameworks, framework_tables.Meaning.CLIPS_GRADIENTS
+        )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         for call in ctx.calls():

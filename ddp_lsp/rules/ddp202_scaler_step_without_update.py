@@ -81,6 +81,8 @@ from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta,
 from ddp_lsp.rules import _amp as amp
 from ddp_lsp.rules import _patterns as patterns
 
+_TRIGGERS = frozenset({"step"})
+
 
 class ScalerStepWithoutUpdate(Rule):
     meta = RuleMeta(
@@ -90,6 +92,9 @@ class ScalerStepWithoutUpdate(Rule):
         summary="scaler.step() without scaler.update() in the same iteration.",
         fix=FixAvailability.SOMETIMES,
     )
+
+    def triggers(self, ctx: ChunkContext) -> frozenset[str]:
+        return _TRIGGERS  # every finding starts from a `scaler.step(...)` (core/triggers.py)
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         seen: set[tuple[int, str]] = set()

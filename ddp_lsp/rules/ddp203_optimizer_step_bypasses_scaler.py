@@ -68,6 +68,8 @@ from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta,
 from ddp_lsp.rules import _amp as amp
 from ddp_lsp.rules import _patterns as patterns
 
+_TRIGGERS = frozenset({"step"})
+
 
 class OptimizerStepBypassesScaler(Rule):
     meta = RuleMeta(
@@ -77,6 +79,9 @@ class OptimizerStepBypassesScaler(Rule):
         summary="optimizer.step() on scaled gradients: use scaler.step(optimizer).",
         fix=FixAvailability.SOMETIMES,
     )
+
+    def triggers(self, ctx: ChunkContext) -> frozenset[str]:
+        return _TRIGGERS  # every finding is at an `optimizer.step()` (core/triggers.py)
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         candidates: list[tuple[ast.Call, ast.AST, ast.AST, patterns.Backward]] = []

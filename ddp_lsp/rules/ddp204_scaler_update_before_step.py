@@ -60,6 +60,8 @@ from ddp_lsp.core.types import Finding, Fix, FixAvailability, Related, RuleMeta,
 from ddp_lsp.rules import _amp as amp
 from ddp_lsp.rules import _patterns as patterns
 
+_TRIGGERS = frozenset({"update"})
+
 
 class ScalerUpdateBeforeStep(Rule):
     meta = RuleMeta(
@@ -69,6 +71,9 @@ class ScalerUpdateBeforeStep(Rule):
         summary="scaler.update() before scaler.step(): update goes after the last step.",
         fix=FixAvailability.SOMETIMES,
     )
+
+    def triggers(self, ctx: ChunkContext) -> frozenset[str]:
+        return _TRIGGERS  # every finding is at a `scaler.update()` (core/triggers.py)
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         for call in ctx.calls():

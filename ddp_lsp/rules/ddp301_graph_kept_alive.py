@@ -77,6 +77,7 @@ _ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript)
 # A loop of at most this many iterations whose values a function returns keeps a bounded
 # number of graphs (docs/accuracy.md F18).
 _FEW_STEPS = 1000
+_TRIGGERS = frozenset({"backward"}) | graph.TRAINING_STEP_NAMES
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,11 @@ class GraphKeptAlive(Rule):
         "every step.",
         fix=FixAvailability.ALWAYS,
     )
+
+    def triggers(self, ctx: ChunkContext) -> frozenset[str]:
+        # A finding needs a `.backward(...)` in its frame, or a function named as a training
+        # step (core/triggers.py; function names are words).
+        return _TRIGGERS
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         flows: dict[int, graph.GraphFlow] = {}
@@ -858,6 +864,25 @@ class LitModel:
         return loss
 """,
         note="Lightning training_step storing the loss it returns on self",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Engine:
+    def train_step(self, images, targets):
+        loss = self.criterion(self.model(images), targets)
+        self.step_losses.append(«loss»)
+        return loss
+""",
+        fixed=_HEAD
+        + """\
+class Engine:
+    def train_step(self, images, targets):
+        loss = self.criterion(self.model(images), targets)
+        self.step_losses.append(loss.detach())
+        return loss
+""",
+        note="a train_step whose caller runs the backward on the loss it returns",
     ),
     Invalid(
         _HEAD

@@ -62,12 +62,14 @@ from collections.abc import Iterator
 from ddp_lsp.core import chunktext
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core import triggers as rule_triggers
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _device as device_rules
 from ddp_lsp.rules import _guard as guards
 from ddp_lsp.rules import _patterns as patterns
 
+_TRIGGERS = rule_triggers.qual_words({known_names.TORCH_LOAD})
 
 class LoadWithoutMapLocation(Rule):
     meta = RuleMeta(
@@ -78,6 +80,9 @@ class LoadWithoutMapLocation(Rule):
         fix=FixAvailability.ALWAYS,
         distributed_only=True,
     )
+
+    def triggers(self, ctx: ChunkContext) -> frozenset[str]:
+        return _TRIGGERS  # every finding is at a `torch.load` (core/triggers.py)
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         if device_rules.one_gpu_per_node(ctx):

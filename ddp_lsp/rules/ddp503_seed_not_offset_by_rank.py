@@ -74,6 +74,7 @@ from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core import triggers as rule_triggers
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _device as device_rules
@@ -109,6 +110,14 @@ class SeedNotOffsetByRank(Rule):
         fix=FixAvailability.ALWAYS,
         distributed_only=True,
     )
+
+    def triggers(self, ctx: ChunkContext) -> frozenset[str]:
+        # A finding is at a seeding call of the tables, or at a helper named for seeding
+        # (`_seed_helper`: any name holding "seed"), core/triggers.py.
+        named = frozenset(w for w in rule_triggers.words(ctx) if _SEED_HELPER.search(w))
+        return named | rule_triggers.framework_words(
+            ctx.ranks.frameworks, framework_tables.Meaning.SEEDS
+        )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         if device_rules.single_process(ctx):
