@@ -51,9 +51,11 @@ literal lists (class names), lookup tables named like class or label maps and vo
 comprehensions over literals or over a name bound to a literal list (`[np.asarray(f[k][:]) for
 k in keys]`: one array per key, not one object per sample).
 
-Any module: the bug is a bug in a single-process script too, so in a project this rule
-also reports in functions that are not distributed code (a tokenizer, a plotting script, an
-export tool), where the rules that need several ranks are silent.
+Any module: the bug is a bug in a single-process script too, so this rule runs in every
+module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
+script, a benchmark, a test), where no other rule runs, and in a project it reports in the
+functions no distributed entry point reaches (a tokenizer, a plotting script, an export tool),
+where the rules that need several ranks are silent.
 
 ## References
 - https://github.com/pytorch/pytorch/issues/13246
@@ -125,6 +127,7 @@ class DatasetHoldsPythonObjects(Rule):
         severity=Severity.INFORMATION,
         summary="Dataset keeps large Python lists/dicts: copy-on-write makes worker memory grow.",
         fix=FixAvailability.NONE,
+        any_module=True,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
