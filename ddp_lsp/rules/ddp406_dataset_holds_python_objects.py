@@ -143,12 +143,14 @@ class DatasetHoldsPythonObjects(Rule):
             attr, node, how = found[0]
             others = [a for a, _, _ in found[1:]]
             also = f" (also {', '.join(f'`{o}`' for o in others)})" if others else ""
+            # One process outside distributed code (a single-GPU script): no "every rank".
+            ranks = " of every rank" if ctx.facts.distributed else ""
             yield ctx.finding(
                 self,
                 node,
                 f"`{attr}` of dataset `{cls}` is a Python container {how}{also}: each "
                 "DataLoader worker that reads it updates the reference counts of its objects, "
-                "so copy-on-write copies its pages into every worker of every rank and host "
+                f"so copy-on-write copies its pages into every worker{ranks} and host "
                 "memory grows as if it leaked (pytorch/pytorch#13246); store it as a NumPy "
                 "array, a tensor or an Arrow table",
             )

@@ -59,3 +59,39 @@ def test_an_edit_that_makes_the_module_distributed_runs_every_rule_again() -> No
     assert "DDP501" in after
     doc.apply_edit(Pos(0, 0), Pos(1, 0), "")
     assert _rules(analyze(doc).findings) == {"DDP301"}
+
+
+def test_messages_of_a_single_process_module_name_no_ranks() -> None:
+    # DDP406 in a single-GPU script: the pages are copied into every worker, not "of every rank".
+    code = """\
+import json
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Captions(Dataset):
+    def __init__(self, path):
+        with open(path) as f:
+            self.rows = [json.loads(line) for line in f]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+
+def main(path):
+    loader = DataLoader(Captions(path), batch_size=8, num_workers=4, pin_memory=True)
+    for batch in loader:
+        print(batch)
+"""
+    (plain,) = [f for f in analyze(code).findings if f.rule_id == "DDP406"]
+    assert "every worker and host memory" in plain.message and "rank" not in plain.message
+    dist = [
+        f
+        for f in analyze("import torch.distributed as dist\n" + code).findings
+        if f.rule_id == "DDP406"
+    ]
+    assert "every worker of every rank" in dist[0].message
