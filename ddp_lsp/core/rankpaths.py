@@ -40,17 +40,15 @@ The events themselves and the alignment of two sequences of them are in
 
 Limits, each erring towards silence: conditions on values computed from the rank at run time
 in another function are taken as rank-independent; a collective on an explicit
-process group (``group=pg``) is reported only when global rank 0 alone makes it
-(:meth:`Flow.world_rank0_only`; elsewhere only the group's members may have to call it); at
-module level a top-level ``if`` is its own chunk, so a guarded barrier there
-may be half of a "zero first" pair in another chunk and is not reported when another top-level
-``if`` of the module calls a barrier too (``ModuleFacts.barrier_ifs``).
+process group (``group=pg``) is reported only when global rank 0 alone makes it (else only the
+group's members may have to call it); at module level a top-level ``if`` is its own chunk, so a
+guarded barrier there may be half of a "zero first" pair in another chunk and is not reported
+when another top-level ``if`` of the module calls a barrier too (``ModuleFacts.barrier_ifs``).
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -66,6 +64,7 @@ from ddp_lsp.core.rankevents import Event as Event
 from ddp_lsp.core.rankevents import Extractor as Extractor
 from ddp_lsp.core.rankevents import collective_extractor as collective_extractor
 from ddp_lsp.core.rankevents import process_groups as process_groups
+from ddp_lsp.core.rankgroups import world_rank_test
 from ddp_lsp.core.uniformity import (
     RANK_ZERO_DECORATORS,
     ChunkUniformity,
@@ -605,53 +604,17 @@ class Flow:
 
 
     def world_rank0_only(self, reason: Reason) -> bool:
-        """A collective on an explicit process group that only *global* rank 0 makes: the
-        group's other members never call it (a group of one rank is no collective worth the
-        name). Under a local-rank-0 guard (a group of node leaders), a rank within a group
-        (``dist.get_rank(pg)``, ``mpu.get_data_parallel_rank()``: the whole tensor-parallel
-        group of data-parallel rank 0 calls it), a flag whose rank test is out of sight, or
-        any other subset, only the group's members may be calling it: not reported."""
-        if reason.runner != Z:
-            return False
-        if reason.kind == "decorator":
-            return True  # `@rank_zero_only`: global rank 0
+        """Only *global* rank 0 makes the call (:mod:`ddp_lsp.core.rankgroups`): a collective
+        on an explicit group is then stranded too; under any other subset only the group's
+        members may be calling it."""
+        if reason.runner != Z or reason.kind == "decorator":  # `@rank_zero_only`: global
+            return reason.runner == Z
         node = reason.node if reason.kind == "guard" else reason.guard if reason.kind == "exit" else None
         test = node.test if isinstance(node, (ast.If, ast.IfExp)) else node
-        if test is None:
+        r = self.ranks(test) if test is not None else None
+        if test is None or r is None or r.subset not in (Subset.RANK0, Subset.NONZERO):
             return False
-        r = self.ranks(test)
-        if r is None or r.subset not in (Subset.RANK0, Subset.NONZERO):
-            return False
-        return _world_rank_test(self.ctx, test)
-
-
-_GROUP_RANK = re.compile(
-    r"^get_(?!global_|world_)\w+_rank$|^(dp|tp|pp|ep|cp|sp|mp|data|tensor|pipeline|model|"
-    r"expert|context|sequence|node|group)_|parallel|group|node",
-    re.IGNORECASE,
-)
-
-
-def _world_rank_test(ctx: ChunkContext, test: ast.AST) -> bool:
-    """``test`` visibly asks for the global rank (``dist.get_rank() == 0``, ``rank == 0``,
-    ``is_main_process()``) and nowhere for a rank within a group."""
-    model = ctx.ranks
-    seen = False
-    for n in tree_walk.bfs(test):
-        if isinstance(n, ast.Call) and (model.is_rank_expr(n) or model.is_predicate(n)):
-            name = last_name(n.func) or ""
-            if _GROUP_RANK.search(name) or (
-                model.is_rank_expr(n) and name in ("get_rank", "rank") and (n.args or n.keywords)
-            ):
-                return False  # the rank within a process group
-            seen = True
-        elif isinstance(n, (ast.Name, ast.Attribute)) and (
-            model.is_rank_expr(n) or model.is_predicate(n)
-        ):
-            if _GROUP_RANK.search(last_name(n) or ""):
-                return False
-            seen = True
-    return seen
+        return world_rank_test(self.ctx.ranks, test)
 
 
 def _decide(joints: list[Joint], parts: Sequence[ast.AST], value: bool) -> list[Joint]:
