@@ -583,6 +583,16 @@ def forward_under_rank0(tree: ast.Module, text: str) -> Iterator[Site]:
     aliases = sorted(dist_aliases(tree))
     if not aliases:
         return
+    # Only torch's DDP broadcasts buffers in its forward. apex's (or DeepScale's)
+    # DistributedDataParallel, imported under the same names, makes no collective there (its
+    # all-reduce runs in backward hooks), so a rank-0 call of it is no DDP104 bug.
+    foreign = {
+        a.asname or a.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and not (node.module or "").startswith("torch")
+        for a in node.names
+        if a.name == "DistributedDataParallel"
+    }
     for scope in scopes(tree):
         nodes = sorted(
             (n for n in own_nodes(scope) if isinstance(n, ast.stmt)), key=lambda n: n.lineno
@@ -593,6 +603,7 @@ def forward_under_rank0(tree: ast.Module, text: str) -> Iterator[Site]:
                 isinstance(stmt, ast.Assign)
                 and isinstance(stmt.value, ast.Call)
                 and dotted(stmt.value.func) in _DDP_NAMES
+                and dotted(stmt.value.func) not in foreign
             ):
                 for t in stmt.targets:
                     if dotted(t):

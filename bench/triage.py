@@ -48,6 +48,8 @@ from pathlib import Path
 
 import tomllib
 
+from ddp_lsp.core.registry import all_rules
+
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "bench" / "corpus" / "manifest.toml"
 LABELS = ROOT / "bench" / "corpus" / "labels.json"
@@ -58,22 +60,10 @@ MARKER = ".ddp-lsp-triage-commit"
 #: The rules issue 14 holds to precision >= 0.95 together.
 SERIOUS = ("DDP101", "DDP103", "DDP104", "DDP201", "DDP202", "DDP203", "DDP204", "DDP301")
 #: Rules whose bug is a bug in any module, distributed or not (a scaler misuse, a graph kept
-#: alive, a deprecated API, a data-loading cost): their findings in non-distributed modules are
-#: not counted against the "0 findings in non-distributed modules" goal.
-ANY_MODULE = frozenset(
-    {
-        "DDP201",
-        "DDP202",
-        "DDP203",
-        "DDP204",
-        "DDP205",
-        "DDP301",
-        "DDP302",
-        "DDP404",
-        "DDP405",
-        "DDP406",
-    }
-)
+#: alive, a deprecated API, a data-loading cost): the engine runs them in every module, and
+#: their findings in non-distributed modules are not counted against the "0 findings in
+#: non-distributed modules" goal. The rules' own ``RuleMeta.any_module`` is the single source.
+ANY_MODULE = frozenset(r.meta.id for r in all_rules() if r.meta.any_module)
 
 #: A module is distributed (or training) code on its own when its text says so: collectives,
 #: ranks, launchers, wrappers, framework entry points, a backward pass or an optimizer.

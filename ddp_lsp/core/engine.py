@@ -77,6 +77,11 @@ def analyze(
     # among them would scan every AST node of the document (0.4 s at 20,000 lines).
     with gc_paused():
         facts = doc.module_facts(settings.assume_distributed, project)
+        if not facts.distributed:
+            # Not distributed code: only the rules whose bug is a bug in any PyTorch program
+            # run (a graph kept alive, a scaler misuse); the rule tuple is part of the key, so
+            # chunks analysed before the module became distributed code run again.
+            rules = tuple(r for r in rules if r.meta.any_module)
         rank_model = ranks.with_extra(facts.rank_vars, facts.rank_predicates)
         key = AnalysisKey((ranks, env, tuple(id(r) for r in rules)))
         if key == doc.analysis_key:
@@ -136,7 +141,7 @@ def _collect(
                 )
             )
             # The statements before the error (if any parsed) are still checked below.
-        if chunk.tree is None or not facts.distributed:
+        if chunk.tree is None or not rules:
             continue
         cache = chunk.cache
         cached = cache.results.get(key)

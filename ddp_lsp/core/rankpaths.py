@@ -40,10 +40,10 @@ The events themselves and the alignment of two sequences of them are in
 
 Limits, each erring towards silence: conditions on values computed from the rank at run time
 in another function are taken as rank-independent; a collective on an explicit
-process group (``group=pg``) under a guard is not reported (only the group's members may have
-to call it); at module level a top-level ``if`` is its own chunk, so a guarded barrier there
-may be half of a "zero first" pair in another chunk and is not reported when another top-level
-``if`` of the module calls a barrier too (``ModuleFacts.barrier_ifs``).
+process group (``group=pg``) is reported only when global rank 0 alone makes it (else only the
+group's members may have to call it); at module level a top-level ``if`` is its own chunk, so a
+guarded barrier there may be half of a "zero first" pair in another chunk and is not reported
+when another top-level ``if`` of the module calls a barrier too (``ModuleFacts.barrier_ifs``).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from ddp_lsp.core.rankevents import Event as Event
 from ddp_lsp.core.rankevents import Extractor as Extractor
 from ddp_lsp.core.rankevents import collective_extractor as collective_extractor
 from ddp_lsp.core.rankevents import process_groups as process_groups
+from ddp_lsp.core.rankgroups import world_rank_test
 from ddp_lsp.core.uniformity import (
     RANK_ZERO_DECORATORS,
     ChunkUniformity,
@@ -608,7 +609,9 @@ class Flow:
                         self.miss(ev, Reason("some", s, in_else=in_else))
 
     def miss(self, ev: Event, reason: Reason) -> None:
-        if ev.subgroup or id(ev.node) in self.misses:
+        if id(ev.node) in self.misses:
+            return
+        if ev.subgroup and not self.world_rank0_only(reason):
             return
         if (
             reason.kind == "guard"
@@ -619,6 +622,20 @@ class Flow:
         ):
             return  # maybe half of a "zero first" pair whose other half is another chunk
         self.misses[id(ev.node)] = Miss(ev, reason)
+
+
+    def world_rank0_only(self, reason: Reason) -> bool:
+        """Only *global* rank 0 makes the call (:mod:`ddp_lsp.core.rankgroups`): a collective
+        on an explicit group is then stranded too; under any other subset only the group's
+        members may be calling it."""
+        if reason.runner != Z or reason.kind == "decorator":  # `@rank_zero_only`: global
+            return reason.runner == Z
+        node = reason.node if reason.kind == "guard" else reason.guard if reason.kind == "exit" else None
+        test = node.test if isinstance(node, (ast.If, ast.IfExp)) else node
+        r = self.ranks(test) if test is not None else None
+        if test is None or r is None or r.subset not in (Subset.RANK0, Subset.NONZERO):
+            return False
+        return world_rank_test(self.ctx.ranks, test)
 
 
 def _decide(joints: list[Joint], parts: Sequence[ast.AST], value: bool) -> list[Joint]:

@@ -182,6 +182,11 @@ class RuleMeta:
     # device): silent in the functions the project finds single-process (project/reach.py).
     # False: a bug in any process (a scaler misuse, a deprecated API, a data-loading cost).
     distributed_only: bool = False
+    # The bug is a bug in any PyTorch program (a scaler misuse, a graph kept alive, a
+    # deprecated API, a data-loading cost): the rule also runs in modules that are not
+    # distributed code at all (a single-GPU script, a benchmark, a test), where the engine
+    # runs no other rule. Never together with ``distributed_only``.
+    any_module: bool = False
 
     @property
     def url(self) -> str:

@@ -227,16 +227,25 @@ def dotted_path(expr: ast.AST) -> str | None:
     return known_names.dotted(expr)
 
 
-def backward_target(call: ast.Call) -> ast.expr | None:
+def backward_target(call: ast.Call, called: frozenset[str] = frozenset()) -> ast.expr | None:
     """The tensor a backward call runs on: ``loss`` in ``loss.backward()``,
-    ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``, ``fabric.backward(loss)``."""
+    ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``, ``fabric.backward(loss)``.
+
+    ``called``: the paths the scope calls as functions (``model(**batch)``). A tensor is not
+    callable, so ``model.backward(loss)`` on one of them is a training engine's backward of
+    its argument (a DeepSpeed engine kept under the name ``model``), not
+    ``Tensor.backward(gradient)``."""
     b = patterns.backward_of(call)
     if b is None:
         return None
     if call.args:
         name = known_names.dotted(b.target) or ""
-        if _ENGINE.search(name.rsplit(".", 1)[-1]) or framework_tables.BUILTIN.matches(
-            framework_tables.Meaning.BACKWARD, f"{name}.backward", None
+        if (
+            _ENGINE.search(name.rsplit(".", 1)[-1])
+            or framework_tables.BUILTIN.matches(
+                framework_tables.Meaning.BACKWARD, f"{name}.backward", None
+            )
+            or (b.scaler is None and name in called)
         ):
             return call.args[0]
         return None
@@ -300,9 +309,14 @@ class GraphFlow:
         self.assigns: dict[str, list[tuple[tuple[int, int], ast.AST, int | None]]] = {}
         self._busy: set[int] = set()
         self._memo: dict[int, Taint] = {}
+        called = frozenset(
+            d
+            for n in patterns.walk_scope(root)
+            if isinstance(n, ast.Call) and (d := known_names.dotted(n.func))
+        )
         for node in patterns.walk_scope(root):
             if isinstance(node, ast.Call):
-                t = backward_target(node)
+                t = backward_target(node, called)
                 if t is not None:
                     self.backward_calls.append(node)
                     for sub in tree_walk.bfs(t):

@@ -55,8 +55,13 @@ path: in the `else` branch, or in the "zero first" idiom
 (`if rank != 0: dist.barrier()` ... `if rank == 0: dist.barrier()`). Preparing a payload
 under a guard and broadcasting it on every rank (`if rank == 0: obj = load()` then
 `dist.broadcast_object_list([obj], src=0)`) is fine, and so is `gather(..., dst=0)` called
-by all. Collectives on an explicit subgroup (`group=pg`) under a guard are not reported,
-since only the group's members call them. Rank flags computed in another function and
+by all. A collective on an explicit process group (`group=pg`) is reported only when global
+rank 0 alone makes it (`if dist.get_rank() == 0:`, `if is_main_process():`, a return of the
+other ranks before it): the group's other members never call it. Under a local-rank-0 guard
+(a group of node leaders), a rank within a group (`dist.get_rank(pg) == 0`,
+`mpu.get_data_parallel_rank() == 0`, whose whole tensor-parallel group calls it), a flag whose
+rank test is computed elsewhere, or another subset, only the group's members may be calling
+it, so it is not reported. Rank flags computed in another function and
 values derived from the rank at run time (a broadcast stop flag) are taken as the same on
 every rank. At module level (a script without functions) a guarded barrier in a top-level `if`
 is reported only when no other top-level `if` of the module calls a barrier: otherwise that
@@ -123,6 +128,11 @@ class CollectiveInRankBranch(Rule):
             message, related = collectives.explain(ctx, first, _CONSEQUENCE)
             # The message already names the helper's file; the related location goes there.
             _, elsewhere = ctx.cite(*(collectives.elsewhere_source(ctx, m) for m in group))
+            if first.event.subgroup:
+                message += (
+                    " (the collective is on a process group: its members other than rank 0 "
+                    "never call it)"
+                )
             others = [m.event.node for m in group[1:]]
             if others:
                 message += (
@@ -373,6 +383,27 @@ def leaders_reduce(t, local_rank, leaders):
     Valid(
         _HEAD
         + """\
+def tensor_parallel_sum(t, mpu):
+    if mpu.get_data_parallel_rank() == 0:
+        dist.all_reduce(t, group=mpu.get_tensor_model_parallel_group())
+    return t
+
+
+def within_group(t, pg):
+    if dist.get_rank(group=pg) == 0:
+        dist.broadcast(t, src=0, group=pg)
+
+
+def workers_only(t, rank, workers_pg):
+    if rank != 0:
+        dist.all_reduce(t, group=workers_pg)
+""",
+        note="a group's collective under a rank within a group (the whole tensor-parallel group "
+        "of data-parallel rank 0), or on every rank but rank 0: its members may all call it",
+    ),
+    Valid(
+        _HEAD
+        + """\
 def main(args):
     if args.local_rank != -1:
         dist.init_process_group("nccl")
@@ -412,6 +443,24 @@ def shard_report(rank, t):
         note="rank-dependent branch whose two sides make the same collective",
     ),
     # -- findings ------------------------------------------------------------------------------
+    Invalid(
+        _HEAD
+        + """\
+def mean_loss(loss, loss_group):
+    if dist.get_rank() == 0:
+        «dist.all_reduce(loss, group=loss_group)»
+    return loss
+
+
+def min_stat(t, pg):
+    if not is_main_process():
+        «return t»
+    dist.reduce(t, 0, group=pg)
+    return t
+""",
+        note="a collective on a process group that only global rank 0 makes: the group's other "
+        "members never call it (before a rank-0 return, too)",
+    ),
     Invalid(
         _HEAD
         + """\

@@ -49,9 +49,11 @@ not reported, and neither is `unscale_` called through a helper function of the 
 Only the path of the clip counts: the clip of the plain branch of `if use_amp: ... else:
 loss.backward()` is not reported, and an `unscale_` on the other branch does not cover it.
 
-Any module: the bug is a bug in a single-process script too, so in a project this rule
-also reports in functions that are not distributed code (a tokenizer, a plotting script, an
-export tool), where the rules that need several ranks are silent.
+Any module: the bug is a bug in a single-process script too, so this rule runs in every
+module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
+script, a benchmark, a test), where no other rule runs, and in a project it reports in the
+functions no distributed entry point reaches (a tokenizer, a plotting script, an export tool),
+where the rules that need several ranks are silent.
 
 ## References
 - https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping
@@ -83,6 +85,7 @@ class ClipWithoutUnscale(Rule):
         severity=Severity.ERROR,
         summary="Gradient clipping on scaled gradients: call scaler.unscale_(optimizer) first.",
         fix=FixAvailability.SOMETIMES,
+        any_module=True,
     )
 
     def triggers(self, ctx: ChunkContext) -> frozenset[str]:

@@ -59,9 +59,11 @@ a project class that wraps a GradScaler and unscales or updates it in its own me
 `NativeScaler`, `NativeScalerWithGradNormCount`) is not a GradScaler: its `step` is not
 reported.
 
-Any module: the bug is a bug in a single-process script too, so in a project this rule
-also reports in functions that are not distributed code (a tokenizer, a plotting script, an
-export tool), where the rules that need several ranks are silent.
+Any module: the bug is a bug in a single-process script too, so this rule runs in every
+module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
+script, a benchmark, a test), where no other rule runs, and in a project it reports in the
+functions no distributed entry point reaches (a tokenizer, a plotting script, an export tool),
+where the rules that need several ranks are silent.
 
 ## References
 - https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler.update
@@ -91,6 +93,7 @@ class ScalerStepWithoutUpdate(Rule):
         severity=Severity.ERROR,
         summary="scaler.step() without scaler.update() in the same iteration.",
         fix=FixAvailability.SOMETIMES,
+        any_module=True,
     )
 
     def triggers(self, ctx: ChunkContext) -> frozenset[str]:

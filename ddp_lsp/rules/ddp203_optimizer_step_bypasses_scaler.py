@@ -47,9 +47,11 @@ nor the plain branch of `if use_amp: scaler.step(opt) else: opt.step()` after a 
 backward; but a step on the same branch as its scaled backward is, whatever the other branch
 does (`if accumulating: scaler.scale(loss).backward(); opt.step() else: ...`).
 
-Any module: the bug is a bug in a single-process script too, so in a project this rule
-also reports in functions that are not distributed code (a tokenizer, a plotting script, an
-export tool), where the rules that need several ranks are silent.
+Any module: the bug is a bug in a single-process script too, so this rule runs in every
+module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
+script, a benchmark, a test), where no other rule runs, and in a project it reports in the
+functions no distributed entry point reaches (a tokenizer, a plotting script, an export tool),
+where the rules that need several ranks are silent.
 
 ## References
 - https://pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training
@@ -78,6 +80,7 @@ class OptimizerStepBypassesScaler(Rule):
         severity=Severity.ERROR,
         summary="optimizer.step() on scaled gradients: use scaler.step(optimizer).",
         fix=FixAvailability.SOMETIMES,
+        any_module=True,
     )
 
     def triggers(self, ctx: ChunkContext) -> frozenset[str]:

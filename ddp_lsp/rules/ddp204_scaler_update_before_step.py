@@ -39,9 +39,11 @@ An update under a condition of its own before the step (`if i > 0: scaler.update
 deliberately deferred update for the previous iteration) is not reported, and neither is an
 update in a different loop than the step.
 
-Any module: the bug is a bug in a single-process script too, so in a project this rule
-also reports in functions that are not distributed code (a tokenizer, a plotting script, an
-export tool), where the rules that need several ranks are silent.
+Any module: the bug is a bug in a single-process script too, so this rule runs in every
+module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
+script, a benchmark, a test), where no other rule runs, and in a project it reports in the
+functions no distributed entry point reaches (a tokenizer, a plotting script, an export tool),
+where the rules that need several ranks are silent.
 
 ## References
 - https://pytorch.org/docs/stable/notes/amp_examples.html#working-with-multiple-models-losses-and-optimizers
@@ -70,6 +72,7 @@ class ScalerUpdateBeforeStep(Rule):
         severity=Severity.WARNING,
         summary="scaler.update() before scaler.step(): update goes after the last step.",
         fix=FixAvailability.SOMETIMES,
+        any_module=True,
     )
 
     def triggers(self, ctx: ChunkContext) -> frozenset[str]:

@@ -45,9 +45,11 @@ Version-compatibility code is left alone: deprecated names used in an `except Im
 / `except AttributeError:` fallback or under a condition on the PyTorch version or `hasattr`.
 `torch.cuda.amp.custom_fwd` / `custom_bwd` and `torch.cpu.amp` are not covered.
 
-Any module: the bug is a bug in a single-process script too, so in a project this rule
-also reports in functions that are not distributed code (a tokenizer, a plotting script, an
-export tool), where the rules that need several ranks are silent.
+Any module: the bug is a bug in a single-process script too, so this rule runs in every
+module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
+script, a benchmark, a test), where no other rule runs, and in a project it reports in the
+functions no distributed entry point reaches (a tokenizer, a plotting script, an export tool),
+where the rules that need several ranks are silent.
 
 ## References
 - https://pytorch.org/docs/stable/amp.html#torch.amp.autocast
@@ -88,6 +90,7 @@ class DeprecatedCudaAmp(Rule):
         severity=Severity.INFORMATION,
         summary="torch.cuda.amp.autocast / GradScaler are deprecated: use torch.amp with 'cuda'.",
         fix=FixAvailability.SOMETIMES,
+        any_module=True,
         tags=(Tag.DEPRECATED,),
     )
 

@@ -49,9 +49,11 @@ of at most 1,000) collecting into a local list the function returns keeps a boun
 graphs, and they are what the caller asked for (a numerics test comparing a few steps' losses):
 not reported. A loop over a loader, or a longer one, is.
 
-Any module: the bug is a bug in a single-process script too, so in a project this rule
-also reports in functions that are not distributed code (a tokenizer, a plotting script, an
-export tool), where the rules that need several ranks are silent.
+Any module: the bug is a bug in a single-process script too, so this rule runs in every
+module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
+script, a benchmark, a test), where no other rule runs, and in a project it reports in the
+functions no distributed entry point reaches (a tokenizer, a plotting script, an export tool),
+where the rules that need several ranks are silent.
 
 ## References
 - https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory
@@ -97,6 +99,7 @@ class GraphKeptAlive(Rule):
         summary="A tensor with its autograd graph is stored past its iteration: memory grows "
         "every step.",
         fix=FixAvailability.ALWAYS,
+        any_module=True,
     )
 
     def triggers(self, ctx: ChunkContext) -> frozenset[str]:
@@ -910,5 +913,53 @@ def train(model, loader, optimizer, criterion, epochs):
         print(epoch, sum(epoch_losses) / len(epoch_losses))
 """,
         note="re-created per epoch is not enough: every batch of the epoch is kept",
+    ),
+    Invalid(
+        """\
+import torch
+
+
+def finetune(net, loader, make_engine):
+    net = make_engine(net)
+    seen = []
+    for batch in loader:
+        out = net(**batch)
+        net.backward(out.loss)
+        net.step()
+        seen.append(«out.loss»)
+""",
+        fixed="""\
+import torch
+
+
+def finetune(net, loader, make_engine):
+    net = make_engine(net)
+    seen = []
+    for batch in loader:
+        out = net(**batch)
+        net.backward(out.loss)
+        net.step()
+        seen.append(out.loss.detach())
+""",
+        note="`net.backward(loss)` on a module the loop calls (a training engine under any "
+        "name): a tensor is not callable, so this is the engine's backward of the loss; "
+        "not distributed code, reported all the same",
+        distributed=False,
+    ),
+    Valid(
+        """\
+import torch
+
+
+def jacobian_rows(net, xs, grads):
+    rows = []
+    for x, g in zip(xs, grads):
+        y = net(x)
+        y.backward(g)
+        rows.append(x.grad.clone())
+    return rows
+""",
+        note="`y.backward(g)` is Tensor.backward with a gradient: `y` is an output, never called",
+        distributed=False,
     ),
 )

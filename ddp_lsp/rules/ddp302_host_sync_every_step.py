@@ -50,9 +50,11 @@ called every step that calls `.item()` / `.tolist()` on a parameter or a loop va
 any `if` (`for p in model.parameters(): norms.append(p.grad.norm().item())`) is reported once,
 at the call.
 
-Any module: the bug is a bug in a single-process script too, so in a project this rule
-also reports in functions that are not distributed code (a tokenizer, a plotting script, an
-export tool), where the rules that need several ranks are silent.
+Any module: the bug is a bug in a single-process script too, so this rule runs in every
+module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
+script, a benchmark, a test), where no other rule runs, and in a project it reports in the
+functions no distributed entry point reaches (a tokenizer, a plotting script, an export tool),
+where the rules that need several ranks are silent.
 
 ## References
 - https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution
@@ -90,6 +92,7 @@ class HostSyncEveryStep(Rule):
         severity=Severity.HINT,
         summary="A host-device synchronisation on every training step stalls the GPU pipeline.",
         fix=FixAvailability.NONE,
+        any_module=True,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:

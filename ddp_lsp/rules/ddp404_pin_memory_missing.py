@@ -36,9 +36,11 @@ default in the same function), loaders whose batches it does not see going to a 
 calls with `**kwargs`. Pinned memory is page-locked host RAM: with many workers and large
 batches on a host short of memory, `pin_memory=False` can be a deliberate choice; write it.
 
-Any module: the bug is a bug in a single-process script too, so in a project this rule
-also reports in functions that are not distributed code (a tokenizer, a plotting script, an
-export tool), where the rules that need several ranks are silent.
+Any module: the bug is a bug in a single-process script too, so this rule runs in every
+module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
+script, a benchmark, a test), where no other rule runs, and in a project it reports in the
+functions no distributed entry point reaches (a tokenizer, a plotting script, an export tool),
+where the rules that need several ranks are silent.
 
 ## References
 - https://pytorch.org/docs/stable/data.html#memory-pinning
@@ -65,6 +67,7 @@ class PinMemoryMissing(Rule):
         severity=Severity.INFORMATION,
         summary="DataLoader workers feed a GPU from pageable memory: set pin_memory=True.",
         fix=FixAvailability.ALWAYS,
+        any_module=True,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:

@@ -43,9 +43,11 @@ a single process. A `num_workers` it cannot resolve to a number is not reported,
 number without a report (`num_workers=16` is fine on a 128-CPU node): the CPUs of the machine
 running the editor or CI say nothing about the training node, so they are never used.
 
-Any module: the bug is a bug in a single-process script too, so in a project this rule
-also reports in functions that are not distributed code (a tokenizer, a plotting script, an
-export tool), where the rules that need several ranks are silent.
+Any module: the bug is a bug in a single-process script too, so this rule runs in every
+module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
+script, a benchmark, a test), where no other rule runs, and in a project it reports in the
+functions no distributed entry point reaches (a tokenizer, a plotting script, an export tool),
+where the rules that need several ranks are silent.
 
 ## References
 - https://pytorch.org/docs/stable/data.html#multi-process-data-loading
@@ -73,6 +75,7 @@ class TooManyWorkers(Rule):
         severity=Severity.WARNING,
         summary="num_workers times processes per node exceeds the CPUs available.",
         fix=FixAvailability.NONE,
+        any_module=True,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
@@ -80,7 +83,9 @@ class TooManyWorkers(Rule):
         if not calls:
             return
         cpus, cpu_source = ctx.env.cpu_count()
-        procs, proc_source = ctx.env.procs_per_node()
+        # A module that is not distributed code (a single-GPU script, a benchmark) runs as one
+        # process, whatever the launch config next to it starts for the training script.
+        procs, proc_source = ctx.env.procs_per_node() if ctx.facts.distributed else (None, "")
         if not cpus and not (procs and procs > 1):
             return  # no machine facts and one process (or unknown): nothing the code says
         for call in calls:
@@ -110,6 +115,8 @@ class TooManyWorkers(Rule):
                     f"{value} × {procs} processes per node ({proc_source}) = "
                     f"{workers * procs} worker processes"
                 )
+            elif not ctx.facts.distributed:
+                load = f"{value} starts {workers} worker processes (one process: not distributed code)"
             else:
                 load = (
                     f"{value} starts {workers} worker processes in each rank (processes per node "
@@ -265,5 +272,32 @@ def main(dataset, sampler):
         fixed=None,
         note="no report, but 8 processes per node each with every CPU: over on any node",
         env=_TORCHRUN_8,
+    ),
+    Valid(
+        """\
+import os
+
+import torch
+from torch.utils.data import DataLoader
+
+def main(dataset):
+    return DataLoader(dataset, batch_size=64, num_workers=os.cpu_count())
+""",
+        note="a single-GPU script next to a torchrun launch config: one process, not 8",
+        distributed=False,
+        env=_TORCHRUN_8,
+    ),
+    Invalid(
+        """\
+import torch
+from torch.utils.data import DataLoader
+
+def main(dataset):
+    return DataLoader(dataset, batch_size=64, «num_workers=32»)
+""",
+        fixed=None,
+        note="a single-GPU script with more workers than the node's CPUs (any module)",
+        distributed=False,
+        env=_NODE_16,
     ),
 )

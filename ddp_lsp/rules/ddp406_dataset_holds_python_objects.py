@@ -51,9 +51,11 @@ literal lists (class names), lookup tables named like class or label maps and vo
 comprehensions over literals or over a name bound to a literal list (`[np.asarray(f[k][:]) for
 k in keys]`: one array per key, not one object per sample).
 
-Any module: the bug is a bug in a single-process script too, so in a project this rule
-also reports in functions that are not distributed code (a tokenizer, a plotting script, an
-export tool), where the rules that need several ranks are silent.
+Any module: the bug is a bug in a single-process script too, so this rule runs in every
+module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
+script, a benchmark, a test), where no other rule runs, and in a project it reports in the
+functions no distributed entry point reaches (a tokenizer, a plotting script, an export tool),
+where the rules that need several ranks are silent.
 
 ## References
 - https://github.com/pytorch/pytorch/issues/13246
@@ -125,6 +127,7 @@ class DatasetHoldsPythonObjects(Rule):
         severity=Severity.INFORMATION,
         summary="Dataset keeps large Python lists/dicts: copy-on-write makes worker memory grow.",
         fix=FixAvailability.NONE,
+        any_module=True,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
@@ -140,12 +143,14 @@ class DatasetHoldsPythonObjects(Rule):
             attr, node, how = found[0]
             others = [a for a, _, _ in found[1:]]
             also = f" (also {', '.join(f'`{o}`' for o in others)})" if others else ""
+            # One process outside distributed code (a single-GPU script): no "every rank".
+            ranks = " of every rank" if ctx.facts.distributed else ""
             yield ctx.finding(
                 self,
                 node,
                 f"`{attr}` of dataset `{cls}` is a Python container {how}{also}: each "
                 "DataLoader worker that reads it updates the reference counts of its objects, "
-                "so copy-on-write copies its pages into every worker of every rank and host "
+                f"so copy-on-write copies its pages into every worker{ranks} and host "
                 "memory grows as if it leaked (pytorch/pytorch#13246); store it as a NumPy "
                 "array, a tensor or an Arrow table",
             )

@@ -130,6 +130,16 @@ def test_append_loss_keeps_the_loss_past_the_iteration() -> None:
     )
 
 
+def test_forward_under_rank0_seeds_only_torchs_ddp() -> None:
+    # apex's DistributedDataParallel makes no collective in its forward: not a DDP104 site.
+    apex = LOOP.replace(
+        "from torch.nn.parallel import DistributedDataParallel as DDP",
+        "from apex.parallel import DistributedDataParallel as DDP",
+    )
+    assert only("forward-under-rank0", apex) == []
+    assert len(only("forward-under-rank0")) == 1
+
+
 def test_hardcode_device_covers_set_device_and_device_ids() -> None:
     got = [changed(LOOP, s.text) for s in only("hardcode-device")]
     assert got == [

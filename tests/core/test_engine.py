@@ -177,9 +177,14 @@ def test_pyproject_loading(tmp_path) -> None:
 
 
 def test_assume_distributed_and_plain_code() -> None:
-    plain = BUGGY.replace("import torch.distributed as dist\n", "")
-    assert not analyze(plain).findings
-    assert analyze(plain, Settings(assume_distributed=True)).findings
+    # Plain single-GPU code gets only the rules whose bug is a bug in any program (clipping
+    # scaled gradients, DDP201: RuleMeta.any_module); assume-distributed runs every rule.
+    plain = BUGGY.replace("import torch.distributed as dist\n", "") + (
+        '\n\ndef save(model):\n    torch.save(model.state_dict(), "model.pt")\n'
+    )
+    assert {f.rule_id for f in analyze(plain).findings} == {"DDP201"}
+    assumed = {f.rule_id for f in analyze(plain, Settings(assume_distributed=True)).findings}
+    assert {"DDP201", "DDP501"} <= assumed
 
 
 def test_fix_all_is_idempotent_and_parses() -> None:

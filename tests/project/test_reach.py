@@ -231,18 +231,7 @@ def test_launcher_helper_that_receives_the_training_function(tmp_path: Path) -> 
 
 
 # Rules whose bug is a bug in any process: they also report in single-process code.
-ANY_MODULE = {
-    "DDP201",
-    "DDP202",
-    "DDP203",
-    "DDP204",
-    "DDP205",
-    "DDP301",
-    "DDP302",
-    "DDP404",
-    "DDP405",
-    "DDP406",
-}
+ANY_MODULE = {r.meta.id for r in all_rules() if r.meta.any_module}
 
 
 def test_distributed_only_rules_say_so() -> None:

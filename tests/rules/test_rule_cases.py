@@ -34,12 +34,15 @@ def test_case(rule, case) -> None:
 
 
 @pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.meta.id)
-def test_silent_in_non_distributed_code(rule) -> None:
-    """RULES.md "Distributed context": plain single-GPU code gets none of the rules."""
+def test_non_distributed_code_gets_only_any_module_rules(rule) -> None:
+    """RULES.md "Distributed context": plain single-GPU code gets none of the rules that need
+    several ranks; a rule whose bug is a bug in any PyTorch program (``RuleMeta.any_module``:
+    a graph kept alive, a scaler misuse) still reports its cases there."""
+    from tests.casekit import unmark
+
+    reported = []
     for case in rule.cases:
         if isinstance(case, Invalid):
-            from tests.casekit import unmark
-
             code = unmark(case.code).code
             plain = "\n".join(
                 line for line in code.splitlines()
@@ -52,7 +55,18 @@ def test_silent_in_non_distributed_code(rule) -> None:
                 continue
             if _imports_a_distributed_framework(tree):
                 continue  # `from accelerate.utils import set_seed`: still distributed code
-            assert findings(rule, plain, distributed=False) == []
+            found = findings(rule, plain, distributed=False, env=case.env)
+            if rule.meta.any_module:
+                reported.append(bool(found))
+            else:
+                assert found == [], [f"{f.span.start}: {f.message}" for f in found]
+    if rule.meta.any_module:
+        assert any(reported), f"{rule.meta.id} runs in any module but reports no plain case"
+
+
+def test_any_module_and_distributed_only_exclude_each_other() -> None:
+    for rule in all_rules():
+        assert not (rule.meta.any_module and rule.meta.distributed_only), rule.meta.id
 
 
 def _imports_a_distributed_framework(tree: ast.Module) -> bool:
