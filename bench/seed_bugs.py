@@ -592,6 +592,35 @@ def print_silenced(checkout: Path, paths: Sequence[str]) -> bool:
     return False
 
 
+def unused_holder(checkout: Path, paths: Sequence[str], text: str, line: int) -> bool:
+    """The function holding ``line`` is referred to by no file of the project outside its tests
+    (a ``cleanup()`` helper nothing calls, a ``destroy()`` method only the test suite calls):
+    emptying it changes no run of the program."""
+    holder = None
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+            node.lineno <= line <= (node.end_lineno or node.lineno)
+        ):
+            if holder is None or node.lineno > holder.lineno:
+                holder = node
+    if holder is None:
+        return False
+    use = re.compile(rf"\b{re.escape(holder.name)}\b")
+    define = re.compile(rf"\bdef\s+{re.escape(holder.name)}\b")
+    root = checkout.resolve()
+    for f in triage.python_files(checkout, paths):
+        parts = f.relative_to(root).parts if f.is_relative_to(root) else f.parts
+        if any(part.startswith("test") or part == "conftest.py" for part in parts):
+            continue
+        try:
+            body = f.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if len(use.findall(body)) > len(define.findall(body)):
+            return False
+    return True
+
+
 def prints_only(text: str, line: int) -> bool:
     """The ``if`` at ``line`` logs through ``print`` only (no logger call): with ``print``
     silenced on the other ranks (:func:`print_silenced`), removing its rank test changes no
@@ -793,8 +822,8 @@ def drop_destroy(tree: ast.Module, text: str) -> Iterator[Site]:
 
     Not in test code (a file that imports ``pytest`` or ``unittest``: the test runner owns the
     worker processes and their teardown, so a fixture without its destroy leaks nothing a user
-    sees), and only torch's own call (``dist.destroy_process_group()`` on the module's alias of
-    ``torch.distributed``): a framework's ``state.destroy_process_group()`` tears down a
+    sees), and only a module's function (``dist.destroy_process_group()``, a project's
+    re-export of it): a framework object's ``state.destroy_process_group()`` tears down a
     group the framework started and owns (accelerate's ``PartialState``)."""
     imports = {
         a.name.split(".")[0]
@@ -804,10 +833,15 @@ def drop_destroy(tree: ast.Module, text: str) -> Iterator[Site]:
     } | {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     if imports & {"pytest", "unittest"}:
         return
-    torch_names = dist_aliases(tree) | {"torch.distributed"}
+    modules = {
+        (a.asname or a.name).split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
     for stmt, call in expr_calls(tree.body):
         ca = call_attr(call)
-        if ca and ca[1] == "destroy_process_group" and ca[0] in torch_names:
+        if ca and ca[1] == "destroy_process_group" and ca[0].split(".")[0] in modules:
             site = _pass_site("drop-destroy", "DDP506", text, stmt, "")
             if site:
                 yield site
@@ -1132,6 +1166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         silenced = print_silenced(checkout, repo.paths)
                     if silenced:
                         continue  # `print` prints on rank 0 only in this project: no bug
+                if site.operator == "drop-destroy" and unused_holder(
+                    checkout, repo.paths, text, site.line
+                ):
+                    continue  # a destroy in a helper no run calls: removing it is no bug
                 per_op[site.operator] += 1
                 if importers is None:
                     root = checkout.resolve()

@@ -56,8 +56,9 @@ communicators start lazily, so what matters is its caller, which usually selects
 the next line. Its calls are reported instead (in the same file, or in another with the
 project view) when work on the current device (`.cuda()` without an index, `.to("cuda")`, a
 DDP wrap without `device_ids`, `torch.cuda.*`) runs after the call before any `set_device`,
-with no call in between that may select the GPU itself (a function of the project or a
-library: only torch's own calls, builtins and logging do not).
+with no call in between that may select the GPU itself (a library function, or a project
+function or class whose code or callees call `set_device`: torch's own calls, builtins,
+logging and project code that selects no device do not).
 
 ## References
 - https://pytorch.org/docs/stable/distributed.html#torch.distributed.init_process_group
@@ -229,7 +230,29 @@ def _may_select_device(ctx: ChunkContext, call: ast.Call) -> bool:
     qual = ctx.call_qualname(call) or ""
     if qual.startswith(("torch.", "os.", "logging.", "math.", "time.")):
         return False
-    return not (patterns.last_name(call.func) in _PLAIN_CALLS or _log_call(call))
+    if patterns.last_name(call.func) in _PLAIN_CALLS or _log_call(call):
+        return False
+    known = _resolved_props(ctx, call)
+    if known is not None:
+        # A project function or class the index resolved: its properties say whether it (or
+        # anything it calls) selects the device (`criterion = Loss(sigma)` does not).
+        return fact_model.SETS_DEVICE in known
+    return True
+
+
+def _resolved_props(ctx: ChunkContext, call: ast.Call) -> frozenset[str] | None:
+    """The properties of the project function (or class constructor) ``call`` reaches, when the
+    project view resolved it; None when it is unknown (a library, a dynamic call)."""
+    name = known_names.dotted(call.func)
+    if name is None or name.startswith("self."):
+        return None
+    own = ctx.facts.func_props
+    for q in (name, f"{name}.__init__"):
+        if q in own:
+            return own[q]  # a function or class of this file
+    project = ctx.facts.project
+    found = project.callee_props.get(name) if project is not None else None
+    return found.props if found is not None else None
 
 
 def _current_device_work(ctx: ChunkContext, call: ast.Call) -> bool:
@@ -477,6 +500,27 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 MissingSetDevice.cases = (
+    Invalid(
+        _HEAD
+        + """\
+def start_group():
+    dist.init_process_group("nccl")
+
+
+class Smoothing:
+    def __init__(self, eps):
+        self.eps = eps
+
+
+def run(net, eps):
+    «start_group()»
+    smooth = Smoothing(eps)
+    net = net.cuda()
+    return DDP(net), smooth
+""",
+        note="a class of the project that selects no device between the set-up helper and the "
+        "CUDA work: the GPU is still unselected there",
+    ),
     Invalid(
         _HEAD
         + """\

@@ -488,3 +488,14 @@ def test_neighbourhood_reaches_importers_through_a_package_init(tmp_path: Path) 
     text = (tmp_path / "utils" / "train_utils.py").read_text()
     got = seed_bugs.neighbourhood(tmp_path, "utils/train_utils.py", text, importers)
     assert got == ["utils/train_utils.py", "utils/__init__.py", "main.py"]
+
+
+def test_a_destroy_in_a_helper_nothing_calls_is_no_site(tmp_path: Path) -> None:
+    utils = "import torch.distributed as dist\n\ndef teardown():\n    dist.destroy_process_group()\n"
+    (tmp_path / "utils.py").write_text(utils)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_utils.py").write_text("from utils import teardown\nteardown()\n")
+    (tmp_path / "train.py").write_text("import utils\n\ndef main():\n    pass\n")
+    assert seed_bugs.unused_holder(tmp_path, ["."], utils, 4)
+    (tmp_path / "train.py").write_text("import utils\n\ndef main():\n    utils.teardown()\n")
+    assert not seed_bugs.unused_holder(tmp_path, ["."], utils, 4)
