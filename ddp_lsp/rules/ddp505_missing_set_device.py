@@ -2,7 +2,8 @@
 
 ## What it does
 Finds `init_process_group` with the NCCL backend (`"nccl"`, `backend="nccl"`, a variable or an
-argparse option whose value is `"nccl"`, a lookup by device type in a table that maps CUDA to
+argparse option whose value is `"nccl"` (an assignment after a `raise` never runs and does not
+count), a lookup by device type in a table that maps CUDA to
 `"nccl"`) where the process never selects its GPU first: no
 `torch.cuda.set_device(local_rank)` before it in the same function and no `device_id=`
 argument.
@@ -336,9 +337,9 @@ def _backend_value(ctx: ChunkContext, expr: ast.AST, root: ast.AST, depth: int =
             return "nccl"
         return None
     if isinstance(expr, ast.Name):
-        value = guards.assigned_value(ctx, expr.id, root, expr)
+        value = guards.assigned_value(ctx, expr.id, root, expr, live=True)
         if value is None and root is not ctx.module_node:
-            value = guards.assigned_value(ctx, expr.id, ctx.module_node, expr)
+            value = guards.assigned_value(ctx, expr.id, ctx.module_node, expr, live=True)
         return None if value is None else _backend_value(ctx, value, root, depth + 1)
     table = _backend_table(ctx, expr, root)
     if table is not None:
@@ -500,6 +501,32 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 MissingSetDevice.cases = (
+    Invalid(
+        _HEAD
+        + """\
+def bring_up():
+    if torch.cuda.is_available():
+        chosen = "nccl"
+    else:
+        raise RuntimeError("no GPU")
+        chosen = "gloo"
+    «dist.init_process_group(backend=chosen)»
+    return torch.zeros(1).cuda()
+""",
+        fixed=_HEAD
+        + """\
+def bring_up():
+    if torch.cuda.is_available():
+        chosen = "nccl"
+    else:
+        raise RuntimeError("no GPU")
+        chosen = "gloo"
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend=chosen)
+    return torch.zeros(1).cuda()
+""",
+        note="an assignment after a raise never runs: the backend is NCCL",
+    ),
     Invalid(
         _HEAD
         + """\
