@@ -798,6 +798,16 @@ def drop_set_device(tree: ast.Module, text: str) -> Iterator[Site]:
     ]
     if not inits or any(_kw(n, "device_id") for n in inits):
         return
+    if any(
+        isinstance(n, ast.Subscript)
+        and isinstance(n.ctx, ast.Store)
+        and isinstance(n.slice, ast.Constant)
+        and n.slice.value == "device_id"
+        for n in ast.walk(tree)
+    ):
+        # `pg_kwargs["device_id"] = torch.device("cuda", local_rank)` then
+        # `init_process_group(**pg_kwargs)`: the group is given its device, as with `device_id=`.
+        return
     first_init = min(n.lineno for n in inits)
     if any(
         isinstance(n, ast.Call)

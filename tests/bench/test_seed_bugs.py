@@ -499,3 +499,20 @@ def test_a_destroy_in_a_helper_nothing_calls_is_no_site(tmp_path: Path) -> None:
     assert seed_bugs.unused_holder(tmp_path, ["."], utils, 4)
     (tmp_path / "train.py").write_text("import utils\n\ndef main():\n    utils.teardown()\n")
     assert not seed_bugs.unused_holder(tmp_path, ["."], utils, 4)
+
+
+def test_drop_set_device_skips_a_group_given_its_device_through_kwargs() -> None:
+    text = textwrap.dedent(
+        """\
+        import torch
+        import torch.distributed as dist
+
+        def worker(local_rank):
+            kwargs = dict(backend="nccl")
+            kwargs["device_id"] = torch.device("cuda", local_rank)
+            dist.init_process_group(**kwargs)
+            torch.cuda.set_device(local_rank)
+        """
+    )
+    assert only("drop-set-device", text) == []
+    assert len(only("drop-set-device", text.replace('kwargs["device_id"]', "other"))) == 1
