@@ -513,6 +513,125 @@ def _in_loop(tree: ast.Module) -> set[int]:
     return inside
 
 
+def _training_loops(tree: ast.Module) -> set[int]:
+    """ids of the nodes inside a training or evaluation loop (over epochs, steps, batches or a
+    loader, or one that runs ``backward``/``step``) of the same function: where a log line
+    costs one line per rank per step. A loop over metrics, process groups or retries at
+    start-up prints a few lines once."""
+    inside: set[int] = set()
+
+    def training(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            names = [dotted(n) for n in ast.walk(loop.target) if isinstance(n, ast.Name)]
+            if any(_LOOP_TARGET.search(n) for n in names):
+                return True
+            if any(_LOOP_ITER.search(dotted(n)) for n in ast.walk(loop.iter) if dotted(n)):
+                return True
+        return any(
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("backward", "step", "zero_grad")
+            for n in ast.walk(loop)
+        )
+
+    def visit(node: ast.AST, looping: bool) -> None:
+        for kid in ast.iter_child_nodes(node):
+            if isinstance(kid, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                visit(kid, False)
+                continue
+            if looping:
+                inside.add(id(kid))
+            is_loop = isinstance(kid, (ast.For, ast.While, ast.AsyncFor)) and training(kid)
+            visit(kid, looping or is_loop)
+
+    visit(tree, False)
+    return inside
+
+
+_LOOP_TARGET = re.compile(r"epoch|step|iter|batch", re.I)
+_LOOP_ITER = re.compile(r"loader|epoch|steps|iters|(^|_)(train|val|valid)(_|$)", re.I)
+_PROCESS_TAG = re.compile(r"rank|gpu|device|pid", re.I)
+
+
+def _metric_log(call: ast.Call) -> bool:
+    """A log call whose message carries a computed value and does not name its process: a
+    constant marker ("Out of memory, exiting") or a per-rank tag (``f"[{rank}] ..."``) is not
+    the per-step metric line that every rank would duplicate."""
+    values = [
+        n
+        for a in (*call.args, *(k.value for k in call.keywords if k.arg != "file"))
+        for n in ast.walk(a)
+        if isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+    ]
+    if not values:
+        return False
+    for a in (*call.args, *(k.value for k in call.keywords)):
+        for n in ast.walk(a):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and _PROCESS_TAG.search(n.value):
+                return False
+            if isinstance(n, ast.Name) and _PROCESS_TAG.search(n.id):
+                return False
+            if isinstance(n, ast.Attribute) and _PROCESS_TAG.search(n.attr):
+                return False
+    return True
+
+
+#: ``builtins.print = ...`` / ``__builtin__.print = ...``: the project silences ``print`` on
+#: the other ranks (DeiT's ``setup_for_distributed``).
+_PRINT_PATCH = re.compile(r"\b(?:builtins|__builtin__)\.print\s*=(?!=)")
+
+
+def print_silenced(checkout: Path, paths: Sequence[str]) -> bool:
+    """Some file of the project replaces ``print`` by one that prints on rank 0 only."""
+    for f in triage.python_files(checkout, paths):
+        try:
+            if _PRINT_PATCH.search(f.read_text(encoding="utf-8", errors="replace")):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def unused_holder(checkout: Path, paths: Sequence[str], text: str, line: int) -> bool:
+    """The function holding ``line`` is referred to by no file of the project outside its tests
+    (a ``cleanup()`` helper nothing calls, a ``destroy()`` method only the test suite calls):
+    emptying it changes no run of the program."""
+    holder = None
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+            node.lineno <= line <= (node.end_lineno or node.lineno)
+        ):
+            if holder is None or node.lineno > holder.lineno:
+                holder = node
+    if holder is None:
+        return False
+    use = re.compile(rf"\b{re.escape(holder.name)}\b")
+    define = re.compile(rf"\bdef\s+{re.escape(holder.name)}\b")
+    root = checkout.resolve()
+    for f in triage.python_files(checkout, paths):
+        parts = f.relative_to(root).parts if f.is_relative_to(root) else f.parts
+        if any(part.startswith("test") or part == "conftest.py" for part in parts):
+            continue
+        try:
+            body = f.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if len(use.findall(body)) > len(define.findall(body)):
+            return False
+    return True
+
+
+def prints_only(text: str, line: int) -> bool:
+    """The ``if`` at ``line`` logs through ``print`` only (no logger call): with ``print``
+    silenced on the other ranks (:func:`print_silenced`), removing its rank test changes no
+    output."""
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.If) and node.lineno == line:
+            logs = [n for s in node.body for n in ast.walk(s) if isinstance(n, ast.Call) and _is_log(n)]
+            return bool(logs) and all(isinstance(n.func, ast.Name) for n in logs)
+    return False
+
+
 def _unguard(
     name: str,
     rule: str,
@@ -521,13 +640,19 @@ def _unguard(
     wanted: Callable[[ast.Call], bool],
     loop_only: bool = False,
 ) -> Iterator[Site]:
-    looped = _in_loop(tree) if loop_only else set()
+    looped = _training_loops(tree) if loop_only else set()
     for node in ast.walk(tree):
         if not isinstance(node, ast.If) or node.orelse or not one_line(node.test):
             continue
         if loop_only and id(node) not in looped:
             continue
         if not _RANK_TEST.search(segment(text, node.test)):
+            continue
+        if loop_only and any(
+            isinstance(n, ast.Call) and _is_save(n) for s in node.body for n in ast.walk(s)
+        ):
+            # A block that also writes a checkpoint is unguard-save's site (the same `if`):
+            # the bug it seeds is the save, measured there.
             continue
         if any(isinstance(n, ast.Call) and wanted(n) for s in node.body for n in ast.walk(s)):
             yield Site(
@@ -566,7 +691,14 @@ def unguard_save(tree: ast.Module, text: str) -> Iterator[Site]:
 @operator("unguard-print", "DDP502")
 def unguard_print(tree: ast.Module, text: str) -> Iterator[Site]:
     """``if <rank test>: print(...)`` in a loop (per-step logging) loses its rank test."""
-    yield from _unguard("unguard-print", "DDP502", tree, text, _is_log, loop_only=True)
+    yield from _unguard(
+        "unguard-print",
+        "DDP502",
+        tree,
+        text,
+        lambda c: _is_log(c) and _metric_log(c),
+        loop_only=True,
+    )
 
 
 _DDP_NAMES = {
@@ -677,6 +809,27 @@ def drop_set_device(tree: ast.Module, text: str) -> Iterator[Site]:
     ]
     if not inits or any(_kw(n, "device_id") for n in inits):
         return
+    if any(
+        isinstance(n, ast.Subscript)
+        and isinstance(n.ctx, ast.Store)
+        and isinstance(n.slice, ast.Constant)
+        and n.slice.value == "device_id"
+        for n in ast.walk(tree)
+    ):
+        # `pg_kwargs["device_id"] = torch.device("cuda", local_rank)` then
+        # `init_process_group(**pg_kwargs)`: the group is given its device, as with `device_id=`.
+        return
+    first_init = min(n.lineno for n in inits)
+    if any(
+        isinstance(n, ast.Call)
+        and (ca := call_attr(n))
+        and ca[1] == "set_device_index"
+        and n.lineno < first_init
+        for n in ast.walk(tree)
+    ):
+        # `torch.accelerator.set_device_index(gpu)` before the group starts already selects
+        # the GPU: a later `torch.cuda.set_device` is redundant, and removing it is no bug.
+        return
     for stmt, call in expr_calls(tree.body):
         if dotted(call.func) == "torch.cuda.set_device":
             site = _pass_site("drop-set-device", "DDP505", text, stmt, "")
@@ -686,10 +839,30 @@ def drop_set_device(tree: ast.Module, text: str) -> Iterator[Site]:
 
 @operator("drop-destroy", "DDP506")
 def drop_destroy(tree: ast.Module, text: str) -> Iterator[Site]:
-    """Remove ``dist.destroy_process_group()``."""
+    """Remove ``dist.destroy_process_group()``.
+
+    Not in test code (a file that imports ``pytest`` or ``unittest``: the test runner owns the
+    worker processes and their teardown, so a fixture without its destroy leaks nothing a user
+    sees), and only a module's function (``dist.destroy_process_group()``, a project's
+    re-export of it): a framework object's ``state.destroy_process_group()`` tears down a
+    group the framework started and owns (accelerate's ``PartialState``)."""
+    imports = {
+        a.name.split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import)
+        for a in n.names
+    } | {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    if imports & {"pytest", "unittest"}:
+        return
+    modules = {
+        (a.asname or a.name).split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
     for stmt, call in expr_calls(tree.body):
         ca = call_attr(call)
-        if ca and ca[1] == "destroy_process_group":
+        if ca and ca[1] == "destroy_process_group" and ca[0].split(".")[0] in modules:
             site = _pass_site("drop-destroy", "DDP506", text, stmt, "")
             if site:
                 yield site
@@ -830,7 +1003,8 @@ def neighbourhood(
     """``rel``, the project files it imports, and the files those import (two levels: a
     package ``__init__`` that re-exports a submodule is followed to it); with ``importers``
     (:func:`importer_map`), also the files that import ``rel`` (one level): a per-epoch helper
-    whose ``set_epoch`` was removed is reported at its caller's epoch loop."""
+    whose ``set_epoch`` was removed is reported at its caller's epoch loop (through a package
+    ``__init__`` that imports ``rel``, its importers too)."""
     first = imported_files(root, rel, text)
     files = [rel, *first]
     for f in first:
@@ -840,7 +1014,13 @@ def neighbourhood(
             continue
         files.extend(x for x in imported_files(root, f, sub) if x not in files)
     if importers:
-        files.extend(x for x in importers.get(rel, [])[:MAX_IMPORTERS] if x not in files)
+        direct = importers.get(rel, [])[:MAX_IMPORTERS]
+        files.extend(x for x in direct if x not in files)
+        # A package `__init__` that re-exports `rel` (`from .train_utils import setup, cleanup`)
+        # stands for it: its importers (`from utils import cleanup`) use `rel` too.
+        for init in direct:
+            if init.endswith("/__init__.py"):
+                files.extend(x for x in importers.get(init, [])[:MAX_IMPORTERS] if x not in files)
     return files
 
 
@@ -991,6 +1171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         per_op: Counter[str] = Counter()
         baseline: dict[str, Counter[tuple[str, str, str]]] = {}
         importers: dict[str, list[str]] | None = None
+        silenced: bool | None = None
         for path in triage.python_files(checkout, repo.paths):
             rel = path.relative_to(checkout.resolve()).as_posix()
             original = path.read_bytes()
@@ -1001,6 +1182,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for site in sites(text, args.operator or None):
                 if per_op[site.operator] >= args.max_sites or not counts(site.rule, text):
                     continue
+                if site.operator == "unguard-print" and prints_only(text, site.line):
+                    if silenced is None:
+                        silenced = print_silenced(checkout, repo.paths)
+                    if silenced:
+                        continue  # `print` prints on rank 0 only in this project: no bug
+                if site.operator == "drop-destroy" and unused_holder(
+                    checkout, repo.paths, text, site.line
+                ):
+                    continue  # a destroy in a helper no run calls: removing it is no bug
                 per_op[site.operator] += 1
                 if importers is None:
                     root = checkout.resolve()

@@ -73,7 +73,10 @@ _DIST_MARKERS = re.compile(
     r"rank_zero|global_rank|local_rank|\brank\b|accelerate|lightning|deepspeed|\bFabric\b|"
     r"FullyShardedDataParallel|fully_shard|DistributedSampler|mpi4py|\bMPI\b|barrier|"
     r"all_reduce|all_gather|broadcast|no_sync|GradScaler|\.backward\(|mp\.spawn|"
-    r"multiprocessing\.spawn|torchrun|horovod|\bdist\b|\boptimizer\b|loss_scaler"
+    r"multiprocessing\.spawn|torchrun|horovod|\bdist\b|\boptimizer\b|loss_scaler|"
+    # A process group started through the project's own helper (`dist_util.setup_dist()`,
+    # `init_dist(launcher)`): a reader sees distributed set-up as plainly as `dist.` itself.
+    r"\b(?:setup|init|initialize)_dist|\bdist_utils?\b"
 )
 
 

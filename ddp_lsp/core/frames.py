@@ -15,7 +15,7 @@ the guard helpers also read the uses of each name to find a rank variable in sco
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -53,6 +53,7 @@ class Frame:
         name: str,
         at: ast.AST,
         syncs: Mapping[str, Sequence[ast.AST]] | None = None,
+        skip: Callable[[ast.expr], bool] | None = None,
     ) -> ast.expr | None:
         """The value of the last binding of ``name`` in this frame before ``at``; None when
         there is none. The one answer to "what was last assigned to x here" for the rules
@@ -70,10 +71,14 @@ class Frame:
           (``dist.broadcast(x, 0)``). Given, a sync between the binding and ``at`` makes the
           answer None: the value assigned no longer says what ``x`` holds on each rank. The
           uniformity analysis passes them; the rules, which ask what expression was assigned
-          (a path, a seed), do not."""
+          (a path, a seed), do not.
+        - ``skip``: bindings whose value it accepts are not candidates (a rule passing "this
+          statement never runs", e.g. after a ``raise`` of its block)."""
         start = _start(at)
         best: tuple[ast.AST, ast.expr] | None = None
         for node, value in self.assigns.get(name, ()):
+            if skip is not None and skip(value):
+                continue
             if _start(node) < start and (best is None or _end(best[1]) < _end(value)):
                 best = (node, value)
         if best is None:

@@ -114,10 +114,32 @@ def _index(ctx: ChunkContext, root: ast.AST) -> _ScopeIndex:
 # -- is this code guarded? -----------------------------------------------------------------------
 
 
-def assigned_value(ctx: ChunkContext, name: str, root: ast.AST, before: ast.AST) -> ast.expr | None:
+def assigned_value(
+    ctx: ChunkContext, name: str, root: ast.AST, before: ast.AST, live: bool = False
+) -> ast.expr | None:
     """The value of the last ``name = value`` in ``root``'s own frame before ``before``
-    (:meth:`ddp_lsp.core.frames.Frame.value_before`, without syncs)."""
-    return scope_frames.frame(ctx, root).value_before(name, before)
+    (:meth:`ddp_lsp.core.frames.Frame.value_before`, without syncs); ``live``: not one that
+    never runs (after a ``raise``/``return``/``break``/``continue`` of its block:
+    ``raise NotImplementedError(...)`` then ``backend = "gloo"``)."""
+    skip = (lambda value: _dead(ctx, value)) if live else None
+    return scope_frames.frame(ctx, root).value_before(name, before, skip=skip)
+
+
+_LEAVES = (ast.Raise, ast.Return, ast.Break, ast.Continue)
+
+
+def _dead(ctx: ChunkContext, node: ast.AST) -> bool:
+    """``node``'s statement follows a statement that leaves its block."""
+    stmt = ctx.statement(node)
+    parent = ctx.parent(stmt)
+    if parent is None:
+        return False
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and any(s is stmt for s in block):
+            earlier = block[: [id(s) for s in block].index(id(stmt))]
+            return any(isinstance(s, _LEAVES) for s in earlier)
+    return False
 
 
 def is_guarded(ctx: ChunkContext, node: ast.AST) -> bool:

@@ -54,8 +54,10 @@ def log_call(ctx: ChunkContext, call: ast.Call) -> str | None:
     name = patterns.last_name(receiver)
     if name is None or not _LOGGER_NAME.match(name):
         return None
-    if "logging" not in ctx.facts.aliases.values():
-        return None  # not a standard-library logger made in this file: its setup is unknown
+    if not any(q == "logging" or q.startswith("logging.") for q in ctx.facts.aliases.values()):
+        # Not a standard-library logger made in this file (`import logging`, or
+        # `from logging import getLogger`): its setup is unknown.
+        return None
     rqual = ctx.qualname(receiver)
     if rqual is not None and not rqual.startswith("logging"):
         return None  # a logger object imported from a library (accelerate, lightning...)

@@ -688,6 +688,40 @@ def evaluate(model, val_loader):
     Invalid(
         _HEAD
         + """\
+from logging import getLogger
+
+log = getLogger()
+
+def fit_one_pass(net, batches, opt, world_rank):
+    for i, (inp, tgt) in enumerate(batches):
+        err = (net(inp) - tgt).pow(2).mean()
+        opt.zero_grad()
+        err.backward()
+        opt.step()
+        if i % 20 == 0:
+            «log.info("it %d mse %.5f", i, err.item())»
+""",
+        fixed=_HEAD
+        + """\
+from logging import getLogger
+
+log = getLogger()
+
+def fit_one_pass(net, batches, opt, world_rank):
+    for i, (inp, tgt) in enumerate(batches):
+        err = (net(inp) - tgt).pow(2).mean()
+        opt.zero_grad()
+        err.backward()
+        opt.step()
+        if i % 20 == 0:
+            if world_rank == 0:
+                log.info("it %d mse %.5f", i, err.item())
+""",
+        note="a root logger from `from logging import getLogger` logs on every rank too",
+    ),
+    Invalid(
+        _HEAD
+        + """\
 def train(model, loader, optimizer, rank):
     for step, batch in enumerate(loader):
         model(batch).sum().backward()

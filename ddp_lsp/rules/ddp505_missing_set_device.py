@@ -2,7 +2,9 @@
 
 ## What it does
 Finds `init_process_group` with the NCCL backend (`"nccl"`, `backend="nccl"`, a variable or an
-argparse option whose value is `"nccl"`) where the process never selects its GPU first: no
+argparse option whose value is `"nccl"` (an assignment after a `raise` never runs and does not
+count), a lookup by device type in a table that maps CUDA to
+`"nccl"`) where the process never selects its GPU first: no
 `torch.cuda.set_device(local_rank)` before it in the same function and no `device_id=`
 argument.
 
@@ -41,7 +43,8 @@ launcher's local-rank variable the script already reads (`OMPI_COMM_WORLD_LOCAL_
 Not reported: the gloo or mpi backends, a backend that cannot be resolved, `device_id=`,
 `set_device` before the call anywhere in the function (also in a branch), `set_device` after it
 with no CUDA work in between (nanoGPT sets the device right after `init_process_group`, before
-any CUDA call, which is harmless), `CUDA_VISIBLE_DEVICES` set per process, a same-file helper
+any CUDA call, which is harmless; not one on the `else`/`elif` side of the test that starts the
+group, which runs only in a single-process launch), `CUDA_VISIBLE_DEVICES` set per process, a same-file helper
 called before `init_process_group` that sets the device (directly or through another helper),
 launches configured with one process per node or machines where preflight found one GPU
 (GPU 0 is then the right one), accelerate / Lightning (they select the device), and a
@@ -54,8 +57,9 @@ communicators start lazily, so what matters is its caller, which usually selects
 the next line. Its calls are reported instead (in the same file, or in another with the
 project view) when work on the current device (`.cuda()` without an index, `.to("cuda")`, a
 DDP wrap without `device_ids`, `torch.cuda.*`) runs after the call before any `set_device`,
-with no call in between that may select the GPU itself (a function of the project or a
-library: only torch's own calls, builtins and logging do not).
+with no call in between that may select the GPU itself (a library function, or a project
+function or class whose code or callees call `set_device`: torch's own calls, builtins,
+logging and project code that selects no device do not).
 
 ## References
 - https://pytorch.org/docs/stable/distributed.html#torch.distributed.init_process_group
@@ -227,7 +231,29 @@ def _may_select_device(ctx: ChunkContext, call: ast.Call) -> bool:
     qual = ctx.call_qualname(call) or ""
     if qual.startswith(("torch.", "os.", "logging.", "math.", "time.")):
         return False
-    return not (patterns.last_name(call.func) in _PLAIN_CALLS or _log_call(call))
+    if patterns.last_name(call.func) in _PLAIN_CALLS or _log_call(call):
+        return False
+    known = _resolved_props(ctx, call)
+    if known is not None:
+        # A project function or class the index resolved: its properties say whether it (or
+        # anything it calls) selects the device (`criterion = Loss(sigma)` does not).
+        return fact_model.SETS_DEVICE in known
+    return True
+
+
+def _resolved_props(ctx: ChunkContext, call: ast.Call) -> frozenset[str] | None:
+    """The properties of the project function (or class constructor) ``call`` reaches, when the
+    project view resolved it; None when it is unknown (a library, a dynamic call)."""
+    name = known_names.dotted(call.func)
+    if name is None or name.startswith("self."):
+        return None
+    own = ctx.facts.func_props
+    for q in (name, f"{name}.__init__"):
+        if q in own:
+            return own[q]  # a function or class of this file
+    project = ctx.facts.project
+    found = project.callee_props.get(name) if project is not None else None
+    return found.props if found is not None else None
 
 
 def _current_device_work(ctx: ChunkContext, call: ast.Call) -> bool:
@@ -311,10 +337,16 @@ def _backend_value(ctx: ChunkContext, expr: ast.AST, root: ast.AST, depth: int =
             return "nccl"
         return None
     if isinstance(expr, ast.Name):
-        value = guards.assigned_value(ctx, expr.id, root, expr)
+        value = guards.assigned_value(ctx, expr.id, root, expr, live=True)
         if value is None and root is not ctx.module_node:
-            value = guards.assigned_value(ctx, expr.id, ctx.module_node, expr)
+            value = guards.assigned_value(ctx, expr.id, ctx.module_node, expr, live=True)
         return None if value is None else _backend_value(ctx, value, root, depth + 1)
+    table = _backend_table(ctx, expr, root)
+    if table is not None:
+        # `{"cuda": "nccl", "xpu": "ccl"}.get(device_type, "gloo")`: a backend looked up by
+        # device type is NCCL wherever the device is a GPU (as for the `IfExp` above).
+        values = [_backend_value(ctx, v, root, depth + 1) for v in table]
+        return "nccl" if any(v is not None and "nccl" in v for v in values) else None
     if isinstance(expr, ast.Attribute) and expr.attr.lower() in ("nccl", "gloo", "mpi", "ucc"):
         return expr.attr.lower()  # dist.Backend.NCCL
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
@@ -359,6 +391,55 @@ def _is_nccl(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> bool:
     return value is not None and "nccl" in value
 
 
+def _backend_table(ctx: ChunkContext, expr: ast.AST, root: ast.AST) -> list[ast.expr] | None:
+    """The values a backend lookup in a dict literal can give (``table.get(key, default)``,
+    ``table[key]``, the table a name in scope holds or written in place); None otherwise."""
+    if (
+        isinstance(expr, ast.Call)
+        and isinstance(expr.func, ast.Attribute)
+        and expr.func.attr == "get"
+        and expr.args
+    ):
+        holder, extra = expr.func.value, list(expr.args[1:2])
+    elif isinstance(expr, ast.Subscript):
+        holder, extra = expr.value, []
+    else:
+        return None
+    if isinstance(holder, ast.Name):
+        value = guards.assigned_value(ctx, holder.id, root, expr)
+        if value is None and root is not ctx.module_node:
+            value = guards.assigned_value(ctx, holder.id, ctx.module_node, expr)
+        holder = value if value is not None else holder
+    if not isinstance(holder, ast.Dict):
+        return None
+    return [v for v in holder.values if v is not None] + extra
+
+
+def _exclusive(ctx: ChunkContext, node: ast.AST, init: ast.Call) -> bool:
+    """``node`` runs only where ``init`` does not: it sits in the ``else``/``elif`` of a test
+    that guards ``init`` (``if args.distributed: init(...)`` ... ``elif args.gpu is not None:
+    torch.cuda.set_device(args.gpu)``, the single-GPU branch of a later chain on the same
+    test)."""
+    tests: set[str] = set()
+    child: ast.AST = ctx.statement(init)
+    for a in ctx.ancestors(child):
+        if isinstance(a, ast.If) and any(child is s for s in a.body):
+            tests.add(ast.dump(a.test))
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            break
+        child = a
+    if not tests:
+        return False
+    child = ctx.statement(node)
+    for a in ctx.ancestors(child):
+        if isinstance(a, ast.If) and any(child is s for s in a.orelse) and ast.dump(a.test) in tests:
+            return True
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            break
+        child = a
+    return False
+
+
 def _device_selected(ctx: ChunkContext, root: ast.AST, init: ast.Call, stmt: ast.stmt) -> bool:
     """``set_device`` before ``init`` (or after it, before any CUDA work), ``CUDA_VISIBLE_DEVICES``
     set in the scope, or a same-file helper called first that sets the device."""
@@ -372,7 +453,8 @@ def _device_selected(ctx: ChunkContext, root: ast.AST, init: ast.Call, stmt: ast
         if device_rules.is_set_device(ctx, node):
             if patterns.before(node, init):
                 return True
-            later.append(node)
+            if not _exclusive(ctx, node, init):
+                later.append(node)
         elif fact_model.SETS_DEVICE in ctx.callee_props(node):
             if patterns.before(node, init):
                 return True  # a same-file helper (or one it calls) sets the device first
@@ -419,6 +501,110 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 MissingSetDevice.cases = (
+    Invalid(
+        _HEAD
+        + """\
+def bring_up():
+    if torch.cuda.is_available():
+        chosen = "nccl"
+    else:
+        raise RuntimeError("no GPU")
+        chosen = "gloo"
+    «dist.init_process_group(backend=chosen)»
+    return torch.zeros(1).cuda()
+""",
+        fixed=_HEAD
+        + """\
+def bring_up():
+    if torch.cuda.is_available():
+        chosen = "nccl"
+    else:
+        raise RuntimeError("no GPU")
+        chosen = "gloo"
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend=chosen)
+    return torch.zeros(1).cuda()
+""",
+        note="an assignment after a raise never runs: the backend is NCCL",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def start_group():
+    dist.init_process_group("nccl")
+
+
+class Smoothing:
+    def __init__(self, eps):
+        self.eps = eps
+
+
+def run(net, eps):
+    «start_group()»
+    smooth = Smoothing(eps)
+    net = net.cuda()
+    return DDP(net), smooth
+""",
+        note="a class of the project that selects no device between the set-up helper and the "
+        "CUDA work: the GPU is still unselected there",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def worker(dev_index, cfg):
+    if cfg.multi:
+        «dist.init_process_group(backend="nccl", rank=cfg.rank, world_size=cfg.world)»
+    elif dev_index is not None:
+        torch.cuda.set_device(dev_index)
+    net = torch.nn.Linear(8, 8).cuda(dev_index)
+    if cfg.multi:
+        net = DDP(net, device_ids=[dev_index])
+    for _ in range(cfg.steps):
+        net(torch.randn(4, 8).cuda(dev_index)).sum().backward()
+""",
+        fixed=_HEAD
+        + """\
+def worker(dev_index, cfg):
+    if cfg.multi:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group(backend="nccl", rank=cfg.rank, world_size=cfg.world)
+    elif dev_index is not None:
+        torch.cuda.set_device(dev_index)
+    net = torch.nn.Linear(8, 8).cuda(dev_index)
+    if cfg.multi:
+        net = DDP(net, device_ids=[dev_index])
+    for _ in range(cfg.steps):
+        net(torch.randn(4, 8).cuda(dev_index)).sum().backward()
+""",
+        note="the only set_device is on the single-process side of the test that starts the "
+        "group: it never runs in a rank",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def start(kind="cuda", backend=None):
+    if backend is None:
+        by_kind = {"cuda": "nccl", "cpu": "gloo"}
+        backend = by_kind.get(kind, "gloo")
+    «dist.init_process_group(backend=backend)»
+    x = torch.ones(1, device=kind)
+    dist.all_reduce(x)
+    return x
+""",
+        fixed=_HEAD
+        + """\
+def start(kind="cuda", backend=None):
+    if backend is None:
+        by_kind = {"cuda": "nccl", "cpu": "gloo"}
+        backend = by_kind.get(kind, "gloo")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend=backend)
+    x = torch.ones(1, device=kind)
+    dist.all_reduce(x)
+    return x
+""",
+        note="a backend looked up by device type is NCCL on a GPU",
+    ),
     Valid(
         _HEAD
         + """\

@@ -365,6 +365,8 @@ def test_bad_verdict_is_a_clear_error(tmp_path: Path) -> None:
         ("from accelerate import Accelerator\n", True),
         ("def tokenize(s):\n    return s.split()\n", False),
         ("import matplotlib.pyplot as plt\nplt.plot([1, 2])\n", False),
+        ("from pkg import dist_util\n\ndef main():\n    dist_util.setup_dist()\n", True),
+        ("def distance(a, b):\n    return abs(a - b)\n", False),
     ],
 )
 def test_distributed_markers(text: str, distributed: bool) -> None:
@@ -420,3 +422,107 @@ def test_drop_unscale_needs_a_clip_that_clips() -> None:
     )
     assert only("drop-unscale", text) == []
     assert only("drop-unscale", text.replace("None", "clip"))
+
+
+def test_unguard_print_seeds_per_step_metric_lines_only() -> None:
+    # A set-up loop over groups, a constant message, a per-rank tag and a block that also
+    # writes a checkpoint (unguard-save's site) seed no logging bug; a metric in the epoch
+    # loop does.
+    text = textwrap.dedent(
+        """\
+        import torch
+
+        def run(rank, groups, loader, model):
+            for g in groups:
+                if rank == 0:
+                    print("group", g)
+            for epoch in range(3):
+                if rank == 0:
+                    print("out of memory, stopping")
+                if rank == 0:
+                    print(f"[rank {rank}] loading", epoch)
+                if rank == 0:
+                    print("saving", epoch)
+                    torch.save(model.state_dict(), "m.pt")
+                if rank == 0:
+                    print("loss", model(epoch))
+        """
+    )
+    assert [s.line for s in only("unguard-print", text)] == [15]
+
+
+def test_print_silenced_by_a_project_file(tmp_path: Path) -> None:
+    (tmp_path / "misc.py").write_text(
+        "import builtins\n\ndef quiet(is_master):\n    builtins.print = lambda *a, **k: None\n"
+    )
+    (tmp_path / "train.py").write_text("if builtins.print == print:\n    pass\n")
+    assert seed_bugs.print_silenced(tmp_path, ["."])
+    (tmp_path / "misc.py").write_text("import builtins\n")
+    assert not seed_bugs.print_silenced(tmp_path, ["."])
+    text = "def f(rank, loader, log):\n    for b in loader:\n        if rank == 0:\n            print(b)\n        if rank == 0:\n            log.info(b)\n"
+    assert seed_bugs.prints_only(text, 3) and not seed_bugs.prints_only(text, 5)
+
+
+def test_drop_destroy_leaves_tests_and_framework_groups_alone() -> None:
+    fixture = "import pytest\nimport torch.distributed as dist\n\ndef fin():\n    dist.destroy_process_group()\n"
+    assert only("drop-destroy", fixture) == []
+    owned = "from accelerate import PartialState\n\ndef main():\n    state = PartialState()\n    state.destroy_process_group()\n"
+    assert only("drop-destroy", owned) == []
+    plain = "import torch\n\ndef main():\n    torch.distributed.destroy_process_group()\n"
+    assert [s.line for s in only("drop-destroy", plain)] == [4]
+
+
+def test_drop_set_device_skips_a_device_selected_before_the_group() -> None:
+    text = textwrap.dedent(
+        """\
+        import torch
+        import torch.distributed as dist
+
+        def worker(gpu):
+            torch.accelerator.set_device_index(gpu)
+            dist.init_process_group("nccl")
+            torch.cuda.set_device(gpu)
+        """
+    )
+    assert only("drop-set-device", text) == []
+    assert len(only("drop-set-device", text.replace("torch.accelerator.set_device_index(gpu)", "pass"))) == 1
+
+
+def test_neighbourhood_reaches_importers_through_a_package_init(tmp_path: Path) -> None:
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "__init__.py").write_text("from .train_utils import setup, cleanup\n")
+    (tmp_path / "utils" / "train_utils.py").write_text("def cleanup():\n    pass\n")
+    (tmp_path / "main.py").write_text("from utils import setup, cleanup\n")
+    rels = ["main.py", "utils/__init__.py", "utils/train_utils.py"]
+    importers = seed_bugs.importer_map(tmp_path, rels)
+    text = (tmp_path / "utils" / "train_utils.py").read_text()
+    got = seed_bugs.neighbourhood(tmp_path, "utils/train_utils.py", text, importers)
+    assert got == ["utils/train_utils.py", "utils/__init__.py", "main.py"]
+
+
+def test_a_destroy_in_a_helper_nothing_calls_is_no_site(tmp_path: Path) -> None:
+    utils = "import torch.distributed as dist\n\ndef teardown():\n    dist.destroy_process_group()\n"
+    (tmp_path / "utils.py").write_text(utils)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_utils.py").write_text("from utils import teardown\nteardown()\n")
+    (tmp_path / "train.py").write_text("import utils\n\ndef main():\n    pass\n")
+    assert seed_bugs.unused_holder(tmp_path, ["."], utils, 4)
+    (tmp_path / "train.py").write_text("import utils\n\ndef main():\n    utils.teardown()\n")
+    assert not seed_bugs.unused_holder(tmp_path, ["."], utils, 4)
+
+
+def test_drop_set_device_skips_a_group_given_its_device_through_kwargs() -> None:
+    text = textwrap.dedent(
+        """\
+        import torch
+        import torch.distributed as dist
+
+        def worker(local_rank):
+            kwargs = dict(backend="nccl")
+            kwargs["device_id"] = torch.device("cuda", local_rank)
+            dist.init_process_group(**kwargs)
+            torch.cuda.set_device(local_rank)
+        """
+    )
+    assert only("drop-set-device", text) == []
+    assert len(only("drop-set-device", text.replace('kwargs["device_id"]', "other"))) == 1
