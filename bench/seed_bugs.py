@@ -829,7 +829,12 @@ def neighbourhood(
             continue
         files.extend(x for x in imported_files(root, f, sub) if x not in files)
     if importers:
-        files.extend(x for x in importers.get(rel, [])[:MAX_IMPORTERS] if x not in files)
+        direct = importers.get(rel, [])[:MAX_IMPORTERS]
+        files.extend(x for x in direct if x not in files)
+        # A package `__init__` that re-exports the file (`from .train_utils import train`)
+        # stands between it and its real callers (`from utils import train`): follow it.
+        for pkg in (x for x in direct if x.endswith("__init__.py")):
+            files.extend(x for x in importers.get(pkg, [])[:MAX_IMPORTERS] if x not in files)
     return files
 
 
