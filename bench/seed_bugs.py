@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddp_lsp.rules._data import is_test_path
+
 try:  # imported as bench.seed_bugs (the tests)
     from bench import triage
 except ImportError:  # run as a script: bench/ is on sys.path
@@ -877,10 +879,18 @@ _DIST_ONLY = re.compile(
 )
 
 
-def counts(site_rule: str, text: str) -> bool:
+#: Rules silent in test code (ddp_lsp.rules._data.is_test_path, F16 in docs/accuracy.md): a
+#: distributed test feeds every rank the data and the seeds it means to compare, so dropping a
+#: test's sampler or its per-rank seed offset makes a weaker test, not a training bug.
+_SILENT_IN_TESTS = frozenset({"DDP401", "DDP503"})
+
+
+def counts(site_rule: str, text: str, rel: str = "") -> bool:
     """Whether a site measures the rule: rules that only apply to distributed code are measured
     in files that are distributed code themselves (a seeded ``torch.load`` in a single-process
     sampling script is not a DDP bug); any-module rules (AMP, graph lifetime) everywhere."""
+    if site_rule in _SILENT_IN_TESTS and rel and is_test_path(rel):
+        return False
     return site_rule in triage.ANY_MODULE or _DIST_ONLY.search(text) is not None
 
 
@@ -891,7 +901,7 @@ def measured(row: dict, workdir: Path) -> bool:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return True
-    return counts(row["rule"], text)
+    return counts(row["rule"], text, row["path"])
 
 
 def summarize(rows: Sequence[dict], out=sys.stdout) -> dict[str, tuple[int, int]]:
@@ -993,7 +1003,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except UnicodeDecodeError:
                 continue
             for site in sites(text, args.operator or None):
-                if per_op[site.operator] >= args.max_sites or not counts(site.rule, text):
+                if per_op[site.operator] >= args.max_sites or not counts(site.rule, text, rel):
                     continue
                 per_op[site.operator] += 1
                 if importers is None:

@@ -37,7 +37,8 @@ something (`seed + rank`, `args.seed + get_rank()`, nanoGPT's `1337 + seed_offse
 a rank condition, a seed that is a parameter of the function seeding with it (in
 `def set_seed(seed): torch.manual_seed(seed)` the caller decides, and `set_seed(args.seed)`
 is reported where it is called; but a helper that also takes a rank, `def seed_all(seed,
-rank)`, must offset by it, and its calls are not reported), files without a `DistributedDataParallel` wrap (FSDP with
+rank)`, must offset by it, and its calls are not reported: it is reported in any distributed
+module, DDP wrap or not, since its caller hands it the rank to offset by), files without a `DistributedDataParallel` wrap (FSDP with
 `sync_module_states=False` and hand-written data parallelism need identical initial weights),
 a generator that is seeded again later in the same function with the rank (the first seed is
 for the initial weights; NumPy's or Python's seed does not reseed torch's), a seed followed in the same function by a dataset split or shuffle that must
@@ -58,6 +59,11 @@ Distributed code only: in a project, a function that no distributed entry point 
 every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
 script, a helper called on rank 0 only) is single-process code, and this rule is silent there.
 
+Test code (with the project view, which knows the module's path): a module under a `tests`,
+`test` or `gpu_tests` folder, or named `test_*.py`, `*_test.py`, `conftest.py` or
+`*test_utils.py`. A distributed test feeds every rank the data and seeds it means to compare,
+so this rule is silent there (F16 in docs/accuracy.md).
+
 ## References
 - https://pytorch.org/docs/stable/notes/randomness.html
 - https://huggingface.co/docs/accelerate/package_reference/utilities#accelerate.utils.set_seed
@@ -76,6 +82,7 @@ from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _data as data_rules
 from ddp_lsp.rules import _device as device_rules
 from ddp_lsp.rules import _guard as guards
 from ddp_lsp.rules import _patterns as patterns
@@ -111,7 +118,7 @@ class SeedNotOffsetByRank(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        if device_rules.single_process(ctx):
+        if device_rules.single_process(ctx) or data_rules.in_test_module(ctx):
             return
         calls = ctx.calls()
         wraps = _wraps_ddp(ctx)
@@ -120,11 +127,14 @@ class SeedNotOffsetByRank(Rule):
         # Not where the module shards its model (FSDP2, tensor parallelism: the ranks need the
         # same initial weights, nothing broadcasts them).
         prepares = [c for c in calls if patterns.framework_call(ctx, c, framework_tables.Meaning.WRAPS_MODEL)]
-        if not wraps and (not prepares or _shards(ctx)):
+        # A seeding helper handed the rank (`def random_seed(seed, rank)`) means the caller wants
+        # a seed per rank, whatever the module wraps: seeding with the seed alone drops it.
+        ranked = {id(c) for c in calls if _rank_helper(ctx, c)}
+        if not wraps and (not prepares or _shards(ctx)) and not ranked:
             return
         for call in calls:
             api = patterns.framework_call(ctx, call, framework_tables.Meaning.SEEDS)
-            if not wraps and (
+            if not wraps and id(call) not in ranked and (
                 api is None
                 or ctx.ranks.frameworks.keyword(api) is None
                 or not any(patterns.scope_root(ctx, p) is patterns.scope_root(ctx, call) for p in prepares)
@@ -236,6 +246,21 @@ def _seed_helper(ctx: ChunkContext, call: ast.Call) -> bool:
 
 
 _RANK_PARAM = re.compile(r"rank", re.IGNORECASE)
+
+
+def _rank_helper(ctx: ChunkContext, call: ast.Call) -> bool:
+    """A seeding call inside a function that takes both the seed and a rank as parameters
+    (``def random_seed(seed=42, rank=0): torch.manual_seed(seed)``), seeding with the seed."""
+    if len(call.args) != 1 or not isinstance(call.args[0], ast.Name):
+        return False
+    if ctx.call_qualname(call) not in SEEDERS:
+        return False
+    fn = ctx.enclosing_function(call)
+    if fn is None:
+        return False
+    params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    seed = call.args[0].id
+    return seed in params and any(_RANK_PARAM.search(p) for p in params - {seed})
 
 
 def _caller_decides(ctx: ChunkContext, seed: ast.AST, root: ast.AST) -> bool:
@@ -679,5 +704,46 @@ def main(args, model):
 """,
         note="a seeding helper given the rank that forgets it for torch (NumPy's seed does not "
         "reseed torch's); its callers pass the rank and are not reported",
+    ),
+    Invalid(
+        """\
+import random
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+def random_seed(seed=42, rank=0):
+    «torch.manual_seed(seed)»
+    np.random.seed(seed + rank)
+    random.seed(seed + rank)
+""",
+        fixed="""\
+import random
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+def random_seed(seed=42, rank=0):
+    torch.manual_seed(seed + rank)
+    np.random.seed(seed + rank)
+    random.seed(seed + rank)
+""",
+        note="a utility module's seeding helper given the rank, without any DDP wrap in the "
+        "module (the wrap is in the training script that calls it)",
+    ),
+    Valid(
+        """\
+import torch
+import torch.distributed as dist
+
+
+def init_weights(seed=0, rank=0):
+    torch.manual_seed(seed + rank)
+""",
+        note="no DDP wrap and a helper that offsets by its rank",
     ),
 )

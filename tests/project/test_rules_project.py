@@ -791,3 +791,45 @@ def test_ddp402_sampler_handed_to_a_helper_of_another_file_that_never_sets_the_e
     assert "DDP402" not in {f.rule_id for f in _findings(tmp_path, "main.py", project=False)}
     [f] = [f for f in _findings(tmp_path, "main.py") if f.rule_id == "DDP402"]
     assert f.span.start.line + 1 == 12
+
+
+# -- F16: test code of a distributed project (DDP401, DDP503) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rel", "test_code"),
+    [
+        ("train.py", False),
+        ("pkg/tests/helpers.py", True),
+        ("pkg/gpu_tests/ckpt_test.py", True),
+        ("pkg/shampoo_test_utils.py", True),
+        ("test_train.py", True),
+        ("pkg/contest.py", False),
+    ],
+)
+def test_distributed_test_code_gets_no_sampler_or_seed_findings(
+    tmp_path: Path, rel: str, test_code: bool
+) -> None:
+    _write(
+        tmp_path,
+        {
+            rel: """\
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader, TensorDataset
+
+
+            def run(model, data, epochs, seed=0, rank=0):
+                dist.init_process_group("nccl")
+                torch.manual_seed(seed)
+                model = DDP(model.cuda())
+                loader = DataLoader(TensorDataset(data), batch_size=4, shuffle=True)
+                for epoch in range(epochs):
+                    for (x,) in loader:
+                        model(x).sum().backward()
+            """
+        },
+    )
+    ids = {f.rule_id for f in _findings(tmp_path, rel)}
+    assert ("DDP401" in ids, "DDP503" in ids) == (not test_code, not test_code)
