@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import io
 import json
 import re
 import sys
+import tokenize
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -891,7 +893,18 @@ def counts(site_rule: str, text: str, rel: str = "") -> bool:
     sampling script is not a DDP bug); any-module rules (AMP, graph lifetime) everywhere."""
     if site_rule in _SILENT_IN_TESTS and rel and is_test_path(rel):
         return False
-    return site_rule in triage.ANY_MODULE or _DIST_ONLY.search(text) is not None
+    return site_rule in triage.ANY_MODULE or _DIST_ONLY.search(_without_comments(text)) is not None
+
+
+def _without_comments(text: str) -> str:
+    """``text`` without its comments: a checkpoint-inspection tool "adapted from
+    pytorch-lightning-snippets" (a comment) is not distributed code. Strings stay: ``os.environ[
+    "LOCAL_RANK"]`` is."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return text
+    return " ".join(t.string for t in tokens if t.type != tokenize.COMMENT)
 
 
 def measured(row: dict, workdir: Path) -> bool:

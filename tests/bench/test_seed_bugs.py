@@ -202,6 +202,9 @@ def test_distributed_only_rules_are_measured_in_distributed_files() -> None:
     assert not seed_bugs.counts("DDP303", single)
     assert seed_bugs.counts("DDP303", "import torch.distributed as dist\n" + single)
     assert seed_bugs.counts("DDP202", single)  # AMP rules apply to any module
+    # A comment naming a framework does not make a tool distributed code; a string may.
+    assert not seed_bugs.counts("DDP303", "# adapted from pytorch-lightning snippets\n" + single)
+    assert seed_bugs.counts("DDP303", "import os\nr = os.environ['LOCAL_RANK']\n" + single)
 
 
 def test_no_sampler_or_seed_site_in_test_code() -> None:
