@@ -29,7 +29,8 @@ model = DDP(build_model().cuda(), device_ids=[local_rank])
 ## Fix
 Adds the global rank the code already has in scope (`rank`, `global_rank`, `ddp_rank`,
 `args.rank`, `self.rank`): `torch.manual_seed(args.seed + rank)`. Otherwise it adds
-`int(os.environ.get("RANK", 0))` (marked unsafe, with `import os`).
+`int(os.environ.get("RANK", 0))` (marked unsafe, with `import os`). No fix for a per-step reseed in an FSDP
+training loop (the offset is the data-parallel rank).
 
 ## Known false positives
 Information only: a shared seed is sometimes intended. Not reported: seeds that already add
@@ -53,7 +54,12 @@ model (`accelerator.prepare`, a `wraps-model` entry: accelerate broadcasts the w
 like DDP) unless it passes `device_specific=True` (the entry's `keyword`); the fix passes it.
 In a file with such a wrap but no DDP one, only a framework's own seeder with a per-rank
 option is reported, and not in a module that shards its model (FSDP, `fully_shard`, tensor
-parallelism: nothing broadcasts the initial weights, so the ranks need the same seed).
+parallelism: nothing broadcasts the initial weights, so the ranks need the same seed), except
+a reseed inside the training loop (a loop that runs a backward) of a module that shards with
+FSDP or `fully_shard`: it comes after the weights are made, and FSDP is data parallel, so
+every rank would draw the same batch; reported without a fix (the offset is the data-parallel
+rank, which tensor parallelism keeps apart from the global one). A tensor-parallel-only
+module reseeding per step is silent (the ranks of a group need the same input).
 
 Distributed code only: in a project, a function that no distributed entry point reaches on
 every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
@@ -113,7 +119,7 @@ class SeedNotOffsetByRank(Rule):
         name="seed-not-offset-by-rank",
         severity=Severity.INFORMATION,
         summary="The same random seed on every rank: identical dropout and augmentation.",
-        fix=FixAvailability.ALWAYS,
+        fix=FixAvailability.SOMETIMES,
         distributed_only=True,
     )
 
@@ -130,10 +136,31 @@ class SeedNotOffsetByRank(Rule):
         # A seeding helper handed the rank (`def random_seed(seed, rank)`) means the caller wants
         # a seed per rank, whatever the module wraps: seeding with the seed alone drops it.
         ranked = {id(c) for c in calls if _rank_helper(ctx, c)}
-        if not wraps and (not prepares or _shards(ctx)) and not ranked:
+        # A reseed inside the training loop of an FSDP module comes after the model is built:
+        # no initial weights depend on it, and FSDP is data parallel, so every rank draws the
+        # same batch and dropout there (tensor-parallel-only modules want that: not these).
+        stepped = {id(c) for c in calls if _fsdp_step_seed(ctx, c)}
+        if not wraps and (not prepares or _shards(ctx)) and not ranked and not stepped:
             return
         for call in calls:
             api = patterns.framework_call(ctx, call, framework_tables.Meaning.SEEDS)
+            if id(call) in stepped:
+                if not _same_on_every_rank(ctx, call.args[0], patterns.scope_root(ctx, call)):
+                    continue
+                if device_rules.guarded(ctx, call) or _reseeded_with_rank(
+                    ctx, call, patterns.scope_root(ctx, call)
+                ):
+                    continue
+                label = chunktext.segment(ctx.chunk, call.func)
+                yield ctx.finding(
+                    self,
+                    call,
+                    f"`{label}({chunktext.segment(ctx.chunk, call.args[0])})` reseeds every rank "
+                    "alike in the training loop of a sharded (data-parallel) model: every rank "
+                    "draws the same batch and dropout each step; offset it by the data-parallel "
+                    "rank",
+                )
+                continue
             if not wraps and id(call) not in ranked and (
                 api is None
                 or ctx.ranks.frameworks.keyword(api) is None
@@ -246,6 +273,20 @@ def _seed_helper(ctx: ChunkContext, call: ast.Call) -> bool:
 
 
 _RANK_PARAM = re.compile(r"rank", re.IGNORECASE)
+
+
+def _fsdp_step_seed(ctx: ChunkContext, call: ast.Call) -> bool:
+    """A seeding call (one argument) inside a loop that runs a backward, in a module that
+    shards its model with FSDP / ``fully_shard`` (the tables' `shards-model` calls)."""
+    if len(call.args) != 1 or call.keywords or ctx.call_qualname(call) not in SEEDERS:
+        return False
+    quals = ctx.ranks.frameworks.calls(framework_tables.Meaning.SHARDS_MODEL)
+    if not any(q in quals for q in ctx.facts.aliases.values()):
+        return False
+    loops = ctx.enclosing_loops(call)
+    return bool(loops) and any(
+        patterns.backward_of(n) is not None for n in patterns.walk_scope(loops[0])
+    )
 
 
 def _rank_helper(ctx: ChunkContext, call: ast.Call) -> bool:
@@ -745,5 +786,61 @@ def init_weights(seed=0, rank=0):
     torch.manual_seed(seed + rank)
 """,
         note="no DDP wrap and a helper that offsets by its rank",
+    ),
+    Invalid(
+        """\
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import parallelize_module
+
+mesh = init_device_mesh("cuda", (2, 4), mesh_dim_names=("dp", "tp"))
+model = parallelize_module(build_model(), mesh["tp"], plan)
+model = fully_shard(model, mesh=mesh["dp"])
+optimizer = torch.optim.AdamW(model.parameters())
+for i in range(steps):
+    «torch.manual_seed(i)»
+    batch = torch.randint(32000, (8, 256), device="cuda")
+    model(batch).sum().backward()
+    optimizer.step()
+""",
+        note="FSDP shards the data too: a per-step reseed must differ per data-parallel rank "
+        "(no fix: the offset is the data-parallel rank, not the global one)",
+    ),
+    Valid(
+        """\
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import parallelize_module
+
+mesh = init_device_mesh("cuda", (2, 4), mesh_dim_names=("dp", "tp"))
+dp_rank = mesh["dp"].get_local_rank()
+model = fully_shard(parallelize_module(build_model(), mesh["tp"], plan), mesh=mesh["dp"])
+optimizer = torch.optim.AdamW(model.parameters())
+for i in range(steps):
+    torch.manual_seed(i + dp_rank)
+    batch = torch.randint(32000, (8, 256), device="cuda")
+    model(batch).sum().backward()
+    optimizer.step()
+""",
+        note="the per-step seed offset by the data-parallel rank",
+    ),
+    Valid(
+        """\
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import parallelize_module
+
+mesh = init_device_mesh("cuda", (4,))
+model = parallelize_module(build_model(), mesh, plan)
+optimizer = torch.optim.AdamW(model.parameters())
+for i in range(steps):
+    torch.manual_seed(i)
+    batch = torch.randint(32000, (8, 256), device="cuda")
+    model(batch).sum().backward()
+    optimizer.step()
+""",
+        note="tensor parallelism only: the ranks of a group need the same input",
     ),
 )
