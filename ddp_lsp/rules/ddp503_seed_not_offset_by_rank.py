@@ -46,7 +46,9 @@ for the initial weights; NumPy's or Python's seed does not reseed torch's), a se
 be the same on every rank (`random_split`, `train_test_split`, `randperm`, `random.shuffle`;
 in module-level script code, such a function imported by name and used anywhere in the file),
 `torch.Generator().manual_seed(...)` (a `DistributedSampler`'s generator must be the same on
-every rank), `transformers.set_seed` and Lightning's `seed_everything`.
+every rank; but a generator handed to a loader as `generator=` in a helper given the rank,
+`g.manual_seed(C + seed)` in `def create_dataloader(..., rank=-1, seed=0)`, seeds the
+workers' augmentations and is reported), `transformers.set_seed` and Lightning's `seed_everything`.
 
 Frameworks: the seeding calls are the `seeds` entries of the framework tables (and yours in
 `[tool.ddp-lsp]`). accelerate's `set_seed(seed)` is reported in a function that prepares a
@@ -176,11 +178,13 @@ class SeedNotOffsetByRank(Rule):
                         continue  # `set_seed(seed, device_specific=True)`: per rank already
                 elif call.keywords:
                     continue
-            elif not _seed_helper(ctx, call):
+            elif id(call) not in ranked and not _seed_helper(ctx, call):
                 continue
             seed = call.args[0]
             root = patterns.scope_root(ctx, call)
-            if not _same_on_every_rank(ctx, seed, root) or _caller_decides(ctx, seed, root):
+            if id(call) not in ranked and (
+                not _same_on_every_rank(ctx, seed, root) or _caller_decides(ctx, seed, root)
+            ):
                 continue
             if device_rules.guarded(ctx, call) or guards.spawns_processes(ctx, root):
                 continue
@@ -291,17 +295,53 @@ def _fsdp_step_seed(ctx: ChunkContext, call: ast.Call) -> bool:
 
 def _rank_helper(ctx: ChunkContext, call: ast.Call) -> bool:
     """A seeding call inside a function that takes both the seed and a rank as parameters
-    (``def random_seed(seed=42, rank=0): torch.manual_seed(seed)``), seeding with the seed."""
-    if len(call.args) != 1 or not isinstance(call.args[0], ast.Name):
+    (``def random_seed(seed=42, rank=0): torch.manual_seed(seed)``), seeding with the seed
+    (or constants plus parameters, ``6148914691236517205 + seed``): the rank it was handed is
+    not in the seed. The seeder may be a loader's generator (``g = torch.Generator();
+    g.manual_seed(seed); DataLoader(..., generator=g)``)."""
+    if len(call.args) != 1 or call.keywords:
         return False
-    if ctx.call_qualname(call) not in SEEDERS:
+    if ctx.call_qualname(call) not in SEEDERS and not _loader_generator(ctx, call):
         return False
     fn = ctx.enclosing_function(call)
     if fn is None:
         return False
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
-    seed = call.args[0].id
-    return seed in params and any(_RANK_PARAM.search(p) for p in params - {seed})
+    used: set[str] = set()
+    for n in ast.walk(call.args[0]):
+        if isinstance(n, ast.Name):
+            used.add(n.id)
+        elif not isinstance(n, ast.BinOp | ast.Add | ast.Constant | ast.Load):
+            return False  # a call, an attribute: not only the helper's own inputs
+    if not used or not used <= params or any(_RANK_PARAM.search(u) for u in used):
+        return False
+    return any(_RANK_PARAM.search(p) for p in params - used)
+
+
+def _loader_generator(ctx: ChunkContext, call: ast.Call) -> bool:
+    """``g.manual_seed(...)`` where ``g = torch.Generator()`` is handed to a loader as
+    ``generator=g`` (it seeds the workers, whose augmentations should differ per rank); not a
+    sampler's generator (``RandomSampler(..., generator=g)``: the ranks must agree on it)."""
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and f.attr == "manual_seed" and isinstance(f.value, ast.Name)):
+        return False
+    name = f.value.id
+    root = patterns.scope_root(ctx, call)
+    value = guards.assigned_value(ctx, name, root, call)
+    if not (isinstance(value, ast.Call) and ctx.call_qualname(value) == "torch.Generator"):
+        return False
+    for node in patterns.walk_scope(root):
+        if isinstance(node, ast.Call):
+            callee = known_names.dotted(node.func) or ""
+            for kw in node.keywords:
+                if (
+                    kw.arg == "generator"
+                    and isinstance(kw.value, ast.Name)
+                    and kw.value.id == name
+                    and not callee.endswith("Sampler")
+                ):
+                    return True
+    return False
 
 
 def _caller_decides(ctx: ChunkContext, seed: ast.AST, root: ast.AST) -> bool:
@@ -842,5 +882,44 @@ for i in range(steps):
     optimizer.step()
 """,
         note="tensor parallelism only: the ranks of a group need the same input",
+    ),
+    Invalid(
+        """\
+import torch
+from torch.utils.data import DataLoader, distributed
+
+
+def create_dataloader(dataset, batch_size, rank=-1, workers=8, seed=0):
+    sampler = None if rank == -1 else distributed.DistributedSampler(dataset, shuffle=True)
+    generator = torch.Generator()
+    «generator.manual_seed(6148914691236517205 + seed)»
+    return DataLoader(dataset, batch_size, sampler=sampler, num_workers=workers, generator=generator)
+""",
+        fixed="""\
+import torch
+from torch.utils.data import DataLoader, distributed
+
+
+def create_dataloader(dataset, batch_size, rank=-1, workers=8, seed=0):
+    sampler = None if rank == -1 else distributed.DistributedSampler(dataset, shuffle=True)
+    generator = torch.Generator()
+    generator.manual_seed((6148914691236517205 + seed) + rank)
+    return DataLoader(dataset, batch_size, sampler=sampler, num_workers=workers, generator=generator)
+""",
+        note="a loader's generator seeds its workers' augmentations; the helper is handed the rank",
+    ),
+    Valid(
+        """\
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+
+def create_dataloader(dataset, batch_size, rank=-1, seed=0):
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    sampler = RandomSampler(dataset, generator=generator)
+    return DataLoader(dataset, batch_size, sampler=sampler)
+""",
+        note="a sampler's generator: the ranks must agree on the order it draws",
     ),
 )
