@@ -345,11 +345,14 @@ class SamplerSetEpochMissing(Rule):
                     ):
                         loaders.append(it)
         uses: list[ast.AST] = []
-        # The sampler iterated itself (`for idxs in sampler:`, often a BatchSampler rebound to
-        # its name), or handed to a per-epoch helper of the project whose properties are known
-        # (`train(model, loader, epoch, sampler=sampler)` from another file): `_sets_epoch`
-        # then asks whether that helper sets the epoch.
-        uses.extend(data_rules.loops_over(s.root, s.path))
+        # The sampler this scope builds iterated itself (`for idxs in sampler:`, often a
+        # BatchSampler rebound to its name; not a sampler handed in, which a wrapping batch
+        # sampler cycles through and forwards its own `set_epoch` to), or handed to a per-epoch
+        # helper of the project whose properties are known (`train(model, loader, epoch,
+        # sampler=sampler)` from another file): `_sets_epoch` then asks whether that helper
+        # sets the epoch.
+        if s.created is not None:
+            uses.extend(data_rules.loops_over(s.root, s.path))
         uses.extend(
             c
             for c in data_rules.calls_receiving(s.root, s.path)
@@ -1096,5 +1099,23 @@ def main(args, dataset_train, model, optimizer):
             optimizer.step()
 """,
         note="a streaming dataset's own set_epoch does not reshuffle the sampler",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class CyclingBatchSampler:
+    def __init__(self, sampler: DistributedSampler, batch_size):
+        self.sampler = sampler
+        self.batch_size = batch_size
+
+    def _cycle(self):
+        while True:
+            for index in self.sampler:
+                yield index
+
+    def set_epoch(self, epoch):
+        self.sampler.set_epoch(epoch)
+""",
+        note="a batch sampler cycling through the sampler it wraps (and forwarding set_epoch)",
     ),
 )

@@ -301,10 +301,15 @@ def _rank_helper(ctx: ChunkContext, call: ast.Call) -> bool:
     g.manual_seed(seed); DataLoader(..., generator=g)``)."""
     if len(call.args) != 1 or call.keywords:
         return False
-    if ctx.call_qualname(call) not in SEEDERS and not _loader_generator(ctx, call):
-        return False
     fn = ctx.enclosing_function(call)
     if fn is None:
+        return False
+    if not _loader_generator(ctx, call) and not (
+        ctx.call_qualname(call) in SEEDERS and _SEED_HELPER.search(fn.name)
+    ):
+        # Only a function named for seeding: a sampler given the seed and the rank seeds alike
+        # on purpose (`random.seed(seed)` in a distributed batch sampler's `__init__`, then
+        # every rank shuffles the same way and takes its own slice).
         return False
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
     used: set[str] = set()
@@ -921,5 +926,25 @@ def create_dataloader(dataset, batch_size, rank=-1, seed=0):
     return DataLoader(dataset, batch_size, sampler=sampler)
 """,
         note="a sampler's generator: the ranks must agree on the order it draws",
+    ),
+    Valid(
+        """\
+import random
+
+import torch
+import torch.distributed as dist
+
+
+class DistributedBucketSampler(torch.utils.data.BatchSampler):
+    def __init__(self, data_source, batch_size, num_replicas, rank, seed=0):
+        random.seed(seed)
+        self.batches = list(range(0, len(data_source), batch_size))
+        self.rank, self.num_replicas = rank, num_replicas
+
+    def __iter__(self):
+        random.shuffle(self.batches)
+        return iter(self.batches[self.rank :: self.num_replicas])
+""",
+        note="a sampler given the seed and the rank: every rank must shuffle alike",
     ),
 )
