@@ -29,13 +29,17 @@ from __future__ import annotations
 
 import argparse
 import ast
+import io
 import json
 import re
 import sys
+import tokenize
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from ddp_lsp.rules._data import is_test_path
 
 try:  # imported as bench.seed_bugs (the tests)
     from bench import triage
@@ -1063,11 +1067,30 @@ _DIST_ONLY = re.compile(
 )
 
 
-def counts(site_rule: str, text: str) -> bool:
+#: Rules silent in test code (ddp_lsp.rules._data.is_test_path, F16 in docs/accuracy.md): a
+#: distributed test feeds every rank the data and the seeds it means to compare, so dropping a
+#: test's sampler or its per-rank seed offset makes a weaker test, not a training bug.
+_SILENT_IN_TESTS = frozenset({"DDP401", "DDP503"})
+
+
+def counts(site_rule: str, text: str, rel: str = "") -> bool:
     """Whether a site measures the rule: rules that only apply to distributed code are measured
     in files that are distributed code themselves (a seeded ``torch.load`` in a single-process
     sampling script is not a DDP bug); any-module rules (AMP, graph lifetime) everywhere."""
-    return site_rule in triage.ANY_MODULE or _DIST_ONLY.search(text) is not None
+    if site_rule in _SILENT_IN_TESTS and rel and is_test_path(rel):
+        return False
+    return site_rule in triage.ANY_MODULE or _DIST_ONLY.search(_without_comments(text)) is not None
+
+
+def _without_comments(text: str) -> str:
+    """``text`` without its comments: a checkpoint-inspection tool "adapted from
+    pytorch-lightning-snippets" (a comment) is not distributed code. Strings stay: ``os.environ[
+    "LOCAL_RANK"]`` is."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return text
+    return " ".join(t.string for t in tokens if t.type != tokenize.COMMENT)
 
 
 def measured(row: dict, workdir: Path) -> bool:
@@ -1077,7 +1100,7 @@ def measured(row: dict, workdir: Path) -> bool:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return True
-    return counts(row["rule"], text)
+    return counts(row["rule"], text, row["path"])
 
 
 def summarize(rows: Sequence[dict], out=sys.stdout) -> dict[str, tuple[int, int]]:
@@ -1180,7 +1203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except UnicodeDecodeError:
                 continue
             for site in sites(text, args.operator or None):
-                if per_op[site.operator] >= args.max_sites or not counts(site.rule, text):
+                if per_op[site.operator] >= args.max_sites or not counts(site.rule, text, rel):
                     continue
                 if site.operator == "unguard-print" and prints_only(text, site.line):
                     if silenced is None:

@@ -29,7 +29,9 @@ Adds `map_location="cpu"` after the last argument.
 Not reported: loads inside a `Dataset` (preprocessed samples, read in DataLoader workers), loads
 under `if args.gpu is None:` (no GPU index: one process drives every GPU of its node), files
 named by the rank (each rank reads back what it wrote from its own GPU), paths
-that name data and no model state (`os.path.join(args.data_dir, "train_tokens.pt")`), any
+that name data and no model state (`os.path.join(args.data_dir, "train_tokens.pt")`) unless
+what the load fills names model state (`ckpt_optim_states[k] = torch.load(shard_path)`: a
+ZeRO or tensor-parallel checkpoint shard), any
 `map_location` (a device, a dict, a function, the second positional argument), `**kwargs` that
 may carry one, loads under a rank condition (rank 0 alone reading onto GPU 0 is where it saved
 from, and it then broadcasts), the parent process after `mp.spawn`, and launches with one
@@ -98,7 +100,7 @@ class LoadWithoutMapLocation(Rule):
                 continue
             if device_rules.guarded(ctx, call) or guards.spawns_processes(ctx, patterns.scope_root(ctx, call)):
                 continue
-            if _in_dataset(ctx, call) or _data_file(ctx, call.args[0]):
+            if _in_dataset(ctx, call) or (_data_file(ctx, call.args[0]) and not _loads_state(ctx, call)):
                 continue
             if _no_gpu_branch(ctx, call) or _rank_file(ctx, call.args[0]):
                 continue
@@ -133,6 +135,26 @@ _DATA_WORDS = re.compile(
 def _data_file(ctx: ChunkContext, path: ast.expr) -> bool:
     text = chunktext.segment(ctx.chunk, path)
     return bool(_DATA_WORDS.search(text)) and not _STATE_WORDS.search(text)
+
+
+def _loads_state(ctx: ChunkContext, call: ast.Call) -> bool:
+    """What the load is assigned to names model state (``ckpt_optim_states[k] = torch.load(
+    shard_path)``, ``state_dict = torch.load(f)``): a checkpoint shard, whatever the path is
+    called (ZeRO and tensor-parallel checkpoints are "shards" of the model, not of the data)."""
+    node: ast.AST = call
+    parent = ctx.parent(node)
+    while isinstance(parent, ast.Subscript | ast.Attribute) and parent.value is node:
+        node, parent = parent, ctx.parent(parent)  # `torch.load(p)["model"]`
+    if not isinstance(parent, ast.Assign | ast.AnnAssign) or parent.value is not node:
+        return False
+    targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+    for t in targets:
+        while isinstance(t, ast.Subscript):
+            t = t.value
+        name = known_names.dotted(t) or ""
+        if _STATE_WORDS.search(name.rsplit(".", 1)[-1]) or re.search(r"ckp", name, re.IGNORECASE):
+            return True
+    return False
 
 
 _GPU_INDEX = re.compile(r"gpu|device|local_rank", re.IGNORECASE)
@@ -349,5 +371,33 @@ def resume(args, model):
         model.load_state_dict(ckpt["state_dict"])
 """,
         note="a GPU index per process: every rank restores onto the saving GPU",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def merge_zero_shards(shard_paths, parse):
+    ckp_optim_states = {}
+    for shard_path in shard_paths:
+        ckp_optim_states[parse(shard_path)] = «torch.load(shard_path)»
+    return ckp_optim_states
+""",
+        fixed=_HEAD
+        + """\
+def merge_zero_shards(shard_paths, parse):
+    ckp_optim_states = {}
+    for shard_path in shard_paths:
+        ckp_optim_states[parse(shard_path)] = torch.load(shard_path, map_location="cpu")
+    return ckp_optim_states
+""",
+        note="a checkpoint shard (what it fills names optimizer state), not a data shard",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def load_tokens(shard_path):
+    tokens = torch.load(shard_path)
+    return tokens
+""",
+        note="a data shard: the path and what it fills both name data",
     ),
 )

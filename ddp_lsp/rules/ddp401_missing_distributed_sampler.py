@@ -50,6 +50,11 @@ Distributed code only: in a project, a function that no distributed entry point 
 every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
 script, a helper called on rank 0 only) is single-process code, and this rule is silent there.
 
+Test code (with the project view, which knows the module's path): a module under a `tests`,
+`test` or `gpu_tests` folder, or named `test_*.py`, `*_test.py`, `conftest.py` or
+`*test_utils.py`. A distributed test feeds every rank the data and seeds it means to compare,
+so this rule is silent there (F16 in docs/accuracy.md).
+
 ## References
 - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
 - https://pytorch.org/tutorials/intermediate/ddp_series_multigpu.html
@@ -106,7 +111,7 @@ class MissingDistributedSampler(Rule):
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         calls = data_rules.dataloader_calls(ctx)
-        if not calls or data_rules.uses_sampler_framework(ctx):
+        if not calls or data_rules.uses_sampler_framework(ctx) or data_rules.in_test_module(ctx):
             return
         for call in calls:
             finding = self._check_call(ctx, call)

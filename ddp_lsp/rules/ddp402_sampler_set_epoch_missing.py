@@ -46,11 +46,16 @@ sampler built inline). A sampler that is `None` outside distributed runs gets
 ## Known false positives
 Not reported: samplers with `shuffle=False` (the order does not depend on the epoch),
 evaluation samplers (`val_sampler`...), files using Accelerate or Lightning (they call
-`set_epoch`), loops that call any `set_epoch` the rule cannot attribute, and per-epoch
+`set_epoch` on the loaders they are given; a sampler such a file builds and iterates itself,
+`for idxs in BatchSampler(DistributedSampler(...))`, is still checked), loops that call any
+`set_epoch` the rule cannot attribute (a dataset's own `dataset_train.set_epoch(epoch)` is
+not the sampler's), and per-epoch
 helpers of the same file that receive the sampler itself, have a parameter named like a
 sampler, are methods of the class that owns a `self.` sampler, or call `set_epoch` themselves
 (directly or through another helper of the same file, e.g. one that receives only the loader
-and calls `loader.sampler.set_epoch`). Not seen: such a helper imported from another file, and
+and calls `loader.sampler.set_epoch`). With the project view, a helper of another file that
+receives the sampler (`train(model, loader, epoch, sampler=sampler)`) is known: it is reported
+when neither it nor what it calls sets the epoch. Not seen: such a helper without the project, and
 `shuffle=False` on a sampler built in another function or method (a `self.` attribute, a
 module-level script variable): silence such a line with `# ddp-lsp: ignore[DDP402]`.
 
@@ -99,6 +104,21 @@ class _Sampler:
 
 
 _SAMPLER_PARAM = re.compile(r"^(train_)?sampler(_train)?$")
+# A dataset's own `set_epoch` (timm's IterableImageDataset, webdataset pipelines): it reseeds
+# the dataset's shuffle, never a DistributedSampler's.
+_DATASET_RECEIVER = re.compile(r"^(?:\w+_)?(?:dataset|data_set|ds)(?:_\w+)?$", re.IGNORECASE)
+
+
+def _known_helper(ctx: ChunkContext, call: ast.Call) -> bool:
+    """A call to a function of this file or (with the project) of another project file, whose
+    properties (does it set the epoch?) are therefore known."""
+    name = known_names.dotted(call.func)
+    if name is None:
+        return False
+    if name in ctx.facts.func_params:
+        return True
+    project = ctx.facts.project
+    return project is not None and name in project.callee_props
 
 
 class SamplerSetEpochMissing(Rule):
@@ -112,8 +132,12 @@ class SamplerSetEpochMissing(Rule):
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         loops = ctx.nodes(ast.For, ast.AsyncFor, ast.While)
-        if not loops or data_rules.uses_sampler_framework(ctx):
-            return  # no epoch loop here, or a framework that calls set_epoch
+        if not loops:
+            return  # no epoch loop here
+        # Accelerate and Lightning call set_epoch on the loaders they are given; a sampler the
+        # file builds and iterates itself (`for idx in BatchSampler(DistributedSampler(...))`)
+        # never passes through them.
+        framework = data_rules.uses_sampler_framework(ctx)
         functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = [
             *ctx.nodes(ast.FunctionDef),
             *ctx.nodes(ast.AsyncFunctionDef),
@@ -134,12 +158,19 @@ class SamplerSetEpochMissing(Rule):
         for s in samplers:
             if data_rules.is_eval_name(s.path) or any(data_rules.is_eval_name(lp) for lp in s.loaders):
                 continue
+            if framework and (s.created is None or s.loaders or not data_rules.loops_over(s.root, s.path)):
+                continue
             loop = self._epoch_loop(ctx, s)
             if loop is None or self._sets_epoch(ctx, s, loop, known):
                 continue
             fixes = []
             var = self._epoch_var(loop)
-            if var is not None and loop.body and patterns.starts_own_line(ctx, loop.body[0]):
+            if (
+                var is not None
+                and loop.body
+                and patterns.starts_own_line(ctx, loop.body[0])
+                and not self._rebound_to_batches(ctx, s)
+            ):
                 call = f"{s.path}.set_epoch({var})"
                 unit = chunktext.indent_unit(ctx.chunk, ctx.ancestors, loop.body[0])
                 if s.guard == "none":
@@ -314,6 +345,19 @@ class SamplerSetEpochMissing(Rule):
                     ):
                         loaders.append(it)
         uses: list[ast.AST] = []
+        # The sampler this scope builds iterated itself (`for idxs in sampler:`, often a
+        # BatchSampler rebound to its name; not a sampler handed in, which a wrapping batch
+        # sampler cycles through and forwards its own `set_epoch` to), or handed to a per-epoch
+        # helper of the project whose properties are known (`train(model, loader, epoch,
+        # sampler=sampler)` from another file): `_sets_epoch` then asks whether that helper
+        # sets the epoch.
+        if s.created is not None:
+            uses.extend(data_rules.loops_over(s.root, s.path))
+        uses.extend(
+            c
+            for c in data_rules.calls_receiving(s.root, s.path)
+            if _known_helper(ctx, c) and not self._is_builder(ctx, c)
+        )
         for lp in loaders:
             uses.extend(data_rules.loops_over(s.root, lp))
             uses.extend(c for c in data_rules.calls_receiving(s.root, lp) if not self._is_builder(ctx, c))
@@ -339,6 +383,17 @@ class SamplerSetEpochMissing(Rule):
                 continue
             return loop
         return None
+
+    @staticmethod
+    def _rebound_to_batches(ctx: ChunkContext, s: _Sampler) -> bool:
+        """``sampler = BatchSampler(sampler, ...)``: the name no longer holds the sampler that
+        has ``set_epoch``, so an inserted ``sampler.set_epoch(epoch)`` would be wrong."""
+        if "." in s.path:
+            return False
+        return any(
+            isinstance(v, ast.Call) and (known_names.dotted(v.func) or "").endswith("BatchSampler")
+            for v in data_rules.values_of(s.root, ast.Name(id=s.path))
+        )
 
     @staticmethod
     def _inside(node: ast.AST, outer: ast.AST) -> bool:
@@ -382,6 +437,8 @@ class SamplerSetEpochMissing(Rule):
             if name == "set_epoch":
                 assert isinstance(fn, ast.Attribute)
                 receiver = known_names.dotted(fn.value)
+                if receiver is not None and _DATASET_RECEIVER.search(receiver.rsplit(".", 1)[-1]):
+                    continue  # a streaming dataset's own epoch (`dataset_train.set_epoch`)
                 if receiver is None or receiver not in others:
                     return True
                 continue
@@ -971,5 +1028,94 @@ def train_model(model, optimizer, data_loader, sampler, epochs):
             optimizer.step()
 """,
         note="the handed-in sampler gets the epoch when it is a DistributedSampler",
+    ),
+    Valid(
+        """\
+import torch
+from lightning.fabric import Fabric
+from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler
+
+
+def update(fabric, agent, optimizer, data, args):
+    if args.share_data:
+        sampler = DistributedSampler(range(len(data)), shuffle=True)
+    else:
+        sampler = RandomSampler(range(len(data)))
+    sampler = BatchSampler(sampler, batch_size=args.batch_size, drop_last=False)
+    for epoch in range(args.update_epochs):
+        if args.share_data:
+            sampler.sampler.set_epoch(epoch)
+        for idxs in sampler:
+            fabric.backward(agent(data[idxs]))
+            optimizer.step()
+""",
+        note="Fabric file: a sampler it iterates itself, given its epoch through the batch sampler",
+    ),
+    Invalid(
+        """\
+import torch
+from lightning.fabric import Fabric
+from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler
+
+
+def update(fabric, agent, optimizer, data, args):
+    if args.share_data:
+        sampler = «DistributedSampler»(range(len(data)), shuffle=True)
+    else:
+        sampler = RandomSampler(range(len(data)))
+    sampler = BatchSampler(sampler, batch_size=args.batch_size, drop_last=False)
+    for epoch in range(args.update_epochs):
+        for idxs in sampler:
+            fabric.backward(agent(data[idxs]))
+            optimizer.step()
+""",
+        note="Fabric sets the epoch only of the loaders it sets up, not of a sampler iterated by "
+        "hand; no fix: the name now holds the BatchSampler",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(args, dataset_train, model, optimizer):
+    sampler = «DistributedSampler»(dataset_train)
+    loader = DataLoader(dataset_train, batch_size=32, sampler=sampler)
+    for epoch in range(args.epochs):
+        if hasattr(dataset_train, "set_epoch"):
+            dataset_train.set_epoch(epoch)
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        fixed=_HEAD
+        + """\
+def main(args, dataset_train, model, optimizer):
+    sampler = DistributedSampler(dataset_train)
+    loader = DataLoader(dataset_train, batch_size=32, sampler=sampler)
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        if hasattr(dataset_train, "set_epoch"):
+            dataset_train.set_epoch(epoch)
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+""",
+        note="a streaming dataset's own set_epoch does not reshuffle the sampler",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class CyclingBatchSampler:
+    def __init__(self, sampler: DistributedSampler, batch_size):
+        self.sampler = sampler
+        self.batch_size = batch_size
+
+    def _cycle(self):
+        while True:
+            for index in self.sampler:
+                yield index
+
+    def set_epoch(self, epoch):
+        self.sampler.set_epoch(epoch)
+""",
+        note="a batch sampler cycling through the sampler it wraps (and forwarding set_epoch)",
     ),
 )

@@ -29,7 +29,8 @@ model = DDP(build_model().cuda(), device_ids=[local_rank])
 ## Fix
 Adds the global rank the code already has in scope (`rank`, `global_rank`, `ddp_rank`,
 `args.rank`, `self.rank`): `torch.manual_seed(args.seed + rank)`. Otherwise it adds
-`int(os.environ.get("RANK", 0))` (marked unsafe, with `import os`).
+`int(os.environ.get("RANK", 0))` (marked unsafe, with `import os`). No fix for a per-step reseed in an FSDP
+training loop (the offset is the data-parallel rank).
 
 ## Known false positives
 Information only: a shared seed is sometimes intended. Not reported: seeds that already add
@@ -37,14 +38,17 @@ something (`seed + rank`, `args.seed + get_rank()`, nanoGPT's `1337 + seed_offse
 a rank condition, a seed that is a parameter of the function seeding with it (in
 `def set_seed(seed): torch.manual_seed(seed)` the caller decides, and `set_seed(args.seed)`
 is reported where it is called; but a helper that also takes a rank, `def seed_all(seed,
-rank)`, must offset by it, and its calls are not reported), files without a `DistributedDataParallel` wrap (FSDP with
+rank)`, must offset by it, and its calls are not reported: it is reported in any distributed
+module, DDP wrap or not, since its caller hands it the rank to offset by), files without a `DistributedDataParallel` wrap (FSDP with
 `sync_module_states=False` and hand-written data parallelism need identical initial weights),
 a generator that is seeded again later in the same function with the rank (the first seed is
 for the initial weights; NumPy's or Python's seed does not reseed torch's), a seed followed in the same function by a dataset split or shuffle that must
 be the same on every rank (`random_split`, `train_test_split`, `randperm`, `random.shuffle`;
 in module-level script code, such a function imported by name and used anywhere in the file),
 `torch.Generator().manual_seed(...)` (a `DistributedSampler`'s generator must be the same on
-every rank), `transformers.set_seed` and Lightning's `seed_everything`.
+every rank; but a generator handed to a loader as `generator=` in a helper given the rank,
+`g.manual_seed(C + seed)` in `def create_dataloader(..., rank=-1, seed=0)`, seeds the
+workers' augmentations and is reported), `transformers.set_seed` and Lightning's `seed_everything`.
 
 Frameworks: the seeding calls are the `seeds` entries of the framework tables (and yours in
 `[tool.ddp-lsp]`). accelerate's `set_seed(seed)` is reported in a function that prepares a
@@ -52,11 +56,21 @@ model (`accelerator.prepare`, a `wraps-model` entry: accelerate broadcasts the w
 like DDP) unless it passes `device_specific=True` (the entry's `keyword`); the fix passes it.
 In a file with such a wrap but no DDP one, only a framework's own seeder with a per-rank
 option is reported, and not in a module that shards its model (FSDP, `fully_shard`, tensor
-parallelism: nothing broadcasts the initial weights, so the ranks need the same seed).
+parallelism: nothing broadcasts the initial weights, so the ranks need the same seed), except
+a reseed inside the training loop (a loop that runs a backward) of a module that shards with
+FSDP or `fully_shard`: it comes after the weights are made, and FSDP is data parallel, so
+every rank would draw the same batch; reported without a fix (the offset is the data-parallel
+rank, which tensor parallelism keeps apart from the global one). A tensor-parallel-only
+module reseeding per step is silent (the ranks of a group need the same input).
 
 Distributed code only: in a project, a function that no distributed entry point reaches on
 every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
 script, a helper called on rank 0 only) is single-process code, and this rule is silent there.
+
+Test code (with the project view, which knows the module's path): a module under a `tests`,
+`test` or `gpu_tests` folder, or named `test_*.py`, `*_test.py`, `conftest.py` or
+`*test_utils.py`. A distributed test feeds every rank the data and seeds it means to compare,
+so this rule is silent there (F16 in docs/accuracy.md).
 
 ## References
 - https://pytorch.org/docs/stable/notes/randomness.html
@@ -77,6 +91,7 @@ from ddp_lsp.core import names as known_names
 from ddp_lsp.core import triggers as rule_triggers
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _data as data_rules
 from ddp_lsp.rules import _device as device_rules
 from ddp_lsp.rules import _guard as guards
 from ddp_lsp.rules import _patterns as patterns
@@ -107,7 +122,7 @@ class SeedNotOffsetByRank(Rule):
         name="seed-not-offset-by-rank",
         severity=Severity.INFORMATION,
         summary="The same random seed on every rank: identical dropout and augmentation.",
-        fix=FixAvailability.ALWAYS,
+        fix=FixAvailability.SOMETIMES,
         distributed_only=True,
     )
 
@@ -120,7 +135,7 @@ class SeedNotOffsetByRank(Rule):
         )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        if device_rules.single_process(ctx):
+        if device_rules.single_process(ctx) or data_rules.in_test_module(ctx):
             return
         calls = ctx.calls()
         wraps = _wraps_ddp(ctx)
@@ -129,11 +144,35 @@ class SeedNotOffsetByRank(Rule):
         # Not where the module shards its model (FSDP2, tensor parallelism: the ranks need the
         # same initial weights, nothing broadcasts them).
         prepares = [c for c in calls if patterns.framework_call(ctx, c, framework_tables.Meaning.WRAPS_MODEL)]
-        if not wraps and (not prepares or _shards(ctx)):
+        # A seeding helper handed the rank (`def random_seed(seed, rank)`) means the caller wants
+        # a seed per rank, whatever the module wraps: seeding with the seed alone drops it.
+        ranked = {id(c) for c in calls if _rank_helper(ctx, c)}
+        # A reseed inside the training loop of an FSDP module comes after the model is built:
+        # no initial weights depend on it, and FSDP is data parallel, so every rank draws the
+        # same batch and dropout there (tensor-parallel-only modules want that: not these).
+        stepped = {id(c) for c in calls if _fsdp_step_seed(ctx, c)}
+        if not wraps and (not prepares or _shards(ctx)) and not ranked and not stepped:
             return
         for call in calls:
             api = patterns.framework_call(ctx, call, framework_tables.Meaning.SEEDS)
-            if not wraps and (
+            if id(call) in stepped:
+                if not _same_on_every_rank(ctx, call.args[0], patterns.scope_root(ctx, call)):
+                    continue
+                if device_rules.guarded(ctx, call) or _reseeded_with_rank(
+                    ctx, call, patterns.scope_root(ctx, call)
+                ):
+                    continue
+                label = chunktext.segment(ctx.chunk, call.func)
+                yield ctx.finding(
+                    self,
+                    call,
+                    f"`{label}({chunktext.segment(ctx.chunk, call.args[0])})` reseeds every rank "
+                    "alike in the training loop of a sharded (data-parallel) model: every rank "
+                    "draws the same batch and dropout each step; offset it by the data-parallel "
+                    "rank",
+                )
+                continue
+            if not wraps and id(call) not in ranked and (
                 api is None
                 or ctx.ranks.frameworks.keyword(api) is None
                 or not any(patterns.scope_root(ctx, p) is patterns.scope_root(ctx, call) for p in prepares)
@@ -148,11 +187,13 @@ class SeedNotOffsetByRank(Rule):
                         continue  # `set_seed(seed, device_specific=True)`: per rank already
                 elif call.keywords:
                     continue
-            elif not _seed_helper(ctx, call):
+            elif id(call) not in ranked and not _seed_helper(ctx, call):
                 continue
             seed = call.args[0]
             root = patterns.scope_root(ctx, call)
-            if not _same_on_every_rank(ctx, seed, root) or _caller_decides(ctx, seed, root):
+            if id(call) not in ranked and (
+                not _same_on_every_rank(ctx, seed, root) or _caller_decides(ctx, seed, root)
+            ):
                 continue
             if device_rules.guarded(ctx, call) or guards.spawns_processes(ctx, root):
                 continue
@@ -245,6 +286,76 @@ def _seed_helper(ctx: ChunkContext, call: ast.Call) -> bool:
 
 
 _RANK_PARAM = re.compile(r"rank", re.IGNORECASE)
+
+
+def _fsdp_step_seed(ctx: ChunkContext, call: ast.Call) -> bool:
+    """A seeding call (one argument) inside a loop that runs a backward, in a module that
+    shards its model with FSDP / ``fully_shard`` (the tables' `shards-model` calls)."""
+    if len(call.args) != 1 or call.keywords or ctx.call_qualname(call) not in SEEDERS:
+        return False
+    quals = ctx.ranks.frameworks.calls(framework_tables.Meaning.SHARDS_MODEL)
+    if not any(q in quals for q in ctx.facts.aliases.values()):
+        return False
+    loops = ctx.enclosing_loops(call)
+    return bool(loops) and any(
+        patterns.backward_of(n) is not None for n in patterns.walk_scope(loops[0])
+    )
+
+
+def _rank_helper(ctx: ChunkContext, call: ast.Call) -> bool:
+    """A seeding call inside a function that takes both the seed and a rank as parameters
+    (``def random_seed(seed=42, rank=0): torch.manual_seed(seed)``), seeding with the seed
+    (or constants plus parameters, ``6148914691236517205 + seed``): the rank it was handed is
+    not in the seed. The seeder may be a loader's generator (``g = torch.Generator();
+    g.manual_seed(seed); DataLoader(..., generator=g)``)."""
+    if len(call.args) != 1 or call.keywords:
+        return False
+    fn = ctx.enclosing_function(call)
+    if fn is None:
+        return False
+    if not _loader_generator(ctx, call) and not (
+        ctx.call_qualname(call) in SEEDERS and _SEED_HELPER.search(fn.name)
+    ):
+        # Only a function named for seeding: a sampler given the seed and the rank seeds alike
+        # on purpose (`random.seed(seed)` in a distributed batch sampler's `__init__`, then
+        # every rank shuffles the same way and takes its own slice).
+        return False
+    params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    used: set[str] = set()
+    for n in ast.walk(call.args[0]):
+        if isinstance(n, ast.Name):
+            used.add(n.id)
+        elif not isinstance(n, ast.BinOp | ast.Add | ast.Constant | ast.Load):
+            return False  # a call, an attribute: not only the helper's own inputs
+    if not used or not used <= params or any(_RANK_PARAM.search(u) for u in used):
+        return False
+    return any(_RANK_PARAM.search(p) for p in params - used)
+
+
+def _loader_generator(ctx: ChunkContext, call: ast.Call) -> bool:
+    """``g.manual_seed(...)`` where ``g = torch.Generator()`` is handed to a loader as
+    ``generator=g`` (it seeds the workers, whose augmentations should differ per rank); not a
+    sampler's generator (``RandomSampler(..., generator=g)``: the ranks must agree on it)."""
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and f.attr == "manual_seed" and isinstance(f.value, ast.Name)):
+        return False
+    name = f.value.id
+    root = patterns.scope_root(ctx, call)
+    value = guards.assigned_value(ctx, name, root, call)
+    if not (isinstance(value, ast.Call) and ctx.call_qualname(value) == "torch.Generator"):
+        return False
+    for node in patterns.walk_scope(root):
+        if isinstance(node, ast.Call):
+            callee = known_names.dotted(node.func) or ""
+            for kw in node.keywords:
+                if (
+                    kw.arg == "generator"
+                    and isinstance(kw.value, ast.Name)
+                    and kw.value.id == name
+                    and not callee.endswith("Sampler")
+                ):
+                    return True
+    return False
 
 
 def _caller_decides(ctx: ChunkContext, seed: ast.AST, root: ast.AST) -> bool:
@@ -688,5 +799,161 @@ def main(args, model):
 """,
         note="a seeding helper given the rank that forgets it for torch (NumPy's seed does not "
         "reseed torch's); its callers pass the rank and are not reported",
+    ),
+    Invalid(
+        """\
+import random
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+def random_seed(seed=42, rank=0):
+    «torch.manual_seed(seed)»
+    np.random.seed(seed + rank)
+    random.seed(seed + rank)
+""",
+        fixed="""\
+import random
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+def random_seed(seed=42, rank=0):
+    torch.manual_seed(seed + rank)
+    np.random.seed(seed + rank)
+    random.seed(seed + rank)
+""",
+        note="a utility module's seeding helper given the rank, without any DDP wrap in the "
+        "module (the wrap is in the training script that calls it)",
+    ),
+    Valid(
+        """\
+import torch
+import torch.distributed as dist
+
+
+def init_weights(seed=0, rank=0):
+    torch.manual_seed(seed + rank)
+""",
+        note="no DDP wrap and a helper that offsets by its rank",
+    ),
+    Invalid(
+        """\
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import parallelize_module
+
+mesh = init_device_mesh("cuda", (2, 4), mesh_dim_names=("dp", "tp"))
+model = parallelize_module(build_model(), mesh["tp"], plan)
+model = fully_shard(model, mesh=mesh["dp"])
+optimizer = torch.optim.AdamW(model.parameters())
+for i in range(steps):
+    «torch.manual_seed(i)»
+    batch = torch.randint(32000, (8, 256), device="cuda")
+    model(batch).sum().backward()
+    optimizer.step()
+""",
+        note="FSDP shards the data too: a per-step reseed must differ per data-parallel rank "
+        "(no fix: the offset is the data-parallel rank, not the global one)",
+    ),
+    Valid(
+        """\
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import parallelize_module
+
+mesh = init_device_mesh("cuda", (2, 4), mesh_dim_names=("dp", "tp"))
+dp_rank = mesh["dp"].get_local_rank()
+model = fully_shard(parallelize_module(build_model(), mesh["tp"], plan), mesh=mesh["dp"])
+optimizer = torch.optim.AdamW(model.parameters())
+for i in range(steps):
+    torch.manual_seed(i + dp_rank)
+    batch = torch.randint(32000, (8, 256), device="cuda")
+    model(batch).sum().backward()
+    optimizer.step()
+""",
+        note="the per-step seed offset by the data-parallel rank",
+    ),
+    Valid(
+        """\
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import parallelize_module
+
+mesh = init_device_mesh("cuda", (4,))
+model = parallelize_module(build_model(), mesh, plan)
+optimizer = torch.optim.AdamW(model.parameters())
+for i in range(steps):
+    torch.manual_seed(i)
+    batch = torch.randint(32000, (8, 256), device="cuda")
+    model(batch).sum().backward()
+    optimizer.step()
+""",
+        note="tensor parallelism only: the ranks of a group need the same input",
+    ),
+    Invalid(
+        """\
+import torch
+from torch.utils.data import DataLoader, distributed
+
+
+def create_dataloader(dataset, batch_size, rank=-1, workers=8, seed=0):
+    sampler = None if rank == -1 else distributed.DistributedSampler(dataset, shuffle=True)
+    generator = torch.Generator()
+    «generator.manual_seed(6148914691236517205 + seed)»
+    return DataLoader(dataset, batch_size, sampler=sampler, num_workers=workers, generator=generator)
+""",
+        fixed="""\
+import torch
+from torch.utils.data import DataLoader, distributed
+
+
+def create_dataloader(dataset, batch_size, rank=-1, workers=8, seed=0):
+    sampler = None if rank == -1 else distributed.DistributedSampler(dataset, shuffle=True)
+    generator = torch.Generator()
+    generator.manual_seed((6148914691236517205 + seed) + rank)
+    return DataLoader(dataset, batch_size, sampler=sampler, num_workers=workers, generator=generator)
+""",
+        note="a loader's generator seeds its workers' augmentations; the helper is handed the rank",
+    ),
+    Valid(
+        """\
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+
+def create_dataloader(dataset, batch_size, rank=-1, seed=0):
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    sampler = RandomSampler(dataset, generator=generator)
+    return DataLoader(dataset, batch_size, sampler=sampler)
+""",
+        note="a sampler's generator: the ranks must agree on the order it draws",
+    ),
+    Valid(
+        """\
+import random
+
+import torch
+import torch.distributed as dist
+
+
+class DistributedBucketSampler(torch.utils.data.BatchSampler):
+    def __init__(self, data_source, batch_size, num_replicas, rank, seed=0):
+        random.seed(seed)
+        self.batches = list(range(0, len(data_source), batch_size))
+        self.rank, self.num_replicas = rank, num_replicas
+
+    def __iter__(self):
+        random.shuffle(self.batches)
+        return iter(self.batches[self.rank :: self.num_replicas])
+""",
+        note="a sampler given the seed and the rank: every rank must shuffle alike",
     ),
 )

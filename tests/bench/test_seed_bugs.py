@@ -212,6 +212,17 @@ def test_distributed_only_rules_are_measured_in_distributed_files() -> None:
     assert not seed_bugs.counts("DDP303", single)
     assert seed_bugs.counts("DDP303", "import torch.distributed as dist\n" + single)
     assert seed_bugs.counts("DDP202", single)  # AMP rules apply to any module
+    # A comment naming a framework does not make a tool distributed code; a string may.
+    assert not seed_bugs.counts("DDP303", "# adapted from pytorch-lightning snippets\n" + single)
+    assert seed_bugs.counts("DDP303", "import os\nr = os.environ['LOCAL_RANK']\n" + single)
+
+
+def test_no_sampler_or_seed_site_in_test_code() -> None:
+    dist = "import torch.distributed as dist\ntorch.manual_seed(seed + rank)\n"
+    assert seed_bugs.counts("DDP503", dist, "train.py")
+    assert not seed_bugs.counts("DDP503", dist, "pkg/gpu_tests/ckpt_test.py")
+    assert not seed_bugs.counts("DDP401", dist, "tests/shampoo_test_utils.py")
+    assert seed_bugs.counts("DDP402", dist, "tests/test_loader.py")  # not silent in tests
 
 
 def test_merge_replaces_an_operators_rows(tmp_path: Path) -> None:
@@ -526,3 +537,14 @@ def test_drop_set_device_skips_a_group_given_its_device_through_kwargs() -> None
     )
     assert only("drop-set-device", text) == []
     assert len(only("drop-set-device", text.replace('kwargs["device_id"]', "other"))) == 1
+def test_importers_are_followed_through_a_re_exporting_package(tmp_path: Path) -> None:
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "__init__.py").write_text("from .train_utils import train\n")
+    helper = "def train(sampler):\n    pass\n"
+    (tmp_path / "utils" / "train_utils.py").write_text(helper)
+    (tmp_path / "main.py").write_text("from utils import train\n")
+    rels = ["main.py", "utils/__init__.py", "utils/train_utils.py"]
+    got = seed_bugs.neighbourhood(
+        tmp_path, "utils/train_utils.py", helper, seed_bugs.importer_map(tmp_path, rels)
+    )
+    assert got == ["utils/train_utils.py", "utils/__init__.py", "main.py"]

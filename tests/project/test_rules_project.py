@@ -748,3 +748,93 @@ def test_ddp103_zero_first_helper_two_files_away_given_rank_minus_one(tmp_path: 
     )
     found = [f for f in _findings(tmp_path, "train.py") if f.rule_id == "DDP103"]
     assert _ids(found) == [("DDP103", 13)]
+
+
+# -- DDP402: the per-epoch helper that received the sampler lives in another file ---------------
+
+
+def test_ddp402_sampler_handed_to_a_helper_of_another_file_that_never_sets_the_epoch(
+    tmp_path: Path,
+) -> None:
+    helper = """\
+        def train(model, loader, optimizer, epoch, sampler=None):
+            if sampler:
+                {line}
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        """
+    main = """\
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        from utils import train
+
+
+        def main(args):
+            dist.init_process_group("nccl")
+            model = DDP(torch.nn.Linear(2, 2).cuda())
+            sampler = DistributedSampler(range(10), shuffle=True)
+            kwargs = {"batch_size": 2, "sampler": sampler}
+            loader = DataLoader(range(10), **kwargs)
+            opt = torch.optim.SGD(model.parameters())
+            for epoch in range(args.epochs):
+                train(model, loader, opt, epoch, sampler=sampler)
+        """
+    files = {
+        "utils/__init__.py": "from .train_utils import train\n",
+        "utils/train_utils.py": helper.format(line="sampler.set_epoch(epoch)"),
+        "main.py": main,
+    }
+    _write(tmp_path, files)
+    assert "DDP402" not in {f.rule_id for f in _findings(tmp_path, "main.py")}
+    files["utils/train_utils.py"] = helper.format(line="pass")
+    _write(tmp_path, files)
+    # Without the project the helper is unknown: silent; with it, the helper sets no epoch.
+    assert "DDP402" not in {f.rule_id for f in _findings(tmp_path, "main.py", project=False)}
+    [f] = [f for f in _findings(tmp_path, "main.py") if f.rule_id == "DDP402"]
+    assert f.span.start.line + 1 == 12
+
+
+# -- F16: test code of a distributed project (DDP401, DDP503) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rel", "test_code"),
+    [
+        ("train.py", False),
+        ("pkg/tests/helpers.py", True),
+        ("pkg/gpu_tests/ckpt_test.py", True),
+        ("pkg/shampoo_test_utils.py", True),
+        ("test_train.py", True),
+        ("pkg/contest.py", False),
+    ],
+)
+def test_distributed_test_code_gets_no_sampler_or_seed_findings(
+    tmp_path: Path, rel: str, test_code: bool
+) -> None:
+    _write(
+        tmp_path,
+        {
+            rel: """\
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader, TensorDataset
+
+
+            def run(model, data, epochs, seed=0, rank=0):
+                dist.init_process_group("nccl")
+                torch.manual_seed(seed)
+                model = DDP(model.cuda())
+                loader = DataLoader(TensorDataset(data), batch_size=4, shuffle=True)
+                for epoch in range(epochs):
+                    for (x,) in loader:
+                        model(x).sum().backward()
+            """
+        },
+    )
+    ids = {f.rule_id for f in _findings(tmp_path, rel)}
+    assert ("DDP401" in ids, "DDP503" in ids) == (not test_code, not test_code)
