@@ -11,7 +11,7 @@ kinds of edits of REL over it, each 3 times, and prints the CPU seconds of each
 cannot see (a comment appended: early cutoff, nothing computed), lines moved (blank lines
 on top: the facts' lines in REL moved, nothing computed), a statement added in a function
 body, an import added, a function added that nothing calls (each: every stage reused,
-flow._update) and a DDP model passed to a new helper (the kinds change: computed again,
+flowupdate._update) and a DDP model passed to a new helper (the kinds change: computed again,
 with import resolution and each module's resolved parts reused).
 """
 

@@ -36,7 +36,8 @@ without such a reason are not reported (precision first).
 groups the misses one divergence point strands (DDP103 reports each group once) and
 :func:`divergence_of` describes that point in the uniformity API's terms.
 The events themselves and the alignment of two sequences of them are in
-:mod:`ddp_lsp.core.rankevents` (re-exported here).
+:mod:`ddp_lsp.core.rankevents` (re-exported here); the joint paths (:class:`Joint`, its lanes
+and exits) and the operations on sets of them in :mod:`ddp_lsp.core.rankjoints`.
 
 Limits, each erring towards silence: conditions on values computed from the rank at run time
 in another function are taken as rank-independent; a collective on an explicit
@@ -49,7 +50,7 @@ when another top-level ``if`` of the module calls a barrier too (``ModuleFacts.b
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -58,13 +59,30 @@ from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.names import last_name
-from ddp_lsp.core.rankevents import _BARRIERS, _key, _unmatched
+from ddp_lsp.core.rankevents import _BARRIERS, _unmatched
 from ddp_lsp.core.rankevents import PG_METHODS as PG_METHODS
 from ddp_lsp.core.rankevents import Event as Event
 from ddp_lsp.core.rankevents import Extractor as Extractor
 from ddp_lsp.core.rankevents import collective_extractor as collective_extractor
 from ddp_lsp.core.rankevents import process_groups as process_groups
 from ddp_lsp.core.rankgroups import world_rank_test
+from ddp_lsp.core.rankjoints import (
+    _FROZEN,
+    _SCOPES,
+    BOTH,
+    Decisions,
+    Exit,
+    Joint,
+    Lane,
+    _decide,
+    _dedupe,
+    _may_leave,
+    _switched_off,
+    _takers,
+    _tested_keys,
+)
+from ddp_lsp.core.rankjoints import NZ as NZ
+from ddp_lsp.core.rankjoints import Z as Z
 from ddp_lsp.core.uniformity import (
     RANK_ZERO_DECORATORS,
     ChunkUniformity,
@@ -80,56 +98,12 @@ from ddp_lsp.core.uniformity import (
 if TYPE_CHECKING:
     from ddp_lsp.core.rule import ChunkContext
 
-Z, NZ = 0, 1  # rank 0, the other ranks
-BOTH = frozenset({Z, NZ})
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-_MAX_ALTS = 64  # joint paths kept per block; beyond it the walk drops paths (fewer findings)
 
 _PROCESS_EXITS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
 
 
 # -- the walk ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Exit:
-    kind: str  # "return", "raise", "break", "continue", "exit", "decorator", "caller", "frozen"
-    node: ast.AST
-
-
-_FROZEN = Exit("frozen", ast.Pass())
-
-
-@dataclass(frozen=True)
-class Lane:
-    """One rank class along one joint path."""
-
-    events: tuple[Event, ...] = ()
-    exit: Exit | None = None
-    skips: tuple[Exit, ...] = ()  # continue/break taken in loop iterations already left
-
-
-Decisions = frozenset[tuple[str, bool]]
-
-
-@dataclass(frozen=True)
-class Joint:
-    """One joint path: each class's lane, and the rank-independent conditions decided on it
-    (the same test decides the same way again: ``if args.distributed:`` twice)."""
-
-    z: Lane
-    n: Lane
-    decided: Decisions = frozenset()
-
-    def __getitem__(self, c: int) -> Lane:
-        return self.z if c == Z else self.n
-
-    def lanes(self) -> list[Lane]:
-        return [self.z, self.n]
-
-    def with_lanes(self, lanes: Sequence[Lane]) -> Joint:
-        return Joint(lanes[Z], lanes[NZ], self.decided)
 
 
 @dataclass(frozen=True)
@@ -638,98 +612,6 @@ class Flow:
         return world_rank_test(self.ctx.ranks, test)
 
 
-def _decide(joints: list[Joint], parts: Sequence[ast.AST], value: bool) -> list[Joint]:
-    """The joint paths on which all ``parts`` hold (``value``) or not all of them do, with
-    what that decides recorded; paths that decided otherwise before are dropped. Correlating
-    equal tests only ever removes paths, so it can remove findings but never add one."""
-    keys = [_key(p) for p in parts]
-    out: list[Joint] = []
-    for j in joints:
-        decided = dict(j.decided)
-        if value:
-            if any(decided.get(k, t) != t for k, t in keys):
-                continue
-            out.append(Joint(j.z, j.n, j.decided | frozenset(keys)))
-        elif len(keys) == 1:
-            k, t = keys[0]
-            if decided.get(k, not t) == t:
-                continue
-            out.append(Joint(j.z, j.n, j.decided | {(k, not t)}))
-        else:
-            if all(decided.get(k) == t for k, t in keys):
-                continue
-            out.append(j)
-    return out
-
-
-def _tested_keys(loop: ast.AST) -> frozenset[str]:
-    """The identities (:func:`_key`) of the conditions ``loop`` tests, and of their parts."""
-    cached: frozenset[str] | None = getattr(loop, "_ddp_tested_keys", None)
-    if cached is not None:
-        return cached
-    out: set[str] = set()
-    for n in tree_walk.bfs(loop):
-        if isinstance(n, (ast.If, ast.While, ast.IfExp)):
-            parts = [n.test]
-            while parts:
-                t = parts.pop()
-                out.add(_key(t)[0])
-                if isinstance(t, ast.BoolOp):
-                    parts.extend(t.values)
-                elif isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
-                    parts.append(t.operand)
-    frozen = frozenset(out)
-    loop._ddp_tested_keys = frozen  # type: ignore[attr-defined]
-    return frozen
-
-
-def _may_leave(stmts: Sequence[ast.stmt]) -> bool:
-    """Some path of ``stmts`` leaves the block: a ``continue``/``break``/``return`` among
-    them or in their branches (not in a nested loop, function or class)."""
-    stack: list[ast.AST] = list(stmts)
-    while stack:
-        n = stack.pop()
-        if isinstance(n, (ast.Continue, ast.Break, ast.Return)):
-            return True
-        if isinstance(n, (*_SCOPES, ast.For, ast.AsyncFor, ast.While)):
-            continue
-        if isinstance(n, ast.stmt):
-            stack.extend(c for c in ast.iter_child_nodes(n) if isinstance(c, ast.stmt))
-            if isinstance(n, ast.Try):
-                stack.extend(n.handlers)
-        elif isinstance(n, ast.ExceptHandler):
-            stack.extend(n.body)
-    return False
-
-
-def _dedupe(joints: Iterable[Joint]) -> list[Joint]:
-    """Drop repeated joint paths and keep at most ``_MAX_ALTS``: one per distinct pair of
-    lanes first (those are what the comparison looks at), then variants that only differ in
-    the conditions they decided. Dropping paths can only lose findings."""
-    seen: set[tuple[object, ...]] = set()
-    firsts: list[Joint] = []
-    rest: list[Joint] = []
-    lane_keys: set[tuple[object, ...]] = set()
-    for j in joints:
-        lanes = tuple(
-            (
-                tuple(id(e.node) for e in lane.events),
-                id(lane.exit.node) if lane.exit else None,
-                tuple(id(x.node) for x in lane.skips),
-            )
-            for lane in j.lanes()
-        )
-        key = (lanes, j.decided)
-        if key in seen:
-            continue
-        seen.add(key)
-        if lanes in lane_keys:
-            rest.append(j)
-        else:
-            lane_keys.add(lanes)
-            firsts.append(j)
-    return (firsts + rest)[:_MAX_ALTS]
-
 
 def roots(ctx: ChunkContext) -> list[ast.AST]:
     """Every frame of the chunk: its functions (methods, nested ones) and its module code."""
@@ -761,17 +643,6 @@ def event_roots(ctx: ChunkContext, extract: Extractor) -> list[ast.AST]:
         if id(r) in found or (module and r is ctx.module_node)
     ]
 
-
-def _switched_off(ev: Event, decided: Decisions) -> bool:
-    return any((k, not t) in decided for k, t in ev.off_when)
-
-
-def _takers(r: RankSet) -> frozenset[int] | None:
-    if r.zero:
-        return frozenset({Z})
-    if r.nonzero:
-        return frozenset({NZ})
-    return None
 
 
 

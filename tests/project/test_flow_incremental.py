@@ -2,7 +2,7 @@
 
 The server's indexer passes its last computation to the next one (``flow.compute``'s
 ``previous``): import resolution, each module's resolved parts and call-graph share, and every
-stage the changed modules cannot have changed are reused (``flow._update``). These tests apply
+stage the changed modules cannot have changed are reused (``flowupdate._update``). These tests apply
 random edit sequences to a generated multi-file project (calls added and removed, imports,
 rank guards, collectives, process-group starts, DDP wrapping, functions added, removed and
 renamed, parameters changed, comments and blank lines) and compare, after every edit, the

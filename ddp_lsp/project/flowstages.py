@@ -1,0 +1,491 @@
+"""The building blocks that the project facts' computation (:mod:`ddp_lsp.project.flow`) and its
+incremental update (:mod:`ddp_lsp.project.flowupdate`) share.
+
+- :class:`ProjectFacts`, the result, and :class:`_Stages`, what each stage derived (kept for
+  the next update);
+- each module's resolved parts (:class:`_ModuleParts`: call sites, project bases, call graph
+  share, the callees it names in other modules), built once per summary;
+- each stage's per-module seeds: parameter kinds (:func:`_seed_kinds`, with the project's
+  GradScaler wrapper classes, :class:`_ScalerWrappers`), function properties
+  (:func:`_prop_seeds`), rank-0 guards of call sites (:func:`_guard_flags`);
+- the cross-file resolution of gating parameters (:func:`_resolve_gates`), the
+  ``distributed`` flood through imports (:func:`_distributed`), and each module's facts from
+  the stages' results (:func:`_module_out`).
+
+The names keep their leading underscore: they are this package's internals, not an API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import gates as gate_facts
+from ddp_lsp.core import names as known_names
+from ddp_lsp.core.crossfile import (
+    CalleeProps,
+    ModuleProjectFacts,
+    ParamKind,
+    Provenance,
+)
+from ddp_lsp.project.reach import ModuleEdges
+from ddp_lsp.project.resolve import Resolver
+from ddp_lsp.project.summary import ModuleSummary
+
+MAX_ROUNDS = 32
+
+_KIND_TEXT = {
+    fact_model.DDP: "wrapped in DistributedDataParallel",
+    fact_model.FSDP: "wrapped in FullyShardedDataParallel",
+    fact_model.SCALER: "a GradScaler",
+    fact_model.OPTIMIZER: "an optimizer",
+    fact_model.SAMPLER: "a DistributedSampler",
+    fact_model.LOADER: "a DataLoader",
+    fact_model.RANK: "the rank",
+    fact_model.SCALER_WRAPPER: "a GradScaler wrapper that unscales itself",
+}
+
+
+_PROP_TEXT = {
+    fact_model.COLLECTIVE: "performs a collective",
+    fact_model.UNSCALES: "calls unscale_",
+    fact_model.NO_SYNC: "uses no_sync",
+    fact_model.RANK_PREDICATE: "is a rank-0 predicate",
+    fact_model.GUARDS_ITSELF: "runs only on rank 0 by itself",
+    fact_model.ONLY_CALLED_GUARDED: "is only called on rank 0",
+    fact_model.UPDATES_SCALER: "calls the GradScaler's update()",
+    fact_model.SETS_EPOCH: "calls set_epoch",
+    fact_model.MAKES_DIST_SAMPLER: "builds a shuffling DistributedSampler",
+    fact_model.SETS_DEVICE: "selects the GPU (torch.cuda.set_device)",
+    fact_model.INITS_PG: "initialises the process group",
+    fact_model.DESTROYS_PG: "destroys the process group",
+    fact_model.SAVES_CALLER_PATH: "saves to the path its caller passes, on every rank",
+}
+
+
+@dataclass(frozen=True)
+class ProjectFacts:
+    modules: Mapping[str, ModuleProjectFacts] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+    rounds: int = 0
+    # Items the propagation rounds looked at (a site, a binding, a call edge each time):
+    # linear in the project's size (tests/project check it on long chains of calls).
+    evaluations: int = 0
+    # The resolver of this computation and each module's resolved parts, for the next one
+    # (see compute's ``previous``); how many modules' parts this one had to resolve.
+    resolver: Resolver | None = field(default=None, compare=False, hash=False, repr=False)
+    parts: Mapping[str, _ModuleParts] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+    prepared: int = 0
+    # Each module's share of reach.single_process's call graph, kept like ``parts``.
+    edges: Mapping[str, ModuleEdges] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+    # What each stage derived, for the next computation (see flowupdate._update).
+    stages: _Stages | None = field(default=None, compare=False, hash=False, repr=False)
+    updated: bool = False  # computed from ``previous`` and the changed modules (flowupdate._update)
+
+    @cached_property
+    def by_path(self) -> Mapping[str, ModuleProjectFacts]:
+        """Each module's facts by its path relative to the root."""
+        return {m.path: m for m in self.modules.values()}
+
+    def for_path(self, path: str) -> ModuleProjectFacts | None:
+        return self.by_path.get(path)
+
+
+def _lookup(
+    kinds: Mapping[tuple[str, str], ParamKind], path: str, scope: str, cls: str | None
+) -> ParamKind | None:
+    # The core's ModuleFacts.kind, over kinds with provenance.
+    key = fact_model.visible_key(kinds, path, scope, cls)
+    return None if key is None else kinds[key]
+
+
+def _line(fi: fact_model.FunctionInfo | None) -> int:
+    return 1 if fi is None or fi.qualname == fact_model.MODULE else fi.line + 1
+
+
+class _ScalerWrappers:
+    """Whether a class manages a GradScaler itself: a method of it (or of a base, in any
+    module) calls ``unscale_`` or a GradScaler's ``update()``. Answers are kept per class (a
+    project builds the same wrapper class in many files)."""
+
+    def __init__(self, res: Resolver, own: Mapping[str, fact_model.ModuleFacts]) -> None:
+        self.res = res
+        self.own = own
+        self._owners: dict[str, frozenset[str]] = {}
+        self._memo: dict[tuple[str, str], bool] = {}
+
+    def _classes_with_scaler_methods(self, module: str) -> frozenset[str]:
+        found = self._owners.get(module)
+        if found is None:
+            names: set[str] = set()
+            for q, props in self.own[module].func_props.items():
+                if fact_model.UNSCALES in props or fact_model.UPDATES_SCALER in props:
+                    parts = q.split(".")
+                    names.update(".".join(parts[:i]) for i in range(1, len(parts)))
+            found = self._owners[module] = frozenset(names)
+        return found
+
+    def __call__(self, module: str, cls: str) -> bool:
+        key = (module, cls)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self._search(module, cls)
+        return hit
+
+    def _search(self, module: str, cls: str) -> bool:
+        res = self.res
+        todo = [(module, cls)]
+        seen: set[tuple[str, str]] = set()
+        while todo and len(seen) < 16:
+            mod, c = todo.pop()
+            if (mod, c) in seen or mod not in self.own:
+                continue
+            seen.add((mod, c))
+            if c in self._classes_with_scaler_methods(mod):
+                return True
+            for base in res.classes(mod).get(c, ()):
+                r = res.resolve(mod, base)
+                if r is not None and r[1] in res.classes(r[0]):
+                    todo.append(r)
+        return False
+
+
+_Site = tuple[
+    str, fact_model.CallSite, str, fact_model.FunctionInfo
+]  # caller module, site, target module, fn
+
+
+@dataclass
+class _ModuleParts:
+    """What a module contributes that depends only on its summary and on import resolution:
+    kept between computations while both stay (see compute's ``previous``)."""
+
+    summary: ModuleSummary
+    sites: list[_Site]  # its call sites that reach a project function
+    site_line: dict[tuple[str, fact_model.CallSite], int]
+    inherits: list[tuple[str, str, str, str]]  # (module, class, base module, base class)
+    calls: dict[tuple[str, str], list[tuple[str, str]]]  # (module, fn) -> functions it calls
+    targets: dict[str, tuple[str, str]]  # a callee it spells -> a function of another module
+    unwrapped: frozenset[tuple[str, str]]  # fact_model.unwrapped_names of its bindings
+
+
+def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
+    # Call sites resolved once: (caller module, site, target module, target function).
+    sites: list[_Site] = []
+    site_line: dict[tuple[str, fact_model.CallSite], int] = {}
+    all_sites = (*s.facts.call_sites, *s.dotted_sites)
+    lines_known = len(s.site_lines) == len(all_sites)
+    for i, cs in enumerate(all_sites):
+        t = res.function(m, cs.callee)
+        if t is not None:
+            sites.append((m, cs, t[0], t[1]))
+            if lines_known:
+                # Equal sites in one function (two identical calls): the first line.
+                site_line.setdefault((m, cs), s.site_lines[i])
+    # Classes and their project bases: `self.model` set in BaseTrainer.__init__ (base.py) is
+    # the same attribute in DDPTrainer.fit (ddp_trainer.py).
+    inherits: list[tuple[str, str, str, str]] = []
+    for cls_name, bases in sorted(res.classes(m).items()):
+        for base in bases:
+            r = res.resolve(m, base)
+            if r is not None and r[1] and r[1] in res.classes(r[0]):
+                inherits.append((m, cls_name, r[0], r[1]))
+    calls: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for fi in s.facts.functions:
+        reached = []
+        for callee in sorted(fi.calls):
+            reached_fn = res.function(m, callee)
+            if reached_fn is not None:
+                reached.append((reached_fn[0], reached_fn[1].qualname))
+        calls[(m, fi.qualname)] = reached
+    spelled: set[str] = {cs.callee for cs in s.facts.call_sites}
+    for fi in s.facts.functions:
+        spelled |= fi.calls
+    targets: dict[str, tuple[str, str]] = {}
+    for name in sorted(spelled):
+        t = res.function(m, name)
+        if t is not None and t[0] != m:
+            targets[name] = (t[0], t[1].qualname)
+    unwrapped = fact_model.unwrapped_names([s.facts])
+    return _ModuleParts(s, sites, site_line, inherits, calls, targets, unwrapped)
+
+
+@dataclass
+class _Stages:
+    """What a computation derived, by stage, kept for the next one (see
+    :func:`~ddp_lsp.project.flowupdate._update`).
+    Never changed once built: an update copies what it changes."""
+
+    kind_seeds: dict[str, dict[tuple[str, str], ParamKind]]  # each module's kinds before the rounds
+    kinds: dict[str, dict[tuple[str, str], ParamKind]]  # after the rounds and `mixed`
+    prop_seeds: dict[str, dict[tuple[str, str], dict[str, Provenance]]]  # each module's own
+    props: dict[tuple[str, str], dict[str, Provenance]]  # after the rounds and the gates
+    guard_flags: dict[str, tuple[tuple[tuple[str, str], bool], ...]]  # each module's sites
+    guard_counts: dict[tuple[str, str], tuple[int, int]]  # callee -> (sites, guarded sites)
+    distributed: dict[str, Provenance]
+    local: dict[str, frozenset[str]]
+    entered: set[str]
+    out: dict[str, ModuleProjectFacts]
+    # (module, function) -> the modules that call it by a name of theirs (its properties are
+    # part of their facts: ModuleProjectFacts.callee_props).
+    users: dict[tuple[str, str], frozenset[str]]
+    # single_process's sets (reached, unknown, referenced, reached_modules, touched); empty
+    # when nothing is distributed code.
+    reach: Mapping[str, Any]
+    # The gating resolved across files (core/gates.py), by function: see _resolve_gates.
+    gating: dict[tuple[str, str], gate_facts.Gating]
+
+
+def _seed_kinds(
+    res: Resolver,
+    m: str,
+    s: ModuleSummary,
+    own_m: fact_model.ModuleFacts,
+    wraps_scaler: _ScalerWrappers,
+) -> dict[tuple[str, str], ParamKind]:
+    """A module's kinds before the rounds: its own, with provenance, and the instances of the
+    project's GradScaler wrapper classes it builds."""
+    out: dict[tuple[str, str], ParamKind] = {}
+    lines = {(sc, p): ln for sc, p, ln in s.binding_lines}
+    seeded = {
+        (b.scope, b.path)
+        for b in s.facts.bindings
+        if b.source and b.source[0] != fact_model.SourceMarker.ALIAS
+    }
+    for key, kind in own_m.kinds.items():
+        if key in seeded:
+            fi = res.functions(m).get(key[0])
+            line = lines.get(key, _line(fi))
+            text = _KIND_TEXT.get(kind, kind)
+            if kind == fact_model.SCALER_WRAPPER:  # a framework table's class: name it
+                cls = _class_named(s.facts, own_m.aliases, key)
+                text = f"`{cls}`, {text}" if cls else text
+            out[key] = ParamKind(kind, Provenance(s.path, line, f"{key[1]} is {text}"))
+    # `loss_scaler = NativeScaler()`: a project class that wraps a GradScaler and unscales
+    # (or updates) it in its own methods.
+    for b in s.facts.bindings:
+        if not b.source or fact_model.is_marker(b.source[0]) or (b.scope, b.path) in out:
+            continue
+        target = res.resolve(m, b.source[0])
+        if target is None or not target[1] or target[1] not in res.classes(target[0]):
+            continue
+        if wraps_scaler(target[0], target[1]):
+            fi = res.functions(m).get(b.scope)
+            out[(b.scope, b.path)] = ParamKind(
+                fact_model.SCALER_WRAPPER,
+                Provenance(
+                    s.path,
+                    lines.get((b.scope, b.path), _line(fi)),
+                    f"{b.path} is `{target[1]}`, a GradScaler wrapper that unscales itself",
+                ),
+            )
+    return out
+
+
+def _prop_seeds(
+    res: Resolver, m: str, s: ModuleSummary, own_m: fact_model.ModuleFacts
+) -> dict[tuple[str, str], dict[str, Provenance]]:
+    """A module's functions' own properties, with provenance."""
+    at = {(q, p): line for q, p, line in s.prop_lines}
+    out: dict[tuple[str, str], dict[str, Provenance]] = {}
+    for q, ps in own_m.func_props.items():
+        fi = res.functions(m).get(q)
+        out[(m, q)] = {
+            p: Provenance(s.path, at.get((q, p), _line(fi)), f"`{q}` {_PROP_TEXT.get(p, p)}")
+            for p in sorted(ps)
+        }
+    return out
+
+
+def _guard_flags(
+    part: _ModuleParts, own_m: fact_model.ModuleFacts
+) -> tuple[tuple[tuple[str, str], bool], ...]:
+    """Whether each call site of a module into a project function runs on rank 0 only."""
+    out = []
+    for _, cs, tm, tfi in part.sites:
+        caller_props = own_m.func_props.get(cs.caller, frozenset())
+        out.append(
+            (
+                (tm, tfi.qualname),
+                cs.guarded
+                or fact_model.GUARDS_ITSELF in caller_props
+                or fact_model.ONLY_CALLED_GUARDED in caller_props,
+            )
+        )
+    return tuple(out)
+
+
+def _params_of(site: fact_model.CallSite, fi: fact_model.FunctionInfo) -> list[tuple[str, str]]:
+    out = []
+    for pos, arg in site.args:
+        if isinstance(pos, int):
+            params = fi.params[1:] if fi.cls else fi.params
+            if pos < len(params):
+                out.append((params[pos], arg))
+        elif pos in fi.params:
+            out.append((pos, arg))
+    return out
+
+
+def _module_out(
+    m: str,
+    s: ModuleSummary,
+    root: str,
+    kinds_m: Mapping[tuple[str, str], ParamKind],
+    own: Callable[[str], fact_model.ModuleFacts],
+    part: _ModuleParts,
+    props: Mapping[tuple[str, str], Mapping[str, Provenance]],
+    distributed: Provenance | None,
+    only_guarded: frozenset[str],
+    local: frozenset[str],
+    gating: Mapping[tuple[str, str], gate_facts.Gating],
+) -> ModuleProjectFacts:
+    own_kinds = own(m).kinds
+    extra = {key: pk for key, pk in sorted(kinds_m.items()) if key not in own_kinds}
+    cprops: dict[str, CalleeProps] = {}
+    for name, tq in part.targets.items():
+        found = props.get(tq, {})
+        # INITS_PG stays the core's direct property; carried only to find entry points.
+        direct = own(tq[0]).func_props.get(tq[1], frozenset())
+        keep = {p: o for p, o in found.items() if p != fact_model.INITS_PG or p in direct}
+        gate = gating.get(tq) or own(tq[0]).func_gates.get(tq[1])
+        cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())), gate)
+    return ModuleProjectFacts(m, s.path, extra, cprops, distributed, only_guarded, root, local)
+
+
+def _users(parts: Mapping[str, _ModuleParts]) -> dict[tuple[str, str], frozenset[str]]:
+    found: dict[tuple[str, str], set[str]] = {}
+    for m, part in parts.items():
+        for tq in part.targets.values():
+            found.setdefault(tq, set()).add(m)
+    return {tq: frozenset(ms) for tq, ms in found.items()}
+
+
+_CARRIED = fact_model.TRANSITIVE_PROPS | {fact_model.INITS_PG}  # INITS_PG only for "reaches init"
+
+
+def _only_guarded(counts: Mapping[tuple[str, str], tuple[int, int]]) -> dict[str, frozenset[str]]:
+    found: dict[str, set[str]] = {}
+    for (tm, q), (n, guarded) in counts.items():
+        if n and n == guarded:
+            found.setdefault(tm, set()).add(q)
+    return {tm: frozenset(qs) for tm, qs in found.items()}
+
+
+def _distributed(
+    res: Resolver, props: Mapping[tuple[str, str], Mapping[str, Provenance]], entered: set[str]
+) -> dict[str, Provenance]:
+    """Each module a process group's start reaches through imports, with the earliest start."""
+    distributed: dict[str, Provenance] = {}
+    inits: dict[str, list[Provenance]] = {}
+    for (mm, _), fn_props in props.items():
+        if fact_model.INITS_PG in fn_props:
+            inits.setdefault(mm, []).append(fn_props[fact_model.INITS_PG])
+    starts = []
+    for m in sorted(inits):
+        o = min(inits[m])
+        starts.append((Provenance(o.path, o.line, "a process group is initialised"), m))
+    # Functions an entry point reaches through calls and handed functions (`mp.spawn(run,
+    # args=(cfg, train))`, `launch(main_worker)`) run in the ranks: their modules are
+    # distributed code even when no import leads there from the initialising module.
+    if starts:
+        first = min(o for o, _ in starts)
+        starts.extend((first, m) for m in sorted(entered) if m not in inits)
+    # Earliest origin first: a module reached once keeps it (each module is visited once per
+    # origin that is smaller than what it holds, so once in all).
+    for origin, m in sorted(starts):
+        frontier = [m]
+        while frontier:
+            nxt = []
+            for reached in frontier:
+                if reached in distributed and distributed[reached] <= origin:
+                    continue
+                distributed[reached] = origin
+                nxt.extend(res.imported_modules(reached))
+            frontier = nxt
+    return distributed
+
+
+def _resolve_gates(
+    props: dict[tuple[str, str], dict[str, Provenance]],
+    res: Resolver,
+    own: Mapping[str, fact_model.ModuleFacts],
+    summaries: Mapping[str, ModuleSummary],
+) -> dict[tuple[str, str], gate_facts.Gating]:
+    """Parameter values that switch collectives off across files (core/gates.py):
+    ``create_dataloader(rank=-1)`` in one module reaching a zero-first helper of another with
+    that rank. The functions whose gating this resolution changed or started from, by key;
+    any other function's is its module's own (``ModuleFacts.func_gates``)."""
+    first: dict[str, dict[str, fact_model.FunctionInfo]] = {}
+
+    def function_info(m: str, q: str) -> fact_model.FunctionInfo | None:
+        table = first.get(m)
+        if table is None:
+            table = first[m] = {}
+            for fi in summaries[m].facts.functions:  # the first of a name, as the merge keeps
+                table.setdefault(fi.qualname, fi)
+        return table.get(q)
+
+    candidates: dict[tuple[str, str], dict[str, Provenance]] = {}
+    for key, ps in props.items():
+        if fact_model.COLLECTIVE in ps:
+            fi = function_info(*key)
+            if fi is not None and fi.gates.sites:
+                candidates[key] = ps
+    if not candidates:
+        return {}
+    gating: dict[tuple[str, str], gate_facts.Gating] = {}
+    for key in candidates:
+        g = own[key[0]].func_gates.get(key[1])
+        if g is not None:
+            gating[key] = g
+
+    def target(key: tuple[str, str], name: str) -> tuple[str, str] | None:
+        if name.startswith("self."):
+            return None
+        t = res.function(key[0], name)
+        return None if t is None else (t[0], t[1].qualname)
+
+    def gating_of(key: tuple[str, str], name: str) -> gate_facts.Gating | None:
+        tkey = target(key, name)
+        if tkey is None:
+            return None
+        if tkey in candidates:
+            return gating.get(tkey)
+        facts = own.get(tkey[0])
+        return None if facts is None else facts.func_gates.get(tkey[1])
+
+    def reaches(key: tuple[str, str], name: str) -> bool:
+        facts = own.get(key[0])
+        if facts is not None and fact_model.is_collective_call(name, facts.aliases):
+            return True
+        tkey = target(key, name)
+        return tkey is not None and fact_model.COLLECTIVE in props.get(tkey, {})
+
+    def gates_of(key: tuple[str, str]) -> tuple[gate_facts.GateFacts, tuple[str, ...]]:
+        fi = function_info(*key)
+        assert fi is not None  # a candidate
+        return fi.gates, gate_facts.gate_params(fi.params)
+
+    gate_facts.resolve(candidates, gating_of, reaches, gates_of, gating)
+    return gating
+
+
+def _class_named(
+    facts: fact_model.ChunkFacts, aliases: Mapping[str, str], key: tuple[str, str]
+) -> str:
+    """The class a binding's value was made from, by its defining name (`NativeScaler` imported
+    as another name gives its own), or ""."""
+    for b in facts.bindings:
+        if (b.scope, b.path) == key and b.source and not fact_model.is_marker(b.source[0]):
+            qual = known_names.resolve(b.source[0], aliases) or b.source[0]
+            return qual.rsplit(".", 1)[-1]
+    return ""

@@ -1,0 +1,485 @@
+"""The incremental update of the project facts (``flow.compute(index, previous)``).
+
+:func:`_update` shows, for the changed modules alone, that each stage of the computation
+(:mod:`ddp_lsp.project.flowstages`) would derive what it derived before, by an induction over
+the propagation rounds, and then rebuilds only the facts of the changed modules and of those
+whose callee properties or guards changed; None when it cannot (``flow._compute`` then runs
+every stage again). The helpers here serve only that proof: the call sites that take part in
+the kinds' propagation (:func:`_relevant_sites`), and the comparisons of a module's share of
+``reach.single_process``'s call graph (:func:`_same_edges`, :func:`_same_walks`,
+:func:`_isolated_nodes`, :func:`_local_of`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core.crossfile import (
+    MAIN_BLOCK,
+    ParamKind,
+    Provenance,
+)
+from ddp_lsp.project.flowstages import (
+    _CARRIED,
+    ProjectFacts,
+    _guard_flags,
+    _line,
+    _lookup,
+    _module_out,
+    _module_parts,
+    _ModuleParts,
+    _params_of,
+    _prop_seeds,
+    _ScalerWrappers,
+    _seed_kinds,
+    _Stages,
+)
+from ddp_lsp.project.index import ProjectIndex
+from ddp_lsp.project.reach import ModuleEdges, single_process
+from ddp_lsp.project.resolve import Resolver
+from ddp_lsp.project.summary import ModuleSummary
+
+
+def _relevant_sites(
+    res: Resolver,
+    part: _ModuleParts,
+    kinds: Mapping[str, Mapping[tuple[str, str], ParamKind]],
+) -> Counter[tuple[object, ...]]:
+    """The call sites of a module that take part in the kinds' propagation under ``kinds``
+    (a computation's result): an argument of a known kind, or a parameter that has one; each
+    with what the propagation reads of it. A site outside this set proposes nothing in any
+    round (the kinds of every round are a subset of the result, and a lookup that finds
+    nothing in a table finds nothing in a part of it) and marks nothing ``mixed``."""
+    out: Counter[tuple[object, ...]] = Counter()
+    functions = {fi.qualname: fi for fi in part.summary.facts.functions}
+    for m, cs, tm, tfi in part.sites:
+        caller = functions.get(cs.caller)
+        cls = caller.cls if caller else None
+        for param, arg in _params_of(cs, tfi):
+            if (tfi.qualname, param) in kinds.get(tm, {}) or (
+                _lookup(kinds.get(m, {}), arg, cs.caller, cls) is not None
+            ):
+                out[
+                    (
+                        cs,
+                        tm,
+                        tfi.qualname,
+                        tfi.params,
+                        tfi.cls,
+                        cls,
+                        part.site_line.get((m, cs), _line(caller)),
+                    )
+                ] += 1
+                break
+    return out
+
+
+def _update(
+    index: ProjectIndex,
+    previous: ProjectFacts,
+    res: Resolver,
+    edges: dict[str, ModuleEdges],
+) -> ProjectFacts | None:
+    """The facts after an update that kept import resolution (``res.reuse``), from
+    ``previous`` and the changed modules alone, when every stage can be shown to give what it
+    gave (an edit inside a function body that adds or removes calls the propagations do not
+    carry anything through, the usual case); None when not (then ``flow._compute`` runs).
+
+    Each stage is a least fixed point of monotone rounds whose result also depends on the
+    round a fact is first proposed in (its provenance); a change is shown not to matter by
+    the induction over rounds the docstrings below give (every round of the new computation
+    equals the old one's), never by comparing results, so the outcome is exactly that of a
+    computation from scratch. tests/project/test_flow_incremental.py checks it on random edit
+    sequences."""
+    st = previous.stages
+    assert st is not None
+    old_parts = previous.parts
+    names = sorted(index.modules)
+    if len(names) != len(old_parts) or any(m not in old_parts for m in names):
+        return None
+    summaries = index.modules
+    # The edited modules, and those whose import resolution read one whose interface changed
+    # (Resolver.stale: their resolved parts and edges are built again, and compared).
+    changed = [m for m in names if old_parts[m].summary is not summaries[m] or m in res.stale]
+    # Which project modules a module imports: the `distributed` flood and single_process's
+    # `touched` read them.
+    for m, before_imports in res.old_imports.items():
+        if res.imported_modules(m) != before_imports:
+            return None
+    own_cache: dict[str, fact_model.ModuleFacts] = {}
+
+    def own(m: str) -> fact_model.ModuleFacts:
+        got = own_cache.get(m)
+        if got is None:
+            got = own_cache[m] = index.own_facts(summaries[m])
+        return got
+
+    parts = dict(old_parts)
+    for m in changed:
+        parts[m] = _module_parts(res, m, summaries[m])
+    kinds = st.kinds
+    old_own = {m: index.own_facts(old_parts[m].summary) for m in changed}
+    scaler_props = {fact_model.UNSCALES, fact_model.UPDATES_SCALER}
+
+    # -- kinds: the same seeds, bindings and relevant call sites --------------------------------
+    # Every round reads the seeds, the alias bindings (and the names unwrapped), the classes'
+    # project bases and the call sites; a site that is not relevant (_relevant_sites) proposes
+    # nothing in any round of either computation. When all of these are equal, each round
+    # proposes what it proposed, and the result, `mixed` included, is the previous one.
+    wraps = _ScalerWrappers(res, _OwnView(own))
+    kind_seeds = dict(st.kind_seeds)
+    for m in changed:
+        o, n = old_own[m], own(m)
+        if o.kinds != n.kinds or o.sometimes != n.sometimes:
+            return None
+        if o.aliases != n.aliases and (summaries[m].bases or old_parts[m].summary.bases):
+            return None  # single_process reads a class's other bases through them
+        if {q: ps & scaler_props for q, ps in o.func_props.items() if ps & scaler_props} != {
+            q: ps & scaler_props for q, ps in n.func_props.items() if ps & scaler_props
+        }:
+            return None  # a GradScaler wrapper class: other modules' seeds
+        seeds = _seed_kinds(res, m, summaries[m], n, wraps)
+        if seeds != st.kind_seeds[m]:
+            return None
+        kind_seeds[m] = seeds
+        op, np_ = old_parts[m], parts[m]
+        if op.inherits != np_.inherits or op.unwrapped != np_.unwrapped:
+            return None
+        if _alias_bindings(op.summary) != _alias_bindings(np_.summary):
+            return None
+        if _relevant_sites(res, op, kinds) != _relevant_sites(res, np_, kinds):
+            return None
+
+    # -- properties: the same carried seeds, and no call added or removed to a function that
+    # has a carried property. A call edge to a function without one proposes nothing in any
+    # round (by induction, that function has none in any round of either computation), and
+    # the rounds read only carried properties: each function keeps what the rounds gave it,
+    # with its own other properties as they are now. The gates read a function's gate sites
+    # (FunctionInfo.gates) only where it performs a collective, and its module's own gating:
+    # such a function with gate sites, or a module whose own gating changed, computes
+    # everything again.
+    props: dict[tuple[str, str], dict[str, Provenance]] | None = None
+    prop_seeds = dict(st.prop_seeds)
+    props_changed: set[tuple[str, str]] = set()
+    for m in changed:
+        seeds_p = _prop_seeds(res, m, summaries[m], own(m))
+        old_seeds = st.prop_seeds[m]
+        prop_seeds[m] = seeds_p
+        old_calls, new_calls = old_parts[m].calls, parts[m].calls
+        for key in old_calls.keys() | new_calls.keys():
+            before, after = set(old_calls.get(key, ())), set(new_calls.get(key, ()))
+            for callee in before ^ after:
+                if any(p in _CARRIED for p in st.props.get(callee, ())):
+                    return None
+        # The gates resolve the names the gated functions call, in their module, and read
+        # the gating of the functions they call (a module's own: ModuleFacts.func_gates).
+        if old_own[m].func_gates != own(m).func_gates:
+            return None
+        gated = {
+            fi.qualname
+            for s in (old_parts[m].summary, summaries[m])
+            for fi in s.facts.functions
+            if fi.gates.sites
+        }
+        for q in gated:
+            if fact_model.COLLECTIVE in st.props.get((m, q), {}):
+                return None
+        if seeds_p == old_seeds:
+            continue
+        for key in seeds_p.keys() | old_seeds.keys():
+            a, b = old_seeds.get(key, {}), seeds_p.get(key, {})
+            if a == b:
+                continue
+            if {p: o for p, o in a.items() if p in _CARRIED} != {
+                p: o for p, o in b.items() if p in _CARRIED
+            }:
+                return None
+            if fact_model.COLLECTIVE in st.props.get(key, ()):
+                return None
+            if props is None:
+                props = dict(st.props)
+            derived = {p: o for p, o in st.props.get(key, {}).items() if p not in a}
+            if b or derived:
+                props[key] = {**b, **derived}
+            else:
+                props.pop(key, None)
+            props_changed.add(key)
+    if props is None:
+        props = st.props
+
+    # -- single_process: the same call graph, seeds and classes -----------------------------------
+    before_edges = {m: previous.edges.get(m) for m in changed}
+    for m in changed:
+        edges.pop(m, None)
+    frameworks = index.ranks.frameworks
+    # (The modules whose edges are kept are not read: `summaries` need only hold the rest.)
+    single_process(
+        res,
+        names,
+        summaries,
+        _OwnView(own),
+        props,
+        [s for m in changed for s in parts[m].sites],
+        frameworks,
+        edges,
+        edges_only=True,
+    )
+    local = st.local
+    for m in changed:
+        was, now = before_edges[m], edges[m]
+        if was is None or not _same_edges(was, now):
+            return None
+        if not _same_walks(was, now, st.reach, edges):
+            return None
+        if was.nodes != now.nodes:
+            # Functions added or removed that call, hand and are called by nothing (their
+            # edges are equal): the walks are the same, and only this module's answer is
+            # derived again from their sets (reach.single_process's last loop).
+            if not _isolated_nodes(res, m, was, now, st.reach):
+                return None
+            if local is st.local:
+                local = dict(local)
+            got = _local_of(res, m, now.nodes, st.reach)
+            if got:
+                local[m] = got
+            else:
+                local.pop(m, None)
+
+    # -- only called guarded: each module's sites counted ------------------------------------------
+    guard_flags = dict(st.guard_flags)
+    counts = dict(st.guard_counts)
+    touched_targets: set[tuple[str, str]] = set()
+    for m in changed:
+        flags = _guard_flags(parts[m], own(m))
+        for sign, fl in ((-1, st.guard_flags[m]), (1, flags)):
+            for target, flag in fl:
+                total, guarded = counts.get(target, (0, 0))
+                counts[target] = (total + sign, guarded + sign * flag)
+                touched_targets.add(target)
+        guard_flags[m] = flags
+    for t in touched_targets:
+        if counts.get(t) == (0, 0):
+            del counts[t]
+    only_of: dict[str, frozenset[str]] = {}
+    for tm in {t[0] for t in touched_targets}:
+        before_only = st.out[tm].only_called_guarded if tm in st.out else frozenset()
+        keep = {q for q in before_only if (tm, q) not in touched_targets}
+        keep |= {
+            q
+            for (mm, q) in touched_targets
+            if mm == tm and (c := counts.get((mm, q))) and c[0] == c[1]
+        }
+        only_of[tm] = frozenset(keep)
+
+    # -- per module: the changed ones, the callees whose guards changed and the callers of a
+    # function whose properties changed ------------------------------------------------------------
+    users = st.users
+    if changed:
+        users = dict(users)
+        for m in changed:
+            before_t = set(old_parts[m].targets.values())
+            after_t = set(parts[m].targets.values())
+            for tq in before_t - after_t:
+                users[tq] = users[tq] - {m}
+            for tq in after_t - before_t:
+                users[tq] = users.get(tq, frozenset()) | {m}
+    again = set(changed) | set(only_of)
+    for key in props_changed:
+        again |= users.get(key, frozenset())
+    out = dict(st.out)
+    root = str(index.root)
+    for m in sorted(again):
+        out[m] = _module_out(
+            m,
+            summaries[m],
+            root,
+            kinds[m],
+            own,
+            parts[m],
+            props,
+            st.distributed.get(m),
+            only_of.get(m, st.out[m].only_called_guarded),
+            local.get(m, frozenset()),
+            st.gating,
+        )
+        if out[m] == st.out[m]:
+            out[m] = st.out[m]
+    stages = _Stages(
+        kind_seeds,
+        kinds,
+        prop_seeds,
+        props,
+        guard_flags,
+        counts,
+        st.distributed,
+        local,
+        st.entered,
+        out,
+        users,
+        st.reach,
+        st.gating,
+    )
+    return ProjectFacts(out, 0, 0, res, parts, len(changed), edges, stages, True)
+
+
+class _OwnView(Mapping[str, fact_model.ModuleFacts]):
+    """Each module's own facts, merged when first asked for."""
+
+    def __init__(self, get: Callable[[str], fact_model.ModuleFacts]) -> None:
+        self._get = get
+
+    def __getitem__(self, m: str) -> fact_model.ModuleFacts:
+        return self._get(m)
+
+    def __contains__(self, m: object) -> bool:
+        try:
+            self._get(m)  # type: ignore[arg-type]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+
+def _alias_bindings(s: ModuleSummary) -> tuple[fact_model.Binding, ...]:
+    return tuple(
+        b for b in s.facts.bindings if b.source and b.source[0] == fact_model.SourceMarker.ALIAS
+    )
+
+
+def _same_edges(a: ModuleEdges, b: ModuleEdges) -> bool:
+    """The same seeds, class members and called attributes (of functions that call any);
+    the edges may differ (see _same_walks), and the functions (see _isolated_nodes)."""
+    return (
+        a.frameworks is b.frameworks
+        and a.seeds == b.seeds
+        and a.members == b.members
+        and {k: v for k, v in a.attrs.items() if v} == {k: v for k, v in b.attrs.items() if v}
+    )
+
+
+def _isolated_nodes(
+    res: Resolver, m: str, was: ModuleEdges, now: ModuleEdges, reach: Mapping[str, Any]
+) -> bool:
+    """Whether the functions added to or removed from a module (equal edges otherwise) are
+    top-level functions, not classes, with no edges, attributes or members, that nothing
+    refers to or reaches: each is then its own orphan (or nothing) in single_process's walks,
+    which stay the same."""
+    referenced = reach.get("referenced", set())
+    reached = reach.get("reached", set())
+    for q in set(was.nodes) ^ set(now.nodes):
+        if "." in q or q == fact_model.MODULE or q in res.classes(m):
+            return False
+        k = (m, q)
+        if k in referenced or k in reached:
+            return False
+        if now.attrs.get(k) or was.attrs.get(k):
+            return False
+    return True
+
+
+def _local_of(
+    res: Resolver, m: str, nodes: tuple[str, ...], reach: Mapping[str, Any]
+) -> frozenset[str]:
+    """A module's single-process functions from single_process's sets (its last loop), for a
+    module whose functions changed by isolated ones (_isolated_nodes): a new one is an orphan
+    (unknown) where reached code runs in the module, and single-process elsewhere."""
+    if not reach:
+        return frozenset()
+    reached, unknown = reach["reached"], reach["unknown"]
+    in_reached_module = m in reach["reached_modules"]
+    classes = res.classes(m)
+    rest = set()
+    for q in nodes:
+        if (m, q) in reached or _enclosing(m, q, reached, classes):
+            continue
+        if q == fact_model.MODULE:
+            rest.add(MAIN_BLOCK)
+            if m not in reach["touched"]:
+                rest.add(q)
+            continue
+        orphan = in_reached_module and (m, q) not in reach["referenced"] and "." not in q
+        if (m, q) not in unknown and not orphan and not _enclosing(m, q, unknown, classes):
+            rest.add(q)
+    return frozenset(rest)
+
+
+def _enclosing(
+    m: str, q: str, reached: set[tuple[str, str]], classes: Mapping[str, object]
+) -> bool:
+    while "." in q:
+        q = q.rsplit(".", 1)[0]
+        if q in classes:
+            return False
+        if (m, q) in reached:
+            return True
+    return False
+
+
+def _is_reference(src: tuple[str, str], t: tuple[str, str]) -> bool:
+    # As reach.single_process's `referenced`: not from the target's own code.
+    return src[0] != t[0] or (src[1] != t[1] and not src[1].startswith(t[1] + "."))
+
+
+def _same_walks(
+    was: ModuleEdges,
+    now: ModuleEdges,
+    reach: Mapping[str, Any],
+    edges: Mapping[str, ModuleEdges],
+) -> bool:
+    """Whether single_process's walks give the same sets with a module's call edges changed
+    from ``was`` to ``now`` (the other modules' edges in ``edges``): each edge added or removed
+    must leave the entry points (callers of a process-group start, transitively), the three
+    floods (from the entry points, from everything distributed, from the orphans) and the
+    referenced functions as they were. An edge added from outside a flood, or to what it
+    holds already, changes none of them; one removed from outside it neither."""
+    if not reach:
+        return True  # nothing is distributed code: no walk runs (the seeds are the same)
+
+    def pairs(e: ModuleEdges) -> set[tuple[tuple[str, str], tuple[str, str], bool]]:
+        out = {(s, t, True) for s, ts in e.unguarded.items() for t in ts}
+        out |= {(s, t, False) for s, ts in e.guarded_only.items() for t in ts}
+        return out
+
+    before, after = pairs(was), pairs(now)
+    added, removed = after - before, before - after
+    if not added and not removed:
+        return True
+    entries = reach["entries"]
+    floods = (reach["from_entries"], reach["reached"], reach["unknown"])
+    referenced = reach["referenced"]
+    for s, t, unguarded in added:
+        if t in entries and s not in entries:
+            return False
+        if unguarded and any(s in f and t not in f for f in floods):
+            return False
+        if _is_reference(s, t) and t not in referenced:
+            return False
+    lost = set()
+    for s, t, unguarded in removed:
+        if t in entries and s in entries:
+            return False
+        if unguarded and any(s in f for f in floods):
+            return False
+        if _is_reference(s, t):
+            lost.add(t)
+    if lost:
+        # Still referenced by another edge, in any module (this one's as it is now)?
+        for e in edges.values():
+            for table in (e.unguarded, e.guarded_only):
+                for s, ts in table.items():
+                    for t in ts & lost if isinstance(ts, set) else set(ts) & lost:
+                        if _is_reference(s, t):
+                            lost.discard(t)
+            if not lost:
+                break
+        if lost:
+            return False
+    return True
