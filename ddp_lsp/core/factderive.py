@@ -311,7 +311,8 @@ def _merge_all(
             callers.setdefault(callee, set()).add(q)
     cache.local_calls = local_kept
     _close(func_props, list(func_props), callers)
-    p1 = {q: frozenset(p) for q, p in func_props.items()}
+    # Each stage's table shares the earlier stage's set where a function gained nothing.
+    p1 = {q: _same_or_frozen(p, p0[q]) for q, p in func_props.items()}
     sites: dict[str, dict[tuple[str, bool], int]] = {}
     for cs in call_sites:
         if cs.callee not in func_props:
@@ -326,7 +327,7 @@ def _merge_all(
         for q in project.only_called_guarded:
             if q in func_props:
                 func_props[q].add(ONLY_CALLED_GUARDED)
-    p2 = {q: frozenset(p) for q, p in func_props.items()}
+    p2 = {q: _same_or_frozen(p, p1[q]) for q, p in func_props.items()}
 
     _resolve_gates(func_props, func_props, functions, aliases, project, cache, prune=True)
     edges: dict[str, frozenset[str]] = {}
@@ -336,7 +337,7 @@ def _merge_all(
             e = edges[q] = _gate_edges(fi, cache, functions)
             for key in e:
                 gate_callers.setdefault(key, set()).add(q)
-    frozen_props = {q: frozenset(p) for q, p in func_props.items()}
+    frozen_props = {q: _same_or_frozen(p, p2[q]) for q, p in func_props.items()}
     prop_count: dict[str, int] = {}
     preds: dict[str, int] = {}
     for q, fp in frozen_props.items():
@@ -407,6 +408,10 @@ def _merge_all(
         project_preds=project_preds,
     )
     return facts
+
+
+def _same_or_frozen(props: set[str], earlier: frozenset[str]) -> frozenset[str]:
+    return earlier if len(props) == len(earlier) and props == earlier else frozenset(props)
 
 
 def _module_info(module_parts: Sequence[FunctionInfo]) -> FunctionInfo:
