@@ -527,16 +527,19 @@ def _merge_edit(
     functions = st.functions
     old_facts = st.facts
 
-    # The chunks' parts.
-    old_parts = [cache.chunks[id(cf)][1] for cf in old_r]
-    for cf in old_r:
-        del cache.chunks[id(cf)]
+    # The chunks' parts. (One facts object can stand at several places: chunks of equal
+    # text share their parse, and every empty chunk has the same facts.)
+    old_parts = [st.parts[i] for i in at] if at or n_old == n_new else st.parts[lo : n_old - hi]
     new_parts = []
     for cf in new_r:
         chit = cache.chunks.get(id(cf))
-        if chit is None:
+        if chit is None or chit[0] is not cf:
             chit = cache.chunks[id(cf)] = (cf, _chunk_part(cf, aliases))
         new_parts.append(chit[1])
+    alive = {id(cf) for cf in new_chunks}
+    for cf in old_r:
+        if id(cf) not in alive:
+            cache.chunks.pop(id(cf), None)
     if n_old == n_new:
         parts = list(st.parts)
         for i, part in zip(at, new_parts, strict=True):
@@ -571,8 +574,7 @@ def _merge_edit(
                 if nfi != ofi:
                     changed_fi[q] = ofi
         if module_touched:
-            swap = {id(ofi): nfi for ofi, nfi in zip(old_fns, new_fns, strict=True)}
-            module_parts = [swap.get(id(fi), fi) for fi in st.module_parts]
+            module_parts = [fi for cf in new_chunks for fi in cf.functions if fi.qualname == MODULE]
             st.module_parts = module_parts
             module_before = functions[MODULE]
             if len(module_parts) > 1:

@@ -201,3 +201,48 @@ def test_a_callee_change_reaches_its_callers_through_the_incremental_merge() -> 
     assert "collective" not in after.props("middle")
     assert "collective" in after.props("sync")
     assert after == Document(doc.text, SETTINGS.rank_model).module_facts()
+
+
+DUPLICATES = """\
+import torch.distributed as dist
+
+x = 1
+
+
+def dup(t):
+    return t
+
+
+def dup(t):
+    return t
+
+
+x = 1
+
+
+def user(t):
+    dup(t)
+"""
+
+
+def test_chunks_of_equal_text_share_facts_and_still_merge_exactly() -> None:
+    """Equal chunks share one parse (and one facts object), so an edit can replace the same
+    facts object at two places at once; the merge after it still equals a fresh one."""
+    doc = Document(DUPLICATES, SETTINGS.rank_model)
+    doc.module_facts()
+    steps = [
+        # Set again with `user` changed: the copies of `dup` (and of `x = 1`) now share one
+        # parse, and the module facts are merged with them.
+        DUPLICATES.replace("    dup(t)\n", "    dup(t)\n    dist.barrier()\n"),
+        DUPLICATES.replace("    return t\n", "    dist.barrier()\n"),  # both copies at once
+        DUPLICATES.replace("x = 1\n", "x = dist.get_rank()\n"),
+        DUPLICATES.replace("    return t\n", "    dist.barrier()\n", 1),  # the first copy only
+        DUPLICATES,
+    ]
+    for text in steps:
+        doc.set_text(text)
+        assert doc.text == text
+        assert _facts_key(doc.module_facts()) == _facts_key(
+            Document(text, SETTINGS.rank_model).module_facts()
+        )
+        assert _findings(doc) == _findings(text)
