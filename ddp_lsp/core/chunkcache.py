@@ -89,3 +89,15 @@ class ChunkCache:
         if key not in self.results and len(self.results) >= KEYS_PER_CHUNK:
             self.results.clear()
         self.results[key] = result
+
+
+@dataclass(eq=False)
+class FinishedFindings:
+    """What the engine's last analysis of a document made of each finding it kept (settings
+    applied, suppressed or not, line endings of its fixes): ``done`` maps a finding's id to
+    (the finding, the finished one or None when suppressed or disabled), valid for
+    ``settings`` and ``newline``."""
+
+    settings: object | None = None
+    newline: str = "\n"
+    done: dict[int, tuple[Finding, Finding | None]] = field(default_factory=dict)

@@ -189,30 +189,53 @@ def _finish(
     lines = doc.lines
     out: list[Finding] = []
     layout: fix_engine.ImportLayout | None = None
+    newline = doc.newline
+    # A finding kept from the last analysis (the same object: its chunk's text and line did
+    # not change, so neither did the lines its suppression comments are read from) is
+    # finished as it was then under the same settings and line ending, unless it carries a
+    # fix that adds imports (those read the module facts and the import layout).
+    memo = doc.finished
+    if memo.settings is not settings or memo.newline != newline:
+        memo.settings, memo.newline, memo.done = settings, newline, {}
+    done = memo.done
+    kept: dict[int, tuple[Finding, Finding | None]] = {}
     # Per rule, not per finding: hundreds of findings come from a few rules.
     enabled: dict[str, bool] = {}
     for f in raw:
+        hit = done.get(id(f))
+        if hit is not None and hit[0] is f:
+            kept[id(f)] = hit
+            if hit[1] is not None:
+                out.append(hit[1])
+            continue
         on = enabled.get(f.rule_id)
         if on is None:
             on = enabled[f.rule_id] = settings.enabled(f.rule_id)
-        if not on:
-            continue
-        if is_suppressed(f.rule_id, lines, f.span.start.line, f.span.end.line):
-            continue
-        sev = settings.severity_for(f.rule_id, f.severity)
-        if sev != f.severity:
-            f = replace(f, severity=sev)
-        if any(fix.imports for fix in f.fixes):
-            if layout is None:
-                layout = _import_layout(doc)
-            f = replace(
-                f,
-                fixes=tuple(_with_imports(fix, facts, layout, doc.newline) for fix in f.fixes),
-            )
-        if doc.newline != "\n" and f.fixes:
-            f = replace(f, fixes=tuple(_newlines(fix, doc.newline) for fix in f.fixes))
-        out.append(f)
-    out.sort(key=lambda x: (x.span.start, x.rule_id))
+        finished: Finding | None = None
+        if on and not is_suppressed(f.rule_id, lines, f.span.start.line, f.span.end.line):
+            finished = f
+            sev = settings.severity_for(f.rule_id, f.severity)
+            if sev != f.severity:
+                finished = replace(finished, severity=sev)
+            if any(fix.imports for fix in f.fixes):
+                if layout is None:
+                    layout = _import_layout(doc)
+                finished = replace(
+                    finished,
+                    fixes=tuple(_with_imports(fix, facts, layout, newline) for fix in f.fixes),
+                )
+                if newline != "\n" and finished.fixes:
+                    finished = replace(
+                        finished, fixes=tuple(_newlines(fix, newline) for fix in finished.fixes)
+                    )
+                out.append(finished)
+                continue  # not kept: it reads the facts
+            if newline != "\n" and f.fixes:
+                finished = replace(finished, fixes=tuple(_newlines(fix, newline) for fix in f.fixes))
+            out.append(finished)
+        kept[id(f)] = (f, finished)
+    memo.done = kept
+    out.sort(key=lambda x: (x.span.start.line, x.span.start.col, x.rule_id))
     return AnalysisResult(tuple(out), tuple(errors))
 
 

@@ -6,8 +6,9 @@ kinds flowing through calls, transitive function properties), incrementally thro
 from __future__ import annotations
 
 import ast
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ddp_lsp.core import gates as gate_facts
 from ddp_lsp.core import names as known_names
@@ -15,26 +16,20 @@ from ddp_lsp.core.crossfile import ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.core.factcalls import _kind_of_source, is_collective_call
 from ddp_lsp.core.factkinds import (
     _CHECKPOINT_WRITERS,
-    _WORLD_NAME,
     COLLECTIVE,
     DESTROYS_PG,
-    GUARDS_ITSELF,
     INITS_PG,
-    MODULE,
-    ONLY_CALLED_GUARDED,
-    RANK,
-    RANK_PREDICATE,
     SAVES_CALLER_PATH,
-    SCALER,
     SETS_DEVICE,
-    TRANSITIVE_PROPS,
-    UPDATES_SCALER,
     CallSite,
     ChunkFacts,
     FunctionInfo,
     SavesThrough,
     SourceMarker,
 )
+
+if TYPE_CHECKING:
+    from ddp_lsp.core.factderive import _State
 
 # -- module facts -------------------------------------------------------------------------------
 
@@ -197,19 +192,25 @@ class ModuleFacts:
 
 
 def _resolve_gates(
-    func_props: Mapping[str, set[str]],
+    func_props: Mapping[str, Collection[str]],
+    lookup: Mapping[str, Collection[str]],
     functions: Mapping[str, FunctionInfo],
     aliases: Mapping[str, str],
     project: ModuleProjectFacts | None,
     cache: MergeCache,
+    gating: dict[str, gate_facts.Gating],
 ) -> dict[str, gate_facts.Gating]:
-    """Parameters that switch a helper's collectives off (:attr:`ModuleFacts.func_gates`)."""
-    gating: dict[str, gate_facts.Gating] = {}
+    """Parameters that switch a helper's collectives off (:attr:`ModuleFacts.func_gates`),
+    resolved for the functions of ``func_props`` (in its order) into ``gating`` (returned).
+    ``lookup``: every function of the module's properties (``func_props`` itself, or a
+    superset); a call of one of them reads its gating from ``gating``, so ``gating`` holds
+    the last values of the module's functions that are not resolved again (see
+    core/factderive.py), and none of those that are."""
 
     def gating_of(caller: str, name: str) -> gate_facts.Gating | None:
         fi = functions.get(caller)
         key = _callee_key(name, fi.cls if fi is not None else None)
-        if key in func_props:
+        if key in lookup:
             return gating.get(key)
         cp = project.callee_props.get(key) if project is not None else None
         return cp.gating if cp is not None else None
@@ -228,7 +229,7 @@ def _resolve_gates(
             return True
         fi = functions.get(caller)
         key = _callee_key(name, fi.cls if fi is not None else None)
-        own = func_props.get(key)
+        own = lookup.get(key)
         if own is not None:
             return COLLECTIVE in own
         cp = project.callee_props.get(key) if project is not None else None
@@ -290,6 +291,8 @@ class MergeCache:
         self.module_info: FunctionInfo | None = None
         # Whether a name called is a collective under the aliases.
         self.collective_names: dict[str, bool] = {}
+        # The last merge's derivation per function and stage (see core/factderive.py).
+        self.state: _State | None = None
 
     def reset_if_changed(self, aliases: dict[str, str], project: ModuleProjectFacts | None) -> None:
         if self.aliases != aliases or self.project != project:
@@ -415,217 +418,6 @@ def merge_input(
         ),
         cf.barrier_ifs,
         _chunk_part(cf, aliases),
-    )
-
-
-def merge(
-    chunks: Iterable[ChunkFacts],
-    assume_distributed: bool = False,
-    project: ModuleProjectFacts | None = None,
-    cache: MergeCache | None = None,
-) -> ModuleFacts:
-    """Module facts of ``chunks``; ``project``: what other files of the project add (kinds of
-    parameters from callers elsewhere, properties of imported helpers, "distributed");
-    ``cache``: what an earlier merge of (mostly) the same chunks derived (see MergeCache)."""
-    chunk_list = list(chunks)
-    aliases: dict[str, str] = {}
-    for cf in chunk_list:
-        for name, qual in cf.imports:
-            aliases.setdefault(name, qual)
-    if cache is None:
-        cache = MergeCache()
-    cache.reset_if_changed(aliases, project)
-    parts: list[_ChunkPart] = []
-    kept: dict[int, tuple[ChunkFacts, _ChunkPart]] = {}
-    for cf in chunk_list:
-        hit = cache.chunks.get(id(cf))
-        if hit is None or hit[0] is not cf:
-            hit = (cf, _chunk_part(cf, aliases))
-        kept[id(cf)] = hit
-        parts.append(hit[1])
-    cache.chunks = kept
-    distributed = (
-        assume_distributed
-        or (project is not None and project.distributed is not None)
-        or any(cf.env_markers for cf in chunk_list)
-        or any(known_names.is_distributed_import(q) for q in aliases.values())
-    )
-
-    functions: dict[str, FunctionInfo] = {}
-    module_parts: list[FunctionInfo] = []  # each chunk's top-level code, merged into one
-    for cf in chunk_list:
-        for fi in cf.functions:
-            if fi.qualname == MODULE:
-                module_parts.append(fi)
-            functions.setdefault(fi.qualname, fi)
-    if len(module_parts) > 1:
-        # The same parts as last time give the same object (its derived part stays cached).
-        if len(cache.module_parts) != len(module_parts) or any(
-            a is not b for a, b in zip(cache.module_parts, module_parts, strict=True)
-        ):
-            cache.module_parts = module_parts
-            cache.module_info = FunctionInfo(
-                MODULE,
-                None,
-                (),
-                frozenset().union(*(fi.calls for fi in module_parts)),
-                frozenset().union(*(fi.props for fi in module_parts)),
-                0,
-            )
-        assert cache.module_info is not None
-        functions[MODULE] = cache.module_info
-
-    # Kinds from bindings (aliases of aliases resolved in a second pass).
-    kinds: dict[tuple[str, str], str] = {}
-    alias_bindings: list[tuple[str, str, str, str]] = []
-    unwrapped = frozenset().union(*(part.unwrapped for part in parts))
-    for part in parts:
-        for key_, kind_ in part.kinds:
-            kinds.setdefault(key_, kind_)
-        for ab in part.alias_bindings:
-            if (ab[0], ab[1]) not in unwrapped:
-                alias_bindings.append(ab)
-    if project is not None:
-        # Parameters of this module's functions given a kind by callers in other files.
-        for key_, pk in project.extra_kinds.items():
-            kinds.setdefault(key_, pk.kind)
-
-    facts = ModuleFacts(aliases=aliases, kinds=kinds)
-    call_sites = [cs for cf in chunk_list for cs in cf.call_sites]
-    passed = _passed(call_sites, functions)
-    # Propagate kinds: `y = x` and parameters from their call sites, to a bounded fixed point.
-    for _ in range(6):
-        changed = False
-        for scope, path, src, src_scope in alias_bindings:
-            if (scope, path) in kinds:
-                continue
-            fn = functions.get(src_scope)
-            cls = fn.cls if fn is not None else None
-            k = facts.kind(src, src_scope, cls)
-            if k is not None:
-                kinds[(scope, path)] = k
-                changed = True
-        for key_, arg_path, caller, caller_cls in passed:
-            if key_ in kinds:
-                continue
-            k = facts.kind(arg_path, caller, caller_cls)
-            if k is not None:
-                kinds[key_] = k
-                changed = True
-        if not changed:
-            break
-    sometimes = _sometimes(kinds, parts, functions, alias_bindings, passed, project)
-
-    # Function properties: syntactic ones, collectives by resolved name, then transitively.
-    func_props: dict[str, set[str]] = {}
-    callee_memo: dict[str, frozenset[str]] = {}
-    fn_kept: dict[int, tuple[FunctionInfo, frozenset[str], tuple[str, ...]]] = {}
-    for q, fi in functions.items():
-        fhit = cache.functions.get(id(fi))
-        if fhit is None or fhit[0] is not fi:
-            fhit = (fi, *_function_part(fi, aliases, callee_memo))
-        fn_kept[id(fi)] = fhit
-        props = set(fhit[1])
-        if project is not None:
-            for callee in fi.calls:
-                if callee not in functions:
-                    cp = project.callee_props.get(callee)
-                    if cp is not None:
-                        # A helper in another file: what it does travels to this caller.
-                        props |= cp.props & TRANSITIVE_PROPS
-        for receiver in fhit[2]:
-            kind = facts.kind(receiver, q, fi.cls)
-            # A receiver of no known kind named as a scaler (`self.scaler` set from a
-            # parameter) counts too: DDP202 trusts a helper that updates to hide no bug.
-            if kind == SCALER or kind is None and "scaler" in receiver.rsplit(".", 1)[-1].lower():
-                props.add(UPDATES_SCALER)
-        func_props[q] = props
-    cache.functions = fn_kept
-    # Transitively through same-file helpers: a worklist from each function that has a
-    # transitive property to its callers (linear in the calls, not in functions x calls).
-    callers: dict[str, list[str]] = {}
-    if cache.names != functions.keys():
-        cache.names = frozenset(functions)
-        cache.local_calls = {}
-    local_kept: dict[int, tuple[FunctionInfo, tuple[str, ...]]] = {}
-    for q, fi in functions.items():
-        lhit = cache.local_calls.get(id(fi))
-        if lhit is None or lhit[0] is not fi:
-            lhit = (fi, tuple(callee for callee in fi.calls if callee in func_props))
-        local_kept[id(fi)] = lhit
-        for callee in lhit[1]:
-            callers.setdefault(callee, []).append(q)
-    cache.local_calls = local_kept
-    work = [q for q, p in func_props.items() if p & TRANSITIVE_PROPS and q in callers]
-    while work:
-        done = work.pop()
-        carried = func_props[done] & TRANSITIVE_PROPS
-        for q in callers.get(done, ()):
-            new_props = carried - func_props[q]
-            if new_props:
-                func_props[q] |= new_props
-                if q in callers:
-                    work.append(q)
-    sites_by_callee: dict[str, list[bool]] = {}
-    for cs in call_sites:
-        if cs.callee not in func_props:
-            continue  # `print(x)`: no function of the module
-        sites_by_callee.setdefault(cs.callee, []).append(
-            cs.guarded or GUARDS_ITSELF in func_props.get(cs.caller, ())
-        )
-    for q, guards in sites_by_callee.items():
-        if q in func_props and guards and all(guards):
-            func_props[q].add(ONLY_CALLED_GUARDED)
-    if project is not None:
-        for q in project.only_called_guarded:
-            if q in func_props:
-                func_props[q].add(ONLY_CALLED_GUARDED)
-
-    func_gates = _resolve_gates(func_props, functions, aliases, project, cache)
-    # Rank-0 flags assigned in one chunk and tested in another (`self.is_master`).
-    flags = frozenset().union(*(part.rank0_flags for part in parts))
-    rank_predicates = flags | frozenset(
-        q.rsplit(".", 1)[-1] for q, p in func_props.items() if RANK_PREDICATE in p
-    )
-    if project is not None:
-        # `from utils.misc import is_master` / `misc.is_master()`: a predicate defined elsewhere.
-        rank_predicates |= frozenset(
-            name.rsplit(".", 1)[-1]
-            for name, cp in project.callee_props.items()
-            if RANK_PREDICATE in cp.props
-        )
-    # `self.gpu_id` holding the rank makes `gpu_id` a rank name (RankModel matches last parts).
-    # Not `args.gpu = int(os.environ["LOCAL_RANK"])`: `args.*` names are too generic to trust.
-    # A world size is never a rank, whatever a misaligned call passes into it (the uniformity
-    # analysis takes `world_size > 1` for a uniform test).
-    rank_vars = frozenset(
-        path[5:] if path.startswith("self.") else path
-        for (_, path), k in kinds.items()
-        if k == RANK
-        and "." not in path.removeprefix("self.")
-        and not _WORLD_NAME.search(path.rsplit(".", 1)[-1])
-    )
-    # Only imported names: the set must not change while the user types a new local name,
-    # or every chunk would re-run its rules on every keystroke.
-    names_used = frozenset().union(*(part.names_used for part in parts))
-    barrier_ifs = sum(cf.barrier_ifs for cf in chunk_list)
-    frozen_props = {q: frozenset(p) for q, p in func_props.items()}
-    func_params = {q: fi.params for q, fi in functions.items()}
-    return ModuleFacts(
-        aliases=aliases,
-        distributed=distributed,
-        kinds=kinds,
-        func_props=frozen_props,
-        func_params=func_params,
-        func_gates=func_gates,
-        rank_predicates=rank_predicates,
-        rank_vars=rank_vars,
-        names_used=names_used,
-        barrier_ifs=barrier_ifs,
-        kind_set=frozenset(kinds.values()),
-        prop_set=frozenset().union(*frozen_props.values()) if frozen_props else frozenset(),
-        sometimes=sometimes,
-        project=project,
     )
 
 

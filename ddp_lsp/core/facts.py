@@ -14,8 +14,9 @@ Two layers, so that incremental analysis stays cheap:
 This module is the one import path for both layers; the code lives by responsibility in
 :mod:`~ddp_lsp.core.factkinds` (kinds, properties, raw data types),
 :mod:`~ddp_lsp.core.factcalls` (name and call helpers), :mod:`~ddp_lsp.core.factextract` (the
-per-chunk extractor), :mod:`~ddp_lsp.core.factmerge` (the module merge, :class:`ModuleFacts`)
-and :mod:`~ddp_lsp.core.factview` (what rules read, what changed).
+per-chunk extractor), :mod:`~ddp_lsp.core.factmerge` (the module merge's parts,
+:class:`ModuleFacts`), :mod:`~ddp_lsp.core.factderive` (the merge, incremental per function
+between edits) and :mod:`~ddp_lsp.core.factview` (what rules read, what changed).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ddp_lsp.core.factcalls import (
     kind_of_qualname,
     path_of,
 )
+from ddp_lsp.core.factderive import merge
 from ddp_lsp.core.factextract import (
     ModuleExtract,
     extract,
@@ -72,7 +74,6 @@ from ddp_lsp.core.factkinds import (
 from ddp_lsp.core.factmerge import (
     MergeCache,
     ModuleFacts,
-    merge,
     unwrapped_names,
     visible_key,
 )
