@@ -163,7 +163,8 @@ def server_edits(text: str, k: int) -> dict[str, str]:
         "in a function body (a call added)": "".join(body),
         "a call of a function of the module added": "".join(known),
         "an import added": f"import os as _bench_os_{k}\n" + text,
-        "a function added that nothing calls": text + f"\n\ndef _bench_new_{k}():\n    return {k}\n",
+        "a function added that nothing calls": text
+        + f"\n\ndef _bench_new_{k}():\n    return {k}\n",
         "a DDP model passed to a new helper": "from torch.nn.parallel import DistributedDataParallel\n"
         + "".join(body)
         + f"\n\ndef _bench_helper_{k}(model):\n    return model\n\n\n"

@@ -66,7 +66,9 @@ def main() -> int:
             f"(target <= {TARGETS[name]:g} s: {verdict})"
         )
         slowest = sorted(probes.items(), key=lambda kv: -kv[1])[:4]
-        print("       slowest probes (last run): " + ", ".join(f"{k} {v:.2f} s" for k, v in slowest))
+        print(
+            "       slowest probes (last run): " + ", ".join(f"{k} {v:.2f} s" for k, v in slowest)
+        )
     return 0 if ok else 1
 
 

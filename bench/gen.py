@@ -71,7 +71,7 @@ def evaluate_{i}(model, loader):
     return correct / max(total, 1)
 '''
 
-FOOTER = '''
+FOOTER = """
 
 def main():
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -91,7 +91,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def module(lines: int) -> str:

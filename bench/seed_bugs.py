@@ -571,7 +571,11 @@ def _metric_log(call: ast.Call) -> bool:
         return False
     for a in (*call.args, *(k.value for k in call.keywords)):
         for n in ast.walk(a):
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and _PROCESS_TAG.search(n.value):
+            if (
+                isinstance(n, ast.Constant)
+                and isinstance(n.value, str)
+                and _PROCESS_TAG.search(n.value)
+            ):
                 return False
             if isinstance(n, ast.Name) and _PROCESS_TAG.search(n.id):
                 return False
@@ -631,7 +635,9 @@ def prints_only(text: str, line: int) -> bool:
     output."""
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.If) and node.lineno == line:
-            logs = [n for s in node.body for n in ast.walk(s) if isinstance(n, ast.Call) and _is_log(n)]
+            logs = [
+                n for s in node.body for n in ast.walk(s) if isinstance(n, ast.Call) and _is_log(n)
+            ]
             return bool(logs) and all(isinstance(n.func, ast.Name) for n in logs)
     return False
 
@@ -851,11 +857,10 @@ def drop_destroy(tree: ast.Module, text: str) -> Iterator[Site]:
     re-export of it): a framework object's ``state.destroy_process_group()`` tears down a
     group the framework started and owns (accelerate's ``PartialState``)."""
     imports = {
-        a.name.split(".")[0]
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Import)
-        for a in n.names
-    } | {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    } | {
+        n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+    }
     if imports & {"pytest", "unittest"}:
         return
     modules = {

@@ -310,9 +310,7 @@ def _severities(value: Any, where: str) -> tuple[tuple[str, Severity], ...]:
 # `module` entries (imports that make a file distributed code) are the built-in tables' only:
 # `assume-distributed` is the setting for that; so are `receiver` and `argument` entries (read
 # by the rules from the built-in tables).
-_MATCH_KEYS = {
-    m.value: m for m in Match if m not in (Match.MODULE, Match.RECEIVER, Match.ARGUMENT)
-}
+_MATCH_KEYS = {m.value: m for m in Match if m not in (Match.MODULE, Match.RECEIVER, Match.ARGUMENT)}
 # Meanings the analysis reads from the built-in tables only (module-level facts and kinds
 # computed before the settings are known, and the guard analysis' decorators): a user entry
 # with one of them would be silently ignored, so it is an error instead.

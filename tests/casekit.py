@@ -76,15 +76,20 @@ def check_invalid(rule: Rule, case: Invalid) -> None:
     ast.parse(fixed)
     after = findings(rule, fixed, case.distributed, case.env)
     assert len(after) < len(found), "the fix did not remove its finding"
-    assert not any(a.span.start.line == target.span.start.line and a.message == target.message
-                   for a in after if len(found) == 1)
+    assert not any(
+        a.span.start.line == target.span.start.line and a.message == target.message
+        for a in after
+        if len(found) == 1
+    )
     # Idempotent: fixing the fixed text again changes nothing this rule owns.
     again, _ = fix_text(fixed, settings_for(rule, case.distributed), unsafe=True, env=case.env)  # type: ignore[arg-type]
     if len(after) == 0:
         assert again == fixed, "fix-all changed already fixed text"
 
 
-def golden_findings(path: Path, settings: Settings | None = None, env: object = None) -> list[dict[str, object]]:
+def golden_findings(
+    path: Path, settings: Settings | None = None, env: object = None
+) -> list[dict[str, object]]:
     """The findings for a fixture file in a stable, reviewable JSON shape (1-based rows)."""
     text = path.read_text(encoding="utf-8")
     result = analyze(text, settings or Settings(), env)  # type: ignore[arg-type]
@@ -103,15 +108,21 @@ def golden_findings(path: Path, settings: Settings | None = None, env: object = 
     ]
 
 
-def check_golden(path: Path, update: bool, settings: Settings | None = None, env: object = None) -> None:
+def check_golden(
+    path: Path, update: bool, settings: Settings | None = None, env: object = None
+) -> None:
     """Compare a fixture's findings with ``<fixture>.expected.json`` (rewrite with --update-goldens)."""
     import json
 
     expected_path = path.with_suffix(".expected.json")
     got = golden_findings(path, settings, env)
     if update or not expected_path.exists():
-        expected_path.write_text(json.dumps(got, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        expected_path.write_text(
+            json.dumps(got, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         if not update:
             raise AssertionError(f"{expected_path} did not exist; written now, review and rerun")
     expected = json.loads(expected_path.read_text(encoding="utf-8"))
-    assert got == expected, f"findings differ from {expected_path.name}; rerun with --update-goldens if intended"
+    assert got == expected, (
+        f"findings differ from {expected_path.name}; rerun with --update-goldens if intended"
+    )

@@ -16,10 +16,18 @@ def write(path: Path, text: str) -> Path:
 
 def test_torchrun_in_shell_script(tmp_path: Path) -> None:
     script = write(tmp_path / "train.py", "print('hi')\n")
-    write(tmp_path / "run.sh", "#!/bin/bash\nset -e\ntorchrun --nnodes=2 \\\n  --nproc_per_node 8 train.py --epochs 3 --nproc_per_node 1\n")
+    write(
+        tmp_path / "run.sh",
+        "#!/bin/bash\nset -e\ntorchrun --nnodes=2 \\\n  --nproc_per_node 8 train.py --epochs 3 --nproc_per_node 1\n",
+    )
     info = launch_info(script)
     assert info is not None
-    assert (info.nproc_per_node, info.num_nodes, info.world_size, info.launcher) == (8, 2, 16, "torchrun")
+    assert (info.nproc_per_node, info.num_nodes, info.world_size, info.launcher) == (
+        8,
+        2,
+        16,
+        "torchrun",
+    )
     assert info.sources == ("run.sh",)
 
 
@@ -49,7 +57,16 @@ def test_accelerate_config_and_deepspeed_json(tmp_path: Path) -> None:
         "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nmixed_precision: bf16\n"
         "num_machines: 1\nnum_processes: 4\ngradient_accumulation_steps: 8\n",
     )
-    write(tmp_path / "ds_config.json", json.dumps({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "fp16": {"enabled": True}}))
+    write(
+        tmp_path / "ds_config.json",
+        json.dumps(
+            {
+                "train_micro_batch_size_per_gpu": 4,
+                "gradient_accumulation_steps": 2,
+                "fp16": {"enabled": True},
+            }
+        ),
+    )
     info = launch_info(script)
     assert info is not None
     assert (info.nproc_per_node, info.grad_accum_steps, info.mixed_precision) == (4, 8, "bf16")
@@ -58,10 +75,18 @@ def test_accelerate_config_and_deepspeed_json(tmp_path: Path) -> None:
 
 def test_accelerate_launch_command(tmp_path: Path) -> None:
     script = write(tmp_path / "train.py", "")
-    write(tmp_path / "Makefile", "train:\n\taccelerate launch --num_processes 2 --mixed_precision fp16 --gradient_accumulation_steps 4 train.py\n")
+    write(
+        tmp_path / "Makefile",
+        "train:\n\taccelerate launch --num_processes 2 --mixed_precision fp16 --gradient_accumulation_steps 4 train.py\n",
+    )
     info = launch_info(script)
     assert info is not None
-    assert (info.nproc_per_node, info.world_size, info.grad_accum_steps, info.mixed_precision) == (2, 2, 4, "fp16")
+    assert (info.nproc_per_node, info.world_size, info.grad_accum_steps, info.mixed_precision) == (
+        2,
+        2,
+        4,
+        "fp16",
+    )
 
 
 def test_garbage_is_skipped(tmp_path: Path) -> None:

@@ -92,7 +92,12 @@ def string_lines(ctx: ChunkContext, stmt: ast.stmt) -> set[int]:
         if isinstance(node, (ast.Constant, ast.JoinedStr)) and (node.end_lineno or 0) > node.lineno:
             if isinstance(node, ast.Constant) and not isinstance(node.value, (str, bytes)):
                 continue
-            out.update(range(chunktext.rel_line(ctx.chunk, node.lineno) + 1, chunktext.rel_line(ctx.chunk, node.end_lineno or 0) + 1))
+            out.update(
+                range(
+                    chunktext.rel_line(ctx.chunk, node.lineno) + 1,
+                    chunktext.rel_line(ctx.chunk, node.end_lineno or 0) + 1,
+                )
+            )
     return out
 
 
@@ -205,7 +210,9 @@ def remove_argument(ctx: ChunkContext, call: ast.Call, item: ast.AST) -> list[Ed
     idx = next(i for i, x in enumerate(items) if x is item)
     sp = chunktext.span(ctx.chunk, item)
     own = _own_line(ctx, sp)
-    multiline_call = chunktext.span(ctx.chunk, call).start.line != chunktext.span(ctx.chunk, call).end.line
+    multiline_call = (
+        chunktext.span(ctx.chunk, call).start.line != chunktext.span(ctx.chunk, call).end.line
+    )
     if own is not None and multiline_call and len(items) > 1:
         comment = own.group(2)
         first_other = chunktext.span(ctx.chunk, items[0] if idx else items[1])

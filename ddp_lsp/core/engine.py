@@ -231,7 +231,9 @@ def _finish(
                 out.append(finished)
                 continue  # not kept: it reads the facts
             if newline != "\n" and f.fixes:
-                finished = replace(finished, fixes=tuple(_newlines(fix, newline) for fix in f.fixes))
+                finished = replace(
+                    finished, fixes=tuple(_newlines(fix, newline) for fix in f.fixes)
+                )
             out.append(finished)
         kept[id(f)] = (f, finished)
     memo.done = kept
@@ -291,7 +293,9 @@ def _import_layout(doc: Document) -> fix_engine.ImportLayout:
     return layout
 
 
-def _with_imports(fix: Fix, facts: ModuleFacts, layout: fix_engine.ImportLayout, newline: str) -> Fix:
+def _with_imports(
+    fix: Fix, facts: ModuleFacts, layout: fix_engine.ImportLayout, newline: str
+) -> Fix:
     if not fix.imports:
         return fix
 
@@ -301,7 +305,9 @@ def _with_imports(fix: Fix, facts: ModuleFacts, layout: fix_engine.ImportLayout,
         except SyntaxError:
             return False
         assert isinstance(node, (ast.Import, ast.ImportFrom))
-        return all(facts.aliases.get(name) == qual for name, qual in known_names.import_bindings(node))
+        return all(
+            facts.aliases.get(name) == qual for name, qual in known_names.import_bindings(node)
+        )
 
     edits = fix_engine.import_edits(fix.imports, present, layout, newline)
     if not edits:

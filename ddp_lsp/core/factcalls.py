@@ -142,12 +142,16 @@ QUALIFIED_WRAPPER_COLLECTIVES = framework_tables.BUILTIN.calls(framework_tables.
 
 
 def is_collective_call(
-    callee: str, aliases: Mapping[str, str], frameworks: framework_tables.FrameworkModel | None = None
+    callee: str,
+    aliases: Mapping[str, str],
+    frameworks: framework_tables.FrameworkModel | None = None,
 ) -> bool:
     """Whether a call spelled ``callee`` is a collective: torch.distributed's, a framework
     table's, or (``frameworks``: the settings' model) one of the user's entries."""
     qual = known_names.resolve(callee, aliases)
-    if qual is not None and (qual in known_names.COLLECTIVES or qual in QUALIFIED_WRAPPER_COLLECTIVES):
+    if qual is not None and (
+        qual in known_names.COLLECTIVES or qual in QUALIFIED_WRAPPER_COLLECTIVES
+    ):
         return True
     if frameworks is not None and frameworks is not framework_tables.BUILTIN:
         if frameworks.matches(framework_tables.Meaning.COLLECTIVE, callee, qual):

@@ -314,7 +314,9 @@ class _Extractor:
         calls = self._calls.pop()
         props = self._props.pop()
         self._params.pop()
-        if self.ranks.frameworks is not framework_tables.BUILTIN and _user_collective(self.ranks, calls):
+        if self.ranks.frameworks is not framework_tables.BUILTIN and _user_collective(
+            self.ranks, calls
+        ):
             props.add(COLLECTIVE)
         if body_guarded:
             props.add(GUARDS_ITSELF)
@@ -328,7 +330,9 @@ class _Extractor:
                 frozenset(calls),
                 frozenset(props),
                 f.lineno - 1,
-                gate_facts.site_facts(f, known_names.dotted),  # parameters that switch collectives off
+                gate_facts.site_facts(
+                    f, known_names.dotted
+                ),  # parameters that switch collectives off
             )
         )
 
@@ -473,7 +477,9 @@ class _Extractor:
         ):
             # `model_without_ddp = model.module`: the plain model inside the wrapper. A name
             # bound so is never given the wrapper's kind through `model_without_ddp = model`.
-            self.bindings.append(Binding(b_scope, path, (SourceMarker.UNWRAP, _path(value.value) or "")))
+            self.bindings.append(
+                Binding(b_scope, path, (SourceMarker.UNWRAP, _path(value.value) or ""))
+            )
         elif isinstance(value, (ast.Name, ast.Attribute)):
             src = _path(value)
             if src:

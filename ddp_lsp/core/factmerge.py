@@ -349,7 +349,9 @@ def _chunk_part(cf: ChunkFacts, aliases: Mapping[str, str]) -> _ChunkPart:
         frozenset(cf.loads.intersection(aliases)),
         frozenset(conditional),
         frozenset(unconditional),
-        frozenset(b.path.rsplit(".", 1)[-1] for b in cf.bindings if b.source == (SourceMarker.RANK0_FLAG,)),
+        frozenset(
+            b.path.rsplit(".", 1)[-1] for b in cf.bindings if b.source == (SourceMarker.RANK0_FLAG,)
+        ),
     )
 
 
@@ -496,5 +498,8 @@ def unwrapped_names(chunks: Iterable[ChunkFacts]) -> frozenset[tuple[str, str]]:
     """(scope, path) of names bound to ``<wrapper>.module`` somewhere: plain models, whatever
     else they are assigned from (``model_without_ddp = model`` before the wrap)."""
     return frozenset(
-        (b.scope, b.path) for cf in chunks for b in cf.bindings if b.source[0] == SourceMarker.UNWRAP
+        (b.scope, b.path)
+        for cf in chunks
+        for b in cf.bindings
+        if b.source[0] == SourceMarker.UNWRAP
     )

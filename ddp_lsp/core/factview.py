@@ -190,10 +190,18 @@ class FactsView:
         self.reads = reads
         self.aliases: Mapping[str, str] = _RecMap(facts.aliases, EntryTag.ALIASES, reads)
         self.kinds: Mapping[tuple[str, str], str] = _RecMap(facts.kinds, EntryTag.KINDS, reads)
-        self.func_props: Mapping[str, frozenset[str]] = _RecMap(facts.func_props, EntryTag.FUNC_PROPS, reads)
-        self.func_params: Mapping[str, tuple[str, ...]] = _RecMap(facts.func_params, EntryTag.FUNC_PARAMS, reads)
-        self.func_gates: Mapping[str, Gating] = _RecMap(facts.func_gates, EntryTag.FUNC_GATES, reads)
-        self.rank_predicates: AbstractSet[str] = _RecSet(facts.rank_predicates, EntryTag.RANK_PREDICATES, reads)
+        self.func_props: Mapping[str, frozenset[str]] = _RecMap(
+            facts.func_props, EntryTag.FUNC_PROPS, reads
+        )
+        self.func_params: Mapping[str, tuple[str, ...]] = _RecMap(
+            facts.func_params, EntryTag.FUNC_PARAMS, reads
+        )
+        self.func_gates: Mapping[str, Gating] = _RecMap(
+            facts.func_gates, EntryTag.FUNC_GATES, reads
+        )
+        self.rank_predicates: AbstractSet[str] = _RecSet(
+            facts.rank_predicates, EntryTag.RANK_PREDICATES, reads
+        )
         self.rank_vars: AbstractSet[str] = _RecSet(facts.rank_vars, EntryTag.RANK_VARS, reads)
         self.names_used: AbstractSet[str] = _RecSet(facts.names_used, EntryTag.NAMES_USED, reads)
         self.kind_set: AbstractSet[str] = _RecSet(facts.kind_set, EntryTag.KIND_SET, reads)
@@ -360,7 +368,12 @@ def changed_entries(old: ModuleFacts, new: ModuleFacts) -> frozenset[Entry]:
             out.add(HAS_PROJECT)
         if (op.single_process if op else None) != (np_.single_process if np_ else None):
             out.add(SINGLE_PROCESS)
-        _diff_map(out, EntryTag.PROJECT_KINDS, op.extra_kinds if op else {}, np_.extra_kinds if np_ else {})
+        _diff_map(
+            out,
+            EntryTag.PROJECT_KINDS,
+            op.extra_kinds if op else {},
+            np_.extra_kinds if np_ else {},
+        )
         _diff_map(
             out,
             EntryTag.CALLEE_PROPS,

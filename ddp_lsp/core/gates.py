@@ -78,7 +78,12 @@ class Token:
 
 
 # The values a parameter is tried with, by token.
-TRIED: dict[str, object] = {Token.MINUS_ONE: -1, Token.ZERO: 0, Token.NONE: None, Token.FALSE: False}
+TRIED: dict[str, object] = {
+    Token.MINUS_ONE: -1,
+    Token.ZERO: 0,
+    Token.NONE: None,
+    Token.FALSE: False,
+}
 _FALSY = (Token.NONE, Token.FALSE)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
@@ -574,7 +579,9 @@ def resolve(
                 if cg is not None and cg.off:
                     cparams = cg.params
                     for key, mine in site.passed:
-                        target = cparams[key] if isinstance(key, int) and key < len(cparams) else key
+                        target = (
+                            cparams[key] if isinstance(key, int) and key < len(cparams) else key
+                        )
                         off |= {(mine, t) for p, t in cg.off if p == target}
                 found = off if found is None else found & off
                 if not found:

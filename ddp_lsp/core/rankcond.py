@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 EXTRA_PREDICATES = framework_tables.BUILTIN.functions(framework_tables.Meaning.RANK_ZERO)
 # Decorators that make a function body run on rank 0 only (Lightning, mmcv/mmengine,
 # accelerate, DeepSpeed-style helpers).
-RANK_ZERO_DECORATORS = framework_tables.BUILTIN.functions(framework_tables.Meaning.RANK_ZERO_ONLY)  # the tables' rank-zero-only
+RANK_ZERO_DECORATORS = framework_tables.BUILTIN.functions(
+    framework_tables.Meaning.RANK_ZERO_ONLY
+)  # the tables' rank-zero-only
 # Same on every rank, and true exactly when the run is not distributed.
 SINGLE_PROCESS_CALLS = frozenset(
     {"is_initialized", "is_available", "is_dist_avail_and_initialized", "distributed"}
@@ -185,7 +187,6 @@ _FLIPPED: dict[type, ast.cmpop] = {
     ast.LtE: ast.GtE(),
     ast.GtE: ast.LtE(),
 }
-
 
 
 def _local_name(e: ast.AST) -> bool:

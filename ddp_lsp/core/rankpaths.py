@@ -338,7 +338,9 @@ class Flow:
     def finally_(self, s: ast.Try, joints: list[Joint], active: frozenset[int]) -> list[Joint]:
         """``finally`` runs on the way out too: a class that returned (or broke, raised) inside
         the ``try`` still makes its calls, then leaves as it was leaving."""
-        inside = {id(n) for part in (s.body, s.handlers, s.orelse) for b in part for n in tree_walk.bfs(b)}
+        inside = {
+            id(n) for part in (s.body, s.handlers, s.orelse) for b in part for n in tree_walk.bfs(b)
+        }
         out: list[Joint] = []
         for j in joints:
             pending: dict[int, Exit] = {}
@@ -597,20 +599,24 @@ class Flow:
             return  # maybe half of a "zero first" pair whose other half is another chunk
         self.misses[id(ev.node)] = Miss(ev, reason)
 
-
     def world_rank0_only(self, reason: Reason) -> bool:
         """Only *global* rank 0 makes the call (:mod:`ddp_lsp.core.rankgroups`): a collective
         on an explicit group is then stranded too; under any other subset only the group's
         members may be calling it."""
         if reason.runner != Z or reason.kind == "decorator":  # `@rank_zero_only`: global
             return reason.runner == Z
-        node = reason.node if reason.kind == "guard" else reason.guard if reason.kind == "exit" else None
+        node = (
+            reason.node
+            if reason.kind == "guard"
+            else reason.guard
+            if reason.kind == "exit"
+            else None
+        )
         test = node.test if isinstance(node, (ast.If, ast.IfExp)) else node
         r = self.ranks(test) if test is not None else None
         if test is None or r is None or r.subset not in (Subset.RANK0, Subset.NONZERO):
             return False
         return world_rank_test(self.ctx.ranks, test)
-
 
 
 def roots(ctx: ChunkContext) -> list[ast.AST]:
@@ -637,13 +643,7 @@ def event_roots(ctx: ChunkContext, extract: Extractor) -> list[ast.AST]:
                 break
         else:
             module = True
-    return [
-        r
-        for r in roots(ctx)
-        if id(r) in found or (module and r is ctx.module_node)
-    ]
-
-
+    return [r for r in roots(ctx) if id(r) in found or (module and r is ctx.module_node)]
 
 
 def _order(node: ast.AST) -> tuple[int, int]:
@@ -682,13 +682,27 @@ def divergence_of(u: ChunkUniformity, miss: Miss) -> Divergence:
     runner = RankSet(Subset.RANK0) if r.runner == Z else RankSet(Subset.NONZERO)
     if r.runner is None:
         runner = RankSet(
-            Subset.SOME, chunktext.segment(ctx.chunk, r.node.test) if isinstance(r.node, ast.If) else ""
+            Subset.SOME,
+            chunktext.segment(ctx.chunk, r.node.test) if isinstance(r.node, ast.If) else "",
         )
     if r.kind in ("guard", "some"):
         test = getattr(r.node, "test", r.node)
-        return Divergence(test, chunktext.span(ctx.chunk, test), "branch", chunktext.segment(ctx.chunk, test), runner, guard=r.node)
+        return Divergence(
+            test,
+            chunktext.span(ctx.chunk, test),
+            "branch",
+            chunktext.segment(ctx.chunk, test),
+            runner,
+            guard=r.node,
+        )
     if r.kind == "decorator":
-        return Divergence(r.node, chunktext.span(ctx.chunk, r.node), "decorator", chunktext.segment(ctx.chunk, r.node), runner)
+        return Divergence(
+            r.node,
+            chunktext.span(ctx.chunk, r.node),
+            "decorator",
+            chunktext.segment(ctx.chunk, r.node),
+            runner,
+        )
     if r.kind == "caller":
         name = getattr(r.node, "name", "this function")
         fn_line = getattr(r.node, "lineno", 1)

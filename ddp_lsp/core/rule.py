@@ -351,7 +351,13 @@ class ChunkContext:
                 first = fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno
                 qual = self.scope(fn.body[0])[0]
                 last = fn.end_lineno or fn.lineno
-                out.append((chunktext.rel_line(self.chunk, first), chunktext.rel_line(self.chunk, last), qual))
+                out.append(
+                    (
+                        chunktext.rel_line(self.chunk, first),
+                        chunktext.rel_line(self.chunk, last),
+                        qual,
+                    )
+                )
             return out
 
         def main_blocks() -> list[tuple[int, int]]:

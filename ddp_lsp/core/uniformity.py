@@ -408,7 +408,12 @@ class ChunkUniformity:
     def _branch(self, at: ast.AST, ranks: RankSet) -> Divergence:
         test = getattr(at, "test", at)
         return Divergence(
-            test, chunktext.span(self.ctx.chunk, test), "branch", chunktext.segment(self.ctx.chunk, test), ranks, guard=at
+            test,
+            chunktext.span(self.ctx.chunk, test),
+            "branch",
+            chunktext.segment(self.ctx.chunk, test),
+            ranks,
+            guard=at,
         )
 
     def _exits_before(self, parent: ast.AST | None, stmt: ast.stmt) -> list[Divergence]:
@@ -511,7 +516,10 @@ class ChunkUniformity:
 
         qual, _ = self.ctx.scope(fn.body[0]) if fn.body else ("", None)
         if ONLY_CALLED_GUARDED in self.ctx.facts.props(qual):
-            line = Span(Pos(chunktext.rel_line(self.ctx.chunk, fn.lineno), 0), Pos(chunktext.rel_line(self.ctx.chunk, fn.lineno), 0))
+            line = Span(
+                Pos(chunktext.rel_line(self.ctx.chunk, fn.lineno), 0),
+                Pos(chunktext.rel_line(self.ctx.chunk, fn.lineno), 0),
+            )
             return [
                 Divergence(
                     fn,
@@ -534,7 +542,9 @@ class ChunkUniformity:
             out: list[CollectiveReach] = []
             misses = {
                 id(m.event.node): m
-                for m in rank_paths.chunk_misses(self.ctx, rank_paths.collective_extractor(self.ctx))
+                for m in rank_paths.chunk_misses(
+                    self.ctx, rank_paths.collective_extractor(self.ctx)
+                )
             }
             extract = rank_paths.collective_extractor(self.ctx)
             for call in self.ctx.calls():

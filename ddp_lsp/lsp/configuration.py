@@ -38,7 +38,9 @@ class ConfigurationService:
     def __init__(self) -> None:
         self.folders: list[tuple[str, Path | None]] = []  # (URI, path) of workspace folders
         self.editor_global = settings_config.EditorSettings()
-        self.editor_scoped: dict[str, settings_config.EditorSettings] = {}  # by workspace folder URI
+        self.editor_scoped: dict[
+            str, settings_config.EditorSettings
+        ] = {}  # by workspace folder URI
         self.projects = settings_config.ProjectConfigs()
 
     # -- what the client tells -----------------------------------------------------------------
@@ -77,7 +79,9 @@ class ConfigurationService:
         scoped: dict[str, settings_config.EditorSettings] = {}
         for uri, value in zip(scopes, result[1:], strict=False):
             if value is not None and value != result[0]:
-                scoped[uri] = settings_config.parse_editor_settings(value, f"workspace/configuration ({uri})")
+                scoped[uri] = settings_config.parse_editor_settings(
+                    value, f"workspace/configuration ({uri})"
+                )
         changed |= scoped != self.editor_scoped
         self.editor_scoped = scoped
         return changed

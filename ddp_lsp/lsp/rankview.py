@@ -366,7 +366,9 @@ def inlay_hint(ls: DdpLanguageServer, params: lsp.InlayHintParams) -> list[lsp.I
     return inlay_hint_request(ls, params)
 
 
-def tokens_full(ls: DdpLanguageServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens | None:
+def tokens_full(
+    ls: DdpLanguageServer, params: lsp.SemanticTokensParams
+) -> lsp.SemanticTokens | None:
     return _tokens(ls.state, params.text_document.uri, None)
 
 
@@ -384,7 +386,9 @@ def _tokens(state: ServerState, uri: str, rng: lsp.Range | None) -> lsp.Semantic
     if not state.config.editor_for(unit.key).options.rank_tokens:
         return None  # another provider's tokens (Pylance's) win
     first, last = view_lines(unit, uri, offset, rng)
-    return lsp.SemanticTokens(data=semantic_tokens(state, unit, offset, first - offset, last - offset))
+    return lsp.SemanticTokens(
+        data=semantic_tokens(state, unit, offset, first - offset, last - offset)
+    )
 
 
 def show_rank_paths(ls: Any, *args: Any) -> list[lsp.Location]:
@@ -399,8 +403,7 @@ def show_rank_paths(ls: Any, *args: Any) -> list[lsp.Location]:
         or not isinstance(args[1].get("line"), int)
     ):
         raise JsonRpcInvalidParams(
-            f'{CMD_SHOW_RANK_PATHS} takes [uri, {{"line": N, "character": N}}]; '
-            f"got {list(args)!r}"
+            f'{CMD_SHOW_RANK_PATHS} takes [uri, {{"line": N, "character": N}}]; got {list(args)!r}'
         )
     found = state.lookup(args[0])
     if found is None:

@@ -273,7 +273,9 @@ async def did_change_configuration(
     settings_changed(ls)  # once, whatever changed
 
 
-def did_change_watched_files(ls: DdpLanguageServer, params: lsp.DidChangeWatchedFilesParams) -> None:
+def did_change_watched_files(
+    ls: DdpLanguageServer, params: lsp.DidChangeWatchedFilesParams
+) -> None:
     if any(is_pyproject(ch.uri) for ch in params.changes):
         settings_changed(ls)
     if any(ch.uri.endswith(".py") for ch in params.changes):

@@ -369,7 +369,9 @@ def _isolated_change(
             return None
         if any(b.scope == name or b.scope.startswith(name + ".") for b in s.facts.bindings):
             return None
-        if any(scope == name for scope, _ in s.handed) or any(q == name for q, _, _ in s.prop_lines):
+        if any(scope == name for scope, _ in s.handed) or any(
+            q == name for q, _, _ in s.prop_lines
+        ):
             return None
         known = {f.qualname.partition(".")[0] for f in s.facts.functions}
         known |= {c for c, _ in s.bases} | {n for n, _ in s.facts.imports}

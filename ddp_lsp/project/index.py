@@ -51,7 +51,13 @@ PROJECT_MARKERS = ("pyproject.toml", ".git")
 # The frozen dataclasses a summary is made of, with their fields in constructor order.
 _FIELDS: dict[Any, tuple[str, ...]] = {
     t: tuple(f.name for f in dataclasses.fields(t))
-    for t in (ModuleSummary, fact_model.ChunkFacts, fact_model.FunctionInfo, fact_model.CallSite, fact_model.Binding)
+    for t in (
+        ModuleSummary,
+        fact_model.ChunkFacts,
+        fact_model.FunctionInfo,
+        fact_model.CallSite,
+        fact_model.Binding,
+    )
 }
 
 

@@ -42,7 +42,9 @@ from ddp_lsp.project.resolve import Resolver
 from ddp_lsp.project.summary import ModuleSummary
 
 #: Kinds that only distributed code holds.
-DISTRIBUTED_KINDS = frozenset({fact_model.DDP, fact_model.FSDP, fact_model.SAMPLER, fact_model.RANK})
+DISTRIBUTED_KINDS = frozenset(
+    {fact_model.DDP, fact_model.FSDP, fact_model.SAMPLER, fact_model.RANK}
+)
 #: The function's own (syntactic) properties that are distributed.
 DISTRIBUTED_PROPS = frozenset(
     {
@@ -326,6 +328,7 @@ def single_process(
                     entries.add(c)
                     nxt.append(c)
         todo = nxt
+
     # -- reach: from entry points and self-distributed functions, along unguarded edges. A
     # class reached (built or handed) runs its constructor and special methods (`forward`
     # through `__call__`), and the methods reached code calls by name (`tok.encode(...)`).

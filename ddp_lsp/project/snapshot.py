@@ -343,9 +343,7 @@ def store(
         "modules": modules,
         "sources": {rel: list(pair) for rel, pair in sorted(sources.items())},
         "predicates": sorted(predicates),
-        "moved": {
-            rel: sorted(lines.items()) for rel, lines in sorted((moved or {}).items())
-        },
+        "moved": {rel: sorted(lines.items()) for rel, lines in sorted((moved or {}).items())},
         "reached": None if reached is None else sorted(reached),
     }
     _write_entry(_file(directory, root, ranks_key), entry, MAX_SNAPSHOT_BYTES)

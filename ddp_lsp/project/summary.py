@@ -232,7 +232,9 @@ def _binding_lines(
 _CITED_PROPS = (fact_model.COLLECTIVE, fact_model.INITS_PG, fact_model.SAVES_CALLER_PATH)
 
 
-def _prop_lines(tree: ast.Module, merged: fact_model.ModuleFacts) -> tuple[tuple[str, str, int], ...]:
+def _prop_lines(
+    tree: ast.Module, merged: fact_model.ModuleFacts
+) -> tuple[tuple[str, str, int], ...]:
     # Only functions that have a property other files cite pay for this walk (a few a project).
     wanted = {
         q: [p for p in _CITED_PROPS if p in props]
@@ -280,9 +282,15 @@ def _first_call(
             continue
         if prop == fact_model.COLLECTIVE and fact_model.is_collective_call(name, facts.aliases):
             return c.lineno
-        if prop == fact_model.INITS_PG and known_names.resolve(name, facts.aliases) == known_names.INIT_PROCESS_GROUP:
+        if (
+            prop == fact_model.INITS_PG
+            and known_names.resolve(name, facts.aliases) == known_names.INIT_PROCESS_GROUP
+        ):
             return c.lineno
-        if prop == fact_model.SAVES_CALLER_PATH and known_names.resolve(name, facts.aliases) == known_names.TORCH_SAVE:
+        if (
+            prop == fact_model.SAVES_CALLER_PATH
+            and known_names.resolve(name, facts.aliases) == known_names.TORCH_SAVE
+        ):
             return c.lineno
         if name != qual and prop in facts.callee_props(name, cls):
             return c.lineno  # through a helper of this file

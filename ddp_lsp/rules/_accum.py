@@ -93,7 +93,10 @@ def sync_managed(ctx: ChunkContext, roots: list[ast.AST]) -> bool:
             elif isinstance(node, ast.Call):
                 if fact_model.NO_SYNC in ctx.callee_props(node):
                     return True
-                if patterns.framework_call(ctx, node, framework_tables.Meaning.SKIPS_GRAD_SYNC) is not None:
+                if (
+                    patterns.framework_call(ctx, node, framework_tables.Meaning.SKIPS_GRAD_SYNC)
+                    is not None
+                ):
                     return True  # `accelerator.accumulate(model)`, `fabric.no_sync(model)`
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if node.value in ("require_backward_grad_sync", "no_sync"):
@@ -111,7 +114,9 @@ def is_plain_backward(call: ast.Call) -> patterns.Backward | None:
     name = known_names.dotted(b.target) or ""
     if _ENGINE_RECEIVER.search(name.rsplit(".", 1)[-1]):
         return None
-    if framework_tables.BUILTIN.matches(framework_tables.Meaning.BACKWARD, f"{name}.backward", None):
+    if framework_tables.BUILTIN.matches(
+        framework_tables.Meaning.BACKWARD, f"{name}.backward", None
+    ):
         return None
     return b
 

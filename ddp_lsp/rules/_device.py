@@ -246,7 +246,9 @@ def cuda_work(ctx: ChunkContext, call: ast.Call) -> bool:
     if qual in known_names.COLLECTIVES or qual == known_names.DDP:
         return True
     dotted = known_names.dotted(call.func)
-    if dotted is not None and fact_model.is_collective_call(dotted, ctx.facts.aliases, ctx.ranks.frameworks):
+    if dotted is not None and fact_model.is_collective_call(
+        dotted, ctx.facts.aliases, ctx.ranks.frameworks
+    ):
         return True
     if isinstance(call.func, ast.Attribute) and call.func.attr in ("cuda", "to"):
         return qual == "" or not qual.startswith(("os.", "np.", "numpy."))

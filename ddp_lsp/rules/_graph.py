@@ -486,7 +486,10 @@ class GraphFlow:
             if qual.count(".") == 1 or qual.startswith(_MATH_NAMESPACES):
                 return self._args(call)  # torch.stack(losses), F.softmax(out), ...
             return UNKNOWN  # torch.distributed.all_reduce(...) returns a work handle, ...
-        if isinstance(func, ast.Name | ast.Attribute) and ctx.kind(func) in (fact_model.DDP, fact_model.FSDP):
+        if isinstance(func, ast.Name | ast.Attribute) and ctx.kind(func) in (
+            fact_model.DDP,
+            fact_model.FSDP,
+        ):
             return CARRY
         if isinstance(func, ast.Name) and func.id in _CLEAN_BUILTINS or dotted in _CLEAN_BUILTINS:
             return CLEAN

@@ -78,7 +78,8 @@ class _ScopeIndex:
         self.names: dict[str, list[ast.Name]] = frame.names
         self.loop_vars: set[str] = frame.loop_vars
         self.spawns = any(
-            isinstance(node, ast.Call) and ctx.call_qualname(node) in SPAWNERS for node in self.nodes
+            isinstance(node, ast.Call) and ctx.call_qualname(node) in SPAWNERS
+            for node in self.nodes
         )
         self.candidates: list[tuple[int, ast.AST, ast.AST, str]] | None = None
 
@@ -251,7 +252,10 @@ def _pure_zero_test(ctx: ChunkContext, test: ast.AST) -> bool:
             )
         if ctx.ranks.is_predicate(e) or ctx.ranks.is_rank_expr(e):
             return True
-        return isinstance(e, ast.Call) and patterns.last_name(e) in rank_uniformity.SINGLE_PROCESS_CALLS
+        return (
+            isinstance(e, ast.Call)
+            and patterns.last_name(e) in rank_uniformity.SINGLE_PROCESS_CALLS
+        )
 
     return pure(test)
 
@@ -571,8 +575,7 @@ def world_of_one(ctx: ChunkContext, node: ast.AST) -> bool:
     return ctx.memo(
         ("world_of_one", id(root)),
         lambda: any(
-            isinstance(n, ast.Call) and one_process_setup(ctx, n)
-            for n in patterns.walk_scope(root)
+            isinstance(n, ast.Call) and one_process_setup(ctx, n) for n in patterns.walk_scope(root)
         ),
     )
 

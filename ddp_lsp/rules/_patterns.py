@@ -19,9 +19,13 @@ from ddp_lsp.core.names import last_name as last_name  # re-exported for the rul
 from ddp_lsp.core.rule import LOOPS, ChunkContext
 
 
-def framework_call(ctx: ChunkContext, call: ast.Call, meaning: framework_tables.Meaning) -> framework_tables.Api | None:
+def framework_call(
+    ctx: ChunkContext, call: ast.Call, meaning: framework_tables.Meaning
+) -> framework_tables.Api | None:
     """The framework-table entry (built-in or the user's) giving ``call`` this meaning."""
-    return ctx.ranks.frameworks.match_of(meaning, known_names.dotted(call.func), ctx.call_qualname(call))
+    return ctx.ranks.frameworks.match_of(
+        meaning, known_names.dotted(call.func), ctx.call_qualname(call)
+    )
 
 
 def order(node: ast.AST) -> tuple[int, int]:

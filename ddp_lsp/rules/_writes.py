@@ -164,7 +164,9 @@ def per_rank_path(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int =
             return True
         elif isinstance(node, ast.Call) and _RANK_WORD.search(patterns.last_name(node) or ""):
             return True  # `f"{name}.{rankstr()}.pth"`: a function of the rank
-        elif isinstance(node, ast.Call) and patterns.framework_call(ctx, node, framework_tables.Meaning.SAVES_PER_RANK):
+        elif isinstance(node, ast.Call) and patterns.framework_call(
+            ctx, node, framework_tables.Meaning.SAVES_PER_RANK
+        ):
             return True  # a helper the tables (or the user) say names the file per rank
     return False
 
@@ -185,9 +187,14 @@ def collective_in(ctx: ChunkContext, stmt: ast.stmt) -> str | None:
         if fact_model.COLLECTIVE in ctx.callee_props(node):
             return chunktext.segment(ctx.chunk, node.func)
         if isinstance(node.func, ast.Attribute):
-            if node.func.attr in ctx.ranks.frameworks.functions(framework_tables.Meaning.GATHERS_STATE):
+            if node.func.attr in ctx.ranks.frameworks.functions(
+                framework_tables.Meaning.GATHERS_STATE
+            ):
                 return chunktext.segment(ctx.chunk, node.func)
-            if node.func.attr == "state_dict" and ctx.kind(node.func.value, node) == fact_model.FSDP:
+            if (
+                node.func.attr == "state_dict"
+                and ctx.kind(node.func.value, node) == fact_model.FSDP
+            ):
                 return chunktext.segment(ctx.chunk, node.func)
     return None
 

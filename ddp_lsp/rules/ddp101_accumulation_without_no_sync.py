@@ -280,7 +280,9 @@ class AccumulationWithoutNoSync(Rule):
         if accum.sync_managed(ctx, roots) or self._engine_in_module(ctx):
             return None
         steps = [
-            n for n in patterns.walk_scope(root) if isinstance(n, ast.Call) and accum.is_optimizer_step(ctx, n)
+            n
+            for n in patterns.walk_scope(root)
+            if isinstance(n, ast.Call) and accum.is_optimizer_step(ctx, n)
         ]
         plan = self._plan(ctx, call, loops, steps, root)
         if plan is None:
@@ -290,7 +292,9 @@ class AccumulationWithoutNoSync(Rule):
             return None  # no DDP forward in sight: nothing says this loop all-reduces
         seen.add(id(loops[0]))
         receiver = chunktext.segment(ctx.chunk, call.func.value)
-        skippers = " or ".join(f"`{receiver}.{m}(model)`" for m in accum.sync_skippers(ctx, receiver))
+        skippers = " or ".join(
+            f"`{receiver}.{m}(model)`" for m in accum.sync_skippers(ctx, receiver)
+        )
         texts = sorted({chunktext.segment(ctx.chunk, m) for m in models})
         how = (
             f"run the accumulation steps under {skippers}"
@@ -549,7 +553,11 @@ class AccumulationWithoutNoSync(Rule):
     def _stores_between(self, inner: ast.AST, start: ast.AST, stop: ast.AST) -> set[str]:
         out: set[str] = set()
         for n in tree_walk.bfs(inner):
-            if isinstance(n, ast.stmt) and not patterns.before(n, start) and patterns.before(n, stop):
+            if (
+                isinstance(n, ast.stmt)
+                and not patterns.before(n, start)
+                and patterns.before(n, stop)
+            ):
                 if isinstance(
                     n,
                     ast.If

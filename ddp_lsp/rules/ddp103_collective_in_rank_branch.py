@@ -140,13 +140,17 @@ class CollectiveInRankBranch(Rule):
                     "stranded the same way: see the related locations)"
                 )
             stranded = tuple(
-                Related(chunktext.span(ctx.chunk, n), "also reached by these ranks only") for n in others
+                Related(chunktext.span(ctx.chunk, n), "also reached by these ranks only")
+                for n in others
             )
             exit_node = first.reason.node if first.reason.kind == "exit" else None
             if exit_node is not None:
                 # The exit is where the ranks split: report it there, the collectives related.
                 at_calls = tuple(
-                    Related(chunktext.span(ctx.chunk, m.event.node), "a collective the exiting ranks never reach")
+                    Related(
+                        chunktext.span(ctx.chunk, m.event.node),
+                        "a collective the exiting ranks never reach",
+                    )
                     for m in group
                 )
                 yield ctx.finding(
@@ -154,7 +158,11 @@ class CollectiveInRankBranch(Rule):
                     exit_node,
                     message,
                     related=(
-                        *(Related(chunktext.span(ctx.chunk, n), m) for n, m in related if n is not exit_node),
+                        *(
+                            Related(chunktext.span(ctx.chunk, n), m)
+                            for n, m in related
+                            if n is not exit_node
+                        ),
                         *at_calls,
                         *elsewhere,
                     ),
@@ -164,7 +172,11 @@ class CollectiveInRankBranch(Rule):
                 self,
                 first.event.node,
                 message,
-                related=(*(Related(chunktext.span(ctx.chunk, n), m) for n, m in related), *stranded, *elsewhere),
+                related=(
+                    *(Related(chunktext.span(ctx.chunk, n), m) for n, m in related),
+                    *stranded,
+                    *elsewhere,
+                ),
             )
 
 

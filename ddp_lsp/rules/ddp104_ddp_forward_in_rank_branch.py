@@ -198,7 +198,9 @@ def forward_extractor(ctx: ChunkContext) -> rank_paths.Extractor:
             return None
         kind = ctx.kind(target, call)
         if kind == fact_model.FSDP and _sharded_before(ctx, target, call):
-            return rank_paths.Event(call, path, f"{path}(...)")  # the forward all-gathers the shards
+            return rank_paths.Event(
+                call, path, f"{path}(...)"
+            )  # the forward all-gathers the shards
         if kind != fact_model.DDP or not _wrapped_here(ctx, target, call):
             return None
         return rank_paths.Event(call, path, f"{path}(...)")

@@ -186,7 +186,9 @@ class ClipWithoutUnscale(Rule):
         """The first ``scaler.step(opt)`` of a GradScaler after ``clip`` on its path, when no
         plain ``loss.backward()`` runs before the clip on that path."""
         if any(
-            b.scaler is None and patterns.before(b.call, clip) and not amp.exclusive(ctx, b.call, clip)
+            b.scaler is None
+            and patterns.before(b.call, clip)
+            and not amp.exclusive(ctx, b.call, clip)
             for b in patterns.backwards_in(root)
         ):
             return None

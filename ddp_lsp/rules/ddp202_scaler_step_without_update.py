@@ -237,13 +237,17 @@ class ScalerStepWithoutUpdate(Rule):
         if last_stmt is not None and amp.same_block(ctx, stmts):
             if len(later) == 1:
                 moved = amp.expr_stmt_of(ctx, later[0])
-                related.append(Related(chunktext.span(ctx.chunk, later[0]), "runs once after the loop"))
+                related.append(
+                    Related(chunktext.span(ctx.chunk, later[0]), "runs once after the loop")
+                )
                 if moved is not None and amp.can_delete(ctx, moved):
                     fixes.append(
                         Fix(
                             title=f"Move {s}.update() after {s}.step(...) into the loop",
                             edits=(
-                                text_edits.insert_after(ctx, last_stmt, amp.stmt_source(ctx, moved)),
+                                text_edits.insert_after(
+                                    ctx, last_stmt, amp.stmt_source(ctx, moved)
+                                ),
                                 text_edits.delete_stmt(ctx, moved),
                             ),
                             safe=True,
@@ -264,7 +268,9 @@ class ScalerStepWithoutUpdate(Rule):
             where = "nowhere in this class or module"
         if other_paths:
             where = "only on another branch of the iteration"
-            related.append(Related(chunktext.span(ctx.chunk, other_paths[0]), "the update of the other branch"))
+            related.append(
+                Related(chunktext.span(ctx.chunk, other_paths[0]), "the update of the other branch")
+            )
         return ctx.finding(
             self,
             last,

@@ -190,7 +190,9 @@ class OptimizerStepBypassesScaler(Rule):
             call,
             message,
             fixes=fixes,
-            related=(Related(chunktext.span(ctx.chunk, backward.call), "gradients are scaled here"),),
+            related=(
+                Related(chunktext.span(ctx.chunk, backward.call), "gradients are scaled here"),
+            ),
             cite=(ctx.kind_source(scaler, call), ctx.kind_source(opt, call)),
         )
 

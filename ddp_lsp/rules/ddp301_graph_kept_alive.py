@@ -291,7 +291,9 @@ class GraphKeptAlive(Rule):
             for tgt in targets:
                 flat.extend(tree_walk.bfs(tgt) if isinstance(tgt, ast.Tuple | ast.List) else [tgt])
             if any(known_names.dotted(x) == path for x in flat):
-                if value is not None and any(known_names.dotted(x) == path for x in tree_walk.bfs(value)):
+                if value is not None and any(
+                    known_names.dotted(x) == path for x in tree_walk.bfs(value)
+                ):
                     continue  # `losses = losses + [loss]` keeps the old list
                 return True
         return False

@@ -134,7 +134,10 @@ class HostSyncEveryStep(Rule):
                 "synchronisation per iteration); keep the value on the device (`.detach()`) and "
                 "read it every N steps (`if step % log_every == 0:`)",
                 related=tuple(
-                    Related(chunktext.span(ctx.chunk, t), f"{lab} reads back to the host in the same step")
+                    Related(
+                        chunktext.span(ctx.chunk, t),
+                        f"{lab} reads back to the host in the same step",
+                    )
                     for t, lab in reads[1:]
                 ),
             )
@@ -146,7 +149,10 @@ class HostSyncEveryStep(Rule):
         stall per call, reported at the call."""
         if fact_model.HOST_SYNC not in ctx.callee_props(call):
             return None, ""
-        return call, f"`{chunktext.segment(ctx.chunk, call.func)}(...)` (it calls `.item()`/`.tolist()`)"
+        return (
+            call,
+            f"`{chunktext.segment(ctx.chunk, call.func)}(...)` (it calls `.item()`/`.tolist()`)",
+        )
 
     @staticmethod
     def _sync(

@@ -73,6 +73,7 @@ from ddp_lsp.rules import _patterns as patterns
 
 _TRIGGERS = rule_triggers.qual_words({known_names.TORCH_LOAD})
 
+
 class LoadWithoutMapLocation(Rule):
     meta = RuleMeta(
         id="DDP303",
@@ -98,9 +99,13 @@ class LoadWithoutMapLocation(Rule):
                 continue
             if any(kw.arg in (None, "map_location") for kw in call.keywords):
                 continue
-            if device_rules.guarded(ctx, call) or guards.spawns_processes(ctx, patterns.scope_root(ctx, call)):
+            if device_rules.guarded(ctx, call) or guards.spawns_processes(
+                ctx, patterns.scope_root(ctx, call)
+            ):
                 continue
-            if _in_dataset(ctx, call) or (_data_file(ctx, call.args[0]) and not _loads_state(ctx, call)):
+            if _in_dataset(ctx, call) or (
+                _data_file(ctx, call.args[0]) and not _loads_state(ctx, call)
+            ):
                 continue
             if _no_gpu_branch(ctx, call) or _rank_file(ctx, call.args[0]):
                 continue

@@ -66,9 +66,13 @@ _SAVE_NAME = re.compile(r"save", re.IGNORECASE)
 # `model_engine.save_checkpoint`) and save methods that write the bare model
 # (`save_pretrained`): the tables' `saves-unwrapped` entries.
 _UNWRAPPING = framework_tables.BUILTIN.receiver_pattern(framework_tables.Meaning.SAVES_UNWRAPPED)
-_UNWRAPPED_SAVES = tuple(sorted(framework_tables.BUILTIN.functions(framework_tables.Meaning.SAVES_UNWRAPPED)))
+_UNWRAPPED_SAVES = tuple(
+    sorted(framework_tables.BUILTIN.functions(framework_tables.Meaning.SAVES_UNWRAPPED))
+)
 # Calls that return their first argument still DDP-wrapped.
-_TRANSPARENT = frozenset({known_names.DDP, "torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"})
+_TRANSPARENT = frozenset(
+    {known_names.DDP, "torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm"}
+)
 
 
 class StateDictOfDdpWrapper(Rule):
@@ -107,7 +111,11 @@ class StateDictOfDdpWrapper(Rule):
                 # caller passes a plain model): `.module` would raise on the single-GPU one.
                 fix = Fix(
                     title=f'Save getattr({text}, "module", {text}).state_dict()',
-                    edits=(text_edits.replace_node(ctx, receiver, f'getattr({text}, "module", {text})'),),
+                    edits=(
+                        text_edits.replace_node(
+                            ctx, receiver, f'getattr({text}, "module", {text})'
+                        ),
+                    ),
                     safe=True,
                     preferred=True,
                 )
@@ -179,7 +187,10 @@ def _saved_by(ctx: ChunkContext, sd: ast.Call) -> str | None:
                     label = _save_label(ctx, node)
                     if label is None or not node.args:
                         continue
-                    if any(isinstance(n, ast.Name) and n.id in names for n in tree_walk.bfs(node.args[0])):
+                    if any(
+                        isinstance(n, ast.Name) and n.id in names
+                        for n in tree_walk.bfs(node.args[0])
+                    ):
                         return label
             return None
         if isinstance(a, ast.stmt):

@@ -88,10 +88,17 @@ def _star_may_hold_sampler(ctx: ChunkContext, call: ast.Call) -> bool:
         if not isinstance(kw.value, ast.Name):
             return True
         value = guards.assigned_value(ctx, kw.value.id, root, call)
-        if isinstance(value, ast.Call) and known_names.dotted(value.func) == "dict" and not value.args:
+        if (
+            isinstance(value, ast.Call)
+            and known_names.dotted(value.func) == "dict"
+            and not value.args
+        ):
             keys: list[str | None] = [k.arg for k in value.keywords]
         elif isinstance(value, ast.Dict):
-            keys = [k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None for k in value.keys]
+            keys = [
+                k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None
+                for k in value.keys
+            ]
         else:
             return True
         if any(k is None or k in ("sampler", "batch_sampler", "shuffle") for k in keys):
@@ -129,7 +136,9 @@ class MissingDistributedSampler(Rule):
             if value is not None and not data_rules.is_none(value):
                 return None
         fn = ctx.enclosing_function(call)
-        if fn is not None and (fn.name in data_rules.LIGHTNING_HOOKS or data_rules.is_eval_name(fn.name)):
+        if fn is not None and (
+            fn.name in data_rules.LIGHTNING_HOOKS or data_rules.is_eval_name(fn.name)
+        ):
             return None
         root = patterns.scope_root(ctx, call)
         path = data_rules.assigned_path(ctx, call)
@@ -155,7 +164,11 @@ class MissingDistributedSampler(Rule):
             if kind != "map" or not any(data_rules.is_training_loop(loop) for loop in loops):
                 return None
         fixes = []
-        ds_text = chunktext.segment(ctx.chunk, dataset) if known_names.dotted(dataset) is not None else None
+        ds_text = (
+            chunktext.segment(ctx.chunk, dataset)
+            if known_names.dotted(dataset) is not None
+            else None
+        )
         explicit_none = data_rules.arg(call, "sampler") is not None  # sampler=None: edit, not add
         if (
             ds_text is not None

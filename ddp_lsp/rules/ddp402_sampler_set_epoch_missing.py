@@ -142,23 +142,31 @@ class SamplerSetEpochMissing(Rule):
             *ctx.nodes(ast.FunctionDef),
             *ctx.nodes(ast.AsyncFunctionDef),
         ]
-        has_sampler = fact_model.SAMPLER in ctx.facts.kind_set or any(
-            data_rules.is_sampler_call(ctx, c)
-            or fact_model.MAKES_DIST_SAMPLER in ctx.callee_props(c)
-            for c in ctx.calls()
-        ) or any(
-            _SAMPLER_PARAM.match(a.arg)
-            for fn in functions
-            for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
+        has_sampler = (
+            fact_model.SAMPLER in ctx.facts.kind_set
+            or any(
+                data_rules.is_sampler_call(ctx, c)
+                or fact_model.MAKES_DIST_SAMPLER in ctx.callee_props(c)
+                for c in ctx.calls()
+            )
+            or any(
+                _SAMPLER_PARAM.match(a.arg)
+                for fn in functions
+                for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
+            )
         )
         if not has_sampler:
             return
         samplers = self._samplers(ctx, loops)
         known = {s.path for s in samplers}
         for s in samplers:
-            if data_rules.is_eval_name(s.path) or any(data_rules.is_eval_name(lp) for lp in s.loaders):
+            if data_rules.is_eval_name(s.path) or any(
+                data_rules.is_eval_name(lp) for lp in s.loaders
+            ):
                 continue
-            if framework and (s.created is None or s.loaders or not data_rules.loops_over(s.root, s.path)):
+            if framework and (
+                s.created is None or s.loaders or not data_rules.loops_over(s.root, s.path)
+            ):
                 continue
             loop = self._epoch_loop(ctx, s)
             if loop is None or self._sets_epoch(ctx, s, loop, known):
@@ -195,12 +203,15 @@ class SamplerSetEpochMissing(Rule):
                 )
             header = chunktext.span(
                 ctx.chunk,
-                loop, loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
+                loop,
+                loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test,
             )
             where = s.created if s.created is not None else header
             yield ctx.finding(
                 self,
-                where if not isinstance(where, ast.Call) else data_rules.callee_span(ctx, where.func),
+                where
+                if not isinstance(where, ast.Call)
+                else data_rules.callee_span(ctx, where.func),
                 f"`{s.path}.set_epoch({var or 'epoch'})` is never called in the epoch loop: "
                 "DistributedSampler shuffles with `seed + epoch`, so every epoch visits the data "
                 "in the same order on every rank",
@@ -216,7 +227,9 @@ class SamplerSetEpochMissing(Rule):
         for call in ctx.calls():
             if not data_rules.is_sampler_call(ctx, call):
                 continue
-            if data_rules.is_const(data_rules.arg(call, "shuffle", data_rules.SAMPLER_POS), False) or data_rules.has_star(call):
+            if data_rules.is_const(
+                data_rules.arg(call, "shuffle", data_rules.SAMPLER_POS), False
+            ) or data_rules.has_star(call):
                 continue
             root = patterns.scope_root(ctx, call)
             parent = ctx.parent(call)
@@ -238,9 +251,13 @@ class SamplerSetEpochMissing(Rule):
             values = data_rules.values_of(root, ast.Name(id=path))
             if "." in path:
                 values = [
-                    v for _, a in data_rules.scope_assignments(root, path) for v in data_rules.values_of(root, a)
+                    v
+                    for _, a in data_rules.scope_assignments(root, path)
+                    for v in data_rules.values_of(root, a)
                 ]
-            if any(not data_rules.is_none(v) and not data_rules.is_sampler_call(ctx, v) for v in values):
+            if any(
+                not data_rules.is_none(v) and not data_rules.is_sampler_call(ctx, v) for v in values
+            ):
                 guard = "hasattr"  # a RandomSampler on the single-process path
             elif any(data_rules.is_none(v) for v in values):
                 guard = "none"
@@ -258,9 +275,13 @@ class SamplerSetEpochMissing(Rule):
         for fn in functions:
             if id(fn) in with_loops:
                 params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
-                cands = [p for p in params if ctx.kind(ast.Name(id=p), fn.body[0]) == fact_model.SAMPLER]
+                cands = [
+                    p for p in params if ctx.kind(ast.Name(id=p), fn.body[0]) == fact_model.SAMPLER
+                ]
                 cands.extend(
-                    p for p in ctx.names_of_kind(fact_model.SAMPLER, fn.body[0]) if p.startswith("self.")
+                    p
+                    for p in ctx.names_of_kind(fact_model.SAMPLER, fn.body[0])
+                    if p.startswith("self.")
                 )
                 for p in cands:
                     if (id(fn), p) in out or any(s.path == p for s in out.values()):
@@ -322,7 +343,11 @@ class SamplerSetEpochMissing(Rule):
             source = todo.pop()
             for call in data_rules.calls_receiving(root, source):
                 parent = ctx.parent(call)
-                if isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1:
+                if (
+                    isinstance(parent, ast.Assign)
+                    and parent.value is call
+                    and len(parent.targets) == 1
+                ):
                     p = path_of(parent.targets[0])
                     if p and p != sampler and p not in out:
                         out.append(p)
@@ -360,7 +385,9 @@ class SamplerSetEpochMissing(Rule):
         )
         for lp in loaders:
             uses.extend(data_rules.loops_over(s.root, lp))
-            uses.extend(c for c in data_rules.calls_receiving(s.root, lp) if not self._is_builder(ctx, c))
+            uses.extend(
+                c for c in data_rules.calls_receiving(s.root, lp) if not self._is_builder(ctx, c)
+            )
             uses.extend(self._epoch_iters(ctx, s.root, lp))
         uses.sort(key=patterns.order)
         for use in uses:

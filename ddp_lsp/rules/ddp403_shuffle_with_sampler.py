@@ -83,7 +83,9 @@ class ShuffleWithSampler(Rule):
             if shuffle_kw is not None:
                 sampler_text = chunktext.segment(ctx.chunk, sampler)
                 if maybe_none and isinstance(sampler, ast.Name):
-                    edits = text_edits.replace_argument(ctx, shuffle_kw, f"shuffle=({sampler_text} is None)")
+                    edits = text_edits.replace_argument(
+                        ctx, shuffle_kw, f"shuffle=({sampler_text} is None)"
+                    )
                     title = f"Replace shuffle=True with shuffle=({sampler_text} is None)"
                 elif maybe_none:
                     edits = []

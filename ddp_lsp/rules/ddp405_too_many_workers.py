@@ -116,7 +116,9 @@ class TooManyWorkers(Rule):
                     f"{workers * procs} worker processes"
                 )
             elif not ctx.facts.distributed:
-                load = f"{value} starts {workers} worker processes (one process: not distributed code)"
+                load = (
+                    f"{value} starts {workers} worker processes (one process: not distributed code)"
+                )
             else:
                 load = (
                     f"{value} starts {workers} worker processes in each rank (processes per node "
@@ -166,7 +168,11 @@ def _is_cpu_count(ctx: ChunkContext, expr: ast.expr) -> bool:
     qual = ctx.call_qualname(expr) or ""
     if qual in _CPU_COUNTS:
         return True
-    if known_names.dotted(expr.func) == "len" and len(expr.args) == 1 and isinstance(expr.args[0], ast.Call):
+    if (
+        known_names.dotted(expr.func) == "len"
+        and len(expr.args) == 1
+        and isinstance(expr.args[0], ast.Call)
+    ):
         return (ctx.call_qualname(expr.args[0]) or "") == "os.sched_getaffinity"
     return False
 

@@ -108,7 +108,6 @@ _SMALL_NAME = re.compile(
 )
 
 
-
 def _literal_name(fn: ast.FunctionDef, name: str) -> bool:
     """``name`` is bound in ``fn`` only to literal lists / tuples (a handful of keys)."""
     values = [

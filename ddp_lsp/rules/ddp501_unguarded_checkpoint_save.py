@@ -187,7 +187,9 @@ def _every_rank_on_purpose(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> 
             return True
     if isinstance(call.func, ast.Attribute) and call.func.attr == "save_pretrained":
         names = {q.rsplit(".", 1)[-1] for q in ctx.facts.aliases.values()}
-        return not names.isdisjoint(ctx.ranks.frameworks.functions(framework_tables.Meaning.MAKES_DTENSORS))
+        return not names.isdisjoint(
+            ctx.ranks.frameworks.functions(framework_tables.Meaning.MAKES_DTENSORS)
+        )
     return False
 
 

@@ -143,7 +143,11 @@ class SeedNotOffsetByRank(Rule):
         # its own seeder says how to seed per rank (`set_seed(seed, device_specific=True)`).
         # Not where the module shards its model (FSDP2, tensor parallelism: the ranks need the
         # same initial weights, nothing broadcasts them).
-        prepares = [c for c in calls if patterns.framework_call(ctx, c, framework_tables.Meaning.WRAPS_MODEL)]
+        prepares = [
+            c
+            for c in calls
+            if patterns.framework_call(ctx, c, framework_tables.Meaning.WRAPS_MODEL)
+        ]
         # A seeding helper handed the rank (`def random_seed(seed, rank)`) means the caller wants
         # a seed per rank, whatever the module wraps: seeding with the seed alone drops it.
         ranked = {id(c) for c in calls if _rank_helper(ctx, c)}
@@ -172,10 +176,17 @@ class SeedNotOffsetByRank(Rule):
                     "rank",
                 )
                 continue
-            if not wraps and id(call) not in ranked and (
-                api is None
-                or ctx.ranks.frameworks.keyword(api) is None
-                or not any(patterns.scope_root(ctx, p) is patterns.scope_root(ctx, call) for p in prepares)
+            if (
+                not wraps
+                and id(call) not in ranked
+                and (
+                    api is None
+                    or ctx.ranks.frameworks.keyword(api) is None
+                    or not any(
+                        patterns.scope_root(ctx, p) is patterns.scope_root(ctx, call)
+                        for p in prepares
+                    )
+                )
             ):
                 continue
             if api is not None:
@@ -235,7 +246,9 @@ class SeedNotOffsetByRank(Rule):
         if given is not None:
             edit = text_edits.replace_node(ctx, given.value, "True")
         else:
-            edit = text_edits.replace_node(ctx, seed, f"{chunktext.segment(ctx.chunk, seed)}, {keyword}=True")
+            edit = text_edits.replace_node(
+                ctx, seed, f"{chunktext.segment(ctx.chunk, seed)}, {keyword}=True"
+            )
         fix = Fix(
             title=f"Seed each rank differently: {label}(..., {keyword}=True)",
             edits=(edit,),
@@ -255,7 +268,9 @@ def _shards(ctx: ChunkContext) -> bool:
     """The module imports FSDP, ``fully_shard`` or a tensor-parallel set-up (the framework
     tables' `shards-model` and `makes-dtensors` entries)."""
     model = ctx.ranks.frameworks
-    names = model.functions(framework_tables.Meaning.SHARDS_MODEL) | model.functions(framework_tables.Meaning.MAKES_DTENSORS)
+    names = model.functions(framework_tables.Meaning.SHARDS_MODEL) | model.functions(
+        framework_tables.Meaning.MAKES_DTENSORS
+    )
     quals = model.calls(framework_tables.Meaning.SHARDS_MODEL)
     return any(q in quals or q.rsplit(".", 1)[-1] in names for q in ctx.facts.aliases.values())
 
@@ -337,7 +352,9 @@ def _loader_generator(ctx: ChunkContext, call: ast.Call) -> bool:
     ``generator=g`` (it seeds the workers, whose augmentations should differ per rank); not a
     sampler's generator (``RandomSampler(..., generator=g)``: the ranks must agree on it)."""
     f = call.func
-    if not (isinstance(f, ast.Attribute) and f.attr == "manual_seed" and isinstance(f.value, ast.Name)):
+    if not (
+        isinstance(f, ast.Attribute) and f.attr == "manual_seed" and isinstance(f.value, ast.Name)
+    ):
         return False
     name = f.value.id
     root = patterns.scope_root(ctx, call)
@@ -388,7 +405,11 @@ def _same_on_every_rank(ctx: ChunkContext, seed: ast.AST, root: ast.AST, depth: 
         return isinstance(seed.value, int)
     if isinstance(seed, ast.BinOp):
         return all(isinstance(side, ast.Constant) for side in (seed.left, seed.right))
-    if isinstance(seed, ast.Call) and known_names.dotted(seed.func) == "int" and len(seed.args) == 1:
+    if (
+        isinstance(seed, ast.Call)
+        and known_names.dotted(seed.func) == "int"
+        and len(seed.args) == 1
+    ):
         return _same_on_every_rank(ctx, seed.args[0], root, depth)
     if isinstance(seed, (ast.Name, ast.Attribute)):
         if ctx.ranks.mentions_rank(seed) or "rank" in (known_names.dotted(seed) or "").lower():

@@ -200,7 +200,12 @@ def _hardcoded(ctx: ChunkContext) -> Iterator[tuple[ast.AST, str]]:
         if qual in ("torch.cuda.set_device", "torch.accelerator.set_device_index"):
             node = _index_node(device_rules.arg(call, 0, "device"))
             if node is not None:
-                out.append((node, f"`{chunktext.segment(ctx.chunk, func)}({chunktext.segment(ctx.chunk, node)})`"))
+                out.append(
+                    (
+                        node,
+                        f"`{chunktext.segment(ctx.chunk, func)}({chunktext.segment(ctx.chunk, node)})`",
+                    )
+                )
             continue
         if qual == known_names.DDP:
             ids = device_rules.arg(call, 1, "device_ids")

@@ -106,7 +106,9 @@ class MissingSetDevice(Rule):
             if not _is_nccl(ctx, call, root):
                 continue
             stmt = ctx.statement(call)
-            if root is ctx.module_node and fact_model.SETS_DEVICE in ctx.facts.props(fact_model.MODULE):
+            if root is ctx.module_node and fact_model.SETS_DEVICE in ctx.facts.props(
+                fact_model.MODULE
+            ):
                 # A script's top level (the tutorial shape): its lines may sit in other chunks,
                 # so order is not known; a `set_device` anywhere at the top level (or in a
                 # helper called there) counts as selecting the GPU.
@@ -219,8 +221,28 @@ def _cuda_work_before_device(ctx: ChunkContext, root: ast.AST, call: ast.Call) -
 
 
 _PLAIN_CALLS = frozenset(
-    {"print", "len", "range", "int", "str", "float", "bool", "dict", "list", "tuple", "set",
-     "isinstance", "getattr", "setattr", "hasattr", "enumerate", "zip", "min", "max", "sorted"}
+    {
+        "print",
+        "len",
+        "range",
+        "int",
+        "str",
+        "float",
+        "bool",
+        "dict",
+        "list",
+        "tuple",
+        "set",
+        "isinstance",
+        "getattr",
+        "setattr",
+        "hasattr",
+        "enumerate",
+        "zip",
+        "min",
+        "max",
+        "sorted",
+    }
 )
 
 
@@ -297,7 +319,9 @@ _MPI_LOCAL = frozenset(
 )
 
 
-def _launcher_rank(ctx: ChunkContext, root: ast.AST, stmt: ast.stmt) -> device_rules.RankText | None:
+def _launcher_rank(
+    ctx: ChunkContext, root: ast.AST, stmt: ast.stmt
+) -> device_rules.RankText | None:
     """The local rank as the script's launcher gives it, when the code has no variable for it.
 
     A script that reads an MPI launcher's (or Slurm's) variables is started by `mpiexec` /
@@ -315,7 +339,9 @@ def _launcher_rank(ctx: ChunkContext, root: ast.AST, stmt: ast.stmt) -> device_r
     if "LOCAL_RANK" in strings or not (local or mpi4py or strings & _MPI_GLOBAL):
         return device_rules.RankText(device_rules.LOCAL_ENV, ("import os",), from_code=False)
     if local:
-        return device_rules.RankText(f'int(os.environ["{local[0]}"])', ("import os",), from_code=False)
+        return device_rules.RankText(
+            f'int(os.environ["{local[0]}"])', ("import os",), from_code=False
+        )
     rank = device_rules.global_rank_text(ctx, stmt)
     if not rank.from_code:
         return None
@@ -432,7 +458,11 @@ def _exclusive(ctx: ChunkContext, node: ast.AST, init: ast.Call) -> bool:
         return False
     child = ctx.statement(node)
     for a in ctx.ancestors(child):
-        if isinstance(a, ast.If) and any(child is s for s in a.orelse) and ast.dump(a.test) in tests:
+        if (
+            isinstance(a, ast.If)
+            and any(child is s for s in a.orelse)
+            and ast.dump(a.test) in tests
+        ):
             return True
         if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             break

@@ -496,7 +496,12 @@ def test_drop_set_device_skips_a_device_selected_before_the_group() -> None:
         """
     )
     assert only("drop-set-device", text) == []
-    assert len(only("drop-set-device", text.replace("torch.accelerator.set_device_index(gpu)", "pass"))) == 1
+    assert (
+        len(
+            only("drop-set-device", text.replace("torch.accelerator.set_device_index(gpu)", "pass"))
+        )
+        == 1
+    )
 
 
 def test_neighbourhood_reaches_importers_through_a_package_init(tmp_path: Path) -> None:
@@ -512,7 +517,9 @@ def test_neighbourhood_reaches_importers_through_a_package_init(tmp_path: Path) 
 
 
 def test_a_destroy_in_a_helper_nothing_calls_is_no_site(tmp_path: Path) -> None:
-    utils = "import torch.distributed as dist\n\ndef teardown():\n    dist.destroy_process_group()\n"
+    utils = (
+        "import torch.distributed as dist\n\ndef teardown():\n    dist.destroy_process_group()\n"
+    )
     (tmp_path / "utils.py").write_text(utils)
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_utils.py").write_text("from utils import teardown\nteardown()\n")
@@ -537,6 +544,8 @@ def test_drop_set_device_skips_a_group_given_its_device_through_kwargs() -> None
     )
     assert only("drop-set-device", text) == []
     assert len(only("drop-set-device", text.replace('kwargs["device_id"]', "other"))) == 1
+
+
 def test_importers_are_followed_through_a_re_exporting_package(tmp_path: Path) -> None:
     (tmp_path / "utils").mkdir()
     (tmp_path / "utils" / "__init__.py").write_text("from .train_utils import train\n")

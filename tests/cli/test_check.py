@@ -299,13 +299,32 @@ def test_launch_config_and_preflight_report_reach_the_rules(tmp_path, capsys) ->
         "python": "/usr/bin/python3",
         "torch": "2.13.0",
         "probes": [
-            {"id": "cpu.workers", "title": "CPU", "status": "pass", "message": "",
-             "values": {"cpus": 16, "cpu_count": 16}, "fix": "", "references": [], "duration_s": 0.0}
+            {
+                "id": "cpu.workers",
+                "title": "CPU",
+                "status": "pass",
+                "message": "",
+                "values": {"cpus": 16, "cpu_count": 16},
+                "fix": "",
+                "references": [],
+                "duration_s": 0.0,
+            }
         ],
     }
     pf = tmp_path / "pf.json"
     pf.write_text(json.dumps(report), encoding="utf-8")
-    rc = main(["check", str(tmp_path / "train.py"), "--select", "DDP405", "--preflight", str(pf), "--format", "json"])
+    rc = main(
+        [
+            "check",
+            str(tmp_path / "train.py"),
+            "--select",
+            "DDP405",
+            "--preflight",
+            str(pf),
+            "--format",
+            "json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 1, out
     message = out[0]["message"]
@@ -328,12 +347,23 @@ def test_code_that_contradicts_the_measured_machine(tmp_path, capsys) -> None:
     )
 
     def probe(pid: str, status: str, values: dict) -> dict:
-        return {"id": pid, "title": pid, "status": status, "message": "", "values": values,
-                "fix": "", "references": [], "duration_s": 0.0}
+        return {
+            "id": pid,
+            "title": pid,
+            "status": status,
+            "message": "",
+            "values": values,
+            "fix": "",
+            "references": [],
+            "duration_s": 0.0,
+        }
 
     report = {
-        "schema": "ddp-lsp-preflight/1", "host": "gpu01", "created": "2026-11-29T10:00:00+00:00",
-        "python": "/usr/bin/python3", "torch": "2.13.0",
+        "schema": "ddp-lsp-preflight/1",
+        "host": "gpu01",
+        "created": "2026-11-29T10:00:00+00:00",
+        "python": "/usr/bin/python3",
+        "torch": "2.13.0",
         "probes": [
             probe("cuda.basic", "pass", {"device_count": 2}),
             probe("env.versions", "pass", {"nccl_available": False}),

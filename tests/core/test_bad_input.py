@@ -8,7 +8,7 @@ from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.types import Pos
 
 S = Settings()
-BUGGY = '''import torch
+BUGGY = """import torch
 import torch.distributed as dist
 
 def train(model, loader, optimizer, scaler):
@@ -17,7 +17,7 @@ def train(model, loader, optimizer, scaler):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(optimizer)
         scaler.update()
-'''
+"""
 
 
 def ids(text: str) -> list[str]:
@@ -35,7 +35,10 @@ def test_invalid_python_reports_ddp000_and_keeps_other_chunks() -> None:
 
 
 def test_unclosed_bracket_does_not_swallow_the_following_functions() -> None:
-    text = "import torch\nimport torch.distributed as dist\n\ndef half(:\n    x = (1,\n\n" + BUGGY.split("\n", 2)[2]
+    text = (
+        "import torch\nimport torch.distributed as dist\n\ndef half(:\n    x = (1,\n\n"
+        + BUGGY.split("\n", 2)[2]
+    )
     found = ids(text)
     assert found.count("DDP000") == 1
     assert "DDP201" in found
@@ -144,8 +147,14 @@ def test_example_script_keeps_its_findings_while_an_import_is_typed() -> None:
     path = Path(__file__).resolve().parents[2] / "examples" / "train_buggy.py"
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
-    last_import = max(i for i, line in enumerate(lines[:40]) if line.startswith(("import ", "from ")))
-    typing = "".join(lines[: last_import + 1]) + "from torch.utils.data import \n" + "".join(lines[last_import + 1 :])
+    last_import = max(
+        i for i, line in enumerate(lines[:40]) if line.startswith(("import ", "from "))
+    )
+    typing = (
+        "".join(lines[: last_import + 1])
+        + "from torch.utils.data import \n"
+        + "".join(lines[last_import + 1 :])
+    )
     before = [f.rule_id for f in analyze(text, S).findings]
     during = [f.rule_id for f in analyze(typing, S).findings]
     assert during.count("DDP000") == 1

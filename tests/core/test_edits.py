@@ -34,7 +34,11 @@ def _call(tree: ast.AST, name: str) -> ast.Call:
 
 
 def _stmt(tree: ast.Module, text: str, ctx: ChunkContext) -> ast.stmt:
-    return next(s for s in ast.walk(tree) if isinstance(s, ast.stmt) and chunktext.segment(ctx.chunk, s) == text)
+    return next(
+        s
+        for s in ast.walk(tree)
+        if isinstance(s, ast.stmt) and chunktext.segment(ctx.chunk, s) == text
+    )
 
 
 def _apply(code: str, edits: list[Edit] | tuple[Edit, ...]) -> str:
@@ -95,7 +99,9 @@ def test_insert_before_and_delete_a_statement() -> None:
     code = "def f():\n    a = 1  # one\n    b = 2\n"
     ctx, tree = _ctx(code)
     a, b = _stmt(tree, "a = 1", ctx), _stmt(tree, "b = 2", ctx)
-    moved = _apply(code, [text_edits.insert_before(ctx, a, "b = 2"), text_edits.delete_stmt(ctx, b)])
+    moved = _apply(
+        code, [text_edits.insert_before(ctx, a, "b = 2"), text_edits.delete_stmt(ctx, b)]
+    )
     assert moved == "def f():\n    b = 2\n    a = 1  # one\n"
 
 
@@ -111,15 +117,7 @@ def test_insert_after_a_node_and_replace_a_node() -> None:
 
 
 def test_wrap_block_indents_the_body_and_keeps_strings_and_continuations() -> None:
-    code = (
-        "def f(rank):\n"
-        "    save(a,\n"
-        "  b)\n"
-        '    doc = """\n'
-        "text\n"
-        '"""\n'
-        "    done()\n"
-    )
+    code = 'def f(rank):\n    save(a,\n  b)\n    doc = """\ntext\n"""\n    done()\n'
     ctx, tree = _ctx(code)
     fn = tree.body[0]
     assert isinstance(fn, ast.FunctionDef)

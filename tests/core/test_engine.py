@@ -21,7 +21,7 @@ from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.suppress import add_suppression, codes_on_line
 from ddp_lsp.core.types import Finding, Pos, RuleMeta, Severity
 
-BUGGY = '''import torch
+BUGGY = """import torch
 import torch.distributed as dist
 
 def train(model, loader, optimizer, scaler):
@@ -34,7 +34,7 @@ def train(model, loader, optimizer, scaler):
 
 def other(a):
     return a + 1
-'''
+"""
 CLIP_LINE = 6
 
 
@@ -111,7 +111,12 @@ def test_a_fact_change_reruns_only_the_chunks_that_read_it() -> None:
 
 def test_suppression_comments() -> None:
     lines = BUGGY.splitlines(keepends=True)
-    for comment in ("  # ddp-lsp: ignore[DDP201]", "  # ddp-lsp: ignore", "  # noqa: DDP201", "  # noqa"):
+    for comment in (
+        "  # ddp-lsp: ignore[DDP201]",
+        "  # ddp-lsp: ignore",
+        "  # noqa: DDP201",
+        "  # noqa",
+    ):
         text = "".join(
             line.rstrip("\n") + comment + "\n" if i == CLIP_LINE else line
             for i, line in enumerate(lines)
@@ -126,7 +131,10 @@ def test_add_suppression_extends_existing_comment() -> None:
     assert add_suppression("x = 1  # ddp-lsp: ignore[DDP101]\r\n", "DDP201") == (
         "x = 1  # ddp-lsp: ignore[DDP101, DDP201]\r\n"
     )
-    assert add_suppression("x  # ddp-lsp: ignore[DDP201]\n", "DDP201") == "x  # ddp-lsp: ignore[DDP201]\n"
+    assert (
+        add_suppression("x  # ddp-lsp: ignore[DDP201]\n", "DDP201")
+        == "x  # ddp-lsp: ignore[DDP201]\n"
+    )
     assert codes_on_line("x  # noqa: E501, DDP201") == {"E501", "DDP201"}
 
 
@@ -164,7 +172,9 @@ def test_invalid_settings_name_the_key(data: dict[str, object], needle: str) -> 
 
 
 def test_pyproject_loading(tmp_path) -> None:
-    (tmp_path / "pyproject.toml").write_text('[tool.ddp-lsp]\nignore = ["DDP5"]\nrank-guard-names = ["is_leader", "my_rank"]\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.ddp-lsp]\nignore = ["DDP5"]\nrank-guard-names = ["is_leader", "my_rank"]\n'
+    )
     sub = tmp_path / "pkg"
     sub.mkdir()
     s = load_settings(sub / "train.py")

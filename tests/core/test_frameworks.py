@@ -32,7 +32,11 @@ def test_every_entry_is_well_formed() -> None:
     for name, table in framework_tables.TABLES.items():
         assert table, name
         for api in table:
-            assert framework_tables.check_entry(api) is None, (name, api, framework_tables.check_entry(api))
+            assert framework_tables.check_entry(api) is None, (
+                name,
+                api,
+                framework_tables.check_entry(api),
+            )
 
 
 def test_no_key_is_listed_twice_across_tables() -> None:
@@ -72,7 +76,8 @@ def test_every_table_module_is_registered() -> None:
     registered = {
         name
         for name in modules
-        if getattr(getattr(framework_tables, name, None), "TABLE", None) in framework_tables.TABLES.values()
+        if getattr(getattr(framework_tables, name, None), "TABLE", None)
+        in framework_tables.TABLES.values()
     }
     assert registered == modules
 
@@ -107,7 +112,9 @@ def test_receiver_and_argument_entries() -> None:
     check = framework_tables.check_entry
     assert check(Api(Match.RECEIVER, "a.b", (Meaning.SAVES_UNWRAPPED,))) is not None
     assert check(Api(Match.ARGUMENT, "ddp_x", (Meaning.FINDS_UNUSED_PARAMETERS,))) is not None
-    assert check(Api(Match.ARGUMENT, "ddp_x", (Meaning.FINDS_UNUSED_PARAMETERS,), keyword="s")) is None
+    assert (
+        check(Api(Match.ARGUMENT, "ddp_x", (Meaning.FINDS_UNUSED_PARAMETERS,), keyword="s")) is None
+    )
 
 
 def test_user_entries_cannot_use_builtin_only_match_kinds() -> None:

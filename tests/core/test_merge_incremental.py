@@ -148,7 +148,9 @@ def _edit(draw: st.DrawFn, text: str) -> tuple[int, int, str]:
     start = sum(len(x) for x in lines[:line])
     if kind == "call":
         # A call of another function typed on a new line of a body (the facts link them).
-        callee = draw(st.sampled_from(["sync(t)", "helper(t)", "middle(t)", "save(t)", "dist.barrier()"]))
+        callee = draw(
+            st.sampled_from(["sync(t)", "helper(t)", "middle(t)", "save(t)", "dist.barrier()"])
+        )
         indent = lines[line][: len(lines[line]) - len(lines[line].lstrip())]
         return start, start, f"{indent}{callee}\n"
     if kind == "delete":
@@ -170,7 +172,9 @@ def test_incremental_merge_equals_a_fresh_merge(data: st.DataObject) -> None:
         doc.apply_edit(_pos(text, a), _pos(text, b), new)
         text = text[:a] + new + text[b:]
         assert doc.text == text
-        assert _facts_key(doc.module_facts()) == _facts_key(Document(text, SETTINGS.rank_model).module_facts())
+        assert _facts_key(doc.module_facts()) == _facts_key(
+            Document(text, SETTINGS.rank_model).module_facts()
+        )
         assert _findings(doc) == _findings(text)
 
 

@@ -37,7 +37,17 @@ def _rules_with_triggers() -> list[object]:
 
 def test_some_rules_declare_triggers() -> None:
     ids = {r.meta.id for r in _rules_with_triggers()}  # type: ignore[attr-defined]
-    assert {"DDP101", "DDP105", "DDP201", "DDP202", "DDP203", "DDP204", "DDP301", "DDP303", "DDP503"} <= ids
+    assert {
+        "DDP101",
+        "DDP105",
+        "DDP201",
+        "DDP202",
+        "DDP203",
+        "DDP204",
+        "DDP301",
+        "DDP303",
+        "DDP503",
+    } <= ids
 
 
 @pytest.mark.parametrize("rule", _rules_with_triggers(), ids=lambda r: r.meta.id)

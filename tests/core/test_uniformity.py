@@ -108,7 +108,7 @@ def train(args, rank, t):
     # the return does.
     ranks, divs = lines[12]
     assert ranks == "rank 0"
-    assert ("raise", 'rank == 0 and os.path.exists(args.out)', True) in divs
+    assert ("raise", "rank == 0 and os.path.exists(args.out)", True) in divs
     assert ("return", "not is_master", False) in divs
 
 
@@ -182,7 +182,10 @@ def main(rank, t):
 
 
 def test_nothing_for_a_module_that_is_not_distributed() -> None:
-    assert list(document_uniformity(Document("def f(rank):\n    if rank == 0:\n        print(1)\n"))) == []
+    assert (
+        list(document_uniformity(Document("def f(rank):\n    if rank == 0:\n        print(1)\n")))
+        == []
+    )
 
 
 def test_comprehension_variable_elsewhere_does_not_hide_the_rank() -> None:

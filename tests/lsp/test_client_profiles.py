@@ -163,7 +163,11 @@ async def test_fix_all_action_and_command(client: LanguageClient):
     doc = _open(client, "fixall.py", two)
     pub = await wait_for_diagnostics(client, doc.uri, 1, lambda d: len(ddp(d)) == 2)
     actions = await _actions(
-        client, doc, None, only=["source.fixAll"], rng=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0))
+        client,
+        doc,
+        None,
+        only=["source.fixAll"],
+        rng=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0)),
     )
     (fix_all,) = [a for a in actions if a.kind == "source.fixAll.ddp-lsp"]
     v = doc.apply(edits_for(fix_all.edit, doc.uri))
@@ -231,7 +235,9 @@ async def test_configuration_change_republishes(client: LanguageClient):
         lsp.DidChangeConfigurationParams(settings={"ddp-lsp": {"severity": {"DDP201": "hint"}}})
     )
     pub = await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Hint]
+        client,
+        doc.uri,
+        pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Hint],
     )
     assert pub.version == 1
     client.workspace_did_change_configuration(
@@ -246,7 +252,9 @@ async def test_configuration_change_republishes(client: LanguageClient):
         lsp.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
     )
     await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Error]
+        client,
+        doc.uri,
+        pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Error],
     )
     doc.close()
 
@@ -265,7 +273,9 @@ async def test_pyproject_settings_and_reload(client: LanguageClient):
     )
     pyproject.write_text('[tool.ddp-lsp]\nignore = ["DDP201"]\n')
     client.workspace_did_change_watched_files(
-        lsp.DidChangeWatchedFilesParams([lsp.FileEvent(pyproject.as_uri(), lsp.FileChangeType.Changed)])
+        lsp.DidChangeWatchedFilesParams(
+            [lsp.FileEvent(pyproject.as_uri(), lsp.FileChangeType.Changed)]
+        )
     )
     await wait_for_diagnostics(client, doc.uri, pred=lambda d: ddp(d) == [])
     doc.close()
@@ -293,7 +303,9 @@ async def test_bad_settings_show_message(client: LanguageClient):
         lsp.DidChangeConfigurationParams(settings={"ddp-lsp": {}})
     )
     await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Error]
+        client,
+        doc.uri,
+        pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Error],
     )
     doc.close()
 
@@ -423,7 +435,9 @@ async def test_notebook_cells(client: LanguageClient):
                         array=lsp.NotebookCellArrayChange(
                             start=2,
                             delete_count=0,
-                            cells=[lsp.NotebookCell(kind=lsp.NotebookCellKind.Code, document=cell3)],
+                            cells=[
+                                lsp.NotebookCell(kind=lsp.NotebookCellKind.Code, document=cell3)
+                            ],
                         ),
                         did_open=[
                             lsp.TextDocumentItem(
@@ -470,9 +484,13 @@ async def test_pyproject_change_seen_on_save_without_a_watcher(client: LanguageC
                 [lsp.FileEvent(pyproject.as_uri(), lsp.FileChangeType.Changed)]
             )
         )
-    client.text_document_did_save(lsp.DidSaveTextDocumentParams(lsp.TextDocumentIdentifier(doc.uri)))
+    client.text_document_did_save(
+        lsp.DidSaveTextDocumentParams(lsp.TextDocumentIdentifier(doc.uri))
+    )
     await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Hint]
+        client,
+        doc.uri,
+        pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Hint],
     )
     doc.close()
 
@@ -536,7 +554,11 @@ async def test_unsafe_fixes_are_never_preferred_nor_in_fix_all(client: LanguageC
     assert unsafe and not any(a.is_preferred for a in unsafe)
     # Fix-all offers nothing here: every fix in this file is unsafe.
     actions = await _actions(
-        client, doc, None, only=["source.fixAll"], rng=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0))
+        client,
+        doc,
+        None,
+        only=["source.fixAll"],
+        rng=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0)),
     )
     assert [a for a in actions if a.kind == "source.fixAll.ddp-lsp"] == []
     doc.close()
@@ -546,7 +568,11 @@ async def test_unsafe_fixes_are_never_preferred_nor_in_fix_all(client: LanguageC
     doc = _open(client, "unsafe_mixed.py", mixed)
     await wait_for_diagnostics(client, doc.uri, 1, lambda d: ddp(d) and ddp(d, "DDP401"))
     actions = await _actions(
-        client, doc, None, only=["source.fixAll"], rng=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0))
+        client,
+        doc,
+        None,
+        only=["source.fixAll"],
+        rng=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0)),
     )
     (fix_all,) = [a for a in actions if a.kind == "source.fixAll.ddp-lsp"]
     v = doc.apply(edits_for(fix_all.edit, doc.uri))
@@ -595,7 +621,9 @@ async def test_new_pyproject_is_found(client: LanguageClient):
     proj.mkdir(parents=True)
     doc = Doc(client, (proj / "train.py").as_uri(), TRAIN, client.encoding)  # type: ignore[attr-defined]
     await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Error]
+        client,
+        doc.uri,
+        pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Error],
     )
     pyproject = root / "newproj" / "pyproject.toml"
     pyproject.write_text('[tool.ddp-lsp]\nseverity = { DDP201 = "hint" }\n')
@@ -610,6 +638,8 @@ async def test_new_pyproject_is_found(client: LanguageClient):
             lsp.DidSaveTextDocumentParams(lsp.TextDocumentIdentifier(doc.uri))
         )
     await wait_for_diagnostics(
-        client, doc.uri, pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Hint]
+        client,
+        doc.uri,
+        pred=lambda d: [x.severity for x in ddp(d)] == [lsp.DiagnosticSeverity.Hint],
     )
     doc.close()

@@ -60,7 +60,9 @@ async def test_framework_entries_apply_and_bad_ones_are_shown(client: LanguageCl
     before = len(client.messages)
     pyproject.write_text(GOOD.replace('"collective"', '"collectve"'))
     client.workspace_did_change_watched_files(
-        lsp.DidChangeWatchedFilesParams([lsp.FileEvent(pyproject.as_uri(), lsp.FileChangeType.Changed)])
+        lsp.DidChangeWatchedFilesParams(
+            [lsp.FileEvent(pyproject.as_uri(), lsp.FileChangeType.Changed)]
+        )
     )
     # The defaults apply (no entry: sync_all is an ordinary call)...
     await wait_for_diagnostics(client, doc.uri, pred=lambda d: _rules(d) == [])

@@ -65,7 +65,9 @@ async def test_each_folder_has_its_own_settings(client: LanguageClient):
     # Folder b leaves the workspace: its scoped settings go with it.
     client.workspace_did_change_workspace_folders(
         lsp.DidChangeWorkspaceFoldersParams(
-            lsp.WorkspaceFoldersChangeEvent(added=[], removed=[lsp.WorkspaceFolder(b.as_uri(), "b")])
+            lsp.WorkspaceFoldersChangeEvent(
+                added=[], removed=[lsp.WorkspaceFolder(b.as_uri(), "b")]
+            )
         )
     )
     await wait_for_diagnostics(

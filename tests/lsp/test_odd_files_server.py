@@ -56,7 +56,9 @@ async def test_workspace_pull_skips_odd_files(tmp_path: Path) -> None:
     state = ServerState(lambda uri, version, diags: None, lambda message, is_error: None)
     state.config.folders = [(tmp_path.as_uri(), tmp_path)]
     params = lsp.WorkspaceDiagnosticParams(previous_result_ids=[])
-    report = await workspace_pull.workspace_diagnostics(state, workspace_pull.WorkspaceCache(), params, None)
+    report = await workspace_pull.workspace_diagnostics(
+        state, workspace_pull.WorkspaceCache(), params, None
+    )
     by_name = {Path(i.uri).name: i for i in report.items}
     train = by_name["train.py"]
     assert isinstance(train, lsp.WorkspaceFullDocumentDiagnosticReport) and train.items

@@ -141,7 +141,9 @@ def _open(client: LanguageClient, name: str) -> Doc:
 
 def _watched(client: LanguageClient, *changes: tuple[Path, lsp_types.FileChangeType]) -> None:
     client.workspace_did_change_watched_files(
-        lsp_types.DidChangeWatchedFilesParams([lsp_types.FileEvent(p.as_uri(), kind) for p, kind in changes])
+        lsp_types.DidChangeWatchedFilesParams(
+            [lsp_types.FileEvent(p.as_uri(), kind) for p, kind in changes]
+        )
     )
 
 
@@ -289,7 +291,9 @@ async def test_an_open_file_ignores_disk_events(client: LanguageClient):
     # In the same notification, a change engine.py does see (all_reduce_mean is no longer
     # collective): the publication it causes shows the state after both events.
     misc.write_text(misc.read_text().replace("    dist.all_reduce(t)\n", ""))
-    _watched(client, (main, lsp_types.FileChangeType.Changed), (misc, lsp_types.FileChangeType.Changed))
+    _watched(
+        client, (main, lsp_types.FileChangeType.Changed), (misc, lsp_types.FileChangeType.Changed)
+    )
     _, p = await _published(client, engine.uri, lambda p: True, after=at + 1)
     assert "DDP101" in _codes(p)
 
@@ -334,7 +338,9 @@ async def test_broken_files_do_not_stop_indexing(broken: LanguageClient):
     engine = _open(client, "engine.py")
     await _published(client, engine.uri, _has("DDP101"))
     await _index_done(client)
-    reports = [r for r in _index_progress(client) if isinstance(r, lsp_types.WorkDoneProgressReport)]
+    reports = [
+        r for r in _index_progress(client) if isinstance(r, lsp_types.WorkDoneProgressReport)
+    ]
     assert reports[-1].message == "10/10 files"
     assert not [m for m in client.log_messages if m.type == lsp_types.MessageType.Error]
 
@@ -357,7 +363,9 @@ async def test_an_indexer_crash_is_logged_and_files_are_analysed_alone(crashing:
     # Still serving: hover and edits work.
     hover = await asyncio.wait_for(
         client.text_document_hover_async(
-            lsp_types.HoverParams(lsp_types.TextDocumentIdentifier(engine.uri), lsp_types.Position(0, 0))
+            lsp_types.HoverParams(
+                lsp_types.TextDocumentIdentifier(engine.uri), lsp_types.Position(0, 0)
+            )
         ),
         TIMEOUT,
     )

@@ -107,7 +107,9 @@ async def test_workspace_diagnostics_respect_excludes(client: LanguageClient):
     held = asyncio.ensure_future(
         client.workspace_diagnostic_async(
             lsp.WorkspaceDiagnosticParams(
-                previous_result_ids=[lsp.PreviousResultId(i.uri, i.result_id) for i in report.items],
+                previous_result_ids=[
+                    lsp.PreviousResultId(i.uri, i.result_id) for i in report.items
+                ],
                 work_done_token=held_token,
             )
         )
@@ -160,7 +162,9 @@ async def test_invalid_initialization_option_is_reported(client: LanguageClient)
 async def _pull(client: LanguageClient, uri: str, previous: str | None = None) -> object:
     return await asyncio.wait_for(
         client.text_document_diagnostic_async(
-            lsp.DocumentDiagnosticParams(lsp.TextDocumentIdentifier(uri), previous_result_id=previous)
+            lsp.DocumentDiagnosticParams(
+                lsp.TextDocumentIdentifier(uri), previous_result_id=previous
+            )
         ),
         TIMEOUT,
     )

@@ -342,7 +342,9 @@ async def test_notebook_cells_get_their_hints_and_paths_in_cell_coordinates():
     # Semantic tokens of a cell: its own lines only, in its own coordinates.
     from ddp_lsp.lsp import config as settings_config
 
-    state.config.editor_global = settings_config.EditorSettings(options=settings_config.EditorOptions(rank_tokens=True))
+    state.config.editor_global = settings_config.EditorSettings(
+        options=settings_config.EditorOptions(rank_tokens=True)
+    )
     full = server.protocol.fm.features[lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL]
     assert full(lsp.SemanticTokensParams(lsp.TextDocumentIdentifier(first))).data == []
     data = full(lsp.SemanticTokensParams(lsp.TextDocumentIdentifier(second))).data

@@ -331,7 +331,9 @@ def train(rank, t):
         path=Path("/p/train.py"),
     )
     assert rank_view.hover(None, unit, Pos(8, 10)) is None  # init_process_group: every rank
-    text = rank_view.hover(None, unit, Pos(9, 5))  # log("start"): every rank, but not its other call
+    text = rank_view.hover(
+        None, unit, Pos(9, 5)
+    )  # log("start"): every rank, but not its other call
     assert text is not None and "called here on all ranks" in text
     assert "- line 12: rank 0" in text
     text = rank_view.hover(None, unit, Pos(11, 9))

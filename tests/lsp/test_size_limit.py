@@ -32,7 +32,11 @@ class Watch:
 @pytest.fixture
 def watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
     w = Watch()
-    init, set_text, apply_edit = documents.Document.__init__, documents.Document.set_text, documents.Document.apply_edit
+    init, set_text, apply_edit = (
+        documents.Document.__init__,
+        documents.Document.set_text,
+        documents.Document.apply_edit,
+    )
 
     def watched_init(self: Any, text: str, *args: Any, **kwargs: Any) -> None:
         w.see(len(text))
@@ -56,7 +60,9 @@ class Client:
     def __init__(self) -> None:
         self.published: list[tuple[str, int | None, list[dict[str, Any]]]] = []
         self.messages: list[str] = []
-        self.state = server_state.ServerState(self.publish, self.show)  # no event loop: analyses at once
+        self.state = server_state.ServerState(
+            self.publish, self.show
+        )  # no event loop: analyses at once
 
     def publish(self, uri: str, version: int | None, diags: list[dict[str, Any]]) -> None:
         self.published.append((uri, version, diags))

@@ -55,7 +55,9 @@ async def test_settings_change_invalidates_the_cache(tmp_path: Path, monkeypatch
     assert [d.severity for d in first.items[0].items] == [lsp.DiagnosticSeverity.Error]
     from ddp_lsp.lsp import config as settings_config
 
-    state.config.editor_global = settings_config.parse_editor_settings({"severity": {"DDP201": "hint"}}, "test")
+    state.config.editor_global = settings_config.parse_editor_settings(
+        {"severity": {"DDP201": "hint"}}, "test"
+    )
     state.configuration_changed()
     again = await workspace_pull.workspace_diagnostics(state, cache, params, None)
     assert [d.severity for d in again.items[0].items] == [lsp.DiagnosticSeverity.Hint]  # type: ignore[union-attr]

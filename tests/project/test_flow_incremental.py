@@ -140,7 +140,10 @@ def _edit(mods: dict[str, Module], rng: random.Random) -> tuple[str, str]:
     if op == 6:
         other = rng.choice([m for m in MODULES if m != here])
         line = rng.choice(
-            [f"import {other}", f"from {other} import {rng.choice(list(mods[other].functions) or ['x'])}"]
+            [
+                f"import {other}",
+                f"from {other} import {rng.choice(list(mods[other].functions) or ['x'])}",
+            ]
         )
         if line in mod.imports:
             mod.imports.remove(line)

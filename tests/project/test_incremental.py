@@ -64,10 +64,13 @@ def test_same_for_project_ignores_only_the_key_and_the_line_count() -> None:
     text = (FIXTURES / "deit" / "main.py").read_text()
     old = summarise("main.py", text, "k1", ranks)
     assert same_for_project(old, summarise("main.py", text + "# note\n", "k2", ranks))
-    assert same_for_project(old, summarise("main.py", text.replace("range(10)", "range(11)"), "k2", ranks))
+    assert same_for_project(
+        old, summarise("main.py", text.replace("range(10)", "range(11)"), "k2", ranks)
+    )
     # A wrapper gone (the kind the engine receives), a line moved (provenance), another path.
     assert not same_for_project(
-        old, summarise("main.py", text.replace("DistributedDataParallel(", "identity("), "k2", ranks)
+        old,
+        summarise("main.py", text.replace("DistributedDataParallel(", "identity("), "k2", ranks),
     )
     assert not same_for_project(old, summarise("main.py", "\n" + text, "k2", ranks))
     assert not same_for_project(old, summarise("main2.py", text, "k1", ranks))
@@ -171,7 +174,11 @@ _EDITS = (
     ("engine.py", "def evaluate(net, data_loader):", "def evaluate(model, data_loader):"),
     ("util/misc.py", "def all_reduce_mean(x):", "def all_reduce_mean(x, y=None):"),
     ("util/misc.py", "    dist.all_reduce(t)\n", "    pass\n"),
-    ("util/misc.py", "    t = torch.tensor(x).cuda()\n", "    t = torch.tensor(x).cuda()\n    dist.all_reduce(t)\n"),
+    (
+        "util/misc.py",
+        "    t = torch.tensor(x).cuda()\n",
+        "    t = torch.tensor(x).cuda()\n    dist.all_reduce(t)\n",
+    ),
 )
 
 
@@ -216,7 +223,9 @@ def _apply(root: Path, rng: random.Random) -> None:
         if extra.exists():
             extra.unlink()
         else:
-            extra.write_text("from engine import train_one_epoch\n\ndef go(m):\n    train_one_epoch(m, 0, 0, 0, 0)\n")
+            extra.write_text(
+                "from engine import train_one_epoch\n\ndef go(m):\n    train_one_epoch(m, 0, 0, 0, 0)\n"
+            )
     else:
         rel, old, new = rng.choice(_EDITS)
         path = root / rel
@@ -253,7 +262,9 @@ def test_a_function_nothing_calls_keeps_the_stored_facts(
 def test_a_helper_in_a_file_with_two_functions_of_one_name(deit: Path, computes: list[int]) -> None:
     # (An `if`/`else` pair of `def`s, `@overload`s: the helper is still alone with its name.)
     path = deit / "tools_unused.py"
-    path.write_text(path.read_text() + "\n\ndef twice():\n    return 1\n\n\ndef twice():\n    return 2\n")
+    path.write_text(
+        path.read_text() + "\n\ndef twice():\n    return 1\n\n\ndef twice():\n    return 2\n"
+    )
     _view(deit)
     path.write_text(path.read_text() + _HELPERS[0])
     assert _view(deit) == _expected(deit)

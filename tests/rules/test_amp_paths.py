@@ -29,9 +29,7 @@ def step(mode, scaler, opt, loss):
 
 
 def test_match_cases_and_if_branches_are_exclusive() -> None:
-    [ctx] = [
-        u.ctx for _, u in document_uniformity(Document(SRC)) if list(u.ctx.nodes(ast.Match))
-    ]
+    [ctx] = [u.ctx for _, u in document_uniformity(Document(SRC)) if list(u.ctx.nodes(ast.Match))]
     calls = sorted(
         (n for n in ctx.nodes(ast.Call) if isinstance(n, ast.Call)), key=lambda c: c.lineno
     )

@@ -12,7 +12,9 @@ from ddp_lsp.core.rule import Invalid, Valid
 from tests.casekit import check_invalid, findings
 
 CASES = [
-    pytest.param(rule, case, id=f"{rule.meta.id}-{'valid' if isinstance(case, Valid) else 'invalid'}-{i}")
+    pytest.param(
+        rule, case, id=f"{rule.meta.id}-{'valid' if isinstance(case, Valid) else 'invalid'}-{i}"
+    )
     for rule in all_rules()
     for i, case in enumerate(rule.cases)
 ]
@@ -45,9 +47,13 @@ def test_non_distributed_code_gets_only_any_module_rules(rule) -> None:
         if isinstance(case, Invalid):
             code = unmark(case.code).code
             plain = "\n".join(
-                line for line in code.splitlines()
-                if "distributed" not in line and "DistributedDataParallel" not in line
-                and "DDP" not in line and "RANK" not in line and "init_process_group" not in line
+                line
+                for line in code.splitlines()
+                if "distributed" not in line
+                and "DistributedDataParallel" not in line
+                and "DDP" not in line
+                and "RANK" not in line
+                and "init_process_group" not in line
             )
             try:
                 tree = ast.parse(plain)

@@ -30,8 +30,17 @@ _METHODS = (
 
 TABLE: tuple[Api, ...] = (
     Api(Match.MODULE, "mpi4py", (Meaning.DISTRIBUTED,)),
-    *(Api(Match.CALL, f"mpi4py.MPI.COMM_WORLD.{m}", _BARRIER if m.lower() == "barrier" else _COLL) for m in _METHODS),
+    *(
+        Api(Match.CALL, f"mpi4py.MPI.COMM_WORLD.{m}", _BARRIER if m.lower() == "barrier" else _COLL)
+        for m in _METHODS
+    ),
     # `comm = MPI.COMM_WORLD; comm.bcast(...)`.
-    *(Api(Match.METHOD, f"COMM_WORLD.{m}", _BARRIER if m.lower() == "barrier" else _COLL) for m in _METHODS),
-    *(Api(Match.METHOD, f"comm.{m}", _BARRIER if m.lower() == "barrier" else _COLL) for m in _METHODS),
+    *(
+        Api(Match.METHOD, f"COMM_WORLD.{m}", _BARRIER if m.lower() == "barrier" else _COLL)
+        for m in _METHODS
+    ),
+    *(
+        Api(Match.METHOD, f"comm.{m}", _BARRIER if m.lower() == "barrier" else _COLL)
+        for m in _METHODS
+    ),
 )
