@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddp_lsp.rules._data import is_test_path
+from ddp_lsp.core.crossfile import is_test_path
 
 try:  # imported as bench.seed_bugs (the tests)
     from bench import triage
@@ -1072,7 +1072,7 @@ _DIST_ONLY = re.compile(
 )
 
 
-#: Rules silent in test code (ddp_lsp.rules._data.is_test_path, F16 in docs/accuracy.md): a
+#: Rules silent in test code (ddp_lsp.core.crossfile.is_test_path, F16 in docs/accuracy.md): a
 #: distributed test feeds every rank the data and the seeds it means to compare, so dropping a
 #: test's sampler or its per-rank seed offset makes a weaker test, not a training bug.
 _SILENT_IN_TESTS = frozenset({"DDP401", "DDP503"})

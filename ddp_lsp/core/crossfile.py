@@ -9,11 +9,28 @@ cached, so a project change that does not touch a module's facts re-runs none of
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
 from ddp_lsp.core.gates import Gating
+
+# Test code (docs/accuracy.md F16): a module in a test folder or named as a test or a test helper.
+_TEST_DIRS = frozenset({"test", "tests", "testing", "unittests", "unit_tests", "gpu_tests"})
+_TEST_FILE = re.compile(r"^(?:test_.*|.*_tests?|conftest|.*test_utils?|.*testing_utils?)\.py$")
+
+
+def is_test_path(path: str) -> bool:
+    """``path`` (relative to the project root, ``/``-separated) is test code: under a
+    ``tests``/``test``/``gpu_tests``/``*_tests`` folder, or ``test_*.py``, ``*_test.py``,
+    ``conftest.py``, ``*test_utils.py``. bench/seed_bugs.py seeds no site here for the rules that
+    ask (keep the two in step)."""
+    parts = path.split("/")
+    if any(d in _TEST_DIRS or d.endswith("_tests") for d in parts[:-1]):
+        return True
+    return _TEST_FILE.match(parts[-1]) is not None
+
 
 #: The statements under a top-level ``if __name__ == "__main__":``, as a scope of
 #: ``ModuleProjectFacts.single_process``: they run when the file is the script, not when

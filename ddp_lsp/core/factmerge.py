@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ddp_lsp.core import gates as gate_facts
 from ddp_lsp.core import names as known_names
-from ddp_lsp.core.crossfile import ModuleProjectFacts, ParamKind, Provenance
+from ddp_lsp.core.crossfile import ModuleProjectFacts, ParamKind, Provenance, is_test_path
 from ddp_lsp.core.factcalls import _kind_of_source, is_collective_call
 from ddp_lsp.core.factkinds import (
     _CHECKPOINT_WRITERS,
@@ -125,6 +125,16 @@ class ModuleFacts:
 
     def has_project(self) -> bool:
         return self.project is not None
+
+    def is_test_module(self) -> bool:
+        """The module is test code (crossfile.is_test_path of its path in the project); False
+        when analysed alone, without a path."""
+        return self.project is not None and is_test_path(self.project.path)
+
+    def single_process_functions(self) -> frozenset[str]:
+        """The functions of this module the project finds single-process (project/reach.py);
+        empty when analysed alone: no project and a project that finds none read alike."""
+        return self.project.single_process if self.project is not None else frozenset()
 
     def kind(self, path: str, scope: str, cls: str | None) -> str | None:
         """What ``path`` (``model``, ``self.scaler``) holds in function ``scope``."""

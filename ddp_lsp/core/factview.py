@@ -10,7 +10,13 @@ from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
 from ddp_lsp.core import names as known_names
-from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
+from ddp_lsp.core.crossfile import (
+    CalleeProps,
+    ModuleProjectFacts,
+    ParamKind,
+    Provenance,
+    is_test_path,
+)
 from ddp_lsp.core.factmerge import ModuleFacts, _callee_key, visible_key, visible_scopes
 from ddp_lsp.core.gates import Gating
 from ddp_lsp.core.ranks import RankModel
@@ -30,6 +36,7 @@ EVERYTHING = ("\x00everything",)  # a read the view cannot narrow down (the fact
 DIST = ("dist",)
 PROJECT = ("proj",)  # the project facts as a whole (a rule holding the object)
 HAS_PROJECT = ("proj?",)  # whether the module is analysed inside a project
+TEST_CODE = ("proj-test",)  # whether the project's path of the module is test code
 SINGLE_PROCESS = ("proj-sp",)  # the project's single-process functions of the module
 BARRIER_IFS = ("bifs",)  # how many top-level ifs call a barrier
 Entry = tuple[object, ...]
@@ -235,6 +242,17 @@ class FactsView:
         self.reads.add(HAS_PROJECT)
         return self.base.project is not None
 
+    def is_test_module(self) -> bool:
+        self.reads.add(TEST_CODE)
+        return self.base.is_test_module()
+
+    def single_process_functions(self) -> frozenset[str]:
+        # The engine asks it for every chunk of a distributed-only rule: it must rest on this
+        # set alone, not on there being a project (the project's first facts arriving would
+        # otherwise re-run every chunk of an open document).
+        self.reads.add(SINGLE_PROCESS)
+        return self.base.single_process_functions()
+
     def resolve(self, dotted_name: str) -> str | None:
         return known_names.resolve(dotted_name, self.aliases)
 
@@ -277,20 +295,19 @@ class FactsView:
         self.reads.add((EntryTag.CALLEE_PROPS, key))
         return self.base.callee_gating(callee, cls)
 
+    # The two origins rest on one entry each, not on there being a project: without one the
+    # answer is None, as with a project that says nothing of that key (changed_entries reads
+    # a missing project as empty tables), so the project's first facts re-run only the
+    # chunks whose answer they change.
     def kind_origin(self, path: str, scope: str, cls: str | None) -> ParamKind | None:
-        self.reads.add(HAS_PROJECT)
-        if self.base.project is None:
-            return None
         key = visible_key(self.kinds, path, scope, cls)
         if key is None:
             return None
         self.reads.add((EntryTag.PROJECT_KINDS, key))
-        return self.base.project.extra_kinds.get(key)
+        project = self.base.project
+        return None if project is None else project.extra_kinds.get(key)
 
     def callee_origin(self, callee: str, cls: str | None, prop: str) -> Provenance | None:
-        self.reads.add(HAS_PROJECT)
-        if self.base.project is None:
-            return None
         key = _callee_key(callee, cls)
         if key in self.func_props:
             return None
@@ -366,7 +383,14 @@ def changed_entries(old: ModuleFacts, new: ModuleFacts) -> frozenset[Entry]:
         op, np_ = old.project, new.project
         if (op is None) != (np_ is None):
             out.add(HAS_PROJECT)
-        if (op.single_process if op else None) != (np_.single_process if np_ else None):
+        if (op is not None and is_test_path(op.path)) != (
+            np_ is not None and is_test_path(np_.path)
+        ):
+            out.add(TEST_CODE)
+        # No project reads as "no single-process functions" (single_process_functions).
+        if (op.single_process if op else frozenset()) != (
+            np_.single_process if np_ else frozenset()
+        ):
             out.add(SINGLE_PROCESS)
         _diff_map(
             out,

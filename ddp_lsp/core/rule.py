@@ -265,9 +265,7 @@ class ChunkContext:
     def kind_source(self, expr: ast.AST | str, at: ast.AST | None = None) -> ParamKind | None:
         """Where ``expr``'s kind (``expr``: a node, or a path such as ``"self.sampler"``) came
         from, when another file gave it (``main.py`` passes a DDP model to this function);
-        None when the module knows it from its own code."""
-        if not self.facts.has_project():
-            return None
+        None when the module knows it from its own code (and always without a project)."""
         path = expr if isinstance(expr, str) else path_of(expr)
         if path is None:
             return None
@@ -280,8 +278,6 @@ class ChunkContext:
         self, call: ast.Call, prop: str, at: ast.AST | None = None
     ) -> Provenance | None:
         """Where the function ``call`` reaches has ``prop``, when it is defined in another file."""
-        if not self.facts.has_project():
-            return None
         name = dotted(call.func)
         if name is None:
             return None
@@ -292,10 +288,11 @@ class ChunkContext:
         """A message suffix and related locations for facts from other files:
         ``" (model is wrapped in DistributedDataParallel at main.py:12)"``, with the wrap and
         each call that carried it as related locations. ``("", ())`` when there is none."""
-        project = self.facts.project
         texts: list[str] = []
         related: list[Related] = []
         for src in sources:
+            # A source exists only with a project; read it only then (not "is there a project").
+            project = None if src is None else self.facts.project
             if src is None or project is None:
                 continue
             if isinstance(src, ParamKind):
@@ -334,8 +331,7 @@ class ChunkContext:
     def single_process_scopes(self) -> frozenset[str]:
         """The functions of this module the project finds single-process (not distributed
         code: project/reach.py); empty when analysed alone or when the project says nothing."""
-        project = self.facts.project
-        return project.single_process if project is not None else frozenset()
+        return self.facts.single_process_functions()
 
     def in_single_process(self, span: Span) -> bool:
         """The code at ``span`` (chunk lines) is in a function the project finds

@@ -186,29 +186,12 @@ def dotted_path(expr: ast.AST) -> str | None:
     return known_names.dotted(expr)
 
 
-# Test code (F16): a module in a test folder or named as a test or a test helper.
-_TEST_DIRS = frozenset({"test", "tests", "testing", "unittests", "unit_tests", "gpu_tests"})
-_TEST_FILE = re.compile(r"^(?:test_.*|.*_tests?|conftest|.*test_utils?|.*testing_utils?)\.py$")
-
-
-def is_test_path(path: str) -> bool:
-    """``path`` (relative to the project root, ``/``-separated) is test code: under a
-    ``tests``/``test``/``gpu_tests``/``*_tests`` folder, or ``test_*.py``, ``*_test.py``,
-    ``conftest.py``, ``*test_utils.py``. bench/seed_bugs.py seeds no site here for the rules that
-    ask (keep the two in step)."""
-    parts = path.split("/")
-    if any(d in _TEST_DIRS or d.endswith("_tests") for d in parts[:-1]):
-        return True
-    return _TEST_FILE.match(parts[-1]) is not None
-
-
 def in_test_module(ctx: ChunkContext) -> bool:
     """The module is test code (known with the project view, which gives its path). A test
     feeds every rank the data and the seeds it means to compare (identical data is how a
     distributed test checks that the ranks agree), so how a training run splits its data
     across ranks is not the question there."""
-    project = ctx.facts.project
-    return project is not None and is_test_path(project.path)
+    return ctx.facts.is_test_module()
 
 
 def uses_sampler_framework(ctx: ChunkContext) -> bool:

@@ -13,6 +13,7 @@ from ddp_lsp.config import (
     settings_from_mapping,
     settings_from_pyproject,
 )
+from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.document import Document
 from ddp_lsp.core.engine import analyze, fix_text
 from ddp_lsp.core.registry import all_rules
@@ -107,6 +108,49 @@ def test_a_fact_change_reruns_only_the_chunks_that_read_it() -> None:
         analyze(doc, Settings(), rules=(rule,))
         assert doc.rules_ran == ReadsAlias.runs
         assert ReadsAlias.runs == (len(doc.chunks()) if expect_all else 1), rule.name
+
+
+PROJECT_APPEARS = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+
+def setup(rank):
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(rank)
+
+
+def make_loader(dataset):
+    return DataLoader(dataset, batch_size=8, shuffle=True)
+
+
+def step(model, batch):
+    return model(batch).sum()
+
+
+def report(values):
+    return sum(values) / len(values)
+"""
+
+
+def test_the_project_appearing_reruns_only_the_chunks_whose_answers_it_changes() -> None:
+    # An editor shows a file before its project index is ready; the index's first facts then
+    # arrive. Facts that say nothing new of the module must re-run no chunk (every chunk used
+    # to read "is there a project", and a 20,000-line file took 1.6 s on the next keystroke);
+    # a path that makes the module test code re-runs the chunks that ask (DDP401's loader).
+    doc = Document(PROJECT_APPEARS)
+    alone = analyze(doc)
+    assert any(f.rule_id == "DDP401" for f in alone.findings)
+    plain = analyze(doc, project=ModuleProjectFacts("train", "train.py", root="/p"))
+    assert doc.rules_ran == 0
+    assert [(f.rule_id, f.span) for f in plain.findings] == [
+        (f.rule_id, f.span) for f in alone.findings
+    ]
+    test = ModuleProjectFacts("tests.test_train", "tests/test_train.py", root="/p")
+    in_tests = analyze(doc, project=test)
+    assert 0 < doc.rules_ran < len(doc.chunks())
+    assert not any(f.rule_id == "DDP401" for f in in_tests.findings)
 
 
 def test_suppression_comments() -> None:
