@@ -617,8 +617,8 @@ def unused_holder(checkout: Path, paths: Sequence[str], text: str, line: int) ->
     define = re.compile(rf"\bdef\s+{re.escape(holder.name)}\b")
     root = checkout.resolve()
     for f in triage.python_files(checkout, paths):
-        parts = f.relative_to(root).parts if f.is_relative_to(root) else f.parts
-        if any(part.startswith("test") or part == "conftest.py" for part in parts):
+        rel = f.relative_to(root).as_posix() if f.is_relative_to(root) else f.as_posix()
+        if is_test_path(rel):  # the one definition of test code (F16)
             continue
         try:
             body = f.read_text(encoding="utf-8", errors="replace")

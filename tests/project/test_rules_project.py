@@ -640,6 +640,22 @@ def test_ddp103_module_reaching_torch_distributed_through_import_torch(tmp_path:
         assert _ids([f for f in found if f.rule_id == "DDP103"]) == [("DDP103", 8)]
 
 
+#: A zero-first context manager (barrier on the other ranks, run, barrier on rank 0) whose
+#: rank -1 means a single process: no barrier at all.
+ZERO_FIRST = """\
+import contextlib
+import torch.distributed as dist
+
+@contextlib.contextmanager
+def zero_first(local_rank):
+    if local_rank not in (-1, 0):
+        dist.barrier()
+    yield
+    if local_rank == 0:
+        dist.barrier()
+"""
+
+
 def test_ddp103_validation_helper_that_builds_its_loader_with_the_default_rank(
     tmp_path: Path,
 ) -> None:
@@ -650,18 +666,7 @@ def test_ddp103_validation_helper_that_builds_its_loader_with_the_default_rank(
     _write(
         tmp_path,
         {
-            "utils/torch_utils.py": """\
-            import contextlib
-            import torch.distributed as dist
-
-            @contextlib.contextmanager
-            def zero_first(local_rank):
-                if local_rank not in (-1, 0):
-                    dist.barrier()
-                yield
-                if local_rank == 0:
-                    dist.barrier()
-            """,
+            "utils/torch_utils.py": ZERO_FIRST,
             "utils/data.py": """\
             import torch
             from utils.torch_utils import zero_first
@@ -709,18 +714,7 @@ def test_ddp103_zero_first_helper_two_files_away_given_rank_minus_one(tmp_path: 
     _write(
         tmp_path,
         {
-            "utils/torch_utils.py": """\
-            import contextlib
-            import torch.distributed as dist
-
-            @contextlib.contextmanager
-            def zero_first(local_rank):
-                if local_rank not in (-1, 0):
-                    dist.barrier()
-                yield
-                if local_rank == 0:
-                    dist.barrier()
-            """,
+            "utils/torch_utils.py": ZERO_FIRST,
             "utils/data.py": """\
             import torch
             from utils.torch_utils import zero_first
