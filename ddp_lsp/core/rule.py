@@ -328,6 +328,12 @@ class ChunkContext:
         self._memo[key] = value
         return value
 
+    def release(self) -> None:
+        """Forget what the rules memoised, once they have all run: some of it points back at
+        this context (a ``ChunkUniformity``), a cycle only a cyclic collection would free."""
+        self._memo.clear()
+        self._qualnames.clear()
+
     def single_process_scopes(self) -> frozenset[str]:
         """The functions of this module the project finds single-process (not distributed
         code: project/reach.py); empty when analysed alone or when the project says nothing."""

@@ -88,6 +88,7 @@ budget of docs/performance.md.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -245,25 +246,28 @@ class ChunkUniformity:
         return self._tests[key]
 
     def _resolver(self, at: ast.AST) -> Resolver:
-        def resolve(e: ast.expr, depth: int) -> RankSet | None:
-            if depth >= _MAX_DEPTH:
-                return None
-            value = self._value_of(e, at)
-            if value is None:
-                return None
-            if isinstance(value, ast.IfExp):
-                # `saver = Saver() if is_master else None`: made on the ranks of the test.
-                t = condition_ranks(self.ctx.ranks, value.test, resolve, depth + 1)
-                if t is not None:
-                    if _is_none(value.orelse) and not _is_none(value.body):
-                        return t
-                    if _is_none(value.body) and not _is_none(value.orelse):
-                        return t.negated()
-            # A value the classifier calls uniform is uniform even if it names the rank
-            # (`ddp = int(os.environ.get("RANK", -1)) != -1`: "is this run distributed").
-            return condition_ranks(self.ctx.ranks, value, self._resolver(value), depth + 1)
+        # A partial of a method, not a closure calling itself: a self-recursive closure is a
+        # reference cycle holding this object, its ChunkContext and the chunk's facts view
+        # alive until a cyclic collection (the server freezes its heap between keystrokes).
+        return functools.partial(self._resolve, at)
 
-        return resolve
+    def _resolve(self, at: ast.AST, e: ast.expr, depth: int) -> RankSet | None:
+        if depth >= _MAX_DEPTH:
+            return None
+        value = self._value_of(e, at)
+        if value is None:
+            return None
+        if isinstance(value, ast.IfExp):
+            # `saver = Saver() if is_master else None`: made on the ranks of the test.
+            t = condition_ranks(self.ctx.ranks, value.test, self._resolver(at), depth + 1)
+            if t is not None:
+                if _is_none(value.orelse) and not _is_none(value.body):
+                    return t
+                if _is_none(value.body) and not _is_none(value.orelse):
+                    return t.negated()
+        # A value the classifier calls uniform is uniform even if it names the rank
+        # (`ddp = int(os.environ.get("RANK", -1)) != -1`: "is this run distributed").
+        return condition_ranks(self.ctx.ranks, value, self._resolver(value), depth + 1)
 
     def _value_of(self, e: ast.expr, at: ast.AST) -> ast.expr | None:
         """The value last assigned to ``e`` before ``at`` in its frame (names), or in the

@@ -14,7 +14,6 @@ is a URI the client knows (the document itself, or one cell) with its line offse
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from ddp_lsp.lsp.diagnostics import (
     reuse_moved,
     to_diagnostic,
 )
+from ddp_lsp.lsp.heap import HeapKeeper
 from ddp_lsp.lsp.notebook import Notebook
 from ddp_lsp.sources import MAX_SOURCE_BYTES, too_large_message
 
@@ -76,14 +76,8 @@ log = logging.getLogger("ddp_lsp.lsp")
 # are far below this (a 20,000-line file is about 0.7 MB).
 MAX_ANALYSED_CHARS = MAX_SOURCE_BYTES  # one limit for CLI, index and server: ddp_lsp/sources.py
 
-# Garbage collection. With a 20,000-line file open the heap holds millions of AST nodes and
-# findings; a full (generation 2) collection over them takes ~0.4 s, and one lands in the
-# middle of typing every few dozen edits (measured: edit p95 41 ms, max 423 ms at 20,000
-# lines). After each analysis the surviving objects are frozen (``gc.freeze``), so automatic
-# collections only scan what the next edit allocates (p95 24 ms, max 42 ms); frozen garbage in
-# reference cycles is collected by one full collection once the user has stopped typing.
-IDLE_COLLECT_S = 5.0
-IDLE_COLLECT_MIN_ANALYSES = 50  # a full collection costs ~0.4 s at 20,000 lines: not per pause
+# Garbage collection between keystrokes: see ddp_lsp/lsp/heap.py (collect what the edit left
+# unfrozen, freeze the survivors; a full collection only once typing pauses, when owed).
 
 Publish = Callable[[str, "int | None", list[dict[str, Any]]], None]
 ShowError = Callable[[str, bool], None]  # (message, is_error)
@@ -305,8 +299,7 @@ class ServerState:
         self._shown: set[str] = set()
         self._workspace_event: asyncio.Event | None = None
         self._flush_scheduled = False
-        self._idle_gc: asyncio.TimerHandle | None = None
-        self._analyses_since_gc = 0
+        self.heap = HeapKeeper()
 
     # -- workspace pulls ------------------------------------------------------------------------
 
@@ -568,24 +561,7 @@ class ServerState:
             self.flush()
         except Exception:  # never let one bad analysis stop the server
             log.exception("analysis failed")
-        self._freeze_heap()
-
-    def _freeze_heap(self) -> None:
-        gc.freeze()
-        self._analyses_since_gc += 1
-        if self._idle_gc is not None:
-            self._idle_gc.cancel()
-        self._idle_gc = asyncio.get_running_loop().call_later(IDLE_COLLECT_S, self._idle_collect)
-
-    def _idle_collect(self) -> None:
-        """A full collection, now that no edit has arrived for a while."""
-        self._idle_gc = None
-        if self._analyses_since_gc < IDLE_COLLECT_MIN_ANALYSES:
-            return
-        gc.unfreeze()
-        gc.collect()
-        gc.freeze()
-        self._analyses_since_gc = 0
+        self.heap.settle()  # the diagnostics are written: collect this edit's garbage, freeze
 
     def flush(self) -> None:
         for unit in list(self.units.values()):

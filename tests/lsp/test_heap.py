@@ -1,0 +1,93 @@
+"""The server's heap between keystrokes (ddp_lsp/lsp/heap.py): the frozen heap holds no
+garbage, however many edits; a full collection happens only after a large build, when idle."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from types import SimpleNamespace as NS
+from typing import Any
+
+from ddp_lsp.core import document
+from ddp_lsp.lsp.heap import HeapKeeper
+from ddp_lsp.lsp.state import ServerState
+from tests.core.test_no_cycles import TEXT
+
+URI = "file:///tmp/heap_test.py"
+NAME_LINE = 10  # `    is_master = rank == 0`: an identifier of a function body
+
+
+def _insert(line: int, col: int, text: str) -> Any:
+    return NS(
+        range=NS(start=NS(line=line, character=col), end=NS(line=line, character=col)), text=text
+    )
+
+
+def _delete(line: int, col: int) -> Any:
+    return NS(
+        range=NS(start=NS(line=line, character=col), end=NS(line=line, character=col + 1)), text=""
+    )
+
+
+def _frozen_garbage_after(edits: int) -> tuple[int, ServerState]:
+    """Unreachable objects left in the heap after ``edits`` keystrokes analysed as the server
+    analyses them (on its event loop, settling the heap after each publication)."""
+
+    async def run() -> ServerState:
+        state = ServerState(lambda uri, v, d: None, lambda m, e: None)
+        unit = state.open(URI, TEXT, 1, "python")
+        await asyncio.sleep(0)  # the flush callback: analyse, publish, settle
+        assert unit.analysed_version == 1
+        assert TEXT.split("\n")[NAME_LINE].startswith("    is_master")
+        for version in range(2, edits + 2):
+            # A character typed into `is_master` and deleted: each re-runs the chunk's rules.
+            change = _insert(NAME_LINE, 6, "x") if version % 2 == 0 else _delete(NAME_LINE, 6)
+            state.change(URI, version, [change])
+            await asyncio.sleep(0)
+            assert unit.analysed_version == version
+        return state
+
+    gc.unfreeze()
+    gc.collect()  # start from a heap without garbage
+    state = asyncio.run(run())
+    gc.unfreeze()
+    return gc.collect(), state
+
+
+def test_the_frozen_heap_holds_no_garbage_however_many_edits() -> None:
+    few, state_few = _frozen_garbage_after(4)
+    many, state_many = _frozen_garbage_after(60)
+    assert state_many.heap.settles == 61
+    # Freezing each edit's cycles (a ChunkContext and what it held, closures) made this grow
+    # by hundreds of objects per keystroke; now each edit's garbage is collected before the
+    # heap is frozen again, so 60 edits leave no more than 4 do.
+    assert many <= few + 50, (few, many)
+
+
+def test_a_settle_after_a_large_build_freezes_without_a_full_collection() -> None:
+    keeper = HeapKeeper()
+    collections: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    async def run() -> None:
+        keeper.settle()  # an ordinary edit: collects what is not frozen
+        assert collections == [2]
+        document.promotions += 1  # as gc_paused does after building a large tree
+        collections.clear()
+        keeper.settle()
+        assert collections == []  # the whole heap is unfrozen now: no collection over it
+        assert keeper.full_collections == 0  # owed, once no edit comes for a while
+        keeper.settle()  # the next keystroke's objects alone: collected again
+        assert collections == [2]
+        keeper._on_idle()
+        assert keeper.full_collections == 1
+
+    gc.callbacks.append(note)
+    try:
+        asyncio.run(run())
+    finally:
+        gc.callbacks.remove(note)
+        gc.unfreeze()
