@@ -219,7 +219,21 @@ class FrameworkModel:
     apis: tuple[Api, ...] = ()
 
     def extended(self, extra: Iterable[Api]) -> FrameworkModel:
-        return FrameworkModel(self.apis + tuple(extra))
+        more = tuple(extra)
+        # No entries of the user's: this model, with the tables it derived and memoised.
+        return FrameworkModel(self.apis + more) if more else self
+
+    def __hash__(self) -> int:
+        # Part of every analysis's cache key: hashing hundreds of entries per keystroke cost
+        # more than the key lookups it serves. Kept out of pickles (``__getstate__``): string
+        # hashes differ between processes.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash(self.apis)
+        return h
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"apis": self.apis}  # not the derived tables, memo and hash
 
     @cached_property
     def _by_meaning(self) -> Mapping[tuple[Meaning, Match], frozenset[str]]:
