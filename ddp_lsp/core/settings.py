@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import PurePath
 
 from ddp_lsp.core.frameworks import BUILTIN, Api, Meaning
@@ -66,8 +67,15 @@ class Settings:
                 return sev
         return default
 
-    @property
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state.pop("rank_model", None)  # derived (below): rebuilt where it is unpickled
+        return state
+
+    @cached_property
     def rank_model(self) -> RankModel:
+        """Built once per settings object: every analysis asks for it, and its framework
+        tables memoise what they match (a new model per keystroke rebuilt them all)."""
         names = {n for n in self.rank_guard_names if not _PREDICATE_HINT.search(n)}
         predicates = {n for n in self.rank_guard_names if _PREDICATE_HINT.search(n)}
         model = BUILTIN.extended(self.frameworks)
