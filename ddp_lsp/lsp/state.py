@@ -31,7 +31,7 @@ from ddp_lsp.lsp.diagnostics import (
     reuse_moved,
     to_diagnostic,
 )
-from ddp_lsp.lsp.heap import HeapKeeper
+from ddp_lsp.lsp.heap import HeapKeeper, preload_in_background
 from ddp_lsp.lsp.notebook import Notebook
 from ddp_lsp.sources import MAX_SOURCE_BYTES, too_large_message
 
@@ -562,6 +562,7 @@ class ServerState:
         except Exception:  # never let one bad analysis stop the server
             log.exception("analysis failed")
         self.heap.settle()  # the diagnostics are written: collect this edit's garbage, freeze
+        preload_in_background()  # once: what a later keystroke would import (heap.py)
 
     def flush(self) -> None:
         for unit in list(self.units.values()):

@@ -91,3 +91,45 @@ def test_a_settle_after_a_large_build_freezes_without_a_full_collection() -> Non
     finally:
         gc.callbacks.remove(note)
         gc.unfreeze()
+
+
+def test_the_first_publication_starts_importing_what_a_keystroke_would(monkeypatch: Any) -> None:
+    import sys
+    import threading
+
+    from ddp_lsp.lsp import heap
+
+    name = "tests.lsp._preload_probe"
+    monkeypatch.setattr(heap, "PRELOAD", (name,))
+    monkeypatch.setattr(heap, "_preloaded", False)
+    done = threading.Event()
+    probe = type(sys)(name)
+    finder_calls: list[str] = []
+
+    class Finder:
+        def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+            if fullname != name:
+                return None
+            finder_calls.append(threading.current_thread().name)
+            import importlib.util
+
+            class Loader:
+                def create_module(self, spec: Any) -> Any:
+                    return probe
+
+                def exec_module(self, module: Any) -> None:
+                    done.set()
+
+            return importlib.util.spec_from_loader(fullname, Loader())
+
+    monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
+
+    async def run() -> None:
+        state = ServerState(lambda uri, v, d: None, lambda m, e: None)
+        state.open(URI, TEXT, 1, "python")
+        await asyncio.sleep(0)  # analysed and published: the import starts on a thread
+
+    asyncio.run(run())
+    assert done.wait(10)
+    assert finder_calls == ["ddp-lsp-preload"]
+    monkeypatch.delitem(sys.modules, name, raising=False)
