@@ -221,6 +221,19 @@ class _State:
     project_preds: frozenset[str]
 
 
+def _module_place(chunks: Sequence[ChunkFacts]) -> int | None:
+    """Where the top-level code stands among the module's functions in a fresh merge (the
+    functions named before its first part; None: no top-level code). Usually the imports at
+    the top: found at once."""
+    before: set[str] = set()
+    for cf in chunks:
+        for fi in cf.functions:
+            if fi.qualname == MODULE:
+                return len(before)
+            before.add(fi.qualname)
+    return None
+
+
 # An edit that replaces more chunks than this is merged afresh.
 _EDIT_CHUNKS = 64
 
@@ -519,8 +532,18 @@ def _merge_edit(
         return None  # the aliases may change: every binding and callee is resolved again
     old_fns = [fi for cf in old_r for fi in cf.functions]
     new_fns = [fi for cf in new_r for fi in cf.functions]
-    if [fi.qualname for fi in old_fns] != [fi.qualname for fi in new_fns]:
+    old_named = [fi for fi in old_fns if fi.qualname != MODULE]
+    new_named = [fi for fi in new_fns if fi.qualname != MODULE]
+    if [fi.qualname for fi in old_named] != [fi.qualname for fi in new_named]:
         return None  # a function added, removed or moved: the module's order changes
+    module_touched = len(old_named) != len(old_fns) or len(new_named) != len(new_fns)
+    if [fi.qualname for fi in old_fns] != [fi.qualname for fi in new_fns] and _module_place(
+        old_chunks
+    ) != _module_place(new_chunks):
+        # Top-level code appeared in or left an edited chunk (a bracket left open joins a
+        # function's chunk with the statements after it while it is typed), and the module's
+        # top-level code now comes first elsewhere: its place in the functions' order moves.
+        return None
     aliases = st.facts.aliases
     assert cache.aliases == aliases
     functions = st.functions
@@ -561,14 +584,13 @@ def _merge_edit(
 
     # The functions: the same names in the same order, some with new facts.
     changed_fi: dict[str, FunctionInfo] = {}  # name -> its facts before the edit
-    if old_fns and any(a is not b for a, b in zip(old_fns, new_fns, strict=True)):
+    if len(old_fns) != len(new_fns) or any(
+        a is not b for a, b in zip(old_fns, new_fns, strict=True)
+    ):
         functions = dict(functions)
-        module_touched = False
-        for ofi, nfi in zip(old_fns, new_fns, strict=True):
+        for ofi, nfi in zip(old_named, new_named, strict=True):
             q = ofi.qualname
-            if q == MODULE:
-                module_touched = True
-            elif functions[q] is ofi:  # not a later definition of the same name
+            if functions[q] is ofi:  # not a later definition of the same name
                 functions[q] = nfi
                 if nfi != ofi:
                     changed_fi[q] = ofi
@@ -599,7 +621,9 @@ def _merge_edit(
                 for cs in cf.call_sites
                 if cs.args and (cs.callee in functions or cs.callee in st.classes)
             ),
-            tuple((fi.qualname, fi.cls, fi.params) for fi in cf.functions),
+            # Not the top-level code's part: its name, class and parameters are always the
+            # same, whichever chunks hold top-level code (its calls are the call sites above).
+            tuple((fi.qualname, fi.cls, fi.params) for fi in cf.functions if fi.qualname != MODULE),
         )
 
     kinds, sometimes = old_facts.kinds, old_facts.sometimes

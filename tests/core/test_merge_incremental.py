@@ -250,3 +250,51 @@ def test_chunks_of_equal_text_share_facts_and_still_merge_exactly() -> None:
             Document(text, SETTINGS.rank_model).module_facts()
         )
         assert _findings(doc) == _findings(text)
+
+
+DECORATED = """\
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+
+
+def setup(rank):
+    torch.cuda.set_device(rank)
+    print(rank)
+
+
+@torch.no_grad()
+def evaluate(model):
+    dist.barrier()
+    return model
+"""
+
+
+def test_a_bracket_left_open_while_typing_merges_incrementally() -> None:
+    """Typing ``dist.barrier(`` on the last line of ``setup``: until the ``)`` the open
+    bracket takes the decorator below into ``setup``'s chunk, so the top-level code of
+    ``evaluate``'s chunk (the decorator's call) comes and goes with the keystrokes. The
+    functions keep their order, so the merge stays incremental, and equals a fresh one."""
+    doc = Document(DECORATED, SETTINGS.rank_model)
+    doc.module_facts()
+    line = split_lines(DECORATED).index("    print(rank)\n")
+    full = []
+    real = factderive._merge_all
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        full.append(1)
+        return real(*args, **kwargs)
+
+    for start, end, typed in ((4, 15, "dist.barrier("), (17, 17, ")")):
+        doc.apply_edit(Pos(line, start), Pos(line, end), typed)
+        factderive._merge_all = counting  # type: ignore[assignment]
+        try:
+            facts = doc.module_facts()
+        finally:
+            factderive._merge_all = real  # type: ignore[assignment]
+        assert facts == Document(doc.text, SETTINGS.rank_model).module_facts()
+        assert _findings(doc) == _findings(doc.text)
+    assert doc.lines[line] == "    dist.barrier()\n"
+    assert "collective" in facts.props("setup")
+    assert not full  # both merges incremental
