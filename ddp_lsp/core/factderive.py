@@ -38,6 +38,7 @@ from ddp_lsp.core.factmerge import (
     _chunk_part,
     _ChunkPart,
     _function_part,
+    _module_place,
     _passed,
     _resolve_gates,
     _sometimes,
@@ -219,19 +220,6 @@ class _State:
     prop_count: dict[str, int]  # property -> functions that have it
     preds: dict[str, int]  # last name of a rank predicate -> functions
     project_preds: frozenset[str]
-
-
-def _module_place(chunks: Sequence[ChunkFacts]) -> int | None:
-    """Where the top-level code stands among the module's functions in a fresh merge (the
-    functions named before its first part; None: no top-level code). Usually the imports at
-    the top: found at once."""
-    before: set[str] = set()
-    for cf in chunks:
-        for fi in cf.functions:
-            if fi.qualname == MODULE:
-                return len(before)
-            before.add(fi.qualname)
-    return None
 
 
 # An edit that replaces more chunks than this is merged afresh.

@@ -19,6 +19,7 @@ from ddp_lsp.core.factkinds import (
     COLLECTIVE,
     DESTROYS_PG,
     INITS_PG,
+    MODULE,
     SAVES_CALLER_PATH,
     SETS_DEVICE,
     CallSite,
@@ -431,6 +432,19 @@ def merge_input(
         cf.barrier_ifs,
         _chunk_part(cf, aliases),
     )
+
+
+def _module_place(chunks: Sequence[ChunkFacts]) -> int | None:
+    """Where the top-level code stands among the module's functions in a fresh merge (the
+    functions named before its first part; None: no top-level code). Usually the imports at
+    the top: found at once."""
+    before: set[str] = set()
+    for cf in chunks:
+        for fi in cf.functions:
+            if fi.qualname == MODULE:
+                return len(before)
+            before.add(fi.qualname)
+    return None
 
 
 def _passed(
