@@ -8,16 +8,16 @@ scan what later edits allocate.
 Freezing alone froze each edit's *garbage* too: the reference cycles an analysis leaves (a
 ``ChunkContext`` and what its rules memoised, closures of ``ast.dump``) never reached a
 collection, so the frozen heap grew by ~600 objects per keystroke at 20,000 lines (over
-500 edits: 117,000 garbage objects, +20 MB RSS in process, +50 MB for the server under the
-shared harness). Now :meth:`HeapKeeper.settle` first collects what is *not* frozen, which is
+500 edits: 117,000 garbage objects, +20 MB RSS in process, ~40 MB more peak RSS for the
+server under the shared harness). Now :meth:`HeapKeeper.settle` first collects what is *not* frozen, which is
 what this edit allocated and kept (a few thousand objects: 1-3 ms at 20,000 lines), then
 freezes the survivors; the frozen heap holds only live objects and stays the size of the
 document's analysis.
 
-One exception: after building a large tree (a document opened, a big paste)
+Two exceptions: the first settle, and any after building a large tree (a document opened, a big paste)
 :func:`ddp_lsp.core.document.gc_paused` moves the young generation to the oldest one
-unscanned, which also unfreezes the whole heap (``document.promotions`` counts those). The
-next settle then freezes without collecting (a collection would be a full one), and the
+unscanned, which also unfreezes the whole heap (``document.promotions`` counts those). Such a
+settle freezes without collecting (a collection would be a full one), and the
 garbage frozen with it is reclaimed by one full collection once no edit has come for
 :data:`IDLE_COLLECT_S` seconds.
 """
@@ -41,7 +41,9 @@ class HeapKeeper:
     """Collects and freezes after each analysis; a full collection when idle, when owed."""
 
     def __init__(self) -> None:
-        self._seen = _promotions()
+        # None: the first settle freezes unscanned too (the server's start-up heap, pygls and
+        # the core's modules, is not the first edit's to collect).
+        self._seen: int | None = None
         self._owed = False  # objects were frozen unscanned: their cycles wait for a full one
         self._idle: asyncio.TimerHandle | None = None
         self.settles = 0  # analyses settled (tests)

@@ -73,6 +73,8 @@ def test_a_settle_after_a_large_build_freezes_without_a_full_collection() -> Non
             collections.append(info["generation"])
 
     async def run() -> None:
+        keeper.settle()  # the first: the start-up heap is frozen unscanned
+        assert collections == []
         keeper.settle()  # an ordinary edit: collects what is not frozen
         assert collections == [2]
         document.promotions += 1  # as gc_paused does after building a large tree
@@ -84,6 +86,9 @@ def test_a_settle_after_a_large_build_freezes_without_a_full_collection() -> Non
         assert collections == [2]
         keeper._on_idle()
         assert keeper.full_collections == 1
+        collections.clear()
+        keeper.settle()  # nothing owed any more: collect, freeze, no idle collection armed
+        assert collections == [2] and keeper._idle is None
 
     gc.callbacks.append(note)
     try:
