@@ -91,8 +91,7 @@ def test_the_server_reads_the_indexer_wire_format_without_the_project_package() 
     # ddp_lsp.lsp.project imports the indexer module for DISK and read_message; the indexer
     # process imports the project package where it uses it.
     code = (
-        "import json, sys; from ddp_lsp.lsp import indexer; "
-        "print(json.dumps(sorted(sys.modules)))"
+        "import json, sys; from ddp_lsp.lsp import indexer; print(json.dumps(sorted(sys.modules)))"
     )
     proc = subprocess.run(
         [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120
