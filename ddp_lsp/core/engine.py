@@ -267,6 +267,7 @@ def _run_rules(
         except Exception as exc:  # one rule's crash is one rule's loss
             log.exception("rule %s failed", rule.meta.id)
             errors.append(InternalError(rule.meta.id, f"{type(exc).__name__}: {exc}"))
+    ctx.release()  # freed now, not by a cycle collection (ChunkContext.release)
     if chunk.repaired:
         # The chunk parsed only once its half-typed statement was repaired: what the rules
         # say about that statement is about text the user has not written.

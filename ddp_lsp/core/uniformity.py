@@ -245,25 +245,7 @@ class ChunkUniformity:
         return self._tests[key]
 
     def _resolver(self, at: ast.AST) -> Resolver:
-        def resolve(e: ast.expr, depth: int) -> RankSet | None:
-            if depth >= _MAX_DEPTH:
-                return None
-            value = self._value_of(e, at)
-            if value is None:
-                return None
-            if isinstance(value, ast.IfExp):
-                # `saver = Saver() if is_master else None`: made on the ranks of the test.
-                t = condition_ranks(self.ctx.ranks, value.test, resolve, depth + 1)
-                if t is not None:
-                    if _is_none(value.orelse) and not _is_none(value.body):
-                        return t
-                    if _is_none(value.body) and not _is_none(value.orelse):
-                        return t.negated()
-            # A value the classifier calls uniform is uniform even if it names the rank
-            # (`ddp = int(os.environ.get("RANK", -1)) != -1`: "is this run distributed").
-            return condition_ranks(self.ctx.ranks, value, self._resolver(value), depth + 1)
-
-        return resolve
+        return _Resolve(self, at)
 
     def _value_of(self, e: ast.expr, at: ast.AST) -> ast.expr | None:
         """The value last assigned to ``e`` before ``at`` in its frame (names), or in the
@@ -597,6 +579,40 @@ class _Frame:
                     for a in (*node.args, *(k.value for k in node.keywords)):
                         if isinstance(a, ast.Name):
                             self.syncs.setdefault(a.id, []).append(node)
+
+
+class _Resolve:
+    """The values behind the names of a condition evaluated at ``at`` (a ``Resolver``).
+
+    An object, not a closure that passes itself on: such a closure is a reference cycle that
+    holds the chunk's whole analysis (its context, traversal and facts view) until a cycle
+    collection, and the server freezes its heap after each analysis (docs/performance.md,
+    "Memory")."""
+
+    __slots__ = ("at", "u")
+
+    def __init__(self, u: ChunkUniformity, at: ast.AST) -> None:
+        self.u = u
+        self.at = at
+
+    def __call__(self, e: ast.expr, depth: int) -> RankSet | None:
+        if depth >= _MAX_DEPTH:
+            return None
+        u = self.u
+        value = u._value_of(e, self.at)
+        if value is None:
+            return None
+        if isinstance(value, ast.IfExp):
+            # `saver = Saver() if is_master else None`: made on the ranks of the test.
+            t = condition_ranks(u.ctx.ranks, value.test, self, depth + 1)
+            if t is not None:
+                if _is_none(value.orelse) and not _is_none(value.body):
+                    return t
+                if _is_none(value.body) and not _is_none(value.orelse):
+                    return t.negated()
+        # A value the classifier calls uniform is uniform even if it names the rank
+        # (`ddp = int(os.environ.get("RANK", -1)) != -1`: "is this run distributed").
+        return condition_ranks(u.ctx.ranks, value, u._resolver(value), depth + 1)
 
 
 def uniformity(ctx: ChunkContext) -> ChunkUniformity:
