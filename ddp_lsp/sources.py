@@ -29,7 +29,6 @@ import errno
 import io
 import os
 import stat
-import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -323,6 +322,8 @@ def _read_fd(fd: int, limit: int) -> bytes:
 def _stage(real: Path, data: bytes) -> str:
     """The fixed bytes in an fsynced temporary file (next to ``real`` when possible); its path.
     Any failure here (a full disk) leaves the original untouched and no temporary behind."""
+    import tempfile  # here: the server's start-up imports this module and never writes
+
     places = [str(real.parent), None]  # None: the system's temporary directory
     last: OSError | None = None
     for where in places:

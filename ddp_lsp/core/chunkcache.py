@@ -7,21 +7,18 @@ A :class:`~ddp_lsp.core.document.ParsedChunk` is shared while its text is equal 
   each a :class:`ChunkResult` with the module-fact entries the rules read (red-green
   invalidation, see :mod:`ddp_lsp.core.engine`); at most :data:`KEYS_PER_CHUNK` keys;
 - ``placed``: the findings of one result moved to the document line the chunk starts at
-  (:class:`Placed`), reused while the chunk stays there;
-- ``index``: the shared traversal the rules' :class:`~ddp_lsp.core.rule.ChunkContext` builds on
-  first use.
+  (:class:`Placed`), reused while the chunk stays there.
+
+The rules' shared traversal (:class:`~ddp_lsp.core.rule.Index`) is not kept here: each
+:class:`~ddp_lsp.core.rule.ChunkContext` builds its own (see docs/performance.md, "Memory").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ddp_lsp.core.facts import Entry, ModuleFacts
 from ddp_lsp.core.types import Finding, InternalError
-
-if TYPE_CHECKING:
-    from ddp_lsp.core.rule import Index
 
 # Two analysis keys per chunk: the editor's settings and one other (a CLI run, a code action
 # with other settings) without evicting each other; a third clears the chunk's results.
@@ -80,7 +77,6 @@ class Placed:
 class ChunkCache:
     results: dict[AnalysisKey, ChunkResult] = field(default_factory=dict)
     placed: Placed | None = None
-    index: Index | None = None
 
     def result(self, key: AnalysisKey) -> ChunkResult | None:
         return self.results.get(key)

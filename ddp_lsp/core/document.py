@@ -101,7 +101,7 @@ class ParsedChunk:
     # run on the repaired tree, and their findings touching these lines are dropped.
     repaired: frozenset[int] = frozenset()
     # What the engine derived from the chunk (findings per analysis key, findings moved to
-    # the chunk's line, the rules' shared traversal): see core/chunkcache.py.
+    # the chunk's line): see core/chunkcache.py.
     cache: ChunkCache = field(default_factory=ChunkCache)
 
 

@@ -34,27 +34,22 @@ build, ``crash`` exits at the first build as a crash would.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
-import pickle
-import select
 import struct
 import sys
-import time
-import traceback
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ddp_lsp.project.build import fill
-from ddp_lsp.project.discover import is_discovered, nearest_settings
-from ddp_lsp.project.flow import moved
-from ddp_lsp.project.summary import line_map, same_for_project
-from ddp_lsp.sources import ReadError, check_source
+# The server imports this module at start-up for the wire format and ``DISK``: the project
+# package, the analysis core, pickle and the rest are imported where the indexer process uses
+# them, so that ``initialize`` is answered without them (docs/performance.md, "Cold start";
+# tests/lsp/test_cold_start.py).
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ddp_lsp.config import Settings
     from ddp_lsp.core.crossfile import ModuleProjectFacts
     from ddp_lsp.project import ProjectFacts, ProjectIndex
@@ -67,6 +62,8 @@ _HEADER = struct.Struct(">I")
 
 
 def write_message(out: IO[bytes], msg: object) -> None:
+    import pickle
+
     data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
     out.write(_HEADER.pack(len(data)) + data)
     out.flush()
@@ -79,7 +76,11 @@ def read_message(inp: IO[bytes]) -> Any:
         return None
     (length,) = _HEADER.unpack(head)
     data = _read_exact(inp, length)
-    return None if data is None else pickle.loads(data)
+    if data is None:
+        return None
+    import pickle
+
+    return pickle.loads(data)
 
 
 def _read_exact(inp: IO[bytes], n: int) -> bytes | None:
@@ -96,6 +97,8 @@ def _read_exact(inp: IO[bytes], n: int) -> bytes | None:
 
 def _pending(inp: IO[bytes]) -> bool:
     """More input is waiting (never blocks)."""
+    import select
+
     try:
         ready, _, _ = select.select([inp], [], [], 0)
     except (OSError, ValueError):
@@ -120,6 +123,51 @@ def coalesce(messages: list[Any]) -> list[Any]:
     return out
 
 
+class Outbox:
+    """The server's messages to the indexer, waiting for the pipe: an update queued behind
+    another update of the same folder is merged into it (:func:`coalesce`: the newest text of
+    each file wins) instead of waiting beside it.
+
+    While the indexer builds (seconds for a large project) it reads nothing, the pipe fills
+    and the writer thread waits; every pause in typing queues the whole text of each edited
+    file again. Queued side by side they grew without bound (23 MB over 100 edits of a
+    20,000-line file); merged, one text per file waits (docs/performance.md, "Memory").
+    ``None`` tells the writer to close the pipe."""
+
+    def __init__(self) -> None:
+        import threading
+        from collections import deque
+
+        self._queue: deque[Any] = deque()
+        self._ready = threading.Condition()
+
+    def put(self, msg: Any) -> None:
+        with self._ready:
+            last = self._queue[-1] if self._queue else None
+            if (
+                msg is not None
+                and msg[0] == "update"
+                and last is not None
+                and last[0] == "update"
+                and last[1] == msg[1]
+            ):
+                self._queue[-1] = coalesce([last, msg])[0]
+            else:
+                self._queue.append(msg)
+            self._ready.notify()
+
+    def get(self) -> Any:
+        """The oldest message (blocks until there is one)."""
+        with self._ready:
+            while not self._queue:
+                self._ready.wait()
+            return self._queue.popleft()
+
+    def __len__(self) -> int:
+        with self._ready:
+            return len(self._queue)
+
+
 @dataclass
 class _Folder:
     index: ProjectIndex
@@ -141,6 +189,8 @@ class Indexer:
         write_message(self.out, msg)
 
     def handle(self, msg: Any) -> None:
+        import traceback
+
         op, fid = msg[0], msg[1]
         try:
             if op == "open":
@@ -162,7 +212,10 @@ class Indexer:
         cache_dir: Path | bool,
         overlays: dict[Path, str],
     ) -> None:
+        import time
+
         from ddp_lsp.project import ProjectIndex
+        from ddp_lsp.project.build import fill
         from ddp_lsp.project.index import no_collection
 
         index = ProjectIndex(root, settings, cache_dir=cache_dir)
@@ -199,6 +252,8 @@ class Indexer:
 
     def _wanted(self, index: ProjectIndex, path: Path) -> bool:
         """A module of the index: under its root, and listed by the walk were it on disk."""
+        from ddp_lsp.project.discover import is_discovered, nearest_settings
+
         if path.suffix != ".py":
             return False
         at = nearest_settings(index.root, index.settings)
@@ -217,6 +272,10 @@ class Indexer:
         facts cannot see, such as a comment or a constant on a line, computes nothing), and
         (its path, ``line_map``) when only the lines its facts cite moved (a line added or
         removed around them: the facts stand, their provenance in it moved)."""
+        import traceback
+
+        from ddp_lsp.project.summary import line_map, same_for_project
+
         rel = _rel(index.root, path)
         before = index.summaries.get(rel)
         try:
@@ -242,6 +301,8 @@ class Indexer:
         return True if lines is None else (rel, lines)
 
     def update(self, fid: int, items: list[tuple[Path, str | None]]) -> None:
+        from ddp_lsp.project.flow import moved
+
         folder = self.folders.get(fid)
         if folder is None:
             return
@@ -276,6 +337,8 @@ class Indexer:
 
     @staticmethod
     def _compute(folder: _Folder) -> dict[str, ModuleProjectFacts]:
+        import gc
+
         from ddp_lsp.project import compute
         from ddp_lsp.project.index import no_collection
 
@@ -300,6 +363,8 @@ def _rel(root: Path, path: Path) -> str:
 def _small(path: Path) -> bool:
     """The file is a regular file, not too large to be training code (like the analysis);
     the index reads it through sources.read_source, which checks again when it opens it."""
+    from ddp_lsp.sources import ReadError, check_source
+
     try:
         check_source(path)
     except ReadError:
@@ -308,6 +373,8 @@ def _small(path: Path) -> bool:
 
 
 def main() -> int:
+    import pickle
+
     # The protocol owns the real stdout; anything printed by accident goes to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)

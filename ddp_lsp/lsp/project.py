@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import queue
 import subprocess
 import threading
 import time
@@ -37,7 +36,7 @@ from lsprotocol import types as lsp
 
 from ddp_lsp._isolation import NEUTRAL_CWD, python_argv
 from ddp_lsp.lsp.configuration import uri_to_path
-from ddp_lsp.lsp.indexer import DISK, read_message
+from ddp_lsp.lsp.indexer import DISK, Outbox, read_message, write_message
 from ddp_lsp.lsp.state import PlainText, ServerState, Unit
 
 if TYPE_CHECKING:
@@ -78,7 +77,7 @@ class ProjectService:
         self._fids = itertools.count(1)
         self._tokens = itertools.count(1)
         self._proc: subprocess.Popen[bytes] | None = None
-        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._outbox = Outbox()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.failed = False
         self._stopping = False
@@ -216,7 +215,7 @@ class ProjectService:
             self._fail(f"could not start the project indexer: {exc}")
             return False
         self._proc = proc
-        self._outbox = queue.SimpleQueue()
+        self._outbox = Outbox()
         assert proc.stdin is not None and proc.stdout is not None
         threading.Thread(
             target=self._write, args=(proc.stdin, self._outbox), daemon=True, name="index-writer"
@@ -227,20 +226,16 @@ class ProjectService:
         return True
 
     def _send(self, msg: object) -> None:
-        # Pickled here (a 20,000-line text is ~1 ms), written by the writer thread: a pipe
-        # write blocks while the indexer is busy, and the event loop must not wait for it.
-        import pickle
-
-        self._outbox.put(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+        # Written (and pickled: a 20,000-line text is ~1 ms) by the writer thread: a pipe write
+        # blocks while the indexer is busy, and the event loop must not wait for it. Updates
+        # queued meanwhile are merged (see Outbox).
+        self._outbox.put(msg)
 
     @staticmethod
-    def _write(pipe: IO[bytes], outbox: queue.SimpleQueue[bytes | None]) -> None:
-        import struct
-
-        while (data := outbox.get()) is not None:
+    def _write(pipe: IO[bytes], outbox: Outbox) -> None:
+        while (msg := outbox.get()) is not None:
             try:
-                pipe.write(struct.pack(">I", len(data)) + data)
-                pipe.flush()
+                write_message(pipe, msg)
             except (OSError, ValueError):
                 return
         try:

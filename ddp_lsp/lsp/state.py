@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ddp_lsp.core.env import Environment
 from ddp_lsp.core.types import Finding, Pos
 from ddp_lsp.lsp.configuration import ConfigurationService, uri_to_path
 from ddp_lsp.lsp.convert import UTF16, Codec
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
     from ddp_lsp.config import Settings
     from ddp_lsp.core.crossfile import ModuleProjectFacts
     from ddp_lsp.core.document import Document
+    from ddp_lsp.core.env import Environment
     from ddp_lsp.preflight.schema import PreflightReport
 
 # The analysis core (document, engine, rules) is imported on first use, not at import time:
@@ -352,6 +352,8 @@ class ServerState:
     def environment_for(self, path: Path | None) -> Environment | None:
         """Where the file's code runs: the launch configuration next to it (torchrun line,
         SLURM header, Accelerate/DeepSpeed config) and the folder's last preflight report."""
+        from ddp_lsp.core.env import Environment  # with the core, after ``initialize``
+
         if path is None:
             report = self.machine.report_for(self.config.machine_folder(None))
             if report is None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.ranks import RankModel
+from ddp_lsp.project.wholeparse import parse_module
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def summarise(
     module, is_package = module_name(rel if module_rel is None else module_rel)
     lines = text.count("\n") + 1
     try:
-        tree = ast.parse(text)
+        tree = parse_module(text)  # a large file in pieces: the parser's peak memory
     except (SyntaxError, ValueError):
         # A file being edited: nothing is known of it until it parses again.
         return ModuleSummary(
