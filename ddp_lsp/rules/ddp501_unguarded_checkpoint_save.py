@@ -50,8 +50,10 @@ themselves and must be called on every rank), `torch.distributed.checkpoint.save
 collective), `save_pretrained(..., is_main_process=...)`, functions that guard themselves
 (`save_on_master`) or are only called under a guard, `@rank_zero_only` functions, and code
 after `mp.spawn(...)` (the parent process). A module-level save helper that writes to the
-path its caller passes in (`save_checkpoint(state, filename)`) is not reported where it saves:
-the caller decides the rank, so its unguarded calls are reported instead. With the project view
+path its caller passes in (`save_checkpoint(state, filename)`), or under the directory it
+passes joined with constant names (`os.path.join(out_dir, "model.pt")`, `Path(save_directory)
+/ WEIGHTS_NAME`: a library's hub helper), is not reported where it saves: the caller decides
+the rank, so its unguarded calls are reported instead. With the project view
 (the CLI and the server index the project; `--no-project` turns it off), so are calls of such a
 helper defined in another file (`utils.save_checkpoint(state, "last.pt")`); helpers that guard
 themselves (`utils.save_on_master`) are not; a function whose every caller,
@@ -111,6 +113,7 @@ import re
 from collections.abc import Iterator
 
 from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _guard as guards
@@ -241,7 +244,8 @@ def _rank_ordered_module(ctx: ChunkContext) -> bool:
 
 def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | None) -> bool:
     """A module-level save helper writing to the path its caller passes in (the ImageNet
-    example's ``save_checkpoint(state, is_best, filename)``): the caller decides the rank."""
+    example's ``save_checkpoint(state, is_best, filename)``), or under the directory it passes
+    (``save_for_hf(model, save_directory)``): the caller decides the rank."""
     fn = ctx.enclosing_function(call)
     if fn is None or ctx.parent(fn) is not None or ctx.scope(call)[1] is not None:
         return False
@@ -252,10 +256,17 @@ def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | Non
         return (
             vararg is not None and isinstance(dest.value, ast.Name) and dest.value.id == vararg.arg
         )
-    if not isinstance(dest, ast.Name):
-        return False
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
-    return dest.id in params and guards.assigned_value(ctx, dest.id, fn, dest) is None
+    if isinstance(dest, ast.Name):
+        return dest.id in params and guards.assigned_value(ctx, dest.id, fn, dest) is None
+    # A path built under the directory the caller passes, with constant names only
+    # (`os.path.join(out_dir, "model.pt")`, `Path(save_directory) / WEIGHTS_NAME`, the
+    # parameter rebound as `save_directory = Path(save_directory)` first): the caller's too.
+    root = known_names.path_root(dest) if dest is not None else None
+    if root is None or root not in params:
+        return False
+    value = guards.assigned_value(ctx, root, fn, dest)
+    return value is None or known_names.path_wrapper_of(value) == root
 
 
 _HEAD = """\
@@ -1035,6 +1046,70 @@ def train(model, rank, epochs):
             save_checkpoint(model.module.state_dict(), f"epoch{epoch}.pt")
 """,
         note="a save helper writing where its caller says: the unguarded call is the bug",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from pathlib import Path
+
+WEIGHTS_NAME = "pytorch_model.bin"
+
+
+def save_for_hub(model, save_directory, config=None):
+    save_directory = Path(save_directory)
+    save_directory.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), save_directory / WEIGHTS_NAME)
+    with open(os.path.join(save_directory, "config.json"), "w") as f:
+        f.write(str(config))
+""",
+        note="a library's hub helper saving under the directory its caller passes (nothing in "
+        "the project calls it): the caller decides the rank (F16)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def export_weights(model, out_dir):
+    torch.save(model.state_dict(), os.path.join(out_dir, "weights.pt"))
+
+def train(model, rank, epochs, out_dir):
+    for epoch in range(epochs):
+        «export_weights(model.module, out_dir)»
+""",
+        fixed=_HEAD
+        + """\
+def export_weights(model, out_dir):
+    torch.save(model.state_dict(), os.path.join(out_dir, "weights.pt"))
+
+def train(model, rank, epochs, out_dir):
+    for epoch in range(epochs):
+        if rank == 0:
+            export_weights(model.module, out_dir)
+""",
+        note="a save helper writing under the directory its caller passes: the unguarded call "
+        "is the bug",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def export_weights(model, out_dir, name):
+    «torch.save(model.state_dict(), os.path.join(out_dir, name))»
+
+def train(model, rank, epochs, out_dir):
+    for epoch in range(epochs):
+        export_weights(model.module, out_dir, f"epoch{epoch}.pt")
+""",
+        fixed=_HEAD
+        + """\
+def export_weights(model, out_dir, name):
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), os.path.join(out_dir, name))
+
+def train(model, rank, epochs, out_dir):
+    for epoch in range(epochs):
+        export_weights(model.module, out_dir, f"epoch{epoch}.pt")
+""",
+        note="a path joined with another variable is not only the caller's directory: reported "
+        "where it saves",
     ),
     # -- per-rank and collective saves, restricted hooks and branches, caches (F12/F15/F17) -----
     Valid(
