@@ -144,9 +144,39 @@ def _checkpointish(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int 
     return False
 
 
+# Temporary files and folders: a unique name in each process (`tempfile.mkdtemp()`), never the
+# folder `gettempdir()` that every process shares.
+_TEMP_MAKERS = frozenset(
+    {"TemporaryDirectory", "NamedTemporaryFile", "mkdtemp", "mkstemp", "SpooledTemporaryFile"}
+)
+
+
+def _temp_made(ctx: ChunkContext, node: ast.AST, root: ast.AST) -> bool:
+    """``node`` holds a temporary folder or file of this process: ``with TemporaryDirectory()
+    as tmpdir`` around it, or ``tmpdir = tempfile.mkdtemp()`` before it."""
+    if isinstance(node, ast.Call):
+        return patterns.last_name(node) in _TEMP_MAKERS
+    if not isinstance(node, ast.Name):
+        return False
+    for a in ctx.ancestors(node):
+        if isinstance(a, (ast.With, ast.AsyncWith)):
+            for item in a.items:
+                v = item.optional_vars
+                if isinstance(v, ast.Name) and v.id == node.id:
+                    return _temp_made(ctx, item.context_expr, root)
+        if isinstance(a, FUNCS):
+            break
+    value = assigned_value(ctx, node.id, root, node)
+    return isinstance(value, ast.Call) and patterns.last_name(value) in _TEMP_MAKERS
+
+
 def per_rank_path(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int = 0) -> bool:
-    """The path names the rank (``f"ckpt_rank{rank}.pt"``): one file per rank, on purpose."""
+    """The path names the rank (``f"ckpt_rank{rank}.pt"``): one file per rank, on purpose; or
+    it lies in a temporary folder of this process (``with TemporaryDirectory() as tmpdir``:
+    each process has its own, as for a hub upload staged on disk)."""
     if ctx.ranks.mentions_rank(path):
+        return True
+    if any(_temp_made(ctx, n, root) for n in tree_walk.bfs(path)):
         return True
     has_value = not isinstance(path, ast.Constant)
     for node in tree_walk.bfs(path):

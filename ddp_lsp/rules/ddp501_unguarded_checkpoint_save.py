@@ -62,7 +62,9 @@ is not reported, and rank-0 predicates defined in other files
 (`def is_leader(): return get_rank() == 0`) count as guards. Without the project view, a helper
 imported from another file is not reported.
 
-Saves that every rank makes on purpose are not reported either: a path built with a function
+Saves that every rank makes on purpose are not reported either: a path in a temporary folder
+of the process (`with TemporaryDirectory() as tmpdir`, `tempfile.mkdtemp()`: each process has
+its own; not `tempfile.gettempdir()`, which they share), a path built with a function
 of the rank (`f"model.{rankstr()}.pth"`, also through a file-system wrapper's
 `with path_manager.open(path, "wb") as f`), a function that selects FSDP's
 `LOCAL_STATE_DICT` / `SHARDED_STATE_DICT` (each rank writes its shard), and `save_pretrained`
@@ -1064,6 +1066,50 @@ def save_for_hub(model, save_directory, config=None):
 """,
         note="a library's hub helper saving under the directory its caller passes (nothing in "
         "the project calls it): the caller decides the rank (F16)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import tempfile
+from tempfile import TemporaryDirectory
+
+
+def save_for_hub(model, save_directory):
+    torch.save(model.state_dict(), os.path.join(save_directory, "pytorch_model.bin"))
+
+
+def push_to_hub(model, repo_id, api):
+    with TemporaryDirectory() as tmpdir:
+        save_for_hub(model, tmpdir)
+        api.upload_folder(repo_id=repo_id, folder_path=tmpdir)
+
+
+def stage(model):
+    staging = tempfile.mkdtemp()
+    torch.save(model.state_dict(), os.path.join(staging, "model.pt"))
+    return staging
+""",
+        note="a temporary folder is this process's own: a hub upload staged on disk (F16)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import tempfile
+
+
+def stage(model):
+    «torch.save(model.state_dict(), os.path.join(tempfile.gettempdir(), "model.pt"))»
+""",
+        fixed=_HEAD
+        + """\
+import tempfile
+
+
+def stage(model):
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), os.path.join(tempfile.gettempdir(), "model.pt"))
+""",
+        note="the system's temporary folder is shared by every process",
     ),
     Invalid(
         _HEAD
