@@ -79,11 +79,15 @@ from ddp_lsp.rules import _patterns as patterns
 
 
 def _star_may_hold_sampler(ctx: ChunkContext, call: ast.Call) -> bool:
-    """``*args`` / ``**kwargs`` may carry the sampler, unless it is ``**kw`` of a dict built in
-    the same function with literal keys and no sampler (``kw = dict(batch_size=b,
-    num_workers=w)``, BarlowTwins' loaders)."""
+    """``*args`` / ``**kwargs`` may carry the sampler, unless the call passes ``sampler=``
+    itself or it is ``**kw`` of a dict built in the same function with literal keys and no
+    sampler (``kw = dict(batch_size=b, num_workers=w)``, BarlowTwins' loaders)."""
     if any(isinstance(a, ast.Starred) for a in call.args):
         return True
+    if any(kw.arg == "sampler" for kw in call.keywords):
+        # An explicit `sampler=` (even None): `**kwargs` cannot carry another one (Python
+        # raises on the duplicate), and a batch sampler beside it would be unusual.
+        return False
     root = patterns.scope_root(ctx, call)
     for kw in call.keywords:
         if kw.arg is not None:
@@ -318,6 +322,18 @@ def get_loader(args, dataset):
     return loader, probe
 """,
         note="the sampler reaches a loader through a batch sampler: not left out",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def loader_options(args):
+    return {"multiprocessing_context": "forkserver"} if args.workers else {}
+
+
+def get_loader(args, train_set):
+    return «DataLoader»(train_set, shuffle=True, sampler=None, **loader_options(args))
+""",
+        note="`**kwargs` beside an explicit `sampler=` cannot carry another sampler",
     ),
     Valid(
         _HEAD
