@@ -44,7 +44,9 @@ sampler built inline). A sampler that is `None` outside distributed runs gets
 (`for _ in ...`, `while`).
 
 ## Known false positives
-Not reported: samplers with `shuffle=False` (the order does not depend on the epoch),
+Not reported: samplers with `shuffle=False` (the order does not depend on the epoch), a
+sampler or a loader built anew in each pass of the loop (a fresh sampler per pass: a loop over
+test views that rebuilds its loader is no epoch loop of one sampler),
 evaluation samplers (`val_sampler`...), files using Accelerate or Lightning (they call
 `set_epoch` on the loaders they are given; a sampler such a file builds and iterates itself,
 `for idxs in BatchSampler(DistributedSampler(...))`, is still checked), loops that call any
