@@ -288,6 +288,8 @@ def _helper_write(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> Write | N
     props = ctx.callee_props(call)
     if fact_model.SAVES_CALLER_PATH not in props or fact_model.GUARDS_ITSELF in props:
         return None
+    if fact_model.COLLECTIVE in props:
+        return None  # every rank must call it: its own save is reported inside
     name = known_names.dotted(call.func) or ""
     if not SAVE_HELPER_NAME.search(name.rpartition(".")[2]):
         return None  # not a save helper by name: its own save is reported where it is

@@ -53,7 +53,8 @@ after `mp.spawn(...)` (the parent process). A module-level save helper that writ
 path its caller passes in (`save_checkpoint(state, filename)`), or under the directory it
 passes joined with constant names (`os.path.join(out_dir, "model.pt")`, `Path(save_directory)
 / WEIGHTS_NAME`: a library's hub helper), is not reported where it saves: the caller decides
-the rank, so its unguarded calls are reported instead. With the project view
+the rank, so its unguarded calls are reported instead; unless the helper also runs a collective
+(a DCP save, a gathered state dict), which every rank must call: its own save is reported. With the project view
 (the CLI and the server index the project; `--no-project` turns it off), so are calls of such a
 helper defined in another file (`utils.save_checkpoint(state, "last.pt")`); helpers that guard
 themselves (`utils.save_on_master`) are not; a function whose every caller,
@@ -252,6 +253,10 @@ def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | Non
     if fn is None or ctx.parent(fn) is not None or ctx.scope(call)[1] is not None:
         return False
     if not writes.SAVE_HELPER_NAME.search(fn.name):
+        return False
+    if writes.collective_in(ctx, fn) is not None:
+        # Every rank must call it (a DCP save, a gathered state dict): the caller cannot pick
+        # the rank, so the save inside is where the guard belongs.
         return False
     if isinstance(dest, ast.Starred):  # `torch.save(*args, **kwargs)`: all of the caller's
         vararg = fn.args.vararg
@@ -1156,6 +1161,39 @@ def train(model, rank, epochs, out_dir):
 """,
         note="a path joined with another variable is not only the caller's directory: reported "
         "where it saves",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import torch.distributed.checkpoint as dcp
+
+
+def save_sharded(model_sd, checkpoint_dir, epoch):
+    dcp.save({"model": model_sd}, checkpoint_id=checkpoint_dir)
+    «torch.save({"epoch": epoch}, os.path.join(checkpoint_dir, "extra.pt"))»
+
+
+def train(model_sd, epochs, checkpoint_dir):
+    for epoch in range(epochs):
+        save_sharded(model_sd, checkpoint_dir, epoch)
+""",
+        fixed=_HEAD
+        + """\
+import torch.distributed.checkpoint as dcp
+
+
+def save_sharded(model_sd, checkpoint_dir, epoch):
+    dcp.save({"model": model_sd}, checkpoint_id=checkpoint_dir)
+    if dist.get_rank() == 0:
+        torch.save({"epoch": epoch}, os.path.join(checkpoint_dir, "extra.pt"))
+
+
+def train(model_sd, epochs, checkpoint_dir):
+    for epoch in range(epochs):
+        save_sharded(model_sd, checkpoint_dir, epoch)
+""",
+        note="a save helper every rank must call (a DCP save): the caller cannot pick the rank, "
+        "the save inside is reported (seeded unguard-save, open_clip)",
     ),
     # -- per-rank and collective saves, restricted hooks and branches, caches (F12/F15/F17) -----
     Valid(
