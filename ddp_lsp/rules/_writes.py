@@ -201,8 +201,9 @@ def per_rank_path(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int =
     return False
 
 
-def collective_in(ctx: ChunkContext, stmt: ast.stmt) -> str | None:
-    """A call in ``stmt`` that every rank must make (so the statement cannot be guarded)."""
+def collective_in(ctx: ChunkContext, stmt: ast.AST, callees: bool = True) -> str | None:
+    """A call in ``stmt`` that every rank must make (so the statement cannot be guarded);
+    ``callees``: also a project function that performs one (its properties)."""
     for node in [stmt, *patterns.walk_scope(stmt)]:
         if not isinstance(node, ast.Call):
             continue
@@ -214,7 +215,7 @@ def collective_in(ctx: ChunkContext, stmt: ast.stmt) -> str | None:
             dotted, ctx.facts.aliases, ctx.ranks.frameworks
         ):
             return chunktext.segment(ctx.chunk, node.func)
-        if fact_model.COLLECTIVE in ctx.callee_props(node):
+        if callees and fact_model.COLLECTIVE in ctx.callee_props(node):
             return chunktext.segment(ctx.chunk, node.func)
         if isinstance(node.func, ast.Attribute):
             if node.func.attr in ctx.ranks.frameworks.functions(

@@ -254,9 +254,9 @@ def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | Non
         return False
     if not writes.SAVE_HELPER_NAME.search(fn.name):
         return False
-    if writes.collective_in(ctx, fn) is not None:
-        # Every rank must call it (a DCP save, a gathered state dict): the caller cannot pick
-        # the rank, so the save inside is where the guard belongs.
+    if writes.collective_in(ctx, fn, callees=False) is not None:
+        # Every rank must call it (a DCP save, a gathered state dict, in its own code): the
+        # caller cannot pick the rank, so the save inside is where the guard belongs.
         return False
     if isinstance(dest, ast.Starred):  # `torch.save(*args, **kwargs)`: all of the caller's
         vararg = fn.args.vararg
