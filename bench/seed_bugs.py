@@ -702,13 +702,18 @@ def _self_guarded(tree: ast.Module, text: str) -> set[str]:
         saves = [
             n
             for n in ast.walk(fn)
-            if isinstance(n, ast.Call) and "save" in (call_attr(n) or ("", ""))[1].lower()
-            or isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and "save" in n.func.id
+            if isinstance(n, ast.Call)
+            and "save" in (call_attr(n) or ("", ""))[1].lower()
+            or isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name)
+            and "save" in n.func.id
         ]
         guarded = {
             id(n)
             for g in ast.walk(fn)
-            if isinstance(g, ast.If) and one_line(g.test) and _RANK_TEST.search(segment(text, g.test))
+            if isinstance(g, ast.If)
+            and one_line(g.test)
+            and _RANK_TEST.search(segment(text, g.test))
             for st in g.body
             for n in ast.walk(st)
         }

@@ -414,7 +414,9 @@ class _Extractor:
             )
             # A path built under a parameter with constant names (`os.path.join(out_dir,
             # "model.pt")`, `Path(save_dir) / WEIGHTS`) is the caller's path too.
-            root = None if dest is None or isinstance(dest, ast.Name) else known_names.path_root(dest)
+            root = (
+                None if dest is None or isinstance(dest, ast.Name) else known_names.path_root(dest)
+            )
             under = (
                 root is not None
                 and root in self._params[-1]

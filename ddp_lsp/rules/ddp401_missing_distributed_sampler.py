@@ -246,9 +246,11 @@ def _sampler_left_out(ctx: ChunkContext, root: ast.AST, dataset: ast.expr) -> st
         target = node.targets[0]
         if not isinstance(target, ast.Name):
             continue
-        for value in (node.value.body, node.value.orelse) if isinstance(
-            node.value, ast.IfExp
-        ) else (node.value,):
+        for value in (
+            (node.value.body, node.value.orelse)
+            if isinstance(node.value, ast.IfExp)
+            else (node.value,)
+        ):
             if (
                 isinstance(value, ast.Call)
                 and known_names.last_name(value) == "DistributedSampler"

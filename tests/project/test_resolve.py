@@ -131,4 +131,9 @@ def test_monorepo_absolute_imports_resolve_by_the_longest_project_suffix(tmp_pat
     # name inside an unknown package's path is no evidence.
     assert r.resolve("run_net", "DataLoader") is None
     assert r.resolve("run_net", "data") is None
-    assert r.imported_modules("run_net") == ["slowfast", "slowfast.dist", "tools", "tools.train_net"]
+    assert r.imported_modules("run_net") == [
+        "slowfast",
+        "slowfast.dist",
+        "tools",
+        "tools.train_net",
+    ]
