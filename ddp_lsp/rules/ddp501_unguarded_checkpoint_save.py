@@ -269,7 +269,9 @@ def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | Non
     # A path built under the directory the caller passes, with constant names only
     # (`os.path.join(out_dir, "model.pt")`, `Path(save_directory) / WEIGHTS_NAME`, the
     # parameter rebound as `save_directory = Path(save_directory)` first): the caller's too.
-    root = known_names.path_root(dest) if dest is not None else None
+    if dest is None:
+        return False
+    root = known_names.path_root(dest)
     if root is None or root not in params:
         return False
     value = guards.assigned_value(ctx, root, fn, dest)
