@@ -692,10 +692,46 @@ def _is_log(call: ast.Call) -> bool:
     return bool(ca and ca[1] in ("info", "warning") and re.search(r"log", ca[0], re.I))
 
 
+def _self_guarded(tree: ast.Module, text: str) -> set[str]:
+    """Functions of the file that save only under a rank test of their own (guided-diffusion's
+    ``save_model``: ``if dist.get_rank() == 0: th.save(...)``): a call of one needs no guard."""
+    out: set[str] = set()
+    for fn in tree.body:
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        saves = [
+            n
+            for n in ast.walk(fn)
+            if isinstance(n, ast.Call)
+            and "save" in (call_attr(n) or ("", ""))[1].lower()
+            or isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name)
+            and "save" in n.func.id
+        ]
+        guarded = {
+            id(n)
+            for g in ast.walk(fn)
+            if isinstance(g, ast.If)
+            and one_line(g.test)
+            and _RANK_TEST.search(segment(text, g.test))
+            for st in g.body
+            for n in ast.walk(st)
+        }
+        if saves and all(id(n) in guarded for n in saves):
+            out.add(fn.name)
+    return out
+
+
 @operator("unguard-save", "DDP501")
 def unguard_save(tree: ast.Module, text: str) -> Iterator[Site]:
-    """``if <rank test>: torch.save(...)`` loses its rank test (``if True:``)."""
-    yield from _unguard("unguard-save", "DDP501", tree, text, _is_save)
+    """``if <rank test>: torch.save(...)`` loses its rank test (``if True:``). Not around a call
+    of a function of the file that guards its own saves: that code is still correct."""
+    own = _self_guarded(tree, text)
+
+    def wanted(call: ast.Call) -> bool:
+        return _is_save(call) and not (isinstance(call.func, ast.Name) and call.func.id in own)
+
+    yield from _unguard("unguard-save", "DDP501", tree, text, wanted)
 
 
 @operator("unguard-print", "DDP502")

@@ -164,6 +164,8 @@ class _Extractor:
         self._rank_branches = 0  # depth of `if <rank condition>:` branches around the statement
         self._ifs = 0  # depth of `if` branches around the statement, in its own function
         self._assigned: list[set[str]] = [set()]  # paths assigned so far, per open function
+        # Parameters rebound to the same path under another type (`out = Path(out)`).
+        self._wrapped: list[set[str]] = [set()]
         self._loop_names: list[set[str]] = []  # names bound by `for` targets, per open function
 
     def _maybe_project_call(self, name: str) -> bool:
@@ -305,11 +307,13 @@ class _Extractor:
         self.class_stack = [cls] if cls else []
         self._ifs = 0
         self._assigned.append(set())
+        self._wrapped.append(set())
         self._loop_names.append(set())
         body_guarded = _guards_itself(f.body, self.ranks)
         self.block(f.body, qual, body_guarded)
         self._loop_names.pop()
         self._assigned.pop()
+        self._wrapped.pop()
         self.class_stack, self._ifs = saved_classes, saved_ifs
         calls = self._calls.pop()
         props = self._props.pop()
@@ -408,7 +412,17 @@ class _Extractor:
                 and isinstance(c.args[0].value, ast.Name)
                 and f"*{c.args[0].value.id}" in self._params[-1]
             )
-            if forwarded or isinstance(dest, ast.Name) and dest.id in self._params[-1]:
+            # A path built under a parameter with constant names (`os.path.join(out_dir,
+            # "model.pt")`, `Path(save_dir) / WEIGHTS`) is the caller's path too.
+            root = (
+                None if dest is None or isinstance(dest, ast.Name) else known_names.path_root(dest)
+            )
+            under = (
+                root is not None
+                and root in self._params[-1]
+                and (root not in self._assigned[-1] or root in self._wrapped[-1])
+            )
+            if forwarded or under or isinstance(dest, ast.Name) and dest.id in self._params[-1]:
                 # Raw: the spelling is resolved in merge (`torch.save`, not `self.save`).
                 self._prop(SavesThrough(name).encode())
         callee = name
@@ -448,6 +462,11 @@ class _Extractor:
             self.bindings.append(Binding(b_scope, path, (SourceMarker.RANK,)))
             return
         earlier = path in self._assigned[-1] or path in (self._params[-1] if self._params else ())
+        if self._params and path in self._params[-1]:
+            if known_names.path_wrapper_of(value) == path and path not in self._assigned[-1]:
+                self._wrapped[-1].add(path)
+            else:
+                self._wrapped[-1].discard(path)
         self._assigned[-1].add(path)
         if ("." in path or not scope) and isinstance(
             value, (ast.Compare, ast.BoolOp, ast.Call, ast.IfExp)

@@ -118,6 +118,65 @@ def dotted(expr: ast.AST) -> str | None:
     return ".".join(reversed(parts))
 
 
+# Calls that turn a path into the same path (`Path(p)`, `str(p)`, `os.path.expanduser(p)`).
+PATH_WRAPPERS = frozenset(
+    {"Path", "PurePath", "str", "fspath", "abspath", "expanduser", "realpath", "normpath"}
+)
+
+
+def path_wrapper_of(value: ast.AST) -> str | None:
+    """``p`` when ``value`` is ``Path(p)``, ``str(p)``, ``os.path.abspath(p)``... (the same
+    path under another type or spelling), else None."""
+    if not (isinstance(value, ast.Call) and len(value.args) == 1 and not value.keywords):
+        return None
+    name = dotted(value.func)
+    if name is None or name.rpartition(".")[2] not in PATH_WRAPPERS:
+        return None
+    arg = value.args[0]
+    return arg.id if isinstance(arg, ast.Name) else None
+
+
+def path_root(dest: ast.AST) -> str | None:
+    """The variable a path is built under, with constant names only joined to it:
+    ``out_dir`` for ``out_dir``, ``out_dir / WEIGHTS_NAME``, ``os.path.join(out_dir,
+    "model.pt")``, ``f"{out_dir}/model.pt"``, ``Path(out_dir) / "model.pt"``; None when another
+    variable takes part (``os.path.join(out_dir, name)``, ``args.output_dir``)."""
+
+    def constant(e: ast.AST) -> bool:
+        if isinstance(e, ast.Constant):
+            return isinstance(e.value, str)
+        if isinstance(e, ast.Name):
+            return e.id.isupper()  # a module constant (`WEIGHTS_NAME`)
+        if isinstance(e, ast.JoinedStr):
+            return all(isinstance(v, ast.Constant) for v in e.values)
+        return False
+
+    node = dest
+    for _ in range(8):
+        if isinstance(node, ast.Name):
+            return node.id
+        inner = path_wrapper_of(node)
+        if inner is not None:
+            return inner
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div | ast.Add):
+            if not constant(node.right):
+                return None
+            node = node.left
+        elif isinstance(node, ast.Call) and (dotted(node.func) or "").endswith("path.join"):
+            if not node.args or node.keywords or not all(constant(a) for a in node.args[1:]):
+                return None
+            node = node.args[0]
+        elif isinstance(node, ast.JoinedStr):
+            values = [v for v in node.values if isinstance(v, ast.FormattedValue)]
+            first = node.values[0] if node.values else None
+            if len(values) != 1 or first is not values[0] or values[0].format_spec is not None:
+                return None
+            node = values[0].value
+        else:
+            return None
+    return None
+
+
 def resolve(name: str, aliases: Mapping[str, str]) -> str | None:
     """Qualify a dotted name through import aliases; None when its head was not imported."""
     head, _, rest = name.partition(".")

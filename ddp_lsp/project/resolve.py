@@ -5,6 +5,14 @@ function ``save_on_master`` of ``trainer.utils.dist``; ``import engine`` in ``ma
 ``engine.train_one_epoch`` the one in ``engine.py``. A package's ``__init__`` that re-exports a
 name (``from .dist import save_on_master``) is followed, and methods missing from a class are
 looked up in its bases, in whatever module those are defined.
+
+A project checked out from inside a larger tree imports itself by a longer dotted path than
+its checkout root (a monorepo's ``from vision.fair.slowfast.tools.train_net import train``
+where the root holds ``tools/train_net.py``): when no prefix of an absolute name is a module of
+the project, the longest project module path inside it (after at least two leading names, the
+first of which may name the project: not the standard library, a known framework or a project
+module) resolves it, as long as what follows is a member of that module
+(:meth:`Resolver._by_suffix`).
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core import names as known_names
 from ddp_lsp.project.index import ProjectIndex
 from ddp_lsp.project.summary import ModuleSummary
 
@@ -212,6 +221,50 @@ class Resolver:
     def _module_names(self) -> frozenset[str]:
         return frozenset(self.modules)
 
+    @cached_property
+    def _top_names(self) -> frozenset[str]:
+        """The first component of every project module: where a module path inside a longer
+        dotted name may start (the suffix map of :meth:`_by_suffix`, built once)."""
+        return frozenset(m.partition(".")[0] for m in self.modules)
+
+    def _suffix_modules(self, parts: list[str]) -> list[tuple[str, int]]:
+        """``(module, end)`` for each project module spelled ``parts[k:end]`` with ``k >= 2``
+        (a longer dotted path than the checkout root: ``vision.fair.slowfast.tools.train_net``
+        holds ``tools.train_net``; a monorepo's path to a project is two folders deep or more,
+        and one unknown package in front of ``utils.data`` is more likely a library's own), the ones that consume most of the name first, then the
+        longest suffix. Empty when the head is a project module itself, the standard library
+        or a known framework (``torch.utils.data`` never names the project's ``utils.data``)."""
+        tops = self._top_names
+        if len(parts) < 2 or parts[0] in tops or not known_names.may_be_project_module(parts[0]):
+            return []  # the project's own path (that does not exist), or not the project
+        found: list[tuple[str, int, int]] = []
+        for k in range(2, len(parts)):
+            if parts[k] not in tops:
+                continue
+            for end in range(len(parts), k, -1):
+                name = ".".join(parts[k:end])
+                if name in self._module_names:
+                    found.append((name, end, k))
+        found.sort(key=lambda f: (-f[1], f[2]))
+        return [(name, end) for name, end, _ in found]
+
+    def _by_suffix(self, module: str, parts: list[str], depth: int) -> tuple[str, str] | None:
+        """What an absolute name no prefix of which is a project module names through the
+        project module path inside it (:meth:`_suffix_modules`): the module itself when it
+        ends the name, else its member; at least two names must match (a lone ``utils`` inside
+        an unknown package's path is no evidence)."""
+        for found, end in self._suffix_modules(parts):
+            start = end - found.count(".") - 1
+            remainder = ".".join(parts[end:])
+            if len(parts) - start < 2:
+                continue
+            if not remainder:
+                return (found, "")
+            hit = self._member(found, remainder, depth)
+            if hit is not None:
+                return hit
+        return None
+
     # -- resolution ----------------------------------------------------------------------------
 
     def find_module(self, importer: str, name: str) -> str | None:
@@ -276,7 +329,7 @@ class Resolver:
                 if not remainder:
                     return (found, "")
                 return self._member(found, remainder, depth)
-        return None
+        return self._by_suffix(module, parts, depth)
 
     def _member(self, module: str, qual: str, depth: int) -> tuple[str, str] | None:
         if qual in self.functions(module) or qual in self.classes(module):
@@ -363,5 +416,12 @@ class Resolver:
                         if ".".join(pkg[:j]) in self._module_names:
                             out.add(".".join(pkg[:j]))
                     break
+            else:
+                by_suffix = self._by_suffix(module, parts, 0)
+                if by_suffix is not None:  # the module the name is in (or is), its packages
+                    pkg = by_suffix[0].split(".")
+                    for j in range(1, len(pkg) + 1):
+                        if ".".join(pkg[:j]) in self._module_names:
+                            out.add(".".join(pkg[:j]))
         out.discard(module)
         return sorted(out)

@@ -144,9 +144,39 @@ def _checkpointish(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int 
     return False
 
 
+# Temporary files and folders: a unique name in each process (`tempfile.mkdtemp()`), never the
+# folder `gettempdir()` that every process shares.
+_TEMP_MAKERS = frozenset(
+    {"TemporaryDirectory", "NamedTemporaryFile", "mkdtemp", "mkstemp", "SpooledTemporaryFile"}
+)
+
+
+def _temp_made(ctx: ChunkContext, node: ast.AST, root: ast.AST) -> bool:
+    """``node`` holds a temporary folder or file of this process: ``with TemporaryDirectory()
+    as tmpdir`` around it, or ``tmpdir = tempfile.mkdtemp()`` before it."""
+    if isinstance(node, ast.Call):
+        return patterns.last_name(node) in _TEMP_MAKERS
+    if not isinstance(node, ast.Name):
+        return False
+    for a in ctx.ancestors(node):
+        if isinstance(a, (ast.With, ast.AsyncWith)):
+            for item in a.items:
+                v = item.optional_vars
+                if isinstance(v, ast.Name) and v.id == node.id:
+                    return _temp_made(ctx, item.context_expr, root)
+        if isinstance(a, FUNCS):
+            break
+    value = assigned_value(ctx, node.id, root, node)
+    return isinstance(value, ast.Call) and patterns.last_name(value) in _TEMP_MAKERS
+
+
 def per_rank_path(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int = 0) -> bool:
-    """The path names the rank (``f"ckpt_rank{rank}.pt"``): one file per rank, on purpose."""
+    """The path names the rank (``f"ckpt_rank{rank}.pt"``): one file per rank, on purpose; or
+    it lies in a temporary folder of this process (``with TemporaryDirectory() as tmpdir``:
+    each process has its own, as for a hub upload staged on disk)."""
     if ctx.ranks.mentions_rank(path):
+        return True
+    if any(_temp_made(ctx, n, root) for n in tree_walk.bfs(path)):
         return True
     has_value = not isinstance(path, ast.Constant)
     for node in tree_walk.bfs(path):
@@ -171,8 +201,9 @@ def per_rank_path(ctx: ChunkContext, path: ast.expr, root: ast.AST, depth: int =
     return False
 
 
-def collective_in(ctx: ChunkContext, stmt: ast.stmt) -> str | None:
-    """A call in ``stmt`` that every rank must make (so the statement cannot be guarded)."""
+def collective_in(ctx: ChunkContext, stmt: ast.AST, callees: bool = True) -> str | None:
+    """A call in ``stmt`` that every rank must make (so the statement cannot be guarded);
+    ``callees``: also a project function that performs one (its properties)."""
     for node in [stmt, *patterns.walk_scope(stmt)]:
         if not isinstance(node, ast.Call):
             continue
@@ -184,7 +215,7 @@ def collective_in(ctx: ChunkContext, stmt: ast.stmt) -> str | None:
             dotted, ctx.facts.aliases, ctx.ranks.frameworks
         ):
             return chunktext.segment(ctx.chunk, node.func)
-        if fact_model.COLLECTIVE in ctx.callee_props(node):
+        if callees and fact_model.COLLECTIVE in ctx.callee_props(node):
             return chunktext.segment(ctx.chunk, node.func)
         if isinstance(node.func, ast.Attribute):
             if node.func.attr in ctx.ranks.frameworks.functions(
@@ -258,6 +289,8 @@ def _helper_write(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> Write | N
     props = ctx.callee_props(call)
     if fact_model.SAVES_CALLER_PATH not in props or fact_model.GUARDS_ITSELF in props:
         return None
+    if fact_model.COLLECTIVE in props:
+        return None  # every rank must call it: its own save is reported inside
     name = known_names.dotted(call.func) or ""
     if not SAVE_HELPER_NAME.search(name.rpartition(".")[2]):
         return None  # not a save helper by name: its own save is reported where it is

@@ -2,8 +2,11 @@
 
 ## What it does
 Finds a training `DataLoader` in distributed code that has neither `sampler=` nor
-`batch_sampler=`: built with `shuffle=True`, or iterated in this function by a loop that runs a
-backward pass over a map-style dataset the analysis recognises.
+`batch_sampler=`: built with `shuffle=True`, iterated in this function by a loop that runs a
+backward pass over a map-style dataset the analysis recognises, or built where the function
+makes a `DistributedSampler` of the same dataset that no loader or batch sampler receives
+(`sampler = DistributedSampler(ds) if args.distributed else None` and then a loader without
+it: the fix passes `sampler=sampler`).
 
 ## Why is this bad?
 Without a `DistributedSampler` every rank iterates the *whole* dataset. Each epoch does
@@ -76,11 +79,15 @@ from ddp_lsp.rules import _patterns as patterns
 
 
 def _star_may_hold_sampler(ctx: ChunkContext, call: ast.Call) -> bool:
-    """``*args`` / ``**kwargs`` may carry the sampler, unless it is ``**kw`` of a dict built in
-    the same function with literal keys and no sampler (``kw = dict(batch_size=b,
-    num_workers=w)``, BarlowTwins' loaders)."""
+    """``*args`` / ``**kwargs`` may carry the sampler, unless the call passes ``sampler=``
+    itself or it is ``**kw`` of a dict built in the same function with literal keys and no
+    sampler (``kw = dict(batch_size=b, num_workers=w)``, BarlowTwins' loaders)."""
     if any(isinstance(a, ast.Starred) for a in call.args):
         return True
+    if any(kw.arg == "sampler" for kw in call.keywords):
+        # An explicit `sampler=` (even None): `**kwargs` cannot carry another one (Python
+        # raises on the duplicate), and a batch sampler beside it would be unusual.
+        return False
     root = patterns.scope_root(ctx, call)
     for kw in call.keywords:
         if kw.arg is not None:
@@ -159,6 +166,25 @@ class MissingDistributedSampler(Rule):
         shuffle_kw = data_rules.keyword(call, "shuffle")
         shuffle = data_rules.arg(call, "shuffle")
         shuffled = data_rules.is_const(shuffle, True)
+        left_out = _sampler_left_out(ctx, root, dataset)
+        if left_out is not None:
+            return ctx.finding(
+                self,
+                data_rules.callee_span(ctx, call.func),
+                f"This `DataLoader` is built without the `{left_out}` made for its dataset: under "
+                "DDP every rank iterates the whole dataset, so each epoch does world-size times "
+                f"the work on the same examples; pass `sampler={left_out}`",
+                fixes=[
+                    Fix(
+                        title=f"Add sampler={left_out}",
+                        edits=tuple(text_edits.add_argument(ctx, call, f"sampler={left_out}")),
+                        safe=False,
+                        preferred=True,
+                    )
+                ]
+                if data_rules.arg(call, "sampler") is None
+                else [],
+            )
         if not shuffled:
             # No shuffle: a training loader over a dataset we know is map-style, only.
             if kind != "map" or not any(data_rules.is_training_loop(loop) for loop in loops):
@@ -206,6 +232,49 @@ class MissingDistributedSampler(Rule):
         )
 
 
+def _sampler_left_out(ctx: ChunkContext, root: ast.AST, dataset: ast.expr) -> str | None:
+    """The name of a ``DistributedSampler`` this scope makes over the loader's dataset
+    (``sampler = DistributedSampler(dataset) if args.distributed else None``) that no loader or
+    batch sampler receives: the loader was meant to take it (a dropped ``sampler=`` argument)."""
+    ds = known_names.dotted(dataset)
+    if ds is None:
+        return None
+    made: dict[str, ast.Call] = {}
+    for node in patterns.walk_scope(root):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target = node.targets[0]
+        if not isinstance(target, ast.Name):
+            continue
+        for value in (
+            (node.value.body, node.value.orelse)
+            if isinstance(node.value, ast.IfExp)
+            else (node.value,)
+        ):
+            if (
+                isinstance(value, ast.Call)
+                and known_names.last_name(value) == "DistributedSampler"
+                and value.args
+                and known_names.dotted(value.args[0]) == ds
+            ):
+                made[target.id] = value
+    for name in sorted(made):
+        handed = False
+        for node in patterns.walk_scope(root):
+            if not isinstance(node, ast.Call) or node is made[name]:
+                continue
+            callee = known_names.last_name(node) or ""
+            if "Loader" not in callee and "Sampler" not in callee and "loader" not in callee:
+                continue
+            values = [*node.args, *(k.value for k in node.keywords)]
+            if any(isinstance(v, ast.Name) and v.id == name for v in values):
+                handed = True
+                break
+        if not handed:
+            return name
+    return None
+
+
 _HEAD = """\
 import torch
 import torch.distributed as dist
@@ -214,6 +283,60 @@ from torch.utils.data import DataLoader
 """
 
 MissingDistributedSampler.cases = (
+    Invalid(
+        _HEAD
+        + """\
+from torch.utils.data.distributed import DistributedSampler
+
+
+def get_audio_loader(args, dataset, is_train):
+    sampler = DistributedSampler(dataset) if args.distributed and is_train else None
+    shuffle = is_train and sampler is None
+    loader = «DataLoader»(dataset, batch_size=args.batch_size, shuffle=shuffle, drop_last=is_train)
+    return loader, sampler
+""",
+        fixed=_HEAD
+        + """\
+from torch.utils.data.distributed import DistributedSampler
+
+
+def get_audio_loader(args, dataset, is_train):
+    sampler = DistributedSampler(dataset) if args.distributed and is_train else None
+    shuffle = is_train and sampler is None
+    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=shuffle, drop_last=is_train, sampler=sampler)
+    return loader, sampler
+""",
+        note="the DistributedSampler made for the loader's dataset is left out of it (a dropped "
+        "`sampler=`; seeded drop-sampler, open_clip's audio loader)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from torch.utils.data import BatchSampler
+from torch.utils.data.distributed import DistributedSampler
+
+
+def get_loader(args, dataset):
+    sampler = DistributedSampler(dataset) if args.distributed else None
+    batches = BatchSampler(sampler, args.batch_size, drop_last=True)
+    loader = DataLoader(dataset, batch_sampler=batches)
+    probe = DataLoader(dataset, batch_size=1)
+    return loader, probe
+""",
+        note="the sampler reaches a loader through a batch sampler: not left out",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def loader_options(args):
+    return {"multiprocessing_context": "forkserver"} if args.workers else {}
+
+
+def get_loader(args, train_set):
+    return «DataLoader»(train_set, shuffle=True, sampler=None, **loader_options(args))
+""",
+        note="`**kwargs` beside an explicit `sampler=` cannot carry another sampler",
+    ),
     Valid(
         _HEAD
         + """\

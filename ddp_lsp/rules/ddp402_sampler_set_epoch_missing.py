@@ -44,7 +44,9 @@ sampler built inline). A sampler that is `None` outside distributed runs gets
 (`for _ in ...`, `while`).
 
 ## Known false positives
-Not reported: samplers with `shuffle=False` (the order does not depend on the epoch),
+Not reported: samplers with `shuffle=False` (the order does not depend on the epoch), a
+sampler or a loader built anew in each pass of the loop (a fresh sampler per pass: a loop over
+test views that rebuilds its loader is no epoch loop of one sampler),
 evaluation samplers (`val_sampler`...), files using Accelerate or Lightning (they call
 `set_epoch` on the loaders they are given; a sampler such a file builds and iterates itself,
 `for idxs in BatchSampler(DistributedSampler(...))`, is still checked), loops that call any
@@ -406,10 +408,30 @@ class SamplerSetEpochMissing(Rule):
                 and patterns.enclosing_loop_body_stmt(ctx, s.created, loop) is not None
             ):
                 continue  # a sampler made per epoch
+            if s.created is None and self._made_in(s, loop):
+                continue  # a loader (and the sampler a helper gave it) made per pass
             if ctx.enclosing_function(loop) is not ctx.enclosing_function(use):
                 continue
             return loop
         return None
+
+    @staticmethod
+    def _made_in(s: _Sampler, loop: ast.AST) -> bool:
+        """Every loader the sampler feeds is built anew in the loop's body (``train_loader =
+        loader.construct_loader(cfg, "train")`` once per test view): each pass has a sampler of
+        its own, as for a sampler made per epoch."""
+        if not s.loaders:
+            return False
+        built: set[str] = set()
+        for st in getattr(loop, "body", ()):
+            for n in tree_walk.bfs(st):
+                if isinstance(n, ast.Assign):
+                    for t in n.targets:
+                        for e in t.elts if isinstance(t, ast.Tuple) else (t,):
+                            name = known_names.dotted(e)
+                            if name is not None:
+                                built.add(name)
+        return all(lp in built for lp in s.loaders)
 
     @staticmethod
     def _rebound_to_batches(ctx: ChunkContext, s: _Sampler) -> bool:
@@ -1005,6 +1027,22 @@ def main(cfg, model, train_set):
             model(batch).sum().backward()
 """,
         note="M14 in one file: the loader of a helper that builds the sampler (Tacotron 2)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def make_loaders(cfg, train_set):
+    sampler = DistributedSampler(train_set) if cfg.distributed else None
+    return DataLoader(train_set, sampler=sampler, shuffle=sampler is None), None
+
+def evaluate(cfg, model, train_set):
+    for n_views in cfg.test_views:
+        bank_loader, _ = make_loaders(cfg, train_set)
+        for batch in bank_loader:
+            model.add_to_bank(batch, n_views)
+""",
+        note="a loader built anew in each pass of the loop: a fresh sampler per pass, as for a "
+        "sampler made per epoch",
     ),
     Valid(
         _HEAD

@@ -50,8 +50,11 @@ themselves and must be called on every rank), `torch.distributed.checkpoint.save
 collective), `save_pretrained(..., is_main_process=...)`, functions that guard themselves
 (`save_on_master`) or are only called under a guard, `@rank_zero_only` functions, and code
 after `mp.spawn(...)` (the parent process). A module-level save helper that writes to the
-path its caller passes in (`save_checkpoint(state, filename)`) is not reported where it saves:
-the caller decides the rank, so its unguarded calls are reported instead. With the project view
+path its caller passes in (`save_checkpoint(state, filename)`), or under the directory it
+passes joined with constant names (`os.path.join(out_dir, "model.pt")`, `Path(save_directory)
+/ WEIGHTS_NAME`: a library's hub helper), is not reported where it saves: the caller decides
+the rank, so its unguarded calls are reported instead; unless the helper also runs a collective
+(a DCP save, a gathered state dict), which every rank must call: its own save is reported. With the project view
 (the CLI and the server index the project; `--no-project` turns it off), so are calls of such a
 helper defined in another file (`utils.save_checkpoint(state, "last.pt")`); helpers that guard
 themselves (`utils.save_on_master`) are not; a function whose every caller,
@@ -60,7 +63,9 @@ is not reported, and rank-0 predicates defined in other files
 (`def is_leader(): return get_rank() == 0`) count as guards. Without the project view, a helper
 imported from another file is not reported.
 
-Saves that every rank makes on purpose are not reported either: a path built with a function
+Saves that every rank makes on purpose are not reported either: a path in a temporary folder
+of the process (`with TemporaryDirectory() as tmpdir`, `tempfile.mkdtemp()`: each process has
+its own; not `tempfile.gettempdir()`, which they share), a path built with a function
 of the rank (`f"model.{rankstr()}.pth"`, also through a file-system wrapper's
 `with path_manager.open(path, "wb") as f`), a function that selects FSDP's
 `LOCAL_STATE_DICT` / `SHARDED_STATE_DICT` (each rank writes its shard), and `save_pretrained`
@@ -111,6 +116,7 @@ import re
 from collections.abc import Iterator
 
 from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
 from ddp_lsp.rules import _guard as guards
@@ -241,21 +247,35 @@ def _rank_ordered_module(ctx: ChunkContext) -> bool:
 
 def _pass_through_helper(ctx: ChunkContext, call: ast.Call, dest: ast.expr | None) -> bool:
     """A module-level save helper writing to the path its caller passes in (the ImageNet
-    example's ``save_checkpoint(state, is_best, filename)``): the caller decides the rank."""
+    example's ``save_checkpoint(state, is_best, filename)``), or under the directory it passes
+    (``save_for_hf(model, save_directory)``): the caller decides the rank."""
     fn = ctx.enclosing_function(call)
     if fn is None or ctx.parent(fn) is not None or ctx.scope(call)[1] is not None:
         return False
     if not writes.SAVE_HELPER_NAME.search(fn.name):
+        return False
+    if writes.collective_in(ctx, fn, callees=False) is not None:
+        # Every rank must call it (a DCP save, a gathered state dict, in its own code): the
+        # caller cannot pick the rank, so the save inside is where the guard belongs.
         return False
     if isinstance(dest, ast.Starred):  # `torch.save(*args, **kwargs)`: all of the caller's
         vararg = fn.args.vararg
         return (
             vararg is not None and isinstance(dest.value, ast.Name) and dest.value.id == vararg.arg
         )
-    if not isinstance(dest, ast.Name):
-        return False
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
-    return dest.id in params and guards.assigned_value(ctx, dest.id, fn, dest) is None
+    if isinstance(dest, ast.Name):
+        return dest.id in params and guards.assigned_value(ctx, dest.id, fn, dest) is None
+    # A path built under the directory the caller passes, with constant names only
+    # (`os.path.join(out_dir, "model.pt")`, `Path(save_directory) / WEIGHTS_NAME`, the
+    # parameter rebound as `save_directory = Path(save_directory)` first): the caller's too.
+    if dest is None:
+        return False
+    root = known_names.path_root(dest)
+    if root is None or root not in params:
+        return False
+    value = guards.assigned_value(ctx, root, fn, dest)
+    return value is None or known_names.path_wrapper_of(value) == root
 
 
 _HEAD = """\
@@ -1035,6 +1055,147 @@ def train(model, rank, epochs):
             save_checkpoint(model.module.state_dict(), f"epoch{epoch}.pt")
 """,
         note="a save helper writing where its caller says: the unguarded call is the bug",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from pathlib import Path
+
+WEIGHTS_NAME = "pytorch_model.bin"
+
+
+def save_for_hub(model, save_directory, config=None):
+    save_directory = Path(save_directory)
+    save_directory.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), save_directory / WEIGHTS_NAME)
+    with open(os.path.join(save_directory, "config.json"), "w") as f:
+        f.write(str(config))
+""",
+        note="a library's hub helper saving under the directory its caller passes (nothing in "
+        "the project calls it): the caller decides the rank (F16)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import tempfile
+from tempfile import TemporaryDirectory
+
+
+def save_for_hub(model, save_directory):
+    torch.save(model.state_dict(), os.path.join(save_directory, "pytorch_model.bin"))
+
+
+def push_to_hub(model, repo_id, api):
+    with TemporaryDirectory() as tmpdir:
+        save_for_hub(model, tmpdir)
+        api.upload_folder(repo_id=repo_id, folder_path=tmpdir)
+
+
+def stage(model):
+    staging = tempfile.mkdtemp()
+    torch.save(model.state_dict(), os.path.join(staging, "model.pt"))
+    return staging
+""",
+        note="a temporary folder is this process's own: a hub upload staged on disk (F16)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import tempfile
+
+
+def stage(model):
+    «torch.save(model.state_dict(), os.path.join(tempfile.gettempdir(), "model.pt"))»
+""",
+        fixed=_HEAD
+        + """\
+import tempfile
+
+
+def stage(model):
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), os.path.join(tempfile.gettempdir(), "model.pt"))
+""",
+        note="the system's temporary folder is shared by every process",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def export_weights(model, out_dir):
+    torch.save(model.state_dict(), os.path.join(out_dir, "weights.pt"))
+
+def train(model, rank, epochs, out_dir):
+    for epoch in range(epochs):
+        «export_weights(model.module, out_dir)»
+""",
+        fixed=_HEAD
+        + """\
+def export_weights(model, out_dir):
+    torch.save(model.state_dict(), os.path.join(out_dir, "weights.pt"))
+
+def train(model, rank, epochs, out_dir):
+    for epoch in range(epochs):
+        if rank == 0:
+            export_weights(model.module, out_dir)
+""",
+        note="a save helper writing under the directory its caller passes: the unguarded call "
+        "is the bug",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def export_weights(model, out_dir, name):
+    «torch.save(model.state_dict(), os.path.join(out_dir, name))»
+
+def train(model, rank, epochs, out_dir):
+    for epoch in range(epochs):
+        export_weights(model.module, out_dir, f"epoch{epoch}.pt")
+""",
+        fixed=_HEAD
+        + """\
+def export_weights(model, out_dir, name):
+    if dist.get_rank() == 0:
+        torch.save(model.state_dict(), os.path.join(out_dir, name))
+
+def train(model, rank, epochs, out_dir):
+    for epoch in range(epochs):
+        export_weights(model.module, out_dir, f"epoch{epoch}.pt")
+""",
+        note="a path joined with another variable is not only the caller's directory: reported "
+        "where it saves",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import torch.distributed.checkpoint as dcp
+
+
+def save_sharded(model_sd, checkpoint_dir, epoch):
+    dcp.save({"model": model_sd}, checkpoint_id=checkpoint_dir)
+    «torch.save({"epoch": epoch}, os.path.join(checkpoint_dir, "extra.pt"))»
+
+
+def train(model_sd, epochs, checkpoint_dir):
+    for epoch in range(epochs):
+        save_sharded(model_sd, checkpoint_dir, epoch)
+""",
+        fixed=_HEAD
+        + """\
+import torch.distributed.checkpoint as dcp
+
+
+def save_sharded(model_sd, checkpoint_dir, epoch):
+    dcp.save({"model": model_sd}, checkpoint_id=checkpoint_dir)
+    if dist.get_rank() == 0:
+        torch.save({"epoch": epoch}, os.path.join(checkpoint_dir, "extra.pt"))
+
+
+def train(model_sd, epochs, checkpoint_dir):
+    for epoch in range(epochs):
+        save_sharded(model_sd, checkpoint_dir, epoch)
+""",
+        note="a save helper every rank must call (a DCP save): the caller cannot pick the rank, "
+        "the save inside is reported (seeded unguard-save, open_clip)",
     ),
     # -- per-rank and collective saves, restricted hooks and branches, caches (F12/F15/F17) -----
     Valid(

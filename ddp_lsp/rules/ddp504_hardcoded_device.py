@@ -43,7 +43,9 @@ the parent process after `mp.spawn`, launches configured with one process per no
 where preflight found one GPU, and chunks that set `CUDA_VISIBLE_DEVICES` per process (each
 process then sees its own GPU as `cuda:0`). Setting `CUDA_VISIBLE_DEVICES` in another function,
 or in the launcher, is not visible here: such code is reported; silence it with
-`# ddp-lsp: ignore[DDP504]`.
+`# ddp-lsp: ignore[DDP504]`. Nor is a GPU chosen only when the device so far is the CPU
+(`if device.type == "cpu": device = torch.device("cuda:0")`, a backend that needs a GPU
+falling back to the first one): every rank of a GPU job holds its own GPU already.
 
 Distributed code only: in a project, a function that no distributed entry point reaches on
 every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
@@ -91,7 +93,7 @@ class HardcodedDevice(Rule):
             seen.add(id(node))
             if device_rules.guarded(ctx, node) or device_rules.single_process_branch(ctx, node):
                 continue
-            if _per_rank_entry(ctx, node) or _compared(ctx, node):
+            if _per_rank_entry(ctx, node) or _compared(ctx, node) or _cpu_fallback(ctx, node):
                 continue
             if guards.spawns_processes(ctx, patterns.scope_root(ctx, node)):
                 continue
@@ -145,6 +147,48 @@ def _compared(ctx: ChunkContext, node: ast.AST) -> bool:
     if isinstance(up, ast.Call) and ctx.call_qualname(up) == "torch.device":
         up = ctx.parent(up)
     return isinstance(up, ast.Compare)
+
+
+def _cpu_test(test: ast.expr) -> bool | None:
+    """True for a test that a device is the CPU (``device.type == "cpu"``, ``str(device) ==
+    "cpu"``, ``device.type in ("cpu", "mps")``), False for its negation, None otherwise."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _cpu_test(test.operand)
+        return None if inner is None else not inner
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    op, right = test.ops[0], test.comparators[0]
+    names = [
+        e.value
+        for side in (test.left, right)
+        for e in (side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else (side,))
+        if isinstance(e, ast.Constant) and isinstance(e.value, str)
+    ]
+    if "cpu" not in names or any(n.startswith("cuda") for n in names):
+        return None
+    if isinstance(op, (ast.Eq, ast.In, ast.Is)):
+        return True
+    if isinstance(op, (ast.NotEq, ast.NotIn, ast.IsNot)):
+        return False
+    return None
+
+
+def _cpu_fallback(ctx: ChunkContext, node: ast.AST) -> bool:
+    """``node`` runs only when the device chosen so far is the CPU (``if device.type == "cpu":
+    device = torch.device("cuda:0")``, a backend that needs a GPU falling back to the first
+    one): the ranks of a GPU job each hold their own GPU already and never take that branch."""
+    child: ast.AST = node
+    for up in ctx.ancestors(node):
+        if isinstance(up, ast.If):
+            cpu = _cpu_test(up.test)
+            if cpu is True and any(child is st for st in up.body):
+                return True
+            if cpu is False and any(child is st for st in up.orelse):
+                return True
+        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        child = up
+    return False
 
 
 def _per_rank_entry(ctx: ChunkContext, node: ast.AST) -> bool:
@@ -263,6 +307,48 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 HardcodedDevice.cases = (
+    Valid(
+        _HEAD
+        + """\
+class EngineRunner:
+    def __init__(self, engine_file, device):
+        if device.type == "cpu":
+            device = torch.device("cuda:0")  # the engine needs a GPU
+        self.device = device
+        self.engine = load_engine(engine_file, device)
+
+
+def check_half(model, local_rank):
+    dist.init_process_group("nccl")
+    device = torch.device("cuda", local_rank)
+    if str(device) != "cpu":
+        runner = EngineRunner("probe.engine", device)
+    else:
+        runner = EngineRunner("probe.engine", torch.device("cuda:0"))
+    return runner
+""",
+        note="a GPU chosen only when the device so far is the CPU: GPU ranks never take it "
+        "(F16, an inference backend built on every rank)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def place(model, device):
+    dist.init_process_group("nccl")
+    if device.type == "cuda":
+        device = torch.device(«"cuda:0"»)
+    return model.to(device)
+""",
+        fixed=_HEAD
+        + """\
+def place(model, device):
+    dist.init_process_group("nccl")
+    if device.type == "cuda":
+        device = torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}")
+    return model.to(device)
+""",
+        note="a GPU test is no CPU fallback: every rank lands on GPU 0",
+    ),
     Valid(
         _HEAD
         + """\

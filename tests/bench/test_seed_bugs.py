@@ -557,3 +557,29 @@ def test_importers_are_followed_through_a_re_exporting_package(tmp_path: Path) -
         tmp_path, "utils/train_utils.py", helper, seed_bugs.importer_map(tmp_path, rels)
     )
     assert got == ["utils/train_utils.py", "utils/__init__.py", "main.py"]
+
+
+def test_unguard_save_leaves_a_call_of_a_helper_that_guards_itself() -> None:
+    # Dropping the caller's rank test leaves correct code: the helper saves on rank 0 only.
+    text = textwrap.dedent(
+        """\
+        import torch
+        import torch.distributed as dist
+
+        def save_model(model, step):
+            if dist.get_rank() == 0:
+                torch.save(model.state_dict(), f"model{step}.pt")
+
+        def train(model, steps):
+            for step in range(steps):
+                pass
+            if dist.get_rank() == 0:
+                save_model(model, steps)
+        """
+    )
+    assert [s.line for s in only("unguard-save", text)] == [5]  # the helper's own guard
+    unguarded = text.replace(
+        '    if dist.get_rank() == 0:\n        torch.save(model.state_dict(), f"model{step}.pt")',
+        '    torch.save(model.state_dict(), f"model{step}.pt")',
+    )
+    assert [s.line for s in only("unguard-save", unguarded)] == [10]

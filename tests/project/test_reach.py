@@ -390,7 +390,7 @@ def test_single_process_change_reruns_the_rules_of_a_cached_document() -> None:
 
 
         def export(model, path):
-            torch.save(model.state_dict(), path + ".pt")
+            torch.save(model.state_dict(), "exported.pt")
         """
     ).lstrip("\n")
     doc = Document(text, Settings().rank_model)

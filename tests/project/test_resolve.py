@@ -102,3 +102,38 @@ def test_reexport_cycles_terminate(tmp_path: Path) -> None:
     (tmp_path / "b.py").write_text("from a import f\n")
     r = Resolver(build(tmp_path))
     assert r.resolve("a", "f") is None
+
+
+def test_monorepo_absolute_imports_resolve_by_the_longest_project_suffix(tmp_path: Path) -> None:
+    # The checkout root is `vision/fair/slowfast` of a larger tree, and its code imports
+    # itself by that longer path; the root also holds a package named like the tree's folder.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "slowfast").mkdir()
+    (tmp_path / "slowfast" / "__init__.py").write_text("")
+    (tmp_path / "slowfast" / "dist.py").write_text("def init(cfg):\n    pass\n")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "__init__.py").write_text("")
+    (tmp_path / "tools" / "train_net.py").write_text("def train(cfg):\n    pass\n")
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "__init__.py").write_text("")
+    (tmp_path / "utils" / "data.py").write_text("class DataLoader:\n    pass\n")
+    (tmp_path / "run_net.py").write_text(
+        "from vision.fair.slowfast.tools.train_net import train\n"
+        "import vision.fair.slowfast.slowfast.dist as du\n"
+        "from torch.utils.data import DataLoader\n"
+        "from somelib.utils import data\n"
+        "train(None)\ndu.init(None)\n"
+    )
+    r = Resolver(build(tmp_path))
+    assert r.resolve("run_net", "train") == ("tools.train_net", "train")
+    assert r.resolve("run_net", "du.init") == ("slowfast.dist", "init")
+    # A framework's path never names the project's module of the same spelling, and one
+    # name inside an unknown package's path is no evidence.
+    assert r.resolve("run_net", "DataLoader") is None
+    assert r.resolve("run_net", "data") is None
+    assert r.imported_modules("run_net") == [
+        "slowfast",
+        "slowfast.dist",
+        "tools",
+        "tools.train_net",
+    ]
