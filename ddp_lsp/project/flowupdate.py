@@ -13,8 +13,8 @@ the kinds' propagation (:func:`_relevant_sites`), and the comparisons of a modul
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import Any, TypeVar
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.crossfile import (
@@ -82,6 +82,7 @@ def _update(
     previous: ProjectFacts,
     res: Resolver,
     edges: dict[str, ModuleEdges],
+    changed: list[str] | None = None,
 ) -> ProjectFacts | None:
     """The facts after an update that kept import resolution (``res.reuse``), from
     ``previous`` and the changed modules alone, when every stage can be shown to give what it
@@ -93,22 +94,31 @@ def _update(
     the induction over rounds the docstrings below give (every round of the new computation
     equals the old one's), never by comparing results, so the outcome is exactly that of a
     computation from scratch. tests/project/test_flow_incremental.py checks it on random edit
-    sequences."""
+    sequences.
+
+    ``changed``: the modules whose summaries differ from those ``previous`` was computed from,
+    when the caller knows them (a state restored from disk, :mod:`ddp_lsp.project.flowstate`:
+    ``previous``'s stages and parts are then read lazily, module by module, its ``edges``
+    hold the changed modules' old shares only, and copies are overlays, not dicts); their
+    interfaces must be unchanged (``res`` is a fresh resolver over the index as it is now)."""
     st = previous.stages
     assert st is not None
     old_parts = previous.parts
     names = sorted(index.modules)
-    if len(names) != len(old_parts) or any(m not in old_parts for m in names):
-        return None
     summaries = index.modules
-    # The edited modules, and those whose import resolution read one whose interface changed
-    # (Resolver.stale: their resolved parts and edges are built again, and compared).
-    changed = [m for m in names if old_parts[m].summary is not summaries[m] or m in res.stale]
-    # Which project modules a module imports: the `distributed` flood and single_process's
-    # `touched` read them.
-    for m, before_imports in res.old_imports.items():
-        if res.imported_modules(m) != before_imports:
+    restored = changed is not None
+    if changed is None:
+        if len(names) != len(old_parts) or any(m not in old_parts for m in names):
             return None
+        # The edited modules, and those whose import resolution read one whose interface
+        # changed (Resolver.stale: their resolved parts and edges are built again, and
+        # compared).
+        changed = [m for m in names if old_parts[m].summary is not summaries[m] or m in res.stale]
+        # Which project modules a module imports: the `distributed` flood and
+        # single_process's `touched` read them.
+        for m, before_imports in res.old_imports.items():
+            if res.imported_modules(m) != before_imports:
+                return None
     own_cache: dict[str, fact_model.ModuleFacts] = {}
 
     def own(m: str) -> fact_model.ModuleFacts:
@@ -117,7 +127,7 @@ def _update(
             got = own_cache[m] = index.own_facts(summaries[m])
         return got
 
-    parts = dict(old_parts)
+    parts = _copy(old_parts)
     for m in changed:
         parts[m] = _module_parts(res, m, summaries[m])
     kinds = st.kinds
@@ -130,7 +140,7 @@ def _update(
     # nothing in any round of either computation. When all of these are equal, each round
     # proposes what it proposed, and the result, `mixed` included, is the previous one.
     wraps = _ScalerWrappers(res, _OwnView(own))
-    kind_seeds = dict(st.kind_seeds)
+    kind_seeds = _copy(st.kind_seeds)
     for m in changed:
         o, n = old_own[m], own(m)
         if o.kinds != n.kinds or o.sometimes != n.sometimes:
@@ -161,8 +171,8 @@ def _update(
     # (FunctionInfo.gates) only where it performs a collective, and its module's own gating:
     # such a function with gate sites, or a module whose own gating changed, computes
     # everything again.
-    props: dict[tuple[str, str], dict[str, Provenance]] | None = None
-    prop_seeds = dict(st.prop_seeds)
+    changed_props: MutableMapping[tuple[str, str], dict[str, Provenance]] | None = None
+    prop_seeds = _copy(st.prop_seeds)
     props_changed: set[tuple[str, str]] = set()
     for m in changed:
         seeds_p = _prop_seeds(res, m, summaries[m], own(m))
@@ -199,16 +209,15 @@ def _update(
                 return None
             if fact_model.COLLECTIVE in st.props.get(key, ()):
                 return None
-            if props is None:
-                props = dict(st.props)
+            if changed_props is None:
+                changed_props = _copy(st.props)
             derived = {p: o for p, o in st.props.get(key, {}).items() if p not in a}
             if b or derived:
-                props[key] = {**b, **derived}
+                changed_props[key] = {**b, **derived}
             else:
-                props.pop(key, None)
+                changed_props.pop(key, None)
             props_changed.add(key)
-    if props is None:
-        props = st.props
+    props = st.props if changed_props is None else changed_props
 
     # -- single_process: the same call graph, seeds and classes -----------------------------------
     before_edges = {m: previous.edges.get(m) for m in changed}
@@ -226,13 +235,15 @@ def _update(
         frameworks,
         edges,
         edges_only=True,
+        only=changed if restored else None,
     )
-    local = st.local
+    local: Mapping[str, frozenset[str]] = st.local
+    changed_local: MutableMapping[str, frozenset[str]] | None = None
     for m in changed:
         was, now = before_edges[m], edges[m]
         if was is None or not _same_edges(was, now):
             return None
-        if not _same_walks(was, now, st.reach, edges):
+        if not _same_walks(was, now, st.reach, None if restored else edges):
             return None
         if was.nodes != now.nodes:
             # Functions added or removed that call, hand and are called by nothing (their
@@ -240,17 +251,17 @@ def _update(
             # derived again from their sets (reach.single_process's last loop).
             if not _isolated_nodes(res, m, was, now, st.reach):
                 return None
-            if local is st.local:
-                local = dict(local)
+            if changed_local is None:
+                local = changed_local = _copy(st.local)
             got = _local_of(res, m, now.nodes, st.reach)
             if got:
-                local[m] = got
+                changed_local[m] = got
             else:
-                local.pop(m, None)
+                changed_local.pop(m, None)
 
     # -- only called guarded: each module's sites counted ------------------------------------------
-    guard_flags = dict(st.guard_flags)
-    counts = dict(st.guard_counts)
+    guard_flags = _copy(st.guard_flags)
+    counts = _copy(st.guard_counts)
     touched_targets: set[tuple[str, str]] = set()
     for m in changed:
         flags = _guard_flags(parts[m], own(m))
@@ -276,9 +287,9 @@ def _update(
 
     # -- per module: the changed ones, the callees whose guards changed and the callers of a
     # function whose properties changed ------------------------------------------------------------
-    users = st.users
+    users: Mapping[tuple[str, str], frozenset[str]] = st.users
     if changed:
-        users = dict(users)
+        users = _copy(users)
         for m in changed:
             before_t = set(old_parts[m].targets.values())
             after_t = set(parts[m].targets.values())
@@ -289,7 +300,7 @@ def _update(
     again = set(changed) | set(only_of)
     for key in props_changed:
         again |= users.get(key, frozenset())
-    out = dict(st.out)
+    out = _copy(st.out)
     root = str(index.root)
     for m in sorted(again):
         out[m] = _module_out(
@@ -432,10 +443,11 @@ def _same_walks(
     was: ModuleEdges,
     now: ModuleEdges,
     reach: Mapping[str, Any],
-    edges: Mapping[str, ModuleEdges],
+    edges: Mapping[str, ModuleEdges] | None,
 ) -> bool:
     """Whether single_process's walks give the same sets with a module's call edges changed
-    from ``was`` to ``now`` (the other modules' edges in ``edges``): each edge added or removed
+    from ``was`` to ``now`` (the other modules' edges in ``edges``; None: not known, and a
+    function that lost a reference fails the test): each edge added or removed
     must leave the entry points (callers of a process-group start, transitively), the three
     floods (from the entry points, from everything distributed, from the orphans) and the
     referenced functions as they were. An edge added from outside a flood, or to what it
@@ -471,6 +483,8 @@ def _same_walks(
         if _is_reference(s, t):
             lost.add(t)
     if lost:
+        if edges is None:
+            return False  # the other modules' edges are not at hand (a restored state)
         # Still referenced by another edge, in any module (this one's as it is now)?
         for e in edges.values():
             for table in (e.unguarded, e.guarded_only):
@@ -483,3 +497,50 @@ def _same_walks(
         if lost:
             return False
     return True
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _copy(m: Mapping[_K, _V]) -> MutableMapping[_K, _V]:
+    """A copy to change: a dict of a dict (the server's state, kept between updates, must not
+    chain), an overlay of anything else (a state restored from disk, read lazily)."""
+    return dict(m) if type(m) is dict else _Overlay(m)
+
+
+class _Overlay(MutableMapping[_K, _V]):
+    """``base`` with some keys set or deleted, ``base`` itself never changed or copied
+    (:func:`_copy`); :mod:`ddp_lsp.project.flowstate` reads ``changes`` and ``deleted`` to
+    store what an update changed."""
+
+    def __init__(self, base: Mapping[_K, _V]) -> None:
+        self.base = base
+        self.changes: dict[_K, _V] = {}
+        self.deleted: set[_K] = set()
+
+    def __getitem__(self, key: _K) -> _V:
+        if key in self.changes:
+            return self.changes[key]
+        if key in self.deleted:
+            raise KeyError(key)
+        return self.base[key]
+
+    def __setitem__(self, key: _K, value: _V) -> None:
+        self.changes[key] = value
+        self.deleted.discard(key)
+
+    def __delitem__(self, key: _K) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self.changes.pop(key, None)
+        self.deleted.add(key)
+
+    def __iter__(self) -> Iterator[_K]:
+        for key in self.base:
+            if key not in self.changes and key not in self.deleted:
+                yield key
+        yield from self.changes
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
