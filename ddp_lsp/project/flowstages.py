@@ -175,6 +175,9 @@ class _ModuleParts:
     calls: dict[tuple[str, str], list[tuple[str, str]]]  # (module, fn) -> functions it calls
     targets: dict[str, tuple[str, str]]  # a callee it spells -> a function of another module
     unwrapped: frozenset[tuple[str, str]]  # fact_model.unwrapped_names of its bindings
+    # Each site's (parameter, argument) pairs (_params_of), in the order of ``sites``: the
+    # kinds' rounds and the `mixed` pass read them for every site of the project.
+    site_params: list[list[tuple[str, str]]] = field(default_factory=list)
 
 
 def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
@@ -215,7 +218,8 @@ def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
         if t is not None and t[0] != m:
             targets[name] = (t[0], t[1].qualname)
     unwrapped = fact_model.unwrapped_names([s.facts])
-    return _ModuleParts(s, sites, site_line, inherits, calls, targets, unwrapped)
+    site_params = [_params_of(cs, tfi) for _, cs, _, tfi in sites]
+    return _ModuleParts(s, sites, site_line, inherits, calls, targets, unwrapped, site_params)
 
 
 @dataclass

@@ -31,7 +31,6 @@ from ddp_lsp.project.flowstages import (
     _module_out,
     _module_parts,
     _ModuleParts,
-    _params_of,
     _prop_seeds,
     _ScalerWrappers,
     _seed_kinds,
@@ -55,10 +54,10 @@ def _relevant_sites(
     nothing in a table finds nothing in a part of it) and marks nothing ``mixed``."""
     out: Counter[tuple[object, ...]] = Counter()
     functions = {fi.qualname: fi for fi in part.summary.facts.functions}
-    for m, cs, tm, tfi in part.sites:
+    for (m, cs, tm, tfi), pairs in zip(part.sites, part.site_params, strict=True):
         caller = functions.get(cs.caller)
         cls = caller.cls if caller else None
-        for param, arg in _params_of(cs, tfi):
+        for param, arg in pairs:
             if (tfi.qualname, param) in kinds.get(tm, {}) or (
                 _lookup(kinds.get(m, {}), arg, cs.caller, cls) is not None
             ):
