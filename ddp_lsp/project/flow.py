@@ -192,6 +192,8 @@ def _compute(
                     if sc == bc and p.startswith("self.") and (cls_name, p) not in kinds[m]:
                         proposals.setdefault((m, cls_name, p), []).append(base_kind)
         for m in changed:
+            if not kinds[m]:
+                continue  # an alias proposes the kind of a name of this module
             fns = res.functions(m)
             for b in alias_bindings.get(m, ()):
                 evaluations += 1
@@ -205,6 +207,8 @@ def _compute(
                 if k is not None:
                     proposals.setdefault((m, b.scope, b.path), []).append(k)
         for m0 in changed:
+            if not kinds[m0]:
+                continue  # its sites read its kinds: none, and nothing is proposed
             part0 = parts[m0]
             for (m, cs, tm, tfi), pairs in zip(part0.sites, part0.site_params, strict=True):
                 evaluations += 1
@@ -235,11 +239,14 @@ def _compute(
     for (m, cs, tm, tfi), pairs in (
         item for mm in names for item in zip(parts[mm].sites, parts[mm].site_params, strict=True)
     ):
-        caller = res.functions(m).get(cs.caller)
+        target_kinds = kinds[tm]
+        if not target_kinds:
+            continue  # (most functions' parameters have no kind)
         for param, arg in pairs:
-            pk = kinds[tm].get((tfi.qualname, param))
+            pk = target_kinds.get((tfi.qualname, param))
             if pk is None or pk.mixed:
                 continue
+            caller = res.functions(m).get(cs.caller)
             caller_cls = caller.cls if caller else None
             # ... or one that holds the kind on some launches only (`if args.distributed:
             # model = DDP(model)` in the caller).
