@@ -33,7 +33,7 @@ from typing import Any, TypeVar, cast
 from ddp_lsp.config import Settings
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.ranks import RankModel
-from ddp_lsp.project.summary import ModuleSummary, summarise
+from ddp_lsp.project.summary import ModuleSummary, summarise_with_facts
 from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source
 
 log = logging.getLogger("ddp_lsp.project")
@@ -602,7 +602,11 @@ class ProjectIndex:
             self.cache.misses += 1
             self._parsed.add(rel)
             text = data.decode("utf-8", errors="replace")
-            summary = self.cache.put(key, summarise(rel, text, key, model[0], module_rel), persist)
+            fresh, own = summarise_with_facts(rel, text, key, model[0], module_rel)
+            summary = self.cache.put(key, fresh, persist)
+            if own is not None and summary.digest not in self._own:
+                # Merged once: the computation asks for them (own_facts) for every module.
+                self._own[summary.digest] = own
         else:
             self.cache.hits += 1
         return summary

@@ -124,6 +124,15 @@ def summarise(
 ) -> ModuleSummary:
     """Parse one file and summarise it (no cache). ``module_rel``: the path its module name
     comes from, when that is not ``rel`` (a project nested in the indexed folder)."""
+    return summarise_with_facts(rel, text, digest, ranks, module_rel)[0]
+
+
+def summarise_with_facts(
+    rel: str, text: str, digest: str, ranks: RankModel, module_rel: str | None = None
+) -> tuple[ModuleSummary, fact_model.ModuleFacts | None]:
+    """:func:`summarise`, and the file's own module facts (``facts.merge`` of its facts, which
+    the summary needs and the project's computation reads again: the index keeps them; None
+    for a file that does not parse)."""
     module, is_package = module_name(rel if module_rel is None else module_rel)
     lines = text.count("\n") + 1
     try:
@@ -132,7 +141,7 @@ def summarise(
         # A file being edited: nothing is known of it until it parses again.
         return ModuleSummary(
             rel, module, is_package, digest, lines, fact_model.EMPTY_FACTS, syntax_error=True
-        )
+        ), None
     x = fact_model.extract_module(tree, ranks)
     cf = x.facts
     merged = fact_model.merge([cf])  # the file's own facts: which lines provenance needs
@@ -154,7 +163,7 @@ def summarise(
         binding_lines=_binding_lines(tree, cf, merged),
         prop_lines=_prop_lines(tree, merged),
         handed=handed_names(tree),
-    )
+    ), merged
 
 
 def handed_names(tree: ast.Module) -> tuple[tuple[str, str], ...]:
