@@ -13,7 +13,7 @@ the kinds' propagation (:func:`_relevant_sites`), and the comparisons of a modul
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
 from ddp_lsp.core import facts as fact_model
@@ -38,7 +38,7 @@ from ddp_lsp.project.flowstages import (
 )
 from ddp_lsp.project.index import ProjectIndex
 from ddp_lsp.project.reach import ModuleEdges, single_process
-from ddp_lsp.project.resolve import Resolver
+from ddp_lsp.project.resolve import Resolver, interface
 from ddp_lsp.project.summary import ModuleSummary
 
 
@@ -194,7 +194,17 @@ def _update(
             if fi.gates.sites
         }
         for q in gated:
-            if fact_model.COLLECTIVE in st.props.get((m, q), {}):
+            if fact_model.COLLECTIVE in st.props.get((m, q), {}) and not _same_gate_inputs(
+                res,
+                m,
+                q,
+                old_parts[m].summary,
+                summaries[m],
+                old_own[m],
+                own(m),
+                st.props,
+                res.stale,
+            ):
                 return None
         if seeds_p == old_seeds:
             continue
@@ -543,3 +553,44 @@ class _Overlay(MutableMapping[_K, _V]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+def _same_gate_inputs(
+    res: Resolver,
+    m: str,
+    q: str,
+    old: ModuleSummary,
+    new: ModuleSummary,
+    old_own: fact_model.ModuleFacts,
+    new_own: fact_model.ModuleFacts,
+    props: Mapping[tuple[str, str], Mapping[str, Provenance]],
+    stale: Collection[str],
+) -> bool:
+    """Whether a function that performs a collective and has gate sites reads, in the gates'
+    resolution (``flowstages._resolve_gates``), what it read: the same parameters and
+    defaults, and the same call sites that reach a collective (``gate_facts.resolve`` skips
+    every other site). Asked only where the module's names resolve as they did (the same
+    interface, not stale), so both lists are read with one resolution; the callees'
+    collectives are the previous ones (a carried property changed computes everything)."""
+    if m in stale or interface(old) != interface(new) or old_own.aliases != new_own.aliases:
+        return False
+
+    def reads(s: ModuleSummary, own_m: fact_model.ModuleFacts) -> tuple[object, ...] | None:
+        fi = next((f for f in s.facts.functions if f.qualname == q), None)  # the first
+        if fi is None:
+            return None
+        reaching = []
+        for site in fi.gates.sites:
+            name = site.callee
+            hit = fact_model.is_collective_call(name, own_m.aliases)
+            if not hit and not name.startswith("self."):
+                t = res.function(m, name)
+                hit = t is not None and fact_model.COLLECTIVE in props.get(
+                    (t[0], t[1].qualname), {}
+                )
+            if hit:
+                reaching.append(site)
+        return (fi.params, fi.gates.defaults, tuple(reaching))
+
+    before = reads(old, old_own)
+    return before is not None and before == reads(new, new_own)
