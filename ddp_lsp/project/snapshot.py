@@ -18,8 +18,12 @@ stand and are stored again under the new key (salsa's early cutoff). So do they 
 changed file only gained or lost functions that no file names and that call nothing of the
 project (a helper being written), with that file's single-process functions patched
 (``build._isolated_change``; :attr:`Stored.reached` says where such a function is unknown
-rather than single-process). Any other change, an added or removed file, computes the facts
-again (then stored).
+rather than single-process). An added or removed file computes the facts again (then
+stored).
+
+Any other change updates the last computation from its update state, stored next to the
+snapshot (``<hash>.state.json``, read only then; :mod:`~ddp_lsp.project.flowstate`), when the
+update can be shown to equal a computation from scratch.
 
 One snapshot per root and rank model (``<cache>/projects/<hash>.json``, replaced atomically
 on every miss), pruned with the summaries; the same checks as the summary entries apply
