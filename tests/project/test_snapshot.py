@@ -86,9 +86,7 @@ def test_a_tampered_snapshot_is_a_miss(deit: Path, monkeypatch: pytest.MonkeyPat
     import ddp_lsp.project as P
 
     build.project_view(deit, Settings(), workers=1)
-    files = [
-        f for f in (deit.parent / "cache").rglob("projects/*.json") if ".state." not in f.name
-    ]
+    files = [f for f in (deit.parent / "cache").rglob("projects/*.json") if ".state." not in f.name]
     assert len(files) == 1
     good = files[0].read_text()
     real = P.compute
