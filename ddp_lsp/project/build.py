@@ -204,7 +204,11 @@ def project_view(
                 )
         elif len(keys) == len(pairs) and stored.state_id is not None and not stored.moved:
             # Other files' facts changed: the stored computation updated (flowstate.py).
-            view = _updated(index, stored, keys, at, texts, wanted, state, len(paths))
+            try:
+                view = _updated(index, stored, keys, at, texts, wanted, state, len(paths))
+            except Exception:  # a defect of the update costs its speed only: computed below
+                log.warning("project index: the stored state's update failed", exc_info=True)
+                view = None
             if view is not None:
                 contents.clear()
                 return dataclasses.replace(
