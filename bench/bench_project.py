@@ -17,7 +17,8 @@ measures generated projects of N files instead (``bench_index.make_project``). F
   else and calling nothing of the project (the stored facts stand; that file's
   single-process functions are patched: build._isolated_change);
 - a call added to a function body of another file (the first with a top-level function; its
-  facts change: every summary is read and the cross-file facts computed again);
+  facts change: the update state stored with the snapshot is updated, ``project/flowstate.py``,
+  reading only the summaries the update reaches);
 - unchanged: nothing changed since the last run (the snapshot answers).
 
 CPU seconds of the child (user + system) are the figure: the 2-CPU development machine is

@@ -171,12 +171,17 @@ def project_view(
             # functions of a file that gained or lost a function nothing calls, updated).
             moves, patched = held
             modules = dict(stored.modules)
+            originals = dict(stored.originals)
+            if stored.state_id is not None:
+                # The state's own facts of a patched module, kept for its next update.
+                for rel in patched:
+                    originals.setdefault(rel, stored.modules.get(rel))
             for rel, text in patched.items():
                 if text is None:
                     modules.pop(rel, None)
                 else:
                     modules[rel] = text
-            stored = dataclasses.replace(stored, moved=moves, modules=modules)
+            stored = dataclasses.replace(stored, moved=moves, modules=modules, originals=originals)
             facts_read = stored.facts(index.root, wanted)
             if facts_read is not None:
                 sources = dict(stored.sources)
@@ -194,6 +199,23 @@ def project_view(
                     stored.predicates,
                     moves,
                     stored.reached,
+                    state_id=stored.state_id,
+                    originals=stored.originals,
+                )
+        elif len(keys) == len(pairs) and stored.state_id is not None and not stored.moved:
+            # Other files' facts changed: the stored computation updated (flowstate.py).
+            try:
+                view = _updated(index, stored, keys, at, texts, wanted, state, len(paths))
+            except Exception:  # a defect of the update costs its speed only: computed below
+                log.warning("project index: the stored state's update failed", exc_info=True)
+                view = None
+            if view is not None:
+                contents.clear()
+                return dataclasses.replace(
+                    view,
+                    seconds=time.perf_counter() - started,
+                    unread=unread,
+                    cache_warning=index.cache.warning,
                 )
         if facts_read is not None:
             contents.clear()
@@ -226,6 +248,8 @@ def project_view(
         facts = compute(index)
     failed_rel = tuple(p.relative_to(index.root).as_posix() for p in failed)
     summaries = index.summaries
+    from ddp_lsp.project import flowstate
+
     snapshot.store(
         cache_dir,
         index.root,
@@ -242,6 +266,7 @@ def project_view(
         reached=None
         if facts.stages is None or not facts.stages.reach
         else {m for m in facts.stages.reach["reached_modules"]},
+        state=flowstate.state_of(facts, index),
     )
     return ProjectView(
         index.root,
@@ -253,6 +278,90 @@ def project_view(
         unread=tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread.items())),
         cache_warning=index.cache.warning,
     )
+
+
+def _updated(
+    index: ProjectIndex,
+    stored: snapshot.Stored,
+    keys: Mapping[str, str],
+    at: Mapping[str, tuple[Path, bytes]],
+    texts: Mapping[Path, str],
+    wanted: Collection[str] | None,
+    key: str,
+    files: int,
+) -> ProjectView | None:
+    """The project's facts from ``stored``'s update state (:mod:`~ddp_lsp.project.flowstate`)
+    when the same files are there and at most ``flowstate.MAX_CHANGED`` of them differ from
+    the summaries the state was computed from (each summarised, or read from the cache by
+    the digest the snapshot names); the snapshot is stored again, updated. None when the
+    update cannot be shown to equal a computation from scratch (then compute)."""
+    from ddp_lsp.project import flowstate, snapshot
+
+    if keys.keys() != stored.sources.keys():
+        return None  # a file added or removed: names resolve differently
+    state = snapshot.read_state(index.cache.directory, index.root, index.ranks_key, stored)
+    if state is None:
+        return None
+    index.project_predicates = stored.predicates
+    sources = {s.path: s for s in state.head.sources}
+    current: dict[str, ModuleSummary] = {}
+    for rel, now in keys.items():
+        src = sources.get(rel)
+        base, used = stored.sources[rel]
+        if now == base:  # as the snapshot saw it
+            if src is None or used == src.digest:
+                continue
+            summary = index.cache.get(used)
+            if summary is None:
+                return None
+        else:
+            if src is None:
+                return None  # a file the computation did not read (two of one module name)
+            path, data = at[rel]
+            try:
+                summary = index.add(path, data, persist=path not in texts)
+            except Exception:
+                log.debug("project index: cannot summarise %s", path, exc_info=True)
+                return None
+        if summary.digest != src.digest:
+            current[src.module] = summary
+            if len(current) > flowstate.MAX_CHANGED:
+                return None
+    result = flowstate.update(index, state, stored.modules, current, index.cache.get)
+    if result is None:
+        return None
+    modules = dict(stored.modules)
+    for rel, text in result.facts_text.items():
+        if text is None:
+            modules.pop(rel, None)
+        else:
+            modules[rel] = text
+    module_of = {s.path: s.module for s in state.head.sources}
+    facts: dict[str, ModuleProjectFacts] = {}
+    for rel in module_of if wanted is None else wanted:
+        m = module_of.get(rel)
+        if m is not None:
+            got = result.facts.modules[m]
+            if says_something(got):
+                facts[rel] = got
+    new_sources = dict(stored.sources)
+    for rel, s in index.summaries.items():
+        new_sources[rel] = (keys[rel], s.digest)
+    snapshot.store(
+        index.cache.directory,
+        index.root,
+        index.ranks_key,
+        key,
+        files,
+        stored.failed,
+        dataclasses.replace(stored, modules=modules),
+        new_sources,
+        stored.predicates,
+        {},
+        stored.reached,
+        result.state,
+    )
+    return ProjectView(index.root, facts, files, index.parsed, stored.failed)
 
 
 # At most this many changed files are compared with their old summaries before computing

@@ -65,12 +65,10 @@ from ddp_lsp.project.flowstages import (
     _module_parts,
     _ModuleParts,
     _only_guarded,
-    _params_of,
     _prop_seeds,
     _resolve_gates,
     _ScalerWrappers,
     _seed_kinds,
-    _Site,
     _Stages,
     _users,
 )
@@ -107,7 +105,12 @@ def compute(
             got = _update(index, previous, res, edges)
             if got is not None:
                 return got
-    return _compute(index, res, kept, edges)
+    return _compute(index, res, kept, edges, previous)
+
+
+def _scaler_props(own: fact_model.ModuleFacts) -> dict[str, frozenset[str]]:
+    wanted = {fact_model.UNSCALES, fact_model.UPDATES_SCALER}
+    return {q: ps & wanted for q, ps in own.func_props.items() if ps & wanted}
 
 
 def _compute(
@@ -115,6 +118,7 @@ def _compute(
     res: Resolver,
     kept: Mapping[str, _ModuleParts],
     edges: dict[str, ModuleEdges],
+    previous: ProjectFacts | None = None,
 ) -> ProjectFacts:
     names = sorted(index.modules)
     summaries: dict[str, ModuleSummary] = {m: index.modules[m] for m in names}
@@ -122,20 +126,44 @@ def _compute(
     wraps_scaler = _ScalerWrappers(res, own)
     evaluations = 0  # what the propagation rounds looked at (linear in the project's size)
 
-    # -- kinds ---------------------------------------------------------------------------------
-    kind_seeds = {m: _seed_kinds(res, m, summaries[m], own[m], wraps_scaler) for m in names}
-    kinds: dict[str, dict[tuple[str, str], ParamKind]] = {m: dict(kind_seeds[m]) for m in names}
     parts: dict[str, _ModuleParts] = {}
     prepared = 0
+    # Modules whose parts are kept (the same summary, its resolution kept): their seeds and
+    # guard flags are the previous computation's (each a function of the module's summary
+    # and resolution; a kind seed also of the project's GradScaler wrapper classes, the same
+    # when no changed module changed its bases or its methods that unscale or update).
+    same: set[str] = set()
     for m in names:
         part = kept.get(m)
         if part is None or part.summary is not summaries[m]:
             part = _module_parts(res, m, summaries[m])
             prepared += 1
+        else:
+            same.add(m)
         parts[m] = part
+    st = previous.stages if previous is not None else None
+    same_seeds = same if st is not None else set()
+    if st is not None and previous is not None:
+        for m in names:
+            was = previous.parts.get(m)
+            if m in same or was is None:
+                continue
+            if was.summary.bases != summaries[m].bases or _scaler_props(
+                index.own_facts(was.summary)
+            ) != _scaler_props(own[m]):
+                same_seeds = set()
+                break
+
+    # -- kinds ---------------------------------------------------------------------------------
+    kind_seeds = {
+        m: st.kind_seeds[m]
+        if st is not None and m in same_seeds
+        else _seed_kinds(res, m, summaries[m], own[m], wraps_scaler)
+        for m in names
+    }
+    kinds: dict[str, dict[tuple[str, str], ParamKind]] = {m: dict(kind_seeds[m]) for m in names}
     sites = [site for m in names for site in parts[m].sites]
     site_line = {k: v for m in names for k, v in parts[m].site_line.items()}
-    params_of = _params_of
     inherits = [item for m in names for item in parts[m].inherits]
 
     unwrapped = {m: parts[m].unwrapped for m in names}
@@ -152,9 +180,6 @@ def _compute(
         for b in summaries[m].facts.bindings:
             if b.source and b.source[0] == fact_model.SourceMarker.ALIAS:
                 alias_bindings.setdefault(m, []).append(b)
-    sites_from: dict[str, list[_Site]] = {}
-    for site in sites:
-        sites_from.setdefault(site[0], []).append(site)
     changed: list[str] = names
     rounds = 0
     while rounds < MAX_ROUNDS:
@@ -167,6 +192,8 @@ def _compute(
                     if sc == bc and p.startswith("self.") and (cls_name, p) not in kinds[m]:
                         proposals.setdefault((m, cls_name, p), []).append(base_kind)
         for m in changed:
+            if not kinds[m]:
+                continue  # an alias proposes the kind of a name of this module
             fns = res.functions(m)
             for b in alias_bindings.get(m, ()):
                 evaluations += 1
@@ -180,10 +207,13 @@ def _compute(
                 if k is not None:
                     proposals.setdefault((m, b.scope, b.path), []).append(k)
         for m0 in changed:
-            for m, cs, tm, tfi in sites_from.get(m0, ()):
+            if not kinds[m0]:
+                continue  # its sites read its kinds: none, and nothing is proposed
+            part0 = parts[m0]
+            for (m, cs, tm, tfi), pairs in zip(part0.sites, part0.site_params, strict=True):
                 evaluations += 1
                 caller = res.functions(m).get(cs.caller)
-                for param, arg in params_of(cs, tfi):
+                for param, arg in pairs:
                     if (tfi.qualname, param) in kinds[tm]:
                         continue
                     k = _lookup(kinds[m], arg, cs.caller, caller.cls if caller else None)
@@ -206,12 +236,17 @@ def _compute(
                 gained.add(m)
         changed = sorted(gained)
     # Mixed: a caller passes a value of no known kind where another passes a known one.
-    for m, cs, tm, tfi in sites:
-        caller = res.functions(m).get(cs.caller)
-        for param, arg in params_of(cs, tfi):
-            pk = kinds[tm].get((tfi.qualname, param))
+    for (m, cs, tm, tfi), pairs in (
+        item for mm in names for item in zip(parts[mm].sites, parts[mm].site_params, strict=True)
+    ):
+        target_kinds = kinds[tm]
+        if not target_kinds:
+            continue  # (most functions' parameters have no kind)
+        for param, arg in pairs:
+            pk = target_kinds.get((tfi.qualname, param))
             if pk is None or pk.mixed:
                 continue
+            caller = res.functions(m).get(cs.caller)
             caller_cls = caller.cls if caller else None
             # ... or one that holds the kind on some launches only (`if args.distributed:
             # model = DDP(model)` in the caller).
@@ -223,7 +258,12 @@ def _compute(
                 kinds[tm][(tfi.qualname, param)] = ParamKind(pk.kind, pk.origin, pk.via, True)
 
     # -- function properties ---------------------------------------------------------------------
-    prop_seeds = {m: _prop_seeds(res, m, summaries[m], own[m]) for m in names}
+    prop_seeds = {
+        m: st.prop_seeds[m]
+        if st is not None and m in same
+        else _prop_seeds(res, m, summaries[m], own[m])
+        for m in names
+    }
     props: dict[tuple[str, str], dict[str, Provenance]] = {}
     for m in names:
         for key, ps in prop_seeds[m].items():
@@ -265,7 +305,10 @@ def _compute(
     distributed = _distributed(res, props, entered)
 
     # -- only called under a rank-0 guard, by callers in any file ---------------------------------
-    guard_flags = {m: _guard_flags(parts[m], own[m]) for m in names}
+    guard_flags = {
+        m: st.guard_flags[m] if st is not None and m in same else _guard_flags(parts[m], own[m])
+        for m in names
+    }
     counts: dict[tuple[str, str], list[int]] = {}
     for m in names:
         for target, flag in guard_flags[m]:

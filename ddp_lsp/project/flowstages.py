@@ -17,7 +17,7 @@ The names keep their leading underscore: they are this package's internals, not 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -175,6 +175,9 @@ class _ModuleParts:
     calls: dict[tuple[str, str], list[tuple[str, str]]]  # (module, fn) -> functions it calls
     targets: dict[str, tuple[str, str]]  # a callee it spells -> a function of another module
     unwrapped: frozenset[tuple[str, str]]  # fact_model.unwrapped_names of its bindings
+    # Each site's (parameter, argument) pairs (_params_of), in the order of ``sites``: the
+    # kinds' rounds and the `mixed` pass read them for every site of the project.
+    site_params: list[list[tuple[str, str]]] = field(default_factory=list)
 
 
 def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
@@ -215,33 +218,37 @@ def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
         if t is not None and t[0] != m:
             targets[name] = (t[0], t[1].qualname)
     unwrapped = fact_model.unwrapped_names([s.facts])
-    return _ModuleParts(s, sites, site_line, inherits, calls, targets, unwrapped)
+    site_params = [_params_of(cs, tfi) for _, cs, _, tfi in sites]
+    return _ModuleParts(s, sites, site_line, inherits, calls, targets, unwrapped, site_params)
 
 
 @dataclass
 class _Stages:
     """What a computation derived, by stage, kept for the next one (see
     :func:`~ddp_lsp.project.flowupdate._update`).
-    Never changed once built: an update copies what it changes."""
+    Never changed once built: an update copies what it changes (a restored state's tables
+    are read lazily: :mod:`ddp_lsp.project.flowstate`)."""
 
-    kind_seeds: dict[str, dict[tuple[str, str], ParamKind]]  # each module's kinds before the rounds
-    kinds: dict[str, dict[tuple[str, str], ParamKind]]  # after the rounds and `mixed`
-    prop_seeds: dict[str, dict[tuple[str, str], dict[str, Provenance]]]  # each module's own
-    props: dict[tuple[str, str], dict[str, Provenance]]  # after the rounds and the gates
-    guard_flags: dict[str, tuple[tuple[tuple[str, str], bool], ...]]  # each module's sites
-    guard_counts: dict[tuple[str, str], tuple[int, int]]  # callee -> (sites, guarded sites)
-    distributed: dict[str, Provenance]
-    local: dict[str, frozenset[str]]
-    entered: set[str]
-    out: dict[str, ModuleProjectFacts]
+    kind_seeds: Mapping[
+        str, dict[tuple[str, str], ParamKind]
+    ]  # each module's kinds before the rounds
+    kinds: Mapping[str, dict[tuple[str, str], ParamKind]]  # after the rounds and `mixed`
+    prop_seeds: Mapping[str, dict[tuple[str, str], dict[str, Provenance]]]  # each module's own
+    props: Mapping[tuple[str, str], dict[str, Provenance]]  # after the rounds and the gates
+    guard_flags: Mapping[str, tuple[tuple[tuple[str, str], bool], ...]]  # each module's sites
+    guard_counts: Mapping[tuple[str, str], tuple[int, int]]  # callee -> (sites, guarded sites)
+    distributed: Mapping[str, Provenance]
+    local: Mapping[str, frozenset[str]]
+    entered: Collection[str]
+    out: Mapping[str, ModuleProjectFacts]
     # (module, function) -> the modules that call it by a name of theirs (its properties are
     # part of their facts: ModuleProjectFacts.callee_props).
-    users: dict[tuple[str, str], frozenset[str]]
+    users: Mapping[tuple[str, str], frozenset[str]]
     # single_process's sets (reached, unknown, referenced, reached_modules, touched); empty
     # when nothing is distributed code.
     reach: Mapping[str, Any]
     # The gating resolved across files (core/gates.py), by function: see _resolve_gates.
-    gating: dict[tuple[str, str], gate_facts.Gating]
+    gating: Mapping[tuple[str, str], gate_facts.Gating]
 
 
 def _seed_kinds(

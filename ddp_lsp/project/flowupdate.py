@@ -13,8 +13,8 @@ the kinds' propagation (:func:`_relevant_sites`), and the comparisons of a modul
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping
+from typing import Any, TypeVar
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.crossfile import (
@@ -31,7 +31,6 @@ from ddp_lsp.project.flowstages import (
     _module_out,
     _module_parts,
     _ModuleParts,
-    _params_of,
     _prop_seeds,
     _ScalerWrappers,
     _seed_kinds,
@@ -39,7 +38,7 @@ from ddp_lsp.project.flowstages import (
 )
 from ddp_lsp.project.index import ProjectIndex
 from ddp_lsp.project.reach import ModuleEdges, single_process
-from ddp_lsp.project.resolve import Resolver
+from ddp_lsp.project.resolve import Resolver, interface
 from ddp_lsp.project.summary import ModuleSummary
 
 
@@ -55,10 +54,10 @@ def _relevant_sites(
     nothing in a table finds nothing in a part of it) and marks nothing ``mixed``."""
     out: Counter[tuple[object, ...]] = Counter()
     functions = {fi.qualname: fi for fi in part.summary.facts.functions}
-    for m, cs, tm, tfi in part.sites:
+    for (m, cs, tm, tfi), pairs in zip(part.sites, part.site_params, strict=True):
         caller = functions.get(cs.caller)
         cls = caller.cls if caller else None
-        for param, arg in _params_of(cs, tfi):
+        for param, arg in pairs:
             if (tfi.qualname, param) in kinds.get(tm, {}) or (
                 _lookup(kinds.get(m, {}), arg, cs.caller, cls) is not None
             ):
@@ -82,6 +81,7 @@ def _update(
     previous: ProjectFacts,
     res: Resolver,
     edges: dict[str, ModuleEdges],
+    changed: list[str] | None = None,
 ) -> ProjectFacts | None:
     """The facts after an update that kept import resolution (``res.reuse``), from
     ``previous`` and the changed modules alone, when every stage can be shown to give what it
@@ -93,22 +93,31 @@ def _update(
     the induction over rounds the docstrings below give (every round of the new computation
     equals the old one's), never by comparing results, so the outcome is exactly that of a
     computation from scratch. tests/project/test_flow_incremental.py checks it on random edit
-    sequences."""
+    sequences.
+
+    ``changed``: the modules whose summaries differ from those ``previous`` was computed from,
+    when the caller knows them (a state restored from disk, :mod:`ddp_lsp.project.flowstate`:
+    ``previous``'s stages and parts are then read lazily, module by module, its ``edges``
+    hold the changed modules' old shares only, and copies are overlays, not dicts); their
+    interfaces must be unchanged (``res`` is a fresh resolver over the index as it is now)."""
     st = previous.stages
     assert st is not None
     old_parts = previous.parts
     names = sorted(index.modules)
-    if len(names) != len(old_parts) or any(m not in old_parts for m in names):
-        return None
     summaries = index.modules
-    # The edited modules, and those whose import resolution read one whose interface changed
-    # (Resolver.stale: their resolved parts and edges are built again, and compared).
-    changed = [m for m in names if old_parts[m].summary is not summaries[m] or m in res.stale]
-    # Which project modules a module imports: the `distributed` flood and single_process's
-    # `touched` read them.
-    for m, before_imports in res.old_imports.items():
-        if res.imported_modules(m) != before_imports:
+    restored = changed is not None
+    if changed is None:
+        if len(names) != len(old_parts) or any(m not in old_parts for m in names):
             return None
+        # The edited modules, and those whose import resolution read one whose interface
+        # changed (Resolver.stale: their resolved parts and edges are built again, and
+        # compared).
+        changed = [m for m in names if old_parts[m].summary is not summaries[m] or m in res.stale]
+        # Which project modules a module imports: the `distributed` flood and
+        # single_process's `touched` read them.
+        for m, before_imports in res.old_imports.items():
+            if res.imported_modules(m) != before_imports:
+                return None
     own_cache: dict[str, fact_model.ModuleFacts] = {}
 
     def own(m: str) -> fact_model.ModuleFacts:
@@ -117,7 +126,7 @@ def _update(
             got = own_cache[m] = index.own_facts(summaries[m])
         return got
 
-    parts = dict(old_parts)
+    parts = _copy(old_parts)
     for m in changed:
         parts[m] = _module_parts(res, m, summaries[m])
     kinds = st.kinds
@@ -130,7 +139,7 @@ def _update(
     # nothing in any round of either computation. When all of these are equal, each round
     # proposes what it proposed, and the result, `mixed` included, is the previous one.
     wraps = _ScalerWrappers(res, _OwnView(own))
-    kind_seeds = dict(st.kind_seeds)
+    kind_seeds = _copy(st.kind_seeds)
     for m in changed:
         o, n = old_own[m], own(m)
         if o.kinds != n.kinds or o.sometimes != n.sometimes:
@@ -161,8 +170,8 @@ def _update(
     # (FunctionInfo.gates) only where it performs a collective, and its module's own gating:
     # such a function with gate sites, or a module whose own gating changed, computes
     # everything again.
-    props: dict[tuple[str, str], dict[str, Provenance]] | None = None
-    prop_seeds = dict(st.prop_seeds)
+    changed_props: MutableMapping[tuple[str, str], dict[str, Provenance]] | None = None
+    prop_seeds = _copy(st.prop_seeds)
     props_changed: set[tuple[str, str]] = set()
     for m in changed:
         seeds_p = _prop_seeds(res, m, summaries[m], own(m))
@@ -185,7 +194,17 @@ def _update(
             if fi.gates.sites
         }
         for q in gated:
-            if fact_model.COLLECTIVE in st.props.get((m, q), {}):
+            if fact_model.COLLECTIVE in st.props.get((m, q), {}) and not _same_gate_inputs(
+                res,
+                m,
+                q,
+                old_parts[m].summary,
+                summaries[m],
+                old_own[m],
+                own(m),
+                st.props,
+                res.stale,
+            ):
                 return None
         if seeds_p == old_seeds:
             continue
@@ -199,16 +218,15 @@ def _update(
                 return None
             if fact_model.COLLECTIVE in st.props.get(key, ()):
                 return None
-            if props is None:
-                props = dict(st.props)
+            if changed_props is None:
+                changed_props = _copy(st.props)
             derived = {p: o for p, o in st.props.get(key, {}).items() if p not in a}
             if b or derived:
-                props[key] = {**b, **derived}
+                changed_props[key] = {**b, **derived}
             else:
-                props.pop(key, None)
+                changed_props.pop(key, None)
             props_changed.add(key)
-    if props is None:
-        props = st.props
+    props = st.props if changed_props is None else changed_props
 
     # -- single_process: the same call graph, seeds and classes -----------------------------------
     before_edges = {m: previous.edges.get(m) for m in changed}
@@ -226,13 +244,15 @@ def _update(
         frameworks,
         edges,
         edges_only=True,
+        only=changed if restored else None,
     )
-    local = st.local
+    local: Mapping[str, frozenset[str]] = st.local
+    changed_local: MutableMapping[str, frozenset[str]] | None = None
     for m in changed:
         was, now = before_edges[m], edges[m]
         if was is None or not _same_edges(was, now):
             return None
-        if not _same_walks(was, now, st.reach, edges):
+        if not _same_walks(was, now, st.reach, None if restored else edges):
             return None
         if was.nodes != now.nodes:
             # Functions added or removed that call, hand and are called by nothing (their
@@ -240,17 +260,17 @@ def _update(
             # derived again from their sets (reach.single_process's last loop).
             if not _isolated_nodes(res, m, was, now, st.reach):
                 return None
-            if local is st.local:
-                local = dict(local)
+            if changed_local is None:
+                local = changed_local = _copy(st.local)
             got = _local_of(res, m, now.nodes, st.reach)
             if got:
-                local[m] = got
+                changed_local[m] = got
             else:
-                local.pop(m, None)
+                changed_local.pop(m, None)
 
     # -- only called guarded: each module's sites counted ------------------------------------------
-    guard_flags = dict(st.guard_flags)
-    counts = dict(st.guard_counts)
+    guard_flags = _copy(st.guard_flags)
+    counts = _copy(st.guard_counts)
     touched_targets: set[tuple[str, str]] = set()
     for m in changed:
         flags = _guard_flags(parts[m], own(m))
@@ -276,9 +296,9 @@ def _update(
 
     # -- per module: the changed ones, the callees whose guards changed and the callers of a
     # function whose properties changed ------------------------------------------------------------
-    users = st.users
+    users: Mapping[tuple[str, str], frozenset[str]] = st.users
     if changed:
-        users = dict(users)
+        users = _copy(users)
         for m in changed:
             before_t = set(old_parts[m].targets.values())
             after_t = set(parts[m].targets.values())
@@ -289,7 +309,7 @@ def _update(
     again = set(changed) | set(only_of)
     for key in props_changed:
         again |= users.get(key, frozenset())
-    out = dict(st.out)
+    out = _copy(st.out)
     root = str(index.root)
     for m in sorted(again):
         out[m] = _module_out(
@@ -432,10 +452,11 @@ def _same_walks(
     was: ModuleEdges,
     now: ModuleEdges,
     reach: Mapping[str, Any],
-    edges: Mapping[str, ModuleEdges],
+    edges: Mapping[str, ModuleEdges] | None,
 ) -> bool:
     """Whether single_process's walks give the same sets with a module's call edges changed
-    from ``was`` to ``now`` (the other modules' edges in ``edges``): each edge added or removed
+    from ``was`` to ``now`` (the other modules' edges in ``edges``; None: not known, and a
+    function that lost a reference fails the test): each edge added or removed
     must leave the entry points (callers of a process-group start, transitively), the three
     floods (from the entry points, from everything distributed, from the orphans) and the
     referenced functions as they were. An edge added from outside a flood, or to what it
@@ -471,6 +492,8 @@ def _same_walks(
         if _is_reference(s, t):
             lost.add(t)
     if lost:
+        if edges is None:
+            return False  # the other modules' edges are not at hand (a restored state)
         # Still referenced by another edge, in any module (this one's as it is now)?
         for e in edges.values():
             for table in (e.unguarded, e.guarded_only):
@@ -483,3 +506,91 @@ def _same_walks(
         if lost:
             return False
     return True
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _copy(m: Mapping[_K, _V]) -> MutableMapping[_K, _V]:
+    """A copy to change: a dict of a dict (the server's state, kept between updates, must not
+    chain), an overlay of anything else (a state restored from disk, read lazily)."""
+    return dict(m) if type(m) is dict else _Overlay(m)
+
+
+class _Overlay(MutableMapping[_K, _V]):
+    """``base`` with some keys set or deleted, ``base`` itself never changed or copied
+    (:func:`_copy`); :mod:`ddp_lsp.project.flowstate` reads ``changes`` and ``deleted`` to
+    store what an update changed."""
+
+    def __init__(self, base: Mapping[_K, _V]) -> None:
+        self.base = base
+        self.changes: dict[_K, _V] = {}
+        self.deleted: set[_K] = set()
+
+    def __getitem__(self, key: _K) -> _V:
+        if key in self.changes:
+            return self.changes[key]
+        if key in self.deleted:
+            raise KeyError(key)
+        return self.base[key]
+
+    def __setitem__(self, key: _K, value: _V) -> None:
+        self.changes[key] = value
+        self.deleted.discard(key)
+
+    def __delitem__(self, key: _K) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self.changes.pop(key, None)
+        self.deleted.add(key)
+
+    def __iter__(self) -> Iterator[_K]:
+        for key in self.base:
+            if key not in self.changes and key not in self.deleted:
+                yield key
+        yield from self.changes
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def _same_gate_inputs(
+    res: Resolver,
+    m: str,
+    q: str,
+    old: ModuleSummary,
+    new: ModuleSummary,
+    old_own: fact_model.ModuleFacts,
+    new_own: fact_model.ModuleFacts,
+    props: Mapping[tuple[str, str], Mapping[str, Provenance]],
+    stale: Collection[str],
+) -> bool:
+    """Whether a function that performs a collective and has gate sites reads, in the gates'
+    resolution (``flowstages._resolve_gates``), what it read: the same parameters and
+    defaults, and the same call sites that reach a collective (``gate_facts.resolve`` skips
+    every other site). Asked only where the module's names resolve as they did (the same
+    interface, not stale), so both lists are read with one resolution; the callees'
+    collectives are the previous ones (a carried property changed computes everything)."""
+    if m in stale or interface(old) != interface(new) or old_own.aliases != new_own.aliases:
+        return False
+
+    def reads(s: ModuleSummary, own_m: fact_model.ModuleFacts) -> tuple[object, ...] | None:
+        fi = next((f for f in s.facts.functions if f.qualname == q), None)  # the first
+        if fi is None:
+            return None
+        reaching = []
+        for site in fi.gates.sites:
+            name = site.callee
+            hit = fact_model.is_collective_call(name, own_m.aliases)
+            if not hit and not name.startswith("self."):
+                t = res.function(m, name)
+                hit = t is not None and fact_model.COLLECTIVE in props.get(
+                    (t[0], t[1].qualname), {}
+                )
+            if hit:
+                reaching.append(site)
+        return (fi.params, fi.gates.defaults, tuple(reaching))
+
+    before = reads(old, old_own)
+    return before is not None and before == reads(new, new_own)

@@ -31,7 +31,7 @@ decided here (the module-level "distributed" context applies as before).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Collection, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from ddp_lsp.core import facts as fact_model
@@ -147,6 +147,7 @@ def single_process(
     kept: MutableMapping[str, ModuleEdges] | None = None,
     edges_only: bool = False,
     details: MutableMapping[str, object] | None = None,
+    only: Collection[str] | None = None,
 ) -> tuple[dict[str, frozenset[str]], set[str]]:
     """(module -> its functions that are not distributed code, modules an entry point
     reaches). Both empty when nothing in the project is distributed code. ``frameworks``:
@@ -158,13 +159,14 @@ def single_process(
     ``edges_only``: fill ``kept`` and stop (project/flow.py compares a changed module's new
     edges with its old ones). ``details``: receives the walks' sets (``reached``,
     ``unknown``, ``referenced``, ``reached_modules``, ``touched``, ``entries``,
-    ``from_entries``), left empty when nothing is distributed code."""
+    ``from_entries``), left empty when nothing is distributed code. ``only`` (with
+    ``edges_only``): build these modules' edges, read no other (project/flowstate.py)."""
     names = list(names)
     known = set(names)
     # -- edges: calls (unguarded / guarded), handed functions, instantiated classes ------------
     # Built for the modules without kept edges (all of them, but in the server's indexer).
-    stale = set(names)
-    if kept is not None:
+    stale = set(names) if only is None else set(only)
+    if kept is not None and only is None:
         stale = {
             m
             for m in names
@@ -299,6 +301,8 @@ def single_process(
             edges = module_edges(m)
             if kept is not None:
                 kept[m] = edges
+        elif only is not None:
+            continue
         else:
             assert kept is not None
             edges = kept[m]

@@ -83,8 +83,11 @@ class Resolver:
         self._resolve_memo: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._imported_memo: dict[str, list[str]] = {}
         # The summaries resolution read, by module, with their interfaces.
+        # (None read yet over modules read on demand, ``deferred``: flowstate.py's restored
+        # state; such a resolver is never reused.)
         self._seen: dict[str, tuple[ModuleSummary, tuple[object, ...]]] = {
-            m: (s, interface(s)) for m, s in self.modules.items()
+            m: (s, interface(s))
+            for m, s in ({} if getattr(self.modules, "deferred", False) else self.modules).items()
         }
         self.tables_built = 0  # per-module tables built (tests count what an update rebuilt)
         # Dependency tracking: the modules read by the answer being computed (innermost last),

@@ -18,8 +18,12 @@ stand and are stored again under the new key (salsa's early cutoff). So do they 
 changed file only gained or lost functions that no file names and that call nothing of the
 project (a helper being written), with that file's single-process functions patched
 (``build._isolated_change``; :attr:`Stored.reached` says where such a function is unknown
-rather than single-process). Any other change, an added or removed file, computes the facts
-again (then stored).
+rather than single-process). An added or removed file computes the facts again (then
+stored).
+
+Any other change updates the last computation from its update state, stored next to the
+snapshot (``<hash>.state.json``, read only then; :mod:`~ddp_lsp.project.flowstate`), when the
+update can be shown to equal a computation from scratch.
 
 One snapshot per root and rank model (``<cache>/projects/<hash>.json``, replaced atomically
 on every miss), pruned with the summaries; the same checks as the summary entries apply
@@ -32,13 +36,16 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.core.gates import Gating
 from ddp_lsp.project.index import CACHE_VERSION, MAX_ENTRY_BYTES, _read_entry, _write_entry
+
+if TYPE_CHECKING:
+    from ddp_lsp.project import flowstate
 
 # (A snapshot of another shape, such as one without "reached", is never read: see read.)
 FORMAT = "ddp-lsp-project-facts"
@@ -174,6 +181,12 @@ class Stored:
     # None when nothing in the project is distributed code. Decides whether a function added
     # that nothing calls is single-process code (see build._isolated_change).
     reached: frozenset[str] | None = None
+    # The last computation's update state (flowstate.py), in a file of its own (read only
+    # when other files' facts changed: a run then updates it rather than computing the
+    # project again): its id (None: none stored), and the state's own facts of the modules
+    # whose facts here were patched since (flowstate.StoredState.originals).
+    state_id: str | None = None
+    originals: dict[str, str | None] = field(default_factory=dict)
 
     def facts(
         self, root: Path, wanted: Collection[str] | None
@@ -212,12 +225,41 @@ def decode(text: str, root: Path) -> ModuleProjectFacts:
     return _stored_codec().decode(json.loads(text), {}).facts(str(root))  # type: ignore[no-any-return]
 
 
-def _file(directory: Path, root: Path, ranks_key: bytes) -> Path:
+def _file(directory: Path, root: Path, ranks_key: bytes, kind: str = "") -> Path:
     h = hashlib.blake2b(digest_size=16)
     h.update(str(root).encode())
     h.update(b"\0")
     h.update(ranks_key)
-    return directory / "projects" / f"{h.hexdigest()}.json"
+    return directory / "projects" / f"{h.hexdigest()}{kind}.json"
+
+
+def read_state(
+    directory: Path | None, root: Path, ranks_key: bytes, stored: Stored
+) -> flowstate.StoredState | None:
+    """The update state ``stored`` names (read only by a run that updates it); None when
+    there is none, it was replaced since, or anything about it is unexpected."""
+    if directory is None or stored.state_id is None:
+        return None
+    from ddp_lsp.project import flowstate
+
+    data = _read_entry(_file(directory, root, ranks_key, ".state"), MAX_SNAPSHOT_BYTES)
+    if data is None:
+        return None
+    try:
+        entry = json.loads(data)
+        if (
+            type(entry) is not dict
+            or len(entry) != 6
+            or entry.get("format") != FORMAT + "-state"
+            or entry.get("version") != CACHE_VERSION
+            or entry.get("schema") != flowstate.fingerprint()
+            or entry.get("root") != str(root)
+            or entry.get("id") != stored.state_id
+        ):
+            return None
+        return flowstate.from_json(entry["state"], stored.originals)
+    except (ValueError, TypeError, RecursionError, KeyError):
+        return None
 
 
 def read(directory: Path | None, root: Path, ranks_key: bytes) -> Stored | None:
@@ -237,7 +279,7 @@ def read(directory: Path | None, root: Path, ranks_key: bytes) -> Stored | None:
             or entry.get("version") != CACHE_VERSION
             or entry.get("schema") != codec.fingerprint
             or entry.get("root") != str(root)
-            or len(entry) != 12
+            or len(entry) != 14
         ):
             return None
         key, files, failed = entry["key"], entry["files"], entry["failed"]
@@ -276,6 +318,13 @@ def read(directory: Path | None, root: Path, ranks_key: bytes) -> Stored | None:
             type(reached) is not list or not all(type(m) is str for m in reached)
         ):
             return None
+        state_id, originals = entry["state"], entry["originals"]
+        if state_id is not None and type(state_id) is not str:
+            return None
+        if type(originals) is not dict or not all(
+            t is None or type(t) is str for t in originals.values()
+        ):
+            return None
     except (ValueError, TypeError, RecursionError, KeyError):
         return None
     return Stored(
@@ -287,6 +336,8 @@ def read(directory: Path | None, root: Path, ranks_key: bytes) -> Stored | None:
         frozenset(predicates),
         moved,
         None if reached is None else frozenset(reached),
+        state_id,
+        originals,
     )
 
 
@@ -318,13 +369,20 @@ def store(
     predicates: Iterable[str],
     moved: Mapping[str, Mapping[int, int]] | None = None,
     reached: Iterable[str] | None = None,
+    state: flowstate.StoredState | None = None,
+    state_id: str | None = None,
+    originals: Mapping[str, str | None] | None = None,
 ) -> None:
     """Replace ``root``'s snapshot (atomically; a read-only or full cache costs only speed).
     Only modules the project tells something are stored: a missing path has no facts.
     ``facts``: a computation's, or a snapshot whose facts still hold (kept as they were
-    read); ``sources``, ``predicates``, ``moved`` and ``reached``: see :class:`Stored`."""
+    read); ``sources``, ``predicates``, ``moved`` and ``reached``: see :class:`Stored`.
+    ``state``: the computation's update state, stored (in its own file) under a new id; or
+    ``state_id`` and ``originals``: the one stored before, still the state of these facts
+    but for the ``originals``."""
     if directory is None:
         return
+    from ddp_lsp.project import flowstate
     from ddp_lsp.project.build import says_something
 
     codec = _stored_codec()
@@ -346,4 +404,22 @@ def store(
         "moved": {rel: sorted(lines.items()) for rel, lines in sorted((moved or {}).items())},
         "reached": None if reached is None else sorted(reached),
     }
+    if state is not None:
+        import secrets
+
+        state_id, originals = secrets.token_hex(8), state.originals
+        _write_entry(
+            _file(directory, root, ranks_key, ".state"),
+            {
+                "format": FORMAT + "-state",
+                "version": CACHE_VERSION,
+                "schema": flowstate.fingerprint(),
+                "root": str(root),
+                "id": state_id,
+                "state": flowstate.to_json(state),
+            },
+            MAX_SNAPSHOT_BYTES,
+        )
+    entry["state"] = state_id
+    entry["originals"] = dict(originals or {})
     _write_entry(_file(directory, root, ranks_key), entry, MAX_SNAPSHOT_BYTES)

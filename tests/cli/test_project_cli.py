@@ -205,14 +205,14 @@ def test_a_file_the_index_cannot_summarise_costs_only_itself(
 ) -> None:
     from ddp_lsp.project import index
 
-    real = index.summarise
+    real = index.summarise_with_facts
 
     def poisoned(rel, text, *args):  # type: ignore[no-untyped-def]
         if "POISON" in text:
             raise RecursionError("maximum recursion depth exceeded")
         return real(rel, text, *args)
 
-    monkeypatch.setattr(index, "summarise", poisoned)
+    monkeypatch.setattr(index, "summarise_with_facts", poisoned)
     copy_fixture("deit", project)
     write(project / "poison.py", "POISON = 1\n")
     r = cli_run("check", ".", "--format", "json", "-v")

@@ -271,3 +271,96 @@ def test_fast_path_reuses_the_stages(tmp_path: Path) -> None:
     assert not third.updated
     _write(tmp_path, mods)
     _same(third, _fresh(tmp_path))
+
+
+# -- the update from a state stored on disk (``ddp-lsp check``: project/flowstate.py) -----------
+
+
+def _run_stored(root: Path, rng: random.Random, steps: int) -> tuple[int, int]:
+    """As _run, but each update starts from the last computation's state as the snapshot
+    stores it (JSON text, read lazily; the summaries by digest), never from memory: a state
+    that diverged from the computation it stands for fails the comparison, now or at a later
+    edit. (updates from the state, all updates)."""
+    import json
+
+    from ddp_lsp.project import flowstate
+    from ddp_lsp.project.build import says_something
+    from ddp_lsp.project.snapshot import encode
+
+    (root / "pyproject.toml").write_text("[project]\nname = 'gen'\n")
+    mods = _start()
+    _write(root, mods)
+    seen: dict[str, object] = {}  # digest -> summary: the summary cache
+
+    def stored_from(facts: ProjectFacts, index: ProjectIndex) -> tuple[object, dict[str, str]]:
+        state = flowstate.state_of(facts, index)
+        assert state is not None
+        texts = {m.path: encode(m) for m in facts.modules.values() if says_something(m)}
+        # Through JSON, as the snapshot does.
+        return flowstate.from_json(json.loads(json.dumps(flowstate.to_json(state))), {}), texts
+
+    index = ProjectIndex(root, cache_dir=False).build()
+    seen.update({s.digest: s for s in index.modules.values()})
+    state, texts = stored_from(compute(index), index)
+    fast = 0
+    history: list[str] = []
+    for _ in range(steps):
+        edited = set()
+        for _ in range(1 if rng.random() < 0.8 else rng.randint(2, 3)):
+            here, what = _edit(mods, rng)
+            history.append(f"{here}: {what}")
+            edited.add(here)
+        _write(root, mods)
+        index = ProjectIndex(root, cache_dir=False).build()  # a new process: nothing kept
+        seen.update({s.digest: s for s in index.modules.values()})
+        full = _fresh(root)
+        current = {m: s for m, s in index.modules.items() if m in edited}
+        got = flowstate.update(index, state, texts, current, seen.get)  # type: ignore[arg-type]
+        try:
+            if got is None:
+                state, texts = stored_from(compute(index), index)
+                continue
+            fast += 1
+            for m, want in full.modules.items():
+                assert got.facts.modules[m] == want, m
+            for m in edited:
+                rel = f"{m}.py"
+                text = mods[m].render()
+                findings = analyze(text, project=got.facts.modules[m]).findings
+                assert findings == analyze(text, project=full.for_path(rel)).findings
+        except AssertionError:
+            print("\n".join(history))
+            raise
+        state = got.state
+        for rel, text in got.facts_text.items():
+            if text is None:
+                texts.pop(rel, None)
+            else:
+                texts[rel] = text
+    return fast, steps
+
+
+def test_random_edit_sequences_through_a_stored_state(tmp_path: Path) -> None:
+    fast = total = 0
+    for seed in range(6):
+        root = tmp_path / f"p{seed}"
+        root.mkdir()
+        f, n = _run_stored(root, random.Random(1000 + seed), 40)
+        fast += f
+        total += n
+    assert 0 < fast < total
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 12))
+def test_hypothesis_edit_sequences_through_a_stored_state(
+    tmp_path_factory: object, seed: int, steps: int
+) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _run_stored(Path(tmp), random.Random(seed), steps)

@@ -50,6 +50,24 @@ def computes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return runs
 
 
+@pytest.fixture
+def updates(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the updates of the stored computation (flowstate.py) that project_view applies."""
+    from ddp_lsp.project import flowstate
+
+    runs: list[int] = []
+    real = flowstate.update
+
+    def counted(*args: object) -> flowstate.Updated | None:
+        got = real(*args)  # type: ignore[arg-type]
+        if got is not None:
+            runs.append(1)
+        return got
+
+    monkeypatch.setattr(flowstate, "update", counted)
+    return runs
+
+
 def _expected(root: Path) -> dict[str, P.ModuleProjectFacts]:
     return {m.path: m for m in facts_of(root).modules.values() if says_something(m)}
 
@@ -137,12 +155,13 @@ def test_lines_moved_again_and_back_compose(deit: Path, computes: list[int]) -> 
         ("main.py", "import argparse\n", "import argparse, engine\n"),
         # The file that defines the project's rank-0 predicate (others are summarised with it).
         ("util/misc.py", "return get_rank() == 0", "return get_rank() == 1"),
-        # A file summarised with that predicate: it is compared only by a full computation.
+        # A file summarised with that predicate: it is compared only by a full computation, or
+        # updated from the stored state (flowstate.py: summarised with the stored predicates).
         ("engine.py", "print(loss_value)", "print(loss_value, 1)"),
     ],
 )
 def test_an_edit_the_project_sees_computes_the_facts_again(
-    deit: Path, computes: list[int], rel: str, old: str, new: str
+    deit: Path, computes: list[int], updates: list[int], rel: str, old: str, new: str
 ) -> None:
     _view(deit)
     path = deit / rel
@@ -150,7 +169,8 @@ def test_an_edit_the_project_sees_computes_the_facts_again(
     assert old in text
     path.write_text(text.replace(old, new, 1))
     got = _view(deit)
-    assert computes == [1, 1]
+    # Computed again, or the stored computation updated: never the stored facts kept.
+    assert (computes, updates) in (([1, 1], []), ([1], [1]))
     assert got == _expected(deit)
 
 
@@ -366,3 +386,48 @@ def test_the_index_is_read_and_computed_without_the_cycle_collector(
         assert not gc.isenabled()  # left as it was
     finally:
         gc.enable()
+
+
+def _add_call(path: Path, function: str, call: str) -> None:
+    """``call`` as the first statement of ``function``'s body (a top-level ``def`` on one
+    line)."""
+    lines = path.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"def {function}("))
+    indent = "    "
+    path.write_text("".join([*lines[: at + 1], f"{indent}{call}\n", *lines[at + 1 :]]))
+
+
+def test_a_call_added_elsewhere_updates_the_stored_state(deit: Path, computes: list[int]) -> None:
+    """Another file's facts changed (a call added to a function body): the stored update
+    state is updated (flowstate.py), nothing is computed from scratch, and the facts equal a
+    computation from scratch; again after a second such edit (the state stored by the
+    update is the one read)."""
+    _view(deit)
+    _add_call(deit / "tools_unused.py", "standalone", "print(1)")
+    assert _view(deit) == _expected(deit)
+    _add_call(deit / "tools_unused.py", "standalone", "len([])")
+    assert _view(deit) == _expected(deit)
+    assert computes == [1]
+    # A call added to a function that performs a collective: computed from scratch.
+    _add_call(deit / "engine.py", "evaluate", "print(net)")
+    assert _view(deit) == _expected(deit)
+    assert computes == [1, 1]
+
+
+def test_a_patched_file_reverted_under_a_state_update(deit: Path, computes: list[int]) -> None:
+    """A helper added (the stored facts patched, the state not updated), removed again, and a
+    call added to another file in the same run: the update must start from the state's own
+    facts of the patched file, not the patched ones."""
+    plain = deit / "plain.py"
+    plain.write_text("def helper():\n    return 1\n")
+    _view(deit)
+    path = deit / "tools_unused.py"
+    text = path.read_text()
+    path.write_text(text + _HELPERS[0])
+    assert "_helper_a" in _view(deit)["tools_unused.py"].single_process
+    path.write_text(text)
+    _add_call(plain, "helper", "print(1)")
+    got = _view(deit)
+    assert got == _expected(deit)
+    assert "_helper_a" not in got["tools_unused.py"].single_process
+    assert computes == [1]

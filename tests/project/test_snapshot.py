@@ -86,7 +86,7 @@ def test_a_tampered_snapshot_is_a_miss(deit: Path, monkeypatch: pytest.MonkeyPat
     import ddp_lsp.project as P
 
     build.project_view(deit, Settings(), workers=1)
-    files = list((deit.parent / "cache").rglob("projects/*.json"))
+    files = [f for f in (deit.parent / "cache").rglob("projects/*.json") if ".state." not in f.name]
     assert len(files) == 1
     good = files[0].read_text()
     real = P.compute
@@ -111,3 +111,47 @@ def test_a_tampered_snapshot_is_a_miss(deit: Path, monkeypatch: pytest.MonkeyPat
         view = build.project_view(deit, Settings(), workers=1, wanted=["x.py", "engine.py"])
         assert len(runs) == n, bad[:40]
         assert "x.py" not in view.facts and "engine.py" in view.facts
+
+
+def test_a_tampered_update_state_is_a_miss(deit: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The update state (flowstate.py) lives in a file of its own, read only when other
+    files' facts changed: a state that does not decode, or is not the one the snapshot names,
+    is a miss, and the facts are computed from scratch."""
+    import json
+
+    import ddp_lsp.project as P
+
+    plain = deit / "tools_unused.py"
+    text = plain.read_text()
+    real = P.compute
+    runs: list[int] = []
+
+    def counted(index: P.ProjectIndex) -> P.ProjectFacts:
+        runs.append(1)
+        return real(index)
+
+    monkeypatch.setattr(P, "compute", counted)
+    build.project_view(deit, Settings(), workers=1)
+    (state_file,) = (deit.parent / "cache").rglob("projects/*.state.json")
+    good = json.loads(state_file.read_text())
+    some = next(iter(good["state"]["modules"]))
+    tampered = (
+        "{",
+        json.dumps({**good, "id": "0" * 16}),
+        json.dumps({**good, "state": {**good["state"], "head": [1]}}),
+        json.dumps({**good, "state": {**good["state"], "modules": {some: 1}}}),
+        json.dumps({**good, "version": "1"}),
+    )
+    for n, bad in enumerate(tampered):
+        build.project_view(deit, Settings(), workers=1)  # the state stored again
+        assert len(runs) == 1 + n
+        state_file.write_text(bad)
+        plain.write_text(text.replace("return 1", f"print_{n}()\n    return 1"))
+        view = build.project_view(deit, Settings(), workers=1)
+        expected = {m.path: m for m in facts_of(deit).modules.values() if says_something(m)}
+        assert {p: f for p, f in view.facts.items() if says_something(f)} == expected
+        assert len(runs) == 2 + n, bad[:40]
+    # The state as stored: updated, nothing computed.
+    plain.write_text(text.replace("return 1", "print_9()\n    return 1"))
+    build.project_view(deit, Settings(), workers=1)
+    assert len(runs) == 1 + len(tampered)

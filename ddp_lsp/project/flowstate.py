@@ -1,0 +1,668 @@
+"""The project facts' update state kept on disk: ``ddp-lsp check`` after another file's facts
+changed updates the stored computation instead of computing the project again.
+
+The server's indexer keeps its last computation in memory and updates it after an edit
+(:func:`~ddp_lsp.project.flowupdate._update`). ``ddp-lsp check`` is a new process each time;
+without this module it read every summary of the project and computed every stage again
+(15 CPU s for a file of torch's own package, 2,285 files, after a call was added to a function
+of another file). Here the stages' results are stored with the snapshot
+(:mod:`ddp_lsp.project.snapshot`), module by module, as plain data (:class:`ModuleState`, one
+JSON string per module that has any, decoded only when the update reads that module), and
+:func:`update` runs the same ``_update`` over them:
+
+- the summaries are read from the cache when resolution or the update asks for a module
+  (:class:`_Summaries`: the changed modules, what their names resolve to, the modules whose
+  facts are built again), not all of them;
+- import resolution is a fresh :class:`~ddp_lsp.project.resolve.Resolver` over those; the
+  changed modules must keep their interface (imports, functions and their parameters,
+  bases: an edit inside function bodies), so every other module resolves as it did;
+- each changed module's old parts, guard flags and call-graph share are built again from its
+  old summary (read from the cache by the digest the state names); what only the whole
+  computation knows (kinds, properties with provenance, guard counts, who calls whom by name,
+  the gates, the call graph's walks, the facts of each module) is read from the state;
+- what the update changed is written back for the modules it touched (the overlays of
+  ``flowupdate._copy`` name them), the rest of the stored text is kept as it was.
+
+Everything ``_update`` cannot show to be unchanged (kinds that change, an interface that
+changes, a file added or removed, a function that lost its last reference) returns None: the
+caller computes from scratch and stores a fresh state. The result is exactly the update's,
+which equals a computation from scratch: tests/project/test_flow_incremental.py chains updates
+through stored states on random edit sequences, so a state that diverged would fail there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+from ddp_lsp.core import facts as fact_model
+from ddp_lsp.core.crossfile import ModuleProjectFacts, ParamKind, Provenance
+from ddp_lsp.core.gates import Gating
+from ddp_lsp.project.flowstages import (
+    ProjectFacts,
+    _guard_flags,
+    _module_parts,
+    _ModuleParts,
+    _Stages,
+)
+from ddp_lsp.project.flowupdate import _Overlay, _OwnView, _update
+from ddp_lsp.project.index import ProjectIndex
+from ddp_lsp.project.reach import ModuleEdges, single_process
+from ddp_lsp.project.resolve import Resolver, interface
+from ddp_lsp.project.summary import ModuleSummary
+
+Key = tuple[str, str]
+_T = TypeVar("_T")
+
+# At most this many modules may differ from the state's summaries (each is summarised, read
+# twice and resolved; more, and computing from scratch is as cheap).
+MAX_CHANGED = 32
+
+
+@dataclass(frozen=True)
+class _KindAt:
+    scope: str
+    path: str
+    kind: ParamKind
+
+
+@dataclass(frozen=True)
+class _Prop:
+    name: str
+    origin: Provenance
+
+
+@dataclass(frozen=True)
+class _PropsOf:
+    qualname: str
+    props: tuple[_Prop, ...]
+
+
+@dataclass(frozen=True)
+class _Count:
+    qualname: str
+    total: int
+    guarded: int
+
+
+@dataclass(frozen=True)
+class _UsersOf:
+    qualname: str
+    modules: frozenset[str]
+
+
+@dataclass(frozen=True)
+class _GatingOf:
+    qualname: str
+    gating: Gating
+
+
+@dataclass(frozen=True)
+class ModuleState:
+    """What the stages derived about one module's functions and names (``_Stages``'s entries
+    whose key is this module); the facts themselves are the snapshot's."""
+
+    kind_seeds: tuple[_KindAt, ...]
+    kinds: tuple[_KindAt, ...]
+    prop_seeds: tuple[_PropsOf, ...]
+    props: tuple[_PropsOf, ...]
+    counts: tuple[_Count, ...]  # guard counts of its functions as callees
+    users: tuple[_UsersOf, ...]  # the modules that call each of its functions by a name
+    gating: tuple[_GatingOf, ...]
+    # Its functions in single_process's sets.
+    reached: frozenset[str]
+    unknown: frozenset[str]
+    referenced: frozenset[str]
+    entries: frozenset[str]
+    from_entries: frozenset[str]
+
+
+_EMPTY = ModuleState((), (), (), (), (), (), (), *(frozenset[str]() for _ in range(5)))
+_REACH_SETS = ("reached", "unknown", "referenced", "entries", "from_entries")
+
+
+@dataclass(frozen=True)
+class _Source:
+    module: str
+    path: str
+    digest: str  # the summary the state was computed from (ModuleSummary.digest)
+
+
+@dataclass(frozen=True)
+class StateHead:
+    sources: tuple[_Source, ...]  # index.modules as computed
+    entered: frozenset[str]
+    walked: bool  # single_process's walks ran (something is distributed code)
+    reached_modules: frozenset[str]
+    touched: frozenset[str]
+
+
+@dataclass(frozen=True)
+class StoredState:
+    head: StateHead
+    modules: dict[str, str]  # module -> its ModuleState as JSON text (those with any)
+    # path -> the facts the state's computation gave the module (as the snapshot stores them;
+    # None: none), where the snapshot's facts were patched since (build._still_holds: a
+    # function added that nothing calls). The snapshot's own facts are the state's elsewhere.
+    originals: dict[str, str | None] = field(default_factory=dict)
+
+
+_codecs: tuple[Any, Any] | None = None
+
+
+def _codec() -> tuple[Any, Any]:
+    global _codecs
+    if _codecs is None:
+        from ddp_lsp.project.codec import Codec
+
+        _codecs = (Codec(StateHead), Codec(ModuleState))
+    return _codecs
+
+
+def fingerprint() -> str:
+    head, module = _codec()
+    return f"{head.fingerprint}.{module.fingerprint}"
+
+
+def _text(state: ModuleState) -> str:
+    return json.dumps(_codec()[1].encode(state), separators=(",", ":"), ensure_ascii=False)
+
+
+def to_json(state: StoredState) -> dict[str, Any]:
+    """The state as its file stores it (the ``originals`` live in the snapshot)."""
+    return {"head": _codec()[0].encode(state.head), "modules": state.modules}
+
+
+def from_json(value: Any, originals: Mapping[str, str | None]) -> StoredState:
+    """Raises ValueError, TypeError or KeyError on anything unexpected."""
+    if type(value) is not dict or len(value) != 2:
+        raise ValueError("not a state")
+    modules = value["modules"]
+    if type(modules) is not dict or not all(type(t) is str for t in modules.values()):
+        raise ValueError("not a state")
+    return StoredState(_codec()[0].decode(value["head"], {}), modules, dict(originals))
+
+
+# -- a computation's state, as stored ----------------------------------------------------------
+
+
+def _kinds_at(kinds: Mapping[tuple[str, str], ParamKind]) -> tuple[_KindAt, ...]:
+    return tuple(_KindAt(s, p, k) for (s, p), k in sorted(kinds.items()))
+
+
+def _props_of(group: Mapping[str, Mapping[str, Provenance]]) -> tuple[_PropsOf, ...]:
+    return tuple(
+        _PropsOf(q, tuple(_Prop(p, o) for p, o in sorted(ps.items())))
+        for q, ps in sorted(group.items())
+        if ps
+    )
+
+
+def _module_state(
+    kind_seeds: Mapping[tuple[str, str], ParamKind],
+    kinds: Mapping[tuple[str, str], ParamKind],
+    prop_seeds: Mapping[str, Mapping[str, Provenance]],
+    props: Mapping[str, Mapping[str, Provenance]],
+    counts: Mapping[str, tuple[int, int]],
+    users: Mapping[str, frozenset[str]],
+    gating: Mapping[str, Gating],
+    reach: Mapping[str, Collection[str]],
+) -> ModuleState:
+    return ModuleState(
+        _kinds_at(kind_seeds),
+        _kinds_at(kinds),
+        _props_of(prop_seeds),
+        _props_of(props),
+        tuple(_Count(q, n, g) for q, (n, g) in sorted(counts.items())),
+        tuple(_UsersOf(q, ms) for q, ms in sorted(users.items())),
+        tuple(_GatingOf(q, g) for q, g in sorted(gating.items())),
+        *(frozenset(reach.get(name, ())) for name in _REACH_SETS),
+    )
+
+
+def _by_module(table: Mapping[Key, _T]) -> dict[str, dict[str, _T]]:
+    out: dict[str, dict[str, _T]] = {}
+    for (m, q), v in table.items():
+        out.setdefault(m, {})[q] = v
+    return out
+
+
+def state_of(facts: ProjectFacts, index: ProjectIndex) -> StoredState | None:
+    """The state of a computation from scratch (``flow.compute``), to store; None when it has
+    none (an empty project)."""
+    st = facts.stages
+    if st is None:
+        return None
+    props, counts = _by_module(st.props), _by_module(st.guard_counts)
+    users, gating = _by_module(st.users), _by_module(st.gating)
+    reach: dict[str, dict[str, set[str]]] = {}
+    for name in _REACH_SETS:
+        for m, q in st.reach.get(name, ()):
+            reach.setdefault(m, {}).setdefault(name, set()).add(q)
+    modules: dict[str, str] = {}
+    for m in sorted(index.modules):
+        state = _module_state(
+            st.kind_seeds.get(m, {}),
+            st.kinds.get(m, {}),
+            {q: ps for (_, q), ps in st.prop_seeds.get(m, {}).items()},
+            props.get(m, {}),
+            counts.get(m, {}),
+            users.get(m, {}),
+            gating.get(m, {}),
+            reach.get(m, {}),
+        )
+        if state != _EMPTY:
+            modules[m] = _text(state)
+    walked = bool(st.reach)
+    head = StateHead(
+        tuple(_Source(m, s.path, s.digest) for m, s in sorted(index.modules.items())),
+        frozenset(st.entered),
+        walked,
+        frozenset(st.reach["reached_modules"]) if walked else frozenset(),
+        frozenset(st.reach["touched"]) if walked else frozenset(),
+    )
+    return StoredState(head, modules)
+
+
+# -- a stored state, read lazily ---------------------------------------------------------------
+
+
+class Unavailable(Exception):
+    """A summary the state names is no longer cached: compute from scratch."""
+
+
+class _Decoded:
+    """Each module's :class:`ModuleState`, decoded when first read."""
+
+    def __init__(self, modules: Mapping[str, str]) -> None:
+        self.modules = modules
+        self.memo: dict[str, ModuleState] = {}
+
+    def __call__(self, m: str) -> ModuleState:
+        got = self.memo.get(m)
+        if got is None:
+            text = self.modules.get(m)
+            got = _EMPTY if text is None else _codec()[1].decode(json.loads(text), {})
+            self.memo[m] = got
+        return got
+
+
+class _PerModule(Mapping[str, _T]):
+    """A stage's table by module (kinds, seeds), read from the state."""
+
+    def __init__(
+        self, names: Collection[str], read: Callable[[str], _T], memo: dict[str, _T] | None = None
+    ) -> None:
+        self.names = names
+        self.read = read
+        self.memo: dict[str, _T] = {} if memo is None else memo
+
+    def __getitem__(self, m: str) -> _T:
+        got = self.memo.get(m)
+        if got is None:
+            if m not in self.names:
+                raise KeyError(m)
+            got = self.memo[m] = self.read(m)
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+class _Keyed(Mapping[Key, _T]):
+    """A stage's table keyed by (module, qualname) (properties, guard counts, users, gates),
+    read from the state one module's group at a time."""
+
+    def __init__(self, names: Collection[str], group: Callable[[str], dict[str, _T]]) -> None:
+        self.names = names
+        self.read = group
+        self.memo: dict[str, dict[str, _T]] = {}
+
+    def group(self, m: str) -> dict[str, _T]:
+        got = self.memo.get(m)
+        if got is None:
+            got = self.memo[m] = self.read(m) if m in self.names else {}
+        return got
+
+    def __getitem__(self, key: Key) -> _T:
+        return self.group(key[0])[key[1]]
+
+    def __iter__(self) -> Iterator[Key]:  # (every module decoded: not on the update's path)
+        for m in self.names:
+            for q in self.group(m):
+                yield (m, q)
+
+    def __len__(self) -> int:
+        return sum(len(self.group(m)) for m in self.names)
+
+
+class _KeySet(Collection[Key]):
+    """One of single_process's sets, read from the state by module."""
+
+    def __init__(self, read: _Decoded, name: str) -> None:
+        self.read = read
+        self.name = name
+
+    def __contains__(self, key: object) -> bool:
+        m, q = cast(Key, key)
+        return q in getattr(self.read(m), self.name)
+
+    def __iter__(self) -> Iterator[Key]:
+        raise NotImplementedError("a stored set is only asked what it holds")
+
+    def __len__(self) -> int:
+        raise NotImplementedError("a stored set is only asked what it holds")
+
+
+class _Reach(Mapping[str, Any]):
+    """single_process's sets (``_Stages.reach``), empty when the walks did not run."""
+
+    def __init__(self, head: StateHead, read: _Decoded) -> None:
+        self.table: dict[str, Any] = {}
+        if head.walked:
+            self.table = {name: _KeySet(read, name) for name in _REACH_SETS}
+            self.table["reached_modules"] = head.reached_modules
+            self.table["touched"] = head.touched
+
+    def __getitem__(self, name: str) -> Any:
+        return self.table[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.table)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+class _Summaries(Mapping[str, ModuleSummary]):
+    """``index.modules`` as the state names them, read from the cache when asked for; the
+    changed modules' summaries as they are now."""
+
+    deferred = True  # resolve.Resolver: do not read every summary up front
+
+    def __init__(
+        self,
+        digests: Mapping[str, str],
+        current: Mapping[str, ModuleSummary],
+        summary_of: Callable[[str], ModuleSummary | None],
+    ) -> None:
+        self.digests = digests
+        self.current = current
+        self.summary_of = summary_of
+        self.memo: dict[str, ModuleSummary] = dict(current)
+
+    def __getitem__(self, m: str) -> ModuleSummary:
+        got = self.memo.get(m)
+        if got is None:
+            digest = self.digests[m]  # KeyError: not a module of the project
+            got = self.summary_of(digest)
+            if got is None:
+                raise Unavailable(m)
+            self.memo[m] = got
+        return got
+
+    def __contains__(self, m: object) -> bool:
+        return m in self.digests
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.digests)
+
+    def __len__(self) -> int:
+        return len(self.digests)
+
+
+class _Index:
+    """What the update and resolution read of a :class:`ProjectIndex`, over :class:`_Summaries`."""
+
+    def __init__(self, index: ProjectIndex, modules: _Summaries) -> None:
+        self.root = index.root
+        self.ranks = index.ranks
+        self.modules = modules
+        self.own_facts = index.own_facts
+
+
+class _FromOut(Mapping[str, _T]):
+    """``_Stages.distributed`` / ``local`` from the facts of each module (``_module_out``
+    copies them there): present when set."""
+
+    def __init__(self, out: Mapping[str, ModuleProjectFacts], field: str) -> None:
+        self.out = out
+        self.field = field
+
+    def __getitem__(self, m: str) -> _T:
+        got = getattr(self.out[m], self.field)
+        if not got:
+            raise KeyError(m)
+        return cast(_T, got)
+
+    def __iter__(self) -> Iterator[str]:  # (every module decoded: not on the update's path)
+        return (m for m in self.out if getattr(self.out[m], self.field))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+@dataclass(frozen=True)
+class Updated:
+    facts: ProjectFacts  # read lazily: ask ``facts.modules`` for the modules wanted
+    state: StoredState  # to store
+    # path -> the module's facts as the snapshot stores them (None: it has none now), where
+    # they are not the snapshot's any more.
+    facts_text: dict[str, str | None]
+
+
+def update(
+    index: ProjectIndex,
+    state: StoredState,
+    stored_facts: Mapping[str, str],
+    current: Mapping[str, ModuleSummary],
+    summary_of: Callable[[str], ModuleSummary | None],
+) -> Updated | None:
+    """The facts after the modules of ``current`` (module -> its summary now; every other
+    module is as ``state`` names it) changed, from ``state`` (the last computation's or
+    update's). ``stored_facts``: path -> the facts of the module as the snapshot stores them
+    (:attr:`StoredState.originals` say where the state's differ). ``summary_of(digest)``: a
+    summary from the cache. None when the update cannot show that it equals a computation
+    from scratch, or a summary is missing: compute from scratch then."""
+    from ddp_lsp.project.build import says_something
+    from ddp_lsp.project.snapshot import decode, encode
+
+    root = index.root
+
+    def facts_of(m: str, path: str) -> ModuleProjectFacts:
+        text = state.originals[path] if path in state.originals else stored_facts.get(path)
+        return ModuleProjectFacts(m, path, root=str(root)) if text is None else decode(text, root)
+
+    head = state.head
+    paths = {s.module: s.path for s in head.sources}
+    digests = {s.module: s.digest for s in head.sources}
+    changed = sorted(m for m, s in current.items() if digests.get(m) != s.digest)
+    if any(m not in digests or current[m].path != paths[m] for m in current):
+        return None  # another file holds the module now
+    if not changed or len(changed) > MAX_CHANGED:
+        return None
+    summaries = _Summaries(digests, current, summary_of)
+    try:
+        old = {m: summaries.summary_of(digests[m]) for m in changed}
+        old_summaries = {m: s for m, s in old.items() if s is not None}
+        if len(old_summaries) != len(old):
+            return None
+        for m in changed:
+            before, now = old_summaries[m], current[m]
+            if interface(before) != interface(now):
+                return None  # names resolve differently: resolution is not reused here
+            if any(
+                fact_model.RANK_PREDICATE in fi.props
+                for s in (before, now)
+                for fi in s.facts.functions
+            ):
+                return None  # other files are summarised knowing the project's predicates
+        return _update_from(
+            index, state, facts_of, summaries, changed, old_summaries, paths, says_something, encode
+        )
+    except (Unavailable, ValueError, TypeError, KeyError, RecursionError):
+        return None  # a summary no longer cached, a stored entry that does not decode
+
+
+def _update_from(
+    index: ProjectIndex,
+    state: StoredState,
+    facts_of: Callable[[str, str], ModuleProjectFacts],
+    summaries: _Summaries,
+    changed: list[str],
+    old_summaries: Mapping[str, ModuleSummary],
+    paths: Mapping[str, str],
+    says_something: Callable[[ModuleProjectFacts], bool],
+    encode: Callable[[ModuleProjectFacts], str],
+) -> Updated | None:
+    view = _Index(index, summaries)
+    idx = cast(ProjectIndex, view)
+    res = Resolver(idx, track=False)
+    names = frozenset(paths)
+    read = _Decoded(state.modules)
+
+    def kinds_of(field: str) -> Callable[[str], dict[tuple[str, str], ParamKind]]:
+        return lambda m: {(k.scope, k.path): k.kind for k in getattr(read(m), field)}
+
+    def props_of(field: str, m: str) -> dict[str, dict[str, Provenance]]:
+        return {g.qualname: {p.name: p.origin for p in g.props} for g in getattr(read(m), field)}
+
+    old_parts = {m: _module_parts(res, m, old_summaries[m]) for m in changed}
+    old_own = {m: index.own_facts(old_summaries[m]) for m in changed}
+
+    def parts_of(m: str) -> _ModuleParts:
+        got = old_parts.get(m)
+        return got if got is not None else _module_parts(res, m, summaries[m])
+
+    out: _PerModule[ModuleProjectFacts] = _PerModule(names, lambda m: facts_of(m, paths[m]))
+    stages = _Stages(
+        cast(Any, _PerModule(names, kinds_of("kind_seeds"))),
+        cast(Any, _PerModule(names, kinds_of("kinds"))),
+        cast(
+            Any,
+            _PerModule(
+                names, lambda m: {(m, q): ps for q, ps in props_of("prop_seeds", m).items()}
+            ),
+        ),
+        cast(Any, _Keyed(names, lambda m: props_of("props", m))),
+        cast(Any, _PerModule(names, lambda m: _guard_flags(parts_of(m), old_own[m]))),
+        cast(
+            Any, _Keyed(names, lambda m: {c.qualname: (c.total, c.guarded) for c in read(m).counts})
+        ),
+        cast(Any, _FromOut(out, "distributed")),
+        cast(Any, _FromOut(out, "single_process")),
+        set(state.head.entered),
+        cast(Any, out),
+        cast(Any, _Keyed(names, lambda m: {u.qualname: u.modules for u in read(m).users})),
+        _Reach(state.head, read),
+        cast(Any, _Keyed(names, lambda m: {g.qualname: g.gating for g in read(m).gating})),
+    )
+    # The changed modules' old call-graph shares, from their old summaries.
+    old_edges: dict[str, ModuleEdges] = {}
+    single_process(
+        res,
+        names,
+        old_summaries,
+        _OwnView(old_own.__getitem__),
+        {},
+        [site for m in changed for site in old_parts[m].sites],
+        index.ranks.frameworks,
+        old_edges,
+        edges_only=True,
+        only=changed,
+    )
+    previous = ProjectFacts(
+        cast(Any, out),
+        resolver=res,
+        parts=cast(Any, _PerModule(names, parts_of, dict(old_parts))),
+        edges=old_edges,
+        stages=stages,
+    )
+    got = _update(idx, previous, res, {}, changed)
+    if got is None or got.stages is None:
+        return None
+    return _stored(got, state, changed, summaries, paths, read, says_something, encode)
+
+
+def _touched(mapping: object) -> set[str]:
+    """The modules whose entries an update changed in one of its overlays."""
+    if not isinstance(mapping, _Overlay):
+        return set()
+    keys = [*mapping.changes, *mapping.deleted]
+    return {k if isinstance(k, str) else k[0] for k in keys}
+
+
+def _group(mapping: object, m: str) -> dict[str, Any]:
+    """A (module, qualname)-keyed table's entries of module ``m``, as the update left it."""
+    if isinstance(mapping, _Overlay):
+        got = _group(mapping.base, m)
+        for k in mapping.deleted:
+            if k[0] == m:
+                got.pop(k[1], None)
+        for k, v in mapping.changes.items():
+            if k[0] == m:
+                got[k[1]] = v
+        return got
+    if isinstance(mapping, _Keyed):
+        return dict(mapping.group(m))
+    assert isinstance(mapping, Mapping)
+    return {q: v for (mm, q), v in mapping.items() if mm == m}
+
+
+def _stored(
+    got: ProjectFacts,
+    state: StoredState,
+    changed: list[str],
+    summaries: _Summaries,
+    paths: Mapping[str, str],
+    read: _Decoded,
+    says_something: Callable[[ModuleProjectFacts], bool],
+    encode: Callable[[ModuleProjectFacts], str],
+) -> Updated:
+    st = got.stages
+    assert st is not None
+    touched = set(changed)
+    for table in (st.kind_seeds, st.prop_seeds, st.props, st.guard_counts, st.users):
+        touched |= _touched(table)
+    modules = dict(state.modules)
+    for m in sorted(touched):
+        before = read(m)
+        s = _module_state(
+            st.kind_seeds[m],
+            st.kinds[m],
+            {q: ps for (_, q), ps in st.prop_seeds[m].items()},
+            _group(st.props, m),
+            _group(st.guard_counts, m),
+            _group(st.users, m),
+            {g.qualname: g.gating for g in before.gating},
+            {name: getattr(before, name) for name in _REACH_SETS},
+        )
+        if s == _EMPTY:
+            modules.pop(m, None)
+        else:
+            modules[m] = _text(s)
+    # The snapshot's facts to replace: the modules whose facts were built again and differ,
+    # and those the snapshot patched since the state was computed (the state's facts hold
+    # there unless built again).
+    facts_text: dict[str, str | None] = dict(state.originals)
+    out = got.modules
+    assert isinstance(out, _Overlay)
+    for m in sorted(_touched(out)):
+        f = out[m]
+        if f is not out.base[m]:
+            facts_text[paths[m]] = encode(f) if says_something(f) else None
+    head = state.head
+    digests = {m: summaries[m].digest for m in changed}
+    head = StateHead(
+        tuple(_Source(s.module, s.path, digests.get(s.module, s.digest)) for s in head.sources),
+        head.entered,
+        head.walked,
+        head.reached_modules,
+        head.touched,
+    )
+    return Updated(got, StoredState(head, modules), facts_text)
