@@ -329,7 +329,18 @@ def drop_no_sync(tree: ast.Module, text: str) -> Iterator[Site]:
                 getattr(item.optional_vars or item.context_expr, "end_lineno", 0)
                 for item in node.items
             )
-            if uses and header_end == node.lineno and len(node.items) == 1:
+            # A no_sync around the backward alone skips nothing: DDP's forward reads
+            # `require_backward_grad_sync` and prepares the reducer, whose hooks then all-reduce
+            # in the backward whatever the flag says by then (torch's DistributedDataParallel
+            # `_post_forward`, the reducer's `expect_autograd_hooks_`). Removing it changes no
+            # behaviour, so it is no seeded bug (the untouched code is DDP101's finding itself:
+            # modded-nanogpt's early records).
+            if (
+                uses
+                and header_end == node.lineno
+                and len(node.items) == 1
+                and not _backward_only(node.body)
+            ):
                 line = text.splitlines(keepends=True)[node.lineno - 1]
                 ind = indent_of(text, node.lineno)
                 nl = line[len(line.rstrip("\r\n")) :]
@@ -349,6 +360,17 @@ def drop_no_sync(tree: ast.Module, text: str) -> Iterator[Site]:
                 )
                 if site:
                     yield site
+
+
+def _backward_only(body: Sequence[ast.stmt]) -> bool:
+    """Every statement is ``<expr>.backward(...)``: no forward runs in ``body``."""
+    return all(
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and isinstance(stmt.value.func, ast.Attribute)
+        and stmt.value.func.attr == "backward"
+        for stmt in body
+    )
 
 
 @operator("barrier-under-rank0", "DDP103")

@@ -400,6 +400,18 @@ def test_site_selection_skips_code_that_is_no_bug_once_seeded() -> None:
         "def train(m, n):\n    for i in range(n):\n        m.require_backward_grad_sync = i == n - 1\n"
     )
     assert [s.line for s in only("drop-no-sync", trigger)] == [6]
+    # A no_sync around the backward alone skips nothing (DDP's forward prepared the
+    # all-reduce), so removing it is no bug; around the forward it is.
+    backward_only = (
+        "def train(m, xs):\n    for x in xs:\n        loss = m(x)\n"
+        "        with m.no_sync():\n            loss.backward()\n"
+    )
+    assert only("drop-no-sync", backward_only) == []
+    forward_too = backward_only.replace(
+        "        loss = m(x)\n        with m.no_sync():\n",
+        "        with m.no_sync():\n            loss = m(x)\n",
+    )
+    assert [s.line for s in only("drop-no-sync", forward_too)] == [3]
     # A loader handed to Fabric gets its DistributedSampler from Fabric.
     fabric = (
         "from torch.utils.data import DataLoader\n"
