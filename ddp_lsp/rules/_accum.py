@@ -295,6 +295,48 @@ def forward_sites(
     return out
 
 
+def stored_forward_sites(
+    ctx: ChunkContext, loop: ast.AST, target: ast.expr, root: ast.AST
+) -> list[tuple[ast.expr, ast.AST]]:
+    """The forwards of an earlier loop whose losses this loop backwards: all forwards first,
+    then all backwards (``losses.append(model(x).sum())`` in one loop, ``loss = losses[i]``
+    or ``for loss in losses:`` then ``loss.backward()`` in the next, a pipeline's
+    all-forward-all-backward schedule). ``target`` is what the backward is called on."""
+    if not isinstance(target, ast.Name):
+        return []
+    containers: set[str] = set()
+    if (
+        isinstance(loop, ast.For | ast.AsyncFor)
+        and isinstance(loop.target, ast.Name)
+        and loop.target.id == target.id
+        and isinstance(loop.iter, ast.Name)
+    ):
+        containers.add(loop.iter.id)
+    for node in patterns.walk_scope(loop):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == target.id for t in node.targets)
+            and isinstance(node.value, ast.Subscript)
+            and isinstance(node.value.value, ast.Name)
+        ):
+            containers.add(node.value.value.id)
+    out: list[tuple[ast.expr, ast.AST]] = []
+    for node in patterns.walk_scope(root):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "append"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in containers
+            and patterns.before(node, loop)
+        ):
+            continue
+        earlier = ctx.enclosing_loops(node)
+        if earlier and not any(lp is loop for lp in earlier):
+            out.extend(forward_sites(ctx, earlier[0], node, node))
+    return out
+
+
 def _forward_models_of(ctx: ChunkContext, node: ast.Call, at: ast.AST) -> list[ast.expr]:
     if _is_ddp(ctx, node.func, at):
         return [node.func]

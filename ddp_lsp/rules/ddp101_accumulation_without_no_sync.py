@@ -8,7 +8,9 @@ inner loop over micro-batches, also when the optimizers step in a loop of their 
 function with no optimizer step whose loop walks the micro-batches of one batch (`for i in
 range(0, len(batch), micro)`, `batch.split(micro)`, a `micro_step` variable) and runs the
 DDP model's forward and backward is accumulation too: its caller steps after it (a trainer's
-`forward_backward()` then `optimize()`).
+`forward_backward()` then `optimize()`). So is a loop over the micro-batches whose losses an
+earlier loop computed (all forwards, then all backwards: `losses.append(model(x).sum())`, then
+`losses[i].backward()`): the earlier loop's forwards are the ones that decide the sync.
 
 ## Why is this bad?
 DDP all-reduces the gradients during every `backward()`. When the optimizer steps only every
@@ -189,10 +191,12 @@ class AccumulationWithoutNoSync(Rule):
                 continue
             inner = loops[0]
             sites = accum.forward_sites(ctx, inner, inner if closure else call, anchor)
+            root = patterns.scope_root(ctx, anchor)
+            if not sites:
+                sites = accum.stored_forward_sites(ctx, inner, backward.target, root)
             models = [m for m, _site in sites]
             if not models:
                 continue
-            root = patterns.scope_root(ctx, anchor)
             roots: list[ast.AST] = [root]
             roots.extend(
                 a
@@ -1979,5 +1983,35 @@ def train(model, next_batch, optimizer, micro_steps, local_rank):
         fixed=None,
         note="no_sync around the backward alone: DDP's forward, outside it, already prepared "
         "the all-reduce (the reducer's hooks fire in that backward whatever the flag says)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def all_forward_all_backward(stage, chunks, local_rank):
+    stage = DDP(stage.cuda(local_rank), device_ids=[local_rank])
+    pending = []
+    for k in range(len(chunks)):
+        pending.append(stage(chunks[k]).float().mean())
+    for k in range(len(chunks)):
+        out = pending[k]
+        «out.backward()»
+""",
+        fixed=None,
+        note="all forwards, then all backwards: each forward prepared an all-reduce",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def all_forward_all_backward(stage, chunks, local_rank):
+    stage = DDP(stage.cuda(local_rank), device_ids=[local_rank])
+    pending = []
+    for k in range(len(chunks)):
+        with stage.no_sync() if k < len(chunks) - 1 else torch.enable_grad():
+            pending.append(stage(chunks[k]).float().mean())
+    for out in pending:
+        out.backward()
+""",
+        note="the forwards ran under no_sync (all but the last): their backwards, outside it, "
+        "do not all-reduce",
     ),
 )
