@@ -160,16 +160,29 @@ def sync_withs(ctx: ChunkContext, roots: list[ast.AST], mentions: list[ast.AST])
     ``with ctx():``)."""
     mention_ids = {id(m) for m in mentions}
     bound: dict[str, list[ast.AST]] = {}  # name -> the assigned values holding a use
+    loaded = {
+        n.id
+        for root in roots
+        for n in tree_walk.bfs(root)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    accounted: set[int] = set()
     for root in roots:
         for node in tree_walk.bfs(root):
             if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-                if any(id(n) in mention_ids for n in tree_walk.bfs(node.value)):
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    for t in targets:
-                        if isinstance(t, ast.Name):
-                            bound.setdefault(t.id, []).append(node.value)
+                inside = [n for n in tree_walk.bfs(node.value) if id(n) in mention_ids]
+                if not inside:
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if all(isinstance(t, ast.Name) and t.id not in loaded for t in targets):
+                    # `ctx = model.no_sync() if acc else nullcontext()` never entered: a
+                    # context made and dropped skips nothing.
+                    accounted.update(id(n) for n in inside)
+                    continue
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        bound.setdefault(t.id, []).append(node.value)
     withs: list[ast.With | ast.AsyncWith] = []
-    accounted: set[int] = set()
     for root in roots:
         for node in tree_walk.bfs(root):
             if not isinstance(node, ast.With | ast.AsyncWith):

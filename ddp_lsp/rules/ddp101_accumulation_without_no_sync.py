@@ -88,7 +88,8 @@ step of that choice (`if has_no_sync and not need_update: with model.no_sync(): 
 ...`). Every forward of the loop must be under one: a mode whose forward runs outside it
 (another arm of an `if` on anything else) is reported. A capability check is no use:
 `hasattr(model, "no_sync")` and a flag named for it (`has_no_sync`, bound or read in a test)
-handle nothing. Any other use (`model.require_backward_grad_sync = ...`, an ExitStack entering
+handle nothing, nor does a context made and never entered (`ctx = model.no_sync() if acc else
+nullcontext()` with no `with ctx:`). Any other use (`model.require_backward_grad_sync = ...`, an ExitStack entering
 `no_sync()`, a helper named for it such as `maybe_no_sync`) is taken as handling the whole
 function, even if it covers a different loop. A forward or backward in a closure the loop
 defines and calls (`def _forward(): ...` then `loss = _forward()`) counts at the loop's call.
@@ -304,8 +305,10 @@ class AccumulationWithoutNoSync(Rule):
         if not mentions:
             return []
         withs = accum.sync_withs(ctx, roots, mentions)
-        if withs.loose or not withs.withs:
+        if withs.loose:
             return None
+        if not withs.withs:
+            return []  # only contexts made and never entered
         outside = []
         for _model, site in sites:
             if not accum.covered(ctx, site, withs.withs, roots[0]) and site not in outside:
@@ -2013,5 +2016,60 @@ def all_forward_all_backward(stage, chunks, local_rank):
 """,
         note="the forwards ran under no_sync (all but the last): their backwards, outside it, "
         "do not all-reduce",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import contextlib
+
+def train(model, get_batch, optimizer, micro, local_rank):
+    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    for m in range(micro):
+        x, y = get_batch()
+        sync_ctx = model.no_sync() if m < micro - 1 else contextlib.nullcontext()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x, y)
+        «loss.backward()»
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+        fixed=_HEAD
+        + """\
+import contextlib
+
+def train(model, get_batch, optimizer, micro, local_rank):
+    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    for m in range(micro):
+        x, y = get_batch()
+        sync_ctx = model.no_sync() if m < micro - 1 else contextlib.nullcontext()
+        is_accumulating = m < micro - 1
+        with model.no_sync() if is_accumulating else contextlib.nullcontext():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x, y)
+            loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+        note="a no_sync context made and never entered skips nothing",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import contextlib
+
+def train(model, get_batch, optimizer, micro, local_rank):
+    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    for m in range(micro):
+        x, y = get_batch()
+        sync_ctx = contextlib.nullcontext
+        if m < micro - 1:
+            sync_ctx = model.no_sync
+        with sync_ctx():
+            loss = model(x, y)
+            loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+        note="the context chosen by name, entered as `with sync_ctx():`",
     ),
 )
