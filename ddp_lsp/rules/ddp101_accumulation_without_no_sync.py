@@ -309,6 +309,8 @@ class AccumulationWithoutNoSync(Rule):
             return None
         if not withs.withs:
             return []  # only contexts made and never entered
+        if not sites:
+            return None  # no forward of a known DDP model to judge: trust the with
         outside = []
         for _model, site in sites:
             if not accum.covered(ctx, site, withs.withs, roots[0]) and site not in outside:
@@ -377,7 +379,9 @@ class AccumulationWithoutNoSync(Rule):
         roots.extend(
             a for a in ctx.ancestors(root) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
         )
-        if accum.sync_managed(ctx, roots) or self._engine_in_module(ctx):
+        sites = accum.forward_sites(ctx, loops[0], call, call)
+        outside = self._outside_no_sync(ctx, roots, sites)
+        if outside is None or self._engine_in_module(ctx):
             return None
         steps = [
             n
@@ -387,7 +391,7 @@ class AccumulationWithoutNoSync(Rule):
         plan = self._plan(ctx, call, loops, steps, root)
         if plan is None:
             return None
-        models = accum.forward_models(ctx, loops[0], call, call)
+        models = [m for m, _site in sites]
         if plan.caller_steps and not models:
             return None  # no DDP forward in sight: nothing says this loop all-reduces
         seen.add(id(loops[0]))
@@ -412,15 +416,29 @@ class AccumulationWithoutNoSync(Rule):
             cond = accum.one_line(ctx, plan.cond) or "its condition"
             when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
         model = f"DDP model `{texts[0]}`" if texts else "the prepared DDP model"
+        how = f"{how} to skip the wasted all-reduces"
+        related = (
+            []
+            if plan.caller_steps
+            else [Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here")]
+        )
+        if outside:
+            first = accum.one_line(ctx, outside[0]) or "the forward"  # type: ignore[arg-type]
+            how = (
+                f"`{first}` runs outside the context that skips the sync, and DDP decides in "
+                "the forward whether the backward all-reduces: run the forward of accumulation "
+                "steps under it too"
+            )
+            related.extend(
+                Related(chunktext.span(ctx.chunk, site), "this forward runs outside no_sync()")
+                for site in outside
+            )
         return ctx.finding(
             self,
             call,
             f"`{chunktext.segment(ctx.chunk, call)}` all-reduces the gradients of {model} on "
-            f"every micro-step, but the optimizer steps {when}: {how} to skip the wasted "
-            "all-reduces",
-            related=()
-            if plan.caller_steps
-            else (Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here"),),
+            f"every micro-step, but the optimizer steps {when}: {how}",
+            related=tuple(related),
         )
 
     def _engine_in_module(self, ctx: ChunkContext) -> bool:
@@ -2071,5 +2089,48 @@ def train(model, get_batch, optimizer, micro, local_rank):
     optimizer.zero_grad()
 """,
         note="the context chosen by name, entered as `with sync_ctx():`",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import contextlib
+from accelerate import Accelerator
+
+
+def train(net, opt, batches_of_steps):
+    accelerator = Accelerator()
+    net, opt, batches_of_steps = accelerator.prepare(net, opt, batches_of_steps)
+    for micro_batches in batches_of_steps:
+        for j, mb in enumerate(micro_batches):
+            skip = net.no_sync if j + 1 < len(micro_batches) else contextlib.nullcontext
+            with torch.autocast("cuda"):
+                out = net(**mb).loss
+                «accelerator.backward(out)»
+        opt.step()
+        opt.zero_grad()
+""",
+        fixed=None,
+        note="a framework backward; the no_sync context chosen for the micro-step is never entered",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import contextlib
+from accelerate import Accelerator
+
+
+def train(net, opt, batches_of_steps):
+    accelerator = Accelerator()
+    net, opt, batches_of_steps = accelerator.prepare(net, opt, batches_of_steps)
+    for micro_batches in batches_of_steps:
+        for j, mb in enumerate(micro_batches):
+            skip = net.no_sync if j + 1 < len(micro_batches) else contextlib.nullcontext
+            with skip(), torch.autocast("cuda"):
+                out = net(**mb).loss
+                accelerator.backward(out)
+        opt.step()
+        opt.zero_grad()
+""",
+        note="a framework backward under the chosen context (`with skip(), autocast():`)",
     ),
 )
