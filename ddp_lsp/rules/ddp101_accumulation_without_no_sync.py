@@ -69,8 +69,8 @@ also in a caller or a trainer's `__init__`) is reported, and the fix adds the sa
 A framework's backward (`accelerator.backward(loss)`, `fabric.backward(loss)`: the `backward`
 entries of the framework tables, and your own in `[tool.ddp-lsp]`) in a hand-written
 accumulation loop is reported too, unless the loop runs under the framework's way of skipping
-the sync (`accelerator.accumulate(model)` / `accelerator.no_sync(model)`, `fabric.no_sync`); no
-fix is offered. DeepSpeed makes the rule moot: its engine (`accumulates-itself` in the tables)
+the sync (`accelerator.accumulate(model)` / `accelerator.no_sync(model)`, `fabric.no_sync`) or
+the prepared model's `no_sync()` (judged as below); no fix is offered. DeepSpeed makes the rule moot: its engine (`accumulates-itself` in the tables)
 skips the all-reduce of accumulation micro-steps by itself (`gradient_accumulation_steps` in
 its config), so loops over `engine.backward(loss)` are never reported.
 
