@@ -216,7 +216,7 @@ def covered(ctx: ChunkContext, node: ast.AST, withs: tuple[ast.AST, ...], root: 
     for a in ctx.ancestors(node):
         if id(a) in ids and any(child is s for s in a.body):  # type: ignore[attr-defined]
             return True
-        if isinstance(a, ast.If) and child is not a.test and accumulation_test(ctx, a.test, root):
+        if isinstance(a, ast.If) and child is not a.test and _on_boundary(ctx, a.test, root):
             other = a.orelse if any(child is s for s in a.body) else a.body
             if any(id(n) in ids for s in other for n in tree_walk.bfs(s)):
                 return True
@@ -304,8 +304,46 @@ def forward_sites(
                 if isinstance(inner, ast.Call) and _is_ddp(ctx, inner.func, inner):
                     out.append((inner.func, node))
             continue
-        out.extend((m, node) for m in _forward_models_of(ctx, node, at))
+        models = _forward_models_of(ctx, node, at)
+        if models and ctx.qualname(node.func) in _BINDERS:
+            # `compute = functools.partial(losses, ddp_model, micro)`: the forward runs where
+            # `compute()` is called (under no_sync on some micro-steps), not where it is bound.
+            sites = _bound_calls(ctx, node, loop) or [node]
+            out.extend((m, site) for m in models for site in sites)
+            continue
+        out.extend((m, node) for m in models)
     return out
+
+
+def _bound_calls(ctx: ChunkContext, binder: ast.Call, loop: ast.AST) -> list[ast.AST]:
+    """The calls in ``loop`` of the name ``binder``'s result is assigned to."""
+    parent = ctx.parent(binder)
+    if not (
+        isinstance(parent, ast.Assign)
+        and len(parent.targets) == 1
+        and isinstance(parent.targets[0], ast.Name)
+    ):
+        return []
+    name = parent.targets[0].id
+    return [
+        n
+        for n in patterns.walk_scope(loop)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+    ]
+
+
+def _on_boundary(ctx: ChunkContext, test: ast.expr, root: ast.AST) -> bool:
+    """The accumulation condition, alone or with a mode flag (``last_batch or not use_ddp``,
+    ``has_no_sync and not need_update``)."""
+    if accumulation_test(ctx, test, root):
+        return True
+    if isinstance(test, ast.BoolOp):
+        return any(
+            accumulation_test(ctx, v, root)
+            and not (rank_uniformity.uniformity(ctx).test(test) is not None)
+            for v in test.values
+        )
+    return False
 
 
 def stored_forward_sites(

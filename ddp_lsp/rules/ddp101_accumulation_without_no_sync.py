@@ -83,8 +83,8 @@ then all-reduce in the backward whatever the flag says by then. So a forward run
 reported ("the forward runs outside `model.no_sync()`"). A `with` counts when its context is a
 use of `no_sync` (`model.no_sync()`, `model.no_sync() if acc else nullcontext()`, a name bound
 to either, `accelerator.accumulate(model)`, a same-file helper returning one); a forward in the
-other arm of an `if` on the accumulation condition whose arm enters it is the synchronising
-step of that choice (`if has_no_sync and not need_update: with model.no_sync(): ... else:
+other arm of an `if` on the accumulation condition (alone or with a mode flag: `last or not
+distributed`) whose arm enters it is the synchronising step of that choice (`if has_no_sync and not need_update: with model.no_sync(): ... else:
 ...`). Every forward of the loop must be under one: a mode whose forward runs outside it
 (another arm of an `if` on anything else) is reported. A capability check is no use:
 `hasattr(model, "no_sync")` and a flag named for it (`has_no_sync`, bound or read in a test)
@@ -2132,5 +2132,31 @@ def train(net, opt, batches_of_steps):
         opt.zero_grad()
 """,
         note="a framework backward under the chosen context (`with skip(), autocast():`)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import functools
+
+class Denoiser:
+    def __init__(self, net, micro, local_rank, distributed):
+        self.ddp_net = DDP(net.cuda(local_rank), device_ids=[local_rank])
+        self.micro = micro
+        self.distributed = distributed
+
+    def accumulate(self, images, objective):
+        for s in range(0, images.shape[0], self.micro):
+            chunk = images[s : s + self.micro]
+            final = s + self.micro >= images.shape[0]
+            run = functools.partial(objective, self.ddp_net, chunk)
+            if final or not self.distributed:
+                terms = run()
+            else:
+                with self.ddp_net.no_sync():
+                    terms = run()
+            terms.mean().backward()
+""",
+        note="the forward bound with functools.partial runs where it is called: under no_sync "
+        "on all but the final chunk (an if on the boundary, with a mode flag)",
     ),
 )
