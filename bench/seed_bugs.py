@@ -314,6 +314,7 @@ def drop_no_sync(tree: ast.Module, text: str) -> Iterator[Site]:
     ``model.require_backward_grad_sync = ...`` in an accumulation loop becomes ``pass`` (not
     ``= True`` nor a restore outside a loop: removing those skips no all-reduce)."""
     looped = _in_loop(tree)
+    bound = _no_sync_names(tree)
     for node in ast.walk(tree):
         if (
             isinstance(node, (ast.With, ast.AsyncWith))
@@ -325,11 +326,32 @@ def drop_no_sync(tree: ast.Module, text: str) -> Iterator[Site]:
                 for item in node.items
                 for n in ast.walk(item.context_expr)
             )
+            # The context chosen earlier and entered by name (`ctx = model.no_sync() if acc
+            # else nullcontext()` then `with ctx:`, or `with sync_context():` after
+            # `sync_context = model.no_sync`): the same idiom, spelled in two statements.
+            heads = [
+                item.context_expr.func
+                if isinstance(item.context_expr, ast.Call) and not item.context_expr.args
+                else item.context_expr
+                for item in node.items
+            ]
+            uses = uses or any(id(h) in bound for h in heads)
             header_end = max(
                 getattr(item.optional_vars or item.context_expr, "end_lineno", 0)
                 for item in node.items
             )
-            if uses and header_end == node.lineno and len(node.items) == 1:
+            # A no_sync around the backward alone skips nothing: DDP's forward reads
+            # `require_backward_grad_sync` and prepares the reducer, whose hooks then all-reduce
+            # in the backward whatever the flag says by then (torch's DistributedDataParallel
+            # `_post_forward`, the reducer's `expect_autograd_hooks_`). Removing it changes no
+            # behaviour, so it is no seeded bug (the untouched code is DDP101's finding itself:
+            # modded-nanogpt's early records).
+            if (
+                uses
+                and header_end == node.lineno
+                and len(node.items) == 1
+                and not _backward_only(node.body)
+            ):
                 line = text.splitlines(keepends=True)[node.lineno - 1]
                 ind = indent_of(text, node.lineno)
                 nl = line[len(line.rstrip("\r\n")) :]
@@ -349,6 +371,73 @@ def drop_no_sync(tree: ast.Module, text: str) -> Iterator[Site]:
                 )
                 if site:
                     yield site
+
+
+def _no_sync_names(tree: ast.Module) -> set[int]:
+    """ids of the ``Name`` loads that read a name their function binds (only) to an
+    expression using ``.no_sync`` or to ``nullcontext`` (``ctx = model.no_sync() if acc
+    else nullcontext()``; ``grad_sync_context = nullcontext`` then, on accumulation steps,
+    ``grad_sync_context = model.no_sync``)."""
+    out: set[int] = set()
+    scopes: list[ast.AST] = [tree]
+    scopes.extend(
+        n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    )
+    for scope in scopes:
+        own = list(_own_nodes(scope))
+        values: dict[str, list[ast.expr]] = {}
+        for n in own:
+            if isinstance(n, ast.Assign) and len(n.targets) == 1:
+                t = n.targets[0]
+                if isinstance(t, ast.Name):
+                    values.setdefault(t.id, []).append(n.value)
+        names = {
+            name
+            for name, vals in values.items()
+            if any(_mentions_no_sync(v) for v in vals)
+            and all(_mentions_no_sync(v) or "nullcontext" in _callee(v) for v in vals)
+        }
+        out.update(
+            id(n)
+            for n in own
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in names
+        )
+    return out
+
+
+def _callee(expr: ast.AST) -> str:
+    return dotted(expr.func if isinstance(expr, ast.Call) else expr)
+
+
+def _mentions_no_sync(expr: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "no_sync" for n in ast.walk(expr))
+
+
+def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """Nodes of ``scope``'s own frame (not in nested functions or classes)."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _backward_only(body: Sequence[ast.stmt]) -> bool:
+    """Every statement is ``loss.backward()`` / ``scaler.scale(loss).backward()``: no
+    forward runs in ``body`` (``model(x).sum().backward()`` runs one)."""
+    return all(
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and isinstance(stmt.value.func, ast.Attribute)
+        and stmt.value.func.attr == "backward"
+        and all(
+            n is stmt.value or (isinstance(n.func, ast.Attribute) and n.func.attr == "scale")
+            for n in ast.walk(stmt.value)
+            if isinstance(n, ast.Call)
+        )
+        for stmt in body
+    )
 
 
 @operator("barrier-under-rank0", "DDP103")

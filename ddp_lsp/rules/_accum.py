@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from ddp_lsp.core import chunktext
 from ddp_lsp.core import facts as fact_model
@@ -81,26 +82,145 @@ def identifiers(node: ast.AST) -> Iterator[str]:
 
 
 def sync_managed(ctx: ChunkContext, roots: list[ast.AST]) -> bool:
-    """Gradient sync is already handled somewhere in these scopes (any form of ``no_sync``,
+    """Gradient sync is already handled somewhere in these scopes (any use of ``no_sync``,
     ``require_backward_grad_sync``, ``accelerator.accumulate`` / ``no_sync``, an ExitStack
-    entering one, or a same-file helper that does)."""
+    entering one, or a same-file helper that does). A capability check is not a use."""
+    return bool(sync_mentions(ctx, roots))
+
+
+def sync_mentions(ctx: ChunkContext, roots: list[ast.AST]) -> list[ast.AST]:
+    """The nodes of these scopes that use a way of skipping the gradient sync: an attribute
+    ``.no_sync`` / ``.require_backward_grad_sync``, a helper named for it (``maybe_no_sync``,
+    ``sync_context``) called or entered, a call whose callee returns ``no_sync()`` (a same-file
+    helper), a framework's skips-grad-sync method, ``setattr(model, "no_sync"...)``.
+
+    A capability check is not a use (M16): ``hasattr(model, "no_sync")`` and a flag named for
+    it (``has_no_sync``: bound, or read in a test) handle nothing; what handles accumulation is
+    the context that flag selects."""
+    out: list[ast.AST] = []
     for root in roots:
         for node in tree_walk.bfs(root):
-            if isinstance(node, ast.Name | ast.Attribute):
-                ident = node.id if isinstance(node, ast.Name) else node.attr
-                if _SYNC_MANAGED.search(ident):
-                    return True
+            if isinstance(node, ast.Attribute):
+                if _SYNC_MANAGED.search(node.attr):
+                    out.append(node)
+            elif isinstance(node, ast.Name):
+                if _SYNC_MANAGED.search(node.id) and not _flag_use(ctx, node):
+                    out.append(node)
             elif isinstance(node, ast.Call):
                 if fact_model.NO_SYNC in ctx.callee_props(node):
-                    return True
-                if (
+                    out.append(node)
+                elif (
                     patterns.framework_call(ctx, node, framework_tables.Meaning.SKIPS_GRAD_SYNC)
                     is not None
                 ):
-                    return True  # `accelerator.accumulate(model)`, `fabric.no_sync(model)`
+                    out.append(node)  # `accelerator.accumulate(model)`, `fabric.no_sync(model)`
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if node.value in ("require_backward_grad_sync", "no_sync"):
-                    return True  # setattr(model, "require_backward_grad_sync", ...)
+                    parent = ctx.parent(node)
+                    if not (
+                        isinstance(parent, ast.Call)
+                        and isinstance(parent.func, ast.Name)
+                        and parent.func.id == "hasattr"
+                    ):
+                        out.append(node)  # setattr(model, "require_backward_grad_sync", ...)
+    return out
+
+
+# Where a name is only a truth value: an operand of `and` / `or` / `not` / a comparison, or
+# the test of an `if` / `while` / `assert` / conditional expression.
+_TEST_PARENTS = (ast.BoolOp, ast.UnaryOp, ast.Compare)
+
+
+def _flag_use(ctx: ChunkContext, node: ast.Name) -> bool:
+    """``has_no_sync`` bound or read as a truth value (a capability flag), not a context."""
+    if not isinstance(node.ctx, ast.Load):
+        return True
+    parent = ctx.parent(node)
+    if isinstance(parent, _TEST_PARENTS):
+        return not (isinstance(parent, ast.UnaryOp) and not isinstance(parent.op, ast.Not))
+    return isinstance(parent, ast.If | ast.While | ast.Assert | ast.IfExp) and (
+        getattr(parent, "test", None) is node
+    )
+
+
+@dataclass(frozen=True)
+class SyncWiths:
+    """How a scope skips the sync: ``with`` statements whose context skips it, and whether
+    some use of ``no_sync`` lies elsewhere (nanoGPT's ``require_backward_grad_sync = ...``,
+    an ExitStack entering it, a helper): then the scope is taken as handling it as a whole."""
+
+    withs: tuple[ast.With | ast.AsyncWith, ...]
+    loose: bool
+
+
+def sync_withs(ctx: ChunkContext, roots: list[ast.AST], mentions: list[ast.AST]) -> SyncWiths:
+    """The ``with`` statements of ``roots`` whose context is a use in ``mentions``: the use
+    itself (``with model.no_sync():``, ``with model.no_sync() if acc else nullcontext():``)
+    or a name bound from one (``ctx = model.no_sync if acc else nullcontext`` then
+    ``with ctx():``)."""
+    mention_ids = {id(m) for m in mentions}
+    bound: dict[str, list[ast.AST]] = {}  # name -> the assigned values holding a use
+    loaded = {
+        n.id
+        for root in roots
+        for n in tree_walk.bfs(root)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    accounted: set[int] = set()
+    for root in roots:
+        for node in tree_walk.bfs(root):
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                inside = [n for n in tree_walk.bfs(node.value) if id(n) in mention_ids]
+                if not inside:
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if all(isinstance(t, ast.Name) and t.id not in loaded for t in targets):
+                    # `ctx = model.no_sync() if acc else nullcontext()` never entered: a
+                    # context made and dropped skips nothing.
+                    accounted.update(id(n) for n in inside)
+                    continue
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        bound.setdefault(t.id, []).append(node.value)
+    withs: list[ast.With | ast.AsyncWith] = []
+    for root in roots:
+        for node in tree_walk.bfs(root):
+            if not isinstance(node, ast.With | ast.AsyncWith):
+                continue
+            hit = False
+            for item in node.items:
+                expr = item.context_expr
+                inside = [n for n in tree_walk.bfs(expr) if id(n) in mention_ids]
+                head = expr.func if isinstance(expr, ast.Call) else expr
+                if inside:
+                    hit = True
+                    accounted.update(id(n) for n in inside)
+                elif isinstance(head, ast.Name) and head.id in bound:
+                    hit = True
+                    for value in bound[head.id]:
+                        accounted.update(id(n) for n in tree_walk.bfs(value))
+            if hit:
+                withs.append(node)
+    loose = any(id(m) not in accounted for m in mentions)
+    return SyncWiths(tuple(withs), loose)
+
+
+def covered(ctx: ChunkContext, node: ast.AST, withs: tuple[ast.AST, ...], root: ast.AST) -> bool:
+    """``node`` (a forward) runs under one of ``withs``, or in the arm of an ``if`` on the
+    accumulation condition whose other arm holds one (``if has_no_sync and not need_update:
+    with model.no_sync(): ... else: ...``: the conditional choice of context, like
+    ``no_sync() if acc else nullcontext()``). An ``if`` on anything else (a mode flag) is no
+    choice of context: each of its arms must skip the sync itself."""
+    ids = {id(w) for w in withs}
+    child: ast.AST = node
+    for a in ctx.ancestors(node):
+        if id(a) in ids and any(child is s for s in a.body):  # type: ignore[attr-defined]
+            return True
+        if isinstance(a, ast.If) and child is not a.test and _on_boundary(ctx, a.test, root):
+            other = a.orelse if any(child is s for s in a.body) else a.body
+            if any(id(n) in ids for s in other for n in tree_walk.bfs(s)):
+                return True
+        child = a
     return False
 
 
@@ -163,25 +283,121 @@ def forward_models(
 ) -> list[ast.expr]:
     """DDP-wrapped models whose forward runs in ``loop``'s body before ``before``: called
     directly (``model(x)``) or handed to a helper that runs it (``compute_loss(model, batch)``)."""
-    out: list[ast.expr] = []
+    return [m for m, _site in forward_sites(ctx, loop, before, at)]
+
+
+def forward_sites(
+    ctx: ChunkContext, loop: ast.AST, before: ast.AST, at: ast.AST
+) -> list[tuple[ast.expr, ast.AST]]:
+    """``forward_models`` with where each forward runs in ``loop``: the call itself, or the
+    call of a closure defined in the loop that runs it (``def _forward(): return
+    model(x)`` then ``loss = _forward()``, timm's legacy train script)."""
+    out: list[tuple[ast.expr, ast.AST]] = []
+    closures = {n.name: n for n in patterns.walk_scope(loop) if isinstance(n, ast.FunctionDef)}
     for node in patterns.walk_scope(loop):
         if not isinstance(node, ast.Call) or patterns.order(node) >= _end(before):
             continue
         if under_no_grad(ctx, node):
             continue  # DDP does not prepare its reducer for a forward without autograd
-        if _is_ddp(ctx, node.func, at):
-            out.append(node.func)
+        if isinstance(node.func, ast.Name) and node.func.id in closures:
+            for inner in patterns.walk_scope(closures[node.func.id]):
+                if isinstance(inner, ast.Call) and _is_ddp(ctx, inner.func, inner):
+                    out.append((inner.func, node))
             continue
-        callee = known_names.dotted(node.func) or ""
-        last = callee.rsplit(".", 1)[-1]
-        if not callee or last in _NOT_FORWARD or _NOT_FORWARD_WORDS.search(last):
+        models = _forward_models_of(ctx, node, at)
+        if models and ctx.qualname(node.func) in _BINDERS:
+            # `compute = functools.partial(losses, ddp_model, micro)`: the forward runs where
+            # `compute()` is called (under no_sync on some micro-steps), not where it is bound.
+            sites = _bound_calls(ctx, node, loop) or [node]
+            out.extend((m, site) for m in models for site in sites)
             continue
-        if ctx.qualname(node.func) is not None and ctx.qualname(node.func) not in _BINDERS:
-            continue  # torch / library functions: clip_grad_norm_(model...), DDP(...), ...
-        for arg in (*node.args, *(k.value for k in node.keywords)):
-            if _is_ddp(ctx, arg, at):
-                out.append(arg)
+        out.extend((m, node) for m in models)
     return out
+
+
+def _bound_calls(ctx: ChunkContext, binder: ast.Call, loop: ast.AST) -> list[ast.AST]:
+    """The calls in ``loop`` of the name ``binder``'s result is assigned to."""
+    parent = ctx.parent(binder)
+    if not (
+        isinstance(parent, ast.Assign)
+        and len(parent.targets) == 1
+        and isinstance(parent.targets[0], ast.Name)
+    ):
+        return []
+    name = parent.targets[0].id
+    return [
+        n
+        for n in patterns.walk_scope(loop)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+    ]
+
+
+def _on_boundary(ctx: ChunkContext, test: ast.expr, root: ast.AST) -> bool:
+    """The accumulation condition, alone or with a mode flag (``last_batch or not use_ddp``,
+    ``has_no_sync and not need_update``)."""
+    if accumulation_test(ctx, test, root):
+        return True
+    if isinstance(test, ast.BoolOp):
+        return any(
+            accumulation_test(ctx, v, root)
+            and not (rank_uniformity.uniformity(ctx).test(test) is not None)
+            for v in test.values
+        )
+    return False
+
+
+def stored_forward_sites(
+    ctx: ChunkContext, loop: ast.AST, target: ast.expr, root: ast.AST
+) -> list[tuple[ast.expr, ast.AST]]:
+    """The forwards of an earlier loop whose losses this loop backwards: all forwards first,
+    then all backwards (``losses.append(model(x).sum())`` in one loop, ``loss = losses[i]``
+    or ``for loss in losses:`` then ``loss.backward()`` in the next, a pipeline's
+    all-forward-all-backward schedule). ``target`` is what the backward is called on."""
+    if not isinstance(target, ast.Name):
+        return []
+    containers: set[str] = set()
+    if (
+        isinstance(loop, ast.For | ast.AsyncFor)
+        and isinstance(loop.target, ast.Name)
+        and loop.target.id == target.id
+        and isinstance(loop.iter, ast.Name)
+    ):
+        containers.add(loop.iter.id)
+    for node in patterns.walk_scope(loop):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == target.id for t in node.targets)
+            and isinstance(node.value, ast.Subscript)
+            and isinstance(node.value.value, ast.Name)
+        ):
+            containers.add(node.value.value.id)
+    out: list[tuple[ast.expr, ast.AST]] = []
+    for node in patterns.walk_scope(root):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "append"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in containers
+            and patterns.before(node, loop)
+        ):
+            continue
+        earlier = ctx.enclosing_loops(node)
+        if earlier and not any(lp is loop for lp in earlier):
+            out.extend(forward_sites(ctx, earlier[0], node, node))
+    return out
+
+
+def _forward_models_of(ctx: ChunkContext, node: ast.Call, at: ast.AST) -> list[ast.expr]:
+    if _is_ddp(ctx, node.func, at):
+        return [node.func]
+    callee = known_names.dotted(node.func) or ""
+    last = callee.rsplit(".", 1)[-1]
+    if not callee or last in _NOT_FORWARD or _NOT_FORWARD_WORDS.search(last):
+        return []
+    if ctx.qualname(node.func) is not None and ctx.qualname(node.func) not in _BINDERS:
+        return []  # torch / library functions: clip_grad_norm_(model...), DDP(...), ...
+    return [arg for arg in (*node.args, *(k.value for k in node.keywords)) if _is_ddp(ctx, arg, at)]
 
 
 def _end(node: ast.AST) -> tuple[int, int]:

@@ -8,7 +8,9 @@ inner loop over micro-batches, also when the optimizers step in a loop of their 
 function with no optimizer step whose loop walks the micro-batches of one batch (`for i in
 range(0, len(batch), micro)`, `batch.split(micro)`, a `micro_step` variable) and runs the
 DDP model's forward and backward is accumulation too: its caller steps after it (a trainer's
-`forward_backward()` then `optimize()`).
+`forward_backward()` then `optimize()`). So is a loop over the micro-batches whose losses an
+earlier loop computed (all forwards, then all backwards: `losses.append(model(x).sum())`, then
+`losses[i].backward()`): the earlier loop's forwards are the ones that decide the sync.
 
 ## Why is this bad?
 DDP all-reduces the gradients during every `backward()`. When the optimizer steps only every
@@ -67,15 +69,33 @@ also in a caller or a trainer's `__init__`) is reported, and the fix adds the sa
 A framework's backward (`accelerator.backward(loss)`, `fabric.backward(loss)`: the `backward`
 entries of the framework tables, and your own in `[tool.ddp-lsp]`) in a hand-written
 accumulation loop is reported too, unless the loop runs under the framework's way of skipping
-the sync (`accelerator.accumulate(model)` / `accelerator.no_sync(model)`, `fabric.no_sync`); no
-fix is offered. DeepSpeed makes the rule moot: its engine (`accumulates-itself` in the tables)
+the sync (`accelerator.accumulate(model)` / `accelerator.no_sync(model)`, `fabric.no_sync`) or
+the prepared model's `no_sync()` (judged as below); no fix is offered. DeepSpeed makes the rule moot: its engine (`accumulates-itself` in the tables)
 skips the all-reduce of accumulation micro-steps by itself (`gradient_accumulation_steps` in
 its config), so loops over `engine.backward(loss)` are never reported.
 
+## What counts as skipping the sync
+DDP decides in the forward whether the next backward all-reduces: the forward reads
+`require_backward_grad_sync` (what `no_sync()` clears) and prepares the reducer, whose hooks
+then all-reduce in the backward whatever the flag says by then. So a forward run under
+`with model.no_sync():` skips the sync even when the backward runs after the block, and a
+`no_sync()` around the backward alone, after a forward outside it, skips nothing: that is
+reported ("the forward runs outside `model.no_sync()`"). A `with` counts when its context is a
+use of `no_sync` (`model.no_sync()`, `model.no_sync() if acc else nullcontext()`, a name bound
+to either, `accelerator.accumulate(model)`, a same-file helper returning one); a forward in the
+other arm of an `if` on the accumulation condition (alone or with a mode flag: `last or not
+distributed`) whose arm enters it is the synchronising step of that choice (`if has_no_sync and not need_update: with model.no_sync(): ... else:
+...`). Every forward of the loop must be under one: a mode whose forward runs outside it
+(another arm of an `if` on anything else) is reported. A capability check is no use:
+`hasattr(model, "no_sync")` and a flag named for it (`has_no_sync`, bound or read in a test)
+handle nothing, nor does a context made and never entered (`ctx = model.no_sync() if acc else
+nullcontext()` with no `with ctx:`). Any other use (`model.require_backward_grad_sync = ...`, an ExitStack entering
+`no_sync()`, a helper named for it such as `maybe_no_sync`) is taken as handling the whole
+function, even if it covers a different loop. A forward or backward in a closure the loop
+defines and calls (`def _forward(): ...` then `loss = _forward()`) counts at the loop's call.
+
 Models wrapped in a conditional expression (`model = DDP(model) if distributed else model`)
-are not tracked and not reported. Any mention of `no_sync`, `require_backward_grad_sync` or
-`accelerator.accumulate` in the function (also through a same-file helper) silences the rule,
-even if it covers a different loop. FSDP's own `no_sync` is not this rule's business.
+are not tracked and not reported. FSDP's own `no_sync` is not this rule's business.
 
 ## References
 - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html#torch.nn.parallel.DistributedDataParallel.no_sync
@@ -160,35 +180,49 @@ class AccumulationWithoutNoSync(Rule):
             backward = accum.is_plain_backward(call)
             if backward is None:
                 continue
+            # A backward in a closure defined in the loop (`def _backward(loss): ...` then
+            # `_backward(loss)`): the loop's call of the closure stands for it.
+            anchor = call
+            closure = None
             loops = ctx.enclosing_loops(call)
+            if not loops:
+                closure, anchor = self._closure_call(ctx, call)
+                loops = ctx.enclosing_loops(anchor) if closure is not None else []
             if not loops or id(loops[0]) in seen:
                 continue
             inner = loops[0]
-            models = accum.forward_models(ctx, inner, call, call)
+            sites = accum.forward_sites(ctx, inner, inner if closure else call, anchor)
+            root = patterns.scope_root(ctx, anchor)
+            if not sites:
+                sites = accum.stored_forward_sites(ctx, inner, backward.target, root)
+            models = [m for m, _site in sites]
             if not models:
                 continue
-            root = patterns.scope_root(ctx, call)
             roots: list[ast.AST] = [root]
             roots.extend(
                 a
                 for a in ctx.ancestors(root)
                 if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
             )
-            if accum.sync_managed(ctx, roots):
+            outside = self._outside_no_sync(ctx, roots, sites)
+            if outside is None:
                 continue
             steps = [
                 n
-                for n in patterns.walk_scope(root)
+                for n in (
+                    *patterns.walk_scope(root),
+                    *(patterns.walk_scope(closure) if closure is not None else ()),
+                )
                 if isinstance(n, ast.Call) and accum.is_optimizer_step(ctx, n)
             ]
-            plan = self._plan(ctx, call, loops, steps, root)
+            plan = self._plan(ctx, anchor, loops, steps, root)
             if plan is None:
                 continue
             seen.add(id(inner))
             model_texts = sorted({chunktext.segment(ctx.chunk, m) for m in models})
             model = model_texts[0]
             fixes = []
-            if len(model_texts) == 1 and not plan.caller_steps:
+            if len(model_texts) == 1 and not plan.caller_steps and not outside and closure is None:
                 fix = self._fix(ctx, plan, inner, models, call, root, model)
                 if fix is not None:
                     fixes.append(fix)
@@ -202,18 +236,86 @@ class AccumulationWithoutNoSync(Rule):
                 when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
             # The model may be DDP only because a caller in another file wraps it.
             model_expr = next(m for m in models if chunktext.segment(ctx.chunk, m) == model)
+            how = (
+                f"run the forward and backward of accumulation steps under `{model}.no_sync()`"
+                " to skip the wasted all-reduces"
+            )
+            related = (
+                []
+                if plan.caller_steps
+                else [Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here")]
+            )
+            if outside:
+                # The scope uses no_sync, but not around this forward: DDP decides in the
+                # forward whether the next backward all-reduces.
+                first = accum.one_line(ctx, outside[0]) or "the forward"  # type: ignore[arg-type]
+                how = (
+                    f"`{first}` runs outside `{model}.no_sync()`, and DDP decides in the "
+                    "forward whether the backward all-reduces: run the forward of accumulation "
+                    "steps under it too"
+                )
+                related.extend(
+                    Related(chunktext.span(ctx.chunk, site), "this forward runs outside no_sync()")
+                    for site in outside
+                )
             yield ctx.finding(
                 self,
                 call,
                 f"`{chunktext.segment(ctx.chunk, call)}` all-reduces the gradients of DDP model `{model}` on every "
-                f"micro-step, but the optimizer steps {when}: run the forward and backward of "
-                f"accumulation steps under `{model}.no_sync()` to skip the wasted all-reduces",
+                f"micro-step, but the optimizer steps {when}: {how}",
                 fixes=fixes,
-                related=()
-                if plan.caller_steps
-                else (Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here"),),
+                related=tuple(related),
                 cite=(ctx.kind_source(model_expr, call),),
             )
+
+    @staticmethod
+    def _closure_call(ctx: ChunkContext, node: ast.Call) -> tuple[ast.FunctionDef | None, ast.Call]:
+        """``node`` in a closure defined in a loop (``def _backward(loss): loss.backward()``)
+        and the loop's first call of it: (the closure, the call), else (None, node)."""
+        fn = ctx.enclosing_function(node)
+        if not isinstance(fn, ast.FunctionDef):
+            return None, node
+        loops = ctx.enclosing_loops(fn)
+        if not loops:
+            return None, node
+        calls = [
+            n
+            for n in patterns.walk_scope(loops[0])
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == fn.name
+        ]
+        if not calls:
+            return None, node
+        return fn, min(calls, key=patterns.order)
+
+    @staticmethod
+    def _outside_no_sync(
+        ctx: ChunkContext, roots: list[ast.AST], sites: list[tuple[ast.expr, ast.AST]]
+    ) -> list[ast.AST] | None:
+        """None when the scope handles the sync; else the forwards that run outside the
+        ``with`` statements skipping it (empty when the scope never skips it).
+
+        What handles accumulation is a forward run under a context that skips the sync (DDP's
+        forward reads ``require_backward_grad_sync`` and prepares the reducer, whose hooks then
+        all-reduce in the backward): ``with model.no_sync():`` around the forward (the backward
+        may be outside it), the same chosen by a condition (``no_sync() if acc else
+        nullcontext()``, a name bound to either, or the other arm of an ``if`` whose arm enters
+        it). Any other use (``require_backward_grad_sync = ...``, an ExitStack, a helper)
+        handles the whole scope. A capability check (``hasattr(model, "no_sync")``) is none."""
+        mentions = accum.sync_mentions(ctx, roots)
+        if not mentions:
+            return []
+        withs = accum.sync_withs(ctx, roots, mentions)
+        if withs.loose:
+            return None
+        if not withs.withs:
+            return []  # only contexts made and never entered
+        if not sites:
+            return None  # no forward of a known DDP model to judge: trust the with
+        outside = []
+        for _model, site in sites:
+            if not accum.covered(ctx, site, withs.withs, roots[0]) and site not in outside:
+                outside.append(site)
+        return sorted(outside, key=patterns.order) or None
 
     def _wrapper_accumulation(
         self, ctx: ChunkContext, call: ast.Call, seen: set[int]
@@ -277,7 +379,9 @@ class AccumulationWithoutNoSync(Rule):
         roots.extend(
             a for a in ctx.ancestors(root) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
         )
-        if accum.sync_managed(ctx, roots) or self._engine_in_module(ctx):
+        sites = accum.forward_sites(ctx, loops[0], call, call)
+        outside = self._outside_no_sync(ctx, roots, sites)
+        if outside is None or self._engine_in_module(ctx):
             return None
         steps = [
             n
@@ -287,7 +391,7 @@ class AccumulationWithoutNoSync(Rule):
         plan = self._plan(ctx, call, loops, steps, root)
         if plan is None:
             return None
-        models = accum.forward_models(ctx, loops[0], call, call)
+        models = [m for m, _site in sites]
         if plan.caller_steps and not models:
             return None  # no DDP forward in sight: nothing says this loop all-reduces
         seen.add(id(loops[0]))
@@ -312,15 +416,29 @@ class AccumulationWithoutNoSync(Rule):
             cond = accum.one_line(ctx, plan.cond) or "its condition"
             when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
         model = f"DDP model `{texts[0]}`" if texts else "the prepared DDP model"
+        how = f"{how} to skip the wasted all-reduces"
+        related = (
+            []
+            if plan.caller_steps
+            else [Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here")]
+        )
+        if outside:
+            first = accum.one_line(ctx, outside[0]) or "the forward"  # type: ignore[arg-type]
+            how = (
+                f"`{first}` runs outside the context that skips the sync, and DDP decides in "
+                "the forward whether the backward all-reduces: run the forward of accumulation "
+                "steps under it too"
+            )
+            related.extend(
+                Related(chunktext.span(ctx.chunk, site), "this forward runs outside no_sync()")
+                for site in outside
+            )
         return ctx.finding(
             self,
             call,
             f"`{chunktext.segment(ctx.chunk, call)}` all-reduces the gradients of {model} on "
-            f"every micro-step, but the optimizer steps {when}: {how} to skip the wasted "
-            "all-reduces",
-            related=()
-            if plan.caller_steps
-            else (Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here"),),
+            f"every micro-step, but the optimizer steps {when}: {how}",
+            related=tuple(related),
         )
 
     def _engine_in_module(self, ctx: ChunkContext) -> bool:
@@ -342,11 +460,11 @@ class AccumulationWithoutNoSync(Rule):
         root: ast.AST,
     ) -> _Plan | None:
         inner = loops[0]
-        in_loop = [s for s in steps if any(lp is inner for lp in ctx.enclosing_loops(s))]
+        in_loop = [s for s in steps if any(lp is inner for lp in self._loops(ctx, s))]
         if in_loop:
             found: _Plan | None = None
             for s in in_loop:
-                if ctx.enclosing_loops(s)[0] is not inner:
+                if self._loops(ctx, s)[0] is not inner:
                     return None  # a step in a nested loop: not a shape we understand
                 r = self._conditional(ctx, s, backward, inner, root)
                 if r is None or r is _UNCONDITIONAL:
@@ -378,6 +496,15 @@ class AccumulationWithoutNoSync(Rule):
         ):
             return _Plan(backward, None, None, True, True, caller_steps=True)
         return None
+
+    @classmethod
+    def _loops(cls, ctx: ChunkContext, node: ast.Call) -> list[ast.For | ast.AsyncFor | ast.While]:
+        """Loops around ``node``; in a closure the loop calls, the loops around that call."""
+        loops = ctx.enclosing_loops(node)
+        if loops:
+            return loops
+        closure, call = cls._closure_call(ctx, node)
+        return ctx.enclosing_loops(call) if closure is not None else []
 
     @staticmethod
     def _may_step(loop: ast.AST) -> bool:
@@ -1751,5 +1878,285 @@ def train(model, get_batch, optimizers, accum, steps, local_rank):
         model.zero_grad(set_to_none=True)
 """,
         note="the micro-step loop, then a loop over the optimizers (modded-nanogpt's records)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def fit(args, net, batches, opt, k):
+    if args.distributed:
+        net = DDP(net)
+    can_skip_sync = hasattr(net, "no_sync")
+    if not can_skip_sync:
+        print("one process: every backward stays local")
+    for n, (inputs, labels) in enumerate(batches):
+        out = torch.nn.functional.mse_loss(net(inputs), labels) / k
+        «out.backward()»
+        if (n + 1) % k == 0:
+            opt.step()
+            opt.zero_grad()
+""",
+        fixed="import contextlib\n\n"
+        + _HEAD
+        + """\
+def fit(args, net, batches, opt, k):
+    if args.distributed:
+        net = DDP(net)
+    can_skip_sync = hasattr(net, "no_sync")
+    if not can_skip_sync:
+        print("one process: every backward stays local")
+    for n, (inputs, labels) in enumerate(batches):
+        is_accumulating = (n + 1) % k != 0
+        with net.no_sync() if is_accumulating and hasattr(net, "no_sync") else contextlib.nullcontext():
+            out = torch.nn.functional.mse_loss(net(inputs), labels) / k
+            out.backward()
+        if (n + 1) % k == 0:
+            opt.step()
+            opt.zero_grad()
+""",
+        note="M16: a capability check (`hasattr(net, 'no_sync')`, a flag named for it) is no "
+        "use of no_sync",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def epoch(net, batches, opt, k, packed):
+    may_skip = hasattr(net, "no_sync")
+    for n, (inputs, labels) in enumerate(batches):
+        sync_now = (n + 1) % k == 0
+
+        def run_forward():
+            return torch.nn.functional.cross_entropy(net(inputs), labels) / k
+
+        def run_backward(out):
+            «out.backward()»
+            if sync_now:
+                opt.step()
+                opt.zero_grad()
+
+        if packed:
+            out = run_forward() * inputs.shape[0]
+            run_backward(out)
+        elif may_skip and not sync_now:
+            with net.no_sync():
+                run_backward(run_forward())
+        else:
+            run_backward(run_forward())
+
+
+def main(local_rank, batches, opt):
+    net = DDP(torch.nn.Linear(8, 8).cuda(local_rank), device_ids=[local_rank])
+    epoch(net, batches, opt, 4, packed=True)
+""",
+        fixed=None,
+        note="M16: forward and backward in closures of the loop; one mode's forward runs "
+        "outside the no_sync the other mode enters",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def epoch(net, batches, opt, k, packed):
+    may_skip = hasattr(net, "no_sync")
+    for n, (inputs, labels) in enumerate(batches):
+        sync_now = (n + 1) % k == 0
+
+        def run_forward():
+            return torch.nn.functional.cross_entropy(net(inputs), labels) / k
+
+        def run_backward(out):
+            out.backward()
+            if sync_now:
+                opt.step()
+                opt.zero_grad()
+
+        if may_skip and not sync_now:
+            with net.no_sync():
+                out = run_forward() * (inputs.shape[0] if packed else 1)
+                run_backward(out)
+        else:
+            out = run_forward() * (inputs.shape[0] if packed else 1)
+            run_backward(out)
+
+
+def main(local_rank, batches, opt):
+    net = DDP(torch.nn.Linear(8, 8).cuda(local_rank), device_ids=[local_rank])
+    epoch(net, batches, opt, 4, packed=True)
+""",
+        note="M16: an if on the accumulation condition chooses no_sync or the plain path (the "
+        "flag-guarded form of `no_sync() if acc else nullcontext()`)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, next_batch, optimizer, micro_steps, local_rank):
+    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    while True:
+        for m in range(micro_steps):
+            inputs, targets = next_batch()
+            loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+            if m < micro_steps - 1:
+                with model.no_sync():
+                    «loss.backward()»
+            else:
+                loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+""",
+        fixed=None,
+        note="no_sync around the backward alone: DDP's forward, outside it, already prepared "
+        "the all-reduce (the reducer's hooks fire in that backward whatever the flag says)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def all_forward_all_backward(stage, chunks, local_rank):
+    stage = DDP(stage.cuda(local_rank), device_ids=[local_rank])
+    pending = []
+    for k in range(len(chunks)):
+        pending.append(stage(chunks[k]).float().mean())
+    for k in range(len(chunks)):
+        out = pending[k]
+        «out.backward()»
+""",
+        fixed=None,
+        note="all forwards, then all backwards: each forward prepared an all-reduce",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def all_forward_all_backward(stage, chunks, local_rank):
+    stage = DDP(stage.cuda(local_rank), device_ids=[local_rank])
+    pending = []
+    for k in range(len(chunks)):
+        with stage.no_sync() if k < len(chunks) - 1 else torch.enable_grad():
+            pending.append(stage(chunks[k]).float().mean())
+    for out in pending:
+        out.backward()
+""",
+        note="the forwards ran under no_sync (all but the last): their backwards, outside it, "
+        "do not all-reduce",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import contextlib
+
+def train(model, get_batch, optimizer, micro, local_rank):
+    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    for m in range(micro):
+        x, y = get_batch()
+        sync_ctx = model.no_sync() if m < micro - 1 else contextlib.nullcontext()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x, y)
+        «loss.backward()»
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+        fixed=_HEAD
+        + """\
+import contextlib
+
+def train(model, get_batch, optimizer, micro, local_rank):
+    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    for m in range(micro):
+        x, y = get_batch()
+        sync_ctx = model.no_sync() if m < micro - 1 else contextlib.nullcontext()
+        is_accumulating = m < micro - 1
+        with model.no_sync() if is_accumulating else contextlib.nullcontext():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x, y)
+            loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+        note="a no_sync context made and never entered skips nothing",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import contextlib
+
+def train(model, get_batch, optimizer, micro, local_rank):
+    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    for m in range(micro):
+        x, y = get_batch()
+        sync_ctx = contextlib.nullcontext
+        if m < micro - 1:
+            sync_ctx = model.no_sync
+        with sync_ctx():
+            loss = model(x, y)
+            loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+        note="the context chosen by name, entered as `with sync_ctx():`",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import contextlib
+from accelerate import Accelerator
+
+
+def train(net, opt, batches_of_steps):
+    accelerator = Accelerator()
+    net, opt, batches_of_steps = accelerator.prepare(net, opt, batches_of_steps)
+    for micro_batches in batches_of_steps:
+        for j, mb in enumerate(micro_batches):
+            skip = net.no_sync if j + 1 < len(micro_batches) else contextlib.nullcontext
+            with torch.autocast("cuda"):
+                out = net(**mb).loss
+                «accelerator.backward(out)»
+        opt.step()
+        opt.zero_grad()
+""",
+        fixed=None,
+        note="a framework backward; the no_sync context chosen for the micro-step is never entered",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import contextlib
+from accelerate import Accelerator
+
+
+def train(net, opt, batches_of_steps):
+    accelerator = Accelerator()
+    net, opt, batches_of_steps = accelerator.prepare(net, opt, batches_of_steps)
+    for micro_batches in batches_of_steps:
+        for j, mb in enumerate(micro_batches):
+            skip = net.no_sync if j + 1 < len(micro_batches) else contextlib.nullcontext
+            with skip(), torch.autocast("cuda"):
+                out = net(**mb).loss
+                accelerator.backward(out)
+        opt.step()
+        opt.zero_grad()
+""",
+        note="a framework backward under the chosen context (`with skip(), autocast():`)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import functools
+
+class Denoiser:
+    def __init__(self, net, micro, local_rank, distributed):
+        self.ddp_net = DDP(net.cuda(local_rank), device_ids=[local_rank])
+        self.micro = micro
+        self.distributed = distributed
+
+    def accumulate(self, images, objective):
+        for s in range(0, images.shape[0], self.micro):
+            chunk = images[s : s + self.micro]
+            final = s + self.micro >= images.shape[0]
+            run = functools.partial(objective, self.ddp_net, chunk)
+            if final or not self.distributed:
+                terms = run()
+            else:
+                with self.ddp_net.no_sync():
+                    terms = run()
+            terms.mean().backward()
+""",
+        note="the forward bound with functools.partial runs where it is called: under no_sync "
+        "on all but the final chunk (an if on the boundary, with a mode flag)",
     ),
 )

@@ -400,6 +400,33 @@ def test_site_selection_skips_code_that_is_no_bug_once_seeded() -> None:
         "def train(m, n):\n    for i in range(n):\n        m.require_backward_grad_sync = i == n - 1\n"
     )
     assert [s.line for s in only("drop-no-sync", trigger)] == [6]
+    # A no_sync around the backward alone skips nothing (DDP's forward prepared the
+    # all-reduce), so removing it is no bug; around the forward it is.
+    backward_only = (
+        "def train(m, xs):\n    for x in xs:\n        loss = m(x)\n"
+        "        with m.no_sync():\n            loss.backward()\n"
+    )
+    assert only("drop-no-sync", backward_only) == []
+    forward_too = backward_only.replace(
+        "        loss = m(x)\n        with m.no_sync():\n",
+        "        with m.no_sync():\n            loss = m(x)\n",
+    )
+    assert [s.line for s in only("drop-no-sync", forward_too)] == [3]
+    # The context chosen by name: `ctx = m.no_sync() if ... else nullcontext()`, `with ctx:`;
+    # a name also bound to something else (an autocast) is not the idiom.
+    chosen = (
+        "import contextlib\ndef train(m, xs, k):\n    for i, x in enumerate(xs):\n"
+        "        ctx = m.no_sync() if i < k else contextlib.nullcontext()\n"
+        "        with ctx:\n            m(x).sum().backward()\n"
+    )
+    (site,) = only("drop-no-sync", chosen)
+    assert changed(chosen, site.text) == [("with ctx:", "if True:")]
+    called = chosen.replace(
+        "ctx = m.no_sync() if i < k else contextlib.nullcontext()", "ctx = m.no_sync"
+    ).replace("with ctx:", "with ctx():")
+    assert [s.line for s in only("drop-no-sync", called)] == [5]
+    mixed = chosen.replace("    for i", "    ctx = autocast()\n    for i")
+    assert only("drop-no-sync", mixed) == []
     # A loader handed to Fabric gets its DistributedSampler from Fabric.
     fabric = (
         "from torch.utils.data import DataLoader\n"
