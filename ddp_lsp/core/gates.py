@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Final, TypeVar
 
-from ddp_lsp.core.walk import children
+from ddp_lsp.core.walk import children, walk
 
 K = TypeVar("K", bound=Hashable)
 
@@ -247,18 +247,24 @@ def _constants(e: ast.AST) -> list[object] | None:
     return None
 
 
-def _skips(test: ast.AST, params: Iterable[str], want: bool) -> set[tuple[str, str]]:
-    """(param, token) for which ``test`` surely is not ``want`` (the site is skipped)."""
-    out: set[tuple[str, str]] = set()
-    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+def _skips(
+    test: ast.AST, params: Iterable[str], names: set[str]
+) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(param, token) for which ``test`` surely is false (its true branch is skipped), and
+    those for which it surely is true (its false branch is skipped); ``names``: the names
+    ``test`` reads. Each (param, token) is evaluated once for both branches."""
+    when_false: set[tuple[str, str]] = set()
+    when_true: set[tuple[str, str]] = set()
     for p in params:
         if p not in names:
             continue
         for tok, value in TRIED.items():
             got = _evaluate(test, p, value)
-            if got is not None and got is not want:
-                out.add((p, tok))
-    return out
+            if got is False:
+                when_false.add((p, tok))
+            elif got is True:
+                when_true.add((p, tok))
+    return when_false, when_true
 
 
 def _bindings(
@@ -388,7 +394,7 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
             values.setdefault(n.name, []).append(None)
         stack.extend(
             c
-            for c in ast.iter_child_nodes(n)
+            for c in children(n)
             if isinstance(c, (ast.stmt, ast.ExceptHandler, ast.match_case))
         )
     out: set[str] = set()
@@ -424,9 +430,11 @@ def site_facts(
             stack.append((test, gates, moded))
             on = off = gates
             on_moded = off_moded = moded
-            if any(isinstance(n, ast.Name) and n.id in pset for n in ast.walk(test)):
-                on = gates | _skips(test, pset, True)
-                off = gates | _skips(test, pset, False)
+            names = {n.id for n in walk(test) if isinstance(n, ast.Name)}
+            if not names.isdisjoint(pset):
+                when_false, when_true = _skips(test, pset, names)
+                on = gates | when_false
+                off = gates | when_true
             if _mode_test(test, pset, modes):
                 on_moded = True
             elif (

@@ -159,9 +159,31 @@ def _closure_collective(ctx: ChunkContext, call: ast.Call, name: str) -> bool:
     return False
 
 
+def memoised(extract: Extractor) -> Extractor:
+    """``extract`` answering each call once: the rank path walk asks it for every call of the
+    chunk to find the frames holding an event, again for the calls of each such frame, and
+    once more for each call on its path."""
+    found: dict[int, Event | None] = {}
+
+    def once(call: ast.Call) -> Event | None:
+        try:
+            return found[id(call)]
+        except KeyError:
+            event = found[id(call)] = extract(call)
+            return event
+
+    return once
+
+
 def collective_extractor(ctx: ChunkContext) -> Extractor:
     """Events of DDP103: torch.distributed collectives, process-group methods, well-known
-    wrappers (accelerate, Fabric, detectron2, mpi4py) and same-file helpers that reach one."""
+    wrappers (accelerate, Fabric, detectron2, mpi4py) and same-file helpers that reach one.
+    One extractor per chunk analysis, memoised (DDP103 and the uniformity analysis's
+    :meth:`~ddp_lsp.core.uniformity.ChunkUniformity.collectives` share it)."""
+    return ctx.memo(("collective extractor",), lambda: memoised(_collective_extractor(ctx)))
+
+
+def _collective_extractor(ctx: ChunkContext) -> Extractor:
     pgs = process_groups(ctx)
     aliases = ctx.facts.aliases
 
