@@ -86,6 +86,17 @@ TRIED: dict[str, object] = {
 }
 _FALSY = (Token.NONE, Token.FALSE)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_SCOPE_CLASSES = frozenset(_SCOPES)
+# Nodes with no node under them that are neither a call nor a branch: the site walk does not
+# visit them (names and constants are a third of a function's nodes).
+_LEAVES = frozenset(
+    {ast.Name, ast.Constant}
+    | {
+        c
+        for base in (ast.operator, ast.cmpop, ast.unaryop, ast.boolop)
+        for c in base.__subclasses__()
+    }
+)
 
 # A (parameter, token) pair: "the function's parameter ``p`` bound to the value ``token``".
 Gate = tuple[str, str]
@@ -393,9 +404,7 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
         elif isinstance(n, ast.ExceptHandler) and n.name:
             values.setdefault(n.name, []).append(None)
         stack.extend(
-            c
-            for c in children(n)
-            if isinstance(c, (ast.stmt, ast.ExceptHandler, ast.match_case))
+            c for c in children(n) if isinstance(c, (ast.stmt, ast.ExceptHandler, ast.match_case))
         )
     out: set[str] = set()
     for name, vals in values.items():
@@ -421,11 +430,13 @@ def site_facts(
     # Depth first over the function's own frame, each node with the (param, value) pairs for
     # which an enclosing test skips it, and whether it sits under a mode test.
     stack: list[tuple[ast.AST, frozenset[Gate], bool]] = [(s, none, False) for s in f.body]
+    push = stack.append
     while stack:
         node, gates, moded = stack.pop()
-        if isinstance(node, _SCOPES):
+        cls = node.__class__
+        if cls in _SCOPE_CLASSES:
             continue
-        if isinstance(node, (ast.If, ast.While, ast.IfExp)):
+        if cls is ast.If or cls is ast.While or cls is ast.IfExp:
             test = node.test
             stack.append((test, gates, moded))
             on = off = gates
@@ -469,7 +480,8 @@ def site_facts(
                 bound, unpacked = _bindings(node, pset, modes)
                 sites[Site(name, gates, moded, tuple(passed), bound, unpacked)] = None
         for child in children(node):
-            stack.append((child, gates, moded))
+            if child.__class__ not in _LEAVES:  # most nodes: nothing under them, no site
+                push((child, gates, moded))
 
     if not sites:
         return NO_GATES  # calls nothing: no summary needed
