@@ -19,6 +19,7 @@ from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import gates as gate_facts
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core.factcalls import is_collective_qual
 from ddp_lsp.core.facts import path_of
 
 if TYPE_CHECKING:
@@ -185,7 +186,6 @@ def collective_extractor(ctx: ChunkContext) -> Extractor:
 
 def _collective_extractor(ctx: ChunkContext) -> Extractor:
     pgs = process_groups(ctx)
-    aliases = ctx.facts.aliases
 
     def extract(call: ast.Call) -> Event | None:
         name = known_names.dotted(call.func)
@@ -203,7 +203,7 @@ def _collective_extractor(ctx: ChunkContext) -> Extractor:
             return None
         if name is None:
             return None
-        if fact_model.is_collective_call(name, aliases, ctx.ranks.frameworks):
+        if is_collective_qual(name, qual, ctx.ranks.frameworks):  # `qual`: `name` resolved
             return Event(call, ".".join(name.rsplit(".", 2)[-2:]), f"{name}()")
         if isinstance(call.func, ast.Attribute) and call.func.attr in PG_METHODS:
             receiver = path_of(call.func.value)
