@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Final, TypeVar
 
-from ddp_lsp.core.walk import children, walk
+from ddp_lsp.core.walk import LEAVES, children, walk
 
 K = TypeVar("K", bound=Hashable)
 
@@ -87,16 +87,6 @@ TRIED: dict[str, object] = {
 _FALSY = (Token.NONE, Token.FALSE)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _SCOPE_CLASSES = frozenset(_SCOPES)
-# Nodes with no node under them that are neither a call nor a branch: the site walk does not
-# visit them (names and constants are a third of a function's nodes).
-_LEAVES = frozenset(
-    {ast.Name, ast.Constant}
-    | {
-        c
-        for base in (ast.operator, ast.cmpop, ast.unaryop, ast.boolop)
-        for c in base.__subclasses__()
-    }
-)
 
 # A (parameter, token) pair: "the function's parameter ``p`` bound to the value ``token``".
 Gate = tuple[str, str]
@@ -437,6 +427,7 @@ def site_facts(
         if cls in _SCOPE_CLASSES:
             continue
         if cls is ast.If or cls is ast.While or cls is ast.IfExp:
+            assert isinstance(node, (ast.If, ast.While, ast.IfExp))
             test = node.test
             stack.append((test, gates, moded))
             on = off = gates
@@ -480,7 +471,7 @@ def site_facts(
                 bound, unpacked = _bindings(node, pset, modes)
                 sites[Site(name, gates, moded, tuple(passed), bound, unpacked)] = None
         for child in children(node):
-            if child.__class__ not in _LEAVES:  # most nodes: nothing under them, no site
+            if child.__class__ not in LEAVES:  # nothing under them, never a site
                 push((child, gates, moded))
 
     if not sites:

@@ -120,7 +120,7 @@ def dotted(expr: ast.AST) -> str | None:
             found = expr.__dict__[_DOTTED] = _dotted(expr)
             return found
     if expr.__class__ is ast.Name:
-        return expr.id  # type: ignore[attr-defined,no-any-return]
+        return expr.id
     return _dotted(expr)
 
 

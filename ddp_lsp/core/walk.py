@@ -111,6 +111,17 @@ def _compile_children(cls: type) -> Callable[[ast.AST], list[ast.AST]]:
 
 _CHILDREN: dict[type, Callable[[ast.AST], list[ast.AST]]] = {}
 
+# Node classes that never have a child node: names and constants (a third of a module's
+# nodes), operators. The walks below skip asking them.
+LEAVES = frozenset(
+    {ast.Name, ast.Constant}
+    | {
+        c
+        for base in (ast.operator, ast.cmpop, ast.unaryop, ast.boolop)
+        for c in base.__subclasses__()
+    }
+)
+
 
 def children(node: ast.AST) -> list[ast.AST]:
     """The direct child nodes of ``node``, in field order (as ``ast.iter_child_nodes``, without
@@ -147,7 +158,8 @@ def walk(node: ast.AST) -> Iterator[ast.AST]:
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(children(current))
+        if current.__class__ not in LEAVES:
+            stack.extend(children(current))
 
 
 def bfs(node: ast.AST) -> Iterator[ast.AST]:
@@ -156,7 +168,8 @@ def bfs(node: ast.AST) -> Iterator[ast.AST]:
     todo = deque([node])
     while todo:
         current = todo.popleft()
-        todo.extend(children(current))
+        if current.__class__ not in LEAVES:
+            todo.extend(children(current))
         yield current
 
 
@@ -171,7 +184,8 @@ def scope_nodes(root: ast.AST) -> list[ast.AST]:
     while stack:
         node = stack.pop()
         out.append(node)
-        if isinstance(node, _NEW_SCOPES):
+        cls = node.__class__
+        if cls in LEAVES or isinstance(node, _NEW_SCOPES):
             continue
         stack.extend(children(node))
     setattr(root, _SCOPE_ATTR, out)
