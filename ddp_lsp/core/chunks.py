@@ -128,6 +128,8 @@ def step(state: State, line: str) -> tuple[State, bool, bool]:
             if m is not None and m.group() in _RESYNC_WORDS:
                 return step(replace(state, depth=0, cont=False), line)
         depth, quote, cont = scan_line(line, state.depth, state.quote)
+        if depth == state.depth and quote == state.quote and cont == state.cont:
+            return state, False, False  # unchanged (`dataclasses.replace` costs microseconds)
         return replace(state, depth=depth, quote=quote, cont=cont), False, False
 
     text = line.lstrip(" \t")
@@ -197,6 +199,15 @@ def step(state: State, line: str) -> tuple[State, bool, bool]:
             member_decorator = text.startswith("@")
         else:
             member_decorator = False
+    if (
+        depth == 0
+        and quote is None
+        and not cont
+        and cls_indent == state.cls_indent
+        and member_seen == state.member_seen
+        and member_decorator == state.member_decorator
+    ):
+        return state, boundary, boundary  # most lines of a class body: the same state
     new = replace(
         state,
         depth=depth,

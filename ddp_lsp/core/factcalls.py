@@ -148,7 +148,14 @@ def is_collective_call(
 ) -> bool:
     """Whether a call spelled ``callee`` is a collective: torch.distributed's, a framework
     table's, or (``frameworks``: the settings' model) one of the user's entries."""
-    qual = known_names.resolve(callee, aliases)
+    return is_collective_qual(callee, known_names.resolve(callee, aliases), frameworks)
+
+
+def is_collective_qual(
+    callee: str, qual: str | None, frameworks: framework_tables.FrameworkModel | None = None
+) -> bool:
+    """:func:`is_collective_call` for a callee already qualified through the imports (``qual``:
+    ``known_names.resolve(callee, aliases)``, as ``ChunkContext.call_qualname`` has it)."""
     if qual is not None and (
         qual in known_names.COLLECTIVES or qual in QUALIFIED_WRAPPER_COLLECTIVES
     ):

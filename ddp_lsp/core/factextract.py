@@ -65,7 +65,7 @@ def _barrier_ifs(body: list[ast.stmt]) -> int:
                 else getattr(node.func, "id", "")
             )
             in _BARRIER_NAMES
-            for node in ast.walk(stmt)
+            for node in walk(stmt)
         ):
             n += 1
     return n
@@ -197,7 +197,7 @@ class _Extractor:
 
     def stmt(self, s: ast.stmt, scope: str, guarded: bool) -> None:
         if isinstance(s, (ast.For, ast.AsyncFor)) and self._loop_names:
-            self._loop_names[-1].update(n.id for n in ast.walk(s.target) if isinstance(n, ast.Name))
+            self._loop_names[-1].update(n.id for n in walk(s.target) if isinstance(n, ast.Name))
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
             self.function(s, scope)
             return
@@ -343,11 +343,22 @@ class _Extractor:
     # -- expressions ---------------------------------------------------------------------------
 
     def expr(self, e: ast.AST, scope: str, guarded: bool) -> None:
-        for node in walk(e):
-            if isinstance(node, ast.Name):
-                if isinstance(node.ctx, ast.Load):
-                    self.loads.add(node.id)
-            elif isinstance(node, ast.Call):
+        # `walk` written out (the same order): names and constants, half of the nodes, hold
+        # no node, so their children are never asked for.
+        stack = [e]
+        while stack:
+            node = stack.pop()
+            cls = node.__class__
+            if cls is ast.Name:
+                if isinstance(node.ctx, ast.Load):  # type: ignore[attr-defined]
+                    self.loads.add(node.id)  # type: ignore[attr-defined]
+                continue
+            if cls is ast.Constant:
+                if isinstance(node.value, str) and node.value in known_names.RANK_ENV_VARS:  # type: ignore[attr-defined]
+                    self.env_markers = True
+                continue
+            stack.extend(children(node))
+            if isinstance(node, ast.Call):
                 if self._ifs == 0 and self._loop_names and _reads_back(node):
                     root = node.func.value  # type: ignore[attr-defined]
                     while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
@@ -362,11 +373,6 @@ class _Extractor:
                     self._prop(NO_SYNC)
                 elif f"{_last(node.value)}.{node.attr}" in _SYNC_SKIPPERS:
                     self._prop(NO_SYNC)  # `accelerator.accumulate`: the tables' skips-grad-sync
-            elif isinstance(node, ast.Constant):
-                if isinstance(node.value, str) and node.value in known_names.RANK_ENV_VARS:
-                    self.env_markers = True
-            elif isinstance(node, ast.Lambda):
-                pass
 
     def _prop(self, prop: str) -> None:
         if self._props:

@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from ddp_lsp.core.rule import ChunkContext
 
 
+_BINDERS = frozenset(
+    {ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension}
+)
+
+
 class Frame:
     """Assignments by name, loop variables and name uses of one frame (``root``)."""
 
@@ -36,6 +41,8 @@ class Frame:
         # Names bound by `for` targets and comprehensions of the frame.
         self.loop_vars: set[str] = set()
         for node in self.nodes:
+            if node.__class__ not in _BINDERS:
+                continue  # one set test for most nodes, none of the four tests below
             if isinstance(node, ast.Assign):
                 for t in node.targets:
                     if isinstance(t, ast.Name):

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Final, TypeVar
 
-from ddp_lsp.core.walk import children
+from ddp_lsp.core.walk import LEAVES, children, walk
 
 K = TypeVar("K", bound=Hashable)
 
@@ -86,6 +86,7 @@ TRIED: dict[str, object] = {
 }
 _FALSY = (Token.NONE, Token.FALSE)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_SCOPE_CLASSES = frozenset(_SCOPES)
 
 # A (parameter, token) pair: "the function's parameter ``p`` bound to the value ``token``".
 Gate = tuple[str, str]
@@ -247,18 +248,24 @@ def _constants(e: ast.AST) -> list[object] | None:
     return None
 
 
-def _skips(test: ast.AST, params: Iterable[str], want: bool) -> set[tuple[str, str]]:
-    """(param, token) for which ``test`` surely is not ``want`` (the site is skipped)."""
-    out: set[tuple[str, str]] = set()
-    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+def _skips(
+    test: ast.AST, params: Iterable[str], names: set[str]
+) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(param, token) for which ``test`` surely is false (its true branch is skipped), and
+    those for which it surely is true (its false branch is skipped); ``names``: the names
+    ``test`` reads. Each (param, token) is evaluated once for both branches."""
+    when_false: set[tuple[str, str]] = set()
+    when_true: set[tuple[str, str]] = set()
     for p in params:
         if p not in names:
             continue
         for tok, value in TRIED.items():
             got = _evaluate(test, p, value)
-            if got is not None and got is not want:
-                out.add((p, tok))
-    return out
+            if got is False:
+                when_false.add((p, tok))
+            elif got is True:
+                when_true.add((p, tok))
+    return when_false, when_true
 
 
 def _bindings(
@@ -387,9 +394,7 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
         elif isinstance(n, ast.ExceptHandler) and n.name:
             values.setdefault(n.name, []).append(None)
         stack.extend(
-            c
-            for c in ast.iter_child_nodes(n)
-            if isinstance(c, (ast.stmt, ast.ExceptHandler, ast.match_case))
+            c for c in children(n) if isinstance(c, (ast.stmt, ast.ExceptHandler, ast.match_case))
         )
     out: set[str] = set()
     for name, vals in values.items():
@@ -415,18 +420,23 @@ def site_facts(
     # Depth first over the function's own frame, each node with the (param, value) pairs for
     # which an enclosing test skips it, and whether it sits under a mode test.
     stack: list[tuple[ast.AST, frozenset[Gate], bool]] = [(s, none, False) for s in f.body]
+    push = stack.append
     while stack:
         node, gates, moded = stack.pop()
-        if isinstance(node, _SCOPES):
+        cls = node.__class__
+        if cls in _SCOPE_CLASSES:
             continue
-        if isinstance(node, (ast.If, ast.While, ast.IfExp)):
+        if cls is ast.If or cls is ast.While or cls is ast.IfExp:
+            assert isinstance(node, (ast.If, ast.While, ast.IfExp))
             test = node.test
             stack.append((test, gates, moded))
             on = off = gates
             on_moded = off_moded = moded
-            if any(isinstance(n, ast.Name) and n.id in pset for n in ast.walk(test)):
-                on = gates | _skips(test, pset, True)
-                off = gates | _skips(test, pset, False)
+            names = {n.id for n in walk(test) if isinstance(n, ast.Name)}
+            if not names.isdisjoint(pset):
+                when_false, when_true = _skips(test, pset, names)
+                on = gates | when_false
+                off = gates | when_true
             if _mode_test(test, pset, modes):
                 on_moded = True
             elif (
@@ -461,7 +471,8 @@ def site_facts(
                 bound, unpacked = _bindings(node, pset, modes)
                 sites[Site(name, gates, moded, tuple(passed), bound, unpacked)] = None
         for child in children(node):
-            stack.append((child, gates, moded))
+            if child.__class__ not in LEAVES:  # nothing under them, never a site
+                push((child, gates, moded))
 
     if not sites:
         return NO_GATES  # calls nothing: no summary needed

@@ -105,8 +105,26 @@ def last_name(e: ast.AST) -> str | None:
     return None
 
 
+_DOTTED = "_ddp_dotted"
+
+
 def dotted(expr: ast.AST) -> str | None:
-    """``a.b.c`` for a Name/Attribute chain, else None (calls, subscripts...)."""
+    """``a.b.c`` for a Name/Attribute chain, else None (calls, subscripts...).
+
+    An attribute chain's answer is kept on its node (the trees are cached per chunk text and
+    never changed): every rule asks it of every call's callee, several times per call."""
+    if expr.__class__ is ast.Attribute:
+        try:
+            return expr.__dict__[_DOTTED]  # type: ignore[no-any-return]
+        except KeyError:
+            found = expr.__dict__[_DOTTED] = _dotted(expr)
+            return found
+    if expr.__class__ is ast.Name:
+        return expr.id
+    return _dotted(expr)
+
+
+def _dotted(expr: ast.AST) -> str | None:
     parts: list[str] = []
     node = expr
     while isinstance(node, ast.Attribute):

@@ -19,6 +19,7 @@ from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import gates as gate_facts
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core.factcalls import is_collective_qual
 from ddp_lsp.core.facts import path_of
 
 if TYPE_CHECKING:
@@ -159,11 +160,32 @@ def _closure_collective(ctx: ChunkContext, call: ast.Call, name: str) -> bool:
     return False
 
 
+def memoised(extract: Extractor) -> Extractor:
+    """``extract`` answering each call once: the rank path walk asks it for every call of the
+    chunk to find the frames holding an event, again for the calls of each such frame, and
+    once more for each call on its path."""
+    found: dict[int, Event | None] = {}
+
+    def once(call: ast.Call) -> Event | None:
+        try:
+            return found[id(call)]
+        except KeyError:
+            event = found[id(call)] = extract(call)
+            return event
+
+    return once
+
+
 def collective_extractor(ctx: ChunkContext) -> Extractor:
     """Events of DDP103: torch.distributed collectives, process-group methods, well-known
-    wrappers (accelerate, Fabric, detectron2, mpi4py) and same-file helpers that reach one."""
+    wrappers (accelerate, Fabric, detectron2, mpi4py) and same-file helpers that reach one.
+    One extractor per chunk analysis, memoised (DDP103 and the uniformity analysis's
+    :meth:`~ddp_lsp.core.uniformity.ChunkUniformity.collectives` share it)."""
+    return ctx.memo(("collective extractor",), lambda: memoised(_collective_extractor(ctx)))
+
+
+def _collective_extractor(ctx: ChunkContext) -> Extractor:
     pgs = process_groups(ctx)
-    aliases = ctx.facts.aliases
 
     def extract(call: ast.Call) -> Event | None:
         name = known_names.dotted(call.func)
@@ -181,7 +203,7 @@ def collective_extractor(ctx: ChunkContext) -> Extractor:
             return None
         if name is None:
             return None
-        if fact_model.is_collective_call(name, aliases, ctx.ranks.frameworks):
+        if is_collective_qual(name, qual, ctx.ranks.frameworks):  # `qual`: `name` resolved
             return Event(call, ".".join(name.rsplit(".", 2)[-2:]), f"{name}()")
         if isinstance(call.func, ast.Attribute) and call.func.attr in PG_METHODS:
             receiver = path_of(call.func.value)

@@ -64,6 +64,7 @@ from ddp_lsp.core.rankevents import PG_METHODS as PG_METHODS
 from ddp_lsp.core.rankevents import Event as Event
 from ddp_lsp.core.rankevents import Extractor as Extractor
 from ddp_lsp.core.rankevents import collective_extractor as collective_extractor
+from ddp_lsp.core.rankevents import memoised as memoised
 from ddp_lsp.core.rankevents import process_groups as process_groups
 from ddp_lsp.core.rankgroups import world_rank_test
 from ddp_lsp.core.rankjoints import (
@@ -654,7 +655,15 @@ def chunk_misses(
     ctx: ChunkContext, extract: Extractor, callers_guarded: bool = False
 ) -> list[Miss]:
     """Every event of the chunk some ranks reach and others do not, in source order (each
-    frame walked once; memoised per extractor kind)."""
+    frame walked once; memoised per extractor kind): DDP103 and the uniformity analysis's
+    collectives ask it with the same extractor of the chunk, the walk runs once."""
+    return ctx.memo(
+        ("chunk misses", extract, callers_guarded),
+        lambda: _chunk_misses(ctx, extract, callers_guarded),
+    )
+
+
+def _chunk_misses(ctx: ChunkContext, extract: Extractor, callers_guarded: bool) -> list[Miss]:
     out: list[Miss] = []
     seen: set[int] = set()
     for root in event_roots(ctx, extract):

@@ -29,7 +29,7 @@ from ddp_lsp.core.gates import Gating
 from ddp_lsp.core.names import dotted
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.types import Finding, Fix, Pos, Related, RuleMeta, Span
-from ddp_lsp.core.walk import children
+from ddp_lsp.core.walk import LEAVES, children
 
 if TYPE_CHECKING:
     from ddp_lsp.core.document import ParsedChunk
@@ -78,7 +78,10 @@ class Index:
         stack: list[ast.AST] = list(reversed(body))
         while stack:
             node = stack.pop()
-            by_type.setdefault(type(node), []).append(node)
+            cls = node.__class__
+            by_type.setdefault(cls, []).append(node)
+            if cls in LEAVES:
+                continue  # names, constants, operators: no node under them
             kids = children(node)
             for kid in kids:
                 parents[id(kid)] = node
@@ -134,15 +137,21 @@ class ChunkContext:
         return self._index.parents.get(id(node))
 
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
-        p = self.parent(node)
+        parents = self._index.parents
+        p = parents.get(id(node))
         while p is not None:
             yield p
-            p = self.parent(p)
+            p = parents.get(id(p))
 
     def enclosing_function(self, node: ast.AST) -> FunctionNode | None:
-        for a in self.ancestors(node):
-            if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                return a
+        # Asked by most rules for most calls: the parent chain walked here, not through the
+        # `ancestors` generator.
+        parents = self._index.parents
+        p = parents.get(id(node))
+        while p is not None:
+            if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return p
+            p = parents.get(id(p))
         return None
 
     def enclosing_loops(self, node: ast.AST) -> list[ast.For | ast.AsyncFor | ast.While]:
@@ -187,13 +196,16 @@ class ChunkContext:
         """(function qualname as in the facts, class name) for the code at ``node``."""
         names: list[str] = []
         cls: str | None = None
-        for a in self.ancestors(node):
+        parents = self._index.parents
+        a = parents.get(id(node))
+        while a is not None:
             if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 names.append(a.name)
             elif isinstance(a, ast.ClassDef):
                 cls = a.name
                 names.append(a.name)
                 break
+            a = parents.get(id(a))
         if cls is None and self.member_of is not None and names:
             cls = self.member_of
             names.append(cls)

@@ -8,8 +8,9 @@ otherwise), so every later rule gets them for free.
 from __future__ import annotations
 
 import ast
+import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _SCOPE_ATTR = "_ddp_scope_nodes"
 _CALLS_ATTR = "_ddp_calls_by_attr"
@@ -64,9 +65,76 @@ def _fields(cls: type) -> tuple[str, ...]:
     return names
 
 
+# ASDL field types that never hold a node.
+_SCALARS = frozenset({"identifier", "string", "constant", "int"})
+# List fields whose items may be None: a ``**d`` in a dict display, a keyword-only parameter
+# without a default.
+_MAY_HOLD_NONE = frozenset({("Dict", "keys"), ("arguments", "kw_defaults")})
+_ASDL_FIELD = re.compile(r"(\w+)([*?]?) (\w+)")
+
+
+def _compile_children(cls: type) -> Callable[[ast.AST], list[ast.AST]]:
+    """A function returning ``cls``'s child nodes, written out field by field from its ASDL
+    signature (``Call(expr func, expr* args, keyword* keywords)`` gives ``[n.func, *n.args,
+    *n.keywords]``): the walks of every rule and of the facts extraction call it for each
+    node, and the generic loop over ``_fields`` with a type test per value cost twice as
+    much. The node fields are those of :func:`_fields`, in the same order."""
+    doc = cls.__doc__ or ""
+    wanted = _FIELDS.get(cls) or _fields(cls)
+    kinds: dict[str, tuple[str, str]] = {
+        name: (typ, mark) for typ, mark, name in _ASDL_FIELD.findall(doc.partition("(")[2])
+    }
+    if cls.__module__ != "ast" or set(kinds) != set(cls._fields):  # type: ignore[attr-defined]
+        return _generic_children  # not a parser node class (or an unknown signature)
+    # A node built by hand may lack a field, or hold something odd in one: the generic loop
+    # answers for it.
+    lines = ["def children(n):", "  try:", "    out = []"]
+    for name in wanted:
+        typ, mark = kinds[name]
+        if typ in _SCALARS:
+            continue
+        if mark == "*":
+            if (cls.__name__, name) in _MAY_HOLD_NONE:
+                lines.append(f"    out += [x for x in n.{name} if x is not None]")
+            else:
+                lines.append(f"    out += n.{name}")
+        elif mark == "?":
+            lines.append(f"    v = n.{name}")
+            lines.append("    if v is not None: out.append(v)")
+        else:
+            lines.append(f"    out.append(n.{name})")
+    lines += ["    return out", "  except (AttributeError, TypeError):", "    return generic(n)"]
+    scope: dict[str, object] = {"generic": _generic_children}
+    exec(compile("\n".join(lines), f"<children of {cls.__name__}>", "exec"), scope)
+    return scope["children"]  # type: ignore[return-value]
+
+
+_CHILDREN: dict[type, Callable[[ast.AST], list[ast.AST]]] = {}
+
+# Node classes that never have a child node: names and constants (a third of a module's
+# nodes), operators. The walks below skip asking them.
+LEAVES = frozenset(
+    {ast.Name, ast.Constant}
+    | {
+        c
+        for base in (ast.operator, ast.cmpop, ast.unaryop, ast.boolop)
+        for c in base.__subclasses__()
+    }
+)
+
+
 def children(node: ast.AST) -> list[ast.AST]:
     """The direct child nodes of ``node``, in field order (as ``ast.iter_child_nodes``, without
     the ``ctx`` markers of names, attributes and subscripts)."""
+    cls = node.__class__
+    try:
+        return _CHILDREN[cls](node)
+    except KeyError:
+        fn = _CHILDREN[cls] = _compile_children(cls)
+        return fn(node)
+
+
+def _generic_children(node: ast.AST) -> list[ast.AST]:
     out: list[ast.AST] = []
     cls = type(node)
     try:
@@ -90,7 +158,8 @@ def walk(node: ast.AST) -> Iterator[ast.AST]:
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(children(current))
+        if current.__class__ not in LEAVES:
+            stack.extend(children(current))
 
 
 def bfs(node: ast.AST) -> Iterator[ast.AST]:
@@ -99,7 +168,8 @@ def bfs(node: ast.AST) -> Iterator[ast.AST]:
     todo = deque([node])
     while todo:
         current = todo.popleft()
-        todo.extend(children(current))
+        if current.__class__ not in LEAVES:
+            todo.extend(children(current))
         yield current
 
 
@@ -114,7 +184,8 @@ def scope_nodes(root: ast.AST) -> list[ast.AST]:
     while stack:
         node = stack.pop()
         out.append(node)
-        if isinstance(node, _NEW_SCOPES):
+        cls = node.__class__
+        if cls in LEAVES or isinstance(node, _NEW_SCOPES):
             continue
         stack.extend(children(node))
     setattr(root, _SCOPE_ATTR, out)

@@ -233,8 +233,10 @@ def collective_in(ctx: ChunkContext, stmt: ast.AST, callees: bool = True) -> str
 def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
     """The checkpoint write ``call`` performs, or None (reads, buffers, other calls)."""
     qual = ctx.call_qualname(call)
-    root = patterns.scope_root(ctx, call)
+    # The frame holding the call is found only for the calls that need it (the rule asks
+    # about every call of the chunk; few are writes).
     if qual == known_names.TORCH_SAVE:
+        root = patterns.scope_root(ctx, call)
         dest = _arg(call, 1, "f")
         if dest is None and call.args and isinstance(call.args[0], ast.Starred):
             return Write("torch.save", call.args[0], None)  # `torch.save(*args, **kwargs)`
@@ -269,12 +271,12 @@ def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
             return None
         with_stmt = _with_of(ctx, call)
         saved_into = with_stmt is not None and _saves_into(ctx, with_stmt)
-        if not saved_into and not _checkpointish(ctx, path, root):
+        if not saved_into and not _checkpointish(ctx, path, patterns.scope_root(ctx, call)):
             return None
         mode = _arg(call, 1, "mode")
         label = f"open(..., {chunktext.segment(ctx.chunk, mode)})" if mode is not None else "open"
         return Write(label, path, with_stmt, with_stmt is not None)
-    return _helper_write(ctx, call, root)
+    return _helper_write(ctx, call)
 
 
 # A function so named that saves to the path its caller passes is a save helper: DDP501 reports
@@ -282,7 +284,7 @@ def checkpoint_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
 SAVE_HELPER_NAME = re.compile(r"save|checkpoint|ckpt|export|dump|serial", re.IGNORECASE)
 
 
-def _helper_write(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> Write | None:
+def _helper_write(ctx: ChunkContext, call: ast.Call) -> Write | None:
     """A helper that saves to the path its caller passes, on every rank
     (``utils.save_checkpoint(state, path)``): its own save is not reported (the caller
     decides the rank), so this call is where the decision is missing."""
@@ -303,6 +305,7 @@ def _helper_write(ctx: ChunkContext, call: ast.Call, root: ast.AST) -> Write | N
         if not isinstance(a, (ast.Dict, ast.List))
         and not (isinstance(a, ast.Call) and patterns.method_call(a, "state_dict") is not None)
     ]
+    root = patterns.scope_root(ctx, call)
     if any(per_rank_path(ctx, a, root) for a in args):
         return None
     label = chunktext.segment(ctx.chunk, call.func)

@@ -236,7 +236,7 @@ class DdpForwardInRankBranch(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        extract = forward_extractor(ctx)
+        extract = rank_paths.memoised(forward_extractor(ctx))  # asked again per frame and path
         seen: set[int] = set()
         for root in rank_paths.event_roots(ctx, extract):
             try:
