@@ -56,11 +56,14 @@ def analyze(
     env: Environment | None = None,
     rules: Sequence[Rule] | None = None,
     project: ModuleProjectFacts | None = None,
+    before_line: int | None = None,
 ) -> AnalysisResult:
     """Findings for a module, sorted by position, suppressions and settings applied.
 
     ``project``: what the other files of its project say about this module (see
-    :mod:`ddp_lsp.project`); None analyses the module alone."""
+    :mod:`ddp_lsp.project`); None analyses the module alone. ``before_line``: run the rules
+    of the chunks that start before this line only (the module facts are the whole module's,
+    so those findings are final); the server's first look at a large file (docs/server.md)."""
     settings = settings or Settings()
     ranks = settings.rank_model
     if isinstance(source, Document):
@@ -87,7 +90,9 @@ def analyze(
         if key == doc.analysis_key:
             key = cast(AnalysisKey, doc.analysis_key)  # identity hits in every chunk's cache
         doc.analysis_key = key
-        doc.rules_ran = _collect(doc, facts, settings, rank_model, env, rules, key, raw, errors)
+        doc.rules_ran = _collect(
+            doc, facts, settings, rank_model, env, rules, key, raw, errors, before_line
+        )
     result = _finish(doc, facts, settings, raw, errors)
     skipped = not_analysed(doc)
     return replace(result, not_analysed=skipped) if skipped else result
@@ -124,11 +129,15 @@ def _collect(
     key: AnalysisKey,
     raw: list[Finding],
     errors: list[InternalError],
+    before_line: int | None = None,
 ) -> int:
-    """Collect every chunk's findings into ``raw``; return how many chunks ran their rules."""
+    """Collect every chunk's findings into ``raw`` (those of the chunks starting before
+    ``before_line`` when given); return how many chunks ran their rules."""
     changes: dict[int, tuple[ModuleFacts, frozenset[Entry]]] = {}
     reran = 0
     for start, chunk in doc.chunks():
+        if before_line is not None and start >= before_line:
+            break
         if chunk.problem is not None:
             p = chunk.problem
             raw.append(

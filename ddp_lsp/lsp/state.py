@@ -75,6 +75,10 @@ log = logging.getLogger("ddp_lsp.lsp")
 # the core close to a minute, during which the server could answer nothing. Training scripts
 # are far below this (a 20,000-line file is about 0.7 MB).
 MAX_ANALYSED_CHARS = MAX_SOURCE_BYTES  # one limit for CLI, index and server: ddp_lsp/sources.py
+# A document longer than FIRST_LOOK_MIN_LINES gets the findings of its first FIRST_LOOK_LINES
+# lines (where an editor opens it) published before the rules have run on the rest.
+FIRST_LOOK_MIN_LINES = 4000
+FIRST_LOOK_LINES = 1000
 
 # Garbage collection between keystrokes: see ddp_lsp/lsp/heap.py (collect what the edit left
 # unfrozen, freeze the survivors; a full collection only once typing pauses, when owed).
@@ -176,6 +180,8 @@ class Unit:
     size_bound: int = 0  # at least the text's length in code points (see _check_size)
     env: Environment | None = None  # launch config next to the file + preflight facts
     project: ModuleProjectFacts | None = None  # the project facts the findings were made with
+    # The findings of the first lines were published ahead of the rest (FIRST_LOOK_LINES).
+    first_look: bool = False
 
     def views(self) -> Iterator[tuple[str, int, int | None]]:
         """(URI, first line in the unit, version) of every view the client knows."""
@@ -569,14 +575,20 @@ class ServerState:
     def flush(self) -> None:
         for unit in list(self.units.values()):
             if unit.dirty:
-                self.analyse(unit)
+                self.analyse(unit, first_look=True)
 
     def ensure_current(self, unit: Unit) -> None:
         if unit.dirty:
             self.analyse(unit)
 
-    def analyse(self, unit: Unit, publish: bool = True) -> None:
+    def analyse(self, unit: Unit, publish: bool = True, first_look: bool = False) -> None:
+        """Analyse ``unit`` and render (and publish) its diagnostics.
+
+        ``first_look``: when this is the first analysis of a long document whose diagnostics
+        are pushed, publish the findings of its first ``FIRST_LOOK_LINES`` lines first, then
+        analyse the rest on the next turn of the loop (docs/server.md, "First look")."""
         unit.dirty = False
+        before: int | None = None
         unit.project = self.project.facts_for(unit)
         if isinstance(unit.doc, PlainText):
             if unit.enabled:
@@ -587,8 +599,20 @@ class ServerState:
         elif unit.enabled:
             from ddp_lsp.core.engine import analyze
 
+            if (
+                first_look
+                and publish
+                and not unit.first_look
+                and unit.analysed_version is None
+                and unit.notebook is None
+                and unit.key not in self.pulled
+                and len(unit.doc.lines) > FIRST_LOOK_MIN_LINES
+            ):
+                before = FIRST_LOOK_LINES
             try:
-                result = analyze(unit.doc, unit.settings, unit.env, project=unit.project)
+                result = analyze(
+                    unit.doc, unit.settings, unit.env, project=unit.project, before_line=before
+                )
                 findings = result.findings
                 for err in result.errors:
                     log.error(
@@ -604,6 +628,13 @@ class ServerState:
         else:
             findings = ()
         unit.findings = findings
+        if before is not None:
+            # Final findings, the first lines' only: published now, the rest next turn.
+            unit.first_look = True
+            self._render(unit, publish)
+            unit.dirty = True
+            self.schedule()
+            return
         unit.analysed_version = unit.version
         self._render(unit, publish)
 
