@@ -111,11 +111,14 @@ def _statement(mods: dict[str, Module], here: str, rng: random.Random) -> str:
     return _calls(mods, here, rng)
 
 
+MOVED = "# a line that moves the rest\n"
+
+
 def _edit(mods: dict[str, Module], rng: random.Random) -> tuple[str, str]:
     """One random edit of one module; (module, what was done)."""
     here = rng.choice(MODULES)
     mod = mods[here]
-    op = rng.randrange(12)
+    op = rng.randrange(13)
     fns = list(mod.functions)
     if not fns or op == 0:
         name = f"f{rng.randrange(1000)}"
@@ -164,6 +167,17 @@ def _edit(mods: dict[str, Module], rng: random.Random) -> tuple[str, str]:
     if op == 10:
         mod.top.insert(0, rng.choice(["# a comment\n", "\n"]))
         return here, "lines moved"
+    if op == 11 and body:
+        # A line inserted or deleted above a statement of a body: the lines the facts cite
+        # below it (bindings with kinds, call sites, later functions) move, nothing else.
+        moved = [i for i, stmt in enumerate(body) if stmt.startswith(MOVED)]
+        if moved and rng.random() < 0.5:
+            i = rng.choice(moved)
+            body[i] = body[i][len(MOVED) :]
+            return here, f"a line deleted in {name}"
+        i = rng.randrange(len(body))
+        body[i] = MOVED + body[i]
+        return here, f"a line inserted in {name}"
     body.append(_calls(mods, here, rng))
     return here, f"add a call to {name}"
 
