@@ -198,13 +198,7 @@ class AccumulationWithoutNoSync(Rule):
             models = [m for m, _site in sites]
             if not models:
                 continue
-            roots: list[ast.AST] = [root]
-            roots.extend(
-                a
-                for a in ctx.ancestors(root)
-                if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
-            )
-            outside = self._outside_no_sync(ctx, roots, sites)
+            outside = self._outside_no_sync(ctx, self._roots(ctx, root), sites)
             if outside is None:
                 continue
             steps = [
@@ -226,47 +220,71 @@ class AccumulationWithoutNoSync(Rule):
                 fix = self._fix(ctx, plan, inner, models, call, root, model)
                 if fix is not None:
                     fixes.append(fix)
-            if plan.caller_steps:
-                when = "only after this loop over the micro-batches of one batch (in the caller)"
-            elif plan.micro_loop:
-                when = "once after the micro-step loop"
-            else:
-                assert plan.cond is not None
-                cond = accum.one_line(ctx, plan.cond) or "its condition"
-                when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
             # The model may be DDP only because a caller in another file wraps it.
             model_expr = next(m for m in models if chunktext.segment(ctx.chunk, m) == model)
-            how = (
-                f"run the forward and backward of accumulation steps under `{model}.no_sync()`"
-                " to skip the wasted all-reduces"
+            when, how, related = self._explain(
+                ctx,
+                plan,
+                outside,
+                f"run the forward and backward of accumulation steps under `{model}.no_sync()`",
+                f"`{model}.no_sync()`",
             )
-            related = (
-                []
-                if plan.caller_steps
-                else [Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here")]
-            )
-            if outside:
-                # The scope uses no_sync, but not around this forward: DDP decides in the
-                # forward whether the next backward all-reduces.
-                first = accum.one_line(ctx, outside[0]) or "the forward"  # type: ignore[arg-type]
-                how = (
-                    f"`{first}` runs outside `{model}.no_sync()`, and DDP decides in the "
-                    "forward whether the backward all-reduces: run the forward of accumulation "
-                    "steps under it too"
-                )
-                related.extend(
-                    Related(chunktext.span(ctx.chunk, site), "this forward runs outside no_sync()")
-                    for site in outside
-                )
             yield ctx.finding(
                 self,
                 call,
                 f"`{chunktext.segment(ctx.chunk, call)}` all-reduces the gradients of DDP model `{model}` on every "
                 f"micro-step, but the optimizer steps {when}: {how}",
                 fixes=fixes,
-                related=tuple(related),
+                related=related,
                 cite=(ctx.kind_source(model_expr, call),),
             )
+
+    @staticmethod
+    def _roots(ctx: ChunkContext, root: ast.AST) -> list[ast.AST]:
+        """The scope of the loop and the functions around it: where a ``with`` skipping the
+        sync may stand."""
+        return [
+            root,
+            *(
+                a
+                for a in ctx.ancestors(root)
+                if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
+            ),
+        ]
+
+    @staticmethod
+    def _explain(
+        ctx: ChunkContext, plan: _Plan, outside: list[ast.AST], how: str, skipper: str
+    ) -> tuple[str, str, tuple[Related, ...]]:
+        """(when the optimizer steps, what to do, related locations) of a finding: ``how``
+        skips the sync; when the scope skips it but not around ``outside``'s forwards, the
+        advice is to move them under ``skipper`` (DDP decides in the forward whether the next
+        backward all-reduces)."""
+        if plan.caller_steps:
+            when = "only after this loop over the micro-batches of one batch (in the caller)"
+        elif plan.micro_loop:
+            when = "once after the micro-step loop"
+        else:
+            assert plan.cond is not None
+            cond = accum.one_line(ctx, plan.cond) or "its condition"
+            when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
+        related = (
+            []
+            if plan.caller_steps
+            else [Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here")]
+        )
+        if not outside:
+            return when, f"{how} to skip the wasted all-reduces", tuple(related)
+        first = accum.one_line(ctx, outside[0]) or "the forward"  # type: ignore[arg-type]
+        related.extend(
+            Related(chunktext.span(ctx.chunk, site), "this forward runs outside no_sync()")
+            for site in outside
+        )
+        how = (
+            f"`{first}` runs outside {skipper}, and DDP decides in the forward whether the "
+            "backward all-reduces: run the forward of accumulation steps under it too"
+        )
+        return when, how, tuple(related)
 
     @staticmethod
     def _closure_call(ctx: ChunkContext, node: ast.Call) -> tuple[ast.FunctionDef | None, ast.Call]:
@@ -375,12 +393,8 @@ class AccumulationWithoutNoSync(Rule):
         if not loops or id(loops[0]) in seen:
             return None
         root = patterns.scope_root(ctx, call)
-        roots: list[ast.AST] = [root]
-        roots.extend(
-            a for a in ctx.ancestors(root) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)
-        )
         sites = accum.forward_sites(ctx, loops[0], call, call)
-        outside = self._outside_no_sync(ctx, roots, sites)
+        outside = self._outside_no_sync(ctx, self._roots(ctx, root), sites)
         if outside is None or self._engine_in_module(ctx):
             return None
         steps = [
@@ -407,38 +421,16 @@ class AccumulationWithoutNoSync(Rule):
             if texts
             else "skip the gradient sync of the accumulation steps"
         )
-        if plan.caller_steps:
-            when = "only after this loop over the micro-batches of one batch (in the caller)"
-        elif plan.micro_loop:
-            when = "once after the micro-step loop"
-        else:
-            assert plan.cond is not None
-            cond = accum.one_line(ctx, plan.cond) or "its condition"
-            when = f"only when `{cond}` {'is false' if plan.accumulating_when else 'holds'}"
         model = f"DDP model `{texts[0]}`" if texts else "the prepared DDP model"
-        how = f"{how} to skip the wasted all-reduces"
-        related = (
-            []
-            if plan.caller_steps
-            else [Related(chunktext.span(ctx.chunk, plan.step), "the optimizer steps here")]
+        when, how, related = self._explain(
+            ctx, plan, outside, how, "the context that skips the sync"
         )
-        if outside:
-            first = accum.one_line(ctx, outside[0]) or "the forward"  # type: ignore[arg-type]
-            how = (
-                f"`{first}` runs outside the context that skips the sync, and DDP decides in "
-                "the forward whether the backward all-reduces: run the forward of accumulation "
-                "steps under it too"
-            )
-            related.extend(
-                Related(chunktext.span(ctx.chunk, site), "this forward runs outside no_sync()")
-                for site in outside
-            )
         return ctx.finding(
             self,
             call,
             f"`{chunktext.segment(ctx.chunk, call)}` all-reduces the gradients of {model} on "
             f"every micro-step, but the optimizer steps {when}: {how}",
-            related=tuple(related),
+            related=related,
         )
 
     def _engine_in_module(self, ctx: ChunkContext) -> bool:
