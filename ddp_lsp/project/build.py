@@ -202,8 +202,9 @@ def project_view(
                     state_id=stored.state_id,
                     originals=stored.originals,
                 )
-        elif len(keys) == len(pairs) and stored.state_id is not None and not stored.moved:
-            # Other files' facts changed: the stored computation updated (flowstate.py).
+        elif len(keys) == len(pairs) and stored.state_id is not None:
+            # Other files' facts changed: the stored computation updated (flowstate.py),
+            # lines moved with them or not.
             try:
                 view = _updated(index, stored, keys, at, texts, wanted, state, len(paths))
             except Exception:  # a defect of the update costs its speed only: computed below
@@ -357,7 +358,7 @@ def _updated(
         dataclasses.replace(stored, modules=modules),
         new_sources,
         stored.predicates,
-        {},
+        result.moved,
         stored.reached,
         result.state,
     )
@@ -437,10 +438,11 @@ def _still_holds(
                 patched[rel] = patch
         if any(old_line != new_line for old_line, new_line in lines.items()):
             earlier = moves.get(rel)
-            if earlier is not None:  # cited line -> its line before this run -> now
-                if any(line not in lines for line in earlier.values()):
+            if earlier is not None:  # cited key -> its line before this run -> now
+                # (0: a line gone in an earlier update, see flowstate._Moved; it stays gone.)
+                if any(line and line not in lines for line in earlier.values()):
                     return None
-                lines = {cited: lines[line] for cited, line in earlier.items()}
+                lines = {key: lines[line] if line else 0 for key, line in earlier.items()}
             moves[rel] = lines
     return moves, patched
 

@@ -131,12 +131,27 @@ class _Source:
 
 
 @dataclass(frozen=True)
+class _Moved:
+    """The lines of one file that the stored texts cite, by key: each key (a line of the
+    summary the texts were computed from, or a negative key given to a line an update added)
+    -> its line in the summary the state names (``_Source.digest``); 0: a line gone since
+    (a text that cites it does not decode: the update computes from scratch)."""
+
+    path: str
+    lines: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
 class StateHead:
     sources: tuple[_Source, ...]  # index.modules as computed
     entered: frozenset[str]
     walked: bool  # single_process's walks ran (something is distributed code)
     reached_modules: frozenset[str]
     touched: frozenset[str]
+    # The files whose lines moved since the texts citing them were stored (see _Moved): the
+    # texts of the modules (this state's and the snapshot's facts) are read through these
+    # maps, and only those an update rewrites are stored again (with keys, not lines).
+    moved: tuple[_Moved, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -262,8 +277,255 @@ def state_of(facts: ProjectFacts, index: ProjectIndex) -> StoredState | None:
         walked,
         frozenset(st.reach["reached_modules"]) if walked else frozenset(),
         frozenset(st.reach["touched"]) if walked else frozenset(),
+        (),
     )
     return StoredState(head, modules)
+
+
+# -- lines moved -------------------------------------------------------------------------------
+#
+# An edit that adds or removes lines in a file (a call added at the top of a function body)
+# moves every line below it that the stored computation cites: kind seeds, call sites, own
+# properties, and through them the provenance of kinds, callee properties and `distributed` in
+# every module that inherited them. The update does not compute from scratch for that. For a
+# changed module, `_shift` pairs the lines of its old and new summaries by what sits there
+# (the same function, call site, binding or property: keys matched even where other facts
+# changed) and keeps a strictly increasing part of those pairs, f. The stored computation on
+# the old summary is then, line for line, the computation on the old summary with its lines
+# moved by f (`_relabelled`, lines f does not pair moved strictly between their neighbours'
+# images, to values no line has): lines enter the computation only as provenance, and ties
+# between provenances are broken by (path, line), an order a strictly increasing map keeps
+# (as summary.line_map). `_update` then compares that summary with the new one exactly as
+# when nothing moved. The stored texts are not rewritten: each is read through the map of
+# every moved file (`_Lines`), and the texts an update rewrites cite keys (the inverse map,
+# `_Keys`), so a map composed over many runs stays valid for every text stored in them.
+
+Maps = Mapping[str, Mapping[int, float]]
+
+# Above this many moved files the stored maps are dropped by computing from scratch (each text
+# read is moved through all of them).
+MAX_MOVED_FILES = 64
+
+
+def _keyed_lines(s: ModuleSummary) -> dict[tuple[object, ...], int]:
+    """Each line a provenance can cite in ``s``, by what sits there (its n-th occurrence)."""
+    out: dict[tuple[object, ...], int] = {}
+    seen: dict[tuple[object, ...], int] = {}
+
+    def put(key: tuple[object, ...], line: int) -> None:
+        n = seen[key] = seen.get(key, -1) + 1
+        out[(*key, n)] = line
+
+    for fi in s.facts.functions:
+        if fi.qualname != fact_model.MODULE:
+            put(("def", fi.qualname), fi.line + 1)
+    sites = (*s.facts.call_sites, *s.dotted_sites)
+    if len(sites) == len(s.site_lines):
+        for cs, line in zip(sites, s.site_lines, strict=True):
+            put(("call", cs), line)
+    for scope, path, line in s.binding_lines:
+        put(("bind", scope, path), line)
+    for q, prop, line in s.prop_lines:
+        put(("prop", q, prop), line)
+    return out
+
+
+def _shift(a: ModuleSummary, b: ModuleSummary) -> dict[int, int] | None:
+    """A strictly increasing map from lines ``a`` cites to lines of ``b``, paired by what
+    sits on them (the top level at 1, and every function, call site, binding and property
+    present in both); None when it moves nothing (every paired line stays)."""
+    old, new = _keyed_lines(a), _keyed_lines(b)
+    targets: dict[int, set[int]] = {1: {1}}
+    for key, line in old.items():
+        to = new.get(key)
+        if to is not None:
+            targets.setdefault(line, set()).add(to)
+    pairs = sorted((x, next(iter(ys))) for x, ys in targets.items() if len(ys) == 1)
+    # The longest part of the pairs, in old order, whose new lines increase strictly.
+    tails: list[int] = []  # index of the pair ending the best chain of each length
+    before: list[int] = [-1] * len(pairs)
+    for i, (_, y) in enumerate(pairs):
+        lo, hi = 0, len(tails)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if pairs[tails[mid]][1] < y:
+                lo = mid + 1
+            else:
+                hi = mid
+        before[i] = tails[lo - 1] if lo else -1
+        if lo == len(tails):
+            tails.append(i)
+        else:
+            tails[lo] = i
+    kept: dict[int, int] = {}
+    i = tails[-1] if tails else -1
+    while i >= 0:
+        kept[pairs[i][0]] = pairs[i][1]
+        i = before[i]
+    if all(x == y for x, y in kept.items()):
+        return None
+    return dict(sorted(kept.items()))
+
+
+class _Shifted(Mapping[int, float]):
+    """A :func:`_shift` map extended to every line: a line it does not pair goes strictly
+    between the images of its paired neighbours, to a value that is no line (x.5 or so), so
+    the extension is strictly increasing and anything citing such a line differs from
+    everything the new summary cites."""
+
+    def __init__(self, pairs: Mapping[int, int]) -> None:
+        self.pairs = pairs
+        self.xs = sorted(pairs)
+
+    def __getitem__(self, x: int) -> float:
+        got = self.pairs.get(x)
+        if got is not None:
+            return got
+        import bisect
+
+        xs = self.xs
+        i = bisect.bisect_left(xs, x)
+        if i == 0:  # (1 is always paired unless a conflict dropped it)
+            a = xs[0]
+            return self.pairs[a] - 0.5 * (a - x) / (a - x + 1)
+        a = xs[i - 1]
+        width = (xs[i] - a) if i < len(xs) else (x - a + 1)
+        return self.pairs[a] + 0.5 * (x - a) / width
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.xs)
+
+    def __len__(self) -> int:
+        return len(self.xs)
+
+
+def _relabelled(s: ModuleSummary, f: Mapping[int, float]) -> ModuleSummary:
+    """``s`` with every line it cites moved by ``f`` (under another digest: not the summary
+    the index knows by that one)."""
+    import dataclasses
+
+    def line(x: int) -> int:
+        return cast(int, f[x])
+
+    functions = tuple(
+        fi
+        if fi.qualname == fact_model.MODULE
+        else dataclasses.replace(fi, line=line(fi.line + 1) - 1)
+        for fi in s.facts.functions
+    )
+    return dataclasses.replace(
+        s,
+        digest=s.digest + "@moved",
+        facts=dataclasses.replace(s.facts, functions=functions),
+        site_lines=tuple(line(x) for x in s.site_lines),
+        binding_lines=tuple((sc, p, line(x)) for sc, p, x in s.binding_lines),
+        prop_lines=tuple((q, p, line(x)) for q, p, x in s.prop_lines),
+    )
+
+
+class _Lines(Mapping[int, float]):
+    """How a file's keys read now: through its stored map (a key it lacks, or a line gone,
+    raises KeyError), then through this run's shift of the file."""
+
+    def __init__(self, stored: Mapping[int, int] | None, shift: Mapping[int, float] | None):
+        self.stored = stored
+        self.shift = shift
+
+    def __getitem__(self, key: int) -> float:
+        line: float = key
+        if self.stored is not None:
+            line = self.stored[key]
+            if not line:
+                raise KeyError(key)
+        return line if self.shift is None else self.shift[cast(int, line)]
+
+    def __iter__(self) -> Iterator[int]:
+        raise NotImplementedError("a map of lines is only read")
+
+    def __len__(self) -> int:
+        raise NotImplementedError("a map of lines is only read")
+
+
+class _Keys(Mapping[int, float]):
+    """The inverse of a file's map after an update (key -> line now): the key to store for a
+    line; a line no key reads yet gets a new negative key (never used before in this map)."""
+
+    def __init__(self, lines: dict[int, int]) -> None:
+        self.lines = lines  # key -> line (0: gone), extended here
+        self.keys = {line: key for key, line in lines.items() if line}
+        self.next = min(0, *lines) - 1 if lines else -1
+
+    def __getitem__(self, line: float) -> int:
+        key = self.keys.get(cast(int, line))
+        if key is None:
+            if type(line) is not int or line < 1:
+                raise ValueError(f"line {line} is not a line of the file")
+            key = self.keys[line] = self.next
+            self.lines[key] = line
+            self.next -= 1
+        return key
+
+    def __iter__(self) -> Iterator[int]:
+        raise NotImplementedError("a map of lines is only read")
+
+    def __len__(self) -> int:
+        raise NotImplementedError("a map of lines is only read")
+
+
+def _at(p: Provenance, maps: Maps) -> Provenance:
+    lines = maps.get(p.path)
+    return p if lines is None else Provenance(p.path, cast(int, lines[p.line]), p.message)
+
+
+def _kind_at(k: ParamKind, maps: Maps) -> ParamKind:
+    return ParamKind(k.kind, _at(k.origin, maps), tuple(_at(v, maps) for v in k.via), k.mixed)
+
+
+def _state_moved(s: ModuleState, maps: Maps) -> ModuleState:
+    """``s`` with every provenance in a file of ``maps`` read through its map."""
+    if not maps:
+        return s
+    import dataclasses
+
+    def kinds(group: tuple[_KindAt, ...]) -> tuple[_KindAt, ...]:
+        return tuple(_KindAt(k.scope, k.path, _kind_at(k.kind, maps)) for k in group)
+
+    def props(group: tuple[_PropsOf, ...]) -> tuple[_PropsOf, ...]:
+        return tuple(
+            _PropsOf(g.qualname, tuple(_Prop(p.name, _at(p.origin, maps)) for p in g.props))
+            for g in group
+        )
+
+    return dataclasses.replace(
+        s,
+        kind_seeds=kinds(s.kind_seeds),
+        kinds=kinds(s.kinds),
+        prop_seeds=props(s.prop_seeds),
+        props=props(s.props),
+    )
+
+
+def _facts_moved(f: ModuleProjectFacts, maps: Maps) -> ModuleProjectFacts:
+    """``f`` with every provenance in a file of ``maps`` read through its map."""
+    if not maps:
+        return f
+    from ddp_lsp.core.crossfile import CalleeProps
+
+    return ModuleProjectFacts(
+        f.module,
+        f.path,
+        {key: _kind_at(k, maps) for key, k in f.extra_kinds.items()},
+        {
+            name: CalleeProps(
+                cp.target, cp.props, {p: _at(o, maps) for p, o in cp.origins.items()}, cp.gating
+            )
+            for name, cp in f.callee_props.items()
+        },
+        None if f.distributed is None else _at(f.distributed, maps),
+        f.only_called_guarded,
+        f.root,
+        f.single_process,
+    )
 
 
 # -- a stored state, read lazily ---------------------------------------------------------------
@@ -276,15 +538,20 @@ class Unavailable(Exception):
 class _Decoded:
     """Each module's :class:`ModuleState`, decoded when first read."""
 
-    def __init__(self, modules: Mapping[str, str]) -> None:
+    def __init__(self, modules: Mapping[str, str], maps: Maps | None = None) -> None:
         self.modules = modules
+        self.maps: Maps = maps or {}  # the moved files' lines (see _Lines)
         self.memo: dict[str, ModuleState] = {}
 
     def __call__(self, m: str) -> ModuleState:
         got = self.memo.get(m)
         if got is None:
             text = self.modules.get(m)
-            got = _EMPTY if text is None else _codec()[1].decode(json.loads(text), {})
+            got = (
+                _EMPTY
+                if text is None
+                else _state_moved(_codec()[1].decode(json.loads(text), {}), self.maps)
+            )
             self.memo[m] = got
         return got
 
@@ -454,6 +721,8 @@ class Updated:
     # path -> the module's facts as the snapshot stores them (None: it has none now), where
     # they are not the snapshot's any more.
     facts_text: dict[str, str | None]
+    # path -> its stored map of lines (see _Moved): the snapshot's facts are read through it.
+    moved: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 def update(
@@ -473,12 +742,16 @@ def update(
     from ddp_lsp.project.snapshot import decode, encode
 
     root = index.root
+    head = state.head
+    stored_maps = {mv.path: dict(mv.lines) for mv in head.moved}
+    maps: dict[str, _Lines] = {}  # each moved file's keys -> its lines now
 
     def facts_of(m: str, path: str) -> ModuleProjectFacts:
         text = state.originals[path] if path in state.originals else stored_facts.get(path)
-        return ModuleProjectFacts(m, path, root=str(root)) if text is None else decode(text, root)
+        if text is None:
+            return ModuleProjectFacts(m, path, root=str(root))
+        return _facts_moved(decode(text, root), maps)
 
-    head = state.head
     paths = {s.module: s.path for s in head.sources}
     digests = {s.module: s.digest for s in head.sources}
     changed = sorted(m for m, s in current.items() if digests.get(m) != s.digest)
@@ -492,6 +765,7 @@ def update(
         old_summaries = {m: s for m, s in old.items() if s is not None}
         if len(old_summaries) != len(old):
             return None
+        shifts: dict[str, dict[int, int]] = {}
         for m in changed:
             before, now = old_summaries[m], current[m]
             if interface(before) != interface(now):
@@ -502,8 +776,29 @@ def update(
                 for fi in s.facts.functions
             ):
                 return None  # other files are summarised knowing the project's predicates
+            # Its lines moved: the old summary and the stored computation as if they had
+            # moved with them (see "lines moved" above).
+            shift = _shift(before, now)
+            if shift is not None:
+                shifts[paths[m]] = shift
+                old_summaries[m] = _relabelled(before, _Shifted(shift))
+        for path in {*stored_maps, *shifts}:
+            got = shifts.get(path)
+            maps[path] = _Lines(stored_maps.get(path), None if got is None else _Shifted(got))
+        if len(maps) > MAX_MOVED_FILES:
+            return None
         return _update_from(
-            index, state, facts_of, summaries, changed, old_summaries, paths, says_something, encode
+            index,
+            state,
+            facts_of,
+            summaries,
+            changed,
+            old_summaries,
+            paths,
+            says_something,
+            encode,
+            maps,
+            _moved_after(stored_maps, shifts),
         )
     except (Unavailable, ValueError, TypeError, KeyError, RecursionError):
         return None  # a summary no longer cached, a stored entry that does not decode
@@ -519,12 +814,14 @@ def _update_from(
     paths: Mapping[str, str],
     says_something: Callable[[ModuleProjectFacts], bool],
     encode: Callable[[ModuleProjectFacts], str],
+    maps: Maps,
+    moved: dict[str, dict[int, int]],
 ) -> Updated | None:
     view = _Index(index, summaries)
     idx = cast(ProjectIndex, view)
     res = Resolver(idx, track=False)
     names = frozenset(paths)
-    read = _Decoded(state.modules)
+    read = _Decoded(state.modules, maps)
 
     def kinds_of(field: str) -> Callable[[str], dict[tuple[str, str], ParamKind]]:
         return lambda m: {(k.scope, k.path): k.kind for k in getattr(read(m), field)}
@@ -586,7 +883,25 @@ def _update_from(
     got = _update(idx, previous, res, {}, changed)
     if got is None or got.stages is None:
         return None
-    return _stored(got, state, changed, summaries, paths, read, says_something, encode)
+    return _stored(got, state, changed, summaries, paths, read, says_something, encode, moved)
+
+
+def _moved_after(
+    stored: Mapping[str, dict[int, int]], shifts: Mapping[str, Mapping[int, int]]
+) -> dict[str, dict[int, int]]:
+    """Each file's map of keys to lines after this run's shifts (see _Moved): a key whose
+    line the shift does not pair is gone (0). Of the keys gone, only the lowest negative one
+    is kept (new keys are taken below it); a positive key is never given again."""
+    out = {path: dict(lines) for path, lines in stored.items()}
+    for path, shift in shifts.items():
+        before = stored.get(path)
+        if before is None:
+            out[path] = dict(shift)  # keyed by the lines of the summary the texts read
+            continue
+        lines = {k: shift.get(line, 0) if line else 0 for k, line in before.items()}
+        low = min(lines, default=0)
+        out[path] = {k: v for k, v in lines.items() if v or (k == low and k < 0)}
+    return out
 
 
 def _touched(mapping: object) -> set[str]:
@@ -623,6 +938,7 @@ def _stored(
     read: _Decoded,
     says_something: Callable[[ModuleProjectFacts], bool],
     encode: Callable[[ModuleProjectFacts], str],
+    moved: dict[str, dict[int, int]],
 ) -> Updated:
     st = got.stages
     assert st is not None
@@ -630,6 +946,9 @@ def _stored(
     for table in (st.kind_seeds, st.prop_seeds, st.props, st.guard_counts, st.users):
         touched |= _touched(table)
     modules = dict(state.modules)
+    # What is written again cites each moved file's lines by key (the stored maps, new keys
+    # added for new lines), as every text kept as it was does.
+    keys: dict[str, _Keys] = {path: _Keys(lines) for path, lines in moved.items()}
     for m in sorted(touched):
         before = read(m)
         s = _module_state(
@@ -645,7 +964,7 @@ def _stored(
         if s == _EMPTY:
             modules.pop(m, None)
         else:
-            modules[m] = _text(s)
+            modules[m] = _text(_state_moved(s, keys))
     # The snapshot's facts to replace: the modules whose facts were built again and differ,
     # and those the snapshot patched since the state was computed (the state's facts hold
     # there unless built again).
@@ -655,7 +974,7 @@ def _stored(
     for m in sorted(_touched(out)):
         f = out[m]
         if f is not out.base[m]:
-            facts_text[paths[m]] = encode(f) if says_something(f) else None
+            facts_text[paths[m]] = encode(_facts_moved(f, keys)) if says_something(f) else None
     head = state.head
     digests = {m: summaries[m].digest for m in changed}
     head = StateHead(
@@ -664,5 +983,6 @@ def _stored(
         head.walked,
         head.reached_modules,
         head.touched,
+        tuple(_Moved(path, tuple(sorted(lines.items()))) for path, lines in sorted(moved.items())),
     )
-    return Updated(got, StoredState(head, modules), facts_text)
+    return Updated(got, StoredState(head, modules), facts_text, moved)

@@ -48,7 +48,9 @@ if TYPE_CHECKING:
     from ddp_lsp.project import flowstate
 
 # (A snapshot of another shape, such as one without "reached", is never read: see read.)
-FORMAT = "ddp-lsp-project-facts"
+# "/2": the maps of moved lines may hold keys an update gave (negative) and lines gone (0),
+# which an older version would read as lines; the update state's texts cite those keys.
+FORMAT = "ddp-lsp-project-facts/2"
 # The facts of the modules the project tells something (most modules receive nothing): a
 # 2,285-file project stores a few hundred.
 MAX_SNAPSHOT_BYTES = 16 * MAX_ENTRY_BYTES
@@ -174,8 +176,10 @@ class Stored:
     # a file the index could not summarise): which files changed since, and their old summary.
     sources: dict[str, tuple[str, str]]
     predicates: frozenset[str]  # ProjectIndex.project_predicates
-    # path -> {line its facts cite -> its line now}: files whose cited lines moved since the
-    # facts were computed (summary.line_map, composed over runs), applied as facts decode.
+    # path -> {key its facts cite -> its line now}: files whose cited lines moved since the
+    # facts were computed (summary.line_map, composed over runs; and the maps of the update
+    # state, flowstate._Moved: negative keys for lines an update added, 0 for a line gone),
+    # applied as facts decode. The update state's texts cite the same keys.
     moved: dict[str, dict[int, int]]
     # The modules some distributed code reaches (reach.single_process's ``reached_modules``);
     # None when nothing in the project is distributed code. Decides whether a function added
@@ -198,13 +202,15 @@ class Stored:
         codec = _stored_codec()
         names = self.modules.keys() if wanted is None else [p for p in wanted if p in self.modules]
         out: dict[str, ModuleProjectFacts] = {}
+        # (A key whose line is gone, 0, is not a key: a text citing it does not decode.)
+        live = {path: {k: v for k, v in lines.items() if v} for path, lines in self.moved.items()}
         try:
             for rel in names:
                 stored = codec.decode(json.loads(self.modules[rel]), {})
                 if stored.path != rel:
                     return None
                 facts = stored.facts(str(root))
-                for path, lines in self.moved.items():
+                for path, lines in live.items():
                     facts = moved(facts, path, lines)
                 out[rel] = facts
         except (ValueError, TypeError, RecursionError, KeyError):

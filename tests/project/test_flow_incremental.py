@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from ddp_lsp.core.engine import analyze
 from ddp_lsp.project import ProjectFacts, ProjectIndex, compute
+from ddp_lsp.project.summary import ModuleSummary
 
 MODULES = ("utils", "engine", "model", "main", "tools", "data")
 HEADER = (
@@ -290,79 +291,124 @@ def test_fast_path_reuses_the_stages(tmp_path: Path) -> None:
 # -- the update from a state stored on disk (``ddp-lsp check``: project/flowstate.py) -----------
 
 
-def _run_stored(root: Path, rng: random.Random, steps: int) -> tuple[int, int]:
-    """As _run, but each update starts from the last computation's state as the snapshot
-    stores it (JSON text, read lazily; the summaries by digest), never from memory: a state
-    that diverged from the computation it stands for fails the comparison, now or at a later
-    edit. (updates from the state, all updates)."""
-    import json
+def _lines_moved(old: ModuleSummary, new: ModuleSummary) -> bool:
+    """Whether a function, a binding's kind or a function's property that both summaries
+    have is on another line (below an edit that added or removed lines)."""
 
-    from ddp_lsp.project import flowstate
-    from ddp_lsp.project.build import says_something
-    from ddp_lsp.project.snapshot import encode
+    def lines(s: ModuleSummary) -> dict[tuple[str, ...], int]:
+        out = {("def", fi.qualname): fi.line + 1 for fi in s.facts.functions}
+        out.update({("bind", sc, p): line for sc, p, line in s.binding_lines})
+        out.update({("prop", q, p): line for q, p, line in s.prop_lines})
+        return out
 
-    (root / "pyproject.toml").write_text("[project]\nname = 'gen'\n")
-    mods = _start()
-    _write(root, mods)
-    seen: dict[str, object] = {}  # digest -> summary: the summary cache
+    before, after = lines(old), lines(new)
+    return any(before[k] != after[k] for k in before.keys() & after.keys())
 
-    def stored_from(facts: ProjectFacts, index: ProjectIndex) -> tuple[object, dict[str, str]]:
-        state = flowstate.state_of(facts, index)
+
+class _Stored:
+    """A project whose facts are updated from the last computation's state as the snapshot
+    stores it (JSON text, read lazily; the summaries by digest), never from memory, as each
+    ``ddp-lsp check`` does; :meth:`step` compares every update with a computation from
+    scratch."""
+
+    def __init__(self, root: Path, mods: dict[str, Module]) -> None:
+        (root / "pyproject.toml").write_text("[project]\nname = 'gen'\n")
+        self.root = root
+        self.mods = mods
+        _write(root, mods)
+        self.seen: dict[str, ModuleSummary] = {}  # digest -> summary: the summary cache
+        self.index = ProjectIndex(root, cache_dir=False).build()
+        self.seen.update({s.digest: s for s in self.index.modules.values()})
+        self.state, self.texts = self._stored_from(compute(self.index))
+
+    def _stored_from(self, facts: ProjectFacts) -> tuple[object, dict[str, str]]:
+        import json
+
+        from ddp_lsp.project import flowstate
+        from ddp_lsp.project.build import says_something
+        from ddp_lsp.project.snapshot import encode
+
+        state = flowstate.state_of(facts, self.index)
         assert state is not None
         texts = {m.path: encode(m) for m in facts.modules.values() if says_something(m)}
         # Through JSON, as the snapshot does.
         return flowstate.from_json(json.loads(json.dumps(flowstate.to_json(state))), {}), texts
 
-    index = ProjectIndex(root, cache_dir=False).build()
-    seen.update({s.digest: s for s in index.modules.values()})
-    state, texts = stored_from(compute(index), index)
-    fast = 0
+    def step(self, edited: set[str]) -> tuple[bool, bool]:
+        """The update after ``edited`` changed (their texts are ``self.mods``'s), checked;
+        (whether the stored state was updated rather than computed from scratch, whether the
+        lines of an edited module moved)."""
+        from ddp_lsp.project import flowstate
+
+        root, mods = self.root, self.mods
+        before = dict(self.index.modules)
+        _write(root, mods)
+        self.index = ProjectIndex(root, cache_dir=False).build()  # a new process: nothing kept
+        self.seen.update({s.digest: s for s in self.index.modules.values()})
+        full = _fresh(root)
+        current = {m: s for m, s in self.index.modules.items() if m in edited}
+        got = flowstate.update(
+            self.index,
+            self.state,  # type: ignore[arg-type]
+            self.texts,
+            current,
+            self.seen.get,
+        )
+        if got is None:
+            self.state, self.texts = self._stored_from(compute(self.index))
+            return False, False
+        for m, want in full.modules.items():
+            assert got.facts.modules[m] == want, m
+        for m in edited:
+            rel = f"{m}.py"
+            text = mods[m].render()
+            findings = analyze(text, project=got.facts.modules[m]).findings
+            assert findings == analyze(text, project=full.for_path(rel)).findings
+        self.state = got.state
+        for rel, text in got.facts_text.items():
+            if text is None:
+                self.texts.pop(rel, None)
+            else:
+                self.texts[rel] = text
+        return True, any(_lines_moved(before[m], current[m]) for m in current)
+
+
+def _run_stored(root: Path, rng: random.Random, steps: int) -> tuple[int, int, int]:
+    """As _run, through a stored state (_Stored): a state that diverged from the computation
+    it stands for fails the comparison, now or at a later edit. (updates from the state, all
+    updates, updates from the state where the lines of an edited module moved)."""
+    chain = _Stored(root, _start())
+    fast = moved = 0
     history: list[str] = []
     for _ in range(steps):
         edited = set()
         for _ in range(1 if rng.random() < 0.8 else rng.randint(2, 3)):
-            here, what = _edit(mods, rng)
+            here, what = _edit(chain.mods, rng)
             history.append(f"{here}: {what}")
             edited.add(here)
-        _write(root, mods)
-        index = ProjectIndex(root, cache_dir=False).build()  # a new process: nothing kept
-        seen.update({s.digest: s for s in index.modules.values()})
-        full = _fresh(root)
-        current = {m: s for m, s in index.modules.items() if m in edited}
-        got = flowstate.update(index, state, texts, current, seen.get)  # type: ignore[arg-type]
         try:
-            if got is None:
-                state, texts = stored_from(compute(index), index)
-                continue
-            fast += 1
-            for m, want in full.modules.items():
-                assert got.facts.modules[m] == want, m
-            for m in edited:
-                rel = f"{m}.py"
-                text = mods[m].render()
-                findings = analyze(text, project=got.facts.modules[m]).findings
-                assert findings == analyze(text, project=full.for_path(rel)).findings
+            updated, lines_moved = chain.step(edited)
         except AssertionError:
             print("\n".join(history))
             raise
-        state = got.state
-        for rel, text in got.facts_text.items():
-            if text is None:
-                texts.pop(rel, None)
-            else:
-                texts[rel] = text
-    return fast, steps
+        fast += updated
+        moved += lines_moved
+    return fast, steps, moved
 
 
 def test_random_edit_sequences_through_a_stored_state(tmp_path: Path) -> None:
-    fast = total = 0
+    fast = total = moved = 0
     for seed in range(6):
         root = tmp_path / f"p{seed}"
         root.mkdir()
-        f, n = _run_stored(root, random.Random(1000 + seed), 40)
+        f, n, mv = _run_stored(root, random.Random(1000 + seed), 40)
         fast += f
         total += n
+        moved += mv
     assert 0 < fast < total
+    # Lines moved in the edited module (a statement inserted above others, a line inserted):
+    # the state's lines are moved with them, not computed from scratch (flowstate._shift).
+    assert moved > 0
 
 
 @settings(
@@ -378,3 +424,61 @@ def test_hypothesis_edit_sequences_through_a_stored_state(
 
     with tempfile.TemporaryDirectory() as tmp:
         _run_stored(Path(tmp), random.Random(seed), steps)
+
+
+def test_lines_moved_under_a_stored_state_are_moved_with_it(tmp_path: Path) -> None:
+    """Edits that add or remove lines above what the stored computation cites (a kind's
+    seed, a collective's line, both cited in other modules' facts), with facts changed in
+    the same file or not, in one file many times and in two files at once, in successive
+    runs: each updates the stored state (its texts read through the stored maps of lines)
+    rather than computing from scratch, and equals a computation from scratch."""
+    mods = _start()
+    # A collective in a module without a rank-0 predicate (a file that defines one is
+    # computed from scratch: every file is summarised knowing it), called from another, and
+    # a helper of it that another module calls.
+    mods["data"].functions["sync"] = (["t"], ["t = t * 2", "dist.all_reduce(t)"])
+    mods["engine"].imports.append("import data")
+    mods["engine"].functions["evaluate"][1].append("data.sync(t)")
+    mods["tools"].imports.append("import data")
+    mods["tools"].functions["export"][1].append("data.load(model)")
+    mods["data"].functions["load"] = (
+        ["path"],
+        ["obj = torch.load(path)", "torch.save(obj, 'copy.pt')", "return obj"],
+    )
+    chain = _Stored(tmp_path, mods)
+    load, sync = mods["data"].functions["load"][1], mods["data"].functions["sync"][1]
+    run = mods["main"].functions["run"][1]
+    steps = [
+        # A call added at the top of the body above the collective (cited by engine).
+        (lambda: load.insert(0, "print(path)"), {"data"}),
+        # The same file again: a line inserted above the collective (lines moved twice).
+        (lambda: sync.insert(0, "# moved\nx = len(t)"), {"data"}),
+        # A property on a line the stored maps do not know (it saves to its caller's path:
+        # tools cites it), the lines below it moved.
+        (lambda: load.insert(2, "torch.save(obj, path)"), {"data"}),
+        # The DDP model's binding (a seed cited by engine's kinds) moves down.
+        (lambda: run.insert(0, "print(rank)"), {"main"}),
+        # Both files in one run: lines added on top of both.
+        (
+            lambda: (mods["data"].top.insert(0, "\n\n"), mods["main"].top.insert(0, "# c\n")),
+            {"data", "main"},
+        ),
+        # A call added directly above the collective.
+        (lambda: sync.insert(0, "print(t)"), {"data"}),
+        # Lines removed again (the lines they were on gone, those below moved up).
+        (lambda: (load.pop(0), sync.pop(0)), {"data"}),
+        (lambda: run.pop(0), {"main"}),
+        # The new property's line moves (tools' facts cite it by the key it was given).
+        (lambda: load.insert(0, "pass"), {"data"}),
+        # And goes (its key is gone), above the collective.
+        (lambda: load.remove("torch.save(obj, path)"), {"data"}),
+    ]
+    for edit, edited in steps:
+        edit()
+        assert chain.step(edited) == (True, True)
+    # Back to where the lines were first stored: the maps read every text as computed.
+    load.remove("pass")
+    sync.pop(0)
+    mods["data"].top.clear()
+    mods["main"].top.clear()
+    assert chain.step({"data", "main"}) == (True, True)

@@ -408,8 +408,14 @@ def test_a_call_added_elsewhere_updates_the_stored_state(deit: Path, computes: l
     _add_call(deit / "tools_unused.py", "standalone", "len([])")
     assert _view(deit) == _expected(deit)
     assert computes == [1]
-    # A call added to a function that performs a collective: computed from scratch.
+    # A call added at the top of a function that performs a collective (every line below
+    # it moved): updated too, the lines moved with it.
     _add_call(deit / "engine.py", "evaluate", "print(net)")
+    assert _view(deit) == _expected(deit)
+    assert computes == [1]
+    # A call of a helper that performs a collective (a carried property reaches a function
+    # that had none): computed from scratch.
+    _add_call(deit / "engine.py", "log_stats", "arm(1)")
     assert _view(deit) == _expected(deit)
     assert computes == [1, 1]
 
@@ -431,3 +437,34 @@ def test_a_patched_file_reverted_under_a_state_update(deit: Path, computes: list
     assert got == _expected(deit)
     assert "_helper_a" not in got["tools_unused.py"].single_process
     assert computes == [1]
+
+
+def test_a_call_added_above_cited_lines_updates_the_stored_state(
+    deit: Path, computes: list[int], updates: list[int]
+) -> None:
+    """A call added at the top of a function body moves every line below it, among them the
+    DDP model's binding that engine.py's kinds cite: the stored state is updated with its
+    lines moved (flowstate._shift), not computed from scratch; so are the runs after it,
+    whether they move lines only (the snapshot's maps composed with the state's), change
+    nothing (the snapshot read through the maps) or add calls again, and a file reverted."""
+    facts_of_main_before = _view(deit)
+    main = deit / "main.py"
+    text = main.read_text()
+    _add_call(main, "main", "print(args)")
+    got = _view(deit)
+    assert got == _expected(deit)
+    assert (computes, updates) == ([1], [1])
+    # (A stale reuse would keep main.py's old lines in engine.py's kinds.)
+    assert got["engine.py"].extra_kinds != facts_of_main_before["engine.py"].extra_kinds
+    main.write_text("\n" + main.read_text())  # lines moved only: the stored facts stand
+    assert _view(deit) == _expected(deit)
+    assert (computes, updates) == ([1], [1])
+    assert _view(deit) == _expected(deit)  # nothing changed: the snapshot, moved
+    _add_call(main, "main", "len([])")
+    _add_call(deit / "tools_unused.py", "standalone", "print(2)")
+    assert _view(deit) == _expected(deit)
+    assert (computes, updates) == ([1], [1, 1])
+    main.write_text(text)
+    got = _view(deit)
+    assert got == _expected(deit)
+    assert (computes, updates) == ([1], [1, 1, 1])
