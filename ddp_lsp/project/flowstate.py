@@ -300,7 +300,9 @@ def state_of(facts: ProjectFacts, index: ProjectIndex) -> StoredState | None:
 # every moved file (`_Lines`), and the texts an update rewrites cite keys (the inverse map,
 # `_Keys`), so a map composed over many runs stays valid for every text stored in them.
 
-Maps = Mapping[str, Mapping[int, float]]
+# path -> its lines as read (_Lines, _Shifted: key -> line, a float for a line that is no
+# line) or as written (_Keys: line -> key).
+Maps = Mapping[str, Any]
 
 # Above this many moved files the stored maps are dropped by computing from scratch (each text
 # read is moved through all of them).
@@ -446,35 +448,29 @@ class _Lines(Mapping[int, float]):
         raise NotImplementedError("a map of lines is only read")
 
 
-class _Keys(Mapping[int, float]):
+class _Keys:
     """The inverse of a file's map after an update (key -> line now): the key to store for a
     line; a line no key reads yet gets a new negative key (never used before in this map)."""
 
     def __init__(self, lines: dict[int, int]) -> None:
         self.lines = lines  # key -> line (0: gone), extended here
-        self.keys = {line: key for key, line in lines.items() if line}
+        self.by_line = {line: key for key, line in lines.items() if line}
         self.next = min(0, *lines) - 1 if lines else -1
 
     def __getitem__(self, line: float) -> int:
-        key = self.keys.get(cast(int, line))
+        key = self.by_line.get(cast(int, line))
         if key is None:
             if type(line) is not int or line < 1:
                 raise ValueError(f"line {line} is not a line of the file")
-            key = self.keys[line] = self.next
+            key = self.by_line[line] = self.next
             self.lines[key] = line
             self.next -= 1
         return key
 
-    def __iter__(self) -> Iterator[int]:
-        raise NotImplementedError("a map of lines is only read")
-
-    def __len__(self) -> int:
-        raise NotImplementedError("a map of lines is only read")
-
 
 def _at(p: Provenance, maps: Maps) -> Provenance:
     lines = maps.get(p.path)
-    return p if lines is None else Provenance(p.path, cast(int, lines[p.line]), p.message)
+    return p if lines is None else Provenance(p.path, lines[p.line], p.message)
 
 
 def _kind_at(k: ParamKind, maps: Maps) -> ParamKind:

@@ -296,7 +296,9 @@ def _lines_moved(old: ModuleSummary, new: ModuleSummary) -> bool:
     have is on another line (below an edit that added or removed lines)."""
 
     def lines(s: ModuleSummary) -> dict[tuple[str, ...], int]:
-        out = {("def", fi.qualname): fi.line + 1 for fi in s.facts.functions}
+        out: dict[tuple[str, ...], int] = {
+            ("def", fi.qualname): fi.line + 1 for fi in s.facts.functions
+        }
         out.update({("bind", sc, p): line for sc, p, line in s.binding_lines})
         out.update({("prop", q, p): line for q, p, line in s.prop_lines})
         return out
@@ -365,11 +367,11 @@ class _Stored:
             findings = analyze(text, project=got.facts.modules[m]).findings
             assert findings == analyze(text, project=full.for_path(rel)).findings
         self.state = got.state
-        for rel, text in got.facts_text.items():
-            if text is None:
+        for rel, stored in got.facts_text.items():
+            if stored is None:
                 self.texts.pop(rel, None)
             else:
-                self.texts[rel] = text
+                self.texts[rel] = stored
         return True, any(_lines_moved(before[m], current[m]) for m in current)
 
 
@@ -448,37 +450,45 @@ def test_lines_moved_under_a_stored_state_are_moved_with_it(tmp_path: Path) -> N
     chain = _Stored(tmp_path, mods)
     load, sync = mods["data"].functions["load"][1], mods["data"].functions["sync"][1]
     run = mods["main"].functions["run"][1]
-    steps = [
-        # A call added at the top of the body above the collective (cited by engine).
-        (lambda: load.insert(0, "print(path)"), {"data"}),
-        # The same file again: a line inserted above the collective (lines moved twice).
-        (lambda: sync.insert(0, "# moved\nx = len(t)"), {"data"}),
-        # A property on a line the stored maps do not know (it saves to its caller's path:
-        # tools cites it), the lines below it moved.
-        (lambda: load.insert(2, "torch.save(obj, path)"), {"data"}),
-        # The DDP model's binding (a seed cited by engine's kinds) moves down.
-        (lambda: run.insert(0, "print(rank)"), {"main"}),
-        # Both files in one run: lines added on top of both.
-        (
-            lambda: (mods["data"].top.insert(0, "\n\n"), mods["main"].top.insert(0, "# c\n")),
-            {"data", "main"},
-        ),
-        # A call added directly above the collective.
-        (lambda: sync.insert(0, "print(t)"), {"data"}),
-        # Lines removed again (the lines they were on gone, those below moved up).
-        (lambda: (load.pop(0), sync.pop(0)), {"data"}),
-        (lambda: run.pop(0), {"main"}),
-        # The new property's line moves (tools' facts cite it by the key it was given).
-        (lambda: load.insert(0, "pass"), {"data"}),
-        # And goes (its key is gone), above the collective.
-        (lambda: load.remove("torch.save(obj, path)"), {"data"}),
-    ]
-    for edit, edited in steps:
-        edit()
-        assert chain.step(edited) == (True, True)
+
+    def updated(*edited: str) -> None:
+        assert chain.step(set(edited)) == (True, True)
+
+    # A call added at the top of the body above the collective (cited by engine).
+    load.insert(0, "print(path)")
+    updated("data")
+    # The same file again: a line inserted above the collective (lines moved twice).
+    sync.insert(0, "# moved\nx = len(t)")
+    updated("data")
+    # A property on a line the stored maps do not know (it saves to its caller's path:
+    # tools cites it), the lines below it moved.
+    load.insert(2, "torch.save(obj, path)")
+    updated("data")
+    # The DDP model's binding (a seed cited by engine's kinds) moves down.
+    run.insert(0, "print(rank)")
+    updated("main")
+    # Both files in one run: lines added on top of both.
+    mods["data"].top.insert(0, "\n\n")
+    mods["main"].top.insert(0, "# c\n")
+    updated("data", "main")
+    # A call added directly above the collective.
+    sync.insert(0, "print(t)")
+    updated("data")
+    # Lines removed again (the lines they were on gone, those below moved up).
+    load.pop(0)
+    sync.pop(0)
+    updated("data")
+    run.pop(0)
+    updated("main")
+    # The new property's line moves (tools' facts cite it by the key it was given).
+    load.insert(0, "pass")
+    updated("data")
+    # And goes (its key is gone), above the collective.
+    load.remove("torch.save(obj, path)")
+    updated("data")
     # Back to where the lines were first stored: the maps read every text as computed.
     load.remove("pass")
     sync.pop(0)
     mods["data"].top.clear()
     mods["main"].top.clear()
-    assert chain.step({"data", "main"}) == (True, True)
+    updated("data", "main")
