@@ -425,9 +425,15 @@ def _relabelled(s: ModuleSummary, f: Mapping[int, float]) -> ModuleSummary:
     )
 
 
+class LineGone(ValueError):
+    """A stored text cites a line its file no longer has: the update computes from scratch.
+    (Not a KeyError: the stored tables are read through ``Mapping.get`` and ``in``, which
+    would take it for an entry that is not there.)"""
+
+
 class _Lines(Mapping[int, float]):
     """How a file's keys read now: through its stored map (a key it lacks, or a line gone,
-    raises KeyError), then through this run's shift of the file."""
+    raises LineGone), then through this run's shift of the file."""
 
     def __init__(self, stored: Mapping[int, int] | None, shift: Mapping[int, float] | None):
         self.stored = stored
@@ -436,9 +442,9 @@ class _Lines(Mapping[int, float]):
     def __getitem__(self, key: int) -> float:
         line: float = key
         if self.stored is not None:
-            line = self.stored[key]
+            line = self.stored.get(key, 0)
             if not line:
-                raise KeyError(key)
+                raise LineGone(key)
         return line if self.shift is None else self.shift[cast(int, line)]
 
     def __iter__(self) -> Iterator[int]:
@@ -461,7 +467,7 @@ class _Keys:
         key = self.by_line.get(cast(int, line))
         if key is None:
             if type(line) is not int or line < 1:
-                raise ValueError(f"line {line} is not a line of the file")
+                raise LineGone(line)  # (a line only a relabelled summary has)
             key = self.by_line[line] = self.next
             self.lines[key] = line
             self.next -= 1
