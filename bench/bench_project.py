@@ -16,9 +16,10 @@ measures generated projects of N files instead (``bench_index.make_project``). F
 - a function added that nothing calls: a function appended to another file, named nowhere
   else and calling nothing of the project (the stored facts stand; that file's
   single-process functions are patched: build._isolated_change);
-- a call added to a function body of another file (the first with a top-level function; its
-  facts change: the update state stored with the snapshot is updated, ``project/flowstate.py``,
-  reading only the summaries the update reaches);
+- a call added to a function body of another file (the first with a top-level function, at
+  the top of its body: its facts change and every line below moves; the update state stored
+  with the snapshot is updated with those lines moved, ``project/flowstate.py``, reading only
+  the summaries the update reaches);
 - unchanged: nothing changed since the last run (the snapshot answers).
 
 CPU seconds of the child (user + system) are the figure: the 2-CPU development machine is

@@ -21,7 +21,10 @@ JSON string per module that has any, decoded only when the update reads that mod
   computation knows (kinds, properties with provenance, guard counts, who calls whom by name,
   the gates, the call graph's walks, the facts of each module) is read from the state;
 - what the update changed is written back for the modules it touched (the overlays of
-  ``flowupdate._copy`` name them), the rest of the stored text is kept as it was.
+  ``flowupdate._copy`` name them), the rest of the stored text is kept as it was;
+- an edit that moved lines (a call added at the top of a function body) is updated too: the
+  changed module's lines are paired old to new (:func:`_shift`) and every stored text is read
+  through a per-file map of the lines it cites (:class:`_Moved`, see "lines moved" below).
 
 Everything ``_update`` cannot show to be unchanged (kinds that change, an interface that
 changes, a file added or removed, a function that lost its last reference) returns None: the

@@ -23,7 +23,9 @@ stored).
 
 Any other change updates the last computation from its update state, stored next to the
 snapshot (``<hash>.state.json``, read only then; :mod:`~ddp_lsp.project.flowstate`), when the
-update can be shown to equal a computation from scratch.
+update can be shown to equal a computation from scratch. The facts' texts and the state's
+cite each moved file's lines by key (:attr:`Stored.moved`, ``flowstate._Moved``): neither is
+rewritten when lines move, only read through the map.
 
 One snapshot per root and rank model (``<cache>/projects/<hash>.json``, replaced atomically
 on every miss), pruned with the summaries; the same checks as the summary entries apply
