@@ -409,7 +409,7 @@ def test_random_edit_sequences_through_a_stored_state(tmp_path: Path) -> None:
         moved += mv
     assert 0 < fast < total
     # Lines moved in the edited module (a statement inserted above others, a line inserted):
-    # the state's lines are moved with them, not computed from scratch (flowstate._shift).
+    # the state's lines are moved with them, not computed from scratch (flowlines._shift).
     assert moved > 0
 
 

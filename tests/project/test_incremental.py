@@ -444,7 +444,7 @@ def test_a_call_added_above_cited_lines_updates_the_stored_state(
 ) -> None:
     """A call added at the top of a function body moves every line below it, among them the
     DDP model's binding that engine.py's kinds cite: the stored state is updated with its
-    lines moved (flowstate._shift), not computed from scratch; so are the runs after it,
+    lines moved (flowlines._shift), not computed from scratch; so are the runs after it,
     whether they move lines only (the snapshot's maps composed with the state's), change
     nothing (the snapshot read through the maps) or add calls again, and a file reverted."""
     facts_of_main_before = _view(deit)
