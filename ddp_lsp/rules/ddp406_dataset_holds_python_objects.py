@@ -49,7 +49,15 @@ containers converted afterwards (`self.x = np.array(self.x)`, `torch.tensor`, Ar
 literal lists (class names), lookup tables named like class or label maps and vocabularies
 (`class_to_idx`, `label2id`, `vocab`, `stoi`: bounded by the label set, not the data), and
 comprehensions over literals or over a name bound to a literal list (`[np.asarray(f[k][:]) for
-k in keys]`: one array per key, not one object per sample).
+k in keys]`: one array per key, not one object per sample), evaluation datasets (a class named
+for evaluation, `nocaps_eval`, or one whose `__init__` names only val/test data files:
+evaluation splits are small), containers with one entry per dataset (dataset objects appended
+in a loop, `{i: 0 for i in range(len(datasets))}`), a subset or reordering of another
+container (`[self.files[i] for i in order]`: judged by that container), records written under
+literal keys (`cfg["ext"] = ".jpg"`: a configuration), and random stand-in data (`[(torch.rand(
+20), torch.rand(1)) for _ in range(n)]`). Still reported although harmless: a short list of
+files of a small training set (a few hundred images of one folder): the size of a folder is
+not in the source.
 
 Any module: the bug is a bug in a single-process script too, so this rule runs in every
 module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
