@@ -45,6 +45,11 @@ another function of the class or module is not seen. Reported although wrong: a 
 in another file given `model_without_ddp` bound as `model_without_ddp = model` before
 `model = DDP(model)` (the project view gives the alias the wrapper's kind).
 
+Off by default: on the triage corpus (docs/accuracy.md) every one of its 13 findings was a
+false alarm, 10 of them resume checkpoints (now silent) and 3 the alias above. Turn it on
+with `extend-select = ["DDP304"]` (or `select = ["DDP", "DDP304"]`) in `[tool.ddp-lsp]`, or
+`ddp-lsp check --select DDP,DDP304`.
+
 ## References
 - https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints
 - https://discuss.pytorch.org/t/missing-keys-unexpected-keys-in-state-dict-when-loading-self-trained-model/22379
@@ -91,6 +96,7 @@ class StateDictOfDdpWrapper(Rule):
         severity=Severity.INFORMATION,
         summary="Checkpoint of the DDP wrapper: keys prefixed with 'module.'.",
         fix=FixAvailability.ALWAYS,
+        default_on=False,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:

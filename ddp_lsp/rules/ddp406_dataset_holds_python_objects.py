@@ -255,6 +255,13 @@ def _selection(comp: ast.expr) -> str | None:
     return None
 
 
+def _selection_index(value: ast.expr) -> str | None:
+    """``order`` in ``[self.files[i] for i in order]`` (a selection), else None."""
+    if isinstance(value, ast.ListComp) and _selection(value) is not None:
+        return path_of(value.generators[0].iter)
+    return None
+
+
 class DatasetHoldsPythonObjects(Rule):
     meta = RuleMeta(
         id="DDP406",
@@ -331,15 +338,33 @@ class DatasetHoldsPythonObjects(Rule):
                 if p and p.startswith("self."):
                     stored.setdefault(p, []).append((node.target, node.value))
         out: list[tuple[str, ast.AST, str]] = []
+        # `self.x = [self.x[i] for i in order]`: (target, the index path) per attribute.
+        selections: dict[str, list[tuple[ast.AST, str]]] = {}
         for attr, assigns in stored.items():
             if _SMALL_NAME.search(attr[5:].lower()) or _record(init, attr):
                 continue
             if any(self._flat(ctx, v) for _, v in assigns):
                 continue  # converted to flat storage somewhere in __init__
+            selections[attr] = [
+                (target, index)
+                for target, value in assigns
+                if (index := _selection_index(value)) is not None
+            ]
             for target, value in assigns:
                 how = self._large(ctx, init, attr, value)
                 if how is not None:
                     out.append((attr, target, how))
+                    break
+        # Parallel lists selected by the same indices as a large one are as long as it
+        # (`self.labels = [self.labels[i] for i in irect]` beside `self.im_files`'s).
+        large = {a for a, _, _ in out}
+        shared = {index for a in large for _, index in selections.get(a, ())}
+        for attr, sel in selections.items():
+            if attr in large:
+                continue
+            for target, index in sel:
+                if index in shared:
+                    out.append((attr, target, "built by a comprehension"))
                     break
         out.sort(key=lambda x: patterns.order(x[1]))
         return out
