@@ -35,8 +35,20 @@ launch.
 Not reported: `model.module.state_dict()`, models that are not DDP-wrapped in this file, a name
 rebound after the wrap (`model = model.module`), `accelerator.unwrap_model(model).state_dict()`,
 `getattr(model, "module", model).state_dict()`, and saves through `accelerator.save` /
-`fabric.save` / `trainer.save_checkpoint` (the frameworks unwrap). A DDP model passed to a
-function of another file is not followed.
+`fabric.save` / `trainer.save_checkpoint` (the frameworks unwrap), and saves in a function
+that also restores a checkpoint into the wrapper (`model.load_state_dict(ckpt["model"])` on
+the DDP model, or the DDP model handed to a restore helper such as
+`restart_from_checkpoint(path, state_dict=model)`): those are resume checkpoints whose
+`module.` keys round-trip, and `.module.state_dict()` would break the restore (a consumer
+that loads them into a plain model strips the prefix; the rule cannot see it). A restore in
+another function of the class or module is not seen. Reported although wrong: a save helper
+in another file given `model_without_ddp` bound as `model_without_ddp = model` before
+`model = DDP(model)` (the project view gives the alias the wrapper's kind).
+
+Off by default: on the triage corpus (docs/accuracy.md) every one of its 13 findings was a
+false alarm, 10 of them resume checkpoints (now silent) and 3 the alias above. Turn it on
+with `extend-select = ["DDP304"]` (or `select = ["DDP", "DDP304"]`) in `[tool.ddp-lsp]`, or
+`ddp-lsp check --select DDP,DDP304`.
 
 ## References
 - https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints
@@ -62,6 +74,8 @@ from ddp_lsp.rules import _launch as launch_rules
 from ddp_lsp.rules import _patterns as patterns
 
 _SAVE_NAME = re.compile(r"save", re.IGNORECASE)
+# Helpers that restore a checkpoint into the objects they are given.
+_RESTORE_NAME = re.compile(r"load|restore|resume|restart", re.IGNORECASE)
 # Framework objects whose saves unwrap the model themselves (`accelerator.save`,
 # `model_engine.save_checkpoint`) and save methods that write the bare model
 # (`save_pretrained`): the tables' `saves-unwrapped` entries.
@@ -82,6 +96,7 @@ class StateDictOfDdpWrapper(Rule):
         severity=Severity.INFORMATION,
         summary="Checkpoint of the DDP wrapper: keys prefixed with 'module.'.",
         fix=FixAvailability.ALWAYS,
+        default_on=False,
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
@@ -95,7 +110,7 @@ class StateDictOfDdpWrapper(Rule):
             if ctx.kind(receiver, call) != fact_model.DDP or _rebound(ctx, receiver, call):
                 continue
             save = _saved_by(ctx, call)
-            if save is None:
+            if save is None or _restores_into_wrapper(ctx, call):
                 continue
             text = chunktext.segment(ctx.chunk, receiver)
             source = ctx.kind_source(receiver, call)
@@ -128,6 +143,31 @@ class StateDictOfDdpWrapper(Rule):
                 fixes=[fix],
                 cite=(source,),
             )
+
+
+def _restores_into_wrapper(ctx: ChunkContext, at: ast.AST) -> bool:
+    """The function that saves also restores a checkpoint into a DDP wrapper: ``model.
+    load_state_dict(ckpt["model"])`` on the wrapper, or the wrapper handed to a restore helper
+    (``restart_from_checkpoint(path, state_dict=model)``). Its checkpoints are resume
+    checkpoints whose `module.` keys round-trip; saving ``.module.state_dict()`` would break
+    that restore."""
+    for node in patterns.walk_scope(patterns.scope_root(ctx, at)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "load_state_dict":
+            if ctx.kind(func.value, node) == fact_model.DDP:
+                return True
+            continue
+        name = known_names.dotted(func)
+        if name is None or not _RESTORE_NAME.search(name.rsplit(".", 1)[-1]):
+            continue
+        if ctx.call_qualname(node) == known_names.TORCH_LOAD:
+            continue
+        args = [*node.args, *(k.value for k in node.keywords)]
+        if any(ctx.kind(a, node) == fact_model.DDP for a in args):
+            return True
+    return False
 
 
 def _rebound(ctx: ChunkContext, receiver: ast.expr, at: ast.AST) -> bool:
@@ -221,6 +261,60 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 """
 
 StateDictOfDdpWrapper.cases = (
+    Valid(
+        _HEAD
+        + """\
+import os
+
+def main(net, rank, epochs):
+    model = DDP(net)
+    if os.path.exists("checkpoint.pth"):
+        ckpt = torch.load("checkpoint.pth", map_location="cpu")
+        model.load_state_dict(ckpt["model"])
+    for epoch in range(epochs):
+        if rank == 0:
+            state = dict(epoch=epoch + 1, model=model.state_dict())
+            torch.save(state, "checkpoint.pth")
+""",
+        note="a resume checkpoint the function restores into the wrapper: the keys round-trip",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from helpers import restart_from_checkpoint, save_on_master
+
+def train(net, optimizer, epochs):
+    model = DDP(net)
+    start = {"epoch": 0}
+    restart_from_checkpoint("checkpoint.pth", run_variables=start, state_dict=model)
+    for epoch in range(start["epoch"], epochs):
+        save_on_master({"state_dict": model.state_dict(), "epoch": epoch}, "checkpoint.pth")
+""",
+        note="the wrapper handed to a restore helper: a resume checkpoint",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def main(net, rank, epochs):
+    model = DDP(net)
+    ckpt = torch.load("checkpoint.pth", map_location="cpu")
+    model.module.load_state_dict(ckpt["model"])
+    for epoch in range(epochs):
+        if rank == 0:
+            torch.save({"model": «model.state_dict()»}, "checkpoint.pth")
+""",
+        fixed=_HEAD
+        + """\
+def main(net, rank, epochs):
+    model = DDP(net)
+    ckpt = torch.load("checkpoint.pth", map_location="cpu")
+    model.module.load_state_dict(ckpt["model"])
+    for epoch in range(epochs):
+        if rank == 0:
+            torch.save({"model": model.module.state_dict()}, "checkpoint.pth")
+""",
+        note="restored into the plain module, saved from the wrapper: the resume itself fails",
+    ),
     Valid(
         _HEAD
         + """\

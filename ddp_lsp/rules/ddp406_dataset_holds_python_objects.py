@@ -49,7 +49,15 @@ containers converted afterwards (`self.x = np.array(self.x)`, `torch.tensor`, Ar
 literal lists (class names), lookup tables named like class or label maps and vocabularies
 (`class_to_idx`, `label2id`, `vocab`, `stoi`: bounded by the label set, not the data), and
 comprehensions over literals or over a name bound to a literal list (`[np.asarray(f[k][:]) for
-k in keys]`: one array per key, not one object per sample).
+k in keys]`: one array per key, not one object per sample), evaluation datasets (a class named
+for evaluation, `nocaps_eval`, or one whose `__init__` names only val/test data files:
+evaluation splits are small), containers with one entry per dataset (dataset objects appended
+in a loop, `{i: 0 for i in range(len(datasets))}`), a subset or reordering of another
+container (`[self.files[i] for i in order]`: judged by that container), records written under
+literal keys (`cfg["ext"] = ".jpg"`: a configuration), and random stand-in data (`[(torch.rand(
+20), torch.rand(1)) for _ in range(n)]`). Still reported although harmless: a short list of
+files of a small training set (a few hundred images of one folder): the size of a folder is
+not in the source.
 
 Any module: the bug is a bug in a single-process script too, so this rule runs in every
 module (`RuleMeta.any_module`), also in one that is not distributed code at all (a single-GPU
@@ -73,6 +81,7 @@ from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.facts import path_of
 from ddp_lsp.core.rule import LOOPS, ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, FixAvailability, RuleMeta, Severity
+from ddp_lsp.rules import _data as data_rules
 from ddp_lsp.rules import _patterns as patterns
 
 _DATASET_BASES = frozenset({"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"})
@@ -99,6 +108,8 @@ _LOADERS = frozenset(
     }
 )
 _READ_METHODS = frozenset({"readlines", "splitlines", "rglob", "glob", "iterdir"})
+# Builtins that copy what they are given into a new container (`sorted(x for x in files)`).
+_COPIES = frozenset({"list", "sorted", "dict", "set", "tuple"})
 # Flat storage: one object, one buffer.
 _FLAT_PREFIXES = ("numpy.", "torch.", "pyarrow.", "pandas.", "np.", "pa.", "pd.")
 # Lookup tables bounded by the label set or the vocabulary, not by the dataset: not reported.
@@ -109,14 +120,146 @@ _SMALL_NAME = re.compile(
 
 
 def _literal_name(fn: ast.FunctionDef, name: str) -> bool:
-    """``name`` is bound in ``fn`` only to literal lists / tuples (a handful of keys)."""
-    values = [
-        node.value
-        for node in patterns.walk_scope(fn)
-        if isinstance(node, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+    """``name`` is bound in ``fn`` only to literal lists / tuples (a handful of keys), never
+    grown afterwards (``f = []`` then ``f += glob(...)`` is a list of files)."""
+    values = []
+    for node in patterns.walk_scope(fn):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            values.append(node.value)
+        elif (
+            isinstance(node, ast.AugAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == name
+        ):
+            return False
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("append", "extend", "insert")
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == name
+        ):
+            return False
+    return bool(values) and all(isinstance(v, (ast.List, ast.Tuple)) and v.elts for v in values)
+
+
+# A data file named in `__init__` (`"coco_karpathy_val.json"`, `"msrvtt_test.jsonl"`).
+_DATA_FILE = re.compile(
+    r"([^/\\]+)\.(json|jsonl|txt|csv|tsv|pkl|pickle|lst|list|parquet|npy|npz|h5|hdf5|yaml|yml)$",
+    re.IGNORECASE,
+)
+# Random generators: a comprehension of these alone builds stand-in data (tutorials, benchmarks).
+_RANDOM = re.compile(
+    r"^(torch\.(rand|randn|randint|randperm|normal|bernoulli)|"
+    r"numpy\.random\.|np\.random\.|random\.)"
+)
+
+
+def _evaluation_dataset(cls: str, init: ast.FunctionDef) -> bool:
+    """A dataset of evaluation splits only: named so (`nocaps_eval`, `ValDataset`), or every
+    data file its `__init__` names is an evaluation split (`{"val": "x_val.json", "test":
+    "x_test.json"}`, `"msrvtt_test.jsonl"`) and none a training one (F38)."""
+    if data_rules.is_eval_name(cls):
+        return True
+    files = [
+        m.group(1)
+        for node in patterns.walk_scope(init)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        for m in [_DATA_FILE.search(node.value.strip())]
+        if m is not None
     ]
-    return bool(values) and all(isinstance(v, (ast.List, ast.Tuple)) for v in values)
+    return bool(files) and all(data_rules.is_eval_name(f) for f in files)
+
+
+def _per_dataset(it: ast.expr) -> bool:
+    """``datasets``, ``self.datasets``, ``range(len(datasets))``, ``enumerate(datasets)``: one
+    entry per dataset of a blend, not one per sample (F38)."""
+    while (
+        isinstance(it, ast.Call)
+        and isinstance(it.func, ast.Name)
+        and it.func.id in ("range", "len", "enumerate", "zip", "sorted", "list", "reversed")
+        and len(it.args) >= 1
+    ):
+        it = it.args[-1] if it.func.id == "range" else it.args[0]
+    p = path_of(it)
+    return p is not None and p.rsplit(".", 1)[-1].lower().endswith("datasets")
+
+
+def _makes_dataset(init: ast.FunctionDef, value: ast.expr, depth: int = 0) -> bool:
+    """``FileDataset(path)`` or a local bound to one: an entry that is a whole dataset."""
+    if isinstance(value, ast.Call):
+        name = known_names.dotted(value.func) or ""
+        return name.rsplit(".", 1)[-1].endswith("Dataset")
+    if isinstance(value, ast.Name) and depth < 2:
+        values = [
+            node.value
+            for node in patterns.walk_scope(init)
+            if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == value.id for t in node.targets)
+        ]
+        return bool(values) and all(_makes_dataset(init, v, depth + 1) for v in values)
+    return False
+
+
+def _record(init: ast.FunctionDef, path: str) -> bool:
+    """``cfg["ext"] = ".jpg"``: a container written under literal keys is a record of named
+    fields (a configuration), not one entry per sample (F38)."""
+    for node in patterns.walk_scope(init):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if (
+                    isinstance(t, ast.Subscript)
+                    and path_of(t.value) == path
+                    and isinstance(t.slice, ast.Constant)
+                    and isinstance(t.slice.value, str)
+                ):
+                    return True
+    return False
+
+
+def _stand_in(
+    ctx: ChunkContext, comp: ast.ListComp | ast.DictComp | ast.SetComp | ast.GeneratorExp
+) -> bool:
+    """``[(torch.rand(20), torch.rand(1)) for _ in range(size)]``: random stand-in data of a
+    tutorial or benchmark, made of random draws alone and independent of the loop (F38)."""
+    targets = {
+        n.id for gen in comp.generators for n in ast.walk(gen.target) if isinstance(n, ast.Name)
+    }
+    elts = [comp.key, comp.value] if isinstance(comp, ast.DictComp) else [comp.elt]
+    calls = [n for e in elts for n in ast.walk(e) if isinstance(n, ast.Call)]
+    if not calls:
+        return False
+    if any(isinstance(n, ast.Name) and n.id in targets for e in elts for n in ast.walk(e)):
+        return False
+    return all(
+        _RANDOM.match(ctx.call_qualname(c) or known_names.dotted(c.func) or "") for c in calls
+    )
+
+
+def _selection(comp: ast.expr) -> str | None:
+    """``[self.files[i] for i in order]``: a subset or reordering of another container, as
+    large as that container; its path."""
+    if not isinstance(comp, ast.ListComp) or len(comp.generators) != 1:
+        return None
+    target = comp.generators[0].target
+    elt = comp.elt
+    if (
+        isinstance(target, ast.Name)
+        and isinstance(elt, ast.Subscript)
+        and isinstance(elt.slice, ast.Name)
+        and elt.slice.id == target.id
+    ):
+        return path_of(elt.value)
+    return None
+
+
+def _selection_index(value: ast.expr) -> str | None:
+    """``order`` in ``[self.files[i] for i in order]`` (a selection), else None."""
+    if isinstance(value, ast.ListComp) and _selection(value) is not None:
+        return path_of(value.generators[0].iter)
+    return None
 
 
 class DatasetHoldsPythonObjects(Rule):
@@ -134,7 +277,7 @@ class DatasetHoldsPythonObjects(Rule):
             if fn.name != "__init__":
                 continue
             cls = self._dataset_class(ctx, fn)
-            if cls is None:
+            if cls is None or _evaluation_dataset(cls, fn):
                 continue
             found = self._containers(ctx, fn)
             if not found:
@@ -195,15 +338,33 @@ class DatasetHoldsPythonObjects(Rule):
                 if p and p.startswith("self."):
                     stored.setdefault(p, []).append((node.target, node.value))
         out: list[tuple[str, ast.AST, str]] = []
+        # `self.x = [self.x[i] for i in order]`: (target, the index path) per attribute.
+        selections: dict[str, list[tuple[ast.AST, str]]] = {}
         for attr, assigns in stored.items():
-            if _SMALL_NAME.search(attr[5:].lower()):
+            if _SMALL_NAME.search(attr[5:].lower()) or _record(init, attr):
                 continue
             if any(self._flat(ctx, v) for _, v in assigns):
                 continue  # converted to flat storage somewhere in __init__
+            selections[attr] = [
+                (target, index)
+                for target, value in assigns
+                if (index := _selection_index(value)) is not None
+            ]
             for target, value in assigns:
                 how = self._large(ctx, init, attr, value)
                 if how is not None:
                     out.append((attr, target, how))
+                    break
+        # Parallel lists selected by the same indices as a large one are as long as it
+        # (`self.labels = [self.labels[i] for i in irect]` beside `self.im_files`'s).
+        large = {a for a, _, _ in out}
+        shared = {index for a in large for _, index in selections.get(a, ())}
+        for attr, sel in selections.items():
+            if attr in large:
+                continue
+            for target, index in sel:
+                if index in shared:
+                    out.append((attr, target, "built by a comprehension"))
                     break
         out.sort(key=lambda x: patterns.order(x[1]))
         return out
@@ -226,6 +387,18 @@ class DatasetHoldsPythonObjects(Rule):
         self, ctx: ChunkContext, init: ast.FunctionDef, attr: str, value: ast.expr, depth: int = 0
     ) -> str | None:
         if isinstance(value, (ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp)):
+            source = _selection(value)
+            if source is not None:
+                # A subset or reordering of another container (or of this one, bound before):
+                # as large as that container, judged by its own assignments.
+                return self._large_source(ctx, init, source, value, depth)
+            if (
+                _stand_in(ctx, value)
+                or any(_per_dataset(gen.iter) for gen in value.generators)
+                or isinstance(value, (ast.ListComp, ast.SetComp, ast.GeneratorExp))
+                and _makes_dataset(init, value.elt)
+            ):
+                return None
             return "built by a comprehension" if self._over_data(value, init) else None
         if isinstance(value, ast.Call):
             name = ctx.call_qualname(value) or known_names.dotted(value.func) or ""
@@ -233,7 +406,7 @@ class DatasetHoldsPythonObjects(Rule):
                 return f"read with `{name.rsplit('.', 1)[-1]}`"
             if isinstance(value.func, ast.Attribute) and value.func.attr in _READ_METHODS:
                 return f"read with `{value.func.attr}()`"
-            if name in ("list", "sorted", "dict", "set", "tuple") and value.args:
+            if name.removeprefix("builtins.") in _COPIES and value.args:
                 inner = self._large(ctx, init, attr, value.args[0], depth)
                 if inner is not None:
                     return inner
@@ -246,6 +419,8 @@ class DatasetHoldsPythonObjects(Rule):
             return None
         if isinstance(value, ast.Name) and depth < 2:
             local = value.id
+            if _record(init, local):
+                return None
             for node in patterns.walk_scope(init):
                 if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Name) and t.id == local for t in node.targets
@@ -253,6 +428,23 @@ class DatasetHoldsPythonObjects(Rule):
                     how = self._large(ctx, init, local, node.value, depth + 1)
                     if how is not None:
                         return how
+        return None
+
+    def _large_source(
+        self, ctx: ChunkContext, init: ast.FunctionDef, path: str, exclude: ast.expr, depth: int
+    ) -> str | None:
+        """What makes ``path`` large, from its assignments in ``init`` other than ``exclude``."""
+        if depth >= 2:
+            return None
+        for node in patterns.walk_scope(init):
+            if (
+                isinstance(node, ast.Assign)
+                and node.value is not exclude
+                and any(path_of(t) == path for t in node.targets)
+            ):
+                how = self._large(ctx, init, path, node.value, depth + 1)
+                if how is not None:
+                    return how
         return None
 
     @staticmethod
@@ -287,6 +479,8 @@ class DatasetHoldsPythonObjects(Rule):
                     and inner.func.attr in ("append", "extend", "insert", "update", "add")
                     and path_of(inner.func.value) == path
                 ):
+                    if inner.args and all(_makes_dataset(init, a) for a in inner.args):
+                        continue  # one dataset per entry (a file, a folder of a blend): F38
                     return True
                 if isinstance(inner, ast.Assign):
                     for t in inner.targets:
@@ -437,5 +631,133 @@ class PretrainShard(Dataset):
         return [x[i] for x in self.inputs]
 """,
         note="F39: one array per key of a literal list, not one object per sample",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class CaptionEval(Dataset):
+    def __init__(self, root, split):
+        files = {"val": "captions_val.json", "test": "captions_test.json"}
+        with open(os.path.join(root, files[split])) as f:
+            self.samples = json.load(f)
+"""
+        + _GETITEM,
+        note="F38: an evaluation dataset (every data file it names is a val/test split)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class retrieval_eval(Dataset):
+    def __init__(self, ann_file):
+        with open(ann_file) as f:
+            self.samples = json.load(f)
+"""
+        + _GETITEM,
+        note="F38: a dataset named for evaluation",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Captions(Dataset):
+    def __init__(self, root, train=True):
+        name = "captions_trainval.txt" if train else "captions_test.txt"
+        with open(os.path.join(root, name)) as f:
+            «self.samples» = f.readlines()
+"""
+        + _GETITEM,
+        fixed=None,
+        note="a training split among the files it names: not an evaluation dataset",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class Blend(Dataset):
+    def __init__(self, folders, datasets):
+        self.parts = []
+        for folder in folders:
+            self.parts.append(ShardDataset(folder))
+        part = ShardDataset(folders[0])
+        self.parts.append(part)
+        self.lengths = [len(d) for d in self.parts_datasets]
+        self.consumed = {i: 0 for i in range(len(datasets))}
+        self.samples = np.concatenate([np.arange(len(d)) for d in self.parts])
+"""
+        + _GETITEM,
+        note="F38: one entry per dataset of a blend (dataset objects, per-dataset counters)",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class Frames(Dataset):
+    def __init__(self, root, split):
+        self.samples = self.list_files(root)
+        keep = np.random.permutation(len(self.samples))[: len(self.samples) // 5]
+        self.samples = [self.samples[i] for i in keep]
+"""
+        + _GETITEM,
+        note="F38: a subset of a container judged by that container (here of unknown size)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Frames(Dataset):
+    def __init__(self, root, order):
+        self.samples = sorted(os.path.join(root, f) for f in os.listdir(root))
+        «self.samples» = [self.samples[i] for i in order]
+"""
+        + _GETITEM,
+        fixed=None,
+        note="a reordering of a listing of every file: as large as the listing",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Images(Dataset):
+    def __init__(self, roots):
+        files = []
+        for root in roots:
+            files += [os.path.join(root, f) for f in os.listdir(root)]
+        «self.samples» = [f for f in files if f.endswith(".jpg")]
+"""
+        + _GETITEM,
+        fixed=None,
+        note="a list that starts empty and grows is data, not a literal list of keys",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class Retrieval(Dataset):
+    def __init__(self, root):
+        with open(os.path.join(root, "gnd.pkl"), "rb") as f:
+            cfg = pickle.load(f)
+        cfg["ext"] = ".jpg"
+        cfg["dir_images"] = os.path.join(root, "jpg")
+        self.cfg = cfg
+        self.samples = np.array(cfg["imlist"])
+"""
+        + _GETITEM,
+        note="F38: a record written under literal keys (a configuration), not per-sample",
+    ),
+    Valid(
+        _HEAD
+        + """\
+class RandomPairs(Dataset):
+    def __init__(self, size):
+        self.size = size
+        self.samples = [(torch.rand(20), torch.rand(1)) for _ in range(size)]
+"""
+        + _GETITEM,
+        note="F38: random stand-in data of a tutorial or benchmark",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Noisy(Dataset):
+    def __init__(self, paths):
+        «self.samples» = [(p, torch.rand(1)) for p in paths]
+"""
+        + _GETITEM,
+        fixed=None,
+        note="one entry per input read, with random noise beside it: not stand-in data",
     ),
 )

@@ -31,9 +31,21 @@ def test_rules_json(cli_run) -> None:
         "severity": "error",
         "fix": "sometimes",
         "summary": ddp201["summary"],
+        "default_on": True,
         "url": ddp201["url"],
     }
     assert ddp201["url"].endswith("/DDP201.md") and ddp201["summary"]
+    assert next(row for row in rows if row["code"] == "DDP304")["default_on"] is False
+
+
+def test_rules_off_by_default_say_how_to_select_them(cli_run) -> None:
+    line = next(x for x in cli_run("rules").out.splitlines() if x.startswith("DDP304 "))
+    assert line.endswith("(off by default: select DDP304)")
+    assert "*Off by default:* runs where `select` names `DDP304`" in (
+        docs.rule_markdown("DDP304") or ""
+    )
+    assert "*Off by default.*" in docs.index_markdown()
+    assert "Off by default" not in (docs.rule_markdown("DDP201") or "")
 
 
 def test_explain_prints_rule_markdown(cli_run) -> None:

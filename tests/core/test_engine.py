@@ -247,3 +247,38 @@ def test_fix_all_is_idempotent_and_parses() -> None:
     ast.parse(fixed)
     assert fix_text(fixed) == (fixed, 0)
     assert "scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_" in fixed
+
+
+WRAPPER_SAVED = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main(net, rank):
+    model = DDP(net)
+    if rank == 0:
+        torch.save(model.state_dict(), "model.pt")
+"""
+
+
+def test_a_rule_off_by_default_runs_only_where_select_names_it() -> None:
+    """DDP304 is off by default (docs/accuracy.md F42, F43): the default settings and a
+    prefix do not run it; its full id in `select` does, and `ignore` still wins."""
+    from ddp_lsp.core.registry import default_on, rule_by_id
+
+    rule = rule_by_id("DDP304")
+    assert rule is not None and not rule.meta.default_on and not default_on("DDP304")
+    assert default_on("DDP201")
+
+    def ids(settings: Settings) -> set[str]:
+        return {f.rule_id for f in analyze(WRAPPER_SAVED, settings).findings}
+
+    assert "DDP304" not in ids(Settings())
+    assert "DDP304" not in ids(Settings(select=("DDP3",)))
+    assert "DDP304" in ids(Settings(select=("DDP", "DDP304")))
+    assert "DDP304" in ids(Settings(select=("DDP304",)))
+    assert "DDP304" not in ids(Settings(select=("DDP304",), ignore=("DDP304",)))
+    # Given the rule explicitly, the findings are still filtered by the settings.
+    assert not analyze(WRAPPER_SAVED, Settings(), rules=(rule,)).findings
+    assert analyze(WRAPPER_SAVED, Settings(select=("DDP304",)), rules=(rule,)).findings

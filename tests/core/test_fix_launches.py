@@ -22,7 +22,8 @@ from ddp_lsp.core.settings import Settings
 
 torch = pytest.importorskip("torch")
 
-SETTINGS = Settings(assume_distributed=True)
+# Every rule, DDP304 (off by default) included.
+SETTINGS = Settings(select=("DDP", "DDP304"), assume_distributed=True)
 
 _HEAD = """\
 import torch

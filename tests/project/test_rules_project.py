@@ -23,12 +23,16 @@ def _write(root: Path, files: dict[str, str]) -> None:
         p.write_text(textwrap.dedent(text))
 
 
+# Every rule, DDP304 (off by default) included.
+ALL = Settings(select=("DDP", "DDP304"))
+
+
 def _findings(root: Path, rel: str, project: bool = True) -> list[Finding]:
     text = (root / rel).read_text()
     if not project:
-        return list(analyze(text).findings)
+        return list(analyze(text, ALL).findings)
     facts = compute(ProjectIndex(root, cache_dir=False).build())
-    return list(analyze(text, project=facts.for_path(rel)).findings)
+    return list(analyze(text, ALL, project=facts.for_path(rel)).findings)
 
 
 def _ids(findings: list[Finding]) -> list[tuple[str, int]]:
@@ -361,7 +365,8 @@ def test_project_predicates_follow_edits(tmp_path: Path) -> None:
 
 
 def _findings_of(index: ProjectIndex, root: Path, rel: str) -> list[Finding]:
-    return list(analyze((root / rel).read_text(), project=compute(index).for_path(rel)).findings)
+    text = (root / rel).read_text()
+    return list(analyze(text, ALL, project=compute(index).for_path(rel)).findings)
 
 
 def test_ddp304_state_dict_of_a_model_wrapped_by_callers(tmp_path: Path) -> None:

@@ -627,3 +627,33 @@ def test_ddp402_loader_from_a_project_helper_that_builds_the_sampler(tmp_path: P
     )
     again = analyze(kept, project=facts.for_path("main.py"))
     assert not [f for f in again.findings if f.rule_id == "DDP402"]
+
+
+def test_ddp406_parallel_lists_reordered_with_a_large_one_are_named_with_it() -> None:
+    """`[self.x[i] for i in order]` is judged by `self.x`'s own source (F38), and lists
+    reordered by the same indices as a large one are as long as it (YOLO's datasets)."""
+    code = """\
+import os
+
+from torch.utils.data import Dataset
+
+
+class Images(Dataset):
+    def __init__(self, root, cache, order):
+        self.files = sorted(os.path.join(root, f) for f in os.listdir(root))
+        labels, shapes = zip(*cache.values())
+        self.labels = list(labels)
+        self.kept = self.load(root)
+        self.files = [self.files[i] for i in order]
+        self.labels = [self.labels[i] for i in order]
+        self.kept = [self.kept[i] for i in range(0, len(self.kept), 2)]
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        return self.files[i], self.labels[i], self.kept[i]
+"""
+    (f,) = found(code, "DDP406")
+    assert f.message.startswith("`self.files` of dataset `Images`")
+    assert "(also `self.labels`)" in f.message
