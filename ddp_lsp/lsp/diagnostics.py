@@ -1,15 +1,23 @@
 """Findings -> LSP diagnostics, built as plain JSON-ready dicts.
 
 Diagnostics are published on every keystroke, so they skip the attrs/cattrs round trip: a
-dict per finding is all ``json.dumps`` needs. ``data`` carries what a code action needs to find
-the finding again without re-analysis: the rule id, the document version the finding belongs
-to, its index in that version's findings, and whether it has a (safe) fix.
+dict per finding is all ``json.dumps`` needs. Every publication repeats the whole list (LSP's
+rule), and a client pays for each JSON object of each publication (VS Code converts every
+diagnostic; a Python client's collector scans every one it keeps), so a diagnostic carries what
+a client shows and nothing more:
+
+- no ``data``: a code action finds its finding among the server's current findings by range
+  (``actions.py``), so there is nothing to carry back;
+- ``tags`` only for the tags the client declared (``tagSupport.valueSet``) and
+  ``relatedInformation`` only when it declared ``relatedInformation``, as LSP asks
+  (:class:`DiagnosticSupport`); a client that cannot show them does not get them.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -22,6 +30,36 @@ from ddp_lsp.lsp.convert import Codec
 SOURCE = "ddp-lsp"
 
 
+@dataclass(frozen=True)
+class DiagnosticSupport:
+    """What of a diagnostic the client declared it can show (``publishDiagnostics`` client
+    capabilities): the ``tags`` it knows, and whether it takes ``relatedInformation``."""
+
+    tags: frozenset[int] = frozenset({1, 2})
+    related: bool = True
+
+
+# Everything: the state's default until ``initialize`` says what the client shows (unit tests
+# drive the state without one).
+ALL = DiagnosticSupport()
+
+
+def diagnostic_support(caps: Any) -> DiagnosticSupport:
+    """From lsprotocol ``ClientCapabilities``: ``textDocument.publishDiagnostics``, and
+    ``textDocument.diagnostic`` where the client declares the same for pulled diagnostics."""
+    td = getattr(caps, "text_document", None)
+    tags: set[int] = set()
+    related = False
+    for c in (getattr(td, "publish_diagnostics", None), getattr(td, "diagnostic", None)):
+        if c is None:
+            continue
+        related = related or bool(getattr(c, "related_information", False))
+        tag_support = getattr(c, "tag_support", None)
+        for t in getattr(tag_support, "value_set", None) or ():
+            tags.add(int(t))
+    return DiagnosticSupport(frozenset(tags), related)
+
+
 @lru_cache(maxsize=256)
 def rule_url(rule_id: str) -> str | None:
     from ddp_lsp.core.registry import meta_by_id
@@ -32,12 +70,11 @@ def rule_url(rule_id: str) -> str | None:
 
 def to_diagnostic(
     finding: Finding,
-    index: int,
-    version: int | None,
     lines: Sequence[str],
     codec: Codec,
     uri_for_line: Any = None,
     line_offset: int = 0,
+    support: DiagnosticSupport = ALL,
 ) -> dict[str, Any]:
     """One diagnostic; ``line_offset`` maps a notebook's concatenated lines back to a cell."""
     span = finding.span
@@ -52,19 +89,15 @@ def to_diagnostic(
         "code": finding.rule_id,
         "source": SOURCE,
         "message": finding.message,
-        "data": {
-            "ruleId": finding.rule_id,
-            "version": version,
-            "index": index,
-            "fixable": bool(finding.fixes),
-        },
     }
     url = rule_url(finding.rule_id)
     if url:
         diag["codeDescription"] = {"href": url}
     if finding.tags:
-        diag["tags"] = [int(t) for t in finding.tags]
-    if finding.related:
+        tags = [int(t) for t in finding.tags if int(t) in support.tags]
+        if tags:
+            diag["tags"] = tags
+    if finding.related and support.related:
         related = []
         for rel in finding.related:
             if rel.path is not None:
@@ -106,7 +139,6 @@ def as_lsp(d: dict[str, Any]) -> lsp.Diagnostic:
         severity=lsp.DiagnosticSeverity(d["severity"]),
         code=d["code"],
         source=d["source"],
-        data=d.get("data"),
     )
     if "codeDescription" in d:
         diag.code_description = lsp.CodeDescription(href=d["codeDescription"]["href"])
@@ -195,10 +227,10 @@ def moved_pool(
 def reuse_moved(
     pool: dict[tuple[object, ...], list[Rendered]],
     f: Finding,
-    index: int,
-    version: int | None,
     lines: list[str],
 ) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    """A copy of a gone finding's diagnostic with its lines moved to ``f``'s, when ``f`` shows
+    the same and the lines it covers hold the same text (else None, and those texts)."""
     candidates = pool.get(content_key(f))
     if not candidates:
         return None, ()
@@ -213,7 +245,8 @@ def reuse_moved(
         diag["range"] = moved_range(src["range"], delta)
         if "relatedInformation" in src:
             # Same-file locations move with the finding; other files' do not. Entries are in
-            # the order of ``f.related`` (see diagnostics.to_diagnostic).
+            # the order of ``f.related`` (see to_diagnostic; present only when the client
+            # takes related information, and then one per shown location).
             moved_rel = []
             shown = [r for r in f.related if r.path is None or os.path.isabs(r.path)]
             for r, entry in zip(shown, src["relatedInformation"], strict=True):
@@ -225,10 +258,6 @@ def reuse_moved(
                     }
                 moved_rel.append(entry)
             diag["relatedInformation"] = moved_rel
-        data = dict(src["data"])
-        data["version"] = version
-        data["index"] = index
-        diag["data"] = data
         return diag, texts
     return None, texts
 

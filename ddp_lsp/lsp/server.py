@@ -30,6 +30,7 @@ from ddp_lsp.lsp import rankview
 from ddp_lsp.lsp.config import is_pyproject
 from ddp_lsp.lsp.configuration import SECTION, ConfigurationService
 from ddp_lsp.lsp.convert import Codec, choose_encoding
+from ddp_lsp.lsp.diagnostics import diagnostic_support
 from ddp_lsp.lsp.notebook import Cell, Notebook, apply_notebook_change
 from ddp_lsp.lsp.preflight import CMD_RUN_PREFLIGHT, PreflightReports, PreflightService
 from ddp_lsp.lsp.project import ProjectService
@@ -178,6 +179,7 @@ def initialize(ls: DdpLanguageServer, params: lsp.InitializeParams) -> None:
     negotiated = ls.workspace.position_encoding or choose_encoding(caps["encodings"])
     encoding = str(getattr(negotiated, "value", negotiated))  # an enum member or a str
     ls.state.codec = Codec(encoding)
+    ls.state.diagnostic_support = diagnostic_support(params.capabilities)
     ls.supports_configuration = caps["configuration"]
     ls.supports_watch_registration = caps["watch"]
     ls.supports_apply_edit = caps["apply_edit"]
