@@ -1,7 +1,7 @@
 """Run the shared latency harness and say how much of each edit was the harness's own GC.
 
 Run: python3 bench/harness_gc.py [--harness ../shared/bench/lsp_latency.py] [--freeze] \\
-         -- --file big20000.py --edits 500 --seed 2 --edit-kinds char,rename,type \\
+         [--tag-support] -- --file big20000.py --edits 500 --seed 2 --edit-kinds char,rename,type \\
          -- .venv/bin/ddp-lsp serve
 
 ``lsp_latency.py`` keeps every ``publishDiagnostics`` it receives (``LspClient.diag_events``)
@@ -17,6 +17,11 @@ taking the time of the answer. It prints the harness's JSON on stdout as the har
 on stderr the slowest edits with their GC share and the latency figures without it.
 ``--freeze`` also calls ``gc.freeze()`` after each message the harness handles (what it keeps
 is then never scanned again): the harness's own figures with its GC taken out.
+``--tag-support`` adds ``tagSupport`` (Unnecessary, Deprecated) to the ``publishDiagnostics``
+capabilities the harness declares, as VS Code, Neovim and Helix do: the server then sends the
+``tags`` a real editor gets (the harness as it is declares none, and ddp-lsp sends a client only
+the tags it declared), and the figures show what those publications cost a client that keeps
+them.
 """
 
 from __future__ import annotations
@@ -48,12 +53,15 @@ def pct(values: list[float], p: float) -> float:
 def main(argv: list[str]) -> int:
     harness = _default_harness()
     freeze = False
+    tag_support = False
     while argv and argv[0] != "--":
         arg = argv.pop(0)
         if arg == "--harness":
             harness = Path(argv.pop(0))
         elif arg == "--freeze":
             freeze = True
+        elif arg == "--tag-support":
+            tag_support = True
         else:
             sys.stderr.write(f"unknown option {arg!r}\n{__doc__}")
             return 2
@@ -74,6 +82,15 @@ def main(argv: list[str]) -> int:
         elif started:
             pauses.append((started.pop(), time.perf_counter()))
 
+    if tag_support:
+        declared = lat_mod.client_capabilities
+
+        def with_tags(pull: bool) -> Any:
+            caps = declared(pull)
+            caps["textDocument"]["publishDiagnostics"]["tagSupport"] = {"valueSet": [1, 2]}
+            return caps
+
+        lat_mod.client_capabilities = with_tags
     gc.callbacks.append(on_gc)
     sent: list[float] = []
     notify = lat_mod.LspClient.notify
