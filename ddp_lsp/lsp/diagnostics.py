@@ -11,10 +11,15 @@ a client shows and nothing more:
 - ``tags`` only for the tags the client declared (``tagSupport.valueSet``) and
   ``relatedInformation`` only when it declared ``relatedInformation``, as LSP asks
   (:class:`DiagnosticSupport`); a client that cannot show them does not get them.
+
+A diagnostic dict is never changed once published: the next analysis reuses it as it is for a
+finding that stayed (``ServerState._render``), and :class:`PublicationEncoder` reuses its JSON
+text, so a publication encodes only the diagnostics that are new.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -267,3 +272,37 @@ def moved_range(rng: dict[str, Any], delta: int) -> dict[str, Any]:
         "start": {"line": rng["start"]["line"] + delta, "character": rng["start"]["character"]},
         "end": {"line": rng["end"]["line"] + delta, "character": rng["end"]["character"]},
     }
+
+
+# -- the publication's JSON ----------------------------------------------------------------------
+
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class PublicationEncoder:
+    """``textDocument/publishDiagnostics`` as JSON text, each diagnostic encoded once.
+
+    Keeps, per URI, the JSON of each diagnostic dict of its last publication (by identity: a
+    published dict is never changed); the next publication of that URI encodes only the dicts
+    it has not seen. ASCII output, as ``json.dumps`` writes it."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, dict[int, tuple[dict[str, Any], str]]] = {}
+
+    def encode(self, uri: str, version: int | None, diagnostics: list[dict[str, Any]]) -> str:
+        old = self._held.get(uri, {})
+        new: dict[int, tuple[dict[str, Any], str]] = {}
+        parts: list[str] = []
+        for d in diagnostics:
+            hit = old.get(id(d))
+            if hit is None or hit[0] is not d:
+                hit = (d, _encode(d))
+            new[id(d)] = hit
+            parts.append(hit[1])
+        if new:
+            self._held[uri] = new
+        else:
+            self._held.pop(uri, None)  # closed, or nothing to show: nothing to keep
+        head = '{"jsonrpc":"2.0","method":"textDocument/publishDiagnostics","params":{"uri":'
+        ver = "" if version is None else f',"version":{int(version)}'
+        return f'{head}{_encode(uri)}{ver},"diagnostics":[{",".join(parts)}]}}}}'

@@ -73,3 +73,48 @@ def test_findings_moved_by_an_edit_above_are_not_converted_again(
         for f in unit.findings
     ]
     assert published[-1] == (2, fresh)
+
+
+def test_publications_encode_each_diagnostic_once_and_equal_a_plain_encoding(
+    monkeypatch: Any,
+) -> None:
+    """The server's publication JSON (PublicationEncoder) is the plain message's JSON, and a
+    diagnostic reused by the next analysis is not encoded again."""
+    import json
+
+    import ddp_lsp.lsp.diagnostics as D
+
+    encoder = D.PublicationEncoder()
+    encoded: list[dict[str, Any]] = []
+    real = D._encode
+
+    def counting(obj: Any) -> str:
+        if isinstance(obj, dict):
+            encoded.append(obj)
+        return real(obj)
+
+    monkeypatch.setattr(D, "_encode", counting)
+    bodies: list[str] = []
+    published: list[tuple[int | None, list[dict[str, Any]]]] = []
+
+    def publish(uri: str, v: int | None, d: list[dict[str, Any]]) -> None:
+        published.append((v, d))
+        bodies.append(encoder.encode(uri, v, d))
+
+    state = ServerState(publish, lambda m, e: None)
+    uri = "file:///tmp/render.py"
+    unit = state.open(uri, TEXT, 1, "python")
+    assert len(unit.findings) >= 2 and len(encoded) == len(unit.findings)
+    encoded.clear()
+    state.change(uri, 2, [_change(30, 0, 0, "x = 1\n")])  # a line below the findings
+    assert encoded == []  # every diagnostic reused, its JSON too
+    for (v, diags), body in zip(published, bodies, strict=True):
+        plain = {
+            "jsonrpc": "2.0",
+            "method": "textDocument/publishDiagnostics",
+            "params": {"uri": uri, "version": v, "diagnostics": diags},
+        }
+        assert json.loads(body) == plain
+    state.close(uri)
+    assert json.loads(bodies[-1])["params"]["diagnostics"] == []
+    assert encoder._held == {}  # a closed document's JSON is not kept
