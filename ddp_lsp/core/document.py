@@ -29,6 +29,15 @@ from ddp_lsp.core.types import Pos
 _LINE_SPLIT = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")
 _MEMBER_PREFIX = "if 1:\n"
 
+# Parsed chunks an edit replaced, kept by text for a later edit that brings the text back: an
+# undo, a character typed and deleted again, a half-typed line deleted (the parse, its facts
+# and the rules' cached results come back with it). Per document, the newest RECENT_CHUNKS,
+# and the newest RECENT_CHUNKS of those that had stood through SETTLED_EDITS edits or more
+# (what a function was before a statement was typed into it key by key, which replaces it
+# once per key).
+RECENT_CHUNKS = 8
+SETTLED_EDITS = 8
+
 
 # New objects (allocations less deallocations) past which leaving a paused collector moves
 # them to the oldest generation (a 1,500-line module builds about 100,000; a function re-parsed
@@ -476,6 +485,13 @@ class Document:
         self.ranks = ranks or RankModel()
         self._lines = split_lines(text)
         self._starts = chunking.split(self._lines)
+        # Chunks replaced by recent edits, by (text, member_of), oldest first (RECENT_CHUNKS),
+        # and those of them that had stood for a while; the edit count at which a chunk now in
+        # the document was parsed (chunks of the first parse have none: they count as old).
+        self._recent: dict[tuple[str, str | None], tuple[ParsedChunk, int]] = {}
+        self._settled: dict[tuple[str, str | None], tuple[ParsedChunk, int]] = {}
+        self._born: dict[int, int] = {}
+        self._edits = 0
         with gc_paused():
             self._parsed = [self._parse(i, {}) for i in range(len(self._starts))]
         self._facts: ModuleFacts | None = None
@@ -588,6 +604,9 @@ class Document:
         self.ranks = ranks
         self._parsed = [parse_chunk(pc.text, pc.member_of, ranks) for pc in self._parsed]
         self._pairs = None
+        self._recent.clear()  # their facts were derived with the old rank names
+        self._settled.clear()
+        self._born.clear()
         self._facts = None
 
     # -- internals -----------------------------------------------------------------------------
@@ -600,9 +619,14 @@ class Document:
     def _parse(self, i: int, reuse: dict[tuple[str, str | None], ParsedChunk]) -> ParsedChunk:
         text = self._chunk_text(i, self._starts)
         member_of = self._starts[i].member_of
-        hit = reuse.get((text, member_of))
+        key = (text, member_of)
+        hit = reuse.get(key)
         if hit is not None:
             return hit
+        back = self._recent.get(key) or self._settled.get(key)
+        if back is not None:
+            self._born[id(back[0])] = back[1]  # as old as when it was replaced
+            return back[0]
         return parse_chunk(text, member_of, self.ranks)
 
     def _reindex(self, first_changed: int, last_changed: int, delta: int) -> None:
@@ -615,11 +639,34 @@ class Document:
             middle = [self._parse(i, reuse) for i in range(r.lo, r.hi_new)]
         old_middle_facts = [pc.facts for pc in old_parsed[r.lo : r.hi_old]]
         self._parsed = old_parsed[: r.lo] + middle + old_parsed[r.hi_old :]
+        self._remember(old_parsed[r.lo : r.hi_old], middle)
         new_middle_facts = [pc.facts for pc in middle]
         if new_middle_facts != old_middle_facts and not self._same_merge(
             old_middle_facts, new_middle_facts
         ):
             self._facts = None
+
+    def _remember(self, replaced: list[ParsedChunk], current: list[ParsedChunk]) -> None:
+        """Keep the chunks an edit replaced for an edit that brings their text back."""
+        self._edits += 1
+        recent, settled, born = self._recent, self._settled, self._born
+        kept = {id(pc) for pc in current}
+        for pc in replaced:
+            if id(pc) in kept:
+                continue
+            key = (pc.text, pc.member_of)
+            birth = born.pop(id(pc), -SETTLED_EDITS)  # of the first parse: old
+            tier = settled if self._edits - birth >= SETTLED_EDITS else recent
+            tier.pop(key, None)
+            tier[key] = (pc, birth)  # newest last
+        for pc in current:  # in the document (again): not kept here
+            key = (pc.text, pc.member_of)
+            recent.pop(key, None)
+            settled.pop(key, None)
+            born.setdefault(id(pc), self._edits)
+        for tier in (recent, settled):
+            while len(tier) > RECENT_CHUNKS:
+                del tier[next(iter(tier))]
 
     def _same_merge(self, old: list[ChunkFacts], new: list[ChunkFacts]) -> bool:
         """The chunks' facts changed, but not in anything the module merge reads (see
