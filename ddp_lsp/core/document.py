@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ddp_lsp.core import chunks as chunking
-from ddp_lsp.core.chunkcache import ChunkCache, FinishedFindings
+from ddp_lsp.core.chunkcache import AnalysisKey, ChunkCache, FinishedFindings
 from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.factmerge import merge_input
 from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, MergeCache, ModuleFacts, extract, merge
@@ -503,6 +503,9 @@ class Document:
         # The last analysis's findings-cache key: an equal key of a later analysis is replaced
         # by this object, so each chunk's cache lookup is an identity hit (ddp_lsp.core.engine).
         self.analysis_key: object | None = None
+        # (rank model, environment, rule tuple, key) of the last analysis: the same three
+        # objects give the same key without hashing them again (ddp_lsp.core.engine).
+        self.analysis_key_of: tuple[object, object, object, AnalysisKey] | None = None
         self.rules_ran = 0  # chunks whose rules the last analysis ran (tests, benchmarks)
         self.finished = FinishedFindings()  # the engine's last findings, finished (engine._finish)
 

@@ -193,3 +193,56 @@ def test_only_the_adapter_touches_pygls_private_names() -> None:
         if name in path.read_text(encoding="utf-8")
     ]
     assert found == []
+
+
+_CHANGES: list[Any] = [
+    [{"range": _R, "text": "x"}]
+    for _R in (
+        {"start": {"line": 0, "character": 1}, "end": {"line": 2, "character": 0}},
+        {"start": {"line": 5, "character": 0}, "end": {"line": 5, "character": 0}},
+    )
+] + [
+    [{"text": "whole\ntext 😀"}],
+    [
+        {
+            "range": {"start": {"line": 1, "character": 2}, "end": {"line": 1, "character": 4}},
+            "rangeLength": 2,
+            "text": "",
+        },
+        {"text": "then all"},
+    ],
+]
+
+
+@pytest.mark.parametrize("changes", _CHANGES)
+def test_the_didchange_fast_path_builds_what_pygls_converter_builds(changes: Any) -> None:
+    # transport.did_change_params skips pygls' converter for every keystroke: same objects.
+    from ddp_lsp.lsp.transport import did_change_params
+
+    _, protocol, _ = _server()
+    params = {"textDocument": {"uri": "file:///a.py", "version": 7}, "contentChanges": changes}
+    message = protocol.structure_message(
+        {"jsonrpc": "2.0", "method": lsp.TEXT_DOCUMENT_DID_CHANGE, "params": params}
+    )
+    assert did_change_params(params) == message.params
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        None,
+        {"textDocument": {"uri": "file:///a.py", "version": True}, "contentChanges": []},
+        {"textDocument": {"uri": "file:///a.py", "version": 2}, "contentChanges": [{}]},
+        {
+            "textDocument": {"uri": "file:///a.py", "version": 2},
+            "contentChanges": [
+                {"range": {"start": {"line": -1, "character": 0}, "end": {}}, "text": ""}
+            ],
+        },
+        {"textDocument": {"uri": 3, "version": 2}, "contentChanges": []},
+    ],
+)
+def test_odd_didchange_params_are_left_to_pygls(params: Any) -> None:
+    from ddp_lsp.lsp.transport import did_change_params
+
+    assert did_change_params(params) is None
