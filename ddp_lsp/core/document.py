@@ -105,6 +105,8 @@ class ParsedChunk:
     problem: SyntaxProblem | None
     newer_syntax: bool  # ast rejected it but a newer grammar accepts it: not analysed
     facts: ChunkFacts
+    # The chunk's lines; of a repaired chunk, the repaired ones (what ``tree`` was parsed from,
+    # what the rules read: the half-typed line is the ``pass`` or the closed bracket there).
     lines: list[str]
     # Chunk-relative lines a repair changed to make the chunk parse (see ``repair``): the rules
     # run on the repaired tree, and their findings touching these lines are dropped.
@@ -114,7 +116,18 @@ class ParsedChunk:
     cache: ChunkCache = field(default_factory=ChunkCache)
 
 
-def parse_chunk(text: str, member_of: str | None, ranks: RankModel) -> ParsedChunk:
+# Repaired chunks by what they were repaired to: (repaired lines, member_of, lines changed).
+RepairMemo = dict[tuple[tuple[str, ...], str | None, frozenset[int]], ParsedChunk]
+REPAIRED_CHUNKS = 8
+
+
+def parse_chunk(
+    text: str, member_of: str | None, ranks: RankModel, memo: RepairMemo | None = None
+) -> ParsedChunk:
+    """``memo``: repaired chunks of earlier texts (a document's, parsed with ``ranks``); a text
+    repaired to the same lines as one of them shares its tree, facts and the rules' cached
+    results (all functions of the repaired lines), e.g. every key of `if dist.get_rank() == 0`
+    typed before its ':' is set aside as the same `pass`."""
     lines = split_lines(text)
     src = _MEMBER_PREFIX + text if member_of is not None else text
     line_base = -1 if member_of is not None else 0
@@ -123,7 +136,7 @@ def parse_chunk(text: str, member_of: str | None, ranks: RankModel) -> ParsedChu
             warnings.simplefilter("ignore")  # SyntaxWarning for "\d" and friends
             tree = ast.parse(src)
     except SyntaxError as exc:
-        return _broken(text, member_of, lines, line_base, exc, ranks)
+        return _broken(text, member_of, lines, line_base, exc, ranks, memo)
     except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
         problem = SyntaxProblem(0, 0, _problem_message(exc))
         return ParsedChunk(text, member_of, None, [], line_base, problem, False, EMPTY_FACTS, lines)
@@ -147,6 +160,7 @@ def _broken(
     line_base: int,
     exc: SyntaxError,
     ranks: RankModel,
+    memo: RepairMemo | None = None,
 ) -> ParsedChunk:
     nul = text.find("\x00")
     if nul >= 0:
@@ -171,15 +185,46 @@ def _broken(
     problem = SyntaxProblem(line, col, message)
     fixed = repair(lines, member_of, line_base, exc) if nul < 0 else None
     if fixed is not None:
+        key = (fixed.source, member_of, fixed.lines)
+        hit = memo.pop(key, None) if memo is not None else None
+        if memo is not None and hit is not None:
+            memo[key] = hit  # the newest again
+            return ParsedChunk(
+                text,
+                member_of,
+                hit.tree,
+                hit.body,
+                line_base,
+                problem,
+                False,
+                hit.facts,
+                hit.lines,
+                hit.repaired,
+                hit.cache,
+            )
         tree = fixed.tree
         if member_of is not None:
             head = tree.body[0]
             assert isinstance(head, ast.If)
             tree = ast.Module(body=head.body, type_ignores=[])
         facts = _facts_or_empty(tree, member_of, ranks)
-        return ParsedChunk(
-            text, member_of, tree, tree.body, line_base, problem, False, facts, lines, fixed.lines
+        repaired = ParsedChunk(
+            text,
+            member_of,
+            tree,
+            tree.body,
+            line_base,
+            problem,
+            False,
+            facts,
+            list(fixed.source),
+            fixed.lines,
         )
+        if memo is not None:
+            memo[key] = repaired
+            while len(memo) > REPAIRED_CHUNKS:
+                del memo[next(iter(memo))]
+        return repaired
     # No repair found: the statements before the error still count (a run of module-level
     # statements where the user is typing the last one): their facts and findings are kept.
     tree = _salvage(lines, line, ranks) if member_of is None else None
@@ -289,6 +334,7 @@ _BLOCK_AFTER = re.compile(r"expected an indented block after .* on line (\d+)")
 class Repair:
     tree: ast.Module
     lines: frozenset[int]  # chunk-relative lines that were changed to make the chunk parse
+    source: tuple[str, ...]  # the chunk's lines as repaired (what ``tree`` was parsed from)
 
 
 def _scan_brackets(line: str, stack: list[str], quote: str | None) -> tuple[str | None, int]:
@@ -466,7 +512,7 @@ def repair(
         for cand in _candidates(current, first, end):
             got = _try_parse(cand, member_of)
             if isinstance(got, ast.Module):
-                return Repair(got, frozenset(touched))
+                return Repair(got, frozenset(touched), tuple(cand))
             if got is None:
                 return None
             if next_exc is None or (got.lineno or 0) > (next_exc.lineno or 0):
@@ -492,6 +538,7 @@ class Document:
         self._settled: dict[tuple[str, str | None], tuple[ParsedChunk, int]] = {}
         self._born: dict[int, int] = {}
         self._edits = 0
+        self._repaired: RepairMemo = {}  # see parse_chunk
         with gc_paused():
             self._parsed = [self._parse(i, {}) for i in range(len(self._starts))]
         self._facts: ModuleFacts | None = None
@@ -610,6 +657,7 @@ class Document:
         self._recent.clear()  # their facts were derived with the old rank names
         self._settled.clear()
         self._born.clear()
+        self._repaired.clear()
         self._facts = None
 
     # -- internals -----------------------------------------------------------------------------
@@ -630,7 +678,7 @@ class Document:
         if back is not None:
             self._born[id(back[0])] = back[1]  # as old as when it was replaced
             return back[0]
-        return parse_chunk(text, member_of, self.ranks)
+        return parse_chunk(text, member_of, self.ranks, self._repaired)
 
     def _reindex(self, first_changed: int, last_changed: int, delta: int) -> None:
         old_parsed = self._parsed

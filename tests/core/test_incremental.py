@@ -362,3 +362,29 @@ def test_an_edit_undone_brings_back_the_chunk_its_parse_and_its_findings() -> No
     assert dict(doc.chunks())[start] is before
     assert _key(doc) == _key(text)
     assert doc.rules_ran == 0
+
+
+def test_keys_that_leave_a_line_set_aside_the_same_way_run_no_rules() -> None:
+    """`if dist.get_rank() == 0` typed key by key before its ':': from `if` on, every key
+    leaves a chunk repaired to the same lines (the half-typed line set aside as `pass`), so
+    the chunk shares the first such key's tree, facts and findings; the rules run once, and
+    the findings equal a fresh analysis of each text. The rules read the repaired lines."""
+    text = module(200)
+    doc = Document(text, SETTINGS.rank_model)
+    analyze(doc, SETTINGS)
+    at = next(i for i, line in enumerate(doc.lines) if i > 60 and "running += loss" in line)
+    end = len(doc.lines[at].rstrip("\n"))
+    doc.apply_edit(Pos(at, end), Pos(at, end), "\n        ")
+    analyze(doc, SETTINGS)
+    start = max(s for s, _ in doc.chunks() if s <= at + 1)
+    ran = []
+    for ch in "if dist.get_rank() == 0":
+        n = len(doc.lines[at + 1].rstrip("\n"))
+        doc.apply_edit(Pos(at + 1, n), Pos(at + 1, n), ch)
+        analyze(doc, SETTINGS)
+        ran.append(doc.rules_ran)
+        assert _key(doc) == _key(doc.text)
+    chunk = dict(doc.chunks())[start]
+    assert chunk.problem is not None and chunk.lines[at + 1 - start] == "        pass\n"
+    # `i` parses (a name); `if` and every key after it are set aside as the same `pass`.
+    assert ran[:2] == [1, 1] and ran[2:] == [0] * (len(ran) - 2)
