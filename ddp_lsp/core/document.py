@@ -541,6 +541,8 @@ class Document:
         self._repaired: RepairMemo = {}  # see parse_chunk
         with gc_paused():
             self._parsed = [self._parse(i, {}) for i in range(len(self._starts))]
+        # How many chunks only a newer grammar parses (the engine's not_analysed reads it).
+        self.newer_syntax_chunks = sum(pc.newer_syntax for pc in self._parsed)
         self._facts: ModuleFacts | None = None
         self._last_facts: ModuleFacts | None = None
         self._facts_assume: bool | None = None
@@ -653,6 +655,7 @@ class Document:
             return
         self.ranks = ranks
         self._parsed = [parse_chunk(pc.text, pc.member_of, ranks) for pc in self._parsed]
+        self.newer_syntax_chunks = sum(pc.newer_syntax for pc in self._parsed)
         self._pairs = None
         self._recent.clear()  # their facts were derived with the old rank names
         self._settled.clear()
@@ -690,6 +693,9 @@ class Document:
             middle = [self._parse(i, reuse) for i in range(r.lo, r.hi_new)]
         old_middle_facts = [pc.facts for pc in old_parsed[r.lo : r.hi_old]]
         self._parsed = old_parsed[: r.lo] + middle + old_parsed[r.hi_old :]
+        self.newer_syntax_chunks += sum(pc.newer_syntax for pc in middle) - sum(
+            pc.newer_syntax for pc in old_parsed[r.lo : r.hi_old]
+        )
         self._remember(old_parsed[r.lo : r.hi_old], middle)
         new_middle_facts = [pc.facts for pc in middle]
         if new_middle_facts != old_middle_facts and not self._same_merge(

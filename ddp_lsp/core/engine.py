@@ -148,6 +148,8 @@ def _analysis_key(
 def not_analysed(doc: Document) -> tuple[NotAnalysed, ...]:
     """The chunks skipped because only a newer grammar than this interpreter's parses them."""
     out: list[NotAnalysed] = []
+    if not doc.newer_syntax_chunks:
+        return ()  # (every keystroke asks; walking 1,400 chunks to find none cost 0.4 ms)
     for start, chunk in doc.chunks():
         if chunk.newer_syntax:
             body = [i for i, text in enumerate(chunk.lines) if text.strip()]

@@ -212,21 +212,29 @@ class ResultIds:
 
     def __init__(self) -> None:
         self._seq = 0
-        self._held: dict[str, tuple[list[Any], str]] = {}
+        # uri -> (the diagnostics last seen, their signature, resultId)
+        self._held: dict[str, tuple[list[dict[str, Any]], list[Any], str]] = {}
 
     def get(self, uri: str, diagnostics: list[dict[str, Any]]) -> str:
-        sig = [(d["range"], d["code"], d["message"], d["severity"]) for d in diagnostics]
         held = self._held.get(uri)
-        if held is not None and held[0] == sig:
-            return held[1]
+        if (
+            held is not None
+            and len(held[0]) == len(diagnostics)
+            and all(a is b for a, b in zip(held[0], diagnostics, strict=True))
+        ):
+            return held[2]  # the very same dicts (never changed once published): unchanged
+        sig = [(d["range"], d["code"], d["message"], d["severity"]) for d in diagnostics]
+        if held is not None and held[1] == sig:
+            self._held[uri] = (list(diagnostics), sig, held[2])
+            return held[2]
         self._seq += 1
         rid = str(self._seq)
-        self._held[uri] = (sig, rid)
+        self._held[uri] = (list(diagnostics), sig, rid)
         return rid
 
     def current(self, uri: str) -> str | None:
         held = self._held.get(uri)
-        return None if held is None else held[1]
+        return None if held is None else held[2]
 
     def forget(self, uri: str) -> None:
         self._held.pop(uri, None)
