@@ -23,7 +23,7 @@ of them the client's collector tracks once ``json.loads`` built them (CPython tr
 only once it holds a container, so ``{"line": 1, "character": 2}`` costs a collection
 nothing, a ``range`` holding two of them does).
 ``--tag-support`` adds ``tagSupport`` (Unnecessary, Deprecated) to the ``publishDiagnostics``
-capabilities the harness declares, as VS Code, Neovim and Helix do: the server then sends the
+capabilities the harness declares, as VS Code, Neovim and Emacs do: the server then sends the
 ``tags`` a real editor gets (the harness as it is declares none, and ddp-lsp sends a client only
 the tags it declared), and the figures show what those publications cost a client that keeps
 them.
