@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ddp_lsp.core import chunks as chunking
-from ddp_lsp.core.chunkcache import ChunkCache, FinishedFindings
+from ddp_lsp.core.chunkcache import AnalysisKey, ChunkCache, FinishedFindings
 from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.factmerge import merge_input
 from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, MergeCache, ModuleFacts, extract, merge
@@ -28,6 +28,15 @@ from ddp_lsp.core.types import Pos
 
 _LINE_SPLIT = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")
 _MEMBER_PREFIX = "if 1:\n"
+
+# Parsed chunks an edit replaced, kept by text for a later edit that brings the text back: an
+# undo, a character typed and deleted again, a half-typed line deleted (the parse, its facts
+# and the rules' cached results come back with it). Per document, the newest RECENT_CHUNKS,
+# and the newest RECENT_CHUNKS of those that had stood through SETTLED_EDITS edits or more
+# (what a function was before a statement was typed into it key by key, which replaces it
+# once per key).
+RECENT_CHUNKS = 8
+SETTLED_EDITS = 8
 
 
 # New objects (allocations less deallocations) past which leaving a paused collector moves
@@ -96,6 +105,8 @@ class ParsedChunk:
     problem: SyntaxProblem | None
     newer_syntax: bool  # ast rejected it but a newer grammar accepts it: not analysed
     facts: ChunkFacts
+    # The chunk's lines; of a repaired chunk, the repaired ones (what ``tree`` was parsed from,
+    # what the rules read: the half-typed line is the ``pass`` or the closed bracket there).
     lines: list[str]
     # Chunk-relative lines a repair changed to make the chunk parse (see ``repair``): the rules
     # run on the repaired tree, and their findings touching these lines are dropped.
@@ -105,7 +116,18 @@ class ParsedChunk:
     cache: ChunkCache = field(default_factory=ChunkCache)
 
 
-def parse_chunk(text: str, member_of: str | None, ranks: RankModel) -> ParsedChunk:
+# Repaired chunks by what they were repaired to: (repaired lines, member_of, lines changed).
+RepairMemo = dict[tuple[tuple[str, ...], str | None, frozenset[int]], ParsedChunk]
+REPAIRED_CHUNKS = 8
+
+
+def parse_chunk(
+    text: str, member_of: str | None, ranks: RankModel, memo: RepairMemo | None = None
+) -> ParsedChunk:
+    """``memo``: repaired chunks of earlier texts (a document's, parsed with ``ranks``); a text
+    repaired to the same lines as one of them shares its tree, facts and the rules' cached
+    results (all functions of the repaired lines), e.g. every key of `if dist.get_rank() == 0`
+    typed before its ':' is set aside as the same `pass`."""
     lines = split_lines(text)
     src = _MEMBER_PREFIX + text if member_of is not None else text
     line_base = -1 if member_of is not None else 0
@@ -114,7 +136,7 @@ def parse_chunk(text: str, member_of: str | None, ranks: RankModel) -> ParsedChu
             warnings.simplefilter("ignore")  # SyntaxWarning for "\d" and friends
             tree = ast.parse(src)
     except SyntaxError as exc:
-        return _broken(text, member_of, lines, line_base, exc, ranks)
+        return _broken(text, member_of, lines, line_base, exc, ranks, memo)
     except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
         problem = SyntaxProblem(0, 0, _problem_message(exc))
         return ParsedChunk(text, member_of, None, [], line_base, problem, False, EMPTY_FACTS, lines)
@@ -138,6 +160,7 @@ def _broken(
     line_base: int,
     exc: SyntaxError,
     ranks: RankModel,
+    memo: RepairMemo | None = None,
 ) -> ParsedChunk:
     nul = text.find("\x00")
     if nul >= 0:
@@ -162,15 +185,46 @@ def _broken(
     problem = SyntaxProblem(line, col, message)
     fixed = repair(lines, member_of, line_base, exc) if nul < 0 else None
     if fixed is not None:
+        key = (fixed.source, member_of, fixed.lines)
+        hit = memo.pop(key, None) if memo is not None else None
+        if memo is not None and hit is not None:
+            memo[key] = hit  # the newest again
+            return ParsedChunk(
+                text,
+                member_of,
+                hit.tree,
+                hit.body,
+                line_base,
+                problem,
+                False,
+                hit.facts,
+                hit.lines,
+                hit.repaired,
+                hit.cache,
+            )
         tree = fixed.tree
         if member_of is not None:
             head = tree.body[0]
             assert isinstance(head, ast.If)
             tree = ast.Module(body=head.body, type_ignores=[])
         facts = _facts_or_empty(tree, member_of, ranks)
-        return ParsedChunk(
-            text, member_of, tree, tree.body, line_base, problem, False, facts, lines, fixed.lines
+        repaired = ParsedChunk(
+            text,
+            member_of,
+            tree,
+            tree.body,
+            line_base,
+            problem,
+            False,
+            facts,
+            list(fixed.source),
+            fixed.lines,
         )
+        if memo is not None:
+            memo[key] = repaired
+            while len(memo) > REPAIRED_CHUNKS:
+                del memo[next(iter(memo))]
+        return repaired
     # No repair found: the statements before the error still count (a run of module-level
     # statements where the user is typing the last one): their facts and findings are kept.
     tree = _salvage(lines, line, ranks) if member_of is None else None
@@ -280,6 +334,7 @@ _BLOCK_AFTER = re.compile(r"expected an indented block after .* on line (\d+)")
 class Repair:
     tree: ast.Module
     lines: frozenset[int]  # chunk-relative lines that were changed to make the chunk parse
+    source: tuple[str, ...]  # the chunk's lines as repaired (what ``tree`` was parsed from)
 
 
 def _scan_brackets(line: str, stack: list[str], quote: str | None) -> tuple[str | None, int]:
@@ -457,7 +512,7 @@ def repair(
         for cand in _candidates(current, first, end):
             got = _try_parse(cand, member_of)
             if isinstance(got, ast.Module):
-                return Repair(got, frozenset(touched))
+                return Repair(got, frozenset(touched), tuple(cand))
             if got is None:
                 return None
             if next_exc is None or (got.lineno or 0) > (next_exc.lineno or 0):
@@ -476,8 +531,18 @@ class Document:
         self.ranks = ranks or RankModel()
         self._lines = split_lines(text)
         self._starts = chunking.split(self._lines)
+        # Chunks replaced by recent edits, by (text, member_of), oldest first (RECENT_CHUNKS),
+        # and those of them that had stood for a while; the edit count at which a chunk now in
+        # the document was parsed (chunks of the first parse have none: they count as old).
+        self._recent: dict[tuple[str, str | None], tuple[ParsedChunk, int]] = {}
+        self._settled: dict[tuple[str, str | None], tuple[ParsedChunk, int]] = {}
+        self._born: dict[int, int] = {}
+        self._edits = 0
+        self._repaired: RepairMemo = {}  # see parse_chunk
         with gc_paused():
             self._parsed = [self._parse(i, {}) for i in range(len(self._starts))]
+        # How many chunks only a newer grammar parses (the engine's not_analysed reads it).
+        self.newer_syntax_chunks = sum(pc.newer_syntax for pc in self._parsed)
         self._facts: ModuleFacts | None = None
         self._last_facts: ModuleFacts | None = None
         self._facts_assume: bool | None = None
@@ -487,6 +552,9 @@ class Document:
         # The last analysis's findings-cache key: an equal key of a later analysis is replaced
         # by this object, so each chunk's cache lookup is an identity hit (ddp_lsp.core.engine).
         self.analysis_key: object | None = None
+        # (rank model, environment, rule tuple, key) of the last analysis: the same three
+        # objects give the same key without hashing them again (ddp_lsp.core.engine).
+        self.analysis_key_of: tuple[object, object, object, AnalysisKey] | None = None
         self.rules_ran = 0  # chunks whose rules the last analysis ran (tests, benchmarks)
         self.finished = FinishedFindings()  # the engine's last findings, finished (engine._finish)
 
@@ -587,7 +655,12 @@ class Document:
             return
         self.ranks = ranks
         self._parsed = [parse_chunk(pc.text, pc.member_of, ranks) for pc in self._parsed]
+        self.newer_syntax_chunks = sum(pc.newer_syntax for pc in self._parsed)
         self._pairs = None
+        self._recent.clear()  # their facts were derived with the old rank names
+        self._settled.clear()
+        self._born.clear()
+        self._repaired.clear()
         self._facts = None
 
     # -- internals -----------------------------------------------------------------------------
@@ -600,10 +673,15 @@ class Document:
     def _parse(self, i: int, reuse: dict[tuple[str, str | None], ParsedChunk]) -> ParsedChunk:
         text = self._chunk_text(i, self._starts)
         member_of = self._starts[i].member_of
-        hit = reuse.get((text, member_of))
+        key = (text, member_of)
+        hit = reuse.get(key)
         if hit is not None:
             return hit
-        return parse_chunk(text, member_of, self.ranks)
+        back = self._recent.get(key) or self._settled.get(key)
+        if back is not None:
+            self._born[id(back[0])] = back[1]  # as old as when it was replaced
+            return back[0]
+        return parse_chunk(text, member_of, self.ranks, self._repaired)
 
     def _reindex(self, first_changed: int, last_changed: int, delta: int) -> None:
         old_parsed = self._parsed
@@ -615,11 +693,37 @@ class Document:
             middle = [self._parse(i, reuse) for i in range(r.lo, r.hi_new)]
         old_middle_facts = [pc.facts for pc in old_parsed[r.lo : r.hi_old]]
         self._parsed = old_parsed[: r.lo] + middle + old_parsed[r.hi_old :]
+        self.newer_syntax_chunks += sum(pc.newer_syntax for pc in middle) - sum(
+            pc.newer_syntax for pc in old_parsed[r.lo : r.hi_old]
+        )
+        self._remember(old_parsed[r.lo : r.hi_old], middle)
         new_middle_facts = [pc.facts for pc in middle]
         if new_middle_facts != old_middle_facts and not self._same_merge(
             old_middle_facts, new_middle_facts
         ):
             self._facts = None
+
+    def _remember(self, replaced: list[ParsedChunk], current: list[ParsedChunk]) -> None:
+        """Keep the chunks an edit replaced for an edit that brings their text back."""
+        self._edits += 1
+        recent, settled, born = self._recent, self._settled, self._born
+        kept = {id(pc) for pc in current}
+        for pc in replaced:
+            if id(pc) in kept:
+                continue
+            key = (pc.text, pc.member_of)
+            birth = born.pop(id(pc), -SETTLED_EDITS)  # of the first parse: old
+            tier = settled if self._edits - birth >= SETTLED_EDITS else recent
+            tier.pop(key, None)
+            tier[key] = (pc, birth)  # newest last
+        for pc in current:  # in the document (again): not kept here
+            key = (pc.text, pc.member_of)
+            recent.pop(key, None)
+            settled.pop(key, None)
+            born.setdefault(id(pc), self._edits)
+        for tier in (recent, settled):
+            while len(tier) > RECENT_CHUNKS:
+                del tier[next(iter(tier))]
 
     def _same_merge(self, old: list[ChunkFacts], new: list[ChunkFacts]) -> bool:
         """The chunks' facts changed, but not in anything the module merge reads (see

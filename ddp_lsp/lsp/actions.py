@@ -157,8 +157,6 @@ def code_actions(
     b = codec.to_core(lines, rng.end.line + offset, rng.end.character)
     only = context.only
     builder = _EditBuilder(state, unit)
-    diags = unit.diagnostics.get(uri, [])
-    by_index = {d["data"]["index"]: d for d in diags}
     client_diags = {
         (
             d.code,
@@ -171,10 +169,14 @@ def code_actions(
         if d.source == SOURCE
     }
 
-    def diagnostic_for(i: int) -> lsp.Diagnostic | None:
-        d = by_index.get(i)
-        if d is None:
+    def diagnostic_for(f: Finding) -> lsp.Diagnostic | None:
+        """The diagnostic published for ``f`` (the client's own copy when it sent it back):
+        the actions are built from the current findings, never from anything the client
+        carries, so a diagnostic needs no ``data`` to be found again."""
+        hit = unit.rendered.get(id(f))
+        if hit is None or hit[0] is not f or hit[2] != uri:
             return None
+        d = hit[3]
         r = d["range"]
         key = (
             d["code"],
@@ -187,12 +189,12 @@ def code_actions(
 
     out: list[lsp.CodeAction] = []
     if _wants(only, lsp.CodeActionKind.QuickFix):
-        for i, f in enumerate(unit.findings):
+        for f in unit.findings:
             if not _overlaps(f.span, a, b):
                 continue
             if unit.locate_line(f.span.start.line)[0] != uri:
                 continue
-            diag = diagnostic_for(i)
+            diag = diagnostic_for(f)
             preferred = f.preferred_fix
             for fix in f.fixes:
                 edit = builder.workspace_edit(fix.edits)

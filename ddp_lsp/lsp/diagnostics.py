@@ -1,15 +1,28 @@
 """Findings -> LSP diagnostics, built as plain JSON-ready dicts.
 
 Diagnostics are published on every keystroke, so they skip the attrs/cattrs round trip: a
-dict per finding is all ``json.dumps`` needs. ``data`` carries what a code action needs to find
-the finding again without re-analysis: the rule id, the document version the finding belongs
-to, its index in that version's findings, and whether it has a (safe) fix.
+dict per finding is all ``json.dumps`` needs. Every publication repeats the whole list (LSP's
+rule), and a client pays for each JSON object of each publication (VS Code converts every
+diagnostic; a Python client's collector scans every one it keeps), so a diagnostic carries what
+a client shows and nothing more:
+
+- no ``data``: a code action finds its finding among the server's current findings by range
+  (``actions.py``), so there is nothing to carry back;
+- ``tags`` only for the tags the client declared (``tagSupport.valueSet``) and
+  ``relatedInformation`` only when it declared ``relatedInformation``, as LSP asks
+  (:class:`DiagnosticSupport`); a client that cannot show them does not get them.
+
+A diagnostic dict is never changed once published: the next analysis reuses it as it is for a
+finding that stayed (``ServerState._render``), and :class:`PublicationEncoder` reuses its JSON
+text, so a publication encodes only the diagnostics that are new.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -22,6 +35,36 @@ from ddp_lsp.lsp.convert import Codec
 SOURCE = "ddp-lsp"
 
 
+@dataclass(frozen=True)
+class DiagnosticSupport:
+    """What of a diagnostic the client declared it can show (``publishDiagnostics`` client
+    capabilities): the ``tags`` it knows, and whether it takes ``relatedInformation``."""
+
+    tags: frozenset[int] = frozenset({1, 2})
+    related: bool = True
+
+
+# Everything: the state's default until ``initialize`` says what the client shows (unit tests
+# drive the state without one).
+ALL = DiagnosticSupport()
+
+
+def diagnostic_support(caps: Any) -> DiagnosticSupport:
+    """From lsprotocol ``ClientCapabilities``: ``textDocument.publishDiagnostics``, and
+    ``textDocument.diagnostic`` where the client declares the same for pulled diagnostics."""
+    td = getattr(caps, "text_document", None)
+    tags: set[int] = set()
+    related = False
+    for c in (getattr(td, "publish_diagnostics", None), getattr(td, "diagnostic", None)):
+        if c is None:
+            continue
+        related = related or bool(getattr(c, "related_information", False))
+        tag_support = getattr(c, "tag_support", None)
+        for t in getattr(tag_support, "value_set", None) or ():
+            tags.add(int(t))
+    return DiagnosticSupport(frozenset(tags), related)
+
+
 @lru_cache(maxsize=256)
 def rule_url(rule_id: str) -> str | None:
     from ddp_lsp.core.registry import meta_by_id
@@ -32,12 +75,11 @@ def rule_url(rule_id: str) -> str | None:
 
 def to_diagnostic(
     finding: Finding,
-    index: int,
-    version: int | None,
     lines: Sequence[str],
     codec: Codec,
     uri_for_line: Any = None,
     line_offset: int = 0,
+    support: DiagnosticSupport = ALL,
 ) -> dict[str, Any]:
     """One diagnostic; ``line_offset`` maps a notebook's concatenated lines back to a cell."""
     span = finding.span
@@ -52,19 +94,15 @@ def to_diagnostic(
         "code": finding.rule_id,
         "source": SOURCE,
         "message": finding.message,
-        "data": {
-            "ruleId": finding.rule_id,
-            "version": version,
-            "index": index,
-            "fixable": bool(finding.fixes),
-        },
     }
     url = rule_url(finding.rule_id)
     if url:
         diag["codeDescription"] = {"href": url}
     if finding.tags:
-        diag["tags"] = [int(t) for t in finding.tags]
-    if finding.related:
+        tags = [int(t) for t in finding.tags if int(t) in support.tags]
+        if tags:
+            diag["tags"] = tags
+    if finding.related and support.related:
         related = []
         for rel in finding.related:
             if rel.path is not None:
@@ -106,7 +144,6 @@ def as_lsp(d: dict[str, Any]) -> lsp.Diagnostic:
         severity=lsp.DiagnosticSeverity(d["severity"]),
         code=d["code"],
         source=d["source"],
-        data=d.get("data"),
     )
     if "codeDescription" in d:
         diag.code_description = lsp.CodeDescription(href=d["codeDescription"]["href"])
@@ -195,10 +232,10 @@ def moved_pool(
 def reuse_moved(
     pool: dict[tuple[object, ...], list[Rendered]],
     f: Finding,
-    index: int,
-    version: int | None,
     lines: list[str],
 ) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    """A copy of a gone finding's diagnostic with its lines moved to ``f``'s, when ``f`` shows
+    the same and the lines it covers hold the same text (else None, and those texts)."""
     candidates = pool.get(content_key(f))
     if not candidates:
         return None, ()
@@ -213,7 +250,8 @@ def reuse_moved(
         diag["range"] = moved_range(src["range"], delta)
         if "relatedInformation" in src:
             # Same-file locations move with the finding; other files' do not. Entries are in
-            # the order of ``f.related`` (see diagnostics.to_diagnostic).
+            # the order of ``f.related`` (see to_diagnostic; present only when the client
+            # takes related information, and then one per shown location).
             moved_rel = []
             shown = [r for r in f.related if r.path is None or os.path.isabs(r.path)]
             for r, entry in zip(shown, src["relatedInformation"], strict=True):
@@ -225,10 +263,6 @@ def reuse_moved(
                     }
                 moved_rel.append(entry)
             diag["relatedInformation"] = moved_rel
-        data = dict(src["data"])
-        data["version"] = version
-        data["index"] = index
-        diag["data"] = data
         return diag, texts
     return None, texts
 
@@ -238,3 +272,37 @@ def moved_range(rng: dict[str, Any], delta: int) -> dict[str, Any]:
         "start": {"line": rng["start"]["line"] + delta, "character": rng["start"]["character"]},
         "end": {"line": rng["end"]["line"] + delta, "character": rng["end"]["character"]},
     }
+
+
+# -- the publication's JSON ----------------------------------------------------------------------
+
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class PublicationEncoder:
+    """``textDocument/publishDiagnostics`` as JSON text, each diagnostic encoded once.
+
+    Keeps, per URI, the JSON of each diagnostic dict of its last publication (by identity: a
+    published dict is never changed); the next publication of that URI encodes only the dicts
+    it has not seen. ASCII output, as ``json.dumps`` writes it."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, dict[int, tuple[dict[str, Any], str]]] = {}
+
+    def encode(self, uri: str, version: int | None, diagnostics: list[dict[str, Any]]) -> str:
+        old = self._held.get(uri, {})
+        new: dict[int, tuple[dict[str, Any], str]] = {}
+        parts: list[str] = []
+        for d in diagnostics:
+            hit = old.get(id(d))
+            if hit is None or hit[0] is not d:
+                hit = (d, _encode(d))
+            new[id(d)] = hit
+            parts.append(hit[1])
+        if new:
+            self._held[uri] = new
+        else:
+            self._held.pop(uri, None)  # closed, or nothing to show: nothing to keep
+        head = '{"jsonrpc":"2.0","method":"textDocument/publishDiagnostics","params":{"uri":'
+        ver = "" if version is None else f',"version":{int(version)}'
+        return f'{head}{_encode(uri)}{ver},"diagnostics":[{",".join(parts)}]}}}}'

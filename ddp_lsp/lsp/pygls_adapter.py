@@ -4,9 +4,10 @@ pygls 2.x gives no public way to do a few things the server needs, so this modul
 into pygls' private names, and no other module does (``tests/lsp/test_pygls_adapter.py`` pins
 the behaviour relied on here, so a pygls upgrade that changes it fails that test first):
 
-- ``JsonRPCProtocol._send_data(dict)`` writes one message: diagnostics go out as plain dicts,
-  skipping the converter (which matters at 20,000 lines), and protocol errors are answered
-  for messages pygls never parsed (see ``transport.py``);
+- ``JsonRPCProtocol._send_data(dict)`` writes one message: protocol errors are answered for
+  messages pygls never parsed (see ``transport.py``); ``writer``, ``_include_headers``,
+  ``CONTENT_TYPE`` and ``CHARSET``: diagnostics go out as JSON the server encoded itself,
+  framed as ``_send_data`` frames a message (``send_json``);
 - ``JsonRPCProtocol._shutdown``: set by ``shutdown``; ``lsp_exit`` exits 0 when it is set;
 - ``JsonRPCProtocol._request_futures`` (message id -> future, both ways) and ``msg_id``
   (the request being handled): shutdown cancels what is pending, except itself;
@@ -19,6 +20,7 @@ the behaviour relied on here, so a pygls upgrade that changes it fails that test
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from typing import TYPE_CHECKING, Any
@@ -149,6 +151,34 @@ class DdpProtocol(LanguageServerProtocol):
 def send_raw(protocol: LanguageServerProtocol, message: dict[str, Any]) -> None:
     """Write one JSON-RPC message given as a plain dict (no converter round trip)."""
     protocol._send_data(message)
+
+
+def send_json(protocol: LanguageServerProtocol, body: str) -> None:
+    """Write one JSON-RPC message already encoded as JSON text (ASCII, as ``json.dumps``
+    writes it), framed as pygls frames its own messages; nothing after ``exit``."""
+    if isinstance(protocol, DdpProtocol) and protocol._closed:
+        log.debug("not sent, the server is exiting: %.200s", body)
+        return
+    writer = protocol.writer
+    if writer is None:
+        log.error("Unable to send data, no available transport!")
+        return
+    data = body.encode(protocol.CHARSET)
+    if protocol._include_headers:
+        header = (
+            f"Content-Length: {len(data)}\r\n"
+            f"Content-Type: {protocol.CONTENT_TYPE}; charset={protocol.CHARSET}\r\n\r\n"
+        )
+        data = header.encode("ascii") + data
+    try:
+        res = writer.write(data)
+        if inspect.isawaitable(res):
+            asyncio.ensure_future(res)
+    except BrokenPipeError:
+        log.exception("Error sending data. BrokenPipeError", exc_info=True)
+        raise
+    except Exception:
+        log.exception("Error sending data", exc_info=True)
 
 
 def is_shut_down(protocol: LanguageServerProtocol) -> bool:

@@ -24,6 +24,8 @@ from ddp_lsp.core.types import Finding, Pos
 from ddp_lsp.lsp.configuration import ConfigurationService, uri_to_path
 from ddp_lsp.lsp.convert import UTF16, Codec
 from ddp_lsp.lsp.diagnostics import (
+    ALL,
+    DiagnosticSupport,
     Rendered,
     covered_lines,
     moved_pool,
@@ -204,27 +206,35 @@ class Unit:
 class ResultIds:
     """The resultIds of pulled diagnostics, one scheme for document and workspace pulls: a
     document's id changes exactly when what the user sees of it changes (range, code, message,
-    severity; not the version in ``data``), and ids come from one server-wide counter, so a
-    document reopened (or a closed file re-read after an open) is never answered "unchanged"
-    against an id an earlier incarnation handed out."""
+    severity), and ids come from one server-wide counter, so a document reopened (or a closed
+    file re-read after an open) is never answered "unchanged" against an id an earlier
+    incarnation handed out."""
 
     def __init__(self) -> None:
         self._seq = 0
-        self._held: dict[str, tuple[list[Any], str]] = {}
+        # uri -> (the diagnostics last seen, their signature, resultId)
+        self._held: dict[str, tuple[list[dict[str, Any]], list[Any], str]] = {}
 
     def get(self, uri: str, diagnostics: list[dict[str, Any]]) -> str:
-        sig = [(d["range"], d["code"], d["message"], d["severity"]) for d in diagnostics]
         held = self._held.get(uri)
-        if held is not None and held[0] == sig:
-            return held[1]
+        if (
+            held is not None
+            and len(held[0]) == len(diagnostics)
+            and all(a is b for a, b in zip(held[0], diagnostics, strict=True))
+        ):
+            return held[2]  # the very same dicts (never changed once published): unchanged
+        sig = [(d["range"], d["code"], d["message"], d["severity"]) for d in diagnostics]
+        if held is not None and held[1] == sig:
+            self._held[uri] = (list(diagnostics), sig, held[2])
+            return held[2]
         self._seq += 1
         rid = str(self._seq)
-        self._held[uri] = (sig, rid)
+        self._held[uri] = (list(diagnostics), sig, rid)
         return rid
 
     def current(self, uri: str) -> str | None:
         held = self._held.get(uri)
-        return None if held is None else held[1]
+        return None if held is None else held[2]
 
     def forget(self, uri: str) -> None:
         self._held.pop(uri, None)
@@ -292,6 +302,8 @@ class ServerState:
         self.project: ProjectProvider = project if project is not None else NoProject()
         self.machine: MachineProvider = machine if machine is not None else NoMachine()
         self.codec = Codec(UTF16)
+        # What of a diagnostic the client shows (tags, related locations): set by initialize.
+        self.diagnostic_support: DiagnosticSupport = ALL
         self.units: dict[str, Unit] = {}
         self.cell_owner: dict[str, str] = {}  # cell URI -> notebook URI
         # URIs whose diagnostics the client pulls (``textDocument/diagnostic``): those are
@@ -642,8 +654,8 @@ class ServerState:
         lines = unit.doc.lines
         by_view: dict[str, list[dict[str, Any]]] = {uri: [] for uri, _, _ in unit.views()}
         # The core hands back the very same Finding objects for chunks an edit did not touch
-        # (377 of 378 at 20,000 lines), and a Finding is immutable: its diagnostic is reused,
-        # only ``data.version`` and ``data.index`` are brought up to date. A finding that moved
+        # (377 of 378 at 20,000 lines), and a Finding is immutable: its diagnostic is reused
+        # as it is (it names no version or index, see diagnostics.py). A finding that moved
         # with its chunk (lines inserted above it) is a new object equal to an old one but for
         # its lines: the old diagnostic is copied with its lines moved, when the lines it
         # covers hold the same text (so the columns, in the client's encoding, are the same).
@@ -655,23 +667,19 @@ class ServerState:
         for i, f in enumerate(unit.findings):
             hit = cache.get(id(f))
             if hit is not None and hit[0] is f:
-                uri, diag = hit[2], hit[3]
-                data = diag["data"]
-                data["version"] = unit.version
-                data["index"] = i
-                texts = hit[4]
+                uri, diag, texts = hit[2], hit[3], hit[4]
             else:
                 copied = None
                 if cache:
                     if moved is None:
                         moved = moved_pool(cache, unit.findings)
-                    copied, texts = reuse_moved(moved, f, i, unit.version, lines)
+                    copied, texts = reuse_moved(moved, f, lines)
                 if copied is not None:
                     uri, diag = unit.key, copied
                 else:
                     uri, offset = unit.locate_line(f.span.start.line)
                     diag = to_diagnostic(
-                        f, i, unit.version, lines, self.codec, unit.locate_line, offset
+                        f, lines, self.codec, unit.locate_line, offset, self.diagnostic_support
                     )
                     texts = covered_lines(f, lines)
             fresh[id(f)] = (f, i, uri, diag, texts)
@@ -679,8 +687,8 @@ class ServerState:
         unit.rendered = fresh
         versions = {uri: v for uri, _, v in unit.views()}
         for uri, diags in by_view.items():
-            # The resultId changes when what the user sees changes, not when only the version
-            # in ``data`` does: an edit elsewhere gets an "unchanged" pull report.
+            # The resultId changes when what the user sees changes: an edit elsewhere gets an
+            # "unchanged" pull report.
             self.result_ids.get(uri, diags)
             unit.diagnostics[uri] = diags
             if publish and uri not in self.pulled:

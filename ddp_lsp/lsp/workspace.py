@@ -116,7 +116,8 @@ def _file_report(
             result = analyze(text, settings, key.env, project=key.project)
             lines = split_lines(text)
             codec: Codec = state.codec
-            diags = [to_diagnostic(f, i, None, lines, codec) for i, f in enumerate(result.findings)]
+            support = state.diagnostic_support
+            diags = [to_diagnostic(f, lines, codec, support=support) for f in result.findings]
     cache.files[path] = _Cached(key, diags)
     return diags, state.result_ids.get(path.as_uri(), diags)
 

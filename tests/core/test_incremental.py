@@ -330,3 +330,61 @@ def test_renaming_each_fact_bearing_name_of_every_rule_case_equals_full() -> Non
             assert _key(doc) == base, (text, m.group())
             checked += 1
     assert checked > 200
+
+
+def test_an_edit_undone_brings_back_the_chunk_its_parse_and_its_findings() -> None:
+    """A character typed into a function and deleted again, a line typed and deleted: the text
+    the function had before comes back with its parse, facts and cached findings (the chunk an
+    edit replaced is kept for a while), so the undo runs no rules and the findings are those
+    of a fresh analysis."""
+    text = module(200)
+    doc = Document(text, SETTINGS.rank_model)
+    analyze(doc, SETTINGS)
+    at = next(i for i, line in enumerate(doc.lines) if i > 60 and "running += loss" in line)
+    start = max(s for s, _ in doc.chunks() if s <= at)
+    before = dict(doc.chunks())[start]
+    col = doc.lines[at].index("loss")
+    doc.apply_edit(Pos(at, col + 2), Pos(at, col + 2), "x")  # losxs: a new name
+    analyze(doc, SETTINGS)
+    assert doc.rules_ran == 1 and dict(doc.chunks())[start] is not before
+    doc.apply_edit(Pos(at, col + 2), Pos(at, col + 3), "")  # and back
+    assert dict(doc.chunks())[start] is before
+    assert _key(doc) == _key(text)
+    assert doc.rules_ran == 0
+    # A statement typed key by key on a new line, then the line deleted.
+    end = len(doc.lines[at].rstrip("\n"))
+    doc.apply_edit(Pos(at, end), Pos(at, end), "\n        ")
+    for ch in "dist.barrier()":
+        n = len(doc.lines[at + 1].rstrip("\n"))
+        doc.apply_edit(Pos(at + 1, n), Pos(at + 1, n), ch)
+        analyze(doc, SETTINGS)
+    doc.apply_edit(Pos(at, end), Pos(at + 1, len(doc.lines[at + 1].rstrip("\n"))), "")
+    assert dict(doc.chunks())[start] is before
+    assert _key(doc) == _key(text)
+    assert doc.rules_ran == 0
+
+
+def test_keys_that_leave_a_line_set_aside_the_same_way_run_no_rules() -> None:
+    """`if dist.get_rank() == 0` typed key by key before its ':': from `if` on, every key
+    leaves a chunk repaired to the same lines (the half-typed line set aside as `pass`), so
+    the chunk shares the first such key's tree, facts and findings; the rules run once, and
+    the findings equal a fresh analysis of each text. The rules read the repaired lines."""
+    text = module(200)
+    doc = Document(text, SETTINGS.rank_model)
+    analyze(doc, SETTINGS)
+    at = next(i for i, line in enumerate(doc.lines) if i > 60 and "running += loss" in line)
+    end = len(doc.lines[at].rstrip("\n"))
+    doc.apply_edit(Pos(at, end), Pos(at, end), "\n        ")
+    analyze(doc, SETTINGS)
+    start = max(s for s, _ in doc.chunks() if s <= at + 1)
+    ran = []
+    for ch in "if dist.get_rank() == 0":
+        n = len(doc.lines[at + 1].rstrip("\n"))
+        doc.apply_edit(Pos(at + 1, n), Pos(at + 1, n), ch)
+        analyze(doc, SETTINGS)
+        ran.append(doc.rules_ran)
+        assert _key(doc) == _key(doc.text)
+    chunk = dict(doc.chunks())[start]
+    assert chunk.problem is not None and chunk.lines[at + 1 - start] == "        pass\n"
+    # `i` parses (a name); `if` and every key after it are set aside as the same `pass`.
+    assert ran[:2] == [1, 1] and ran[2:] == [0] * (len(ran) - 2)

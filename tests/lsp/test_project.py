@@ -410,7 +410,7 @@ async def test_related_locations_in_other_files_are_uris() -> None:
             Related(Span(Pos(0, 1), Pos(0, 2)), "here", None),
         ),
     )
-    d = to_diagnostic(f, 0, 1, ["abc\n"], Codec("utf-16"), lambda line: ("file:///x.py", 0))
+    d = to_diagnostic(f, ["abc\n"], Codec("utf-16"), lambda line: ("file:///x.py", 0))
     rel = d["relatedInformation"]
     assert rel[0]["location"]["uri"] == Path(other).as_uri()
     assert rel[0]["location"]["range"] == {

@@ -22,6 +22,7 @@ from ddp_lsp.lsp.pygls_adapter import (
     is_shut_down,
     pending_requests,
     progress_future,
+    send_json,
     send_raw,
 )
 from ddp_lsp.lsp.registration import Command
@@ -55,11 +56,28 @@ def test_send_raw_writes_the_plain_dict_as_one_message() -> None:
     assert writer.messages == [message]
 
 
+def test_send_json_frames_encoded_text_as_pygls_frames_a_message() -> None:
+    # writer, _include_headers, CONTENT_TYPE and CHARSET: one message, the header pygls writes.
+    _, protocol, writer = _server()
+    body = '{"jsonrpc":"2.0","method":"textDocument/publishDiagnostics","params":{"a":[1]}}'
+    send_json(protocol, body)
+    assert writer.messages == [json.loads(body)]
+    raw: list[bytes] = []
+    protocol.set_writer(type("W", (), {"write": lambda self, d: raw.append(d)})())
+    send_json(protocol, body)
+    send_raw(protocol, json.loads(body))  # pygls' own framing of the same message
+    ours, theirs = raw
+    header = b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n"
+    assert ours == b"Content-Length: %d\r\n" % len(body) + header + body.encode()
+    assert theirs.split(b"\r\n", 1)[1].startswith(header)
+
+
 def test_nothing_is_written_after_exit() -> None:
     # DdpProtocol._send_data overrides pygls' writer entry point: after exit it drops messages.
     _, protocol, writer = _server()
     protocol._closed = True
     send_raw(protocol, {"jsonrpc": "2.0", "method": "x"})
+    send_json(protocol, '{"jsonrpc":"2.0","method":"x"}')
     assert writer.messages == []
 
 
@@ -175,3 +193,56 @@ def test_only_the_adapter_touches_pygls_private_names() -> None:
         if name in path.read_text(encoding="utf-8")
     ]
     assert found == []
+
+
+_CHANGES: list[Any] = [
+    [{"range": _R, "text": "x"}]
+    for _R in (
+        {"start": {"line": 0, "character": 1}, "end": {"line": 2, "character": 0}},
+        {"start": {"line": 5, "character": 0}, "end": {"line": 5, "character": 0}},
+    )
+] + [
+    [{"text": "whole\ntext 😀"}],
+    [
+        {
+            "range": {"start": {"line": 1, "character": 2}, "end": {"line": 1, "character": 4}},
+            "rangeLength": 2,
+            "text": "",
+        },
+        {"text": "then all"},
+    ],
+]
+
+
+@pytest.mark.parametrize("changes", _CHANGES)
+def test_the_didchange_fast_path_builds_what_pygls_converter_builds(changes: Any) -> None:
+    # transport.did_change_params skips pygls' converter for every keystroke: same objects.
+    from ddp_lsp.lsp.transport import did_change_params
+
+    _, protocol, _ = _server()
+    params = {"textDocument": {"uri": "file:///a.py", "version": 7}, "contentChanges": changes}
+    message = protocol.structure_message(
+        {"jsonrpc": "2.0", "method": lsp.TEXT_DOCUMENT_DID_CHANGE, "params": params}
+    )
+    assert did_change_params(params) == message.params
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        None,
+        {"textDocument": {"uri": "file:///a.py", "version": True}, "contentChanges": []},
+        {"textDocument": {"uri": "file:///a.py", "version": 2}, "contentChanges": [{}]},
+        {
+            "textDocument": {"uri": "file:///a.py", "version": 2},
+            "contentChanges": [
+                {"range": {"start": {"line": -1, "character": 0}, "end": {}}, "text": ""}
+            ],
+        },
+        {"textDocument": {"uri": 3, "version": 2}, "contentChanges": []},
+    ],
+)
+def test_odd_didchange_params_are_left_to_pygls(params: Any) -> None:
+    from ddp_lsp.lsp.transport import did_change_params
+
+    assert did_change_params(params) is None

@@ -70,9 +70,12 @@ local ok, err = pcall(function()
     end
     return out
   end
+  -- Wait for the hints of the fixed text: until Neovim asks again after the edit, it still
+  -- shows the hints of the text before it (one line higher below the fix).
   if not vim.wait(30000, function()
     for _, h in ipairs(hints()) do
-      if h.label:find('⚠', 1, true) then return true end
+      local line = vim.api.nvim_buf_get_lines(buf, h.line, h.line + 1, false)[1] or ''
+      if h.label:find('⚠', 1, true) and line:find('dist.barrier()', 1, true) then return true end
     end
     return false
   end, 20) then return end
