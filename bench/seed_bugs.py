@@ -1010,6 +1010,16 @@ def drop_map_location(tree: ast.Module, text: str) -> Iterator[Site]:
             kw = _kw(node, "map_location")
             if kw is None or not one_line(node):
                 continue
+            if any(
+                k.arg == "mmap" and isinstance(k.value, ast.Constant) and k.value.value is True
+                for k in node.keywords
+            ):
+                # `torch.load(path, mmap=True, map_location="cpu")`: memory-mapping only spares
+                # memory for tensors that stay on the host, so the file is one saved from the
+                # CPU (litgpt's converted and consolidated checkpoints); without map_location
+                # nothing lands on a GPU, which is not the bug DDP303 describes (docs/
+                # accuracy.md F32). Not seeded.
+                continue
             args: list[ast.AST] = [*node.args, *node.keywords]
             args.sort(key=lambda a: (a.lineno, a.col_offset))  # type: ignore[attr-defined]
             i = args.index(kw)

@@ -130,6 +130,15 @@ def test_append_loss_keeps_the_loss_past_the_iteration() -> None:
     )
 
 
+def test_drop_map_location_skips_memory_mapped_loads() -> None:
+    # mmap=True only makes sense for a file of host tensors: without map_location nothing
+    # lands on a GPU, so dropping it seeds no bug (docs/accuracy.md F32).
+    mapped = LOOP.replace('map_location="cpu")', 'mmap=True, map_location="cpu")')
+    assert mapped != LOOP
+    assert only("drop-map-location", mapped) == []
+    assert len(only("drop-map-location")) == 1
+
+
 def test_forward_under_rank0_seeds_only_torchs_ddp() -> None:
     # apex's DistributedDataParallel makes no collective in its forward: not a DDP104 site.
     apex = LOOP.replace(
