@@ -192,7 +192,17 @@ def _same_path(ctx: ChunkContext, a: ast.expr, b: ast.expr) -> bool:
 
 def _state_value(ctx: ChunkContext, value: ast.expr) -> bool:
     """What a ``torch.save`` writes is model or optimizer state: a ``state_dict()``, a dict
-    built there (a checkpoint), or a name that says so (``ckpt``, ``model``, ``state``)."""
+    built there (a checkpoint), or a name that says so (``ckpt``, ``model``, ``state``), as
+    written or through what the name was assigned (``obj = {"net": net.state_dict()}``)."""
+    exprs: list[ast.expr] = [value]
+    if isinstance(value, ast.Name):
+        assigned = guards.assigned_value(ctx, value.id, patterns.scope_root(ctx, value), value)
+        if assigned is not None:
+            exprs.append(assigned)
+    return any(_names_state(e) for e in exprs)
+
+
+def _names_state(value: ast.expr) -> bool:
     for n in ast.walk(value):
         if isinstance(n, ast.Dict | ast.DictComp):
             return True
@@ -666,6 +676,29 @@ def main(ckpt_path: str = "out/last.pth"):
     torch.save(model.module.state_dict(), ckpt_path)
 """,
         note="F32: a fixed default path the run writes itself from the GPU model",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def restore_pair(generator, critic, path):
+    if os.path.exists(path):
+        both = «torch.load(path)»
+        generator.load_state_dict(both["g"])
+        critic.load_state_dict(both["d"])
+    obj = {"g": generator.state_dict(), "d": critic.state_dict()}
+    torch.save(obj, path)
+""",
+        fixed=_HEAD
+        + """\
+def restore_pair(generator, critic, path):
+    if os.path.exists(path):
+        both = torch.load(path, map_location="cpu")
+        generator.load_state_dict(both["g"])
+        critic.load_state_dict(both["d"])
+    obj = {"g": generator.state_dict(), "d": critic.state_dict()}
+    torch.save(obj, path)
+""",
+        note="F32: what the function saves to the path was assigned a checkpoint dict",
     ),
     Invalid(
         _HEAD

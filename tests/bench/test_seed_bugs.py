@@ -139,6 +139,17 @@ def test_drop_map_location_skips_memory_mapped_loads() -> None:
     assert len(only("drop-map-location")) == 1
 
 
+def test_drop_map_location_skips_loads_under_a_rank_test() -> None:
+    # Rank 0 (or local rank 0 of each node) restores onto its own device: no bug to seed.
+    guarded = LOOP.replace(
+        '    ckpt = torch.load("x.pt", map_location="cpu")',
+        '    if args.local_rank == 0:\n        ckpt = torch.load("x.pt", map_location="cpu")\n'
+        '    else:\n        ckpt = torch.load("x.pt", map_location="meta")',
+    )
+    assert guarded != LOOP
+    assert only("drop-map-location", guarded) == []
+
+
 def test_forward_under_rank0_seeds_only_torchs_ddp() -> None:
     # apex's DistributedDataParallel makes no collective in its forward: not a DDP104 site.
     apex = LOOP.replace(
