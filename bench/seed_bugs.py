@@ -1005,10 +1005,32 @@ def drop_destroy(tree: ast.Module, text: str) -> Iterator[Site]:
 @operator("drop-map-location", "DDP303")
 def drop_map_location(tree: ast.Module, text: str) -> Iterator[Site]:
     """``torch.load(path, map_location=X)`` loses its ``map_location`` argument."""
+    # A load in either branch of an `if` on a rank (`if fabric.local_rank == 0: ... else:
+    # ...`, litgpt's XLA loader) runs on a rank subset chosen on purpose: rank 0, or local rank
+    # 0 of each node, restores onto the device it was saved from, which is its own, and the
+    # other branch is what the others do. That is not the bug DDP303 describes (its docs: "loads
+    # under a rank condition"), so such a load is not seeded (docs/accuracy.md F32).
+    under_rank_test = {
+        id(n)
+        for g in ast.walk(tree)
+        if isinstance(g, ast.If) and _RANK_TEST.search(segment(text, g.test))
+        for st in (*g.body, *g.orelse)
+        for n in ast.walk(st)
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and dotted(node.func) == "torch.load":
             kw = _kw(node, "map_location")
-            if kw is None or not one_line(node):
+            if kw is None or not one_line(node) or id(node) in under_rank_test:
+                continue
+            if any(
+                k.arg == "mmap" and isinstance(k.value, ast.Constant) and k.value.value is True
+                for k in node.keywords
+            ):
+                # `torch.load(path, mmap=True, map_location="cpu")`: memory-mapping only spares
+                # memory for tensors that stay on the host, so the file is one saved from the
+                # CPU (litgpt's converted and consolidated checkpoints); without map_location
+                # nothing lands on a GPU, which is not the bug DDP303 describes (docs/
+                # accuracy.md F32). Not seeded.
                 continue
             args: list[ast.AST] = [*node.args, *node.keywords]
             args.sort(key=lambda a: (a.lineno, a.col_offset))  # type: ignore[attr-defined]

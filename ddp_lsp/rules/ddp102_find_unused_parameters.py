@@ -37,6 +37,11 @@ parameters that got no gradient.
 Information only: models with genuinely conditional branches (mixture of experts, multi-task
 heads used per batch) need the flag. A value that is not the literal `True` is not reported.
 
+Not reported: the flag set where the same function builds one optimizer per sub-network in a
+loop over the networks (`for unet in self.unets: Adam(unet.parameters())`, a cascade trained
+one stage at a time): the networks are trained apart, one per step, so the others'
+parameters really go unused and the flag is needed.
+
 ## References
 - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html
 - https://pytorch.org/docs/stable/notes/ddp.html#internal-design
@@ -49,6 +54,7 @@ from collections.abc import Iterator
 
 from ddp_lsp.core import edits as text_edits
 from ddp_lsp.core import frameworks as framework_tables
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rule import ChunkContext, Invalid, Rule, Valid
 from ddp_lsp.core.types import Finding, Fix, FixAvailability, RuleMeta, Severity
 
@@ -80,6 +86,8 @@ class FindUnusedParameters(Rule):
                     isinstance(kw.value, ast.Constant) and kw.value.value is True
                 ):
                     continue
+                if _trains_networks_apart(ctx, call):
+                    continue  # F37: the flag is needed
                 static = any(k.arg == "static_graph" for k in call.keywords)
                 hint = (
                     "remove it if every parameter takes part in every forward"
@@ -112,6 +120,7 @@ class FindUnusedParameters(Rule):
                     and isinstance(kw.value, ast.Constant)
                     and isinstance(kw.value.value, str)
                     and (kw.arg, kw.value.value) in _FINDS_UNUSED
+                    and not _trains_networks_apart(ctx, call)
                 ):
                     yield ctx.finding(
                         self,
@@ -121,6 +130,34 @@ class FindUnusedParameters(Rule):
                         f'15-30 % slower steps); use `{kw.arg}="ddp"` if every parameter takes '
                         "part in every forward",
                     )
+
+
+def _trains_networks_apart(ctx: ChunkContext, call: ast.Call) -> bool:
+    """The function that sets the flag builds one optimizer per sub-network, in a loop over
+    the networks (``for unet in unets: Adam(unet.parameters())``): the networks are trained
+    apart, one per step, so the others' parameters really go unused in that step's forward
+    and the flag is needed (F37)."""
+    fn = ctx.enclosing_function(call)
+    for other in ctx.calls():
+        if not other.args or ctx.enclosing_function(other) is not fn:
+            continue
+        qual = ctx.call_qualname(other)
+        if qual is None or not known_names.is_optimizer_class(qual):
+            continue
+        params = {  # `unet.parameters()`: the networks whose parameters it optimizes
+            n.func.value.id
+            for n in ast.walk(other.args[0])
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("parameters", "named_parameters")
+            and isinstance(n.func.value, ast.Name)
+        }
+        for loop in ctx.enclosing_loops(other):
+            if isinstance(loop, ast.For | ast.AsyncFor) and params & {
+                n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)
+            }:
+                return True
+    return False
 
 
 _HEAD = """\
@@ -224,6 +261,43 @@ ddp_kwargs = DistributedDataParallelKwargs()
 accelerator = Accelerator(kwargs_handlers=[ddp_kwargs])
 """,
         note="accelerate's kwargs handler",
+    ),
+    Valid(
+        _HEAD
+        + """\
+from accelerate import Accelerator
+from accelerate.utils import DistributedDataParallelKwargs
+
+class CascadeTrainer:
+    def __init__(self, cascade, lr=1e-4):
+        handler = DistributedDataParallelKwargs(find_unused_parameters=True)
+        self.accelerator = Accelerator(kwargs_handlers=[handler])
+        self.optimizers = []
+        for stage in cascade.stages:
+            self.optimizers.append(torch.optim.Adam(stage.parameters(), lr=lr))
+""",
+        note="F37: one optimizer per sub-network, trained one per step: the flag is needed",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def setup(model, heads, local_rank):
+    for head in heads:
+        head.requires_grad_(True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = DDP(model, device_ids=[local_rank], «find_unused_parameters=True»)
+    return model, optimizer
+""",
+        fixed=_HEAD
+        + """\
+def setup(model, heads, local_rank):
+    for head in heads:
+        head.requires_grad_(True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = DDP(model, device_ids=[local_rank])
+    return model, optimizer
+""",
+        note="F37: one optimizer for the whole model, built outside the loop: still reported",
     ),
     Invalid(
         _HEAD

@@ -130,6 +130,26 @@ def test_append_loss_keeps_the_loss_past_the_iteration() -> None:
     )
 
 
+def test_drop_map_location_skips_memory_mapped_loads() -> None:
+    # mmap=True only makes sense for a file of host tensors: without map_location nothing
+    # lands on a GPU, so dropping it seeds no bug (docs/accuracy.md F32).
+    mapped = LOOP.replace('map_location="cpu")', 'mmap=True, map_location="cpu")')
+    assert mapped != LOOP
+    assert only("drop-map-location", mapped) == []
+    assert len(only("drop-map-location")) == 1
+
+
+def test_drop_map_location_skips_loads_under_a_rank_test() -> None:
+    # Rank 0 (or local rank 0 of each node) restores onto its own device: no bug to seed.
+    guarded = LOOP.replace(
+        '    ckpt = torch.load("x.pt", map_location="cpu")',
+        '    if args.local_rank == 0:\n        ckpt = torch.load("x.pt", map_location="cpu")\n'
+        '    else:\n        ckpt = torch.load("x.pt", map_location="meta")',
+    )
+    assert guarded != LOOP
+    assert only("drop-map-location", guarded) == []
+
+
 def test_forward_under_rank0_seeds_only_torchs_ddp() -> None:
     # apex's DistributedDataParallel makes no collective in its forward: not a DDP104 site.
     apex = LOOP.replace(

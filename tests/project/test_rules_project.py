@@ -837,3 +837,34 @@ def test_distributed_test_code_gets_no_sampler_or_seed_findings(
     )
     ids = {f.rule_id for f in _findings(tmp_path, rel)}
     assert ("DDP401" in ids, "DDP503" in ids) == (not test_code, not test_code)
+
+
+# -- F33: test code of a distributed project (DDP303) --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rel", "test_code"),
+    [("train.py", False), ("tests/test_checkpoint.py", True), ("pkg/ckpt_test.py", True)],
+)
+def test_ddp303_is_silent_in_test_code(tmp_path: Path, rel: str, test_code: bool) -> None:
+    _write(
+        tmp_path,
+        {
+            rel: """\
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+            def run(model, path):
+                dist.init_process_group("nccl")
+                model = DDP(model.cuda())
+                if dist.get_rank() == 0:
+                    torch.save(model.module.state_dict(), path)
+                dist.barrier()
+                model.module.load_state_dict(torch.load(path))
+            """
+        },
+    )
+    ids = {f.rule_id for f in _findings(tmp_path, rel)}
+    assert ("DDP303" in ids) == (not test_code)
