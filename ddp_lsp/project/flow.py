@@ -69,6 +69,7 @@ from ddp_lsp.project.flowstages import (
     _resolve_gates,
     _ScalerWrappers,
     _seed_kinds,
+    _site_into,
     _Stages,
     _users,
 )
@@ -162,6 +163,10 @@ def _compute(
         for m in names
     }
     kinds: dict[str, dict[tuple[str, str], ParamKind]] = {m: dict(kind_seeds[m]) for m in names}
+    # The round each kind was gained in (0: a seed), for flowstages._replay_kinds.
+    kind_round: dict[str, dict[tuple[str, str], int]] = {
+        m: dict.fromkeys(kind_seeds[m], 0) for m in names if kind_seeds[m]
+    }
     sites = [site for m in names for site in parts[m].sites]
     site_line = {k: v for m in names for k, v in parts[m].site_line.items()}
     inherits = [item for m in names for item in parts[m].inherits]
@@ -233,6 +238,7 @@ def _compute(
         for (m, scope, path), cands in proposals.items():
             if (scope, path) not in kinds[m]:
                 kinds[m][(scope, path)] = min(cands)
+                kind_round.setdefault(m, {})[(scope, path)] = rounds
                 gained.add(m)
         changed = sorted(gained)
     # Mixed: a caller passes a value of no known kind where another passes a known one.
@@ -349,6 +355,8 @@ def _compute(
         _users(parts),
         reach,
         gating,
+        kind_round,
+        _site_into(parts),
     )
     return ProjectFacts(out, rounds, evaluations, res, parts, prepared, edges, stages)
 

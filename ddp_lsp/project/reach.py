@@ -31,8 +31,9 @@ decided here (the module-level "distributed" context applies as before).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import cast
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
@@ -301,8 +302,8 @@ def single_process(
             edges = module_edges(m)
             if kept is not None:
                 kept[m] = edges
-        elif only is not None:
-            continue
+        elif only is not None or edges_only:
+            continue  # (kept, and nothing but the built shares is wanted)
         else:
             assert kept is not None
             edges = kept[m]
@@ -336,62 +337,23 @@ def single_process(
     # -- reach: from entry points and self-distributed functions, along unguarded edges. A
     # class reached (built or handed) runs its constructor and special methods (`forward`
     # through `__call__`), and the methods reached code calls by name (`tok.encode(...)`).
-    def attr_calls(k: Key) -> frozenset[str]:
-        return attrs.get(k, frozenset())
-
     def is_class(k: Key) -> bool:
         return k[1] in res.classes(k[0])
 
     def bases(k: Key) -> tuple[list[Key], bool]:
-        """The project bases of a class, and whether another base (not ``object``,
-        ``nn.Module``, ``Dataset``) may call any of its methods (a framework's Checkpointer
-        calling the `_load_file` the class overrides)."""
-        project: list[Key] = []
-        foreign = False
-        for base in res.classes(k[0]).get(k[1], ()):
-            r = res.resolve(k[0], base)
-            if r is not None and r[1] and r[1] in res.classes(r[0]):
-                project.append((r[0], r[1]))
-                continue
-            qual = known_names.resolve(base, own[k[0]].aliases) or base
-            foreign = foreign or qual not in PLAIN_BASES
-        return project, foreign
+        return _class_bases(res, own, k)
 
-    def runs_when_built(q: str) -> bool:
-        name = q.rsplit(".", 1)[1]
-        return name == "forward" or (name.startswith("__") and name.endswith("__"))
+    graph = _Graph(unguarded.get, attrs.get, member_table.get, is_class, bases)
 
-    def flood(start: Iterable[Key]) -> set[Key]:
+    def flood(start: Iterable[Key]) -> tuple[set[Key], set[str], list[Key]]:
         out: set[Key] = set()
-        live: list[Key] = []
         called: set[str] = set()
-        todo = sorted(start)
-        while todo:
-            while todo:
-                k = todo.pop()
-                if k in out:
-                    continue
-                out.add(k)
-                if is_class(k):
-                    live.append(k)
-                    project_bases, foreign = bases(k)
-                    todo.extend(project_bases)  # inherited methods run on the instance
-                    todo.extend(
-                        t
-                        for t in members(*k)
-                        if foreign or runs_when_built(t[1]) or t[1].rsplit(".", 1)[1] in called
-                    )
-                    continue
-                called |= attr_calls(k)
-                todo.extend(sorted(unguarded.get(k, ())))
-            for c in live:
-                todo.extend(
-                    t for t in members(*c) if t not in out and t[1].rsplit(".", 1)[1] in called
-                )
-        return out
+        live: list[Key] = []
+        graph.flood(sorted(start), out, called, live)
+        return out, called, live
 
-    from_entries = flood(entries)
-    reached = flood(seeds | entries)
+    from_entries, fe_called, fe_live = flood(entries)
+    reached, r_called, r_live = flood(seeds | entries)
     # Unknown is not single-process: a function or class nothing in the project refers to
     # (a loss class another training script may build, a library's public function) in a
     # module whose other code distributed code reaches keeps the module's context, and so
@@ -419,22 +381,14 @@ def single_process(
                 orphans.add(owner if is_class(owner) else (m, q))
     # An unreferenced class's methods are all unknown (any of them may be its users' entry),
     # and so is what only they call (`self.build_targets(...)`).
-    unknown = flood(orphans | {t for o in orphans if is_class(o) for t in members(*o)})
+    unknown, u_called, u_live = flood(
+        orphans | {t for o in orphans if is_class(o) for t in members(*o)}
+    )
     local: dict[str, frozenset[str]] = {}
     for m in names:
-        rest = set()
-        for q in nodes[m]:
-            if (m, q) in reached or _enclosing_reached(m, q, reached, res.classes(m)):
-                continue
-            if q == fact_model.MODULE:
-                rest.add(MAIN_BLOCK)  # the top level itself is not a distributed entry point
-                if m not in touched:
-                    rest.add(q)
-                continue
-            if (m, q) not in unknown and not _enclosing_reached(m, q, unknown, res.classes(m)):
-                rest.add(q)
+        rest = _module_local(m, nodes[m], reached, unknown, touched, res.classes(m))
         if rest:
-            local[m] = frozenset(rest)
+            local[m] = rest
     if details is not None:
         details.update(
             reached=reached,
@@ -444,11 +398,136 @@ def single_process(
             touched=touched,
             entries=entries,
             from_entries=from_entries,
+            # Each flood's called attribute names and live classes, and the orphans: what
+            # extend_walks continues from (absent in a state restored from disk).
+            floods={
+                "from_entries": (fe_called, fe_live),
+                "reached": (r_called, r_live),
+                "unknown": (u_called, u_live),
+            },
+            orphans=orphans,
         )
     return local, {m for m, _ in from_entries}
 
 
-def _enclosing_reached(m: str, q: str, reached: set[Key], classes: Mapping[str, object]) -> bool:
+def _class_bases(
+    res: Resolver, own: Mapping[str, fact_model.ModuleFacts], k: Key
+) -> tuple[list[Key], bool]:
+    """The project bases of a class, and whether another base (not ``object``,
+    ``nn.Module``, ``Dataset``) may call any of its methods (a framework's Checkpointer
+    calling the `_load_file` the class overrides)."""
+    project: list[Key] = []
+    foreign = False
+    for base in res.classes(k[0]).get(k[1], ()):
+        r = res.resolve(k[0], base)
+        if r is not None and r[1] and r[1] in res.classes(r[0]):
+            project.append((r[0], r[1]))
+            continue
+        qual = known_names.resolve(base, own[k[0]].aliases) or base
+        foreign = foreign or qual not in PLAIN_BASES
+    return project, foreign
+
+
+def _runs_when_built(q: str) -> bool:
+    name = q.rsplit(".", 1)[1]
+    return name == "forward" or (name.startswith("__") and name.endswith("__"))
+
+
+class _Graph:
+    """What the floods read of the call graph: each function's unguarded edges and the
+    attributes it calls, each class's methods, whether a key is a class, a class's project
+    bases (and whether another base may call any of its methods)."""
+
+    def __init__(
+        self,
+        unguarded: Callable[[Key], Collection[Key] | None],
+        attrs: Callable[[Key], frozenset[str] | None],
+        members: Callable[[Key], list[Key] | None],
+        is_class: Callable[[Key], bool],
+        bases: Callable[[Key], tuple[list[Key], bool]],
+    ) -> None:
+        self.unguarded = unguarded
+        self.attrs = attrs
+        self.members = members
+        self.is_class = is_class
+        self.bases = bases
+
+    def flood(
+        self,
+        todo: list[Key],
+        out: set[Key],
+        called: set[str],
+        live: list[Key],
+        fresh: set[str] | None = None,
+    ) -> None:
+        """Extend ``out`` (and the attribute names its functions call, ``called``, and the
+        classes it holds, ``live``) with what ``todo`` reaches: from functions, their
+        unguarded callees and handed functions; from a class (built or handed), its project
+        bases, its constructor and special methods (`forward` through `__call__`), and the
+        methods reached code calls by name (`tok.encode(...)`); every method of a class with
+        a base that may call any of them. A least fixed point: the same sets whatever the
+        order, and continuing a finished flood with more starts (or more edges from what it
+        holds) gives the flood of the larger graph (extend_walks)."""
+        members = self.members
+        fresh = set() if fresh is None else fresh  # names called since `live` was scanned
+        while True:
+            while todo:
+                k = todo.pop()
+                if k in out:
+                    continue
+                out.add(k)
+                if self.is_class(k):
+                    live.append(k)
+                    project_bases, foreign = self.bases(k)
+                    todo.extend(project_bases)  # inherited methods run on the instance
+                    todo.extend(
+                        t
+                        for t in members(k) or ()
+                        if foreign or _runs_when_built(t[1]) or t[1].rsplit(".", 1)[1] in called
+                    )
+                    continue
+                names = self.attrs(k)
+                if names:
+                    for a in names:
+                        if a not in called:
+                            called.add(a)
+                            fresh.add(a)
+                todo.extend(sorted(self.unguarded(k) or ()))
+            if not fresh:
+                break
+            for c in live:
+                todo.extend(
+                    t for t in members(c) or () if t not in out and t[1].rsplit(".", 1)[1] in fresh
+                )
+            fresh = set()
+
+
+def _module_local(
+    m: str,
+    nodes: Iterable[str],
+    reached: Collection[Key],
+    unknown: Collection[Key],
+    touched: Collection[str],
+    classes: Mapping[str, object],
+) -> frozenset[str]:
+    """A module's functions that are not distributed code (single_process's last step)."""
+    rest = set()
+    for q in nodes:
+        if (m, q) in reached or _enclosing_reached(m, q, reached, classes):
+            continue
+        if q == fact_model.MODULE:
+            rest.add(MAIN_BLOCK)  # the top level itself is not a distributed entry point
+            if m not in touched:
+                rest.add(q)
+            continue
+        if (m, q) not in unknown and not _enclosing_reached(m, q, unknown, classes):
+            rest.add(q)
+    return frozenset(rest)
+
+
+def _enclosing_reached(
+    m: str, q: str, reached: Collection[Key], classes: Mapping[str, object]
+) -> bool:
     """A nested function (``main.worker``) runs where the function around it runs."""
     while "." in q:
         q = q.rsplit(".", 1)[0]
@@ -457,3 +536,202 @@ def _enclosing_reached(m: str, q: str, reached: set[Key], classes: Mapping[str, 
         if (m, q) in reached:
             return True
     return False
+
+
+def _pairs(e: ModuleEdges, unguarded_only: bool) -> set[tuple[Key, Key]]:
+    out = {(s, t) for s, ts in e.unguarded.items() for t in ts}
+    if not unguarded_only:
+        out |= {(s, t) for s, ts in e.guarded_only.items() for t in ts}
+    return out
+
+
+def _is_reference(src: Key, t: Key) -> bool:
+    # As single_process's `referenced`: not from the target's own code.
+    return src[0] != t[0] or (src[1] != t[1] and not src[1].startswith(t[1] + "."))
+
+
+def extend_walks(
+    res: Resolver,
+    edges: Mapping[str, ModuleEdges],
+    before: Mapping[str, ModuleEdges],
+    reach: Mapping[str, object],
+    own: Mapping[str, fact_model.ModuleFacts],
+    imports_changed: bool,
+    stale: Collection[str] = (),
+) -> tuple[dict[str, frozenset[str]], dict[str, object]] | None:
+    """:func:`single_process`'s walks after some modules' shares changed from ``before`` to
+    ``edges`` (every module's share, as it is now) by additions only: seeds, functions,
+    call edges, called attributes and class methods added, nothing removed, classes and
+    their bases as they were. Every flood is a least fixed point of monotone rules, so
+    continuing the old flood from what was added gives the flood of the new graph; the
+    orphans (functions nothing refers to, in a module reached code runs in) are not monotone,
+    and a change that loses one returns None, as does a new edge into an entry point's
+    callers (the callers' index is not kept) and anything removed. Returns each module whose
+    single-process functions may have changed, with its new set (empty: none), and the new
+    ``details`` (the old sets are never changed: copied where they grow). ``reach`` must be
+    a computation's ``details`` holding ``floods`` and ``orphans`` (not a restored state's).
+    ``imports_changed``: some module's imported project modules changed (``touched``);
+    ``stale``: the modules whose import resolution read a changed interface (their classes'
+    bases may resolve elsewhere now)."""
+    if any(res.classes(m) for m in stale):
+        return None
+    floods = reach.get("floods")
+    old_orphans = reach.get("orphans")
+    if not isinstance(floods, dict) or not isinstance(old_orphans, set):
+        return None
+    seeds_added: set[Key] = set()
+    u_added: set[tuple[Key, Key]] = set()
+    all_added: set[tuple[Key, Key]] = set()
+    attrs_added: set[tuple[Key, str]] = set()
+    members_added: set[tuple[Key, Key]] = set()
+    nodes_changed: dict[str, set[str]] = {}
+    for m, was in before.items():
+        now = edges.get(m)
+        if now is None or now.frameworks is not was.frameworks:
+            return None
+        if was.summary.bases != now.summary.bases:
+            return None  # classes or their bases: is_class and _class_bases read them
+        if not was.seeds <= now.seeds or not set(was.nodes) <= set(now.nodes):
+            return None
+        seeds_added |= now.seeds - was.seeds
+        u_was, u_now = _pairs(was, True), _pairs(now, True)
+        a_was, a_now = _pairs(was, False), _pairs(now, False)
+        if not u_was <= u_now or not a_was <= a_now:
+            return None
+        u_added |= u_now - u_was
+        all_added |= a_now - a_was
+        for k, names in was.attrs.items():
+            if not names <= now.attrs.get(k, frozenset()):
+                return None
+        for k, names in now.attrs.items():
+            attrs_added.update((k, a) for a in names - was.attrs.get(k, frozenset()))
+        for k, ms in was.members.items():
+            if not set(ms) <= set(now.members.get(k, ())):
+                return None
+        for k, ms in now.members.items():
+            members_added.update((k, t) for t in set(ms) - set(was.members.get(k, ())))
+        nodes_changed[m] = set(now.nodes)
+
+    def unguarded(k: Key) -> Collection[Key] | None:
+        e = edges.get(k[0])
+        return None if e is None else e.unguarded.get(k)
+
+    def attrs(k: Key) -> frozenset[str] | None:
+        e = edges.get(k[0])
+        return None if e is None else e.attrs.get(k)
+
+    def members(k: Key) -> list[Key] | None:
+        e = edges.get(k[0])
+        return None if e is None else e.members.get(k)
+
+    def is_class(k: Key) -> bool:
+        return k[1] in res.classes(k[0])
+
+    graph = _Graph(unguarded, attrs, members, is_class, lambda k: _class_bases(res, own, k))
+    entries = cast(set[Key], reach["entries"])
+    for s, t in all_added:
+        if t in entries and s not in entries:
+            return None  # a new caller of an entry point: entries grow through callers
+
+    def extend(name: str, starts: Iterable[Key]) -> tuple[set[Key], tuple[set[str], list[Key]]]:
+        old = cast(set[Key], reach[name])
+        called0, live0 = cast(tuple[set[str], list[Key]], floods[name])
+        todo = [k for k in starts if k not in old]
+        todo += [t for s, t in u_added if s in old and not is_class(s) and t not in old]
+        fresh = {a for s, a in attrs_added if s in old and not is_class(s) and a not in called0}
+        for c, t in members_added:
+            if c in old and t not in old and is_class(c):
+                foreign = _class_bases(res, own, c)[1]
+                if foreign or _runs_when_built(t[1]) or t[1].rsplit(".", 1)[1] in called0:
+                    todo.append(t)
+        if not todo and not fresh:
+            return old, (called0, live0)
+        out, called, live = set(old), called0 | fresh, list(live0)
+        graph.flood(sorted(todo), out, called, live, fresh)
+        return out, (called, live)
+
+    from_entries, fe = extend("from_entries", ())
+    reached, r_fl = extend("reached", seeds_added)
+    old_reached = cast(set[Key], reach["reached"])
+    old_referenced = cast(set[Key], reach["referenced"])
+    new_refs = {t for s, t in all_added if _is_reference(s, t) and t not in old_referenced}
+    referenced = old_referenced | new_refs if new_refs else old_referenced
+    old_modules = cast(set[str], reach["reached_modules"])
+    newly_reached = reached - old_reached if reached is not old_reached else set()
+    reached_modules = old_modules | {m for m, _ in newly_reached}
+    old_touched = cast(set[str], reach["touched"])
+    touched = old_touched
+    if imports_changed or len(reached_modules) != len(old_modules):
+        touched = set(reached_modules)
+        for m in reached_modules:
+            touched.update(res.imported_modules(m))
+
+    # -- orphans: re-derived for every function whose standing may have changed -------------
+    def orphan(
+        m: str, q: str, modules: Collection[str], rch: Collection[Key], refs: Collection[Key]
+    ) -> Key | None:
+        if m not in modules or q == fact_model.MODULE or (m, q) in rch:
+            return None
+        owner = (m, q.split(".", 1)[0])
+        if (m, q) in refs or (is_class(owner) and owner in refs):
+            return None
+        return owner if is_class(owner) else (m, q)
+
+    candidates: set[Key] = set()
+    for m in reached_modules - old_modules:
+        candidates.update((m, q) for q in edges[m].nodes)
+    for m, qs in nodes_changed.items():
+        candidates.update((m, q) for q in qs)
+    candidates |= newly_reached
+    for t in new_refs:
+        candidates.add(t)
+        if is_class(t):
+            candidates.update(members(t) or ())
+    lost: set[Key] = set()
+    gained: set[Key] = set()
+    for m, q in candidates:
+        was_nodes = before[m].nodes if m in before else None
+        was_o = (
+            None
+            if was_nodes is not None and q not in was_nodes
+            else orphan(m, q, old_modules, old_reached, old_referenced)
+        )
+        now_o = orphan(m, q, reached_modules, reached, referenced)
+        if was_o is not None and was_o != now_o:
+            lost.add(was_o)
+        if now_o is not None:
+            gained.add(now_o)
+    if lost - gained:
+        return None  # an orphan lost: the unknown flood may shrink
+    new_orphans = gained - old_orphans
+    orphans = old_orphans | new_orphans if new_orphans else old_orphans
+    unknown, u_fl = extend(
+        "unknown",
+        [*new_orphans, *(t for o in new_orphans if is_class(o) for t in members(o) or ())],
+    )
+    old_unknown = cast(set[Key], reach["unknown"])
+
+    # -- each module whose functions' standing may have changed ------------------------------
+    again = set(nodes_changed)
+    again.update(m for m, _ in newly_reached)
+    if unknown is not old_unknown:
+        again.update(m for m, _ in unknown - old_unknown)
+    if touched is not old_touched:
+        again |= touched ^ old_touched
+    local = {
+        m: _module_local(m, edges[m].nodes, reached, unknown, touched, res.classes(m))
+        for m in sorted(again)
+        if m in edges
+    }
+    details: dict[str, object] = dict(reach)
+    details.update(
+        reached=reached,
+        unknown=unknown,
+        referenced=referenced,
+        reached_modules=reached_modules,
+        touched=touched,
+        from_entries=from_entries,
+        floods={"from_entries": fe, "reached": r_fl, "unknown": u_fl},
+        orphans=orphans,
+    )
+    return local, details
