@@ -375,8 +375,9 @@ def _update(
             local_changed = {
                 m for m in set(local) | set(st.local) if local.get(m) != st.local.get(m)
             }
-        entered = {m for m, _ in reach.get("from_entries", ())}
-        if entered != set(st.entered):
+        if reach.get("from_entries") is not st.reach.get("from_entries"):
+            entered = {m for m, _ in reach.get("from_entries", ())}
+        if entered is not st.entered and entered != set(st.entered):
             distributed = _distributed(res, props, entered)
         elif imports_changed:
             distributed = _distributed_grown(res, st.distributed, res.old_imports)
