@@ -182,11 +182,11 @@ def _update(
     if replayable and into is not None:
         into = _copy(into)
         for m in changed:
-            before_t = {site[2] for site in old_parts[m].sites}
-            after_t = {site[2] for site in parts[m].sites}
-            for tm in before_t - after_t:
+            was_targets = {site[2] for site in old_parts[m].sites}
+            now_targets = {site[2] for site in parts[m].sites}
+            for tm in was_targets - now_targets:
                 into[tm] = into[tm] - {m}
-            for tm in after_t - before_t:
+            for tm in now_targets - was_targets:
                 into[tm] = into.get(tm, frozenset()) | {m}
     kinds_changed: set[str] = set()
     kind_round = st.kind_round
@@ -205,14 +205,14 @@ def _update(
             own,
         )
         kinds = _copy(kinds)
-        for m, got in new_kinds.items():
-            if got != st.kinds.get(m, {}):
-                kinds[m] = got
+        for m, kinds_m in new_kinds.items():
+            if kinds_m != st.kinds.get(m, {}):
+                kinds[m] = kinds_m
                 kinds_changed.add(m)
         kind_round = _copy(kind_round)
-        for m, rounds in new_rounds.items():
-            if rounds:
-                kind_round[m] = rounds
+        for m, rounds_m in new_rounds.items():
+            if rounds_m:
+                kind_round[m] = rounds_m
             else:
                 kind_round.pop(m, None)
 
@@ -332,9 +332,9 @@ def _update(
                 changed_local[m] = got
             else:
                 changed_local.pop(m, None)
-    reach = st.reach
-    entered = st.entered
-    distributed = st.distributed
+    reach: Mapping[str, Any] = st.reach
+    entered: Collection[str] = st.entered
+    distributed: Mapping[str, Provenance] = st.distributed
     local_changed: set[str] = set()
     extended = None
     if walks_dirty:
@@ -353,9 +353,9 @@ def _update(
         if extended is not None:
             new_local, reach = extended
             local = changed_local = _copy(st.local)
-            for m, got in new_local.items():
-                if got:
-                    changed_local[m] = got
+            for m, local_m in new_local.items():
+                if local_m:
+                    changed_local[m] = local_m
                 else:
                     changed_local.pop(m, None)
             local_changed = {m for m in new_local if local.get(m) != st.local.get(m)}
@@ -376,13 +376,12 @@ def _update(
                 m for m in set(local) | set(st.local) if local.get(m) != st.local.get(m)
             }
         if reach.get("from_entries") is not st.reach.get("from_entries"):
-            entered = {m for m, _ in reach.get("from_entries", ())}
-        if entered is not st.entered and entered != set(st.entered):
-            distributed = _distributed(res, props, entered)
+            entered = {m for m, _ in cast(set[Key], reach.get("from_entries", set()))}
+        if entered is not st.entered and set(entered) != set(st.entered):
+            distributed = _distributed(res, props, set(entered))
         elif imports_changed:
-            distributed = _distributed_grown(res, st.distributed, res.old_imports)
-            if distributed is None:
-                distributed = _distributed(res, props, entered)
+            grown = _distributed_grown(res, st.distributed, res.old_imports)
+            distributed = grown if grown is not None else _distributed(res, props, set(entered))
         if distributed is not st.distributed:
             local_changed |= {
                 m
@@ -466,11 +465,11 @@ def _update(
         kind_round,
         into,
     )
-    derived = {"kinds"} if kinds_dirty else set()
+    rederived = {"kinds"} if kinds_dirty else set()
     if walks_dirty:
-        derived.add("walks" if extended is not None else "walks-computed")
+        rederived.add("walks" if extended is not None else "walks-computed")
     return ProjectFacts(
-        out, 0, 0, res, parts, len(changed), edges, stages, True, frozenset(derived)
+        out, 0, 0, res, parts, len(changed), edges, stages, True, frozenset(rederived)
     )
 
 
@@ -666,6 +665,7 @@ def _same_walks(
     return True
 
 
+Key = tuple[str, str]
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 

@@ -737,8 +737,8 @@ def extend_walks(
         entering = {m for m, _ in reached - old_reached} - old_modules
         leaving = set()
         for m in {m for m, _ in old_reached - reached}:
-            e = edges.get(m)
-            if e is None or not any((m, q) in reached for q in e.nodes):
+            share = edges.get(m)
+            if share is None or not any((m, q) in reached for q in share.nodes):
                 leaving.add(m)
         if entering or leaving:
             reached_modules = (old_modules | entering) - leaving
@@ -762,8 +762,8 @@ def extend_walks(
 
     candidates: set[Key] = set()
     for m in reached_modules ^ old_modules:
-        e = edges.get(m)
-        candidates.update((m, q) for q in (e.nodes if e is not None else ()))
+        share = edges.get(m)
+        candidates.update((m, q) for q in (share.nodes if share is not None else ()))
         if m in before:
             candidates.update((m, q) for q in before[m].nodes)
     for m, qs in nodes_changed.items():
@@ -790,9 +790,9 @@ def extend_walks(
             gained.add(now_o)
     lost -= gained
     for k in list(lost):  # another function of its module may still make it an orphan
-        e = edges.get(k[0])
-        if e is not None and any(
-            orphan(k[0], q, reached_modules, reached, referenced) == k for q in e.nodes
+        share = edges.get(k[0])
+        if share is not None and any(
+            orphan(k[0], q, reached_modules, reached, referenced) == k for q in share.nodes
         ):
             lost.discard(k)
     orphans = old_orphans
@@ -801,7 +801,7 @@ def extend_walks(
 
     # The unknown flood's starts: the orphans and the methods of the orphan classes.
     def old_members(k: Key) -> Collection[Key]:
-        e = before[k[0]] if k[0] in before else edges.get(k[0])
+        e: ModuleEdges | None = before[k[0]] if k[0] in before else edges.get(k[0])
         return () if e is None else e.members.get(k, ())
 
     def u_start(k: Key) -> bool:
