@@ -23,7 +23,10 @@ resolved parts and call-graph share, and, per stage, what it derived (:class:`~d
 derived (the same seeds and bindings; calls added or removed that carry no kind and reach no
 function with a carried property; the same call graph but for functions nothing calls), by an
 induction over the rounds rather than by comparing results, and then rebuilds only the facts
-of the changed modules and of those whose callee properties or guards changed. Anything else
+of the changed modules and of those whose callee properties or guards changed. Where the
+kinds, the call graph's walks or the imports do change, it re-derives them for what the change
+reaches (:func:`~ddp_lsp.project.flowstages._replay_kinds`: the kinds' rounds replayed from
+the round each kind was gained in; :func:`~ddp_lsp.project.reach.extend_walks`). Anything else
 computes every stage again (with resolution and parts reused). Random edit sequences check
 that both equal a computation from scratch (tests/project/test_flow_incremental.py).
 

@@ -3,8 +3,12 @@
 :func:`_update` shows, for the changed modules alone, that each stage of the computation
 (:mod:`ddp_lsp.project.flowstages`) would derive what it derived before, by an induction over
 the propagation rounds, and then rebuilds only the facts of the changed modules and of those
-whose callee properties or guards changed; None when it cannot (``flow._compute`` then runs
-every stage again). The helpers here serve only that proof: the call sites that take part in
+whose callee properties or guards changed. In the server's own state (not one restored from
+disk), a stage the changed modules do change is re-derived for what they reach instead: the
+kinds (``flowstages._replay_kinds``), the call graph's walks (``reach.extend_walks``, or
+``single_process`` over the kept shares), ``distributed`` after imports added
+(:func:`_distributed_grown`). None when it cannot (``flow._compute`` then runs every stage
+again). The helpers here serve only that proof: the call sites that take part in
 the kinds' propagation (:func:`_relevant_sites`), and the comparisons of a module's share of
 ``reach.single_process``'s call graph (:func:`_same_edges`, :func:`_same_walks`,
 :func:`_isolated_nodes`, :func:`_local_of`).
