@@ -13,7 +13,7 @@ appended: early cutoff, nothing computed), lines moved (blank lines on top: the 
 in REL moved, nothing computed), a statement added in a function body, an import added, a
 function added that nothing calls (each: every stage reused, flowupdate._update) and a DDP
 model passed to a new helper (the kinds change: their rounds replayed for what the change
-reaches, the call graph's walks continued: flowstages._replay_kinds, reach.extend_walks).
+reaches, the call graph's walks continued: flowstages._replay_kinds, reachupdate.extend_walks).
 The open files get the facts ``EDIT_PAUSE_S`` (lsp/project.py) after typing stops plus the
 wall time of the update, which the last column adds up.
 """

@@ -26,7 +26,7 @@ induction over the rounds rather than by comparing results, and then rebuilds on
 of the changed modules and of those whose callee properties or guards changed. Where the
 kinds, the call graph's walks or the imports do change, it re-derives them for what the change
 reaches (:func:`~ddp_lsp.project.flowstages._replay_kinds`: the kinds' rounds replayed from
-the round each kind was gained in; :func:`~ddp_lsp.project.reach.extend_walks`). Anything else
+the round each kind was gained in; :func:`~ddp_lsp.project.reachupdate.extend_walks`). Anything else
 computes every stage again (with resolution and parts reused). Random edit sequences check
 that both equal a computation from scratch (tests/project/test_flow_incremental.py).
 

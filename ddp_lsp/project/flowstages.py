@@ -90,7 +90,7 @@ class ProjectFacts:
     stages: _Stages | None = field(default=None, compare=False, hash=False, repr=False)
     updated: bool = False  # computed from ``previous`` and the changed modules (flowupdate._update)
     # What the update derived again rather than reuse: "kinds" (flowstages._replay_kinds),
-    # "walks" (reach.extend_walks) or "walks-computed" (single_process over the kept shares).
+    # "walks" (reachupdate.extend_walks) or "walks-computed" (single_process over the kept shares).
     derived: frozenset[str] = frozenset()
 
     @cached_property

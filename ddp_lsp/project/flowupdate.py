@@ -5,7 +5,7 @@
 the propagation rounds, and then rebuilds only the facts of the changed modules and of those
 whose callee properties or guards changed. In the server's own state (not one restored from
 disk), a stage the changed modules do change is re-derived for what they reach instead: the
-kinds (``flowstages._replay_kinds``), the call graph's walks (``reach.extend_walks``, or
+kinds (``flowstages._replay_kinds``), the call graph's walks (``reachupdate.extend_walks``, or
 ``single_process`` over the kept shares), ``distributed`` after imports added
 (:func:`_distributed_grown`). None when it cannot (``flow._compute`` then runs every stage
 again). The helpers here serve only that proof: the call sites that take part in
@@ -43,7 +43,8 @@ from ddp_lsp.project.flowstages import (
     _Stages,
 )
 from ddp_lsp.project.index import ProjectIndex
-from ddp_lsp.project.reach import ModuleEdges, extend_walks, single_process
+from ddp_lsp.project.reach import ModuleEdges, single_process
+from ddp_lsp.project.reachupdate import extend_walks
 from ddp_lsp.project.resolve import Resolver, interface
 from ddp_lsp.project.summary import ModuleSummary
 
@@ -113,7 +114,7 @@ def _update(
     summaries = index.modules
     restored = changed is not None
     # The kinds and the walks re-derived for what the changed modules reach, where a check
-    # below fails (flowstages._replay_kinds, reach.extend_walks): the server's own state
+    # below fails (flowstages._replay_kinds, reachupdate.extend_walks): the server's own state
     # only, which records the kinds' rounds and each module's callers.
     replayable = not restored and st.kind_round is not None and st.into is not None
     imports_changed = False
@@ -343,7 +344,7 @@ def _update(
     extended = None
     if walks_dirty:
         # The walks again: continued from the last ones where the changed modules' shares
-        # only grew (reach.extend_walks), computed over the kept shares otherwise.
+        # only grew (reachupdate.extend_walks), computed over the kept shares otherwise.
         if all(before_edges[m] is not None for m in changed):
             extended = extend_walks(
                 res,

@@ -1,6 +1,6 @@
 """The server's update re-derives what an edit changes instead of computing every stage again:
 the kinds' rounds replayed for the modules the change reaches (``flowstages._replay_kinds``),
-the call graph's walks continued where they only grew (``reach.extend_walks``), a module's
+the call graph's walks continued where they only grew (``reachupdate.extend_walks``), a module's
 imports of project modules changed (``flowupdate._distributed_grown``).
 
 Each test makes an edit that used to compute every stage (``ProjectFacts.updated`` False),
