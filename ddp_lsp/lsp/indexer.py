@@ -25,7 +25,8 @@ where an item is ``(path, text)``: a ``str`` is the editor's text, ``None`` a de
 :data:`DISK` "read it from disk again"; ``("close", fid)``. Answers: ``("begin", fid, total)``,
 ``("progress", fid, done, total)``, ``("facts", fid, changed, full)`` where ``changed`` maps a
 project-relative path to its :class:`ModuleProjectFacts` (``None``: gone), ``("error", fid,
-text)``. A file that cannot be read or parsed is skipped, never fatal; the process exits when
+text)``, and ``("idle", 0)`` once the requests that were waiting are all handled (the server
+sends the next edit then: see ``lsp/project.py``'s ``EDIT_PAUSE_S``). A file that cannot be read or parsed is skipped, never fatal; the process exits when
 its input closes or its parent goes away.
 
 ``DDP_LSP_INDEX_INJECT`` exists for the tests: ``slow:SECONDS`` sleeps before each file of a
@@ -404,6 +405,11 @@ def main() -> int:
                 return 0  # the server went away mid-answer
         if msg is None:
             return 0
+        if not _pending(inp):
+            try:
+                indexer.send(("idle", 0))
+            except (BrokenPipeError, OSError):
+                return 0
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ project update that does not concern an open file re-runs nothing for it.
 
 What feeds the index:
 
-- open documents, with their editor text (not the disk's): an edit is sent ``EDIT_DEBOUNCE_S``
-  after the last keystroke, never on the keystroke path; closing a document sends the disk's
-  text back;
+- open documents, with their editor text (not the disk's): an edit is sent ``EDIT_PAUSE_S``
+  after the last keystroke when the indexer is idle, and as soon as it is idle again when it
+  is busy (with the newest text of every file edited meanwhile: one update, not one per
+  pause), never on the keystroke path; closing a document sends the disk's text back;
 - ``workspace/didChangeWatchedFiles`` for ``**/*.py``: files created, changed or deleted behind
   the editor. A file open in the editor ignores them: the editor's text wins.
 
@@ -46,7 +47,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ddp_lsp.lsp")
 
-EDIT_DEBOUNCE_S = 0.4  # an edit reaches the index this long after the last keystroke
+# An edit reaches the index this long after the last keystroke, when the indexer is idle (a
+# pause in typing, not every keystroke: each update summarises the whole file again); while
+# it is busy, edits wait until it is idle and go together. The other open files see an edit's
+# facts this pause plus one update after typing stops (docs/server.md, "The editor's text").
+EDIT_PAUSE_S = 0.15
 EVENT_DEBOUNCE_S = 0.1  # file events come in bursts (a git checkout): one update per burst
 
 
@@ -87,6 +92,10 @@ class ProjectService:
         self._events: dict[Path, str | None] = {}
         self._due = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        # Requests the indexer has not finished yet (its "idle" clears it); what waited
+        # for that meanwhile.
+        self._busy = False
+        self._held = False
 
     @property
     def state(self) -> ServerState:
@@ -216,6 +225,7 @@ class ProjectService:
             return False
         self._proc = proc
         self._outbox = Outbox()
+        self._busy = self._held = False
         assert proc.stdin is not None and proc.stdout is not None
         threading.Thread(
             target=self._write, args=(proc.stdin, self._outbox), daemon=True, name="index-writer"
@@ -226,6 +236,8 @@ class ProjectService:
         return True
 
     def _send(self, msg: object) -> None:
+        if isinstance(msg, tuple) and msg[0] in ("open", "update"):
+            self._busy = True
         # Written (and pickled: a 20,000-line text is ~1 ms) by the writer thread: a pipe write
         # blocks while the indexer is busy, and the event loop must not wait for it. Updates
         # queued meanwhile are merged (see Outbox).
@@ -273,6 +285,12 @@ class ProjectService:
             return
         op, fid = msg[0], msg[1]
         folder = self._by_fid.get(fid)
+        if op == "idle":
+            self._busy = False
+            if self._held and self._timer is None:
+                self._held = False
+                self._flush()  # what was edited while it worked, at once
+            return
         if op == "error":
             self._log(lsp.MessageType.Warning, f"ddp-lsp: indexing failed: {msg[2]}")
             return
@@ -420,7 +438,7 @@ class ProjectService:
             self._arm(EVENT_DEBOUNCE_S)
         else:
             self._edited.add(unit.key)
-            self._arm(EDIT_DEBOUNCE_S)
+            self._arm(EDIT_PAUSE_S)
 
     def files_changed(self, changes: list[lsp.FileEvent]) -> None:
         """``workspace/didChangeWatchedFiles``: Python files changed behind the editor."""
@@ -448,6 +466,9 @@ class ProjectService:
             self._edited.clear()
             self._events.clear()
             return
+        if self._busy:
+            self._held = True  # sent when the indexer says it is idle
+            return
         items: dict[int, list[tuple[Path, str | None]]] = {}
 
         def add(path: Path, text: str | None) -> None:
@@ -463,5 +484,6 @@ class ProjectService:
                 add(unit.path, None if isinstance(unit.doc, PlainText) else unit.doc.text)
         self._edited.clear()
         self._events.clear()
+        self._held = False
         for fid, batch in items.items():
             self._send(("update", fid, batch))

@@ -23,7 +23,10 @@ resolved parts and call-graph share, and, per stage, what it derived (:class:`~d
 derived (the same seeds and bindings; calls added or removed that carry no kind and reach no
 function with a carried property; the same call graph but for functions nothing calls), by an
 induction over the rounds rather than by comparing results, and then rebuilds only the facts
-of the changed modules and of those whose callee properties or guards changed. Anything else
+of the changed modules and of those whose callee properties or guards changed. Where the
+kinds, the call graph's walks or the imports do change, it re-derives them for what the change
+reaches (:func:`~ddp_lsp.project.flowstages._replay_kinds`: the kinds' rounds replayed from
+the round each kind was gained in; :func:`~ddp_lsp.project.reachupdate.extend_walks`). Anything else
 computes every stage again (with resolution and parts reused). Random edit sequences check
 that both equal a computation from scratch (tests/project/test_flow_incremental.py).
 
@@ -69,6 +72,7 @@ from ddp_lsp.project.flowstages import (
     _resolve_gates,
     _ScalerWrappers,
     _seed_kinds,
+    _site_into,
     _Stages,
     _users,
 )
@@ -162,6 +166,10 @@ def _compute(
         for m in names
     }
     kinds: dict[str, dict[tuple[str, str], ParamKind]] = {m: dict(kind_seeds[m]) for m in names}
+    # The round each kind was gained in (0: a seed), for flowstages._replay_kinds.
+    kind_round: dict[str, dict[tuple[str, str], int]] = {
+        m: dict.fromkeys(kind_seeds[m], 0) for m in names if kind_seeds[m]
+    }
     sites = [site for m in names for site in parts[m].sites]
     site_line = {k: v for m in names for k, v in parts[m].site_line.items()}
     inherits = [item for m in names for item in parts[m].inherits]
@@ -233,6 +241,7 @@ def _compute(
         for (m, scope, path), cands in proposals.items():
             if (scope, path) not in kinds[m]:
                 kinds[m][(scope, path)] = min(cands)
+                kind_round.setdefault(m, {})[(scope, path)] = rounds
                 gained.add(m)
         changed = sorted(gained)
     # Mixed: a caller passes a value of no known kind where another passes a known one.
@@ -349,6 +358,8 @@ def _compute(
         _users(parts),
         reach,
         gating,
+        kind_round,
+        _site_into(parts),
     )
     return ProjectFacts(out, rounds, evaluations, res, parts, prepared, edges, stages)
 

@@ -89,6 +89,9 @@ class ProjectFacts:
     # What each stage derived, for the next computation (see flowupdate._update).
     stages: _Stages | None = field(default=None, compare=False, hash=False, repr=False)
     updated: bool = False  # computed from ``previous`` and the changed modules (flowupdate._update)
+    # What the update derived again rather than reuse: "kinds" (flowstages._replay_kinds),
+    # "walks" (reachupdate.extend_walks) or "walks-computed" (single_process over the kept shares).
+    derived: frozenset[str] = frozenset()
 
     @cached_property
     def by_path(self) -> Mapping[str, ModuleProjectFacts]:
@@ -249,6 +252,12 @@ class _Stages:
     reach: Mapping[str, Any]
     # The gating resolved across files (core/gates.py), by function: see _resolve_gates.
     gating: Mapping[tuple[str, str], gate_facts.Gating]
+    # The round of the kinds' propagation each module's kind was first proposed in (0: a
+    # seed), and the modules whose call sites reach each module: what _replay_kinds reads to
+    # re-derive the kinds of the modules an edit can reach. None in a state restored from
+    # disk (project/flowstate.py): an update that changes the kinds computes them there.
+    kind_round: Mapping[str, Mapping[tuple[str, str], int]] | None = None
+    into: Mapping[str, frozenset[str]] | None = None
 
 
 def _seed_kinds(
@@ -496,3 +505,238 @@ def _class_named(
             qual = known_names.resolve(b.source[0], aliases) or b.source[0]
             return qual.rsplit(".", 1)[-1]
     return ""
+
+
+def _site_into(parts: Mapping[str, _ModuleParts]) -> dict[str, frozenset[str]]:
+    """Each module -> the modules with a call site that reaches one of its functions."""
+    found: dict[str, set[str]] = {}
+    for m, part in parts.items():
+        for site in part.sites:
+            found.setdefault(site[2], set()).add(m)
+    return {tm: frozenset(ms) for tm, ms in found.items()}
+
+
+def _unmixed(k: ParamKind) -> ParamKind:
+    return ParamKind(k.kind, k.origin, k.via) if k.mixed else k
+
+
+def _mixed_of(
+    res: Resolver,
+    tm: str,
+    base: Mapping[tuple[str, str], ParamKind],
+    into: Mapping[str, Collection[str]],
+    parts: Mapping[str, _ModuleParts],
+    kinds_of: Callable[[str], Mapping[tuple[str, str], ParamKind]],
+    own: Callable[[str], fact_model.ModuleFacts],
+) -> dict[tuple[str, str], ParamKind]:
+    """A module's kinds after the rounds (``base``) with ``mixed`` set as flow._compute's
+    `mixed` pass sets it: a caller passes a value of no known kind where another passes a
+    known one, or one that holds the kind on some launches only. ``kinds_of``: each caller
+    module's kinds after the rounds."""
+    if not base:
+        return {}
+    flags: set[tuple[str, str]] = set()
+    for s in sorted(into.get(tm, ())):
+        ks = kinds_of(s)
+        own_s = own(s)
+        fns = res.functions(s)
+        part = parts[s]
+        for (_, cs, t, tfi), pairs in zip(part.sites, part.site_params, strict=True):
+            if t != tm:
+                continue
+            caller = fns.get(cs.caller)
+            cls = caller.cls if caller else None
+            for param, arg in pairs:
+                key = (tfi.qualname, param)
+                if key not in base or key in flags:
+                    continue
+                if (
+                    _lookup(ks, arg, cs.caller, cls) is None
+                    or fact_model.visible_key(own_s.kinds, arg, cs.caller, cls) in own_s.sometimes
+                ):
+                    flags.add(key)
+    return {
+        k: ParamKind(v.kind, v.origin, v.via, True) if k in flags else v for k, v in base.items()
+    }
+
+
+def _replay_kinds(
+    res: Resolver,
+    parts: Mapping[str, _ModuleParts],
+    summaries: Mapping[str, ModuleSummary],
+    kind_seeds: Mapping[str, Mapping[tuple[str, str], ParamKind]],
+    old_kinds: Mapping[str, Mapping[tuple[str, str], ParamKind]],
+    old_round: Mapping[str, Mapping[tuple[str, str], int]],
+    into: Mapping[str, Collection[str]],
+    changed: Collection[str],
+    old_targets: Mapping[str, Collection[str]],
+    own: Callable[[str], fact_model.ModuleFacts],
+) -> tuple[dict[str, dict[tuple[str, str], ParamKind]], dict[str, dict[tuple[str, str], int]]]:
+    """The kinds after an edit changed what the ``changed`` modules feed the kinds'
+    propagation (seeds, alias bindings, call sites, bases), re-derived round by round for the
+    modules the change can reach only: flow._compute's rounds, exactly.
+
+    The previous computation's history is its result with the round each kind was gained in
+    (``old_round``): a module's kinds after round r are those gained by round r. In round r,
+    a module can hold other kinds than before only when it changed, when a changed module
+    has a call site into it (now or before), or when a module whose kinds after round r-1
+    differ (``dirty``) proposes to it: by a call site, as a base class of its class, or itself
+    (its aliases). Every other module proposes to it what it proposed before, so its kinds
+    after round r are the old ones. The rounds here evaluate those modules alone (each
+    proposal from its sources' kinds after the round before: the semi-naive evaluation of
+    flow._compute gives the same rounds) and stop where flow._compute stops: at the first
+    round in which nothing is gained anywhere (a module left out gains what it gained
+    before), or after MAX_ROUNDS. Returns each module whose kinds or rounds may differ:
+    its kinds (``mixed`` set again for those and for the modules they or the changed
+    modules call: :func:`_mixed_of`) and their rounds."""
+    final = MAX_ROUNDS + 1
+    memo: dict[tuple[str, int], dict[tuple[str, str], ParamKind]] = {}
+
+    def old_at(m: str, r: int) -> dict[tuple[str, str], ParamKind]:
+        got = memo.get((m, r))
+        if got is None:
+            rounds = old_round.get(m, {})
+            got = memo[(m, r)] = {
+                k: _unmixed(v) for k, v in old_kinds.get(m, {}).items() if rounds[k] <= r
+            }
+        return got
+
+    gains_old: dict[int, set[str]] = {}
+    for m, rounds in old_round.items():
+        for r in rounds.values():
+            if r:
+                gains_old.setdefault(r, set()).add(m)
+    inheritors: dict[str, set[str]] | None = None
+
+    def out_of(m: str) -> set[str]:
+        nonlocal inheritors
+        if inheritors is None:
+            inheritors = {}
+            for mm, part in parts.items():
+                for _, _, bm, _ in part.inherits:
+                    inheritors.setdefault(bm, set()).add(mm)
+        return {site[2] for site in parts[m].sites} | inheritors.get(m, set())
+
+    aliases: dict[str, list[fact_model.Binding]] = {}
+
+    def alias_bindings(m: str) -> list[fact_model.Binding]:
+        got = aliases.get(m)
+        if got is None:
+            got = aliases[m] = [
+                b
+                for b in summaries[m].facts.bindings
+                if b.source and b.source[0] == fact_model.SourceMarker.ALIAS
+            ]
+        return got
+
+    base_x = set(changed)
+    for c in changed:
+        base_x |= out_of(c)
+        base_x.update(old_targets.get(c, ()))
+    prev: dict[str, dict[tuple[str, str], ParamKind]] = {c: dict(kind_seeds[c]) for c in changed}
+    prev_rounds: dict[str, dict[tuple[str, str], int]] = {
+        c: dict.fromkeys(kind_seeds[c], 0) for c in changed
+    }
+    dirty = set(changed)
+    stop = MAX_ROUNDS
+    for r in range(1, MAX_ROUNDS + 1):
+        region = set(base_x)
+        for d in dirty:
+            region.add(d)
+            region |= out_of(d)
+
+        def before_of(
+            s: str, r: int = r, state: Mapping[str, dict[tuple[str, str], ParamKind]] = prev
+        ) -> dict[tuple[str, str], ParamKind]:
+            got = state.get(s)  # its kinds after round r-1
+            return got if got is not None else old_at(s, r - 1)
+
+        gained = bool(gains_old.get(r, set()) - region)
+        now_state: dict[str, dict[tuple[str, str], ParamKind]] = {}
+        now_rounds: dict[str, dict[tuple[str, str], int]] = {}
+        dirty = set()
+        for m in sorted(region):
+            before = before_of(m)
+            proposals: dict[tuple[str, str], list[ParamKind]] = {}
+            part = parts[m]
+            for _, cls_name, bm, bc in part.inherits:
+                for (sc, p), base_kind in before_of(bm).items():
+                    if sc == bc and p.startswith("self.") and (cls_name, p) not in before:
+                        proposals.setdefault((cls_name, p), []).append(base_kind)
+            if before:
+                fns = res.functions(m)
+                for b in alias_bindings(m):
+                    if (b.scope, b.path) in before or (b.scope, b.path) in part.unwrapped:
+                        continue
+                    src_scope = b.source[2] if len(b.source) > 2 else b.scope
+                    fi = fns.get(src_scope)
+                    k = _lookup(before, b.source[1], src_scope, fi.cls if fi else None)
+                    if k is not None:
+                        proposals.setdefault((b.scope, b.path), []).append(k)
+            for s in sorted(into.get(m, ())):
+                ks = before_of(s)
+                if not ks:
+                    continue  # its sites read its kinds: none, and nothing is proposed
+                src = parts[s]
+                fns_s = res.functions(s)
+                for (_, cs, tm, tfi), pairs in zip(src.sites, src.site_params, strict=True):
+                    if tm != m:
+                        continue
+                    caller = fns_s.get(cs.caller)
+                    for param, arg in pairs:
+                        if (tfi.qualname, param) in before:
+                            continue
+                        k = _lookup(ks, arg, cs.caller, caller.cls if caller else None)
+                        if k is None:
+                            continue
+                        hop = Provenance(
+                            summaries[s].path,
+                            src.site_line.get((s, cs), _line(caller)),
+                            f"{cs.caller if cs.caller else fact_model.MODULE} calls {cs.callee}({param}={arg})",
+                        )
+                        proposals.setdefault((tfi.qualname, param), []).append(
+                            ParamKind(k.kind, k.origin, (*k.via, hop))
+                        )
+            rounds_m = prev_rounds.get(m)
+            if rounds_m is None:
+                rounds_m = {k: v for k, v in old_round.get(m, {}).items() if v <= r - 1}
+            now = before
+            if proposals:
+                now, rounds_m = dict(before), dict(rounds_m)
+                for key, cands in proposals.items():
+                    now[key] = min(cands)
+                    rounds_m[key] = r
+                gained = True
+            now_state[m] = now
+            now_rounds[m] = rounds_m
+            # Kinds or their rounds that differ: the rounds are the next update's history.
+            if now != old_at(m, r) or rounds_m != {
+                k: v for k, v in old_round.get(m, {}).items() if v <= r
+            }:
+                dirty.add(m)
+        prev, prev_rounds = now_state, now_rounds
+        if not gained:
+            stop = r
+            break
+    # A module left out of the last round holds its kinds after that round, as before.
+    later = set()
+    for r, ms in gains_old.items():
+        if r > stop:
+            later |= ms
+    for m in later - set(prev):
+        prev[m] = old_at(m, stop)
+        prev_rounds[m] = {k: v for k, v in old_round[m].items() if v <= stop}
+    grew = {m for m in prev if prev[m] != old_at(m, final)}
+
+    def kinds_of(m: str) -> Mapping[tuple[str, str], ParamKind]:
+        got = prev.get(m)
+        return got if got is not None else old_at(m, final)
+
+    again = set(grew) | set(changed)
+    for m in grew | set(changed):
+        again |= {site[2] for site in parts[m].sites}
+    for c in changed:
+        again.update(old_targets.get(c, ()))
+    kinds = {tm: _mixed_of(res, tm, kinds_of(tm), into, parts, kinds_of, own) for tm in again}
+    rounds_out = {m: prev_rounds[m] for m in prev if prev_rounds[m] != old_round.get(m, {})}
+    return kinds, rounds_out

@@ -3,8 +3,12 @@
 :func:`_update` shows, for the changed modules alone, that each stage of the computation
 (:mod:`ddp_lsp.project.flowstages`) would derive what it derived before, by an induction over
 the propagation rounds, and then rebuilds only the facts of the changed modules and of those
-whose callee properties or guards changed; None when it cannot (``flow._compute`` then runs
-every stage again). The helpers here serve only that proof: the call sites that take part in
+whose callee properties or guards changed. In the server's own state (not one restored from
+disk), a stage the changed modules do change is re-derived for what they reach instead: the
+kinds (``flowstages._replay_kinds``), the call graph's walks (``reachupdate.extend_walks``, or
+``single_process`` over the kept shares), ``distributed`` after imports added
+(:func:`_distributed_grown`). None when it cannot (``flow._compute`` then runs every stage
+again). The helpers here serve only that proof: the call sites that take part in
 the kinds' propagation (:func:`_relevant_sites`), and the comparisons of a module's share of
 ``reach.single_process``'s call graph (:func:`_same_edges`, :func:`_same_walks`,
 :func:`_isolated_nodes`, :func:`_local_of`).
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.crossfile import (
@@ -25,6 +29,7 @@ from ddp_lsp.core.crossfile import (
 from ddp_lsp.project.flowstages import (
     _CARRIED,
     ProjectFacts,
+    _distributed,
     _guard_flags,
     _line,
     _lookup,
@@ -32,12 +37,14 @@ from ddp_lsp.project.flowstages import (
     _module_parts,
     _ModuleParts,
     _prop_seeds,
+    _replay_kinds,
     _ScalerWrappers,
     _seed_kinds,
     _Stages,
 )
 from ddp_lsp.project.index import ProjectIndex
 from ddp_lsp.project.reach import ModuleEdges, single_process
+from ddp_lsp.project.reachupdate import extend_walks
 from ddp_lsp.project.resolve import Resolver, interface
 from ddp_lsp.project.summary import ModuleSummary
 
@@ -106,6 +113,11 @@ def _update(
     names = sorted(index.modules)
     summaries = index.modules
     restored = changed is not None
+    # The kinds and the walks re-derived for what the changed modules reach, where a check
+    # below fails (flowstages._replay_kinds, reachupdate.extend_walks): the server's own state
+    # only, which records the kinds' rounds and each module's callers.
+    replayable = not restored and st.kind_round is not None and st.into is not None
+    imports_changed = False
     if changed is None:
         if len(names) != len(old_parts) or any(m not in old_parts for m in names):
             return None
@@ -117,7 +129,9 @@ def _update(
         # single_process's `touched` read them.
         for m, before_imports in res.old_imports.items():
             if res.imported_modules(m) != before_imports:
-                return None
+                if not replayable:
+                    return None
+                imports_changed = True
     own_cache: dict[str, fact_model.ModuleFacts] = {}
 
     def own(m: str) -> fact_model.ModuleFacts:
@@ -140,9 +154,11 @@ def _update(
     # proposes what it proposed, and the result, `mixed` included, is the previous one.
     wraps = _ScalerWrappers(res, _OwnView(own))
     kind_seeds = _copy(st.kind_seeds)
+    kinds_dirty = False
     for m in changed:
         o, n = old_own[m], own(m)
-        if o.kinds != n.kinds or o.sometimes != n.sometimes:
+        same = o.kinds == n.kinds and o.sometimes == n.sometimes
+        if not same and not replayable:
             return None
         if o.aliases != n.aliases and (summaries[m].bases or old_parts[m].summary.bases):
             return None  # single_process reads a class's other bases through them
@@ -151,16 +167,59 @@ def _update(
         }:
             return None  # a GradScaler wrapper class: other modules' seeds
         seeds = _seed_kinds(res, m, summaries[m], n, wraps)
-        if seeds != st.kind_seeds[m]:
-            return None
         kind_seeds[m] = seeds
+        if kinds_dirty:
+            continue
         op, np_ = old_parts[m], parts[m]
-        if op.inherits != np_.inherits or op.unwrapped != np_.unwrapped:
-            return None
-        if _alias_bindings(op.summary) != _alias_bindings(np_.summary):
-            return None
-        if _relevant_sites(res, op, kinds) != _relevant_sites(res, np_, kinds):
-            return None
+        if not (
+            same
+            and seeds == st.kind_seeds[m]
+            and op.inherits == np_.inherits
+            and op.unwrapped == np_.unwrapped
+            and _alias_bindings(op.summary) == _alias_bindings(np_.summary)
+            and _relevant_sites(res, op, kinds) == _relevant_sites(res, np_, kinds)
+        ):
+            if not replayable:
+                return None
+            kinds_dirty = True
+    # Each module's callers by call site (the replay's reverse index), for the next update.
+    into = st.into
+    if replayable and into is not None:
+        into = _copy(into)
+        for m in changed:
+            was_targets = {site[2] for site in old_parts[m].sites}
+            now_targets = {site[2] for site in parts[m].sites}
+            for tm in was_targets - now_targets:
+                into[tm] = into[tm] - {m}
+            for tm in now_targets - was_targets:
+                into[tm] = into.get(tm, frozenset()) | {m}
+    kinds_changed: set[str] = set()
+    kind_round = st.kind_round
+    if kinds_dirty:
+        assert into is not None and kind_round is not None
+        new_kinds, new_rounds = _replay_kinds(
+            res,
+            parts,
+            summaries,
+            kind_seeds,
+            st.kinds,
+            kind_round,
+            into,
+            changed,
+            {m: {site[2] for site in old_parts[m].sites} for m in changed},
+            own,
+        )
+        kinds = _copy(kinds)
+        for m, kinds_m in new_kinds.items():
+            if kinds_m != st.kinds.get(m, {}):
+                kinds[m] = kinds_m
+                kinds_changed.add(m)
+        kind_round = _copy(kind_round)
+        for m, rounds_m in new_rounds.items():
+            if rounds_m:
+                kind_round[m] = rounds_m
+            else:
+                kind_round.pop(m, None)
 
     # -- properties: the same carried seeds, and no call added or removed to a function that
     # has a carried property. A call edge to a function without one proposes nothing in any
@@ -248,18 +307,29 @@ def _update(
     )
     local: Mapping[str, frozenset[str]] = st.local
     changed_local: MutableMapping[str, frozenset[str]] | None = None
+    walks_dirty = imports_changed
     for m in changed:
+        if walks_dirty:
+            break
         was, now = before_edges[m], edges[m]
-        if was is None or not _same_edges(was, now):
-            return None
-        if not _same_walks(was, now, st.reach, None if restored else edges):
-            return None
+        if (
+            was is None
+            or not _same_edges(was, now)
+            or not _same_walks(was, now, st.reach, None if restored else edges)
+        ):
+            if not replayable:
+                return None
+            walks_dirty = True
+            break
         if was.nodes != now.nodes:
             # Functions added or removed that call, hand and are called by nothing (their
             # edges are equal): the walks are the same, and only this module's answer is
             # derived again from their sets (reach.single_process's last loop).
             if not _isolated_nodes(res, m, was, now, st.reach):
-                return None
+                if not replayable:
+                    return None
+                walks_dirty = True
+                break
             if changed_local is None:
                 local = changed_local = _copy(st.local)
             got = _local_of(res, m, now.nodes, st.reach)
@@ -267,6 +337,62 @@ def _update(
                 changed_local[m] = got
             else:
                 changed_local.pop(m, None)
+    reach: Mapping[str, Any] = st.reach
+    entered: Collection[str] = st.entered
+    distributed: Mapping[str, Provenance] = st.distributed
+    local_changed: set[str] = set()
+    extended = None
+    if walks_dirty:
+        # The walks again: continued from the last ones where the changed modules' shares
+        # only grew (reachupdate.extend_walks), computed over the kept shares otherwise.
+        if all(before_edges[m] is not None for m in changed):
+            extended = extend_walks(
+                res,
+                edges,
+                cast(Mapping[str, ModuleEdges], before_edges),
+                st.reach,
+                _OwnView(own),
+                imports_changed,
+                res.stale,
+            )
+        if extended is not None:
+            new_local, reach = extended
+            local = changed_local = _copy(st.local)
+            for m, local_m in new_local.items():
+                if local_m:
+                    changed_local[m] = local_m
+                else:
+                    changed_local.pop(m, None)
+            local_changed = {m for m in new_local if local.get(m) != st.local.get(m)}
+        else:
+            reach = {}
+            local, _ = single_process(
+                res,
+                names,
+                summaries,
+                _OwnView(own),
+                props,
+                [s for m in names for s in parts[m].sites],
+                frameworks,
+                edges,
+                details=reach,
+            )
+            local_changed = {
+                m for m in set(local) | set(st.local) if local.get(m) != st.local.get(m)
+            }
+        if reach.get("from_entries") is not st.reach.get("from_entries"):
+            entered = {m for m, _ in cast(set[Key], reach.get("from_entries", set()))}
+        if entered is not st.entered and set(entered) != set(st.entered):
+            distributed = _distributed(res, props, set(entered))
+        elif imports_changed:
+            grown = _distributed_grown(res, st.distributed, res.old_imports)
+            distributed = grown if grown is not None else _distributed(res, props, set(entered))
+        if distributed is not st.distributed:
+            local_changed |= {
+                m
+                for m in set(distributed) | set(st.distributed)
+                if distributed.get(m) != st.distributed.get(m)
+            }
 
     # -- only called guarded: each module's sites counted ------------------------------------------
     guard_flags = _copy(st.guard_flags)
@@ -306,7 +432,7 @@ def _update(
                 users[tq] = users[tq] - {m}
             for tq in after_t - before_t:
                 users[tq] = users.get(tq, frozenset()) | {m}
-    again = set(changed) | set(only_of)
+    again = set(changed) | set(only_of) | kinds_changed | local_changed
     for key in props_changed:
         again |= users.get(key, frozenset())
     out = _copy(st.out)
@@ -320,7 +446,7 @@ def _update(
             own,
             parts[m],
             props,
-            st.distributed.get(m),
+            distributed.get(m),
             only_of.get(m, st.out[m].only_called_guarded),
             local.get(m, frozenset()),
             st.gating,
@@ -334,15 +460,51 @@ def _update(
         props,
         guard_flags,
         counts,
-        st.distributed,
+        distributed,
         local,
-        st.entered,
+        entered,
         out,
         users,
-        st.reach,
+        reach,
         st.gating,
+        kind_round,
+        into,
     )
-    return ProjectFacts(out, 0, 0, res, parts, len(changed), edges, stages, True)
+    rederived = {"kinds"} if kinds_dirty else set()
+    if walks_dirty:
+        rederived.add("walks" if extended is not None else "walks-computed")
+    return ProjectFacts(
+        out, 0, 0, res, parts, len(changed), edges, stages, True, frozenset(rederived)
+    )
+
+
+def _distributed_grown(
+    res: Resolver, before: Mapping[str, Provenance], old_imports: Mapping[str, list[str]]
+) -> Mapping[str, Provenance] | None:
+    """``flowstages._distributed`` after modules' imports of project modules changed by
+    additions only (the same starts): each module holds the earliest start that reaches it
+    through imports, so an import added from a module the flood holds passes that module's
+    start on, as far as it lowers what the modules it reaches hold. None when an import of
+    a module the flood holds was removed (what it held may need another start)."""
+    todo: list[tuple[Provenance, str]] = []
+    for m, was in old_imports.items():
+        now = res.imported_modules(m)
+        origin = before.get(m)
+        if origin is None:
+            continue  # not reached: its imports carry nothing
+        if not set(was) <= set(now):
+            return None
+        todo.extend((origin, t) for t in now if t not in was)
+    if not todo:
+        return before
+    out = dict(before)
+    while todo:
+        origin, m = todo.pop()
+        if m in out and out[m] <= origin:
+            continue
+        out[m] = origin
+        todo.extend((origin, t) for t in res.imported_modules(m))
+    return out
 
 
 class _OwnView(Mapping[str, fact_model.ModuleFacts]):
@@ -508,6 +670,7 @@ def _same_walks(
     return True
 
 
+Key = tuple[str, str]
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 

@@ -31,7 +31,7 @@ decided here (the module-level "distributed" context applies as before).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from ddp_lsp.core import facts as fact_model
@@ -301,8 +301,8 @@ def single_process(
             edges = module_edges(m)
             if kept is not None:
                 kept[m] = edges
-        elif only is not None:
-            continue
+        elif only is not None or edges_only:
+            continue  # (kept, and nothing but the built shares is wanted)
         else:
             assert kept is not None
             edges = kept[m]
@@ -336,62 +336,23 @@ def single_process(
     # -- reach: from entry points and self-distributed functions, along unguarded edges. A
     # class reached (built or handed) runs its constructor and special methods (`forward`
     # through `__call__`), and the methods reached code calls by name (`tok.encode(...)`).
-    def attr_calls(k: Key) -> frozenset[str]:
-        return attrs.get(k, frozenset())
-
     def is_class(k: Key) -> bool:
         return k[1] in res.classes(k[0])
 
     def bases(k: Key) -> tuple[list[Key], bool]:
-        """The project bases of a class, and whether another base (not ``object``,
-        ``nn.Module``, ``Dataset``) may call any of its methods (a framework's Checkpointer
-        calling the `_load_file` the class overrides)."""
-        project: list[Key] = []
-        foreign = False
-        for base in res.classes(k[0]).get(k[1], ()):
-            r = res.resolve(k[0], base)
-            if r is not None and r[1] and r[1] in res.classes(r[0]):
-                project.append((r[0], r[1]))
-                continue
-            qual = known_names.resolve(base, own[k[0]].aliases) or base
-            foreign = foreign or qual not in PLAIN_BASES
-        return project, foreign
+        return _class_bases(res, own, k)
 
-    def runs_when_built(q: str) -> bool:
-        name = q.rsplit(".", 1)[1]
-        return name == "forward" or (name.startswith("__") and name.endswith("__"))
+    graph = _Graph(unguarded.get, attrs.get, member_table.get, is_class, bases)
 
-    def flood(start: Iterable[Key]) -> set[Key]:
+    def flood(start: Iterable[Key]) -> tuple[set[Key], set[str], list[Key]]:
         out: set[Key] = set()
-        live: list[Key] = []
         called: set[str] = set()
-        todo = sorted(start)
-        while todo:
-            while todo:
-                k = todo.pop()
-                if k in out:
-                    continue
-                out.add(k)
-                if is_class(k):
-                    live.append(k)
-                    project_bases, foreign = bases(k)
-                    todo.extend(project_bases)  # inherited methods run on the instance
-                    todo.extend(
-                        t
-                        for t in members(*k)
-                        if foreign or runs_when_built(t[1]) or t[1].rsplit(".", 1)[1] in called
-                    )
-                    continue
-                called |= attr_calls(k)
-                todo.extend(sorted(unguarded.get(k, ())))
-            for c in live:
-                todo.extend(
-                    t for t in members(*c) if t not in out and t[1].rsplit(".", 1)[1] in called
-                )
-        return out
+        live: list[Key] = []
+        graph.flood(sorted(start), out, called, live)
+        return out, called, live
 
-    from_entries = flood(entries)
-    reached = flood(seeds | entries)
+    from_entries, fe_called, fe_live = flood(entries)
+    reached, r_called, r_live = flood(seeds | entries)
     # Unknown is not single-process: a function or class nothing in the project refers to
     # (a loss class another training script may build, a library's public function) in a
     # module whose other code distributed code reaches keeps the module's context, and so
@@ -419,22 +380,14 @@ def single_process(
                 orphans.add(owner if is_class(owner) else (m, q))
     # An unreferenced class's methods are all unknown (any of them may be its users' entry),
     # and so is what only they call (`self.build_targets(...)`).
-    unknown = flood(orphans | {t for o in orphans if is_class(o) for t in members(*o)})
+    unknown, u_called, u_live = flood(
+        orphans | {t for o in orphans if is_class(o) for t in members(*o)}
+    )
     local: dict[str, frozenset[str]] = {}
     for m in names:
-        rest = set()
-        for q in nodes[m]:
-            if (m, q) in reached or _enclosing_reached(m, q, reached, res.classes(m)):
-                continue
-            if q == fact_model.MODULE:
-                rest.add(MAIN_BLOCK)  # the top level itself is not a distributed entry point
-                if m not in touched:
-                    rest.add(q)
-                continue
-            if (m, q) not in unknown and not _enclosing_reached(m, q, unknown, res.classes(m)):
-                rest.add(q)
+        rest = _module_local(m, nodes[m], reached, unknown, touched, res.classes(m))
         if rest:
-            local[m] = frozenset(rest)
+            local[m] = rest
     if details is not None:
         details.update(
             reached=reached,
@@ -444,11 +397,136 @@ def single_process(
             touched=touched,
             entries=entries,
             from_entries=from_entries,
+            # Each flood's called attribute names and live classes, and the orphans: what
+            # reachupdate.extend_walks continues from (absent in a restored state).
+            floods={
+                "from_entries": (fe_called, fe_live),
+                "reached": (r_called, r_live),
+                "unknown": (u_called, u_live),
+            },
+            orphans=orphans,
         )
     return local, {m for m, _ in from_entries}
 
 
-def _enclosing_reached(m: str, q: str, reached: set[Key], classes: Mapping[str, object]) -> bool:
+def _class_bases(
+    res: Resolver, own: Mapping[str, fact_model.ModuleFacts], k: Key
+) -> tuple[list[Key], bool]:
+    """The project bases of a class, and whether another base (not ``object``,
+    ``nn.Module``, ``Dataset``) may call any of its methods (a framework's Checkpointer
+    calling the `_load_file` the class overrides)."""
+    project: list[Key] = []
+    foreign = False
+    for base in res.classes(k[0]).get(k[1], ()):
+        r = res.resolve(k[0], base)
+        if r is not None and r[1] and r[1] in res.classes(r[0]):
+            project.append((r[0], r[1]))
+            continue
+        qual = known_names.resolve(base, own[k[0]].aliases) or base
+        foreign = foreign or qual not in PLAIN_BASES
+    return project, foreign
+
+
+def _runs_when_built(q: str) -> bool:
+    name = q.rsplit(".", 1)[1]
+    return name == "forward" or (name.startswith("__") and name.endswith("__"))
+
+
+class _Graph:
+    """What the floods read of the call graph: each function's unguarded edges and the
+    attributes it calls, each class's methods, whether a key is a class, a class's project
+    bases (and whether another base may call any of its methods)."""
+
+    def __init__(
+        self,
+        unguarded: Callable[[Key], Collection[Key] | None],
+        attrs: Callable[[Key], frozenset[str] | None],
+        members: Callable[[Key], list[Key] | None],
+        is_class: Callable[[Key], bool],
+        bases: Callable[[Key], tuple[list[Key], bool]],
+    ) -> None:
+        self.unguarded = unguarded
+        self.attrs = attrs
+        self.members = members
+        self.is_class = is_class
+        self.bases = bases
+
+    def flood(
+        self,
+        todo: list[Key],
+        out: set[Key],
+        called: set[str],
+        live: list[Key],
+        fresh: set[str] | None = None,
+    ) -> None:
+        """Extend ``out`` (and the attribute names its functions call, ``called``, and the
+        classes it holds, ``live``) with what ``todo`` reaches: from functions, their
+        unguarded callees and handed functions; from a class (built or handed), its project
+        bases, its constructor and special methods (`forward` through `__call__`), and the
+        methods reached code calls by name (`tok.encode(...)`); every method of a class with
+        a base that may call any of them. A least fixed point: the same sets whatever the
+        order, and continuing a finished flood with more starts (or more edges from what it
+        holds) gives the flood of the larger graph (reachupdate.extend_walks)."""
+        members = self.members
+        fresh = set() if fresh is None else fresh  # names called since `live` was scanned
+        while True:
+            while todo:
+                k = todo.pop()
+                if k in out:
+                    continue
+                out.add(k)
+                if self.is_class(k):
+                    live.append(k)
+                    project_bases, foreign = self.bases(k)
+                    todo.extend(project_bases)  # inherited methods run on the instance
+                    todo.extend(
+                        t
+                        for t in members(k) or ()
+                        if foreign or _runs_when_built(t[1]) or t[1].rsplit(".", 1)[1] in called
+                    )
+                    continue
+                names = self.attrs(k)
+                if names:
+                    for a in names:
+                        if a not in called:
+                            called.add(a)
+                            fresh.add(a)
+                todo.extend(sorted(self.unguarded(k) or ()))
+            if not fresh:
+                break
+            for c in live:
+                todo.extend(
+                    t for t in members(c) or () if t not in out and t[1].rsplit(".", 1)[1] in fresh
+                )
+            fresh = set()
+
+
+def _module_local(
+    m: str,
+    nodes: Iterable[str],
+    reached: Collection[Key],
+    unknown: Collection[Key],
+    touched: Collection[str],
+    classes: Mapping[str, object],
+) -> frozenset[str]:
+    """A module's functions that are not distributed code (single_process's last step)."""
+    rest = set()
+    for q in nodes:
+        if (m, q) in reached or _enclosing_reached(m, q, reached, classes):
+            continue
+        if q == fact_model.MODULE:
+            rest.add(MAIN_BLOCK)  # the top level itself is not a distributed entry point
+            if m not in touched:
+                rest.add(q)
+            continue
+        if (m, q) not in unknown and not _enclosing_reached(m, q, unknown, classes):
+            rest.add(q)
+    return frozenset(rest)
+
+
+def _enclosing_reached(
+    m: str, q: str, reached: Collection[Key], classes: Mapping[str, object]
+) -> bool:
     """A nested function (``main.worker``) runs where the function around it runs."""
     while "." in q:
         q = q.rsplit(".", 1)[0]

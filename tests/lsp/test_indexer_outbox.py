@@ -68,3 +68,51 @@ def test_the_writer_thread_sends_what_the_outbox_holds_and_stops_at_none() -> No
     assert read_message(pipe) == ("update", 1, [(A, "x" * 100_000)])
     assert read_message(pipe) == ("close", 1)
     assert read_message(pipe) is None
+
+
+def test_an_edit_waits_for_a_busy_indexer_and_goes_when_it_is_idle() -> None:
+    """The pause after typing is short (EDIT_PAUSE_S) because an edit is sent only to an idle
+    indexer: while one update runs, later edits are held, and the indexer's "idle" sends the
+    newest text of every file edited meanwhile, in one update."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from ddp_lsp.lsp.indexer import DISK
+    from ddp_lsp.lsp.project import EDIT_PAUSE_S, Folder
+
+    assert EDIT_PAUSE_S < 0.4
+    texts = {"a": "x = 1\n", "b": "y = 2\n"}
+    units = {
+        k: SimpleNamespace(key=k, path=Path(f"/w/{k}.py"), doc=SimpleNamespace(text=t))
+        for k, t in texts.items()
+    }
+    config = SimpleNamespace(folder_of=lambda path: Path("/w"))
+    ls = SimpleNamespace(state=SimpleNamespace(units=units, config=config))
+    service = ProjectService(ls)  # type: ignore[arg-type]
+    service.folders[Path("/w")] = Folder(1, Path("/w"), Path("/w"), "w", None)  # type: ignore[arg-type]
+    proc = object()
+    service._proc = proc  # type: ignore[assignment]
+
+    async def run() -> None:
+        service._send(("update", 1, [(A, DISK)]))  # an update the indexer is working on
+        assert service._busy
+        _drain(service._outbox)
+        service._edited.update(("a", "b"))
+        service._due = 0.0
+        service._flush()  # the pause is over, but the indexer is busy: held
+        assert len(service._outbox) == 0 and service._held
+        units["a"].doc.text = "x = 3\n"  # typed on meanwhile
+        service._on_message(proc, ("idle", 0))  # type: ignore[arg-type]
+        sent = _drain(service._outbox)
+        assert len(sent) == 1 and sent[0][:2] == ("update", 1)  # type: ignore[index]
+        assert sorted(sent[0][2]) == [(A, "x = 3\n"), (B, "y = 2\n")]  # type: ignore[index]
+        assert service._busy and not service._held
+        # Idle again: an edit goes after the pause without waiting.
+        service._on_message(proc, ("idle", 0))  # type: ignore[arg-type]
+        assert not service._busy
+        service._edited.add("b")
+        service._due = 0.0
+        service._flush()
+        assert _drain(service._outbox) == [("update", 1, [(B, "y = 2\n")])]
+
+    asyncio.run(run())
