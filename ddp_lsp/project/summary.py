@@ -163,7 +163,7 @@ def summarise_with_facts(
         site_lines=x.site_lines,
         binding_lines=_binding_lines(tree, cf, merged),
         prop_lines=_prop_lines(tree, merged),
-        handed=handed_names(tree),
+        handed=x.handed,  # handed_names(tree), gathered on the extractor's walk
     ), merged
 
 
@@ -174,7 +174,9 @@ def handed_names(tree: ast.Module) -> tuple[tuple[str, str], ...]:
     project keeps those that resolve to a function of its own.
 
     One walk over every node of the file (a sixth of a cold index's time when it recursed
-    through ``ast.iter_child_nodes``): iterative, on ``walk.children``."""
+    through ``ast.iter_child_nodes``): iterative, on ``walk.children``. The index gathers
+    the same pairs on the core's own walk (``factextract.extract_module``: no second walk);
+    this is their definition, and the test that the two agree."""
     from ddp_lsp.core.walk import children
 
     out: set[tuple[str, str]] = set()
