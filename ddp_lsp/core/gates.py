@@ -360,6 +360,10 @@ def _mode_test(e: ast.AST, params: set[str], modes: set[str]) -> bool:
     return _mode_attr(e, params)
 
 
+_STMT_LISTS = frozenset({"body", "handlers", "orelse", "finalbody", "cases"})
+_STMT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) -> set[str]:
     """Locals assigned exactly once in ``f``'s frame, from a mode test of its arguments
     (``use_fsdp_eval = getattr(args, "fsdp", False) and args.distributed``). Statements only
@@ -393,9 +397,14 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
                     bind(item.optional_vars, None)
         elif isinstance(n, ast.ExceptHandler) and n.name:
             values.setdefault(n.name, []).append(None)
-        stack.extend(
-            c for c in children(n) if isinstance(c, (ast.stmt, ast.ExceptHandler, ast.match_case))
-        )
+        # The statement lists of ``n`` in field order: its children that are statements,
+        # handlers or cases, without building the list of every child.
+        cls = n.__class__
+        fields = _STMT_FIELDS.get(cls)
+        if fields is None:
+            fields = _STMT_FIELDS[cls] = tuple(f for f in cls._fields if f in _STMT_LISTS)
+        for name in fields:
+            stack.extend(getattr(n, name))
     out: set[str] = set()
     for name, vals in values.items():
         v = vals[0]
@@ -415,7 +424,9 @@ def site_facts(
     params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
     pset = set(params)
     sites: dict[Site, None] = {}  # in walk order, each once
-    modes = _mode_locals(f, pset)
+    # Without parameters no local is a mode test (each is one of the arguments, or of a
+    # local that is one): the walk is skipped.
+    modes = _mode_locals(f, pset) if pset else set()
     none: frozenset[Gate] = frozenset()
     # Depth first over the function's own frame, each node with the (param, value) pairs for
     # which an enclosing test skips it, and whether it sits under a mode test.

@@ -61,6 +61,11 @@ _FIELDS: dict[Any, tuple[str, ...]] = {
 }
 
 
+# A file's own summary and facts: never equal to another file's (the path differs), so never
+# looked up to share (see _Sharer).
+_UNIQUE = frozenset({ModuleSummary, fact_model.ChunkFacts})
+
+
 def find_root(paths: Iterable[Path]) -> Path:
     """The project root of ``paths``: the nearest directory above them with a marker."""
     resolved = [p.resolve() for p in paths]
@@ -144,6 +149,10 @@ class _Sharer:
         if isinstance(obj, str):
             return sys.intern(obj)
         kind = type(obj)
+        if kind in _UNIQUE:
+            # One per file: looking one up hashed the whole summary (twice, with its facts),
+            # for a hit no two files' summaries give. Its parts are shared as below.
+            return kind(*(self._share(getattr(obj, f)) for f in _FIELDS[kind]))
         if kind is tuple or kind is frozenset or kind in _FIELDS:
             # An equal object seen before is returned whole, without walking it: most facts of
             # a file repeat facts of others, and hashing them runs in C.

@@ -294,8 +294,10 @@ def _first_call(
     fn: ast.FunctionDef | ast.AsyncFunctionDef, prop: str, facts: fact_model.ModuleFacts, qual: str
 ) -> int | None:
     cls = qual.rpartition(".")[0] or None
+    from ddp_lsp.core.walk import bfs  # ast.walk's order (ties in position: outer call first)
+
     calls = sorted(
-        (n for n in ast.walk(fn) if isinstance(n, ast.Call)),
+        (n for n in bfs(fn) if n.__class__ is ast.Call),
         key=lambda n: (n.lineno, n.col_offset),
     )
     for c in calls:
