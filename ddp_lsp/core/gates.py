@@ -429,25 +429,37 @@ def site_facts(
     modes = _mode_locals(f, pset) if pset else set()
     none: frozenset[Gate] = frozenset()
     # Depth first over the function's own frame, each node with the (param, value) pairs for
-    # which an enclosing test skips it, and whether it sits under a mode test.
-    stack: list[tuple[ast.AST, frozenset[Gate], bool]] = [(s, none, False) for s in f.body]
+    # which an enclosing test skips it, and whether it sits under a mode test: the current
+    # pair ``ctx``, set by a marker (a plain tuple) pushed below each group of nodes that
+    # has its own (the subtrees above a marker are walked before it is popped, and each
+    # group leaves ``ctx`` as its parent had it): no tuple per node.
+    ctx: tuple[frozenset[Gate], bool] = (none, False)
+    stack: list[object] = list(f.body)
     push = stack.append
+    pop = stack.pop
+    site_new = object.__new__
     while stack:
-        node, gates, moded = stack.pop()
+        node = pop()
         cls = node.__class__
+        if cls is tuple:
+            ctx = node  # type: ignore[assignment]
+            continue
         if cls in _SCOPE_CLASSES:
             continue
         if cls is ast.If or cls is ast.While or cls is ast.IfExp:
             assert isinstance(node, (ast.If, ast.While, ast.IfExp))
+            gates, moded = ctx
             test = node.test
-            stack.append((test, gates, moded))
+            push(test)
+            push(ctx)  # the test, and what follows the group, as before
             on = off = gates
             on_moded = off_moded = moded
-            names = {n.id for n in walk(test) if isinstance(n, ast.Name)}
-            if not names.isdisjoint(pset):
-                when_false, when_true = _skips(test, pset, names)
-                on = gates | when_false
-                off = gates | when_true
+            if pset:
+                names = {n.id for n in walk(test) if isinstance(n, ast.Name)}
+                if not names.isdisjoint(pset):
+                    when_false, when_true = _skips(test, pset, names)
+                    on = gates | when_false
+                    off = gates | when_true
             if _mode_test(test, pset, modes):
                 on_moded = True
             elif (
@@ -458,15 +470,14 @@ def site_facts(
                 off_moded = True
             body = node.body if isinstance(node.body, list) else [node.body]
             orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
-            for s in body:
-                stack.append((s, on, on_moded))
-            for s in orelse:
-                if isinstance(node, ast.While):
-                    stack.append((s, gates, moded))
-                else:
-                    stack.append((s, off, off_moded))
+            stack.extend(body)
+            push((on, on_moded))
+            if orelse:
+                stack.extend(orelse)
+                push(ctx if cls is ast.While else (off, off_moded))
             continue
-        if isinstance(node, ast.Call):
+        if cls is ast.Call:
+            assert isinstance(node, ast.Call)
             name = dotted(node.func)
             if name is not None:
                 passed: list[tuple[Slot, str]] = [
@@ -480,10 +491,20 @@ def site_facts(
                     if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in pset
                 ]
                 bound, unpacked = _bindings(node, pset, modes)
-                sites[Site(name, gates, moded, tuple(passed), bound, unpacked)] = None
-        for child in children(node):
+                # Site(...) without the frozen __init__ (as the index's decoder builds it).
+                site = site_new(Site)
+                site.__dict__.update(
+                    callee=name,
+                    skipped=ctx[0],
+                    moded=ctx[1],
+                    passed=tuple(passed),
+                    bound=bound,
+                    unpacked=unpacked,
+                )
+                sites[site] = None
+        for child in children(node):  # type: ignore[arg-type]
             if child.__class__ not in LEAVES:  # nothing under them, never a site
-                push((child, gates, moded))
+                push(child)
 
     if not sites:
         return NO_GATES  # calls nothing: no summary needed

@@ -330,21 +330,52 @@ def _project_class(spelled: str, aliases: Mapping[str, str]) -> bool:
     return qual is not None and known_names.may_be_project_module(qual)
 
 
-def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+def _statements(body: list[ast.stmt]) -> list[ast.stmt]:
     # Statements only: assignments never sit inside expressions (walrus aside, which binds no
     # kind the core records), and skipping expressions makes this walk a fraction of ast.walk.
+    # (A list, in the order of the stack below; each class's statement lists looked up once.)
+    out: list[ast.stmt] = []
     stack = list(reversed(body))
+    pop, push, extend = stack.pop, out.append, stack.extend
+    shapes = _SHAPES
     while stack:
-        s = stack.pop()
-        yield s
-        for name in ("body", "orelse", "finalbody"):
-            sub = getattr(s, name, None)
-            if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
-                stack.extend(reversed(sub))
-        for h in getattr(s, "handlers", ()):
-            stack.extend(reversed(h.body))
-        for case in getattr(s, "cases", ()):
-            stack.extend(reversed(case.body))
+        s = pop()
+        push(s)
+        cls = s.__class__
+        shape = shapes.get(cls)
+        if shape is None:
+            shape = shapes[cls] = _shape(cls)
+        if shape is _LEAF:
+            continue
+        lists, handlers, cases = shape
+        for name in lists:
+            sub = getattr(s, name)
+            if sub.__class__ is list and sub and isinstance(sub[0], ast.stmt):
+                extend(reversed(sub))
+        if handlers:
+            for h in s.handlers:  # type: ignore[attr-defined]
+                extend(reversed(h.body))
+        if cases:
+            for case in s.cases:  # type: ignore[attr-defined]
+                extend(reversed(case.body))
+    return out
+
+
+_Shape = tuple[tuple[str, ...], bool, bool]
+_LEAF: _Shape = ((), False, False)
+_SHAPES: dict[type, _Shape] = {}
+
+
+def _shape(cls: type) -> _Shape:
+    """Which of a statement class's fields hold statement lists: ``body``, ``orelse`` and
+    ``finalbody`` (in that order), ``handlers``, ``cases``."""
+    fields = set(getattr(cls, "_fields", ()))
+    shape = (
+        tuple(n for n in ("body", "orelse", "finalbody") if n in fields),
+        "handlers" in fields,
+        "cases" in fields,
+    )
+    return _LEAF if shape == _LEAF else shape
 
 
 def _gives_kind(value: ast.AST, aliases: Mapping[str, str], classes: set[str]) -> bool:
