@@ -126,6 +126,10 @@ def extract_module(tree: ast.Module, ranks: RankModel) -> ModuleExtract:
     )
 
 
+# The attribute each of the tables' grad-sync skippers ends with (`accelerator.accumulate`:
+# "accumulate"): only an attribute of such a name can be one.
+_SYNC_SKIP_ATTRS = frozenset(name.rsplit(".", 1)[-1] for name in _SYNC_SKIPPERS)
+
 # The last names of the checkpoint writers: a call of one is a save through a parameter when
 # the merge resolves it to a writer (SavesThrough).
 _SAVERS = frozenset(q.rsplit(".", 1)[-1] for q in _CHECKPOINT_WRITERS)
@@ -402,7 +406,10 @@ class _Extractor:
             elif isinstance(node, ast.Attribute):
                 if node.attr in ("no_sync", "require_backward_grad_sync"):
                     self._prop(NO_SYNC)
-                elif f"{_last(node.value)}.{node.attr}" in _SYNC_SKIPPERS:
+                elif (
+                    node.attr in _SYNC_SKIP_ATTRS  # (most attributes: no spelling built)
+                    and f"{_last(node.value)}.{node.attr}" in _SYNC_SKIPPERS
+                ):
                     self._prop(NO_SYNC)  # `accelerator.accumulate`: the tables' skips-grad-sync
 
     def _hand(self, call: ast.Call) -> None:
@@ -625,17 +632,29 @@ def _returns(body: list[ast.stmt]) -> list[ast.Return]:
     return is a statement: only statement lists are walked, never expressions."""
     out: list[ast.Return] = []
     stack: list[ast.AST] = list(body)
+    lists = _LISTS
     while stack:
         s = stack.pop()
-        if isinstance(s, ast.Return):
-            if s.value is not None:
-                out.append(s)
+        cls = s.__class__
+        if cls is ast.Return:
+            if s.value is not None:  # type: ignore[attr-defined]
+                out.append(s)  # type: ignore[arg-type]
             continue
-        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+        names = lists.get(cls)
+        if names is None:  # the fields below that the class has, in this order
+            names = lists[cls] = tuple(
+                n
+                for n in ("body", "orelse", "finalbody", "handlers", "cases")
+                if n in getattr(cls, "_fields", ())
+            )
+        for name in names:
             seq = getattr(s, name, None)
             if isinstance(seq, list):
                 stack.extend(seq)
     return out
+
+
+_LISTS: dict[type, tuple[str, ...]] = {}
 
 
 def _zero(found: object) -> bool:

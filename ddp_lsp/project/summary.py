@@ -265,8 +265,11 @@ def _prop_lines(
     }
     if not wanted:
         return ()
+    # A function's body yields only qualnames under its own ("f.inner"): walked again only
+    # when one of those is wanted (it was, for every function, the walk's most costly part).
+    prefixes = {q[:i] for q in wanted for i, c in enumerate(q) if c == "."}
     out: list[tuple[str, str, int]] = []
-    for qual, fn in _functions(tree.body, "", None):
+    for qual, fn in _functions(tree.body, "", None, prefixes):
         props = wanted.get(qual)
         if not props:
             continue
@@ -278,16 +281,19 @@ def _prop_lines(
 
 
 def _functions(
-    body: list[ast.stmt], scope: str, cls: str | None
+    body: list[ast.stmt], scope: str, cls: str | None, prefixes: set[str] | None = None
 ) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
-    """Functions with the qualnames the core's extractor gives them (``C.m``, ``outer.inner``)."""
+    """Functions with the qualnames the core's extractor gives them (``C.m``, ``outer.inner``).
+    ``prefixes``: when given, the functions under a function whose qualname is not in it are
+    left out (only the qualnames under those prefixes are wanted)."""
     for s in _statements(body):
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
             qual = f"{cls}.{s.name}" if cls else f"{scope}.{s.name}" if scope else s.name
             yield qual, s
-            yield from _functions(s.body, qual, None)
+            if prefixes is None or qual in prefixes:
+                yield from _functions(s.body, qual, None, prefixes)
         elif isinstance(s, ast.ClassDef) and not scope:
-            yield from _functions(s.body, "", s.name)
+            yield from _functions(s.body, "", s.name, prefixes)
 
 
 def _first_call(
