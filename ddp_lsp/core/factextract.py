@@ -122,7 +122,7 @@ def extract_module(tree: ast.Module, ranks: RankModel) -> ModuleExtract:
     x = _Extractor(ranks, project=True)
     cf = extract(tree, None, ranks, x)
     return ModuleExtract(
-        cf, tuple(x.dotted_sites), (*x.site_lines, *x.dotted_lines), tuple(sorted(x.handed))
+        cf, tuple(x.dotted_sites), (*x.site_lines, *x.dotted_lines), tuple(sorted(x.handed or ()))
     )
 
 

@@ -149,7 +149,7 @@ class _Sharer:
         # The common cases first, without a call per item: strings (interned) and tuples.
         kind = obj.__class__
         if kind is str:
-            return _intern(obj)  # type: ignore[arg-type]
+            return _intern(cast(str, obj))
         if kind is tuple:
             memo = self.memo
             hit = memo.get(obj)
@@ -168,10 +168,10 @@ class _Sharer:
         if isinstance(obj, str):
             return sys.intern(obj)
         fields = _FIELDS.get(kind)
-        if kind in _UNIQUE:
+        if kind in _UNIQUE and fields is not None:
             # One per file: looking one up hashed the whole summary (twice, with its facts),
             # for a hit no two files' summaries give. Its parts are shared as below.
-            return _build(kind, fields, [self._share(getattr(obj, f)) for f in fields])  # type: ignore[union-attr]
+            return _build(kind, fields, [self._share(getattr(obj, f)) for f in fields])
         if kind is frozenset or fields is not None:
             # An equal object seen before is returned whole, without walking it: most facts of
             # a file repeat facts of others, and hashing them runs in C.
@@ -196,8 +196,8 @@ def _build(kind: type, fields: tuple[str, ...], values: list[object]) -> object:
     """``kind(*values)`` without the frozen dataclass's ``__init__`` (one
     ``object.__setattr__`` per field), as the cache's decoder and pickle build them: none of
     the summary's dataclasses has a ``__post_init__`` (the codec refuses one)."""
-    obj = object.__new__(kind)
-    obj.__dict__.update(zip(fields, values))
+    obj: Any = object.__new__(kind)
+    obj.__dict__.update(zip(fields, values, strict=True))
     return obj
 
 
