@@ -112,14 +112,23 @@ class ModuleExtract:
     dotted_sites: tuple[CallSite, ...]
     # 1-based line of each call site: facts.call_sites, then dotted_sites.
     site_lines: tuple[int, ...]
+    # (scope, spelling) of each name handed to a call as a value (``ModuleSummary.handed``),
+    # gathered on the extractor's own walk rather than a second walk of every node.
+    handed: tuple[tuple[str, str], ...] = ()
 
 
 def extract_module(tree: ast.Module, ranks: RankModel) -> ModuleExtract:
     """Raw facts of a whole module parsed at once, with the call sites the project needs."""
     x = _Extractor(ranks, project=True)
     cf = extract(tree, None, ranks, x)
-    return ModuleExtract(cf, tuple(x.dotted_sites), (*x.site_lines, *x.dotted_lines))
+    return ModuleExtract(
+        cf, tuple(x.dotted_sites), (*x.site_lines, *x.dotted_lines), tuple(sorted(x.handed or ()))
+    )
 
+
+# The attribute each of the tables' grad-sync skippers ends with (`accelerator.accumulate`:
+# "accumulate"): only an attribute of such a name can be one.
+_SYNC_SKIP_ATTRS = frozenset(name.rsplit(".", 1)[-1] for name in _SYNC_SKIPPERS)
 
 # The last names of the checkpoint writers: a call of one is a save through a parameter when
 # the merge resolves it to a writer (SavesThrough).
@@ -167,6 +176,14 @@ class _Extractor:
         # Parameters rebound to the same path under another type (`out = Path(out)`).
         self._wrapped: list[set[str]] = [set()]
         self._loop_names: list[set[str]] = []  # names bound by `for` targets, per open function
+        # The names handed to calls (project only; see summary.handed_names, whose scopes
+        # these are: the qualname of the enclosing function, MODULE at the top level, a
+        # method named by its class only when its `def` is directly in a top-level class's
+        # body). None: not gathered (a chunk's extraction, or a class's bases and decorators,
+        # which that walk never visits).
+        self.handed: set[tuple[str, str]] | None = set() if project else None
+        self._hscope = MODULE
+        self._hclass: dict[int, str] = {}  # id of a `def` directly in such a body -> class
 
     def _maybe_project_call(self, name: str) -> bool:
         """``engine.train_one_epoch`` / ``du.save_on_master``: a call through an imported
@@ -202,10 +219,16 @@ class _Extractor:
             self.function(s, scope)
             return
         if isinstance(s, ast.ClassDef):
+            handed, self.handed = self.handed, None
             for d in s.decorator_list:
                 self.expr(d, scope, guarded)
             for b in s.bases:
                 self.expr(b, scope, guarded)
+            self.handed = handed
+            if handed is not None and self._hscope == MODULE:
+                for m in s.body:
+                    if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        self._hclass[id(m)] = s.name
             self.class_stack.append(s.name)
             self.block(s.body, scope, guarded)
             self.class_stack.pop()
@@ -310,7 +333,17 @@ class _Extractor:
         self._wrapped.append(set())
         self._loop_names.append(set())
         body_guarded = _guards_itself(f.body, self.ranks)
+        outer = self._hscope
+        if self.handed is not None:
+            hcls = self._hclass.get(id(f))
+            if hcls is not None:
+                self._hscope = f"{hcls}.{f.name}"
+            elif outer != MODULE:
+                self._hscope = f"{outer}.{f.name}"
+            else:
+                self._hscope = f.name
         self.block(f.body, qual, body_guarded)
+        self._hscope = outer
         self._loop_names.pop()
         self._assigned.pop()
         self._wrapped.pop()
@@ -359,6 +392,8 @@ class _Extractor:
                 continue
             stack.extend(children(node))
             if isinstance(node, ast.Call):
+                if self.handed is not None:
+                    self._hand(node)
                 if self._ifs == 0 and self._loop_names and _reads_back(node):
                     root = node.func.value  # type: ignore[attr-defined]
                     while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
@@ -371,8 +406,24 @@ class _Extractor:
             elif isinstance(node, ast.Attribute):
                 if node.attr in ("no_sync", "require_backward_grad_sync"):
                     self._prop(NO_SYNC)
-                elif f"{_last(node.value)}.{node.attr}" in _SYNC_SKIPPERS:
+                elif (
+                    node.attr in _SYNC_SKIP_ATTRS  # (most attributes: no spelling built)
+                    and f"{_last(node.value)}.{node.attr}" in _SYNC_SKIPPERS
+                ):
                     self._prop(NO_SYNC)  # `accelerator.accumulate`: the tables' skips-grad-sync
+
+    def _hand(self, call: ast.Call) -> None:
+        # summary.handed_names's test, item by item.
+        dotted = known_names.dotted
+        scope = self._hscope
+        handed = self.handed
+        assert handed is not None
+        for v in (*call.args, *(kw.value for kw in call.keywords)):
+            items = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
+            for e in items:
+                spelled = dotted(e.value if isinstance(e, ast.Starred) else e)
+                if spelled:
+                    handed.add((scope, spelled))
 
     def _prop(self, prop: str) -> None:
         if self._props:
@@ -581,17 +632,29 @@ def _returns(body: list[ast.stmt]) -> list[ast.Return]:
     return is a statement: only statement lists are walked, never expressions."""
     out: list[ast.Return] = []
     stack: list[ast.AST] = list(body)
+    lists = _LISTS
     while stack:
         s = stack.pop()
-        if isinstance(s, ast.Return):
-            if s.value is not None:
-                out.append(s)
+        cls = s.__class__
+        if cls is ast.Return:
+            if s.value is not None:  # type: ignore[attr-defined]
+                out.append(s)  # type: ignore[arg-type]
             continue
-        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+        names = lists.get(cls)
+        if names is None:  # the fields below that the class has, in this order
+            names = lists[cls] = tuple(
+                n
+                for n in ("body", "orelse", "finalbody", "handlers", "cases")
+                if n in getattr(cls, "_fields", ())
+            )
+        for name in names:
             seq = getattr(s, name, None)
             if isinstance(seq, list):
                 stack.extend(seq)
     return out
+
+
+_LISTS: dict[type, tuple[str, ...]] = {}
 
 
 def _zero(found: object) -> bool:

@@ -360,6 +360,10 @@ def _mode_test(e: ast.AST, params: set[str], modes: set[str]) -> bool:
     return _mode_attr(e, params)
 
 
+_STMT_LISTS = frozenset({"body", "handlers", "orelse", "finalbody", "cases"})
+_STMT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) -> set[str]:
     """Locals assigned exactly once in ``f``'s frame, from a mode test of its arguments
     (``use_fsdp_eval = getattr(args, "fsdp", False) and args.distributed``). Statements only
@@ -393,9 +397,14 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
                     bind(item.optional_vars, None)
         elif isinstance(n, ast.ExceptHandler) and n.name:
             values.setdefault(n.name, []).append(None)
-        stack.extend(
-            c for c in children(n) if isinstance(c, (ast.stmt, ast.ExceptHandler, ast.match_case))
-        )
+        # The statement lists of ``n`` in field order: its children that are statements,
+        # handlers or cases, without building the list of every child.
+        cls = n.__class__
+        fields = _STMT_FIELDS.get(cls)
+        if fields is None:
+            fields = _STMT_FIELDS[cls] = tuple(f for f in cls._fields if f in _STMT_LISTS)
+        for name in fields:
+            stack.extend(getattr(n, name))
     out: set[str] = set()
     for name, vals in values.items():
         v = vals[0]
@@ -415,28 +424,42 @@ def site_facts(
     params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
     pset = set(params)
     sites: dict[Site, None] = {}  # in walk order, each once
-    modes = _mode_locals(f, pset)
+    # Without parameters no local is a mode test (each is one of the arguments, or of a
+    # local that is one): the walk is skipped.
+    modes = _mode_locals(f, pset) if pset else set()
     none: frozenset[Gate] = frozenset()
     # Depth first over the function's own frame, each node with the (param, value) pairs for
-    # which an enclosing test skips it, and whether it sits under a mode test.
-    stack: list[tuple[ast.AST, frozenset[Gate], bool]] = [(s, none, False) for s in f.body]
+    # which an enclosing test skips it, and whether it sits under a mode test: the current
+    # pair ``ctx``, set by a marker (a plain tuple) pushed below each group of nodes that
+    # has its own (the subtrees above a marker are walked before it is popped, and each
+    # group leaves ``ctx`` as its parent had it): no tuple per node.
+    ctx: tuple[frozenset[Gate], bool] = (none, False)
+    stack: list[object] = list(f.body)
     push = stack.append
+    pop = stack.pop
+    site_new = object.__new__
     while stack:
-        node, gates, moded = stack.pop()
+        node = pop()
         cls = node.__class__
+        if cls is tuple:
+            ctx = node  # type: ignore[assignment]
+            continue
         if cls in _SCOPE_CLASSES:
             continue
         if cls is ast.If or cls is ast.While or cls is ast.IfExp:
             assert isinstance(node, (ast.If, ast.While, ast.IfExp))
+            gates, moded = ctx
             test = node.test
-            stack.append((test, gates, moded))
+            push(test)
+            push(ctx)  # the test, and what follows the group, as before
             on = off = gates
             on_moded = off_moded = moded
-            names = {n.id for n in walk(test) if isinstance(n, ast.Name)}
-            if not names.isdisjoint(pset):
-                when_false, when_true = _skips(test, pset, names)
-                on = gates | when_false
-                off = gates | when_true
+            if pset:
+                names = {n.id for n in walk(test) if isinstance(n, ast.Name)}
+                if not names.isdisjoint(pset):
+                    when_false, when_true = _skips(test, pset, names)
+                    on = gates | when_false
+                    off = gates | when_true
             if _mode_test(test, pset, modes):
                 on_moded = True
             elif (
@@ -447,15 +470,14 @@ def site_facts(
                 off_moded = True
             body = node.body if isinstance(node.body, list) else [node.body]
             orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
-            for s in body:
-                stack.append((s, on, on_moded))
-            for s in orelse:
-                if isinstance(node, ast.While):
-                    stack.append((s, gates, moded))
-                else:
-                    stack.append((s, off, off_moded))
+            stack.extend(body)
+            push((on, on_moded))
+            if orelse:
+                stack.extend(orelse)
+                push(ctx if cls is ast.While else (off, off_moded))
             continue
-        if isinstance(node, ast.Call):
+        if cls is ast.Call:
+            assert isinstance(node, ast.Call)
             name = dotted(node.func)
             if name is not None:
                 passed: list[tuple[Slot, str]] = [
@@ -469,10 +491,20 @@ def site_facts(
                     if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in pset
                 ]
                 bound, unpacked = _bindings(node, pset, modes)
-                sites[Site(name, gates, moded, tuple(passed), bound, unpacked)] = None
-        for child in children(node):
+                # Site(...) without the frozen __init__ (as the index's decoder builds it).
+                site = site_new(Site)
+                site.__dict__.update(
+                    callee=name,
+                    skipped=ctx[0],
+                    moded=ctx[1],
+                    passed=tuple(passed),
+                    bound=bound,
+                    unpacked=unpacked,
+                )
+                sites[site] = None
+        for child in children(node):  # type: ignore[arg-type]
             if child.__class__ not in LEAVES:  # nothing under them, never a site
-                push((child, gates, moded))
+                push(child)
 
     if not sites:
         return NO_GATES  # calls nothing: no summary needed

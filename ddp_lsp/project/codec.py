@@ -83,12 +83,9 @@ class Codec:
             return hit
         if _is_dataclass(tp):
             hints = typing.get_type_hints(tp)
-            fields = [(f.name, self._encoder(hints[f.name])) for f in _fields(tp)]
-
-            def enc_dc(v: Any) -> Any:
-                return [e(getattr(v, n)) for n, e in fields]
-
-            out: Encode = enc_dc
+            out: Encode = _dataclass_encoder(
+                tp, [(f.name, self._encoder(hints[f.name])) for f in _fields(tp)]
+            )
         else:
             origin = typing.get_origin(tp)
             args = typing.get_args(tp)
@@ -171,6 +168,27 @@ class Codec:
                 out = _unsupported(tp)
         self._dec[tp] = out
         return out
+
+
+def _dataclass_encoder(tp: type, fields: list[tuple[str, Encode]]) -> Encode:
+    """``[e(v.f) for each field f and its encoder e]``, written out field by field (as
+    ``walk.children`` is): a cold index encodes every summary it writes, and the generic
+    loop (a ``getattr`` and a call per field, most of them the identity) was most of it."""
+    scope: dict[str, Any] = {}
+    parts = []
+    for i, (name, enc) in enumerate(fields):
+        if not name.isidentifier():
+            raise TypeError(f"the index cache cannot store field {name!r} of {tp!r}")
+        if enc is _same:
+            parts.append(f"v.{name}")
+        elif enc is list or enc is sorted:
+            parts.append(f"{enc.__name__}(v.{name})")
+        else:
+            scope[f"e{i}"] = enc
+            parts.append(f"e{i}(v.{name})")
+    code = f"def enc_{tp.__name__}(v):\n    return [{', '.join(parts)}]\n"
+    exec(compile(code, f"<encoder of {tp.__qualname__}>", "exec"), scope)
+    return scope[f"enc_{tp.__name__}"]  # type: ignore[no-any-return]
 
 
 def _is_dataclass(tp: Any) -> typing.TypeGuard[type]:

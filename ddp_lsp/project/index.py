@@ -61,6 +61,11 @@ _FIELDS: dict[Any, tuple[str, ...]] = {
 }
 
 
+# A file's own summary and facts: never equal to another file's (the path differs), so never
+# looked up to share (see _Sharer).
+_UNIQUE = frozenset({ModuleSummary, fact_model.ChunkFacts})
+
+
 def find_root(paths: Iterable[Path]) -> Path:
     """The project root of ``paths``: the nearest directory above them with a marker."""
     resolved = [p.resolve() for p in paths]
@@ -141,10 +146,33 @@ class _Sharer:
         return cast(_T, self._share(obj))
 
     def _share(self, obj: object) -> object:
+        # The common cases first, without a call per item: strings (interned) and tuples.
+        kind = obj.__class__
+        if kind is str:
+            return _intern(cast(str, obj))
+        if kind is tuple:
+            memo = self.memo
+            hit = memo.get(obj)
+            if hit is not None:
+                return hit
+            share = self._share
+            obj = tuple(
+                [_intern(x) if x.__class__ is str else share(x) for x in obj]  # type: ignore[attr-defined]
+            )
+            return memo.setdefault(obj, obj)
+        if kind is int or kind is bool or obj is None:
+            return obj
+        return self._share_other(obj, kind)
+
+    def _share_other(self, obj: object, kind: type) -> object:
         if isinstance(obj, str):
             return sys.intern(obj)
-        kind = type(obj)
-        if kind is tuple or kind is frozenset or kind in _FIELDS:
+        fields = _FIELDS.get(kind)
+        if kind in _UNIQUE and fields is not None:
+            # One per file: looking one up hashed the whole summary (twice, with its facts),
+            # for a hit no two files' summaries give. Its parts are shared as below.
+            return _build(kind, fields, [self._share(getattr(obj, f)) for f in fields])
+        if kind is frozenset or fields is not None:
             # An equal object seen before is returned whole, without walking it: most facts of
             # a file repeat facts of others, and hashing them runs in C.
             hit = self.memo.get(obj)
@@ -154,11 +182,23 @@ class _Sharer:
             obj = tuple(self._share(x) for x in obj)
         elif isinstance(obj, frozenset):
             obj = frozenset(self._share(x) for x in obj)
-        elif kind in _FIELDS:
-            obj = kind(*(self._share(getattr(obj, f)) for f in _FIELDS[kind]))
+        elif fields is not None:
+            obj = _build(kind, fields, [self._share(getattr(obj, f)) for f in fields])
         else:
             return obj
         return self.memo.setdefault(obj, obj)
+
+
+_intern = sys.intern
+
+
+def _build(kind: type, fields: tuple[str, ...], values: list[object]) -> object:
+    """``kind(*values)`` without the frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` per field), as the cache's decoder and pickle build them: none of
+    the summary's dataclasses has a ``__post_init__`` (the codec refuses one)."""
+    obj: Any = object.__new__(kind)
+    obj.__dict__.update(zip(fields, values, strict=True))
+    return obj
 
 
 # An entry is the summary of one file of at most MAX_FILE_BYTES; anything far larger is not

@@ -163,7 +163,7 @@ def summarise_with_facts(
         site_lines=x.site_lines,
         binding_lines=_binding_lines(tree, cf, merged),
         prop_lines=_prop_lines(tree, merged),
-        handed=handed_names(tree),
+        handed=x.handed,  # handed_names(tree), gathered on the extractor's walk
     ), merged
 
 
@@ -174,7 +174,9 @@ def handed_names(tree: ast.Module) -> tuple[tuple[str, str], ...]:
     project keeps those that resolve to a function of its own.
 
     One walk over every node of the file (a sixth of a cold index's time when it recursed
-    through ``ast.iter_child_nodes``): iterative, on ``walk.children``."""
+    through ``ast.iter_child_nodes``): iterative, on ``walk.children``. The index gathers
+    the same pairs on the core's own walk (``factextract.extract_module``: no second walk);
+    this is their definition, and the test that the two agree."""
     from ddp_lsp.core.walk import children
 
     out: set[tuple[str, str]] = set()
@@ -263,8 +265,11 @@ def _prop_lines(
     }
     if not wanted:
         return ()
+    # A function's body yields only qualnames under its own ("f.inner"): walked again only
+    # when one of those is wanted (it was, for every function, the walk's most costly part).
+    prefixes = {q[:i] for q in wanted for i, c in enumerate(q) if c == "."}
     out: list[tuple[str, str, int]] = []
-    for qual, fn in _functions(tree.body, "", None):
+    for qual, fn in _functions(tree.body, "", None, prefixes):
         props = wanted.get(qual)
         if not props:
             continue
@@ -276,24 +281,29 @@ def _prop_lines(
 
 
 def _functions(
-    body: list[ast.stmt], scope: str, cls: str | None
+    body: list[ast.stmt], scope: str, cls: str | None, prefixes: set[str] | None = None
 ) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
-    """Functions with the qualnames the core's extractor gives them (``C.m``, ``outer.inner``)."""
+    """Functions with the qualnames the core's extractor gives them (``C.m``, ``outer.inner``).
+    ``prefixes``: when given, the functions under a function whose qualname is not in it are
+    left out (only the qualnames under those prefixes are wanted)."""
     for s in _statements(body):
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
             qual = f"{cls}.{s.name}" if cls else f"{scope}.{s.name}" if scope else s.name
             yield qual, s
-            yield from _functions(s.body, qual, None)
+            if prefixes is None or qual in prefixes:
+                yield from _functions(s.body, qual, None, prefixes)
         elif isinstance(s, ast.ClassDef) and not scope:
-            yield from _functions(s.body, "", s.name)
+            yield from _functions(s.body, "", s.name, prefixes)
 
 
 def _first_call(
     fn: ast.FunctionDef | ast.AsyncFunctionDef, prop: str, facts: fact_model.ModuleFacts, qual: str
 ) -> int | None:
     cls = qual.rpartition(".")[0] or None
+    from ddp_lsp.core.walk import bfs  # ast.walk's order (ties in position: outer call first)
+
     calls = sorted(
-        (n for n in ast.walk(fn) if isinstance(n, ast.Call)),
+        (n for n in bfs(fn) if n.__class__ is ast.Call),
         key=lambda n: (n.lineno, n.col_offset),
     )
     for c in calls:
@@ -326,21 +336,52 @@ def _project_class(spelled: str, aliases: Mapping[str, str]) -> bool:
     return qual is not None and known_names.may_be_project_module(qual)
 
 
-def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+def _statements(body: list[ast.stmt]) -> list[ast.stmt]:
     # Statements only: assignments never sit inside expressions (walrus aside, which binds no
     # kind the core records), and skipping expressions makes this walk a fraction of ast.walk.
+    # (A list, in the order of the stack below; each class's statement lists looked up once.)
+    out: list[ast.stmt] = []
     stack = list(reversed(body))
+    pop, push, extend = stack.pop, out.append, stack.extend
+    shapes = _SHAPES
     while stack:
-        s = stack.pop()
-        yield s
-        for name in ("body", "orelse", "finalbody"):
-            sub = getattr(s, name, None)
-            if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
-                stack.extend(reversed(sub))
-        for h in getattr(s, "handlers", ()):
-            stack.extend(reversed(h.body))
-        for case in getattr(s, "cases", ()):
-            stack.extend(reversed(case.body))
+        s = pop()
+        push(s)
+        cls = s.__class__
+        shape = shapes.get(cls)
+        if shape is None:
+            shape = shapes[cls] = _shape(cls)
+        if shape is _LEAF:
+            continue
+        lists, handlers, cases = shape
+        for name in lists:
+            sub = getattr(s, name)
+            if sub.__class__ is list and sub and isinstance(sub[0], ast.stmt):
+                extend(reversed(sub))
+        if handlers:
+            for h in s.handlers:  # type: ignore[attr-defined]
+                extend(reversed(h.body))
+        if cases:
+            for case in s.cases:  # type: ignore[attr-defined]
+                extend(reversed(case.body))
+    return out
+
+
+_Shape = tuple[tuple[str, ...], bool, bool]
+_LEAF: _Shape = ((), False, False)
+_SHAPES: dict[type, _Shape] = {}
+
+
+def _shape(cls: type) -> _Shape:
+    """Which of a statement class's fields hold statement lists: ``body``, ``orelse`` and
+    ``finalbody`` (in that order), ``handlers``, ``cases``."""
+    fields = set(getattr(cls, "_fields", ()))
+    shape = (
+        tuple(n for n in ("body", "orelse", "finalbody") if n in fields),
+        "handlers" in fields,
+        "cases" in fields,
+    )
+    return _LEAF if shape == _LEAF else shape
 
 
 def _gives_kind(value: ast.AST, aliases: Mapping[str, str], classes: set[str]) -> bool:
