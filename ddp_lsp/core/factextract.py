@@ -486,7 +486,12 @@ class _Extractor:
                     isinstance(v, ast.Constant) and v.value is None
                     for v in (value.body, value.orelse)
                 ]
-                test = value.test if none == [False, True] else ast.Constant(None)
+                if none == [False, True]:
+                    test = value.test
+                elif any(none):
+                    test = ast.Constant(None)
+                # else `self.is_local_main if local_fs else self.is_main`: a uniform choice
+                # between two rank tests (core/rankcond.py), the value itself.
             flag = condition_ranks(self.ranks, test)
             if _zero(flag):
                 self.bindings.append(Binding(b_scope, path, (SourceMarker.RANK0_FLAG,)))

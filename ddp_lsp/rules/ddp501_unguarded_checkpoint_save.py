@@ -1504,4 +1504,66 @@ class Trainer:
 """,
         note="a flag attribute assigned from a rank test in the class",
     ),
+    Valid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, accelerator, model, local_disk):
+        self.accelerator = accelerator
+        self.model = accelerator.prepare(model)
+        self.may_write = self.is_local_main if local_disk else self.is_main
+
+    @property
+    def is_main(self):
+        return self.accelerator.is_main_process
+
+    @property
+    def is_local_main(self):
+        return self.accelerator.is_local_main_process
+
+    def save(self, path):
+        if not self.may_write:
+            return
+        torch.save(self.model.state_dict(), path)
+""",
+        note="a flag that chooses, on a uniform setting, between two rank tests (F9)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+class Trainer:
+    def __init__(self, accelerator, model, local_disk):
+        self.accelerator = accelerator
+        self.model = accelerator.prepare(model)
+        self.may_write = self.is_main if local_disk else True
+
+    @property
+    def is_main(self):
+        return self.accelerator.is_main_process
+
+    def save(self, path):
+        if not self.may_write:
+            return
+        «torch.save(self.model.state_dict(), path)»
+""",
+        fixed=_HEAD
+        + """\
+class Trainer:
+    def __init__(self, accelerator, model, local_disk):
+        self.accelerator = accelerator
+        self.model = accelerator.prepare(model)
+        self.may_write = self.is_main if local_disk else True
+
+    @property
+    def is_main(self):
+        return self.accelerator.is_main_process
+
+    def save(self, path):
+        if not self.may_write:
+            return
+        if dist.get_rank() == 0:
+            torch.save(self.model.state_dict(), path)
+""",
+        note="a choice between a rank test and True: every rank writes when the setting is off",
+    ),
 )
