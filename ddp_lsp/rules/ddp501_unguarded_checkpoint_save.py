@@ -1505,6 +1505,51 @@ class Trainer:
         note="a flag attribute assigned from a rank test in the class",
     ),
     Valid(
+        """\
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+
+def save_adapter(model, out_dir):
+    if isinstance(model, FSDP):
+        state = get_model_state_dict(model)
+        if torch.distributed.get_rank() == 0:
+            model.save_pretrained(out_dir, state_dict=state)
+    else:
+        model.save_pretrained(out_dir)
+""",
+        note="the `else:` of `isinstance(model, FSDP)` where no model is wrapped in DDP: one process",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def train(model, path):
+    model = DDP(model)
+    if isinstance(model, FSDP):
+        pass
+    else:
+        «torch.save(model.module.state_dict(), path)»
+""",
+        fixed=_HEAD
+        + """\
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def train(model, path):
+    model = DDP(model)
+    if isinstance(model, FSDP):
+        pass
+    else:
+        if dist.get_rank() == 0:
+            torch.save(model.module.state_dict(), path)
+""",
+        note="the `else:` of `isinstance(model, FSDP)` in a module that wraps its model in DDP",
+    ),
+    Valid(
         _HEAD
         + """\
 class Trainer:
