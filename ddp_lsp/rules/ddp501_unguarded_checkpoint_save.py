@@ -1505,6 +1505,53 @@ class Trainer:
         note="a flag attribute assigned from a rank test in the class",
     ),
     Valid(
+        _HEAD
+        + """\
+def is_first_proc(num_gpus=8):
+    if dist.is_initialized():
+        return dist.get_rank() % num_gpus == 0
+    else:
+        return True
+
+
+def end_epoch(model, cfg):
+    if not is_first_proc(cfg.NUM_GPUS * cfg.NUM_SHARDS):
+        return
+    torch.save(model.module.state_dict(), "checkpoint.pth")
+""",
+        note="an exit on a first-rank predicate that is true in a single-process run (F9)",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def may_save(args):
+    if args.save_everywhere:
+        return True
+    return dist.get_rank() == 0
+
+
+def end_epoch(model, args):
+    if not may_save(args):
+        return
+    «torch.save(model.module.state_dict(), "checkpoint.pth")»
+""",
+        fixed=_HEAD
+        + """\
+def may_save(args):
+    if args.save_everywhere:
+        return True
+    return dist.get_rank() == 0
+
+
+def end_epoch(model, args):
+    if not may_save(args):
+        return
+    if dist.get_rank() == 0:
+        torch.save(model.module.state_dict(), "checkpoint.pth")
+""",
+        note="true on every rank when a setting says so: not a rank predicate",
+    ),
+    Valid(
         """\
 import torch
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
