@@ -272,6 +272,12 @@ def ddp_lsp_command() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "ddp_lsp"]
 
 
+def every_rule() -> list[str]:
+    """``--select`` of every rule, the ones off by default too (they are still measured)."""
+    off = [r.meta.id for r in all_rules() if not r.meta.default_enabled]
+    return ["--select", ",".join(["DDP", *off])]
+
+
 def run_check(checkout: Path, paths: Sequence[str], extra: Sequence[str] = ()) -> list[dict]:
     """``ddp-lsp check --format json`` over ``paths`` of ``checkout``, with the project view."""
     cmd = [
@@ -333,7 +339,7 @@ def check_repo(repo: Repo, snapshots: Path, workdir: Path, fresh: bool = False) 
         ):
             result.non_distributed_files.add(rel)
     try:
-        result.hits = to_hits(repo, checkout, run_check(checkout, repo.paths))
+        result.hits = to_hits(repo, checkout, run_check(checkout, repo.paths, every_rule()))
     except (RuntimeError, json.JSONDecodeError) as exc:
         result.error = str(exc)
     return result

@@ -46,7 +46,8 @@ def rule_markdown(rule_id: str, heading: bool = True) -> str | None:
     body = doc.split("\n", 1)[1].strip() if "\n" in doc else ""
     fixable = {"none": "no", "sometimes": "sometimes", "always": "yes"}[meta.fix.value]
     head = f"# {meta.id} {meta.name}\n\n" if heading else ""
-    facts = f"*Default severity:* {meta.severity.label} · *Fix available:* {fixable}\n\n"
+    off = "" if meta.default_enabled else " · *Off by default:* enable it with `extend-select`"
+    facts = f"*Default severity:* {meta.severity.label} · *Fix available:* {fixable}{off}\n\n"
     return f"{head}{meta.summary}\n\n{facts}{body}\n"
 
 
@@ -72,7 +73,8 @@ def index_markdown() -> str:
     metas = [SYNTAX_ERROR, *(r.meta for r in all_rules())]
     for m in metas:
         lines.append(
-            f"| [{m.id}]({m.id}.md) | {m.name} | {m.severity.label} | {m.fix.value} | {m.summary} |"
+            f"| [{m.id}]({m.id}.md) | {m.name} | {m.severity.label}"
+            f"{'' if m.default_enabled else ' (off by default)'} | {m.fix.value} | {m.summary} |"
         )
     return "\n".join(lines) + "\n"
 

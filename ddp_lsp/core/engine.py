@@ -73,7 +73,7 @@ def analyze(
         doc = Document(source, ranks)
     if rules is None:
         # Disabled rules do not run at all (their findings would be dropped anyway).
-        rules = tuple(r for r in all_rules() if settings.enabled(r.meta.id))
+        rules = tuple(r for r in all_rules() if settings.enabled(r.meta.id, r.meta.default_enabled))
     raw: list[Finding] = []
     errors: list[InternalError] = []
     # The merge and the rules allocate many small objects: a cyclic collection triggered
@@ -219,7 +219,7 @@ def _finish(
             continue
         on = enabled.get(f.rule_id)
         if on is None:
-            on = enabled[f.rule_id] = settings.enabled(f.rule_id)
+            on = enabled[f.rule_id] = settings.enabled(f.rule_id, _default_enabled(f.rule_id))
         finished: Finding | None = None
         if on and not is_suppressed(f.rule_id, lines, f.span.start.line, f.span.end.line):
             finished = f
@@ -354,3 +354,11 @@ def fix_text(
         return f.preferred_fix if unsafe else f.safe_fix
 
     return fix_engine.fix_all(text, run, choose)
+
+
+def _default_enabled(rule_id: str) -> bool:
+    """``RuleMeta.default_enabled`` of ``rule_id`` (True for an id no rule has)."""
+    for r in all_rules():
+        if r.meta.id == rule_id:
+            return r.meta.default_enabled
+    return True

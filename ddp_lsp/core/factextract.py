@@ -585,9 +585,9 @@ def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankMod
     # `num_gpus`, the job's rank 0 when called with the world size), and true in a
     # single-process run, where no rank of a distributed run goes.
     single = _single_process_returns(f.body, ranks)
-    tests = [r for r in returns if r.value is not None and id(r) not in single]
+    tests = [r.value for r in returns if r.value is not None and id(r) not in single]
     return bool(tests) and all(
-        _zero(condition_ranks(ranks, r.value)) or _first_of_groups(r.value, ranks) for r in tests
+        _zero(condition_ranks(ranks, v)) or _first_of_groups(v, ranks) for v in tests
     )
 
 

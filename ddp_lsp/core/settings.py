@@ -56,10 +56,14 @@ class Settings:
     # Where the values came from (a pyproject.toml, "editor settings"...), for messages.
     source: str = field(default="defaults", compare=False)
 
-    def enabled(self, rule_id: str) -> bool:
+    def enabled(self, rule_id: str, default_enabled: bool = True) -> bool:
+        """Whether ``rule_id`` runs. A rule that is off by default (``RuleMeta.
+        default_enabled``) runs only when a selector more specific than the bare ``DDP``
+        prefix names it (``DDP501``, ``DDP5``)."""
         if rule_id == "DDP000":
             return not _matches(rule_id, self.ignore)
-        return _matches(rule_id, self.select) and not _best_ignore(rule_id, self)
+        selectors = self.select if default_enabled else _specific(self.select)
+        return _matches(rule_id, selectors) and not _best_ignore(rule_id, self)
 
     def severity_for(self, rule_id: str, default: Severity) -> Severity:
         for rid, sev in self.severity:
@@ -109,6 +113,11 @@ class Settings:
             if fnmatch.fnmatch(path.name, pat) or any(fnmatch.fnmatch(p, pat) for p in rel.parts):
                 return True
         return False
+
+
+def _specific(selectors: tuple[str, ...]) -> tuple[str, ...]:
+    """The selectors that name a rule or a family, not every rule (``DDP``)."""
+    return tuple(s for s in selectors if len(s) > len("DDP"))
 
 
 def _matches(rule_id: str, selectors: tuple[str, ...]) -> bool:

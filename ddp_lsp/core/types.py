@@ -187,6 +187,10 @@ class RuleMeta:
     # distributed code at all (a single-GPU script, a benchmark, a test), where the engine
     # runs no other rule. Never together with ``distributed_only``.
     any_module: bool = False
+    # Off unless selected by a selector more specific than ``DDP`` (``select = ["DDP", "DDP501"]``,
+    # ``extend-select = ["DDP5"]``, ``--select DDP501``): a rule whose precision on real code
+    # (docs/accuracy.md) is below what a default-on rule must reach.
+    default_enabled: bool = True
 
     @property
     def url(self) -> str:

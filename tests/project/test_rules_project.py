@@ -14,6 +14,9 @@ from ddp_lsp.core.types import Finding
 from ddp_lsp.project import ProjectIndex, compute
 from tests.project.helpers import FIXTURES
 
+# Every rule, DDP501 (off by default) included.
+_ALL = Settings(select=("DDP", "DDP501"))
+
 
 def _write(root: Path, files: dict[str, str]) -> None:
     (root / "pyproject.toml").write_text("[project]\nname = 'p'\n")
@@ -26,9 +29,9 @@ def _write(root: Path, files: dict[str, str]) -> None:
 def _findings(root: Path, rel: str, project: bool = True) -> list[Finding]:
     text = (root / rel).read_text()
     if not project:
-        return list(analyze(text).findings)
+        return list(analyze(text, _ALL).findings)
     facts = compute(ProjectIndex(root, cache_dir=False).build())
-    return list(analyze(text, project=facts.for_path(rel)).findings)
+    return list(analyze(text, _ALL, project=facts.for_path(rel)).findings)
 
 
 def _ids(findings: list[Finding]) -> list[tuple[str, int]]:
@@ -361,7 +364,9 @@ def test_project_predicates_follow_edits(tmp_path: Path) -> None:
 
 
 def _findings_of(index: ProjectIndex, root: Path, rel: str) -> list[Finding]:
-    return list(analyze((root / rel).read_text(), project=compute(index).for_path(rel)).findings)
+    return list(
+        analyze((root / rel).read_text(), _ALL, project=compute(index).for_path(rel)).findings
+    )
 
 
 def test_ddp304_state_dict_of_a_model_wrapped_by_callers(tmp_path: Path) -> None:
