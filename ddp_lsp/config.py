@@ -9,7 +9,10 @@ server shows the message and keeps the defaults.
 
 Keys (kebab-case in pyproject.toml; the editor may also send camelCase):
 
-``select``              rule ids or prefixes to enable (default ``["DDP"]``: everything)
+``select``              rule ids or prefixes to enable (default ``["DDP"]``: every rule but
+                        those off by default, DDP501, which need their id or family named:
+                        ``["DDP", "DDP501"]``)
+``extend-select``       ids or prefixes added to ``select`` (``["DDP501"]``)
 ``ignore``              rule ids or prefixes to disable (wins over ``select``)
 ``severity``            table of rule id -> ``error | warning | information | hint``
 ``rank-guard-names``    extra names that hold the rank (``my_rank``) or test for rank 0
