@@ -38,7 +38,7 @@ from ddp_lsp.core.factkinds import (
     SourceMarker,
 )
 from ddp_lsp.core.ranks import RankModel
-from ddp_lsp.core.uniformity import condition_ranks
+from ddp_lsp.core.uniformity import condition_ranks, single_process_test
 from ddp_lsp.core.walk import children, walk
 
 # The last names of the framework tables' barriers (`dist.barrier`, `accelerator.wait_for_everyone`,
@@ -537,7 +537,12 @@ class _Extractor:
                     isinstance(v, ast.Constant) and v.value is None
                     for v in (value.body, value.orelse)
                 ]
-                test = value.test if none == [False, True] else ast.Constant(None)
+                if none == [False, True]:
+                    test = value.test
+                elif any(none):
+                    test = ast.Constant(None)
+                # else `self.is_local_main if local_fs else self.is_main`: a uniform choice
+                # between two rank tests (core/rankcond.py), the value itself.
             flag = condition_ranks(self.ranks, test)
             if _zero(flag):
                 self.bindings.append(Binding(b_scope, path, (SourceMarker.RANK0_FLAG,)))
@@ -624,7 +629,53 @@ def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankMod
     returns = _returns(f.body)
     if not returns:
         return False
-    return all(_zero(condition_ranks(ranks, r.value)) for r in returns if r.value is not None)
+    if all(_zero(condition_ranks(ranks, r.value)) for r in returns if r.value is not None):
+        return True
+    # `if dist.is_initialized(): return dist.get_rank() % num_gpus == 0` / `else: return True`
+    # (SlowFast's `is_master_proc(num_gpus)`): a first-rank test (rank 0 of every group of
+    # `num_gpus`, the job's rank 0 when called with the world size), and true in a
+    # single-process run, where no rank of a distributed run goes.
+    single = _single_process_returns(f.body, ranks)
+    tests = [r.value for r in returns if r.value is not None and id(r) not in single]
+    return bool(tests) and all(
+        _zero(condition_ranks(ranks, v)) or _first_of_groups(v, ranks) for v in tests
+    )
+
+
+def _first_of_groups(e: ast.expr, ranks: RankModel) -> bool:
+    """``rank % n == 0``: the first rank of every group of ``n`` (rank 0 among them)."""
+    return (
+        isinstance(e, ast.Compare)
+        and len(e.ops) == 1
+        and isinstance(e.ops[0], ast.Eq)
+        and isinstance(e.left, ast.BinOp)
+        and isinstance(e.left.op, ast.Mod)
+        and ranks.is_rank_expr(e.left.left)
+        and isinstance(e.comparators[0], ast.Constant)
+        and e.comparators[0].value == 0
+    )
+
+
+def _single_process_returns(body: list[ast.stmt], ranks: RankModel) -> set[int]:
+    """The ``return True`` statements (ids) on the single-process side of an ``if``: the body
+    of ``if not dist.is_initialized():`` / ``if world_size == 1:``, the ``else:`` of ``if
+    dist.is_initialized():``."""
+    out: set[int] = set()
+    for node in walk(ast.Module(body=body, type_ignores=[])):
+        if not isinstance(node, ast.If):
+            continue
+        negated = ast.UnaryOp(ast.Not(), node.test)
+        for side, test in ((node.body, node.test), (node.orelse, negated)):
+            if not single_process_test(ranks, test):
+                continue
+            for s in side:
+                if (
+                    isinstance(s, ast.Return)
+                    and isinstance(s.value, ast.Constant)
+                    and s.value.value is True
+                ):
+                    out.add(id(s))
+    return out
 
 
 def _returns(body: list[ast.stmt]) -> list[ast.Return]:

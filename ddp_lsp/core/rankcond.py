@@ -281,6 +281,14 @@ def condition_ranks(
         test = ast.Compare(test.left.value, test.ops, test.comparators)
     if isinstance(test, ast.BoolOp):
         return _boolop(model, test, resolve, depth)
+    if isinstance(test, ast.IfExp):
+        # `self.is_local_main if local_fs else self.is_main`: a uniform choice between two
+        # rank tests holds on the ranks of one of them (local rank 0 when either is local).
+        body = condition_ranks(model, test.body, resolve, depth)
+        orelse = condition_ranks(model, test.orelse, resolve, depth)
+        if body is None or orelse is None or condition_ranks(model, test.test, resolve, depth):
+            return None
+        return _union((body, orelse), _short(ast.unparse(test)))
     if model.is_predicate(test) or last_name(test) in EXTRA_PREDICATES:
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.args:
             pass  # `is_master(args)`: still the predicate

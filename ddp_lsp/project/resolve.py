@@ -296,6 +296,18 @@ class Resolver:
             local = f"{parent}.{name}"
             if local in self._module_names:
                 return local
+        if not known_names.may_be_project_module(name):
+            return None
+        # Then next to an enclosing folder, nearest first: a script that puts its project's
+        # folder on `sys.path` (`sys.path.append(os.path.join(os.path.dirname(__file__),
+        # os.path.pardir))` in `app/training/main.py`, then `from utils.utils import save`
+        # for `app/utils/utils.py`). Never a name of the standard library or a framework.
+        ancestors = parent.split(".")[:-1] if parent else []
+        while ancestors:
+            local = ".".join([*ancestors, name])
+            if local in self._module_names:
+                return local
+            ancestors.pop()
         return None
 
     def resolve(self, module: str, dotted_name: str, depth: int = 0) -> tuple[str, str] | None:

@@ -477,6 +477,7 @@ _DIST_FLAG = re.compile(
 # else: DDP(m)`), so it counts only in a module that wraps no model in DDP.
 _ENGINE_FLAG = re.compile(r"fsdp|deepspeed", re.IGNORECASE)
 _DIST_FLAG_CALLS = frozenset({"is_initialized", "is_dist_avail_and_initialized", "is_distributed"})
+_SHARDED_WRAPPERS = frozenset({"FSDP", "FullyShardedDataParallel"})
 _WORLD_NAMES = frozenset({"world_size", "num_processes", "n_gpu", "ngpus", "num_gpus"})
 
 
@@ -508,6 +509,19 @@ def _distributed_test(test: ast.AST) -> bool | None:
         if isinstance(op, (ast.Eq, ast.LtE)):
             return False
     return None
+
+
+def _sharded_type_test(test: ast.AST) -> bool:
+    """``isinstance(model, FSDP)``: true exactly in a distributed run of a project that shards
+    its model, like an FSDP flag (an engine test: only in a module that wraps no model in DDP,
+    where a model that is not FSDP is one process's)."""
+    return (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "isinstance"
+        and len(test.args) == 2
+        and patterns.last_name(test.args[1]) in _SHARDED_WRAPPERS
+    )
 
 
 def _world_size_call(expr: ast.AST) -> bool:
@@ -615,7 +629,8 @@ def after_single_process_check(ctx: ChunkContext, node: ast.AST) -> bool:
 
 def single_process_branch(ctx: ChunkContext, node: ast.AST) -> bool:
     """``node`` is on the single-process side of a uniform "is this run distributed?" branch:
-    the ``else:`` of ``if cfg.enable_fsdp:`` / ``if dist.is_initialized():``, the body of
+    the ``else:`` of ``if cfg.enable_fsdp:`` / ``if dist.is_initialized():`` / ``if
+    isinstance(model, FSDP):`` (an engine test, as the FSDP flag), the body of
     ``if not args.distributed:`` or ``if world_size == 1:``, after a check that leaves unless
     the run is single-process (:func:`after_single_process_check`), or in a function that sets
     up a world of one process itself (:func:`world_of_one`). Every rank takes the same
@@ -628,7 +643,10 @@ def single_process_branch(ctx: ChunkContext, node: ast.AST) -> bool:
             return False
         if isinstance(a, ast.If) and child is not a.test:
             distributed = _distributed_test(a.test)
-            if distributed is not None and _ENGINE_FLAG.search(ast.unparse(a.test)):
+            engine = distributed is not None and bool(_ENGINE_FLAG.search(ast.unparse(a.test)))
+            if distributed is None and _sharded_type_test(a.test):
+                distributed = engine = True
+            if engine:
                 if fact_model.DDP in ctx.facts.kind_set:
                     distributed = None
             if distributed is not None:

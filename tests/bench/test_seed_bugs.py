@@ -630,3 +630,22 @@ def test_unguard_save_leaves_a_call_of_a_helper_that_guards_itself() -> None:
         '    torch.save(model.state_dict(), f"model{step}.pt")',
     )
     assert [s.line for s in only("unguard-save", unguarded)] == [10]
+
+
+def test_rules_off_by_default_are_in_the_baseline_and_selected_by_operator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # DDP501 is off by default: the untouched file's baseline must still hold its findings
+    # (or a finding already there would count as found), and the seeded file selects it.
+    seen: list[list[str]] = []
+
+    def fake(checkout: Path, paths: list[str], extra: list[str] = ()) -> list[dict]:  # type: ignore[assignment]
+        seen.append(list(extra))
+        return []
+
+    monkeypatch.setattr(triage, "run_check", fake)
+    seed_bugs.messages(Path("."), ["a.py"])
+    seed_bugs.messages(Path("."), ["a.py"], "DDP501")
+    assert seen[0][0] == "--select" and "DDP501" in seen[0][1].split(",")
+    assert "DDP" in seen[0][1].split(",")
+    assert seen[1] == ["--select", "DDP501"]

@@ -61,7 +61,8 @@ def test_buggy_example_is_found_by(rule_id: str) -> None:
     if rule_id not in IMPLEMENTED:
         pytest.skip(f"{rule_id} is not implemented yet")
     text = BUGGY.read_text(encoding="utf-8")
-    # Selected by its id too: a rule off by default (DDP304) runs where `select` names it.
+    # Selected by its id too: a rule off by default (DDP304, DDP501) runs where `select`
+    # names it, as a user turns it on.
     settings = Settings(select=("DDP", rule_id))
     found = [f for f in analyze(text, settings, NODE).findings if f.rule_id == rule_id]
     lines = EXERCISED[rule_id]

@@ -7,7 +7,11 @@ from __future__ import annotations
 from ddp_lsp.core.document import Document
 from ddp_lsp.core.engine import analyze
 from ddp_lsp.core.registry import all_rules
+from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.types import Pos
+
+# Every rule, DDP501 (off by default) included.
+_ALL = Settings(select=("DDP", "DDP501"))
 
 # A single-GPU benchmark: every step's loss kept with its graph (DDP301, any module), a save
 # no rank guard protects (DDP501, distributed code only) and a fixed GPU index (DDP504).
@@ -46,16 +50,16 @@ def test_any_module_rules_report_in_a_module_that_is_not_distributed_code() -> N
     assert _rules(found) == {"DDP301"}
     assert [f.span.start.line for f in found] == [11]
     # The same code as distributed code gets the rules that need several ranks too.
-    dist = analyze("import torch.distributed as dist\n" + SCRIPT).findings
+    dist = analyze("import torch.distributed as dist\n" + SCRIPT, _ALL).findings
     assert {"DDP301", "DDP501"} <= _rules(dist)
 
 
 def test_an_edit_that_makes_the_module_distributed_runs_every_rule_again() -> None:
     doc = Document(SCRIPT)
-    assert _rules(analyze(doc).findings) == {"DDP301"}
+    assert _rules(analyze(doc, _ALL).findings) == {"DDP301"}
     doc.apply_edit(Pos(0, 0), Pos(0, 0), "import torch.distributed as dist\n")
-    after = _rules(analyze(doc).findings)
-    assert after == _rules(analyze(doc.text).findings)
+    after = _rules(analyze(doc, _ALL).findings)
+    assert after == _rules(analyze(doc.text, _ALL).findings)
     assert "DDP501" in after
     doc.apply_edit(Pos(0, 0), Pos(1, 0), "")
     assert _rules(analyze(doc).findings) == {"DDP301"}

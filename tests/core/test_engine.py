@@ -237,7 +237,8 @@ def test_assume_distributed_and_plain_code() -> None:
         '\n\ndef save(model):\n    torch.save(model.state_dict(), "model.pt")\n'
     )
     assert {f.rule_id for f in analyze(plain).findings} == {"DDP201"}
-    assumed = {f.rule_id for f in analyze(plain, Settings(assume_distributed=True)).findings}
+    every = Settings(select=("DDP", "DDP501"), assume_distributed=True)  # DDP501: off by default
+    assumed = {f.rule_id for f in analyze(plain, every).findings}
     assert {"DDP201", "DDP501"} <= assumed
 
 

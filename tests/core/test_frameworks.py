@@ -237,11 +237,14 @@ def test_user_checkpoint_writers_and_per_rank_paths() -> None:
             if f.rule_id == "DDP501"
         ]
 
-    assert lines(Settings()) == [10]
+    on = ("DDP", "DDP501")  # DDP501 is off by default
+    assert lines(Settings(select=on)) == [10]
     writer = {"call": "infra.io.dump_weights", "means": ["writes-checkpoint"], "keyword": "path"}
     per_rank = {"function": "shard_path", "means": ["saves-per-rank"]}
-    assert lines(settings_from_mapping({"framework": [writer]})) == [9, 10]
-    assert lines(settings_from_mapping({"framework": [writer, per_rank]})) == [9]
+    assert lines(settings_from_mapping({"framework": [writer], "select": list(on)})) == [9, 10]
+    assert lines(settings_from_mapping({"framework": [writer, per_rank], "select": list(on)})) == [
+        9
+    ]
 
 
 def test_user_print_silencers_and_rank_aware_loggers() -> None:

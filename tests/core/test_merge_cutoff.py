@@ -15,7 +15,7 @@ from ddp_lsp.core.engine import analyze
 from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.types import Pos
 
-SETTINGS = Settings()
+SETTINGS = Settings(select=("DDP", "DDP501"))  # DDP501 (off by default) included
 
 CODE = """\
 import torch

@@ -14,8 +14,12 @@ from pathlib import Path
 
 from ddp_lsp.core.engine import analyze
 from ddp_lsp.core.registry import all_rules
+from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.types import Finding
 from ddp_lsp.project import ProjectIndex, compute
+
+# Every rule, DDP501 (off by default) included: the distributed-only rule these tests watch.
+_ALL = Settings(select=("DDP", "DDP501"))
 
 UTILS = """
 import torch.distributed as dist
@@ -115,7 +119,7 @@ def _write(root: Path, files: dict[str, str]) -> None:
 def _found(root: Path, rel: str, project: bool = True) -> list[tuple[str, int]]:
     text = (root / rel).read_text()
     facts = compute(ProjectIndex(root, cache_dir=False).build()).for_path(rel) if project else None
-    found: list[Finding] = list(analyze(text, project=facts).findings)
+    found: list[Finding] = list(analyze(text, _ALL, project=facts).findings)
     return sorted((f.rule_id, f.span.start.line + 1) for f in found)
 
 
@@ -382,7 +386,6 @@ def test_single_process_change_reruns_the_rules_of_a_cached_document() -> None:
 
     from ddp_lsp.core.crossfile import ModuleProjectFacts
     from ddp_lsp.core.document import Document
-    from ddp_lsp.core.settings import Settings
 
     text = textwrap.dedent(
         """
@@ -397,10 +400,10 @@ def test_single_process_change_reruns_the_rules_of_a_cached_document() -> None:
     doc = Document(text, Settings().rank_model)
     facts = ModuleProjectFacts("tool", "tool.py")
     ids = lambda r: [f.rule_id for f in r.findings]  # noqa: E731
-    assert ids(analyze(doc, project=facts)) == ["DDP501"]
+    assert ids(analyze(doc, _ALL, project=facts)) == ["DDP501"]
     quiet = replace(facts, single_process=frozenset({"export"}))
-    assert ids(analyze(doc, project=quiet)) == []
-    assert ids(analyze(doc, project=facts)) == ["DDP501"]
+    assert ids(analyze(doc, _ALL, project=quiet)) == []
+    assert ids(analyze(doc, _ALL, project=facts)) == ["DDP501"]
 
 
 def test_big_model_placement_is_not_distributed_code(tmp_path: Path) -> None:
@@ -476,7 +479,7 @@ def test_single_process_calls_come_from_the_framework_tables(tmp_path: Path) -> 
         index = ProjectIndex(tmp_path, settings=settings, cache_dir=False)  # type: ignore[arg-type]
         facts = compute(index.build()).for_path("profile_tool.py")
         text = (tmp_path / "profile_tool.py").read_text()
-        return [f.rule_id for f in analyze(text, project=facts).findings]
+        return [f.rule_id for f in analyze(text, _ALL, project=facts).findings]
 
     entry = [{"call": "deepspeed.runtime.utils", "means": ["single-process"]}]
     assert found(settings_from_mapping({})) == ["DDP501"]

@@ -96,6 +96,27 @@ def test_script_directory_imports(tmp_path: Path) -> None:
     assert r.imported_modules("tools.train") == ["tools.engine"]
 
 
+def test_imports_from_an_enclosing_folder_put_on_sys_path(tmp_path: Path) -> None:
+    # app/training/main.py does `sys.path.append(<app>)` then `from utils.io import save`
+    # for app/utils/io.py: the nearest enclosing folder that holds the module.
+    (tmp_path / ".git").mkdir()
+    for rel in ("app/utils", "app/training", "utils"):
+        (tmp_path / rel).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "app" / "utils" / "io.py").write_text("def save(x):\n    pass\n")
+    (tmp_path / "utils" / "other.py").write_text("def save(x):\n    pass\n")
+    (tmp_path / "app" / "training" / "main.py").write_text(
+        "import sys, os\n"
+        "sys.path.append(os.path.join(os.path.dirname(__file__), os.path.pardir))\n"
+        "from utils.io import save\nimport utils.other\nimport json\n"
+    )
+    r = Resolver(build(tmp_path))
+    assert r.resolve("app.training.main", "save") == ("app.utils.io", "save")
+    # A module of the top level still wins, as Python's own path does.
+    assert r.resolve("app.training.main", "utils.other.save") == ("utils.other", "save")
+    # The standard library is never looked for in the project.
+    assert r.resolve("app.training.main", "json.dumps") is None
+
+
 def test_reexport_cycles_terminate(tmp_path: Path) -> None:
     (tmp_path / ".git").mkdir()
     (tmp_path / "a.py").write_text("from b import f\n")

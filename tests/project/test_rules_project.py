@@ -14,6 +14,8 @@ from ddp_lsp.core.types import Finding
 from ddp_lsp.project import ProjectIndex, compute
 from tests.project.helpers import FIXTURES
 
+# Every rule, DDP501 (off by default) included.
+
 
 def _write(root: Path, files: dict[str, str]) -> None:
     (root / "pyproject.toml").write_text("[project]\nname = 'p'\n")
@@ -24,7 +26,7 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 # Every rule, DDP304 (off by default) included.
-ALL = Settings(select=("DDP", "DDP304"))
+ALL = Settings(select=("DDP", "DDP304", "DDP501"))
 
 
 def _findings(root: Path, rel: str, project: bool = True) -> list[Finding]:
@@ -868,3 +870,45 @@ def test_ddp303_is_silent_in_test_code(tmp_path: Path, rel: str, test_code: bool
     )
     ids = {f.rule_id for f in _findings(tmp_path, rel)}
     assert ("DDP303" in ids) == (not test_code)
+
+
+def test_ddp501_helper_imported_through_a_folder_put_on_sys_path(tmp_path: Path) -> None:
+    # app/training/main.py puts app/ on sys.path and imports app/utils/utils.py as
+    # `utils.utils`: its only call of the save helper is under a rank-0 guard (F11).
+    helper = """\
+        import os
+
+        import torch
+
+
+        def save_hf_format(model, args, sub_folder=""):
+            out = os.path.join(args.output_dir, sub_folder)
+            torch.save(model.state_dict(), os.path.join(out, "pytorch_model.bin"))
+        """
+    main = """\
+        import os
+        import sys
+
+        import torch
+        import torch.distributed as dist
+
+        sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), os.path.pardir)))
+        from utils.utils import save_hf_format
+
+
+        def main(args):
+            dist.init_process_group("nccl")
+            model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
+            for epoch in range(3):
+                if args.global_rank == 0:
+                    save_hf_format(model, args, f"epoch-{epoch}")
+        """
+    _write(tmp_path, {"app/utils/utils.py": helper, "app/training/main.py": main})
+    assert [f for f in _findings(tmp_path, "app/utils/utils.py") if f.rule_id == "DDP501"] == []
+    # The same helper called on every rank is reported where it saves.
+    _write(
+        tmp_path,
+        {"app/training/main.py": main.replace("if args.global_rank == 0:", "if True:")},
+    )
+    found = [f for f in _findings(tmp_path, "app/utils/utils.py") if f.rule_id == "DDP501"]
+    assert _ids(found) == [("DDP501", 8)]

@@ -15,6 +15,7 @@ _ONLY = (Meaning.RANK_ZERO_ONLY,)
 TABLE: tuple[Api, ...] = (
     Api(_F, "is_main_process", _ZERO),
     Api(_F, "is_main", _ZERO),
+    Api(_F, "is_local_main", _ZERO),  # the local spelling of `is_main` (a node's first rank)
     Api(_F, "is_master", _ZERO),
     Api(_F, "master_process", _ZERO),  # nanoGPT
     Api(_F, "is_master_process", _ZERO),
