@@ -550,9 +550,12 @@ class ProjectIndex:
             nested = self._nested.get(directory)
             if nested is None:
                 here = self.root / directory
+                # A `setup.py` beside an `__init__.py` is a module of the package
+                # (dinov2's `eval/setup.py`) or an extension's build script inside it, not
+                # the root of a project nested in this one.
                 nested = self._nested[directory] = any(
-                    (here / m).is_file() for m in ("pyproject.toml", "setup.py", "setup.cfg")
-                )
+                    (here / m).is_file() for m in ("pyproject.toml", "setup.cfg")
+                ) or ((here / "setup.py").is_file() and not (here / "__init__.py").is_file())
             if nested:
                 return "/".join(parts[i:])
         return rel
