@@ -40,7 +40,7 @@ log = logging.getLogger("ddp_lsp.project")
 
 # Bump when what facts.extract records changes: old entries are then never read. (A change of
 # the summary dataclasses' fields is also caught by the codec's shape fingerprint.)
-CACHE_VERSION = 16  # 16: the project snapshot holds the facts' update state (flowstate.py), summary keys are SHA-256; 15: gate summaries are typed records (FunctionInfo.gates, CalleeProps.gating) instead of "gate-*" properties; 14: gate sites record the arguments a call binds (core/gates.py); 13: MAKES_DIST_SAMPLER, scaler-named update receivers (issue 14); 12: the raw facts types moved to core/factkinds.py (issue 13)
+CACHE_VERSION = 17  # 17: logging filters that compare a rank (SILENCES_LOGGING), project facts say which output an entry point silences (ModuleProjectFacts.silenced); 16: the project snapshot holds the facts' update state (flowstate.py), summary keys are SHA-256; 15: gate summaries are typed records (FunctionInfo.gates, CalleeProps.gating) instead of "gate-*" properties; 14: gate sites record the arguments a call binds (core/gates.py); 13: MAKES_DIST_SAMPLER, scaler-named update receivers (issue 14); 12: the raw facts types moved to core/factkinds.py (issue 13)
 _T = TypeVar("_T")
 # Files larger than this are data, not training code: left out (as the analysis leaves them).
 MAX_FILE_BYTES = MAX_SOURCE_BYTES

@@ -55,17 +55,20 @@ already silenced on the other ranks: `print` in a file whose functions replace
 `builtins.print` / `__builtin__.print` (whatever the helper is called), or call a set-up helper
 that does, in any file of the project (`setup_for_distributed(is_master)`); `logging` in a file
 that sets a level or filter per rank (`basicConfig(level=INFO if rank in (-1, 0) else WARN)`,
-`logger.setLevel(...)` under a rank condition), itself or through such a helper; and
-`print(..., force=True)`. Messages that are not per-step metrics: the last statement before
+`logger.setLevel(...)` under a rank condition, `handler.addFilter(f)` with a filter function
+that compares the record's rank), itself or through such a helper; with the project view, a
+file that a distributed entry point imports (directly or not) when that entry installs such
+a silencer (the entry script sets up a rank-0 logging filter, the trainer module only logs);
+and `print(..., force=True)`. Messages that are not per-step metrics: the last statement before
 leaving (`raise`, `sys.exit(...)`, an `assert` that fails there, `break` or `return` after it
 in its block: an error about a non-finite loss, "stopping early"). The single-process side of a uniform branch (the `else:`
 of `if cfg.enable_fsdp:` in a module that wraps no model in DDP, of `if args.distributed:`), code
 past a check that leaves unless the run is single-process (`if dist.get_world_size() != 1:
 raise ...`), and a function that sets up a world of one process (`init_process_group("fake",
 ...)`, every parallel size the constant 1). Only loggers of the standard `logging` module imported by the file
-are checked. Still reported: `print` or `logger.info` in a file whose output is silenced by a
-module it neither is nor calls (the entry script installs the print, this `engine.py` only
-logs); silence the rule for that file, or guard the call.
+are checked. Still reported: `print` or `logger.info` in a file checked alone whose output is
+silenced by a module it neither is nor calls (the entry script installs the filter, this
+`engine.py` only logs); check the project (the default of `ddp-lsp check`), or guard the call.
 
 Distributed code only: in a project, a function that no distributed entry point reaches on
 every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
@@ -256,9 +259,18 @@ def _chunk_calls(ctx: ChunkContext) -> Iterator[str]:
             yield name
 
 
+def _silenced_by_entry(ctx: ChunkContext, prop: str) -> bool:
+    """A distributed entry point that imports this module installs the silencer (the project
+    view: the entry script sets up a rank-0 logging filter, this `engine.py` only logs)."""
+    project = ctx.facts.project
+    return project is not None and prop in project.silenced
+
+
 def _print_patched(ctx: ChunkContext) -> bool:
     """``print`` is silenced on other ranks by the file's setup (DeiT ``setup_for_distributed``:
     the framework tables' `silences-print` names, and the user's)."""
+    if _silenced_by_entry(ctx, fact_model.SILENCES_PRINT):
+        return True
     patchers = ctx.ranks.frameworks.functions(framework_tables.Meaning.SILENCES_PRINT)
     for name, qual in ctx.facts.aliases.items():
         if name in ("builtins", "__builtin__") or qual.rsplit(".", 1)[-1] in patchers:
@@ -275,6 +287,8 @@ def _print_patched(ctx: ChunkContext) -> bool:
 def _logging_rank_aware(ctx: ChunkContext) -> bool:
     """The file's loggers filter by rank (a rank-aware factory, or a level set from the rank);
     the factories are the framework tables' `silences-logging` names, and the user's."""
+    if _silenced_by_entry(ctx, fact_model.SILENCES_LOGGING):
+        return True
     aware = ctx.ranks.frameworks.functions(framework_tables.Meaning.SILENCES_LOGGING)
     for qual in ctx.facts.aliases.values():
         if qual.rsplit(".", 1)[-1] in aware:
@@ -592,6 +606,40 @@ def train(model, loader, optimizer, cfg, rank):
 """,
         note="the single-process side of `if cfg.enable_fsdp:`",
     ),
+    Valid(
+        _HEAD
+        + """\
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+def configure_logging():
+    handler = logging.StreamHandler()
+
+    def main_rank_only(record):
+        if record.levelno > logging.INFO:
+            return True
+        return getattr(record, "global_rank", 0) == 0
+
+    def annotate(record):
+        record.global_rank = int(os.environ.get("RANK", 0))
+        return True
+
+    handler.addFilter(annotate)
+    handler.addFilter(main_rank_only)
+    logging.basicConfig(handlers=[handler], level=logging.INFO)
+
+def train(model, loader, optimizer):
+    configure_logging()
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        log.info("step %d loss %.4f", step, loss.item())
+""",
+        note="a handler filter defined by a rank test drops the other ranks' INFO records",
+    ),
     # -- findings --------------------------------------------------------------------------------
     Invalid(
         _HEAD
@@ -806,6 +854,66 @@ while iter_num < max_iters:
     iter_num += 1
 """,
         note="module-level nanoGPT-style loop: master_process reused",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import logging
+
+log = logging.getLogger(__name__)
+
+def configure_logging(rank):
+    handler = logging.StreamHandler()
+
+    def no_debug(record):
+        return record.levelno >= logging.INFO
+
+    def tag(record):
+        record.msg = f"[{rank}] {record.msg}"
+        return True
+
+    handler.addFilter(no_debug)
+    handler.addFilter(tag)
+    logging.basicConfig(handlers=[handler], level=logging.INFO)
+
+def train(model, loader, optimizer, rank):
+    configure_logging(rank)
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        «log.info("step %d loss %.4f", step, loss.item())»
+""",
+        fixed=_HEAD
+        + """\
+import logging
+
+log = logging.getLogger(__name__)
+
+def configure_logging(rank):
+    handler = logging.StreamHandler()
+
+    def no_debug(record):
+        return record.levelno >= logging.INFO
+
+    def tag(record):
+        record.msg = f"[{rank}] {record.msg}"
+        return True
+
+    handler.addFilter(no_debug)
+    handler.addFilter(tag)
+    logging.basicConfig(handlers=[handler], level=logging.INFO)
+
+def train(model, loader, optimizer, rank):
+    configure_logging(rank)
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        if rank == 0:
+            log.info("step %d loss %.4f", step, loss.item())
+""",
+        note="filters that drop by level or only use the rank (no rank test) silence nothing",
     ),
     Invalid(
         _HEAD

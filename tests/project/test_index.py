@@ -276,6 +276,7 @@ def test_a_setup_module_inside_a_package_is_not_a_nested_project(tmp_path: Path)
     index = build(root)
     assert {s.module for s in index.modules.values()} >= {"pkg.eval.setup", "mod"}
 
+
 @pytest.mark.parametrize(
     ("platform", "env", "expected"),
     [
