@@ -194,12 +194,33 @@ def _training_loop(ctx: ChunkContext, loop: ast.For | ast.AsyncFor | ast.While) 
                 name = n.id if isinstance(n, ast.Name) else n.attr
                 if _LOOP_ITER.search(name):
                     return True
+    backward = False
+    message: set[int] = set()  # what a logging call's arguments hold says nothing of the loop
     for node in patterns.walk_scope(loop):
-        if isinstance(node, ast.Call):
-            name = patterns.last_name(node.func) or ""
-            if name in _STEP_METHODS and isinstance(node.func, ast.Attribute):
-                return True
-            if isinstance(node.func, (ast.Name, ast.Attribute)) and _LOOP_CALL.search(name):
+        if not isinstance(node, ast.Call) or id(node) in message:
+            continue
+        if log_calls.log_call(ctx, node) is not None:
+            for a in [*node.args, *(k.value for k in node.keywords)]:
+                message.update(id(n) for n in tree_walk.bfs(a))
+            continue
+        name = patterns.last_name(node.func) or ""
+        if name == "backward" and isinstance(node.func, ast.Attribute):
+            backward = True
+        elif name in _STEP_METHODS and isinstance(node.func, ast.Attribute):
+            return True
+        elif isinstance(node.func, (ast.Name, ast.Attribute)) and _LOOP_CALL.search(name):
+            return True
+    # A backward without an optimizer step anywhere in its function times or checks the
+    # gradients (a profiler, a gradient check), it does not train.
+    return backward and _steps(patterns.scope_root(ctx, loop))
+
+
+def _steps(root: ast.AST) -> bool:
+    """The function (or module) steps an optimizer or zeroes gradients somewhere."""
+    for node in patterns.walk_scope(root):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = node.func.attr
+            if name in ("step", "zero_grad") or name.endswith("_step"):
                 return True
     return False
 
@@ -640,6 +661,56 @@ def train(model, loader, optimizer):
 """,
         note="a handler filter defined by a rank test drops the other ranks' INFO records",
     ),
+    Valid(
+        _HEAD
+        + """\
+import os
+
+def train(envs, agent, optimizer, iterations):
+    local_rank = int(os.getenv("LOCAL_RANK", "0"))
+    writer = None
+    if local_rank == 0:
+        writer = make_writer("runs")
+    for iteration in range(iterations):
+        for step in range(128):
+            reward = envs.step(agent(step))
+            if not writer:
+                continue
+            print(f"step {step} reward {reward}")
+            writer.add_scalar("reward", reward, step)
+        optimizer.step()
+""",
+        note="an object made in a rank-0 branch (None before it): `if not writer: continue`",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import time
+
+def profile(x, ops, n=10):
+    for m in ops:
+        start = time.time()
+        for _ in range(n):
+            y = m(x)
+            y.sum().backward()
+        print(f"{type(m).__name__}: {(time.time() - start) / n:.4f} s per forward+backward")
+""",
+        note="a backward without any optimizer step in its function: a profiler, not training",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def filter_samples(seqs, prompts, tokenizer, lengths):
+    kept = []
+    for i in range(len(seqs)):
+        if lengths[i] <= 1:
+            print(f"dropping {tokenizer.batch_decode(prompts[i:i + 1])}")
+        else:
+            kept.append(seqs[i])
+    return kept
+""",
+        note="a training-like name only inside the message (`batch_decode`) makes no training loop",
+    ),
     # -- findings --------------------------------------------------------------------------------
     Invalid(
         _HEAD
@@ -914,6 +985,70 @@ def train(model, loader, optimizer, rank):
             log.info("step %d loss %.4f", step, loss.item())
 """,
         note="filters that drop by level or only use the rank (no rank test) silence nothing",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import os
+
+def train(envs, agent, optimizer, iterations):
+    local_rank = int(os.getenv("LOCAL_RANK", "0"))
+    writer = None
+    if local_rank == 0:
+        writer = make_writer("runs")
+    else:
+        writer = make_writer(f"runs/{local_rank}")
+    for iteration in range(iterations):
+        for step in range(128):
+            reward = envs.step(agent(step))
+            if not writer:
+                continue
+            «print(f"step {step} reward {reward}")»
+        optimizer.step()
+""",
+        fixed=_HEAD
+        + """\
+import os
+
+def train(envs, agent, optimizer, iterations):
+    local_rank = int(os.getenv("LOCAL_RANK", "0"))
+    writer = None
+    if local_rank == 0:
+        writer = make_writer("runs")
+    else:
+        writer = make_writer(f"runs/{local_rank}")
+    for iteration in range(iterations):
+        for step in range(128):
+            reward = envs.step(agent(step))
+            if not writer:
+                continue
+            if local_rank == 0:
+                print(f"step {step} reward {reward}")
+        optimizer.step()
+""",
+        note="every rank makes a writer (the other branch too): the early `continue` never runs",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, micro_batches, optimizer, rank):
+    for i, mb in enumerate(micro_batches):
+        loss = model(mb).sum() / len(micro_batches)
+        loss.backward()
+        «print(f"micro-batch {i}: {loss.item():.4f}")»
+    optimizer.step()
+""",
+        fixed=_HEAD
+        + """\
+def train(model, micro_batches, optimizer, rank):
+    for i, mb in enumerate(micro_batches):
+        loss = model(mb).sum() / len(micro_batches)
+        loss.backward()
+        if rank == 0:
+            print(f"micro-batch {i}: {loss.item():.4f}")
+    optimizer.step()
+""",
+        note="a backward loop whose optimizer step follows it in the function: training",
     ),
     Invalid(
         _HEAD
