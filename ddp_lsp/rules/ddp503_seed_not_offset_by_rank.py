@@ -399,8 +399,12 @@ def _caller_decides(ctx: ChunkContext, seed: ast.AST, root: ast.AST) -> bool:
 
 
 def _wraps_ddp(ctx: ChunkContext) -> bool:
-    """DDP broadcasts rank 0's parameters at wrap time, so distinct seeds are safe."""
-    if any(q == known_names.DDP for q in ctx.facts.aliases.values()):
+    """DDP broadcasts rank 0's parameters at wrap time, so distinct seeds are safe. An
+    import of DDP that the module never uses (an FSDP script that imports both) wraps nothing."""
+    if any(
+        q == known_names.DDP and (name in ctx.facts.names_used or "." in name)
+        for name, q in ctx.facts.aliases.items()
+    ):
         return True
     return fact_model.DDP in ctx.facts.kind_set
 
@@ -588,6 +592,30 @@ def main(model):
     return FSDP(model)
 """,
         note="no DDP wrap: identical initial weights may be required",
+    ),
+    Valid(
+        """\
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def fsdp_main(args):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(local_rank)
+    model = FSDP(build_model().to(local_rank))
+    train(model, args)
+
+if __name__ == "__main__":
+    args = argparse.ArgumentParser().parse_args()
+    torch.manual_seed(args.seed)
+    fsdp_main(args)
+""",
+        note="an FSDP script that imports DDP and never uses it: no DDP wrap",
     ),
     Valid(
         _HEAD
