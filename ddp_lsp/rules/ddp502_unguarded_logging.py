@@ -59,7 +59,15 @@ that sets a level or filter per rank (`basicConfig(level=INFO if rank in (-1, 0)
 that compares the record's rank), itself or through such a helper; with the project view, a
 file that a distributed entry point imports (directly or not) when that entry installs such
 a silencer (the entry script sets up a rank-0 logging filter, the trainer module only logs);
-and `print(..., force=True)`. Messages that are not per-step metrics: the last statement before
+and `print(..., force=True)`. Programs whose ranks have roles (a module that imports
+`torch.distributed.rpc.init_rpc`, the tables' `assigns-roles`: a master, parameter servers and
+trainers): a loop there runs on the workers of one role. A message rank 0 alone prints:
+after `if not writer: continue` where `writer = None` and then `if rank == 0: writer = ...`
+(the statement form of `Writer() if rank == 0 else None`). Loops that do not train: a loop
+whose only backward has no optimizer step (`.step()`, `.zero_grad()`) anywhere in its
+function (a profiler, a gradient check), and names inside the message itself
+(`print(tokenizer.batch_decode(...))`) never make a loop a training loop.
+Messages that are not per-step metrics: the last statement before
 leaving (`raise`, `sys.exit(...)`, an `assert` that fails there, `break` or `return` after it
 in its block: an error about a non-finite loss, "stopping early"). The single-process side of a uniform branch (the `else:`
 of `if cfg.enable_fsdp:` in a module that wraps no model in DDP, of `if args.distributed:`), code
@@ -120,6 +128,7 @@ class UnguardedLogging(Rule):
         seen: dict[int, bool] = {}  # loop id -> is a training loop (many prints, one loop)
         patched_print: bool | None = None
         aware_logging: bool | None = None
+        roles: bool | None = None
         for call in ctx.calls():
             label = log_calls.log_call(ctx, call)
             if label is None or guards.in_lambda(ctx, call):
@@ -132,6 +141,10 @@ class UnguardedLogging(Rule):
             if guards.is_guarded(ctx, call) or guards.single_process_branch(ctx, call):
                 continue
             if _forced(call) or _before_exit(ctx, call):
+                continue
+            if roles is None:
+                roles = _assigns_roles(ctx)
+            if roles:
                 continue
             root = patterns.scope_root(ctx, call)
             if guards.spawns_processes(ctx, root):
@@ -278,6 +291,17 @@ def _chunk_calls(ctx: ChunkContext) -> Iterator[str]:
         name = patterns.last_name(c.func)
         if name is not None:
             yield name
+
+
+def _assigns_roles(ctx: ChunkContext) -> bool:
+    """The module imports an API that gives its ranks roles (the tables' `assigns-roles`:
+    `torch.distributed.rpc.init_rpc`): its loops run on the workers of one role (a trainer,
+    a parameter server), not alike on every rank."""
+    apis = ctx.ranks.frameworks.calls(framework_tables.Meaning.ASSIGNS_ROLES)
+    for qual in ctx.facts.aliases.values():
+        if any(qual == api or qual == api.rsplit(".", 1)[0] for api in apis):
+            return True
+    return False
 
 
 def _silenced_by_entry(ctx: ChunkContext, prop: str) -> bool:
@@ -710,6 +734,31 @@ def filter_samples(seqs, prompts, tokenizer, lengths):
     return kept
 """,
         note="a training-like name only inside the message (`batch_decode`) makes no training loop",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+
+def run_trainer(model, opt, batches):
+    for epoch in range(10):
+        for x, y in batches:
+            with dist_autograd.context() as ctx_id:
+                loss = model(x, y)
+                dist_autograd.backward(ctx_id, [loss])
+                opt.step(ctx_id)
+        print(f"epoch {epoch} loss {loss.item()}")
+
+def run_worker(rank, world_size):
+    if rank == 1:
+        rpc.init_rpc("trainer", rank=rank, world_size=world_size)
+        run_trainer(build(), make_opt(), data())
+    else:
+        rpc.init_rpc("ps", rank=rank, world_size=world_size)
+    rpc.shutdown()
+""",
+        note="an RPC program: its ranks have roles (the tables' `assigns-roles`), one trains",
     ),
     # -- findings --------------------------------------------------------------------------------
     Invalid(
