@@ -48,7 +48,7 @@ from pathlib import Path
 
 import tomllib
 
-from ddp_lsp.core.registry import all_rules
+from ddp_lsp.core.registry import all_rules, off_by_default
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "bench" / "corpus" / "manifest.toml"
@@ -64,6 +64,8 @@ SERIOUS = ("DDP101", "DDP103", "DDP104", "DDP201", "DDP202", "DDP203", "DDP204",
 #: their findings in non-distributed modules are not counted against the "0 findings in
 #: non-distributed modules" goal. The rules' own ``RuleMeta.any_module`` is the single source.
 ANY_MODULE = frozenset(r.meta.id for r in all_rules() if r.meta.any_module)
+# Rules off by default (RuleMeta.default_on) are still measured: selected by their ids.
+SELECT_ALL = ("--select", ",".join(("DDP", *sorted(off_by_default()))))
 
 #: A module is distributed (or training) code on its own when its text says so: collectives,
 #: ranks, launchers, wrappers, framework entry points, a backward pass or an optimizer.
@@ -333,7 +335,7 @@ def check_repo(repo: Repo, snapshots: Path, workdir: Path, fresh: bool = False) 
         ):
             result.non_distributed_files.add(rel)
     try:
-        result.hits = to_hits(repo, checkout, run_check(checkout, repo.paths))
+        result.hits = to_hits(repo, checkout, run_check(checkout, repo.paths, SELECT_ALL))
     except (RuntimeError, json.JSONDecodeError) as exc:
         result.error = str(exc)
     return result
@@ -432,8 +434,9 @@ def report(results: Sequence[RepoResult], labels: Labels, out=sys.stdout) -> dic
     for rule in sorted(scores):
         s = scores[rule]
         per = s.findings / kloc if kloc else 0.0
+        name = f"{rule} (off by default)" if rule in off_by_default() else rule
         w(
-            f"| {rule} | {s.findings} | {per:.2f} | {s.labelled} | {s.true} | {s.false} | "
+            f"| {name} | {s.findings} | {per:.2f} | {s.labelled} | {s.true} | {s.false} | "
             f"{_fmt(s.precision)} | {s.misses} ({s.misses_found}) | {_fmt(s.recall)} |\n"
         )
     total = combined(scores, scores)

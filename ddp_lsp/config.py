@@ -9,7 +9,8 @@ server shows the message and keeps the defaults.
 
 Keys (kebab-case in pyproject.toml; the editor may also send camelCase):
 
-``select``              rule ids or prefixes to enable (default ``["DDP"]``: everything)
+``select``              rule ids or prefixes to enable (default ``["DDP"]``: every rule on by
+                        default; a rule off by default runs only where its full id is listed)
 ``ignore``              rule ids or prefixes to disable (wins over ``select``)
 ``severity``            table of rule id -> ``error | warning | information | hint``
 ``rank-guard-names``    extra names that hold the rank (``my_rank``) or test for rank 0

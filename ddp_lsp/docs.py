@@ -46,7 +46,10 @@ def rule_markdown(rule_id: str, heading: bool = True) -> str | None:
     body = doc.split("\n", 1)[1].strip() if "\n" in doc else ""
     fixable = {"none": "no", "sometimes": "sometimes", "always": "yes"}[meta.fix.value]
     head = f"# {meta.id} {meta.name}\n\n" if heading else ""
-    facts = f"*Default severity:* {meta.severity.label} · *Fix available:* {fixable}\n\n"
+    facts = f"*Default severity:* {meta.severity.label} · *Fix available:* {fixable}"
+    if not meta.default_on:
+        facts += f" · *Off by default:* runs where `select` names `{meta.id}`"
+    facts += "\n\n"
     return f"{head}{meta.summary}\n\n{facts}{body}\n"
 
 
@@ -71,8 +74,9 @@ def index_markdown() -> str:
     ]
     metas = [SYNTAX_ERROR, *(r.meta for r in all_rules())]
     for m in metas:
+        summary = m.summary if m.default_on else f"*Off by default.* {m.summary}"
         lines.append(
-            f"| [{m.id}]({m.id}.md) | {m.name} | {m.severity.label} | {m.fix.value} | {m.summary} |"
+            f"| [{m.id}]({m.id}.md) | {m.name} | {m.severity.label} | {m.fix.value} | {summary} |"
         )
     return "\n".join(lines) + "\n"
 

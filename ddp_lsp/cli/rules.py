@@ -31,6 +31,7 @@ def run_rules(argv: Sequence[str], out: TextIO) -> int:
                 "severity": m.severity.label,
                 "fix": m.fix.value,
                 "summary": m.summary,
+                "default_on": m.default_on,
                 "url": m.url,
             }
             for m in metas
@@ -39,7 +40,16 @@ def run_rules(argv: Sequence[str], out: TextIO) -> int:
         out.write("\n")
         return EXIT_OK
     header = ("id", "name", "severity", "fix", "summary")
-    table = [header] + [(m.id, m.name, m.severity.label, m.fix.value, m.summary) for m in metas]
+    table = [header] + [
+        (
+            m.id,
+            m.name,
+            m.severity.label,
+            m.fix.value,
+            m.summary if m.default_on else f"{m.summary} (off by default: select {m.id})",
+        )
+        for m in metas
+    ]
     widths = [max(len(row[i]) for row in table) for i in range(4)]
     for row in table:
         cells = [row[i].ljust(widths[i]) for i in range(4)]

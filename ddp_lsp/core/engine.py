@@ -32,7 +32,7 @@ from ddp_lsp.core.facts import (
     recording_ranks,
 )
 from ddp_lsp.core.ranks import RankModel
-from ddp_lsp.core.registry import SYNTAX_ERROR, all_rules
+from ddp_lsp.core.registry import SYNTAX_ERROR, all_rules, default_on
 from ddp_lsp.core.rule import ChunkContext, Rule
 from ddp_lsp.core.settings import Settings
 from ddp_lsp.core.suppress import is_suppressed
@@ -73,7 +73,7 @@ def analyze(
         doc = Document(source, ranks)
     if rules is None:
         # Disabled rules do not run at all (their findings would be dropped anyway).
-        rules = tuple(r for r in all_rules() if settings.enabled(r.meta.id))
+        rules = tuple(r for r in all_rules() if settings.enabled(r.meta.id, r.meta.default_on))
     raw: list[Finding] = []
     errors: list[InternalError] = []
     # The merge and the rules allocate many small objects: a cyclic collection triggered
@@ -219,7 +219,7 @@ def _finish(
             continue
         on = enabled.get(f.rule_id)
         if on is None:
-            on = enabled[f.rule_id] = settings.enabled(f.rule_id)
+            on = enabled[f.rule_id] = settings.enabled(f.rule_id, default_on(f.rule_id))
         finished: Finding | None = None
         if on and not is_suppressed(f.rule_id, lines, f.span.start.line, f.span.end.line):
             finished = f

@@ -78,3 +78,13 @@ def meta_by_id(rule_id: str) -> RuleMeta | None:
         if meta.id == rule_id.upper() or meta.name == rule_id.lower():
             return meta
     return None
+
+
+@lru_cache(maxsize=1)
+def off_by_default() -> frozenset[str]:
+    """Ids of the rules that run only when `select` names them (``RuleMeta.default_on``)."""
+    return frozenset(r.meta.id for r in all_rules() if not r.meta.default_on)
+
+
+def default_on(rule_id: str) -> bool:
+    return rule_id not in off_by_default()

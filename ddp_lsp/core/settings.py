@@ -56,9 +56,13 @@ class Settings:
     # Where the values came from (a pyproject.toml, "editor settings"...), for messages.
     source: str = field(default="defaults", compare=False)
 
-    def enabled(self, rule_id: str) -> bool:
+    def enabled(self, rule_id: str, default_on: bool = True) -> bool:
+        """Whether ``rule_id`` runs; a rule off by default (``RuleMeta.default_on``) only when
+        ``select`` names it by its full id."""
         if rule_id == "DDP000":
             return not _matches(rule_id, self.ignore)
+        if not default_on and rule_id not in self.select:
+            return False
         return _matches(rule_id, self.select) and not _best_ignore(rule_id, self)
 
     def severity_for(self, rule_id: str, default: Severity) -> Severity:

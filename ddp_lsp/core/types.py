@@ -187,6 +187,10 @@ class RuleMeta:
     # distributed code at all (a single-GPU script, a benchmark, a test), where the engine
     # runs no other rule. Never together with ``distributed_only``.
     any_module: bool = False
+    # False: off by default, for a rule whose findings on real code are mostly false alarms
+    # (docs/accuracy.md): it runs only where `select` names it by its full id (`DDP304`), not
+    # through a prefix (`DDP`, `DDP3`). docs/rules and `ddp-lsp rules` say so.
+    default_on: bool = True
 
     @property
     def url(self) -> str:
