@@ -1196,12 +1196,12 @@ def importer_map(root: Path, rels: Sequence[str]) -> dict[str, list[str]]:
 def messages(
     checkout: Path, files: Sequence[str], rule: str | None = None
 ) -> Counter[tuple[str, str, str]]:
-    """(rule, file, message) of every finding in ``files``, checked from the checkout root:
-    of ``rule`` (selected by its id: a rule off by default, DDP501, runs too), or of every
-    rule, those off by default included (the baseline the seeded file is compared with)."""
-    raw = triage.run_check(
-        checkout, list(files), ["--select", rule] if rule else triage.SELECT_ALL
-    )
+    """(rule, file, message) of every finding in ``files``, checked from the checkout root.
+    ``rule``: that rule alone, selected by its id (a rule off by default, DDP501 or DDP503, runs so);
+    None: every rule, those off by default included (the baseline a seeded run is compared
+    with must hold what they reported before the seed)."""
+    select = ["--select", rule] if rule else list(triage.SELECT_ALL)
+    raw = triage.run_check(checkout, list(files), select)
     return Counter((item["code"], item["filename"], item["message"]) for item in raw)
 
 

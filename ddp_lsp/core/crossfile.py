@@ -83,6 +83,11 @@ class ModuleProjectFacts:
     # nothing distributed themselves (an export tool, a tokenizer, a plotting helper). Rules
     # that only apply to distributed code stay silent in them (project/reach.py).
     single_process: frozenset[str] = frozenset()
+    # Output this module's code prints or logs that a distributed entry point running it
+    # already silences on the other ranks (``facts.SILENCES_PRINT`` / ``SILENCES_LOGGING``):
+    # the entry calls a set-up helper that replaces ``builtins.print`` or filters INFO
+    # records by rank, and imports this module (project/flowstages.py ``_silenced``).
+    silenced: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         key = (
@@ -105,6 +110,7 @@ class ModuleProjectFacts:
             tuple(sorted(self.only_called_guarded)),
             self.root,
             tuple(sorted(self.single_process)),
+            tuple(sorted(self.silenced)),
         )
         object.__setattr__(self, "_key", key)
         object.__setattr__(self, "_hash", hash(key))
@@ -123,6 +129,7 @@ class ModuleProjectFacts:
                 self.only_called_guarded,
                 self.root,
                 self.single_process,
+                self.silenced,
             ),
         )
 

@@ -140,6 +140,11 @@ _SAVERS = frozenset(q.rsplit(".", 1)[-1] for q in _CHECKPOINT_WRITERS)
 _LEVEL_SETTERS = frozenset({"basicConfig", "setLevel", "addFilter", "set_verbosity", "disable"})
 
 
+def _compares_rank(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankModel) -> bool:
+    """The function compares a rank (``getattr(record, "global_rank", 0) == 0``)."""
+    return any(isinstance(n, ast.Compare) and ranks.mentions_rank(n) for n in walk(f))
+
+
 def _is_builtin_print(t: ast.expr) -> bool:
     """``builtins.print = ...`` / ``__builtin__.print = ...``."""
     return (
@@ -184,6 +189,8 @@ class _Extractor:
         self.handed: set[tuple[str, str]] | None = set() if project else None
         self._hscope = MODULE
         self._hclass: dict[int, str] = {}  # id of a `def` directly in such a body -> class
+        # Per open function: a function nested in it compares a rank (a logging filter).
+        self._nested_rank_test: list[bool] = []
 
     def _maybe_project_call(self, name: str) -> bool:
         """``engine.train_one_epoch`` / ``du.save_on_master``: a call through an imported
@@ -332,6 +339,7 @@ class _Extractor:
         self._assigned.append(set())
         self._wrapped.append(set())
         self._loop_names.append(set())
+        self._nested_rank_test.append(False)
         body_guarded = _guards_itself(f.body, self.ranks)
         outer = self._hscope
         if self.handed is not None:
@@ -345,6 +353,7 @@ class _Extractor:
         self.block(f.body, qual, body_guarded)
         self._hscope = outer
         self._loop_names.pop()
+        nested_rank_test = self._nested_rank_test.pop()
         self._assigned.pop()
         self._wrapped.pop()
         self.class_stack, self._ifs = saved_classes, saved_ifs
@@ -359,6 +368,12 @@ class _Extractor:
             props.add(GUARDS_ITSELF)
         if _is_rank_predicate(f, self.ranks):
             props.add(RANK_PREDICATE)
+        if nested_rank_test and any(c.rsplit(".", 1)[-1] == "addFilter" for c in calls):
+            # `def rank0_filter(record): return record.global_rank == 0` ...
+            # `handler.addFilter(rank0_filter)`: INFO records of the other ranks are dropped.
+            props.add(SILENCES_LOGGING)
+        if scope and cls is None and self._nested_rank_test and _compares_rank(f, self.ranks):
+            self._nested_rank_test[-1] = True
         self.functions.append(
             FunctionInfo(
                 qual,

@@ -81,6 +81,10 @@ class RankModel:
                 return True  # Megatron-style get_data_parallel_rank(), get_tensor_model_parallel_rank()
             if name == "int" and len(e.args) == 1:
                 return self.is_rank_expr(e.args[0])
+            if name == "getattr" and len(e.args) >= 2:
+                # `getattr(record, "global_rank", 0)`: the attribute `record.global_rank`.
+                attr = e.args[1]
+                return isinstance(attr, ast.Constant) and attr.value in self.names
             if name in ("get", "getenv") and e.args:
                 first = e.args[0]
                 return isinstance(first, ast.Constant) and first.value in RANK_ENV_VARS

@@ -265,9 +265,44 @@ class ChunkUniformity:
                     return t
                 if _is_none(value.body) and not _is_none(value.orelse):
                     return t.negated()
+        made = self._made_in_rank_branch(e, value, at, depth)
+        if made is not None:
+            return made
         # A value the classifier calls uniform is uniform even if it names the rank
         # (`ddp = int(os.environ.get("RANK", -1)) != -1`: "is this run distributed").
         return condition_ranks(self.ctx.ranks, value, self._resolver(value), depth + 1)
+
+    def _made_in_rank_branch(
+        self, e: ast.expr, value: ast.expr, at: ast.AST, depth: int
+    ) -> RankSet | None:
+        """``writer = None`` then ``if local_rank == 0: writer = SummaryWriter(...)``: the
+        statement form of ``Saver() if is_master else None``, an object only the ranks of the
+        branch hold (None elsewhere)."""
+        if not isinstance(e, ast.Name) or _is_none(value):
+            return None
+        stmt = self.ctx.parent(value)
+        branch = self.ctx.parent(stmt) if isinstance(stmt, ast.Assign) else None
+        if not isinstance(branch, ast.If):
+            return None
+        body = any(s is stmt for s in branch.body)
+        if not body and not any(s is stmt for s in branch.orelse):
+            return None
+        other = branch.orelse if body else branch.body
+        if any(
+            isinstance(t, ast.Name) and t.id == e.id
+            for s in other
+            for n in bfs(s)
+            if isinstance(n, (ast.Assign, ast.AnnAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        ):
+            return None  # the other ranks make one too
+        frame = self._frame(at)
+        if not _is_none(frame.frame.value_before(e.id, branch, frame.syncs) or value):
+            return None  # no `x = None` before the branch: some value on the other ranks
+        t = condition_ranks(self.ctx.ranks, branch.test, self._resolver(at), depth + 1)
+        if t is None:
+            return None
+        return t if body else t.negated()
 
     def _value_of(self, e: ast.expr, at: ast.AST) -> ast.expr | None:
         """The value last assigned to ``e`` before ``at`` in its frame (names), or in the

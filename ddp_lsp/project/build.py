@@ -602,6 +602,7 @@ def says_something(facts: ModuleProjectFacts) -> bool:
         or facts.distributed is not None
         or facts.only_called_guarded
         or facts.single_process
+        or facts.silenced
     )
 
 

@@ -73,6 +73,7 @@ from ddp_lsp.project.flowstages import (
     _ScalerWrappers,
     _seed_kinds,
     _site_into,
+    _silenced,
     _Stages,
     _users,
 )
@@ -312,6 +313,7 @@ def _compute(
         res, names, summaries, own, props, sites, index.ranks.frameworks, edges, details=reach
     )
     distributed = _distributed(res, props, entered)
+    silenced = _silenced(res, props)
 
     # -- only called under a rank-0 guard, by callers in any file ---------------------------------
     guard_flags = {
@@ -343,6 +345,7 @@ def _compute(
             only_guarded.get(m, frozenset()),
             local.get(m, frozenset()),
             gating,
+            silenced.get(m, frozenset()),
         )
     stages = _Stages(
         kind_seeds,
@@ -399,4 +402,5 @@ def moved(facts: ModuleProjectFacts, path: str, lines: Mapping[int, int]) -> Mod
         facts.only_called_guarded,
         facts.root,
         facts.single_process,
+        facts.silenced,
     )

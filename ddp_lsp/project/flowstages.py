@@ -363,6 +363,7 @@ def _module_out(
     only_guarded: frozenset[str],
     local: frozenset[str],
     gating: Mapping[tuple[str, str], gate_facts.Gating],
+    silenced: frozenset[str] = frozenset(),
 ) -> ModuleProjectFacts:
     own_kinds = own(m).kinds
     extra = {key: pk for key, pk in sorted(kinds_m.items()) if key not in own_kinds}
@@ -374,7 +375,9 @@ def _module_out(
         keep = {p: o for p, o in found.items() if p != fact_model.INITS_PG or p in direct}
         gate = gating.get(tq) or own(tq[0]).func_gates.get(tq[1])
         cprops[name] = CalleeProps(tq, frozenset(keep), dict(sorted(keep.items())), gate)
-    return ModuleProjectFacts(m, s.path, extra, cprops, distributed, only_guarded, root, local)
+    return ModuleProjectFacts(
+        m, s.path, extra, cprops, distributed, only_guarded, root, local, silenced
+    )
 
 
 def _users(parts: Mapping[str, _ModuleParts]) -> dict[tuple[str, str], frozenset[str]]:
@@ -428,6 +431,40 @@ def _distributed(
                 nxt.extend(res.imported_modules(reached))
             frontier = nxt
     return distributed
+
+
+_SILENCERS = (fact_model.SILENCES_PRINT, fact_model.SILENCES_LOGGING)
+
+
+def _silenced(
+    res: Resolver, props: Mapping[tuple[str, str], Mapping[str, Provenance]]
+) -> dict[str, frozenset[str]]:
+    """Each module whose print or logging output a distributed entry point silences on the
+    other ranks: an entry (a function that starts the process group, directly or through
+    what it calls) that also installs a silencer (``setup_for_distributed(is_master)``, a
+    rank-0 logging filter, through any helper) runs the modules it imports, directly or not,
+    with that output rank-0 only (OLMo's ``scripts/train.py`` installs the filter, its
+    ``olmo/train.py`` only logs). Some entry is enough, as a file that calls the helper is
+    silent for the rules whatever else runs it. A function of the carried properties and the
+    imports only (flowupdate._update keeps the previous answer when both stand)."""
+    starts: dict[str, set[str]] = {}
+    for (m, _), fn_props in props.items():
+        if fact_model.INITS_PG in fn_props:
+            got = {p for p in _SILENCERS if p in fn_props}
+            if got:
+                starts.setdefault(m, set()).update(got)
+    out: dict[str, set[str]] = {}
+    for prop in _SILENCERS:
+        frontier = sorted(m for m, ps in starts.items() if prop in ps)
+        while frontier:
+            nxt = []
+            for m in frontier:
+                if prop in out.get(m, ()):
+                    continue
+                out.setdefault(m, set()).add(prop)
+                nxt.extend(res.imported_modules(m))
+            frontier = nxt
+    return {m: frozenset(ps) for m, ps in out.items()}
 
 
 def _resolve_gates(

@@ -450,6 +450,9 @@ def _update(
             only_of.get(m, st.out[m].only_called_guarded),
             local.get(m, frozenset()),
             st.gating,
+            # A function of the carried properties and the imports, both as they were (see
+            # flowstages._silenced): the previous answer.
+            st.out[m].silenced,
         )
         if out[m] == st.out[m]:
             out[m] = st.out[m]

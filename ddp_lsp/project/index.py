@@ -40,7 +40,7 @@ log = logging.getLogger("ddp_lsp.project")
 
 # Bump when what facts.extract records changes: old entries are then never read. (A change of
 # the summary dataclasses' fields is also caught by the codec's shape fingerprint.)
-CACHE_VERSION = 17  # 17: a uniform choice between two rank tests is a rank test and a rank-0 flag (`x = self.is_local_main if local else self.is_main`, core/rankcond.py), a first-rank test true in a single-process run is a rank predicate (`is_master_proc(num_gpus)`); 16: the project snapshot holds the facts' update state (flowstate.py), summary keys are SHA-256; 15: gate summaries are typed records (FunctionInfo.gates, CalleeProps.gating) instead of "gate-*" properties; 14: gate sites record the arguments a call binds (core/gates.py); 13: MAKES_DIST_SAMPLER, scaler-named update receivers (issue 14); 12: the raw facts types moved to core/factkinds.py (issue 13)
+CACHE_VERSION = 18  # 18: logging filters that compare a rank (SILENCES_LOGGING), project facts say which output an entry point silences (ModuleProjectFacts.silenced); 17: a uniform choice between two rank tests is a rank test and a rank-0 flag (`x = self.is_local_main if local else self.is_main`, core/rankcond.py), a first-rank test true in a single-process run is a rank predicate (`is_master_proc(num_gpus)`); 16: the project snapshot holds the facts' update state (flowstate.py), summary keys are SHA-256; 15: gate summaries are typed records (FunctionInfo.gates, CalleeProps.gating) instead of "gate-*" properties; 14: gate sites record the arguments a call binds (core/gates.py); 13: MAKES_DIST_SAMPLER, scaler-named update receivers (issue 14); 12: the raw facts types moved to core/factkinds.py (issue 13)
 _T = TypeVar("_T")
 # Files larger than this are data, not training code: left out (as the analysis leaves them).
 MAX_FILE_BYTES = MAX_SOURCE_BYTES
@@ -590,9 +590,12 @@ class ProjectIndex:
             nested = self._nested.get(directory)
             if nested is None:
                 here = self.root / directory
+                # A `setup.py` beside an `__init__.py` is a module of the package
+                # (dinov2's `eval/setup.py`) or an extension's build script inside it, not
+                # the root of a project nested in this one.
                 nested = self._nested[directory] = any(
-                    (here / m).is_file() for m in ("pyproject.toml", "setup.py", "setup.cfg")
-                )
+                    (here / m).is_file() for m in ("pyproject.toml", "setup.cfg")
+                ) or ((here / "setup.py").is_file() and not (here / "__init__.py").is_file())
             if nested:
                 return "/".join(parts[i:])
         return rel

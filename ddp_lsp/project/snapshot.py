@@ -86,6 +86,7 @@ class StoredFacts:
     distributed: tuple[Provenance, ...]  # empty or one
     guarded: frozenset[str]
     single_process: frozenset[str]
+    silenced: frozenset[str]
 
     @staticmethod
     def of(f: ModuleProjectFacts) -> StoredFacts:
@@ -107,6 +108,7 @@ class StoredFacts:
             () if f.distributed is None else (f.distributed,),
             f.only_called_guarded,
             f.single_process,
+            f.silenced,
         )
 
     def facts(self, root: str) -> ModuleProjectFacts:
@@ -126,6 +128,7 @@ class StoredFacts:
             self.guarded,
             root,
             self.single_process,
+            self.silenced,
         )
 
 

@@ -55,17 +55,28 @@ already silenced on the other ranks: `print` in a file whose functions replace
 `builtins.print` / `__builtin__.print` (whatever the helper is called), or call a set-up helper
 that does, in any file of the project (`setup_for_distributed(is_master)`); `logging` in a file
 that sets a level or filter per rank (`basicConfig(level=INFO if rank in (-1, 0) else WARN)`,
-`logger.setLevel(...)` under a rank condition), itself or through such a helper; and
-`print(..., force=True)`. Messages that are not per-step metrics: the last statement before
+`logger.setLevel(...)` under a rank condition, `handler.addFilter(f)` with a filter function
+that compares the record's rank), itself or through such a helper; with the project view, a
+file that a distributed entry point imports (directly or not) when that entry installs such
+a silencer (the entry script sets up a rank-0 logging filter, the trainer module only logs);
+and `print(..., force=True)`. Programs whose ranks have roles (a module that imports
+`torch.distributed.rpc.init_rpc`, the tables' `assigns-roles`: a master, parameter servers and
+trainers): a loop there runs on the workers of one role. A message rank 0 alone prints:
+after `if not writer: continue` where `writer = None` and then `if rank == 0: writer = ...`
+(the statement form of `Writer() if rank == 0 else None`). Loops that do not train: a loop
+whose only backward has no optimizer step (`.step()`, `.zero_grad()`) anywhere in its
+function (a profiler, a gradient check), and names inside the message itself
+(`print(tokenizer.batch_decode(...))`) never make a loop a training loop.
+Messages that are not per-step metrics: the last statement before
 leaving (`raise`, `sys.exit(...)`, an `assert` that fails there, `break` or `return` after it
 in its block: an error about a non-finite loss, "stopping early"). The single-process side of a uniform branch (the `else:`
 of `if cfg.enable_fsdp:` in a module that wraps no model in DDP, of `if args.distributed:`), code
 past a check that leaves unless the run is single-process (`if dist.get_world_size() != 1:
 raise ...`), and a function that sets up a world of one process (`init_process_group("fake",
 ...)`, every parallel size the constant 1). Only loggers of the standard `logging` module imported by the file
-are checked. Still reported: `print` or `logger.info` in a file whose output is silenced by a
-module it neither is nor calls (the entry script installs the print, this `engine.py` only
-logs); silence the rule for that file, or guard the call.
+are checked. Still reported: `print` or `logger.info` in a file checked alone whose output is
+silenced by a module it neither is nor calls (the entry script installs the filter, this
+`engine.py` only logs); check the project (the default of `ddp-lsp check`), or guard the call.
 
 Distributed code only: in a project, a function that no distributed entry point reaches on
 every rank and that does nothing distributed itself (an export tool, a tokenizer, a plotting
@@ -117,6 +128,7 @@ class UnguardedLogging(Rule):
         seen: dict[int, bool] = {}  # loop id -> is a training loop (many prints, one loop)
         patched_print: bool | None = None
         aware_logging: bool | None = None
+        roles: bool | None = None
         for call in ctx.calls():
             label = log_calls.log_call(ctx, call)
             if label is None or guards.in_lambda(ctx, call):
@@ -129,6 +141,10 @@ class UnguardedLogging(Rule):
             if guards.is_guarded(ctx, call) or guards.single_process_branch(ctx, call):
                 continue
             if _forced(call) or _before_exit(ctx, call):
+                continue
+            if roles is None:
+                roles = _assigns_roles(ctx)
+            if roles:
                 continue
             root = patterns.scope_root(ctx, call)
             if guards.spawns_processes(ctx, root):
@@ -191,12 +207,33 @@ def _training_loop(ctx: ChunkContext, loop: ast.For | ast.AsyncFor | ast.While) 
                 name = n.id if isinstance(n, ast.Name) else n.attr
                 if _LOOP_ITER.search(name):
                     return True
+    backward = False
+    message: set[int] = set()  # what a logging call's arguments hold says nothing of the loop
     for node in patterns.walk_scope(loop):
-        if isinstance(node, ast.Call):
-            name = patterns.last_name(node.func) or ""
-            if name in _STEP_METHODS and isinstance(node.func, ast.Attribute):
-                return True
-            if isinstance(node.func, (ast.Name, ast.Attribute)) and _LOOP_CALL.search(name):
+        if not isinstance(node, ast.Call) or id(node) in message:
+            continue
+        if log_calls.log_call(ctx, node) is not None:
+            for a in [*node.args, *(k.value for k in node.keywords)]:
+                message.update(id(n) for n in tree_walk.bfs(a))
+            continue
+        name = patterns.last_name(node.func) or ""
+        if name == "backward" and isinstance(node.func, ast.Attribute):
+            backward = True
+        elif name in _STEP_METHODS and isinstance(node.func, ast.Attribute):
+            return True
+        elif isinstance(node.func, (ast.Name, ast.Attribute)) and _LOOP_CALL.search(name):
+            return True
+    # A backward without an optimizer step anywhere in its function times or checks the
+    # gradients (a profiler, a gradient check), it does not train.
+    return backward and _steps(patterns.scope_root(ctx, loop))
+
+
+def _steps(root: ast.AST) -> bool:
+    """The function (or module) steps an optimizer or zeroes gradients somewhere."""
+    for node in patterns.walk_scope(root):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = node.func.attr
+            if name in ("step", "zero_grad") or name.endswith("_step"):
                 return True
     return False
 
@@ -256,9 +293,29 @@ def _chunk_calls(ctx: ChunkContext) -> Iterator[str]:
             yield name
 
 
+def _assigns_roles(ctx: ChunkContext) -> bool:
+    """The module imports an API that gives its ranks roles (the tables' `assigns-roles`:
+    `torch.distributed.rpc.init_rpc`): its loops run on the workers of one role (a trainer,
+    a parameter server), not alike on every rank."""
+    apis = ctx.ranks.frameworks.calls(framework_tables.Meaning.ASSIGNS_ROLES)
+    for qual in ctx.facts.aliases.values():
+        if any(qual == api or qual == api.rsplit(".", 1)[0] for api in apis):
+            return True
+    return False
+
+
+def _silenced_by_entry(ctx: ChunkContext, prop: str) -> bool:
+    """A distributed entry point that imports this module installs the silencer (the project
+    view: the entry script sets up a rank-0 logging filter, this `engine.py` only logs)."""
+    project = ctx.facts.project
+    return project is not None and prop in project.silenced
+
+
 def _print_patched(ctx: ChunkContext) -> bool:
     """``print`` is silenced on other ranks by the file's setup (DeiT ``setup_for_distributed``:
     the framework tables' `silences-print` names, and the user's)."""
+    if _silenced_by_entry(ctx, fact_model.SILENCES_PRINT):
+        return True
     patchers = ctx.ranks.frameworks.functions(framework_tables.Meaning.SILENCES_PRINT)
     for name, qual in ctx.facts.aliases.items():
         if name in ("builtins", "__builtin__") or qual.rsplit(".", 1)[-1] in patchers:
@@ -275,6 +332,8 @@ def _print_patched(ctx: ChunkContext) -> bool:
 def _logging_rank_aware(ctx: ChunkContext) -> bool:
     """The file's loggers filter by rank (a rank-aware factory, or a level set from the rank);
     the factories are the framework tables' `silences-logging` names, and the user's."""
+    if _silenced_by_entry(ctx, fact_model.SILENCES_LOGGING):
+        return True
     aware = ctx.ranks.frameworks.functions(framework_tables.Meaning.SILENCES_LOGGING)
     for qual in ctx.facts.aliases.values():
         if qual.rsplit(".", 1)[-1] in aware:
@@ -592,6 +651,115 @@ def train(model, loader, optimizer, cfg, rank):
 """,
         note="the single-process side of `if cfg.enable_fsdp:`",
     ),
+    Valid(
+        _HEAD
+        + """\
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+def configure_logging():
+    handler = logging.StreamHandler()
+
+    def main_rank_only(record):
+        if record.levelno > logging.INFO:
+            return True
+        return getattr(record, "global_rank", 0) == 0
+
+    def annotate(record):
+        record.global_rank = int(os.environ.get("RANK", 0))
+        return True
+
+    handler.addFilter(annotate)
+    handler.addFilter(main_rank_only)
+    logging.basicConfig(handlers=[handler], level=logging.INFO)
+
+def train(model, loader, optimizer):
+    configure_logging()
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        log.info("step %d loss %.4f", step, loss.item())
+""",
+        note="a handler filter defined by a rank test drops the other ranks' INFO records",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import os
+
+def train(envs, agent, optimizer, iterations):
+    local_rank = int(os.getenv("LOCAL_RANK", "0"))
+    writer = None
+    if local_rank == 0:
+        writer = make_writer("runs")
+    for iteration in range(iterations):
+        for step in range(128):
+            reward = envs.step(agent(step))
+            if not writer:
+                continue
+            print(f"step {step} reward {reward}")
+            writer.add_scalar("reward", reward, step)
+        optimizer.step()
+""",
+        note="an object made in a rank-0 branch (None before it): `if not writer: continue`",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import time
+
+def profile(x, ops, n=10):
+    for m in ops:
+        start = time.time()
+        for _ in range(n):
+            y = m(x)
+            y.sum().backward()
+        print(f"{type(m).__name__}: {(time.time() - start) / n:.4f} s per forward+backward")
+""",
+        note="a backward without any optimizer step in its function: a profiler, not training",
+    ),
+    Valid(
+        _HEAD
+        + """\
+def filter_samples(seqs, prompts, tokenizer, lengths):
+    kept = []
+    for i in range(len(seqs)):
+        if lengths[i] <= 1:
+            print(f"dropping {tokenizer.batch_decode(prompts[i:i + 1])}")
+        else:
+            kept.append(seqs[i])
+    return kept
+""",
+        note="a training-like name only inside the message (`batch_decode`) makes no training loop",
+    ),
+    Valid(
+        _HEAD
+        + """\
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+
+def run_trainer(model, opt, batches):
+    for epoch in range(10):
+        for x, y in batches:
+            with dist_autograd.context() as ctx_id:
+                loss = model(x, y)
+                dist_autograd.backward(ctx_id, [loss])
+                opt.step(ctx_id)
+        print(f"epoch {epoch} loss {loss.item()}")
+
+def run_worker(rank, world_size):
+    if rank == 1:
+        rpc.init_rpc("trainer", rank=rank, world_size=world_size)
+        run_trainer(build(), make_opt(), data())
+    else:
+        rpc.init_rpc("ps", rank=rank, world_size=world_size)
+    rpc.shutdown()
+""",
+        note="an RPC program: its ranks have roles (the tables' `assigns-roles`), one trains",
+    ),
     # -- findings --------------------------------------------------------------------------------
     Invalid(
         _HEAD
@@ -806,6 +974,130 @@ while iter_num < max_iters:
     iter_num += 1
 """,
         note="module-level nanoGPT-style loop: master_process reused",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import logging
+
+log = logging.getLogger(__name__)
+
+def configure_logging(rank):
+    handler = logging.StreamHandler()
+
+    def no_debug(record):
+        return record.levelno >= logging.INFO
+
+    def tag(record):
+        record.msg = f"[{rank}] {record.msg}"
+        return True
+
+    handler.addFilter(no_debug)
+    handler.addFilter(tag)
+    logging.basicConfig(handlers=[handler], level=logging.INFO)
+
+def train(model, loader, optimizer, rank):
+    configure_logging(rank)
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        «log.info("step %d loss %.4f", step, loss.item())»
+""",
+        fixed=_HEAD
+        + """\
+import logging
+
+log = logging.getLogger(__name__)
+
+def configure_logging(rank):
+    handler = logging.StreamHandler()
+
+    def no_debug(record):
+        return record.levelno >= logging.INFO
+
+    def tag(record):
+        record.msg = f"[{rank}] {record.msg}"
+        return True
+
+    handler.addFilter(no_debug)
+    handler.addFilter(tag)
+    logging.basicConfig(handlers=[handler], level=logging.INFO)
+
+def train(model, loader, optimizer, rank):
+    configure_logging(rank)
+    for step, batch in enumerate(loader):
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+        if rank == 0:
+            log.info("step %d loss %.4f", step, loss.item())
+""",
+        note="filters that drop by level or only use the rank (no rank test) silence nothing",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+import os
+
+def train(envs, agent, optimizer, iterations):
+    local_rank = int(os.getenv("LOCAL_RANK", "0"))
+    writer = None
+    if local_rank == 0:
+        writer = make_writer("runs")
+    else:
+        writer = make_writer(f"runs/{local_rank}")
+    for iteration in range(iterations):
+        for step in range(128):
+            reward = envs.step(agent(step))
+            if not writer:
+                continue
+            «print(f"step {step} reward {reward}")»
+        optimizer.step()
+""",
+        fixed=_HEAD
+        + """\
+import os
+
+def train(envs, agent, optimizer, iterations):
+    local_rank = int(os.getenv("LOCAL_RANK", "0"))
+    writer = None
+    if local_rank == 0:
+        writer = make_writer("runs")
+    else:
+        writer = make_writer(f"runs/{local_rank}")
+    for iteration in range(iterations):
+        for step in range(128):
+            reward = envs.step(agent(step))
+            if not writer:
+                continue
+            if local_rank == 0:
+                print(f"step {step} reward {reward}")
+        optimizer.step()
+""",
+        note="every rank makes a writer (the other branch too): the early `continue` never runs",
+    ),
+    Invalid(
+        _HEAD
+        + """\
+def train(model, micro_batches, optimizer, rank):
+    for i, mb in enumerate(micro_batches):
+        loss = model(mb).sum() / len(micro_batches)
+        loss.backward()
+        «print(f"micro-batch {i}: {loss.item():.4f}")»
+    optimizer.step()
+""",
+        fixed=_HEAD
+        + """\
+def train(model, micro_batches, optimizer, rank):
+    for i, mb in enumerate(micro_batches):
+        loss = model(mb).sum() / len(micro_batches)
+        loss.backward()
+        if rank == 0:
+            print(f"micro-batch {i}: {loss.item():.4f}")
+    optimizer.step()
+""",
+        note="a backward loop whose optimizer step follows it in the function: training",
     ),
     Invalid(
         _HEAD

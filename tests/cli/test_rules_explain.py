@@ -48,6 +48,16 @@ def test_rules_off_by_default_say_how_to_select_them(cli_run) -> None:
     assert "Off by default" not in (docs.rule_markdown("DDP201") or "")
 
 
+def test_ddp503_is_off_by_default_and_says_so(cli_run) -> None:
+    rows = json.loads(cli_run("rules", "--format", "json").out)
+    assert next(row for row in rows if row["code"] == "DDP503")["default_on"] is False
+    line = next(x for x in cli_run("rules").out.splitlines() if x.startswith("DDP503 "))
+    assert line.endswith("(off by default: select DDP503)")
+    assert "*Off by default:* runs where `select` names `DDP503`" in (
+        docs.rule_markdown("DDP503") or ""
+    )
+
+
 def test_explain_prints_rule_markdown(cli_run) -> None:
     r = cli_run("explain", "DDP201")
     assert r.rc == 0 and r.out == docs.rule_markdown("DDP201")

@@ -246,6 +246,37 @@ def test_a_project_nested_in_the_indexed_folder_names_modules_from_its_own_root(
     assert a.extra_kinds.keys() == b.extra_kinds.keys()
 
 
+def test_a_setup_module_inside_a_package_is_not_a_nested_project(tmp_path: Path) -> None:
+    # `pkg/eval/setup.py` beside `pkg/eval/__init__.py` is a module (`from pkg.eval.setup
+    # import build`), not the build script of a project rooted at pkg/eval/: the modules there
+    # keep their package names and their imports of each other resolve.
+    from ddp_lsp.project import compute
+
+    root = tmp_path / "proj"
+    (root / "pkg" / "eval").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "eval" / "__init__.py").write_text("")
+    (root / "pkg" / "eval" / "setup.py").write_text(
+        "import torch.distributed as dist\n\ndef build():\n    dist.init_process_group('nccl')\n"
+    )
+    (root / "pkg" / "eval" / "run.py").write_text(
+        "from pkg.eval.setup import build\n\ndef main():\n    build()\n"
+    )
+    # A project nested in the root (its own setup.py, no __init__.py) still is one.
+    (root / "tools" / "sub").mkdir(parents=True)
+    (root / "tools" / "sub" / "setup.py").write_text("")
+    (root / "tools" / "sub" / "mod.py").write_text("x = 1\n")
+    facts = compute(build(root))
+    run = facts.for_path("pkg/eval/run.py")
+    assert run is not None and run.module == "pkg.eval.run"
+    assert "init_process_group" in run.callee_props["build"].props
+    mod = facts.for_path("tools/sub/mod.py")
+    assert mod is None or mod.module == "mod"
+    index = build(root)
+    assert {s.module for s in index.modules.values()} >= {"pkg.eval.setup", "mod"}
+
+
 @pytest.mark.parametrize(
     ("platform", "env", "expected"),
     [

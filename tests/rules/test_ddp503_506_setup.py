@@ -613,3 +613,33 @@ def index(model):
         'Use the local rank: int(os.environ["LOCAL_RANK"])',
         "Use the local rank: gpu",
     ]
+
+
+SAME_SEED = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main(args, model):
+    torch.manual_seed(args.seed)
+    return DDP(model)
+"""
+
+
+def test_ddp503_runs_only_where_select_names_it() -> None:
+    """DDP503 is off by default (docs/accuracy.md F34): the default settings and a prefix do
+    not run it; its full id in `select` does, and `ignore` still wins."""
+    from ddp_lsp.core.engine import analyze as run
+    from ddp_lsp.core.registry import default_on
+    from ddp_lsp.core.settings import Settings as S
+
+    assert not default_on("DDP503")
+
+    def ids(settings: S) -> set[str]:
+        return {f.rule_id for f in run(SAME_SEED, settings).findings}
+
+    assert "DDP503" not in ids(S())
+    assert "DDP503" not in ids(S(select=("DDP5",)))
+    assert "DDP503" in ids(S(select=("DDP", "DDP503")))
+    assert "DDP503" not in ids(S(select=("DDP503",), ignore=("DDP503",)))

@@ -136,6 +136,10 @@ class Meaning(enum.Enum):
     # model over its devices). Calling it does not make a function distributed code
     # (`project/reach.py`: the rules of `RuleMeta.distributed_only` stay silent in a tool).
     SINGLE_PROCESS = "single-process"
+    # (CALL entries) Starts a program whose ranks have roles (`torch.distributed.rpc.init_rpc`:
+    # a master, parameter servers, trainers): a module that imports it runs its code on the
+    # ranks of a role, not alike on every rank (DDP502 does not ask for a rank-0 guard there).
+    ASSIGNS_ROLES = "assigns-roles"
 
 
 @dataclass(frozen=True)

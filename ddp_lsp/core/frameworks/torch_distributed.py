@@ -53,6 +53,8 @@ TABLE: tuple[Api, ...] = (
     Api(_C, "torch.cuda.manual_seed_all", (Meaning.SEEDS,)),
     Api(_C, "random.seed", (Meaning.SEEDS,)),
     Api(_C, "numpy.random.seed", (Meaning.SEEDS,)),
+    # RPC: each rank a named worker with a role; functions run where `rpc_sync` sends them.
+    Api(_C, "torch.distributed.rpc.init_rpc", (Meaning.ASSIGNS_ROLES,)),
     # Probes single-process code asks before deciding (`get_rank() if dist.is_initialized()
     # else 0`): calling one does not make a function distributed code.
     Api(_C, "torch.distributed.is_available", (Meaning.SINGLE_PROCESS,)),
