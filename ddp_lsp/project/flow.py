@@ -72,8 +72,8 @@ from ddp_lsp.project.flowstages import (
     _resolve_gates,
     _ScalerWrappers,
     _seed_kinds,
-    _site_into,
     _silenced,
+    _site_into,
     _Stages,
     _users,
 )
