@@ -446,7 +446,7 @@ def _silenced(
     with that output rank-0 only (OLMo's ``scripts/train.py`` installs the filter, its
     ``olmo/train.py`` only logs). Some entry is enough, as a file that calls the helper is
     silent for the rules whatever else runs it. A function of the carried properties and the
-    imports only (flowupdate._update keeps the previous answer when both stand)."""
+    imports only; an update recomputes it (one flood over the imports)."""
     starts: dict[str, set[str]] = {}
     for (m, _), fn_props in props.items():
         if fact_model.INITS_PG in fn_props:

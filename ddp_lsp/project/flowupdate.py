@@ -40,6 +40,7 @@ from ddp_lsp.project.flowstages import (
     _replay_kinds,
     _ScalerWrappers,
     _seed_kinds,
+    _silenced,
     _Stages,
 )
 from ddp_lsp.project.index import ProjectIndex
@@ -435,6 +436,11 @@ def _update(
     again = set(changed) | set(only_of) | kinds_changed | local_changed
     for key in props_changed:
         again |= users.get(key, frozenset())
+    # Which output an entry point silences follows the carried properties and the imports,
+    # both of which an update may change (an import of a project module added): a flood over
+    # the import graph, recomputed, and every module whose answer moved is built again.
+    silenced = _silenced(res, props)
+    again |= {m for m in names if silenced.get(m, frozenset()) != st.out[m].silenced}
     out = _copy(st.out)
     root = str(index.root)
     for m in sorted(again):
@@ -450,9 +456,7 @@ def _update(
             only_of.get(m, st.out[m].only_called_guarded),
             local.get(m, frozenset()),
             st.gating,
-            # A function of the carried properties and the imports, both as they were (see
-            # flowstages._silenced): the previous answer.
-            st.out[m].silenced,
+            silenced.get(m, frozenset()),
         )
         if out[m] == st.out[m]:
             out[m] = st.out[m]

@@ -26,7 +26,7 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 # Every rule, DDP304 (off by default) included.
-ALL = Settings(select=("DDP", "DDP304", "DDP501"))
+ALL = Settings(select=("DDP", "DDP304", "DDP501", "DDP503"))
 
 
 def _findings(root: Path, rel: str, project: bool = True) -> list[Finding]:
