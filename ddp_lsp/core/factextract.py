@@ -181,7 +181,7 @@ class _Extractor:
         # Parameters rebound to the same path under another type (`out = Path(out)`).
         self._wrapped: list[set[str]] = [set()]
         self._loop_names: list[set[str]] = []  # names bound by `for` targets, per open function
-        # The names handed to calls (project only; see summary.handed_names, whose scopes
+        # The names handed to calls (project only; tests/project/test_summary_walks.py defines them: the scopes
         # these are: the qualname of the enclosing function, MODULE at the top level, a
         # method named by its class only when its `def` is directly in a top-level class's
         # body). None: not gathered (a chunk's extraction, or a class's bases and decorators,
@@ -428,7 +428,7 @@ class _Extractor:
                     self._prop(NO_SYNC)  # `accelerator.accumulate`: the tables' skips-grad-sync
 
     def _hand(self, call: ast.Call) -> None:
-        # summary.handed_names's test, item by item.
+        # What tests/project/test_summary_walks.py's handed_names tests, item by item.
         dotted = known_names.dotted
         scope = self._hscope
         handed = self.handed

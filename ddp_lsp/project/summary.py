@@ -14,7 +14,6 @@ import ast
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import cast
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
@@ -163,61 +162,8 @@ def summarise_with_facts(
         site_lines=x.site_lines,
         binding_lines=_binding_lines(tree, cf, merged),
         prop_lines=_prop_lines(tree, merged),
-        handed=x.handed,  # handed_names(tree), gathered on the extractor's walk
+        handed=x.handed,  # gathered on the extractor's walk (tests/project/test_summary_walks.py)
     ), merged
-
-
-def handed_names(tree: ast.Module) -> tuple[tuple[str, str], ...]:
-    """(scope, spelling) of the names and attributes passed as arguments (also inside a tuple
-    or list argument: ``args=(cfg, train)``), scopes named as the core names functions
-    (``Trainer.fit``, ``main.worker``, ``<module>``). Most are data, not functions: the
-    project keeps those that resolve to a function of its own.
-
-    One walk over every node of the file (a sixth of a cold index's time when it recursed
-    through ``ast.iter_child_nodes``): iterative, on ``walk.children``. The index gathers
-    the same pairs on the core's own walk (``factextract.extract_module``: no second walk);
-    this is their definition, and the test that the two agree."""
-    from ddp_lsp.core.walk import children
-
-    out: set[tuple[str, str]] = set()
-    module = fact_model.MODULE
-    dotted = known_names.dotted
-    # (node, its scope, the class whose body holds it directly when that class is top-level)
-    stack: list[tuple[ast.AST, str, str | None]] = [(s, module, None) for s in tree.body]
-    pop, push = stack.pop, stack.append
-    while stack:
-        node, scope, cls = pop()
-        t = type(node)
-        if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
-            fn = cast(ast.FunctionDef, node)
-            if cls is not None:
-                qual = f"{cls}.{fn.name}"
-            elif scope != module:
-                qual = f"{scope}.{fn.name}"
-            else:
-                qual = fn.name
-            for d in fn.decorator_list:
-                push((d, scope, None))
-            for stmt in fn.body:
-                push((stmt, qual, None))
-            continue
-        if t is ast.ClassDef:
-            c = cast(ast.ClassDef, node)
-            inner = c.name if scope == module else None
-            for stmt in c.body:
-                push((stmt, scope, inner))
-            continue
-        if t is ast.Call:
-            call = cast(ast.Call, node)
-            for v in (*call.args, *(kw.value for kw in call.keywords)):
-                items = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
-                for e in items:
-                    spelled = dotted(e.value if isinstance(e, ast.Starred) else e)
-                    if spelled:
-                        out.add((scope, spelled))
-        for child in children(node):
-            push((child, scope, None))
-    return tuple(sorted(out))
 
 
 def _binding_lines(

@@ -1,6 +1,6 @@
 """The project index gathers on the core's extraction walk what its own walks defined.
 
-``summary.handed_names`` is the definition of a summary's ``handed`` pairs (one walk over
+``handed_names`` (below) is the definition of a summary's ``handed`` pairs (one walk over
 every node of the file); the index gathers them on ``factextract.extract_module``'s walk
 instead, for speed. These cases hold every scope rule of the definition: methods of
 top-level and nested classes, a method under an ``if`` of its class (named as a function
@@ -12,13 +12,65 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from bench.gen import module
 from ddp_lsp.core import facts
+from ddp_lsp.core import names as known_names
 from ddp_lsp.core.ranks import RankModel
-from ddp_lsp.project import summary
+from ddp_lsp.core.walk import children
+
+
+def handed_names(tree: ast.Module) -> tuple[tuple[str, str], ...]:
+    """(scope, spelling) of the names and attributes passed as arguments (also inside a tuple
+    or list argument: ``args=(cfg, train)``), scopes named as the core names functions
+    (``Trainer.fit``, ``main.worker``, ``<module>``). Most are data, not functions: the
+    project keeps those that resolve to a function of its own.
+
+    One walk over every node of the file: the definition the index's pairs, gathered on the
+    core's own walk (``factextract.extract_module``), are checked against."""
+    out: set[tuple[str, str]] = set()
+    module = facts.MODULE
+    dotted = known_names.dotted
+    # (node, its scope, the class whose body holds it directly when that class is top-level)
+    stack: list[tuple[ast.AST, str, str | None]] = [(s, module, None) for s in tree.body]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, scope, cls = pop()
+        t = type(node)
+        if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
+            fn = cast(ast.FunctionDef, node)
+            if cls is not None:
+                qual = f"{cls}.{fn.name}"
+            elif scope != module:
+                qual = f"{scope}.{fn.name}"
+            else:
+                qual = fn.name
+            for d in fn.decorator_list:
+                push((d, scope, None))
+            for stmt in fn.body:
+                push((stmt, qual, None))
+            continue
+        if t is ast.ClassDef:
+            c = cast(ast.ClassDef, node)
+            inner = c.name if scope == module else None
+            for stmt in c.body:
+                push((stmt, scope, inner))
+            continue
+        if t is ast.Call:
+            call = cast(ast.Call, node)
+            for v in (*call.args, *(kw.value for kw in call.keywords)):
+                items = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
+                for e in items:
+                    spelled = dotted(e.value if isinstance(e, ast.Starred) else e)
+                    if spelled:
+                        out.add((scope, spelled))
+        for child in children(node):
+            push((child, scope, None))
+    return tuple(sorted(out))
+
 
 CASES = [
     "mp.spawn(run, args=(cfg, train))\nlaunch(main_worker, *rest, fn=[a.b, c])\n",
@@ -42,7 +94,7 @@ CASES = [
 def test_handed_gathered_on_the_extraction_walk_equals_its_definition(code: str) -> None:
     tree = ast.parse(code)
     got = facts.extract_module(tree, RankModel()).handed
-    assert got == summary.handed_names(tree)
+    assert got == handed_names(tree)
     assert got  # every case hands something
 
 
@@ -52,4 +104,4 @@ def test_handed_on_a_generated_module_and_this_package() -> None:
     texts += [p.read_text() for p in sorted(root.rglob("*.py"))[:60]]
     for text in texts:
         tree = ast.parse(text)
-        assert facts.extract_module(tree, RankModel()).handed == summary.handed_names(tree)
+        assert facts.extract_module(tree, RankModel()).handed == handed_names(tree)
