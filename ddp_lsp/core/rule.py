@@ -39,6 +39,8 @@ T = TypeVar("T", bound=ast.AST)
 U = TypeVar("U")
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_MODULE_SCOPE: tuple[str, str | None] = ("", None)
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ class ChunkContext:
         self.module_node = ast.Module(body=self.body, type_ignores=[])
         self._memo: dict[object, object] = {}
         self._qualnames: dict[int, str | None] = {}
+        self._scopes: dict[int, tuple[str, str | None]] = {}
 
     # -- traversal -----------------------------------------------------------------------------
 
@@ -194,10 +197,25 @@ class ChunkContext:
 
     def scope(self, node: ast.AST) -> tuple[str, str | None]:
         """(function qualname as in the facts, class name) for the code at ``node``."""
+        # Asked for most calls by several rules (kinds, callee properties): the answer is
+        # that of the innermost def or class around ``node``, computed once per such node.
+        parents = self._index.parents
+        a = parents.get(id(node))
+        while a is not None and not isinstance(a, _SCOPE_NODES):
+            a = parents.get(id(a))
+        if a is None:
+            return _MODULE_SCOPE
+        key = id(a)
+        found = self._scopes.get(key)
+        if found is None:
+            found = self._scopes[key] = self._scope_from(a)
+        return found
+
+    def _scope_from(self, a: ast.AST | None) -> tuple[str, str | None]:
+        """The :meth:`scope` of the code directly in ``a`` (a def or class)."""
         names: list[str] = []
         cls: str | None = None
         parents = self._index.parents
-        a = parents.get(id(node))
         while a is not None:
             if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 names.append(a.name)
@@ -348,6 +366,7 @@ class ChunkContext:
         (17 MB after a 20,000-line file's first analysis: docs/performance.md, "Memory")."""
         self._memo.clear()
         self._qualnames.clear()
+        self._scopes.clear()
 
     def single_process_scopes(self) -> frozenset[str]:
         """The functions of this module the project finds single-process (not distributed

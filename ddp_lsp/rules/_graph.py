@@ -12,6 +12,7 @@ Pure helpers over ``ast`` and a :class:`ChunkContext`; no rule state.
 from __future__ import annotations
 
 import ast
+import copy
 import enum
 import re
 
@@ -366,6 +367,19 @@ class GraphFlow:
                         self.targets.add(path)
         for lst in self.assigns.values():
             lst.sort(key=lambda x: x[0])
+
+    @classmethod
+    def of(cls, ctx: ChunkContext, root: ast.AST) -> GraphFlow:
+        """The flow of ``root`` for one rule: the tables (backward calls, targets, bindings)
+        built once per chunk analysis and shared by the rules that ask (DDP301, DDP302: the
+        same functions), the taint queries' memo its own (a query's answer under a cycle
+        depends on what was asked before it, so each rule keeps the order it asks in).
+        Building the tables reads no module facts."""
+        base: GraphFlow = ctx.memo(("graph flow", id(root)), lambda: cls(ctx, root))
+        flow = copy.copy(base)
+        flow._busy = set()
+        flow._memo = {}
+        return flow
 
     def _bind(self, target: ast.AST, stmt: ast.AST, elt: int | None) -> None:
         if isinstance(target, ast.Tuple | ast.List):

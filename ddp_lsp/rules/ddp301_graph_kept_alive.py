@@ -118,7 +118,7 @@ class GraphKeptAlive(Rule):
             key = id(fn) if fn is not None else module_key
             flow = flows.get(key)
             if flow is None:
-                flow = flows[key] = graph.GraphFlow(ctx, patterns.scope_root(ctx, node))
+                flow = flows[key] = graph.GraphFlow.of(ctx, patterns.scope_root(ctx, node))
             if not flow.backward_calls and not (
                 fn is not None and fn.name in graph.TRAINING_STEP_NAMES
             ):

@@ -177,7 +177,7 @@ class HostSyncEveryStep(Rule):
             root = patterns.scope_root(ctx, call)
             flow = flows.get(id(root))
             if flow is None:
-                flow = flows[id(root)] = graph.GraphFlow(ctx, root)
+                flow = flows[id(root)] = graph.GraphFlow.of(ctx, root)
             if not _device_tensor(flow, func.value):
                 return None, ""
             return call, f"`.{func.attr}()`"
@@ -185,7 +185,7 @@ class HostSyncEveryStep(Rule):
             root = patterns.scope_root(ctx, call)
             flow = flows.get(id(root))
             if flow is None:
-                flow = flows[id(root)] = graph.GraphFlow(ctx, root)
+                flow = flows[id(root)] = graph.GraphFlow.of(ctx, root)
             for a in call.args:
                 values = [a]
                 if isinstance(a, ast.JoinedStr):
