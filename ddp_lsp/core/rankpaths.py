@@ -663,7 +663,41 @@ def chunk_misses(
     )
 
 
+def may_split(ctx: ChunkContext) -> bool:
+    """Some frame of the chunk may tell the rank classes apart by its own code: it holds a
+    condition (an ``if``, a conditional expression, ``and``/``or``: the only places
+    :meth:`Flow.split` is asked) or a rank-zero decorator. Without one, every frame's two
+    lanes start alike (unless every caller guards the function: DDP104's ``callers_guarded``)
+    and stay equal, so no event is stranded (:meth:`Flow.run`), whatever the module facts
+    say: :func:`chunk_misses` is then empty without a look at the chunk's calls (40-60% of
+    the chunks of training scripts have no condition at all)."""
+
+    def compute() -> bool:
+        if ctx.nodes(ast.If) or ctx.nodes(ast.IfExp) or ctx.nodes(ast.BoolOp):
+            return True
+        return any(
+            last_name(d) in RANK_ZERO_DECORATORS
+            for fn in ctx.nodes(*FUNCS)
+            for d in fn.decorator_list
+        )
+
+    return ctx.memo(("may split",), compute)
+
+
+def guarded_functions(ctx: ChunkContext) -> bool:
+    """Some function of the chunk is only called under a rank-0 guard (the facts'
+    ``ONLY_CALLED_GUARDED``, as :meth:`Flow.run` asks it with ``callers_guarded``)."""
+    for fn in ctx.nodes(*FUNCS):
+        if fn.body:
+            qual, _ = ctx.scope(fn.body[0])
+            if fact_model.ONLY_CALLED_GUARDED in ctx.facts.props(qual):
+                return True
+    return False
+
+
 def _chunk_misses(ctx: ChunkContext, extract: Extractor, callers_guarded: bool) -> list[Miss]:
+    if not may_split(ctx) and not (callers_guarded and guarded_functions(ctx)):
+        return []  # no frame can split the ranks (see may_split)
     out: list[Miss] = []
     seen: set[int] = set()
     for root in event_roots(ctx, extract):

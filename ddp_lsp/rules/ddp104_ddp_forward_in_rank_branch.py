@@ -236,6 +236,8 @@ class DdpForwardInRankBranch(Rule):
     )
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
+        if not rank_paths.may_split(ctx) and not rank_paths.guarded_functions(ctx):
+            return  # no frame can strand a forward, whatever the calls (rank_paths.may_split)
         extract = rank_paths.memoised(forward_extractor(ctx))  # asked again per frame and path
         seen: set[int] = set()
         for root in rank_paths.event_roots(ctx, extract):

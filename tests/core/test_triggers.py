@@ -188,3 +188,65 @@ def test_event_roots_are_the_frames_holding_events() -> None:
     found = rankpaths.event_roots(ctx, rankpaths.collective_extractor(ctx))
     assert [getattr(r, "name", None) for r in found] == ["inner"]
     assert isinstance(found[0], ast.FunctionDef)
+
+
+# -- rank paths: chunks without a condition are not searched for events ------------------------
+
+
+def _event_searches(code: str, monkeypatch, select: tuple[str, ...]) -> int:
+    count = 0
+    original = rankpaths.event_roots
+
+    def counting(ctx, extract):  # type: ignore[no-untyped-def]
+        nonlocal count
+        count += 1
+        return original(ctx, extract)
+
+    monkeypatch.setattr(rankpaths, "event_roots", counting)
+    analyze(code, Settings(select=select, assume_distributed=True))
+    return count
+
+
+def test_a_chunk_without_conditions_is_not_searched_for_events(monkeypatch) -> None:
+    """No ``if``, conditional expression, ``and``/``or`` or rank-zero decorator: every rank
+    runs every line, so neither DDP103 nor DDP104 asks about the chunk's calls at all."""
+    code = HEAD + (
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))\n"
+        "def step(t):\n"
+        "    dist.all_reduce(t)\n"
+        "    return model(t)\n"
+    )
+    assert rankpaths.may_split(_ctx(code)) is False
+    assert _event_searches(code, monkeypatch, ("DDP103", "DDP104")) == 0
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "def step(t, rank):\n    if rank == 0:\n        dist.barrier()\n",
+        "def step(t, rank):\n    x = dist.barrier() if rank == 0 else None\n",
+        "def step(t, rank):\n    rank == 0 and dist.barrier()\n",
+        "@rank_zero_only\ndef step(t):\n    dist.barrier()\n",
+    ],
+    ids=["if", "ifexp", "boolop", "decorator"],
+)
+def test_a_chunk_that_may_split_the_ranks_is_searched(code, monkeypatch) -> None:
+    code = HEAD + "from lightning.pytorch.utilities import rank_zero_only\n" + code
+    assert rankpaths.may_split(_ctx(code)) is True
+    assert _event_searches(code, monkeypatch, ("DDP103",)) > 0
+
+
+def test_a_function_only_called_under_a_guard_is_searched_for_forwards(monkeypatch) -> None:
+    """DDP104: no condition in the function itself, but every caller guards it."""
+    code = HEAD + (
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))\n"
+        "def evaluate(t):\n"
+        "    return model(t)\n"
+        "def main(rank, t):\n"
+        "    if rank == 0:\n"
+        "        evaluate(t)\n"
+    )
+    searched = _event_searches(code, monkeypatch, ("DDP104",))
+    assert searched >= 2  # both functions' chunks
+    found = analyze(code, Settings(select=("DDP104",), assume_distributed=True)).findings
+    assert [(f.rule_id, f.span.start.line) for f in found] == [("DDP104", 4)]
