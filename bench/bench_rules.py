@@ -1,0 +1,170 @@
+"""Benchmark the rules themselves: a first analysis split into its parts, the CPU each rule
+takes over all chunks, and what re-running one chunk's rules costs (an edit's share).
+
+Run: .venv/bin/python bench/bench_rules.py [--file PATH ...] [--repeat N] [--top N]
+
+For each file (default: bench/gen.py's modules of 1,500 and 20,000 lines; the shared
+harness's /tmp/ws20/big20000.py is the issue-15 figure): the process CPU time of a first
+analysis (``analyze`` of the text, a fresh ``Document``), of which the rules' part (every
+chunk's ``engine._run_rules``: the chunk's traversal, trigger checks and every enabled rule)
+and the rest (split, parse, facts); the median of ``--repeat`` runs. Then, on a freshly
+parsed document, each chunk's rules run alone (``_run_rules``, as an edit runs the edited
+chunk's on its new parse): mean / p50 / p95 / max per chunk, and the ``--top`` rules by CPU over all chunks
+(each rule's ``triggers`` + ``check``, measured around the calls, so a rule that builds a
+shared analysis first, e.g. the uniformity analysis, carries its cost).
+CPU times, not wall-clock: the machine is shared; the load average is printed with them.
+docs/performance.md ("First analysis") records the results and this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.gen import module  # noqa: E402
+from ddp_lsp.core import engine  # noqa: E402
+from ddp_lsp.core.document import Document  # noqa: E402
+from ddp_lsp.core.registry import all_rules  # noqa: E402
+from ddp_lsp.core.settings import Settings  # noqa: E402
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    k = min(len(values) - 1, max(0, round(p / 100 * (len(values) - 1))))
+    return values[k]
+
+
+def first_analysis(text: str, settings: Settings) -> tuple[float, float]:
+    """(CPU of a first analysis, CPU of its rules) in seconds."""
+    rules_cpu = 0.0
+    original = engine._run_rules
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        nonlocal rules_cpu
+        c = time.process_time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            rules_cpu += time.process_time() - c
+
+    engine._run_rules = timed  # type: ignore[assignment]
+    try:
+        gc.collect()
+        c = time.process_time()
+        engine.analyze(text, settings)
+        total = time.process_time() - c
+    finally:
+        engine._run_rules = original  # type: ignore[assignment]
+    return total, rules_cpu
+
+
+def _parsed(text: str, settings: Settings) -> tuple[Any, ...]:
+    """A fresh document's chunks, facts and rules, no rule run yet: each chunk's trees are
+    as an edit leaves the edited chunk (parsed, facts extracted, walked by no rule)."""
+    doc = Document(text, settings.rank_model)
+    facts = doc.module_facts(settings.assume_distributed, None)
+    rules = engine._enabled_rules(settings)
+    if not facts.distributed:
+        rules = engine._any_module_rules(rules)
+    ranks = settings.rank_model.with_extra(facts.rank_vars, facts.rank_predicates)
+    chunks = [c for _, c in doc.chunks() if c.tree is not None]
+    return doc, chunks, facts, rules, ranks
+
+
+def per_chunk(text: str, settings: Settings) -> tuple[list[float], Counter[str]]:
+    """Each chunk's rules run alone, as an edit runs the edited chunk's: CPU per chunk, and
+    (on another fresh document) CPU per rule over all chunks."""
+    _doc, chunks, facts, rules, ranks = _parsed(text, settings)
+    times: list[float] = []
+    gc.collect()
+    for chunk in chunks:
+        c = time.process_time()
+        engine._run_rules(chunk, facts, settings, ranks, None, rules)
+        times.append(time.process_time() - c)
+    _doc, chunks, facts, rules, ranks = _parsed(text, settings)
+    # The same again with each rule's two entry points timed (instance attributes shadow the
+    # class's methods; removed afterwards).
+    by_rule: Counter[str] = Counter()
+
+    def wrap(rule_id: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(ctx: Any) -> Any:
+            c = time.process_time()
+            try:
+                out = fn(ctx)
+                return list(out) if hasattr(out, "__next__") else out
+            finally:
+                by_rule[rule_id] += time.process_time() - c
+
+        return timed
+
+    for rule in rules:
+        rule.check = wrap(rule.meta.id, rule.check)  # type: ignore[method-assign]
+        rule.triggers = wrap(rule.meta.id, rule.triggers)  # type: ignore[method-assign]
+    try:
+        for chunk in chunks:
+            engine._run_rules(chunk, facts, settings, ranks, None, rules)
+    finally:
+        for rule in rules:
+            del rule.check
+            del rule.triggers
+    del _doc
+    return times, by_rule
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--file", action="append", default=[], help="a Python file to analyse")
+    ap.add_argument("--repeat", type=int, default=5, help="first analyses per file (median)")
+    ap.add_argument("--top", type=int, default=8, help="rules listed by CPU")
+    args = ap.parse_args()
+    all_rules()  # import the rule modules once, as a running server has
+    settings = Settings()
+    if args.file:
+        files = [(Path(f).name, Path(f).read_text(encoding="utf-8")) for f in args.file]
+    else:
+        files = [(f"{n} lines (bench/gen.py)", module(n)) for n in (1500, 20000)]
+    engine.analyze(files[0][1][:4000], settings)  # warm the lazily built tables
+    rows: list[tuple[str, str, str]] = []
+    for name, text in files:
+        runs = sorted(
+            (first_analysis(text, settings) for _ in range(args.repeat)), key=lambda r: r[0]
+        )
+        total, rules_cpu = runs[len(runs) // 2]
+        rows.append(
+            (
+                f"first analysis, {name}",
+                f"CPU {total * 1000:.0f} ms (rules {rules_cpu * 1000:.0f} ms, the rest "
+                f"{(total - rules_cpu) * 1000:.0f} ms)",
+                f"median of {len(runs)}: " + ", ".join(f"{r[0] * 1000:.0f}" for r in runs),
+            )
+        )
+        times, by_rule = per_chunk(text, settings)
+        top = ", ".join(f"{rid} {cpu * 1000:.0f}" for rid, cpu in by_rule.most_common(args.top))
+        rows.append(
+            (
+                f"one chunk's rules re-run, {name}",
+                f"CPU mean {statistics.mean(times) * 1000:.2f} / p50 "
+                f"{statistics.median(times) * 1000:.2f} / p95 {pct(times, 95) * 1000:.2f} / max "
+                f"{max(times) * 1000:.1f} ms",
+                f"{len(times)} chunks; rules over all chunks (ms): {top}",
+            )
+        )
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"load average (1, 5, 15 min) at the end: {load} on {os.cpu_count()} CPUs\n")
+    print("| measurement | result | note |\n| --- | --- | --- |")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+if __name__ == "__main__":
+    main()
