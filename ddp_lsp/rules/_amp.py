@@ -124,7 +124,9 @@ def _loop_over(loop: ast.AST, names: set[str]) -> bool:
 
 
 def _has_backward(region: ast.AST) -> bool:
-    return any(patterns.backward_of(n) is not None for n in patterns.walk_scope(region))
+    # A `<x>.backward(...)` call in the region's frame: the frame's calls by method name are
+    # tabled once per frame (core/walk.py), not searched node by node per question.
+    return bool(tree_walk.method_calls(region, "backward"))
 
 
 def iteration_loop(
@@ -226,7 +228,10 @@ def _conditions(path: list[tuple[ast.AST, _Via]]) -> dict[str, bool]:
 def exclusive(ctx: ChunkContext, a: ast.AST, b: ast.AST) -> bool:
     """``a`` and ``b`` never run in the same pass: different branches of one ``if`` (or
     ``match``), or branches of two ``if``s on the same condition with opposite outcomes."""
-    pa, pb = _branch_path(ctx, a), _branch_path(ctx, b)
+    # Asked for many pairs of the same few calls (each step against each update, each clip
+    # against each backward): each node's path and conditions once per chunk analysis.
+    pa = ctx.memo(("amp branch path", id(a)), lambda: _branch_path(ctx, a))
+    pb = ctx.memo(("amp branch path", id(b)), lambda: _branch_path(ctx, b))
     fields_b = {id(n): f for n, f in pb}
     for n, fa in pa:
         fb = fields_b.get(id(n))
@@ -237,7 +242,8 @@ def exclusive(ctx: ChunkContext, a: ast.AST, b: ast.AST) -> bool:
         if isinstance(n, ast.Match) and fa.field == fb.field == "cases" and fa.case != fb.case:
             return True
         break  # the innermost common ancestor decides structurally
-    ca, cb = _conditions(pa), _conditions(pb)
+    ca = ctx.memo(("amp conditions", id(a)), lambda: _conditions(pa))
+    cb = ctx.memo(("amp conditions", id(b)), lambda: _conditions(pb))
     return any(cond in cb and cb[cond] != pol for cond, pol in ca.items())
 
 

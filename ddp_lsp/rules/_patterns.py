@@ -88,8 +88,13 @@ def backward_of(node: ast.AST) -> Backward | None:
 
 
 def backwards_in(root: ast.AST) -> list[Backward]:
-    out = [b for b in (backward_of(n) for n in walk_scope(root)) if b is not None]
-    out.sort(key=lambda b: order(b.call))
+    """Every ``.backward()`` of ``root``'s own frame, in source order: from the frame's
+    calls by method name (tabled once per frame, core/walk.py; the same order)."""
+    out: list[Backward] = []
+    for call in tree_walk.method_calls(root, "backward"):
+        b = backward_of(call)
+        assert b is not None  # a `<x>.backward(...)` call is one
+        out.append(b)
     return out
 
 
