@@ -673,13 +673,11 @@ def may_split(ctx: ChunkContext) -> bool:
     the chunks of training scripts have no condition at all)."""
 
     def compute() -> bool:
-        if ctx.nodes(ast.If) or ctx.nodes(ast.IfExp) or ctx.nodes(ast.BoolOp):
-            return True
-        return any(
-            last_name(d) in RANK_ZERO_DECORATORS
-            for fn in ctx.nodes(*FUNCS)
-            for d in fn.decorator_list
-        )
+        for cls in (ast.If, ast.IfExp, ast.BoolOp):
+            if ctx.nodes(cls):
+                return True
+        fns: list[ast.FunctionDef | ast.AsyncFunctionDef] = ctx.nodes(*FUNCS)
+        return any(last_name(d) in RANK_ZERO_DECORATORS for fn in fns for d in fn.decorator_list)
 
     return ctx.memo(("may split",), compute)
 
@@ -687,7 +685,8 @@ def may_split(ctx: ChunkContext) -> bool:
 def guarded_functions(ctx: ChunkContext) -> bool:
     """Some function of the chunk is only called under a rank-0 guard (the facts'
     ``ONLY_CALLED_GUARDED``, as :meth:`Flow.run` asks it with ``callers_guarded``)."""
-    for fn in ctx.nodes(*FUNCS):
+    fns: list[ast.FunctionDef | ast.AsyncFunctionDef] = ctx.nodes(*FUNCS)
+    for fn in fns:
         if fn.body:
             qual, _ = ctx.scope(fn.body[0])
             if fact_model.ONLY_CALLED_GUARDED in ctx.facts.props(qual):

@@ -120,6 +120,7 @@ class ChunkContext:
         self._memo: dict[object, object] = {}
         self._qualnames: dict[int, str | None] = {}
         self._scopes: dict[int, tuple[str, str | None]] = {}
+        self._calls_by_qualname: dict[str | None, list[ast.Call]] | None = None
 
     # -- traversal -----------------------------------------------------------------------------
 
@@ -135,6 +136,18 @@ class ChunkContext:
 
     def calls(self) -> list[ast.Call]:
         return self.nodes(ast.Call)
+
+    def calls_to(self, qualname: str) -> list[ast.Call]:
+        """The chunk's calls of ``qualname`` (as :meth:`call_qualname` resolves them), in the
+        order of :meth:`calls`. Every call is resolved once for the table (most rules resolve
+        every call anyway), so a rule looking for one function does not ask each call."""
+        table = self._calls_by_qualname
+        if table is None:
+            table = self._calls_by_qualname = {}
+            for call in self._index.by_type.get(ast.Call, ()):
+                assert isinstance(call, ast.Call)
+                table.setdefault(self.call_qualname(call), []).append(call)
+        return list(table.get(qualname, ()))
 
     def parent(self, node: ast.AST) -> ast.AST | None:
         return self._index.parents.get(id(node))
@@ -367,6 +380,7 @@ class ChunkContext:
         self._memo.clear()
         self._qualnames.clear()
         self._scopes.clear()
+        self._calls_by_qualname = None
 
     def single_process_scopes(self) -> frozenset[str]:
         """The functions of this module the project finds single-process (not distributed

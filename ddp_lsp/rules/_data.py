@@ -150,7 +150,7 @@ def int_value(expr: ast.AST | None) -> int | None:
 
 
 def dataloader_calls(ctx: ChunkContext) -> list[ast.Call]:
-    return [c for c in ctx.calls() if ctx.call_qualname(c) == known_names.DATALOADER]
+    return ctx.calls_to(known_names.DATALOADER)
 
 
 #: Project or library samplers named as distributed ones (`DistributedBucketSampler`,

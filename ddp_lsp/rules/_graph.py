@@ -396,7 +396,13 @@ class GraphFlow:
     # -- queries -------------------------------------------------------------------------------
 
     def has_backward_in(self, node: ast.AST) -> bool:
-        return any(any(c is n for n in tree_walk.bfs(node)) for c in self.backward_calls)
+        if self.ctx.parent(node) is None:  # a top-level statement (or not of this chunk)
+            return any(any(c is n for n in tree_walk.bfs(node)) for c in self.backward_calls)
+        # Up from each backward call rather than down through the whole of ``node``.
+        for c in self.backward_calls:
+            if c is node or any(a is node for a in self.ctx.ancestors(c)):
+                return True
+        return False
 
     def taint(self, expr: ast.AST) -> Taint:
         key = id(expr)

@@ -101,9 +101,7 @@ class SyncBnAfterDdpWrap(Rule):
         return _TRIGGERS  # every finding is at a `convert_sync_batchnorm` (core/triggers.py)
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
-        for call in ctx.calls():
-            if ctx.call_qualname(call) != CONVERT:
-                continue
+        for call in ctx.calls_to(CONVERT):
             arg = (
                 call.args[0]
                 if call.args

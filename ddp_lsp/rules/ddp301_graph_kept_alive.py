@@ -62,6 +62,7 @@ where the rules that need several ranks are silent.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -211,7 +212,11 @@ class GraphKeptAlive(Rule):
             if flow.has_backward_in(loop):
                 if fn is not None and self._bounded_result(loop, fn, root_path):
                     return False
-                return not self._recreated(root_path, loop)
+                # Asked for each store into the same container in the loop: once each.
+                return not ctx.memo(
+                    ("DDP301 recreated", root_path, id(loop)),
+                    functools.partial(self._recreated, root_path, loop),
+                )
         # No training loop around it: a training step method keeping values on `self`.
         if fn is None or not root_path.startswith("self."):
             return False

@@ -103,9 +103,7 @@ class LoadWithoutMapLocation(Rule):
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         if device_rules.one_gpu_per_node(ctx):
             return
-        for call in ctx.calls():
-            if ctx.call_qualname(call) != known_names.TORCH_LOAD:
-                continue
+        for call in ctx.calls_to(known_names.TORCH_LOAD):
             if not call.args or len(call.args) > 1:
                 continue  # no file, or map_location given positionally
             if any(isinstance(a, ast.Starred) for a in call.args):

@@ -97,9 +97,7 @@ class MissingSetDevice(Rule):
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         if device_rules.one_gpu_per_node(ctx):
             return
-        for call in ctx.calls():
-            if ctx.call_qualname(call) != known_names.INIT_PROCESS_GROUP:
-                continue
+        for call in ctx.calls_to(known_names.INIT_PROCESS_GROUP):
             if any(kw.arg == "device_id" or kw.arg is None for kw in call.keywords):
                 continue
             root = patterns.scope_root(ctx, call)

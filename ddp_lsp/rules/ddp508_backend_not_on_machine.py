@@ -65,9 +65,7 @@ class BackendNotOnMachine(Rule):
             why = "there is no CUDA device"
         else:
             return
-        for call in ctx.calls():
-            if ctx.call_qualname(call) != known_names.INIT_PROCESS_GROUP:
-                continue
+        for call in ctx.calls_to(known_names.INIT_PROCESS_GROUP):
             backend = pgbackend.backend_argument(call)
             if not (isinstance(backend, ast.Constant) and isinstance(backend.value, str)):
                 continue  # chosen at run time: the machine decides
