@@ -224,7 +224,20 @@ def _collective_extractor(ctx: ChunkContext) -> Extractor:
 
 
 def _key(test: ast.AST) -> tuple[str, bool]:
-    """A condition's identity and sense: ``not x`` is ``x`` decided the other way."""
+    """A condition's identity and sense: ``not x`` is ``x`` decided the other way.
+
+    Kept on the test's node (the trees are cached per chunk text and not changed otherwise,
+    as :func:`ddp_lsp.core.walk.scope_nodes` keeps its tables): the rank-path walk decides
+    each condition once per joint path and per rule, and dumping the condition's tree each
+    time was a tenth of the rules' time on real training scripts."""
+    cached: tuple[str, bool] | None = getattr(test, "_ddp_condition_key", None)
+    if cached is None:
+        cached = _compute_key(test)
+        test._ddp_condition_key = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def _compute_key(test: ast.AST) -> tuple[str, bool]:
     truth = True
     while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test, truth = test.operand, not truth

@@ -43,6 +43,21 @@ class Lane:
     exit: Exit | None = None
     skips: tuple[Exit, ...] = ()  # continue/break taken in loop iterations already left
 
+    def ident(self) -> tuple[object, ...]:
+        """What :func:`_dedupe` tells lanes apart by: the calls, exit and skips by node
+        identity. A lane is shared by the joint paths built from it, and :func:`_dedupe`
+        asks for every path of every block: computed once per lane (kept in the instance's
+        dictionary, which the frozen dataclass's fields, equality and hash do not see)."""
+        d = self.__dict__
+        found: tuple[object, ...] | None = d.get("_ident")
+        if found is None:
+            found = d["_ident"] = (
+                tuple(id(e.node) for e in self.events),
+                id(self.exit.node) if self.exit else None,
+                tuple(id(x.node) for x in self.skips),
+            )
+        return found
+
 
 Decisions = frozenset[tuple[str, bool]]
 
@@ -139,14 +154,7 @@ def _dedupe(joints: Iterable[Joint]) -> list[Joint]:
     rest: list[Joint] = []
     lane_keys: set[tuple[object, ...]] = set()
     for j in joints:
-        lanes = tuple(
-            (
-                tuple(id(e.node) for e in lane.events),
-                id(lane.exit.node) if lane.exit else None,
-                tuple(id(x.node) for x in lane.skips),
-            )
-            for lane in j.lanes()
-        )
+        lanes = (j.z.ident(), j.n.ident())
         key = (lanes, j.decided)
         if key in seen:
             continue
