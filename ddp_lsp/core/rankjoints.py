@@ -35,6 +35,10 @@ class Exit:
 _FROZEN = Exit("frozen", ast.Pass())
 
 
+# A lane's calls, exit and skips by node identity (:meth:`Lane.ident`).
+LaneIdent = tuple[tuple[int, ...], int | None, tuple[int, ...]]
+
+
 @dataclass(frozen=True)
 class Lane:
     """One rank class along one joint path."""
@@ -43,13 +47,13 @@ class Lane:
     exit: Exit | None = None
     skips: tuple[Exit, ...] = ()  # continue/break taken in loop iterations already left
 
-    def ident(self) -> tuple[object, ...]:
+    def ident(self) -> LaneIdent:
         """What :func:`_dedupe` tells lanes apart by: the calls, exit and skips by node
         identity. A lane is shared by the joint paths built from it, and :func:`_dedupe`
         asks for every path of every block: computed once per lane (kept in the instance's
         dictionary, which the frozen dataclass's fields, equality and hash do not see)."""
         d = self.__dict__
-        found: tuple[object, ...] | None = d.get("_ident")
+        found: LaneIdent | None = d.get("_ident")
         if found is None:
             found = d["_ident"] = (
                 tuple(id(e.node) for e in self.events),
@@ -149,22 +153,53 @@ def _dedupe(joints: Iterable[Joint]) -> list[Joint]:
     """Drop repeated joint paths and keep at most ``_MAX_ALTS``: one per distinct pair of
     lanes first (those are what the comparison looks at), then variants that only differ in
     the conditions they decided. Dropping paths can only lose findings."""
-    seen: set[tuple[object, ...]] = set()
-    firsts: list[Joint] = []
-    rest: list[Joint] = []
-    lane_keys: set[tuple[object, ...]] = set()
+    kept = Dedupe()
     for j in joints:
-        lanes = (j.z.ident(), j.n.ident())
-        key = (lanes, j.decided)
-        if key in seen:
-            continue
-        seen.add(key)
-        if lanes in lane_keys:
-            rest.append(j)
-        else:
-            lane_keys.add(lanes)
-            firsts.append(j)
-    return (firsts + rest)[:_MAX_ALTS]
+        kept.add(j)
+    return kept.result()
+
+
+class Dedupe:
+    """:func:`_dedupe` one path at a time, able to say before a path is built whether it
+    would be kept (:meth:`slot`): a loop joins every path before it with every path of one
+    iteration, up to 64 x 64 of them, most dropped (:meth:`Flow.loop`)."""
+
+    __slots__ = ("seen", "lane_keys", "firsts", "rest")
+
+    SKIP, FIRST, REST = 0, 1, 2
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[object, ...]] = set()
+        self.lane_keys: set[tuple[object, ...]] = set()
+        self.firsts: list[Joint] = []
+        self.rest: list[Joint] = []
+
+    def slot(self, lanes: tuple[object, ...], decided: Decisions) -> int:
+        """Where a path with these lane identities (:meth:`Lane.ident`) and decisions goes:
+        SKIP when :func:`_dedupe` would drop it (a repeat, or past the cut whatever comes
+        later), else FIRST or REST; the caller then builds it and :meth:`put` s it."""
+        key = (lanes, decided)
+        if key in self.seen:
+            return self.SKIP
+        self.seen.add(key)
+        if lanes in self.lane_keys:
+            # Behind every first: past the cut already if the firsts and rests fill it.
+            if len(self.firsts) + len(self.rest) >= _MAX_ALTS:
+                return self.SKIP
+            return self.REST
+        self.lane_keys.add(lanes)
+        return self.SKIP if len(self.firsts) >= _MAX_ALTS else self.FIRST
+
+    def put(self, where: int, j: Joint) -> None:
+        (self.firsts if where == self.FIRST else self.rest).append(j)
+
+    def add(self, j: Joint) -> None:
+        where = self.slot((j.z.ident(), j.n.ident()), j.decided)
+        if where != self.SKIP:
+            self.put(where, j)
+
+    def result(self) -> list[Joint]:
+        return (self.firsts + self.rest)[:_MAX_ALTS]
 
 
 def _switched_off(ev: Event, decided: Decisions) -> bool:

@@ -72,6 +72,7 @@ from ddp_lsp.core.rankjoints import (
     _SCOPES,
     BOTH,
     Decisions,
+    Dedupe,
     Exit,
     Joint,
     Lane,
@@ -366,12 +367,14 @@ class Flow:
         joints: list[Joint],
         active: frozenset[int],
     ) -> list[Joint]:
-        out: list[Joint] = []
+        # The paths after the loop, deduplicated as they come (the same as _dedupe of all of
+        # them in this order): a path it would drop is not built.
+        kept = Dedupe()
         iterations: dict[tuple[frozenset[int], Decisions], list[Joint]] = {}
         tested = _tested_keys(s)
         for j in joints:
             live = frozenset(c for c in active if j[c].exit is None)
-            out.append(j)  # no iteration (or no live class)
+            kept.add(j)  # no iteration (or no live class)
             if not live:
                 continue
             # One iteration, walked once per set of live classes and per decision taken
@@ -388,7 +391,21 @@ class Flow:
                 its = self.block(s.body, its, live)
                 self.loop_check(its, live)
                 iterations[(live, before)] = its
+            before_ids = (j.z.ident(), j.n.ident())
             for it in its:
+                # The identities of the joined lanes first (Lane.ident of what is built below).
+                ids = list(before_ids)
+                for c in live:
+                    ex = it[c].exit
+                    mine, theirs = before_ids[c], it[c].ident()
+                    if ex is None or ex.kind in ("break", "continue"):
+                        extra = (id(ex.node),) if ex is not None else ()
+                        ids[c] = (mine[0] + theirs[0], None, mine[2] + theirs[2] + extra)
+                    else:
+                        ids[c] = (mine[0] + theirs[0], id(ex.node), mine[2] + theirs[2])
+                where = kept.slot((ids[Z], ids[NZ]), j.decided)
+                if where == Dedupe.SKIP:
+                    continue
                 lanes = j.lanes()
                 for c in live:
                     ex = it[c].exit
@@ -398,8 +415,8 @@ class Flow:
                         lanes[c] = Lane(ev, None, skips)
                     else:
                         lanes[c] = Lane(ev, ex, lanes[c].skips + it[c].skips)
-                out.append(j.with_lanes(lanes))
-        out = _dedupe(out)
+                kept.put(where, j.with_lanes(lanes))
+        out = kept.result()
         if s.orelse:
             out = self.block(s.orelse, out, active)
         return out
