@@ -371,7 +371,7 @@ class Flow:
         # them in this order): a path it would drop is not built.
         kept = Dedupe()
         iterations: dict[tuple[frozenset[int], Decisions], list[Joint]] = {}
-        tested = _tested_keys(s)
+        tested: frozenset[str] | None = None  # asked only when a path decided something
         for j in joints:
             live = frozenset(c for c in active if j[c].exit is None)
             kept.add(j)  # no iteration (or no live class)
@@ -381,7 +381,9 @@ class Flow:
             # before the loop on a condition the loop tests again (`if not fsdp and rank != 0:
             # return` ... `while True: if fsdp: broadcast()`); it does not depend on anything
             # else that happened before the loop.
-            before = frozenset(d for d in j.decided if d[0] in tested)
+            if j.decided and tested is None:
+                tested = _tested_keys(s)  # every condition in the loop, dumped: not for nothing
+            before = frozenset(d for d in j.decided if tested is not None and d[0] in tested)
             its = iterations.get((live, before))
             if its is None:
                 fresh = [Lane() if c in live else Lane(exit=_FROZEN) for c in (Z, NZ)]
