@@ -34,6 +34,13 @@ _COMPOUND = frozenset({"def", "class", "async", "if", "for", "while", "with", "t
 # At column 0 these can never be inside an open bracket in valid code, so when we meet one
 # with brackets still open the bracket was never closed (the user is typing): start afresh.
 _RESYNC_WORDS = frozenset({"def", "class", "async", "import", "from"})
+# Inside a top-level class split at its methods, a method's ``def`` at the class body's indent
+# can never be inside an open bracket either (``def`` starts no expression): a bracket left
+# open in one method ends there, and the class's later methods keep their own chunks (their
+# parses, facts and findings) instead of joining the broken one until the next top-level line.
+# (Only ``def``: a decorator line, ``@`` at the line start, is also a matrix product's
+# continuation inside brackets.)
+_MEMBER_DEF = re.compile(r"(?:async[ \t]+)?def[ \t]")
 # Runs of module-level simple statements are cut where a line's hash says so (content-defined
 # chunking, as in rsync): the cut points move with the text, not with line numbers.
 _RUN_SPLIT_MODULUS = 8
@@ -123,10 +130,19 @@ def scan_line(line: str, depth: int, quote: str | None) -> tuple[int, str | None
 def step(state: State, line: str) -> tuple[State, bool, bool]:
     """Feed one line; return (new state, line starts a chunk, chunk is a class member)."""
     if not state.clean:
-        if state.quote is None and state.depth > 0 and line[:1].isalpha():
-            m = _FIRST_WORD.match(line)
-            if m is not None and m.group() in _RESYNC_WORDS:
-                return step(replace(state, depth=0, cont=False), line)
+        if state.quote is None and state.depth > 0:
+            if line[:1].isalpha():
+                m = _FIRST_WORD.match(line)
+                if m is not None and m.group() in _RESYNC_WORDS:
+                    return step(replace(state, depth=0, cont=False), line)
+            else:
+                cls_indent = state.cls_indent
+                if (
+                    cls_indent is not None
+                    and line.startswith(cls_indent)
+                    and _MEMBER_DEF.match(line, len(cls_indent)) is not None
+                ):
+                    return step(replace(state, depth=0, cont=False), line)
         depth, quote, cont = scan_line(line, state.depth, state.quote)
         if depth == state.depth and quote == state.quote and cont == state.cont:
             return state, False, False  # unchanged (`dataclasses.replace` costs microseconds)
