@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import re
 import zlib
+from bisect import bisect_right
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import NamedTuple
 
 _INTEREST = re.compile(r"[#'\"\\()\[\]{}]")
@@ -34,6 +36,13 @@ _COMPOUND = frozenset({"def", "class", "async", "if", "for", "while", "with", "t
 # At column 0 these can never be inside an open bracket in valid code, so when we meet one
 # with brackets still open the bracket was never closed (the user is typing): start afresh.
 _RESYNC_WORDS = frozenset({"def", "class", "async", "import", "from"})
+# Inside a top-level class split at its methods, a method's ``def`` at the class body's indent
+# can never be inside an open bracket either (``def`` starts no expression): a bracket left
+# open in one method ends there, and the class's later methods keep their own chunks (their
+# parses, facts and findings) instead of joining the broken one until the next top-level line.
+# (Only ``def``: a decorator line, ``@`` at the line start, is also a matrix product's
+# continuation inside brackets.)
+_MEMBER_DEF = re.compile(r"(?:async[ \t]+)?def[ \t]")
 # Runs of module-level simple statements are cut where a line's hash says so (content-defined
 # chunking, as in rsync): the cut points move with the text, not with line numbers.
 _RUN_SPLIT_MODULUS = 8
@@ -64,6 +73,9 @@ class ChunkStart(NamedTuple):
     line: int
     state: State  # the splitter state just before this line
     member_of: str | None  # class name when the chunk is a method split out of its class
+
+
+_line_of = itemgetter(0)  # ChunkStart.line, as a sort key
 
 
 def _find_close(line: str, start: int, delim: str) -> int:
@@ -120,13 +132,36 @@ def scan_line(line: str, depth: int, quote: str | None) -> tuple[int, str | None
         i = k
 
 
+def resynced(state: State, line: str) -> State:
+    """The state before ``line`` once an unclosed bracket is given up: ``line`` is one that no
+    bracket of valid code holds (``_RESYNC_WORDS`` at column 0, a method's ``def`` at the body
+    indent of a class split at its methods). Otherwise ``state`` itself.
+
+    The splitter records this state at chunk starts (:func:`split`, :func:`resplit`), so a
+    chunk that starts afresh after a bracket left open has the state it has when the bracket is
+    closed, and a re-split after a keystroke in that bracket stops there."""
+    if state.depth > 0 and state.quote is None:
+        if line[:1].isalpha():
+            m = _FIRST_WORD.match(line)
+            if m is not None and m.group() in _RESYNC_WORDS:
+                return replace(state, depth=0, cont=False)
+        else:
+            cls_indent = state.cls_indent
+            if (
+                cls_indent is not None
+                and line.startswith(cls_indent)
+                and _MEMBER_DEF.match(line, len(cls_indent)) is not None
+            ):
+                return replace(state, depth=0, cont=False)
+    return state
+
+
 def step(state: State, line: str) -> tuple[State, bool, bool]:
     """Feed one line; return (new state, line starts a chunk, chunk is a class member)."""
     if not state.clean:
-        if state.quote is None and state.depth > 0 and line[:1].isalpha():
-            m = _FIRST_WORD.match(line)
-            if m is not None and m.group() in _RESYNC_WORDS:
-                return step(replace(state, depth=0, cont=False), line)
+        fresh = resynced(state, line)
+        if fresh is not state:
+            return step(fresh, line)
         depth, quote, cont = scan_line(line, state.depth, state.quote)
         if depth == state.depth and quote == state.quote and cont == state.cont:
             return state, False, False  # unchanged (`dataclasses.replace` costs microseconds)
@@ -224,6 +259,8 @@ def split(lines: list[str], start: int = 0, state: State = INITIAL) -> list[Chun
     """Chunk starts for ``lines[start:]`` beginning in ``state`` (line ``start`` is a start)."""
     starts = [ChunkStart(start, state, None)]
     for i in range(start, len(lines)):
+        if state.depth:
+            state = resynced(state, lines[i])
         before = state
         state, boundary, member = step(state, lines[i])
         if boundary and i != start:
@@ -258,15 +295,13 @@ def resplit(
     ``lines`` is the new text; lines ``first_changed..last_changed`` (new numbering) were
     replaced, and every old line after the edit moved by ``delta``.
     """
-    # Restart from the chunk before the one holding the edit: the edited first line may have
-    # stopped being a chunk start, merging into its predecessor.
-    k = 0
-    for idx, cs in enumerate(old):
-        if cs.line <= first_changed:
-            k = idx
-        else:
-            break
-    k = max(k - 1, 0)
+    # Restart from the chunk holding the edit when the edit starts below its first line: that
+    # line and every line above it are unchanged, so it is a chunk start in the same state.
+    # When the edit starts on a chunk's first line, restart from the chunk before: that line
+    # may have stopped being a chunk start, merging into its predecessor.
+    k = max(bisect_right(old, first_changed, key=_line_of) - 1, 0)
+    if k and old[k].line >= first_changed:
+        k -= 1
     restart = old[k]
     # Old starts strictly after the edited region, by their new line number: ``old[j]`` is
     # the first of them at or after the line the splitter is at (the old starts are sorted).
@@ -277,6 +312,8 @@ def resplit(
     state = restart.state
     start = restart.line
     for i in range(start, len(lines)):
+        if state.depth:
+            state = resynced(state, lines[i])  # as split records it
         if i > last_changed and i != start:
             while j < len(old) and old[j].line + delta < i:
                 j += 1

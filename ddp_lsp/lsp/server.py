@@ -31,6 +31,7 @@ from ddp_lsp.lsp.config import is_pyproject
 from ddp_lsp.lsp.configuration import SECTION, ConfigurationService
 from ddp_lsp.lsp.convert import Codec, choose_encoding
 from ddp_lsp.lsp.diagnostics import PublicationEncoder, diagnostic_support
+from ddp_lsp.lsp.edittrace import EditTrace
 from ddp_lsp.lsp.notebook import Cell, Notebook, apply_notebook_change
 from ddp_lsp.lsp.preflight import CMD_RUN_PREFLIGHT, PreflightReports, PreflightService
 from ddp_lsp.lsp.project import ProjectService
@@ -89,6 +90,7 @@ class DdpLanguageServer(LanguageServer):
         )
         self.preflight = PreflightService(self.state, reports)
         self.publications = PublicationEncoder()
+        self.edit_trace = EditTrace.from_environment()  # DDP_LSP_TRACE_EDITS: off by default
         # Made on the first workspace pull: workspace.py imports the analysis core.
         self.workspace_cache: WorkspaceCache | None = None
         self.initialized = False
@@ -133,6 +135,10 @@ class DdpLanguageServer(LanguageServer):
         # JSON text built here, each diagnostic encoded once while it stays (no converter, no
         # json.dumps of the whole list per keystroke: 3 ms at 20,000 lines).
         send_json(self.protocol, self.publications.encode(uri, version, diagnostics))
+        if self.edit_trace is not None:
+            unit = self.state.units.get(uri)
+            ran = getattr(unit.doc, "rules_ran", 0) if unit is not None else 0
+            self.edit_trace.published(uri, version, ran)
 
     def refresh_pulled(self) -> None:
         """Tell a pulling client that diagnostics changed (settings, pyproject, preflight):
@@ -310,6 +316,8 @@ def did_open(ls: DdpLanguageServer, params: lsp.DidOpenTextDocumentParams) -> No
 
 
 def did_change(ls: DdpLanguageServer, params: lsp.DidChangeTextDocumentParams) -> None:
+    if ls.edit_trace is not None:
+        ls.edit_trace.changed(params.text_document.uri, params.text_document.version)
     ls.state.change(
         params.text_document.uri, params.text_document.version, list(params.content_changes)
     )

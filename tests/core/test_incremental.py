@@ -21,7 +21,41 @@ from ddp_lsp.core.types import Finding, Pos
 from tests.casekit import unmark
 
 SETTINGS = Settings()
-SCRIPTS = [module(120)] + [
+
+_TRAINER = '''import contextlib
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    """A DDP trainer split at its methods."""
+
+    def __init__(self, model, rank):
+        self.rank = rank
+        self.model = DDP(model.to(rank), device_ids=[rank])
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def _step(self, inputs, targets):
+        loss = self.model(inputs).sub(targets).pow(2).mean()
+        self.scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss.item()
+
+    async def fit(self, loader):
+        for inputs, targets in loader:
+            if self.rank == 0:
+                dist.barrier()
+            self._step(inputs, targets)
+'''
+
+# (_TRAINER: a class split at its methods, where a bracket opened in one method ends at the
+# next method's `def`.)
+SCRIPTS = [module(120), _TRAINER] + [
     unmark(c.code).code for r in all_rules() for c in r.cases if isinstance(c, Invalid)
 ][:12]
 
@@ -388,3 +422,49 @@ def test_keys_that_leave_a_line_set_aside_the_same_way_run_no_rules() -> None:
     assert chunk.problem is not None and chunk.lines[at + 1 - start] == "        pass\n"
     # `i` parses (a name); `if` and every key after it are set aside as the same `pass`.
     assert ran[:2] == [1, 1] and ran[2:] == [0] * (len(ran) - 2)
+
+
+def test_an_open_bracket_in_a_method_keeps_the_class_s_later_methods_their_chunks() -> None:
+    """A call typed key by key into a class's method: while its bracket is open, the class's
+    later methods (`def` and `async def` at the class body's indent, which no open bracket of
+    valid code reaches) keep their chunks, parses and cached findings; only the edited
+    method's chunk runs its rules, and the findings equal a fresh analysis of every text."""
+    doc = Document(_TRAINER, SETTINGS.rank_model)
+    analyze(doc, SETTINGS)
+    starts = [s for s, _ in doc.chunks()]
+    at = next(i for i, line in enumerate(doc.lines) if "GradScaler" in line)
+    later = {s: pc for s, pc in doc.chunks() if s > at}
+    assert len(later) == 2  # _step and fit
+    end = len(doc.lines[at].rstrip("\n"))
+    doc.apply_edit(Pos(at, end), Pos(at, end), "\n        ")
+    analyze(doc, SETTINGS)
+    stmt = "torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)"
+    for k, ch in enumerate(stmt):
+        n = len(doc.lines[at + 1].rstrip("\n"))
+        doc.apply_edit(Pos(at + 1, n), Pos(at + 1, n), ch)
+        assert _key(doc) == _key(doc.text), stmt[: k + 1]
+        assert doc.rules_ran <= 1
+        now = {s - 1: pc for s, pc in doc.chunks() if s > at + 1}
+        kept = now.keys() == later.keys() and all(now[s] is pc for s, pc in later.items())
+        assert kept, stmt[: k + 1]
+    doc.apply_edit(Pos(at, end), Pos(at + 1, len(doc.lines[at + 1].rstrip("\n"))), "")
+    assert [s for s, _ in doc.chunks()] == starts
+    assert _key(doc) == _key(_TRAINER)
+
+
+def test_a_def_inside_brackets_is_not_a_method_of_valid_code() -> None:
+    """Valid code never has `def` first on a line inside brackets; a name starting with `def`
+    there (`default=`) or a `def` deeper than the class body is no method start."""
+    text = (
+        "class C:\n"
+        "    def m(self):\n"
+        "        return dict(\n"
+        "    default=1,\n"
+        "    defer=2)\n"
+        "\n"
+        "    def n(self):\n"
+        "        return 2\n"
+    )
+    doc = Document(text, SETTINGS.rank_model)
+    assert [s for s, _ in doc.chunks()] == [0, 6]
+    assert all(pc.problem is None for _, pc in doc.chunks())
