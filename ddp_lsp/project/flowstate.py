@@ -58,6 +58,7 @@ from ddp_lsp.project.flowlines import (
 )
 from ddp_lsp.project.flowstages import (
     ProjectFacts,
+    ReplayAids,
     _guard_flags,
     _module_parts,
     _ModuleParts,
@@ -116,6 +117,12 @@ class _GatingOf:
 
 
 @dataclass(frozen=True)
+class _CallsInto:
+    module: str  # a module with call sites into this one
+    functions: frozenset[str]  # this module's functions they reach
+
+
+@dataclass(frozen=True)
 class ModuleState:
     """What the stages derived about one module's functions and names (``_Stages``'s entries
     whose key is this module); the facts themselves are the snapshot's."""
@@ -133,9 +140,17 @@ class ModuleState:
     referenced: frozenset[str]
     entries: frozenset[str]
     from_entries: frozenset[str]
+    # What the kinds' replay reads (flowstages._replay_kinds, ReplayAids): the round each of
+    # ``kinds`` was first proposed in (0: a seed), in their order; the modules whose call
+    # sites reach this one's functions, with those functions; the modules with a class whose
+    # project base is here.
+    rounds: tuple[int, ...] = ()
+    into: tuple[_CallsInto, ...] = ()
+    inheritors: frozenset[str] = frozenset()
 
 
-_EMPTY = ModuleState((), (), (), (), (), (), (), *(frozenset[str]() for _ in range(5)))
+_NONE: frozenset[str] = frozenset()
+_EMPTY = ModuleState((), (), (), (), (), (), (), _NONE, _NONE, _NONE, _NONE, _NONE)
 _REACH_SETS = ("reached", "unknown", "referenced", "entries", "from_entries")
 
 
@@ -158,6 +173,12 @@ class _Moved:
 
 
 @dataclass(frozen=True)
+class _Gains:
+    round: int
+    modules: frozenset[str]  # the modules that gained a kind in this round of the kinds
+
+
+@dataclass(frozen=True)
 class StateHead:
     sources: tuple[_Source, ...]  # index.modules as computed
     entered: frozenset[str]
@@ -168,6 +189,10 @@ class StateHead:
     # texts of the modules (this state's and the snapshot's facts) are read through these
     # maps, and only those an update rewrites are stored again (with keys, not lines).
     moved: tuple[_Moved, ...] = ()
+    # Each round (>= 1) of the kinds' propagation with the modules that gained a kind in it
+    # (the replay stops where the computation from scratch stops: it reads every module's
+    # gains without decoding every module).
+    gains: tuple[_Gains, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -240,16 +265,27 @@ def _module_state(
     users: Mapping[str, frozenset[str]],
     gating: Mapping[str, Gating],
     reach: Mapping[str, Collection[str]],
+    rounds: Mapping[tuple[str, str], int],
+    into: Mapping[str, Collection[str]],
+    inheritors: Collection[str],
 ) -> ModuleState:
+    kinds_at = _kinds_at(kinds)
     return ModuleState(
         _kinds_at(kind_seeds),
-        _kinds_at(kinds),
+        kinds_at,
         _props_of(prop_seeds),
         _props_of(props),
         tuple(_Count(q, n, g) for q, (n, g) in sorted(counts.items())),
         tuple(_UsersOf(q, ms) for q, ms in sorted(users.items())),
         tuple(_GatingOf(q, g) for q, g in sorted(gating.items())),
-        *(frozenset(reach.get(name, ())) for name in _REACH_SETS),
+        frozenset(reach.get("reached", ())),
+        frozenset(reach.get("unknown", ())),
+        frozenset(reach.get("referenced", ())),
+        frozenset(reach.get("entries", ())),
+        frozenset(reach.get("from_entries", ())),
+        tuple(rounds[(k.scope, k.path)] for k in kinds_at),
+        tuple(_CallsInto(c, frozenset(fs)) for c, fs in sorted(into.items()) if fs),
+        frozenset(inheritors),
     )
 
 
@@ -272,6 +308,19 @@ def state_of(facts: ProjectFacts, index: ProjectIndex) -> StoredState | None:
     for name in _REACH_SETS:
         for m, q in st.reach.get(name, ()):
             reach.setdefault(m, {}).setdefault(name, set()).add(q)
+    kind_round = st.kind_round or {}
+    calls_into: dict[str, dict[str, set[str]]] = {}
+    inheritors: dict[str, set[str]] = {}
+    for part in facts.parts.values():
+        for s, _, tm, tfi in part.sites:
+            calls_into.setdefault(tm, {}).setdefault(s, set()).add(tfi.qualname)
+        for m, _, bm, _ in part.inherits:
+            inheritors.setdefault(bm, set()).add(m)
+    gains: dict[int, set[str]] = {}
+    for m, rounds in kind_round.items():
+        for r in rounds.values():
+            if r:
+                gains.setdefault(r, set()).add(m)
     modules: dict[str, str] = {}
     for m in sorted(index.modules):
         state = _module_state(
@@ -283,6 +332,9 @@ def state_of(facts: ProjectFacts, index: ProjectIndex) -> StoredState | None:
             users.get(m, {}),
             gating.get(m, {}),
             reach.get(m, {}),
+            kind_round.get(m, {}),
+            calls_into.get(m, {}),
+            inheritors.get(m, ()),
         )
         if state != _EMPTY:
             modules[m] = _text(state)
@@ -294,8 +346,13 @@ def state_of(facts: ProjectFacts, index: ProjectIndex) -> StoredState | None:
         frozenset(st.reach["reached_modules"]) if walked else frozenset(),
         frozenset(st.reach["touched"]) if walked else frozenset(),
         (),
+        _gains(gains),
     )
     return StoredState(head, modules)
+
+
+def _gains(gains: Mapping[int, Collection[str]]) -> tuple[_Gains, ...]:
+    return tuple(_Gains(r, frozenset(ms)) for r, ms in sorted(gains.items()) if ms)
 
 
 # -- lines moved (see flowlines.py) ------------------------------------------------------------
@@ -634,6 +691,21 @@ def _update_from(
         return got if got is not None else _module_parts(res, m, summaries[m])
 
     out: _PerModule[ModuleProjectFacts] = _PerModule(names, lambda m: facts_of(m, paths[m]))
+
+    def rounds_of(m: str) -> dict[tuple[str, str], int]:
+        got = read(m)
+        return {(k.scope, k.path): r for k, r in zip(got.kinds, got.rounds, strict=True)}
+
+    def calls_into(tm: str, s: str) -> Collection[str] | None:
+        if s in old_parts:
+            return None  # a changed module: its sites as they are now (not stored)
+        return next((c.functions for c in read(tm).into if c.module == s), frozenset())
+
+    aids = ReplayAids(
+        {g.round: g.modules for g in state.head.gains},
+        _PerModule(names, lambda m: read(m).inheritors),
+        calls_into,
+    )
     stages = _Stages(
         cast(Any, _PerModule(names, kinds_of("kind_seeds"))),
         cast(Any, _PerModule(names, kinds_of("kinds"))),
@@ -655,6 +727,8 @@ def _update_from(
         cast(Any, _Keyed(names, lambda m: {u.qualname: u.modules for u in read(m).users})),
         _Reach(state.head, read),
         cast(Any, _Keyed(names, lambda m: {g.qualname: g.gating for g in read(m).gating})),
+        cast(Any, _PerModule(names, rounds_of)),
+        cast(Any, _PerModule(names, lambda m: frozenset(c.module for c in read(m).into))),
     )
     # The changed modules' old call-graph shares, from their old summaries.
     old_edges: dict[str, ModuleEdges] = {}
@@ -677,10 +751,12 @@ def _update_from(
         edges=old_edges,
         stages=stages,
     )
-    got = _update(idx, previous, res, {}, changed)
+    got = _update(idx, previous, res, {}, changed, aids)
     if got is None or got.stages is None:
         return None
-    return _stored(got, state, changed, summaries, paths, read, says_something, encode, moved)
+    return _stored(
+        got, state, changed, old_parts, summaries, paths, read, says_something, encode, moved
+    )
 
 
 def _touched(mapping: object) -> set[str]:
@@ -712,6 +788,7 @@ def _stored(
     got: ProjectFacts,
     state: StoredState,
     changed: list[str],
+    old_parts: Mapping[str, _ModuleParts],
     summaries: _Summaries,
     paths: Mapping[str, str],
     read: _Decoded,
@@ -722,14 +799,45 @@ def _stored(
     st = got.stages
     assert st is not None
     touched = set(changed)
-    for table in (st.kind_seeds, st.prop_seeds, st.props, st.guard_counts, st.users):
+    for table in (
+        st.kind_seeds,
+        st.kinds,
+        st.kind_round,
+        st.prop_seeds,
+        st.props,
+        st.guard_counts,
+        st.users,
+    ):
         touched |= _touched(table)
+    # The functions each changed module's call sites reach, by module, before and now: the
+    # callers' index (ModuleState.into) of every module reached then or now is written again.
+    calls_now: dict[str, dict[str, set[str]]] = {}
+    for c in changed:
+        for part in (old_parts[c], got.parts[c]):
+            for _, _, tm, _ in part.sites:
+                touched.add(tm)
+        for _, _, tm, tfi in got.parts[c].sites:
+            calls_now.setdefault(c, {}).setdefault(tm, set()).add(tfi.qualname)
+    kind_round = st.kind_round
+    assert kind_round is not None
+    gains = {g.round: set(g.modules) for g in state.head.gains}
     modules = dict(state.modules)
     # What is written again cites each moved file's lines by key (the stored maps, new keys
     # added for new lines), as every text kept as it was does.
     keys: dict[str, _Keys] = {path: _Keys(lines) for path, lines in moved.items()}
     for m in sorted(touched):
         before = read(m)
+        rounds = kind_round.get(m, {})
+        was_rounds = set(before.rounds)
+        if was_rounds != set(rounds.values()):
+            for r in was_rounds - {0}:
+                gains[r].discard(m)
+            for r in set(rounds.values()) - {0}:
+                gains.setdefault(r, set()).add(m)
+        into = {c.module: c.functions for c in before.into if c.module not in calls_now}
+        for c, targets in calls_now.items():
+            if m in targets:
+                into[c] = frozenset(targets[m])
         s = _module_state(
             st.kind_seeds[m],
             st.kinds[m],
@@ -739,6 +847,9 @@ def _stored(
             _group(st.users, m),
             {g.qualname: g.gating for g in before.gating},
             {name: getattr(before, name) for name in _REACH_SETS},
+            rounds,
+            into,
+            before.inheritors,
         )
         if s == _EMPTY:
             modules.pop(m, None)
@@ -763,5 +874,6 @@ def _stored(
         head.reached_modules,
         head.touched,
         tuple(_Moved(path, tuple(sorted(lines.items()))) for path, lines in sorted(moved.items())),
+        _gains(gains),
     )
     return Updated(got, StoredState(head, modules), facts_text, moved)

@@ -29,6 +29,7 @@ from ddp_lsp.core.crossfile import (
 from ddp_lsp.project.flowstages import (
     _CARRIED,
     ProjectFacts,
+    ReplayAids,
     _distributed,
     _guard_flags,
     _line,
@@ -90,6 +91,7 @@ def _update(
     res: Resolver,
     edges: dict[str, ModuleEdges],
     changed: list[str] | None = None,
+    aids: ReplayAids | None = None,
 ) -> ProjectFacts | None:
     """The facts after an update that kept import resolution (``res.reuse``), from
     ``previous`` and the changed modules alone, when every stage can be shown to give what it
@@ -107,7 +109,10 @@ def _update(
     when the caller knows them (a state restored from disk, :mod:`ddp_lsp.project.flowstate`:
     ``previous``'s stages and parts are then read lazily, module by module, its ``edges``
     hold the changed modules' old shares only, and copies are overlays, not dicts); their
-    interfaces must be unchanged (``res`` is a fresh resolver over the index as it is now)."""
+    interfaces must be unchanged (``res`` is a fresh resolver over the index as it is now).
+    ``aids``: what such a state keeps for the kinds' replay (``flowstages.ReplayAids``; with
+    ``previous.stages``'s rounds and callers); without them an edit that changes the kinds
+    there returns None."""
     st = previous.stages
     assert st is not None
     old_parts = previous.parts
@@ -115,9 +120,13 @@ def _update(
     summaries = index.modules
     restored = changed is not None
     # The kinds and the walks re-derived for what the changed modules reach, where a check
-    # below fails (flowstages._replay_kinds, reachupdate.extend_walks): the server's own state
-    # only, which records the kinds' rounds and each module's callers.
-    replayable = not restored and st.kind_round is not None and st.into is not None
+    # below fails (flowstages._replay_kinds, reachupdate.extend_walks): the kinds wherever
+    # the state records their rounds and each module's callers (a restored state with its
+    # aids too), the walks in the server's own state (which holds every module's share).
+    kinds_replayable = (
+        st.kind_round is not None and st.into is not None and (not restored or aids is not None)
+    )
+    replayable = kinds_replayable and not restored
     imports_changed = False
     if changed is None:
         if len(names) != len(old_parts) or any(m not in old_parts for m in names):
@@ -159,7 +168,7 @@ def _update(
     for m in changed:
         o, n = old_own[m], own(m)
         same = o.kinds == n.kinds and o.sometimes == n.sometimes
-        if not same and not replayable:
+        if not same and not kinds_replayable:
             return None
         if o.aliases != n.aliases and (summaries[m].bases or old_parts[m].summary.bases):
             return None  # single_process reads a class's other bases through them
@@ -180,12 +189,12 @@ def _update(
             and _alias_bindings(op.summary) == _alias_bindings(np_.summary)
             and _relevant_sites(res, op, kinds) == _relevant_sites(res, np_, kinds)
         ):
-            if not replayable:
+            if not kinds_replayable:
                 return None
             kinds_dirty = True
     # Each module's callers by call site (the replay's reverse index), for the next update.
     into = st.into
-    if replayable and into is not None:
+    if kinds_replayable and into is not None:
         into = _copy(into)
         for m in changed:
             was_targets = {site[2] for site in old_parts[m].sites}
@@ -209,6 +218,7 @@ def _update(
             changed,
             {m: {site[2] for site in old_parts[m].sites} for m in changed},
             own,
+            aids,
         )
         kinds = _copy(kinds)
         for m, kinds_m in new_kinds.items():
