@@ -179,6 +179,12 @@ class _Gains:
 
 
 @dataclass(frozen=True)
+class _Called:
+    flood: str  # from_entries, reached, unknown (single_process's walks)
+    names: frozenset[str]  # the attribute names its functions call
+
+
+@dataclass(frozen=True)
 class StateHead:
     sources: tuple[_Source, ...]  # index.modules as computed
     entered: frozenset[str]
@@ -193,6 +199,9 @@ class StateHead:
     # (the replay stops where the computation from scratch stops: it reads every module's
     # gains without decoding every module).
     gains: tuple[_Gains, ...] = ()
+    # Each flood's called attribute names (flowupdate._same_edges: a call of `x.name()`
+    # added where no flood sees a new name leaves the walks as they were).
+    called: tuple[_Called, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -347,6 +356,10 @@ def state_of(facts: ProjectFacts, index: ProjectIndex) -> StoredState | None:
         frozenset(st.reach["touched"]) if walked else frozenset(),
         (),
         _gains(gains),
+        tuple(
+            _Called(name, frozenset(called))
+            for name, (called, _) in sorted(st.reach.get("floods", {}).items())
+        ),
     )
     return StoredState(head, modules)
 
@@ -751,7 +764,8 @@ def _update_from(
         edges=old_edges,
         stages=stages,
     )
-    got = _update(idx, previous, res, {}, changed, aids)
+    called = {c.flood: c.names for c in state.head.called} if state.head.called else None
+    got = _update(idx, previous, res, {}, changed, aids, called)
     if got is None or got.stages is None:
         return None
     return _stored(
@@ -875,5 +889,6 @@ def _stored(
         head.touched,
         tuple(_Moved(path, tuple(sorted(lines.items()))) for path, lines in sorted(moved.items())),
         _gains(gains),
+        head.called,
     )
     return Updated(got, StoredState(head, modules), facts_text, moved)

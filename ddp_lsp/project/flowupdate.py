@@ -92,6 +92,7 @@ def _update(
     edges: dict[str, ModuleEdges],
     changed: list[str] | None = None,
     aids: ReplayAids | None = None,
+    called: Mapping[str, Collection[str]] | None = None,
 ) -> ProjectFacts | None:
     """The facts after an update that kept import resolution (``res.reuse``), from
     ``previous`` and the changed modules alone, when every stage can be shown to give what it
@@ -112,7 +113,9 @@ def _update(
     interfaces must be unchanged (``res`` is a fresh resolver over the index as it is now).
     ``aids``: what such a state keeps for the kinds' replay (``flowstages.ReplayAids``; with
     ``previous.stages``'s rounds and callers); without them an edit that changes the kinds
-    there returns None."""
+    there returns None. ``called``: each of single_process's floods' called attribute names
+    (such a state keeps them): a function's called attributes may then change where no
+    flood sees it (:func:`_same_edges`)."""
     st = previous.stages
     assert st is not None
     old_parts = previous.parts
@@ -325,7 +328,7 @@ def _update(
         was, now = before_edges[m], edges[m]
         if (
             was is None
-            or not _same_edges(was, now)
+            or not _same_edges(was, now, _floods(st.reach, called))
             or not _same_walks(was, now, st.reach, None if restored else edges)
         ):
             if not replayable:
@@ -553,15 +556,45 @@ def _alias_bindings(s: ModuleSummary) -> tuple[fact_model.Binding, ...]:
     )
 
 
-def _same_edges(a: ModuleEdges, b: ModuleEdges) -> bool:
+def _floods(
+    reach: Mapping[str, Any], called: Mapping[str, Collection[str]] | None
+) -> list[tuple[Collection[Key], Collection[str]]] | None:
+    """Each flood of single_process's walks with its called attribute names, when known."""
+    if called is None or not reach:
+        return None
+    return [(reach[name], called.get(name, ())) for name in ("from_entries", "reached", "unknown")]
+
+
+def _same_edges(
+    a: ModuleEdges,
+    b: ModuleEdges,
+    floods: list[tuple[Collection[Key], Collection[str]]] | None = None,
+) -> bool:
     """The same seeds, class members and called attributes (of functions that call any);
-    the edges may differ (see _same_walks), and the functions (see _isolated_nodes)."""
-    return (
-        a.frameworks is b.frameworks
-        and a.seeds == b.seeds
-        and a.members == b.members
-        and {k: v for k, v in a.attrs.items() if v} == {k: v for k, v in b.attrs.items() if v}
-    )
+    the edges may differ (see _same_walks), and the functions (see _isolated_nodes).
+
+    ``floods``: each flood's functions and the attribute names they call (a restored state).
+    A flood reads a function's called attributes only when it holds the function (a name
+    called makes the methods of that name of the live classes reached): a function that no
+    flood holds may then call other attributes, and one that floods hold may call more
+    names that each of them calls already. (_same_walks then shows that no flood gains or
+    loses a function, so which floods hold it is what it was.)"""
+    if not (a.frameworks is b.frameworks and a.seeds == b.seeds and a.members == b.members):
+        return False
+    was = {k: v for k, v in a.attrs.items() if v}
+    now = {k: v for k, v in b.attrs.items() if v}
+    if was == now:
+        return True
+    if floods is None:
+        return False
+    for k in was.keys() | now.keys():
+        before, after = was.get(k, frozenset()), now.get(k, frozenset())
+        if before == after:
+            continue
+        for members, called in floods:
+            if k in members and not (before <= after and after - before <= set(called)):
+                return False  # a name no longer called (or not called before) there
+    return True
 
 
 def _isolated_nodes(
