@@ -449,11 +449,17 @@ def _update(
     again = set(changed) | set(only_of) | kinds_changed | local_changed
     for key in props_changed:
         again |= users.get(key, frozenset())
-    # Which output an entry point silences follows the carried properties and the imports,
-    # both of which an update may change (an import of a project module added): a flood over
-    # the import graph, recomputed, and every module whose answer moved is built again.
-    silenced = _silenced(res, props)
-    again |= {m for m in names if silenced.get(m, frozenset()) != st.out[m].silenced}
+    # Which output an entry point silences follows the carried properties and the imports.
+    # The carried properties are the previous ones here (a change of them returned None
+    # above); the imports of project modules may have changed (an import added): then a
+    # flood over the import graph, recomputed, and every module whose answer moved is built
+    # again. Otherwise each module's previous answer (recomputing it reads every function's
+    # properties: every module's stored state, 11 of 14 profiled CPU s of an update at
+    # 2,040 files).
+    silenced: Mapping[str, frozenset[str]] | None = None
+    if imports_changed:
+        silenced = _silenced(res, props)
+        again |= {m for m in names if silenced.get(m, frozenset()) != st.out[m].silenced}
     out = _copy(st.out)
     root = str(index.root)
     for m in sorted(again):
@@ -469,7 +475,7 @@ def _update(
             only_of.get(m, st.out[m].only_called_guarded),
             local.get(m, frozenset()),
             st.gating,
-            silenced.get(m, frozenset()),
+            st.out[m].silenced if silenced is None else silenced.get(m, frozenset()),
         )
         if out[m] == st.out[m]:
             out[m] = st.out[m]
