@@ -24,10 +24,17 @@ JSON string per module that has any, decoded only when the update reads that mod
   ``flowupdate._copy`` name them), the rest of the stored text is kept as it was;
 - an edit that moved lines (a call added at the top of a function body) is updated too: the
   changed module's lines are paired old to new (:func:`_shift`) and every stored text is read
-  through a per-file map of the lines it cites (:class:`_Moved`; :mod:`ddp_lsp.project.flowlines`).
+  through a per-file map of the lines it cites (:class:`_Moved`; :mod:`ddp_lsp.project.flowlines`);
+- an edit that changes the kinds (a model wrapped in DDP, a DDP model passed to another
+  module) replays the kinds' rounds for what it reaches, as the server's update does
+  (``flowstages._replay_kinds``): the state keeps the round of each kind, each module's
+  callers by call site (with the functions they call) and inheritors, and the modules that
+  gained a kind in each round (:class:`~ddp_lsp.project.flowstages.ReplayAids`), so the
+  replay decodes only the modules it reaches.
 
-Everything ``_update`` cannot show to be unchanged (kinds that change, an interface that
-changes, a file added or removed, a function that lost its last reference) returns None: the
+Everything ``_update`` cannot show to be unchanged (the call graph's walks that change, an
+interface that changes, a file added or removed, a function that lost its last reference)
+returns None: the
 caller computes from scratch and stores a fresh state. The result is exactly the update's,
 which equals a computation from scratch: tests/project/test_flow_incremental.py chains updates
 through stored states on random edit sequences, so a state that diverged would fail there.
