@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import gates as gate_facts
@@ -34,6 +34,9 @@ from ddp_lsp.core.crossfile import (
 from ddp_lsp.project.reach import ModuleEdges
 from ddp_lsp.project.resolve import Resolver
 from ddp_lsp.project.summary import ModuleSummary
+
+if TYPE_CHECKING:
+    from ddp_lsp.project.flowrestored import ReplayAids
 
 MAX_ROUNDS = 32
 
@@ -604,19 +607,6 @@ def _mixed_of(
     }
 
 
-@dataclass(frozen=True)
-class ReplayAids:
-    """What :func:`_replay_kinds` would otherwise derive from every module (a state restored
-    from disk reads modules one by one): the modules that gained a kind in each round (>= 1),
-    each module -> the modules with a class whose project base is in it, and
-    ``calls_into(tm, s)``: the functions of ``tm`` that ``s``'s call sites reach (None: not
-    known, for a changed module)."""
-
-    gains: Mapping[int, Collection[str]]
-    inheritors: Mapping[str, Collection[str]]
-    calls_into: Callable[[str, str], Collection[str] | None]
-
-
 def _replay_kinds(
     res: Resolver,
     parts: Mapping[str, _ModuleParts],
@@ -646,12 +636,8 @@ def _replay_kinds(
     round in which nothing is gained anywhere (a module left out gains what it gained
     before), or after MAX_ROUNDS. Returns each module whose kinds or rounds may differ:
     its kinds (``mixed`` set again for those and for the modules they or the changed
-    modules call: :func:`_mixed_of`) and their rounds.
-
-    ``aids``: what a state restored from disk keeps so that the replay reads only the modules
-    it reaches (:mod:`ddp_lsp.project.flowstate`): which modules gained a kind in each round,
-    each module's inheritors, the functions each caller calls; None: derived from ``old_round``
-    and ``parts`` (the server's state, all in memory)."""
+    modules call: :func:`_mixed_of`) and their rounds. ``aids``: what a restored state keeps
+    instead (flowrestored.ReplayAids); None: derived from ``old_round`` and ``parts``."""
     final = MAX_ROUNDS + 1
     memo: dict[tuple[str, int], dict[tuple[str, str], ParamKind]] = {}
 

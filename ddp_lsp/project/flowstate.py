@@ -29,7 +29,7 @@ JSON string per module that has any, decoded only when the update reads that mod
   module) replays the kinds' rounds for what it reaches, as the server's update does
   (``flowstages._replay_kinds``): the state keeps the round of each kind, each module's
   callers by call site (with the functions they call) and inheritors, and the modules that
-  gained a kind in each round (:class:`~ddp_lsp.project.flowstages.ReplayAids`), so the
+  gained a kind in each round (:class:`~ddp_lsp.project.flowrestored.ReplayAids`), so the
   replay decodes only the modules it reaches.
 
 Everything ``_update`` cannot show to be unchanged (the call graph's walks that change, an
@@ -63,9 +63,17 @@ from ddp_lsp.project.flowlines import (
     _shift,
     _Shifted,
 )
+from ddp_lsp.project.flowrestored import (
+    ReplayAids,
+    Unavailable,
+    _FromOut,
+    _Index,
+    _Keyed,
+    _PerModule,
+    _Summaries,
+)
 from ddp_lsp.project.flowstages import (
     ProjectFacts,
-    ReplayAids,
     _guard_flags,
     _module_parts,
     _ModuleParts,
@@ -206,7 +214,7 @@ class StateHead:
     # (the replay stops where the computation from scratch stops: it reads every module's
     # gains without decoding every module).
     gains: tuple[_Gains, ...] = ()
-    # Each flood's called attribute names (flowupdate._same_edges: a call of `x.name()`
+    # Each flood's called attribute names (flowwalks._same_edges: a call of `x.name()`
     # added where no flood sees a new name leaves the walks as they were).
     called: tuple[_Called, ...] = ()
 
@@ -405,10 +413,6 @@ def _state_moved(s: ModuleState, maps: Maps) -> ModuleState:
 # -- a stored state, read lazily ---------------------------------------------------------------
 
 
-class Unavailable(Exception):
-    """A summary the state names is no longer cached: compute from scratch."""
-
-
 class _Decoded:
     """Each module's :class:`ModuleState`, decoded when first read."""
 
@@ -428,58 +432,6 @@ class _Decoded:
             )
             self.memo[m] = got
         return got
-
-
-class _PerModule(Mapping[str, _T]):
-    """A stage's table by module (kinds, seeds), read from the state."""
-
-    def __init__(
-        self, names: Collection[str], read: Callable[[str], _T], memo: dict[str, _T] | None = None
-    ) -> None:
-        self.names = names
-        self.read = read
-        self.memo: dict[str, _T] = {} if memo is None else memo
-
-    def __getitem__(self, m: str) -> _T:
-        got = self.memo.get(m)
-        if got is None:
-            if m not in self.names:
-                raise KeyError(m)
-            got = self.memo[m] = self.read(m)
-        return got
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-
-class _Keyed(Mapping[Key, _T]):
-    """A stage's table keyed by (module, qualname) (properties, guard counts, users, gates),
-    read from the state one module's group at a time."""
-
-    def __init__(self, names: Collection[str], group: Callable[[str], dict[str, _T]]) -> None:
-        self.names = names
-        self.read = group
-        self.memo: dict[str, dict[str, _T]] = {}
-
-    def group(self, m: str) -> dict[str, _T]:
-        got = self.memo.get(m)
-        if got is None:
-            got = self.memo[m] = self.read(m) if m in self.names else {}
-        return got
-
-    def __getitem__(self, key: Key) -> _T:
-        return self.group(key[0])[key[1]]
-
-    def __iter__(self) -> Iterator[Key]:  # (every module decoded: not on the update's path)
-        for m in self.names:
-            for q in self.group(m):
-                yield (m, q)
-
-    def __len__(self) -> int:
-        return sum(len(self.group(m)) for m in self.names)
 
 
 class _KeySet(Collection[Key]):
@@ -518,74 +470,6 @@ class _Reach(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.table)
-
-
-class _Summaries(Mapping[str, ModuleSummary]):
-    """``index.modules`` as the state names them, read from the cache when asked for; the
-    changed modules' summaries as they are now."""
-
-    deferred = True  # resolve.Resolver: do not read every summary up front
-
-    def __init__(
-        self,
-        digests: Mapping[str, str],
-        current: Mapping[str, ModuleSummary],
-        summary_of: Callable[[str], ModuleSummary | None],
-    ) -> None:
-        self.digests = digests
-        self.current = current
-        self.summary_of = summary_of
-        self.memo: dict[str, ModuleSummary] = dict(current)
-
-    def __getitem__(self, m: str) -> ModuleSummary:
-        got = self.memo.get(m)
-        if got is None:
-            digest = self.digests[m]  # KeyError: not a module of the project
-            got = self.summary_of(digest)
-            if got is None:
-                raise Unavailable(m)
-            self.memo[m] = got
-        return got
-
-    def __contains__(self, m: object) -> bool:
-        return m in self.digests
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.digests)
-
-    def __len__(self) -> int:
-        return len(self.digests)
-
-
-class _Index:
-    """What the update and resolution read of a :class:`ProjectIndex`, over :class:`_Summaries`."""
-
-    def __init__(self, index: ProjectIndex, modules: _Summaries) -> None:
-        self.root = index.root
-        self.ranks = index.ranks
-        self.modules = modules
-        self.own_facts = index.own_facts
-
-
-class _FromOut(Mapping[str, _T]):
-    """``_Stages.distributed`` / ``local`` from the facts of each module (``_module_out``
-    copies them there): present when set."""
-
-    def __init__(self, out: Mapping[str, ModuleProjectFacts], field: str) -> None:
-        self.out = out
-        self.field = field
-
-    def __getitem__(self, m: str) -> _T:
-        got = getattr(self.out[m], self.field)
-        if not got:
-            raise KeyError(m)
-        return cast(_T, got)
-
-    def __iter__(self) -> Iterator[str]:  # (every module decoded: not on the update's path)
-        return (m for m in self.out if getattr(self.out[m], self.field))
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 @dataclass(frozen=True)
