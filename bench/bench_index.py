@@ -16,6 +16,11 @@ model passed to a new helper (the kinds change: their rounds replayed for what t
 reaches, the call graph's walks continued: flowstages._replay_kinds, reachupdate.extend_walks).
 The open files get the facts ``EDIT_PAUSE_S`` (lsp/project.py) after typing stops plus the
 wall time of the update, which the last column adds up.
+
+``--session N --server DIR --edit REL`` measures the indexer's heap over a long editing
+session instead: N updates (each kind of edit above in turn, each ``k``-th edit a new text,
+each followed by its undo), printing the process's RSS and ``gc.get_freeze_count()`` after
+indexing and every 50 updates (the messages go to a sink that keeps nothing).
 """
 
 from __future__ import annotations
@@ -221,6 +226,41 @@ def server(root: Path, rel: str) -> list[tuple[str, str, str]]:
     return rows
 
 
+def session(root: Path, rel: str, updates: int) -> None:
+    import io
+
+    from ddp_lsp.config import Settings
+    from ddp_lsp.lsp.indexer import Indexer
+
+    class Sink(io.RawIOBase):
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b: object) -> int:
+            return len(b)  # type: ignore[arg-type]
+
+    def rss() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    ix = Indexer(Sink())
+    ix.open(1, root.resolve(), Settings(), True, {})
+    path = (root / rel).resolve()
+    text = path.read_text()
+    kinds = list(server_edits(text, 0))
+    print(f"after indexing: RSS {rss():.1f} MB, frozen {gc.get_freeze_count():,}", flush=True)
+    t0 = time.process_time()
+    for i in range(updates // 2):
+        ix.update(1, [(path, server_edits(text, i)[kinds[i % len(kinds)]])])
+        ix.update(1, [(path, text)])
+        if (2 * (i + 1)) % 50 == 0:
+            print(
+                f"after {2 * (i + 1)} updates: RSS {rss():.1f} MB, frozen "
+                f"{gc.get_freeze_count():,}, {time.process_time() - t0:.1f} CPU s",
+                flush=True,
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=500)
@@ -228,7 +268,11 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=300)
     ap.add_argument("--server", type=Path, default=None, help="a project to edit in the indexer")
     ap.add_argument("--edit", default="torch/distributed/run.py", help="the file --server edits")
+    ap.add_argument("--session", type=int, default=0, help="updates of --server's heap run")
     a = ap.parse_args()
+    if a.server is not None and a.session:
+        session(a.server, a.edit, a.session)
+        return
     if a.server is not None:
         print("| measurement | result | target |")
         print("|---|---|---|")

@@ -20,6 +20,16 @@ measures generated projects of N files instead (``bench_index.make_project``). F
   the top of its body: its facts change and every line below moves; the update state stored
   with the snapshot is updated with those lines moved, ``project/flowstate.py``, reading only
   the summaries the update reaches);
+- the kinds changed: in the first file (in path order) that imports
+  ``DistributedDataParallel`` from ``torch.nn.parallel`` at its top level, the first
+  top-level function with a parameter that is distributed code already (it spells
+  ``dist.``: a training function) gets that parameter rebound to the wrapped model at the
+  top of its body (``model = DDP(model)``; in a generated project ``train_epoch_0`` of
+  ``pkg0/m0.py``, whose ``model`` was a DDP model from ``main``'s call: now a seed of the
+  module, with another provenance); then the edit is undone (the kinds change back). Both
+  update the stored state, replaying the kinds' rounds for what the edit reaches
+  (``flowstages._replay_kinds`` over the rounds the state keeps); the column gives the edit
+  / its undo;
 - unchanged: nothing changed since the last run (the snapshot answers).
 
 CPU seconds of the child (user + system) are the figure: the 2-CPU development machine is
@@ -29,6 +39,7 @@ shared, and wall time moves with the load; the load average is printed with the 
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import os
 import resource
@@ -86,6 +97,56 @@ def check(root: Path, rel: str, cache: Path) -> tuple[float, float]:
     return cpu, wall
 
 
+def rebind_edit(root: Path, rel: str) -> tuple[Path, bytes, bytes]:
+    """(file, its bytes, its bytes edited) of the kind-changing edit (see the docstring)."""
+    for path in sorted(root.rglob("*.py")):
+        if path.as_posix() == (root / rel).as_posix():
+            continue
+        original = path.read_bytes()
+        if b"DistributedDataParallel" not in original:
+            continue
+        try:
+            tree = ast.parse(original)
+        except (SyntaxError, ValueError):
+            continue
+        ddp = next(
+            (
+                a.asname or a.name
+                for n in tree.body
+                if isinstance(n, ast.ImportFrom)
+                and n.module in ("torch.nn.parallel", "torch.nn.parallel.distributed")
+                for a in n.names
+                if a.name == "DistributedDataParallel"
+            ),
+            None,
+        )
+        if ddp is None:
+            continue
+        text = original.decode("utf-8", errors="replace")
+        found = next(
+            (
+                n
+                for n in tree.body
+                if isinstance(n, ast.FunctionDef)
+                and n.args.args
+                and n.args.args[0].arg not in ("self", "cls")
+                and n.body[0].lineno > n.lineno
+                and n.body[0].col_offset > 0
+                and "dist." in (ast.get_source_segment(text, n) or "")
+            ),
+            None,
+        )
+        if found is None:
+            continue
+        lines = original.splitlines(keepends=True)
+        first = found.body[0]
+        p = found.args.args[0].arg
+        line = " " * first.col_offset + f"{p} = {ddp}({p})\n"
+        at = first.lineno - 1
+        return path, original, b"".join([*lines[:at], line.encode(), *lines[at:]])
+    raise AssertionError("no file imports DistributedDataParallel and has distributed code")
+
+
 def measure(root: Path, files: int, rel: str, cache: Path) -> str:
     lines = sum(p.read_bytes().count(b"\n") for p in root.rglob("*.py"))
     cold = check(root, rel, cache)
@@ -122,11 +183,19 @@ def measure(root: Path, files: int, rel: str, cache: Path) -> str:
     call = check(root, rel, cache)
     edited.write_bytes(original)
     check(root, rel, cache)
+    # The kinds changed, and back.
+    rebound, before, after = rebind_edit(root, rel)
+    rebound.write_bytes(after)
+    kinds = check(root, rel, cache)
+    rebound.write_bytes(before)
+    kinds_back = check(root, rel, cache)
     same = check(root, rel, cache)
     return (
         f"| {files:,} | {lines:,} | {cold[0]:.2f} ({cold[1]:.1f}) "
         f"| {unseen[0]:.2f} ({unseen[1]:.1f}) | {seen[0]:.2f} ({seen[1]:.1f}) "
-        f"| {call[0]:.2f} ({call[1]:.1f}) | {same[0]:.2f} ({same[1]:.1f}) |"
+        f"| {call[0]:.2f} ({call[1]:.1f}) "
+        f"| {kinds[0]:.2f} ({kinds[1]:.1f}) / {kinds_back[0]:.2f} ({kinds_back[1]:.1f}) "
+        f"| {same[0]:.2f} ({same[1]:.1f}) |"
     )
 
 
@@ -146,9 +215,9 @@ def main() -> None:
         print(
             "| files | lines | cold CPU s (wall) | another file changed, unseen "
             "| a function added that nothing calls | a call added to a function body "
-            "| unchanged |"
+            "| the kinds changed (a parameter rebound to DDP) / undone | unchanged |"
         )
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         if a.generated:
             for n in (int(x) for x in a.generated.split(",")):
                 root = a.workdir / f"gen{n}"

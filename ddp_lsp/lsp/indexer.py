@@ -175,6 +175,8 @@ class _Folder:
     facts: dict[str, ModuleProjectFacts] = field(default_factory=dict)
     # The last computation: the next one after an edit reuses its import resolution.
     computed: ProjectFacts | None = None
+    # The index was just built (every summary unfrozen): the next freeze does not collect.
+    built: bool = True
 
 
 class Indexer:
@@ -349,6 +351,19 @@ class Indexer:
         # sight (a full collection walks every one of their millions of objects, about 1 s at
         # 2,000 files, and would land on whichever update comes next). Objects freed later are
         # still freed when their last reference goes.
+        #
+        # After an update, first collect what is not frozen yet: what this update allocated
+        # (the edited file's summary and its facts, the stages it copied), a few thousand
+        # objects. The update ran without the collector (no_collection), so its reference
+        # cycles (a parser's recursive closure holding a piece of a syntax tree) would
+        # otherwise be frozen with the survivors and never freed: the frozen heap then grows
+        # with every update of a long editing session (lsp/heap.py does the same for the
+        # server's analyses). After a build the whole index is unfrozen, and collecting would
+        # walk all of it: freeze it as it is (the build leaves a few hundred such objects).
+        if folder.built:
+            folder.built = False
+        else:
+            gc.collect()
         gc.freeze()
         return dict(folder.computed.by_path)
 

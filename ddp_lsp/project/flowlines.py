@@ -227,6 +227,7 @@ def _facts_moved(f: ModuleProjectFacts, maps: Maps) -> ModuleProjectFacts:
         f.only_called_guarded,
         f.root,
         f.single_process,
+        f.silenced,
     )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import gates as gate_facts
@@ -34,6 +34,9 @@ from ddp_lsp.core.crossfile import (
 from ddp_lsp.project.reach import ModuleEdges
 from ddp_lsp.project.resolve import Resolver
 from ddp_lsp.project.summary import ModuleSummary
+
+if TYPE_CHECKING:
+    from ddp_lsp.project.flowrestored import ReplayAids
 
 MAX_ROUNDS = 32
 
@@ -565,15 +568,22 @@ def _mixed_of(
     parts: Mapping[str, _ModuleParts],
     kinds_of: Callable[[str], Mapping[tuple[str, str], ParamKind]],
     own: Callable[[str], fact_model.ModuleFacts],
+    calls_into: Callable[[str, str], Collection[str] | None] | None = None,
 ) -> dict[tuple[str, str], ParamKind]:
     """A module's kinds after the rounds (``base``) with ``mixed`` set as flow._compute's
     `mixed` pass sets it: a caller passes a value of no known kind where another passes a
     known one, or one that holds the kind on some launches only. ``kinds_of``: each caller
-    module's kinds after the rounds."""
+    module's kinds after the rounds. ``calls_into(tm, s)``: the functions of ``tm`` that
+    module ``s`` calls, None where not known (a stored state: a caller that calls none of
+    the functions whose parameters have a kind is not read)."""
     if not base:
         return {}
     flags: set[tuple[str, str]] = set()
+    with_kinds = {q for q, _ in base}
     for s in sorted(into.get(tm, ())):
+        called = None if calls_into is None else calls_into(tm, s)
+        if called is not None and with_kinds.isdisjoint(called):
+            continue  # none of its sites binds a parameter that has a kind
         ks = kinds_of(s)
         own_s = own(s)
         fns = res.functions(s)
@@ -608,6 +618,7 @@ def _replay_kinds(
     changed: Collection[str],
     old_targets: Mapping[str, Collection[str]],
     own: Callable[[str], fact_model.ModuleFacts],
+    aids: ReplayAids | None = None,
 ) -> tuple[dict[str, dict[tuple[str, str], ParamKind]], dict[str, dict[tuple[str, str], int]]]:
     """The kinds after an edit changed what the ``changed`` modules feed the kinds'
     propagation (seeds, alias bindings, call sites, bases), re-derived round by round for the
@@ -625,7 +636,8 @@ def _replay_kinds(
     round in which nothing is gained anywhere (a module left out gains what it gained
     before), or after MAX_ROUNDS. Returns each module whose kinds or rounds may differ:
     its kinds (``mixed`` set again for those and for the modules they or the changed
-    modules call: :func:`_mixed_of`) and their rounds."""
+    modules call: :func:`_mixed_of`) and their rounds. ``aids``: what a restored state keeps
+    instead (flowrestored.ReplayAids); None: derived from ``old_round`` and ``parts``."""
     final = MAX_ROUNDS + 1
     memo: dict[tuple[str, int], dict[tuple[str, str], ParamKind]] = {}
 
@@ -638,21 +650,26 @@ def _replay_kinds(
             }
         return got
 
-    gains_old: dict[int, set[str]] = {}
-    for m, rounds in old_round.items():
-        for r in rounds.values():
-            if r:
-                gains_old.setdefault(r, set()).add(m)
-    inheritors: dict[str, set[str]] | None = None
+    gains_old: Mapping[int, Collection[str]]
+    if aids is not None:
+        gains_old = aids.gains
+    else:
+        gains_old = {}
+        for m, rounds in old_round.items():
+            for r in rounds.values():
+                if r:
+                    cast(dict[int, set[str]], gains_old).setdefault(r, set()).add(m)
+    inheritors: Mapping[str, Collection[str]] | None = None if aids is None else aids.inheritors
 
     def out_of(m: str) -> set[str]:
         nonlocal inheritors
         if inheritors is None:
-            inheritors = {}
+            found: dict[str, set[str]] = {}
             for mm, part in parts.items():
                 for _, _, bm, _ in part.inherits:
-                    inheritors.setdefault(bm, set()).add(mm)
-        return {site[2] for site in parts[m].sites} | inheritors.get(m, set())
+                    found.setdefault(bm, set()).add(mm)
+            inheritors = found
+        return {site[2] for site in parts[m].sites} | set(inheritors.get(m, ()))
 
     aliases: dict[str, list[fact_model.Binding]] = {}
 
@@ -688,7 +705,7 @@ def _replay_kinds(
             got = state.get(s)  # its kinds after round r-1
             return got if got is not None else old_at(s, r - 1)
 
-        gained = bool(gains_old.get(r, set()) - region)
+        gained = bool(set(gains_old.get(r, ())) - region)
         now_state: dict[str, dict[tuple[str, str], ParamKind]] = {}
         now_rounds: dict[str, dict[tuple[str, str], int]] = {}
         dirty = set()
@@ -756,10 +773,10 @@ def _replay_kinds(
             stop = r
             break
     # A module left out of the last round holds its kinds after that round, as before.
-    later = set()
+    later: set[str] = set()
     for r, ms in gains_old.items():
         if r > stop:
-            later |= ms
+            later.update(ms)
     for m in later - set(prev):
         prev[m] = old_at(m, stop)
         prev_rounds[m] = {k: v for k, v in old_round[m].items() if v <= stop}
@@ -774,6 +791,9 @@ def _replay_kinds(
         again |= {site[2] for site in parts[m].sites}
     for c in changed:
         again.update(old_targets.get(c, ()))
-    kinds = {tm: _mixed_of(res, tm, kinds_of(tm), into, parts, kinds_of, own) for tm in again}
+    calls_into = None if aids is None else aids.calls_into
+    kinds = {
+        tm: _mixed_of(res, tm, kinds_of(tm), into, parts, kinds_of, own, calls_into) for tm in again
+    }
     rounds_out = {m: prev_rounds[m] for m in prev if prev_rounds[m] != old_round.get(m, {})}
     return kinds, rounds_out

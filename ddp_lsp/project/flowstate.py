@@ -24,10 +24,17 @@ JSON string per module that has any, decoded only when the update reads that mod
   ``flowupdate._copy`` name them), the rest of the stored text is kept as it was;
 - an edit that moved lines (a call added at the top of a function body) is updated too: the
   changed module's lines are paired old to new (:func:`_shift`) and every stored text is read
-  through a per-file map of the lines it cites (:class:`_Moved`; :mod:`ddp_lsp.project.flowlines`).
+  through a per-file map of the lines it cites (:class:`_Moved`; :mod:`ddp_lsp.project.flowlines`);
+- an edit that changes the kinds (a model wrapped in DDP, a DDP model passed to another
+  module) replays the kinds' rounds for what it reaches, as the server's update does
+  (``flowstages._replay_kinds``): the state keeps the round of each kind, each module's
+  callers by call site (with the functions they call) and inheritors, and the modules that
+  gained a kind in each round (:class:`~ddp_lsp.project.flowrestored.ReplayAids`), so the
+  replay decodes only the modules it reaches.
 
-Everything ``_update`` cannot show to be unchanged (kinds that change, an interface that
-changes, a file added or removed, a function that lost its last reference) returns None: the
+Everything ``_update`` cannot show to be unchanged (the call graph's walks that change, an
+interface that changes, a file added or removed, a function that lost its last reference)
+returns None: the
 caller computes from scratch and stores a fresh state. The result is exactly the update's,
 which equals a computation from scratch: tests/project/test_flow_incremental.py chains updates
 through stored states on random edit sequences, so a state that diverged would fail there.
@@ -55,6 +62,15 @@ from ddp_lsp.project.flowlines import (
     _relabelled,
     _shift,
     _Shifted,
+)
+from ddp_lsp.project.flowrestored import (
+    ReplayAids,
+    Unavailable,
+    _FromOut,
+    _Index,
+    _Keyed,
+    _PerModule,
+    _Summaries,
 )
 from ddp_lsp.project.flowstages import (
     ProjectFacts,
@@ -116,6 +132,12 @@ class _GatingOf:
 
 
 @dataclass(frozen=True)
+class _CallsInto:
+    module: str  # a module with call sites into this one
+    functions: frozenset[str]  # this module's functions they reach
+
+
+@dataclass(frozen=True)
 class ModuleState:
     """What the stages derived about one module's functions and names (``_Stages``'s entries
     whose key is this module); the facts themselves are the snapshot's."""
@@ -133,9 +155,17 @@ class ModuleState:
     referenced: frozenset[str]
     entries: frozenset[str]
     from_entries: frozenset[str]
+    # What the kinds' replay reads (flowstages._replay_kinds, ReplayAids): the round each of
+    # ``kinds`` was first proposed in (0: a seed), in their order; the modules whose call
+    # sites reach this one's functions, with those functions; the modules with a class whose
+    # project base is here.
+    rounds: tuple[int, ...] = ()
+    into: tuple[_CallsInto, ...] = ()
+    inheritors: frozenset[str] = frozenset()
 
 
-_EMPTY = ModuleState((), (), (), (), (), (), (), *(frozenset[str]() for _ in range(5)))
+_NONE: frozenset[str] = frozenset()
+_EMPTY = ModuleState((), (), (), (), (), (), (), _NONE, _NONE, _NONE, _NONE, _NONE)
 _REACH_SETS = ("reached", "unknown", "referenced", "entries", "from_entries")
 
 
@@ -158,6 +188,18 @@ class _Moved:
 
 
 @dataclass(frozen=True)
+class _Gains:
+    round: int
+    modules: frozenset[str]  # the modules that gained a kind in this round of the kinds
+
+
+@dataclass(frozen=True)
+class _Called:
+    flood: str  # from_entries, reached, unknown (single_process's walks)
+    names: frozenset[str]  # the attribute names its functions call
+
+
+@dataclass(frozen=True)
 class StateHead:
     sources: tuple[_Source, ...]  # index.modules as computed
     entered: frozenset[str]
@@ -168,6 +210,13 @@ class StateHead:
     # texts of the modules (this state's and the snapshot's facts) are read through these
     # maps, and only those an update rewrites are stored again (with keys, not lines).
     moved: tuple[_Moved, ...] = ()
+    # Each round (>= 1) of the kinds' propagation with the modules that gained a kind in it
+    # (the replay stops where the computation from scratch stops: it reads every module's
+    # gains without decoding every module).
+    gains: tuple[_Gains, ...] = ()
+    # Each flood's called attribute names (flowwalks._same_edges: a call of `x.name()`
+    # added where no flood sees a new name leaves the walks as they were).
+    called: tuple[_Called, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -240,16 +289,27 @@ def _module_state(
     users: Mapping[str, frozenset[str]],
     gating: Mapping[str, Gating],
     reach: Mapping[str, Collection[str]],
+    rounds: Mapping[tuple[str, str], int],
+    into: Mapping[str, Collection[str]],
+    inheritors: Collection[str],
 ) -> ModuleState:
+    kinds_at = _kinds_at(kinds)
     return ModuleState(
         _kinds_at(kind_seeds),
-        _kinds_at(kinds),
+        kinds_at,
         _props_of(prop_seeds),
         _props_of(props),
         tuple(_Count(q, n, g) for q, (n, g) in sorted(counts.items())),
         tuple(_UsersOf(q, ms) for q, ms in sorted(users.items())),
         tuple(_GatingOf(q, g) for q, g in sorted(gating.items())),
-        *(frozenset(reach.get(name, ())) for name in _REACH_SETS),
+        frozenset(reach.get("reached", ())),
+        frozenset(reach.get("unknown", ())),
+        frozenset(reach.get("referenced", ())),
+        frozenset(reach.get("entries", ())),
+        frozenset(reach.get("from_entries", ())),
+        tuple(rounds[(k.scope, k.path)] for k in kinds_at),
+        tuple(_CallsInto(c, frozenset(fs)) for c, fs in sorted(into.items()) if fs),
+        frozenset(inheritors),
     )
 
 
@@ -272,6 +332,19 @@ def state_of(facts: ProjectFacts, index: ProjectIndex) -> StoredState | None:
     for name in _REACH_SETS:
         for m, q in st.reach.get(name, ()):
             reach.setdefault(m, {}).setdefault(name, set()).add(q)
+    kind_round = st.kind_round or {}
+    calls_into: dict[str, dict[str, set[str]]] = {}
+    inheritors: dict[str, set[str]] = {}
+    for part in facts.parts.values():
+        for s, _, tm, tfi in part.sites:
+            calls_into.setdefault(tm, {}).setdefault(s, set()).add(tfi.qualname)
+        for m, _, bm, _ in part.inherits:
+            inheritors.setdefault(bm, set()).add(m)
+    gains: dict[int, set[str]] = {}
+    for m, rounds in kind_round.items():
+        for r in rounds.values():
+            if r:
+                gains.setdefault(r, set()).add(m)
     modules: dict[str, str] = {}
     for m in sorted(index.modules):
         state = _module_state(
@@ -283,6 +356,9 @@ def state_of(facts: ProjectFacts, index: ProjectIndex) -> StoredState | None:
             users.get(m, {}),
             gating.get(m, {}),
             reach.get(m, {}),
+            kind_round.get(m, {}),
+            calls_into.get(m, {}),
+            inheritors.get(m, ()),
         )
         if state != _EMPTY:
             modules[m] = _text(state)
@@ -294,8 +370,17 @@ def state_of(facts: ProjectFacts, index: ProjectIndex) -> StoredState | None:
         frozenset(st.reach["reached_modules"]) if walked else frozenset(),
         frozenset(st.reach["touched"]) if walked else frozenset(),
         (),
+        _gains(gains),
+        tuple(
+            _Called(name, frozenset(called))
+            for name, (called, _) in sorted(st.reach.get("floods", {}).items())
+        ),
     )
     return StoredState(head, modules)
+
+
+def _gains(gains: Mapping[int, Collection[str]]) -> tuple[_Gains, ...]:
+    return tuple(_Gains(r, frozenset(ms)) for r, ms in sorted(gains.items()) if ms)
 
 
 # -- lines moved (see flowlines.py) ------------------------------------------------------------
@@ -328,10 +413,6 @@ def _state_moved(s: ModuleState, maps: Maps) -> ModuleState:
 # -- a stored state, read lazily ---------------------------------------------------------------
 
 
-class Unavailable(Exception):
-    """A summary the state names is no longer cached: compute from scratch."""
-
-
 class _Decoded:
     """Each module's :class:`ModuleState`, decoded when first read."""
 
@@ -351,58 +432,6 @@ class _Decoded:
             )
             self.memo[m] = got
         return got
-
-
-class _PerModule(Mapping[str, _T]):
-    """A stage's table by module (kinds, seeds), read from the state."""
-
-    def __init__(
-        self, names: Collection[str], read: Callable[[str], _T], memo: dict[str, _T] | None = None
-    ) -> None:
-        self.names = names
-        self.read = read
-        self.memo: dict[str, _T] = {} if memo is None else memo
-
-    def __getitem__(self, m: str) -> _T:
-        got = self.memo.get(m)
-        if got is None:
-            if m not in self.names:
-                raise KeyError(m)
-            got = self.memo[m] = self.read(m)
-        return got
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-
-class _Keyed(Mapping[Key, _T]):
-    """A stage's table keyed by (module, qualname) (properties, guard counts, users, gates),
-    read from the state one module's group at a time."""
-
-    def __init__(self, names: Collection[str], group: Callable[[str], dict[str, _T]]) -> None:
-        self.names = names
-        self.read = group
-        self.memo: dict[str, dict[str, _T]] = {}
-
-    def group(self, m: str) -> dict[str, _T]:
-        got = self.memo.get(m)
-        if got is None:
-            got = self.memo[m] = self.read(m) if m in self.names else {}
-        return got
-
-    def __getitem__(self, key: Key) -> _T:
-        return self.group(key[0])[key[1]]
-
-    def __iter__(self) -> Iterator[Key]:  # (every module decoded: not on the update's path)
-        for m in self.names:
-            for q in self.group(m):
-                yield (m, q)
-
-    def __len__(self) -> int:
-        return sum(len(self.group(m)) for m in self.names)
 
 
 class _KeySet(Collection[Key]):
@@ -441,74 +470,6 @@ class _Reach(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.table)
-
-
-class _Summaries(Mapping[str, ModuleSummary]):
-    """``index.modules`` as the state names them, read from the cache when asked for; the
-    changed modules' summaries as they are now."""
-
-    deferred = True  # resolve.Resolver: do not read every summary up front
-
-    def __init__(
-        self,
-        digests: Mapping[str, str],
-        current: Mapping[str, ModuleSummary],
-        summary_of: Callable[[str], ModuleSummary | None],
-    ) -> None:
-        self.digests = digests
-        self.current = current
-        self.summary_of = summary_of
-        self.memo: dict[str, ModuleSummary] = dict(current)
-
-    def __getitem__(self, m: str) -> ModuleSummary:
-        got = self.memo.get(m)
-        if got is None:
-            digest = self.digests[m]  # KeyError: not a module of the project
-            got = self.summary_of(digest)
-            if got is None:
-                raise Unavailable(m)
-            self.memo[m] = got
-        return got
-
-    def __contains__(self, m: object) -> bool:
-        return m in self.digests
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.digests)
-
-    def __len__(self) -> int:
-        return len(self.digests)
-
-
-class _Index:
-    """What the update and resolution read of a :class:`ProjectIndex`, over :class:`_Summaries`."""
-
-    def __init__(self, index: ProjectIndex, modules: _Summaries) -> None:
-        self.root = index.root
-        self.ranks = index.ranks
-        self.modules = modules
-        self.own_facts = index.own_facts
-
-
-class _FromOut(Mapping[str, _T]):
-    """``_Stages.distributed`` / ``local`` from the facts of each module (``_module_out``
-    copies them there): present when set."""
-
-    def __init__(self, out: Mapping[str, ModuleProjectFacts], field: str) -> None:
-        self.out = out
-        self.field = field
-
-    def __getitem__(self, m: str) -> _T:
-        got = getattr(self.out[m], self.field)
-        if not got:
-            raise KeyError(m)
-        return cast(_T, got)
-
-    def __iter__(self) -> Iterator[str]:  # (every module decoded: not on the update's path)
-        return (m for m in self.out if getattr(self.out[m], self.field))
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 @dataclass(frozen=True)
@@ -634,6 +595,21 @@ def _update_from(
         return got if got is not None else _module_parts(res, m, summaries[m])
 
     out: _PerModule[ModuleProjectFacts] = _PerModule(names, lambda m: facts_of(m, paths[m]))
+
+    def rounds_of(m: str) -> dict[tuple[str, str], int]:
+        got = read(m)
+        return {(k.scope, k.path): r for k, r in zip(got.kinds, got.rounds, strict=True)}
+
+    def calls_into(tm: str, s: str) -> Collection[str] | None:
+        if s in old_parts:
+            return None  # a changed module: its sites as they are now (not stored)
+        return next((c.functions for c in read(tm).into if c.module == s), frozenset())
+
+    aids = ReplayAids(
+        {g.round: g.modules for g in state.head.gains},
+        _PerModule(names, lambda m: read(m).inheritors),
+        calls_into,
+    )
     stages = _Stages(
         cast(Any, _PerModule(names, kinds_of("kind_seeds"))),
         cast(Any, _PerModule(names, kinds_of("kinds"))),
@@ -655,6 +631,8 @@ def _update_from(
         cast(Any, _Keyed(names, lambda m: {u.qualname: u.modules for u in read(m).users})),
         _Reach(state.head, read),
         cast(Any, _Keyed(names, lambda m: {g.qualname: g.gating for g in read(m).gating})),
+        cast(Any, _PerModule(names, rounds_of)),
+        cast(Any, _PerModule(names, lambda m: frozenset(c.module for c in read(m).into))),
     )
     # The changed modules' old call-graph shares, from their old summaries.
     old_edges: dict[str, ModuleEdges] = {}
@@ -677,10 +655,13 @@ def _update_from(
         edges=old_edges,
         stages=stages,
     )
-    got = _update(idx, previous, res, {}, changed)
+    called = {c.flood: c.names for c in state.head.called} if state.head.called else None
+    got = _update(idx, previous, res, {}, changed, aids, called)
     if got is None or got.stages is None:
         return None
-    return _stored(got, state, changed, summaries, paths, read, says_something, encode, moved)
+    return _stored(
+        got, state, changed, old_parts, summaries, paths, read, says_something, encode, moved
+    )
 
 
 def _touched(mapping: object) -> set[str]:
@@ -712,6 +693,7 @@ def _stored(
     got: ProjectFacts,
     state: StoredState,
     changed: list[str],
+    old_parts: Mapping[str, _ModuleParts],
     summaries: _Summaries,
     paths: Mapping[str, str],
     read: _Decoded,
@@ -722,14 +704,45 @@ def _stored(
     st = got.stages
     assert st is not None
     touched = set(changed)
-    for table in (st.kind_seeds, st.prop_seeds, st.props, st.guard_counts, st.users):
+    for table in (
+        st.kind_seeds,
+        st.kinds,
+        st.kind_round,
+        st.prop_seeds,
+        st.props,
+        st.guard_counts,
+        st.users,
+    ):
         touched |= _touched(table)
+    # The functions each changed module's call sites reach, by module, before and now: the
+    # callers' index (ModuleState.into) of every module reached then or now is written again.
+    calls_now: dict[str, dict[str, set[str]]] = {}
+    for c in changed:
+        for part in (old_parts[c], got.parts[c]):
+            for _, _, tm, _ in part.sites:
+                touched.add(tm)
+        for _, _, tm, tfi in got.parts[c].sites:
+            calls_now.setdefault(c, {}).setdefault(tm, set()).add(tfi.qualname)
+    kind_round = st.kind_round
+    assert kind_round is not None
+    gains = {g.round: set(g.modules) for g in state.head.gains}
     modules = dict(state.modules)
     # What is written again cites each moved file's lines by key (the stored maps, new keys
     # added for new lines), as every text kept as it was does.
     keys: dict[str, _Keys] = {path: _Keys(lines) for path, lines in moved.items()}
     for m in sorted(touched):
         before = read(m)
+        rounds = kind_round.get(m, {})
+        was_rounds = set(before.rounds)
+        if was_rounds != set(rounds.values()):
+            for r in was_rounds - {0}:
+                gains[r].discard(m)
+            for r in set(rounds.values()) - {0}:
+                gains.setdefault(r, set()).add(m)
+        into = {c.module: c.functions for c in before.into if c.module not in calls_now}
+        for c, targets in calls_now.items():
+            if m in targets:
+                into[c] = frozenset(targets[m])
         s = _module_state(
             st.kind_seeds[m],
             st.kinds[m],
@@ -739,6 +752,9 @@ def _stored(
             _group(st.users, m),
             {g.qualname: g.gating for g in before.gating},
             {name: getattr(before, name) for name in _REACH_SETS},
+            rounds,
+            into,
+            before.inheritors,
         )
         if s == _EMPTY:
             modules.pop(m, None)
@@ -763,5 +779,7 @@ def _stored(
         head.reached_modules,
         head.touched,
         tuple(_Moved(path, tuple(sorted(lines.items()))) for path, lines in sorted(moved.items())),
+        _gains(gains),
+        head.called,
     )
     return Updated(got, StoredState(head, modules), facts_text, moved)

@@ -3,15 +3,15 @@
 :func:`_update` shows, for the changed modules alone, that each stage of the computation
 (:mod:`ddp_lsp.project.flowstages`) would derive what it derived before, by an induction over
 the propagation rounds, and then rebuilds only the facts of the changed modules and of those
-whose callee properties or guards changed. In the server's own state (not one restored from
-disk), a stage the changed modules do change is re-derived for what they reach instead: the
-kinds (``flowstages._replay_kinds``), the call graph's walks (``reachupdate.extend_walks``, or
-``single_process`` over the kept shares), ``distributed`` after imports added
-(:func:`_distributed_grown`). None when it cannot (``flow._compute`` then runs every stage
-again). The helpers here serve only that proof: the call sites that take part in
-the kinds' propagation (:func:`_relevant_sites`), and the comparisons of a module's share of
-``reach.single_process``'s call graph (:func:`_same_edges`, :func:`_same_walks`,
-:func:`_isolated_nodes`, :func:`_local_of`).
+whose callee properties or guards changed. A stage the changed modules do change is
+re-derived for what they reach instead: the kinds (``flowstages._replay_kinds``, also over a
+state restored from disk), and in the server's own state the call graph's walks
+(``reachupdate.extend_walks``, or ``single_process`` over the kept shares) and
+``distributed`` after imports added (:func:`_distributed_grown`). None when it cannot
+(``flow._compute`` then runs every stage again). The helpers here serve only that proof: the
+call sites that take part in the kinds' propagation (:func:`_relevant_sites`); the
+comparisons of a module's share of ``reach.single_process``'s call graph are in
+:mod:`ddp_lsp.project.flowwalks`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any, TypeVar, cast
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.crossfile import (
-    MAIN_BLOCK,
     ParamKind,
     Provenance,
 )
+from ddp_lsp.project.flowrestored import ReplayAids
 from ddp_lsp.project.flowstages import (
     _CARRIED,
     ProjectFacts,
@@ -42,6 +42,13 @@ from ddp_lsp.project.flowstages import (
     _seed_kinds,
     _silenced,
     _Stages,
+)
+from ddp_lsp.project.flowwalks import (
+    _floods,
+    _isolated_nodes,
+    _local_of,
+    _same_edges,
+    _same_walks,
 )
 from ddp_lsp.project.index import ProjectIndex
 from ddp_lsp.project.reach import ModuleEdges, single_process
@@ -90,6 +97,8 @@ def _update(
     res: Resolver,
     edges: dict[str, ModuleEdges],
     changed: list[str] | None = None,
+    aids: ReplayAids | None = None,
+    called: Mapping[str, Collection[str]] | None = None,
 ) -> ProjectFacts | None:
     """The facts after an update that kept import resolution (``res.reuse``), from
     ``previous`` and the changed modules alone, when every stage can be shown to give what it
@@ -107,7 +116,12 @@ def _update(
     when the caller knows them (a state restored from disk, :mod:`ddp_lsp.project.flowstate`:
     ``previous``'s stages and parts are then read lazily, module by module, its ``edges``
     hold the changed modules' old shares only, and copies are overlays, not dicts); their
-    interfaces must be unchanged (``res`` is a fresh resolver over the index as it is now)."""
+    interfaces must be unchanged (``res`` is a fresh resolver over the index as it is now).
+    ``aids``: what such a state keeps for the kinds' replay (``flowrestored.ReplayAids``; with
+    ``previous.stages``'s rounds and callers); without them an edit that changes the kinds
+    there returns None. ``called``: each of single_process's floods' called attribute names
+    (such a state keeps them): a function's called attributes may then change where no
+    flood sees it (``flowwalks._same_edges``)."""
     st = previous.stages
     assert st is not None
     old_parts = previous.parts
@@ -115,9 +129,13 @@ def _update(
     summaries = index.modules
     restored = changed is not None
     # The kinds and the walks re-derived for what the changed modules reach, where a check
-    # below fails (flowstages._replay_kinds, reachupdate.extend_walks): the server's own state
-    # only, which records the kinds' rounds and each module's callers.
-    replayable = not restored and st.kind_round is not None and st.into is not None
+    # below fails (flowstages._replay_kinds, reachupdate.extend_walks): the kinds wherever
+    # the state records their rounds and each module's callers (a restored state with its
+    # aids too), the walks in the server's own state (which holds every module's share).
+    kinds_replayable = (
+        st.kind_round is not None and st.into is not None and (not restored or aids is not None)
+    )
+    replayable = kinds_replayable and not restored
     imports_changed = False
     if changed is None:
         if len(names) != len(old_parts) or any(m not in old_parts for m in names):
@@ -159,7 +177,7 @@ def _update(
     for m in changed:
         o, n = old_own[m], own(m)
         same = o.kinds == n.kinds and o.sometimes == n.sometimes
-        if not same and not replayable:
+        if not same and not kinds_replayable:
             return None
         if o.aliases != n.aliases and (summaries[m].bases or old_parts[m].summary.bases):
             return None  # single_process reads a class's other bases through them
@@ -180,12 +198,12 @@ def _update(
             and _alias_bindings(op.summary) == _alias_bindings(np_.summary)
             and _relevant_sites(res, op, kinds) == _relevant_sites(res, np_, kinds)
         ):
-            if not replayable:
+            if not kinds_replayable:
                 return None
             kinds_dirty = True
     # Each module's callers by call site (the replay's reverse index), for the next update.
     into = st.into
-    if replayable and into is not None:
+    if kinds_replayable and into is not None:
         into = _copy(into)
         for m in changed:
             was_targets = {site[2] for site in old_parts[m].sites}
@@ -209,6 +227,7 @@ def _update(
             changed,
             {m: {site[2] for site in old_parts[m].sites} for m in changed},
             own,
+            aids,
         )
         kinds = _copy(kinds)
         for m, kinds_m in new_kinds.items():
@@ -315,7 +334,7 @@ def _update(
         was, now = before_edges[m], edges[m]
         if (
             was is None
-            or not _same_edges(was, now)
+            or not _same_edges(was, now, _floods(st.reach, called))
             or not _same_walks(was, now, st.reach, None if restored else edges)
         ):
             if not replayable:
@@ -436,11 +455,17 @@ def _update(
     again = set(changed) | set(only_of) | kinds_changed | local_changed
     for key in props_changed:
         again |= users.get(key, frozenset())
-    # Which output an entry point silences follows the carried properties and the imports,
-    # both of which an update may change (an import of a project module added): a flood over
-    # the import graph, recomputed, and every module whose answer moved is built again.
-    silenced = _silenced(res, props)
-    again |= {m for m in names if silenced.get(m, frozenset()) != st.out[m].silenced}
+    # Which output an entry point silences follows the carried properties and the imports.
+    # The carried properties are the previous ones here (a change of them returned None
+    # above); the imports of project modules may have changed (an import added): then a
+    # flood over the import graph, recomputed, and every module whose answer moved is built
+    # again. Otherwise each module's previous answer (recomputing it reads every function's
+    # properties: every module's stored state, 11 of 14 profiled CPU s of an update at
+    # 2,040 files).
+    silenced: Mapping[str, frozenset[str]] | None = None
+    if imports_changed:
+        silenced = _silenced(res, props)
+        again |= {m for m in names if silenced.get(m, frozenset()) != st.out[m].silenced}
     out = _copy(st.out)
     root = str(index.root)
     for m in sorted(again):
@@ -456,7 +481,7 @@ def _update(
             only_of.get(m, st.out[m].only_called_guarded),
             local.get(m, frozenset()),
             st.gating,
-            silenced.get(m, frozenset()),
+            st.out[m].silenced if silenced is None else silenced.get(m, frozenset()),
         )
         if out[m] == st.out[m]:
             out[m] = st.out[m]
@@ -541,140 +566,6 @@ def _alias_bindings(s: ModuleSummary) -> tuple[fact_model.Binding, ...]:
     return tuple(
         b for b in s.facts.bindings if b.source and b.source[0] == fact_model.SourceMarker.ALIAS
     )
-
-
-def _same_edges(a: ModuleEdges, b: ModuleEdges) -> bool:
-    """The same seeds, class members and called attributes (of functions that call any);
-    the edges may differ (see _same_walks), and the functions (see _isolated_nodes)."""
-    return (
-        a.frameworks is b.frameworks
-        and a.seeds == b.seeds
-        and a.members == b.members
-        and {k: v for k, v in a.attrs.items() if v} == {k: v for k, v in b.attrs.items() if v}
-    )
-
-
-def _isolated_nodes(
-    res: Resolver, m: str, was: ModuleEdges, now: ModuleEdges, reach: Mapping[str, Any]
-) -> bool:
-    """Whether the functions added to or removed from a module (equal edges otherwise) are
-    top-level functions, not classes, with no edges, attributes or members, that nothing
-    refers to or reaches: each is then its own orphan (or nothing) in single_process's walks,
-    which stay the same."""
-    referenced = reach.get("referenced", set())
-    reached = reach.get("reached", set())
-    for q in set(was.nodes) ^ set(now.nodes):
-        if "." in q or q == fact_model.MODULE or q in res.classes(m):
-            return False
-        k = (m, q)
-        if k in referenced or k in reached:
-            return False
-        if now.attrs.get(k) or was.attrs.get(k):
-            return False
-    return True
-
-
-def _local_of(
-    res: Resolver, m: str, nodes: tuple[str, ...], reach: Mapping[str, Any]
-) -> frozenset[str]:
-    """A module's single-process functions from single_process's sets (its last loop), for a
-    module whose functions changed by isolated ones (_isolated_nodes): a new one is an orphan
-    (unknown) where reached code runs in the module, and single-process elsewhere."""
-    if not reach:
-        return frozenset()
-    reached, unknown = reach["reached"], reach["unknown"]
-    in_reached_module = m in reach["reached_modules"]
-    classes = res.classes(m)
-    rest = set()
-    for q in nodes:
-        if (m, q) in reached or _enclosing(m, q, reached, classes):
-            continue
-        if q == fact_model.MODULE:
-            rest.add(MAIN_BLOCK)
-            if m not in reach["touched"]:
-                rest.add(q)
-            continue
-        orphan = in_reached_module and (m, q) not in reach["referenced"] and "." not in q
-        if (m, q) not in unknown and not orphan and not _enclosing(m, q, unknown, classes):
-            rest.add(q)
-    return frozenset(rest)
-
-
-def _enclosing(
-    m: str, q: str, reached: set[tuple[str, str]], classes: Mapping[str, object]
-) -> bool:
-    while "." in q:
-        q = q.rsplit(".", 1)[0]
-        if q in classes:
-            return False
-        if (m, q) in reached:
-            return True
-    return False
-
-
-def _is_reference(src: tuple[str, str], t: tuple[str, str]) -> bool:
-    # As reach.single_process's `referenced`: not from the target's own code.
-    return src[0] != t[0] or (src[1] != t[1] and not src[1].startswith(t[1] + "."))
-
-
-def _same_walks(
-    was: ModuleEdges,
-    now: ModuleEdges,
-    reach: Mapping[str, Any],
-    edges: Mapping[str, ModuleEdges] | None,
-) -> bool:
-    """Whether single_process's walks give the same sets with a module's call edges changed
-    from ``was`` to ``now`` (the other modules' edges in ``edges``; None: not known, and a
-    function that lost a reference fails the test): each edge added or removed
-    must leave the entry points (callers of a process-group start, transitively), the three
-    floods (from the entry points, from everything distributed, from the orphans) and the
-    referenced functions as they were. An edge added from outside a flood, or to what it
-    holds already, changes none of them; one removed from outside it neither."""
-    if not reach:
-        return True  # nothing is distributed code: no walk runs (the seeds are the same)
-
-    def pairs(e: ModuleEdges) -> set[tuple[tuple[str, str], tuple[str, str], bool]]:
-        out = {(s, t, True) for s, ts in e.unguarded.items() for t in ts}
-        out |= {(s, t, False) for s, ts in e.guarded_only.items() for t in ts}
-        return out
-
-    before, after = pairs(was), pairs(now)
-    added, removed = after - before, before - after
-    if not added and not removed:
-        return True
-    entries = reach["entries"]
-    floods = (reach["from_entries"], reach["reached"], reach["unknown"])
-    referenced = reach["referenced"]
-    for s, t, unguarded in added:
-        if t in entries and s not in entries:
-            return False
-        if unguarded and any(s in f and t not in f for f in floods):
-            return False
-        if _is_reference(s, t) and t not in referenced:
-            return False
-    lost = set()
-    for s, t, unguarded in removed:
-        if t in entries and s in entries:
-            return False
-        if unguarded and any(s in f for f in floods):
-            return False
-        if _is_reference(s, t):
-            lost.add(t)
-    if lost:
-        if edges is None:
-            return False  # the other modules' edges are not at hand (a restored state)
-        # Still referenced by another edge, in any module (this one's as it is now)?
-        for e in edges.values():
-            for table in (e.unguarded, e.guarded_only):
-                for s, ts in table.items():
-                    for t in ts & lost if isinstance(ts, set) else set(ts) & lost:
-                        if _is_reference(s, t):
-                            lost.discard(t)
-            if not lost:
-                break
-        if lost:
-            return False
-    return True
 
 
 Key = tuple[str, str]

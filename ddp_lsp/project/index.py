@@ -704,6 +704,10 @@ class ProjectIndex:
         self._edits += 1
         if self._edits % 64 == 0:
             self.cache.retain(self._by_path.values())
+            # And the own facts of summaries no file has any more (each edit of a file
+            # merged its own; a long session kept one per version until 2N + 64).
+            live = {s.digest for s in self._by_path.values()}
+            self._own = {d: f for d, f in self._own.items() if d in live}
         return self._by_path.get(rel)
 
     def forget_text(self, path: Path) -> None:

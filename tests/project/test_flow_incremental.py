@@ -326,6 +326,7 @@ class _Stored:
         self.index = ProjectIndex(root, cache_dir=False).build()
         self.seen.update({s.digest: s for s in self.index.modules.values()})
         self.state, self.texts = self._stored_from(compute(self.index))
+        self.derived: frozenset[str] = frozenset()  # what the last update derived again
 
     def _stored_from(self, facts: ProjectFacts) -> tuple[object, dict[str, str]]:
         import json
@@ -362,7 +363,9 @@ class _Stored:
         )
         if got is None:
             self.state, self.texts = self._stored_from(compute(self.index))
+            self.derived = frozenset()
             return False, False
+        self.derived = got.facts.derived
         for m, want in full.modules.items():
             assert got.facts.modules[m] == want, m
         for m in edited:
