@@ -364,21 +364,29 @@ _STMT_LISTS = frozenset({"body", "handlers", "orelse", "finalbody", "cases"})
 _STMT_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+def _bind_local(
+    values: dict[str, list[ast.expr | None]], t: ast.AST, value: ast.expr | None
+) -> None:
+    """Record ``value`` as bound to the names of the target ``t`` (unpacked: None). A
+    module-level function, not a closure over ``values``: a nested function that calls itself
+    is a reference cycle (function, cell, function), which kept each frame's ``values``, and
+    the expressions in it, alive until the cyclic collector ran (1.4 million objects for a
+    cold index of 2,040 files, freed by one 3.7 s collection)."""
+    if isinstance(t, ast.Name):
+        values.setdefault(t.id, []).append(value)
+    elif isinstance(t, (ast.Tuple, ast.List)):
+        for e in t.elts:
+            _bind_local(values, e, None)
+    elif isinstance(t, ast.Starred):
+        _bind_local(values, t.value, None)
+
+
 def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) -> set[str]:
     """Locals assigned exactly once in ``f``'s frame, from a mode test of its arguments
     (``use_fsdp_eval = getattr(args, "fsdp", False) and args.distributed``). Statements only
     (a walrus in an expression is not seen): the cheap walk keeps the facts fast."""
     values: dict[str, list[ast.expr | None]] = {}
-
-    def bind(t: ast.AST, value: ast.expr | None) -> None:
-        if isinstance(t, ast.Name):
-            values.setdefault(t.id, []).append(value)
-        elif isinstance(t, (ast.Tuple, ast.List)):
-            for e in t.elts:
-                bind(e, None)
-        elif isinstance(t, ast.Starred):
-            bind(t.value, None)
-
+    bind = _bind_local
     stack: list[ast.AST] = list(f.body)
     while stack:
         n = stack.pop()
@@ -386,15 +394,15 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
             continue
         if isinstance(n, ast.Assign):
             for t in n.targets:
-                bind(t, n.value)
+                bind(values, t, n.value)
         elif isinstance(n, (ast.AugAssign, ast.AnnAssign)):
-            bind(n.target, None)
+            bind(values, n.target, None)
         elif isinstance(n, (ast.For, ast.AsyncFor)):
-            bind(n.target, None)
+            bind(values, n.target, None)
         elif isinstance(n, (ast.With, ast.AsyncWith)):
             for item in n.items:
                 if item.optional_vars is not None:
-                    bind(item.optional_vars, None)
+                    bind(values, item.optional_vars, None)
         elif isinstance(n, ast.ExceptHandler) and n.name:
             values.setdefault(n.name, []).append(None)
         # The statement lists of ``n`` in field order: its children that are statements,
