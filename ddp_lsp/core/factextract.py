@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import gates as gate_facts
@@ -129,6 +130,9 @@ def extract_module(tree: ast.Module, ranks: RankModel) -> ModuleExtract:
 # The attribute each of the tables' grad-sync skippers ends with (`accelerator.accumulate`:
 # "accumulate"): only an attribute of such a name can be one.
 _SYNC_SKIP_ATTRS = frozenset(name.rsplit(".", 1)[-1] for name in _SYNC_SKIPPERS)
+
+_NO_SYNC_ATTRS = ("no_sync", "require_backward_grad_sync")
+_Attribute = ast.Attribute
 
 # The last names of the checkpoint writers: a call of one is a save through a parameter when
 # the merge resolves it to a writer (SavesThrough).
@@ -405,6 +409,14 @@ class _Extractor:
                 if isinstance(node.value, str) and node.value in known_names.RANK_ENV_VARS:  # type: ignore[attr-defined]
                     self.env_markers = True
                 continue
+            if cls is _Attribute:  # (as below, its one child pushed without `children`)
+                stack.append(node.value)  # type: ignore[attr-defined]
+                attr = node.attr  # type: ignore[attr-defined]
+                if attr in _NO_SYNC_ATTRS:
+                    self._prop(NO_SYNC)
+                elif attr in _SYNC_SKIP_ATTRS and f"{_last(node.value)}.{attr}" in _SYNC_SKIPPERS:  # type: ignore[attr-defined]
+                    self._prop(NO_SYNC)
+                continue
             stack.extend(children(node))
             if isinstance(node, ast.Call):
                 if self.handed is not None:
@@ -419,7 +431,7 @@ class _Extractor:
                         self._prop(HOST_SYNC)
                 self.call(node, scope, guarded)
             elif isinstance(node, ast.Attribute):
-                if node.attr in ("no_sync", "require_backward_grad_sync"):
+                if node.attr in _NO_SYNC_ATTRS:
                     self._prop(NO_SYNC)
                 elif (
                     node.attr in _SYNC_SKIP_ATTRS  # (most attributes: no spelling built)
@@ -644,8 +656,14 @@ def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankMod
     returns = _returns(f.body)
     if not returns:
         return False
-    if all(_zero(condition_ranks(ranks, r.value)) for r in returns if r.value is not None):
+    values = [r.value for r in returns if r.value is not None]  # (each has one)
+    others = [v for v in values if not _zero(condition_ranks(ranks, v))]
+    if not others:
         return True
+    # Only a first-rank test or a `return True` (which the single-process side may hold) can
+    # be among them: any other value rules the function out, without the walk below.
+    if any(not _is_true(v) and not _first_of_groups(v, ranks) for v in others):
+        return False
     # `if dist.is_initialized(): return dist.get_rank() % num_gpus == 0` / `else: return True`
     # (SlowFast's `is_master_proc(num_gpus)`): a first-rank test (rank 0 of every group of
     # `num_gpus`, the job's rank 0 when called with the world size), and true in a
@@ -676,20 +694,40 @@ def _single_process_returns(body: list[ast.stmt], ranks: RankModel) -> set[int]:
     of ``if not dist.is_initialized():`` / ``if world_size == 1:``, the ``else:`` of ``if
     dist.is_initialized():``."""
     out: set[int] = set()
-    for node in walk(ast.Module(body=body, type_ignores=[])):
-        if not isinstance(node, ast.If):
-            continue
+    for node in _statements_of(body, ast.If):
         negated = ast.UnaryOp(ast.Not(), node.test)
         for side, test in ((node.body, node.test), (node.orelse, negated)):
             if not single_process_test(ranks, test):
                 continue
             for s in side:
-                if (
-                    isinstance(s, ast.Return)
-                    and isinstance(s.value, ast.Constant)
-                    and s.value.value is True
-                ):
+                if isinstance(s, ast.Return) and _is_true(s.value):
                     out.add(id(s))
+    return out
+
+
+def _is_true(e: ast.expr | None) -> bool:
+    return isinstance(e, ast.Constant) and e.value is True
+
+
+def _statements_of(body: list[ast.stmt], kind: type[_S]) -> list[_S]:
+    """Every statement of class ``kind`` under ``body`` (nested functions and classes
+    included): the ``ast.walk`` of the statements, less their expressions, which hold no
+    statement (a lambda's body is an expression)."""
+    out: list[_S] = []
+    stack: list[ast.AST] = list(body)
+    lists = _LISTS
+    while stack:
+        s = stack.pop()
+        cls = s.__class__
+        if cls is kind:
+            out.append(s)  # type: ignore[arg-type]
+        names = lists.get(cls)
+        if names is None:
+            names = lists[cls] = _list_fields(cls)
+        for name in names:
+            seq = getattr(s, name, None)
+            if isinstance(seq, list):
+                stack.extend(seq)
     return out
 
 
@@ -707,12 +745,8 @@ def _returns(body: list[ast.stmt]) -> list[ast.Return]:
                 out.append(s)  # type: ignore[arg-type]
             continue
         names = lists.get(cls)
-        if names is None:  # the fields below that the class has, in this order
-            names = lists[cls] = tuple(
-                n
-                for n in ("body", "orelse", "finalbody", "handlers", "cases")
-                if n in getattr(cls, "_fields", ())
-            )
+        if names is None:
+            names = lists[cls] = _list_fields(cls)
         for name in names:
             seq = getattr(s, name, None)
             if isinstance(seq, list):
@@ -721,6 +755,16 @@ def _returns(body: list[ast.stmt]) -> list[ast.Return]:
 
 
 _LISTS: dict[type, tuple[str, ...]] = {}
+_S = TypeVar("_S", bound=ast.stmt)
+
+
+def _list_fields(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` that may hold statements (or handlers, cases), in this order."""
+    return tuple(
+        n
+        for n in ("body", "orelse", "finalbody", "handlers", "cases")
+        if n in getattr(cls, "_fields", ())
+    )
 
 
 def _zero(found: object) -> bool:

@@ -294,6 +294,34 @@ def _bindings(
     return tuple(out), unpacked
 
 
+def _literals(call: ast.Call) -> tuple[tuple[tuple[Slot, str], ...], bool]:
+    """:func:`_bindings` in a function without parameters: no argument is a mode test (each
+    would be one of the parameters, or of a local assigned from one), so each is a literal's
+    token or :data:`Token.OTHER`."""
+    out: list[tuple[Slot, str]] = []
+    unpacked = False
+    other = Token.OTHER
+    for i, a in enumerate(call.args):
+        cls = a.__class__
+        if cls is ast.Starred:
+            unpacked = True
+            break
+        out.append((i, other if cls is ast.Name or cls is _Attribute else _token(a) or other))
+    for kw in call.keywords:
+        if kw.arg is None:
+            unpacked = True
+        else:
+            v = kw.value
+            cls = v.__class__
+            out.append(
+                (kw.arg, other if cls is ast.Name or cls is _Attribute else _token(v) or other)
+            )
+    return tuple(out), unpacked
+
+
+_Attribute = ast.Attribute
+
+
 # Attribute names that say whether the run is distributed, or which rank this is: a test of
 # one of them is not a mode of the run (``if args.distributed: dist.barrier()`` is on in every
 # distributed run, so a rank-0 call of it hangs).
@@ -452,6 +480,15 @@ def site_facts(
         if cls is tuple:
             ctx = node  # type: ignore[assignment]
             continue
+        if cls is _Attribute:
+            # An attribute's one child is its value: down the chain (`self.model.module`) to
+            # the first node that is not an attribute, the next one the walk would visit.
+            node = node.value  # type: ignore[attr-defined]
+            while node.__class__ is _Attribute:
+                node = node.value
+            if node.__class__ not in LEAVES:
+                push(node)
+            continue
         if cls in _SCOPE_CLASSES:
             continue
         if cls is ast.If or cls is ast.While or cls is ast.IfExp:
@@ -498,7 +535,7 @@ def site_facts(
                     for kw in node.keywords
                     if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in pset
                 ]
-                bound, unpacked = _bindings(node, pset, modes)
+                bound, unpacked = _bindings(node, pset, modes) if pset else _literals(node)
                 # Site(...) without the frozen __init__ (as the index's decoder builds it).
                 site = site_new(Site)
                 site.__dict__.update(

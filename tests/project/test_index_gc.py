@@ -19,7 +19,7 @@ from .helpers import FIXTURES
 
 # Parameters, assignments unpacking into names, a mode test of an argument: every branch of
 # the frame walks that once made cycles.
-TRAIN = '''import torch.distributed as dist
+TRAIN = """import torch.distributed as dist
 
 
 def train(args, model, loader, optimizer, rank=0):
@@ -36,7 +36,7 @@ def train(args, model, loader, optimizer, rank=0):
         if rank == 0:
             dist.all_reduce(loss)
     return a, b, rest
-'''
+"""
 
 
 def _cyclic_garbage() -> dict[str, int]:
