@@ -132,6 +132,15 @@ def extract_module(tree: ast.Module, ranks: RankModel) -> ModuleExtract:
 _SYNC_SKIP_ATTRS = frozenset(name.rsplit(".", 1)[-1] for name in _SYNC_SKIPPERS)
 
 _NO_SYNC_ATTRS = ("no_sync", "require_backward_grad_sync")
+# Argument classes `dotted` never spells (only a Name/Attribute chain is spelled).
+_UNSPELLED = frozenset({ast.Constant, ast.Call, ast.BinOp, ast.Subscript, ast.JoinedStr})
+
+
+def _spelled(e: ast.expr) -> str | None:
+    """The spelling of an argument handed to a call (a starred one's value): ``dotted``."""
+    return known_names.dotted(e.value if isinstance(e, ast.Starred) else e)
+
+
 _Attribute = ast.Attribute
 
 # The last names of the checkpoint writers: a call of one is a save through a parameter when
@@ -441,14 +450,25 @@ class _Extractor:
 
     def _hand(self, call: ast.Call) -> None:
         # What tests/project/test_summary_walks.py's handed_names tests, item by item.
-        dotted = known_names.dotted
+        # (Only a name, an attribute chain or a starred one is spelled: `dotted` gives None
+        # for anything else, which is most arguments, constants and calls; asked by class.)
         scope = self._hscope
         handed = self.handed
         assert handed is not None
-        for v in (*call.args, *(kw.value for kw in call.keywords)):
-            items = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
-            for e in items:
-                spelled = dotted(e.value if isinstance(e, ast.Starred) else e)
+        values = call.args
+        if call.keywords:
+            values = [*values, *[kw.value for kw in call.keywords]]
+        for v in values:
+            cls = v.__class__
+            if cls is ast.Name:
+                handed.add((scope, v.id))  # type: ignore[attr-defined]
+            elif cls is ast.Tuple or cls is ast.List:
+                for e in v.elts:  # type: ignore[attr-defined]
+                    spelled = _spelled(e)
+                    if spelled:
+                        handed.add((scope, spelled))
+            elif cls is _Attribute or cls is ast.Starred or cls not in _UNSPELLED:
+                spelled = _spelled(v)
                 if spelled:
                     handed.add((scope, spelled))
 
