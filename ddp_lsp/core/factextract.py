@@ -132,6 +132,24 @@ def extract_module(tree: ast.Module, ranks: RankModel) -> ModuleExtract:
 _SYNC_SKIP_ATTRS = frozenset(name.rsplit(".", 1)[-1] for name in _SYNC_SKIPPERS)
 
 _NO_SYNC_ATTRS = ("no_sync", "require_backward_grad_sync")
+# Statements whose children are all expressions (`walk.children`: no operator, no statement
+# list): the extractor walks those children and nothing else.
+_SIMPLE_STMTS = frozenset(
+    {
+        ast.Expr,
+        ast.Assign,
+        ast.AnnAssign,
+        ast.Return,
+        ast.Delete,
+        ast.Raise,
+        ast.Assert,
+        ast.Pass,
+        ast.Break,
+        ast.Continue,
+        ast.Global,
+        ast.Nonlocal,
+    }
+)
 # Argument classes `dotted` never spells (only a Name/Attribute chain is spelled).
 _UNSPELLED = frozenset({ast.Constant, ast.Call, ast.BinOp, ast.Subscript, ast.JoinedStr})
 
@@ -233,6 +251,17 @@ class _Extractor:
                 guarded = True
 
     def stmt(self, s: ast.stmt, scope: str, guarded: bool) -> None:
+        cls = s.__class__
+        if cls in _SIMPLE_STMTS:
+            # A statement whose children are all expressions and that holds no statement
+            # (most of them): what the general path below does for it, without asking.
+            if cls is ast.Assign or cls is ast.AnnAssign:
+                self._assignment(s, scope)  # type: ignore[arg-type]
+            elif cls is ast.Expr:
+                self._sharded(s, scope)  # type: ignore[arg-type]
+            for child in children(s):
+                self.expr(child, scope, guarded)
+            return
         if isinstance(s, (ast.For, ast.AsyncFor)) and self._loop_names:
             self._loop_names[-1].update(n.id for n in walk(s.target) if isinstance(n, ast.Name))
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -271,20 +300,9 @@ class _Extractor:
             self._rank_branches -= pol is not None
             return
         if isinstance(s, (ast.Assign, ast.AnnAssign)):
-            value = s.value
-            targets = s.targets if isinstance(s, ast.Assign) else [s.target]
-            if any(_is_builtin_print(t) for t in targets):
-                self._prop(SILENCES_PRINT)
-            if value is not None:
-                for t in targets:
-                    self.bind(t, value, scope)
-            if isinstance(s, ast.AnnAssign):
-                self.annotation(s.target, s.annotation, scope)
-        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value.args:
-            # `fully_shard(model)` shards the module in place: an FSDP module from here on.
-            callee = known_names.dotted(s.value.func) or ""
-            if callee.rsplit(".", 1)[-1] in _IN_PLACE_SHARDERS:
-                self.bind(s.value.args[0], s.value, scope)
+            self._assignment(s, scope)
+        if isinstance(s, ast.Expr):
+            self._sharded(s, scope)
         for child in children(s):
             if isinstance(child, (ast.stmt, ast.ExceptHandler)):
                 continue
@@ -312,6 +330,24 @@ class _Extractor:
             tail = getattr(s, name, None)
             if isinstance(tail, list) and tail and isinstance(tail[0], ast.stmt):
                 self.block(tail, scope, guarded)
+
+    def _assignment(self, s: ast.Assign | ast.AnnAssign, scope: str) -> None:
+        value = s.value
+        targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+        if any(_is_builtin_print(t) for t in targets):
+            self._prop(SILENCES_PRINT)
+        if value is not None:
+            for t in targets:
+                self.bind(t, value, scope)
+        if isinstance(s, ast.AnnAssign):
+            self.annotation(s.target, s.annotation, scope)
+
+    def _sharded(self, s: ast.Expr, scope: str) -> None:
+        if isinstance(s.value, ast.Call) and s.value.args:
+            # `fully_shard(model)` shards the module in place: an FSDP module from here on.
+            callee = known_names.dotted(s.value.func) or ""
+            if callee.rsplit(".", 1)[-1] in _IN_PLACE_SHARDERS:
+                self.bind(s.value.args[0], s.value, scope)
 
     def _drop_if_raises(self, body: list[ast.stmt], scope: str, mark: int) -> None:
         """A branch that ends in ``raise`` leaves by the exception: the local names it bound

@@ -299,3 +299,19 @@ def test_gate_sites_as_defined() -> None:
         if got != want or [s.__dict__ for s in got.sites] != [s.__dict__ for s in want.sites]:
             differ.append(name)
     assert differ == []
+
+
+def test_simple_statements_hold_only_expressions() -> None:
+    """``_Extractor.stmt`` walks a simple statement's children as expressions and looks for
+    nothing else in it: each of its node fields must be an expression (or a list of them)."""
+    import re
+
+    for cls in factextract._SIMPLE_STMTS:
+        signature = (cls.__doc__ or "").partition("(")[2]
+        fields = re.findall(r"(\w+)([*?]?) (\w+)", signature)
+        assert {name for _, _, name in fields} == set(cls._fields), cls.__name__
+        for typ, _, name in fields:
+            assert typ in ("expr", "identifier", "string", "int"), (cls.__name__, name, typ)
+    # And the general path's statements are not among them.
+    for cls in (ast.For, ast.If, ast.With, ast.Try, ast.FunctionDef, ast.ClassDef, ast.AugAssign):
+        assert cls not in factextract._SIMPLE_STMTS
