@@ -22,6 +22,7 @@ import gc
 import hashlib
 import json
 import logging
+import operator
 import os
 import sys
 import tempfile
@@ -156,9 +157,11 @@ class _Sharer:
             if hit is not None:
                 return hit
             share = self._share
-            obj = tuple(
-                [_intern(x) if x.__class__ is str else share(x) for x in obj]  # type: ignore[attr-defined]
-            )
+            items = [_intern(x) if x.__class__ is str else share(x) for x in obj]  # type: ignore[attr-defined]
+            if not all(map(_is, items, obj)):  # type: ignore[call-overload]
+                obj = tuple(items)
+            # (Else every item is already the shared one: the tuple itself is kept, no copy
+            # built and the original freed.)
             return memo.setdefault(obj, obj)
         if kind is int or kind is bool or obj is None:
             return obj
@@ -171,7 +174,7 @@ class _Sharer:
         if kind in _UNIQUE and fields is not None:
             # One per file: looking one up hashed the whole summary (twice, with its facts),
             # for a hit no two files' summaries give. Its parts are shared as below.
-            return _build(kind, fields, [self._share(getattr(obj, f)) for f in fields])
+            return self._rebuilt(obj, kind, fields)
         if kind is frozenset or fields is not None:
             # An equal object seen before is returned whole, without walking it: most facts of
             # a file repeat facts of others, and hashing them runs in C.
@@ -183,13 +186,25 @@ class _Sharer:
         elif isinstance(obj, frozenset):
             obj = frozenset(self._share(x) for x in obj)
         elif fields is not None:
-            obj = _build(kind, fields, [self._share(getattr(obj, f)) for f in fields])
+            obj = self._rebuilt(obj, kind, fields)
         else:
             return obj
         return self.memo.setdefault(obj, obj)
 
+    def _rebuilt(self, obj: object, kind: type, fields: tuple[str, ...]) -> object:
+        """``obj`` with its fields shared: ``obj`` itself when each field already is the
+        shared value (identifiers come interned from the parser, facts from the memo), else
+        a copy built with them."""
+        old = list(map(obj.__dict__.__getitem__, fields))
+        share = self._share
+        values = [share(v) for v in old]
+        if all(map(_is, values, old)):
+            return obj
+        return _build(kind, fields, values)
+
 
 _intern = sys.intern
+_is = operator.is_
 
 
 def _build(kind: type, fields: tuple[str, ...], values: list[object]) -> object:
