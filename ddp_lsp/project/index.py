@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import gc
 import hashlib
+import itertools
 import json
 import logging
 import operator
@@ -438,8 +439,7 @@ def _write_entry(file: Path, entry: dict[str, Any], limit: int) -> None:
     if len(data) > limit:
         return
     try:
-        file.parent.mkdir(mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=".json")  # 0600
+        fd, tmp = _temp_beside(file)
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -453,6 +453,30 @@ def _write_entry(file: Path, entry: dict[str, Any], limit: int) -> None:
             raise
     except OSError:
         pass
+
+
+_temps = itertools.count()
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _temp_beside(file: Path) -> tuple[int, str]:
+    """A new file beside ``file`` (its folder made 0700 when missing), open for writing: 0600,
+    created as ``mkstemp`` creates its files (``O_EXCL``, never through a link), named by
+    this process and a counter rather than ``mkstemp``'s random names (drawn in Python, a
+    cold index writes one per file); ``mkstemp`` itself when that name is taken."""
+    folder = file.parent
+    tmp = f"{folder}{os.sep}.tmp-{os.getpid()}-{next(_temps)}.json"
+    try:
+        return os.open(tmp, _TEMP_FLAGS, 0o600), tmp
+    except FileNotFoundError:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        try:
+            return os.open(tmp, _TEMP_FLAGS, 0o600), tmp
+        except FileExistsError:
+            pass
+    except FileExistsError:  # left by a process of the same id that died
+        pass
+    return tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
 
 
 def _read_entry(file: Path, limit: int = MAX_ENTRY_BYTES) -> bytes | None:
