@@ -13,13 +13,38 @@ import sys
 
 from ddp_lsp._isolation import drop_cwd
 
+# Commands that end with the project's index in memory: millions of objects (2,040 files:
+# summaries, facts, the flow's stages), which a normal exit frees one by one, and walks again
+# in the collection that ends the interpreter.
+_HARD_EXIT = ("check", "fix")
+
 
 def run() -> int:
     """The console script's entry: ``sys.path`` without the working directory, then the CLI."""
     drop_cwd()
     from ddp_lsp.cli import main
 
-    return main()
+    code = main()
+    if sys.argv[1:2] and sys.argv[1] in _HARD_EXIT:
+        _hard_exit(code)
+    return code
+
+
+def _hard_exit(code: int) -> None:
+    """Leave without freeing what the command built (as mypy does): the output flushed, the
+    logging handlers closed, then ``os._exit``. A cold ``check`` of 2,040 files spent about
+    2 CPU s after its report, freeing its index. Returns (a normal exit follows) when the
+    output cannot be flushed: its error is then reported as Python reports it."""
+    import logging
+    import os
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+    except Exception:
+        return
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import gates as gate_facts
@@ -130,6 +131,36 @@ def extract_module(tree: ast.Module, ranks: RankModel) -> ModuleExtract:
 # "accumulate"): only an attribute of such a name can be one.
 _SYNC_SKIP_ATTRS = frozenset(name.rsplit(".", 1)[-1] for name in _SYNC_SKIPPERS)
 
+_NO_SYNC_ATTRS = ("no_sync", "require_backward_grad_sync")
+# Statements whose children are all expressions (`walk.children`: no operator, no statement
+# list): the extractor walks those children and nothing else.
+_SIMPLE_STMTS = frozenset(
+    {
+        ast.Expr,
+        ast.Assign,
+        ast.AnnAssign,
+        ast.Return,
+        ast.Delete,
+        ast.Raise,
+        ast.Assert,
+        ast.Pass,
+        ast.Break,
+        ast.Continue,
+        ast.Global,
+        ast.Nonlocal,
+    }
+)
+# Argument classes `dotted` never spells (only a Name/Attribute chain is spelled).
+_UNSPELLED = frozenset({ast.Constant, ast.Call, ast.BinOp, ast.Subscript, ast.JoinedStr})
+
+
+def _spelled(e: ast.expr) -> str | None:
+    """The spelling of an argument handed to a call (a starred one's value): ``dotted``."""
+    return known_names.dotted(e.value if isinstance(e, ast.Starred) else e)
+
+
+_Attribute = ast.Attribute
+
 # The last names of the checkpoint writers: a call of one is a save through a parameter when
 # the merge resolves it to a writer (SavesThrough).
 _SAVERS = frozenset(q.rsplit(".", 1)[-1] for q in _CHECKPOINT_WRITERS)
@@ -220,6 +251,17 @@ class _Extractor:
                 guarded = True
 
     def stmt(self, s: ast.stmt, scope: str, guarded: bool) -> None:
+        cls = s.__class__
+        if cls in _SIMPLE_STMTS:
+            # A statement whose children are all expressions and that holds no statement
+            # (most of them): what the general path below does for it, without asking.
+            if cls is ast.Assign or cls is ast.AnnAssign:
+                self._assignment(s, scope)  # type: ignore[arg-type]
+            elif cls is ast.Expr:
+                self._sharded(s, scope)  # type: ignore[arg-type]
+            for child in children(s):
+                self.expr(child, scope, guarded)
+            return
         if isinstance(s, (ast.For, ast.AsyncFor)) and self._loop_names:
             self._loop_names[-1].update(n.id for n in walk(s.target) if isinstance(n, ast.Name))
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -258,20 +300,9 @@ class _Extractor:
             self._rank_branches -= pol is not None
             return
         if isinstance(s, (ast.Assign, ast.AnnAssign)):
-            value = s.value
-            targets = s.targets if isinstance(s, ast.Assign) else [s.target]
-            if any(_is_builtin_print(t) for t in targets):
-                self._prop(SILENCES_PRINT)
-            if value is not None:
-                for t in targets:
-                    self.bind(t, value, scope)
-            if isinstance(s, ast.AnnAssign):
-                self.annotation(s.target, s.annotation, scope)
-        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value.args:
-            # `fully_shard(model)` shards the module in place: an FSDP module from here on.
-            callee = known_names.dotted(s.value.func) or ""
-            if callee.rsplit(".", 1)[-1] in _IN_PLACE_SHARDERS:
-                self.bind(s.value.args[0], s.value, scope)
+            self._assignment(s, scope)
+        if isinstance(s, ast.Expr):
+            self._sharded(s, scope)
         for child in children(s):
             if isinstance(child, (ast.stmt, ast.ExceptHandler)):
                 continue
@@ -299,6 +330,24 @@ class _Extractor:
             tail = getattr(s, name, None)
             if isinstance(tail, list) and tail and isinstance(tail[0], ast.stmt):
                 self.block(tail, scope, guarded)
+
+    def _assignment(self, s: ast.Assign | ast.AnnAssign, scope: str) -> None:
+        value = s.value
+        targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+        if any(_is_builtin_print(t) for t in targets):
+            self._prop(SILENCES_PRINT)
+        if value is not None:
+            for t in targets:
+                self.bind(t, value, scope)
+        if isinstance(s, ast.AnnAssign):
+            self.annotation(s.target, s.annotation, scope)
+
+    def _sharded(self, s: ast.Expr, scope: str) -> None:
+        if isinstance(s.value, ast.Call) and s.value.args:
+            # `fully_shard(model)` shards the module in place: an FSDP module from here on.
+            callee = known_names.dotted(s.value.func) or ""
+            if callee.rsplit(".", 1)[-1] in _IN_PLACE_SHARDERS:
+                self.bind(s.value.args[0], s.value, scope)
 
     def _drop_if_raises(self, body: list[ast.stmt], scope: str, mark: int) -> None:
         """A branch that ends in ``raise`` leaves by the exception: the local names it bound
@@ -405,6 +454,14 @@ class _Extractor:
                 if isinstance(node.value, str) and node.value in known_names.RANK_ENV_VARS:  # type: ignore[attr-defined]
                     self.env_markers = True
                 continue
+            if cls is _Attribute:  # (as below, its one child pushed without `children`)
+                stack.append(node.value)  # type: ignore[attr-defined]
+                attr = node.attr  # type: ignore[attr-defined]
+                if attr in _NO_SYNC_ATTRS:
+                    self._prop(NO_SYNC)
+                elif attr in _SYNC_SKIP_ATTRS and f"{_last(node.value)}.{attr}" in _SYNC_SKIPPERS:  # type: ignore[attr-defined]
+                    self._prop(NO_SYNC)
+                continue
             stack.extend(children(node))
             if isinstance(node, ast.Call):
                 if self.handed is not None:
@@ -419,7 +476,7 @@ class _Extractor:
                         self._prop(HOST_SYNC)
                 self.call(node, scope, guarded)
             elif isinstance(node, ast.Attribute):
-                if node.attr in ("no_sync", "require_backward_grad_sync"):
+                if node.attr in _NO_SYNC_ATTRS:
                     self._prop(NO_SYNC)
                 elif (
                     node.attr in _SYNC_SKIP_ATTRS  # (most attributes: no spelling built)
@@ -429,14 +486,25 @@ class _Extractor:
 
     def _hand(self, call: ast.Call) -> None:
         # What tests/project/test_summary_walks.py's handed_names tests, item by item.
-        dotted = known_names.dotted
+        # (Only a name, an attribute chain or a starred one is spelled: `dotted` gives None
+        # for anything else, which is most arguments, constants and calls; asked by class.)
         scope = self._hscope
         handed = self.handed
         assert handed is not None
-        for v in (*call.args, *(kw.value for kw in call.keywords)):
-            items = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
-            for e in items:
-                spelled = dotted(e.value if isinstance(e, ast.Starred) else e)
+        values = call.args
+        if call.keywords:
+            values = [*values, *[kw.value for kw in call.keywords]]
+        for v in values:
+            cls = v.__class__
+            if cls is ast.Name:
+                handed.add((scope, v.id))  # type: ignore[attr-defined]
+            elif cls is ast.Tuple or cls is ast.List:
+                for e in v.elts:  # type: ignore[attr-defined]
+                    spelled = _spelled(e)
+                    if spelled:
+                        handed.add((scope, spelled))
+            elif cls is _Attribute or cls is ast.Starred or cls not in _UNSPELLED:
+                spelled = _spelled(v)
                 if spelled:
                     handed.add((scope, spelled))
 
@@ -644,8 +712,14 @@ def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankMod
     returns = _returns(f.body)
     if not returns:
         return False
-    if all(_zero(condition_ranks(ranks, r.value)) for r in returns if r.value is not None):
+    values = [r.value for r in returns if r.value is not None]  # (each has one)
+    others = [v for v in values if not _zero(condition_ranks(ranks, v))]
+    if not others:
         return True
+    # Only a first-rank test or a `return True` (which the single-process side may hold) can
+    # be among them: any other value rules the function out, without the walk below.
+    if any(not _is_true(v) and not _first_of_groups(v, ranks) for v in others):
+        return False
     # `if dist.is_initialized(): return dist.get_rank() % num_gpus == 0` / `else: return True`
     # (SlowFast's `is_master_proc(num_gpus)`): a first-rank test (rank 0 of every group of
     # `num_gpus`, the job's rank 0 when called with the world size), and true in a
@@ -676,20 +750,40 @@ def _single_process_returns(body: list[ast.stmt], ranks: RankModel) -> set[int]:
     of ``if not dist.is_initialized():`` / ``if world_size == 1:``, the ``else:`` of ``if
     dist.is_initialized():``."""
     out: set[int] = set()
-    for node in walk(ast.Module(body=body, type_ignores=[])):
-        if not isinstance(node, ast.If):
-            continue
+    for node in _statements_of(body, ast.If):
         negated = ast.UnaryOp(ast.Not(), node.test)
         for side, test in ((node.body, node.test), (node.orelse, negated)):
             if not single_process_test(ranks, test):
                 continue
             for s in side:
-                if (
-                    isinstance(s, ast.Return)
-                    and isinstance(s.value, ast.Constant)
-                    and s.value.value is True
-                ):
+                if isinstance(s, ast.Return) and _is_true(s.value):
                     out.add(id(s))
+    return out
+
+
+def _is_true(e: ast.expr | None) -> bool:
+    return isinstance(e, ast.Constant) and e.value is True
+
+
+def _statements_of(body: list[ast.stmt], kind: type[_S]) -> list[_S]:
+    """Every statement of class ``kind`` under ``body`` (nested functions and classes
+    included): the ``ast.walk`` of the statements, less their expressions, which hold no
+    statement (a lambda's body is an expression)."""
+    out: list[_S] = []
+    stack: list[ast.AST] = list(body)
+    lists = _LISTS
+    while stack:
+        s = stack.pop()
+        cls = s.__class__
+        if cls is kind:
+            out.append(s)  # type: ignore[arg-type]
+        names = lists.get(cls)
+        if names is None:
+            names = lists[cls] = _list_fields(cls)
+        for name in names:
+            seq = getattr(s, name, None)
+            if isinstance(seq, list):
+                stack.extend(seq)
     return out
 
 
@@ -707,12 +801,8 @@ def _returns(body: list[ast.stmt]) -> list[ast.Return]:
                 out.append(s)  # type: ignore[arg-type]
             continue
         names = lists.get(cls)
-        if names is None:  # the fields below that the class has, in this order
-            names = lists[cls] = tuple(
-                n
-                for n in ("body", "orelse", "finalbody", "handlers", "cases")
-                if n in getattr(cls, "_fields", ())
-            )
+        if names is None:
+            names = lists[cls] = _list_fields(cls)
         for name in names:
             seq = getattr(s, name, None)
             if isinstance(seq, list):
@@ -721,6 +811,16 @@ def _returns(body: list[ast.stmt]) -> list[ast.Return]:
 
 
 _LISTS: dict[type, tuple[str, ...]] = {}
+_S = TypeVar("_S", bound=ast.stmt)
+
+
+def _list_fields(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` that may hold statements (or handlers, cases), in this order."""
+    return tuple(
+        n
+        for n in ("body", "orelse", "finalbody", "handlers", "cases")
+        if n in getattr(cls, "_fields", ())
+    )
 
 
 def _zero(found: object) -> bool:

@@ -93,14 +93,20 @@ class Codec:
                 out = _same if _plain(tp) else _unsupported(tp)
             elif origin is tuple and len(args) == 2 and args[1] is Ellipsis:
                 item = self._encoder(args[0])
-                out = list if item is _same else (lambda v: [item(x) for x in v])
+                # (`map` of the item's encoder: a tuple of pairs of strings is `list` mapped,
+                # in C, rather than a call of a Python function per pair.)
+                out = list if item is _same else (lambda v: list(map(item, v)))
             elif origin is tuple:
                 items = [self._encoder(a) for a in args]
-                out = lambda v: [e(x) for e, x in zip(items, v, strict=True)]  # noqa: E731
+                if all(e is _same for e in items):
+                    # (`(scope, path, line)`: plain values, the list of them.)
+                    out = list
+                else:
+                    out = lambda v: [e(x) for e, x in zip(items, v, strict=True)]  # noqa: E731
             elif origin is frozenset:
                 item = self._encoder(args[0])
                 # Sorted: one summary, one file, whatever the process's hash seed.
-                out = sorted if args[0] is str else (lambda v: [item(x) for x in v])
+                out = sorted if args[0] is str else (lambda v: list(map(item, v)))
             else:
                 out = _unsupported(tp)
         self._enc[tp] = out

@@ -291,3 +291,22 @@ def test_the_cli_says_once_why_it_does_not_use_the_cache(
     ], result.stderr
     assert "DDP101" in result.stdout  # the project view still works, from memory
     assert not list(cache_home.rglob("*.json"))
+
+
+def test_an_entry_is_written_through_a_private_temporary_file(tmp_path: Path) -> None:
+    from ddp_lsp.project import index as index_mod
+
+    folder = tmp_path / "ab"
+    file = folder / "abcd.json"
+    index_mod._write_entry(file, {"x": 1}, 1000)  # the folder is made
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(file.stat().st_mode) == 0o600
+    assert file.read_bytes() == b'{"x":1}'
+    # The name this process would take next is taken (a process of this id died after
+    # creating it): a random one instead, and the stale file is left alone.
+    n = next(index_mod._temps)
+    taken = folder / f".tmp-{os.getpid()}-{n + 1}.json"
+    taken.write_text("stale")
+    index_mod._write_entry(file, {"x": 2}, 1000)
+    assert file.read_bytes() == b'{"x":2}' and taken.read_text() == "stale"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["abcd.json", taken.name])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,25 @@ def test_equal_facts_are_shared_between_files(tmp_path: Path) -> None:
     fb = index.modules["b"].facts.functions[0]
     assert fa.calls is fb.calls and fa.params is fb.params
     assert index.modules["a"].facts.imports is index.modules["b"].facts.imports
+
+
+def test_sharing_keeps_what_is_already_shared() -> None:
+    # A summary's parts that already are the shared ones (identifiers come interned from the
+    # parser) are kept, not copied: the copy was built and the original freed, per object.
+    from ddp_lsp.project.index import _Sharer
+    from ddp_lsp.project.summary import summarise
+
+    src = "import torch.distributed as dist\n\ndef sync(model):\n    dist.barrier()\n"
+    sharer = _Sharer()
+    first = summarise("a.py", src, "ka", Settings().rank_model)
+    shared = sharer(first)
+    assert shared == first
+    assert sharer(shared) is shared  # nothing left to share: the same object
+    pair = (sys.intern("model"), sys.intern("optimizer"))
+    assert sharer(pair) is pair
+    second = sharer(summarise("b.py", src, "kb", Settings().rank_model))
+    assert second.facts.functions[0] is shared.facts.functions[0]
+    assert second.facts.imports is shared.facts.imports
 
 
 def test_home_directory_is_never_a_project_root(tmp_path: Path, monkeypatch) -> None:
