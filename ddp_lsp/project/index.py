@@ -226,7 +226,7 @@ _warned: set[str] = set()  # untrusted cache directories already reported by thi
 
 
 @contextlib.contextmanager
-def no_collection() -> Iterator[None]:
+def no_collection(*, promote: bool = True) -> Iterator[None]:
     """Builds the index's objects without the cyclic garbage collector running meanwhile.
 
     Reading a project's summaries and computing its facts creates millions of objects that
@@ -240,7 +240,11 @@ def no_collection() -> Iterator[None]:
     ``core.document.gc_paused`` does after a large parse): left in the young generation, the
     first allocation after ``gc.enable`` started a collection that walked every one of them
     (a cold check of 2,040 generated files: 1.15 s), and the next one of the middle
-    generation walked them again (1.1 s), to find nothing to free."""
+    generation walked them again (1.1 s), to find nothing to free.
+
+    ``promote=False`` leaves them young: the move unfreezes whatever was frozen before (the
+    server's indexer keeps its index frozen), so a caller that collects the young objects
+    and freezes the survivors itself asks for it (see lsp/indexer.py)."""
     if not gc.isenabled():
         yield
         return
@@ -248,7 +252,7 @@ def no_collection() -> Iterator[None]:
     try:
         yield
     finally:
-        if gc.get_count()[0] > _PROMOTE_AT:
+        if promote and gc.get_count()[0] > _PROMOTE_AT:
             gc.freeze()
             gc.unfreeze()
         gc.enable()

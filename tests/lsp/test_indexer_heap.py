@@ -92,6 +92,45 @@ def test_a_build_is_frozen_without_a_collection(
         gc.unfreeze()
 
 
+def test_a_large_update_keeps_the_index_frozen(
+    ix: indexer_mod.Indexer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An update that allocates more than no_collection's promotion threshold must not move
+    its objects to the oldest generation: that unfreezes the whole index, and the collection
+    after the update would walk all of it (about 1 s at 2,000 files)."""
+    from ddp_lsp.project import index as index_mod
+
+    frozen_at_collect: list[int] = []
+    real_collect = gc.collect
+    real = P.compute
+
+    def spying(*args: int) -> int:
+        frozen_at_collect.append(gc.get_freeze_count())
+        return real_collect(*args)
+
+    def allocating(*args: object, **kwargs: object) -> P.ProjectFacts:
+        keep = [[k] for k in range(index_mod._PROMOTE_AT + 10_000)]  # young, tracked
+        out = real(*args, **kwargs)  # type: ignore[arg-type]
+        kept.append(keep)
+        return out
+
+    kept: list[object] = []
+    monkeypatch.setattr(P, "compute", allocating)
+    monkeypatch.setattr(gc, "collect", spying)
+    folder = ix.folders[1]
+    main = (folder.index.root / "main.py").resolve()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0  # the build's index
+        ix.update(1, [(main, main.read_text().replace("DistributedDataParallel(", "identity("))])
+        # Before: none frozen when the update's collection ran (the index unfrozen by the move).
+        # (Some frozen objects are freed by the update itself: the facts it replaced.)
+        assert frozen_at_collect and frozen_at_collect[-1] > frozen // 2
+    finally:
+        monkeypatch.undo()
+        gc.unfreeze()
+
+
 def test_own_facts_of_old_versions_are_forgotten(ix: indexer_mod.Indexer) -> None:
     index = ix.folders[1].index
     main = (index.root / "main.py").resolve()
