@@ -51,3 +51,18 @@ def test_other_commands_return(exits: list[int], monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(sys, "argv", ["ddp-lsp", "rules"])
     assert entry.run() == 0
     assert exits == []
+
+
+def test_a_profiled_check_exits_normally(
+    tmp_path: Path, exits: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cProfile and coverage write their data at exit: a hard exit would lose it."""
+    write(tmp_path / "train.py", BUGGY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ddp-lsp", "check", "train.py", "--select", "DDP201"])
+    sys.setprofile(lambda *args: None)
+    try:
+        assert entry.run() == 1
+    finally:
+        sys.setprofile(None)
+    assert exits == []
