@@ -364,21 +364,24 @@ _STMT_LISTS = frozenset({"body", "handlers", "orelse", "finalbody", "cases"})
 _STMT_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+def _bind(values: dict[str, list[ast.expr | None]], t: ast.AST, value: ast.expr | None) -> None:
+    """``t`` bound to ``value`` (None: to a part of it, or to what a loop or ``with`` gives),
+    for :func:`_mode_locals`. (A module function, not a closure calling itself: that is a
+    reference cycle, and each function's values would wait for the cyclic collector.)"""
+    if isinstance(t, ast.Name):
+        values.setdefault(t.id, []).append(value)
+    elif isinstance(t, (ast.Tuple, ast.List)):
+        for e in t.elts:
+            _bind(values, e, None)
+    elif isinstance(t, ast.Starred):
+        _bind(values, t.value, None)
+
+
 def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) -> set[str]:
     """Locals assigned exactly once in ``f``'s frame, from a mode test of its arguments
     (``use_fsdp_eval = getattr(args, "fsdp", False) and args.distributed``). Statements only
     (a walrus in an expression is not seen): the cheap walk keeps the facts fast."""
     values: dict[str, list[ast.expr | None]] = {}
-
-    def bind(t: ast.AST, value: ast.expr | None) -> None:
-        if isinstance(t, ast.Name):
-            values.setdefault(t.id, []).append(value)
-        elif isinstance(t, (ast.Tuple, ast.List)):
-            for e in t.elts:
-                bind(e, None)
-        elif isinstance(t, ast.Starred):
-            bind(t.value, None)
-
     stack: list[ast.AST] = list(f.body)
     while stack:
         n = stack.pop()
@@ -386,15 +389,15 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
             continue
         if isinstance(n, ast.Assign):
             for t in n.targets:
-                bind(t, n.value)
+                _bind(values, t, n.value)
         elif isinstance(n, (ast.AugAssign, ast.AnnAssign)):
-            bind(n.target, None)
+            _bind(values, n.target, None)
         elif isinstance(n, (ast.For, ast.AsyncFor)):
-            bind(n.target, None)
+            _bind(values, n.target, None)
         elif isinstance(n, (ast.With, ast.AsyncWith)):
             for item in n.items:
                 if item.optional_vars is not None:
-                    bind(item.optional_vars, None)
+                    _bind(values, item.optional_vars, None)
         elif isinstance(n, ast.ExceptHandler) and n.name:
             values.setdefault(n.name, []).append(None)
         # The statement lists of ``n`` in field order: its children that are statements,

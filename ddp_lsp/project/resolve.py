@@ -61,6 +61,14 @@ def interface(s: ModuleSummary) -> tuple[object, ...]:
     )
 
 
+def _no_reading() -> None:
+    """A resolver without tracking: an answer begins (nothing recorded)."""
+
+
+def _no_key(key: tuple[str, str, str]) -> None:
+    """A resolver without tracking: an answer ends or is found in a memo (nothing recorded)."""
+
+
 class Resolver:
     """Name resolution over a :class:`ProjectIndex`. After an update, :meth:`reuse` says
     whether its answers can be kept (the same modules) and drops those that read a module
@@ -104,9 +112,13 @@ class Resolver:
         # reuse() keeps the answers only when no interface changed.
         self.track = track
         if not track:
-            self._begin = self._end_free  # type: ignore[method-assign]
-            self._end = self._key_free  # type: ignore[method-assign]
-            self._hit = self._key_free  # type: ignore[method-assign]
+            # Plain functions, not this object's bound methods: a bound method kept on its
+            # own object is a reference cycle, and the resolver (with the index and every
+            # summary it holds) would then wait for the cyclic collector instead of going
+            # when the computation drops it (a full collection of millions of objects).
+            self._begin = _no_reading  # type: ignore[method-assign]
+            self._end = _no_key  # type: ignore[method-assign]
+            self._hit = _no_key  # type: ignore[method-assign]
 
     def reuse(self, index: ProjectIndex) -> bool:
         """Whether this resolver answers for ``index`` as it is now: the same modules, and
@@ -153,12 +165,6 @@ class Resolver:
         self.stale = frozenset(stale)
         self.old_imports = old_imports
         return True
-
-    def _end_free(self) -> None:
-        pass
-
-    def _key_free(self, key: tuple[str, str, str]) -> None:
-        pass
 
     def _read(self, module: str) -> None:
         if self._reading:
