@@ -61,6 +61,9 @@ def interface(s: ModuleSummary) -> tuple[object, ...]:
     )
 
 
+_MISSING = object()
+
+
 def _no_reading() -> None:
     """A resolver without tracking: an answer begins (nothing recorded)."""
 
@@ -90,6 +93,14 @@ class Resolver:
         self._function_memo: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._resolve_memo: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._imported_memo: dict[str, list[str]] = {}
+        # function()'s answers as returned (the FunctionInfo of the module's table when it was
+        # asked), for the calls that no answer being computed reads through (every call from
+        # outside): forgotten whenever reuse() takes changed summaries (their tables change).
+        self._function_got: dict[tuple[str, str], tuple[str, fact_model.FunctionInfo] | None] = {}
+        # find_module's answers past the project's own names, by (the importer's package,
+        # name): all it reads then, besides the importer itself (recorded on every call).
+        self._parents: dict[str, str] = {}
+        self._found: dict[tuple[str, str], str | None] = {}
         # The summaries resolution read, by module, with their interfaces.
         # (None read yet over modules read on demand, ``deferred``: flowstate.py's restored
         # state; such a resolver is never reused.)
@@ -141,6 +152,8 @@ class Resolver:
                 changed.append((m, s, face))
         if moved_interface and not self.track:
             return False
+        if changed:
+            self._function_got.clear()
         for m, s, face in changed:
             self._seen[m] = (s, face)
             self._aliases.pop(m, None)
@@ -293,11 +306,26 @@ class Resolver:
             s = self.modules.get(bare)
             if s is not None and s.path.startswith("src/"):
                 return bare
-        parent = importer.rpartition(".")[0]
-        self._read(importer)
-        s = self.modules.get(importer)
-        if s is not None and s.is_package:
-            parent = importer
+        if self._reading:
+            self._reading[-1].add(importer)
+        # (The importer's package and the module names are the resolver's for its lifetime:
+        # reuse() keeps it only for the same modules, each with the same path and kind.)
+        parent = self._parents.get(importer)
+        if parent is None:
+            parent = importer.rpartition(".")[0]
+            s = self.modules.get(importer)
+            if s is not None and s.is_package:
+                parent = importer
+            self._parents[importer] = parent
+        key = (parent, name)
+        found = self._found.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._found[key] = self._find_near(parent, name)
+        return found  # type: ignore[return-value]
+
+    def _find_near(self, parent: str, name: str) -> str | None:
+        """:meth:`find_module`'s answer for a name that is no project module by itself: next
+        to the importer (in ``parent``), then next to an enclosing folder."""
         if parent:
             local = f"{parent}.{name}"
             if local in self._module_names:
@@ -384,16 +412,25 @@ class Resolver:
     def function(self, module: str, spelled: str) -> tuple[str, fact_model.FunctionInfo] | None:
         """The function a call spelled ``spelled`` in ``module`` runs (a class: its __init__)."""
         key = (module, spelled)
+        if not self._reading:
+            got = self._function_got.get(key, _MISSING)
+            if got is not _MISSING:
+                return got  # type: ignore[return-value]
         if key in self._function_memo:
             self._hit(("f", module, spelled))
             hit = self._function_memo[key]
-            return None if hit is None else (hit[0], self.functions(hit[0])[hit[1]])
+            got = None if hit is None else (hit[0], self.functions(hit[0])[hit[1]])
+            if not self._reading:
+                self._function_got[key] = got
+            return got
         self._begin()
         try:
             found = self._function(module, spelled)
         finally:
             self._end(("f", module, spelled))
         self._function_memo[key] = None if found is None else (found[0], found[1].qualname)
+        if not self._reading:
+            self._function_got[key] = found
         return found
 
     def _function(self, module: str, spelled: str) -> tuple[str, fact_model.FunctionInfo] | None:
