@@ -125,7 +125,7 @@ def project_view(
     and anything else (a recursion limit on absurd nesting) is caught here per file."""
     import time
 
-    from ddp_lsp.project import ProjectIndex, compute, snapshot
+    from ddp_lsp.project import ProjectIndex, snapshot
     from ddp_lsp.project.index import no_collection
     from ddp_lsp.sources import ReadError, read_source
 
@@ -235,24 +235,47 @@ def project_view(
     else:
         tried = 0
     index.unread.clear()  # read again below
-    with no_collection():  # the summaries and the facts live on (see no_collection)
-        failed = fill(index, paths[:INDEX_SAMPLE], texts, contents=contents)
-        rest = paths[INDEX_SAMPLE:]
-        parsed_elsewhere = 0
-        if rest and index.cache.misses * 2 > min(len(paths), INDEX_SAMPLE):
-            n = _index_workers(rest, index.cache.directory, workers)
-            if n > 1:
-                parsed_elsewhere = _prefill(index.root, settings, rest, n)
-        failed += fill(index, rest, texts, contents=contents)
-        for path, text in texts.items():  # a new file, not on disk yet: still in the project
-            lay_over(index, path, text)
-        facts = compute(index)
+    # Indexing and computing make millions of objects that live until the snapshot is
+    # stored, none in a reference cycle: the cyclic collector is off meanwhile (see
+    # no_collection), and the index goes (by reference counts) before it is back, or its
+    # first pass would walk every one of them for nothing (3 CPU s at 2,000 files).
+    with no_collection():
+        view = _build(index, settings, paths, texts, contents, workers, tried, state, keys)
+        del index
+    return dataclasses.replace(view, seconds=time.perf_counter() - started)
+
+
+def _build(
+    index: ProjectIndex,
+    settings: Settings,
+    paths: list[Path],
+    texts: dict[Path, str],
+    contents: dict[Path, bytes],
+    workers: int | None,
+    tried: int,
+    state: str,
+    keys: Mapping[str, str],
+) -> ProjectView:
+    """:func:`project_view`'s build from scratch: every file summarised (in worker processes
+    first when most are not cached), the facts computed, the snapshot and the update state
+    stored."""
+    from ddp_lsp.project import compute, flowstate, snapshot
+
+    failed = fill(index, paths[:INDEX_SAMPLE], texts, contents=contents)
+    rest = paths[INDEX_SAMPLE:]
+    parsed_elsewhere = 0
+    if rest and index.cache.misses * 2 > min(len(paths), INDEX_SAMPLE):
+        n = _index_workers(rest, index.cache.directory, workers)
+        if n > 1:
+            parsed_elsewhere = _prefill(index.root, settings, rest, n)
+    failed += fill(index, rest, texts, contents=contents)
+    for path, text in texts.items():  # a new file, not on disk yet: still in the project
+        lay_over(index, path, text)
+    facts = compute(index)
     failed_rel = tuple(p.relative_to(index.root).as_posix() for p in failed)
     summaries = index.summaries
-    from ddp_lsp.project import flowstate
-
     snapshot.store(
-        cache_dir,
+        index.cache.directory,
         index.root,
         index.ranks_key,
         state,
@@ -275,7 +298,6 @@ def project_view(
         len(paths),
         min(len(paths), index.parsed + parsed_elsewhere + tried),
         failed_rel,
-        time.perf_counter() - started,
         unread=tuple(dict.fromkeys((str(p), e.kind, str(e)) for p, e in index.unread.items())),
         cache_warning=index.cache.warning,
     )

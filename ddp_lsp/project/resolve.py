@@ -61,6 +61,17 @@ def interface(s: ModuleSummary) -> tuple[object, ...]:
     )
 
 
+_MISSING = object()
+
+
+def _no_reading() -> None:
+    """A resolver without tracking: an answer begins (nothing recorded)."""
+
+
+def _no_key(key: tuple[str, str, str]) -> None:
+    """A resolver without tracking: an answer ends or is found in a memo (nothing recorded)."""
+
+
 class Resolver:
     """Name resolution over a :class:`ProjectIndex`. After an update, :meth:`reuse` says
     whether its answers can be kept (the same modules) and drops those that read a module
@@ -82,6 +93,14 @@ class Resolver:
         self._function_memo: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._resolve_memo: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._imported_memo: dict[str, list[str]] = {}
+        # function()'s answers as returned (the FunctionInfo of the module's table when it was
+        # asked), for the calls that no answer being computed reads through (every call from
+        # outside): forgotten whenever reuse() takes changed summaries (their tables change).
+        self._function_got: dict[tuple[str, str], tuple[str, fact_model.FunctionInfo] | None] = {}
+        # find_module's answers past the project's own names, by (the importer's package,
+        # name): all it reads then, besides the importer itself (recorded on every call).
+        self._parents: dict[str, str] = {}
+        self._found: dict[tuple[str, str], str | None] = {}
         # The summaries resolution read, by module, with their interfaces.
         # (None read yet over modules read on demand, ``deferred``: flowstate.py's restored
         # state; such a resolver is never reused.)
@@ -104,9 +123,13 @@ class Resolver:
         # reuse() keeps the answers only when no interface changed.
         self.track = track
         if not track:
-            self._begin = self._end_free  # type: ignore[method-assign]
-            self._end = self._key_free  # type: ignore[method-assign]
-            self._hit = self._key_free  # type: ignore[method-assign]
+            # Plain functions, not this object's bound methods: a bound method kept on its
+            # own object is a reference cycle, and the resolver (with the index and every
+            # summary it holds) would then wait for the cyclic collector instead of going
+            # when the computation drops it (a full collection of millions of objects).
+            self._begin = _no_reading  # type: ignore[method-assign]
+            self._end = _no_key  # type: ignore[method-assign]
+            self._hit = _no_key  # type: ignore[method-assign]
 
     def reuse(self, index: ProjectIndex) -> bool:
         """Whether this resolver answers for ``index`` as it is now: the same modules, and
@@ -129,6 +152,8 @@ class Resolver:
                 changed.append((m, s, face))
         if moved_interface and not self.track:
             return False
+        if changed:
+            self._function_got.clear()
         for m, s, face in changed:
             self._seen[m] = (s, face)
             self._aliases.pop(m, None)
@@ -153,12 +178,6 @@ class Resolver:
         self.stale = frozenset(stale)
         self.old_imports = old_imports
         return True
-
-    def _end_free(self) -> None:
-        pass
-
-    def _key_free(self, key: tuple[str, str, str]) -> None:
-        pass
 
     def _read(self, module: str) -> None:
         if self._reading:
@@ -287,11 +306,26 @@ class Resolver:
             s = self.modules.get(bare)
             if s is not None and s.path.startswith("src/"):
                 return bare
-        parent = importer.rpartition(".")[0]
-        self._read(importer)
-        s = self.modules.get(importer)
-        if s is not None and s.is_package:
-            parent = importer
+        if self._reading:
+            self._reading[-1].add(importer)
+        # (The importer's package and the module names are the resolver's for its lifetime:
+        # reuse() keeps it only for the same modules, each with the same path and kind.)
+        parent = self._parents.get(importer)
+        if parent is None:
+            parent = importer.rpartition(".")[0]
+            s = self.modules.get(importer)
+            if s is not None and s.is_package:
+                parent = importer
+            self._parents[importer] = parent
+        key = (parent, name)
+        found = self._found.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._found[key] = self._find_near(parent, name)
+        return found  # type: ignore[return-value]
+
+    def _find_near(self, parent: str, name: str) -> str | None:
+        """:meth:`find_module`'s answer for a name that is no project module by itself: next
+        to the importer (in ``parent``), then next to an enclosing folder."""
         if parent:
             local = f"{parent}.{name}"
             if local in self._module_names:
@@ -378,16 +412,25 @@ class Resolver:
     def function(self, module: str, spelled: str) -> tuple[str, fact_model.FunctionInfo] | None:
         """The function a call spelled ``spelled`` in ``module`` runs (a class: its __init__)."""
         key = (module, spelled)
+        if not self._reading:
+            got = self._function_got.get(key, _MISSING)
+            if got is not _MISSING:
+                return got  # type: ignore[return-value]
         if key in self._function_memo:
             self._hit(("f", module, spelled))
             hit = self._function_memo[key]
-            return None if hit is None else (hit[0], self.functions(hit[0])[hit[1]])
+            got = None if hit is None else (hit[0], self.functions(hit[0])[hit[1]])
+            if not self._reading:
+                self._function_got[key] = got
+            return got
         self._begin()
         try:
             found = self._function(module, spelled)
         finally:
             self._end(("f", module, spelled))
         self._function_memo[key] = None if found is None else (found[0], found[1].qualname)
+        if not self._reading:
+            self._function_got[key] = found
         return found
 
     def _function(self, module: str, spelled: str) -> tuple[str, fact_model.FunctionInfo] | None:

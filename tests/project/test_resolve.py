@@ -158,3 +158,23 @@ def test_monorepo_absolute_imports_resolve_by_the_longest_project_suffix(tmp_pat
         "tools",
         "tools.train_net",
     ]
+
+
+def test_one_name_next_to_importers_of_different_folders(tmp_path: Path) -> None:
+    # `import engine` in a/train.py is a/engine.py, in b/train.py b/engine.py, and next to an
+    # enclosing folder in a/sub/tool.py (a/engine.py): one resolver answers for all of them
+    # (find_module keeps its answers by the importer's package, not by the name alone).
+    (tmp_path / ".git").mkdir()
+    for pkg in ("a", "b"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "engine.py").write_text(f"def run_{pkg}(x):\n    pass\n")
+        (tmp_path / pkg / "train.py").write_text(f"import engine\nengine.run_{pkg}(1)\n")
+    (tmp_path / "a" / "sub").mkdir()
+    (tmp_path / "a" / "sub" / "tool.py").write_text("import engine\nengine.run_a(1)\n")
+    r = Resolver(build(tmp_path))
+    assert r.resolve("a.train", "engine.run_a") == ("a.engine", "run_a")
+    assert r.resolve("b.train", "engine.run_b") == ("b.engine", "run_b")
+    assert r.resolve("b.train", "engine.run_a") is None
+    assert r.resolve("a.sub.tool", "engine.run_a") == ("a.engine", "run_a")
+    assert r.find_module("b.train", "engine") == "b.engine"
+    assert r.find_module("a.train", "engine") == "a.engine"
