@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import TypeVar
 
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import gates as gate_facts
@@ -38,8 +37,9 @@ from ddp_lsp.core.factkinds import (
     SavesThrough,
     SourceMarker,
 )
+from ddp_lsp.core.rankfuncs import guards_itself, is_rank_predicate, nonzero_only, zero_only
 from ddp_lsp.core.ranks import RankModel
-from ddp_lsp.core.uniformity import condition_ranks, single_process_test
+from ddp_lsp.core.uniformity import condition_ranks
 from ddp_lsp.core.walk import children, walk
 
 # The last names of the framework tables' barriers (`dist.barrier`, `accelerator.wait_for_everyone`,
@@ -246,7 +246,7 @@ class _Extractor:
                 and isinstance(stmt, ast.If)
                 and stmt.body
                 and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise))
-                and _nonzero(condition_ranks(self.ranks, stmt.test))
+                and nonzero_only(condition_ranks(self.ranks, stmt.test))
             ):
                 guarded = True
 
@@ -291,10 +291,10 @@ class _Extractor:
             self._rank_branches += pol is not None
             self._ifs += 1
             mark = len(self.bindings)
-            self.block(s.body, scope, guarded or _zero(pol))
+            self.block(s.body, scope, guarded or zero_only(pol))
             self._drop_if_raises(s.body, scope, mark)
             mark = len(self.bindings)
-            self.block(s.orelse, scope, guarded or _nonzero(pol))
+            self.block(s.orelse, scope, guarded or nonzero_only(pol))
             self._drop_if_raises(s.orelse, scope, mark)
             self._ifs -= 1
             self._rank_branches -= pol is not None
@@ -389,7 +389,7 @@ class _Extractor:
         self._wrapped.append(set())
         self._loop_names.append(set())
         self._nested_rank_test.append(False)
-        body_guarded = _guards_itself(f.body, self.ranks)
+        body_guarded = guards_itself(f.body, self.ranks)
         outer = self._hscope
         if self.handed is not None:
             hcls = self._hclass.get(id(f))
@@ -415,7 +415,7 @@ class _Extractor:
             props.add(COLLECTIVE)
         if body_guarded:
             props.add(GUARDS_ITSELF)
-        if _is_rank_predicate(f, self.ranks):
+        if is_rank_predicate(f, self.ranks):
             props.add(RANK_PREDICATE)
         if nested_rank_test and any(c.rsplit(".", 1)[-1] == "addFilter" for c in calls):
             # `def rank0_filter(record): return record.global_rank == 0` ...
@@ -627,7 +627,7 @@ class _Extractor:
                 # else `self.is_local_main if local_fs else self.is_main`: a uniform choice
                 # between two rank tests (core/rankcond.py), the value itself.
             flag = condition_ranks(self.ranks, test)
-            if _zero(flag):
+            if zero_only(flag):
                 self.bindings.append(Binding(b_scope, path, (SourceMarker.RANK0_FLAG,)))
         chain = _call_chain(value)
         if chain:
@@ -683,150 +683,3 @@ def _call_chain(value: ast.AST) -> tuple[str, ...]:
             break
         node = node.args[0]
     return tuple(chain)
-
-
-def _guards_itself(body: list[ast.stmt], ranks: RankModel) -> bool:
-    """A body that does its work only on rank 0 (``save_on_master``)."""
-    stmts = [s for s in body if not _is_docstring(s)]
-    if not stmts:
-        return False
-    first = stmts[0]
-    if isinstance(first, ast.If):
-        pol = condition_ranks(ranks, first.test)
-        if _zero(pol) and len(stmts) == 1 and not first.orelse:
-            return True
-        if _nonzero(pol) and first.body and isinstance(first.body[-1], (ast.Return, ast.Raise)):
-            return True
-    return False
-
-
-def _is_docstring(s: ast.stmt) -> bool:
-    return (
-        isinstance(s, ast.Expr)
-        and isinstance(s.value, ast.Constant)
-        and isinstance(s.value.value, str)
-    )
-
-
-def _is_rank_predicate(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankModel) -> bool:
-    returns = _returns(f.body)
-    if not returns:
-        return False
-    values = [r.value for r in returns if r.value is not None]  # (each has one)
-    others = [v for v in values if not _zero(condition_ranks(ranks, v))]
-    if not others:
-        return True
-    # Only a first-rank test or a `return True` (which the single-process side may hold) can
-    # be among them: any other value rules the function out, without the walk below.
-    if any(not _is_true(v) and not _first_of_groups(v, ranks) for v in others):
-        return False
-    # `if dist.is_initialized(): return dist.get_rank() % num_gpus == 0` / `else: return True`
-    # (SlowFast's `is_master_proc(num_gpus)`): a first-rank test (rank 0 of every group of
-    # `num_gpus`, the job's rank 0 when called with the world size), and true in a
-    # single-process run, where no rank of a distributed run goes.
-    single = _single_process_returns(f.body, ranks)
-    tests = [r.value for r in returns if r.value is not None and id(r) not in single]
-    return bool(tests) and all(
-        _zero(condition_ranks(ranks, v)) or _first_of_groups(v, ranks) for v in tests
-    )
-
-
-def _first_of_groups(e: ast.expr, ranks: RankModel) -> bool:
-    """``rank % n == 0``: the first rank of every group of ``n`` (rank 0 among them)."""
-    return (
-        isinstance(e, ast.Compare)
-        and len(e.ops) == 1
-        and isinstance(e.ops[0], ast.Eq)
-        and isinstance(e.left, ast.BinOp)
-        and isinstance(e.left.op, ast.Mod)
-        and ranks.is_rank_expr(e.left.left)
-        and isinstance(e.comparators[0], ast.Constant)
-        and e.comparators[0].value == 0
-    )
-
-
-def _single_process_returns(body: list[ast.stmt], ranks: RankModel) -> set[int]:
-    """The ``return True`` statements (ids) on the single-process side of an ``if``: the body
-    of ``if not dist.is_initialized():`` / ``if world_size == 1:``, the ``else:`` of ``if
-    dist.is_initialized():``."""
-    out: set[int] = set()
-    for node in _statements_of(body, ast.If):
-        negated = ast.UnaryOp(ast.Not(), node.test)
-        for side, test in ((node.body, node.test), (node.orelse, negated)):
-            if not single_process_test(ranks, test):
-                continue
-            for s in side:
-                if isinstance(s, ast.Return) and _is_true(s.value):
-                    out.add(id(s))
-    return out
-
-
-def _is_true(e: ast.expr | None) -> bool:
-    return isinstance(e, ast.Constant) and e.value is True
-
-
-def _statements_of(body: list[ast.stmt], kind: type[_S]) -> list[_S]:
-    """Every statement of class ``kind`` under ``body`` (nested functions and classes
-    included): the ``ast.walk`` of the statements, less their expressions, which hold no
-    statement (a lambda's body is an expression)."""
-    out: list[_S] = []
-    stack: list[ast.AST] = list(body)
-    lists = _LISTS
-    while stack:
-        s = stack.pop()
-        cls = s.__class__
-        if cls is kind:
-            out.append(s)  # type: ignore[arg-type]
-        names = lists.get(cls)
-        if names is None:
-            names = lists[cls] = _list_fields(cls)
-        for name in names:
-            seq = getattr(s, name, None)
-            if isinstance(seq, list):
-                stack.extend(seq)
-    return out
-
-
-def _returns(body: list[ast.stmt]) -> list[ast.Return]:
-    """Every ``return <value>`` under ``body``, nested functions and classes included. A
-    return is a statement: only statement lists are walked, never expressions."""
-    out: list[ast.Return] = []
-    stack: list[ast.AST] = list(body)
-    lists = _LISTS
-    while stack:
-        s = stack.pop()
-        cls = s.__class__
-        if cls is ast.Return:
-            if s.value is not None:  # type: ignore[attr-defined]
-                out.append(s)  # type: ignore[arg-type]
-            continue
-        names = lists.get(cls)
-        if names is None:
-            names = lists[cls] = _list_fields(cls)
-        for name in names:
-            seq = getattr(s, name, None)
-            if isinstance(seq, list):
-                stack.extend(seq)
-    return out
-
-
-_LISTS: dict[type, tuple[str, ...]] = {}
-_S = TypeVar("_S", bound=ast.stmt)
-
-
-def _list_fields(cls: type) -> tuple[str, ...]:
-    """The fields of ``cls`` that may hold statements (or handlers, cases), in this order."""
-    return tuple(
-        n
-        for n in ("body", "orelse", "finalbody", "handlers", "cases")
-        if n in getattr(cls, "_fields", ())
-    )
-
-
-def _zero(found: object) -> bool:
-    """Rank 0 only (global or local), with no uniform escape (the uniformity analysis)."""
-    return getattr(found, "zero", False) and not getattr(found, "unless", "")
-
-
-def _nonzero(found: object) -> bool:
-    return getattr(found, "nonzero", False) and not getattr(found, "unless", "")

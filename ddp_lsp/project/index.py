@@ -17,24 +17,23 @@ user-only directories and ignored (then rewritten) when they fail any check: see
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import hashlib
 import itertools
 import json
 import logging
-import operator
 import os
 import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from ddp_lsp.config import Settings
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.ranks import RankModel
+from ddp_lsp.project.sharing import Sharer
 from ddp_lsp.project.summary import ModuleSummary, summarise_with_facts
 from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source
 
@@ -48,24 +47,6 @@ _T = TypeVar("_T")
 MAX_FILE_BYTES = MAX_SOURCE_BYTES
 PRUNE_AGE_DAYS = 30
 PROJECT_MARKERS = ("pyproject.toml", ".git")
-
-
-# The frozen dataclasses a summary is made of, with their fields in constructor order.
-_FIELDS: dict[Any, tuple[str, ...]] = {
-    t: tuple(f.name for f in dataclasses.fields(t))
-    for t in (
-        ModuleSummary,
-        fact_model.ChunkFacts,
-        fact_model.FunctionInfo,
-        fact_model.CallSite,
-        fact_model.Binding,
-    )
-}
-
-
-# A file's own summary and facts: never equal to another file's (the path differs), so never
-# looked up to share (see _Sharer).
-_UNIQUE = frozenset({ModuleSummary, fact_model.ChunkFacts})
 
 
 def find_root(paths: Iterable[Path]) -> Path:
@@ -130,91 +111,6 @@ def _platform_cache() -> str:
 
 def _ranks_key(ranks: RankModel) -> bytes:
     return repr((sorted(ranks.names), sorted(ranks.predicates), ranks.frameworks.apis)).encode()
-
-
-class _Sharer:
-    """Shares equal strings, tuples and facts between summaries.
-
-    Files of one project spell the same names (``torch.distributed.all_reduce``, ``model``,
-    ``optimizer``) and make the same calls; without sharing, each summary holds its own copies,
-    which is most of the index's memory.
-    """
-
-    def __init__(self) -> None:
-        # Also filled by the cache's decoder, which builds summaries shared as it reads them.
-        self.memo: dict[object, object] = {}
-
-    def __call__(self, obj: _T) -> _T:
-        return cast(_T, self._share(obj))
-
-    def _share(self, obj: object) -> object:
-        # The common cases first, without a call per item: strings (interned) and tuples.
-        kind = obj.__class__
-        if kind is str:
-            return _intern(cast(str, obj))
-        if kind is tuple:
-            memo = self.memo
-            hit = memo.get(obj)
-            if hit is not None:
-                return hit
-            share = self._share
-            items = [_intern(x) if x.__class__ is str else share(x) for x in obj]  # type: ignore[attr-defined]
-            if not all(map(_is, items, obj)):  # type: ignore[call-overload]
-                obj = tuple(items)
-            # (Else every item is already the shared one: the tuple itself is kept, no copy
-            # built and the original freed.)
-            return memo.setdefault(obj, obj)
-        if kind is int or kind is bool or obj is None:
-            return obj
-        return self._share_other(obj, kind)
-
-    def _share_other(self, obj: object, kind: type) -> object:
-        if isinstance(obj, str):
-            return sys.intern(obj)
-        fields = _FIELDS.get(kind)
-        if kind in _UNIQUE and fields is not None:
-            # One per file: looking one up hashed the whole summary (twice, with its facts),
-            # for a hit no two files' summaries give. Its parts are shared as below.
-            return self._rebuilt(obj, kind, fields)
-        if kind is frozenset or fields is not None:
-            # An equal object seen before is returned whole, without walking it: most facts of
-            # a file repeat facts of others, and hashing them runs in C.
-            hit = self.memo.get(obj)
-            if hit is not None:
-                return hit
-        if isinstance(obj, tuple):
-            obj = tuple(self._share(x) for x in obj)
-        elif isinstance(obj, frozenset):
-            obj = frozenset(self._share(x) for x in obj)
-        elif fields is not None:
-            obj = self._rebuilt(obj, kind, fields)
-        else:
-            return obj
-        return self.memo.setdefault(obj, obj)
-
-    def _rebuilt(self, obj: object, kind: type, fields: tuple[str, ...]) -> object:
-        """``obj`` with its fields shared: ``obj`` itself when each field already is the
-        shared value (identifiers come interned from the parser, facts from the memo), else
-        a copy built with them."""
-        old = list(map(obj.__dict__.__getitem__, fields))
-        share = self._share
-        values = [share(v) for v in old]
-        if all(map(_is, values, old)):
-            return obj
-        return _build(kind, fields, values)
-
-
-_intern = sys.intern
-_is = operator.is_
-
-
-def _build(kind: type, fields: tuple[str, ...], values: list[object]) -> object:
-    """``kind(*values)`` without the frozen dataclass's ``__init__`` (one
-    ``object.__setattr__`` per field), as the cache's decoder and pickle build them: none of
-    the summary's dataclasses has a ``__post_init__`` (the codec refuses one)."""
-    obj: Any = object.__new__(kind)
-    obj.__dict__.update(zip(fields, values, strict=True))
-    return obj
 
 
 # An entry is the summary of one file of at most MAX_FILE_BYTES; anything far larger is not
@@ -338,7 +234,7 @@ class SummaryCache:
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
         self._memory: dict[str, ModuleSummary] = {}
-        self.share = _Sharer()
+        self.share = Sharer()
         self.hits = 0
         self.misses = 0
         # Why the directory is not used, the first time this process meets it (the CLI prints
@@ -371,7 +267,7 @@ class SummaryCache:
         data = _read_entry(file)
         if data is None:
             return None
-        summary = _decode_entry(data, key, self.share.memo)  # built shared (see _Sharer)
+        summary = _decode_entry(data, key, self.share.memo)  # built shared (see sharing.Sharer)
         if summary is None:
             return None
         self._memory[key] = summary
@@ -402,7 +298,7 @@ class SummaryCache:
         keep = {s.digest: s for s in live}
         if len(self._memory) > len(keep):
             self._memory = {k: v for k, v in self._memory.items() if k in keep}
-            self.share = _Sharer()
+            self.share = Sharer()
 
     def prune(self, max_age_days: float = PRUNE_AGE_DAYS) -> int:
         """Delete disk entries not written for ``max_age_days`` (at most once a day, marked

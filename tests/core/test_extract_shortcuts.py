@@ -5,7 +5,7 @@ few of the extractor's steps take shortcuts; the definitions they were written f
 here, and each shortcut is compared with its definition on crafted cases (each branch of the
 definition) and on every function of the rules' own cases and of the project fixtures:
 
-- ``_is_rank_predicate`` decides a function that returns something neither a rank-0 test, a
+- ``rankfuncs.is_rank_predicate`` decides a function that returns something neither a rank-0 test, a
   first-rank test nor ``True`` without walking its ``if`` statements, and walks statements
   only (``_single_process_returns``);
 - ``gates.site_facts`` in a function without parameters writes each argument's token without
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lsp.core import factextract, gates
+from ddp_lsp.core import factextract, gates, rankfuncs
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.rankcond import condition_ranks
 from ddp_lsp.core.ranks import RankModel
@@ -37,8 +37,8 @@ FIXTURES = Path(__file__).parent.parent / "project" / "fixtures"
 
 
 def rank_predicate_definition(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: RankModel) -> bool:
-    zero = factextract._zero
-    returns = factextract._returns(f.body)
+    zero = rankfuncs.zero_only
+    returns = rankfuncs._returns(f.body)
     if not returns:
         return False
     if all(zero(condition_ranks(ranks, r.value)) for r in returns if r.value is not None):
@@ -46,7 +46,7 @@ def rank_predicate_definition(f: ast.FunctionDef | ast.AsyncFunctionDef, ranks: 
     single = single_process_returns_definition(f.body, ranks)
     tests = [r.value for r in returns if r.value is not None and id(r) not in single]
     return bool(tests) and all(
-        zero(condition_ranks(ranks, v)) or factextract._first_of_groups(v, ranks) for v in tests
+        zero(condition_ranks(ranks, v)) or rankfuncs._first_of_groups(v, ranks) for v in tests
     )
 
 
@@ -264,7 +264,7 @@ PREDICATES = RANKS.with_extra(predicates=frozenset({"is_main_process", "is_maste
 
 def test_the_cases_cover_each_branch() -> None:
     crafted = {n.split(":")[1]: f for n, f in FUNCTIONS if n.startswith("crafted:")}
-    got = {q: factextract._is_rank_predicate(f, RANKS) for q, f in crafted.items()}
+    got = {q: rankfuncs.is_rank_predicate(f, RANKS) for q, f in crafted.items()}
     assert got["only_zero"] and got["zero_or_single"] and got["zero_or_single_else"]
     assert got["first_of_groups"] and got["nested_single"]
     assert not got["true_but_not_single"] and not got["only_true"]
@@ -278,13 +278,13 @@ def test_rank_predicates_as_defined(ranks: RankModel) -> None:
     differ = [
         name
         for name, f in FUNCTIONS
-        if factextract._is_rank_predicate(f, ranks) != rank_predicate_definition(f, ranks)
+        if rankfuncs.is_rank_predicate(f, ranks) != rank_predicate_definition(f, ranks)
     ]
     assert differ == []
     differ = [
         name
         for name, f in FUNCTIONS
-        if factextract._single_process_returns(f.body, ranks)
+        if rankfuncs._single_process_returns(f.body, ranks)
         != single_process_returns_definition(f.body, ranks)
     ]
     assert differ == []

@@ -158,7 +158,7 @@ def test_equal_facts_are_shared_between_files(tmp_path: Path) -> None:
 def test_sharing_keeps_what_is_already_shared() -> None:
     # A summary's parts that already are the shared ones (identifiers come interned from the
     # parser) are kept, not copied: the copy was built and the original freed, per object.
-    from ddp_lsp.project.index import _Sharer
+    from ddp_lsp.project.sharing import Sharer as _Sharer
     from ddp_lsp.project.summary import summarise
 
     src = "import torch.distributed as dist\n\ndef sync(model):\n    dist.barrier()\n"
