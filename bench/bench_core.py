@@ -37,6 +37,15 @@ from ddp_lsp.core.settings import Settings  # noqa: E402
 from ddp_lsp.core.types import Pos  # noqa: E402
 
 
+def print_table(rows: list[tuple[str, str, str]]) -> None:
+    """The load average, then ``rows`` as a Markdown table (measurement, result, note)."""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"load average (1, 5, 15 min) at the end: {load} on {os.cpu_count()} CPUs\n")
+    print("| measurement | result | note |\n| --- | --- | --- |")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
     k = min(len(values) - 1, max(0, round(p / 100 * (len(values) - 1))))
@@ -136,11 +145,7 @@ def main() -> None:
                 f"(before: {before / 1024:.0f} MB; budget <= 250 MB)",
             )
         )
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"load average (1, 5, 15 min) at the end: {load} on {os.cpu_count()} CPUs\n")
-    print("| measurement | result | note |\n| --- | --- | --- |")
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
+    print_table(rows)
 
 
 if __name__ == "__main__":

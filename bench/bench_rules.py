@@ -31,17 +31,12 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.bench_core import pct, print_table  # noqa: E402
 from bench.gen import module  # noqa: E402
 from ddp_lsp.core import engine  # noqa: E402
 from ddp_lsp.core.document import Document  # noqa: E402
 from ddp_lsp.core.registry import all_rules  # noqa: E402
 from ddp_lsp.core.settings import Settings  # noqa: E402
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    k = min(len(values) - 1, max(0, round(p / 100 * (len(values) - 1))))
-    return values[k]
 
 
 def first_analysis(text: str, settings: Settings) -> tuple[float, float]:
@@ -159,11 +154,7 @@ def main() -> None:
                 f"{len(times)} chunks; rules over all chunks (ms): {top}",
             )
         )
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"load average (1, 5, 15 min) at the end: {load} on {os.cpu_count()} CPUs\n")
-    print("| measurement | result | note |\n| --- | --- | --- |")
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
+    print_table(rows)
 
 
 if __name__ == "__main__":

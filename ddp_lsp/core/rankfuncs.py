@@ -115,26 +115,8 @@ def _statements_of(body: list[ast.stmt], kind: type[_S]) -> list[_S]:
 
 
 def _returns(body: list[ast.stmt]) -> list[ast.Return]:
-    """Every ``return <value>`` under ``body``, nested functions and classes included. A
-    return is a statement: only statement lists are walked, never expressions."""
-    out: list[ast.Return] = []
-    stack: list[ast.AST] = list(body)
-    lists = _LISTS
-    while stack:
-        s = stack.pop()
-        cls = s.__class__
-        if cls is ast.Return:
-            if s.value is not None:  # type: ignore[attr-defined]
-                out.append(s)  # type: ignore[arg-type]
-            continue
-        names = lists.get(cls)
-        if names is None:
-            names = lists[cls] = _list_fields(cls)
-        for name in names:
-            seq = getattr(s, name, None)
-            if isinstance(seq, list):
-                stack.extend(seq)
-    return out
+    """Every ``return <value>`` under ``body``, nested functions and classes included."""
+    return [r for r in _statements_of(body, ast.Return) if r.value is not None]
 
 
 _LISTS: dict[type, tuple[str, ...]] = {}
