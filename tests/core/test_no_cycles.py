@@ -14,6 +14,7 @@ import gc
 from ddp_lsp.core import engine
 from ddp_lsp.core.document import Document
 from ddp_lsp.core.settings import Settings
+from tests.gcprobe import cyclic_garbage_by_type
 
 # Rank conditions through flags and a conditional expression (the resolver follows both),
 # collectives under them: every chunk's rules ask the rank uniformity.
@@ -49,19 +50,7 @@ def evaluate(model, loader):
 
 def _garbage_of(types: tuple[str, ...]) -> dict[str, int]:
     """Unreachable objects of these type names that only a cyclic collection frees."""
-    flags = gc.get_debug()
-    gc.set_debug(flags | gc.DEBUG_SAVEALL)
-    try:
-        gc.collect()
-        found: dict[str, int] = {}
-        for obj in gc.garbage:
-            name = type(obj).__name__
-            if name in types:
-                found[name] = found.get(name, 0) + 1
-    finally:
-        gc.garbage.clear()
-        gc.set_debug(flags)
-    return found
+    return {name: n for name, n in cyclic_garbage_by_type().items() if name in types}
 
 
 def test_an_analysis_leaves_no_cycle_through_a_chunk_context() -> None:

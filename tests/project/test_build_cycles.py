@@ -20,6 +20,7 @@ import pytest
 from ddp_lsp.config import Settings
 from ddp_lsp.project import build
 from ddp_lsp.project.resolve import Resolver
+from tests.gcprobe import cyclic_garbage
 
 from .helpers import FIXTURES
 
@@ -35,14 +36,10 @@ def _ours(o: object) -> bool:
 def _left_over(make: object) -> list[object]:
     gc.collect()
     gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         make()  # type: ignore[operator]
-        gc.collect()
-        return [o for o in gc.garbage if _ours(o)]
+        return [o for o in cyclic_garbage() if _ours(o)]
     finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
         gc.enable()
 
 

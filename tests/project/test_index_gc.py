@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ddp_lsp.project import ProjectIndex
 from ddp_lsp.project.index import _PROMOTE_AT, no_collection
+from tests.gcprobe import cyclic_garbage_by_type
 
 from .helpers import FIXTURES
 
@@ -39,21 +40,6 @@ def train(args, model, loader, optimizer, rank=0):
 """
 
 
-def _cyclic_garbage() -> dict[str, int]:
-    flags = gc.get_debug()
-    gc.set_debug(flags | gc.DEBUG_SAVEALL)
-    try:
-        gc.collect()
-        found: dict[str, int] = {}
-        for obj in gc.garbage:
-            name = type(obj).__name__
-            found[name] = found.get(name, 0) + 1
-    finally:
-        gc.garbage.clear()
-        gc.set_debug(flags)
-    return found
-
-
 def test_summarising_files_leaves_no_cycle(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     (tmp_path / "train.py").write_text(TRAIN)
@@ -63,7 +49,7 @@ def test_summarising_files_leaves_no_cycle(tmp_path: Path) -> None:
     try:
         index = ProjectIndex(tmp_path, cache_dir=False).build()
         ProjectIndex(FIXTURES / "deit", cache_dir=False).build()
-        garbage = _cyclic_garbage()
+        garbage = cyclic_garbage_by_type()
     finally:
         if was:
             gc.enable()
