@@ -23,6 +23,7 @@ from ddp_lsp.core.chunkcache import AnalysisKey, ChunkCache, FinishedFindings
 from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.factmerge import merge_input
 from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, MergeCache, ModuleFacts, extract, merge
+from ddp_lsp.core.newsyntax import newer_grammar_rejects
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.types import Pos
 
@@ -305,9 +306,11 @@ def _newer_grammar_accepts(text: str, member_of: str | None) -> bool:
             depth -= 1
     if deepest > _MAX_FALLBACK_DEPTH:
         return False
+    src = text if member_of is None else _MEMBER_PREFIX + text
+    if newer_grammar_rejects(src):
+        return False  # a half-typed f-string: no grammar accepts it (core/newsyntax.py)
     import libcst  # imported on first broken chunk only: it costs ~0.1 s to import
 
-    src = text if member_of is None else _MEMBER_PREFIX + text
     try:
         libcst.parse_module(src)
     except Exception:  # libcst raises ParserSyntaxError, and others on odd input
