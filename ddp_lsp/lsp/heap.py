@@ -92,12 +92,16 @@ class HeapKeeper:
 # -- imports the keystroke path would otherwise pay for ------------------------------------------
 
 # libcst answers whether a chunk that ``ast`` rejects parses in a newer Python
-# (core/document.py): it is imported the first time a half-typed statement with a newer-grammar
-# marker (an f-string, ``type``, ``except``) breaks a chunk, and importing it costs 0.12-0.25 s
-# of CPU: on the event loop, one keystroke's wait in the middle of typing (measured: the
-# slowest edit of a 200-edit run at 1,500 and at 20,000 lines). Imported on a thread once the
-# first diagnostics are out, it shares the CPU with the edits meanwhile instead.
+# (core/document.py), for the few chunks that core/newsyntax.py cannot decide alone (half-typed
+# f-strings it decides: no grammar accepts them). Importing it costs 0.12-0.25 s of CPU: on the
+# event loop, one keystroke's wait (measured: the slowest edit of a 200-edit run at 1,500 and at
+# 20,000 lines, when every half-typed f-string asked libcst). It is imported on a thread once
+# typing pauses for PRELOAD_IDLE_S: started right after the first diagnostics, as it was, the
+# thread held the GIL between the first keystrokes' messages, and each of the first 10-20
+# edits of a typing run waited for it (up to the 5 ms switch interval, several times: the
+# slowest edits of a 1,500-line run, docs/performance.md).
 PRELOAD = ("libcst",)
+PRELOAD_IDLE_S = 1.0
 _preloaded = False
 
 
@@ -119,3 +123,26 @@ def preload_in_background() -> None:
                 pass
 
     threading.Thread(target=run, name="ddp-lsp-preload", daemon=True).start()
+
+
+class IdlePreload:
+    """Calls :func:`preload_in_background` once no analysis has run for ``PRELOAD_IDLE_S``."""
+
+    def __init__(self) -> None:
+        self._timer: asyncio.TimerHandle | None = None
+
+    def analysed(self) -> None:
+        """An analysis was published: (re)arm the pause, until the import has started."""
+        if _preloaded:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (tests driving the state directly)
+            return
+        self._timer = loop.call_later(PRELOAD_IDLE_S, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        preload_in_background()
