@@ -15,10 +15,10 @@ possible newer constructs are f-strings and t-strings: it lexes them as Python 3
   its operand) is not parsed by a newer grammar either (the rest of the chunk is read the same
   by both).
 
-Anything it does not model exactly (a backslash inside a replacement field, a backslash or quote
-in a format spec, ``\\{``, a lone ``}``) returns False: libcst is asked, as before. So the answer True is
-only given when a newer grammar rejects the chunk (``tests/core/test_newsyntax.py`` checks it
-against libcst on every prefix of typed statements).
+Anything it does not model exactly (a backslash inside a replacement field or a format spec,
+``\\{``, ``{{`` in a format spec, a lone ``}``) returns False: libcst is asked, as before. So the
+answer True is only given when a newer grammar rejects the chunk (``tests/core/test_newsyntax.py``
+checks it against libcst on every prefix of typed statements).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ _PREFIXES = frozenset(
 # word of one or two prefix letters right before a quote.
 _TOP = re.compile(r"""[#\\'"]|\b[rRbBuUfFtT]{1,2}(?=['"])""")
 _WORD = re.compile(r"\w+")
+_CLOSER = {"(": ")", "[": "]", "{": "}"}
 # SyntaxError messages of the grammar itself (no rule matched, a bracket left open).
 _STRUCTURAL = re.compile(
     r"invalid syntax|'.' was never closed|unexpected EOF|unterminated|expected|unmatched"
@@ -144,7 +145,7 @@ class _Lexer:
                     raise _Open
                 j += 1
             elif formatted and c == "{":
-                j = j + 2 if src.startswith("{", j + 1) else self.field(j + 1)
+                j = j + 2 if src.startswith("{", j + 1) else self.field(j + 1, quote)
             elif formatted and c == "}":
                 if not src.startswith("}", j + 1):
                     raise _Unknown  # a lone '}'
@@ -152,23 +153,25 @@ class _Lexer:
             else:
                 j += 1
 
-    def field(self, j: int) -> int:
-        """A replacement field from after its ``{``: the index after its ``}``."""
+    def field(self, j: int, quote: str) -> int:
+        """A replacement field from after its ``{`` in an f-string closed by ``quote``: the
+        index after its ``}``."""
         src = self.src
-        depth = 0
+        stack: list[str] = []
         while True:
             if j >= self.n:
                 raise _Open
             c = src[j]
             if c in "([{":
-                depth += 1
+                stack.append(_CLOSER[c])
                 j += 1
             elif c in ")]}":
-                if depth == 0:
+                if not stack:
                     if c == "}":
                         return j + 1
-                    raise _Unknown
-                depth -= 1
+                    raise _Open  # `f"{x)}"`: unmatched in every grammar
+                if stack.pop() != c:
+                    raise _Open  # `(]`: mismatched in every grammar
                 j += 1
             elif c == "#":
                 j = self._line_end(j)
@@ -184,27 +187,27 @@ class _Lexer:
                     j = self.string(end, word)
                 else:
                     j = end
-            elif depth == 0 and c == ":":
-                return self.spec(j + 1)
-            elif depth == 0 and c == "!" and not src.startswith("!=", j):
+            elif not stack and c == ":":
+                return self.spec(j + 1, quote)
+            elif not stack and c == "!" and not src.startswith("!=", j):
                 j += 1  # a conversion (`!r`): its name, then ':' or '}'
             else:
                 j += 1
 
-    def spec(self, j: int) -> int:
+    def spec(self, j: int, quote: str) -> int:
         """A format spec from after its ``:``: the index after the field's ``}``."""
         src = self.src
         while True:
-            if j >= self.n:
-                raise _Open
+            if j >= self.n or src.startswith(quote, j):
+                raise _Open  # the f-string ends inside its field: an error in every grammar
             c = src[j]
             if c == "}":
                 return j + 1
             if c == "{":
                 if src.startswith("{", j + 1):
                     raise _Unknown
-                j = self.field(j + 1)
-            elif c in "\\'\"":
+                j = self.field(j + 1, quote)
+            elif c == "\\":
                 raise _Unknown
             else:
                 j += 1  # a line break too: some 3.12 and 3.13 releases accept one here

@@ -102,7 +102,12 @@ def test_typing_an_f_string_asks_libcst_nothing(monkeypatch: Any) -> None:
         raise SyntaxError("asked")
 
     monkeypatch.setattr(libcst, "parse_module", parse_module)
-    text = "import torch\n\n\ndef train(step, loss):\n    x = 1\n    return x\n"
+    # The lines after the half-typed one are read as its replacement field's code: a ':' there
+    # starts a format spec, which the quote of the call's string ends.
+    text = (
+        "import torch\n\n\ndef train(step, loss):\n    x = 1\n"
+        '    for batch in loader:\n        log("batch")\n    return x\n'
+    )
     doc = Document(text)
     stmt = 'print(f"step {step} loss {loss.item():.4f}")'
     doc.apply_edit(Pos(4, 9), Pos(4, 9), "\n    ")
