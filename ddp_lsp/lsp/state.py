@@ -688,12 +688,14 @@ class ServerState:
         unit.rendered = fresh
         versions = {uri: v for uri, _, v in unit.views()}
         for uri, diags in by_view.items():
-            # The resultId changes when what the user sees changes: an edit elsewhere gets an
-            # "unchanged" pull report.
-            self.result_ids.get(uri, diags)
             unit.diagnostics[uri] = diags
             if publish and uri not in self.pulled:
                 self.publish(uri, versions.get(uri, unit.version), diags)
+        for uri, diags in by_view.items():
+            # The resultId changes when what the user sees changes: an edit elsewhere gets an
+            # "unchanged" pull report. (After the publications: a pushing client does not wait
+            # for it.)
+            self.result_ids.get(uri, diags)
 
     def all_units(self) -> list[Unit]:
         return list(self.units.values())
