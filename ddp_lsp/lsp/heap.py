@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+from collections.abc import Callable
 
 IDLE_COLLECT_S = 5.0
 
@@ -45,6 +46,7 @@ class HeapKeeper:
         # the core's modules, is not the first edit's to collect).
         self._seen: int | None = None
         self._owed = False  # objects were frozen unscanned: their cycles wait for a full one
+        self._imported = False  # a background import allocated since the last settle
         self._idle: asyncio.TimerHandle | None = None
         self.settles = 0  # analyses settled (tests)
         self.full_collections = 0  # idle full collections run (tests)
@@ -53,10 +55,12 @@ class HeapKeeper:
         """After an analysis's diagnostics are written: collect this edit's garbage, freeze."""
         self.settles += 1
         promotions = _promotions()
-        if promotions != self._seen:
-            # A large build unfroze the heap since the last settle: collecting now would scan
-            # all of it. Freeze it as it is; the idle collection reclaims its cycles.
+        if promotions != self._seen or self._imported:
+            # A large build unfroze the heap since the last settle, or an import on the
+            # preload thread left its modules unscanned (libcst: a 23 ms collection): collecting
+            # now would scan all of it. Freeze it as it is; the idle collection reclaims cycles.
             self._seen = promotions
+            self._imported = False
             self._owed = True
             gc.freeze()
         else:
@@ -64,6 +68,11 @@ class HeapKeeper:
             gc.freeze()
         if self._owed:
             self._arm()  # pushed back by every edit: runs once typing pauses
+
+    def imported(self) -> None:
+        """A background import finished (on the event loop): the next settle freezes its
+        objects without scanning them."""
+        self._imported = True
 
     def _arm(self) -> None:
         if self._idle is not None:
@@ -105,13 +114,16 @@ PRELOAD_IDLE_S = 1.0
 _preloaded = False
 
 
-def preload_in_background() -> None:
-    """Start importing :data:`PRELOAD` on a daemon thread (once per process)."""
+def preload_in_background(done: Callable[[], None] | None = None) -> None:
+    """Start importing :data:`PRELOAD` on a daemon thread (once per process); ``done`` is
+    called on the running event loop once it has finished."""
     global _preloaded
     if _preloaded:
         return
     _preloaded = True
     import threading
+
+    loop = asyncio.get_running_loop() if done is not None else None
 
     def run() -> None:
         import importlib
@@ -121,6 +133,11 @@ def preload_in_background() -> None:
                 importlib.import_module(name)
             except Exception:  # an unusable libcst fails again, and is handled, where it is used
                 pass
+        if loop is not None and done is not None:
+            try:
+                loop.call_soon_threadsafe(done)
+            except RuntimeError:  # the loop has closed: the server is exiting
+                pass
 
     threading.Thread(target=run, name="ddp-lsp-preload", daemon=True).start()
 
@@ -128,7 +145,8 @@ def preload_in_background() -> None:
 class IdlePreload:
     """Calls :func:`preload_in_background` once no analysis has run for ``PRELOAD_IDLE_S``."""
 
-    def __init__(self) -> None:
+    def __init__(self, heap: HeapKeeper) -> None:
+        self.heap = heap
         self._timer: asyncio.TimerHandle | None = None
 
     def analysed(self) -> None:
@@ -145,4 +163,4 @@ class IdlePreload:
 
     def _fire(self) -> None:
         self._timer = None
-        preload_in_background()
+        preload_in_background(self.heap.imported)

@@ -318,7 +318,7 @@ class ServerState:
         self._workspace_event: asyncio.Event | None = None
         self._flush_scheduled = False
         self.heap = HeapKeeper()
-        self.preload = IdlePreload()
+        self.preload = IdlePreload(self.heap)
 
     # -- workspace pulls ------------------------------------------------------------------------
 

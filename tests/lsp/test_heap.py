@@ -152,7 +152,7 @@ def test_typing_without_a_pause_does_not_start_the_import(monkeypatch: Any) -> N
     monkeypatch.setattr(heap, "_preloaded", False)
     monkeypatch.setattr(heap, "PRELOAD_IDLE_S", 60.0)
     started: list[bool] = []
-    monkeypatch.setattr(heap, "preload_in_background", lambda: started.append(True))
+    monkeypatch.setattr(heap, "preload_in_background", lambda done: started.append(True))
 
     async def run() -> None:
         state = ServerState(lambda uri, v, d: None, lambda m, e: None)
@@ -169,3 +169,35 @@ def test_typing_without_a_pause_does_not_start_the_import(monkeypatch: Any) -> N
         assert started == [True] and state.preload._timer is None
 
     asyncio.run(run())
+
+
+def test_a_finished_background_import_is_frozen_unscanned() -> None:
+    """The preload thread's modules (libcst: a 23 ms collection) are frozen by the next
+    settle without a collection scanning them; the idle full collection is owed instead."""
+    collections: list[int] = []
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    async def run() -> None:
+        keeper = HeapKeeper()
+        keeper.settle()  # the first settle: freezes unscanned, owes the idle collection
+        keeper.collect_all()
+        collections.clear()
+        keeper.settle()
+        assert collections == [2]  # this edit's objects only
+        collections.clear()
+        keeper.imported()
+        keeper.settle()
+        assert collections == [] and keeper._owed and keeper._idle is not None
+        keeper.settle()
+        assert collections == [2]
+        keeper._idle.cancel()
+
+    gc.callbacks.append(note)
+    try:
+        asyncio.run(run())
+    finally:
+        gc.callbacks.remove(note)
+        gc.unfreeze()
