@@ -182,6 +182,7 @@ def test_a_finished_background_import_is_frozen_unscanned() -> None:
 
     async def run() -> None:
         keeper = HeapKeeper()
+        gc.disable()  # only the keeper's own collections (gc.collect runs while disabled)
         keeper.settle()  # the first settle: freezes unscanned, owes the idle collection
         keeper.collect_all()
         collections.clear()
@@ -199,5 +200,6 @@ def test_a_finished_background_import_is_frozen_unscanned() -> None:
     try:
         asyncio.run(run())
     finally:
+        gc.enable()
         gc.callbacks.remove(note)
         gc.unfreeze()
