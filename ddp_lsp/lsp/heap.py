@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+from collections.abc import Callable
 
 IDLE_COLLECT_S = 5.0
 
@@ -45,6 +46,7 @@ class HeapKeeper:
         # the core's modules, is not the first edit's to collect).
         self._seen: int | None = None
         self._owed = False  # objects were frozen unscanned: their cycles wait for a full one
+        self._imported = False  # a background import allocated since the last settle
         self._idle: asyncio.TimerHandle | None = None
         self.settles = 0  # analyses settled (tests)
         self.full_collections = 0  # idle full collections run (tests)
@@ -53,10 +55,12 @@ class HeapKeeper:
         """After an analysis's diagnostics are written: collect this edit's garbage, freeze."""
         self.settles += 1
         promotions = _promotions()
-        if promotions != self._seen:
-            # A large build unfroze the heap since the last settle: collecting now would scan
-            # all of it. Freeze it as it is; the idle collection reclaims its cycles.
+        if promotions != self._seen or self._imported:
+            # A large build unfroze the heap since the last settle, or an import on the
+            # preload thread left its modules unscanned (libcst: a 23 ms collection): collecting
+            # now would scan all of it. Freeze it as it is; the idle collection reclaims cycles.
             self._seen = promotions
+            self._imported = False
             self._owed = True
             gc.freeze()
         else:
@@ -64,6 +68,11 @@ class HeapKeeper:
             gc.freeze()
         if self._owed:
             self._arm()  # pushed back by every edit: runs once typing pauses
+
+    def imported(self) -> None:
+        """A background import finished (on the event loop): the next settle freezes its
+        objects without scanning them."""
+        self._imported = True
 
     def _arm(self) -> None:
         if self._idle is not None:
@@ -92,22 +101,29 @@ class HeapKeeper:
 # -- imports the keystroke path would otherwise pay for ------------------------------------------
 
 # libcst answers whether a chunk that ``ast`` rejects parses in a newer Python
-# (core/document.py): it is imported the first time a half-typed statement with a newer-grammar
-# marker (an f-string, ``type``, ``except``) breaks a chunk, and importing it costs 0.12-0.25 s
-# of CPU: on the event loop, one keystroke's wait in the middle of typing (measured: the
-# slowest edit of a 200-edit run at 1,500 and at 20,000 lines). Imported on a thread once the
-# first diagnostics are out, it shares the CPU with the edits meanwhile instead.
+# (core/document.py), for the few chunks that core/newsyntax.py cannot decide alone (half-typed
+# f-strings it decides: no grammar accepts them). Importing it costs 0.12-0.25 s of CPU: on the
+# event loop, one keystroke's wait (measured: the slowest edit of a 200-edit run at 1,500 and at
+# 20,000 lines, when every half-typed f-string asked libcst). It is imported on a thread once
+# typing pauses for PRELOAD_IDLE_S: started right after the first diagnostics, as it was, the
+# thread held the GIL between the first keystrokes' messages, and each of the first 10-20
+# edits of a typing run waited for it (up to the 5 ms switch interval, several times: the
+# slowest edits of a 1,500-line run, docs/performance.md).
 PRELOAD = ("libcst",)
+PRELOAD_IDLE_S = 1.0
 _preloaded = False
 
 
-def preload_in_background() -> None:
-    """Start importing :data:`PRELOAD` on a daemon thread (once per process)."""
+def preload_in_background(done: Callable[[], None] | None = None) -> None:
+    """Start importing :data:`PRELOAD` on a daemon thread (once per process); ``done`` is
+    called on the running event loop once it has finished."""
     global _preloaded
     if _preloaded:
         return
     _preloaded = True
     import threading
+
+    loop = asyncio.get_running_loop() if done is not None else None
 
     def run() -> None:
         import importlib
@@ -117,5 +133,34 @@ def preload_in_background() -> None:
                 importlib.import_module(name)
             except Exception:  # an unusable libcst fails again, and is handled, where it is used
                 pass
+        if loop is not None and done is not None:
+            try:
+                loop.call_soon_threadsafe(done)
+            except RuntimeError:  # the loop has closed: the server is exiting
+                pass
 
     threading.Thread(target=run, name="ddp-lsp-preload", daemon=True).start()
+
+
+class IdlePreload:
+    """Calls :func:`preload_in_background` once no analysis has run for ``PRELOAD_IDLE_S``."""
+
+    def __init__(self, heap: HeapKeeper) -> None:
+        self.heap = heap
+        self._timer: asyncio.TimerHandle | None = None
+
+    def analysed(self) -> None:
+        """An analysis was published: (re)arm the pause, until the import has started."""
+        if _preloaded:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (tests driving the state directly)
+            return
+        self._timer = loop.call_later(PRELOAD_IDLE_S, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        preload_in_background(self.heap.imported)

@@ -32,7 +32,7 @@ from ddp_lsp.lsp.diagnostics import (
     reuse_moved,
     to_diagnostic,
 )
-from ddp_lsp.lsp.heap import HeapKeeper, preload_in_background
+from ddp_lsp.lsp.heap import HeapKeeper, IdlePreload
 from ddp_lsp.lsp.notebook import Notebook
 from ddp_lsp.sources import MAX_SOURCE_BYTES, too_large_message
 
@@ -318,6 +318,7 @@ class ServerState:
         self._workspace_event: asyncio.Event | None = None
         self._flush_scheduled = False
         self.heap = HeapKeeper()
+        self.preload = IdlePreload(self.heap)
 
     # -- workspace pulls ------------------------------------------------------------------------
 
@@ -582,7 +583,7 @@ class ServerState:
         except Exception:  # never let one bad analysis stop the server
             log.exception("analysis failed")
         self.heap.settle()  # the diagnostics are written: collect this edit's garbage, freeze
-        preload_in_background()  # once: what a later keystroke would import (heap.py)
+        self.preload.analysed()  # libcst once typing pauses (heap.py)
 
     def flush(self) -> None:
         for unit in list(self.units.values()):
@@ -687,12 +688,14 @@ class ServerState:
         unit.rendered = fresh
         versions = {uri: v for uri, _, v in unit.views()}
         for uri, diags in by_view.items():
-            # The resultId changes when what the user sees changes: an edit elsewhere gets an
-            # "unchanged" pull report.
-            self.result_ids.get(uri, diags)
             unit.diagnostics[uri] = diags
             if publish and uri not in self.pulled:
                 self.publish(uri, versions.get(uri, unit.version), diags)
+        for uri, diags in by_view.items():
+            # The resultId changes when what the user sees changes: an edit elsewhere gets an
+            # "unchanged" pull report. (After the publications: a pushing client does not wait
+            # for it.)
+            self.result_ids.get(uri, diags)
 
     def all_units(self) -> list[Unit]:
         return list(self.units.values())

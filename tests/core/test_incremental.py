@@ -468,3 +468,18 @@ def test_a_def_inside_brackets_is_not_a_method_of_valid_code() -> None:
     doc = Document(text, SETTINGS.rank_model)
     assert [s for s, _ in doc.chunks()] == [0, 6]
     assert all(pc.problem is None for _, pc in doc.chunks())
+
+
+def test_an_edit_that_moves_no_line_keeps_the_other_chunks_pairs() -> None:
+    """``Document.chunks`` after a keystroke within a line: the other chunks' (start, parse)
+    pairs are the very ones of before (not rebuilt per keystroke), and equal a rebuild."""
+    doc = Document(module(400))
+    before = doc.chunks()
+    line = before[len(before) // 2][0] + 1
+    doc.apply_edit(Pos(line, 4), Pos(line, 4), "x")
+    after = doc.chunks()
+    assert sum(a is b for a, b in zip(before, after, strict=True)) == len(before) - 1
+    doc._pairs = None
+    assert doc.chunks() == after
+    doc.apply_edit(Pos(line, 4), Pos(line, 5), "")
+    assert doc.chunks() == before

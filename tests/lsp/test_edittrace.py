@@ -35,6 +35,24 @@ def test_a_version_is_timed_from_its_change_to_its_publication() -> None:
     trace.published("file:///b.py", 7, 0)  # not an edited version: no line
     rows = [line.split() for line in out.getvalue().splitlines()[1:]]
     assert len(rows) == 1
-    version, wall, cpu, ran = rows[0]
+    version, wall, cpu, ran, gc0, gc1, gc2, gc_ms, vol, invol = rows[0]
     assert version == "3" and float(wall) >= 0 and float(cpu) >= 0 and ran == "1"
+    assert all(int(n) >= 0 for n in (gc0, gc1, gc2, vol, invol)) and float(gc_ms) >= 0
     assert not trace.started
+
+
+def test_collections_inside_an_edit_are_counted() -> None:
+    import gc
+
+    out = io.StringIO()
+    trace = EditTrace(out)
+    try:
+        trace.changed("file:///a.py", 2)
+        gc.collect(1)
+        trace.published("file:///a.py", 2, 0)
+        trace.changed("file:///a.py", 3)
+        trace.published("file:///a.py", 3, 0)
+    finally:
+        gc.callbacks.remove(trace._on_gc)
+    rows = [line.split() for line in out.getvalue().splitlines()[1:]]
+    assert rows[0][4:7] == ["0", "1", "0"] and rows[1][4:7] == ["0", "0", "0"]

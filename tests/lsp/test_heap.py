@@ -98,7 +98,9 @@ def test_a_settle_after_a_large_build_freezes_without_a_full_collection() -> Non
         gc.unfreeze()
 
 
-def test_the_first_publication_starts_importing_what_a_keystroke_would(monkeypatch: Any) -> None:
+def test_a_pause_after_a_publication_starts_importing_what_a_keystroke_would(
+    monkeypatch: Any,
+) -> None:
     import sys
     import threading
 
@@ -107,6 +109,7 @@ def test_the_first_publication_starts_importing_what_a_keystroke_would(monkeypat
     name = "tests.lsp._preload_probe"
     monkeypatch.setattr(heap, "PRELOAD", (name,))
     monkeypatch.setattr(heap, "_preloaded", False)
+    monkeypatch.setattr(heap, "PRELOAD_IDLE_S", 0.01)
     done = threading.Event()
     probe = type(sys)(name)
     finder_calls: list[str] = []
@@ -132,9 +135,71 @@ def test_the_first_publication_starts_importing_what_a_keystroke_would(monkeypat
     async def run() -> None:
         state = ServerState(lambda uri, v, d: None, lambda m, e: None)
         state.open(URI, TEXT, 1, "python")
-        await asyncio.sleep(0)  # analysed and published: the import starts on a thread
+        await asyncio.sleep(0)  # analysed and published: the import starts after a pause
+        assert not heap._preloaded
+        await asyncio.sleep(0.05)
 
     asyncio.run(run())
     assert done.wait(10)
     assert finder_calls == ["ddp-lsp-preload"]
     monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_typing_without_a_pause_does_not_start_the_import(monkeypatch: Any) -> None:
+    """The import thread holds the GIL while it runs: not while keystrokes keep coming."""
+    from ddp_lsp.lsp import heap
+
+    monkeypatch.setattr(heap, "_preloaded", False)
+    monkeypatch.setattr(heap, "PRELOAD_IDLE_S", 60.0)
+    started: list[bool] = []
+    monkeypatch.setattr(heap, "preload_in_background", lambda done: started.append(True))
+
+    async def run() -> None:
+        state = ServerState(lambda uri, v, d: None, lambda m, e: None)
+        state.open(URI, TEXT, 1, "python")
+        await asyncio.sleep(0)
+        first = state.preload._timer
+        assert first is not None
+        pos = NS(line=0, character=0)
+        state.change(URI, 2, [NS(range=NS(start=pos, end=pos), text="#")])
+        await asyncio.sleep(0)
+        assert state.preload._timer is not None and state.preload._timer is not first
+        assert first.cancelled()  # each analysis pushes the pause back
+        state.preload._fire()  # the pause came
+        assert started == [True] and state.preload._timer is None
+
+    asyncio.run(run())
+
+
+def test_a_finished_background_import_is_frozen_unscanned() -> None:
+    """The preload thread's modules (libcst: a 23 ms collection) are frozen by the next
+    settle without a collection scanning them; the idle full collection is owed instead."""
+    collections: list[int] = []
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    async def run() -> None:
+        keeper = HeapKeeper()
+        gc.disable()  # only the keeper's own collections (gc.collect runs while disabled)
+        keeper.settle()  # the first settle: freezes unscanned, owes the idle collection
+        keeper.collect_all()
+        collections.clear()
+        keeper.settle()
+        assert collections == [2]  # this edit's objects only
+        collections.clear()
+        keeper.imported()
+        keeper.settle()
+        assert collections == [] and keeper._owed and keeper._idle is not None
+        keeper.settle()
+        assert collections == [2]
+        keeper._idle.cancel()
+
+    gc.callbacks.append(note)
+    try:
+        asyncio.run(run())
+    finally:
+        gc.enable()
+        gc.callbacks.remove(note)
+        gc.unfreeze()

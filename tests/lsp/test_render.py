@@ -118,3 +118,19 @@ def test_publications_encode_each_diagnostic_once_and_equal_a_plain_encoding(
     state.close(uri)
     assert json.loads(bodies[-1])["params"]["diagnostics"] == []
     assert encoder._held == {}  # a closed document's JSON is not kept
+
+
+def test_the_publication_is_sent_before_the_pull_bookkeeping() -> None:
+    """A pushing client waits for the publication only: the resultId a pulling client would
+    get is computed after it is written."""
+    state: ServerState
+    seen: list[str | None] = []
+
+    def publish(uri: str, version: int | None, diagnostics: list[dict[str, Any]]) -> None:
+        seen.append(state.result_ids.current(uri))
+
+    state = ServerState(publish, lambda m, e: None)
+    state.open("file:///tmp/render.py", TEXT, 1, "python")
+    state.change("file:///tmp/render.py", 2, [_change(3, 0, 0, "x = 1\n")])
+    assert seen == [None, "1"]  # each publication saw the previous analysis's id
+    assert state.result_ids.current("file:///tmp/render.py") == "2"
