@@ -179,19 +179,32 @@ class _Via(NamedTuple):
     case: int = -1
 
 
+_NO_VIA = _Via("")
+_BODY = _Via("body")
+_ORELSE = _Via("orelse")
+
+
 def _branch_path(ctx: ChunkContext, node: ast.AST) -> list[tuple[ast.AST, _Via]]:
-    """(ancestor, where the path goes through it), innermost first, up to the frame."""
+    """(ancestor, where the path goes through it), innermost first, up to the frame. Only the
+    branching ancestors' fields are read (:func:`exclusive` and :func:`_conditions` ask no
+    other): an ``if``'s or conditional expression's ``body`` / ``orelse``, a ``match``'s
+    ``cases``; any other ancestor's is ``""``."""
     out: list[tuple[ast.AST, _Via]] = []
     child: ast.AST = node
     for a in ctx.ancestors(node):
-        via = _Via("")
-        for name in ("body", "orelse", "handlers", "finalbody", "cases"):
-            seq = getattr(a, name, None)
-            if isinstance(seq, list) and any(s is child for s in seq):
-                via = _Via(name, seq.index(child) if name == "cases" else -1)
-                break
-        if isinstance(a, ast.IfExp):
-            via = _Via("body" if child is a.body else "orelse" if child is a.orelse else "")
+        via = _NO_VIA
+        if isinstance(a, ast.If):
+            if any(s is child for s in a.body):
+                via = _BODY
+            elif any(s is child for s in a.orelse):
+                via = _ORELSE
+        elif isinstance(a, ast.IfExp):
+            via = _BODY if child is a.body else _ORELSE if child is a.orelse else _NO_VIA
+        elif isinstance(a, ast.Match):
+            for i, case in enumerate(a.cases):
+                if case is child:
+                    via = _Via("cases", i)
+                    break
         out.append((a, via))
         if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             break

@@ -12,6 +12,7 @@ Pure helpers over ``ast`` and a :class:`ChunkContext`; no rule state.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 
@@ -196,11 +197,13 @@ def in_test_module(ctx: ChunkContext) -> bool:
 
 def uses_sampler_framework(ctx: ChunkContext) -> bool:
     """The module imports a framework that installs distributed samplers itself."""
-    return any(
-        q == f or q.startswith(f + ".")
-        for q in ctx.facts.aliases.values()
-        for f in _SAMPLER_FRAMEWORKS
-    )
+    # Asked by several rules for every chunk, of the same imports: once per set of them.
+    return _imports_sampler_framework(frozenset(ctx.facts.aliases.values()))
+
+
+@functools.lru_cache(maxsize=16)
+def _imports_sampler_framework(quals: frozenset[str]) -> bool:
+    return any(q == f or q.startswith(f + ".") for q in quals for f in _SAMPLER_FRAMEWORKS)
 
 
 def function_name(ctx: ChunkContext, node: ast.AST) -> str:
