@@ -277,16 +277,35 @@ def is_no_grad_call(ctx: ChunkContext, expr: ast.AST) -> bool:
 
 def under_no_grad(ctx: ChunkContext, node: ast.AST) -> bool:
     """Inside ``with torch.no_grad():`` (or inference_mode) or a function decorated with it."""
+    # Asked for most calls of a training loop by several rules: the chunk's no-grad withs and
+    # functions are found once per analysis (none, in most chunks), then each question walks
+    # up to the first of them.
+    scopes = ctx.memo(("no-grad scopes",), lambda: _no_grad_scopes(ctx))
+    if not scopes:
+        return False
     for a in ctx.ancestors(node):
-        if isinstance(a, ast.With | ast.AsyncWith):
-            if any(is_no_grad_call(ctx, item.context_expr) for item in a.items):
-                return True
-        elif isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
-            if any(is_no_grad_call(ctx, d) for d in a.decorator_list):
-                return True
-        elif isinstance(a, ast.Lambda | ast.ClassDef):
+        if id(a) in scopes:
+            return True
+        if isinstance(a, ast.Lambda | ast.ClassDef):
             return False
     return False
+
+
+def _no_grad_scopes(ctx: ChunkContext) -> frozenset[int]:
+    """The chunk's ``with`` statements entering no_grad (or inference_mode) and functions
+    decorated with it, by id."""
+    out: set[int] = set()
+    withs: list[ast.With | ast.AsyncWith] = ctx.nodes(ast.With, ast.AsyncWith)
+    for w in withs:
+        if any(is_no_grad_call(ctx, item.context_expr) for item in w.items):
+            out.add(id(w))
+    fns: list[ast.FunctionDef | ast.AsyncFunctionDef] = ctx.nodes(
+        ast.FunctionDef, ast.AsyncFunctionDef
+    )
+    for fn in fns:
+        if any(is_no_grad_call(ctx, d) for d in fn.decorator_list):
+            out.add(id(fn))
+    return frozenset(out)
 
 
 # The nodes GraphFlow records a binding of (exact classes: ``ast`` has no subclasses of them).
