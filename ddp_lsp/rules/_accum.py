@@ -334,7 +334,7 @@ def forward_sites(
                     out.append((inner.func, node))
             continue
         models = _forward_models_of(ctx, node, at)
-        if models and ctx.qualname(node.func) in _BINDERS:
+        if models and ctx.call_qualname(node) in _BINDERS:
             # `compute = functools.partial(losses, ddp_model, micro)`: the forward runs where
             # `compute()` is called (under no_sync on some micro-steps), not where it is bound.
             sites = _bound_calls(ctx, node, loop) or [node]
@@ -424,7 +424,7 @@ def _forward_models_of(ctx: ChunkContext, node: ast.Call, at: ast.AST) -> list[a
     last = callee.rsplit(".", 1)[-1]
     if not callee or last in _NOT_FORWARD or _NOT_FORWARD_WORDS.search(last):
         return []
-    if ctx.qualname(node.func) is not None and ctx.qualname(node.func) not in _BINDERS:
+    if ctx.call_qualname(node) is not None and ctx.call_qualname(node) not in _BINDERS:
         return []  # torch / library functions: clip_grad_norm_(model...), DDP(...), ...
     return [arg for arg in (*node.args, *(k.value for k in node.keywords)) if _is_ddp(ctx, arg, at)]
 

@@ -238,15 +238,36 @@ def _conditions(path: list[tuple[ast.AST, _Via]]) -> dict[str, bool]:
     return out
 
 
+class _PathInfo:
+    """A node's :func:`_branch_path`, the path's fields by ancestor id, and (when first asked)
+    its :func:`_conditions`: once per node and chunk analysis."""
+
+    __slots__ = ("path", "fields", "_conditions")
+
+    def __init__(self, ctx: ChunkContext, node: ast.AST) -> None:
+        self.path = _branch_path(ctx, node)
+        self.fields = {id(n): f for n, f in self.path}
+        self._conditions: dict[str, bool] | None = None
+
+    def conditions(self) -> dict[str, bool]:
+        if self._conditions is None:
+            self._conditions = _conditions(self.path)
+        return self._conditions
+
+
+def _path_info(ctx: ChunkContext, node: ast.AST) -> _PathInfo:
+    return ctx.memo(("amp branch path", id(node)), lambda: _PathInfo(ctx, node))
+
+
 def exclusive(ctx: ChunkContext, a: ast.AST, b: ast.AST) -> bool:
     """``a`` and ``b`` never run in the same pass: different branches of one ``if`` (or
     ``match``), or branches of two ``if``s on the same condition with opposite outcomes."""
     # Asked for many pairs of the same few calls (each step against each update, each clip
     # against each backward): each node's path and conditions once per chunk analysis.
-    pa = ctx.memo(("amp branch path", id(a)), lambda: _branch_path(ctx, a))
-    pb = ctx.memo(("amp branch path", id(b)), lambda: _branch_path(ctx, b))
-    fields_b = {id(n): f for n, f in pb}
-    for n, fa in pa:
+    ia = _path_info(ctx, a)
+    ib = _path_info(ctx, b)
+    fields_b = ib.fields
+    for n, fa in ia.path:
         fb = fields_b.get(id(n))
         if fb is None:
             continue
@@ -255,8 +276,8 @@ def exclusive(ctx: ChunkContext, a: ast.AST, b: ast.AST) -> bool:
         if isinstance(n, ast.Match) and fa.field == fb.field == "cases" and fa.case != fb.case:
             return True
         break  # the innermost common ancestor decides structurally
-    ca = ctx.memo(("amp conditions", id(a)), lambda: _conditions(pa))
-    cb = ctx.memo(("amp conditions", id(b)), lambda: _conditions(pb))
+    ca = ia.conditions()
+    cb = ib.conditions()
     return any(cond in cb and cb[cond] != pol for cond, pol in ca.items())
 
 

@@ -170,7 +170,12 @@ class AccumulationWithoutNoSync(Rule):
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         seen: set[int] = set()
+        backward_words = rule_triggers.framework_words(
+            ctx.ranks.frameworks, framework_tables.Meaning.BACKWARD
+        )
         for call in ctx.calls():
+            if not self._may_start(ctx, call, backward_words):
+                continue
             wrapped = self._wrapper_accumulation(ctx, call, seen)
             if wrapped is None:
                 wrapped = self._framework_backward(ctx, call, seen)
@@ -242,6 +247,22 @@ class AccumulationWithoutNoSync(Rule):
                 related=related,
                 cite=(ctx.kind_source(model_expr, call),),
             )
+
+    @staticmethod
+    def _may_start(ctx: ChunkContext, call: ast.Call, backward_words: frozenset[str]) -> bool:
+        """``call`` may be where a finding starts: a call with ``update_grad=``
+        (``_wrapper_accumulation``), or an attribute call that is a ``.backward()`` or whose
+        name (or qualified name's last part) is a framework backward's word: the framework
+        tables match no other (core/triggers.py). Most calls of a loop are none of these."""
+        if any(kw.arg == "update_grad" for kw in call.keywords):
+            return True
+        func = call.func
+        if not isinstance(func, ast.Attribute):
+            return False
+        if func.attr == "backward" or func.attr in backward_words:
+            return True
+        qual = ctx.call_qualname(call)
+        return qual is not None and qual.rsplit(".", 1)[-1] in backward_words
 
     @staticmethod
     def _roots(ctx: ChunkContext, root: ast.AST) -> list[ast.AST]:
