@@ -2,6 +2,7 @@
 takes over all chunks, and what re-running one chunk's rules costs (an edit's share).
 
 Run: .venv/bin/python bench/bench_rules.py [--file PATH ...] [--repeat N] [--top N]
+     .venv/bin/python bench/bench_rules.py --edits 300 [--seeds 0,1,...] [--file PATH] [--repeat N]
 
 For each file (default: bench/gen.py's modules of 1,500 and 20,000 lines; the shared
 harness's /tmp/ws20/big20000.py is the issue-15 figure): the process CPU time of a first
@@ -14,6 +15,15 @@ chunk's on its new parse): mean / p50 / p95 / max per chunk, and the ``--top`` r
 shared analysis first, e.g. the uniformity analysis, carries its cost).
 CPU times, not wall-clock: the machine is shared; the load average is printed with them.
 docs/performance.md ("First analysis") records the results and this command.
+
+``--edits N --seeds 0,1,...``: the keystroke's share instead. Each seed's ``N`` edits of
+``bench/edits.py`` (the shared harness's ``char``, ``rename``, ``type`` plans) are applied to
+a ``Document`` and analysed as the server does, and every chunk whose rules an edit re-ran is
+kept (its text and the facts it ran with). Then, ``--repeat`` times, each such chunk is parsed
+afresh (untimed: a keystroke's rules meet a new tree, whose per-tree tables are not built yet)
+and its rules run, alone and then with each rule timed: per chunk the least of the runs; CPU
+p50 / p95 / max over the chunks, and per rule the sum over all chunks and over the slowest 5 %
+(the keystrokes of the harness's p95).
 """
 
 from __future__ import annotations
@@ -32,11 +42,13 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.bench_core import pct, print_table  # noqa: E402
+from bench.edits import KINDS, plan  # noqa: E402
 from bench.gen import module  # noqa: E402
 from ddp_lsp.core import engine  # noqa: E402
-from ddp_lsp.core.document import Document  # noqa: E402
+from ddp_lsp.core.document import Document, parse_chunk  # noqa: E402
 from ddp_lsp.core.registry import all_rules  # noqa: E402
 from ddp_lsp.core.settings import Settings  # noqa: E402
+from ddp_lsp.core.types import Pos  # noqa: E402
 
 
 def first_analysis(text: str, settings: Settings) -> tuple[float, float]:
@@ -116,14 +128,125 @@ def per_chunk(text: str, settings: Settings) -> tuple[list[float], Counter[str]]
     return times, by_rule
 
 
+def edited_chunks(text: str, settings: Settings, seeds: list[int], edits: int) -> list[Any]:
+    """(text, member_of, facts, ranks, env, rules) of every chunk an edit re-ran the rules of."""
+    out: list[Any] = []
+    original = engine._run_rules
+
+    def record(chunk: Any, facts: Any, s: Settings, ranks: Any, env: Any, rules: Any) -> Any:
+        out.append((chunk.text, chunk.member_of, facts, ranks, env, rules))
+        return original(chunk, facts, s, ranks, env, rules)
+
+    for seed in seeds:
+        doc = Document(text, settings.rank_model)
+        engine.analyze(doc, settings)
+        engine._run_rules = record  # type: ignore[assignment]
+        try:
+            for _kind, e in plan(text, edits, seed, KINDS):
+                doc.apply_edit(Pos(e.line, e.col), Pos(e.end_line, e.end_col), e.text)
+                engine.analyze(doc, settings)
+        finally:
+            engine._run_rules = original  # type: ignore[assignment]
+    return out
+
+
+def keystrokes(
+    items: list[Any], settings: Settings, repeat: int
+) -> tuple[list[float], list[dict[str, float]]]:
+    """Per chunk the least CPU of its rules over ``repeat`` runs on a fresh parse, and per
+    chunk and rule the least CPU of that rule (``triggers`` + ``check``)."""
+    best = [float("inf")] * len(items)
+    per_rule: list[dict[str, float]] = [{} for _ in items]
+    rules_of = {id(r): r for it in items for r in it[5]}.values()
+    current: dict[str, float] = {}
+
+    def wrap(rule_id: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(ctx: Any) -> Any:
+            c = time.process_time()
+            try:
+                out = fn(ctx)
+                return list(out) if hasattr(out, "__next__") else out
+            finally:
+                current[rule_id] = current.get(rule_id, 0.0) + time.process_time() - c
+
+        return timed
+
+    gc.collect()
+    for run in range(2 * repeat):
+        timed_rules = run % 2 == 1
+        if timed_rules:
+            for rule in rules_of:
+                rule.check = wrap(rule.meta.id, rule.check)  # type: ignore[method-assign]
+                rule.triggers = wrap(rule.meta.id, rule.triggers)  # type: ignore[method-assign]
+        try:
+            for k, (text, member_of, facts, ranks, env, rules) in enumerate(items):
+                chunk = parse_chunk(text, member_of, settings.rank_model)
+                current.clear()
+                c = time.process_time()
+                engine._run_rules(chunk, facts, settings, ranks, env, rules)
+                spent = time.process_time() - c
+                if timed_rules:
+                    mine = per_rule[k]
+                    for rule_id, cpu in current.items():
+                        mine[rule_id] = min(mine.get(rule_id, cpu), cpu)
+                else:
+                    best[k] = min(best[k], spent)
+        finally:
+            if timed_rules:
+                for rule in rules_of:
+                    del rule.check
+                    del rule.triggers
+    return best, per_rule
+
+
+def keystroke_rows(
+    path: Path, settings: Settings, seeds: list[int], edits: int, repeat: int, top: int
+) -> list[tuple[str, str, str]]:
+    items = edited_chunks(path.read_text(encoding="utf-8"), settings, seeds, edits)
+    best, per_rule = keystrokes(items, settings, repeat)
+    slowest = sorted(range(len(items)), key=lambda k: -best[k])[: max(1, len(items) // 20)]
+    rows = [
+        (
+            f"an edit's chunk rules, {path.name}, seeds {','.join(map(str, seeds))}",
+            f"CPU p50 {pct(best, 50) * 1000:.2f} / p95 {pct(best, 95) * 1000:.2f} / max "
+            f"{max(best) * 1000:.2f} ms; sum {sum(best) * 1000:.0f} ms",
+            f"{len(items)} chunk re-runs over {len(seeds)} x {edits} edits, least of {repeat}",
+        )
+    ]
+    for label, which in (("all", range(len(items))), ("slowest 5 %", slowest)):
+        by_rule: Counter[str] = Counter()
+        for k in which:
+            by_rule.update(per_rule[k])
+        rows.append(
+            (
+                f"  per rule, {label} ({len(which)} chunks)",
+                ", ".join(f"{rid} {cpu * 1000:.1f}" for rid, cpu in by_rule.most_common(top)),
+                f"sum of the rules {sum(by_rule.values()) * 1000:.0f} ms",
+            )
+        )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--file", action="append", default=[], help="a Python file to analyse")
     ap.add_argument("--repeat", type=int, default=5, help="first analyses per file (median)")
     ap.add_argument("--top", type=int, default=8, help="rules listed by CPU")
+    ap.add_argument("--edits", type=int, default=0, help="per seed: the keystroke mode")
+    ap.add_argument("--seeds", default="0,1,2,3,4,5,6", help="the edit plans' seeds")
     args = ap.parse_args()
     all_rules()  # import the rule modules once, as a running server has
     settings = Settings()
+    print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    if args.edits:
+        seeds = [int(s) for s in args.seeds.split(",")]
+        edit_rows: list[tuple[str, str, str]] = []
+        for f in args.file or ["/tmp/ws15/big1500.py"]:
+            edit_rows.extend(
+                keystroke_rows(Path(f), settings, seeds, args.edits, args.repeat, args.top)
+            )
+        print_table(edit_rows)
+        return
     if args.file:
         files = [(Path(f).name, Path(f).read_text(encoding="utf-8")) for f in args.file]
     else:

@@ -14,6 +14,7 @@ from ddp_lsp.core import chunktext
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core import triggers as rule_triggers
 from ddp_lsp.core import uniformity as rank_uniformity
 from ddp_lsp.core import walk as tree_walk
 from ddp_lsp.core.rule import ChunkContext
@@ -98,19 +99,23 @@ def sync_mentions(ctx: ChunkContext, roots: list[ast.AST]) -> list[ast.AST]:
     it (``has_no_sync``: bound, or read in a test) handle nothing; what handles accumulation is
     the context that flag selects."""
     out: list[ast.AST] = []
+    # What the chunk's words (core/triggers.py: every name, attribute and what imported names
+    # stand for) rule out, once per chunk: most chunks name no sync skipper at all.
+    named, framework = ctx.memo(("sync words",), lambda: _sync_words(ctx))
     for root in roots:
-        for node in tree_walk.bfs(root):
+        for node in patterns.walk_all(ctx, root):
             if isinstance(node, ast.Attribute):
-                if _SYNC_MANAGED.search(node.attr):
+                if named and _SYNC_MANAGED.search(node.attr):
                     out.append(node)
             elif isinstance(node, ast.Name):
-                if _SYNC_MANAGED.search(node.id) and not _flag_use(ctx, node):
+                if named and _SYNC_MANAGED.search(node.id) and not _flag_use(ctx, node):
                     out.append(node)
             elif isinstance(node, ast.Call):
                 if fact_model.NO_SYNC in ctx.callee_props(node):
                     out.append(node)
                 elif (
-                    patterns.framework_call(ctx, node, framework_tables.Meaning.SKIPS_GRAD_SYNC)
+                    framework
+                    and patterns.framework_call(ctx, node, framework_tables.Meaning.SKIPS_GRAD_SYNC)
                     is not None
                 ):
                     out.append(node)  # `accelerator.accumulate(model)`, `fabric.no_sync(model)`
@@ -124,6 +129,20 @@ def sync_mentions(ctx: ChunkContext, roots: list[ast.AST]) -> list[ast.AST]:
                     ):
                         out.append(node)  # setattr(model, "require_backward_grad_sync", ...)
     return out
+
+
+def _sync_words(ctx: ChunkContext) -> tuple[bool, bool]:
+    """(some word of the chunk matches ``_SYNC_MANAGED``, some word is one a framework's
+    skips-grad-sync entry needs): when False, no name or attribute of the chunk matches, and
+    no call of it is such an entry (the words a call needs to match, core/triggers.py)."""
+    words = rule_triggers.words(ctx)
+    named = any(_SYNC_MANAGED.search(w) for w in words)
+    framework = not words.isdisjoint(
+        rule_triggers.framework_words(
+            ctx.ranks.frameworks, framework_tables.Meaning.SKIPS_GRAD_SYNC
+        )
+    )
+    return named, framework
 
 
 # Where a name is only a truth value: an operand of `and` / `or` / `not` / a comparison, or
@@ -163,12 +182,12 @@ def sync_withs(ctx: ChunkContext, roots: list[ast.AST], mentions: list[ast.AST])
     loaded = {
         n.id
         for root in roots
-        for n in tree_walk.bfs(root)
+        for n in patterns.walk_all(ctx, root)
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
     }
     accounted: set[int] = set()
     for root in roots:
-        for node in tree_walk.bfs(root):
+        for node in patterns.walk_all(ctx, root):
             if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
                 inside = [n for n in tree_walk.bfs(node.value) if id(n) in mention_ids]
                 if not inside:
@@ -184,7 +203,7 @@ def sync_withs(ctx: ChunkContext, roots: list[ast.AST], mentions: list[ast.AST])
                         bound.setdefault(t.id, []).append(node.value)
     withs: list[ast.With | ast.AsyncWith] = []
     for root in roots:
-        for node in tree_walk.bfs(root):
+        for node in patterns.walk_all(ctx, root):
             if not isinstance(node, ast.With | ast.AsyncWith):
                 continue
             hit = False
@@ -255,6 +274,16 @@ def sync_skippers(ctx: ChunkContext, receiver: str) -> list[str]:
 
 def is_optimizer_step(ctx: ChunkContext, call: ast.Call) -> bool:
     """``optimizer.step()``, ``self.opt.step()``, ``scaler.step(optimizer)``."""
+    func = call.func
+    callee = (
+        func.attr
+        if isinstance(func, ast.Attribute)
+        else func.id
+        if isinstance(func, ast.Name)
+        else ""
+    )
+    if "step" not in callee.lower():
+        return False  # (both forms below need it: most calls are neither)
     m = patterns.method_call(call, "step")
     if m is None:
         # A same-file or trainer helper named for it: `self.optimizer_step()`, `step_optimizer()`.
@@ -305,7 +334,7 @@ def forward_sites(
                     out.append((inner.func, node))
             continue
         models = _forward_models_of(ctx, node, at)
-        if models and ctx.qualname(node.func) in _BINDERS:
+        if models and ctx.call_qualname(node) in _BINDERS:
             # `compute = functools.partial(losses, ddp_model, micro)`: the forward runs where
             # `compute()` is called (under no_sync on some micro-steps), not where it is bound.
             sites = _bound_calls(ctx, node, loop) or [node]
@@ -395,7 +424,7 @@ def _forward_models_of(ctx: ChunkContext, node: ast.Call, at: ast.AST) -> list[a
     last = callee.rsplit(".", 1)[-1]
     if not callee or last in _NOT_FORWARD or _NOT_FORWARD_WORDS.search(last):
         return []
-    if ctx.qualname(node.func) is not None and ctx.qualname(node.func) not in _BINDERS:
+    if ctx.call_qualname(node) is not None and ctx.call_qualname(node) not in _BINDERS:
         return []  # torch / library functions: clip_grad_norm_(model...), DDP(...), ...
     return [arg for arg in (*node.args, *(k.value for k in node.keywords)) if _is_ddp(ctx, arg, at)]
 
@@ -412,13 +441,14 @@ def accumulation_test(ctx: ChunkContext, test: ast.expr, root: ast.AST, depth: i
     """A condition that marks the accumulation boundary: ``(i + 1) % accum_steps == 0``, a flag
     such as ``do_step`` / ``is_last_micro_step``, or a name assigned from one. Never a rank guard
     (that would be a different bug)."""
-    if rank_uniformity.uniformity(ctx).test(test) is not None or ctx.ranks.mentions_rank(test):
-        return False
+    # The shape first, the ranks only of a test that has it: most conditions asked about
+    # (`if scaler is not None`, `if step % log_every == 0` aside) have neither a modulo nor
+    # an accumulation word, and the uniformity analysis costs more than the shape.
     for node in tree_walk.bfs(test):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-            return True
+            return not _rank_test(ctx, test)
     if any(_ACCUM_WORD.search(i) for i in identifiers(test)):
-        return True
+        return not _rank_test(ctx, test)
     inner = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
     if isinstance(inner, ast.Name) and depth < 2:
         for node in patterns.walk_scope(root):
@@ -426,8 +456,13 @@ def accumulation_test(ctx: ChunkContext, test: ast.expr, root: ast.AST, depth: i
                 isinstance(t, ast.Name) and t.id == inner.id for t in node.targets
             ):
                 if accumulation_test(ctx, node.value, root, depth + 1):
-                    return True
+                    return not _rank_test(ctx, test)
     return False
+
+
+def _rank_test(ctx: ChunkContext, test: ast.expr) -> bool:
+    """A rank guard: the test is rank-dependent or mentions the rank."""
+    return rank_uniformity.uniformity(ctx).test(test) is not None or ctx.ranks.mentions_rank(test)
 
 
 def hoistable(expr: ast.expr) -> bool:

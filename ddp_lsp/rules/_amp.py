@@ -179,19 +179,32 @@ class _Via(NamedTuple):
     case: int = -1
 
 
+_NO_VIA = _Via("")
+_BODY = _Via("body")
+_ORELSE = _Via("orelse")
+
+
 def _branch_path(ctx: ChunkContext, node: ast.AST) -> list[tuple[ast.AST, _Via]]:
-    """(ancestor, where the path goes through it), innermost first, up to the frame."""
+    """(ancestor, where the path goes through it), innermost first, up to the frame. Only the
+    branching ancestors' fields are read (:func:`exclusive` and :func:`_conditions` ask no
+    other): an ``if``'s or conditional expression's ``body`` / ``orelse``, a ``match``'s
+    ``cases``; any other ancestor's is ``""``."""
     out: list[tuple[ast.AST, _Via]] = []
     child: ast.AST = node
     for a in ctx.ancestors(node):
-        via = _Via("")
-        for name in ("body", "orelse", "handlers", "finalbody", "cases"):
-            seq = getattr(a, name, None)
-            if isinstance(seq, list) and any(s is child for s in seq):
-                via = _Via(name, seq.index(child) if name == "cases" else -1)
-                break
-        if isinstance(a, ast.IfExp):
-            via = _Via("body" if child is a.body else "orelse" if child is a.orelse else "")
+        via = _NO_VIA
+        if isinstance(a, ast.If):
+            if any(s is child for s in a.body):
+                via = _BODY
+            elif any(s is child for s in a.orelse):
+                via = _ORELSE
+        elif isinstance(a, ast.IfExp):
+            via = _BODY if child is a.body else _ORELSE if child is a.orelse else _NO_VIA
+        elif isinstance(a, ast.Match):
+            for i, case in enumerate(a.cases):
+                if case is child:
+                    via = _Via("cases", i)
+                    break
         out.append((a, via))
         if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             break
@@ -225,15 +238,36 @@ def _conditions(path: list[tuple[ast.AST, _Via]]) -> dict[str, bool]:
     return out
 
 
+class _PathInfo:
+    """A node's :func:`_branch_path`, the path's fields by ancestor id, and (when first asked)
+    its :func:`_conditions`: once per node and chunk analysis."""
+
+    __slots__ = ("path", "fields", "_conditions")
+
+    def __init__(self, ctx: ChunkContext, node: ast.AST) -> None:
+        self.path = _branch_path(ctx, node)
+        self.fields = {id(n): f for n, f in self.path}
+        self._conditions: dict[str, bool] | None = None
+
+    def conditions(self) -> dict[str, bool]:
+        if self._conditions is None:
+            self._conditions = _conditions(self.path)
+        return self._conditions
+
+
+def _path_info(ctx: ChunkContext, node: ast.AST) -> _PathInfo:
+    return ctx.memo(("amp branch path", id(node)), lambda: _PathInfo(ctx, node))
+
+
 def exclusive(ctx: ChunkContext, a: ast.AST, b: ast.AST) -> bool:
     """``a`` and ``b`` never run in the same pass: different branches of one ``if`` (or
     ``match``), or branches of two ``if``s on the same condition with opposite outcomes."""
     # Asked for many pairs of the same few calls (each step against each update, each clip
     # against each backward): each node's path and conditions once per chunk analysis.
-    pa = ctx.memo(("amp branch path", id(a)), lambda: _branch_path(ctx, a))
-    pb = ctx.memo(("amp branch path", id(b)), lambda: _branch_path(ctx, b))
-    fields_b = {id(n): f for n, f in pb}
-    for n, fa in pa:
+    ia = _path_info(ctx, a)
+    ib = _path_info(ctx, b)
+    fields_b = ib.fields
+    for n, fa in ia.path:
         fb = fields_b.get(id(n))
         if fb is None:
             continue
@@ -242,8 +276,8 @@ def exclusive(ctx: ChunkContext, a: ast.AST, b: ast.AST) -> bool:
         if isinstance(n, ast.Match) and fa.field == fb.field == "cases" and fa.case != fb.case:
             return True
         break  # the innermost common ancestor decides structurally
-    ca = ctx.memo(("amp conditions", id(a)), lambda: _conditions(pa))
-    cb = ctx.memo(("amp conditions", id(b)), lambda: _conditions(pb))
+    ca = ia.conditions()
+    cb = ib.conditions()
     return any(cond in cb and cb[cond] != pol for cond, pol in ca.items())
 
 

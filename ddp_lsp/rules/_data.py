@@ -12,6 +12,7 @@ Pure helpers over ``ast`` and a :class:`ChunkContext`; no rule state.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 
@@ -196,11 +197,13 @@ def in_test_module(ctx: ChunkContext) -> bool:
 
 def uses_sampler_framework(ctx: ChunkContext) -> bool:
     """The module imports a framework that installs distributed samplers itself."""
-    return any(
-        q == f or q.startswith(f + ".")
-        for q in ctx.facts.aliases.values()
-        for f in _SAMPLER_FRAMEWORKS
-    )
+    # Asked by several rules for every chunk, of the same imports: once per set of them.
+    return _imports_sampler_framework(frozenset(ctx.facts.aliases.values()))
+
+
+@functools.lru_cache(maxsize=16)
+def _imports_sampler_framework(quals: frozenset[str]) -> bool:
+    return any(q == f or q.startswith(f + ".") for q in quals for f in _SAMPLER_FRAMEWORKS)
 
 
 def function_name(ctx: ChunkContext, node: ast.AST) -> str:
@@ -346,36 +349,49 @@ def _strip_wrappers(expr: ast.AST) -> ast.AST:
     return expr
 
 
-def loops_over(root: ast.AST, path: str) -> list[ast.For | ast.AsyncFor]:
+def loops_over(ctx: ChunkContext, root: ast.AST, path: str) -> list[ast.For | ast.AsyncFor]:
     """``for`` loops in ``root``'s frame whose iterable is the loader ``path``."""
-    out: list[ast.For | ast.AsyncFor] = []
+    heads = ctx.memo(("loop heads", id(root)), lambda: _loop_heads(root))
+    return [node for node, names in heads if path in names]
+
+
+def _loop_heads(root: ast.AST) -> list[tuple[ast.For | ast.AsyncFor, frozenset[str]]]:
+    """The ``for`` loops of ``root``'s frame in source order, each with the names its iterable
+    may be (itself, unwrapped, the arguments of a call): asked for several loaders."""
+    out: list[tuple[ast.For | ast.AsyncFor, frozenset[str]]] = []
     for node in patterns.walk_scope(root):
         if isinstance(node, (ast.For, ast.AsyncFor)):
             it = node.iter
             cands = [it, _strip_wrappers(it)]
             if isinstance(it, ast.Call):
                 cands.extend(it.args)
-            if any(known_names.dotted(c) == path for c in cands):
-                out.append(node)
-    out.sort(key=patterns.order)
+            names = frozenset(n for n in map(known_names.dotted, cands) if n is not None)
+            out.append((node, names))
+    out.sort(key=lambda e: patterns.order(e[0]))
     return out
 
 
-def calls_receiving(root: ast.AST, path: str) -> list[ast.Call]:
+def calls_receiving(ctx: ChunkContext, root: ast.AST, path: str) -> list[ast.Call]:
     """Calls in ``root``'s frame with ``path`` (or an expression starting with it) as an
     argument, also inside a list or tuple argument (``train(..., [train_loader, eval_loader])``)."""
-    out: list[ast.Call] = []
+    given = ctx.memo(("calls given", id(root)), lambda: _calls_given(root))
+    prefix = path + "."
+    return [call for call, names in given if any(n == path or n.startswith(prefix) for n in names)]
+
+
+def _calls_given(root: ast.AST) -> list[tuple[ast.Call, tuple[str, ...]]]:
+    """The calls of ``root``'s frame that take a named value (the frame's walk order), each
+    with the names of its arguments (and of a list or tuple argument's items)."""
+    out: list[tuple[ast.Call, tuple[str, ...]]] = []
     for node in patterns.walk_scope(root):
         if isinstance(node, ast.Call):
             given: list[ast.expr] = []
             for a in [*node.args, *(kw.value for kw in node.keywords)]:
                 a = a.value if isinstance(a, ast.Starred) else a
                 given.extend(a.elts if isinstance(a, ast.List | ast.Tuple) else [a])
-            for a in given:
-                name = known_names.dotted(a)
-                if name is not None and (name == path or name.startswith(path + ".")):
-                    out.append(node)
-                    break
+            names = tuple(n for n in map(known_names.dotted, given) if n is not None)
+            if names:
+                out.append((node, names))
     return out
 
 
@@ -389,7 +405,7 @@ def handed_to_framework(ctx: ChunkContext, root: ast.AST, call: ast.Call, path: 
         node = ctx.parent(node)
     if path is None:
         return False
-    return any(_is_prepare(c) for c in calls_receiving(root, path))
+    return any(_is_prepare(c) for c in calls_receiving(ctx, root, path))
 
 
 def _is_prepare(call: ast.Call) -> bool:

@@ -277,16 +277,51 @@ def is_no_grad_call(ctx: ChunkContext, expr: ast.AST) -> bool:
 
 def under_no_grad(ctx: ChunkContext, node: ast.AST) -> bool:
     """Inside ``with torch.no_grad():`` (or inference_mode) or a function decorated with it."""
+    # Asked for most calls of a training loop by several rules: the chunk's no-grad withs and
+    # functions are found once per analysis (none, in most chunks), then each question walks
+    # up to the first of them.
+    scopes = ctx.memo(("no-grad scopes",), lambda: _no_grad_scopes(ctx))
+    if not scopes:
+        return False
     for a in ctx.ancestors(node):
-        if isinstance(a, ast.With | ast.AsyncWith):
-            if any(is_no_grad_call(ctx, item.context_expr) for item in a.items):
-                return True
-        elif isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
-            if any(is_no_grad_call(ctx, d) for d in a.decorator_list):
-                return True
-        elif isinstance(a, ast.Lambda | ast.ClassDef):
+        if id(a) in scopes:
+            return True
+        if isinstance(a, ast.Lambda | ast.ClassDef):
             return False
     return False
+
+
+def _no_grad_scopes(ctx: ChunkContext) -> frozenset[int]:
+    """The chunk's ``with`` statements entering no_grad (or inference_mode) and functions
+    decorated with it, by id."""
+    out: set[int] = set()
+    withs: list[ast.With | ast.AsyncWith] = ctx.nodes(ast.With, ast.AsyncWith)
+    for w in withs:
+        if any(is_no_grad_call(ctx, item.context_expr) for item in w.items):
+            out.add(id(w))
+    fns: list[ast.FunctionDef | ast.AsyncFunctionDef] = ctx.nodes(
+        ast.FunctionDef, ast.AsyncFunctionDef
+    )
+    for fn in fns:
+        if any(is_no_grad_call(ctx, d) for d in fn.decorator_list):
+            out.add(id(fn))
+    return frozenset(out)
+
+
+# The nodes GraphFlow records a binding of (exact classes: ``ast`` has no subclasses of them).
+_BINDING_NODES = frozenset(
+    {
+        ast.Assign,
+        ast.AnnAssign,
+        ast.AugAssign,
+        ast.NamedExpr,
+        ast.For,
+        ast.AsyncFor,
+        ast.comprehension,
+        ast.With,
+        ast.AsyncWith,
+    }
+)
 
 
 def merge(*ts: Taint) -> Taint:
@@ -310,41 +345,50 @@ class GraphFlow:
         self.assigns: dict[str, list[tuple[tuple[int, int], ast.AST, int | None]]] = {}
         self._busy: set[int] = set()
         self._memo: dict[int, Taint] = {}
-        called = frozenset(
-            d
-            for n in patterns.walk_scope(root)
-            if isinstance(n, ast.Call) and (d := known_names.dotted(n.func))
-        )
+        # One pass over the scope (bindings in scope order, the calls kept for after it: a
+        # backward's target is judged against every call's name), dispatched on the node's
+        # class: most nodes are none of these.
+        calls: list[ast.Call] = []
+        called: set[str] = set()
+        bind = self._bind
         for node in patterns.walk_scope(root):
-            if isinstance(node, ast.Call):
-                t = backward_target(node, called)
-                if t is not None:
-                    self.backward_calls.append(node)
-                    for sub in tree_walk.bfs(t):
-                        if isinstance(sub, ast.Name | ast.Attribute):
-                            d = known_names.dotted(sub)
-                            if d:
-                                self.consumed.add(d)
-                    path = known_names.dotted(t)
-                    if path:
-                        self.targets.add(path)
-                        if _scalar_backward(node):
-                            self.scalar_targets.add(path)
-            elif isinstance(node, ast.Assign):
-                for tgt in node.targets:
-                    self._bind(tgt, node, None)
-            elif isinstance(node, ast.AnnAssign) and node.value is not None:
-                self._bind(node.target, node, None)
-            elif isinstance(node, ast.AugAssign):
-                self._bind(node.target, node, None)
-            elif isinstance(node, ast.NamedExpr):
-                self._bind(node.target, node, None)
-            elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
-                self._bind(node.target, node, -1)
-            elif isinstance(node, ast.With | ast.AsyncWith):
-                for item in node.items:
+            cls = node.__class__
+            if cls is ast.Call:
+                calls.append(node)  # type: ignore[arg-type]
+                d = known_names.dotted(node.func)  # type: ignore[attr-defined]
+                if d:
+                    called.add(d)
+            elif cls not in _BINDING_NODES:
+                continue
+            elif cls is ast.Assign:
+                for tgt in node.targets:  # type: ignore[attr-defined]
+                    bind(tgt, node, None)
+            elif cls is ast.AnnAssign:
+                if node.value is not None:  # type: ignore[attr-defined]
+                    bind(node.target, node, None)  # type: ignore[attr-defined]
+            elif cls is ast.AugAssign or cls is ast.NamedExpr:
+                bind(node.target, node, None)  # type: ignore[attr-defined]
+            elif cls is ast.With or cls is ast.AsyncWith:
+                for item in node.items:  # type: ignore[attr-defined]
                     if item.optional_vars is not None:
-                        self._bind(item.optional_vars, node, -1)
+                        bind(item.optional_vars, node, -1)
+            else:  # a loop or a comprehension
+                bind(node.target, node, -1)  # type: ignore[attr-defined]
+        frozen = frozenset(called)
+        for node in calls:
+            t = backward_target(node, frozen)
+            if t is not None:
+                self.backward_calls.append(node)
+                for sub in tree_walk.bfs(t):
+                    if isinstance(sub, ast.Name | ast.Attribute):
+                        d = known_names.dotted(sub)
+                        if d:
+                            self.consumed.add(d)
+                path = known_names.dotted(t)
+                if path:
+                    self.targets.add(path)
+                    if _scalar_backward(node):
+                        self.scalar_targets.add(path)
         if (
             isinstance(root, ast.FunctionDef | ast.AsyncFunctionDef)
             and root.name in TRAINING_STEP_NAMES

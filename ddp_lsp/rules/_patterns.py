@@ -43,6 +43,12 @@ def walk_scope(root: ast.AST) -> Iterator[ast.AST]:
     return iter(tree_walk.scope_nodes(root))
 
 
+def walk_all(ctx: ChunkContext, root: ast.AST) -> list[ast.AST]:
+    """Every node under ``root`` (``root`` included, nested scopes too), in ``ast.walk``'s
+    breadth-first order: walked once per analysis, however many helpers ask."""
+    return ctx.memo(("bfs", id(root)), lambda: list(tree_walk.bfs(root)))
+
+
 def scope_root(ctx: ChunkContext, node: ast.AST) -> ast.AST:
     """The function holding ``node``, or the chunk's module body for module-level code."""
     fn = ctx.enclosing_function(node)

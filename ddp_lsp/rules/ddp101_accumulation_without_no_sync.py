@@ -170,7 +170,12 @@ class AccumulationWithoutNoSync(Rule):
 
     def check(self, ctx: ChunkContext) -> Iterator[Finding]:
         seen: set[int] = set()
+        backward_words = rule_triggers.framework_words(
+            ctx.ranks.frameworks, framework_tables.Meaning.BACKWARD
+        )
         for call in ctx.calls():
+            if not self._may_start(ctx, call, backward_words):
+                continue
             wrapped = self._wrapper_accumulation(ctx, call, seen)
             if wrapped is None:
                 wrapped = self._framework_backward(ctx, call, seen)
@@ -242,6 +247,22 @@ class AccumulationWithoutNoSync(Rule):
                 related=related,
                 cite=(ctx.kind_source(model_expr, call),),
             )
+
+    @staticmethod
+    def _may_start(ctx: ChunkContext, call: ast.Call, backward_words: frozenset[str]) -> bool:
+        """``call`` may be where a finding starts: a call with ``update_grad=``
+        (``_wrapper_accumulation``), or an attribute call that is a ``.backward()`` or whose
+        name (or qualified name's last part) is a framework backward's word: the framework
+        tables match no other (core/triggers.py). Most calls of a loop are none of these."""
+        if any(kw.arg == "update_grad" for kw in call.keywords):
+            return True
+        func = call.func
+        if not isinstance(func, ast.Attribute):
+            return False
+        if func.attr == "backward" or func.attr in backward_words:
+            return True
+        qual = ctx.call_qualname(call)
+        return qual is not None and qual.rsplit(".", 1)[-1] in backward_words
 
     @staticmethod
     def _roots(ctx: ChunkContext, root: ast.AST) -> list[ast.AST]:
@@ -482,7 +503,7 @@ class AccumulationWithoutNoSync(Rule):
             if len(s_loops) == len(outer) and all(
                 a is b for a, b in zip(s_loops, outer, strict=True)
             ):
-                if not self._inside(s, inner):
+                if not self._inside(ctx, s, inner):
                     return _Plan(s, None, None, True, True)
         # No step in this function at all, and the loop walks one batch's micro-batches: the
         # caller steps after it (guided-diffusion's `forward_backward()` then `optimize()`).
@@ -517,8 +538,9 @@ class AccumulationWithoutNoSync(Rule):
         return False
 
     @staticmethod
-    def _inside(node: ast.AST, outer: ast.AST) -> bool:
-        return any(n is node for n in tree_walk.bfs(outer))
+    def _inside(ctx: ChunkContext, node: ast.AST, outer: ast.AST) -> bool:
+        """``node`` is ``outer`` or under it (up from ``node``, not down through ``outer``)."""
+        return node is outer or any(a is outer for a in ctx.ancestors(node))
 
     def _conditional(
         self, ctx: ChunkContext, step: ast.Call, backward: ast.Call, inner: ast.AST, root: ast.AST
@@ -528,7 +550,7 @@ class AccumulationWithoutNoSync(Rule):
         for a in ctx.ancestors(step):
             if a is inner:
                 break
-            if isinstance(a, ast.If) and child is not a.test and not self._inside(backward, a):
+            if isinstance(a, ast.If) and child is not a.test and not self._inside(ctx, backward, a):
                 in_else = any(child is x for x in a.orelse)
                 if not accum.accumulation_test(ctx, a.test, root):
                     # `if scaler is not None: scaler.step(opt) else: opt.step()` inside the
@@ -604,14 +626,14 @@ class AccumulationWithoutNoSync(Rule):
             return None
         block, i, j = region
         start, end = block[i], block[j]
-        if any(self._inside(plan.step, s) for s in block[i : j + 1]):
+        if any(self._inside(ctx, plan.step, s) for s in block[i : j + 1]):
             return None
         if plan.cond_stmt is not None and not patterns.before(backward, plan.cond_stmt):
             # The step runs at the top of the next iteration: the sync would have to happen one
             # micro-step earlier than the condition says; no fix rather than a wrong one.
             return None
         if plan.cond_stmt is not None and any(
-            self._inside(plan.cond_stmt, s) for s in block[i : j + 1]
+            self._inside(ctx, plan.cond_stmt, s) for s in block[i : j + 1]
         ):
             return None
         if not patterns.starts_own_line(ctx, start) or not self._ends_own_line(ctx, end):
@@ -660,7 +682,7 @@ class AccumulationWithoutNoSync(Rule):
             block, i = ctx.block_of(stmt)
             indices = []
             for n in nodes:
-                k = next((k for k, s in enumerate(block) if self._inside(n, s)), None)
+                k = next((k for k, s in enumerate(block) if self._inside(ctx, n, s)), None)
                 if k is None:
                     break
                 indices.append(k)

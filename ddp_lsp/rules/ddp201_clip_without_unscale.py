@@ -218,10 +218,11 @@ class ClipWithoutUnscale(Rule):
             if (
                 isinstance(node, ast.Call)
                 and patterns.before(node, clip)
+                # (the helper asked before the paths: most calls unscale nothing)
+                and fact_model.UNSCALES in ctx.callee_props(node)
                 and not amp.exclusive(ctx, node, clip)
             ):
-                if fact_model.UNSCALES in ctx.callee_props(node):
-                    return True
+                return True
         return False
 
     @staticmethod

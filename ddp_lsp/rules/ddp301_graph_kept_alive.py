@@ -83,6 +83,21 @@ _FEW_STEPS = 1000
 _TRIGGERS = frozenset({"backward"}) | graph.TRAINING_STEP_NAMES
 
 
+# The statements and calls `_recreated` looks at (exact classes).
+_RECREATING = frozenset(
+    {
+        ast.Assign,
+        ast.AnnAssign,
+        ast.For,
+        ast.AsyncFor,
+        ast.With,
+        ast.AsyncWith,
+        ast.Call,
+        ast.Delete,
+    }
+)
+
+
 @dataclass(frozen=True)
 class _Store:
     node: ast.AST  # the statement or call that stores
@@ -215,12 +230,12 @@ class GraphKeptAlive(Rule):
                 # Asked for each store into the same container in the loop: once each.
                 return not ctx.memo(
                     ("DDP301 recreated", root_path, id(loop)),
-                    functools.partial(self._recreated, root_path, loop),
+                    functools.partial(self._recreated, root_path, patterns.walk_all(ctx, loop)),
                 )
         # No training loop around it: a training step method keeping values on `self`.
         if fn is None or not root_path.startswith("self."):
             return False
-        return not self._recreated(root_path, fn)
+        return not self._recreated(root_path, patterns.walk_all(ctx, fn))
 
     @staticmethod
     def _bounded_result(
@@ -267,10 +282,12 @@ class GraphKeptAlive(Rule):
         return False
 
     @staticmethod
-    def _recreated(path: str, scope: ast.AST) -> bool:
+    def _recreated(path: str, nodes: list[ast.AST]) -> bool:
         """``path`` is assigned a fresh value (not one built from itself), or cleared, in
-        ``scope``."""
-        for n in tree_walk.bfs(scope):
+        the scope whose nodes (``patterns.walk_all``) are ``nodes``."""
+        for n in nodes:
+            if n.__class__ not in _RECREATING:
+                continue  # (most nodes: one set lookup instead of the chain below)
             targets: list[ast.AST] = []
             value: ast.AST | None = None
             if isinstance(n, ast.Assign):

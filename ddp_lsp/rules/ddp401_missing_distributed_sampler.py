@@ -155,7 +155,7 @@ class MissingDistributedSampler(Rule):
             return None
         if ctx.runs_only_on_rank0(call) or data_rules.in_mode_branch(ctx, call):
             return None
-        loops = data_rules.loops_over(root, path) if path else []
+        loops = data_rules.loops_over(ctx, root, path) if path else []
         if loops and all(
             ctx.runs_only_on_rank0(loop) or data_rules.under_no_grad(ctx, loop) for loop in loops
         ):

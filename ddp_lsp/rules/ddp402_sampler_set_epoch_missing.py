@@ -167,7 +167,7 @@ class SamplerSetEpochMissing(Rule):
             ):
                 continue
             if framework and (
-                s.created is None or s.loaders or not data_rules.loops_over(s.root, s.path)
+                s.created is None or s.loaders or not data_rules.loops_over(ctx, s.root, s.path)
             ):
                 continue
             loop = self._epoch_loop(ctx, s)
@@ -343,7 +343,7 @@ class SamplerSetEpochMissing(Rule):
         todo = [sampler]
         while todo and len(out) < 8:
             source = todo.pop()
-            for call in data_rules.calls_receiving(root, source):
+            for call in data_rules.calls_receiving(ctx, root, source):
                 parent = ctx.parent(call)
                 if (
                     isinstance(parent, ast.Assign)
@@ -379,16 +379,18 @@ class SamplerSetEpochMissing(Rule):
         # sampler=sampler)` from another file): `_sets_epoch` then asks whether that helper
         # sets the epoch.
         if s.created is not None:
-            uses.extend(data_rules.loops_over(s.root, s.path))
+            uses.extend(data_rules.loops_over(ctx, s.root, s.path))
         uses.extend(
             c
-            for c in data_rules.calls_receiving(s.root, s.path)
+            for c in data_rules.calls_receiving(ctx, s.root, s.path)
             if _known_helper(ctx, c) and not self._is_builder(ctx, c)
         )
         for lp in loaders:
-            uses.extend(data_rules.loops_over(s.root, lp))
+            uses.extend(data_rules.loops_over(ctx, s.root, lp))
             uses.extend(
-                c for c in data_rules.calls_receiving(s.root, lp) if not self._is_builder(ctx, c)
+                c
+                for c in data_rules.calls_receiving(ctx, s.root, lp)
+                if not self._is_builder(ctx, c)
             )
             uses.extend(self._epoch_iters(ctx, s.root, lp))
         uses.sort(key=patterns.order)

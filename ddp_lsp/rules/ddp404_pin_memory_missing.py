@@ -83,7 +83,7 @@ class PinMemoryMissing(Rule):
             path = data_rules.assigned_path(ctx, call)
             if path is None:
                 continue
-            loops = data_rules.loops_over(root, path)
+            loops = data_rules.loops_over(ctx, root, path)
             if loops:
                 feeds_gpu = data_rules.moves_to_cuda(ctx, root, loops)
             else:
@@ -91,7 +91,7 @@ class PinMemoryMissing(Rule):
                 index = data_rules.assignment_index(root)
                 feeds_gpu = any(
                     data_rules.on_gpu(ctx, index, a)
-                    for c in data_rules.calls_receiving(root, path)
+                    for c in data_rules.calls_receiving(ctx, root, path)
                     if (getattr(c.func, "attr", None) or getattr(c.func, "id", "")) not in _NOT_USES
                     for a in [*c.args, *(kw.value for kw in c.keywords)]
                 )
