@@ -23,7 +23,7 @@ from ddp_lsp.core.chunkcache import AnalysisKey, ChunkCache, FinishedFindings
 from ddp_lsp.core.crossfile import ModuleProjectFacts
 from ddp_lsp.core.factmerge import merge_input
 from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, MergeCache, ModuleFacts, extract, merge
-from ddp_lsp.core.newsyntax import newer_grammar_rejects
+from ddp_lsp.core.newsyntax import NEWER_MARKERS, newer_grammar_rejects
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.types import Pos
 
@@ -276,12 +276,6 @@ def _problem_message(exc: BaseException) -> str:
 
 
 _MAX_FALLBACK_DEPTH = 64
-# What Pythons newer than the running one accept and it does not: `type X = ...` and
-# `def f[T]` / `class C[T]` (3.12), f-strings reusing their quotes or holding backslashes and
-# comments (3.12), t-strings and `except A, B:` without brackets (3.14).
-_NEWER_MARKERS = re.compile(
-    r"""\btype\b|\b(?:def|class)\s+\w+\s*\[|(?<![\w.])(?:[fFtT][rR]?|[rR][fFtT])["']|\bexcept\b"""
-)
 
 
 def _may_be_newer_syntax(lines: list[str], error_line: int) -> bool:
@@ -290,7 +284,7 @@ def _may_be_newer_syntax(lines: list[str], error_line: int) -> bool:
     if not lines:
         return False
     first, end = _statement_at(lines, error_line)
-    return _NEWER_MARKERS.search("".join(lines[first:end])) is not None
+    return NEWER_MARKERS.search("".join(lines[first:end])) is not None
 
 
 def _newer_grammar_accepts(text: str, member_of: str | None) -> bool:

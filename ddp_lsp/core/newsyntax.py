@@ -28,12 +28,20 @@ import ast
 import re
 import warnings
 
-# Newer constructs that are not strings: `type X = ...`, `def f[T]` / `class C[T]` (3.12) and
-# `except A, B:` (3.14). A chunk holding one of them (or what might be one) is left to libcst.
-_OTHER = re.compile(
-    r"^[ \t]*type[ \t]+\w+[ \t]*[\[=]|\b(?:def|class)\s+\w+\s*\[|\bexcept\b\*?\s*[^\s(:][^:\n]*,",
-    re.MULTILINE,
+# What Pythons newer than the running one accept and it does not (the one definition, used by
+# ``core/document.py`` too): `type X = ...` anywhere in a line (after `;` or `:` too) and
+# `def f[T]` / `class C[T]` (3.12), `except A, B:` without brackets (3.14), and f-strings
+# (3.12: quotes reused, backslashes, comments) and t-strings (3.14). Each pattern matches at
+# least every statement holding the construct (more is safe: libcst is then asked).
+NEWER_CONSTRUCTS = (
+    r"\btype(?:\s|\\)+(?:[^\W\d]|[^\x00-\x7f])"  # `type` then a name: `type X`
+    r"|\b(?:def|class)\s+\w+\s*\["
+    r"|\bexcept\b[^:]*[,\[(]"  # a comma before the clause's ':' (or a bracket: maybe one)
 )
+NEWER_STRINGS = r"""(?<![\w.])(?:[fFtT][rR]?|[rR][fFtT])["']"""
+NEWER_MARKERS = re.compile(f"{NEWER_CONSTRUCTS}|{NEWER_STRINGS}")
+# A chunk holding a newer construct that is not a string is left to libcst.
+_OTHER = re.compile(NEWER_CONSTRUCTS)
 _PREFIXES = frozenset(
     {"r", "u", "b", "f", "t", "br", "rb", "fr", "rf", "tr", "rt"}
 )  # lower-cased; "f"/"t" among them make an f-string / t-string
@@ -108,7 +116,13 @@ class _Lexer:
                 if "f" in prefix.lower() or "t" in prefix.lower():
                     breaks = src.count("\n", j, end) + src.count("\r", j, end)
                     out.append(src[last:j])
-                    out.append('""' if not breaks else '"""' + "\n" * breaks + '"""')
+                    # A space between it and a quote next to it: `f"{x}"""` is two strings,
+                    # `""""` would open a triple-quoted one (a line's indentation is kept: a
+                    # space goes before it only after a quote).
+                    before = " " if src[j - 1 : j] in ("'", '"') else ""
+                    after = " " if src[end : end + 1] in ("'", '"') else ""
+                    blank = '""' if not breaks else '"""' + "\n" * breaks + '"""'
+                    out.append(before + blank + after)
                     last = end
                 i = end
         out.append(src[last:])

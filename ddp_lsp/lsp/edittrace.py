@@ -37,8 +37,9 @@ except ImportError:  # Windows
 class EditTrace:
     """Times each edited version from its ``didChange`` to its publication."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, owns_out: bool = False) -> None:
         self.out = out
+        self._owns_out = owns_out  # close() closes it (the file the environment named)
         # (uri, version) -> (wall, CPU, collections by generation, collection ms, switches)
         self.started: dict[tuple[str, int], tuple[Any, ...]] = {}
         self.collections = [0, 0, 0]
@@ -54,9 +55,17 @@ class EditTrace:
         if not path:
             return None
         try:
-            return cls(open(path, "a", encoding="utf-8"))  # noqa: SIM115 (the server's lifetime)
+            return cls(open(path, "a", encoding="utf-8"), owns_out=True)  # noqa: SIM115 (close())
         except OSError:
             return None
+
+    def close(self) -> None:
+        """Stop counting collections (the gc callback is removed) and close the file it
+        opened; the server calls it at shutdown."""
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+        if self._owns_out:
+            self.out.close()
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":

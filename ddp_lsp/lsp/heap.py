@@ -94,6 +94,7 @@ class HeapKeeper:
         gc.collect()
         gc.freeze()
         self._owed = False
+        self._imported = False  # a background import's objects were scanned just now
         self._seen = _promotions()
         self.full_collections += 1
 

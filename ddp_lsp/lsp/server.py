@@ -235,6 +235,9 @@ async def initialized(ls: DdpLanguageServer, params: lsp.InitializedParams) -> N
 async def shutdown(ls: DdpLanguageServer, params: None) -> None:
     ls.stop_children()
     await ls.shutdown_requests()
+    if ls.edit_trace is not None:
+        ls.edit_trace.close()
+        ls.edit_trace = None
 
 
 async def pull_configuration(ls: DdpLanguageServer, notify: bool = True) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 import warnings
 from typing import Any
 
@@ -10,7 +11,8 @@ import libcst
 import pytest
 
 from ddp_lsp.core.document import Document
-from ddp_lsp.core.newsyntax import newer_grammar_rejects
+from ddp_lsp.core.engine import analyze
+from ddp_lsp.core.newsyntax import NEWER_MARKERS, newer_grammar_rejects
 from ddp_lsp.core.types import Pos
 
 # Statements typed key by key: what people type, and f-strings valid only in Python 3.12+
@@ -28,6 +30,15 @@ TYPED = (
     "s = f'{x!r}' == f\"{y!a}\"",
     'q = f"{x:{y}.{z}f}"',
     'p = f"{1 if x else 2}" + F"{x}" + Rf"{x}\\n"',
+    # Strings next to each other with no space (a `""` for each f-string must not fuse them).
+    'x = f"{d["k"]}"""',
+    'x = ""f"{d["k"]}"',
+    'y = t"{name}"""',
+    'assert f"{a["b"]["c"]:>10}" != ""f"{msg!r:^{n}}"',
+    # `type` aliases not at a line's start.
+    "if TYPE_CHECKING: type Alias = list[int]",
+    'x = 1; type Alias = int; print(f"{x}")',
+    'def f(): type X = int; log(f"{X}")',
 )
 WRAPS = (
     "def f():\n    x = 1\n    {}\n    return x\n",
@@ -115,3 +126,23 @@ def test_typing_an_f_string_asks_libcst_nothing(monkeypatch: Any) -> None:
         doc.apply_edit(Pos(5, 4 + k), Pos(5, 4 + k), ch)
     assert doc.lines[5] == "    " + stmt + "\n"
     assert calls == []
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="no newer grammar to meet here")
+def test_adjacent_f_strings_and_inline_aliases_are_skipped_not_errors() -> None:
+    # Valid 3.12 code: said to be not analysed (as before core/newsyntax.py), never DDP000.
+    src = (
+        "import torch\n\n\ndef report(stats, width):\n"
+        '    return f"{stats["loss"]:>{width}}"f" ({stats["step"]})"\n\n\n'
+        "if TYPE_CHECKING: type Alias = list[int]\n"
+    )
+    result = analyze(src)
+    assert [(n.line, n.end_line) for n in result.not_analysed] == [(3, 4), (7, 7)]
+    assert [f.code for f in result.findings if f.code == "DDP000"] == []
+
+
+@pytest.mark.parametrize(
+    "stmt", ["if TYPE_CHECKING: type Alias = list[int]", "x = 1; type A = int", "type\\\n  A = 1"]
+)
+def test_the_markers_see_aliases_anywhere(stmt: str) -> None:
+    assert NEWER_MARKERS.search(stmt) and not newer_grammar_rejects(stmt + "\nprint(f'{x\n")

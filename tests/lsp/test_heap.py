@@ -195,6 +195,13 @@ def test_a_finished_background_import_is_frozen_unscanned() -> None:
         keeper.settle()
         assert collections == [2]
         keeper._idle.cancel()
+        # The import finished, then the idle full collection scanned its objects: the next
+        # settle collects this edit's objects only and owes nothing more.
+        keeper.imported()
+        keeper.collect_all()
+        collections.clear()
+        keeper.settle()
+        assert collections == [2] and not keeper._owed
 
     gc.callbacks.append(note)
     try:
