@@ -209,9 +209,9 @@ def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
     for fi in s.facts.functions:
         reached = []
         for c in sorted(fi.calls):
-            r = found[c] if c in found else found.setdefault(c, res.function(m, c))
-            if r is not None:
-                reached.append((r[0], r[1].qualname))
+            f = found[c] if c in found else found.setdefault(c, res.function(m, c))
+            if f is not None:
+                reached.append((f[0], f[1].qualname))
         calls[(m, fi.qualname)] = reached
     spelled: set[str] = {cs.callee for cs in s.facts.call_sites}
     for fi in s.facts.functions:

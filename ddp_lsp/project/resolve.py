@@ -103,7 +103,7 @@ class Resolver:
         self._found: dict[tuple[str, str], str | None] = {}
         # _resolve's answers for absolute names by (the importer's package, name), without
         # tracking (see _resolve).
-        self._absolute: dict[tuple[str, str], tuple[str, str] | None] = {}
+        self._absolute: dict[tuple[str, str, int], tuple[str, str] | None] = {}
         # The summaries resolution read, by module, with their interfaces.
         # (None read yet over modules read on demand, ``deferred``: flowstate.py's restored
         # state; such a resolver is never reused.)
@@ -356,9 +356,11 @@ class Resolver:
         if depth:
             return self._resolve(module, dotted_name, depth)
         key = (module, dotted_name)
-        if key in self._resolve_memo:
-            self._hit(("r", module, dotted_name))
-            return self._resolve_memo[key]
+        found = self._resolve_memo.get(key, _MISSING)
+        if found is not _MISSING:
+            if self._reading:  # (what _hit asks first: no key built for nothing)
+                self._hit(("r", module, dotted_name))
+            return found  # type: ignore[return-value]
         self._begin()
         try:
             found = self._resolve(module, dotted_name, 0)
@@ -377,15 +379,16 @@ class Resolver:
                 return self._member(module, dotted_name, depth)
             return None
         full = f"{target}.{rest}" if rest else target
-        if depth == 0 and not self.track:
+        if not self.track:
             # What an absolute name names is the same from every module of one package
             # (find_module reads the importer's package only): `F.cross_entropy` resolved
-            # once per package, not once per module. (A tracking resolver records the
-            # importer as read on each call: it resolves per module.)
-            key = (self._parent(module), full)
+            # once per package, not once per module; at each depth (MAX_DEPTH cuts the
+            # search). (A tracking resolver records the importer as read on each call: it
+            # resolves per module.)
+            key = (self._parent(module), full, depth)
             found = self._absolute.get(key, _MISSING)
             if found is _MISSING:
-                found = self._absolute[key] = self._resolve_full(module, full, 0)
+                found = self._absolute[key] = self._resolve_full(module, full, depth)
             return found  # type: ignore[return-value]
         return self._resolve_full(module, full, depth)
 
@@ -438,7 +441,8 @@ class Resolver:
             if got is not _MISSING:
                 return got  # type: ignore[return-value]
         if key in self._function_memo:
-            self._hit(("f", module, spelled))
+            if self._reading:
+                self._hit(("f", module, spelled))
             hit = self._function_memo[key]
             got = None if hit is None else (hit[0], self.functions(hit[0])[hit[1]])
             if not self._reading:
