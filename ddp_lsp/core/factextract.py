@@ -196,6 +196,7 @@ class _Extractor:
         self.dotted_lines: list[int] = []
         self._imported: dict[str, str] | None = None
         self._imported_n = 0
+        self._project_heads: dict[str, bool] = {}  # the answer by head, while imports stand
         self.imports: list[tuple[str, str]] = []
         self.env_markers = False
         self.bindings: list[Binding] = []
@@ -232,8 +233,15 @@ class _Extractor:
             for bound, target in self.imports:
                 self._imported.setdefault(bound, target)
             self._imported_n = len(self.imports)
-        qual = self._imported.get(name.partition(".")[0])
-        return qual is not None and known_names.may_be_project_module(qual)
+            self._project_heads = {}
+        head = name.partition(".")[0]
+        known = self._project_heads.get(head)
+        if known is None:
+            qual = self._imported.get(head)
+            known = self._project_heads[head] = qual is not None and (
+                known_names.may_be_project_module(qual)
+            )
+        return known
 
     # -- statements ----------------------------------------------------------------------------
 
@@ -466,8 +474,13 @@ class _Extractor:
             if isinstance(node, ast.Call):
                 if self.handed is not None:
                     self._hand(node)
-                if self._ifs == 0 and self._loop_names and _reads_back(node):
-                    root = node.func.value  # type: ignore[attr-defined]
+                if (
+                    self._ifs == 0
+                    and self._loop_names
+                    and node.func.__class__ is _Attribute
+                    and _reads_back(node)
+                ):
+                    root = node.func.value
                     while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
                         root = root.func if isinstance(root, ast.Call) else root.value
                     if isinstance(root, ast.Name) and (

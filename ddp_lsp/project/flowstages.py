@@ -25,12 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import gates as gate_facts
 from ddp_lsp.core import names as known_names
-from ddp_lsp.core.crossfile import (
-    CalleeProps,
-    ModuleProjectFacts,
-    ParamKind,
-    Provenance,
-)
+from ddp_lsp.core.crossfile import CalleeProps, ModuleProjectFacts, ParamKind, Provenance
 from ddp_lsp.project.reach import ModuleEdges
 from ddp_lsp.project.resolve import Resolver
 from ddp_lsp.project.summary import ModuleSummary
@@ -192,8 +187,11 @@ def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
     site_line: dict[tuple[str, fact_model.CallSite], int] = {}
     all_sites = (*s.facts.call_sites, *s.dotted_sites)
     lines_known = len(s.site_lines) == len(all_sites)
+    # Each spelling resolved once (the sites, calls and spellings below repeat a few names).
+    found: dict[str, tuple[str, fact_model.FunctionInfo] | None] = {}
     for i, cs in enumerate(all_sites):
-        t = res.function(m, cs.callee)
+        n = cs.callee
+        t = found[n] if n in found else found.setdefault(n, res.function(m, n))
         if t is not None:
             sites.append((m, cs, t[0], t[1]))
             if lines_known:
@@ -210,17 +208,17 @@ def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
     calls: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for fi in s.facts.functions:
         reached = []
-        for callee in sorted(fi.calls):
-            reached_fn = res.function(m, callee)
-            if reached_fn is not None:
-                reached.append((reached_fn[0], reached_fn[1].qualname))
+        for c in sorted(fi.calls):
+            f = found[c] if c in found else found.setdefault(c, res.function(m, c))
+            if f is not None:
+                reached.append((f[0], f[1].qualname))
         calls[(m, fi.qualname)] = reached
     spelled: set[str] = {cs.callee for cs in s.facts.call_sites}
     for fi in s.facts.functions:
         spelled |= fi.calls
     targets: dict[str, tuple[str, str]] = {}
     for name in sorted(spelled):
-        t = res.function(m, name)
+        t = found[name] if name in found else found.setdefault(name, res.function(m, name))
         if t is not None and t[0] != m:
             targets[name] = (t[0], t[1].qualname)
     unwrapped = fact_model.unwrapped_names([s.facts])

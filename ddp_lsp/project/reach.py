@@ -255,10 +255,16 @@ def single_process(
                 m_attrs[(m, scope)] = got | {spelled.rsplit(".", 1)[1]}
         m_unguarded: dict[Key, set[Key]] = {}
         m_guarded: dict[Key, set[Key]] = {}
+        found: dict[str, list[Key]] = {}  # a spelling's targets (not `self.`'s: per class)
         for fi in s.facts.functions:
             src = (m, fi.qualname)
             for callee in sorted(fi.calls):
-                for t in targets(m, fi.qualname, callee):
+                ts = found.get(callee)
+                if ts is None:
+                    ts = targets(m, fi.qualname, callee)
+                    if not callee.startswith("self."):
+                        found[callee] = ts
+                for t in ts:
                     if site_guard.get((src, t), False):
                         m_guarded.setdefault(src, set()).add(t)
                     else:

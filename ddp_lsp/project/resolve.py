@@ -101,6 +101,9 @@ class Resolver:
         # name): all it reads then, besides the importer itself (recorded on every call).
         self._parents: dict[str, str] = {}
         self._found: dict[tuple[str, str], str | None] = {}
+        # _resolve's answers for absolute names by (the importer's package, name), without
+        # tracking (see _resolve).
+        self._absolute: dict[tuple[str, str, int], tuple[str, str] | None] = {}
         # The summaries resolution read, by module, with their interfaces.
         # (None read yet over modules read on demand, ``deferred``: flowstate.py's restored
         # state; such a resolver is never reused.)
@@ -308,6 +311,14 @@ class Resolver:
                 return bare
         if self._reading:
             self._reading[-1].add(importer)
+        key = (self._parent(importer), name)
+        found = self._found.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._found[key] = self._find_near(key[0], name)
+        return found  # type: ignore[return-value]
+
+    def _parent(self, importer: str) -> str:
+        """The package ``importer``'s relative imports start at: itself for a package."""
         # (The importer's package and the module names are the resolver's for its lifetime:
         # reuse() keeps it only for the same modules, each with the same path and kind.)
         parent = self._parents.get(importer)
@@ -317,11 +328,7 @@ class Resolver:
             if s is not None and s.is_package:
                 parent = importer
             self._parents[importer] = parent
-        key = (parent, name)
-        found = self._found.get(key, _MISSING)
-        if found is _MISSING:
-            found = self._found[key] = self._find_near(parent, name)
-        return found  # type: ignore[return-value]
+        return parent
 
     def _find_near(self, parent: str, name: str) -> str | None:
         """:meth:`find_module`'s answer for a name that is no project module by itself: next
@@ -349,9 +356,11 @@ class Resolver:
         if depth:
             return self._resolve(module, dotted_name, depth)
         key = (module, dotted_name)
-        if key in self._resolve_memo:
-            self._hit(("r", module, dotted_name))
-            return self._resolve_memo[key]
+        found = self._resolve_memo.get(key, _MISSING)
+        if found is not _MISSING:
+            if self._reading:  # (what _hit asks first: no key built for nothing)
+                self._hit(("r", module, dotted_name))
+            return found  # type: ignore[return-value]
         self._begin()
         try:
             found = self._resolve(module, dotted_name, 0)
@@ -370,6 +379,21 @@ class Resolver:
                 return self._member(module, dotted_name, depth)
             return None
         full = f"{target}.{rest}" if rest else target
+        if not self.track:
+            # What an absolute name names is the same from every module of one package
+            # (find_module reads the importer's package only): `F.cross_entropy` resolved
+            # once per package, not once per module; at each depth (MAX_DEPTH cuts the
+            # search). (A tracking resolver records the importer as read on each call: it
+            # resolves per module.)
+            key = (self._parent(module), full, depth)
+            found = self._absolute.get(key, _MISSING)
+            if found is _MISSING:
+                found = self._absolute[key] = self._resolve_full(module, full, depth)
+            return found  # type: ignore[return-value]
+        return self._resolve_full(module, full, depth)
+
+    def _resolve_full(self, module: str, full: str, depth: int) -> tuple[str, str] | None:
+        """What the absolute name ``full`` names, imported in ``module`` (its package)."""
         parts = full.split(".")
         for i in range(len(parts), 0, -1):
             found = self.find_module(module, ".".join(parts[:i]))
@@ -417,7 +441,8 @@ class Resolver:
             if got is not _MISSING:
                 return got  # type: ignore[return-value]
         if key in self._function_memo:
-            self._hit(("f", module, spelled))
+            if self._reading:
+                self._hit(("f", module, spelled))
             hit = self._function_memo[key]
             got = None if hit is None else (hit[0], self.functions(hit[0])[hit[1]])
             if not self._reading:

@@ -30,6 +30,15 @@ _FIELDS: dict[Any, tuple[str, ...]] = {
 # A file's own summary and facts: never equal to another file's (the path differs), so never
 # looked up to share (see Sharer).
 _UNIQUE = frozenset({ModuleSummary, fact_model.ChunkFacts})
+# Their fields that hold a tuple of the file's facts (every binding, function or call site of
+# the file), as unlikely to equal another file's as the file itself: the items are shared,
+# the tuple is neither looked up nor kept (each lookup hashed every fact in it, gate sites
+# and all, through the dataclasses' hash written in Python; and again to keep it).
+_NONE: frozenset[str] = frozenset()
+_PER_FILE = {
+    ModuleSummary: frozenset({"dotted_sites"}),
+    fact_model.ChunkFacts: frozenset({"bindings", "functions", "call_sites"}),
+}
 
 
 class Sharer:
@@ -75,7 +84,7 @@ class Sharer:
         if kind in _UNIQUE and fields is not None:
             # One per file: looking one up hashed the whole summary (twice, with its facts),
             # for a hit no two files' summaries give. Its parts are shared as below.
-            return self._rebuilt(obj, kind, fields)
+            return self._rebuilt(obj, kind, fields, _PER_FILE[kind])
         if kind is frozenset or fields is not None:
             # An equal object seen before is returned whole, without walking it: most facts of
             # a file repeat facts of others, and hashing them runs in C.
@@ -92,16 +101,28 @@ class Sharer:
             return obj
         return self.memo.setdefault(obj, obj)
 
-    def _rebuilt(self, obj: object, kind: type, fields: tuple[str, ...]) -> object:
+    def _rebuilt(
+        self, obj: object, kind: type, fields: tuple[str, ...], per_file: frozenset[str] = _NONE
+    ) -> object:
         """``obj`` with its fields shared: ``obj`` itself when each field already is the
         shared value (identifiers come interned from the parser, facts from the memo), else
-        a copy built with them."""
+        a copy built with them. ``per_file``: fields whose tuple is not shared, only its items
+        (see _PER_FILE)."""
         old = list(map(obj.__dict__.__getitem__, fields))
         share = self._share
-        values = [share(v) for v in old]
+        values = [
+            share(v) if name not in per_file else self._items(v)
+            for name, v in zip(fields, old, strict=True)
+        ]
         if all(map(_is, values, old)):
             return obj
         return _build(kind, fields, values)
+
+    def _items(self, obj: tuple[object, ...]) -> tuple[object, ...]:
+        """``obj`` with each item shared (``obj`` itself when each already is)."""
+        share = self._share_other
+        items = [share(x, x.__class__) for x in obj]
+        return obj if all(map(_is, items, obj)) else tuple(items)
 
 
 _intern = sys.intern

@@ -150,6 +150,7 @@ def summarise_with_facts(
         for s in tree.body
         if isinstance(s, ast.ClassDef)
     )
+    top: list[list[ast.stmt]] = []  # the module's statements, walked once for both below
     return ModuleSummary(
         rel,
         module,
@@ -160,14 +161,24 @@ def summarise_with_facts(
         bases=bases,
         dotted_sites=x.dotted_sites,
         site_lines=x.site_lines,
-        binding_lines=_binding_lines(tree, cf, merged),
-        prop_lines=_prop_lines(tree, merged),
+        binding_lines=_binding_lines(tree, cf, merged, top),
+        prop_lines=_prop_lines(tree, merged, top),
         handed=x.handed,  # gathered on the extractor's walk (tests/project/test_summary_walks.py)
     ), merged
 
 
+def _top_statements(tree: ast.Module, top: list[list[ast.stmt]]) -> list[ast.stmt]:
+    """``_statements(tree.body)``, kept in ``top`` for the next caller."""
+    if not top:
+        top.append(_statements(tree.body))
+    return top[0]
+
+
 def _binding_lines(
-    tree: ast.Module, cf: fact_model.ChunkFacts, merged: fact_model.ModuleFacts
+    tree: ast.Module,
+    cf: fact_model.ChunkFacts,
+    merged: fact_model.ModuleFacts,
+    top: list[list[ast.stmt]] | None = None,
 ) -> tuple[tuple[str, str, int], ...]:
     # Only files that bind a kind, or build an instance of a class of their own project, pay
     # for this walk; the line is where a message's "at main.py:212" points: the assignment
@@ -185,7 +196,7 @@ def _binding_lines(
     if not wanted:
         return ()
     first: dict[str, int] = {}
-    for node in _statements(tree.body):
+    for node in _top_statements(tree, [] if top is None else top):
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
@@ -201,7 +212,7 @@ _CITED_PROPS = (fact_model.COLLECTIVE, fact_model.INITS_PG, fact_model.SAVES_CAL
 
 
 def _prop_lines(
-    tree: ast.Module, merged: fact_model.ModuleFacts
+    tree: ast.Module, merged: fact_model.ModuleFacts, top: list[list[ast.stmt]] | None = None
 ) -> tuple[tuple[str, str, int], ...]:
     # Only functions that have a property other files cite pay for this walk (a few a project).
     wanted = {
@@ -215,7 +226,8 @@ def _prop_lines(
     # when one of those is wanted (it was, for every function, the walk's most costly part).
     prefixes = {q[:i] for q in wanted for i, c in enumerate(q) if c == "."}
     out: list[tuple[str, str, int]] = []
-    for qual, fn in _functions(tree.body, "", None, prefixes):
+    statements = _top_statements(tree, [] if top is None else top)
+    for qual, fn in _functions(tree.body, "", None, prefixes, statements):
         props = wanted.get(qual)
         if not props:
             continue
@@ -227,12 +239,17 @@ def _prop_lines(
 
 
 def _functions(
-    body: list[ast.stmt], scope: str, cls: str | None, prefixes: set[str] | None = None
+    body: list[ast.stmt],
+    scope: str,
+    cls: str | None,
+    prefixes: set[str] | None = None,
+    statements: list[ast.stmt] | None = None,
 ) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
     """Functions with the qualnames the core's extractor gives them (``C.m``, ``outer.inner``).
     ``prefixes``: when given, the functions under a function whose qualname is not in it are
-    left out (only the qualnames under those prefixes are wanted)."""
-    for s in _statements(body):
+    left out (only the qualnames under those prefixes are wanted). ``statements``:
+    ``_statements(body)``, when the caller has it."""
+    for s in _statements(body) if statements is None else statements:
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
             qual = f"{cls}.{s.name}" if cls else f"{scope}.{s.name}" if scope else s.name
             yield qual, s

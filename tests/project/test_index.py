@@ -174,6 +174,26 @@ def test_sharing_keeps_what_is_already_shared() -> None:
     assert second.facts.imports is shared.facts.imports
 
 
+def test_a_files_own_tuples_of_facts_are_not_kept_whole() -> None:
+    # A file's bindings, functions and call sites, as a tuple, never equal another file's:
+    # looking one up hashed every fact in it (gate sites and all) for nothing. Its items are
+    # shared; the tuple is neither looked up nor kept in the memo.
+    from ddp_lsp.project.sharing import Sharer as _Sharer
+    from ddp_lsp.project.summary import summarise
+
+    src = "import torch.distributed as dist\n\ndef sync(model):\n    m = dist.new_group()\n    sync(m)\n"
+    sharer = _Sharer()
+    first = sharer(summarise("a.py", src, "ka", Settings().rank_model))
+    second = sharer(summarise("b.py", "# b\n" + src, "kb", Settings().rank_model))
+    for facts in (first.facts, second.facts):
+        for name in ("bindings", "functions", "call_sites"):
+            value = getattr(facts, name)
+            assert value and all(id(v) != id(value) for v in sharer.memo.values()), name
+    assert second.facts.call_sites[0] is first.facts.call_sites[0]
+    assert second.facts.bindings[0] is first.facts.bindings[0]
+    assert sharer(second) is second
+
+
 def test_home_directory_is_never_a_project_root(tmp_path: Path, monkeypatch) -> None:
     # A dotfiles repository: $HOME/.git. A loose script under it is not a 100k-file project.
     from ddp_lsp.project.index import find_root, is_project_root

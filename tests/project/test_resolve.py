@@ -178,3 +178,35 @@ def test_one_name_next_to_importers_of_different_folders(tmp_path: Path) -> None
     assert r.resolve("a.sub.tool", "engine.run_a") == ("a.engine", "run_a")
     assert r.find_module("b.train", "engine") == "b.engine"
     assert r.find_module("a.train", "engine") == "a.engine"
+
+
+def test_an_untracked_resolver_resolves_an_absolute_name_once_per_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `ddp-lsp check`'s resolver (no tracking): what `engine.run_a` names is the same from
+    # every module of a package (find_module reads the importer's package only), so it is
+    # resolved once per package; the answers are the tracking resolver's, per folder.
+    (tmp_path / ".git").mkdir()
+    for pkg in ("a", "b"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "engine.py").write_text(f"def run_{pkg}(x):\n    pass\n")
+        for m in ("train", "evaluate"):
+            (tmp_path / pkg / f"{m}.py").write_text(f"import engine\nengine.run_{pkg}(1)\n")
+    index = build(tmp_path)
+    calls: list[str] = []
+    full = Resolver._resolve_full
+
+    def counted(self: Resolver, module: str, name: str, depth: int) -> object:
+        calls.append(name)
+        return full(self, module, name, depth)
+
+    monkeypatch.setattr(Resolver, "_resolve_full", counted)
+    untracked, tracked = Resolver(index, track=False), Resolver(index, track=True)
+    for r in (untracked, tracked):
+        for m in ("train", "evaluate"):
+            assert r.resolve(f"a.{m}", "engine.run_a") == ("a.engine", "run_a")
+            assert r.resolve(f"b.{m}", "engine.run_b") == ("b.engine", "run_b")
+            assert r.resolve(f"b.{m}", "engine.run_a") is None
+        if r is untracked:
+            assert sorted(calls) == ["engine.run_a", "engine.run_a", "engine.run_b"]
+    assert len(calls) == 3 + 6  # the tracking resolver: once per module and name
