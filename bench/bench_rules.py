@@ -103,20 +103,9 @@ def per_chunk(text: str, settings: Settings) -> tuple[list[float], Counter[str]]
     # class's methods; removed afterwards).
     by_rule: Counter[str] = Counter()
 
-    def wrap(rule_id: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(ctx: Any) -> Any:
-            c = time.process_time()
-            try:
-                out = fn(ctx)
-                return list(out) if hasattr(out, "__next__") else out
-            finally:
-                by_rule[rule_id] += time.process_time() - c
-
-        return timed
-
     for rule in rules:
-        rule.check = wrap(rule.meta.id, rule.check)  # type: ignore[method-assign]
-        rule.triggers = wrap(rule.meta.id, rule.triggers)  # type: ignore[method-assign]
+        rule.check = _timed(rule.check, by_rule, rule.meta.id)  # type: ignore[method-assign]
+        rule.triggers = _timed(rule.triggers, by_rule, rule.meta.id)  # type: ignore[method-assign]
     try:
         for chunk in chunks:
             engine._run_rules(chunk, facts, settings, ranks, None, rules)
@@ -126,6 +115,21 @@ def per_chunk(text: str, settings: Settings) -> tuple[list[float], Counter[str]]
             del rule.triggers
     del _doc
     return times, by_rule
+
+
+def _timed(fn: Callable[..., Any], totals: dict[str, float], key: str) -> Callable[..., Any]:
+    """``fn`` (a rule's ``check`` or ``triggers``) adding its CPU time to ``totals[key]``; a
+    generator it returns is consumed inside the timing."""
+
+    def timed(ctx: Any) -> Any:
+        c = time.process_time()
+        try:
+            out = fn(ctx)
+            return list(out) if hasattr(out, "__next__") else out
+        finally:
+            totals[key] = totals.get(key, 0.0) + time.process_time() - c
+
+    return timed
 
 
 def edited_chunks(text: str, settings: Settings, seeds: list[int], edits: int) -> list[Any]:
@@ -160,24 +164,13 @@ def keystrokes(
     rules_of = {id(r): r for it in items for r in it[5]}.values()
     current: dict[str, float] = {}
 
-    def wrap(rule_id: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(ctx: Any) -> Any:
-            c = time.process_time()
-            try:
-                out = fn(ctx)
-                return list(out) if hasattr(out, "__next__") else out
-            finally:
-                current[rule_id] = current.get(rule_id, 0.0) + time.process_time() - c
-
-        return timed
-
     gc.collect()
     for run in range(2 * repeat):
         timed_rules = run % 2 == 1
         if timed_rules:
             for rule in rules_of:
-                rule.check = wrap(rule.meta.id, rule.check)  # type: ignore[method-assign]
-                rule.triggers = wrap(rule.meta.id, rule.triggers)  # type: ignore[method-assign]
+                rule.check = _timed(rule.check, current, rule.meta.id)  # type: ignore[method-assign]
+                rule.triggers = _timed(rule.triggers, current, rule.meta.id)  # type: ignore[method-assign]
         try:
             for k, (text, member_of, facts, ranks, env, rules) in enumerate(items):
                 chunk = parse_chunk(text, member_of, settings.rank_model)
