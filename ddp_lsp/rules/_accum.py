@@ -274,15 +274,7 @@ def sync_skippers(ctx: ChunkContext, receiver: str) -> list[str]:
 
 def is_optimizer_step(ctx: ChunkContext, call: ast.Call) -> bool:
     """``optimizer.step()``, ``self.opt.step()``, ``scaler.step(optimizer)``."""
-    func = call.func
-    callee = (
-        func.attr
-        if isinstance(func, ast.Attribute)
-        else func.id
-        if isinstance(func, ast.Name)
-        else ""
-    )
-    if "step" not in callee.lower():
+    if "step" not in (known_names.last_name(call) or "").lower():
         return False  # (both forms below need it: most calls are neither)
     m = patterns.method_call(call, "step")
     if m is None:

@@ -512,12 +512,7 @@ class GraphFlow:
 
     @staticmethod
     def _callee_last(call: ast.Call) -> str:
-        f = call.func
-        if isinstance(f, ast.Attribute):
-            return f.attr
-        if isinstance(f, ast.Name):
-            return f.id
-        return ""
+        return known_names.last_name(call) or ""
 
     def _args(self, call: ast.Call) -> Taint:
         parts = [self.taint(a) for a in call.args] + [self.taint(k.value) for k in call.keywords]
