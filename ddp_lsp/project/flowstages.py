@@ -189,9 +189,12 @@ def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
     lines_known = len(s.site_lines) == len(all_sites)
     # Each spelling resolved once (the sites, calls and spellings below repeat a few names).
     found: dict[str, tuple[str, fact_model.FunctionInfo] | None] = {}
+
+    def target(n: str) -> tuple[str, fact_model.FunctionInfo] | None:
+        return found[n] if n in found else found.setdefault(n, res.function(m, n))
+
     for i, cs in enumerate(all_sites):
-        n = cs.callee
-        t = found[n] if n in found else found.setdefault(n, res.function(m, n))
+        t = target(cs.callee)
         if t is not None:
             sites.append((m, cs, t[0], t[1]))
             if lines_known:
@@ -209,7 +212,7 @@ def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
     for fi in s.facts.functions:
         reached = []
         for c in sorted(fi.calls):
-            f = found[c] if c in found else found.setdefault(c, res.function(m, c))
+            f = target(c)
             if f is not None:
                 reached.append((f[0], f[1].qualname))
         calls[(m, fi.qualname)] = reached
@@ -218,7 +221,7 @@ def _module_parts(res: Resolver, m: str, s: ModuleSummary) -> _ModuleParts:
         spelled |= fi.calls
     targets: dict[str, tuple[str, str]] = {}
     for name in sorted(spelled):
-        t = found[name] if name in found else found.setdefault(name, res.function(m, name))
+        t = target(name)
         if t is not None and t[0] != m:
             targets[name] = (t[0], t[1].qualname)
     unwrapped = fact_model.unwrapped_names([s.facts])

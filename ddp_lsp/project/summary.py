@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from collections.abc import Iterator, Mapping
+import functools
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ddp_lsp.core import facts as fact_model
@@ -150,7 +151,8 @@ def summarise_with_facts(
         for s in tree.body
         if isinstance(s, ast.ClassDef)
     )
-    top: list[list[ast.stmt]] = []  # the module's statements, walked once for both below
+    # The module's statements, walked once for both below, and only if one of them asks.
+    top = functools.cache(functools.partial(_statements, tree.body))
     return ModuleSummary(
         rel,
         module,
@@ -167,18 +169,11 @@ def summarise_with_facts(
     ), merged
 
 
-def _top_statements(tree: ast.Module, top: list[list[ast.stmt]]) -> list[ast.stmt]:
-    """``_statements(tree.body)``, kept in ``top`` for the next caller."""
-    if not top:
-        top.append(_statements(tree.body))
-    return top[0]
-
-
 def _binding_lines(
     tree: ast.Module,
     cf: fact_model.ChunkFacts,
     merged: fact_model.ModuleFacts,
-    top: list[list[ast.stmt]] | None = None,
+    top: Callable[[], list[ast.stmt]] | None = None,
 ) -> tuple[tuple[str, str, int], ...]:
     # Only files that bind a kind, or build an instance of a class of their own project, pay
     # for this walk; the line is where a message's "at main.py:212" points: the assignment
@@ -196,7 +191,7 @@ def _binding_lines(
     if not wanted:
         return ()
     first: dict[str, int] = {}
-    for node in _top_statements(tree, [] if top is None else top):
+    for node in _statements(tree.body) if top is None else top():
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
@@ -212,7 +207,9 @@ _CITED_PROPS = (fact_model.COLLECTIVE, fact_model.INITS_PG, fact_model.SAVES_CAL
 
 
 def _prop_lines(
-    tree: ast.Module, merged: fact_model.ModuleFacts, top: list[list[ast.stmt]] | None = None
+    tree: ast.Module,
+    merged: fact_model.ModuleFacts,
+    top: Callable[[], list[ast.stmt]] | None = None,
 ) -> tuple[tuple[str, str, int], ...]:
     # Only functions that have a property other files cite pay for this walk (a few a project).
     wanted = {
@@ -226,7 +223,7 @@ def _prop_lines(
     # when one of those is wanted (it was, for every function, the walk's most costly part).
     prefixes = {q[:i] for q in wanted for i, c in enumerate(q) if c == "."}
     out: list[tuple[str, str, int]] = []
-    statements = _top_statements(tree, [] if top is None else top)
+    statements = _statements(tree.body) if top is None else top()
     for qual, fn in _functions(tree.body, "", None, prefixes, statements):
         props = wanted.get(qual)
         if not props:
