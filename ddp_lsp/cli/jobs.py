@@ -9,7 +9,6 @@ crash in native code killed so that only the file that kills its process is lost
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import traceback
@@ -174,6 +173,8 @@ def _check_job(job: Job) -> Outcome:
     if new == source.text:
         return Outcome(rep, fixed_text=new if job.data is not None else None)
     if job.mode == "diff":
+        import difflib
+
         diff = "".join(
             difflib.unified_diff(
                 source.text.splitlines(keepends=True),

@@ -126,32 +126,18 @@ def project_view(
     import time
 
     from ddp_lsp.project import ProjectIndex, snapshot
+    from ddp_lsp.project.filekeys import file_keys
     from ddp_lsp.project.index import no_collection
-    from ddp_lsp.sources import ReadError, read_source
 
     started = time.perf_counter()
     index = ProjectIndex(root, settings)
     paths = list(index.files())
     # Code read from stdin with --stdin-filename (an editor's buffer): its text, not the disk's.
     texts = {p: data.decode("utf-8", errors="replace") for p, data in (overlays or {}).items()}
-    # The project's state: each file's summary key, from the bytes the index then summarises.
-    contents: dict[Path, bytes] = {}
-    pairs: list[tuple[str, str]] = []  # (path relative to the root, its summary key)
-    at: dict[str, tuple[Path, bytes]] = {}  # each key's file and bytes
-    dirs: dict[Path, Path] = {}  # resolved directories
-    on_disk = set(paths)
-    for p in (*paths, *(p for p in texts if p not in on_disk)):
-        if p in texts:
-            data = texts[p].encode("utf-8")
-        else:
-            try:
-                data = contents[p] = read_source(p)
-            except ReadError as exc:
-                index.unread[p] = exc
-                continue
-        rel, key = index.content_key(p, data, dirs)
-        pairs.append((rel, key))
-        at[rel] = (p, data)
+    # The project's state: each file's summary key (read and hashed, or stored with the file's
+    # stat when it did not change since: filekeys.py); the bytes of the files read, for the
+    # index to summarise; each key's file and bytes (those not read, read when asked for).
+    pairs, at, contents = file_keys(index, paths, texts)
     state = snapshot.project_key(index.root, pairs)
     keys = dict(pairs)
     cache_dir = index.cache.directory

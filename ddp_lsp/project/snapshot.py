@@ -202,13 +202,13 @@ class Stored:
     ) -> dict[str, ModuleProjectFacts] | None:
         """The facts of the ``wanted`` paths (None: all) that have any; None when an entry
         does not decode."""
-        from ddp_lsp.project.flow import moved
-
         codec = _stored_codec()
         names = self.modules.keys() if wanted is None else [p for p in wanted if p in self.modules]
         out: dict[str, ModuleProjectFacts] = {}
         # (A key whose line is gone, 0, is not a key: a text citing it does not decode.)
         live = {path: {k: v for k, v in lines.items() if v} for path, lines in self.moved.items()}
+        if live:  # (flow.py imports the whole computation: not for a snapshot as computed)
+            from ddp_lsp.project.flow import moved
         try:
             for rel in names:
                 stored = codec.decode(json.loads(self.modules[rel]), {})
