@@ -37,30 +37,36 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types as lsp
 
 from ddp_lsp.core.types import Pos
-from ddp_lsp.lsp.rankanswer import WARN as WARN
-from ddp_lsp.lsp.rankanswer import (
-    Analysis,
-    CallSite,
-    Collective,
-    Point,
-    Stmt,
-    _fields,
-    _merge_points,
-    collective_label,
-    point_text,
-)
-from ddp_lsp.lsp.rankanswer import ChunkView as ChunkView
-from ddp_lsp.lsp.rankanswer import analysis_for as analysis_for
-from ddp_lsp.lsp.rankanswer import chunks_in as chunks_in
 from ddp_lsp.lsp.registration import Command, Feature, Handler
 
 if TYPE_CHECKING:
     from ddp_lsp.core.facts import ModuleFacts
     from ddp_lsp.lsp.convert import Codec
+    from ddp_lsp.lsp.rankanswer import (
+        Analysis,
+        CallSite,
+        ChunkView,
+        Collective,
+        Point,
+        Stmt,
+    )
     from ddp_lsp.lsp.server import DdpLanguageServer
     from ddp_lsp.lsp.state import ServerState, Unit
 
 log = logging.getLogger("ddp_lsp.rankview")
+
+# The answer (rankanswer.py, 8 dataclasses) is imported by the first request that needs it,
+# not when the server starts: `initialize` is answered before anything asks for a rank view.
+_REEXPORTED = ("WARN", "ChunkView", "analysis_for", "chunks_in")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _REEXPORTED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ddp_lsp.lsp import rankanswer
+
+    return getattr(rankanswer, name)
+
 
 CMD_SHOW_RANK_PATHS = "ddp-lsp.showRankPaths"
 HINTS_ALL = "all"
@@ -79,6 +85,7 @@ _MOD_ZERO = 2
 
 def _unit_analysis(state: ServerState, unit: Unit, pending_ok: bool = True) -> Analysis | None:
     from ddp_lsp.core.document import Document
+    from ddp_lsp.lsp.rankanswer import analysis_for
 
     if not unit.enabled or not isinstance(unit.doc, Document):
         return None
@@ -98,6 +105,8 @@ def hints_in_range(
 ) -> list[lsp.InlayHint]:
     """The inlay hints of document lines ``first..last``, positions in ``codec``'s encoding
     and relative to a view starting at document line ``offset``."""
+    from ddp_lsp.lsp.rankanswer import chunks_in
+
     lines = an.doc.lines
     out: list[lsp.InlayHint] = []
     for start, chunk in chunks_in(an.doc, first, last):
@@ -120,6 +129,8 @@ def hints_in_range(
 
 
 def _doc_lines_hit(an: Analysis, line: int) -> tuple[int, ChunkView] | None:
+    from ddp_lsp.lsp.rankanswer import chunks_in
+
     for start, chunk in chunks_in(an.doc, line, line):
         return start, an.view(chunk)
     return None
@@ -182,10 +193,14 @@ def view_guard_points(view: ChunkView, s: Stmt) -> list[Point]:
 
 
 def _points_md(points: Sequence[Point], start: int, path: str | None) -> list[str]:
+    from ddp_lsp.lsp.rankanswer import point_text
+
     return [f"- {point_text(p.placed(start), path)}" for p in points]
 
 
 def _collective_hover(c: Collective, start: int, path: str | None) -> str:
+    from ddp_lsp.lsp.rankanswer import _merge_points, collective_label
+
     head = f"**ddp-lsp rank view** · `{c.display}` · {collective_label(c)}"
     lines = [head, ""]
     if c.skipped:
@@ -206,6 +221,8 @@ def _collective_hover(c: Collective, start: int, path: str | None) -> str:
 
 def _guard_hover(view: ChunkView, start: int, here: Sequence[Point], path: str | None) -> str:
     """A rank condition or early exit: where each side goes, and the collectives it decides."""
+    from ddp_lsp.lsp.rankanswer import _fields, collective_label, point_text
+
     where = _fields(here[0])
     pts = [
         p for st in view.stmts for p in st.ranks.points if p.path is None and _fields(p) == where
@@ -270,6 +287,8 @@ def rank_paths(
     state: ServerState, unit: Unit, uri: str, offset: int, line: int
 ) -> list[lsp.Location]:
     """The locations that make view line ``line`` rank-dependent (empty: every rank runs it)."""
+    from ddp_lsp.lsp.rankanswer import _fields, _merge_points
+
     an = _unit_analysis(state, unit)
     if an is None:
         return []
@@ -327,6 +346,8 @@ def semantic_tokens(
     state: ServerState, unit: Unit, offset: int, first: int, last: int
 ) -> list[int]:
     """Encoded tokens (LSP relative form) over the view lines ``first..last``."""
+    from ddp_lsp.lsp.rankanswer import chunks_in
+
     an = _unit_analysis(state, unit)
     if an is None:
         return []

@@ -32,7 +32,6 @@ from ddp_lsp.lsp.configuration import SECTION, ConfigurationService
 from ddp_lsp.lsp.convert import Codec, choose_encoding
 from ddp_lsp.lsp.diagnostics import PublicationEncoder, diagnostic_support
 from ddp_lsp.lsp.edittrace import EditTrace
-from ddp_lsp.lsp.notebook import Cell, Notebook, apply_notebook_change
 from ddp_lsp.lsp.preflight import CMD_RUN_PREFLIGHT, PreflightReports, PreflightService
 from ddp_lsp.lsp.project import ProjectService
 from ddp_lsp.lsp.pygls_adapter import (
@@ -342,6 +341,8 @@ def did_close(ls: DdpLanguageServer, params: lsp.DidCloseTextDocumentParams) -> 
 
 
 def nb_open(ls: DdpLanguageServer, params: lsp.DidOpenNotebookDocumentParams) -> None:
+    from ddp_lsp.lsp.notebook import Cell, Notebook  # (not at start: a notebook may never come)
+
     texts = {d.uri: d for d in params.cell_text_documents}
     cells = []
     for c in params.notebook_document.cells:
@@ -360,6 +361,8 @@ def nb_open(ls: DdpLanguageServer, params: lsp.DidOpenNotebookDocumentParams) ->
 
 
 def nb_change(ls: DdpLanguageServer, params: lsp.DidChangeNotebookDocumentParams) -> None:
+    from ddp_lsp.lsp.notebook import apply_notebook_change
+
     uri = params.notebook_document.uri
     unit = ls.state.units.get(uri)
     if unit is None or unit.notebook is None:

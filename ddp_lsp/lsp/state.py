@@ -33,7 +33,6 @@ from ddp_lsp.lsp.diagnostics import (
     to_diagnostic,
 )
 from ddp_lsp.lsp.heap import HeapKeeper, IdlePreload
-from ddp_lsp.lsp.notebook import Notebook
 from ddp_lsp.sources import MAX_SOURCE_BYTES, too_large_message
 
 if TYPE_CHECKING:
@@ -41,6 +40,7 @@ if TYPE_CHECKING:
     from ddp_lsp.core.crossfile import ModuleProjectFacts
     from ddp_lsp.core.document import Document
     from ddp_lsp.core.env import Environment
+    from ddp_lsp.lsp.notebook import Notebook  # (imported by the first notebook opened)
     from ddp_lsp.preflight.schema import PreflightReport
 
 # The analysis core (document, engine, rules) is imported on first use, not at import time:

@@ -33,6 +33,12 @@ DEFERRED = (
     "pickle",
 )
 
+# Modules only a request of their own imports: not at start, not by warm_up either.
+ON_REQUEST = (
+    "ddp_lsp.lsp.rankanswer",  # inlay hints, hover, semantic tokens, showRankPaths
+    "ddp_lsp.lsp.notebook",  # the first notebook opened
+)
+
 _PROBE = textwrap.dedent(
     """
     import asyncio, json, sys
@@ -85,6 +91,7 @@ def test_initialize_is_answered_without_the_core_the_index_or_the_rules() -> Non
     # the first document usually arrives (so its first diagnostics do not pay for them).
     assert "ddp_lsp.core.engine" in after
     assert any(m.startswith("ddp_lsp.rules.") for m in after)
+    assert [m for m in after if m in ON_REQUEST] == []
 
 
 def test_the_server_reads_the_indexer_wire_format_without_the_project_package() -> None:
