@@ -51,11 +51,11 @@ from typing import Any
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.crossfile import (
-    CalleeProps,
     ModuleProjectFacts,
     ParamKind,
     Provenance,
 )
+from ddp_lsp.project.flowlines import moved as moved  # (re-exported: flow.moved)
 from ddp_lsp.project.flowstages import (
     _CARRIED,
     MAX_ROUNDS,
@@ -365,42 +365,3 @@ def _compute(
         _site_into(parts),
     )
     return ProjectFacts(out, rounds, evaluations, res, parts, prepared, edges, stages)
-
-
-def moved(facts: ModuleProjectFacts, path: str, lines: Mapping[int, int]) -> ModuleProjectFacts:
-    """``facts`` with every provenance in ``path`` at its line after ``lines``
-    (:func:`~ddp_lsp.project.summary.line_map`); the same object when none is there. A line
-    the map does not know raises KeyError (the facts were not computed from that file)."""
-
-    def at(p: Provenance) -> Provenance:
-        return p if p.path != path else Provenance(p.path, lines[p.line], p.message)
-
-    def kind(k: ParamKind) -> ParamKind:
-        return ParamKind(k.kind, at(k.origin), tuple(at(v) for v in k.via), k.mixed)
-
-    def cites(k: ParamKind) -> bool:
-        return k.origin.path == path or any(v.path == path for v in k.via)
-
-    touched = (
-        any(cites(k) for k in facts.extra_kinds.values())
-        or any(o.path == path for cp in facts.callee_props.values() for o in cp.origins.values())
-        or (facts.distributed is not None and facts.distributed.path == path)
-    )
-    if not touched:
-        return facts
-    return ModuleProjectFacts(
-        facts.module,
-        facts.path,
-        {key: kind(k) for key, k in facts.extra_kinds.items()},
-        {
-            name: CalleeProps(
-                cp.target, cp.props, {p: at(o) for p, o in cp.origins.items()}, cp.gating
-            )
-            for name, cp in facts.callee_props.items()
-        },
-        None if facts.distributed is None else at(facts.distributed),
-        facts.only_called_guarded,
-        facts.root,
-        facts.single_process,
-        facts.silenced,
-    )

@@ -247,3 +247,44 @@ def _moved_after(
         low = min(lines, default=0)
         out[path] = {k: v for k, v in lines.items() if v or (k == low and k < 0)}
     return out
+
+
+def moved(facts: ModuleProjectFacts, path: str, lines: Mapping[int, int]) -> ModuleProjectFacts:
+    """``facts`` with every provenance in ``path`` at its line after ``lines``
+    (:func:`~ddp_lsp.project.summary.line_map`); the same object when none is there. A line
+    the map does not know raises KeyError (the facts were not computed from that file).
+    (Here, not in flow.py, which it is also imported from: a snapshot's facts are read
+    through it without importing the computation.)"""
+
+    def at(p: Provenance) -> Provenance:
+        return p if p.path != path else Provenance(p.path, lines[p.line], p.message)
+
+    def kind(k: ParamKind) -> ParamKind:
+        return ParamKind(k.kind, at(k.origin), tuple(at(v) for v in k.via), k.mixed)
+
+    def cites(k: ParamKind) -> bool:
+        return k.origin.path == path or any(v.path == path for v in k.via)
+
+    touched = (
+        any(cites(k) for k in facts.extra_kinds.values())
+        or any(o.path == path for cp in facts.callee_props.values() for o in cp.origins.values())
+        or (facts.distributed is not None and facts.distributed.path == path)
+    )
+    if not touched:
+        return facts
+    return ModuleProjectFacts(
+        facts.module,
+        facts.path,
+        {key: kind(k) for key, k in facts.extra_kinds.items()},
+        {
+            name: CalleeProps(
+                cp.target, cp.props, {p: at(o) for p, o in cp.origins.items()}, cp.gating
+            )
+            for name, cp in facts.callee_props.items()
+        },
+        None if facts.distributed is None else at(facts.distributed),
+        facts.only_called_guarded,
+        facts.root,
+        facts.single_process,
+        facts.silenced,
+    )

@@ -207,8 +207,8 @@ class Stored:
         out: dict[str, ModuleProjectFacts] = {}
         # (A key whose line is gone, 0, is not a key: a text citing it does not decode.)
         live = {path: {k: v for k, v in lines.items() if v} for path, lines in self.moved.items()}
-        if live:  # (flow.py imports the whole computation: not for a snapshot as computed)
-            from ddp_lsp.project.flow import moved
+        if live:
+            from ddp_lsp.project.flowlines import moved  # (not flow.py: the computation)
         try:
             for rel in names:
                 stored = codec.decode(json.loads(self.modules[rel]), {})

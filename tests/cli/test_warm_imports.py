@@ -53,3 +53,19 @@ def test_a_warm_check_of_an_unchanged_project_imports_no_computation(tmp_path: P
     warm = _imports(root, tmp_path / "cache")
     assert "ddp_lsp.project.snapshot" in warm
     assert sorted(m for m in warm if m in NOT_WARM) == []
+
+
+def test_nor_after_lines_moved(tmp_path: Path) -> None:
+    """Facts whose cited lines moved since they were computed (a line added above them) are
+    read through the stored map of moved lines (flowlines.moved), not the computation."""
+    root = tmp_path / "deit"
+    shutil.copytree(FIXTURES / "deit", root)
+    cache = tmp_path / "cache"
+    _imports(root, cache)
+    main = root / "main.py"
+    main.write_text("# a line above every fact\n" + main.read_text())
+    _imports(root, cache)  # the early cutoff: the facts stand, their lines moved (stored)
+    snapshots = [p for p in (cache / "ddp-lsp").rglob("projects/*.json") if p.stem.isalnum()]
+    assert len(snapshots) == 1 and '"moved":{"main.py"' in snapshots[0].read_text()
+    warm = _imports(root, cache)
+    assert sorted(m for m in warm if m in NOT_WARM) == []
