@@ -33,6 +33,7 @@ from ddp_lsp.pools import (
 if TYPE_CHECKING:
     from ddp_lsp.core.crossfile import ModuleProjectFacts
     from ddp_lsp.project import snapshot
+    from ddp_lsp.project.filekeys import Files
     from ddp_lsp.project.index import ProjectIndex
     from ddp_lsp.project.summary import ModuleSummary
 
@@ -150,7 +151,7 @@ def project_view(
         # (Two files with one relative path, links to files outside the root: only a full
         # build says which one the index keeps.)
         elif len(keys) == len(pairs) and (
-            (held := _still_holds(index, stored, keys, at, texts)) is not None
+            (held := _holds(index, stored, keys, at, texts)) is not None
         ):
             # Early cutoff: the changed files say what they said; the facts stand (their
             # provenance in files whose lines moved, moved with them; the single-process
@@ -221,6 +222,18 @@ def project_view(
     else:
         tried = 0
     index.unread.clear()  # read again below
+    # Every file is summarised: those whose key came from their stat are read now, and the
+    # state is named by the keys of the bytes summarised (a file saved since its stat was
+    # taken is summarised as it is now, under its new key).
+    changed = at.read_rest(contents)
+    if changed:
+        pairs = [
+            (rel, now)
+            for rel, key in pairs
+            if (now := changed[rel] if rel in changed else key) is not None
+        ]
+        keys = dict(pairs)
+        state = snapshot.project_key(index.root, pairs)
     # Indexing and computing make millions of objects that live until the snapshot is
     # stored, none in a reference cycle: the cyclic collector is off meanwhile (see
     # no_collection), and the index goes (by reference counts) before it is back, or its
@@ -376,6 +389,24 @@ def _updated(
 # At most this many changed files are compared with their old summaries before computing
 # the facts again (each costs a parse and a cache read; the computation, ~2 ms a file).
 MAX_CUTOFF_FILES = 32
+
+
+def _holds(
+    index: ProjectIndex,
+    stored: snapshot.Stored,
+    keys: Mapping[str, str],
+    at: Files,
+    texts: Mapping[Path, str],
+) -> tuple[dict[str, dict[int, int]], dict[str, str | None]] | None:
+    """:func:`_still_holds`, None when a file it reads (one whose key came from its stat) has
+    changed or gone since its stat was taken: a full build then says what it holds."""
+    from ddp_lsp.project.filekeys import Stale
+    from ddp_lsp.sources import ReadError
+
+    try:
+        return _still_holds(index, stored, keys, at, texts)
+    except (ReadError, Stale):
+        return None
 
 
 def _still_holds(

@@ -11,7 +11,9 @@ those stored gets its stored key without being read, as git's index, make and my
 A file changed within :data:`RACY_NS` before the run stats it is not stored ("racily clean"
 in git's words): a write in the same tick of the file system's clock as the ``stat`` would
 leave the times as they were. The change time cannot be set back (``touch -d`` and ``git
-checkout`` set it to now), so a file written after it was stored always differs. Any doubt
+checkout`` set it to now), so a file written after it was stored always differs (on Windows
+it is the creation time: a same-size rewrite with its modification time set back is not seen,
+git's limit too). Any doubt
 about the stored keys (unreadable, another format, another root) reads every file, as before.
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,28 +39,60 @@ RACY_NS = 2_000_000_000
 MAX_KEYS_BYTES = 16 * MAX_ENTRY_BYTES
 
 
+class Stale(Exception):
+    """A file whose key came from its stat was changed before its bytes were read."""
+
+
 class Files(Mapping[str, tuple[Path, bytes]]):
     """Each file's path and bytes by its path relative to the root: the bytes of a file whose
     key was stored are read when first asked for (an early cutoff that looks for a name in
-    every file)."""
+    every file), and must be those of its key: :class:`Stale` when the file changed since its
+    stat was taken (the caller computes from scratch), :class:`ReadError` when it went."""
 
-    def __init__(self) -> None:
+    def __init__(self, key_of: Callable[[str, bytes], str]) -> None:
+        self._key_of = key_of
         self._path: dict[str, Path] = {}
         self._data: dict[str, bytes] = {}
+        self._key: dict[str, str] = {}  # the key a file not read yet was stored with
 
-    def put(self, rel: str, path: Path, data: bytes | None) -> None:
+    def put(self, rel: str, path: Path, data: bytes) -> None:
         self._path[rel] = path
-        if data is None:
-            self._data.pop(rel, None)
-        else:
-            self._data[rel] = data
+        self._data[rel] = data
+
+    def put_unread(self, rel: str, path: Path, key: str) -> None:
+        """A file not read: its bytes are read when asked for, and must have ``key``."""
+        self._path[rel] = path
+        self._key[rel] = key
 
     def __getitem__(self, rel: str) -> tuple[Path, bytes]:
         path = self._path[rel]
         data = self._data.get(rel)
         if data is None:
-            data = self._data[rel] = read_source(path)
+            data = read_source(path)
+            if self._key_of(rel, data) != self._key[rel]:
+                raise Stale(rel)
+            self._data[rel] = data
+            del self._key[rel]
         return path, data
+
+    def read_rest(self, contents: dict[Path, bytes]) -> dict[str, str | None]:
+        """Read every file not read yet into ``contents`` (a full build summarises them all,
+        and must summarise the bytes its state names): the new key of each that changed since
+        its stat was taken, None for each that can no longer be read."""
+        changed: dict[str, str | None] = {}
+        for rel, stored in list(self._key.items()):
+            path = self._path[rel]
+            try:
+                data = contents[path] = read_source(path)
+            except ReadError:
+                changed[rel] = None  # the build reads it again, and says why it cannot
+                continue
+            key = self._key_of(rel, data)
+            if key != stored:
+                changed[rel] = key
+            self._data[rel] = data
+            del self._key[rel]
+        return changed
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._path)
@@ -141,7 +175,7 @@ def file_keys(
     rows: dict[str, str] = {}
     modules: dict[str, str] = {}
     pairs: list[tuple[str, str]] = []
-    files = Files()
+    files = Files(index.key_of)
     contents: dict[Path, bytes] = {}
     dirs: dict[str, str] = {}  # resolved directories
     old_enough = time.time_ns() - RACY_NS
@@ -170,7 +204,7 @@ def file_keys(
             and stored_modules.get(rel, rel) == module_rel
         ):
             key = row[len(seen) + 1 :]
-            files.put(rel, p, None)
+            files.put_unread(rel, p, key)
         else:
             try:
                 data = contents[p] = read_source(p)

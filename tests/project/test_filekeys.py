@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ddp_lsp.config import Settings
-from ddp_lsp.project import build, filekeys
+from ddp_lsp.project import build, filekeys, snapshot
 from ddp_lsp.project.index import ProjectIndex
 
 from .helpers import FIXTURES, facts_of
@@ -138,3 +138,94 @@ def test_a_file_not_read_is_read_when_asked_for(deit: Path, reads: list[Path]) -
     path, data = files[rel]
     assert data == path.read_bytes() and reads == [path]
     assert dict(files.items()).keys() == files.keys()
+
+
+def test_a_file_not_read_must_still_have_its_key(deit: Path, reads: list[Path]) -> None:
+    """Bytes read later than their stat are those of the key, or the caller is told: Stale
+    when the file changed meanwhile, ReadError when it went."""
+    _file_keys(deit)
+    index = ProjectIndex(deit, Settings())
+    _, files, _ = filekeys.file_keys(index, list(index.files()), {})
+    changed, gone, *_ = list(files)
+    files._path[changed].write_text("x = 1\n")  # saved after its stat was taken
+    files._path[gone].unlink()
+    with pytest.raises(filekeys.Stale):
+        files[changed]
+    with pytest.raises(filekeys.ReadError):
+        files[gone]
+
+
+def _project(root: Path, helper: str) -> Path:
+    (root / "pkg").mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'pkg'\n")
+    (root / "pkg/__init__.py").write_text("")
+    (root / "pkg/helpers.py").write_text(helper)
+    (root / "pkg/train.py").write_text(
+        "import torch.distributed as dist\nfrom pkg.helpers import sync\n\n"
+        "def train(t):\n    if dist.get_rank() == 0:\n        sync(t)\n"
+    )
+    return root
+
+
+SYNCS = "import torch.distributed as dist\n\ndef sync(t):\n    dist.all_reduce(t)\n"
+LOCAL = "import torch.distributed as dist\n\ndef sync(t):\n    return t\n"
+
+
+def test_a_full_build_summarises_the_bytes_its_state_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reads: list[Path]
+) -> None:
+    """A file saved between its stat and the build that summarises it (a file added forces a
+    full build; helpers.py's key comes from its stat): the state stored names the bytes
+    summarised, so when the save is undone the stored facts are not taken for the old file's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = _project(tmp_path / "p", SYNCS)
+    build.project_view(root, Settings(), workers=1)
+    (root / "pkg/new.py").write_text("y = 2\n")
+    helpers = root / "pkg/helpers.py"
+    real = snapshot.project_key
+    saved: list[bool] = []
+
+    def saving_meanwhile(*args: object) -> str:
+        if not saved:
+            saved.append(True)
+            time.sleep(0.05)  # past the file system clock's tick
+            helpers.write_text(LOCAL)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshot, "project_key", saving_meanwhile)
+    build.project_view(root, Settings(), workers=1)
+    monkeypatch.setattr(snapshot, "project_key", real)
+    assert saved
+    time.sleep(0.05)
+    helpers.write_text(SYNCS)  # the save undone
+    warm = build.project_view(root, Settings(), workers=1)
+    shutil.rmtree(tmp_path / "cache")
+    fresh = build.project_view(root, Settings(), workers=1)
+    assert warm.facts == fresh.facts
+    assert "pkg/helpers.py" in fresh.facts  # (what the test is about: sync's collective)
+
+
+def test_a_file_gone_before_an_early_cutoff_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reads: list[Path]
+) -> None:
+    """An early cutoff reads every other file (a function added that nothing names): one that
+    went since its stat was taken leaves the cutoff to a full build, which says it is unread,
+    instead of failing the project index."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = _project(tmp_path / "p", SYNCS)
+    other = root / "pkg/other.py"
+    other.write_text("z = 3\n")
+    build.project_view(root, Settings(), workers=1)
+    time.sleep(0.05)
+    with (root / "pkg/helpers.py").open("a") as f:
+        f.write("\ndef _unused_helper():\n    return 0\n")
+    real = snapshot.project_key
+
+    def deleting_meanwhile(*args: object) -> str:
+        other.unlink(missing_ok=True)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshot, "project_key", deleting_meanwhile)
+    view = build.project_view(root, Settings(), workers=1)
+    assert [(Path(p).name, kind) for p, kind, _ in view.unread] == [("other.py", "missing")]
+    assert "pkg/train.py" in view.facts
