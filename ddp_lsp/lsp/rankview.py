@@ -42,6 +42,7 @@ from ddp_lsp.lsp.registration import Command, Feature, Handler
 if TYPE_CHECKING:
     from ddp_lsp.core.facts import ModuleFacts
     from ddp_lsp.lsp.convert import Codec
+    from ddp_lsp.lsp.rankanswer import WARN as WARN
     from ddp_lsp.lsp.rankanswer import (
         Analysis,
         CallSite,
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
         Point,
         Stmt,
     )
+    from ddp_lsp.lsp.rankanswer import analysis_for as analysis_for
+    from ddp_lsp.lsp.rankanswer import chunks_in as chunks_in
     from ddp_lsp.lsp.server import DdpLanguageServer
     from ddp_lsp.lsp.state import ServerState, Unit
 
@@ -60,12 +63,14 @@ log = logging.getLogger("ddp_lsp.rankview")
 _REEXPORTED = ("WARN", "ChunkView", "analysis_for", "chunks_in")
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _REEXPORTED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from ddp_lsp.lsp import rankanswer
+if not TYPE_CHECKING:  # (mypy reads the imports above, and still catches a misspelt name)
 
-    return getattr(rankanswer, name)
+    def __getattr__(name: str) -> Any:
+        if name not in _REEXPORTED:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from ddp_lsp.lsp import rankanswer
+
+        return getattr(rankanswer, name)
 
 
 CMD_SHOW_RANK_PATHS = "ddp-lsp.showRankPaths"

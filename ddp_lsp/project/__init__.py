@@ -50,13 +50,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    where = _FROM.get(name)
-    if where is None:  # a submodule (`from ddp_lsp.project import snapshot`) is imported then
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(where), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # (mypy reads the imports above, and still catches a misspelt name)
+
+    def __getattr__(name: str) -> Any:
+        where = _FROM.get(name)
+        if where is None:  # a submodule (`from ddp_lsp.project import snapshot`) is imported then
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(where), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
