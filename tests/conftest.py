@@ -60,7 +60,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="after the run, write each test file's seconds and test count to "
-        "tests/durations.json (run the whole suite, unsharded)",
+        "tests/durations.json (the whole suite unsharded; with --shard, that shard's files are "
+        "updated and the others' kept: run every shard at once, as .ci/run does)",
     )
 
 
@@ -148,8 +149,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.OK
 
 
+def merge_recorded(
+    previous: dict[str, list[float]], now: dict[str, list[float]], *, sharded: bool
+) -> dict[str, list[float]]:
+    """The durations to write: a whole run's own (files gone from the suite drop out); a
+    shard's over the previous record (the other shards' files keep their seconds)."""
+    files = {**previous, **now} if sharded else dict(now)
+    return {p: [round(float(files[p][0]), 2), int(files[p][1])] for p in sorted(files)}
+
+
 class _Recorder:
-    def __init__(self) -> None:
+    def __init__(self, sharded: bool) -> None:
+        self.sharded = sharded
         self.seconds: dict[str, float] = defaultdict(float)
         self.tests: dict[str, set[str]] = defaultdict(set)
 
@@ -159,7 +170,8 @@ class _Recorder:
         self.tests[path].add(report.nodeid)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        files = {p: [round(self.seconds[p], 2), len(self.tests[p])] for p in sorted(self.seconds)}
+        now = {p: [round(self.seconds[p], 2), len(self.tests[p])] for p in self.seconds}
+        files = merge_recorded(_recorded(), now, sharded=self.sharded)
         doc = {
             "about": "seconds (setup + call + teardown) and test count per file, from "
             "`pytest --record-durations`; only the ratios matter: they balance --shard",
@@ -179,4 +191,5 @@ def dumps(doc: dict[str, object]) -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--record-durations"):
-        config.pluginmanager.register(_Recorder(), "ddp-lsp-record-durations")
+        sharded = bool(config.getoption("--shard"))
+        config.pluginmanager.register(_Recorder(sharded), "ddp-lsp-record-durations")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import TOGETHER, _recorded, parse_shard, split
+from tests.conftest import TOGETHER, _recorded, merge_recorded, parse_shard, split
 
 
 def test_parse_shard() -> None:
@@ -40,3 +40,19 @@ def test_the_recorded_durations_cover_the_suite() -> None:
     recorded = _recorded()
     assert sum(int(c) for _, c in recorded.values()) >= 2000  # a stale or missing file shows here
     assert all(s >= 0 for s, _ in recorded.values())
+
+
+def test_a_shard_records_its_own_files_and_keeps_the_others() -> None:
+    previous = {"tests/a.py": [9.0, 3.0], "tests/b.py": [5.0, 1.0], "tests/gone.py": [1.0, 1.0]}
+    now = {"tests/b.py": [2.5, 2], "tests/c.py": [1.0, 4]}
+    assert merge_recorded(previous, now, sharded=True) == {
+        "tests/a.py": [9.0, 3],
+        "tests/b.py": [2.5, 2],
+        "tests/c.py": [1.0, 4],
+        "tests/gone.py": [1.0, 1],
+    }
+    # A whole run is the whole record: a file no longer in the suite drops out.
+    assert merge_recorded(previous, now, sharded=False) == {
+        "tests/b.py": [2.5, 2],
+        "tests/c.py": [1.0, 4],
+    }
