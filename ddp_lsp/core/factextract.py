@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import Any
 
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import gates as gate_facts
@@ -160,6 +161,7 @@ def _spelled(e: ast.expr) -> str | None:
 
 
 _Attribute = ast.Attribute
+_MARKER: type = tuple  # the class of gates.Ctx, the context markers of a walk
 
 # The last names of the checkpoint writers: a call of one is a save through a parameter when
 # the merge resolves it to a writer (SavesThrough).
@@ -223,6 +225,18 @@ class _Extractor:
         self._hclass: dict[int, str] = {}  # id of a `def` directly in such a body -> class
         # Per open function: a function nested in it compares a rank (a logging filter).
         self._nested_rank_test: list[bool] = []
+        # The calls of the open function's own frame for its gate summary (gates.gate_facts),
+        # each with its context (gates.Ctx), gathered on this walk (no second walk of the
+        # function): None outside a function's frame (the module, a class body or the
+        # decorators of a `def` nested in it, a lambda). Each expression's calls are stored
+        # in the reverse of the order this walk meets them; reversed whole, the list is in
+        # gates.site_facts' walk order (its depth-first walk pops a node's children last
+        # first: the reverse of a post-order walk, which this walk is with each expression's
+        # part reversed).
+        self._sites: list[tuple[ast.Call, str, gate_facts.Ctx]] | None = None
+        self._gctx: gate_facts.Ctx = gate_facts.NO_CTX
+        self._pset: set[str] = set()
+        self._modes: set[str] = set()
 
     def _maybe_project_call(self, name: str) -> bool:
         """``engine.train_one_epoch`` / ``du.save_on_master``: a call through an imported
@@ -276,7 +290,9 @@ class _Extractor:
             self.function(s, scope)
             return
         if isinstance(s, ast.ClassDef):
+            # A class in a function is not in its frame (gates.site_facts skips it).
             handed, self.handed = self.handed, None
+            sites, self._sites = self._sites, None
             for d in s.decorator_list:
                 self.expr(d, scope, guarded)
             for b in s.bases:
@@ -289,6 +305,7 @@ class _Extractor:
             self.class_stack.append(s.name)
             self.block(s.body, scope, guarded)
             self.class_stack.pop()
+            self._sites = sites
             return
         if isinstance(s, (ast.Import, ast.ImportFrom)):
             self.imports.extend(known_names.import_bindings(s))
@@ -296,13 +313,21 @@ class _Extractor:
         if isinstance(s, ast.If):
             pol = condition_ranks(self.ranks, s.test)
             self.expr(s.test, scope, guarded)
+            outer = self._gctx
+            if self._sites is not None:
+                on, off = gate_facts.branch_ctx(s.test, outer, self._pset, self._modes)
+            else:
+                on = off = outer
             self._rank_branches += pol is not None
             self._ifs += 1
             mark = len(self.bindings)
+            self._gctx = on
             self.block(s.body, scope, guarded or zero_only(pol))
             self._drop_if_raises(s.body, scope, mark)
             mark = len(self.bindings)
+            self._gctx = off
             self.block(s.orelse, scope, guarded or nonzero_only(pol))
+            self._gctx = outer
             self._drop_if_raises(s.orelse, scope, mark)
             self._ifs -= 1
             self._rank_branches -= pol is not None
@@ -327,7 +352,13 @@ class _Extractor:
         # the first (preferred) import is the one the module's aliases keep.
         body = getattr(s, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
-            self.block(body, scope, guarded)
+            if s.__class__ is ast.While and self._sites is not None:
+                outer = self._gctx  # its `else` runs in the outer context
+                self._gctx = gate_facts.branch_ctx(s.test, outer, self._pset, self._modes)[0]
+                self.block(body, scope, guarded)
+                self._gctx = outer
+            else:
+                self.block(body, scope, guarded)
         for handler in getattr(s, "handlers", ()):
             if handler.type is not None:
                 self.expr(handler.type, scope, guarded)
@@ -375,6 +406,7 @@ class _Extractor:
             qual = f"{scope}.{f.name}"
         else:
             qual = f.name
+        sites, self._sites = self._sites, None  # not in the enclosing frame (gates.site_facts)
         for d in f.decorator_list:
             self.expr(d, scope, False)
         params = [a.arg for a in (*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs)]
@@ -397,6 +429,11 @@ class _Extractor:
         self._wrapped.append(set())
         self._loop_names.append(set())
         self._nested_rank_test.append(False)
+        outer_frame = self._gctx, self._pset, self._modes
+        frame: list[tuple[ast.Call, str, gate_facts.Ctx]] = []
+        self._sites = frame
+        self._gctx = gate_facts.NO_CTX
+        self._pset, self._modes = gate_facts.frame_params(f)
         body_guarded = guards_itself(f.body, self.ranks)
         outer = self._hscope
         if self.handed is not None:
@@ -409,6 +446,10 @@ class _Extractor:
                 self._hscope = f.name
         self.block(f.body, qual, body_guarded)
         self._hscope = outer
+        # The parameters that switch its collectives off.
+        gates = gate_facts.gate_facts(f, reversed(frame), self._pset, self._modes)
+        self._sites = sites
+        self._gctx, self._pset, self._modes = outer_frame
         self._loop_names.pop()
         nested_rank_test = self._nested_rank_test.pop()
         self._assigned.pop()
@@ -439,9 +480,7 @@ class _Extractor:
                 frozenset(calls),
                 frozenset(props),
                 f.lineno - 1,
-                gate_facts.site_facts(
-                    f, known_names.dotted
-                ),  # parameters that switch collectives off
+                gates,
             )
         )
 
@@ -450,7 +489,11 @@ class _Extractor:
     def expr(self, e: ast.AST, scope: str, guarded: bool) -> None:
         # `walk` written out (the same order): names and constants, half of the nodes, hold
         # no node, so their children are never asked for.
-        stack = [e]
+        stack: list[ast.AST] = [e]
+        sites = self._sites
+        if sites is not None:
+            mark = len(sites)
+            ctx = self._gctx
         while stack:
             node = stack.pop()
             cls = node.__class__
@@ -470,6 +513,24 @@ class _Extractor:
                 elif attr in _SYNC_SKIP_ATTRS and f"{_last(node.value)}.{attr}" in _SYNC_SKIPPERS:  # type: ignore[attr-defined]
                     self._prop(NO_SYNC)
                 continue
+            if sites is not None:
+                if cls is _MARKER:  # a context marker (below)
+                    ctx = node  # type: ignore[assignment]
+                    continue
+                if cls is ast.IfExp:
+                    # As gates.site_facts: each branch in its context, the same nodes in the
+                    # same order, a marker below each group restoring the context.
+                    on, off = gate_facts.branch_ctx(node.test, ctx, self._pset, self._modes)  # type: ignore[attr-defined]
+                    marked: list[Any] = stack
+                    marked += (node.test, ctx, node.body, on, node.orelse, off)  # type: ignore[attr-defined]
+                    continue
+                elif cls is ast.Lambda:
+                    # Not in the frame: walked outside it (the same order: all of it first).
+                    self._sites = None
+                    for child in reversed(children(node)):
+                        self.expr(child, scope, guarded)
+                    self._sites = sites
+                    continue
             stack.extend(children(node))
             if isinstance(node, ast.Call):
                 if self.handed is not None:
@@ -487,7 +548,9 @@ class _Extractor:
                         root.id in self._params[-1] or root.id in self._loop_names[-1]
                     ):
                         self._prop(HOST_SYNC)
-                self.call(node, scope, guarded)
+                name = self.call(node, scope, guarded)
+                if sites is not None and name is not None:
+                    sites.append((node, name, ctx))
             elif isinstance(node, ast.Attribute):
                 if node.attr in _NO_SYNC_ATTRS:
                     self._prop(NO_SYNC)
@@ -496,6 +559,10 @@ class _Extractor:
                     and f"{_last(node.value)}.{node.attr}" in _SYNC_SKIPPERS
                 ):
                     self._prop(NO_SYNC)  # `accelerator.accumulate`: the tables' skips-grad-sync
+        if sites is not None and len(sites) - mark > 1:
+            part = sites[mark:]
+            part.reverse()
+            sites[mark:] = part
 
     def _hand(self, call: ast.Call) -> None:
         # What tests/project/test_summary_walks.py's handed_names tests, item by item.
@@ -525,7 +592,8 @@ class _Extractor:
         if self._props:
             self._props[-1].add(prop)
 
-    def call(self, c: ast.Call, scope: str, guarded: bool) -> None:
+    def call(self, c: ast.Call, scope: str, guarded: bool) -> str | None:
+        """Record the call ``c``; its callee's spelling (``known_names.dotted``), if any."""
         if (  # `logging.getLogger().setLevel(...)` too: no dotted name needed
             isinstance(c.func, ast.Attribute)
             and c.func.attr in _LEVEL_SETTERS
@@ -539,7 +607,7 @@ class _Extractor:
             self._prop(SILENCES_LOGGING)
         name = known_names.dotted(c.func)
         if name is None:
-            return
+            return None
         last = name.rsplit(".", 1)[-1]
         if last == "unscale_":
             self._prop(UNSCALES)
@@ -603,6 +671,7 @@ class _Extractor:
             else:
                 self.dotted_sites.append(site)
                 self.dotted_lines.append(c.lineno)
+        return name
 
     def bind(self, target: ast.AST, value: ast.AST, scope: str) -> None:
         path = _path(target)

@@ -232,6 +232,44 @@ async def async_one(rank=-1, use_fsdp=False):
     if rank != -1:
         await dist.barrier()
     launch(mode, use_fsdp=mode)
+
+def frames_and_orders(rank, args, sync=True, group=None):
+    @wraps(dist.barrier(group))
+    def inner(flag=dist.get_rank()):
+        if flag:
+            dist.barrier()
+        return lambda: dist.all_reduce(flag)
+    class Local(Base.of(dist.new_group())):
+        x = dist.broadcast(rank)
+        def method(self):
+            dist.barrier(self)
+    while sync:
+        dist.all_reduce(g(h(rank), k(args.fsdp)), group=group if group else make(rank))
+    else:
+        after(rank if sync else -1, [f(a) for a in it(rank)])
+    with ctx(rank) as c, other(args.x):
+        for i in rng(rank):
+            dist.barrier() if rank == 0 else dist.broadcast(i, lambda q=f(rank): q())
+    try:
+        dist.barrier(sync)
+    except err(rank) as e:
+        handle(e)
+    else:
+        first(rank)
+    finally:
+        last(rank)
+    match pick(rank):
+        case 0 if guard(rank):
+            dist.barrier()
+        case _:
+            dist.barrier(rank)
+    if not args.fsdp:
+        dist.barrier(args)
+    elif sync:
+        dist.all_reduce(sync)
+    dist.barrier(group)
+    dist.barrier(group)
+    return inner, Local, (lambda: dist.barrier())()
 """
 
 
@@ -299,6 +337,28 @@ def test_gate_sites_as_defined() -> None:
         if got != want or [s.__dict__ for s in got.sites] != [s.__dict__ for s in want.sites]:
             differ.append(name)
     assert differ == []
+
+
+def test_extractor_gates_as_defined() -> None:
+    """The extractor gathers each function's gate summary on its own walk (no second walk of
+    the function): the same as ``gates.site_facts``, in the same order, for every function
+    (nested ones too: their own frames, decorators, classes and lambdas left out)."""
+    differ = []
+    for name, f in FUNCTIONS:
+        x = factextract._Extractor(RANKS)
+        factextract.extract(ast.Module(body=[f], type_ignores=[]), None, RANKS, x)
+        got = x.functions[-1 if x.functions[-1].qualname != "<module>" else -2].gates
+        assert x.functions[-1 if x.functions[-1].qualname != "<module>" else -2].line == (
+            f.lineno - 1
+        )
+        want = gates.site_facts(f, known_names.dotted)
+        if got != want or [s.__dict__ for s in got.sites] != [s.__dict__ for s in want.sites]:
+            differ.append(name)
+    assert differ == []
+    crafted = next(f for n, f in FUNCTIONS if n.startswith("crafted:frames_and_orders:"))
+    sites = gates.site_facts(crafted, known_names.dotted).sites
+    assert len(sites) >= 20 and any(s.moded for s in sites)  # the case covers what it says
+    assert not {"wraps", "Base.of", "dist.broadcast"} & {s.callee for s in sites[-4:]}
 
 
 def test_simple_statements_hold_only_expressions() -> None:
