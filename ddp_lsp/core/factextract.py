@@ -282,7 +282,11 @@ class _Extractor:
             elif cls is ast.Expr:
                 self._sharded(s, scope)  # type: ignore[arg-type]
             for child in children(s):
-                self.expr(child, scope, guarded)
+                if child.__class__ is ast.Name:  # (`x = ...`: what expr does for it, inline)
+                    if isinstance(child.ctx, ast.Load):
+                        self.loads.add(child.id)
+                else:
+                    self.expr(child, scope, guarded)
             return
         if isinstance(s, (ast.For, ast.AsyncFor)) and self._loop_names:
             self._loop_names[-1].update(n.id for n in walk(s.target) if isinstance(n, ast.Name))
@@ -532,33 +536,26 @@ class _Extractor:
                     self._sites = sites
                     continue
             stack.extend(children(node))
-            if isinstance(node, ast.Call):
+            if cls is ast.Call:  # (an attribute never gets here: see above)
+                call: ast.Call = node  # type: ignore[assignment]
                 if self.handed is not None:
-                    self._hand(node)
+                    self._hand(call)
                 if (
                     self._ifs == 0
                     and self._loop_names
-                    and node.func.__class__ is _Attribute
-                    and _reads_back(node)
+                    and call.func.__class__ is _Attribute
+                    and _reads_back(call)
                 ):
-                    root = node.func.value
+                    root = call.func.value
                     while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
                         root = root.func if isinstance(root, ast.Call) else root.value
                     if isinstance(root, ast.Name) and (
                         root.id in self._params[-1] or root.id in self._loop_names[-1]
                     ):
                         self._prop(HOST_SYNC)
-                name = self.call(node, scope, guarded)
+                name = self.call(call, scope, guarded)
                 if sites is not None and name is not None:
-                    sites.append((node, name, ctx))
-            elif isinstance(node, ast.Attribute):
-                if node.attr in _NO_SYNC_ATTRS:
-                    self._prop(NO_SYNC)
-                elif (
-                    node.attr in _SYNC_SKIP_ATTRS  # (most attributes: no spelling built)
-                    and f"{_last(node.value)}.{node.attr}" in _SYNC_SKIPPERS
-                ):
-                    self._prop(NO_SYNC)  # `accelerator.accumulate`: the tables' skips-grad-sync
+                    sites.append((call, name, ctx))
         if sites is not None and len(sites) - mark > 1:
             part = sites[mark:]
             part.reverse()

@@ -509,16 +509,38 @@ def gate_facts(
     order (see :func:`frame_params` for ``pset`` and ``modes``)."""
     sites: dict[Site, None] = {}  # in walk order, each once
     site_new = object.__new__
+    name_cls = ast.Name
     for node, name, ctx in calls:
-        passed: list[tuple[Slot, str]] = [
-            (i, a.id) for i, a in enumerate(node.args) if isinstance(a, ast.Name) and a.id in pset
-        ]
-        passed += [
-            (kw.arg, kw.value.id)
-            for kw in node.keywords
-            if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in pset
-        ]
-        bound, unpacked = _bindings(node, pset, modes) if pset else _literals(node)
+        # The parameters passed on whole (each positional argument, then each keyword) and
+        # what each argument binds (see _bindings: none after a `*args`), in one pass.
+        passed: list[tuple[Slot, str]] = []
+        if pset:
+            bound_list: list[tuple[Slot, str]] = []
+            unpacked = False
+            for i, x in enumerate(node.args):
+                cls = x.__class__
+                if cls is name_cls:
+                    if x.id in pset:  # type: ignore[attr-defined]
+                        passed.append((i, x.id))  # type: ignore[attr-defined]
+                    if not unpacked:
+                        mode = x.id in modes  # type: ignore[attr-defined]
+                        bound_list.append((i, Token.MODE if mode else Token.OTHER))
+                elif cls is ast.Starred:
+                    unpacked = True
+                elif not unpacked:
+                    bound_list.append((i, _bound_token(x, pset, modes)))
+            for kw in node.keywords:
+                arg = kw.arg
+                if arg is None:
+                    unpacked = True
+                    continue
+                v = kw.value
+                if v.__class__ is name_cls and v.id in pset:
+                    passed.append((arg, v.id))
+                bound_list.append((arg, _bound_token(v, pset, modes)))
+            bound = tuple(bound_list)
+        else:
+            bound, unpacked = _literals(node)
         # Site(...) without the frozen __init__ (as the index's decoder builds it).
         site = site_new(Site)
         site.__dict__.update(

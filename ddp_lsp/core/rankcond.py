@@ -164,7 +164,9 @@ def _not(text: str) -> str:
     return f"not ({text})" if " " in text else f"not {text}"
 
 
-def _union(parts: Sequence[RankSet], text: str) -> RankSet:
+def _union(parts: Sequence[RankSet], test: ast.AST) -> RankSet:
+    """The ranks of any of ``parts`` (the operands of ``test``); ``test``'s text is written
+    only for a subset it cannot name (most unions are one side's)."""
     subsets = {p.subset for p in parts}
     if subsets <= {Subset.RANK0}:
         return RankSet(Subset.RANK0)
@@ -174,7 +176,7 @@ def _union(parts: Sequence[RankSet], text: str) -> RankSet:
         return RankSet(Subset.NONLOCAL0)
     if subsets <= NONZERO_SIDE:
         return RankSet(Subset.NONZERO)
-    return RankSet(Subset.SOME, text)
+    return RankSet(Subset.SOME, _short(ast.unparse(test)))
 
 
 # -- conditions -----------------------------------------------------------------------------------
@@ -288,7 +290,7 @@ def condition_ranks(
         orelse = condition_ranks(model, test.orelse, resolve, depth)
         if body is None or orelse is None or condition_ranks(model, test.test, resolve, depth):
             return None
-        return _union((body, orelse), _short(ast.unparse(test)))
+        return _union((body, orelse), test)
     if model.is_predicate(test) or last_name(test) in EXTRA_PREDICATES:
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.args:
             pass  # `is_master(args)`: still the predicate
@@ -338,7 +340,7 @@ def _boolop(
         for p, v in zip(parts, test.values, strict=True)
         if p is None and not single_process_test(model, v)
     ]
-    out = _union(found, _short(ast.unparse(test)))
+    out = _union(found, test)
     if out.subset is Subset.SOME:
         return _some(test)
     if uniform:
