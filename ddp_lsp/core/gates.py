@@ -268,28 +268,6 @@ def _skips(
     return when_false, when_true
 
 
-def _bindings(
-    call: ast.Call, params: set[str], modes: set[str]
-) -> tuple[tuple[tuple[Slot, str], ...], bool]:
-    """What a call binds, by slot: ``(0, "-1")`` (first positional, a literal), ``("fsdp",
-    Token.MODE)`` (a mode test of an argument, see :func:`_mode_test`), ``("rank",
-    Token.OTHER)`` (any other expression); and whether it unpacks arguments (then the
-    defaults it leaves are unknown, and no position after a ``*args`` is known)."""
-    out: list[tuple[Slot, str]] = []
-    unpacked = False
-    for i, a in enumerate(call.args):
-        if a.__class__ is ast.Starred:
-            unpacked = True
-            break
-        out.append((i, _bound_token(a, params, modes)))
-    for kw in call.keywords:
-        if kw.arg is None:
-            unpacked = True
-        else:
-            out.append((kw.arg, _bound_token(kw.value, params, modes)))
-    return tuple(out), unpacked
-
-
 def _bound_token(e: ast.expr, params: set[str], modes: set[str]) -> str:
     """The :class:`Token` of an argument: a literal's, :data:`Token.MODE` for a mode test
     (:func:`_mode_test`), else :data:`Token.OTHER`. A name, a constant and an attribute (most
@@ -305,7 +283,7 @@ def _bound_token(e: ast.expr, params: set[str], modes: set[str]) -> str:
 
 
 def _literals(call: ast.Call) -> tuple[tuple[tuple[Slot, str], ...], bool]:
-    """:func:`_bindings` in a function without parameters: no argument is a mode test (each
+    """What a call binds in a function without parameters: no argument is a mode test (each
     would be one of the parameters, or of a local assigned from one), so each is a literal's
     token or :data:`Token.OTHER`."""
     out: list[tuple[Slot, str]] = []
@@ -399,6 +377,9 @@ def _mode_test(e: ast.AST, params: set[str], modes: set[str]) -> bool:
 
 
 _STMT_LISTS = frozenset({"body", "handlers", "orelse", "finalbody", "cases"})
+# The statements that bind names, by class (see _mode_locals).
+_BINDERS: dict[type, int] = {ast.Assign: 1, ast.With: 3, ast.AsyncWith: 3, ast.ExceptHandler: 4}
+_BINDERS.update(dict.fromkeys((ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor), 2))
 _STMT_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
@@ -426,26 +407,32 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
     values: dict[str, list[ast.expr | None]] = {}
     bind = _bind_local
     stack: list[ast.AST] = list(f.body)
+    binders = _BINDERS
     while stack:
         n = stack.pop()
-        if isinstance(n, _SCOPES):
+        cls = n.__class__
+        if cls in _SCOPE_CLASSES:
             continue
-        if isinstance(n, ast.Assign):
-            for t in n.targets:
-                bind(values, t, n.value)
-        elif isinstance(n, (ast.AugAssign, ast.AnnAssign)):
-            bind(values, n.target, None)
-        elif isinstance(n, (ast.For, ast.AsyncFor)):
-            bind(values, n.target, None)
-        elif isinstance(n, (ast.With, ast.AsyncWith)):
-            for item in n.items:
+        kind = binders.get(cls)
+        if kind is None:
+            pass  # (most statements)
+        elif kind == 1:  # Assign
+            value = n.value  # type: ignore[attr-defined]
+            for t in n.targets:  # type: ignore[attr-defined]
+                if t.__class__ is ast.Name:
+                    values.setdefault(t.id, []).append(value)
+                else:
+                    bind(values, t, value)
+        elif kind == 2:  # AugAssign, AnnAssign, For, AsyncFor
+            bind(values, n.target, None)  # type: ignore[attr-defined]
+        elif kind == 3:  # With, AsyncWith
+            for item in n.items:  # type: ignore[attr-defined]
                 if item.optional_vars is not None:
                     bind(values, item.optional_vars, None)
-        elif isinstance(n, ast.ExceptHandler) and n.name:
-            values.setdefault(n.name, []).append(None)
+        elif n.name:  # type: ignore[attr-defined]  # ExceptHandler
+            values.setdefault(n.name, []).append(None)  # type: ignore[attr-defined]
         # The statement lists of ``n`` in field order: its children that are statements,
         # handlers or cases, without building the list of every child.
-        cls = n.__class__
         fields = _STMT_FIELDS.get(cls)
         if fields is None:
             fields = _STMT_FIELDS[cls] = tuple(f for f in cls._fields if f in _STMT_LISTS)
@@ -509,17 +496,19 @@ def gate_facts(
     order (see :func:`frame_params` for ``pset`` and ``modes``)."""
     sites: dict[Site, None] = {}  # in walk order, each once
     site_new = object.__new__
-    name_cls = ast.Name
     for node, name, ctx in calls:
         # The parameters passed on whole (each positional argument, then each keyword) and
-        # what each argument binds (see _bindings: none after a `*args`), in one pass.
+        # what each argument binds, by slot: ``(0, "-1")`` (the first positional, a literal),
+        # ``("fsdp", Token.MODE)`` (a mode test, see _mode_test), ``("rank", Token.OTHER)``;
+        # whether it unpacks arguments (the defaults it leaves are then unknown, and no
+        # position after a ``*args`` is known). In one pass over the arguments.
         passed: list[tuple[Slot, str]] = []
         if pset:
             bound_list: list[tuple[Slot, str]] = []
             unpacked = False
             for i, x in enumerate(node.args):
                 cls = x.__class__
-                if cls is name_cls:
+                if cls is ast.Name:
                     if x.id in pset:  # type: ignore[attr-defined]
                         passed.append((i, x.id))  # type: ignore[attr-defined]
                     if not unpacked:
@@ -535,7 +524,7 @@ def gate_facts(
                     unpacked = True
                     continue
                 v = kw.value
-                if v.__class__ is name_cls and v.id in pset:
+                if v.__class__ is ast.Name and v.id in pset:
                     passed.append((arg, v.id))
                 bound_list.append((arg, _bound_token(v, pset, modes)))
             bound = tuple(bound_list)
@@ -574,10 +563,8 @@ def site_facts(
     """The gate summary of ``f``: when it calls anything, each call site (the parameter values
     that skip it, the parameters it passes on, the arguments it binds) and the literal defaults
     of its parameters. A function without parameters records its sites too: the literals its
-    calls bind can switch a callee's collective off.
-
-    The extractor computes the same on its own walk of the function
-    (``factextract._Extractor``: no second walk of every node); this is the definition."""
+    calls bind can switch a callee's collective off. (The definition: the extractor gathers
+    the same on its own walk, factextract._Extractor, with no second walk of every node.)"""
     pset, modes = frame_params(f)
     calls: list[tuple[ast.Call, str, Ctx]] = []
     # Depth first over the function's own frame, each node with the (param, value) pairs for
@@ -661,7 +648,7 @@ def _site_mode(site: Site, callee: Gating) -> bool:
 
 
 def _site_off(site: Site, callee: Gating) -> bool:
-    """The literals a call site binds (see :func:`_bindings`), or the defaults it leaves,
+    """The literals a call site binds (see :func:`gate_facts`), or the defaults it leaves,
     switch the callee off: ``make_loader(path)`` whose ``rank`` defaults to -1."""
     if callee.always:
         return True

@@ -69,6 +69,32 @@ def single_process_returns_definition(body: list[ast.stmt], ranks: RankModel) ->
     return out
 
 
+def _bindings_definition(
+    call: ast.Call, params: set[str], modes: set[str]
+) -> tuple[tuple[tuple[gates.Slot, str], ...], bool]:
+    """What a call binds, by slot, and whether it unpacks arguments: each argument's literal
+    token, else ``Token.MODE`` for a mode test, else ``Token.OTHER`` (none after ``*args``)."""
+
+    def tok(e: ast.expr) -> str:
+        return gates._token(e) or (
+            gates.Token.MODE if gates._mode_test(e, params, modes) else gates.Token.OTHER
+        )
+
+    out: list[tuple[gates.Slot, str]] = []
+    unpacked = False
+    for i, a in enumerate(call.args):
+        if isinstance(a, ast.Starred):
+            unpacked = True
+            break
+        out.append((i, tok(a)))
+    for kw in call.keywords:
+        if kw.arg is None:
+            unpacked = True
+        else:
+            out.append((kw.arg, tok(kw.value)))
+    return tuple(out), unpacked
+
+
 def site_facts_definition(
     f: ast.FunctionDef | ast.AsyncFunctionDef, dotted: Callable[[ast.AST], str | None]
 ) -> gates.GateFacts:
@@ -134,7 +160,7 @@ def site_facts_definition(
                     for kw in node.keywords
                     if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in pset
                 ]
-                bound, unpacked = gates._bindings(node, pset, modes)
+                bound, unpacked = _bindings_definition(node, pset, modes)
                 site = gates.Site(name, ctx[0], ctx[1], tuple(passed), bound, unpacked)
                 sites[site] = None
         for child in children(node):  # type: ignore[arg-type]
