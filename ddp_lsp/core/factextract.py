@@ -268,7 +268,7 @@ class _Extractor:
                 and isinstance(stmt, ast.If)
                 and stmt.body
                 and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise))
-                and nonzero_only(condition_ranks(self.ranks, stmt.test))
+                and nonzero_only(condition_ranks(self.ranks, stmt.test, texts=False))
             ):
                 guarded = True
 
@@ -315,7 +315,7 @@ class _Extractor:
             self.imports.extend(known_names.import_bindings(s))
             return
         if isinstance(s, ast.If):
-            pol = condition_ranks(self.ranks, s.test)
+            pol = condition_ranks(self.ranks, s.test, texts=False)
             self.expr(s.test, scope, guarded)
             outer = self._gctx
             if self._sites is not None:
@@ -705,7 +705,7 @@ class _Extractor:
                     test = ast.Constant(None)
                 # else `self.is_local_main if local_fs else self.is_main`: a uniform choice
                 # between two rank tests (core/rankcond.py), the value itself.
-            flag = condition_ranks(self.ranks, test)
+            flag = condition_ranks(self.ranks, test, texts=False)
             if zero_only(flag):
                 self.bindings.append(Binding(b_scope, path, (SourceMarker.RANK0_FLAG,)))
         chain = _call_chain(value)

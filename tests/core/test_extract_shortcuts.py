@@ -401,3 +401,32 @@ def test_simple_statements_hold_only_expressions() -> None:
     # And the general path's statements are not among them.
     for cls in (ast.For, ast.If, ast.With, ast.Try, ast.FunctionDef, ast.ClassDef, ast.AugAssign):
         assert cls not in factextract._SIMPLE_STMTS
+
+
+def test_conditions_without_texts_decide_the_same() -> None:
+    """``condition_ranks(..., texts=False)`` (the extractor's) gives what the extractor reads
+    of the full answer: None or not, the subset, and whether it has an ``unless``."""
+    crafted = [
+        "rank == 0 and step % 10 == 0",
+        "not (rank == 0 and save)",
+        "rank == 0 or debug",
+        "not (rank == 0 or debug) and not (rank == 0 or verbose)",
+        "not (rank == 0 and a) and not (rank == 0 and a)",
+        "(rank == 0 or a) and (rank == 0 or b)",
+        "rank % 2 == 0 and x",
+        "local_rank == 0 and (rank == 0 or a)",
+        "is_main if local else is_local_main",
+        "0 < rank < 3",
+    ]
+    tests: list[ast.AST] = [ast.parse(c, mode="eval").body for c in crafted]
+    for _, f in FUNCTIONS:
+        tests += [n for n in walk(f) if isinstance(n, (ast.expr))]
+    for test in tests:
+        for model in (RANKS, PREDICATES):
+            full = condition_ranks(model, test)
+            bare = condition_ranks(model, test, texts=False)
+            assert (full is None) == (bare is None), ast.unparse(test)
+            if full is not None and bare is not None:
+                assert full.subset is bare.subset, ast.unparse(test)
+                assert bool(full.unless) == bool(bare.unless), ast.unparse(test)
+                assert bool(full.when) == bool(bare.when), ast.unparse(test)
