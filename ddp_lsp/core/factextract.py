@@ -265,7 +265,7 @@ class _Extractor:
             # `if not is_main_process(): return` guards the rest of the block.
             if (
                 not guarded
-                and isinstance(stmt, ast.If)
+                and stmt.__class__ is ast.If
                 and stmt.body
                 and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise))
                 and nonzero_only(condition_ranks(self.ranks, stmt.test, texts=False))
@@ -288,12 +288,17 @@ class _Extractor:
                 else:
                     self.expr(child, scope, guarded)
             return
-        if isinstance(s, (ast.For, ast.AsyncFor)) and self._loop_names:
-            self._loop_names[-1].update(n.id for n in walk(s.target) if isinstance(n, ast.Name))
-        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            self.function(s, scope)
+        # (By class: the statements below were told apart by a chain of isinstance calls.)
+        if cls is ast.If:
+            self._if(s, scope, guarded)  # type: ignore[arg-type]
             return
-        if isinstance(s, ast.ClassDef):
+        if cls is ast.FunctionDef or cls is ast.AsyncFunctionDef:
+            self.function(s, scope)  # type: ignore[arg-type]
+            return
+        if (cls is ast.For or cls is ast.AsyncFor) and self._loop_names:
+            target = s.target  # type: ignore[attr-defined]
+            self._loop_names[-1].update(n.id for n in walk(target) if isinstance(n, ast.Name))
+        elif isinstance(s, ast.ClassDef):
             # A class in a function is not in its frame (gates.site_facts skips it).
             handed, self.handed = self.handed, None
             sites, self._sites = self._sites, None
@@ -311,35 +316,36 @@ class _Extractor:
             self.class_stack.pop()
             self._sites = sites
             return
-        if isinstance(s, (ast.Import, ast.ImportFrom)):
+        elif isinstance(s, (ast.Import, ast.ImportFrom)):
             self.imports.extend(known_names.import_bindings(s))
             return
-        if isinstance(s, ast.If):
-            pol = condition_ranks(self.ranks, s.test, texts=False)
-            self.expr(s.test, scope, guarded)
-            outer = self._gctx
-            if self._sites is not None:
-                on, off = gate_facts.branch_ctx(s.test, outer, self._pset, self._modes)
-            else:
-                on = off = outer
-            self._rank_branches += pol is not None
-            self._ifs += 1
-            mark = len(self.bindings)
-            self._gctx = on
-            self.block(s.body, scope, guarded or zero_only(pol))
-            self._drop_if_raises(s.body, scope, mark)
-            mark = len(self.bindings)
-            self._gctx = off
-            self.block(s.orelse, scope, guarded or nonzero_only(pol))
-            self._gctx = outer
-            self._drop_if_raises(s.orelse, scope, mark)
-            self._ifs -= 1
-            self._rank_branches -= pol is not None
-            return
-        if isinstance(s, (ast.Assign, ast.AnnAssign)):
-            self._assignment(s, scope)
-        if isinstance(s, ast.Expr):
-            self._sharded(s, scope)
+        self._compound(s, scope, guarded)
+
+    def _if(self, s: ast.If, scope: str, guarded: bool) -> None:
+        pol = condition_ranks(self.ranks, s.test, texts=False)
+        self.expr(s.test, scope, guarded)
+        outer = self._gctx
+        if self._sites is not None:
+            on, off = gate_facts.branch_ctx(s.test, outer, self._pset, self._modes)
+        else:
+            on = off = outer
+        self._rank_branches += pol is not None
+        self._ifs += 1
+        mark = len(self.bindings)
+        self._gctx = on
+        self.block(s.body, scope, guarded or zero_only(pol))
+        self._drop_if_raises(s.body, scope, mark)
+        mark = len(self.bindings)
+        self._gctx = off
+        self.block(s.orelse, scope, guarded or nonzero_only(pol))
+        self._gctx = outer
+        self._drop_if_raises(s.orelse, scope, mark)
+        self._ifs -= 1
+        self._rank_branches -= pol is not None
+
+    def _compound(self, s: ast.stmt, scope: str, guarded: bool) -> None:
+        """A statement neither simple nor one of those above: its expressions, then its
+        blocks (``for``, ``while``, ``with``, ``try``, ``match``, ``x += ...``)."""
         for child in children(s):
             if isinstance(child, (ast.stmt, ast.ExceptHandler)):
                 continue
@@ -502,11 +508,11 @@ class _Extractor:
             node = stack.pop()
             cls = node.__class__
             if cls is ast.Name:
-                if isinstance(node.ctx, ast.Load):  # type: ignore[attr-defined]
+                if node.ctx.__class__ is ast.Load:  # type: ignore[attr-defined]
                     self.loads.add(node.id)  # type: ignore[attr-defined]
                 continue
             if cls is ast.Constant:
-                if isinstance(node.value, str) and node.value in known_names.RANK_ENV_VARS:  # type: ignore[attr-defined]
+                if node.value.__class__ is str and node.value in known_names.RANK_ENV_VARS:  # type: ignore[attr-defined]
                     self.env_markers = True
                 continue
             if cls is _Attribute:  # (as below, its one child pushed without `children`)
@@ -592,7 +598,7 @@ class _Extractor:
     def call(self, c: ast.Call, scope: str, guarded: bool) -> str | None:
         """Record the call ``c``; its callee's spelling (``known_names.dotted``), if any."""
         if (  # `logging.getLogger().setLevel(...)` too: no dotted name needed
-            isinstance(c.func, ast.Attribute)
+            c.func.__class__ is _Attribute
             and c.func.attr in _LEVEL_SETTERS
             and (
                 self._rank_branches
