@@ -27,6 +27,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 _INTEREST = re.compile(r"[#'\"\\()\[\]{}]")
+_BRACKETS = re.compile(r"[()\[\]{}]")
 _FIRST_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CLASS_NAME = re.compile(r"class\s+([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -97,6 +98,15 @@ def _find_close(line: str, start: int, delim: str) -> int:
 
 def scan_line(line: str, depth: int, quote: str | None) -> tuple[int, str | None, bool]:
     """Lex one line; return (bracket depth, open quote, backslash continuation) after it."""
+    if quote is None and "#" not in line and "'" not in line and '"' not in line:
+        if "\\" not in line:
+            # Brackets only (most lines): their sequence, in one call.
+            for c in _BRACKETS.findall(line):
+                if c in "([{":
+                    depth += 1
+                elif depth > 0:
+                    depth -= 1
+            return depth, None, False
     i = 0
     if quote is not None:
         i = _find_close(line, 0, quote)

@@ -27,14 +27,13 @@ from ddp_lsp.core.ranks import RankModel
 
 def _path(e: ast.AST) -> str | None:
     """``name`` or ``self.attr``: the places a fact can be attached to."""
-    if isinstance(e, ast.Name):
-        return e.id
-    if (
-        isinstance(e, ast.Attribute)
-        and isinstance(e.value, ast.Name)
-        and e.value.id in ("self", "args", "cfg", "config")
-    ):
-        return f"{e.value.id}.{e.attr}"
+    cls = e.__class__  # (by class: ast's node classes have no subclass)
+    if cls is ast.Name:
+        return e.id  # type: ignore[attr-defined,no-any-return]
+    if cls is ast.Attribute:
+        value = e.value  # type: ignore[attr-defined]
+        if value.__class__ is ast.Name and value.id in ("self", "args", "cfg", "config"):
+            return f"{value.id}.{e.attr}"  # type: ignore[attr-defined]
     return None
 
 

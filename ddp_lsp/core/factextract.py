@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import Any
 
 from ddp_lsp.core import frameworks as framework_tables
 from ddp_lsp.core import gates as gate_facts
@@ -160,6 +161,7 @@ def _spelled(e: ast.expr) -> str | None:
 
 
 _Attribute = ast.Attribute
+_MARKER: type = tuple  # the class of gates.Ctx, the context markers of a walk
 
 # The last names of the checkpoint writers: a call of one is a save through a parameter when
 # the merge resolves it to a writer (SavesThrough).
@@ -223,6 +225,18 @@ class _Extractor:
         self._hclass: dict[int, str] = {}  # id of a `def` directly in such a body -> class
         # Per open function: a function nested in it compares a rank (a logging filter).
         self._nested_rank_test: list[bool] = []
+        # The calls of the open function's own frame for its gate summary (gates.gate_facts),
+        # each with its context (gates.Ctx), gathered on this walk (no second walk of the
+        # function): None outside a function's frame (the module, a class body or the
+        # decorators of a `def` nested in it, a lambda). Each expression's calls are stored
+        # in the reverse of the order this walk meets them; reversed whole, the list is in
+        # gates.site_facts' walk order (its depth-first walk pops a node's children last
+        # first: the reverse of a post-order walk, which this walk is with each expression's
+        # part reversed).
+        self._sites: list[tuple[ast.Call, str, gate_facts.Ctx]] | None = None
+        self._gctx: gate_facts.Ctx = gate_facts.NO_CTX
+        self._pset: set[str] = set()
+        self._modes: set[str] = set()
 
     def _maybe_project_call(self, name: str) -> bool:
         """``engine.train_one_epoch`` / ``du.save_on_master``: a call through an imported
@@ -251,10 +265,10 @@ class _Extractor:
             # `if not is_main_process(): return` guards the rest of the block.
             if (
                 not guarded
-                and isinstance(stmt, ast.If)
+                and stmt.__class__ is ast.If
                 and stmt.body
                 and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise))
-                and nonzero_only(condition_ranks(self.ranks, stmt.test))
+                and nonzero_only(condition_ranks(self.ranks, stmt.test, texts=False))
             ):
                 guarded = True
 
@@ -268,15 +282,26 @@ class _Extractor:
             elif cls is ast.Expr:
                 self._sharded(s, scope)  # type: ignore[arg-type]
             for child in children(s):
-                self.expr(child, scope, guarded)
+                if child.__class__ is ast.Name:  # (`x = ...`: what expr does for it, inline)
+                    if isinstance(child.ctx, ast.Load):
+                        self.loads.add(child.id)
+                else:
+                    self.expr(child, scope, guarded)
             return
-        if isinstance(s, (ast.For, ast.AsyncFor)) and self._loop_names:
-            self._loop_names[-1].update(n.id for n in walk(s.target) if isinstance(n, ast.Name))
-        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            self.function(s, scope)
+        # (By class: the statements below were told apart by a chain of isinstance calls.)
+        if cls is ast.If:
+            self._if(s, scope, guarded)  # type: ignore[arg-type]
             return
-        if isinstance(s, ast.ClassDef):
+        if cls is ast.FunctionDef or cls is ast.AsyncFunctionDef:
+            self.function(s, scope)  # type: ignore[arg-type]
+            return
+        if (cls is ast.For or cls is ast.AsyncFor) and self._loop_names:
+            target = s.target  # type: ignore[attr-defined]
+            self._loop_names[-1].update(n.id for n in walk(target) if isinstance(n, ast.Name))
+        elif isinstance(s, ast.ClassDef):
+            # A class in a function is not in its frame (gates.site_facts skips it).
             handed, self.handed = self.handed, None
+            sites, self._sites = self._sites, None
             for d in s.decorator_list:
                 self.expr(d, scope, guarded)
             for b in s.bases:
@@ -289,28 +314,38 @@ class _Extractor:
             self.class_stack.append(s.name)
             self.block(s.body, scope, guarded)
             self.class_stack.pop()
+            self._sites = sites
             return
-        if isinstance(s, (ast.Import, ast.ImportFrom)):
+        elif isinstance(s, (ast.Import, ast.ImportFrom)):
             self.imports.extend(known_names.import_bindings(s))
             return
-        if isinstance(s, ast.If):
-            pol = condition_ranks(self.ranks, s.test)
-            self.expr(s.test, scope, guarded)
-            self._rank_branches += pol is not None
-            self._ifs += 1
-            mark = len(self.bindings)
-            self.block(s.body, scope, guarded or zero_only(pol))
-            self._drop_if_raises(s.body, scope, mark)
-            mark = len(self.bindings)
-            self.block(s.orelse, scope, guarded or nonzero_only(pol))
-            self._drop_if_raises(s.orelse, scope, mark)
-            self._ifs -= 1
-            self._rank_branches -= pol is not None
-            return
-        if isinstance(s, (ast.Assign, ast.AnnAssign)):
-            self._assignment(s, scope)
-        if isinstance(s, ast.Expr):
-            self._sharded(s, scope)
+        self._compound(s, scope, guarded)
+
+    def _if(self, s: ast.If, scope: str, guarded: bool) -> None:
+        pol = condition_ranks(self.ranks, s.test, texts=False)
+        self.expr(s.test, scope, guarded)
+        outer = self._gctx
+        if self._sites is not None:
+            on, off = gate_facts.branch_ctx(s.test, outer, self._pset, self._modes)
+        else:
+            on = off = outer
+        self._rank_branches += pol is not None
+        self._ifs += 1
+        mark = len(self.bindings)
+        self._gctx = on
+        self.block(s.body, scope, guarded or zero_only(pol))
+        self._drop_if_raises(s.body, scope, mark)
+        mark = len(self.bindings)
+        self._gctx = off
+        self.block(s.orelse, scope, guarded or nonzero_only(pol))
+        self._gctx = outer
+        self._drop_if_raises(s.orelse, scope, mark)
+        self._ifs -= 1
+        self._rank_branches -= pol is not None
+
+    def _compound(self, s: ast.stmt, scope: str, guarded: bool) -> None:
+        """A statement neither simple nor one of those above: its expressions, then its
+        blocks (``for``, ``while``, ``with``, ``try``, ``match``, ``x += ...``)."""
         for child in children(s):
             if isinstance(child, (ast.stmt, ast.ExceptHandler)):
                 continue
@@ -327,7 +362,13 @@ class _Extractor:
         # the first (preferred) import is the one the module's aliases keep.
         body = getattr(s, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
-            self.block(body, scope, guarded)
+            if s.__class__ is ast.While and self._sites is not None:
+                outer = self._gctx  # its `else` runs in the outer context
+                self._gctx = gate_facts.branch_ctx(s.test, outer, self._pset, self._modes)[0]
+                self.block(body, scope, guarded)
+                self._gctx = outer
+            else:
+                self.block(body, scope, guarded)
         for handler in getattr(s, "handlers", ()):
             if handler.type is not None:
                 self.expr(handler.type, scope, guarded)
@@ -375,6 +416,7 @@ class _Extractor:
             qual = f"{scope}.{f.name}"
         else:
             qual = f.name
+        sites, self._sites = self._sites, None  # not in the enclosing frame (gates.site_facts)
         for d in f.decorator_list:
             self.expr(d, scope, False)
         params = [a.arg for a in (*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs)]
@@ -397,6 +439,11 @@ class _Extractor:
         self._wrapped.append(set())
         self._loop_names.append(set())
         self._nested_rank_test.append(False)
+        outer_frame = self._gctx, self._pset, self._modes
+        frame: list[tuple[ast.Call, str, gate_facts.Ctx]] = []
+        self._sites = frame
+        self._gctx = gate_facts.NO_CTX
+        self._pset, self._modes = gate_facts.frame_params(f)
         body_guarded = guards_itself(f.body, self.ranks)
         outer = self._hscope
         if self.handed is not None:
@@ -409,6 +456,10 @@ class _Extractor:
                 self._hscope = f.name
         self.block(f.body, qual, body_guarded)
         self._hscope = outer
+        # The parameters that switch its collectives off.
+        gates = gate_facts.gate_facts(f, reversed(frame), self._pset, self._modes)
+        self._sites = sites
+        self._gctx, self._pset, self._modes = outer_frame
         self._loop_names.pop()
         nested_rank_test = self._nested_rank_test.pop()
         self._assigned.pop()
@@ -439,9 +490,7 @@ class _Extractor:
                 frozenset(calls),
                 frozenset(props),
                 f.lineno - 1,
-                gate_facts.site_facts(
-                    f, known_names.dotted
-                ),  # parameters that switch collectives off
+                gates,
             )
         )
 
@@ -450,16 +499,20 @@ class _Extractor:
     def expr(self, e: ast.AST, scope: str, guarded: bool) -> None:
         # `walk` written out (the same order): names and constants, half of the nodes, hold
         # no node, so their children are never asked for.
-        stack = [e]
+        stack: list[ast.AST] = [e]
+        sites = self._sites
+        if sites is not None:
+            mark = len(sites)
+            ctx = self._gctx
         while stack:
             node = stack.pop()
             cls = node.__class__
             if cls is ast.Name:
-                if isinstance(node.ctx, ast.Load):  # type: ignore[attr-defined]
+                if node.ctx.__class__ is ast.Load:  # type: ignore[attr-defined]
                     self.loads.add(node.id)  # type: ignore[attr-defined]
                 continue
             if cls is ast.Constant:
-                if isinstance(node.value, str) and node.value in known_names.RANK_ENV_VARS:  # type: ignore[attr-defined]
+                if node.value.__class__ is str and node.value in known_names.RANK_ENV_VARS:  # type: ignore[attr-defined]
                     self.env_markers = True
                 continue
             if cls is _Attribute:  # (as below, its one child pushed without `children`)
@@ -470,32 +523,49 @@ class _Extractor:
                 elif attr in _SYNC_SKIP_ATTRS and f"{_last(node.value)}.{attr}" in _SYNC_SKIPPERS:  # type: ignore[attr-defined]
                     self._prop(NO_SYNC)
                 continue
+            if sites is not None:
+                if cls is _MARKER:  # a context marker (below)
+                    ctx = node  # type: ignore[assignment]
+                    continue
+                if cls is ast.IfExp:
+                    # As gates.site_facts: each branch in its context, the same nodes in the
+                    # same order, a marker below each group restoring the context.
+                    on, off = gate_facts.branch_ctx(node.test, ctx, self._pset, self._modes)  # type: ignore[attr-defined]
+                    marked: list[Any] = stack
+                    marked += (node.test, ctx, node.body, on, node.orelse, off)  # type: ignore[attr-defined]
+                    continue
+                elif cls is ast.Lambda:
+                    # Not in the frame: walked outside it (the same order: all of it first).
+                    self._sites = None
+                    for child in reversed(children(node)):
+                        self.expr(child, scope, guarded)
+                    self._sites = sites
+                    continue
             stack.extend(children(node))
-            if isinstance(node, ast.Call):
+            if cls is ast.Call:  # (an attribute never gets here: see above)
+                call: ast.Call = node  # type: ignore[assignment]
                 if self.handed is not None:
-                    self._hand(node)
+                    self._hand(call)
                 if (
                     self._ifs == 0
                     and self._loop_names
-                    and node.func.__class__ is _Attribute
-                    and _reads_back(node)
+                    and call.func.__class__ is _Attribute
+                    and _reads_back(call)
                 ):
-                    root = node.func.value
+                    root = call.func.value
                     while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
                         root = root.func if isinstance(root, ast.Call) else root.value
                     if isinstance(root, ast.Name) and (
                         root.id in self._params[-1] or root.id in self._loop_names[-1]
                     ):
                         self._prop(HOST_SYNC)
-                self.call(node, scope, guarded)
-            elif isinstance(node, ast.Attribute):
-                if node.attr in _NO_SYNC_ATTRS:
-                    self._prop(NO_SYNC)
-                elif (
-                    node.attr in _SYNC_SKIP_ATTRS  # (most attributes: no spelling built)
-                    and f"{_last(node.value)}.{node.attr}" in _SYNC_SKIPPERS
-                ):
-                    self._prop(NO_SYNC)  # `accelerator.accumulate`: the tables' skips-grad-sync
+                name = self.call(call, scope, guarded)
+                if sites is not None and name is not None:
+                    sites.append((call, name, ctx))
+        if sites is not None and len(sites) - mark > 1:
+            part = sites[mark:]
+            part.reverse()
+            sites[mark:] = part
 
     def _hand(self, call: ast.Call) -> None:
         # What tests/project/test_summary_walks.py's handed_names tests, item by item.
@@ -525,9 +595,10 @@ class _Extractor:
         if self._props:
             self._props[-1].add(prop)
 
-    def call(self, c: ast.Call, scope: str, guarded: bool) -> None:
+    def call(self, c: ast.Call, scope: str, guarded: bool) -> str | None:
+        """Record the call ``c``; its callee's spelling (``known_names.dotted``), if any."""
         if (  # `logging.getLogger().setLevel(...)` too: no dotted name needed
-            isinstance(c.func, ast.Attribute)
+            c.func.__class__ is _Attribute
             and c.func.attr in _LEVEL_SETTERS
             and (
                 self._rank_branches
@@ -539,7 +610,7 @@ class _Extractor:
             self._prop(SILENCES_LOGGING)
         name = known_names.dotted(c.func)
         if name is None:
-            return
+            return None
         last = name.rsplit(".", 1)[-1]
         if last == "unscale_":
             self._prop(UNSCALES)
@@ -603,6 +674,7 @@ class _Extractor:
             else:
                 self.dotted_sites.append(site)
                 self.dotted_lines.append(c.lineno)
+        return name
 
     def bind(self, target: ast.AST, value: ast.AST, scope: str) -> None:
         path = _path(target)
@@ -639,7 +711,7 @@ class _Extractor:
                     test = ast.Constant(None)
                 # else `self.is_local_main if local_fs else self.is_main`: a uniform choice
                 # between two rank tests (core/rankcond.py), the value itself.
-            flag = condition_ranks(self.ranks, test)
+            flag = condition_ranks(self.ranks, test, texts=False)
             if zero_only(flag):
                 self.bindings.append(Binding(b_scope, path, (SourceMarker.RANK0_FLAG,)))
         chain = _call_chain(value)

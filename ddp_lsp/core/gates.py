@@ -268,34 +268,22 @@ def _skips(
     return when_false, when_true
 
 
-def _bindings(
-    call: ast.Call, params: set[str], modes: set[str]
-) -> tuple[tuple[tuple[Slot, str], ...], bool]:
-    """What a call binds, by slot: ``(0, "-1")`` (first positional, a literal), ``("fsdp",
-    Token.MODE)`` (a mode test of an argument, see :func:`_mode_test`), ``("rank",
-    Token.OTHER)`` (any other expression); and whether it unpacks arguments (then the
-    defaults it leaves are unknown, and no position after a ``*args`` is known)."""
-
-    def tok(e: ast.expr) -> str:
-        return _token(e) or (Token.MODE if _mode_test(e, params, modes) else Token.OTHER)
-
-    out: list[tuple[Slot, str]] = []
-    unpacked = False
-    for i, a in enumerate(call.args):
-        if isinstance(a, ast.Starred):
-            unpacked = True
-            break
-        out.append((i, tok(a)))
-    for kw in call.keywords:
-        if kw.arg is None:
-            unpacked = True
-        else:
-            out.append((kw.arg, tok(kw.value)))
-    return tuple(out), unpacked
+def _bound_token(e: ast.expr, params: set[str], modes: set[str]) -> str:
+    """The :class:`Token` of an argument: a literal's, :data:`Token.MODE` for a mode test
+    (:func:`_mode_test`), else :data:`Token.OTHER`. A name, a constant and an attribute (most
+    arguments) are answered by class, as :func:`_token` and :func:`_mode_test` would."""
+    cls = e.__class__
+    if cls is ast.Name:
+        return Token.MODE if e.id in modes else Token.OTHER  # type: ignore[attr-defined]
+    if cls is ast.Constant:
+        return _token(e) or Token.OTHER  # (no constant is a mode test)
+    if cls is _Attribute:
+        return Token.MODE if _mode_attr(e, params) else Token.OTHER
+    return _token(e) or (Token.MODE if _mode_test(e, params, modes) else Token.OTHER)
 
 
 def _literals(call: ast.Call) -> tuple[tuple[tuple[Slot, str], ...], bool]:
-    """:func:`_bindings` in a function without parameters: no argument is a mode test (each
+    """What a call binds in a function without parameters: no argument is a mode test (each
     would be one of the parameters, or of a local assigned from one), so each is a literal's
     token or :data:`Token.OTHER`."""
     out: list[tuple[Slot, str]] = []
@@ -389,6 +377,9 @@ def _mode_test(e: ast.AST, params: set[str], modes: set[str]) -> bool:
 
 
 _STMT_LISTS = frozenset({"body", "handlers", "orelse", "finalbody", "cases"})
+# The statements that bind names, by class (see _mode_locals).
+_BINDERS: dict[type, int] = {ast.Assign: 1, ast.With: 3, ast.AsyncWith: 3, ast.ExceptHandler: 4}
+_BINDERS.update(dict.fromkeys((ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor), 2))
 _STMT_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
@@ -416,26 +407,32 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
     values: dict[str, list[ast.expr | None]] = {}
     bind = _bind_local
     stack: list[ast.AST] = list(f.body)
+    binders = _BINDERS
     while stack:
         n = stack.pop()
-        if isinstance(n, _SCOPES):
+        cls = n.__class__
+        if cls in _SCOPE_CLASSES:
             continue
-        if isinstance(n, ast.Assign):
-            for t in n.targets:
-                bind(values, t, n.value)
-        elif isinstance(n, (ast.AugAssign, ast.AnnAssign)):
-            bind(values, n.target, None)
-        elif isinstance(n, (ast.For, ast.AsyncFor)):
-            bind(values, n.target, None)
-        elif isinstance(n, (ast.With, ast.AsyncWith)):
-            for item in n.items:
+        kind = binders.get(cls)
+        if kind is None:
+            pass  # (most statements)
+        elif kind == 1:  # Assign
+            value = n.value  # type: ignore[attr-defined]
+            for t in n.targets:  # type: ignore[attr-defined]
+                if t.__class__ is ast.Name:
+                    values.setdefault(t.id, []).append(value)
+                else:
+                    bind(values, t, value)
+        elif kind == 2:  # AugAssign, AnnAssign, For, AsyncFor
+            bind(values, n.target, None)  # type: ignore[attr-defined]
+        elif kind == 3:  # With, AsyncWith
+            for item in n.items:  # type: ignore[attr-defined]
                 if item.optional_vars is not None:
                     bind(values, item.optional_vars, None)
-        elif isinstance(n, ast.ExceptHandler) and n.name:
-            values.setdefault(n.name, []).append(None)
+        elif n.name:  # type: ignore[attr-defined]  # ExceptHandler
+            values.setdefault(n.name, []).append(None)  # type: ignore[attr-defined]
         # The statement lists of ``n`` in field order: its children that are statements,
         # handlers or cases, without building the list of every child.
-        cls = n.__class__
         fields = _STMT_FIELDS.get(cls)
         if fields is None:
             fields = _STMT_FIELDS[cls] = tuple(f for f in cls._fields if f in _STMT_LISTS)
@@ -449,31 +446,136 @@ def _mode_locals(f: ast.FunctionDef | ast.AsyncFunctionDef, params: set[str]) ->
     return out
 
 
+# The context of a call site: the (parameter, token) pairs for which an enclosing test skips it,
+# and whether it sits under a mode test of the function's arguments.
+Ctx = tuple[frozenset[Gate], bool]
+NO_CTX: Ctx = (frozenset(), False)
+
+
+def branch_ctx(test: ast.expr, ctx: Ctx, pset: set[str], modes: set[str]) -> tuple[Ctx, Ctx]:
+    """The contexts of the branch an ``if`` / ``while`` / conditional expression testing
+    ``test`` takes when it is true, and of its other branch (a ``while``'s ``else`` keeps
+    ``ctx``: the caller's choice), inside a context ``ctx`` of a function with parameters
+    ``pset`` and mode locals ``modes``."""
+    gates, moded = ctx
+    on = off = gates
+    on_moded = off_moded = moded
+    if pset:
+        names = {n.id for n in walk(test) if isinstance(n, ast.Name)}
+        if not names.isdisjoint(pset):
+            when_false, when_true = _skips(test, pset, names)
+            on = gates | when_false
+            off = gates | when_true
+    if _mode_test(test, pset, modes):
+        on_moded = True
+    elif (
+        isinstance(test, ast.UnaryOp)
+        and isinstance(test.op, ast.Not)
+        and _mode_test(test.operand, pset, modes)
+    ):
+        off_moded = True
+    return (on, on_moded), (off, off_moded)
+
+
+def frame_params(f: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[set[str], set[str]]:
+    """The parameters of ``f`` (``self`` included, ``*args`` left out) and its mode locals
+    (:func:`_mode_locals`; without parameters none, and the walk is skipped)."""
+    args = f.args
+    pset = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    return pset, (_mode_locals(f, pset) if pset else set())
+
+
+def gate_facts(
+    f: ast.FunctionDef | ast.AsyncFunctionDef,
+    calls: Iterable[tuple[ast.Call, str, Ctx]],
+    pset: set[str],
+    modes: set[str],
+) -> GateFacts:
+    """The gate summary of ``f`` from the calls of its own frame whose callee is spelled
+    (``names.dotted``), each with that spelling and its context, in :func:`site_facts`'s walk
+    order (see :func:`frame_params` for ``pset`` and ``modes``)."""
+    sites: dict[Site, None] = {}  # in walk order, each once
+    site_new = object.__new__
+    for node, name, ctx in calls:
+        # The parameters passed on whole (each positional argument, then each keyword) and
+        # what each argument binds, by slot: ``(0, "-1")`` (the first positional, a literal),
+        # ``("fsdp", Token.MODE)`` (a mode test, see _mode_test), ``("rank", Token.OTHER)``;
+        # whether it unpacks arguments (the defaults it leaves are then unknown, and no
+        # position after a ``*args`` is known). In one pass over the arguments.
+        passed: list[tuple[Slot, str]] = []
+        if pset:
+            bound_list: list[tuple[Slot, str]] = []
+            unpacked = False
+            for i, x in enumerate(node.args):
+                cls = x.__class__
+                if cls is ast.Name:
+                    if x.id in pset:  # type: ignore[attr-defined]
+                        passed.append((i, x.id))  # type: ignore[attr-defined]
+                    if not unpacked:
+                        mode = x.id in modes  # type: ignore[attr-defined]
+                        bound_list.append((i, Token.MODE if mode else Token.OTHER))
+                elif cls is ast.Starred:
+                    unpacked = True
+                elif not unpacked:
+                    bound_list.append((i, _bound_token(x, pset, modes)))
+            for kw in node.keywords:
+                arg = kw.arg
+                if arg is None:
+                    unpacked = True
+                    continue
+                v = kw.value
+                if v.__class__ is ast.Name and v.id in pset:
+                    passed.append((arg, v.id))
+                bound_list.append((arg, _bound_token(v, pset, modes)))
+            bound = tuple(bound_list)
+        else:
+            bound, unpacked = _literals(node)
+        # Site(...) without the frozen __init__ (as the index's decoder builds it).
+        site = site_new(Site)
+        site.__dict__.update(
+            callee=name,
+            skipped=ctx[0],
+            moded=ctx[1],
+            passed=tuple(passed),
+            bound=bound,
+            unpacked=unpacked,
+        )
+        sites[site] = None
+    if not sites:
+        return NO_GATES  # calls nothing: no summary needed
+    args = f.args
+    defaults: list[tuple[str, str]] = []
+    positional = [*args.posonlyargs, *args.args]
+    for a, d in zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True):
+        tok = _token(d)
+        if tok is not None:
+            defaults.append((a.arg, tok))
+    for a, kd in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+        tok = _token(kd)
+        if tok is not None:
+            defaults.append((a.arg, tok))
+    return GateFacts(tuple(defaults), tuple(sites))
+
+
 def site_facts(
     f: ast.FunctionDef | ast.AsyncFunctionDef, dotted: Callable[[ast.AST], str | None]
 ) -> GateFacts:
     """The gate summary of ``f``: when it calls anything, each call site (the parameter values
     that skip it, the parameters it passes on, the arguments it binds) and the literal defaults
     of its parameters. A function without parameters records its sites too: the literals its
-    calls bind can switch a callee's collective off."""
-    args = f.args
-    params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
-    pset = set(params)
-    sites: dict[Site, None] = {}  # in walk order, each once
-    # Without parameters no local is a mode test (each is one of the arguments, or of a
-    # local that is one): the walk is skipped.
-    modes = _mode_locals(f, pset) if pset else set()
-    none: frozenset[Gate] = frozenset()
+    calls bind can switch a callee's collective off. (The definition: the extractor gathers
+    the same on its own walk, factextract._Extractor, with no second walk of every node.)"""
+    pset, modes = frame_params(f)
+    calls: list[tuple[ast.Call, str, Ctx]] = []
     # Depth first over the function's own frame, each node with the (param, value) pairs for
     # which an enclosing test skips it, and whether it sits under a mode test: the current
     # pair ``ctx``, set by a marker (a plain tuple) pushed below each group of nodes that
     # has its own (the subtrees above a marker are walked before it is popped, and each
     # group leaves ``ctx`` as its parent had it): no tuple per node.
-    ctx: tuple[frozenset[Gate], bool] = (none, False)
+    ctx: Ctx = NO_CTX
     stack: list[object] = list(f.body)
     push = stack.append
     pop = stack.pop
-    site_new = object.__new__
     while stack:
         node = pop()
         cls = node.__class__
@@ -493,77 +595,25 @@ def site_facts(
             continue
         if cls is ast.If or cls is ast.While or cls is ast.IfExp:
             assert isinstance(node, (ast.If, ast.While, ast.IfExp))
-            gates, moded = ctx
-            test = node.test
-            push(test)
+            push(node.test)
             push(ctx)  # the test, and what follows the group, as before
-            on = off = gates
-            on_moded = off_moded = moded
-            if pset:
-                names = {n.id for n in walk(test) if isinstance(n, ast.Name)}
-                if not names.isdisjoint(pset):
-                    when_false, when_true = _skips(test, pset, names)
-                    on = gates | when_false
-                    off = gates | when_true
-            if _mode_test(test, pset, modes):
-                on_moded = True
-            elif (
-                isinstance(test, ast.UnaryOp)
-                and isinstance(test.op, ast.Not)
-                and _mode_test(test.operand, pset, modes)
-            ):
-                off_moded = True
+            on, off = branch_ctx(node.test, ctx, pset, modes)
             body = node.body if isinstance(node.body, list) else [node.body]
             orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
             stack.extend(body)
-            push((on, on_moded))
+            push(on)
             if orelse:
                 stack.extend(orelse)
-                push(ctx if cls is ast.While else (off, off_moded))
+                push(ctx if cls is ast.While else off)
             continue
         if cls is ast.Call:
-            assert isinstance(node, ast.Call)
-            name = dotted(node.func)
+            name = dotted(node.func)  # type: ignore[attr-defined]
             if name is not None:
-                passed: list[tuple[Slot, str]] = [
-                    (i, a.id)
-                    for i, a in enumerate(node.args)
-                    if isinstance(a, ast.Name) and a.id in pset
-                ]
-                passed += [
-                    (kw.arg, kw.value.id)
-                    for kw in node.keywords
-                    if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in pset
-                ]
-                bound, unpacked = _bindings(node, pset, modes) if pset else _literals(node)
-                # Site(...) without the frozen __init__ (as the index's decoder builds it).
-                site = site_new(Site)
-                site.__dict__.update(
-                    callee=name,
-                    skipped=ctx[0],
-                    moded=ctx[1],
-                    passed=tuple(passed),
-                    bound=bound,
-                    unpacked=unpacked,
-                )
-                sites[site] = None
+                calls.append((node, name, ctx))  # type: ignore[arg-type]
         for child in children(node):  # type: ignore[arg-type]
             if child.__class__ not in LEAVES:  # nothing under them, never a site
                 push(child)
-
-    if not sites:
-        return NO_GATES  # calls nothing: no summary needed
-    defaults: list[tuple[str, str]] = []
-    positional = [*args.posonlyargs, *args.args]
-    for a, d in zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True):
-        tok = _token(d)
-        if tok is not None:
-            defaults.append((a.arg, tok))
-    for a, kd in zip(args.kwonlyargs, args.kw_defaults, strict=True):
-        tok = _token(kd)
-        if tok is not None:
-            defaults.append((a.arg, tok))
-    return GateFacts(tuple(defaults), tuple(sites))
+    return gate_facts(f, calls, pset, modes)
 
 
 # -- 2. resolution -------------------------------------------------------------------------------
@@ -598,7 +648,7 @@ def _site_mode(site: Site, callee: Gating) -> bool:
 
 
 def _site_off(site: Site, callee: Gating) -> bool:
-    """The literals a call site binds (see :func:`_bindings`), or the defaults it leaves,
+    """The literals a call site binds (see :func:`gate_facts`), or the defaults it leaves,
     switch the callee off: ``make_loader(path)`` whose ``rank`` defaults to -1."""
     if callee.always:
         return True

@@ -127,10 +127,10 @@ def dotted(expr: ast.AST) -> str | None:
 def _dotted(expr: ast.AST) -> str | None:
     parts: list[str] = []
     node = expr
-    while isinstance(node, ast.Attribute):
+    while node.__class__ is ast.Attribute:  # (by class: ast's node classes have no subclass)
         parts.append(node.attr)
         node = node.value
-    if not isinstance(node, ast.Name):
+    if node.__class__ is not ast.Name:
         return None
     parts.append(node.id)
     return ".".join(reversed(parts))

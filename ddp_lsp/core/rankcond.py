@@ -164,7 +164,9 @@ def _not(text: str) -> str:
     return f"not ({text})" if " " in text else f"not {text}"
 
 
-def _union(parts: Sequence[RankSet], text: str) -> RankSet:
+def _union(parts: Sequence[RankSet], test: ast.AST) -> RankSet:
+    """The ranks of any of ``parts`` (the operands of ``test``); ``test``'s text is written
+    only for a subset it cannot name (most unions are one side's)."""
     subsets = {p.subset for p in parts}
     if subsets <= {Subset.RANK0}:
         return RankSet(Subset.RANK0)
@@ -174,7 +176,7 @@ def _union(parts: Sequence[RankSet], text: str) -> RankSet:
         return RankSet(Subset.NONLOCAL0)
     if subsets <= NONZERO_SIDE:
         return RankSet(Subset.NONZERO)
-    return RankSet(Subset.SOME, text)
+    return RankSet(Subset.SOME, _short(ast.unparse(test)))
 
 
 # -- conditions -----------------------------------------------------------------------------------
@@ -261,18 +263,27 @@ def single_process_test(model: RankModel, e: ast.AST) -> bool:
 
 
 def condition_ranks(
-    model: RankModel, test: ast.AST, resolve: Resolver | None = None, depth: int = 0
+    model: RankModel,
+    test: ast.AST,
+    resolve: Resolver | None = None,
+    depth: int = 0,
+    *,
+    texts: bool = True,
 ) -> RankSet | None:
     """The ranks on which ``test`` holds; None when every rank computes the same value.
 
     The one classifier of rank conditions: the module facts call it without ``resolve``
     (names only), :class:`ChunkUniformity` with a resolver for flags and objects that carry
-    rank dependence through assignments."""
+    rank dependence through assignments.
+
+    ``texts=False`` (the facts extractor, which reads a result's subset and whether it has
+    an ``unless`` only): the result's own texts are not written (``condition`` empty,
+    ``when`` / ``unless`` a stand-in when not empty); its operands' are, as they decide it."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = condition_ranks(model, test.operand, resolve, depth)
+        inner = condition_ranks(model, test.operand, resolve, depth, texts=texts)
         return inner.negated() if inner is not None else None
     if isinstance(test, ast.NamedExpr):
-        return condition_ranks(model, test.value, resolve, depth)
+        return condition_ranks(model, test.value, resolve, depth, texts=texts)
     if (
         isinstance(test, ast.Compare)
         and len(test.ops) == 1
@@ -280,7 +291,7 @@ def condition_ranks(
     ):
         test = ast.Compare(test.left.value, test.ops, test.comparators)
     if isinstance(test, ast.BoolOp):
-        return _boolop(model, test, resolve, depth)
+        return _boolop(model, test, resolve, depth, texts)
     if isinstance(test, ast.IfExp):
         # `self.is_local_main if local_fs else self.is_main`: a uniform choice between two
         # rank tests holds on the ranks of one of them (local rank 0 when either is local).
@@ -288,7 +299,7 @@ def condition_ranks(
         orelse = condition_ranks(model, test.orelse, resolve, depth)
         if body is None or orelse is None or condition_ranks(model, test.test, resolve, depth):
             return None
-        return _union((body, orelse), _short(ast.unparse(test)))
+        return _union((body, orelse), test)
     if model.is_predicate(test) or last_name(test) in EXTRA_PREDICATES:
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.args:
             pass  # `is_master(args)`: still the predicate
@@ -297,15 +308,18 @@ def condition_ranks(
         return RankSet(Subset.NONLOCAL0 if _local_name(test) else Subset.NONZERO)
     if isinstance(test, ast.Compare):
         if len(test.ops) == 1:
-            return _compare(model, test, resolve, depth)
-        return _some(test) if model.mentions_rank(test) else None
+            return _compare(model, test, resolve, depth, texts)
+        return _some(test, texts) if model.mentions_rank(test) else None
     if resolve is not None and isinstance(test, (ast.Name, ast.Attribute)):
         return resolve(test, depth)
     return None
 
 
-def _some(test: ast.AST) -> RankSet:
-    return RankSet(Subset.SOME, _short(ast.unparse(test)))
+def _some(test: ast.AST, texts: bool = True) -> RankSet:
+    return RankSet(Subset.SOME, _short(ast.unparse(test)) if texts else "")
+
+
+_STAND_IN = "…"  # a text not written (texts=False): not empty, as the text would not be
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -314,7 +328,7 @@ def _short(text: str, limit: int = 60) -> str:
 
 
 def _boolop(
-    model: RankModel, test: ast.BoolOp, resolve: Resolver | None, depth: int
+    model: RankModel, test: ast.BoolOp, resolve: Resolver | None, depth: int, texts: bool = True
 ) -> RankSet | None:
     parts = [condition_ranks(model, v, resolve, depth) for v in test.values]
     found = [p for p in parts if p is not None]
@@ -327,8 +341,10 @@ def _boolop(
         for p in found[1:]:
             out = out.intersect(p)
         if out.subset is Subset.SOME:
-            return _some(test)
+            return _some(test, texts)
         uniform = [v for p, v in zip(parts, test.values, strict=True) if p is None]
+        if not texts:
+            return RankSet(out.subset, when=_STAND_IN if uniform else "")
         when = " and ".join(_short(ast.unparse(v)) for v in uniform)
         return RankSet(out.subset, when=when)
     # `or`: the union. Single-process tests are false in every distributed run; another
@@ -338,16 +354,18 @@ def _boolop(
         for p, v in zip(parts, test.values, strict=True)
         if p is None and not single_process_test(model, v)
     ]
-    out = _union(found, _short(ast.unparse(test)))
+    out = _union(found, test)
     if out.subset is Subset.SOME:
-        return _some(test)
+        return _some(test, texts)
     if uniform:
+        if not texts:
+            return RankSet(out.subset, unless=_STAND_IN)
         return RankSet(out.subset, unless=" or ".join(_short(ast.unparse(v)) for v in uniform))
     return out
 
 
 def _compare(
-    model: RankModel, test: ast.Compare, resolve: Resolver | None, depth: int
+    model: RankModel, test: ast.Compare, resolve: Resolver | None, depth: int, texts: bool = True
 ) -> RankSet | None:
     if _distributed_test(model, test):
         return None
@@ -377,22 +395,22 @@ def _compare(
                 return made if isinstance(op, (ast.IsNot, ast.NotEq)) else made.negated()
             return None
         if pred or model.mentions_rank(left) or _RANKISH.search(last_name(left) or ""):
-            return _some(test)  # rank % 2 == 0, node_rank == 0
+            return _some(test, texts)  # rank % 2 == 0, node_rank == 0
         if _RANKISH.search(last_name(right) or ""):
-            return _some(test)
+            return _some(test, texts)
         return None
     local = _local_name(left)
     zero = RankSet(Subset.LOCAL0 if local else Subset.RANK0)
     nonzero = zero.negated()
     consts = _int_constants(right)
     if consts is None:
-        return _some(test)
+        return _some(test, texts)
     if isinstance(op, (ast.In, ast.NotIn)):
         if all(c <= 0 for c in consts):
             return zero if isinstance(op, ast.In) else nonzero
-        return _some(test)
+        return _some(test, texts)
     if len(consts) != 1:
-        return _some(test)
+        return _some(test, texts)
     c = consts[0]
     if isinstance(op, (ast.Eq, ast.Is)) and c == 0:
         return zero
@@ -402,4 +420,4 @@ def _compare(
         return nonzero
     if (isinstance(op, ast.Lt) and c == 1) or (isinstance(op, ast.LtE) and c == 0):
         return zero
-    return _some(test)
+    return _some(test, texts)

@@ -66,3 +66,72 @@ def test_a_keystroke_below_a_chunk_s_first_line_re_reads_that_chunk_only() -> No
     # On a chunk's first line the chunk above is re-read too (the line may stop starting one).
     r = chunks.resplit(_edit(lines, 12, "  # note"), old, 12, 12, 0)
     assert r.lo == 2 and r.starts == old  # from `class Trainer:`
+
+
+def _scan_line_definition(line: str, depth: int, quote: str | None) -> tuple[int, str | None, bool]:
+    """``chunks.scan_line`` as written before its brackets-only shortcut (a line without a
+    quote, a comment or a backslash, outside a string: its brackets in one regex call)."""
+    i = 0
+    if quote is not None:
+        i = chunks._find_close(line, 0, quote)
+        if i < 0:
+            return depth, quote, False
+    while True:
+        m = chunks._INTEREST.search(line, i)
+        if m is None:
+            return depth, None, False
+        c = m.group()
+        j = m.start()
+        if c == "#":
+            return depth, None, False
+        if c == "\\":
+            if line[j + 1 :].strip() == "":
+                return depth, None, True
+            i = j + 2
+            continue
+        if c in "([{":
+            depth += 1
+            i = j + 1
+            continue
+        if c in ")]}":
+            depth = depth - 1 if depth > 0 else 0
+            i = j + 1
+            continue
+        delim = line[j : j + 3] if line[j : j + 3] == c * 3 else c
+        k = chunks._find_close(line, j + len(delim), delim)
+        if k < 0:
+            if len(delim) == 3 or line.rstrip("\r\n").endswith("\\"):
+                return depth, delim, False
+            return depth, None, False
+        i = k
+
+
+def test_scan_line_as_defined() -> None:
+    import random
+
+    rng = random.Random(15)
+    alphabet = "()[]{}x #'\"\\\n"
+    lines = ["", "\n", ")(", "f(a)[0]{}\n", "x = (1,\n", "])}\n", "a)b(c\n", "s = '(' + \")\"\n"]
+    lines += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(12))) for _ in range(4000)]
+    for line in lines:
+        for depth in (0, 1, 3):
+            for quote in (None, "'", '"""'):
+                assert chunks.scan_line(line, depth, quote) == _scan_line_definition(
+                    line, depth, quote
+                ), (line, depth, quote)
+
+
+def test_split_lines_as_defined() -> None:
+    """``split_lines``' text-without-a-CR shortcut gives what its regular expression does."""
+    import random
+
+    from ddp_lsp.core.document import _LINE_SPLIT
+
+    rng = random.Random(15)
+    texts = ["", "\n", "a", "a\n", "a\nb", "\n\n", "x\r\ny\rz\n", "\x0c\n\x0b\u2028\x85\n"]
+    texts += [
+        "".join(rng.choice("ab\n\r\x0c\u2028") for _ in range(rng.randrange(10)))
+        for _ in range(2000)
+    ]
+    for text in texts:
+        assert split_lines(text) == (_LINE_SPLIT.split(text) or [""]), repr(text)

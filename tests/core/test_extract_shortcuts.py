@@ -69,6 +69,32 @@ def single_process_returns_definition(body: list[ast.stmt], ranks: RankModel) ->
     return out
 
 
+def _bindings_definition(
+    call: ast.Call, params: set[str], modes: set[str]
+) -> tuple[tuple[tuple[gates.Slot, str], ...], bool]:
+    """What a call binds, by slot, and whether it unpacks arguments: each argument's literal
+    token, else ``Token.MODE`` for a mode test, else ``Token.OTHER`` (none after ``*args``)."""
+
+    def tok(e: ast.expr) -> str:
+        return gates._token(e) or (
+            gates.Token.MODE if gates._mode_test(e, params, modes) else gates.Token.OTHER
+        )
+
+    out: list[tuple[gates.Slot, str]] = []
+    unpacked = False
+    for i, a in enumerate(call.args):
+        if isinstance(a, ast.Starred):
+            unpacked = True
+            break
+        out.append((i, tok(a)))
+    for kw in call.keywords:
+        if kw.arg is None:
+            unpacked = True
+        else:
+            out.append((kw.arg, tok(kw.value)))
+    return tuple(out), unpacked
+
+
 def site_facts_definition(
     f: ast.FunctionDef | ast.AsyncFunctionDef, dotted: Callable[[ast.AST], str | None]
 ) -> gates.GateFacts:
@@ -134,7 +160,7 @@ def site_facts_definition(
                     for kw in node.keywords
                     if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in pset
                 ]
-                bound, unpacked = gates._bindings(node, pset, modes)
+                bound, unpacked = _bindings_definition(node, pset, modes)
                 site = gates.Site(name, ctx[0], ctx[1], tuple(passed), bound, unpacked)
                 sites[site] = None
         for child in children(node):  # type: ignore[arg-type]
@@ -232,6 +258,44 @@ async def async_one(rank=-1, use_fsdp=False):
     if rank != -1:
         await dist.barrier()
     launch(mode, use_fsdp=mode)
+
+def frames_and_orders(rank, args, sync=True, group=None):
+    @wraps(dist.barrier(group))
+    def inner(flag=dist.get_rank()):
+        if flag:
+            dist.barrier()
+        return lambda: dist.all_reduce(flag)
+    class Local(Base.of(dist.new_group())):
+        x = dist.broadcast(rank)
+        def method(self):
+            dist.barrier(self)
+    while sync:
+        dist.all_reduce(g(h(rank), k(args.fsdp)), group=group if group else make(rank))
+    else:
+        after(rank if sync else -1, [f(a) for a in it(rank)])
+    with ctx(rank) as c, other(args.x):
+        for i in rng(rank):
+            dist.barrier() if rank == 0 else dist.broadcast(i, lambda q=f(rank): q())
+    try:
+        dist.barrier(sync)
+    except err(rank) as e:
+        handle(e)
+    else:
+        first(rank)
+    finally:
+        last(rank)
+    match pick(rank):
+        case 0 if guard(rank):
+            dist.barrier()
+        case _:
+            dist.barrier(rank)
+    if not args.fsdp:
+        dist.barrier(args)
+    elif sync:
+        dist.all_reduce(sync)
+    dist.barrier(group)
+    dist.barrier(group)
+    return inner, Local, (lambda: dist.barrier())()
 """
 
 
@@ -301,6 +365,28 @@ def test_gate_sites_as_defined() -> None:
     assert differ == []
 
 
+def test_extractor_gates_as_defined() -> None:
+    """The extractor gathers each function's gate summary on its own walk (no second walk of
+    the function): the same as ``gates.site_facts``, in the same order, for every function
+    (nested ones too: their own frames, decorators, classes and lambdas left out)."""
+    differ = []
+    for name, f in FUNCTIONS:
+        x = factextract._Extractor(RANKS)
+        factextract.extract(ast.Module(body=[f], type_ignores=[]), None, RANKS, x)
+        got = x.functions[-1 if x.functions[-1].qualname != "<module>" else -2].gates
+        assert x.functions[-1 if x.functions[-1].qualname != "<module>" else -2].line == (
+            f.lineno - 1
+        )
+        want = gates.site_facts(f, known_names.dotted)
+        if got != want or [s.__dict__ for s in got.sites] != [s.__dict__ for s in want.sites]:
+            differ.append(name)
+    assert differ == []
+    crafted = next(f for n, f in FUNCTIONS if n.startswith("crafted:frames_and_orders:"))
+    sites = gates.site_facts(crafted, known_names.dotted).sites
+    assert len(sites) >= 20 and any(s.moded for s in sites)  # the case covers what it says
+    assert not {"wraps", "Base.of", "dist.broadcast"} & {s.callee for s in sites[-4:]}
+
+
 def test_simple_statements_hold_only_expressions() -> None:
     """``_Extractor.stmt`` walks a simple statement's children as expressions and looks for
     nothing else in it: each of its node fields must be an expression (or a list of them)."""
@@ -315,3 +401,32 @@ def test_simple_statements_hold_only_expressions() -> None:
     # And the general path's statements are not among them.
     for cls in (ast.For, ast.If, ast.With, ast.Try, ast.FunctionDef, ast.ClassDef, ast.AugAssign):
         assert cls not in factextract._SIMPLE_STMTS
+
+
+def test_conditions_without_texts_decide_the_same() -> None:
+    """``condition_ranks(..., texts=False)`` (the extractor's) gives what the extractor reads
+    of the full answer: None or not, the subset, and whether it has an ``unless``."""
+    crafted = [
+        "rank == 0 and step % 10 == 0",
+        "not (rank == 0 and save)",
+        "rank == 0 or debug",
+        "not (rank == 0 or debug) and not (rank == 0 or verbose)",
+        "not (rank == 0 and a) and not (rank == 0 and a)",
+        "(rank == 0 or a) and (rank == 0 or b)",
+        "rank % 2 == 0 and x",
+        "local_rank == 0 and (rank == 0 or a)",
+        "is_main if local else is_local_main",
+        "0 < rank < 3",
+    ]
+    tests: list[ast.AST] = [ast.parse(c, mode="eval").body for c in crafted]
+    for _, f in FUNCTIONS:
+        tests += [n for n in walk(f) if isinstance(n, (ast.expr))]
+    for test in tests:
+        for model in (RANKS, PREDICATES):
+            full = condition_ranks(model, test)
+            bare = condition_ranks(model, test, texts=False)
+            assert (full is None) == (bare is None), ast.unparse(test)
+            if full is not None and bare is not None:
+                assert full.subset is bare.subset, ast.unparse(test)
+                assert bool(full.unless) == bool(bare.unless), ast.unparse(test)
+                assert bool(full.when) == bool(bare.when), ast.unparse(test)
