@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
+
+import pytest
 
 from ddp_lsp.project import ProjectFacts, ProjectIndex, compute
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def fixture_copy(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of ``fixtures/<name>`` under ``tmp_path`` that the tests may edit, with its own
+    index cache (``XDG_CACHE_HOME``)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / name
+    shutil.copytree(FIXTURES / name, root)
+    return root
 
 
 def build(root: Path, cache_dir: Path | None = None, seed: int | None = None) -> ProjectIndex:

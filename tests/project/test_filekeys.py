@@ -17,15 +17,12 @@ from ddp_lsp.config import Settings
 from ddp_lsp.project import build, filekeys, snapshot
 from ddp_lsp.project.index import ProjectIndex
 
-from .helpers import FIXTURES, facts_of
+from .helpers import facts_of, fixture_copy
 
 
 @pytest.fixture
 def deit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    root = tmp_path / "deit"
-    shutil.copytree(FIXTURES / "deit", root)
-    return root
+    return fixture_copy("deit", tmp_path, monkeypatch)
 
 
 @pytest.fixture

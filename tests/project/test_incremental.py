@@ -25,15 +25,12 @@ from ddp_lsp.project import index as index_mod
 from ddp_lsp.project.build import says_something
 from ddp_lsp.project.summary import same_for_project, summarise
 
-from .helpers import FIXTURES, facts_of
+from .helpers import FIXTURES, facts_of, fixture_copy
 
 
 @pytest.fixture
 def deit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    root = tmp_path / "deit"
-    shutil.copytree(FIXTURES / "deit", root)
-    return root
+    return fixture_copy("deit", tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ files only; any change of a file's bytes, any new or removed file, recomputes th
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,15 +11,12 @@ from ddp_lsp.config import Settings
 from ddp_lsp.project import build
 from ddp_lsp.project.build import says_something
 
-from .helpers import FIXTURES, facts_of
+from .helpers import facts_of, fixture_copy
 
 
 @pytest.fixture
 def deit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    root = tmp_path / "deit"
-    shutil.copytree(FIXTURES / "deit", root)
-    return root
+    return fixture_copy("deit", tmp_path, monkeypatch)
 
 
 def _no_compute(monkeypatch: pytest.MonkeyPatch) -> None:
