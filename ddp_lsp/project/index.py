@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from ddp_lsp.config import Settings
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.ranks import RankModel
+from ddp_lsp.project.sharepeek import lookup_only
 from ddp_lsp.project.sharing import Sharer
 from ddp_lsp.project.summary import ModuleSummary, summarise_with_facts
 from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source
@@ -275,7 +276,12 @@ class SummaryCache:
     def put(self, key: str, summary: ModuleSummary, persist: bool = True) -> ModuleSummary:
         """Keep ``summary``; on disk too unless ``persist`` is false (an editor's unsaved text:
         every pause while typing would leave a file behind)."""
-        summary = self.share(summary)
+        # An editor's unsaved text is shared with what the memo holds, never added to it: each
+        # pause while typing gives a new version whose facts (every function after the edited
+        # line moved) would otherwise stay in the memo until the next retain, 1-2 MB a version
+        # of a 20,000-line file (docs/performance.md, "Peak RSS while typing").
+        share = self.share if persist else lookup_only(self.share)
+        summary = share(summary)
         self._memory[key] = summary
         file = self._file(key) if persist else None
         if file is None:
@@ -290,6 +296,11 @@ class SummaryCache:
         }
         _write_entry(file, entry, MAX_ENTRY_BYTES)
         return summary
+
+    def forget(self, key: str) -> None:
+        """Drop the summary kept under ``key`` in memory (a version of an edited file that no
+        file has any more)."""
+        self._memory.pop(key, None)
 
     def retain(self, live: Iterable[ModuleSummary]) -> None:
         """Forget, in memory, every summary not in ``live`` (edits replace summaries; a server
@@ -481,6 +492,9 @@ class ProjectIndex:
         }
         self._root_text = str(self.root)
         self._hashes: dict[bytes, Any] = {}  # rank model key -> a SHA-256 that has read it
+        # The keys of the summaries made of an editor's unsaved text, by path: each update
+        # drops those of its file older than the summary it replaces (see update).
+        self._unsaved: dict[str, set[str]] = {}
 
     # -- building ------------------------------------------------------------------------------
 
@@ -635,6 +649,8 @@ class ProjectIndex:
             text = data.decode("utf-8", errors="replace")
             fresh, own = summarise_with_facts(rel, text, key, model[0], module_rel)
             summary = self.cache.put(key, fresh, persist)
+            if not persist:
+                self._unsaved.setdefault(rel, set()).add(key)
             if own is not None and summary.digest not in self._own:
                 # Merged once: the computation asks for them (own_facts) for every module.
                 self._own[summary.digest] = own
@@ -675,6 +691,7 @@ class ProjectIndex:
         if text is None:
             self._texts.pop(rel, None)
             self._defines.pop(rel, None)
+            self._unsaved.pop(rel, None)
             old = self._by_path.pop(rel, None)
             if old is not None and self._by_module.get(old.module) is old:
                 del self._by_module[old.module]
@@ -687,8 +704,21 @@ class ProjectIndex:
         if len(data) > MAX_FILE_BYTES:
             return self.update(path, None)
         self._texts[rel] = data
+        before = self._by_path.get(rel)
         self._add(path, data, persist=False)
         self._refresh_predicates()
+        # Versions of this file's unsaved text older than the one just replaced: no file has
+        # them and no computation reads them (the last one computed from holds the replaced
+        # summary and reads its own facts once more), so they go now rather than at the next
+        # retain, 64 edits on (an edit of a 20,000-line file each time kept 1-2 MB).
+        keys = self._unsaved.get(rel)
+        if keys:
+            after = self._by_path.get(rel)
+            keep = {s.digest for s in (before, after) if s is not None}
+            for key in keys - keep:
+                self.cache.forget(key)
+                self._own.pop(key, None)
+            keys &= keep
         self._edits += 1
         if self._edits % 64 == 0:
             self.cache.retain(self._by_path.values())

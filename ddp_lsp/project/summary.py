@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
 from ddp_lsp.core.ranks import RankModel
-from ddp_lsp.project.wholeparse import parse_module
+from ddp_lsp.project.wholeparse import parse_or_none
 
 
 @dataclass(frozen=True)
@@ -136,9 +136,8 @@ def summarise_with_facts(
     for a file that does not parse)."""
     module, is_package = module_name(rel if module_rel is None else module_rel)
     lines = text.count("\n") + 1
-    try:
-        tree = parse_module(text)  # a large file in pieces: the parser's peak memory
-    except (SyntaxError, ValueError):
+    tree = parse_or_none(text)  # a large file in pieces: the parser's peak memory
+    if tree is None:
         # A file being edited: nothing is known of it until it parses again.
         return ModuleSummary(
             rel, module, is_package, digest, lines, fact_model.EMPTY_FACTS, syntax_error=True

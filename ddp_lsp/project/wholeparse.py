@@ -18,12 +18,30 @@ When any piece fails to parse, the whole text is parsed as one: its error (or tr
 splitter cut inside a statement of valid code) is exactly ``ast.parse``'s. Text under
 :data:`PIECES_MIN_CHARS` is parsed whole: the parser's overhead is small there, and the
 cost of the split is not worth it.
+
+:func:`parse_or_none` is for callers that only need to know *whether* the text parses (the
+project's summary of a half-typed file): where the first piece that fails fails for a reason
+the text after it cannot change, the whole text fails too, and is not parsed again. A failed
+whole-file parse was the indexer's heaviest step while someone typed in a 20,000-line file
+(the parser's tokens, memo and C tree of everything before the error, twice: 88 MB over the
+process, against 50 MB for the tree of a file that parses; docs/performance.md, "Peak RSS
+while typing"). Why the piece's failure is the file's (see :func:`_fails_in_file`): every
+piece before it parsed on its own, so the tokenizer meets the piece's first line as it meets
+a fresh text's (no bracket or string open, a new logical line) and the statements before it
+end there (only ``else``, ``elif``, ``except`` and ``finally`` continue a statement on a line
+at column 0, and a piece beginning with one does not parse). The parser then reads the
+piece's tokens exactly as it reads them alone, and where it failed before asking for a token
+past the piece's end (compiled with ``PyCF_ALLOW_INCOMPLETE_INPUT``, such a failure is not
+"incomplete input"), nothing after the piece is read by the parse that fails in the file
+either. Otherwise (an unclosed bracket or string at the piece's end, a block left without
+a body) the whole text is parsed as before.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 
 from ddp_lsp.core.chunks import split
 
@@ -46,9 +64,30 @@ def parse_module(text: str, min_chars: int = PIECES_MIN_CHARS) -> ast.Module:
     return ast.parse(text)
 
 
-def _pieces(text: str) -> list[ast.stmt] | None:
+def parse_or_none(text: str, min_chars: int = PIECES_MIN_CHARS) -> ast.Module | None:
+    """:func:`parse_module`'s tree, or None where ``ast.parse(text)`` raises ``SyntaxError``
+    or ``ValueError``; a large text whose first failing piece fails for a reason the rest of
+    the text cannot change is not parsed whole (see the module's docstring)."""
+    if len(text) >= min_chars:
+        body = _pieces(text, conclude=True)
+        if body is _FAILS:
+            return None
+        if body is not None:
+            return ast.Module(body=body, type_ignores=[])
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+# _pieces's answer where a piece's failure is the whole text's.
+_FAILS: list[ast.stmt] = []
+
+
+def _pieces(text: str, conclude: bool = False) -> list[ast.stmt] | None:
     """The top-level statements, parsed piece by piece; None when a piece does not parse
-    (the pieces parsed so far are freed before the caller parses the whole text)."""
+    (the pieces parsed so far are freed before the caller parses the whole text), or, with
+    ``conclude``, :data:`_FAILS` when that piece's failure is the whole text's."""
     lines = _LINE.findall(text)
     cuts = [start.line for start in split(lines) if start.member_of is None]
     cuts.append(len(lines))
@@ -56,8 +95,54 @@ def _pieces(text: str) -> list[ast.stmt] | None:
     for first, end in zip(cuts, cuts[1:], strict=False):
         if first >= end:
             continue
+        piece = "\n" * first + "".join(lines[first:end])
         try:
-            body += ast.parse("\n" * first + "".join(lines[first:end])).body
+            body += ast.parse(piece).body
         except (SyntaxError, ValueError):
-            return None  # the whole file's own error, at its own place, comes from ast.parse
+            # Else the whole file's own error, at its own place, comes from ast.parse.
+            if conclude and _fails_in_file(piece, lines, first, end):
+                return _FAILS
+            return None
     return body
+
+
+# Python 3.11's flag (codeop's): a parse that fails at the end of its input says "incomplete
+# input", any other failure says what failed. 3.10 has no such flag: every failing piece is
+# inconclusive there.
+_INCOMPLETE_FLAG = 0x4000 if sys.version_info >= (3, 11) else None
+_INCOMPLETE = "incomplete input"
+# The keywords that continue a statement on a line of its own at column 0.
+_CONTINUES = frozenset({"else", "elif", "except", "finally"})
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _fails_in_file(piece: str, lines: list[str], first: int, end: int) -> bool:
+    """Whether the piece ``lines[first:end]`` (``piece``: its text as parsed, which failed),
+    parsed after pieces that each parsed alone, makes the whole text fail whatever follows
+    it (see the module's docstring)."""
+    if "\0" in piece:
+        return True  # ast.parse refuses a text that holds a NUL anywhere
+    head = next((line for line in lines[first:end] if _significant(line)), None)
+    if head is None or head[0] in " \t\f\\":
+        return False  # a piece of a block above it, or a continued line
+    word = _WORD.match(head)
+    if word is not None and word.group() in _CONTINUES:
+        return False  # continues the statement before it
+    if end == len(lines):
+        return True  # nothing follows: the piece's tokens are the file's
+    if _INCOMPLETE_FLAG is None:
+        return False
+    try:
+        compile(piece, "<piece>", "exec", ast.PyCF_ONLY_AST | _INCOMPLETE_FLAG)
+    except SyntaxError as exc:
+        # (3.13 raises a SyntaxError subclass with the same message for incomplete input.)
+        return exc.msg != _INCOMPLETE and type(exc).__name__ != "_IncompleteInputError"
+    except ValueError:
+        return True
+    return False  # (parses now: never expected)
+
+
+def _significant(line: str) -> bool:
+    """A line the tokenizer does not skip as blank or comment-only."""
+    stripped = line.lstrip(" \t\f")
+    return bool(stripped) and stripped[0] not in "#\r\n"
