@@ -41,7 +41,7 @@ from ddp_lsp.core.factkinds import (
 from ddp_lsp.core.rankfuncs import guards_itself, is_rank_predicate, nonzero_only, zero_only
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.uniformity import condition_ranks
-from ddp_lsp.core.walk import children, walk
+from ddp_lsp.core.walk import _CHILDREN, children, walk
 
 # The last names of the framework tables' barriers (`dist.barrier`, `accelerator.wait_for_everyone`,
 # `comm.synchronize`, mpi4py's `Barrier`), however they are spelled here.
@@ -161,6 +161,8 @@ def _spelled(e: ast.expr) -> str | None:
 
 
 _Attribute = ast.Attribute
+_RANK_ENV_VARS = known_names.RANK_ENV_VARS
+_READ_BACKS = ("item", "tolist")
 _MARKER: type = tuple  # the class of gates.Ctx, the context markers of a walk
 
 # The last names of the checkpoint writers: a call of one is a save through a parameter when
@@ -499,7 +501,13 @@ class _Extractor:
     def expr(self, e: ast.AST, scope: str, guarded: bool) -> None:
         # `walk` written out (the same order): names and constants, half of the nodes, hold
         # no node, so their children are never asked for.
+        # (The classes it asks for at every node as locals; the list's own methods called as
+        # methods, which the interpreter specialises: as bound methods in locals they cost more.)
         stack: list[ast.AST] = [e]
+        Name, Constant, Load, Call = ast.Name, ast.Constant, ast.Load, ast.Call
+        IfExp, Lambda = ast.IfExp, ast.Lambda
+        loads = self.loads
+        kids = _CHILDREN
         sites = self._sites
         if sites is not None:
             mark = len(sites)
@@ -507,12 +515,12 @@ class _Extractor:
         while stack:
             node = stack.pop()
             cls = node.__class__
-            if cls is ast.Name:
-                if node.ctx.__class__ is ast.Load:  # type: ignore[attr-defined]
-                    self.loads.add(node.id)  # type: ignore[attr-defined]
+            if cls is Name:
+                if node.ctx.__class__ is Load:  # type: ignore[attr-defined]
+                    loads.add(node.id)  # type: ignore[attr-defined]
                 continue
-            if cls is ast.Constant:
-                if node.value.__class__ is str and node.value in known_names.RANK_ENV_VARS:  # type: ignore[attr-defined]
+            if cls is Constant:
+                if node.value.__class__ is str and node.value in _RANK_ENV_VARS:  # type: ignore[attr-defined]
                     self.env_markers = True
                 continue
             if cls is _Attribute:  # (as below, its one child pushed without `children`)
@@ -527,22 +535,23 @@ class _Extractor:
                 if cls is _MARKER:  # a context marker (below)
                     ctx = node  # type: ignore[assignment]
                     continue
-                if cls is ast.IfExp:
+                if cls is IfExp:
                     # As gates.site_facts: each branch in its context, the same nodes in the
                     # same order, a marker below each group restoring the context.
                     on, off = gate_facts.branch_ctx(node.test, ctx, self._pset, self._modes)  # type: ignore[attr-defined]
                     marked: list[Any] = stack
                     marked += (node.test, ctx, node.body, on, node.orelse, off)  # type: ignore[attr-defined]
                     continue
-                elif cls is ast.Lambda:
+                elif cls is Lambda:
                     # Not in the frame: walked outside it (the same order: all of it first).
                     self._sites = None
                     for child in reversed(children(node)):
                         self.expr(child, scope, guarded)
                     self._sites = sites
                     continue
-            stack.extend(children(node))
-            if cls is ast.Call:  # (an attribute never gets here: see above)
+            fn = kids.get(cls)  # (`children` without its own call)
+            stack.extend(children(node) if fn is None else fn(node))
+            if cls is Call:  # (an attribute never gets here: see above)
                 call: ast.Call = node  # type: ignore[assignment]
                 if self.handed is not None:
                     self._hand(call)
@@ -550,6 +559,7 @@ class _Extractor:
                     self._ifs == 0
                     and self._loop_names
                     and call.func.__class__ is _Attribute
+                    and call.func.attr in _READ_BACKS  # (what _reads_back asks first)
                     and _reads_back(call)
                 ):
                     root = call.func.value
@@ -597,21 +607,23 @@ class _Extractor:
 
     def call(self, c: ast.Call, scope: str, guarded: bool) -> str | None:
         """Record the call ``c``; its callee's spelling (``known_names.dotted``), if any."""
-        if (  # `logging.getLogger().setLevel(...)` too: no dotted name needed
-            c.func.__class__ is _Attribute
-            and c.func.attr in _LEVEL_SETTERS
-            and (
+        func = c.func
+        if func.__class__ is _Attribute:
+            last = func.attr  # (the spelling's last part, when it has one)
+            if last in _LEVEL_SETTERS and (  # `logging.getLogger().setLevel(...)` too
                 self._rank_branches
                 or any(
                     self.ranks.mentions_rank(a) for a in (*c.args, *(k.value for k in c.keywords))
                 )
-            )
-        ):
-            self._prop(SILENCES_LOGGING)
-        name = known_names.dotted(c.func)
-        if name is None:
-            return None
-        last = name.rsplit(".", 1)[-1]
+            ):
+                self._prop(SILENCES_LOGGING)
+            name = known_names.dotted(func)
+            if name is None:
+                return None
+        elif func.__class__ is ast.Name:
+            name = last = func.id
+        else:
+            return None  # (`dotted` spells a name or an attribute chain only)
         if last == "unscale_":
             self._prop(UNSCALES)
         elif last == "set_epoch":
@@ -750,7 +762,7 @@ def _reads_back(call: ast.Call) -> bool:
     """``x.item()`` / ``x.tolist()``: a tensor's value copied to the host."""
     return (
         isinstance(call.func, ast.Attribute)
-        and call.func.attr in ("item", "tolist")
+        and call.func.attr in _READ_BACKS
         and not call.args
         and not call.keywords
     )

@@ -53,6 +53,7 @@ Three steps, each pure:
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -85,6 +86,7 @@ TRIED: dict[str, object] = {
     Token.FALSE: False,
 }
 _FALSY = (Token.NONE, Token.FALSE)
+_OTHER, _MODE = Token.OTHER, Token.MODE
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _SCOPE_CLASSES = frozenset(_SCOPES)
 
@@ -313,26 +315,14 @@ _Attribute = ast.Attribute
 # Attribute names that say whether the run is distributed, or which rank this is: a test of
 # one of them is not a mode of the run (``if args.distributed: dist.barrier()`` is on in every
 # distributed run, so a rank-0 call of it hangs).
-_NOT_MODES = (
-    "rank",
-    "master",
-    "main",
-    "local",
-    "world",
-    "dist",
-    "ddp",
-    "gpu",
-    "device",
-    "node",
-    "zero",
-    "global",
-    "leader",
-    "primary",
-    "first",
-    "last",
-    "stage",
-    "should",
+_NOT_MODES = tuple(
+    "rank master main local world dist ddp gpu device "
+    "node zero global leader primary first last stage should".split()
 )
+
+
+# Any of them in a name (one search, not a generator over the words).
+_NOT_MODE_WORD = re.compile("|".join(map(re.escape, _NOT_MODES)))
 
 
 def _of_param(e: ast.AST, params: set[str]) -> bool:
@@ -360,8 +350,7 @@ def _mode_attr(e: ast.AST, params: set[str]) -> bool:
         name = e.args[1].value
     if name is None:
         return False
-    low = name.lower()
-    return not any(w in low for w in _NOT_MODES)
+    return _NOT_MODE_WORD.search(name.lower()) is None
 
 
 def _mode_test(e: ast.AST, params: set[str], modes: set[str]) -> bool:
@@ -494,27 +483,29 @@ def gate_facts(
     """The gate summary of ``f`` from the calls of its own frame whose callee is spelled
     (``names.dotted``), each with that spelling and its context, in :func:`site_facts`'s walk
     order (see :func:`frame_params` for ``pset`` and ``modes``)."""
-    sites: dict[Site, None] = {}  # in walk order, each once
-    site_new = object.__new__
+    # Each site once, in walk order, by its fields (a tuple hashes in C); a Site built for each
+    # new one without the frozen __init__ (as the index's decoder builds it).
+    keys: dict[tuple[object, ...], None] = {}
+    other, mode_tok = _OTHER, _MODE
+    Name, Starred = ast.Name, ast.Starred
     for node, name, ctx in calls:
         # The parameters passed on whole (each positional argument, then each keyword) and
         # what each argument binds, by slot: ``(0, "-1")`` (the first positional, a literal),
         # ``("fsdp", Token.MODE)`` (a mode test, see _mode_test), ``("rank", Token.OTHER)``;
         # whether it unpacks arguments (the defaults it leaves are then unknown, and no
         # position after a ``*args`` is known). In one pass over the arguments.
-        passed: list[tuple[Slot, str]] = []
         if pset:
+            passed: list[tuple[Slot, str]] = []
             bound_list: list[tuple[Slot, str]] = []
             unpacked = False
             for i, x in enumerate(node.args):
                 cls = x.__class__
-                if cls is ast.Name:
+                if cls is Name:
                     if x.id in pset:  # type: ignore[attr-defined]
                         passed.append((i, x.id))  # type: ignore[attr-defined]
                     if not unpacked:
-                        mode = x.id in modes  # type: ignore[attr-defined]
-                        bound_list.append((i, Token.MODE if mode else Token.OTHER))
-                elif cls is ast.Starred:
+                        bound_list.append((i, mode_tok if x.id in modes else other))  # type: ignore[attr-defined]
+                elif cls is Starred:
                     unpacked = True
                 elif not unpacked:
                     bound_list.append((i, _bound_token(x, pset, modes)))
@@ -524,23 +515,27 @@ def gate_facts(
                     unpacked = True
                     continue
                 v = kw.value
-                if v.__class__ is ast.Name and v.id in pset:
+                if v.__class__ is Name and v.id in pset:
                     passed.append((arg, v.id))
                 bound_list.append((arg, _bound_token(v, pset, modes)))
-            bound = tuple(bound_list)
+            keys[name, ctx[0], ctx[1], tuple(passed), tuple(bound_list), unpacked] = None
         else:
             bound, unpacked = _literals(node)
-        # Site(...) without the frozen __init__ (as the index's decoder builds it).
+            keys[name, ctx[0], ctx[1], (), bound, unpacked] = None
+    sites: list[Site] = []
+    site_new = object.__new__
+    for key in keys:
         site = site_new(Site)
-        site.__dict__.update(
-            callee=name,
-            skipped=ctx[0],
-            moded=ctx[1],
-            passed=tuple(passed),
-            bound=bound,
-            unpacked=unpacked,
-        )
-        sites[site] = None
+        kept = site.__dict__  # (its fields in order, in one unpacking: the cheapest way)
+        (
+            kept["callee"],
+            kept["skipped"],
+            kept["moded"],
+            kept["passed"],
+            kept["bound"],
+            kept["unpacked"],
+        ) = key
+        sites.append(site)
     if not sites:
         return NO_GATES  # calls nothing: no summary needed
     args = f.args
