@@ -110,14 +110,18 @@ def test_an_open_ended_piece_still_parses_the_whole_file(monkeypatch: pytest.Mon
     assert len(text) not in sizes
 
 
-def test_updates_of_an_open_file_keep_no_old_version(tmp_path: Path) -> None:
-    # Each pause while typing sends the file's text: the index keeps the summary it replaced
-    # (the last computation reads it once more) and the new one, not every version since.
+def _indexed(tmp_path: Path) -> tuple[Path, ProjectIndex, list[str]]:
+    """A project of one generated training script, indexed; the script's path and lines."""
     path = tmp_path / "train.py"
     text = module(300)
     path.write_text(text)
-    index = ProjectIndex(tmp_path, Settings(), cache_dir=False).build()
-    lines = text.split("\n")
+    return path, ProjectIndex(tmp_path, Settings(), cache_dir=False).build(), text.split("\n")
+
+
+def test_updates_of_an_open_file_keep_no_old_version(tmp_path: Path) -> None:
+    # Each pause while typing sends the file's text: the index keeps the summary it replaced
+    # (the last computation reads it once more) and the new one, not every version since.
+    path, index, lines = _indexed(tmp_path)
     stmt = next(i for i, line in enumerate(lines) if line.startswith("        ") and "=" in line)
     sizes = []
     for n in range(12):
@@ -132,11 +136,7 @@ def test_updates_of_an_open_file_keep_no_old_version(tmp_path: Path) -> None:
 
 
 def test_updates_answer_as_a_fresh_index_does(tmp_path: Path) -> None:
-    path = tmp_path / "train.py"
-    text = module(300)
-    path.write_text(text)
-    index = ProjectIndex(tmp_path, Settings(), cache_dir=False).build()
-    lines = text.split("\n")
+    path, index, lines = _indexed(tmp_path)
     (tmp_path / "fresh").mkdir()
     compared = 0
     for n in range(0, 80, 3):
