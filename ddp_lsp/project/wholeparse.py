@@ -25,7 +25,7 @@ the text after it cannot change, the whole text fails too, and is not parsed aga
 whole-file parse was the indexer's heaviest step while someone typed in a 20,000-line file
 (the parser's tokens, memo and C tree of everything before the error, twice: 88 MB over the
 process, against 50 MB for the tree of a file that parses; docs/performance.md, "Peak RSS
-while typing"). Why the piece's failure is the file's (see :func:`_fails_in_file`): every
+while typing"). Why the piece's failure is the file's (see :func:`_verdict`): every
 piece before it parsed on its own, so the tokenizer meets the piece's first line as it meets
 a fresh text's (no bracket or string open, a new logical line) and the statements before it
 end there (only ``else``, ``elif``, ``except`` and ``finally`` continue a statement on a line
@@ -34,7 +34,12 @@ piece's tokens exactly as it reads them alone, and where it failed before asking
 past the piece's end (compiled with ``PyCF_ALLOW_INCOMPLETE_INPUT``, such a failure is not
 "incomplete input"), nothing after the piece is read by the parse that fails in the file
 either. Otherwise (an unclosed bracket or string at the piece's end, a block left without
-a body) the whole text is parsed as before.
+a body: ``loss = crit(`` half typed) the text from that piece to the end is parsed alone: its
+tokens and statements are the whole text's from there on, so it parses exactly when the whole
+text does, and a failing parse holds the parser's state from the piece to the error, not of
+the whole file before it (one seed of the harness's typing reached 395 MB summed with the whole
+text parsed again). Where the piece does not start as a fresh text does (indented, a
+continued line, ``else:``), the whole text is parsed as before.
 """
 
 from __future__ import annotations
@@ -87,7 +92,8 @@ _FAILS: list[ast.stmt] = []
 def _pieces(text: str, conclude: bool = False) -> list[ast.stmt] | None:
     """The top-level statements, parsed piece by piece; None when a piece does not parse
     (the pieces parsed so far are freed before the caller parses the whole text), or, with
-    ``conclude``, :data:`_FAILS` when that piece's failure is the whole text's."""
+    ``conclude``, :data:`_FAILS` when the whole text does not parse, decided without parsing
+    the text before the failing piece again (see :func:`_verdict`)."""
     lines = _LINE.findall(text)
     cuts = [start.line for start in split(lines) if start.member_of is None]
     cuts.append(len(lines))
@@ -100,15 +106,32 @@ def _pieces(text: str, conclude: bool = False) -> list[ast.stmt] | None:
             body += ast.parse(piece).body
         except (SyntaxError, ValueError):
             # Else the whole file's own error, at its own place, comes from ast.parse.
-            if conclude and _fails_in_file(piece, lines, first, end):
+            verdict = _verdict(piece, lines, first, end) if conclude else _WHOLE
+            if verdict is _FAILS:
                 return _FAILS
-            return None
+            if verdict is _WHOLE:
+                return None
+            # The piece starts as a fresh text does and may go on into what follows (a
+            # bracket left open: `loss = crit(` typed): the text from here on, parsed alone,
+            # is what the whole text's parse meets from here, so it parses exactly when the
+            # whole text does, and where it fails, it fails near the piece, holding the
+            # parser's state of that stretch only, not of everything above it.
+            del piece
+            try:
+                return body + ast.parse("\n" * first + "".join(lines[first:])).body
+            except (SyntaxError, ValueError):
+                return _FAILS
     return body
 
 
+# _verdict's answers besides _FAILS: parse the text from the failing piece on, or all of it.
+_TAIL: list[ast.stmt] = []
+_WHOLE: list[ast.stmt] = []
+
+
 # Python 3.11's flag (codeop's): a parse that fails at the end of its input says "incomplete
-# input", any other failure says what failed. 3.10 has no such flag: every failing piece is
-# inconclusive there.
+# input", any other failure says what failed. 3.10 has no such flag: a failing piece that
+# starts as a fresh text does is parsed with the text after it there.
 _INCOMPLETE_FLAG = 0x4000 if sys.version_info >= (3, 11) else None
 _INCOMPLETE = "incomplete input"
 # The keywords that continue a statement on a line of its own at column 0.
@@ -116,30 +139,33 @@ _CONTINUES = frozenset({"else", "elif", "except", "finally"})
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _fails_in_file(piece: str, lines: list[str], first: int, end: int) -> bool:
-    """Whether the piece ``lines[first:end]`` (``piece``: its text as parsed, which failed),
-    parsed after pieces that each parsed alone, makes the whole text fail whatever follows
-    it (see the module's docstring)."""
+def _verdict(piece: str, lines: list[str], first: int, end: int) -> list[ast.stmt]:
+    """What the failure of the piece ``lines[first:end]`` (``piece``: its text as parsed),
+    parsed after pieces that each parsed alone, says of the whole text (see the module's
+    docstring): :data:`_FAILS` (it fails whatever follows), :data:`_TAIL` (the piece starts
+    as a fresh text does, but what follows it may complete it) or :data:`_WHOLE` (only the
+    whole text's parse can tell)."""
     if "\0" in piece:
-        return True  # ast.parse refuses a text that holds a NUL anywhere
+        return _FAILS  # ast.parse refuses a text that holds a NUL anywhere
     head = next((line for line in lines[first:end] if _significant(line)), None)
     if head is None or head[0] in " \t\f\\":
-        return False  # a piece of a block above it, or a continued line
+        return _WHOLE  # a piece of a block above it, or a continued line
     word = _WORD.match(head)
     if word is not None and word.group() in _CONTINUES:
-        return False  # continues the statement before it
+        return _WHOLE  # continues the statement before it
     if end == len(lines):
-        return True  # nothing follows: the piece's tokens are the file's
+        return _FAILS  # nothing follows: the piece's tokens are the file's
     if _INCOMPLETE_FLAG is None:
-        return False
+        return _TAIL
     try:
         compile(piece, "<piece>", "exec", ast.PyCF_ONLY_AST | _INCOMPLETE_FLAG)
     except SyntaxError as exc:
         # (3.13 raises a SyntaxError subclass with the same message for incomplete input.)
-        return exc.msg != _INCOMPLETE and type(exc).__name__ != "_IncompleteInputError"
+        if exc.msg != _INCOMPLETE and type(exc).__name__ != "_IncompleteInputError":
+            return _FAILS
     except ValueError:
-        return True
-    return False  # (parses now: never expected)
+        return _FAILS
+    return _TAIL
 
 
 def _significant(line: str) -> bool:
