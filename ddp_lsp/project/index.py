@@ -32,7 +32,6 @@ from typing import Any, TypeVar
 from ddp_lsp.config import Settings
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core.ranks import RankModel
-from ddp_lsp.project.sharepeek import lookup_only
 from ddp_lsp.project.sharing import Sharer
 from ddp_lsp.project.summary import ModuleSummary, summarise_with_facts
 from ddp_lsp.sources import MAX_SOURCE_BYTES, ReadError, read_source
@@ -280,7 +279,7 @@ class SummaryCache:
         # pause while typing gives a new version whose facts (every function after the edited
         # line moved) would otherwise stay in the memo until the next retain, 1-2 MB a version
         # of a 20,000-line file (docs/performance.md, "Peak RSS while typing").
-        share = self.share if persist else lookup_only(self.share)
+        share = self.share if persist else self.share.peek()
         summary = share(summary)
         self._memory[key] = summary
         file = self._file(key) if persist else None

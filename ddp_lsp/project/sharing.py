@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import sys
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from ddp_lsp.core import facts as fact_model
@@ -52,6 +53,19 @@ class Sharer:
     def __init__(self) -> None:
         # Also filled by the cache's decoder, which builds summaries shared as it reads them.
         self.memo: dict[object, object] = {}
+        # How a shared value is kept: added to the memo, or only looked up in it (see peek).
+        self._keep: Callable[..., object] = dict.setdefault
+
+    def peek(self) -> Sharer:
+        """A sharer that shares with what this one's memo holds and adds nothing to it: for
+        the summaries of an editor's unsaved text, whose new facts (every function below the
+        edited line moved) would otherwise stay in the memo, 1-2 MB a version of a
+        20,000-line file, while the version itself is dropped at the next update
+        (docs/performance.md, "Peak RSS while typing")."""
+        peek = Sharer()
+        peek.memo = self.memo
+        peek._keep = dict.get
+        return peek
 
     def __call__(self, obj: _T) -> _T:
         return cast(_T, self._share(obj))
@@ -72,7 +86,7 @@ class Sharer:
                 obj = tuple(items)
             # (Else every item is already the shared one: the tuple itself is kept, no copy
             # built and the original freed.)
-            return memo.setdefault(obj, obj)
+            return self._keep(memo, obj, obj)
         if kind is int or kind is bool or obj is None:
             return obj
         return self._share_other(obj, kind)
@@ -99,7 +113,7 @@ class Sharer:
             obj = self._rebuilt(obj, kind, fields)
         else:
             return obj
-        return self.memo.setdefault(obj, obj)
+        return self._keep(self.memo, obj, obj)
 
     def _rebuilt(
         self, obj: object, kind: type, fields: tuple[str, ...], per_file: frozenset[str] = _NONE
