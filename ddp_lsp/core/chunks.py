@@ -42,8 +42,16 @@ _RESYNC_WORDS = frozenset({"def", "class", "async", "import", "from"})
 # open in one method ends there, and the class's later methods keep their own chunks (their
 # parses, facts and findings) instead of joining the broken one until the next top-level line.
 # (Only ``def``: a decorator line, ``@`` at the line start, is also a matrix product's
-# continuation inside brackets.)
+# continuation inside brackets; see ``_DECORATOR_LOOKAHEAD`` for decorators.)
 _MEMBER_DEF = re.compile(r"(?:async[ \t]+)?def[ \t]")
+# The decorators of a ``def``/``class`` where a bracket left open is given up start afresh
+# with it (``@rank_zero_only`` above ``def save`` keeps its chunk, facts and findings while a
+# call is typed open in the function above). A ``@`` line alone can be a matrix product's
+# continuation, so it is decided by looking ahead: the run of lines at its indent that start
+# with ``@`` (and blank or comment lines) must end at a line that gives the bracket up, with
+# the bracket still open there (valid code never has that ``def`` inside a bracket, so no
+# valid text splits differently). At most this many lines are looked at.
+_DECORATOR_LOOKAHEAD = 32
 # Runs of module-level simple statements are cut where a line's hash says so (content-defined
 # chunking, as in rsync): the cut points move with the text, not with line numbers.
 _RUN_SPLIT_MODULUS = 8
@@ -166,6 +174,59 @@ def resynced(state: State, line: str) -> State:
     return state
 
 
+def _decorator_indent(state: State, line: str) -> str | None:
+    """The indent of ``line`` when it is a decorator that can start a chunk: ``@`` at column 0,
+    or at the body indent of a class split at its methods."""
+    if line[:1] == "@":
+        return ""
+    ind = state.cls_indent
+    if ind and line.startswith(ind) and line[len(ind) : len(ind) + 1] == "@":
+        return ind
+    return None
+
+
+def _blank(line: str) -> bool:
+    text = line.lstrip(" \t")
+    return not text or text[0] in "#\r\n"
+
+
+def resynced_at(state: State, lines: list[str], i: int) -> State:
+    """:func:`resynced` for ``lines[i]``, and the state given up at the first of the
+    decorators of a ``def``/``class`` that gives the bracket up (``_DECORATOR_LOOKAHEAD``)."""
+    line = lines[i]
+    fresh = resynced(state, line)
+    if fresh is not state or state.quote is not None:
+        return fresh
+    indent = _decorator_indent(state, line)
+    if indent is None:
+        return state
+    depth, quote, cont = state.depth, None, state.cont
+    for j in range(i, min(i + _DECORATOR_LOOKAHEAD, len(lines))):
+        nxt = lines[j]
+        if _blank(nxt):
+            continue
+        if nxt.startswith(indent) and nxt[len(indent) : len(indent) + 1] == "@":
+            depth, quote, cont = scan_line(nxt, depth, quote)
+            if quote is not None or depth <= 0:
+                return state  # a string opened, or the bracket closed: not decorators
+            continue
+        probe = replace(state, depth=depth, cont=cont)
+        return replace(state, depth=0, cont=False) if resynced(probe, nxt) is not probe else state
+    return state
+
+
+def _window_end(lines: list[str], i: int, stop: int) -> int:
+    """The line that decides whether a decorator at ``lines[i]`` starts afresh: the first one
+    after the decorator run and blank lines (:func:`resynced_at`), looked for below ``stop``
+    only (``stop`` when it is not found above it)."""
+    indent = lines[i][: len(lines[i]) - len(lines[i].lstrip(" \t"))]
+    for j in range(i + 1, min(i + _DECORATOR_LOOKAHEAD, stop)):
+        nxt = lines[j]
+        if not (_blank(nxt) or nxt.startswith(indent + "@")):
+            return j
+    return stop
+
+
 def step(state: State, line: str) -> tuple[State, bool, bool]:
     """Feed one line; return (new state, line starts a chunk, chunk is a class member)."""
     if not state.clean:
@@ -270,7 +331,7 @@ def split(lines: list[str], start: int = 0, state: State = INITIAL) -> list[Chun
     starts = [ChunkStart(start, state, None)]
     for i in range(start, len(lines)):
         if state.depth:
-            state = resynced(state, lines[i])
+            state = resynced_at(state, lines, i)
         before = state
         state, boundary, member = step(state, lines[i])
         if boundary and i != start:
@@ -312,6 +373,11 @@ def resplit(
     k = max(bisect_right(old, first_changed, key=_line_of) - 1, 0)
     if k and old[k].line >= first_changed:
         k -= 1
+    elif k and lines[old[k].line].lstrip(" \t")[:1] == "@":
+        # A chunk started by decorators may have started there because of the lines below
+        # them (a bracket given up at their ``def``): an edit among those lines re-decides.
+        if _window_end(lines, old[k].line, first_changed + 1) >= first_changed:
+            k -= 1
     restart = old[k]
     # Old starts strictly after the edited region, by their new line number: ``old[j]`` is
     # the first of them at or after the line the splitter is at (the old starts are sorted).
@@ -323,7 +389,7 @@ def resplit(
     start = restart.line
     for i in range(start, len(lines)):
         if state.depth:
-            state = resynced(state, lines[i])  # as split records it
+            state = resynced_at(state, lines, i)  # as split records it
         if i > last_changed and i != start:
             while j < len(old) and old[j].line + delta < i:
                 j += 1

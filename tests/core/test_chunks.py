@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ddp_lsp.core import chunks
 from ddp_lsp.core.document import split_lines
 
@@ -135,3 +138,124 @@ def test_split_lines_as_defined() -> None:
     ]
     for text in texts:
         assert split_lines(text) == (_LINE_SPLIT.split(text) or [""]), repr(text)
+
+
+DECORATED = """import torch
+
+
+def train(model):
+    loss = model(1)
+    loss.backward()
+
+
+@rank_zero_only
+@torch.no_grad()
+
+# saved by rank 0
+def save(model):
+    torch.save(model, "m.pt")
+
+
+class Trainer:
+    def fit(self, x):
+        return x
+
+    @torch.no_grad()
+    def evaluate(self, x):
+        return x
+
+
+y = (a
+@ b)
+def after():
+    pass
+"""
+
+
+def _starts(lines: list[str]) -> list[int]:
+    return [s.line for s in chunks.split(lines)]
+
+
+def _resplit_matches_split(old_lines: list[str], new_lines: list[str]) -> chunks.Resplit:
+    """Resplit ``new_lines`` from ``old_lines``' starts over the lines that differ; it must give
+    exactly a fresh split's starts (states included)."""
+    first = 0
+    while first < min(len(old_lines), len(new_lines)) and old_lines[first] == new_lines[first]:
+        first += 1
+    tail = 0
+    while (
+        tail < min(len(old_lines), len(new_lines)) - first
+        and old_lines[-1 - tail] == new_lines[-1 - tail]
+    ):
+        tail += 1
+    last = max(len(new_lines) - tail - 1, first)
+    r = chunks.resplit(
+        new_lines, chunks.split(old_lines), first, last, len(new_lines) - len(old_lines)
+    )
+    assert r.starts == chunks.split(new_lines)
+    return r
+
+
+def test_decorators_start_afresh_with_the_def_that_gives_an_open_bracket_up() -> None:
+    """A call typed open on a function's last line gives the bracket up at the next `def`; the
+    decorators above that `def` (blank and comment lines between them) start afresh with it, so
+    `@rank_zero_only` stays with `def save` (its chunk, facts and findings) while the call is
+    being typed; the same for a method's decorators in a class split at its methods."""
+    lines = split_lines(DECORATED)
+    clean = _starts(lines)
+    assert {8, 20} <= set(clean)  # `@rank_zero_only`, `    @torch.no_grad()`
+    assert _starts(_edit(lines, 5, " + criterion(")) == clean
+    assert _starts(_edit(lines, 18, " + criterion(")) == clean
+    # A `@` line that closes the bracket is a matrix product, not a decorator; valid code
+    # splits as without the look-ahead.
+    assert 26 not in clean and 27 in clean
+    original = chunks._DECORATOR_LOOKAHEAD
+    try:
+        chunks._DECORATOR_LOOKAHEAD = 0
+        assert _starts(lines) == clean
+        assert 8 not in _starts(_edit(lines, 5, " + criterion("))  # what the look-ahead mends
+    finally:
+        chunks._DECORATOR_LOOKAHEAD = original
+
+
+def test_an_edit_among_the_decorators_or_at_their_def_re_decides_the_start() -> None:
+    """Whether the decorators start afresh depends on the lines below them down to the `def`:
+    an edit there (the `def` renamed away, a decorator typed or removed, a blank line) re-splits
+    from the chunk above, and every re-split equals a fresh split."""
+    broken = _edit(split_lines(DECORATED), 5, " + criterion(")
+    for at in range(8, 15):
+        for new in ("x" + broken[at], broken[at].replace("def", "de"), "@more\n" + broken[at]):
+            edited = [*broken[:at], *split_lines(new)[:-1], *broken[at + 1 :]]
+            edited = split_lines("".join(edited))
+            _resplit_matches_split(broken, edited)
+            _resplit_matches_split(edited, broken)
+        _resplit_matches_split(broken, [*broken[:at], *broken[at + 1 :]])
+    # Typing in `save`'s body, below its `def`: that chunk alone is re-read.
+    r = _resplit_matches_split(broken, _edit(broken, 13, "  # note"))
+    assert r.hi_new - r.lo == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=10**6),
+            st.sampled_from(["(", ")", "@", "\n", "d", "def ", " ", "#", '"""', "", "@x\n"]),
+            st.integers(min_value=0, max_value=3),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_resplit_equals_split_under_random_edits_near_decorators(
+    edits: list[tuple[int, str, int]],
+) -> None:
+    """Random inserts and deletions (brackets, `@`, newlines, `def`) anywhere in a text with
+    decorators, a class split at its methods and a matrix product: every re-split equals a
+    fresh split."""
+    text = DECORATED
+    for offset, insert, cut in edits:
+        at = offset % (len(text) + 1)
+        new = text[:at] + insert + text[at + cut :]
+        _resplit_matches_split(split_lines(text), split_lines(new))
+        text = new

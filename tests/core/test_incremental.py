@@ -320,6 +320,41 @@ def test_untouched_chunks_never_flicker_while_a_line_is_half_typed() -> None:
         doc.apply_edit(Pos(at, 8), Pos(at, len(doc.lines[at].rstrip("\n"))), "")
 
 
+_DECORATED_BELOW = """import torch
+import torch.distributed as dist
+
+
+def train(model, loader, criterion):
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+
+
+@rank_zero_only
+def save(model):
+    dist.barrier()
+    torch.save(model.state_dict(), "x.pt")
+"""
+
+
+def test_a_decorated_function_keeps_its_findings_while_a_call_is_typed_above_it() -> None:
+    """A call typed on the last line of a function leaves a bracket open until it is closed;
+    the decorated function below keeps its decorator (`@rank_zero_only`: the barrier under it
+    is reached by rank 0 only, DDP103) on every keystroke, incrementally and in a full analysis."""
+    doc = Document(_DECORATED_BELOW, SETTINGS.rank_model)
+    base = analyze(doc, SETTINGS).findings
+    assert [f.rule_id for f in base] == ["DDP103"]
+    at = 8
+    doc.apply_edit(Pos(at, 0), Pos(at, 0), "        \n")
+    moved = [(f.rule_id, f.shifted(1).span) for f in base]
+    stmt = "z = criterion(model(x), y)"
+    for k in range(1, len(stmt) + 1):
+        doc.apply_edit(Pos(at, 8), Pos(at, len(doc.lines[at].rstrip("\n"))), stmt[:k])
+        now = analyze(doc, SETTINGS).findings
+        assert [(f.rule_id, f.span) for f in now if f.rule_id != "DDP000"] == moved, stmt[:k]
+        assert _key(doc) == _key(doc.text), stmt[:k]
+
+
 def test_a_process_group_edit_reruns_only_the_chunks_that_depend_on_it() -> None:
     """Editing `dist.init_process_group(...)` in main, through states that do not parse, re-runs
     a handful of chunks, not every chunk of the module, and stays equal to a full analysis."""
