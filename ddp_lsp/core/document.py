@@ -25,10 +25,10 @@ from ddp_lsp.core.factmerge import merge_input
 from ddp_lsp.core.facts import EMPTY_FACTS, ChunkFacts, MergeCache, ModuleFacts, extract, merge
 from ddp_lsp.core.newsyntax import NEWER_MARKERS, newer_grammar_rejects
 from ddp_lsp.core.ranks import RankModel
+from ddp_lsp.core.repair import MEMBER_PREFIX, Repair, _statement_at, repair, set_aside
 from ddp_lsp.core.types import Pos
 
 _LINE_SPLIT = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")
-_MEMBER_PREFIX = "if 1:\n"
 
 # Parsed chunks an edit replaced, kept by text for a later edit that brings the text back: an
 # undo, a character typed and deleted again, a half-typed line deleted (the parse, its facts
@@ -156,7 +156,7 @@ def parse_chunk(
     results (all functions of the repaired lines), e.g. every key of `if dist.get_rank() == 0`
     typed before its ':' is set aside as the same `pass`."""
     lines = split_lines(text)
-    src = _MEMBER_PREFIX + text if member_of is not None else text
+    src = MEMBER_PREFIX + text if member_of is not None else text
     line_base = -1 if member_of is not None else 0
     try:
         if _quiet:
@@ -215,52 +215,91 @@ def _broken(
     problem = SyntaxProblem(line, col, message)
     fixed = repair(lines, member_of, line_base, exc) if nul < 0 else None
     if fixed is not None:
-        key = (fixed.source, member_of, fixed.lines)
-        hit = memo.pop(key, None) if memo is not None else None
-        if memo is not None and hit is not None:
-            memo[key] = hit  # the newest again
-            return ParsedChunk(
-                text,
-                member_of,
-                hit.tree,
-                hit.body,
-                line_base,
-                problem,
-                False,
-                hit.facts,
-                hit.lines,
-                hit.repaired,
-                hit.cache,
-            )
-        tree = fixed.tree
-        if member_of is not None:
-            head = tree.body[0]
-            assert isinstance(head, ast.If)
-            tree = ast.Module(body=head.body, type_ignores=[])
-        facts = _facts_or_empty(tree, member_of, ranks)
-        repaired = ParsedChunk(
+        got = _repaired(member_of, line_base, fixed, ranks, memo)
+        # What the rest of the module learns from the chunk: its broken statements set aside
+        # (see core/repair.py), where the repair closed a bracket or added a ':'.
+        aside = None if fixed.aside else _aside_facts(lines, member_of, line_base, exc, ranks, memo)
+        return ParsedChunk(
             text,
             member_of,
-            tree,
-            tree.body,
+            got.tree,
+            got.body,
             line_base,
             problem,
             False,
-            facts,
-            list(fixed.source),
-            fixed.lines,
+            got.facts if aside is None else aside,
+            got.lines,
+            got.repaired,
+            got.cache,
         )
-        if memo is not None:
-            memo[key] = repaired
-            while len(memo) > REPAIRED_CHUNKS:
-                del memo[next(iter(memo))]
-        return repaired
     # No repair found: the statements before the error still count (a run of module-level
     # statements where the user is typing the last one): their facts and findings are kept.
     tree = _salvage(lines, line, ranks) if member_of is None else None
     facts = _facts_or_empty(tree, None, ranks)
     body = tree.body if tree is not None else []
     return ParsedChunk(text, member_of, tree, body, line_base, problem, False, facts, lines)
+
+
+def _repaired(
+    member_of: str | None,
+    line_base: int,
+    fixed: Repair,
+    ranks: RankModel,
+    memo: RepairMemo | None,
+) -> ParsedChunk:
+    """The chunk as ``fixed`` repaired it: from ``memo`` when an earlier text was repaired to
+    the same lines (its tree, facts and the rules' cached results), else built and kept there."""
+    key = (fixed.source, member_of, fixed.lines)
+    hit = memo.pop(key, None) if memo is not None else None
+    if memo is not None and hit is not None:
+        memo[key] = hit  # the newest again
+        return hit
+    tree = fixed.tree
+    if member_of is not None:
+        head = tree.body[0]
+        assert isinstance(head, ast.If)
+        tree = ast.Module(body=head.body, type_ignores=[])
+    facts = _facts_or_empty(tree, member_of, ranks)
+    got = ParsedChunk(
+        "".join(fixed.source),
+        member_of,
+        tree,
+        tree.body,
+        line_base,
+        None,
+        False,
+        facts,
+        list(fixed.source),
+        fixed.lines,
+    )
+    if memo is not None:
+        memo[key] = got
+        while len(memo) > REPAIRED_CHUNKS:
+            del memo[next(iter(memo))]
+    return got
+
+
+def _aside_facts(
+    lines: list[str],
+    member_of: str | None,
+    line_base: int,
+    exc: SyntaxError,
+    ranks: RankModel,
+    memo: RepairMemo | None,
+) -> ChunkFacts | None:
+    """The chunk's facts with its broken statements set aside (None where that does not
+    parse). Every key of one statement typed on a new line sets aside to the same lines: found
+    in ``memo`` without a parse from the second key on."""
+    source, changed = set_aside(lines, line_base, exc)
+    key = (source, member_of, changed)
+    hit = memo.pop(key, None) if memo is not None else None
+    if memo is not None and hit is not None:
+        memo[key] = hit  # the newest again
+        return hit.facts
+    aside = repair(lines, member_of, line_base, exc, aside_only=True)
+    if aside is None:
+        return None
+    return _repaired(member_of, line_base, aside, ranks, memo).facts
 
 
 def _facts_or_empty(tree: ast.Module | None, member_of: str | None, ranks: RankModel) -> ChunkFacts:
@@ -329,7 +368,7 @@ def _newer_grammar_accepts(text: str, member_of: str | None) -> bool:
             depth -= 1
     if deepest > _MAX_FALLBACK_DEPTH:
         return False
-    src = text if member_of is None else _MEMBER_PREFIX + text
+    src = text if member_of is None else MEMBER_PREFIX + text
     if newer_grammar_rejects(src):
         return False  # a half-typed f-string: no grammar accepts it (core/newsyntax.py)
     import libcst  # imported on first broken chunk only: it costs ~0.1 s to import
@@ -339,215 +378,6 @@ def _newer_grammar_accepts(text: str, member_of: str | None) -> bool:
     except Exception:  # libcst raises ParserSyntaxError, and others on odd input
         return False
     return True
-
-
-# -- repairing a chunk that does not parse ------------------------------------------------------
-#
-# While a statement is typed key by key, most prefixes do not parse (`with`, `with torch.`,
-# `x = foo(a,`). The chunk is then parsed again with that one statement repaired (its brackets
-# closed, a missing ':' added) or set aside (replaced by `pass`, or by `if True:` when it heads
-# a block), every other line keeping its place. The repair is a function of the chunk's text
-# alone, so a fresh analysis of the same text repairs it the same way (incremental == full);
-# for a statement being typed on a new line it gives exactly the previous text's parse, so the
-# module's facts, and every other chunk's findings, do not change while the user types.
-
-_REPAIR_TRIES = 6
-_OPENERS = {"(": ")", "[": "]", "{": "}"}
-_BLOCK_AFTER = re.compile(r"expected an indented block after .* on line (\d+)")
-
-
-@dataclass(frozen=True)
-class Repair:
-    tree: ast.Module
-    lines: frozenset[int]  # chunk-relative lines that were changed to make the chunk parse
-    source: tuple[str, ...]  # the chunk's lines as repaired (what ``tree`` was parsed from)
-
-
-def _scan_brackets(line: str, stack: list[str], quote: str | None) -> tuple[str | None, int]:
-    """Lex one line like :func:`chunks.scan_line`, keeping the open brackets on ``stack``;
-    return (open quote carried to the next line, column where the code ends: a comment's
-    start or the line's end without its break)."""
-    body = line.rstrip("\r\n")
-    i = 0
-    if quote is not None:
-        i = chunking._find_close(body, 0, quote)
-        if i < 0:
-            return quote, len(body)
-    while True:
-        m = chunking._INTEREST.search(body, i)
-        if m is None:
-            return None, len(body)
-        c = m.group()
-        j = m.start()
-        if c == "#":
-            return None, j
-        if c == "\\":
-            i = j + 2
-            continue
-        if c in "([{":
-            stack.append(c)
-            i = j + 1
-            continue
-        if c in ")]}":
-            if stack:
-                stack.pop()
-            i = j + 1
-            continue
-        delim = body[j : j + 3] if body[j : j + 3] == c * 3 else c
-        k = chunking._find_close(body, j + len(delim), delim)
-        if k < 0:
-            return (delim if len(delim) == 3 else None), len(body)
-        i = k
-
-
-def _indent(line: str) -> str:
-    return line[: len(line) - len(line.lstrip(" \t"))]
-
-
-def _blank(line: str) -> bool:
-    s = line.strip()
-    return not s or s.startswith("#")
-
-
-def _statement_at(lines: list[str], err: int) -> tuple[int, int]:
-    """The lines ``[first, end)`` of the statement holding chunk line ``err``: its logical
-    line, or, when its brackets never close, the lines below it that are indented deeper."""
-    starts: list[bool] = []
-    depth, quote, cont = 0, None, False
-    for line in lines:
-        starts.append(depth == 0 and quote is None and not cont)
-        depth, quote, cont = chunking.scan_line(line, depth, quote)
-    first = min(max(err, 0), len(lines) - 1)
-    while first > 0 and (not starts[first] or _blank(lines[first])):
-        first -= 1
-    width = len(_indent(lines[first]))
-    end = first + 1
-    while end < len(lines) and not (starts[end] and not _blank(lines[end])):
-        end += 1
-    if end == len(lines) and not (depth == 0 and quote is None):
-        # Never closed: the statement ends where the indentation comes back (a closing
-        # bracket at the statement's own indent still belongs to it).
-        end = first + 1
-        while end < len(lines):
-            line = lines[end]
-            if not _blank(line) and len(_indent(line)) <= width and line.lstrip()[:1] not in ")]}":
-                break
-            end += 1
-    while end > first + 1 and _blank(lines[end - 1]):
-        end -= 1
-    return first, end
-
-
-def _is_header(lines: list[str], first: int, end: int) -> bool:
-    """The statement heads a block: the next line with code is indented deeper. (A header
-    with no body yet, `with torch.no_grad():` just typed, is set aside as `pass`.)"""
-    width = len(_indent(lines[first]))
-    for line in lines[end:]:
-        if not _blank(line):
-            return len(_indent(line)) > width
-    return False
-
-
-def _candidates(lines: list[str], first: int, end: int) -> list[list[str]]:
-    """Ways to make the statement ``lines[first:end]`` parse, least damage first."""
-    out: list[list[str]] = []
-    header = _is_header(lines, first, end)
-    stack: list[str] = []
-    quote: str | None = None
-    code_end = 0
-    last = first
-    for k in range(first, end):
-        quote, stop = _scan_brackets(lines[k], stack, quote)
-        if not _blank(lines[k]):
-            last, code_end = k, stop
-    if quote is None and (stack or header):
-        # Close what is open (`dist.init_process_group(backend="nccl"`), add a missing ':'.
-        closers = "".join(_OPENERS[b] for b in reversed(stack))
-        line = lines[last]
-        head = line[:code_end].rstrip()
-        if header and not (head + closers).endswith(":"):
-            closers += ":"
-        if closers:
-            fixed = list(lines)
-            fixed[last] = head + closers + line[code_end:]
-            out.append(fixed)
-    # Set the statement aside: `pass` keeps a block that holds only it a block, `if True:` keeps
-    # the block it heads parsed.
-    aside = list(lines)
-    line = lines[first]
-    ending = line[len(line.rstrip("\r\n")) :]
-    aside[first] = _indent(line) + (_stand_in_header(line) if header else "pass") + ending
-    for k in range(first + 1, end):
-        other = lines[k]
-        aside[k] = other[len(other.rstrip("\r\n")) :]
-    out.append(aside)
-    return out
-
-
-_DEF_NAME = re.compile(r"\s*(?:async\s+)?def\s+([A-Za-z_][A-Za-z0-9_]*)")
-_CLASS_NAME = re.compile(r"\s*class\s+([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def _stand_in_header(line: str) -> str:
-    """A header that parses in place of a broken one: the function or class keeps its name
-    (its body stays its scope in the facts), any other block becomes ``if True:``."""
-    m = _DEF_NAME.match(line)
-    if m is not None:
-        return f"def {m.group(1)}(*args, **kwargs):"
-    m = _CLASS_NAME.match(line)
-    if m is not None:
-        return f"class {m.group(1)}:"
-    return "if True:"
-
-
-def _error_line(exc: SyntaxError, line_base: int, n: int) -> int:
-    if isinstance(exc, IndentationError):
-        m = _BLOCK_AFTER.search(exc.msg or "")
-        if m is not None:  # the header without a body, not the line after it
-            return min(max(int(m.group(1)) - 1 + line_base, 0), n - 1)
-    return min(max((exc.lineno or 1) - 1 + line_base, 0), n - 1)
-
-
-def _try_parse(lines: list[str], member_of: str | None) -> ast.Module | SyntaxError | None:
-    src = "".join(lines)
-    if member_of is not None:
-        src = _MEMBER_PREFIX + src
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ast.parse(src)
-    except SyntaxError as exc:
-        return exc
-    except (ValueError, RecursionError, MemoryError):
-        return None
-
-
-def repair(
-    lines: list[str], member_of: str | None, line_base: int, exc: SyntaxError
-) -> Repair | None:
-    """The chunk parsed with its unparsable statements repaired or set aside (see above)."""
-    if not lines or "\x00" in "".join(lines):
-        return None
-    current = list(lines)
-    touched: set[int] = set()
-    for _ in range(_REPAIR_TRIES):
-        first, end = _statement_at(current, _error_line(exc, line_base, len(current)))
-        touched.update(range(first, end))
-        next_exc: SyntaxError | None = None
-        chosen: list[str] | None = None
-        for cand in _candidates(current, first, end):
-            got = _try_parse(cand, member_of)
-            if isinstance(got, ast.Module):
-                return Repair(got, frozenset(touched), tuple(cand))
-            if got is None:
-                return None
-            if next_exc is None or (got.lineno or 0) > (next_exc.lineno or 0):
-                # Carry on from the candidate that got furthest.
-                chosen, next_exc = cand, got
-        if chosen is None or next_exc is None or chosen == current:
-            return None
-        current, exc = chosen, next_exc
-    return None
 
 
 class Document:

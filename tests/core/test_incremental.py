@@ -355,6 +355,40 @@ def test_a_decorated_function_keeps_its_findings_while_a_call_is_typed_above_it(
         assert _key(doc) == _key(doc.text), stmt[:k]
 
 
+_CALLED_BY_RANK_ZERO = """import torch.distributed as dist
+
+
+def evaluate(model, loss):
+    model.eval()
+    return loss
+
+
+def main(model, loss):
+    if dist.get_rank() == 0:
+        evaluate(model, loss)
+"""
+
+
+def test_a_half_typed_collective_does_not_reach_other_chunks_until_it_parses() -> None:
+    """`dist.all_reduce(loss, op=...)` typed key by key into `evaluate`, which only rank 0
+    calls: while the call does not parse, the module keeps the facts of `evaluate` without it
+    (the statement set aside), so `main`'s DDP103 ("evaluate reaches a collective on rank 0
+    only") does not come with `dist.all_reduce(` closed by the repair and go with
+    `dist.all_reduce(loss, op=` that cannot be closed; it comes once, with the whole call."""
+    doc = Document(_CALLED_BY_RANK_ZERO, SETTINGS.rank_model)
+    assert analyze(doc, SETTINGS).findings == ()
+    at = 5
+    doc.apply_edit(Pos(at, 0), Pos(at, 0), "    \n")
+    stmt = "dist.all_reduce(loss, op=dist.ReduceOp.SUM)"
+    seen = []
+    for k in range(1, len(stmt) + 1):
+        doc.apply_edit(Pos(at, 4), Pos(at, len(doc.lines[at].rstrip("\n"))), stmt[:k])
+        now = [f.rule_id for f in analyze(doc, SETTINGS).findings if f.rule_id != "DDP000"]
+        seen.append("DDP103" in now)
+        assert _key(doc) == _key(doc.text), stmt[:k]
+    assert seen == [False] * (len(stmt) - 1) + [True]
+
+
 def test_a_process_group_edit_reruns_only_the_chunks_that_depend_on_it() -> None:
     """Editing `dist.init_process_group(...)` in main, through states that do not parse, re-runs
     a handful of chunks, not every chunk of the module, and stays equal to a full analysis."""
