@@ -7,19 +7,7 @@ import pytest
 from bench import flicker
 from ddp_lsp.core import document
 from ddp_lsp.core.settings import Settings
-
-TEXT = """import torch.distributed as dist
-
-
-def evaluate(model, loss):
-    model.eval()
-    return loss
-
-
-def main(model, loss):
-    if dist.get_rank() == 0:
-        evaluate(model, loss)
-"""
+from tests.core.test_incremental import CALLED_BY_RANK_ZERO as TEXT
 
 
 def test_statement_starts_are_indented_lines_outside_brackets() -> None:

@@ -355,7 +355,8 @@ def test_a_decorated_function_keeps_its_findings_while_a_call_is_typed_above_it(
         assert _key(doc) == _key(doc.text), stmt[:k]
 
 
-_CALLED_BY_RANK_ZERO = """import torch.distributed as dist
+# (also bench/flicker.py's case: tests/bench/test_flicker.py)
+CALLED_BY_RANK_ZERO = """import torch.distributed as dist
 
 
 def evaluate(model, loss):
@@ -375,7 +376,7 @@ def test_a_half_typed_collective_does_not_reach_other_chunks_until_it_parses() -
     (the statement set aside), so `main`'s DDP103 ("evaluate reaches a collective on rank 0
     only") does not come with `dist.all_reduce(` closed by the repair and go with
     `dist.all_reduce(loss, op=` that cannot be closed; it comes once, with the whole call."""
-    doc = Document(_CALLED_BY_RANK_ZERO, SETTINGS.rank_model)
+    doc = Document(CALLED_BY_RANK_ZERO, SETTINGS.rank_model)
     assert analyze(doc, SETTINGS).findings == ()
     at = 5
     doc.apply_edit(Pos(at, 0), Pos(at, 0), "    \n")
