@@ -10,6 +10,14 @@ time: on this shared 2-CPU machine the bare server's own starts vary by a second
 This sends the harness's ``initialize`` (its client capabilities, ``--root`` as the workspace)
 and reads the child's CPU time from ``/proc/PID/task/*/schedstat`` (all threads, ns) as soon as
 the result is read; the child is then killed. Medians and minima, in ms. Linux only.
+
+The reading is what the child had run when the client woke up, not when the result was written:
+work a server does right after writing the result would race with it (the kernel updates a
+running task's figure at its ticks and switches, so a few ms of it at most). It sends nothing
+after the result (no ``initialized``), and reads the CPU again ``--after-ms`` later: the
+"after" column is the work a server did unprompted once it had answered (ddp-lsp before round
+13 loaded its analysis core there, 100-200 ms; it now waits for ``initialized``; a bare server
+does nothing), so a figure with work after it can be told from one without.
 """
 
 from __future__ import annotations
@@ -43,8 +51,11 @@ def cpu_ms(pid: int) -> float:
     return total / 1e6
 
 
-def start(cmd: list[str], root: str, capabilities: dict[str, object]) -> tuple[float, float]:
-    """(wall ms, child CPU ms) from spawn to the initialize result."""
+def start(
+    cmd: list[str], root: str, capabilities: dict[str, object], after_ms: float
+) -> tuple[float, float, float]:
+    """(wall ms, child CPU ms) from spawn to the initialize result, and the child's CPU ms in
+    the ``after_ms`` that follow it."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         cmd, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
@@ -74,15 +85,20 @@ def start(cmd: list[str], root: str, capabilities: dict[str, object]) -> tuple[f
     proc.stdout.read(length)
     wall = (time.perf_counter() - t0) * 1e3
     cpu = cpu_ms(proc.pid)
+    time.sleep(after_ms / 1e3)
+    after = cpu_ms(proc.pid) - cpu
     proc.kill()
     proc.wait()
-    return wall, cpu
+    return wall, cpu, after
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--starts", type=int, default=21)
     ap.add_argument("--root", default=os.getcwd(), help="the workspace folder sent")
+    ap.add_argument(
+        "--after-ms", type=float, default=300.0, help="how long to watch the CPU after the result"
+    )
     ap.add_argument("servers", nargs="+", help="NAME=COMMAND")
     args = ap.parse_args()
     from lsp_latency import client_capabilities  # the shared harness's
@@ -91,15 +107,17 @@ def main() -> int:
     servers = [
         (name, shlex.split(cmd)) for name, _, cmd in (s.partition("=") for s in args.servers)
     ]
-    got: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in servers}
+    got: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in servers}
     for i in range(args.starts):
         for name, cmd in servers if i % 2 == 0 else reversed(servers):
-            got[name].append(start(cmd, os.path.abspath(args.root), capabilities))
+            got[name].append(start(cmd, os.path.abspath(args.root), capabilities, args.after_ms))
     for name, runs in got.items():
-        walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+        walls, cpus, afters = ([r[k] for r in runs] for k in range(3))
         print(
             f"{name}: CPU median {statistics.median(cpus):.1f} ms (min {min(cpus):.1f}), "
-            f"wall median {statistics.median(walls):.1f} ms, {len(runs)} starts"
+            f"wall median {statistics.median(walls):.1f} ms, {len(runs)} starts; "
+            f"CPU in the {args.after_ms:.0f} ms after the result: median "
+            f"{statistics.median(afters):.1f} ms (max {max(afters):.1f})"
         )
     return 0
 

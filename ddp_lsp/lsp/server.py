@@ -15,6 +15,7 @@ pygls' private API is used only through :mod:`ddp_lsp.lsp.pygls_adapter`; the st
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -194,11 +195,16 @@ def initialize(ls: DdpLanguageServer, params: lsp.InitializeParams) -> None:
         ls.state.config.set_folders([params.root_uri])
     ls.state.config.set_editor_settings(params.initialization_options, "initializationOptions")
     ls.initialized = True
-    # Runs once the initialize response is written: the core loads while the client reads it.
-    asyncio.get_running_loop().call_soon(warm_up)
+    # The analysis core is loaded on `initialized` (below), not here: see that handler.
 
 
 async def initialized(ls: DdpLanguageServer, params: lsp.InitializedParams) -> None:
+    # The client sends `initialized` only once it has read the initialize result: the core
+    # and the rules (warm_up, 100-200 ms) load now, while the client answers the requests
+    # below and before it opens a document, and never before the result is written, however
+    # pygls dispatches the response (tests/lsp/test_cold_start.py). Scheduled rather than run
+    # here, so that the registration below goes out first.
+    asyncio.get_running_loop().call_soon(warm_up)
     for err in ls.state.config.editor_global.errors:
         ls.state.report(err)
     if ls.supports_watch_registration:
@@ -710,6 +716,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(opts["log-level"].upper())
+    # What the imports made (pygls, lsprotocol, our modules) lives as long as the process:
+    # frozen, the full collection due while pygls builds its converter (thousands of objects)
+    # does not scan it, 20-35 ms of CPU before the initialize result (docs/performance.md,
+    # "Cold start"); heap.py freezes the heap after every analysis the same way. (Turning the
+    # collector off for the imports saves their young collections too, but keeps their
+    # garbage: +9 MB of RSS.)
+    gc.freeze()
     server = build_server()
     if "tcp" in opts:
         host, _, port = opts["tcp"].rpartition(":")

@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 
 # The analysis core (document, engine, rules) is imported on first use, not at import time:
 # the server must answer ``initialize`` as fast as a bare pygls server. ``warm_up`` loads it
-# right after the initialize response, before the first document usually arrives.
+# on the ``initialized`` notification (the client has the result), before the first document
+# usually arrives.
 
 
 def warm_up() -> None:

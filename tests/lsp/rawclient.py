@@ -20,9 +20,15 @@ TIMEOUT = 30.0
 
 
 class RawServer:
-    def __init__(self, args: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        cmd: list[str] | None = None,
+    ) -> None:
+        """``cmd``: another command line than ``ddp-lsp serve`` (an instrumented server)."""
         self.proc = subprocess.Popen(
-            SERVER_CMD + (args or []),
+            (cmd or SERVER_CMD) + (args or []),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -13,6 +13,11 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.lsp.rawclient import RawServer
 
 # Modules whose import the first answer must not wait for (a prefix covers its submodules).
 DEFERRED = (
@@ -44,6 +49,7 @@ _PROBE = textwrap.dedent(
     import asyncio, json, sys
     from lsprotocol import types as lsp
     import ddp_lsp.cli
+    from ddp_lsp.lsp import server
     from ddp_lsp.lsp.server import build_server
 
     async def main():
@@ -61,23 +67,27 @@ _PROBE = textwrap.dedent(
             steps.send(None)
         except StopIteration as done:
             assert done.value.capabilities.text_document_sync is not None
-        before = sorted(sys.modules)  # the response goes out now; warm_up runs after it
+        before = sorted(sys.modules)  # the response goes out now
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        print(json.dumps([before, sorted(sys.modules)]))
+        waiting = sorted(sys.modules)  # warm_up waits for the client's `initialized`
+        await server.initialized(ls, lsp.InitializedParams())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        print(json.dumps([before, waiting, sorted(sys.modules)]))
 
     asyncio.run(main())
     """
 )
 
 
-def _probe() -> tuple[list[str], list[str]]:
+def _probe() -> tuple[list[str], list[str], list[str]]:
     proc = subprocess.run(
         [sys.executable, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    before, after = json.loads(proc.stdout.splitlines()[-1])
-    return before, after
+    before, waiting, after = json.loads(proc.stdout.splitlines()[-1])
+    return before, waiting, after
 
 
 def _deferred_in(modules: list[str]) -> list[str]:
@@ -85,10 +95,11 @@ def _deferred_in(modules: list[str]) -> list[str]:
 
 
 def test_initialize_is_answered_without_the_core_the_index_or_the_rules() -> None:
-    before, after = _probe()
+    before, waiting, after = _probe()
     assert _deferred_in(before) == []
-    # Deferred, not dropped: the core and the rules load right after the response, before
-    # the first document usually arrives (so its first diagnostics do not pay for them).
+    assert _deferred_in(waiting) == []
+    # Deferred, not dropped: the core and the rules load on `initialized`, before the first
+    # document usually arrives (so its first diagnostics do not pay for them).
     assert "ddp_lsp.core.engine" in after
     assert any(m.startswith("ddp_lsp.rules.") for m in after)
     assert [m for m in after if m in ON_REQUEST] == []
@@ -105,3 +116,100 @@ def test_the_server_reads_the_indexer_wire_format_without_the_project_package() 
     )
     assert proc.returncode == 0, proc.stderr
     assert _deferred_in(json.loads(proc.stdout)) == []
+
+
+# The real server (the entry point, stdio transport, pygls' dispatch) with two hooks that
+# append to a file as they run: every message about to be written to stdout (its id, whether
+# the analysis core was loaded then, the collector's state) and every call of ``warm_up``.
+_TRACED_SERVER = textwrap.dedent(
+    """
+    import gc, json, sys
+    trace = sys.argv.pop(1)
+    full = []  # per full collection: how many objects were frozen (not scanned) when it began
+    gc.callbacks.append(lambda phase, info: phase == "start" and info["generation"] == 2
+                        and full.append(gc.get_freeze_count()))
+
+    def event(kind, **fields):
+        fields.update(event=kind, core="ddp_lsp.core.engine" in sys.modules)
+        fields.update(gc_enabled=gc.isenabled(), frozen=gc.get_freeze_count())
+        fields.update(full_collections=list(full))
+        with open(trace, "a") as fh:
+            fh.write(json.dumps(fields) + "\\n")
+
+    import pygls.io_
+    from ddp_lsp.lsp import server
+
+    write = pygls.io_.StdoutWriter.write
+
+    def traced_write(self, data):  # traced first: the client may read it at once
+        message = json.loads(data.split(b"\\r\\n\\r\\n", 1)[1])
+        event("sent", id=message.get("id"), method=message.get("method"))
+        write(self, data)
+
+    pygls.io_.StdoutWriter.write = traced_write
+    warm_up = server.warm_up
+
+    def traced_warm_up():
+        event("warm_up")
+        warm_up()
+
+    server.warm_up = traced_warm_up
+    full.clear()  # the collections of the tracer's own imports above
+    from ddp_lsp.__main__ import run
+
+    sys.argv[1:] = ["serve"]
+    sys.exit(run())
+    """
+)
+
+
+def _traced_server(trace: Path) -> RawServer:
+    return RawServer(cmd=[sys.executable, "-I", "-c", _TRACED_SERVER, str(trace)])
+
+
+def _events(trace: Path) -> list[dict[str, Any]]:
+    if not trace.exists():
+        return []
+    return [json.loads(line) for line in trace.read_text().splitlines()]
+
+
+def test_the_core_loads_only_once_the_client_has_the_initialize_result(tmp_path: Path) -> None:
+    # The cold start is spawn to the initialize result: warm_up's 100-200 ms of imports must
+    # not be in it, nor run while the client is still reading the result (a CPU measurement
+    # of the start would count them). The client says it has the result with `initialized`.
+    trace = tmp_path / "trace.jsonl"
+    s = _traced_server(trace)
+    try:
+        result = s.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}})
+        assert "capabilities" in result["result"]
+        # A round trip: whatever the server queued behind the response has run by its answer.
+        assert "error" in s.request("ddp-lsp/noSuchMethod", {})
+        events = _events(trace)
+        assert [e["event"] for e in events] == ["sent", "sent"], events
+        assert events[0]["id"] == 1 and not events[0]["core"]
+        s.notify("initialized", {})
+        deadline = time.monotonic() + 60
+        while not any(e["event"] == "warm_up" for e in _events(trace)):
+            assert time.monotonic() < deadline, _events(trace)
+            time.sleep(0.05)
+        assert s.request("shutdown")["result"] is None
+        events = _events(trace)
+        assert events[-1]["core"], events  # loaded by the shutdown's answer
+    finally:
+        s.close()
+
+
+def test_no_full_collection_scans_the_start_up_heap(tmp_path: Path) -> None:
+    # The imports' heap (pygls, lsprotocol, our modules: ~50,000 objects) lives as long as the
+    # server. A full collection over it while pygls built its converter was 20-35 ms of the
+    # cold start: it is frozen first, and the collector stays on.
+    trace = tmp_path / "trace.jsonl"
+    s = _traced_server(trace)
+    try:
+        s.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}})
+        answer = _events(trace)[0]
+        assert answer["id"] == 1 and answer["gc_enabled"], answer
+        assert all(frozen > 10_000 for frozen in answer["full_collections"]), answer
+        assert answer["frozen"] > 10_000, answer
+    finally:
+        s.close()
