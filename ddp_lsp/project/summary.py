@@ -21,7 +21,14 @@ from ddp_lsp.core import names as known_names
 from ddp_lsp.core.factpieces import ModuleFeed
 from ddp_lsp.core.ranks import RankModel
 from ddp_lsp.core.walk import walk
-from ddp_lsp.project.wholeparse import PIECES_MIN_CHARS, RESTART, Unparsable, bodies, parse_or_none
+from ddp_lsp.project.wholeparse import (
+    PIECES_MIN_CHARS,
+    RESTART,
+    Unparsable,
+    bodies,
+    changed_lines,
+    parse_or_none,
+)
 
 
 @dataclass(frozen=True)
@@ -136,17 +143,23 @@ def summarise_with_facts(
     digest: str,
     ranks: RankModel,
     module_rel: str | None = None,
+    previous: bytes | None = None,
     min_chars: int = PIECES_MIN_CHARS,
 ) -> tuple[ModuleSummary, fact_model.ModuleFacts | None]:
     """:func:`summarise`, and the file's own module facts (``facts.merge`` of its facts, which
     the summary needs and the project's computation reads again: the index keeps them; None
     for a file that does not parse). A text of ``min_chars`` characters or more is summarised
-    top-level piece by piece (:func:`_summarise_pieces`): the same summary."""
+    top-level piece by piece (:func:`_summarise_pieces`): the same summary. ``previous``: the
+    file's text before (UTF-8), if known (an edit): where the edited lines do not parse, the
+    text is found not to parse before any piece is walked (``wholeparse.bodies``)."""
     module, is_package = module_name(rel if module_rel is None else module_rel)
     lines = text.count("\n") + 1
     if len(text) >= min_chars:
         # A large file in pieces: the peak memory of one piece's tree, not the file's.
-        found = _summarise_pieces(text, ranks, min_chars)
+        changed = None
+        if previous is not None:
+            changed = changed_lines(previous.decode("utf-8", errors="replace"), text)
+        found = _summarise_pieces(text, ranks, min_chars, changed)
         if found is None:
             return _unparsable(rel, module, is_package, digest, lines), None
         x, bases, binding_lines, prop_lines = found
@@ -195,7 +208,7 @@ def summarise_with_facts(
 
 
 def _summarise_pieces(
-    text: str, ranks: RankModel, min_chars: int
+    text: str, ranks: RankModel, min_chars: int, changed: tuple[int, int] | None = None
 ) -> (
     tuple[fact_model.ModuleExtract, tuple[tuple[str, tuple[str, ...]], ...], _Bindings, _Props]
     | None
@@ -213,7 +226,7 @@ def _summarise_pieces(
     bases: list[tuple[str, tuple[str, ...]]] = []
     bindings, props = _Bindings(), _Props()
     try:
-        for part in bodies(text, min_chars):
+        for part in bodies(text, min_chars, changed):
             if part is RESTART:
                 feed, bases, bindings, props = ModuleFeed(ranks), [], _Bindings(), _Props()
                 continue

@@ -100,20 +100,73 @@ class Unparsable(Exception):
 RESTART: list[ast.stmt] = []
 
 
-def bodies(text: str, min_chars: int = PIECES_MIN_CHARS) -> Iterator[list[ast.stmt]]:
+def bodies(
+    text: str, min_chars: int = PIECES_MIN_CHARS, changed: tuple[int, int] | None = None
+) -> Iterator[list[ast.stmt]]:
     """The body of :func:`parse_or_none`'s tree, in parts, each parsed when the caller asks
     for it, so that a caller that drops each part before asking for the next holds the tree
     of one piece, not of the file (the project's summary of a large file); raises
     :class:`Unparsable`, maybe after some parts, where :func:`parse_or_none` gives None. A
     text under ``min_chars`` characters is one part. :data:`RESTART` (compare by identity):
     forget the parts so far, the whole text's body follows (a piece that only the whole text's
-    parse can decide, and that parse succeeded: see :func:`_verdict`)."""
+    parse can decide, and that parse succeeded: see :func:`_verdict`).
+
+    ``changed``: the lines (0-based, end excluded) where ``text`` differs from a version
+    before it (:func:`changed_lines`), a hint that changes no answer. Where a piece holding
+    them does not parse alone, the text most likely does not parse (someone is typing there):
+    it is decided as :func:`parse_or_none` decides, before any part is given, so that a caller
+    walking each part does not walk the parts above a half-typed line for nothing."""
     if len(text) < min_chars:
         yield _whole(text)
         return
     lines = _LINE.findall(text)
     cuts = [start.line for start in split(lines) if start.member_of is None]
     cuts.append(len(lines))
+    if changed is not None and not _parse_alone(lines, cuts, *changed):
+        for part in _parts(text, lines, cuts):  # raises Unparsable: the usual case
+            del part  # (only whether it parses is asked here: one piece's tree at a time)
+        # It parses after all (the text after the edited piece completes it): again, in parts.
+    yield from _parts(text, lines, cuts)
+
+
+def _parse_alone(lines: list[str], cuts: list[int], start: int, stop: int) -> bool:
+    """Whether each piece holding one of the lines ``start`` to ``stop`` (excluded; the line
+    ``start`` where they are none) parses alone."""
+    last = max(start, stop - 1)
+    for first, end in zip(cuts, cuts[1:], strict=False):
+        if first < end and first <= last and end > start:
+            try:
+                ast.parse("\n" * first + "".join(lines[first:end]))
+            except (SyntaxError, ValueError):
+                return False
+    return True
+
+
+def changed_lines(old: str, new: str) -> tuple[int, int]:
+    """The lines of ``new`` (0-based, end excluded) outside which it is ``old``: what lies
+    before them and after them is the same in both (the lines of an edit)."""
+    n = min(len(old), len(new))
+    lo, hi = 0, n  # the common prefix's length, in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if old[:mid] == new[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    prefix = lo
+    lo, hi = 0, n - prefix  # the common suffix's length, not overlapping the prefix
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if old[len(old) - mid :] == new[len(new) - mid :]:
+            lo = mid
+        else:
+            hi = mid - 1
+    start = new.count("\n", 0, prefix)
+    return start, max(start + 1, new.count("\n", 0, len(new) - lo) + 1)
+
+
+def _parts(text: str, lines: list[str], cuts: list[int]) -> Iterator[list[ast.stmt]]:
+    """:func:`bodies` of a large text, cut at ``cuts``."""
     for first, end in zip(cuts, cuts[1:], strict=False):
         if first >= end:
             continue

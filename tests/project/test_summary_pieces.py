@@ -18,6 +18,7 @@ import pytest
 from bench.gen import module
 from ddp_lsp.config import Settings
 from ddp_lsp.project import summary, wholeparse
+from ddp_lsp.project.index import ProjectIndex
 
 from .test_typing_rss import _typed_texts
 from .test_wholeparse import BROKEN, TRICKY
@@ -136,3 +137,91 @@ def test_each_piece_s_tree_is_freed_before_the_next_is_parsed(
     s, own = summary.summarise_with_facts("m.py", text, "k", RANKS, min_chars=0)
     assert len(worst) > 10 and own is not None and s.prop_lines
     assert max(worst) == 0
+    # Nor while a half-typed edit is found not to parse (the pieces above it parsed first).
+    worst.clear()
+    head, mark, tail = text.rpartition("    model.train()\n")  # in the last function
+    typed = head + "    model.train(\n" + tail
+    hint = text.encode()
+    s, own = summary.summarise_with_facts("m.py", typed, "k", RANKS, previous=hint, min_chars=0)
+    assert s.syntax_error and len(worst) > 10 and max(worst) == 0
+
+
+def test_the_text_before_an_edit_changes_no_summary() -> None:
+    # `previous` only says where to look first: half typed or not, the same summary.
+    base = module(300)
+    for text in _typed_texts(base, 6, 40) + [base, ACROSS[2], RESTARTS, ""]:
+        whole, _ = _both(text)
+        for before in (base, "", ACROSS[0], text):
+            hinted = summary.summarise_with_facts(
+                "pkg/m.py", text, "k", RANKS, previous=before.encode(), min_chars=0
+            )
+            assert hinted == whole
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "lines"),
+    [
+        ("a\nb\nc\n", "a\nb\nc\n", (3, 4)),  # unchanged: the end
+        ("a\nb\nc\n", "a\nbX\nc\n", (1, 2)),
+        ("a\nb\nc\n", "a\nb\nnew\nc\n", (2, 4)),  # (a line more than needed: a hint)
+        ("a\nb\nc\n", "a\nc\n", (1, 2)),  # a line removed: where it was
+        ("a\nb\n", "x\ny\nz\n", (0, 3)),
+        ("aa\n", "aaa\n", (0, 1)),
+    ],
+)
+def test_changed_lines(old: str, new: str, lines: tuple[int, int]) -> None:
+    assert wholeparse.changed_lines(old, new) == lines
+
+
+def _feeds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    fed: list[int] = []
+    feed = summary.ModuleFeed.feed
+
+    def spy(self: summary.ModuleFeed, body: list[ast.stmt]) -> None:
+        fed.append(len(body))
+        feed(self, body)
+
+    monkeypatch.setattr(summary.ModuleFeed, "feed", spy)
+    return fed
+
+
+def test_a_half_typed_edit_walks_no_piece(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Typing in the middle of a large file: without the text before the edit, the pieces
+    # above the half-typed line were walked before it was found not to parse.
+    text = module(600)
+    lines = text.split("\n")
+    at = next(i for i in range(len(lines) // 2, len(lines)) if lines[i].startswith("        "))
+    typed = "\n".join([*lines[:at], "        loss = crit(model(x", *lines[at:]])
+    fed = _feeds(monkeypatch)
+    s, own = summary.summarise_with_facts("m.py", typed, "k", RANKS, min_chars=0)
+    assert s.syntax_error and own is None and len(fed) > 10  # walked, for nothing
+    fed.clear()
+    s, own = summary.summarise_with_facts(
+        "m.py", typed, "k", RANKS, previous=text.encode(), min_chars=0
+    )
+    assert s.syntax_error and own is None and fed == []
+    # A clean edit is walked piece by piece as before.
+    clean = "\n".join([*lines[:at], "        x = 1", *lines[at:]])
+    s, own = summary.summarise_with_facts(
+        "m.py", clean, "k", RANKS, previous=text.encode(), min_chars=0
+    )
+    assert not s.syntax_error and len(fed) > 10
+
+
+def test_the_index_hands_the_text_before_an_edit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "train.py"
+    text = module(9000)  # over wholeparse.PIECES_MIN_CHARS: summarised in pieces
+    assert len(text) >= wholeparse.PIECES_MIN_CHARS
+    path.write_text(text)
+    index = ProjectIndex(tmp_path, Settings(), cache_dir=False).build()
+    lines = text.split("\n")
+    at = next(i for i in range(len(lines) // 2, len(lines)) if lines[i].startswith("        "))
+    index.update(path, "\n".join([*lines[:at], "        x = 1", *lines[at:]]))
+    fed = _feeds(monkeypatch)
+    index.update(path, "\n".join([*lines[:at], "        x = 1", "        y = f(", *lines[at:]]))
+    assert fed == []
+    clean = "\n".join([*lines[:at], "        x = 1", "        y = f()", *lines[at:]])
+    assert not index.update(path, clean).syntax_error  # type: ignore[union-attr]
+    assert len(fed) > 100
