@@ -261,7 +261,9 @@ class _Extractor:
 
     # -- statements ----------------------------------------------------------------------------
 
-    def block(self, body: list[ast.stmt], scope: str, guarded: bool) -> None:
+    def block(self, body: list[ast.stmt], scope: str, guarded: bool) -> bool:
+        """Walk ``body``; whether the statements after it are guarded (as ``guarded`` or by
+        an early exit in it: a module's body fed in pieces carries it to the next)."""
         for stmt in body:
             self.stmt(stmt, scope, guarded)
             # `if not is_main_process(): return` guards the rest of the block.
@@ -273,6 +275,7 @@ class _Extractor:
                 and nonzero_only(condition_ranks(self.ranks, stmt.test, texts=False))
             ):
                 guarded = True
+        return guarded
 
     def stmt(self, s: ast.stmt, scope: str, guarded: bool) -> None:
         cls = s.__class__

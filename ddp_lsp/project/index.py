@@ -636,9 +636,9 @@ class ProjectIndex:
         return h.hexdigest()[:32]
 
     def _summary(
-        self, rel: str, data: bytes, predicates: frozenset[str], persist: bool = True
+        self, rel: str, data: bytes, used: frozenset[str], persist: bool, previous: bytes | None
     ) -> ModuleSummary:
-        model = self._model(predicates)
+        model = self._model(used)
         module_rel = self._module_rel(rel)
         key = self._key(rel, data, model[1])
         summary = self.cache.get(key)
@@ -646,7 +646,8 @@ class ProjectIndex:
             self.cache.misses += 1
             self._parsed.add(rel)
             text = data.decode("utf-8", errors="replace")
-            fresh, own = summarise_with_facts(rel, text, key, model[0], module_rel)
+            # (previous: the text before an edit, a hint for a large file half typed)
+            fresh, own = summarise_with_facts(rel, text, key, model[0], module_rel, previous)
             summary = self.cache.put(key, fresh, persist)
             if not persist:
                 self._unsaved.setdefault(rel, set()).add(key)
@@ -663,12 +664,14 @@ class ProjectIndex:
         summariser raises."""
         return self._add(path, data, persist)
 
-    def _add(self, path: Path, data: bytes, persist: bool = True) -> ModuleSummary:
+    def _add(
+        self, path: Path, data: bytes, persist: bool = True, previous: bytes | None = None
+    ) -> ModuleSummary:
         rel = self._rel(path)
-        summary = self._summary(rel, data, frozenset(), persist)
+        summary = self._summary(rel, data, frozenset(), persist, previous)
         used = _calls_named(summary, self.project_predicates)
         if used:
-            summary = self._summary(rel, data, used, persist)
+            summary = self._summary(rel, data, used, persist, previous)
         old = self._by_path.get(rel)
         if summary.syntax_error and old is not None and not old.syntax_error:
             # Half-typed code: what the file said while it last parsed still holds (dropping
@@ -702,9 +705,10 @@ class ProjectIndex:
         data = text.encode("utf-8")
         if len(data) > MAX_FILE_BYTES:
             return self.update(path, None)
+        previous = self._texts.get(rel)
         self._texts[rel] = data
         before = self._by_path.get(rel)
-        self._add(path, data, persist=False)
+        self._add(path, data, persist=False, previous=previous)
         self._refresh_predicates()
         # Versions of this file's unsaved text older than the one just replaced: no file has
         # them and no computation reads them (the last one computed from holds the replaced

@@ -18,8 +18,17 @@ from dataclasses import dataclass
 
 from ddp_lsp.core import facts as fact_model
 from ddp_lsp.core import names as known_names
+from ddp_lsp.core.factpieces import ModuleFeed
 from ddp_lsp.core.ranks import RankModel
-from ddp_lsp.project.wholeparse import parse_or_none
+from ddp_lsp.core.walk import walk
+from ddp_lsp.project.wholeparse import (
+    PIECES_MIN_CHARS,
+    RESTART,
+    Unparsable,
+    bodies,
+    changed_lines,
+    parse_or_none,
+)
 
 
 @dataclass(frozen=True)
@@ -129,19 +138,49 @@ def summarise(
 
 
 def summarise_with_facts(
-    rel: str, text: str, digest: str, ranks: RankModel, module_rel: str | None = None
+    rel: str,
+    text: str,
+    digest: str,
+    ranks: RankModel,
+    module_rel: str | None = None,
+    previous: bytes | None = None,
+    min_chars: int = PIECES_MIN_CHARS,
 ) -> tuple[ModuleSummary, fact_model.ModuleFacts | None]:
     """:func:`summarise`, and the file's own module facts (``facts.merge`` of its facts, which
     the summary needs and the project's computation reads again: the index keeps them; None
-    for a file that does not parse)."""
+    for a file that does not parse). A text of ``min_chars`` characters or more is summarised
+    top-level piece by piece (:func:`_summarise_pieces`): the same summary. ``previous``: the
+    file's text before (UTF-8), if known (an edit): where the edited lines do not parse, the
+    text is found not to parse before any piece is walked (``wholeparse.bodies``)."""
     module, is_package = module_name(rel if module_rel is None else module_rel)
     lines = text.count("\n") + 1
-    tree = parse_or_none(text)  # a large file in pieces: the parser's peak memory
-    if tree is None:
-        # A file being edited: nothing is known of it until it parses again.
+    if len(text) >= min_chars:
+        # A large file in pieces: the peak memory of one piece's tree, not the file's.
+        changed = None
+        if previous is not None:
+            changed = changed_lines(previous.decode("utf-8", errors="replace"), text)
+        found = _summarise_pieces(text, ranks, min_chars, changed)
+        if found is None:
+            return _unparsable(rel, module, is_package, digest, lines), None
+        x, bases, binding_lines, prop_lines = found
+        merged = fact_model.merge([x.facts])
         return ModuleSummary(
-            rel, module, is_package, digest, lines, fact_model.EMPTY_FACTS, syntax_error=True
-        ), None
+            rel,
+            module,
+            is_package,
+            digest,
+            lines,
+            x.facts,
+            bases=bases,
+            dotted_sites=x.dotted_sites,
+            site_lines=x.site_lines,
+            binding_lines=binding_lines.lines(x.facts, merged),
+            prop_lines=prop_lines.lines(merged),
+            handed=x.handed,
+        ), merged
+    tree = parse_or_none(text)
+    if tree is None:
+        return _unparsable(rel, module, is_package, digest, lines), None
     x = fact_model.extract_module(tree, ranks)
     cf = x.facts
     merged = fact_model.merge([cf])  # the file's own facts: which lines provenance needs
@@ -168,6 +207,134 @@ def summarise_with_facts(
     ), merged
 
 
+def _summarise_pieces(
+    text: str, ranks: RankModel, min_chars: int, changed: tuple[int, int] | None = None
+) -> (
+    tuple[fact_model.ModuleExtract, tuple[tuple[str, tuple[str, ...]], ...], _Bindings, _Props]
+    | None
+):
+    """What :func:`summarise_with_facts` reads of the whole tree, from the body of
+    ``parse_or_none(text)`` in parts (``wholeparse.bodies``), each part's tree dropped before
+    the next is parsed; None where the text does not parse.
+
+    The lines of bindings and properties are chosen with the facts of the whole module (the
+    aliases, the kinds, the properties a helper defined further down gives): each part keeps
+    what the choice needs of its statements (:class:`_Bindings`, :class:`_Props`), which is
+    far less than its tree, and the choice is made once the module's facts are known. A
+    20,000-line module's tree is 49 MB; one piece's, a few hundred KB."""
+    feed = ModuleFeed(ranks)
+    bases: list[tuple[str, tuple[str, ...]]] = []
+    bindings, props = _Bindings(), _Props()
+    try:
+        for part in bodies(text, min_chars, changed):
+            if part is RESTART:
+                feed, bases, bindings, props = ModuleFeed(ranks), [], _Bindings(), _Props()
+                continue
+            feed.feed(part)
+            bases += (
+                (s.name, tuple(d for d in (known_names.dotted(b) for b in s.bases) if d))
+                for s in part
+                if isinstance(s, ast.ClassDef)
+            )
+            statements = _statements(part)
+            bindings.add(statements)
+            props.add(part, statements)
+            del part, statements  # before the next part is parsed
+    except Unparsable:
+        return None
+    return feed.finish(), tuple(bases), bindings, props
+
+
+class _Bindings:
+    """:func:`_binding_lines`'s walk, one part of the module at a time: each assignment of a
+    call to a path, with its callees (:func:`_chain`), kept until the module's facts say which
+    of them give a kind."""
+
+    def __init__(self) -> None:
+        # (path, callees) -> the first line that assigns them
+        self._first: dict[tuple[str, tuple[str | None, ...]], int] = {}
+
+    def add(self, statements: list[ast.stmt]) -> None:
+        first = self._first
+        for node in statements:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                if not isinstance(node.value, ast.Call):
+                    continue  # gives no kind (_gives_kind)
+                chain = tuple(_chain(node.value))
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    p = fact_model.path_of(t)
+                    if p is not None and first.setdefault((p, chain), node.lineno) > node.lineno:
+                        first[p, chain] = node.lineno
+
+    def lines(
+        self, cf: fact_model.ChunkFacts, merged: fact_model.ModuleFacts
+    ) -> tuple[tuple[str, str, int], ...]:
+        """:func:`_binding_lines` of the whole module."""
+        wanted, project_classes = _wanted_bindings(cf, merged)
+        if not wanted:
+            return ()
+        first: dict[str, int] = {}
+        for (p, chain), line in self._first.items():
+            if p in wanted and any(_kind_name(n, merged.aliases, project_classes) for n in chain):
+                if p not in first or line < first[p]:
+                    first[p] = line
+        keys = {(b.scope, b.path) for b in cf.bindings} | set(merged.kinds)
+        return tuple(sorted((s, p, first[p]) for (s, p) in keys if p in first))
+
+
+class _Props:
+    """:func:`_prop_lines`'s walk, one part of the module at a time: every function
+    :func:`_functions` yields (all of them: which are wanted is known only from the whole
+    module's facts; the wanted ones come in the same order), with the first line of each
+    callee its calls spell, kept until the module's facts say which calls give a property."""
+
+    def __init__(self) -> None:
+        self._functions: list[tuple[str, dict[str, int]]] = []
+
+    def add(self, body: list[ast.stmt], statements: list[ast.stmt]) -> None:
+        callees: dict[int, dict[str, int]] = {}  # by id of the `def`, while the part lives
+        for qual, fn in _functions(body, "", None, None, statements):
+            first = callees.get(id(fn))
+            if first is None:
+                first = callees[id(fn)] = _first_lines(fn)
+            self._functions.append((qual, first))
+
+    def lines(self, merged: fact_model.ModuleFacts) -> tuple[tuple[str, str, int], ...]:
+        """:func:`_prop_lines` of the whole module."""
+        wanted = _wanted_props(merged)
+        out: list[tuple[str, str, int]] = []
+        for qual, first in self._functions:
+            props = wanted.get(qual)
+            if not props:
+                continue
+            cls = qual.rpartition(".")[0] or None
+            for prop in props:
+                # _first_call: the first call, by (line, column), whose callee gives it.
+                lines = [ln for n, ln in first.items() if _cites(n, prop, merged, qual, cls)]
+                if lines:
+                    out.append((qual, prop, min(lines)))
+        return tuple(out)
+
+
+def _first_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
+    """Each callee spelled by a call under ``fn`` -> the first line of such a call."""
+    first: dict[str, int] = {}
+    for n in walk(fn):
+        if n.__class__ is ast.Call:
+            name = known_names.dotted(n.func)
+            if name is not None and first.setdefault(name, n.lineno) > n.lineno:
+                first[name] = n.lineno
+    return first
+
+
+def _unparsable(rel: str, module: str, is_package: bool, digest: str, lines: int) -> ModuleSummary:
+    # A file being edited: nothing is known of it until it parses again.
+    return ModuleSummary(
+        rel, module, is_package, digest, lines, fact_model.EMPTY_FACTS, syntax_error=True
+    )
+
+
 def _binding_lines(
     tree: ast.Module,
     cf: fact_model.ChunkFacts,
@@ -177,16 +344,7 @@ def _binding_lines(
     # Only files that bind a kind, or build an instance of a class of their own project, pay
     # for this walk; the line is where a message's "at main.py:212" points: the assignment
     # that gives the kind (`model = DDP(model)`), not the first one (`model = Net()`).
-    wanted = {p for (_, p) in merged.kinds}
-    # `loss_scaler = NativeScaler()`: the project may know the class (a GradScaler wrapper).
-    project_classes = {
-        b.source[0]
-        for b in cf.bindings
-        if b.source
-        and not fact_model.is_marker(b.source[0])
-        and _project_class(b.source[0], merged.aliases)
-    }
-    wanted |= {b.path for b in cf.bindings if b.source and b.source[0] in project_classes}
+    wanted, project_classes = _wanted_bindings(cf, merged)
     if not wanted:
         return ()
     first: dict[str, int] = {}
@@ -202,6 +360,23 @@ def _binding_lines(
     return tuple(sorted((s, p, first[p]) for (s, p) in keys if p in first))
 
 
+def _wanted_bindings(
+    cf: fact_model.ChunkFacts, merged: fact_model.ModuleFacts
+) -> tuple[set[str], set[str]]:
+    """The paths whose binding lines are cited, and the project's classes built here."""
+    wanted = {p for (_, p) in merged.kinds}
+    # `loss_scaler = NativeScaler()`: the project may know the class (a GradScaler wrapper).
+    project_classes = {
+        b.source[0]
+        for b in cf.bindings
+        if b.source
+        and not fact_model.is_marker(b.source[0])
+        and _project_class(b.source[0], merged.aliases)
+    }
+    wanted |= {b.path for b in cf.bindings if b.source and b.source[0] in project_classes}
+    return wanted, project_classes
+
+
 _CITED_PROPS = (fact_model.COLLECTIVE, fact_model.INITS_PG, fact_model.SAVES_CALLER_PATH)
 
 
@@ -211,11 +386,7 @@ def _prop_lines(
     top: Callable[[], list[ast.stmt]] | None = None,
 ) -> tuple[tuple[str, str, int], ...]:
     # Only functions that have a property other files cite pay for this walk (a few a project).
-    wanted = {
-        q: [p for p in _CITED_PROPS if p in props]
-        for q, props in merged.func_props.items()
-        if q != fact_model.MODULE and any(p in props for p in _CITED_PROPS)
-    }
+    wanted = _wanted_props(merged)
     if not wanted:
         return ()
     # A function's body yields only qualnames under its own ("f.inner"): walked again only
@@ -232,6 +403,15 @@ def _prop_lines(
             if line is not None:
                 out.append((qual, prop, line))
     return tuple(out)
+
+
+def _wanted_props(merged: fact_model.ModuleFacts) -> dict[str, list[str]]:
+    """The functions whose properties are cited -> those properties."""
+    return {
+        q: [p for p in _CITED_PROPS if p in props]
+        for q, props in merged.func_props.items()
+        if q != fact_model.MODULE and any(p in props for p in _CITED_PROPS)
+    }
 
 
 def _functions(
@@ -267,23 +447,27 @@ def _first_call(
     )
     for c in calls:
         name = known_names.dotted(c.func)
-        if name is None:
-            continue
-        if prop == fact_model.COLLECTIVE and fact_model.is_collective_call(name, facts.aliases):
+        if name is not None and _cites(name, prop, facts, qual, cls):
             return c.lineno
-        if (
-            prop == fact_model.INITS_PG
-            and known_names.resolve(name, facts.aliases) == known_names.INIT_PROCESS_GROUP
-        ):
-            return c.lineno
-        if (
-            prop == fact_model.SAVES_CALLER_PATH
-            and known_names.resolve(name, facts.aliases) == known_names.TORCH_SAVE
-        ):
-            return c.lineno
-        if name != qual and prop in facts.callee_props(name, cls):
-            return c.lineno  # through a helper of this file
     return None
+
+
+def _cites(name: str, prop: str, facts: fact_model.ModuleFacts, qual: str, cls: str | None) -> bool:
+    """Whether a call of ``name`` in the function ``qual`` (of class ``cls``) gives it
+    ``prop``."""
+    if prop == fact_model.COLLECTIVE and fact_model.is_collective_call(name, facts.aliases):
+        return True
+    if (
+        prop == fact_model.INITS_PG
+        and known_names.resolve(name, facts.aliases) == known_names.INIT_PROCESS_GROUP
+    ):
+        return True
+    if (
+        prop == fact_model.SAVES_CALLER_PATH
+        and known_names.resolve(name, facts.aliases) == known_names.TORCH_SAVE
+    ):
+        return True
+    return name != qual and prop in facts.callee_props(name, cls)  # a helper of this file
 
 
 def _project_class(spelled: str, aliases: Mapping[str, str]) -> bool:
@@ -344,15 +528,22 @@ def _shape(cls: type) -> _Shape:
 
 
 def _gives_kind(value: ast.AST, aliases: Mapping[str, str], classes: set[str]) -> bool:
+    return any(_kind_name(name, aliases, classes) for name in _chain(value))
+
+
+def _chain(value: ast.AST) -> Iterator[str | None]:
+    """The callees of ``value`` and of the first argument of each, while it is a call
+    (``DDP(model.to(device))``: ``DDP``, ``model.to``); None for one that is not spelled."""
     node = value
     while isinstance(node, ast.Call):
-        name = known_names.dotted(node.func)
-        if name in classes:
-            return True
-        qual = known_names.resolve(name, aliases) if name else None
-        if qual is not None and fact_model.kind_of_qualname(qual) is not None:
-            return True
+        yield known_names.dotted(node.func)
         if not node.args:
-            return False
+            return
         node = node.args[0]
-    return False
+
+
+def _kind_name(name: str | None, aliases: Mapping[str, str], classes: set[str]) -> bool:
+    if name in classes:
+        return True
+    qual = known_names.resolve(name, aliases) if name else None
+    return qual is not None and fact_model.kind_of_qualname(qual) is not None
