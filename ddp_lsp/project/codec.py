@@ -48,6 +48,9 @@ class Codec:
         self._enc: dict[Any, Encode] = {}
         self._dec: dict[Any, Decode2] = {}
         self._names: dict[Any, str] = {}
+        # Encoders that map one item encoder over a tuple or frozenset (``list(map(item, v))``),
+        # by their id: a dataclass's encoder writes the map out instead of calling them.
+        self._mapped: dict[int, Encode] = {}
         self.encode: Encode = self._encoder(cls)
         self._decode: Decode2 = self._decoder(cls)
         self.fingerprint = hashlib.blake2b(self._name(cls).encode(), digest_size=8).hexdigest()
@@ -84,7 +87,7 @@ class Codec:
         if _is_dataclass(tp):
             hints = typing.get_type_hints(tp)
             out: Encode = _dataclass_encoder(
-                tp, [(f.name, self._encoder(hints[f.name])) for f in _fields(tp)]
+                tp, [(f.name, self._encoder(hints[f.name])) for f in _fields(tp)], self._mapped
             )
         else:
             origin = typing.get_origin(tp)
@@ -95,7 +98,7 @@ class Codec:
                 item = self._encoder(args[0])
                 # (`map` of the item's encoder: a tuple of pairs of strings is `list` mapped,
                 # in C, rather than a call of a Python function per pair.)
-                out = list if item is _same else (lambda v: list(map(item, v)))
+                out = list if item is _same else self._map(item)
             elif origin is tuple:
                 items = [self._encoder(a) for a in args]
                 if all(e is _same for e in items):
@@ -106,10 +109,15 @@ class Codec:
             elif origin is frozenset:
                 item = self._encoder(args[0])
                 # Sorted: one summary, one file, whatever the process's hash seed.
-                out = sorted if args[0] is str else (lambda v: list(map(item, v)))
+                out = sorted if args[0] is str else self._map(item)
             else:
                 out = _unsupported(tp)
         self._enc[tp] = out
+        return out
+
+    def _map(self, item: Encode) -> Encode:
+        out: Encode = lambda v: list(map(item, v))  # noqa: E731
+        self._mapped[id(out)] = item
         return out
 
     # -- decoding ---------------------------------------------------------------------------
@@ -176,10 +184,15 @@ class Codec:
         return out
 
 
-def _dataclass_encoder(tp: type, fields: list[tuple[str, Encode]]) -> Encode:
+def _dataclass_encoder(
+    tp: type, fields: list[tuple[str, Encode]], mapped: dict[int, Encode]
+) -> Encode:
     """``[e(v.f) for each field f and its encoder e]``, written out field by field (as
     ``walk.children`` is): a cold index encodes every summary it writes, and the generic
-    loop (a ``getattr`` and a call per field, most of them the identity) was most of it."""
+    loop (a ``getattr`` and a call per field, most of them the identity) was most of it.
+    ``mapped``: encoders that map an item encoder over their value (by id), written out as
+    ``list(map(item, v.f))`` (a gate site's three tuples of pairs: a call each, per site,
+    was a third of encoding a summary)."""
     scope: dict[str, Any] = {}
     parts = []
     for i, (name, enc) in enumerate(fields):
@@ -189,6 +202,13 @@ def _dataclass_encoder(tp: type, fields: list[tuple[str, Encode]]) -> Encode:
             parts.append(f"v.{name}")
         elif enc is list or enc is sorted:
             parts.append(f"{enc.__name__}(v.{name})")
+        elif id(enc) in mapped:
+            item = mapped[id(enc)]
+            if item is list or item is sorted:
+                parts.append(f"list(map({item.__name__}, v.{name}))")
+            else:
+                scope[f"e{i}"] = item
+                parts.append(f"list(map(e{i}, v.{name}))")
         else:
             scope[f"e{i}"] = enc
             parts.append(f"e{i}(v.{name})")

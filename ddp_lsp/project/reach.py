@@ -120,18 +120,37 @@ def _does_distributed(
     scopes_with_kinds: Mapping[str, bool],
     heads: frozenset[str],
     frameworks: FrameworkModel,
+    spelled: dict[str, bool] | None = None,
+    quals: dict[str, bool] | None = None,
 ) -> bool:
+    """``spelled``: whether a call so spelled is distributed code, kept for the other
+    functions of the module (``own``'s aliases); ``quals``: whether a call of a qualified
+    name is (:func:`is_distributed_call` with ``frameworks``), kept for the other modules.
+    (The functions of a module call the same few names: `dist.get_rank`, `F.cross_entropy`.)"""
     if fi.props & DISTRIBUTED_PROPS or own.func_props.get(fi.qualname, frozenset()) & (
         DISTRIBUTED_PROPS
     ):
         return True
     if scopes_with_kinds.get(fi.qualname, False):
         return True
+    if spelled is None:
+        spelled = {}
+    if quals is None:
+        quals = {}
     for callee in fi.calls:
         if callee.partition(".")[0] not in heads:
             continue
-        qual = known_names.resolve(callee, own.aliases)
-        if qual is not None and is_distributed_call(qual, frameworks):
+        got = spelled.get(callee)
+        if got is None:
+            qual = known_names.resolve(callee, own.aliases)
+            if qual is None:
+                got = False
+            else:
+                got = quals.get(qual)
+                if got is None:
+                    got = quals[qual] = is_distributed_call(qual, frameworks)
+            spelled[callee] = got
+        if got:
             return True
     return False
 
@@ -187,6 +206,7 @@ def single_process(
     local_heads: dict[str, set[str]] = {}  # built for the modules whose edges are built
     project_tops = {m.partition(".")[0] for m in names}
     memo: dict[tuple[str, str], list[Key]] = {}
+    distributed_quals: dict[str, bool] = {}  # see _does_distributed
 
     def targets(m: str, scope: str, spelled: str) -> list[Key]:
         if spelled.startswith("self.") and spelled.count(".") == 1:
@@ -280,8 +300,11 @@ def single_process(
         for (scope, _), kind in o.kinds.items():
             if kind in DISTRIBUTED_KINDS:
                 with_kinds[scope or fact_model.MODULE] = True
+        distributed_spellings: dict[str, bool] = {}  # see _does_distributed
         for fi in s.facts.functions:
-            if _does_distributed(fi, o, with_kinds, heads, frameworks):
+            if _does_distributed(
+                fi, o, with_kinds, heads, frameworks, distributed_spellings, distributed_quals
+            ):
                 m_seeds.add((m, fi.qualname))
         if s.facts.env_markers and not m_seeds:
             m_seeds.add((m, fact_model.MODULE))  # the rank read from the environment, place unknown

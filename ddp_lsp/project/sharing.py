@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import operator
 import sys
+import types
+import typing
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -92,6 +94,9 @@ class Sharer:
         return self._share_other(obj, kind)
 
     def _share_other(self, obj: object, kind: type) -> object:
+        special = _SPECIAL.get(kind)
+        if special is not None:
+            return special(self, obj, self.memo)
         if isinstance(obj, str):
             return sys.intern(obj)
         fields = _FIELDS.get(kind)
@@ -138,9 +143,138 @@ class Sharer:
         items = [share(x, x.__class__) for x in obj]
         return obj if all(map(_is, items, obj)) else tuple(items)
 
+    def _strings(self, obj: tuple[str, ...], memo: dict[object, object]) -> tuple[str, ...]:
+        """A tuple of strings shared (as :meth:`_share` shares a tuple)."""
+        hit = memo.get(obj)
+        if hit is not None:
+            return cast(tuple[str, ...], hit)
+        items = tuple(map(_intern, obj))
+        if all(map(_is, items, obj)):
+            items = obj
+        return cast(tuple[str, ...], self._keep(memo, items, items))
+
+    def _flat(self, obj: tuple[object, ...], memo: dict[object, object]) -> object:
+        """A tuple of strings, numbers and None shared (as :meth:`_share` shares a tuple)."""
+        hit = memo.get(obj)
+        if hit is not None:
+            return hit
+        items = tuple([_intern(x) if x.__class__ is str else x for x in obj])
+        if all(map(_is, items, obj)):
+            items = obj
+        return self._keep(memo, items, items)
+
+    def _flats(self, obj: tuple[tuple[object, ...], ...], memo: dict[object, object]) -> object:
+        """A tuple of such tuples shared (as :meth:`_share` shares a tuple)."""
+        hit = memo.get(obj)
+        if hit is not None:
+            return hit
+        flat = self._flat
+        items = tuple([flat(x, memo) for x in obj])
+        if all(map(_is, items, obj)):
+            items = obj
+        return self._keep(memo, items, items)
+
+    def _string_set(self, obj: frozenset[str], memo: dict[object, object]) -> frozenset[str]:
+        """A frozenset of strings shared (as :meth:`_share_other` shares a frozenset)."""
+        hit = memo.get(obj)
+        if hit is not None:
+            return cast(frozenset[str], hit)
+        items = frozenset(map(_intern, obj))
+        return cast(frozenset[str], self._keep(memo, items, items))
+
 
 _intern = sys.intern
 _is = operator.is_
+
+
+def _special(kind: type) -> Callable[[Sharer, Any, dict[object, object]], object]:
+    """What :meth:`Sharer._share_other` does to a ``kind`` (one of :data:`_FIELDS`), written
+    out field by field from its annotations (as the codec's encoders are): a string interned,
+    an ``int`` or ``bool`` kept, a tuple or frozenset of strings shared by one call, any other
+    field by :meth:`Sharer._share` (a file's own tuples of facts: each item). The walk of a
+    cold index's summaries (2,040 files) called ``_share`` and ``_share_other`` for every
+    field of every fact, most of them a string or a number."""
+    fields = _FIELDS[kind]
+    hints = typing.get_type_hints(kind)
+    unique = kind in _UNIQUE
+    per_file = _PER_FILE.get(kind, _NONE)
+    lines = [f"def share_{kind.__name__}(sh, v, memo):"]
+    if not unique:
+        # An equal object seen before is returned whole, without walking it.
+        lines += ["    hit = memo.get(v)", "    if hit is not None:", "        return hit"]
+    lines.append("    d = v.__dict__")
+    same: list[str] = []
+    values: list[str] = []
+    for i, name in enumerate(fields):
+        tp = hints[name]
+        old = f"d[{name!r}]"
+        if tp is int or tp is bool:
+            values.append(old)
+            continue
+        lines.append(f"    o{i} = {old}")
+        if tp is str:
+            new = f"intern(o{i})"
+        elif tp == str | None:
+            new = f"o{i} if o{i} is None else intern(o{i})"
+        elif tp == tuple[str, ...]:
+            new = f"sh._strings(o{i}, memo)"
+        elif tp == frozenset[str]:
+            new = f"sh._string_set(o{i}, memo)"
+        elif _flat_tuple(tp):
+            new = f"sh._flat(o{i}, memo)"
+        elif (
+            typing.get_origin(tp) is tuple
+            and tp.__args__[1:] == (...,)
+            and _flat_tuple(tp.__args__[0])
+        ):
+            new = f"sh._flats(o{i}, memo)"
+        elif dataclasses.is_dataclass(tp) and tp not in _FIELDS:
+            # (A gate summary: kept as it is, see Sharer._share_other.)
+            values.append(old)
+            continue
+        elif name in per_file:
+            new = f"sh._items(o{i})"
+        else:
+            new = f"sh._share(o{i})"
+        lines.append(f"    n{i} = {new}")
+        same.append(f"n{i} is o{i}")
+        values.append(f"n{i}")
+    lines += [
+        f"    if {' and '.join(same) or 'True'}:",
+        "        obj = v",
+        "    else:",
+        "        obj = new(kind)",
+        "        obj.__dict__.update({"
+        + ", ".join(f"{n!r}: {x}" for n, x in zip(fields, values, strict=True))
+        + "})",
+    ]
+    lines.append("    return obj" if unique else "    return sh._keep(memo, obj, obj)")
+    scope: dict[str, Any] = {"intern": _intern, "new": object.__new__, "kind": kind}
+    exec(compile("\n".join(lines) + "\n", f"<sharer of {kind.__qualname__}>", "exec"), scope)
+    return scope[f"share_{kind.__name__}"]  # type: ignore[no-any-return]
+
+
+def _plain(tp: Any) -> bool:
+    """``str``, ``int``, ``bool``, ``None`` or a union of them."""
+    if tp in _PLAIN:
+        return True
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and all(
+        a in _PLAIN for a in typing.get_args(tp)
+    )
+
+
+def _flat_tuple(tp: Any) -> bool:
+    """A tuple (fixed or ``...``) of :func:`_plain` values."""
+    if typing.get_origin(tp) is not tuple:
+        return False
+    args = typing.get_args(tp)
+    if len(args) == 2 and args[1] is Ellipsis:
+        args = args[:1]
+    return all(_plain(a) for a in args)
+
+
+_PLAIN = (str, int, bool, type(None))
+_SPECIAL = {kind: _special(kind) for kind in _FIELDS}
 
 
 def _build(kind: type, fields: tuple[str, ...], values: list[object]) -> object:
