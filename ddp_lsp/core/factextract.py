@@ -88,6 +88,12 @@ def extract(
     x._calls.append(set())
     x._props.append(set())
     x.block(tree.body, scope="", guarded=False)
+    return finish(x, _barrier_ifs(tree.body) if member_of is None else 0)
+
+
+def finish(x: _Extractor, barrier_ifs: int) -> ChunkFacts:
+    """Close the top-level ``<module>`` frame ``extract`` opened and give the facts gathered
+    (also the end of a module fed in pieces: core/factpieces.py)."""
     top_calls, top_props = x._calls.pop(), x._props.pop()
     if top_calls or top_props:
         x.functions.append(
@@ -100,7 +106,7 @@ def extract(
         functions=tuple(x.functions),
         call_sites=tuple(x.call_sites),
         loads=frozenset(x.loads),
-        barrier_ifs=_barrier_ifs(tree.body) if member_of is None else 0,
+        barrier_ifs=barrier_ifs,
     )
 
 

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import ast
 
-from ddp_lsp.core.factextract import ModuleExtract, _barrier_ifs, _Extractor
-from ddp_lsp.core.factkinds import MODULE, ChunkFacts, FunctionInfo
+from ddp_lsp.core.factextract import ModuleExtract, _barrier_ifs, _Extractor, finish
 from ddp_lsp.core.ranks import RankModel
 
 
@@ -53,20 +52,7 @@ class ModuleFeed:
     def finish(self) -> ModuleExtract:
         """The module's facts, as ``extract_module`` gives them for the whole body."""
         x = self._x
-        top_calls, top_props = x._calls.pop(), x._props.pop()
-        if top_calls or top_props:
-            x.functions.append(
-                FunctionInfo(MODULE, None, (), frozenset(top_calls), frozenset(top_props), 0)
-            )
-        cf = ChunkFacts(
-            imports=tuple(x.imports),
-            env_markers=x.env_markers,
-            bindings=tuple(x.bindings),
-            functions=tuple(x.functions),
-            call_sites=tuple(x.call_sites),
-            loads=frozenset(x.loads),
-            barrier_ifs=self._barrier_ifs,
-        )
+        cf = finish(x, self._barrier_ifs)
         return ModuleExtract(
             cf,
             tuple(x.dotted_sites),
