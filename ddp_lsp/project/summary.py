@@ -162,49 +162,44 @@ def summarise_with_facts(
         found = _summarise_pieces(text, ranks, min_chars, changed)
         if found is None:
             return _unparsable(rel, module, is_package, digest, lines), None
-        x, bases, binding_lines, prop_lines = found
+        x, bases, bindings, props = found
         merged = fact_model.merge([x.facts])
-        return ModuleSummary(
-            rel,
-            module,
-            is_package,
-            digest,
-            lines,
-            x.facts,
-            bases=bases,
-            dotted_sites=x.dotted_sites,
-            site_lines=x.site_lines,
-            binding_lines=binding_lines.lines(x.facts, merged),
-            prop_lines=prop_lines.lines(merged),
-            handed=x.handed,
-        ), merged
-    tree = parse_or_none(text)
-    if tree is None:
-        return _unparsable(rel, module, is_package, digest, lines), None
-    x = fact_model.extract_module(tree, ranks)
-    cf = x.facts
-    merged = fact_model.merge([cf])  # the file's own facts: which lines provenance needs
-    bases = tuple(
-        (s.name, tuple(d for d in (known_names.dotted(b) for b in s.bases) if d))
-        for s in tree.body
-        if isinstance(s, ast.ClassDef)
-    )
-    # The module's statements, walked once for both below, and only if one of them asks.
-    top = functools.cache(functools.partial(_statements, tree.body))
+        binding_lines = bindings.lines(x.facts, merged)
+        prop_lines = props.lines(merged)
+    else:
+        tree = parse_or_none(text)
+        if tree is None:
+            return _unparsable(rel, module, is_package, digest, lines), None
+        x = fact_model.extract_module(tree, ranks)
+        merged = fact_model.merge([x.facts])  # the file's own facts: which lines provenance needs
+        bases = _bases(tree.body)
+        # The module's statements, walked once for both below, and only if one of them asks.
+        top = functools.cache(functools.partial(_statements, tree.body))
+        binding_lines = _binding_lines(tree, x.facts, merged, top)
+        prop_lines = _prop_lines(tree, merged, top)
     return ModuleSummary(
         rel,
         module,
         is_package,
         digest,
         lines,
-        cf,
+        x.facts,
         bases=bases,
         dotted_sites=x.dotted_sites,
         site_lines=x.site_lines,
-        binding_lines=_binding_lines(tree, cf, merged, top),
-        prop_lines=_prop_lines(tree, merged, top),
+        binding_lines=binding_lines,
+        prop_lines=prop_lines,
         handed=x.handed,  # gathered on the extractor's walk (tests/project/test_summary_walks.py)
     ), merged
+
+
+def _bases(body: list[ast.stmt]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each top-level class's name and the bases it spells."""
+    return tuple(
+        (s.name, tuple(d for d in (known_names.dotted(b) for b in s.bases) if d))
+        for s in body
+        if isinstance(s, ast.ClassDef)
+    )
 
 
 def _summarise_pieces(
@@ -231,11 +226,7 @@ def _summarise_pieces(
                 feed, bases, bindings, props = ModuleFeed(ranks), [], _Bindings(), _Props()
                 continue
             feed.feed(part)
-            bases += (
-                (s.name, tuple(d for d in (known_names.dotted(b) for b in s.bases) if d))
-                for s in part
-                if isinstance(s, ast.ClassDef)
-            )
+            bases += _bases(part)
             statements = _statements(part)
             bindings.add(statements)
             props.add(part, statements)

@@ -14,8 +14,10 @@ preceded by as many newlines as lines before it, so every node's line is its lin
 columns are within a line and need nothing. The result is the tree ``ast.parse`` gives
 (``tests/project/test_wholeparse.py`` compares ``ast.dump(..., include_attributes=True)``).
 
-When any piece fails to parse, the whole text is parsed as one: its error (or tree, had the
-splitter cut inside a statement of valid code) is exactly ``ast.parse``'s. Text under
+When a piece fails to parse, :func:`parse_or_none` decides whether the text parses (below;
+a tree had the splitter cut inside a statement of valid code), and a text that does not is
+parsed whole for ``ast.parse``'s own error: what :func:`parse_module` raises is exactly
+``ast.parse``'s. Text under
 :data:`PIECES_MIN_CHARS` is parsed whole: the parser's overhead is small there, and the
 cost of the split is not worth it.
 
@@ -68,11 +70,8 @@ def parse_module(text: str, min_chars: int = PIECES_MIN_CHARS) -> ast.Module:
     """``ast.parse(text)``, with the parser's peak memory of one piece rather than the file's
     when ``text`` has at least ``min_chars`` characters. Raises what ``ast.parse`` raises."""
     # (No future import changes what ast.parse accepts: `barry_as_FLUFL` acts in compile only.)
-    if len(text) >= min_chars:
-        body = _pieces(text)
-        if body is not None:
-            return ast.Module(body=body, type_ignores=[])
-    return ast.parse(text)
+    tree = parse_or_none(text, min_chars)
+    return tree if tree is not None else ast.parse(text)  # ast.parse's own error
 
 
 def parse_or_none(text: str, min_chars: int = PIECES_MIN_CHARS) -> ast.Module | None:
@@ -201,24 +200,6 @@ def _whole(text: str) -> list[ast.stmt]:
         return ast.parse(text).body
     except (SyntaxError, ValueError):
         raise Unparsable from None
-
-
-def _pieces(text: str) -> list[ast.stmt] | None:
-    """The top-level statements, parsed piece by piece; None when a piece does not parse
-    (the pieces parsed so far are freed before the caller parses the whole text)."""
-    lines = _LINE.findall(text)
-    cuts = [start.line for start in split(lines) if start.member_of is None]
-    cuts.append(len(lines))
-    body: list[ast.stmt] = []
-    for first, end in zip(cuts, cuts[1:], strict=False):
-        if first >= end:
-            continue
-        piece = "\n" * first + "".join(lines[first:end])
-        try:
-            body += ast.parse(piece).body
-        except (SyntaxError, ValueError):
-            return None  # the whole file's own error, at its own place, comes from ast.parse
-    return body
 
 
 # _verdict's answers: the whole text fails, parse the text from the failing piece on, or all.
